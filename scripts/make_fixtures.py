@@ -1,0 +1,335 @@
+#!/usr/bin/env python3
+"""Generate the tiny Hugging Face checkpoints under tests/fixtures/.
+
+Developer tool only: it needs torch, transformers and tokenizers (see
+tests/fixtures/README.md).  CI never runs it; the generated folders are
+committed.  Everything is seeded, so re-running it reproduces the same files
+(modulo library versions).
+
+Usage:
+    python scripts/make_fixtures.py [--out tests/fixtures] [--only NAME ...]
+
+Each fixture folder gets:
+    config.json, generation_config.json, model.safetensors (or shards +
+    model.safetensors.index.json), tokenizer.json, tokenizer_config.json,
+    (special_tokens_map.json if transformers writes it), reference.json
+
+reference.json schema (all floats rounded to 9 significant digits):
+    {
+      "prompt": str,                     # text fed to the tokenizer
+      "input_ids": [int, ...],           # tokenizer(prompt), no BOS added
+      "logits": [[float]*vocab]*len(input_ids),  # f32 forward, batch 1
+      "greedy_tokens": [int]*32,         # new tokens of greedy decoding (f32)
+      "dtype": "f32" | "bf16",           # dtype of the stored checkpoint
+      "seed": int,                       # torch seed the weights came from
+      "min_top2_gap": float,             # min over the prompt's last position and
+                                         # every greedy step of top1 - top2 logit
+      "vocab_size": int,
+      "transformers_version": str, "torch_version": str
+    }
+
+For the bf16 checkpoint the reference logits and greedy tokens are computed
+with the bf16 weights upcast to f32 (exact), running in f32.  An f32 build of a
+bf16 checkpoint upconverts the weights exactly, so it must match the f32
+reference with the same tolerance as an f32 checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import torch
+import transformers
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import (
+    GenerationConfig,
+    LlamaConfig,
+    LlamaForCausalLM,
+    MistralConfig,
+    MistralForCausalLM,
+    PreTrainedTokenizerFast,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+
+BOS, EOS, PAD = "<|bos|>", "<|eos|>", "<|pad|>"
+SPECIALS = [PAD, BOS, EOS]  # ids 0, 1, 2
+N_MERGES = 41  # vocab = 3 specials + 256 bytes + 41 merges = 300
+
+TRAIN_TEXT = """\
+The quick brown fox jumps over the lazy dog. The dog sleeps in the sun while the
+fox runs into the forest. In the morning the farmer walks to the field and the
+cat sits on the mat by the door. She sells sea shells on the sea shore, and the
+shells that she sells are sea shells for sure. A small model is a model that
+fits in a test. The weather is nice and the birds sing in the trees. When the
+rain comes, the children run inside and read their books by the fire. There is
+nothing either good or bad, but thinking makes it so. All that glitters is not
+gold; all who wander are not lost. The rain in Spain stays mainly in the plain.
+"""
+
+PROMPT = "The cat sat on the mat and"
+N_NEW = 32
+MIN_GAP = 1e-3
+
+DIMS = dict(
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    max_position_embeddings=128,
+)
+
+
+# --------------------------------------------------------------------------
+# tokenizer
+# --------------------------------------------------------------------------
+def build_tokenizer() -> PreTrainedTokenizerFast:
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=len(SPECIALS) + 256 + N_MERGES,
+        min_frequency=2,
+        special_tokens=SPECIALS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator([TRAIN_TEXT], trainer=trainer)
+    assert tok.get_vocab_size() == len(SPECIALS) + 256 + N_MERGES, tok.get_vocab_size()
+    for i, s in enumerate(SPECIALS):
+        assert tok.token_to_id(s) == i
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token=BOS,
+        eos_token=EOS,
+        pad_token=PAD,
+        clean_up_tokenization_spaces=False,
+        model_max_length=DIMS["max_position_embeddings"],
+    )
+    return fast
+
+
+# --------------------------------------------------------------------------
+# models
+# --------------------------------------------------------------------------
+def special_ids(tok):
+    return dict(
+        bos_token_id=tok.convert_tokens_to_ids(BOS),
+        eos_token_id=tok.convert_tokens_to_ids(EOS),
+        pad_token_id=tok.convert_tokens_to_ids(PAD),
+    )
+
+
+def make_config(kind: str, vocab: int, ids: dict):
+    common = dict(DIMS, vocab_size=vocab, **ids)
+    if kind == "llama":
+        return LlamaForCausalLM, LlamaConfig(
+            **common,
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=True,
+            rope_parameters={
+                "rope_type": "llama3",
+                "rope_theta": 500000.0,
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 32,
+            },
+        )
+    if kind == "llama-bf16-sharded":
+        return LlamaForCausalLM, LlamaConfig(
+            **common,
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+        )
+    if kind == "qwen2":
+        return Qwen2ForCausalLM, Qwen2Config(
+            **common,
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=False,
+            use_sliding_window=False,
+            sliding_window=None,
+            max_window_layers=DIMS["num_hidden_layers"],
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+        )
+    if kind == "mistral":
+        return MistralForCausalLM, MistralConfig(
+            **common,
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=False,
+            sliding_window=4096,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+        )
+    raise ValueError(kind)
+
+
+def perturb(model, seed: int) -> None:
+    """Replace the default (near-flat) init with larger random weights."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            r = torch.randn(p.shape, generator=g, dtype=torch.float32)
+            if "norm" in name:
+                v = 1.0 + 0.2 * r
+            elif name.endswith(".bias"):
+                v = 0.1 * r
+            elif "embed_tokens" in name or "lm_head" in name:
+                v = 0.3 * r
+            else:
+                v = 0.15 * r
+            p.copy_(v.to(p.dtype))
+
+
+@torch.no_grad()
+def greedy_reference(model, input_ids: list[int], eos_ids: set[int]):
+    """Greedy decode with full (cache-free) forwards; returns tokens and min gap."""
+    ids = torch.tensor([input_ids])
+    prompt_logits = model(ids).logits[0].float()
+    gaps = []
+    new = []
+    cur = ids
+    for _ in range(N_NEW):
+        last = model(cur).logits[0, -1].float()
+        top2 = torch.topk(last, 2).values
+        gaps.append(float(top2[0] - top2[1]))
+        nxt = int(torch.argmax(last))
+        if nxt in eos_ids:
+            return None
+        new.append(nxt)
+        cur = torch.cat([cur, torch.tensor([[nxt]])], dim=1)
+    return prompt_logits, new, min(gaps)
+
+
+def rnd(x: float) -> float:
+    return float(f"{x:.9g}")
+
+
+def rewrite_config_v4(path: Path) -> None:
+    """Rewrite a transformers-5 config.json in transformers-4 spelling."""
+    cfg = json.loads(path.read_text())
+    out = {}
+    for k, v in cfg.items():
+        if k == "dtype":
+            out["torch_dtype"] = v
+        elif k == "rope_parameters":
+            rp = dict(v)
+            out["rope_theta"] = rp.pop("rope_theta")
+            if rp.get("rope_type", "default") == "default" and len(rp) <= 1:
+                out["rope_scaling"] = None
+            else:
+                out["rope_scaling"] = rp
+        else:
+            out[k] = v
+    path.write_text(json.dumps(dict(sorted(out.items())), indent=2) + "\n")
+
+
+FIXTURES = {
+    # name: (seed, stored dtype, config spelling, max_shard_size)
+    "llama": (1000, "f32", "v5", None),
+    "llama-bf16-sharded": (2000, "bf16", "v5", "64KB"),
+    "qwen2": (3000, "f32", "v5", None),
+    "mistral": (4000, "f32", "v4", None),
+}
+
+
+def make_fixture(name: str, out_root: Path, tok: PreTrainedTokenizerFast) -> None:
+    base_seed, dtype, spelling, shard = FIXTURES[name]
+    ids = special_ids(tok)
+    vocab = len(tok)
+    input_ids = tok(PROMPT, add_special_tokens=False)["input_ids"]
+    assert 8 <= len(input_ids) <= 12, (len(input_ids), input_ids)
+    eos_ids = {ids["eos_token_id"], ids["pad_token_id"], ids["bos_token_id"]}
+
+    for seed in range(base_seed, base_seed + 200):
+        cls, cfg = make_config(name, vocab, ids)
+        torch.manual_seed(seed)
+        model = cls._from_config(cfg, attn_implementation="eager", dtype=torch.float32)
+        model.eval()
+        perturb(model, seed)
+        if dtype == "bf16":
+            # Round to bf16, then compute the reference in f32 from those weights.
+            model = model.to(torch.bfloat16).to(torch.float32)
+        res = greedy_reference(model, input_ids, eos_ids)
+        if res is None:
+            continue
+        logits, greedy, gap = res
+        # gap at the prompt's last position is part of the greedy gaps already.
+        if gap > MIN_GAP:
+            break
+    else:
+        raise RuntimeError(f"{name}: no seed with top-2 gap > {MIN_GAP}")
+
+    # Cross-check against transformers' own generate (KV cache path).
+    gen = model.generate(
+        torch.tensor([input_ids]),
+        attention_mask=torch.ones(1, len(input_ids), dtype=torch.long),
+        do_sample=False,
+        max_new_tokens=N_NEW,
+        min_new_tokens=N_NEW,
+        pad_token_id=ids["pad_token_id"],
+    )[0, len(input_ids):].tolist()
+    assert gen == greedy, (name, gen, greedy)
+
+    d = out_root / name
+    if d.exists():
+        shutil.rmtree(d)
+    d.mkdir(parents=True)
+    model.generation_config = GenerationConfig(**ids)
+    save_kwargs = {}
+    if shard:
+        save_kwargs["max_shard_size"] = shard
+    if dtype == "bf16":
+        model = model.to(torch.bfloat16)
+    model.save_pretrained(d, **save_kwargs)
+    tok.save_pretrained(d)
+    if spelling == "v4":
+        rewrite_config_v4(d / "config.json")
+
+    ref = {
+        "prompt": PROMPT,
+        "input_ids": input_ids,
+        "logits": [[rnd(v) for v in row] for row in logits.tolist()],
+        "greedy_tokens": greedy,
+        "dtype": dtype,
+        "seed": seed,
+        "min_top2_gap": rnd(gap),
+        "vocab_size": vocab,
+        "transformers_version": transformers.__version__,
+        "torch_version": torch.__version__,
+    }
+    (d / "reference.json").write_text(json.dumps(ref, separators=(",", ":")) + "\n")
+
+    if shard:
+        n = len(list(d.glob("model-*-of-*.safetensors")))
+        assert n >= 3 and (d / "model.safetensors.index.json").exists(), n
+    size = sum(f.stat().st_size for f in d.iterdir())
+    assert size < 1_000_000, (name, size)
+    print(f"{name}: seed={seed} min_gap={gap:.4g} tokens={len(input_ids)} size={size}B")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, default=REPO / "tests" / "fixtures")
+    ap.add_argument("--only", nargs="*", choices=sorted(FIXTURES))
+    args = ap.parse_args()
+    torch.use_deterministic_algorithms(True)
+    torch.set_num_threads(1)
+    tok = build_tokenizer()
+    for name in args.only or FIXTURES:
+        make_fixture(name, args.out, tok)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,65 @@
+//! The raw `config.json` as transformers writes it (v4 and v5 spellings), before
+//! normalisation.
+
+use serde::Deserialize;
+use serde_json::Value;
+
+/// Fields of a Hugging Face `config.json` that mobius reads. Everything is optional here;
+/// [`super::ArchConfig::from_hf`] decides what is required.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct HfConfig {
+    /// `model_type`.
+    pub model_type: Option<String>,
+    /// `hidden_size`.
+    pub hidden_size: Option<i64>,
+    /// `intermediate_size`.
+    pub intermediate_size: Option<i64>,
+    /// `num_attention_heads`.
+    pub num_attention_heads: Option<i64>,
+    /// `num_key_value_heads` (absent → multi-head attention).
+    pub num_key_value_heads: Option<i64>,
+    /// `head_dim` (absent or null → hidden_size / num_attention_heads).
+    pub head_dim: Option<i64>,
+    /// `num_hidden_layers`.
+    pub num_hidden_layers: Option<i64>,
+    /// `vocab_size`.
+    pub vocab_size: Option<i64>,
+    /// `max_position_embeddings`.
+    pub max_position_embeddings: Option<i64>,
+    /// `rms_norm_eps`.
+    pub rms_norm_eps: Option<f64>,
+    /// `hidden_act`.
+    pub hidden_act: Option<String>,
+    /// `tie_word_embeddings`.
+    pub tie_word_embeddings: Option<bool>,
+    /// `attention_bias` (Llama: bias on q/k/v/o).
+    pub attention_bias: Option<bool>,
+    /// `mlp_bias` (Llama).
+    pub mlp_bias: Option<bool>,
+    /// transformers v4: top-level `rope_theta`.
+    pub rope_theta: Option<f64>,
+    /// transformers v4: `rope_scaling`.
+    pub rope_scaling: Option<Value>,
+    /// transformers v5: `rope_parameters` (theta, type and scaling together).
+    pub rope_parameters: Option<Value>,
+    /// `partial_rotary_factor`.
+    pub partial_rotary_factor: Option<f64>,
+    /// `sliding_window`.
+    pub sliding_window: Option<i64>,
+    /// `use_sliding_window` (Qwen2: false disables the window).
+    pub use_sliding_window: Option<bool>,
+    /// `max_window_layers` (Qwen2).
+    pub max_window_layers: Option<i64>,
+    /// `layer_types` (transformers v5).
+    pub layer_types: Option<Vec<String>>,
+    /// transformers v4 `torch_dtype`.
+    pub torch_dtype: Option<String>,
+    /// transformers v5 `dtype`.
+    pub dtype: Option<String>,
+    /// `bos_token_id`.
+    pub bos_token_id: Option<Value>,
+    /// `eos_token_id` (int or list).
+    pub eos_token_id: Option<Value>,
+    /// `pad_token_id`.
+    pub pad_token_id: Option<Value>,
+}

@@ -1,0 +1,334 @@
+//! `config.json` → [`ArchConfig`], one normalised description of the architecture.
+
+pub mod hf;
+pub mod rope;
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use crate::ir::DType;
+use crate::{Error, Result};
+pub use hf::HfConfig;
+pub use rope::{Rope, RopeScaling};
+
+/// The `model_type`s mobius builds, each a plain pre-norm decoder.
+pub const SUPPORTED_MODEL_TYPES: &[&str] = &["llama", "mistral", "qwen2"];
+
+/// The architecture of a decoder-only model, normalised from any supported `config.json`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ArchConfig {
+    /// The HF `model_type`.
+    pub model_type: String,
+    /// Width of the residual stream (H).
+    pub hidden_size: usize,
+    /// Width of the MLP (I).
+    pub intermediate_size: usize,
+    /// Query heads (Hq).
+    pub num_attention_heads: usize,
+    /// Key/value heads (Hkv); Hq is a multiple of it (GQA/MQA).
+    pub num_key_value_heads: usize,
+    /// Channels per head (D).
+    pub head_dim: usize,
+    /// Decoder layers (L).
+    pub num_hidden_layers: usize,
+    /// Vocabulary size (V).
+    pub vocab_size: usize,
+    /// Rows of the RoPE tables.
+    pub max_position_embeddings: usize,
+    /// Epsilon of every RMSNorm.
+    pub rms_norm_eps: f32,
+    /// Whether the LM head reuses the embedding matrix.
+    pub tie_word_embeddings: bool,
+    /// Bias on the q/k/v projections.
+    pub qkv_bias: bool,
+    /// Bias on the output projection.
+    pub o_bias: bool,
+    /// Bias on the MLP projections.
+    pub mlp_bias: bool,
+    /// Rotary position embedding.
+    pub rope: Rope,
+    /// Sliding attention window per layer (`None` = full causal attention).
+    pub layer_windows: Vec<Option<usize>>,
+    /// The checkpoint's dtype, when the config states it.
+    pub dtype: Option<DType>,
+    /// Beginning-of-sequence token.
+    pub bos_token_id: Option<i64>,
+    /// End-of-sequence token(s).
+    pub eos_token_ids: Vec<i64>,
+    /// Padding token.
+    pub pad_token_id: Option<i64>,
+}
+
+impl ArchConfig {
+    /// Reads and normalises `path` (a config.json).
+    pub fn load(path: &Path) -> Result<ArchConfig> {
+        let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+        ArchConfig::parse(&bytes, path)
+    }
+
+    /// Parses and normalises config.json bytes; `path` is used in error messages only.
+    pub fn parse(bytes: &[u8], path: &Path) -> Result<ArchConfig> {
+        let raw: HfConfig = serde_json::from_slice(bytes).map_err(|e| Error::json(path, &e))?;
+        ArchConfig::from_hf(&raw, path)
+    }
+
+    /// Normalises a raw HF config; errors name the field and what was expected.
+    pub fn from_hf(raw: &HfConfig, path: &Path) -> Result<ArchConfig> {
+        let f = Fields { path };
+        let model_type = raw.model_type.clone().ok_or_else(|| {
+            f.err(
+                "model_type",
+                "missing (expected a string such as \"llama\")",
+            )
+        })?;
+        if !SUPPORTED_MODEL_TYPES.contains(&model_type.as_str()) {
+            return Err(Error::UnsupportedModelType {
+                path: path.to_path_buf(),
+                found: model_type,
+                supported: SUPPORTED_MODEL_TYPES
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect(),
+            });
+        }
+        let hidden_size = f.positive("hidden_size", raw.hidden_size)?;
+        let num_attention_heads = f.positive("num_attention_heads", raw.num_attention_heads)?;
+        let num_key_value_heads = match raw.num_key_value_heads {
+            None => num_attention_heads,
+            some => f.positive("num_key_value_heads", some)?,
+        };
+        if num_attention_heads % num_key_value_heads != 0 {
+            return Err(f.err(
+                "num_key_value_heads",
+                &format!(
+                    "{num_key_value_heads} must divide num_attention_heads ({num_attention_heads})"
+                ),
+            ));
+        }
+        let head_dim = match raw.head_dim {
+            Some(_) => f.positive("head_dim", raw.head_dim)?,
+            None if hidden_size % num_attention_heads == 0 => hidden_size / num_attention_heads,
+            None => {
+                return Err(f.err(
+                    "head_dim",
+                    &format!(
+                        "missing, and hidden_size ({hidden_size}) is not a multiple of \
+                         num_attention_heads ({num_attention_heads})"
+                    ),
+                ))
+            }
+        };
+        let num_hidden_layers = f.positive("num_hidden_layers", raw.num_hidden_layers)?;
+        let act = raw.hidden_act.as_deref().unwrap_or("silu");
+        if act != "silu" && act != "swish" {
+            return Err(f.err(
+                "hidden_act",
+                &format!("`{act}` is not supported for {model_type} (expected \"silu\")"),
+            ));
+        }
+        let qkv_bias = match model_type.as_str() {
+            "qwen2" => true,
+            "llama" => raw.attention_bias.unwrap_or(false),
+            _ => false,
+        };
+        let max_position_embeddings =
+            f.positive("max_position_embeddings", raw.max_position_embeddings)?;
+        Ok(ArchConfig {
+            hidden_size,
+            intermediate_size: f.positive("intermediate_size", raw.intermediate_size)?,
+            num_attention_heads,
+            num_key_value_heads,
+            head_dim,
+            num_hidden_layers,
+            vocab_size: f.positive("vocab_size", raw.vocab_size)?,
+            max_position_embeddings,
+            rms_norm_eps: raw.rms_norm_eps.unwrap_or(1e-6) as f32,
+            tie_word_embeddings: raw.tie_word_embeddings.unwrap_or(false),
+            qkv_bias,
+            o_bias: model_type == "llama" && raw.attention_bias.unwrap_or(false),
+            mlp_bias: model_type == "llama" && raw.mlp_bias.unwrap_or(false),
+            rope: parse_rope(raw, head_dim, &f)?,
+            layer_windows: layer_windows(raw, &model_type, num_hidden_layers, &f)?,
+            dtype: parse_dtype(raw, &f)?,
+            bos_token_id: first_token(raw.bos_token_id.as_ref()),
+            eos_token_ids: token_list(raw.eos_token_id.as_ref()),
+            pad_token_id: first_token(raw.pad_token_id.as_ref()),
+            model_type,
+        })
+    }
+
+    /// Query width (Hq · D).
+    pub fn q_size(&self) -> usize {
+        self.num_attention_heads * self.head_dim
+    }
+
+    /// Key/value width (Hkv · D).
+    pub fn kv_size(&self) -> usize {
+        self.num_key_value_heads * self.head_dim
+    }
+}
+
+/// Error helper bound to the config file.
+struct Fields<'a> {
+    path: &'a Path,
+}
+
+impl Fields<'_> {
+    fn err(&self, field: &str, message: &str) -> Error {
+        Error::ConfigField {
+            path: PathBuf::from(self.path),
+            field: field.to_string(),
+            message: message.to_string(),
+        }
+    }
+
+    fn positive(&self, field: &str, value: Option<i64>) -> Result<usize> {
+        match value {
+            Some(v) if v > 0 => Ok(v as usize),
+            Some(v) => Err(self.err(field, &format!("must be a positive integer, found {v}"))),
+            None => Err(self.err(field, "missing (expected a positive integer)")),
+        }
+    }
+}
+
+fn parse_dtype(raw: &HfConfig, f: &Fields<'_>) -> Result<Option<DType>> {
+    let (field, value) = match (&raw.dtype, &raw.torch_dtype) {
+        (Some(v), _) => ("dtype", v),
+        (None, Some(v)) => ("torch_dtype", v),
+        (None, None) => return Ok(None),
+    };
+    if value == "auto" {
+        return Ok(None);
+    }
+    DType::parse_model_dtype(value).map(Some).ok_or_else(|| {
+        f.err(
+            field,
+            &format!("`{value}` (expected float32, float16 or bfloat16)"),
+        )
+    })
+}
+
+/// The RoPE parameters: v5 `rope_parameters` first, else v4 `rope_theta` + `rope_scaling`.
+fn parse_rope(raw: &HfConfig, head_dim: usize, f: &Fields<'_>) -> Result<Rope> {
+    let (field, params) = match (&raw.rope_parameters, &raw.rope_scaling) {
+        (Some(p @ Value::Object(_)), _) => ("rope_parameters", Some(p)),
+        (_, Some(p @ Value::Object(_))) => ("rope_scaling", Some(p)),
+        _ => ("rope_scaling", None),
+    };
+    let get = |key: &str| params.and_then(|p| p.get(key)).filter(|v| !v.is_null());
+    let num = |key: &str| -> Result<f32> {
+        get(key)
+            .and_then(Value::as_f64)
+            .map(|v| v as f32)
+            .ok_or_else(|| f.err(&format!("{field}.{key}"), "missing (expected a number)"))
+    };
+    let theta = get("rope_theta")
+        .and_then(Value::as_f64)
+        .or(raw.rope_theta)
+        .unwrap_or(10000.0) as f32;
+    let rope_type = get("rope_type")
+        .or_else(|| get("type"))
+        .and_then(Value::as_str)
+        .unwrap_or("default");
+    let scaling = match rope_type {
+        "default" => RopeScaling::Default,
+        "linear" => RopeScaling::Linear {
+            factor: num("factor")?,
+        },
+        "llama3" => RopeScaling::Llama3 {
+            factor: num("factor")?,
+            low_freq_factor: num("low_freq_factor")?,
+            high_freq_factor: num("high_freq_factor")?,
+            original_max_position_embeddings: num("original_max_position_embeddings")?,
+        },
+        other => {
+            return Err(f.err(
+                &format!("{field}.rope_type"),
+                &format!("`{other}` is not supported (expected default, linear or llama3)"),
+            ))
+        }
+    };
+    let partial = get("partial_rotary_factor")
+        .and_then(Value::as_f64)
+        .or(raw.partial_rotary_factor)
+        .unwrap_or(1.0);
+    let rotary_dim = (head_dim as f64 * partial) as usize;
+    if rotary_dim == 0 || rotary_dim % 2 != 0 || rotary_dim > head_dim {
+        return Err(f.err(
+            "partial_rotary_factor",
+            &format!(
+                "{partial} gives a rotary width of {rotary_dim} (expected even, 2..={head_dim})"
+            ),
+        ));
+    }
+    Ok(Rope {
+        theta,
+        scaling,
+        rotary_dim,
+        interleaved: false,
+    })
+}
+
+/// Which layers use a sliding window, from `layer_types` (v5) or the legacy fields.
+fn layer_windows(
+    raw: &HfConfig,
+    model_type: &str,
+    layers: usize,
+    f: &Fields<'_>,
+) -> Result<Vec<Option<usize>>> {
+    let window = match raw.sliding_window {
+        Some(w) if w > 0 && raw.use_sliding_window != Some(false) => Some(w as usize),
+        Some(w) if w <= 0 => {
+            return Err(f.err(
+                "sliding_window",
+                &format!("must be positive or null, found {w}"),
+            ))
+        }
+        _ => None,
+    };
+    if let Some(types) = &raw.layer_types {
+        if types.len() != layers {
+            return Err(f.err(
+                "layer_types",
+                &format!(
+                    "has {} entries, expected num_hidden_layers = {layers}",
+                    types.len()
+                ),
+            ));
+        }
+        return types
+            .iter()
+            .map(|t| match t.as_str() {
+                "full_attention" => Ok(None),
+                "sliding_attention" => Ok(window),
+                other => Err(f.err(
+                    "layer_types",
+                    &format!("`{other}` (expected full_attention or sliding_attention)"),
+                )),
+            })
+            .collect();
+    }
+    let first_sliding = match (model_type, raw.max_window_layers) {
+        ("qwen2", Some(m)) => m.max(0) as usize,
+        _ => 0,
+    };
+    Ok((0..layers)
+        .map(|i| if i >= first_sliding { window } else { None })
+        .collect())
+}
+
+fn token_list(v: Option<&Value>) -> Vec<i64> {
+    match v {
+        Some(Value::Number(n)) => n.as_i64().into_iter().collect(),
+        Some(Value::Array(items)) => items.iter().filter_map(Value::as_i64).collect(),
+        _ => Vec::new(),
+    }
+}
+
+fn first_token(v: Option<&Value>) -> Option<i64> {
+    token_list(v).first().copied()
+}
+
+#[cfg(test)]
+mod tests;

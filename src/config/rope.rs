@@ -1,0 +1,139 @@
+//! Rotary position embedding parameters and cos/sin tables, computed in f32 the way
+//! transformers computes them.
+
+use std::f32::consts::PI;
+
+/// How the RoPE inverse frequencies are scaled (`rope_type`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum RopeScaling {
+    /// Plain RoPE.
+    Default,
+    /// Position interpolation: every inverse frequency divided by `factor`.
+    Linear {
+        /// The interpolation factor.
+        factor: f32,
+    },
+    /// Llama 3.1 wavelength-band smoothing.
+    Llama3 {
+        /// Scale factor for low frequencies.
+        factor: f32,
+        /// Low-frequency band edge factor.
+        low_freq_factor: f32,
+        /// High-frequency band edge factor.
+        high_freq_factor: f32,
+        /// Context length the model was pre-trained with.
+        original_max_position_embeddings: f32,
+    },
+}
+
+/// RoPE as the model uses it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rope {
+    /// Base of the inverse frequencies (`rope_theta`).
+    pub theta: f32,
+    /// Scaling applied to the inverse frequencies.
+    pub scaling: RopeScaling,
+    /// Number of leading channels of each head that are rotated (even, ≤ head_dim).
+    pub rotary_dim: usize,
+    /// Whether rotated pairs are interleaved (x0,x1),(x2,x3) instead of split halves.
+    pub interleaved: bool,
+}
+
+impl Rope {
+    /// The inverse frequencies, `rotary_dim / 2` of them, scaled.
+    pub fn inv_freq(&self) -> Vec<f32> {
+        let dim = self.rotary_dim as f32;
+        let base: Vec<f32> = (0..self.rotary_dim / 2)
+            .map(|j| 1.0 / self.theta.powf((2 * j) as f32 / dim))
+            .collect();
+        match &self.scaling {
+            RopeScaling::Default => base,
+            RopeScaling::Linear { factor } => base.iter().map(|f| f / factor).collect(),
+            RopeScaling::Llama3 {
+                factor,
+                low_freq_factor,
+                high_freq_factor,
+                original_max_position_embeddings: old,
+            } => {
+                let low_wavelen = old / low_freq_factor;
+                let high_wavelen = old / high_freq_factor;
+                base.iter()
+                    .map(|&f| {
+                        let wavelen = 2.0 * PI / f;
+                        let scaled = if wavelen > low_wavelen { f / factor } else { f };
+                        let medium = wavelen >= high_wavelen && wavelen <= low_wavelen;
+                        if medium {
+                            let smooth = (old / wavelen - low_freq_factor)
+                                / (high_freq_factor - low_freq_factor);
+                            (1.0 - smooth) * scaled / factor + smooth * scaled
+                        } else {
+                            scaled
+                        }
+                    })
+                    .collect()
+            }
+        }
+    }
+
+    /// The cos and sin tables, each `[positions, rotary_dim / 2]` row-major f32.
+    pub fn tables(&self, positions: usize) -> (Vec<f32>, Vec<f32>) {
+        let inv = self.inv_freq();
+        let mut cos = Vec::with_capacity(positions * inv.len());
+        let mut sin = Vec::with_capacity(positions * inv.len());
+        for p in 0..positions {
+            for &f in &inv {
+                let angle = p as f32 * f;
+                cos.push(angle.cos());
+                sin.push(angle.sin());
+            }
+        }
+        (cos, sin)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rope(scaling: RopeScaling) -> Rope {
+        Rope {
+            theta: 500000.0,
+            scaling,
+            rotary_dim: 64,
+            interleaved: false,
+        }
+    }
+
+    #[test]
+    fn default_inv_freq_starts_at_one_and_decreases() {
+        let f = rope(RopeScaling::Default).inv_freq();
+        assert_eq!(f.len(), 32);
+        assert_eq!(f[0], 1.0);
+        assert!(f.windows(2).all(|w| w[1] < w[0]));
+    }
+
+    #[test]
+    fn llama3_keeps_high_frequencies_and_divides_low_ones() {
+        let base = rope(RopeScaling::Default).inv_freq();
+        let scaled = rope(RopeScaling::Llama3 {
+            factor: 8.0,
+            low_freq_factor: 1.0,
+            high_freq_factor: 4.0,
+            original_max_position_embeddings: 8192.0,
+        })
+        .inv_freq();
+        assert_eq!(scaled[0], base[0], "highest frequency is untouched");
+        let last = base.len() - 1;
+        assert!((scaled[last] - base[last] / 8.0).abs() <= base[last] * 1e-6);
+    }
+
+    #[test]
+    fn tables_hold_cos_and_sin_of_position_times_frequency() {
+        let r = rope(RopeScaling::Linear { factor: 2.0 });
+        let (cos, sin) = r.tables(3);
+        assert_eq!(cos.len(), 3 * 32);
+        assert_eq!(cos[0], 1.0);
+        assert_eq!(sin[0], 0.0);
+        assert!((cos[32] - 0.5f32.cos()).abs() < 1e-7);
+    }
+}

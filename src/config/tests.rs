@@ -1,0 +1,109 @@
+use super::*;
+
+fn parse(json: &str) -> Result<ArchConfig> {
+    ArchConfig::parse(json.as_bytes(), Path::new("config.json"))
+}
+
+const V4: &str = r#"{
+  "model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+  "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
+  "vocab_size": 300, "max_position_embeddings": 128, "rms_norm_eps": 1e-5,
+  "torch_dtype": "bfloat16", "rope_theta": 500000.0,
+  "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                   "high_freq_factor": 4.0, "original_max_position_embeddings": 32},
+  "tie_word_embeddings": true, "eos_token_id": [1, 2], "bos_token_id": 0
+}"#;
+
+const V5: &str = r#"{
+  "model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+  "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
+  "vocab_size": 300, "max_position_embeddings": 128, "rms_norm_eps": 1e-5,
+  "dtype": "bfloat16", "head_dim": null,
+  "rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+                      "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                      "original_max_position_embeddings": 32},
+  "tie_word_embeddings": true, "eos_token_id": [1, 2], "bos_token_id": 0
+}"#;
+
+#[test]
+fn v4_and_v5_spellings_normalise_to_the_same_config() {
+    let a = parse(V4).unwrap();
+    let b = parse(V5).unwrap();
+    assert_eq!(a, b);
+    assert_eq!(a.head_dim, 16);
+    assert_eq!(a.dtype, Some(DType::BF16));
+    assert_eq!(a.rope.theta, 500000.0);
+    assert!(matches!(a.rope.scaling, RopeScaling::Llama3 { factor, .. } if factor == 8.0));
+    assert_eq!(a.eos_token_ids, vec![1, 2]);
+    assert_eq!(a.layer_windows, vec![None, None]);
+}
+
+#[test]
+fn qwen2_has_qkv_bias_and_disabled_window() {
+    let c = parse(
+        r#"{"model_type": "qwen2", "hidden_size": 64, "intermediate_size": 128,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
+            "vocab_size": 300, "max_position_embeddings": 128,
+            "sliding_window": 32, "use_sliding_window": false}"#,
+    )
+    .unwrap();
+    assert!(c.qkv_bias && !c.o_bias);
+    assert_eq!(c.layer_windows, vec![None, None]);
+}
+
+#[test]
+fn mistral_window_applies_to_every_layer() {
+    let c = parse(
+        r#"{"model_type": "mistral", "hidden_size": 64, "intermediate_size": 128,
+            "num_attention_heads": 4, "num_hidden_layers": 2, "head_dim": 32,
+            "vocab_size": 300, "max_position_embeddings": 128, "sliding_window": 8}"#,
+    )
+    .unwrap();
+    assert_eq!(c.num_key_value_heads, 4);
+    assert_eq!(c.head_dim, 32);
+    assert_eq!(c.layer_windows, vec![Some(8), Some(8)]);
+}
+
+#[test]
+fn invalid_json_reports_line_and_column() {
+    let err = parse("{\n  \"model_type\": \"llama\",\n  oops\n}").unwrap_err();
+    match err {
+        Error::Json { line, column, .. } => assert_eq!((line, column), (3, 3)),
+        other => panic!("unexpected {other}"),
+    }
+}
+
+#[test]
+fn unsupported_model_type_lists_the_supported_ones() {
+    let msg = parse(r#"{"model_type": "mamba"}"#).unwrap_err().to_string();
+    assert!(
+        msg.contains("mamba") && msg.contains("llama, mistral, qwen2"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn bad_fields_are_named() {
+    let msg = parse(&V4.replace("\"num_key_value_heads\": 2", "\"num_key_value_heads\": 3"))
+        .unwrap_err()
+        .to_string();
+    assert!(msg.contains("num_key_value_heads"), "{msg}");
+    let msg = parse(&V4.replace("\"hidden_size\": 64,", ""))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains("hidden_size") && msg.contains("missing"),
+        "{msg}"
+    );
+    let msg = parse(&V4.replace("llama3", "yarn"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains("rope_scaling.rope_type") && msg.contains("yarn"),
+        "{msg}"
+    );
+    let msg = parse(&V4.replace("\"torch_dtype\": \"bfloat16\"", "\"torch_dtype\": \"int4\""))
+        .unwrap_err()
+        .to_string();
+    assert!(msg.contains("torch_dtype"), "{msg}");
+}

@@ -1,0 +1,121 @@
+//! Element types of tensors, with their ONNX and safetensors spellings.
+
+use std::fmt;
+
+/// The element type of a tensor value or initializer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DType {
+    /// IEEE 754 single precision.
+    F32,
+    /// IEEE 754 half precision.
+    F16,
+    /// bfloat16 (8-bit exponent, 7-bit mantissa).
+    BF16,
+    /// IEEE 754 double precision.
+    F64,
+    /// Signed 64-bit integer.
+    I64,
+    /// Signed 32-bit integer.
+    I32,
+    /// Signed 8-bit integer.
+    I8,
+    /// Unsigned 8-bit integer.
+    U8,
+    /// Boolean (one byte per element).
+    Bool,
+}
+
+impl DType {
+    /// The `TensorProto.DataType` number ONNX uses for this type.
+    pub fn onnx_code(self) -> i32 {
+        match self {
+            DType::F32 => 1,
+            DType::U8 => 2,
+            DType::I8 => 3,
+            DType::I32 => 6,
+            DType::I64 => 7,
+            DType::Bool => 9,
+            DType::F16 => 10,
+            DType::F64 => 11,
+            DType::BF16 => 16,
+        }
+    }
+
+    /// The type for an ONNX `TensorProto.DataType` number, if mobius handles it.
+    pub fn from_onnx_code(code: i32) -> Option<DType> {
+        Some(match code {
+            1 => DType::F32,
+            2 => DType::U8,
+            3 => DType::I8,
+            6 => DType::I32,
+            7 => DType::I64,
+            9 => DType::Bool,
+            10 => DType::F16,
+            11 => DType::F64,
+            16 => DType::BF16,
+            _ => return None,
+        })
+    }
+
+    /// The type for a safetensors header dtype string (`"F32"`, `"BF16"`, …).
+    pub fn from_safetensors(name: &str) -> Option<DType> {
+        Some(match name {
+            "F32" => DType::F32,
+            "F16" => DType::F16,
+            "BF16" => DType::BF16,
+            "F64" => DType::F64,
+            "I64" => DType::I64,
+            "I32" => DType::I32,
+            "I8" => DType::I8,
+            "U8" => DType::U8,
+            "BOOL" => DType::Bool,
+            _ => return None,
+        })
+    }
+
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            DType::F64 | DType::I64 => 8,
+            DType::F32 | DType::I32 => 4,
+            DType::F16 | DType::BF16 => 2,
+            DType::I8 | DType::U8 | DType::Bool => 1,
+        }
+    }
+
+    /// Whether this is a floating-point type.
+    pub fn is_float(self) -> bool {
+        matches!(self, DType::F32 | DType::F16 | DType::BF16 | DType::F64)
+    }
+
+    /// Parses a user-facing dtype name (`f32`, `float32`, `f16`, `float16`, `bf16`, `bfloat16`).
+    pub fn parse_model_dtype(name: &str) -> Option<DType> {
+        Some(match name {
+            "f32" | "float32" | "float" => DType::F32,
+            "f16" | "float16" | "half" => DType::F16,
+            "bf16" | "bfloat16" => DType::BF16,
+            _ => return None,
+        })
+    }
+
+    /// The short user-facing name (`f32`, `f16`, `bf16`, `i64`, …).
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::F16 => "f16",
+            DType::BF16 => "bf16",
+            DType::F64 => "f64",
+            DType::I64 => "i64",
+            DType::I32 => "i32",
+            DType::I8 => "i8",
+            DType::U8 => "u8",
+            DType::Bool => "bool",
+        }
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}

@@ -1,0 +1,21 @@
+//! mobius: turns a Hugging Face checkpoint (config.json + safetensors) into an ONNX model
+//! package that ONNX Runtime and onnxruntime-genai run.
+//!
+//! The pipeline, one module per stage:
+//! [`source`] (local folder, Hugging Face cache, hub download) → [`config`] (config.json →
+//! [`config::ArchConfig`]) → [`models`] (portable graph in the [`ir`]) → [`weights`]
+//! (safetensors, lazy transforms, streaming) → [`onnx`] (protobuf + external data) →
+//! [`package`] (output folder, genai_config.json, tokenizer files). [`build()`] runs it all.
+
+pub mod build;
+pub mod config;
+pub mod error;
+pub mod ir;
+pub mod models;
+pub mod onnx;
+pub mod package;
+pub mod source;
+pub mod weights;
+
+pub use build::{build, BuildOptions, BuildReport};
+pub use error::{Error, Result};

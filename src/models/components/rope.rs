@@ -1,0 +1,72 @@
+//! Rotary position embedding: cos/sin caches gathered by position, and the opset-23
+//! `RotaryEmbedding` op on 3-D `[B, S, heads·D]` inputs.
+
+use crate::config::Rope;
+use crate::ir::{Attr, DType, GraphBuilder, Initializer, TensorData, TensorSource};
+
+/// The per-token cos/sin values, `[B, S, rotary_dim/2]` each.
+#[derive(Debug, Clone)]
+pub struct RopeTables {
+    /// Gathered cosines.
+    pub cos: String,
+    /// Gathered sines.
+    pub sin: String,
+}
+
+/// Declares `model.rotary_emb.{cos,sin}_cache` (`[positions, rotary_dim/2]`, computed in f32
+/// and stored in `dtype`) and gathers them by `position_ids`.
+pub fn rope_tables(
+    b: &mut GraphBuilder,
+    rope: &Rope,
+    positions: usize,
+    position_ids: &str,
+    dtype: DType,
+) -> RopeTables {
+    let (cos, sin) = rope.tables(positions);
+    let half = rope.rotary_dim / 2;
+    let mut cache = |name: &str, values: Vec<f32>| {
+        let init = b.initializer(Initializer {
+            name: name.to_string(),
+            dtype,
+            shape: vec![positions, half],
+            source: Some(TensorSource::Inline(TensorData::from_f32(
+                vec![positions, half],
+                &values,
+            ))),
+        });
+        b.op(
+            "Gather",
+            &[&init, position_ids],
+            vec![("axis", Attr::Int(0))],
+        )
+    };
+    RopeTables {
+        cos: cache("model.rotary_emb.cos_cache", cos),
+        sin: cache("model.rotary_emb.sin_cache", sin),
+    }
+}
+
+/// `RotaryEmbedding(x, cos, sin; num_heads, rotary_embedding_dim, interleaved)`.
+pub fn rotary_embedding(
+    b: &mut GraphBuilder,
+    x: &str,
+    tables: &RopeTables,
+    rope: &Rope,
+    num_heads: usize,
+    head_dim: usize,
+) -> String {
+    let partial = if rope.rotary_dim == head_dim {
+        0
+    } else {
+        rope.rotary_dim as i64
+    };
+    b.op(
+        "RotaryEmbedding",
+        &[x, &tables.cos, &tables.sin],
+        vec![
+            ("interleaved", Attr::Int(rope.interleaved as i64)),
+            ("num_heads", Attr::Int(num_heads as i64)),
+            ("rotary_embedding_dim", Attr::Int(partial)),
+        ],
+    )
+}

@@ -1,0 +1,34 @@
+//! Model builders: [`ArchConfig`] → portable, EP-agnostic ONNX graph (opset 24).
+//!
+//! One file per architecture family; shared pieces live in [`components`].
+
+pub mod components;
+pub mod llama;
+
+use std::collections::BTreeMap;
+
+use crate::config::ArchConfig;
+use crate::ir::{DType, Model};
+use crate::Result;
+
+/// ONNX IR version written by mobius (paired with opset 24 for ONNX Runtime ≥ 1.22).
+pub const IR_VERSION: i64 = 11;
+/// Default-domain opset the builders emit.
+pub const OPSET: i64 = 24;
+
+/// Builds the portable graph of `cfg` in `dtype`.
+pub fn build_model(cfg: &ArchConfig, dtype: DType) -> Result<Model> {
+    let graph = match cfg.model_type.as_str() {
+        // Plain pre-norm decoders share one builder.
+        "llama" | "mistral" | "qwen2" => llama::build(cfg, dtype),
+        other => unreachable!("config validation admits only supported model types, got {other}"),
+    };
+    graph.validate()?;
+    Ok(Model {
+        graph,
+        opsets: BTreeMap::from([(String::new(), OPSET)]),
+        ir_version: IR_VERSION,
+        producer_name: "mobius".to_string(),
+        producer_version: env!("CARGO_PKG_VERSION").to_string(),
+    })
+}

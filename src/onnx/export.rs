@@ -1,0 +1,305 @@
+//! IR → `model.onnx` + `model.onnx.data`.
+//!
+//! Tensors of at least [`INLINE_LIMIT`] bytes go to the external data file, each at an aligned
+//! offset (64 KiB for tensors of 64 KiB or more, 64 bytes otherwise); smaller ones stay inline.
+//! Tensor data is streamed one tensor at a time; the protobuf never holds weights, so it stays
+//! far below protobuf's 2 GiB limit whatever the model size (checked before writing).
+
+use std::fs::File;
+use std::io::{BufWriter, Seek, SeekFrom, Write};
+use std::path::Path;
+
+use prost::Message;
+
+use super::proto::{self, attribute_type as at};
+use crate::ir::{Attr, Dim, Graph, Initializer, Model, Shape, TensorData, ValueInfo};
+use crate::weights::eval::Evaluator;
+use crate::{Error, Result};
+
+/// File name of the ONNX model inside a package.
+pub const MODEL_FILE: &str = "model.onnx";
+/// File name of the external data file next to the model.
+pub const DATA_FILE: &str = "model.onnx.data";
+/// Tensors smaller than this many bytes are stored inline in the protobuf.
+pub const INLINE_LIMIT: usize = 256;
+/// Protobuf's hard limit on one message.
+const PROTOBUF_LIMIT: usize = (1 << 31) - 1;
+
+/// Where one initializer's bytes go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placement {
+    /// Inline `raw_data`.
+    Inline,
+    /// External data file at `offset`, `length` bytes.
+    External {
+        /// Byte offset in the data file.
+        offset: u64,
+        /// Byte length.
+        length: u64,
+    },
+}
+
+/// Computes the placement of every initializer, in initializer order, and the data file size.
+pub fn plan_layout(graph: &Graph) -> (Vec<Placement>, u64) {
+    let mut end = 0u64;
+    let placements = graph
+        .initializers
+        .iter()
+        .map(|init| {
+            let len = init.byte_len();
+            // Declared-only tensors (no data) always go external so the model stays loadable.
+            if len < INLINE_LIMIT && init.source.is_some() {
+                return Placement::Inline;
+            }
+            let align: u64 = if len >= 1 << 16 { 1 << 16 } else { 64 };
+            let offset = end.div_ceil(align) * align;
+            end = offset + len as u64;
+            Placement::External {
+                offset,
+                length: len as u64,
+            }
+        })
+        .collect();
+    (placements, end)
+}
+
+/// What [`save`] wrote.
+#[derive(Debug, Clone, Default)]
+pub struct SaveReport {
+    /// Bytes of tensor data written to the external data file.
+    pub data_bytes: u64,
+    /// Values clamped to ±65504 while converting to f16.
+    pub clamped_f16: usize,
+    /// Size of `model.onnx` in bytes.
+    pub model_bytes: u64,
+}
+
+/// Writes `model` as `dir/model.onnx` + `dir/model.onnx.data`.
+///
+/// Every initializer source is checked first (existence, dtype convertibility, shape), so a
+/// bad checkpoint fails before anything is written. Initializers declared without a source are
+/// written as zero-filled holes (sparse) of the right size.
+pub fn save(
+    model: &Model,
+    dir: &Path,
+    evaluator: &mut Evaluator<'_>,
+    progress: &indicatif::ProgressBar,
+) -> Result<SaveReport> {
+    crate::weights::check_sources(&model.graph, evaluator)?;
+    let (placements, data_len) = plan_layout(&model.graph);
+    let mut report = SaveReport::default();
+
+    let data_path = dir.join(DATA_FILE);
+    let needs_data = placements
+        .iter()
+        .any(|p| matches!(p, Placement::External { .. }));
+    if needs_data {
+        progress.set_length(data_len);
+        let file = File::create(&data_path).map_err(|e| Error::io(&data_path, e))?;
+        let mut out = BufWriter::with_capacity(8 << 20, file);
+        let mut pos = 0u64;
+        for (init, placement) in model.graph.initializers.iter().zip(&placements) {
+            let (Placement::External { offset, .. }, Some(src)) = (placement, &init.source) else {
+                continue;
+            };
+            if *offset > pos {
+                out.seek(SeekFrom::Start(*offset))
+                    .map_err(|e| Error::io(&data_path, e))?;
+                pos = *offset;
+            }
+            let mut written = 0u64;
+            report.clamped_f16 += evaluator.stream(src, init.dtype, &mut |bytes| {
+                out.write_all(bytes).map_err(|e| Error::io(&data_path, e))?;
+                written += bytes.len() as u64;
+                progress.inc(bytes.len() as u64);
+                Ok(())
+            })?;
+            if written != init.byte_len() as u64 {
+                return Err(Error::Graph(format!(
+                    "initializer `{}` produced {written} bytes, expected {}",
+                    init.name,
+                    init.byte_len()
+                )));
+            }
+            pos += written;
+            report.data_bytes += written;
+        }
+        let file = out
+            .into_inner()
+            .map_err(|e| Error::io(&data_path, e.into_error()))?;
+        file.set_len(data_len)
+            .map_err(|e| Error::io(&data_path, e))?;
+    }
+    if report.clamped_f16 > 0 {
+        tracing::warn!(
+            "{} weight values were outside the f16 range and were clamped to ±65504",
+            report.clamped_f16
+        );
+    }
+
+    let proto = model_proto(model, &placements, evaluator)?;
+    let len = proto.encoded_len();
+    if len > PROTOBUF_LIMIT {
+        return Err(Error::Graph(format!(
+            "model protobuf would be {len} bytes, above protobuf's 2 GiB limit"
+        )));
+    }
+    let model_path = dir.join(MODEL_FILE);
+    std::fs::write(&model_path, proto.encode_to_vec()).map_err(|e| Error::io(&model_path, e))?;
+    report.model_bytes = len as u64;
+    Ok(report)
+}
+
+/// Builds the `ModelProto` for `model` with the given placements (inline tensors evaluated).
+pub fn model_proto(
+    model: &Model,
+    placements: &[Placement],
+    evaluator: &mut Evaluator<'_>,
+) -> Result<proto::ModelProto> {
+    let g = &model.graph;
+    let initializer = g
+        .initializers
+        .iter()
+        .zip(placements)
+        .map(|(init, placement)| initializer_proto(init, *placement, evaluator))
+        .collect::<Result<Vec<_>>>()?;
+    let graph = proto::GraphProto {
+        node: g.nodes.iter().map(node_proto).collect(),
+        name: g.name.clone(),
+        initializer,
+        input: g.inputs.iter().map(value_info_proto).collect(),
+        output: g.outputs.iter().map(value_info_proto).collect(),
+        ..Default::default()
+    };
+    Ok(proto::ModelProto {
+        ir_version: model.ir_version,
+        opset_import: model
+            .opsets
+            .iter()
+            .map(|(domain, version)| proto::OperatorSetIdProto {
+                domain: domain.clone(),
+                version: *version,
+            })
+            .collect(),
+        producer_name: model.producer_name.clone(),
+        producer_version: model.producer_version.clone(),
+        graph: Some(graph),
+        ..Default::default()
+    })
+}
+
+fn initializer_proto(
+    init: &Initializer,
+    placement: Placement,
+    evaluator: &mut Evaluator<'_>,
+) -> Result<proto::TensorProto> {
+    let mut t = proto::TensorProto {
+        dims: init.shape.iter().map(|&d| d as i64).collect(),
+        data_type: init.dtype.onnx_code(),
+        name: init.name.clone(),
+        ..Default::default()
+    };
+    match placement {
+        Placement::Inline => {
+            let src = init.source.as_ref().ok_or_else(|| {
+                Error::Graph(format!("initializer `{}` has no data to inline", init.name))
+            })?;
+            let mut bytes = Vec::with_capacity(init.byte_len());
+            evaluator.stream(src, init.dtype, &mut |b| {
+                bytes.extend_from_slice(b);
+                Ok(())
+            })?;
+            t.raw_data = bytes;
+        }
+        Placement::External { offset, length } => {
+            t.data_location = proto::DATA_LOCATION_EXTERNAL;
+            t.external_data = [
+                ("location", DATA_FILE.to_string()),
+                ("offset", offset.to_string()),
+                ("length", length.to_string()),
+            ]
+            .into_iter()
+            .map(|(k, v)| proto::StringStringEntryProto {
+                key: k.to_string(),
+                value: v,
+            })
+            .collect();
+        }
+    }
+    Ok(t)
+}
+
+/// A small in-memory tensor as a `TensorProto` with `raw_data`.
+pub fn tensor_proto(name: &str, data: &TensorData) -> proto::TensorProto {
+    proto::TensorProto {
+        dims: data.shape.iter().map(|&d| d as i64).collect(),
+        data_type: data.dtype.onnx_code(),
+        name: name.to_string(),
+        raw_data: data.bytes.clone(),
+        ..Default::default()
+    }
+}
+
+fn node_proto(node: &crate::ir::Node) -> proto::NodeProto {
+    proto::NodeProto {
+        input: node.inputs.clone(),
+        output: node.outputs.clone(),
+        name: node.name.clone(),
+        op_type: node.op_type.clone(),
+        attribute: node
+            .attrs
+            .iter()
+            .map(|(name, a)| attribute_proto(name, a))
+            .collect(),
+        domain: node.domain.clone(),
+        ..Default::default()
+    }
+}
+
+fn attribute_proto(name: &str, attr: &Attr) -> proto::AttributeProto {
+    let mut a = proto::AttributeProto {
+        name: name.to_string(),
+        ..Default::default()
+    };
+    match attr {
+        Attr::Float(v) => (a.r#type, a.f) = (at::FLOAT, *v),
+        Attr::Int(v) => (a.r#type, a.i) = (at::INT, *v),
+        Attr::String(v) => (a.r#type, a.s) = (at::STRING, v.as_bytes().to_vec()),
+        Attr::Tensor(t) => (a.r#type, a.t) = (at::TENSOR, Some(tensor_proto("", t))),
+        Attr::Floats(v) => (a.r#type, a.floats) = (at::FLOATS, v.clone()),
+        Attr::Ints(v) => (a.r#type, a.ints) = (at::INTS, v.clone()),
+        Attr::Strings(v) => {
+            a.r#type = at::STRINGS;
+            a.strings = v.iter().map(|s| s.as_bytes().to_vec()).collect();
+        }
+    }
+    a
+}
+
+fn value_info_proto(v: &ValueInfo) -> proto::ValueInfoProto {
+    proto::ValueInfoProto {
+        name: v.name.clone(),
+        r#type: Some(proto::TypeProto {
+            tensor_type: Some(proto::TypeProtoTensor {
+                elem_type: v.dtype.onnx_code(),
+                shape: Some(shape_proto(&v.shape)),
+            }),
+        }),
+        ..Default::default()
+    }
+}
+
+fn shape_proto(shape: &Shape) -> proto::TensorShapeProto {
+    proto::TensorShapeProto {
+        dim: shape
+            .0
+            .iter()
+            .map(|d| proto::Dimension {
+                value: Some(match d {
+                    Dim::Fixed(v) => proto::DimensionValue::DimValue(*v),
+                    Dim::Sym(s) => proto::DimensionValue::DimParam(s.clone()),
+                }),
+            })
+            .collect(),
+    }
+}

@@ -1,0 +1,268 @@
+//! `.onnx` file (with external data) → IR.
+//!
+//! Initializer data is not read: inline tensors are kept as bytes, external ones become
+//! [`TensorSource::External`] references resolved when the model is saved again.
+
+use std::collections::BTreeMap;
+use std::path::{Component, Path};
+
+use prost::Message;
+
+use super::proto::{self, attribute_type as at};
+use crate::ir::{
+    Attr, DType, Dim, Graph, Initializer, Model, Node, Shape, TensorData, TensorSource, ValueInfo,
+};
+use crate::{Error, Result};
+
+/// Reads `path` (and resolves external data relative to its folder).
+pub fn load(path: &Path) -> Result<Model> {
+    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    decode(&bytes, path)
+}
+
+/// Decodes model bytes; `path` locates external data files and names errors. Never panics.
+pub fn decode(bytes: &[u8], path: &Path) -> Result<Model> {
+    let err = |message: String| Error::Onnx {
+        path: path.to_path_buf(),
+        message,
+    };
+    let m = proto::ModelProto::decode(bytes).map_err(|e| err(format!("not an ONNX model: {e}")))?;
+    let g = m
+        .graph
+        .ok_or_else(|| err("the model has no graph".into()))?;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let ctx = Ctx { path, dir };
+    let graph = Graph {
+        name: g.name,
+        inputs: g
+            .input
+            .iter()
+            .map(|v| ctx.value_info(v))
+            .collect::<Result<_>>()?,
+        outputs: g
+            .output
+            .iter()
+            .map(|v| ctx.value_info(v))
+            .collect::<Result<_>>()?,
+        nodes: g
+            .node
+            .into_iter()
+            .map(|n| ctx.node(n))
+            .collect::<Result<_>>()?,
+        initializers: g
+            .initializer
+            .iter()
+            .map(|t| ctx.initializer(t))
+            .collect::<Result<_>>()?,
+    };
+    Ok(Model {
+        graph,
+        opsets: m
+            .opset_import
+            .into_iter()
+            .map(|o| (o.domain, o.version))
+            .collect(),
+        ir_version: m.ir_version,
+        producer_name: m.producer_name,
+        producer_version: m.producer_version,
+    })
+}
+
+struct Ctx<'a> {
+    path: &'a Path,
+    dir: &'a Path,
+}
+
+impl Ctx<'_> {
+    fn err(&self, message: String) -> Error {
+        Error::Onnx {
+            path: self.path.to_path_buf(),
+            message,
+        }
+    }
+
+    fn dtype(&self, code: i32, what: &str) -> Result<DType> {
+        DType::from_onnx_code(code)
+            .ok_or_else(|| self.err(format!("{what}: unsupported element type {code}")))
+    }
+
+    fn value_info(&self, v: &proto::ValueInfoProto) -> Result<ValueInfo> {
+        let what = format!("value `{}`", v.name);
+        let tt = v
+            .r#type
+            .as_ref()
+            .and_then(|t| t.tensor_type.as_ref())
+            .ok_or_else(|| self.err(format!("{what}: only tensor types are supported")))?;
+        let shape = tt
+            .shape
+            .as_ref()
+            .map(|s| {
+                s.dim
+                    .iter()
+                    .map(|d| match &d.value {
+                        Some(proto::DimensionValue::DimValue(v)) => Dim::Fixed(*v),
+                        Some(proto::DimensionValue::DimParam(p)) => Dim::Sym(p.clone()),
+                        None => Dim::Sym(String::new()),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        Ok(ValueInfo {
+            name: v.name.clone(),
+            dtype: self.dtype(tt.elem_type, &what)?,
+            shape: Shape(shape),
+        })
+    }
+
+    fn node(&self, n: proto::NodeProto) -> Result<Node> {
+        let attrs = n
+            .attribute
+            .iter()
+            .map(|a| Ok((a.name.clone(), self.attr(a, &n.name)?)))
+            .collect::<Result<BTreeMap<_, _>>>()?;
+        Ok(Node {
+            name: n.name,
+            domain: if n.domain == "ai.onnx" {
+                String::new()
+            } else {
+                n.domain
+            },
+            op_type: n.op_type,
+            inputs: n.input,
+            outputs: n.output,
+            attrs,
+        })
+    }
+
+    fn attr(&self, a: &proto::AttributeProto, node: &str) -> Result<Attr> {
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        Ok(match a.r#type {
+            at::FLOAT => Attr::Float(a.f),
+            at::INT => Attr::Int(a.i),
+            at::STRING => Attr::String(text(&a.s)),
+            at::TENSOR => {
+                let t = a.t.as_ref().ok_or_else(|| {
+                    self.err(format!(
+                        "node `{node}`: attribute `{}` has no tensor",
+                        a.name
+                    ))
+                })?;
+                Attr::Tensor(self.tensor_data(t)?)
+            }
+            at::FLOATS => Attr::Floats(a.floats.clone()),
+            at::INTS => Attr::Ints(a.ints.clone()),
+            at::STRINGS => Attr::Strings(a.strings.iter().map(|s| text(s)).collect()),
+            at::GRAPH => {
+                return Err(self.err(format!(
+                    "node `{node}`: graph attribute `{}` (control flow) is not supported",
+                    a.name
+                )))
+            }
+            other => {
+                return Err(self.err(format!(
+                    "node `{node}`: attribute `{}` has unsupported type {other}",
+                    a.name
+                )))
+            }
+        })
+    }
+
+    fn shape(&self, t: &proto::TensorProto) -> Result<Vec<usize>> {
+        t.dims
+            .iter()
+            .map(|&d| {
+                usize::try_from(d)
+                    .map_err(|_| self.err(format!("tensor `{}`: negative dim {d}", t.name)))
+            })
+            .collect()
+    }
+
+    /// Inline tensor data as bytes (raw_data or the typed repeated fields).
+    fn tensor_data(&self, t: &proto::TensorProto) -> Result<TensorData> {
+        let dtype = self.dtype(t.data_type, &format!("tensor `{}`", t.name))?;
+        let shape = self.shape(t)?;
+        let numel = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+        let expected = numel.and_then(|n| n.checked_mul(dtype.size()));
+        let bytes = if !t.raw_data.is_empty() || expected == Some(0) {
+            t.raw_data.clone()
+        } else {
+            match dtype {
+                DType::F32 => t.float_data.iter().flat_map(|v| v.to_le_bytes()).collect(),
+                DType::F64 => t.double_data.iter().flat_map(|v| v.to_le_bytes()).collect(),
+                DType::I64 => t.int64_data.iter().flat_map(|v| v.to_le_bytes()).collect(),
+                DType::I32 => t.int32_data.iter().flat_map(|v| v.to_le_bytes()).collect(),
+                DType::F16 | DType::BF16 => t
+                    .int32_data
+                    .iter()
+                    .flat_map(|&v| (v as u16).to_le_bytes())
+                    .collect(),
+                DType::I8 | DType::U8 | DType::Bool => {
+                    t.int32_data.iter().map(|&v| v as u8).collect()
+                }
+            }
+        };
+        if Some(bytes.len()) != expected {
+            return Err(self.err(format!(
+                "tensor `{}`: {} data bytes for shape {shape:?} of {dtype}",
+                t.name,
+                bytes.len()
+            )));
+        }
+        Ok(TensorData {
+            dtype,
+            shape,
+            bytes,
+        })
+    }
+
+    fn initializer(&self, t: &proto::TensorProto) -> Result<Initializer> {
+        let dtype = self.dtype(t.data_type, &format!("initializer `{}`", t.name))?;
+        let shape = self.shape(t)?;
+        let source = if t.data_location == proto::DATA_LOCATION_EXTERNAL {
+            let entry = |key: &str| {
+                t.external_data
+                    .iter()
+                    .find(|e| e.key == key)
+                    .map(|e| e.value.as_str())
+            };
+            let location = entry("location").ok_or_else(|| {
+                self.err(format!(
+                    "initializer `{}`: external data without location",
+                    t.name
+                ))
+            })?;
+            let rel = Path::new(location);
+            if rel.is_absolute() || rel.components().any(|c| matches!(c, Component::ParentDir)) {
+                return Err(self.err(format!(
+                    "initializer `{}`: external data location `{location}` leaves the model folder",
+                    t.name
+                )));
+            }
+            let number = |key: &str| -> Result<Option<u64>> {
+                entry(key)
+                    .map(|v| {
+                        v.parse::<u64>().map_err(|_| {
+                            self.err(format!("initializer `{}`: bad {key} `{v}`", t.name))
+                        })
+                    })
+                    .transpose()
+            };
+            let numel: usize = shape.iter().product();
+            TensorSource::External {
+                path: self.dir.join(rel),
+                offset: number("offset")?.unwrap_or(0),
+                length: number("length")?.unwrap_or((numel * dtype.size()) as u64),
+                dtype,
+                shape: shape.clone(),
+            }
+        } else {
+            TensorSource::Inline(self.tensor_data(t)?)
+        };
+        Ok(Initializer {
+            name: t.name.clone(),
+            dtype,
+            shape,
+            source: Some(source),
+        })
+    }
+}

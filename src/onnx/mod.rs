@@ -1,0 +1,6 @@
+//! ONNX I/O: the protobuf messages, export of the IR with external data, and import of
+//! `.onnx` files back into the IR.
+
+pub mod export;
+pub mod import;
+pub mod proto;

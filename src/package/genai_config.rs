@@ -1,0 +1,96 @@
+//! `genai_config.json` for onnxruntime-genai (spec §5.4).
+
+use serde_json::{json, Value};
+
+use crate::config::ArchConfig;
+use crate::ir::Graph;
+
+/// onnxruntime-genai's `model.type` for an HF `model_type` (unknown types pass through).
+pub fn genai_model_type(model_type: &str) -> &str {
+    match model_type {
+        "qwen3" => "qwen2",
+        "gemma2" => "gemma",
+        other => other,
+    }
+}
+
+/// The genai_config.json document for a decoder package whose graph is `graph`.
+///
+/// Decoder inputs are read from the graph, so a graph without `position_ids` lists none.
+/// `context_length` is `max_position_embeddings`: the RoPE tables hold no more positions.
+pub fn genai_config(cfg: &ArchConfig, graph: &Graph, model_file: &str) -> Value {
+    let mut inputs = serde_json::Map::new();
+    for input in graph
+        .inputs
+        .iter()
+        .filter(|i| !i.name.starts_with("past_key_values."))
+    {
+        inputs.insert(input.name.clone(), Value::String(input.name.clone()));
+    }
+    inputs.insert("past_key_names".into(), "past_key_values.%d.key".into());
+    inputs.insert("past_value_names".into(), "past_key_values.%d.value".into());
+    let share_buffer = graph
+        .nodes
+        .iter()
+        .any(|n| n.domain == "com.microsoft" && n.op_type == "GroupQueryAttention");
+    let context_length = cfg.max_position_embeddings;
+    let mut model = json!({
+        "type": genai_model_type(&cfg.model_type),
+        "vocab_size": cfg.vocab_size,
+        "context_length": context_length,
+        "decoder": {
+            "session_options": {"log_id": "onnxruntime-genai", "provider_options": []},
+            "filename": model_file,
+            "head_size": cfg.head_dim,
+            "hidden_size": cfg.hidden_size,
+            "num_attention_heads": cfg.num_attention_heads,
+            "num_hidden_layers": cfg.num_hidden_layers,
+            "num_key_value_heads": cfg.num_key_value_heads,
+            "inputs": inputs,
+            "outputs": {
+                "logits": "logits",
+                "present_key_names": "present.%d.key",
+                "present_value_names": "present.%d.value",
+            },
+        },
+    });
+    if let Some(bos) = cfg.bos_token_id {
+        model["bos_token_id"] = bos.into();
+    }
+    match cfg.eos_token_ids.as_slice() {
+        [] => {}
+        [one] => model["eos_token_id"] = (*one).into(),
+        many => model["eos_token_id"] = many.into(),
+    }
+    if let Some(pad) = cfg.pad_token_id.or(cfg.eos_token_ids.first().copied()) {
+        model["pad_token_id"] = pad.into();
+    }
+    json!({
+        "model": model,
+        "search": {
+            "diversity_penalty": 0.0,
+            "do_sample": false,
+            "early_stopping": true,
+            "length_penalty": 1.0,
+            "max_length": context_length,
+            "min_length": 0,
+            "no_repeat_ngram_size": 0,
+            "num_beams": 1,
+            "num_return_sequences": 1,
+            "past_present_share_buffer": share_buffer,
+            "repetition_penalty": 1.0,
+            "temperature": 1.0,
+            "top_k": 1,
+            "top_p": 1.0,
+        },
+    })
+}
+
+/// Serialises with a 4-space indent, as the peer writes it.
+pub fn to_pretty_json(value: &Value) -> String {
+    let mut out = Vec::new();
+    let fmt = serde_json::ser::PrettyFormatter::with_indent(b"    ");
+    let mut ser = serde_json::Serializer::with_formatter(&mut out, fmt);
+    serde::Serialize::serialize(value, &mut ser).expect("a JSON value always serialises");
+    String::from_utf8(out).expect("serde_json writes UTF-8")
+}

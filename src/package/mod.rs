@@ -1,0 +1,40 @@
+//! The saved package: `model.onnx`, `model.onnx.data`, `genai_config.json` and the
+//! checkpoint's tokenizer files, written atomically into the output folder.
+
+pub mod genai_config;
+pub mod output;
+
+use std::path::{Path, PathBuf};
+
+use crate::config::ArchConfig;
+use crate::ir::Model;
+use crate::onnx::export::{self, SaveReport, MODEL_FILE};
+use crate::weights::eval::Evaluator;
+use crate::{Error, Result};
+pub use output::{check_target, StagedOutput};
+
+/// File name of the onnxruntime-genai configuration.
+pub const GENAI_CONFIG_FILE: &str = "genai_config.json";
+
+/// Saves `model` with its genai_config.json and `tokenizer_files` into `dir`.
+pub fn write_package(
+    model: &Model,
+    cfg: &ArchConfig,
+    tokenizer_files: &[PathBuf],
+    dir: &Path,
+    evaluator: &mut Evaluator<'_>,
+    progress: &indicatif::ProgressBar,
+) -> Result<SaveReport> {
+    let report = export::save(model, dir, evaluator, progress)?;
+    let genai = genai_config::genai_config(cfg, &model.graph, MODEL_FILE);
+    let path = dir.join(GENAI_CONFIG_FILE);
+    std::fs::write(&path, genai_config::to_pretty_json(&genai)).map_err(|e| Error::io(&path, e))?;
+    for file in tokenizer_files {
+        let name = file
+            .file_name()
+            .ok_or_else(|| Error::Source(format!("{} is not a file", file.display())))?;
+        let dest = dir.join(name);
+        std::fs::copy(file, &dest).map_err(|e| Error::io(file, e))?;
+    }
+    Ok(report)
+}

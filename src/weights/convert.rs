@@ -1,0 +1,143 @@
+//! Element-type conversion between f32, f16 and bf16, in chunks, with f16 overflow clamping.
+
+use half::{bf16, f16};
+
+use crate::ir::DType;
+
+/// Largest finite f16 value.
+const F16_MAX: f32 = 65504.0;
+
+/// Elements converted per chunk (keeps the scratch buffer small and cache-friendly).
+pub const CHUNK_ELEMS: usize = 1 << 16;
+
+/// Whether mobius can convert tensors from `from` to `to`.
+pub fn can_convert(from: DType, to: DType) -> bool {
+    from == to || (from.is_float() && to.is_float() && from != DType::F64 && to != DType::F64)
+}
+
+/// Converts little-endian `src` elements of type `from` into `to`, appending to `out`.
+///
+/// Values outside the f16 range are clamped to ±65504 when converting to f16; the number of
+/// clamped values is returned. `src` must hold whole elements and at most [`CHUNK_ELEMS`]
+/// elements for the scratch buffer to stay small (larger inputs work, just with a larger buffer).
+pub fn convert_into(src: &[u8], from: DType, to: DType, out: &mut Vec<u8>) -> usize {
+    if from == to {
+        out.extend_from_slice(src);
+        return 0;
+    }
+    let n = src.len() / from.size();
+    let mut f32s = vec![0f32; n];
+    to_f32(src, from, &mut f32s);
+    from_f32(&f32s, to, out)
+}
+
+fn to_f32(src: &[u8], from: DType, dst: &mut [f32]) {
+    match from {
+        DType::F32 => {
+            for (d, c) in dst.iter_mut().zip(src.chunks_exact(4)) {
+                *d = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            }
+        }
+        DType::F16 => {
+            for (d, c) in dst.iter_mut().zip(src.chunks_exact(2)) {
+                *d = f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32();
+            }
+        }
+        DType::BF16 => {
+            for (d, c) in dst.iter_mut().zip(src.chunks_exact(2)) {
+                *d = f32::from_bits((u16::from_le_bytes([c[0], c[1]]) as u32) << 16);
+            }
+        }
+        other => unreachable!("to_f32 called for {other}: callers check can_convert"),
+    }
+}
+
+fn from_f32(src: &[f32], to: DType, out: &mut Vec<u8>) -> usize {
+    let mut clamped = 0;
+    match to {
+        DType::F32 => {
+            for v in src {
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        DType::F16 => {
+            let mut halves = vec![f16::ZERO; src.len()];
+            let clipped: Vec<f32> = src
+                .iter()
+                .map(|&v| {
+                    if v.is_finite() && v.abs() > F16_MAX {
+                        clamped += 1;
+                        v.clamp(-F16_MAX, F16_MAX)
+                    } else {
+                        v
+                    }
+                })
+                .collect();
+            half::slice::HalfFloatSliceExt::convert_from_f32_slice(&mut halves[..], &clipped);
+            out.extend_from_slice(bytemuck::cast_slice(&halves));
+        }
+        DType::BF16 => {
+            for v in src {
+                out.extend_from_slice(&bf16::from_f32(*v).to_bits().to_le_bytes());
+            }
+        }
+        other => unreachable!("from_f32 called for {other}: callers check can_convert"),
+    }
+    clamped
+}
+
+/// Converts a whole tensor's bytes, returning the new bytes and the number of clamped values.
+pub fn convert(src: &[u8], from: DType, to: DType) -> (Vec<u8>, usize) {
+    let mut out = Vec::with_capacity(src.len() / from.size() * to.size());
+    let mut clamped = 0;
+    for chunk in src.chunks(CHUNK_ELEMS * from.size()) {
+        clamped += convert_into(chunk, from, to, &mut out);
+    }
+    (out, clamped)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn f32_bytes(v: &[f32]) -> Vec<u8> {
+        bytemuck::cast_slice(v).to_vec()
+    }
+
+    #[test]
+    fn bf16_to_f16_clamps_and_counts() {
+        let src: Vec<u8> = [1.5f32, 70000.0, -1e30, f32::INFINITY]
+            .iter()
+            .flat_map(|v| bf16::from_f32(*v).to_bits().to_le_bytes())
+            .collect();
+        let (out, clamped) = convert(&src, DType::BF16, DType::F16);
+        let vals: Vec<f32> = out
+            .chunks_exact(2)
+            .map(|c| f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32())
+            .collect();
+        assert_eq!(vals[0], 1.5);
+        assert_eq!(vals[1], 65504.0);
+        assert_eq!(vals[2], -65504.0);
+        assert!(vals[3].is_infinite(), "infinity stays infinite");
+        assert_eq!(clamped, 2);
+    }
+
+    #[test]
+    fn f32_round_trips_through_identity_and_bf16() {
+        let src = f32_bytes(&[1.0, -2.25, 3.0e-3]);
+        assert_eq!(convert(&src, DType::F32, DType::F32).0, src);
+        let (b, _) = convert(&src, DType::F32, DType::BF16);
+        let (back, _) = convert(&b, DType::BF16, DType::F32);
+        let back: &[f32] = bytemuck::cast_slice(&back);
+        assert_eq!(back[0], 1.0);
+        assert_eq!(back[1], -2.25);
+        assert!((back[2] - 3.0e-3).abs() < 2e-5);
+    }
+
+    #[test]
+    fn f64_is_not_convertible() {
+        assert!(!can_convert(DType::F64, DType::F16));
+        assert!(can_convert(DType::I64, DType::I64));
+        assert!(!can_convert(DType::I64, DType::F32));
+    }
+}

@@ -1,0 +1,316 @@
+//! Evaluation of lazy [`TensorSource`] expressions at save time, one tensor at a time.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use memmap2::Mmap;
+
+use super::convert::{self, CHUNK_ELEMS};
+use super::store::TensorStore;
+use crate::ir::{DType, TensorSource};
+use crate::{Error, Result};
+
+/// What a source evaluates to, without reading data: element type and shape.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SourceInfo {
+    /// Element type of the evaluated bytes (before conversion to the initializer's dtype).
+    pub dtype: DType,
+    /// Shape of the evaluated tensor.
+    pub shape: Vec<usize>,
+}
+
+/// Resolves checkpoint tensors and external files while sources are evaluated.
+pub struct Evaluator<'a> {
+    store: Option<&'a TensorStore>,
+    files: HashMap<PathBuf, Mmap>,
+}
+
+impl<'a> Evaluator<'a> {
+    /// An evaluator reading checkpoint tensors from `store` (if any).
+    pub fn new(store: Option<&'a TensorStore>) -> Evaluator<'a> {
+        Evaluator {
+            store,
+            files: HashMap::new(),
+        }
+    }
+
+    /// Element type and shape of `src`, checking that every referenced tensor exists and that
+    /// transposes and concatenations fit.
+    pub fn describe(&self, src: &TensorSource) -> Result<SourceInfo> {
+        match src {
+            TensorSource::Checkpoint(name) => {
+                let t = self.checkpoint(name)?;
+                Ok(SourceInfo {
+                    dtype: t.dtype,
+                    shape: t.shape.to_vec(),
+                })
+            }
+            TensorSource::Inline(data) => Ok(SourceInfo {
+                dtype: data.dtype,
+                shape: data.shape.clone(),
+            }),
+            TensorSource::External { dtype, shape, .. } => Ok(SourceInfo {
+                dtype: *dtype,
+                shape: shape.clone(),
+            }),
+            TensorSource::Transpose(inner) => {
+                let info = self.describe(inner)?;
+                match info.shape.as_slice() {
+                    [r, c] => Ok(SourceInfo {
+                        dtype: info.dtype,
+                        shape: vec![*c, *r],
+                    }),
+                    other => Err(Error::Graph(format!(
+                        "transpose of a rank-{} tensor (only 2-D is supported)",
+                        other.len()
+                    ))),
+                }
+            }
+            TensorSource::Concat { parts, axis } => {
+                let infos = parts
+                    .iter()
+                    .map(|p| self.describe(p))
+                    .collect::<Result<Vec<_>>>()?;
+                let first = infos
+                    .first()
+                    .ok_or_else(|| Error::Graph("concatenation of no tensors".into()))?;
+                let mut shape = first.shape.clone();
+                if *axis >= shape.len() {
+                    return Err(Error::Graph(format!(
+                        "concatenation axis {axis} out of range for rank {}",
+                        shape.len()
+                    )));
+                }
+                shape[*axis] = 0;
+                for info in &infos {
+                    let fits = info.dtype == first.dtype
+                        && info.shape.len() == first.shape.len()
+                        && (0..first.shape.len())
+                            .all(|i| i == *axis || info.shape[i] == first.shape[i]);
+                    if !fits {
+                        return Err(Error::Graph(format!(
+                            "cannot concatenate {:?} ({}) with {:?} ({}) along axis {axis}",
+                            first.shape, first.dtype, info.shape, info.dtype
+                        )));
+                    }
+                    shape[*axis] += info.shape[*axis];
+                }
+                Ok(SourceInfo {
+                    dtype: first.dtype,
+                    shape,
+                })
+            }
+        }
+    }
+
+    fn checkpoint(&self, name: &str) -> Result<super::store::TensorRef<'_>> {
+        let store = self.store.ok_or_else(|| Error::MissingTensor {
+            name: name.to_string(),
+            searched: "no checkpoint weights were loaded".into(),
+        })?;
+        store.get(name).ok_or_else(|| Error::MissingTensor {
+            name: name.to_string(),
+            searched: format!("{} tensors in the safetensors files", store.len()),
+        })
+    }
+
+    /// Shape and file of a checkpoint tensor (error if absent).
+    pub fn checkpoint_shape(&self, name: &str) -> Result<(Vec<usize>, PathBuf)> {
+        let t = self.checkpoint(name)?;
+        Ok((t.shape.to_vec(), t.path.to_path_buf()))
+    }
+
+    fn external(&mut self, path: &Path, offset: u64, length: u64) -> Result<&[u8]> {
+        if !self.files.contains_key(path) {
+            let file = File::open(path).map_err(|e| Error::io(path, e))?;
+            // SAFETY: the file is opened read-only and mobius never writes to an input file while
+            // the map is alive; a concurrent external modification is outside our contract.
+            let map = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(path, e))?;
+            self.files.insert(path.to_path_buf(), map);
+        }
+        let map = &self.files[path];
+        let end = offset
+            .checked_add(length)
+            .filter(|&e| e <= map.len() as u64);
+        match end {
+            Some(end) => Ok(&map[offset as usize..end as usize]),
+            None => Err(Error::Onnx {
+                path: path.to_path_buf(),
+                message: format!(
+                    "external data range {offset}+{length} exceeds the file size {}",
+                    map.len()
+                ),
+            }),
+        }
+    }
+
+    /// Streams `src` converted to `target` into `sink`, chunk by chunk where no transform
+    /// needs the whole tensor. Returns the number of values clamped to the f16 range.
+    pub fn stream(
+        &mut self,
+        src: &TensorSource,
+        target: DType,
+        sink: &mut dyn FnMut(&[u8]) -> Result<()>,
+    ) -> Result<usize> {
+        let (dtype, bytes): (DType, std::borrow::Cow<'_, [u8]>) = match src {
+            TensorSource::Checkpoint(name) => {
+                let t = self.checkpoint(name)?;
+                let (dtype, data) = (t.dtype, t.data);
+                return stream_converted(data, dtype, target, sink);
+            }
+            TensorSource::Inline(data) => (data.dtype, std::borrow::Cow::Borrowed(&data.bytes)),
+            TensorSource::External {
+                path,
+                offset,
+                length,
+                dtype,
+                ..
+            } => {
+                let dtype = *dtype;
+                let data = self.external(path, *offset, *length)?;
+                return stream_converted(data, dtype, target, sink);
+            }
+            _ => {
+                let (dtype, _, bytes) = self.materialize(src)?;
+                (dtype, std::borrow::Cow::Owned(bytes))
+            }
+        };
+        stream_converted(&bytes, dtype, target, sink)
+    }
+
+    /// Evaluates `src` fully into memory (dtype, shape, bytes); used for transforms.
+    pub fn materialize(&mut self, src: &TensorSource) -> Result<(DType, Vec<usize>, Vec<u8>)> {
+        match src {
+            TensorSource::Checkpoint(name) => {
+                let t = self.checkpoint(name)?;
+                Ok((t.dtype, t.shape.to_vec(), t.data.to_vec()))
+            }
+            TensorSource::Inline(d) => Ok((d.dtype, d.shape.clone(), d.bytes.clone())),
+            TensorSource::External {
+                path,
+                offset,
+                length,
+                dtype,
+                shape,
+            } => {
+                let (dtype, shape) = (*dtype, shape.clone());
+                let data = self.external(path, *offset, *length)?.to_vec();
+                Ok((dtype, shape, data))
+            }
+            TensorSource::Transpose(inner) => {
+                let (dtype, shape, bytes) = self.materialize(inner)?;
+                let [r, c] = shape[..] else {
+                    return Err(Error::Graph("transpose of a non-2-D tensor".into()));
+                };
+                Ok((dtype, vec![c, r], transpose_2d(&bytes, r, c, dtype.size())))
+            }
+            TensorSource::Concat { parts, axis } => {
+                let info = self.describe(src)?;
+                let outer: usize = info.shape[..*axis].iter().product();
+                let evaluated = parts
+                    .iter()
+                    .map(|p| self.materialize(p))
+                    .collect::<Result<Vec<_>>>()?;
+                let mut out =
+                    Vec::with_capacity(info.shape.iter().product::<usize>() * info.dtype.size());
+                for o in 0..outer {
+                    for (_, _, bytes) in &evaluated {
+                        let block = bytes.len() / outer.max(1);
+                        out.extend_from_slice(&bytes[o * block..(o + 1) * block]);
+                    }
+                }
+                Ok((info.dtype, info.shape, out))
+            }
+        }
+    }
+}
+
+fn stream_converted(
+    data: &[u8],
+    from: DType,
+    to: DType,
+    sink: &mut dyn FnMut(&[u8]) -> Result<()>,
+) -> Result<usize> {
+    if from == to {
+        sink(data)?;
+        return Ok(0);
+    }
+    let mut clamped = 0;
+    let mut buf = Vec::with_capacity(CHUNK_ELEMS * to.size());
+    for chunk in data.chunks(CHUNK_ELEMS * from.size()) {
+        buf.clear();
+        clamped += convert::convert_into(chunk, from, to, &mut buf);
+        sink(&buf)?;
+    }
+    Ok(clamped)
+}
+
+/// Transposes a row-major `[rows, cols]` matrix of `elem`-byte elements.
+pub fn transpose_2d(bytes: &[u8], rows: usize, cols: usize, elem: usize) -> Vec<u8> {
+    let mut out = vec![0u8; bytes.len()];
+    const TILE: usize = 32;
+    for r0 in (0..rows).step_by(TILE) {
+        for c0 in (0..cols).step_by(TILE) {
+            for r in r0..(r0 + TILE).min(rows) {
+                for c in c0..(c0 + TILE).min(cols) {
+                    let s = (r * cols + c) * elem;
+                    let d = (c * rows + r) * elem;
+                    out[d..d + elem].copy_from_slice(&bytes[s..s + elem]);
+                }
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::TensorData;
+
+    #[test]
+    fn transpose_and_concat_evaluate_lazily() {
+        let a = TensorSource::Inline(TensorData::from_f32(vec![2, 3], &[1., 2., 3., 4., 5., 6.]));
+        let b = TensorSource::Inline(TensorData::from_f32(vec![1, 3], &[7., 8., 9.]));
+        let mut ev = Evaluator::new(None);
+        let t = TensorSource::Transpose(Box::new(TensorSource::Concat {
+            parts: vec![a.clone(), b],
+            axis: 0,
+        }));
+        assert_eq!(ev.describe(&t).unwrap().shape, vec![3, 3]);
+        let (_, shape, bytes) = ev.materialize(&t).unwrap();
+        assert_eq!(shape, vec![3, 3]);
+        let v: &[f32] = bytemuck::cast_slice(&bytes);
+        assert_eq!(v, &[1., 4., 7., 2., 5., 8., 3., 6., 9.]);
+        let c = TensorSource::Concat {
+            parts: vec![a.clone(), a],
+            axis: 1,
+        };
+        let (_, shape, bytes) = ev.materialize(&c).unwrap();
+        assert_eq!(shape, vec![2, 6]);
+        let v: &[f32] = bytemuck::cast_slice(&bytes);
+        assert_eq!(v, &[1., 2., 3., 1., 2., 3., 4., 5., 6., 4., 5., 6.]);
+    }
+
+    #[test]
+    fn concat_rejects_mismatched_parts() {
+        let a = TensorSource::Inline(TensorData::from_f32(vec![2, 3], &[0.; 6]));
+        let b = TensorSource::Inline(TensorData::from_f32(vec![2, 2], &[0.; 4]));
+        let ev = Evaluator::new(None);
+        let c = TensorSource::Concat {
+            parts: vec![a, b],
+            axis: 0,
+        };
+        assert!(ev.describe(&c).is_err());
+    }
+
+    #[test]
+    fn missing_checkpoint_tensor_is_named() {
+        let ev = Evaluator::new(None);
+        let err = ev
+            .describe(&TensorSource::Checkpoint("model.norm.weight".into()))
+            .unwrap_err();
+        assert!(err.to_string().contains("model.norm.weight"));
+    }
+}

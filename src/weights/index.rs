@@ -1,0 +1,168 @@
+//! The index of a sharded safetensors checkpoint (`model.safetensors.index.json`): which shard
+//! file holds each tensor.
+
+use std::collections::BTreeMap;
+use std::path::{Component, Path};
+
+use serde::Deserialize;
+
+use crate::{Error, Result};
+
+/// A parsed `model.safetensors.index.json`.
+///
+/// Shard file names are checked to be plain relative paths, so joining them onto the index's
+/// folder never leaves it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardIndex {
+    /// Tensor name → shard file name (relative to the folder holding the index).
+    pub weight_map: BTreeMap<String, String>,
+}
+
+/// The on-disk layout; `metadata` and any other field are ignored.
+#[derive(Deserialize)]
+struct RawIndex {
+    weight_map: BTreeMap<String, String>,
+}
+
+impl ShardIndex {
+    /// Reads and parses the index file at `path`.
+    pub fn load(path: &Path) -> Result<ShardIndex> {
+        let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+        Self::parse(&bytes, path)
+    }
+
+    /// Parses index JSON; `path` only names the file in errors. Never panics.
+    pub fn parse(bytes: &[u8], path: &Path) -> Result<ShardIndex> {
+        let raw: RawIndex = serde_json::from_slice(bytes).map_err(|e| Error::json(path, &e))?;
+        if raw.weight_map.is_empty() {
+            return Err(field_error(
+                path,
+                "`weight_map` is empty; expected tensor name → shard file entries".to_string(),
+            ));
+        }
+        for (tensor, shard) in &raw.weight_map {
+            if let Some(problem) = shard_name_problem(shard) {
+                return Err(field_error(
+                    path,
+                    format!(
+                        "weight_map entry `{tensor}` → `{shard}`: {problem}; expected a file \
+                         name relative to the index's folder"
+                    ),
+                ));
+            }
+        }
+        Ok(ShardIndex {
+            weight_map: raw.weight_map,
+        })
+    }
+
+    /// The shard file names, sorted and without duplicates.
+    pub fn shard_files(&self) -> Vec<String> {
+        let mut files: Vec<String> = self.weight_map.values().cloned().collect();
+        files.sort();
+        files.dedup();
+        files
+    }
+}
+
+/// A JSON error about a field's value (no line/column to point at).
+fn field_error(path: &Path, message: String) -> Error {
+    Error::Json {
+        path: path.to_path_buf(),
+        line: 0,
+        column: 0,
+        message,
+    }
+}
+
+/// Why `shard` cannot be used as a shard file name, if it cannot.
+fn shard_name_problem(shard: &str) -> Option<&'static str> {
+    if shard.is_empty() {
+        return Some("the shard file name is empty");
+    }
+    if shard.contains('\\') {
+        return Some("the shard file name contains a backslash");
+    }
+    if shard.starts_with('/') || Path::new(shard).is_absolute() {
+        return Some("the shard file name is an absolute path");
+    }
+    if shard.split('/').any(|part| part.is_empty()) {
+        return Some("the shard file name has an empty path component");
+    }
+    for component in Path::new(shard).components() {
+        match component {
+            Component::Normal(_) => {}
+            Component::ParentDir => return Some("the shard file name contains `..`"),
+            Component::CurDir => return Some("the shard file name contains `.`"),
+            Component::RootDir | Component::Prefix(_) => {
+                return Some("the shard file name is an absolute path")
+            }
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(json: &str) -> Result<ShardIndex> {
+        ShardIndex::parse(json.as_bytes(), Path::new("idx.json"))
+    }
+
+    #[test]
+    fn shard_files_are_sorted_and_unique() {
+        let index = parse(
+            r#"{"metadata": {"total_size": 12},
+                "weight_map": {"a": "b.safetensors", "c": "a.safetensors", "d": "b.safetensors"}}"#,
+        )
+        .unwrap();
+        assert_eq!(index.shard_files(), ["a.safetensors", "b.safetensors"]);
+        assert_eq!(index.weight_map["c"], "a.safetensors");
+    }
+
+    #[test]
+    fn metadata_is_optional_and_subfolders_are_allowed() {
+        let index = parse(r#"{"weight_map": {"w": "shards/x.safetensors"}}"#).unwrap();
+        assert_eq!(index.shard_files(), ["shards/x.safetensors"]);
+    }
+
+    #[test]
+    fn syntax_errors_carry_line_and_column() {
+        let err = parse("{\n  \"weight_map\": {\"a\": }\n}").unwrap_err();
+        match err {
+            Error::Json { line, column, .. } => assert_eq!((line, column), (2, 23)),
+            other => panic!("unexpected error {other}"),
+        }
+    }
+
+    #[test]
+    fn missing_or_empty_weight_map_is_rejected() {
+        let err = parse(r#"{"metadata": {}}"#).unwrap_err().to_string();
+        assert!(err.contains("weight_map"), "{err}");
+        let err = parse(r#"{"weight_map": {}}"#).unwrap_err().to_string();
+        assert!(err.contains("`weight_map` is empty"), "{err}");
+    }
+
+    #[test]
+    fn unsafe_shard_names_are_rejected() {
+        for (name, problem) in [
+            ("../x.safetensors", "`..`"),
+            ("a/../../x.safetensors", "`..`"),
+            ("/etc/x.safetensors", "absolute"),
+            ("./x.safetensors", "`.`"),
+            ("a//x.safetensors", "empty path component"),
+            ("a\\x.safetensors", "backslash"),
+            ("", "empty"),
+        ] {
+            let json = format!(
+                r#"{{"weight_map": {{"layer.w": {}}}}}"#,
+                serde_json::json!(name)
+            );
+            let err = parse(&json).unwrap_err().to_string();
+            assert!(err.contains("idx.json"), "{err}");
+            assert!(err.contains("`layer.w`"), "{err}");
+            assert!(err.contains(problem), "{name}: {err}");
+        }
+    }
+}

@@ -1,0 +1,338 @@
+//! Memory-mapped safetensors files (single or sharded) with tensor lookup by name.
+//!
+//! Files are mapped, never read whole: only the header pages are touched when opening, and a
+//! tensor's bytes are paged in when its [`TensorRef::data`] is read.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::fs::File;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use memmap2::Mmap;
+use serde::Deserialize;
+
+use super::index::ShardIndex;
+use crate::ir::DType;
+use crate::source::WeightFiles;
+use crate::{Error, Result};
+
+/// The largest header mobius accepts, in bytes (the limit the safetensors format sets).
+const MAX_HEADER_BYTES: u64 = 100_000_000;
+
+/// The header key holding free-form string metadata rather than a tensor.
+const METADATA_KEY: &str = "__metadata__";
+
+/// One tensor described by a safetensors header.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeaderEntry {
+    /// The tensor name.
+    pub name: String,
+    /// Its element type.
+    pub dtype: DType,
+    /// Its dimensions.
+    pub shape: Vec<usize>,
+    /// Its bytes, as a range of offsets from the start of the file.
+    pub data: Range<usize>,
+}
+
+/// A header entry as written in the file.
+#[derive(Deserialize)]
+struct RawEntry {
+    dtype: String,
+    shape: Vec<u64>,
+    data_offsets: [u64; 2],
+}
+
+/// Parses and validates the header of the safetensors file whose complete contents are
+/// `bytes`; `path` only names the file in errors.
+///
+/// Checks the length prefix against the file size and the 100 MB limit, that the header is a
+/// UTF-8 JSON object, that every dtype is known, and that every tensor's byte range lies inside
+/// the data section and matches its shape. The `__metadata__` entry is skipped. Entries come
+/// sorted by name. Never panics, whatever the input.
+pub fn parse_header(bytes: &[u8], path: &Path) -> Result<Vec<HeaderEntry>> {
+    let fail = |message: String| Error::Safetensors {
+        path: path.to_path_buf(),
+        message,
+    };
+    let Some(prefix) = bytes.first_chunk::<8>() else {
+        return Err(fail(format!(
+            "truncated: file has {} bytes, but a safetensors file starts with an 8-byte header \
+             length",
+            bytes.len()
+        )));
+    };
+    let header_len = u64::from_le_bytes(*prefix);
+    if header_len > MAX_HEADER_BYTES {
+        return Err(fail(format!(
+            "header length {header_len} exceeds the limit of {MAX_HEADER_BYTES} bytes (100 MB)"
+        )));
+    }
+    // Cannot overflow: header_len is at most 100 MB.
+    let header_end = 8 + header_len as usize;
+    let Some(header) = bytes.get(8..header_end) else {
+        return Err(fail(format!(
+            "truncated: file has {} bytes, header declares {header_end} (8 + a {header_len}-byte \
+             header)",
+            bytes.len()
+        )));
+    };
+    let header =
+        std::str::from_utf8(header).map_err(|e| fail(format!("header is not valid UTF-8: {e}")))?;
+    let map: serde_json::Map<String, serde_json::Value> = serde_json::from_str(header)
+        .map_err(|e| fail(format!("header is not a JSON object: {e}")))?;
+    let data_len = bytes.len() - header_end;
+    let mut entries = map
+        .into_iter()
+        .filter(|(name, _)| name != METADATA_KEY)
+        .map(|(name, value)| parse_entry(name, value, header_end, data_len).map_err(&fail))
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    entries.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(entries)
+}
+
+/// Validates one header entry; the error is the message only.
+fn parse_entry(
+    name: String,
+    value: serde_json::Value,
+    header_end: usize,
+    data_len: usize,
+) -> std::result::Result<HeaderEntry, String> {
+    let raw: RawEntry = serde_json::from_value(value).map_err(|e| {
+        format!("tensor `{name}`: {e} (expected {{\"dtype\", \"shape\", \"data_offsets\"}})")
+    })?;
+    let dtype = DType::from_safetensors(&raw.dtype).ok_or_else(|| {
+        format!(
+            "tensor `{name}`: unsupported dtype `{}` (expected one of F32, F16, BF16, F64, I64, \
+             I32, I8, U8, BOOL)",
+            raw.dtype
+        )
+    })?;
+    let shape = raw
+        .shape
+        .iter()
+        .map(|&d| usize::try_from(d).ok())
+        .collect::<Option<Vec<usize>>>()
+        .ok_or_else(|| {
+            format!(
+                "tensor `{name}`: shape {:?} does not fit in memory",
+                raw.shape
+            )
+        })?;
+    let needed = shape
+        .iter()
+        .try_fold(dtype.size(), |acc, &d| acc.checked_mul(d))
+        .ok_or_else(|| format!("tensor `{name}`: shape {shape:?} overflows the address space"))?;
+    let [begin, end] = raw.data_offsets;
+    if begin > end || end > data_len as u64 {
+        return Err(format!(
+            "tensor `{name}`: data_offsets [{begin}, {end}] lie outside the data section of \
+             {data_len} bytes"
+        ));
+    }
+    // Both offsets are at most data_len, so they fit in usize and cannot overflow below.
+    let (begin, end) = (begin as usize, end as usize);
+    if end - begin != needed {
+        return Err(format!(
+            "tensor `{name}`: data_offsets [{begin}, {end}] span {} bytes, but shape {shape:?} \
+             of {dtype} needs {needed}",
+            end - begin
+        ));
+    }
+    Ok(HeaderEntry {
+        name,
+        dtype,
+        shape,
+        data: header_end + begin..header_end + end,
+    })
+}
+
+/// One mapped safetensors file.
+struct MappedFile {
+    path: PathBuf,
+    map: Mmap,
+}
+
+impl MappedFile {
+    /// Maps the file at `path` read-only.
+    fn open(path: &Path) -> Result<MappedFile> {
+        let file = File::open(path).map_err(|e| Error::io(path, e))?;
+        // SAFETY: the mapping is read-only and owned by the store, so the slices handed out
+        // never outlive it. mobius never writes checkpoint files; like every mmap-based
+        // safetensors reader, it relies on no other process truncating or rewriting the file
+        // while it is open.
+        let map = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(path, e))?;
+        #[cfg(unix)]
+        if let Err(e) = map.advise(memmap2::Advice::Sequential) {
+            tracing::debug!("madvise(SEQUENTIAL) on {} failed: {e}", path.display());
+        }
+        Ok(MappedFile {
+            path: path.to_path_buf(),
+            map,
+        })
+    }
+}
+
+/// Where one tensor lives.
+#[derive(Debug)]
+struct Slot {
+    file: usize,
+    dtype: DType,
+    shape: Vec<usize>,
+    data: Range<usize>,
+}
+
+/// The tensors of a checkpoint, looked up by name in memory-mapped safetensors files.
+pub struct TensorStore {
+    files: Vec<MappedFile>,
+    tensors: BTreeMap<String, Slot>,
+}
+
+/// A borrowed view of one tensor of a [`TensorStore`].
+#[derive(Clone, Copy)]
+pub struct TensorRef<'a> {
+    /// The tensor name.
+    pub name: &'a str,
+    /// Its element type.
+    pub dtype: DType,
+    /// Its dimensions.
+    pub shape: &'a [usize],
+    /// Its raw little-endian bytes (not necessarily aligned to the element size).
+    pub data: &'a [u8],
+    /// The safetensors file holding it.
+    pub path: &'a Path,
+}
+
+impl fmt::Debug for TensorRef<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TensorRef")
+            .field("name", &self.name)
+            .field("dtype", &self.dtype)
+            .field("shape", &self.shape)
+            .field("bytes", &self.data.len())
+            .field("path", &self.path)
+            .finish()
+    }
+}
+
+impl fmt::Debug for TensorStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TensorStore")
+            .field(
+                "files",
+                &self.files.iter().map(|m| &m.path).collect::<Vec<_>>(),
+            )
+            .field("tensors", &self.tensors.len())
+            .finish()
+    }
+}
+
+impl TensorStore {
+    /// Maps the checkpoint's safetensors files and reads their headers.
+    ///
+    /// For a sharded checkpoint, every shard the index lists must exist next to the index, and
+    /// every tensor of `weight_map` must be in the shard it names; only those tensors are
+    /// visible.
+    pub fn open(files: &WeightFiles) -> Result<TensorStore> {
+        let mut store = TensorStore {
+            files: Vec::new(),
+            tensors: BTreeMap::new(),
+        };
+        match files {
+            WeightFiles::Single(path) => {
+                let entries = store.add_file(path)?;
+                for entry in entries {
+                    store.insert(entry);
+                }
+            }
+            WeightFiles::Sharded { index } => store.add_shards(index)?,
+        }
+        Ok(store)
+    }
+
+    /// Maps `path` and returns its header entries; they refer to the file just added.
+    fn add_file(&mut self, path: &Path) -> Result<Vec<HeaderEntry>> {
+        let mapped = MappedFile::open(path)?;
+        let entries = parse_header(&mapped.map, path)?;
+        self.files.push(mapped);
+        Ok(entries)
+    }
+
+    /// Records `entry` as a tensor of the most recently added file.
+    fn insert(&mut self, entry: HeaderEntry) {
+        let slot = Slot {
+            file: self.files.len() - 1,
+            dtype: entry.dtype,
+            shape: entry.shape,
+            data: entry.data,
+        };
+        self.tensors.insert(entry.name, slot);
+    }
+
+    /// Adds the shards of the index at `index_path` and the tensors its weight map assigns them.
+    fn add_shards(&mut self, index_path: &Path) -> Result<()> {
+        let index = ShardIndex::load(index_path)?;
+        let folder = index_path.parent().unwrap_or(Path::new("."));
+        let mut by_shard: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        for (tensor, shard) in &index.weight_map {
+            by_shard.entry(shard).or_default().push(tensor);
+        }
+        for (shard, tensors) in by_shard {
+            let path = folder.join(shard);
+            if !path.is_file() {
+                return Err(Error::Source(format!(
+                    "shard `{shard}` listed in {} is missing: expected the file {}",
+                    index_path.display(),
+                    path.display()
+                )));
+            }
+            let mut entries: BTreeMap<String, HeaderEntry> = self
+                .add_file(&path)?
+                .into_iter()
+                .map(|e| (e.name.clone(), e))
+                .collect();
+            for tensor in tensors {
+                let entry = entries.remove(tensor).ok_or_else(|| Error::MissingTensor {
+                    name: tensor.to_string(),
+                    searched: format!(
+                        "{}, the shard {} assigns it to",
+                        path.display(),
+                        index_path.display()
+                    ),
+                })?;
+                self.insert(entry);
+            }
+        }
+        Ok(())
+    }
+
+    /// The tensor called `name`, if the checkpoint has it.
+    pub fn get(&self, name: &str) -> Option<TensorRef<'_>> {
+        let (name, slot) = self.tensors.get_key_value(name)?;
+        let file = &self.files[slot.file];
+        Some(TensorRef {
+            name,
+            dtype: slot.dtype,
+            shape: &slot.shape,
+            // In bounds: parse_header checked the range against this very mapping.
+            data: &file.map[slot.data.clone()],
+            path: &file.path,
+        })
+    }
+
+    /// All tensor names, sorted.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.tensors.keys().map(String::as_str)
+    }
+
+    /// How many tensors the checkpoint has.
+    pub fn len(&self) -> usize {
+        self.tensors.len()
+    }
+
+    /// Whether the checkpoint has no tensors.
+    pub fn is_empty(&self) -> bool {
+        self.tensors.is_empty()
+    }
+}

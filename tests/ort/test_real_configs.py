@@ -1,0 +1,33 @@
+"""`mobius build --no-weights` on real published configs (tests/data/configs):
+the graph must pass the onnx checker and follow the I/O contract."""
+
+from __future__ import annotations
+
+import onnx
+import pytest
+
+from conftest import CONFIGS_DIR, config_names, load_config, model_dims
+from contract import check_model_without_data, contract_errors
+
+NAMES = config_names()
+DTYPES = ["f32", "f16"]
+# A --no-weights package must not contain the weights: keep it small.
+MAX_PACKAGE_BYTES = 64 * 1024 * 1024
+
+
+def test_configs_present():
+    assert len(NAMES) >= 5, f"expected the 5 real configs under {CONFIGS_DIR}, found {NAMES}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", NAMES)
+def test_real_config_no_weights(built, name, dtype):
+    out = built("config", name, dtype)
+    path = out / "model.onnx"
+    check_model_without_data(path)
+    model = onnx.load(str(path), load_external_data=False)
+    dims = model_dims(load_config(CONFIGS_DIR / name))
+    errs = contract_errors(model, dims, dtype)
+    assert not errs, "\n".join(errs)
+    size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
+    assert size <= MAX_PACKAGE_BYTES, f"--no-weights package is {size} bytes"
