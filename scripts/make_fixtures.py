@@ -77,7 +77,7 @@ gold; all who wander are not lost. The rain in Spain stays mainly in the plain.
 
 PROMPT = "The cat sat on the mat and"
 N_NEW = 32
-MIN_GAP = 1e-3
+MIN_GAP = 1e-2  # stricter than the 1e-3 floor, for margin against f32 reorderings
 
 DIMS = dict(
     hidden_size=64,
@@ -258,8 +258,11 @@ def make_fixture(name: str, out_root: Path, tok: PreTrainedTokenizerFast) -> Non
         model.eval()
         perturb(model, seed)
         if dtype == "bf16":
-            # Round to bf16, then compute the reference in f32 from those weights.
-            model = model.to(torch.bfloat16).to(torch.float32)
+            # Round the weights to bf16 (what gets stored), keep computing in f32.
+            # Only parameters: buffers such as the rotary inv_freq stay f32.
+            with torch.no_grad():
+                for p in model.parameters():
+                    p.copy_(p.to(torch.bfloat16).to(torch.float32))
         res = greedy_reference(model, input_ids, eos_ids)
         if res is None:
             continue

@@ -73,9 +73,14 @@ pub fn build(cfg: &ArchConfig, dtype: DType) -> Graph {
     let full_mask = padding_mask(&mut b, &input_ids, &attention_mask);
     let mut masks: BTreeMap<Option<usize>, String> = BTreeMap::from([(None, full_mask.clone())]);
     for window in cfg.layer_windows.iter().flatten() {
-        if !masks.contains_key(&Some(*window)) {
-            let m = sliding_window_mask(&mut b, &full_mask, &input_ids, &attention_mask, *window);
-            masks.insert(Some(*window), m);
+        if let std::collections::btree_map::Entry::Vacant(slot) = masks.entry(Some(*window)) {
+            slot.insert(sliding_window_mask(
+                &mut b,
+                &full_mask,
+                &input_ids,
+                &attention_mask,
+                *window,
+            ));
         }
     }
 

@@ -11,7 +11,8 @@ from contract import check_model_without_data, contract_errors
 
 NAMES = config_names()
 DTYPES = ["f32", "f16"]
-# A --no-weights package must not contain the weights: keep it small.
+# A --no-weights package must not contain the weights.  Its data file may be a
+# sparse placeholder of the full apparent size, so count allocated blocks.
 MAX_PACKAGE_BYTES = 64 * 1024 * 1024
 
 
@@ -29,5 +30,5 @@ def test_real_config_no_weights(built, name, dtype):
     dims = model_dims(load_config(CONFIGS_DIR / name))
     errs = contract_errors(model, dims, dtype)
     assert not errs, "\n".join(errs)
-    size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
-    assert size <= MAX_PACKAGE_BYTES, f"--no-weights package is {size} bytes"
+    used = sum(p.stat().st_blocks * 512 for p in out.rglob("*") if p.is_file())
+    assert used <= MAX_PACKAGE_BYTES, f"--no-weights package uses {used} bytes on disk"

@@ -1,0 +1,270 @@
+//! `mobius build` end to end on the bundled fixtures and the published configs.
+
+mod common;
+
+use std::path::Path;
+
+use common::*;
+use mobius::ir::{DType, Dim, Model};
+use mobius::onnx::import;
+use predicates::str::contains;
+
+fn build(src: &Path, out: &Path, extra: &[&str]) -> String {
+    let assert = mobius()
+        .arg("build")
+        .args(extra)
+        .arg("--config")
+        .arg(src)
+        .arg(out)
+        .assert()
+        .success();
+    String::from_utf8(assert.get_output().stderr.clone()).unwrap()
+}
+
+fn load(out: &Path) -> Model {
+    import::load(&out.join("model.onnx")).unwrap()
+}
+
+fn dims(model: &Model, name: &str) -> Vec<String> {
+    let v = model
+        .graph
+        .inputs
+        .iter()
+        .chain(&model.graph.outputs)
+        .find(|v| v.name == name)
+        .unwrap_or_else(|| panic!("no value {name}"));
+    v.shape.0.iter().map(Dim::to_string).collect()
+}
+
+#[test]
+fn llama_package_has_model_data_genai_config_and_tokenizer() {
+    let t = tempfile::tempdir().unwrap();
+    let out = t.path().join("pkg");
+    build(&fixture("llama"), &out, &[]);
+    assert_eq!(
+        entries(&out),
+        [
+            "genai_config.json",
+            "generation_config.json",
+            "model.onnx",
+            "model.onnx.data",
+            "tokenizer.json",
+            "tokenizer_config.json"
+        ]
+    );
+    let m = load(&out);
+    assert_eq!(m.ir_version, 11);
+    assert_eq!(m.opsets.get(""), Some(&24));
+    assert_eq!(
+        m.opsets.len(),
+        1,
+        "no com.microsoft import in a portable graph"
+    );
+    assert_eq!(m.producer_name, "mobius");
+    let names: Vec<&str> = m.graph.inputs.iter().map(|v| v.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "input_ids",
+            "attention_mask",
+            "position_ids",
+            "past_key_values.0.key",
+            "past_key_values.0.value",
+            "past_key_values.1.key",
+            "past_key_values.1.value"
+        ]
+    );
+    let outs: Vec<&str> = m.graph.outputs.iter().map(|v| v.name.as_str()).collect();
+    assert_eq!(
+        outs,
+        [
+            "logits",
+            "present.0.key",
+            "present.0.value",
+            "present.1.key",
+            "present.1.value"
+        ]
+    );
+    assert_eq!(
+        dims(&m, "attention_mask"),
+        ["batch", "past_seq_len + seq_len"]
+    );
+    assert_eq!(
+        dims(&m, "past_key_values.1.value"),
+        ["batch", "2", "past_sequence_len", "16"]
+    );
+    assert_eq!(
+        dims(&m, "present.0.key"),
+        ["batch", "2", "past_sequence_len + sequence_len", "16"]
+    );
+    assert_eq!(dims(&m, "logits"), ["batch", "sequence_len", "300"]);
+    // Tied embeddings: one initializer feeds both the Gather and the LM head.
+    let inits: Vec<&str> = m
+        .graph
+        .initializers
+        .iter()
+        .map(|i| i.name.as_str())
+        .collect();
+    assert!(
+        inits.contains(&"model.embed_tokens.weight")
+            && !inits.iter().any(|n| n.starts_with("lm_head"))
+    );
+    assert!(inits.contains(&"model.layers.0.self_attn.q_proj.weight_t"));
+    let counts = m.graph.op_counts();
+    assert_eq!(counts["Attention"], 2);
+    assert_eq!(counts["RotaryEmbedding"], 4);
+    assert_eq!(counts["RMSNormalization"], 5);
+
+    let genai: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("genai_config.json")).unwrap()).unwrap();
+    assert_eq!(genai["model"]["type"], "llama");
+    assert_eq!(genai["model"]["vocab_size"], 300);
+    assert_eq!(genai["model"]["decoder"]["head_size"], 16);
+    assert_eq!(genai["model"]["decoder"]["num_key_value_heads"], 2);
+    assert_eq!(
+        genai["model"]["decoder"]["inputs"]["position_ids"],
+        "position_ids"
+    );
+    assert_eq!(genai["model"]["eos_token_id"], 2);
+    assert_eq!(genai["search"]["past_present_share_buffer"], false);
+}
+
+#[test]
+fn default_dtype_is_the_checkpoints_and_f16_is_available() {
+    let t = tempfile::tempdir().unwrap();
+    let bf16 = t.path().join("bf16");
+    build(&fixture("llama-bf16-sharded"), &bf16, &[]);
+    let m = load(&bf16);
+    assert_eq!(m.graph.outputs[0].dtype, DType::BF16);
+    assert!(m
+        .graph
+        .initializers
+        .iter()
+        .all(|i| !i.dtype.is_float() || i.dtype == DType::BF16));
+    let f16 = t.path().join("f16");
+    build(&fixture("llama-bf16-sharded"), &f16, &["--dtype", "f16"]);
+    let m = load(&f16);
+    assert_eq!(m.graph.inputs[3].dtype, DType::F16);
+    assert_eq!(m.graph.outputs[0].dtype, DType::F16);
+}
+
+#[test]
+fn f16_overflow_is_clamped_with_a_counted_warning() {
+    let t = tempfile::tempdir().unwrap();
+    let src = copy_fixture("llama-bf16-sharded", &t.path().join("ckpt"));
+    let shard = entries(&src)
+        .into_iter()
+        .find(|e| e.starts_with("model-00001"))
+        .unwrap();
+    let path = src.join(shard);
+    let mut tensors = read_safetensors(&path);
+    let (name, tensor) = tensors.iter_mut().find(|(_, t)| t.dtype == "BF16").unwrap();
+    let big = half::bf16::from_f32(1.0e6).to_bits().to_le_bytes();
+    tensor.data[..2].copy_from_slice(&big);
+    tensor.data[2..4].copy_from_slice(&half::bf16::from_f32(-7.0e4).to_bits().to_le_bytes());
+    let name = name.clone();
+    write_safetensors(&path, &tensors);
+    let stderr = build(&src, &t.path().join("out"), &["--dtype", "f16"]);
+    assert!(
+        stderr.contains("2 weight values") && stderr.contains("65504"),
+        "{name}: {stderr}"
+    );
+}
+
+#[test]
+fn no_weights_writes_a_loadable_model_without_reading_safetensors() {
+    let t = tempfile::tempdir().unwrap();
+    let src = copy_fixture("llama", &t.path().join("ckpt"));
+    std::fs::remove_file(src.join("model.safetensors")).unwrap();
+    let out = t.path().join("out");
+    build(&src, &out, &["--no-weights"]);
+    let m = load(&out);
+    let data = std::fs::metadata(out.join("model.onnx.data"))
+        .unwrap()
+        .len();
+    let mut declared = 0;
+    for init in &m.graph.initializers {
+        if let Some(mobius::ir::TensorSource::External { offset, length, .. }) = &init.source {
+            assert!(
+                offset + length <= data,
+                "{} lies outside the data file",
+                init.name
+            );
+            assert_eq!(*length as usize, init.byte_len(), "{}", init.name);
+            declared += 1;
+        }
+    }
+    assert!(
+        declared >= 20,
+        "checkpoint tensors are declared externally: {declared}"
+    );
+}
+
+#[test]
+fn published_configs_build_without_weights_with_expected_structure() {
+    for (name, layers, kv_heads, head_dim) in [
+        ("llama-3.2-1b", 16, 8, 64),
+        ("llama-3.1-8b", 32, 8, 128),
+        ("qwen2.5-0.5b", 24, 2, 64),
+        ("mistral-7b-v0.3", 32, 8, 128),
+        ("llama-3-70b", 80, 8, 128),
+    ] {
+        let t = tempfile::tempdir().unwrap();
+        let out = t.path().join("out");
+        build(&real_config(name), &out, &["--no-weights"]);
+        let m = load(&out);
+        let counts = m.graph.op_counts();
+        assert_eq!(counts["Attention"], layers, "{name}");
+        assert_eq!(counts["RotaryEmbedding"], 2 * layers, "{name}");
+        assert_eq!(counts["RMSNormalization"], 2 * layers + 1, "{name}");
+        assert_eq!(m.graph.inputs.len(), 3 + 2 * layers, "{name}");
+        assert_eq!(
+            dims(&m, "past_key_values.0.key"),
+            [
+                "batch".to_string(),
+                kv_heads.to_string(),
+                "past_sequence_len".into(),
+                head_dim.to_string()
+            ],
+            "{name}"
+        );
+        let model_bytes = std::fs::metadata(out.join("model.onnx")).unwrap().len();
+        assert!(
+            model_bytes < 64 << 20,
+            "{name}: model.onnx is {model_bytes} bytes"
+        );
+    }
+}
+
+#[test]
+fn qwen2_has_biases_and_mistral_reads_v4_spellings() {
+    let t = tempfile::tempdir().unwrap();
+    let out = t.path().join("qwen2");
+    build(&fixture("qwen2"), &out, &[]);
+    let m = load(&out);
+    let inits: Vec<&str> = m
+        .graph
+        .initializers
+        .iter()
+        .map(|i| i.name.as_str())
+        .collect();
+    assert!(inits.contains(&"model.layers.0.self_attn.q_proj.bias"));
+    assert!(!inits.contains(&"model.layers.0.self_attn.o_proj.bias"));
+    let out = t.path().join("mistral");
+    build(&fixture("mistral"), &out, &[]);
+    let genai: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("genai_config.json")).unwrap()).unwrap();
+    assert_eq!(genai["model"]["type"], "mistral");
+}
+
+#[test]
+fn help_lists_the_build_flags() {
+    mobius()
+        .args(["build", "--help"])
+        .assert()
+        .success()
+        .stdout(contains("--no-weights"))
+        .stdout(contains("--overwrite"))
+        .stdout(contains("--dtype"))
+        .stdout(contains("HF_HUB_OFFLINE"));
+}
