@@ -185,7 +185,7 @@ def perturb(model, seed: int) -> None:
             elif name.endswith(".bias"):
                 v = 0.1 * r
             elif "embed_tokens" in name or "lm_head" in name:
-                v = 0.3 * r
+                v = 0.15 * r
             else:
                 v = 0.15 * r
             p.copy_(v.to(p.dtype))

@@ -54,7 +54,14 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport> {
     check_target(&opts.out, opts.overwrite)?;
     let files = resolve(&opts.source, &opts.hub, opts.weights)?;
     tracing::info!("model files from {}", files.origin);
-    let cfg = ArchConfig::load(&files.config)?;
+    let mut cfg = ArchConfig::load(&files.config)?;
+    let generation = files
+        .tokenizer_files
+        .iter()
+        .find(|f| f.ends_with("generation_config.json"));
+    if let Some(path) = generation {
+        cfg.fill_tokens_from_generation_config(path)?;
+    }
     let dtype = opts.dtype.or(cfg.dtype).unwrap_or(DType::F32);
     let mut model = build_model(&cfg, dtype)?;
     let store = match &files.weights {

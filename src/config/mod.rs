@@ -158,6 +158,18 @@ impl ArchConfig {
         })
     }
 
+    /// Fills token ids the config.json lacks from a `generation_config.json`.
+    pub fn fill_tokens_from_generation_config(&mut self, path: &Path) -> Result<()> {
+        let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+        let gen: Value = serde_json::from_slice(&bytes).map_err(|e| Error::json(path, &e))?;
+        if self.eos_token_ids.is_empty() {
+            self.eos_token_ids = token_list(gen.get("eos_token_id"));
+        }
+        self.bos_token_id = self.bos_token_id.or(first_token(gen.get("bos_token_id")));
+        self.pad_token_id = self.pad_token_id.or(first_token(gen.get("pad_token_id")));
+        Ok(())
+    }
+
     /// Query width (Hq · D).
     pub fn q_size(&self) -> usize {
         self.num_attention_heads * self.head_dim

@@ -107,3 +107,27 @@ fn bad_fields_are_named() {
         .to_string();
     assert!(msg.contains("torch_dtype"), "{msg}");
 }
+
+#[test]
+fn generation_config_fills_missing_token_ids() {
+    let mut c = parse(&V4.replace(
+        "\"eos_token_id\": [1, 2], \"bos_token_id\": 0",
+        "\"pad_token_id\": null",
+    ))
+    .unwrap();
+    assert!(c.eos_token_ids.is_empty());
+    let dir = std::env::temp_dir().join(format!("mobius-gen-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("generation_config.json");
+    std::fs::write(
+        &path,
+        r#"{"bos_token_id": 5, "eos_token_id": [7, 8], "pad_token_id": 9}"#,
+    )
+    .unwrap();
+    c.fill_tokens_from_generation_config(&path).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(
+        (c.bos_token_id, c.eos_token_ids.clone(), c.pad_token_id),
+        (Some(5), vec![7, 8], Some(9))
+    );
+}

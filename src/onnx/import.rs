@@ -247,11 +247,19 @@ impl Ctx<'_> {
                     })
                     .transpose()
             };
-            let numel: usize = shape.iter().product();
+            let bytes = shape
+                .iter()
+                .try_fold(dtype.size(), |a, &d| a.checked_mul(d))
+                .ok_or_else(|| {
+                    self.err(format!(
+                        "initializer `{}`: shape {shape:?} overflows",
+                        t.name
+                    ))
+                })?;
             TensorSource::External {
                 path: self.dir.join(rel),
                 offset: number("offset")?.unwrap_or(0),
-                length: number("length")?.unwrap_or((numel * dtype.size()) as u64),
+                length: number("length")?.unwrap_or(bytes as u64),
                 dtype,
                 shape: shape.clone(),
             }

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The whole test suite, on a fresh machine with only Rust and Python 3.11:
+#   1. lint: cargo fmt --check, cargo clippy -D warnings (all targets, benches included)
+#   2. Rust unit + integration tests (cargo test)
+#   3. onnxruntime / onnxruntime-genai parity suite (tests/ort, venv with pinned wheels)
+#   4. fuzz smoke run of every cargo-fuzz target (scripts/fuzz_smoke.sh)
+# Any failure stops the run with a non-zero exit code.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+step() { printf '\n==> %s\n' "$*"; }
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+step "cargo clippy --all-targets -- -D warnings"
+cargo clippy --all-targets --locked -- -D warnings
+
+step "cargo test"
+cargo test --locked
+
+step "onnxruntime parity suite (tests/ort)"
+cargo build --locked --bin mobius
+MOBIUS_BIN=target/debug/mobius scripts/ort_tests.sh
+
+step "fuzz smoke run"
+scripts/fuzz_smoke.sh
+
+step "all tests passed"
