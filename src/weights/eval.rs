@@ -20,6 +20,13 @@ pub struct SourceInfo {
     pub shape: Vec<usize>,
 }
 
+/// The stored bytes of a leaf source (checkpoint, inline or external), borrowed.
+struct Leaf<'a> {
+    dtype: DType,
+    shape: Vec<usize>,
+    data: &'a [u8],
+}
+
 /// Resolves checkpoint tensors and external files while sources are evaluated.
 pub struct Evaluator<'a> {
     store: Option<&'a TensorStore>,
@@ -153,30 +160,51 @@ impl<'a> Evaluator<'a> {
         target: DType,
         sink: &mut dyn FnMut(&[u8]) -> Result<()>,
     ) -> Result<usize> {
-        let (dtype, bytes): (DType, std::borrow::Cow<'_, [u8]>) = match src {
+        match src {
+            TensorSource::Transpose(inner) => {
+                if let Some(leaf) = self.leaf(inner)? {
+                    if let [rows, cols] = leaf.shape[..] {
+                        return stream_transposed(leaf.data, rows, cols, leaf.dtype, target, sink);
+                    }
+                }
+                let (dtype, _, bytes) = self.materialize(src)?;
+                stream_converted(&bytes, dtype, target, sink)
+            }
+            TensorSource::Concat { .. } => {
+                let (dtype, _, bytes) = self.materialize(src)?;
+                stream_converted(&bytes, dtype, target, sink)
+            }
+            leaf => {
+                let leaf = self
+                    .leaf(leaf)?
+                    .expect("checkpoint, inline and external sources are leaves");
+                stream_converted(leaf.data, leaf.dtype, target, sink)
+            }
+        }
+    }
+
+    /// The stored bytes of a leaf source (checkpoint, inline or external), without copying;
+    /// `None` for transforms.
+    fn leaf<'s>(&'s mut self, src: &'s TensorSource) -> Result<Option<Leaf<'s>>> {
+        let (dtype, shape, data) = match src {
             TensorSource::Checkpoint(name) => {
                 let t = self.checkpoint(name)?;
-                let (dtype, data) = (t.dtype, t.data);
-                return stream_converted(data, dtype, target, sink);
+                (t.dtype, t.shape.to_vec(), t.data)
             }
-            TensorSource::Inline(data) => (data.dtype, std::borrow::Cow::Borrowed(&data.bytes)),
+            TensorSource::Inline(data) => (data.dtype, data.shape.clone(), &data.bytes[..]),
             TensorSource::External {
                 path,
                 offset,
                 length,
                 dtype,
-                ..
+                shape,
             } => {
-                let dtype = *dtype;
-                let data = self.external(path, *offset, *length)?;
-                return stream_converted(data, dtype, target, sink);
+                let (dtype, shape) = (*dtype, shape.clone());
+                (dtype, shape, self.external(path, *offset, *length)?)
             }
-            _ => {
-                let (dtype, _, bytes) = self.materialize(src)?;
-                (dtype, std::borrow::Cow::Owned(bytes))
-            }
+            TensorSource::Transpose(_) | TensorSource::Concat { .. } => return Ok(None),
         };
-        stream_converted(&bytes, dtype, target, sink)
+        Ok(Some(Leaf { dtype, shape, data }))
     }
 
     /// Evaluates `src` fully into memory (dtype, shape, bytes); used for transforms.
@@ -246,6 +274,39 @@ fn stream_converted(
     Ok(clamped)
 }
 
+/// Streams the transpose of a row-major `[rows, cols]` matrix, converted to `to`, in blocks of
+/// output rows of about 1 MiB, reading the source in place: memory stays at one block.
+fn stream_transposed(
+    data: &[u8],
+    rows: usize,
+    cols: usize,
+    from: DType,
+    to: DType,
+    sink: &mut dyn FnMut(&[u8]) -> Result<()>,
+) -> Result<usize> {
+    let elem = from.size();
+    let block = ((1usize << 20) / (rows * elem).max(1)).max(1);
+    let mut clamped = 0;
+    let mut buf = Vec::new();
+    let mut converted = Vec::new();
+    for c0 in (0..cols).step_by(block) {
+        let c1 = (c0 + block).min(cols);
+        buf.clear();
+        buf.resize((c1 - c0) * rows * elem, 0);
+        for r in 0..rows {
+            let row = &data[(r * cols + c0) * elem..(r * cols + c1) * elem];
+            for (k, value) in row.chunks_exact(elem).enumerate() {
+                let d = (k * rows + r) * elem;
+                buf[d..d + elem].copy_from_slice(value);
+            }
+        }
+        converted.clear();
+        clamped += convert::convert_into(&buf, from, to, &mut converted);
+        sink(&converted)?;
+    }
+    Ok(clamped)
+}
+
 /// Transposes a row-major `[rows, cols]` matrix of `elem`-byte elements.
 pub fn transpose_2d(bytes: &[u8], rows: usize, cols: usize, elem: usize) -> Vec<u8> {
     let mut out = vec![0u8; bytes.len()];
@@ -291,6 +352,33 @@ mod tests {
         assert_eq!(shape, vec![2, 6]);
         let v: &[f32] = bytemuck::cast_slice(&bytes);
         assert_eq!(v, &[1., 2., 3., 1., 2., 3., 4., 5., 6., 4., 5., 6.]);
+    }
+
+    #[test]
+    fn streamed_transpose_matches_materialized_transpose_across_blocks() {
+        // 3 rows × 100_000 cols of f32: several 1 MiB output blocks.
+        let (rows, cols) = (3usize, 100_000usize);
+        let values: Vec<f32> = (0..rows * cols).map(|i| i as f32).collect();
+        let src = TensorSource::Transpose(Box::new(TensorSource::Inline(TensorData::from_f32(
+            vec![rows, cols],
+            &values,
+        ))));
+        let mut ev = Evaluator::new(None);
+        let mut streamed = Vec::new();
+        ev.stream(&src, DType::F32, &mut |b| {
+            streamed.extend_from_slice(b);
+            Ok(())
+        })
+        .unwrap();
+        let (_, _, materialized) = ev.materialize(&src).unwrap();
+        assert_eq!(streamed, materialized);
+        let mut halves = Vec::new();
+        ev.stream(&src, DType::F16, &mut |b| {
+            halves.extend_from_slice(b);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(halves.len(), rows * cols * 2);
     }
 
     #[test]

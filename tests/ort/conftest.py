@@ -1,84 +1,18 @@
-"""Shared helpers for the onnxruntime / onnxruntime-genai tests of `mobius build`.
+"""pytest fixtures for the onnxruntime / onnxruntime-genai tests of `mobius build`.
 
-The binary under test comes from $MOBIUS_BIN (default: target/debug/mobius,
-relative to the repository root).  Builds are cached for the whole session so
-every (fixture, dtype) pair is converted once.
+Builds are cached for the whole session so every (source, dtype) pair is
+converted once; see ort_helpers.py for the binary lookup ($MOBIUS_BIN).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-FIXTURES_DIR = REPO / "tests" / "fixtures"
-CONFIGS_DIR = REPO / "tests" / "data" / "configs"
-MIN_FIXTURES = 4
-BUILD_TIMEOUT_S = 300
-
-# dtype flag -> numpy dtype of the model's float tensors
-NP_DTYPES = {"f32": np.float32, "f16": np.float16}
-
-
-def fixture_names() -> list[str]:
-    if not FIXTURES_DIR.is_dir():
-        return []
-    return sorted(p.name for p in FIXTURES_DIR.iterdir() if (p / "reference.json").is_file())
-
-
-def config_names() -> list[str]:
-    if not CONFIGS_DIR.is_dir():
-        return []
-    return sorted(p.name for p in CONFIGS_DIR.iterdir() if (p / "config.json").is_file())
-
-
-def mobius_bin() -> Path:
-    raw = os.environ.get("MOBIUS_BIN", "target/debug/mobius")
-    p = Path(raw)
-    if not p.is_absolute():
-        p = REPO / p
-    return p
-
-
-def load_reference(name: str) -> dict:
-    return json.loads((FIXTURES_DIR / name / "reference.json").read_text())
-
-
-def load_config(path: Path) -> dict:
-    return json.loads((path / "config.json").read_text())
-
-
-def model_dims(cfg: dict) -> dict:
-    """Dimensions the exported graph must expose, from an HF config.json."""
-    heads = cfg["num_attention_heads"]
-    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
-    return {
-        "layers": cfg["num_hidden_layers"],
-        "heads": heads,
-        "kv_heads": cfg.get("num_key_value_heads") or heads,
-        "head_dim": head_dim,
-        "hidden": cfg["hidden_size"],
-        "vocab": cfg["vocab_size"],
-    }
-
-
-def run_mobius(args: list[str]) -> subprocess.CompletedProcess:
-    exe = mobius_bin()
-    if not exe.is_file():
-        raise AssertionError(f"mobius binary not found at {exe} (set MOBIUS_BIN or run `cargo build`)")
-    cmd = [str(exe), *args]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
-    if proc.returncode != 0:
-        raise AssertionError(
-            f"`{' '.join(cmd)}` exited {proc.returncode}\n"
-            f"--- stdout ---\n{proc.stdout[-4000:]}\n--- stderr ---\n{proc.stderr[-4000:]}"
-        )
-    return proc
+from ort_helpers import CONFIGS_DIR, FIXTURES_DIR, run_mobius
 
 
 @pytest.fixture(scope="session")

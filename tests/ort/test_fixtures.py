@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 import pytest
 
-from conftest import (
+from ort_helpers import (
     FIXTURES_DIR,
     MIN_FIXTURES,
     NP_DTYPES,

@@ -6,14 +6,16 @@ from __future__ import annotations
 import onnx
 import pytest
 
-from conftest import CONFIGS_DIR, config_names, load_config, model_dims
+from ort_helpers import CONFIGS_DIR, config_names, load_config, model_dims
 from contract import check_model_without_data, contract_errors
 
 NAMES = config_names()
 DTYPES = ["f32", "f16"]
 # A --no-weights package must not contain the weights.  Its data file may be a
-# sparse placeholder of the full apparent size, so count allocated blocks.
-MAX_PACKAGE_BYTES = 64 * 1024 * 1024
+# sparse placeholder of the full apparent size, so count allocated blocks.  The
+# bound leaves room for computed tables (RoPE cos/sin caches: 131072 positions x
+# 128 x f32 = 64 MiB) and stays far below the smallest real weights (~1 GB).
+MAX_PACKAGE_BYTES = 256 * 1024 * 1024
 
 
 def test_configs_present():
