@@ -76,7 +76,14 @@ pub fn build(opts: &BuildOptions) -> Result<BuildReport> {
 
     let staged = StagedOutput::create(&opts.out)?;
     let progress = if opts.progress {
+        let style = indicatif::ProgressStyle::with_template(
+            "{msg} [{bar:40}] {bytes}/{total_bytes} ({bytes_per_sec}, {eta})",
+        )
+        .expect("the progress template is valid")
+        .progress_chars("=> ");
         indicatif::ProgressBar::with_draw_target(None, indicatif::ProgressDrawTarget::stderr())
+            .with_style(style)
+            .with_message("writing weights")
     } else {
         indicatif::ProgressBar::hidden()
     };
