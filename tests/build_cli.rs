@@ -268,3 +268,41 @@ fn help_lists_the_build_flags() {
         .stdout(contains("--dtype"))
         .stdout(contains("HF_HUB_OFFLINE"));
 }
+
+/// Lays out `fixture` as a Hugging Face cache entry `models--test--tiny` with ref `main`.
+fn prepared_cache(fixture_name: &str, cache: &Path) {
+    let repo = cache.join("models--test--tiny");
+    let commit = "0123456789abcdef0123456789abcdef01234567";
+    std::fs::create_dir_all(repo.join("refs")).unwrap();
+    std::fs::write(repo.join("refs/main"), commit).unwrap();
+    copy_fixture(fixture_name, &repo.join("snapshots").join(commit));
+}
+
+#[test]
+fn model_id_builds_offline_from_the_hugging_face_cache() {
+    let t = tempfile::tempdir().unwrap();
+    let cache = t.path().join("hub");
+    prepared_cache("llama-bf16-sharded", &cache);
+    let out = t.path().join("out");
+    mobius()
+        .args(["build", "--model", "test/tiny", "--dtype", "f32"])
+        .arg(&out)
+        .env("HF_HUB_CACHE", &cache)
+        .env("HF_HUB_OFFLINE", "1")
+        .env("HF_ENDPOINT", "http://127.0.0.1:9")
+        .assert()
+        .success();
+    assert!(out.join("model.onnx.data").exists() && out.join("tokenizer.json").exists());
+
+    let missing = t.path().join("missing");
+    mobius()
+        .args(["build", "--model", "test/other"])
+        .arg(&missing)
+        .env("HF_HUB_CACHE", &cache)
+        .env("HF_HUB_OFFLINE", "1")
+        .assert()
+        .failure()
+        .stderr(contains("config.json"))
+        .stderr(contains("HF_HUB_OFFLINE"));
+    assert!(!missing.exists());
+}

@@ -20,29 +20,3 @@ pub enum Attr {
     /// A list of strings.
     Strings(Vec<String>),
 }
-
-impl Attr {
-    /// The integer value, if this is an `Int`.
-    pub fn as_int(&self) -> Option<i64> {
-        match self {
-            Attr::Int(v) => Some(*v),
-            _ => None,
-        }
-    }
-
-    /// The float value, if this is a `Float`.
-    pub fn as_float(&self) -> Option<f32> {
-        match self {
-            Attr::Float(v) => Some(*v),
-            _ => None,
-        }
-    }
-
-    /// The integer list, if this is `Ints`.
-    pub fn as_ints(&self) -> Option<&[i64]> {
-        match self {
-            Attr::Ints(v) => Some(v),
-            _ => None,
-        }
-    }
-}

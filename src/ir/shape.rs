@@ -54,11 +54,6 @@ impl Shape {
     pub fn new<D: Into<Dim>>(dims: impl IntoIterator<Item = D>) -> Shape {
         Shape(dims.into_iter().map(Into::into).collect())
     }
-
-    /// The number of axes.
-    pub fn rank(&self) -> usize {
-        self.0.len()
-    }
 }
 
 impl fmt::Display for Shape {

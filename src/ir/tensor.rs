@@ -33,11 +33,6 @@ impl TensorData {
             bytes: values.iter().flat_map(|v| v.to_le_bytes()).collect(),
         }
     }
-
-    /// The number of elements.
-    pub fn numel(&self) -> usize {
-        self.shape.iter().product()
-    }
 }
 
 /// Where an initializer's bytes come from, evaluated only when the model is saved.
