@@ -15,6 +15,9 @@ pub use rope::{Rope, RopeScaling};
 /// The `model_type`s mobius builds, each a plain pre-norm decoder.
 pub const SUPPORTED_MODEL_TYPES: &[&str] = &["llama", "mistral", "qwen2"];
 
+/// Upper bound on any size in a config (keeps every tensor size computation far from overflow).
+const MAX_DIM: i64 = 1 << 26;
+
 /// The architecture of a decoder-only model, normalised from any supported `config.json`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ArchConfig {
@@ -197,6 +200,10 @@ impl Fields<'_> {
 
     fn positive(&self, field: &str, value: Option<i64>) -> Result<usize> {
         match value {
+            Some(v) if v > MAX_DIM => Err(self.err(
+                field,
+                &format!("{v} is larger than mobius supports ({MAX_DIM})"),
+            )),
             Some(v) if v > 0 => Ok(v as usize),
             Some(v) => Err(self.err(field, &format!("must be a positive integer, found {v}"))),
             None => Err(self.err(field, "missing (expected a positive integer)")),

@@ -131,3 +131,14 @@ fn generation_config_fills_missing_token_ids() {
         (Some(5), vec![7, 8], Some(9))
     );
 }
+
+#[test]
+fn absurd_sizes_are_rejected() {
+    let msg = parse(&V4.replace("\"vocab_size\": 300", "\"vocab_size\": 100000000000"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains("vocab_size") && msg.contains("larger"),
+        "{msg}"
+    );
+}
