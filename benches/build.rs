@@ -41,8 +41,8 @@ const DEFAULT_STREAM_MB: usize = 256;
 const TEST_STREAM_MB: usize = 4;
 /// Rows and columns of each generated tensor (bf16: 16 MiB each).
 const TENSOR_DIMS: [usize; 2] = [2048, 4096];
-/// Alternating manual runs of each streaming path behind the printed ratio.
-const RATIO_RUNS: usize = 5;
+/// Manual timed runs behind each summary line (alternating, for the two streaming paths).
+const SUMMARY_RUNS: usize = 5;
 
 fn config_path(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/data/configs/{name}/config.json"))
@@ -54,12 +54,24 @@ fn median(samples: &mut [Duration]) -> Duration {
     samples[samples.len() / 2]
 }
 
+/// Median wall time of `runs` calls of `f`.
+fn time_median(runs: usize, mut f: impl FnMut()) -> Duration {
+    let mut samples: Vec<Duration> = (0..runs.max(1))
+        .map(|_| {
+            let start = Instant::now();
+            f();
+            start.elapsed()
+        })
+        .collect();
+    median(&mut samples)
+}
+
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
 /// `ArchConfig::load` + `build_model` in f16 for each of [`GRAPH_CONFIGS`].
-fn bench_graphs(c: &mut Criterion) -> Vec<(String, Duration, usize)> {
+fn bench_graphs(c: &mut Criterion, runs: usize) -> Vec<(String, Duration, usize)> {
     let mut group = c.benchmark_group("graph");
     group.sample_size(10);
     group.warm_up_time(Duration::from_secs(1));
@@ -73,18 +85,24 @@ fn bench_graphs(c: &mut Criterion) -> Vec<(String, Duration, usize)> {
                 build_model(&cfg, DType::F16).expect("graph builds")
             })
         });
-        // One timed run for the summary (criterion's own estimate is printed above it).
-        let start = Instant::now();
-        let cfg = ArchConfig::load(&path).expect("config loads");
-        let model = build_model(&cfg, DType::F16).expect("graph builds");
-        summary.push((name.to_string(), start.elapsed(), model.graph.nodes.len()));
+        // Timed runs for the summary (criterion's own estimate is printed above it).
+        let mut nodes = 0;
+        let time = time_median(runs, || {
+            let cfg = ArchConfig::load(&path).expect("config loads");
+            nodes = build_model(&cfg, DType::F16)
+                .expect("graph builds")
+                .graph
+                .nodes
+                .len();
+        });
+        summary.push((name.to_string(), time, nodes));
     }
     group.finish();
     summary
 }
 
 /// `mobius::build` of Llama-3.2-1B without weights, into a fresh temporary folder each time.
-fn bench_full_build(c: &mut Criterion) -> Duration {
+fn bench_full_build(c: &mut Criterion, runs: usize) -> Duration {
     let opts = |out: PathBuf| BuildOptions {
         source: ModelSource::LocalDir(config_path("llama-3.2-1b").parent().unwrap().into()),
         out,
@@ -110,9 +128,12 @@ fn bench_full_build(c: &mut Criterion) -> Duration {
     });
     group.finish();
     let dir = tempfile::tempdir().expect("temp dir");
-    let start = Instant::now();
-    mobius::build(&opts(dir.path().join("out"))).expect("build succeeds");
-    start.elapsed()
+    let mut run = 0;
+    time_median(runs, || {
+        run += 1;
+        let out = dir.path().join(format!("out{run}"));
+        mobius::build(&opts(out)).expect("build succeeds");
+    })
 }
 
 /// Writes a bf16 safetensors file of `tensors` `[TENSOR_DIMS]` tensors named
@@ -230,7 +251,7 @@ impl StreamFixture {
     }
 }
 
-/// Criterion runs of both streaming paths, then [`RATIO_RUNS`] alternating manual runs.
+/// Criterion runs of both streaming paths, then `manual_runs` alternating manual runs.
 fn bench_stream(
     c: &mut Criterion,
     megabytes: usize,
@@ -264,8 +285,9 @@ fn main() {
     let listing = args.iter().any(|a| a == "--list");
     let mut c = Criterion::default().configure_from_args();
 
-    let graphs = bench_graphs(&mut c);
-    let full = bench_full_build(&mut c);
+    let runs = if bench_mode { SUMMARY_RUNS } else { 1 };
+    let graphs = bench_graphs(&mut c, runs);
+    let full = bench_full_build(&mut c, runs);
     let megabytes = if bench_mode {
         std::env::var("MOBIUS_BENCH_STREAM_MB")
             .ok()
@@ -274,7 +296,6 @@ fn main() {
     } else {
         TEST_STREAM_MB
     };
-    let runs = if bench_mode { RATIO_RUNS } else { 1 };
     let stream = (!listing).then(|| bench_stream(&mut c, megabytes, runs));
     c.final_summary();
     if listing {
@@ -284,12 +305,13 @@ fn main() {
     println!();
     for (name, time, nodes) in &graphs {
         println!(
-            "summary: graph build (load + build_model, f16) {name}: {:.2} ms, {nodes} nodes",
+            "summary: graph build (load + build_model, f16) {name}: {:.2} ms, {nodes} nodes \
+             (median of {runs})",
             ms(*time)
         );
     }
     println!(
-        "summary: mobius::build --no-weights llama-3.2-1b (f16): {:.2} ms",
+        "summary: mobius::build --no-weights llama-3.2-1b (f16): {:.2} ms (median of {runs})",
         ms(full)
     );
     if let Some((save, copy, bytes)) = stream {
