@@ -7,28 +7,36 @@ use crate::ir::DType;
 /// Largest finite f16 value.
 const F16_MAX: f32 = 65504.0;
 
-/// Elements converted per chunk (keeps the scratch buffer small and cache-friendly).
-pub const CHUNK_ELEMS: usize = 1 << 16;
+/// Elements converted per streamed chunk (one write of a few MiB).
+pub const CHUNK_ELEMS: usize = 1 << 20;
 
 /// Whether mobius can convert tensors from `from` to `to`.
 pub fn can_convert(from: DType, to: DType) -> bool {
     from == to || (from.is_float() && to.is_float() && from != DType::F64 && to != DType::F64)
 }
 
+/// Elements handled per inner step, with stack buffers (fits in L1 together with its output).
+const STEP: usize = 2048;
+
 /// Converts little-endian `src` elements of type `from` into `to`, appending to `out`.
 ///
 /// Values outside the f16 range are clamped to ±65504 when converting to f16; the number of
-/// clamped values is returned. `src` must hold whole elements and at most [`CHUNK_ELEMS`]
-/// elements for the scratch buffer to stay small (larger inputs work, just with a larger buffer).
+/// clamped values is returned. Works in fixed steps on stack buffers: no allocation besides
+/// `out` growing.
 pub fn convert_into(src: &[u8], from: DType, to: DType, out: &mut Vec<u8>) -> usize {
     if from == to {
         out.extend_from_slice(src);
         return 0;
     }
-    let n = src.len() / from.size();
-    let mut f32s = vec![0f32; n];
-    to_f32(src, from, &mut f32s);
-    from_f32(&f32s, to, out)
+    out.reserve(src.len() / from.size() * to.size());
+    let mut f32s = [0f32; STEP];
+    let mut clamped = 0;
+    for piece in src.chunks(STEP * from.size()) {
+        let n = piece.len() / from.size();
+        to_f32(piece, from, &mut f32s[..n]);
+        clamped += from_f32(&mut f32s[..n], to, out);
+    }
+    clamped
 }
 
 fn to_f32(src: &[u8], from: DType, dst: &mut [f32]) {
@@ -52,32 +60,29 @@ fn to_f32(src: &[u8], from: DType, dst: &mut [f32]) {
     }
 }
 
-fn from_f32(src: &[f32], to: DType, out: &mut Vec<u8>) -> usize {
+/// Appends `src` converted to `to`; clamps to the f16 range in place first when `to` is f16.
+fn from_f32(src: &mut [f32], to: DType, out: &mut Vec<u8>) -> usize {
     let mut clamped = 0;
     match to {
         DType::F32 => {
-            for v in src {
+            for v in src.iter() {
                 out.extend_from_slice(&v.to_le_bytes());
             }
         }
         DType::F16 => {
-            let mut halves = vec![f16::ZERO; src.len()];
-            let clipped: Vec<f32> = src
-                .iter()
-                .map(|&v| {
-                    if v.is_finite() && v.abs() > F16_MAX {
-                        clamped += 1;
-                        v.clamp(-F16_MAX, F16_MAX)
-                    } else {
-                        v
-                    }
-                })
-                .collect();
-            half::slice::HalfFloatSliceExt::convert_from_f32_slice(&mut halves[..], &clipped);
-            out.extend_from_slice(bytemuck::cast_slice(&halves));
+            for v in src.iter_mut() {
+                if v.is_finite() && v.abs() > F16_MAX {
+                    clamped += 1;
+                    *v = v.clamp(-F16_MAX, F16_MAX);
+                }
+            }
+            let mut halves = [f16::ZERO; STEP];
+            let halves = &mut halves[..src.len()];
+            half::slice::HalfFloatSliceExt::convert_from_f32_slice(halves, src);
+            out.extend_from_slice(bytemuck::cast_slice(halves));
         }
         DType::BF16 => {
-            for v in src {
+            for v in src.iter() {
                 out.extend_from_slice(&bf16::from_f32(*v).to_bits().to_le_bytes());
             }
         }
@@ -132,6 +137,21 @@ mod tests {
         assert_eq!(back[0], 1.0);
         assert_eq!(back[1], -2.25);
         assert!((back[2] - 3.0e-3).abs() < 2e-5);
+    }
+
+    #[test]
+    fn chunked_conversion_matches_scalar_reference_on_every_bf16_pattern() {
+        let src: Vec<u8> = (0..=u16::MAX).flat_map(|b| b.to_le_bytes()).collect();
+        let (out, _) = convert(&src, DType::BF16, DType::F16);
+        for (bits, got) in (0..=u16::MAX).zip(out.chunks_exact(2)) {
+            let v = bf16::from_bits(bits).to_f32();
+            let want = f16::from_f32(if v.is_finite() { v.clamp(-F16_MAX, F16_MAX) } else { v });
+            let got = f16::from_bits(u16::from_le_bytes([got[0], got[1]]));
+            assert!(
+                got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+                "bf16 bits {bits:#06x}: got {got}, want {want}"
+            );
+        }
     }
 
     #[test]
