@@ -5,8 +5,8 @@
 //!
 //! - `graph/llama-3.2-1b`, `graph/llama-3-70b`: `ArchConfig::load` + `build_model` in f16, from
 //!   the configs in `tests/data/configs/`;
-//! - `build_no_weights/llama-3.2-1b`: the whole `mobius::build` with `weights: false` into a
-//!   fresh temporary folder;
+//! - `build_no_weights/llama-3.2-1b`: `mobius::build` without weights for `--ep cuda --dtype
+//!   f16` (config, graph, optimizer) plus `ModelPackage::save` into a fresh temporary folder;
 //! - `stream/mobius_save_bf16_to_f16`, `stream/fs_copy`: `onnx::export::save` of a generated
 //!   bf16 safetensors checkpoint (~256 MB, `MOBIUS_BENCH_STREAM_MB` to change) converted to f16,
 //!   against `std::fs::copy` of the same file.
@@ -103,14 +103,22 @@ fn bench_graphs(c: &mut Criterion, runs: usize) -> Vec<(String, Duration, usize)
 
 /// `mobius::build` of Llama-3.2-1B without weights, into a fresh temporary folder each time.
 fn bench_full_build(c: &mut Criterion, runs: usize) -> Duration {
-    let opts = |out: PathBuf| BuildOptions {
+    let opts = BuildOptions {
         source: ModelSource::LocalDir(config_path("llama-3.2-1b").parent().unwrap().into()),
-        out,
         dtype: Some(DType::F16),
-        weights: false,
-        overwrite: false,
+        load_weights: false,
         hub: HubSettings::from_env(),
-        progress: false,
+        execution_provider: mobius::get_ep("cuda").expect("cuda is built in"),
+        limits: mobius::opt::Limits::default(),
+    };
+    let build_and_save = |out: PathBuf| {
+        let package = mobius::build(&opts).expect("build succeeds");
+        let save = mobius::SaveOptions {
+            out,
+            overwrite: false,
+            progress: false,
+        };
+        package.save(&save).expect("save succeeds");
     };
     let mut group = c.benchmark_group("build_no_weights");
     group.sample_size(10);
@@ -120,7 +128,7 @@ fn bench_full_build(c: &mut Criterion, runs: usize) -> Duration {
         b.iter_batched(
             || tempfile::tempdir().expect("temp dir"),
             |dir| {
-                mobius::build(&opts(dir.path().join("out"))).expect("build succeeds");
+                build_and_save(dir.path().join("out"));
                 dir
             },
             BatchSize::PerIteration,
@@ -132,7 +140,7 @@ fn bench_full_build(c: &mut Criterion, runs: usize) -> Duration {
     time_median(runs, || {
         run += 1;
         let out = dir.path().join(format!("out{run}"));
-        mobius::build(&opts(out)).expect("build succeeds");
+        build_and_save(out);
     })
 }
 
@@ -311,7 +319,7 @@ fn main() {
         );
     }
     println!(
-        "summary: mobius::build --no-weights llama-3.2-1b (f16): {:.2} ms (median of {runs})",
+        "summary: mobius build --no-weights --ep cuda --dtype f16 llama-3.2-1b: {:.2} ms (median of {runs})",
         ms(full)
     );
     if let Some((save, copy, bytes)) = stream {

@@ -1,115 +1,149 @@
-//! The `build` pipeline: source → config → graph → weights → package.
+//! The `build` pipeline: source → config → portable graph → optimizer → [`ModelPackage`], which
+//! [`ModelPackage::save`] writes (weights streamed from the checkpoint at that point).
 
-use std::path::PathBuf;
-use std::time::Instant;
+use std::path::{Path, PathBuf};
 
 use crate::config::ArchConfig;
-use crate::ir::DType;
+use crate::ep::EpCapabilities;
+use crate::ir::{DType, Graph, Model, TensorSource};
 use crate::models::build_model;
+use crate::onnx::export::SaveReport;
+use crate::opt::{optimize, Limits, OptimizeOptions, OptimizeReport, Role};
 use crate::package::{check_target, write_package, StagedOutput};
 use crate::source::{resolve, HubSettings, ModelSource};
 use crate::weights::eval::Evaluator;
 use crate::weights::store::TensorStore;
 use crate::Result;
 
-/// Everything `mobius build` needs.
+/// What to build.
 #[derive(Debug, Clone)]
 pub struct BuildOptions {
     /// Where the checkpoint comes from.
     pub source: ModelSource,
-    /// The output folder.
-    pub out: PathBuf,
     /// Model dtype; `None` = the checkpoint's (f32 when the config does not say).
     pub dtype: Option<DType>,
-    /// Whether to load and write weights (`false` = `--no-weights`).
-    pub weights: bool,
-    /// Replace a non-empty output folder.
-    pub overwrite: bool,
+    /// Whether to read weights (`false` = `--no-weights`: initializers declared, no data).
+    pub load_weights: bool,
     /// Hugging Face endpoint, cache and offline settings.
     pub hub: HubSettings,
+    /// The execution provider the graph is optimized for.
+    pub execution_provider: EpCapabilities,
+    /// Saturation limits of the optimizer.
+    pub limits: Limits,
+}
+
+/// A built model, ready to be saved.
+pub struct ModelPackage {
+    /// The optimized model.
+    pub model: Model,
+    /// The normalised architecture.
+    pub config: ArchConfig,
+    /// The model dtype.
+    pub dtype: DType,
+    /// The execution provider it was optimized for.
+    pub execution_provider: EpCapabilities,
+    /// What the optimizer did (print it for `--trace`).
+    pub optimization: OptimizeReport,
+    tokenizer_files: Vec<PathBuf>,
+    store: Option<TensorStore>,
+}
+
+/// Where and how [`ModelPackage::save`] writes.
+#[derive(Debug, Clone)]
+pub struct SaveOptions {
+    /// The output folder.
+    pub out: PathBuf,
+    /// Replace a non-empty output folder.
+    pub overwrite: bool,
     /// Show a progress bar on stderr (it hides itself when stderr is not a terminal).
     pub progress: bool,
 }
 
-/// What a build produced.
-#[derive(Debug, Clone)]
-pub struct BuildReport {
-    /// The model dtype used.
-    pub dtype: DType,
-    /// Number of graph nodes.
-    pub nodes: usize,
-    /// Number of initializers.
-    pub initializers: usize,
-    /// Bytes of weights written.
-    pub data_bytes: u64,
-    /// Values clamped into the f16 range.
-    pub clamped_f16: usize,
-    /// Wall time in seconds.
-    pub seconds: f64,
-}
-
-/// Builds an ONNX package from a checkpoint. On error nothing is left in `opts.out`.
-pub fn build(opts: &BuildOptions) -> Result<BuildReport> {
-    let start = Instant::now();
-    check_target(&opts.out, opts.overwrite)?;
-    let files = resolve(&opts.source, &opts.hub, opts.weights)?;
+/// Resolves the checkpoint, builds the portable graph and optimizes it for the EP. Weights
+/// are located and checked (names, shapes, dtypes) but not read until [`ModelPackage::save`].
+pub fn build(opts: &BuildOptions) -> Result<ModelPackage> {
+    let files = resolve(&opts.source, &opts.hub, opts.load_weights)?;
     tracing::info!("model files from {}", files.origin);
-    let mut cfg = ArchConfig::load(&files.config)?;
+    let mut config = ArchConfig::load(&files.config)?;
     let generation = files
         .tokenizer_files
         .iter()
         .find(|f| f.ends_with("generation_config.json"));
     if let Some(path) = generation {
-        cfg.fill_tokens_from_generation_config(path)?;
+        config.fill_tokens_from_generation_config(path)?;
     }
-    let dtype = opts.dtype.or(cfg.dtype).unwrap_or(DType::F32);
-    let mut model = build_model(&cfg, dtype)?;
+    let dtype = opts.dtype.or(config.dtype).unwrap_or(DType::F32);
+    let portable = build_model(&config, dtype)?;
+    let options = OptimizeOptions {
+        dtype,
+        role: Role::Decoder,
+        limits: opts.limits,
+    };
+    let (mut model, optimization) = optimize(&portable, &opts.execution_provider, &options)?;
     let store = match &files.weights {
-        Some(w) if opts.weights => Some(TensorStore::open(w)?),
+        Some(w) if opts.load_weights => Some(TensorStore::open(w)?),
         _ => None,
     };
     if store.is_none() {
         strip_checkpoint_data(&mut model.graph);
     }
-    let mut evaluator = Evaluator::new(store.as_ref());
-    crate::weights::check_sources(&model.graph, &evaluator)?;
-
-    let staged = StagedOutput::create(&opts.out)?;
-    let progress = if opts.progress {
-        let style = indicatif::ProgressStyle::with_template(
-            "{msg} [{bar:40}] {bytes}/{total_bytes} ({bytes_per_sec}, {eta})",
-        )
-        .expect("the progress template is valid")
-        .progress_chars("=> ");
-        indicatif::ProgressBar::with_draw_target(None, indicatif::ProgressDrawTarget::stderr())
-            .with_style(style)
-            .with_message("writing weights")
-    } else {
-        indicatif::ProgressBar::hidden()
-    };
-    let report = write_package(
-        &model,
-        &cfg,
-        &files.tokenizer_files,
-        staged.dir(),
-        &mut evaluator,
-        &progress,
-    )?;
-    progress.finish_and_clear();
-    staged.commit()?;
-    Ok(BuildReport {
+    crate::weights::check_sources(&model.graph, &Evaluator::new(store.as_ref()))?;
+    Ok(ModelPackage {
+        model,
+        config,
         dtype,
-        nodes: model.graph.nodes.len(),
-        initializers: model.graph.initializers.len(),
-        data_bytes: report.data_bytes,
-        clamped_f16: report.clamped_f16,
-        seconds: start.elapsed().as_secs_f64(),
+        execution_provider: opts.execution_provider.clone(),
+        optimization,
+        tokenizer_files: files.tokenizer_files,
+        store,
     })
+}
+
+impl ModelPackage {
+    /// Writes model.onnx, model.onnx.data, genai_config.json and the tokenizer files into
+    /// `opts.out`, atomically: on error nothing is left there.
+    pub fn save(&self, opts: &SaveOptions) -> Result<SaveReport> {
+        check_target(&opts.out, opts.overwrite)?;
+        let staged = StagedOutput::create(&opts.out)?;
+        let progress = progress_bar(opts.progress);
+        let mut evaluator = Evaluator::new(self.store.as_ref());
+        let report = write_package(
+            &self.model,
+            &self.config,
+            &self.execution_provider,
+            &self.tokenizer_files,
+            staged.dir(),
+            &mut evaluator,
+            &progress,
+        )?;
+        progress.finish_and_clear();
+        staged.commit()?;
+        Ok(report)
+    }
+
+    /// The output folder's check, for callers that want to fail before building.
+    pub fn check_output(out: &Path, overwrite: bool) -> Result<()> {
+        check_target(out, overwrite)
+    }
+}
+
+fn progress_bar(visible: bool) -> indicatif::ProgressBar {
+    if !visible {
+        return indicatif::ProgressBar::hidden();
+    }
+    let style = indicatif::ProgressStyle::with_template(
+        "{msg} [{bar:40}] {bytes}/{total_bytes} ({bytes_per_sec}, {eta})",
+    )
+    .expect("the progress template is valid")
+    .progress_chars("=> ");
+    indicatif::ProgressBar::with_draw_target(None, indicatif::ProgressDrawTarget::stderr())
+        .with_style(style)
+        .with_message("writing weights")
 }
 
 /// Declares every checkpoint-derived initializer without data (`--no-weights`); computed
 /// tensors (RoPE tables, constants) keep theirs.
-fn strip_checkpoint_data(graph: &mut crate::ir::Graph) {
+fn strip_checkpoint_data(graph: &mut Graph) {
     for init in &mut graph.initializers {
         if init.source.as_ref().is_some_and(reads_checkpoint) {
             init.source = None;
@@ -117,12 +151,11 @@ fn strip_checkpoint_data(graph: &mut crate::ir::Graph) {
     }
 }
 
-fn reads_checkpoint(src: &crate::ir::TensorSource) -> bool {
-    use crate::ir::TensorSource as S;
+fn reads_checkpoint(src: &TensorSource) -> bool {
     match src {
-        S::Checkpoint(_) => true,
-        S::Inline(_) | S::External { .. } => false,
-        S::Transpose(inner) => reads_checkpoint(inner),
-        S::Concat { parts, .. } => parts.iter().any(reads_checkpoint),
+        TensorSource::Checkpoint(_) => true,
+        TensorSource::Inline(_) | TensorSource::External { .. } => false,
+        TensorSource::Transpose(inner) => reads_checkpoint(inner),
+        TensorSource::Concat { parts, .. } => parts.iter().any(reads_checkpoint),
     }
 }

@@ -105,6 +105,52 @@ pub enum Error {
         /// What is wrong.
         message: String,
     },
+    /// An execution provider name is not registered.
+    #[error("unknown execution provider `{name}`; registered: {}", registered.join(", "))]
+    UnknownEp {
+        /// The name asked for.
+        name: String,
+        /// The registered names.
+        registered: Vec<String>,
+    },
+    /// Execution provider capabilities break a rule (or duplicate a registered name).
+    #[error("execution provider `{name}`: {message}")]
+    InvalidEp {
+        /// The EP name.
+        name: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// An EP file (TOML) is malformed.
+    #[error("{}:{line}:{column}: {message}", path.display())]
+    EpFile {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line (0 when unknown).
+        line: usize,
+        /// 1-based column (0 when unknown).
+        column: usize,
+        /// What is wrong.
+        message: String,
+    },
+    /// The target EP cannot run some op of the graph and no rule rewrites it.
+    #[error("execution provider `{ep}` cannot run {} and no enabled rule rewrites it into ops it runs", ops.join(", "))]
+    EpCannotRun {
+        /// The EP.
+        ep: String,
+        /// The ops (as e-graph text: `Attention/3`, `com.microsoft::…`).
+        ops: Vec<String>,
+    },
+    /// A rewrite rule file is malformed.
+    #[error("{}:{line}: {message}", path.display())]
+    RuleFile {
+        /// The rule file.
+        path: PathBuf,
+        /// 1-based line.
+        line: usize,
+        /// What is wrong.
+        message: String,
+    },
     /// The graph is inconsistent (a bug, or an invalid imported model).
     #[error("invalid graph: {0}")]
     Graph(String),

@@ -5,17 +5,24 @@
 //! [`source`] (local folder, Hugging Face cache, hub download) → [`config`] (config.json →
 //! [`config::ArchConfig`]) → [`models`] (portable graph in the [`ir`]) → [`weights`]
 //! (safetensors, lazy transforms, streaming) → [`onnx`] (protobuf + external data) →
-//! [`package`] (output folder, genai_config.json, tokenizer files). [`build()`] runs it all.
+//! [`package`] (output folder, genai_config.json, tokenizer files). [`build()`] runs it all
+//! and returns a [`ModelPackage`] to [`ModelPackage::save`]; [`opt`] is the
+//! equality-saturation optimizer that specialises the graph for an execution provider ([`ep`]).
 
 pub mod build;
 pub mod config;
+pub mod ep;
 pub mod error;
 pub mod ir;
 pub mod models;
 pub mod onnx;
+pub mod opt;
+pub mod optimize_file;
 pub mod package;
 pub mod source;
 pub mod weights;
 
-pub use build::{build, BuildOptions, BuildReport};
+pub use build::{build, BuildOptions, ModelPackage, SaveOptions};
+pub use ep::{ep_registry, get_ep, register_ep, EpCapabilities};
 pub use error::{Error, Result};
+pub use opt::{optimize, OptimizeOptions, Role};

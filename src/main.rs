@@ -5,9 +5,15 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use mobius::config::SUPPORTED_MODEL_TYPES;
+use mobius::ep::{
+    ep_json, ep_registry, ep_table, get_ep, load_ep_file, register_ep, EpCapabilities,
+};
 use mobius::ir::DType;
+use mobius::opt::Limits;
+use mobius::optimize_file::{optimize_file, OptimizeFileOptions};
 use mobius::source::{HubSettings, ModelSource};
-use mobius::{build, BuildOptions};
+use mobius::{build, BuildOptions, ModelPackage, SaveOptions};
 use tracing_subscriber::EnvFilter;
 
 /// Turn Hugging Face checkpoints into ONNX packages for ONNX Runtime and onnxruntime-genai.
@@ -27,8 +33,87 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Build an ONNX package (model.onnx, model.onnx.data, genai_config.json, tokenizer files)
-    /// from a checkpoint.
+    /// from a checkpoint, optimized for an execution provider.
     Build(BuildArgs),
+    /// Optimize an existing .onnx model (with its external data) for an execution provider.
+    Optimize(OptimizeArgs),
+    /// List what mobius supports.
+    List {
+        #[command(subcommand)]
+        what: ListWhat,
+    },
+}
+
+#[derive(Subcommand)]
+enum ListWhat {
+    /// Registered execution providers and their capabilities.
+    Eps {
+        /// Print JSON (every capability field) instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Also register the EP described by this TOML file.
+        #[arg(long, value_name = "FILE")]
+        ep_file: Option<PathBuf>,
+    },
+    /// The Hugging Face `model_type`s mobius builds.
+    Models,
+}
+
+/// Execution provider selection, shared by `build` and `optimize`.
+#[derive(Args)]
+struct EpArgs {
+    /// Target execution provider: default, cpu, cuda, dml, webgpu, trt-rtx, onnx-standard, mlx,
+    /// openvino, qnn, or a custom EP from --ep-file. `mobius list eps` shows them.
+    #[arg(long, visible_alias = "execution-provider", value_name = "EP")]
+    ep: Option<String>,
+    /// Register a custom EP from a TOML file (see examples/custom_ep.toml); it becomes the
+    /// target unless --ep names another.
+    #[arg(long, value_name = "FILE")]
+    ep_file: Option<PathBuf>,
+    /// Print what each optimizer stage and rule group changed (`[EP Trace]` lines on stderr).
+    #[arg(long)]
+    trace: bool,
+}
+
+impl EpArgs {
+    /// The target EP's capabilities; fails before any model is read.
+    fn resolve(&self) -> mobius::Result<EpCapabilities> {
+        let from_file = match &self.ep_file {
+            Some(path) => {
+                let caps = load_ep_file(path)?;
+                register_ep(caps.clone(), false)?;
+                Some(caps.name)
+            }
+            None => None,
+        };
+        let name = self
+            .ep
+            .clone()
+            .or(from_file)
+            .unwrap_or_else(|| "default".to_string());
+        get_ep(&name)
+    }
+}
+
+#[derive(Args)]
+struct OptimizeArgs {
+    /// The model to optimize (external data is read from its folder).
+    input: PathBuf,
+    /// Output folder for model.onnx + model.onnx.data. It must not exist or be empty, unless
+    /// --overwrite.
+    out: PathBuf,
+    #[command(flatten)]
+    ep: EpArgs,
+    /// Model dtype for dtype-gated rules. Default: the dtype of the first floating-point graph
+    /// output.
+    #[arg(long, value_enum)]
+    dtype: Option<DTypeArg>,
+    /// What the model is (gates role-specific rules such as attention fusion).
+    #[arg(long, default_value = "decoder", value_parser = ["decoder", "encoder", "vision"])]
+    role: String,
+    /// Replace an existing, non-empty output folder.
+    #[arg(long)]
+    overwrite: bool,
 }
 
 #[derive(Args)]
@@ -58,6 +143,8 @@ struct BuildArgs {
     /// Replace an existing, non-empty output folder.
     #[arg(long)]
     overwrite: bool,
+    #[command(flatten)]
+    ep: EpArgs,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -87,7 +174,9 @@ fn init_logging(verbose: u8, quiet: bool) {
         (false, 1) => "debug",
         _ => "trace",
     };
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    // Dependencies (egg's per-iteration logs) only speak up for warnings unless RUST_LOG says so.
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new(format!("warn,mobius={default}")));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -98,6 +187,7 @@ fn init_logging(verbose: u8, quiet: bool) {
 }
 
 fn run_build(args: BuildArgs, quiet: bool) -> mobius::Result<()> {
+    let ep = args.ep.resolve()?;
     let source = match (args.model, args.config) {
         (Some(id), _) => ModelSource::Hub {
             id,
@@ -106,25 +196,89 @@ fn run_build(args: BuildArgs, quiet: bool) -> mobius::Result<()> {
         (None, Some(dir)) => ModelSource::LocalDir(dir),
         (None, None) => unreachable!("clap requires --model or --config"),
     };
+    let started = std::time::Instant::now();
+    ModelPackage::check_output(&args.out, args.overwrite)?;
     let opts = BuildOptions {
         source,
-        out: args.out,
         dtype: args.dtype.map(Into::into),
-        weights: !args.no_weights,
-        overwrite: args.overwrite,
+        load_weights: !args.no_weights,
         hub: HubSettings::from_env(),
-        progress: !quiet,
+        execution_provider: ep,
+        limits: Limits::default(),
     };
-    let report = build(&opts)?;
+    let package = build(&opts)?;
+    if args.ep.trace {
+        eprint!("{}", package.optimization);
+    }
+    let saved = package.save(&SaveOptions {
+        out: args.out.clone(),
+        overwrite: args.overwrite,
+        progress: !quiet,
+    })?;
     tracing::info!(
-        "wrote {} ({}, {} nodes, {} initializers, {:.1} MB of weights) in {:.2}s",
+        "wrote {} ({}, {}, {} nodes, {} initializers, {:.1} MB of weights) in {:.2}s",
+        args.out.display(),
+        package.execution_provider.name,
+        package.dtype,
+        package.model.graph.nodes.len(),
+        package.model.graph.initializers.len(),
+        saved.data_bytes as f64 / 1e6,
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+fn run_optimize(args: OptimizeArgs) -> mobius::Result<()> {
+    let ep = args.ep.resolve()?;
+    let opts = OptimizeFileOptions {
+        input: args.input,
+        out: args.out,
+        ep,
+        dtype: args.dtype.map(Into::into),
+        role: args.role.parse().map_err(mobius::Error::Graph)?,
+        overwrite: args.overwrite,
+        limits: Limits::default(),
+    };
+    let report = optimize_file(&opts)?;
+    if args.ep.trace {
+        eprint!("{report}");
+    }
+    tracing::info!(
+        "wrote {} ({} → {} nodes for {}) in {:.2}s",
         opts.out.display(),
-        report.dtype,
-        report.nodes,
-        report.initializers,
-        report.data_bytes as f64 / 1e6,
+        report.nodes_before,
+        report.nodes_after,
+        report.ep,
         report.seconds
     );
+    Ok(())
+}
+
+fn run_list(what: ListWhat) -> mobius::Result<()> {
+    match what {
+        ListWhat::Eps { json, ep_file } => {
+            if let Some(path) = ep_file {
+                register_ep(load_ep_file(&path)?, false)?;
+            }
+            let eps = ep_registry()
+                .iter()
+                .map(|name| get_ep(name))
+                .collect::<mobius::Result<Vec<_>>>()?;
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&ep_json(&eps)).expect("JSON values serialise")
+                );
+            } else {
+                print!("{}", ep_table(&eps));
+            }
+        }
+        ListWhat::Models => {
+            for model_type in SUPPORTED_MODEL_TYPES {
+                println!("{model_type}");
+            }
+        }
+    }
     Ok(())
 }
 
@@ -133,6 +287,8 @@ fn main() -> ExitCode {
     init_logging(cli.verbose, cli.quiet);
     let result = match cli.command {
         Command::Build(args) => run_build(args, cli.quiet),
+        Command::Optimize(args) => run_optimize(args),
+        Command::List { what } => run_list(what),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -3,6 +3,7 @@
 use serde_json::{json, Value};
 
 use crate::config::ArchConfig;
+use crate::ep::{genai_provider_options, genai_search_max_length, EpCapabilities};
 use crate::ir::Graph;
 
 /// onnxruntime-genai's `model.type` for an HF `model_type` (unknown types pass through).
@@ -18,7 +19,12 @@ pub fn genai_model_type(model_type: &str) -> &str {
 ///
 /// Decoder inputs are read from the graph, so a graph without `position_ids` lists none.
 /// `context_length` is `max_position_embeddings`: the RoPE tables hold no more positions.
-pub fn genai_config(cfg: &ArchConfig, graph: &Graph, model_file: &str) -> Value {
+pub fn genai_config(
+    cfg: &ArchConfig,
+    ep: &EpCapabilities,
+    graph: &Graph,
+    model_file: &str,
+) -> Value {
     let mut inputs = serde_json::Map::new();
     for input in graph
         .inputs
@@ -39,7 +45,7 @@ pub fn genai_config(cfg: &ArchConfig, graph: &Graph, model_file: &str) -> Value 
         "vocab_size": cfg.vocab_size,
         "context_length": context_length,
         "decoder": {
-            "session_options": {"log_id": "onnxruntime-genai", "provider_options": []},
+            "session_options": {"log_id": "onnxruntime-genai", "provider_options": genai_provider_options(ep)},
             "filename": model_file,
             "head_size": cfg.head_dim,
             "hidden_size": cfg.hidden_size,
@@ -72,7 +78,7 @@ pub fn genai_config(cfg: &ArchConfig, graph: &Graph, model_file: &str) -> Value 
             "do_sample": false,
             "early_stopping": true,
             "length_penalty": 1.0,
-            "max_length": context_length,
+            "max_length": genai_search_max_length(ep, context_length, share_buffer),
             "min_length": 0,
             "no_repeat_ngram_size": 0,
             "num_beams": 1,

@@ -7,6 +7,7 @@ pub mod output;
 use std::path::{Path, PathBuf};
 
 use crate::config::ArchConfig;
+use crate::ep::EpCapabilities;
 use crate::ir::Model;
 use crate::onnx::export::{self, SaveReport, MODEL_FILE};
 use crate::weights::eval::Evaluator;
@@ -20,13 +21,14 @@ pub const GENAI_CONFIG_FILE: &str = "genai_config.json";
 pub fn write_package(
     model: &Model,
     cfg: &ArchConfig,
+    ep: &EpCapabilities,
     tokenizer_files: &[PathBuf],
     dir: &Path,
     evaluator: &mut Evaluator<'_>,
     progress: &indicatif::ProgressBar,
 ) -> Result<SaveReport> {
     let report = export::save(model, dir, evaluator, progress)?;
-    let genai = genai_config::genai_config(cfg, &model.graph, MODEL_FILE);
+    let genai = genai_config::genai_config(cfg, ep, &model.graph, MODEL_FILE);
     let path = dir.join(GENAI_CONFIG_FILE);
     std::fs::write(&path, genai_config::to_pretty_json(&genai)).map_err(|e| Error::io(&path, e))?;
     for file in tokenizer_files {

@@ -145,7 +145,11 @@ mod tests {
         let (out, _) = convert(&src, DType::BF16, DType::F16);
         for (bits, got) in (0..=u16::MAX).zip(out.chunks_exact(2)) {
             let v = bf16::from_bits(bits).to_f32();
-            let want = f16::from_f32(if v.is_finite() { v.clamp(-F16_MAX, F16_MAX) } else { v });
+            let want = f16::from_f32(if v.is_finite() {
+                v.clamp(-F16_MAX, F16_MAX)
+            } else {
+                v
+            });
             let got = f16::from_bits(u16::from_le_bytes([got[0], got[1]]));
             assert!(
                 got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),

@@ -1,0 +1,150 @@
+//! The ten built-in execution providers, with the values of the reference implementation.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::capabilities::EpCapabilities;
+use super::cost_params::CostParams;
+use crate::ir::DType::{self, BF16, F16, F32};
+
+/// The built-in EPs in registration order: `default`, `openvino`, `cpu`, `cuda`, `dml`,
+/// `webgpu`, `mlx`, `trt-rtx`, `qnn`, `onnx-standard`.
+///
+/// These are the values the registry starts with; [`super::get_ep`] returns the current
+/// (possibly overwritten) entry.
+pub fn builtin_eps() -> Vec<EpCapabilities> {
+    vec![
+        EpCapabilities::new("default"),
+        openvino(),
+        cpu(),
+        cuda(),
+        dml(),
+        webgpu(),
+        mlx(),
+        trt_rtx(),
+        qnn(),
+        onnx_standard(),
+    ]
+}
+
+fn dtypes(list: &[DType]) -> BTreeSet<DType> {
+    list.iter().copied().collect()
+}
+
+fn options(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn openvino() -> EpCapabilities {
+    EpCapabilities {
+        supports_skip_layer_norm: false,
+        provider_options: options(&[("device_type", "NPU")]),
+        supports_contrib_ops: false,
+        cost: CostParams::NPU,
+        ..EpCapabilities::new("openvino")
+    }
+}
+
+fn cpu() -> EpCapabilities {
+    EpCapabilities {
+        gqa_dtypes: dtypes(&[F32]),
+        qkv_pack_dtypes: dtypes(&[F32]),
+        default_int4_accuracy_level: 4,
+        supports_past_present_share_buffer: true,
+        cost: CostParams::CPU,
+        ..EpCapabilities::new("cpu")
+    }
+}
+
+fn cuda() -> EpCapabilities {
+    EpCapabilities {
+        gqa_dtypes: dtypes(&[F16, BF16]),
+        qkv_pack_dtypes: dtypes(&[F32, F16, BF16]),
+        supports_packed_multi_head_attention: true,
+        provider_options: options(&[("enable_skip_layer_norm_strict_mode", "1")]),
+        supports_past_present_share_buffer: true,
+        supports_fp8_kv_cache: true,
+        cost: CostParams::DISCRETE_GPU,
+        ..EpCapabilities::new("cuda")
+    }
+}
+
+fn dml() -> EpCapabilities {
+    EpCapabilities {
+        gqa_dtypes: dtypes(&[F16]),
+        supports_packed_multi_head_attention: true,
+        supports_fused_rope: false,
+        supports_past_present_share_buffer: true,
+        cost: CostParams::PORTABLE_GPU,
+        ..EpCapabilities::new("dml")
+    }
+}
+
+fn webgpu() -> EpCapabilities {
+    EpCapabilities {
+        gqa_dtypes: dtypes(&[F32, F16]),
+        qkv_pack_dtypes: dtypes(&[F32, F16]),
+        default_int4_accuracy_level: 4,
+        enable_graph_capture: true,
+        supports_past_present_share_buffer: true,
+        cap_kv_buffer_max_length: true,
+        max_buffer_size: Some(268_435_456),
+        requires_graph_capture_rewrite: true,
+        cost: CostParams::PORTABLE_GPU,
+        ..EpCapabilities::new("webgpu")
+    }
+}
+
+fn mlx() -> EpCapabilities {
+    EpCapabilities {
+        gqa_dtypes: dtypes(&[F32, F16, BF16]),
+        supports_past_present_share_buffer: true,
+        cost: CostParams::UNIFIED_MEMORY_GPU,
+        ..EpCapabilities::new("mlx")
+    }
+}
+
+fn trt_rtx() -> EpCapabilities {
+    EpCapabilities {
+        gqa_dtypes: dtypes(&[F16, BF16]),
+        qkv_pack_dtypes: dtypes(&[F32, F16, BF16]),
+        supports_skip_layer_norm: false,
+        enable_graph_capture: true,
+        supports_past_present_share_buffer: true,
+        cost: CostParams::DISCRETE_GPU,
+        ..EpCapabilities::new("trt-rtx")
+    }
+}
+
+fn qnn() -> EpCapabilities {
+    EpCapabilities {
+        supports_fused_rope: false,
+        supports_skip_layer_norm: false,
+        provider_options: options(&[
+            ("backend_path", "QnnHtp.dll"),
+            ("htp_performance_mode", "burst"),
+            ("htp_graph_finalization_optimization_mode", "3"),
+            ("enable_htp_shared_memory_allocator", "1"),
+        ]),
+        supports_rank4_rmsnorm: false,
+        supports_attention: false,
+        supports_matmul_nbits: false,
+        supports_rotary_embedding: false,
+        supports_tensor_scatter: false,
+        supports_range: false,
+        supports_contrib_ops: false,
+        cost: CostParams::NPU,
+        ..EpCapabilities::new("qnn")
+    }
+}
+
+fn onnx_standard() -> EpCapabilities {
+    EpCapabilities {
+        supports_fused_rope: false,
+        supports_skip_layer_norm: false,
+        supports_contrib_ops: false,
+        ..EpCapabilities::new("onnx-standard")
+    }
+}

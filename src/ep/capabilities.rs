@@ -1,0 +1,99 @@
+//! [`EpCapabilities`]: what one execution provider can run, and how to configure it.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
+
+use super::cost_params::CostParams;
+use super::dtype_names;
+use crate::ir::DType;
+
+/// The capabilities of one ONNX Runtime execution provider (EP).
+///
+/// The rewrite pipeline reads these flags to decide which fusions to apply and which fused
+/// operators to lower again; the package writer reads the provider options and the KV-cache
+/// flags for `genai_config.json`. Build one with [`EpCapabilities::new`] (spec defaults), then
+/// set fields; [`EpCapabilities::validate`] checks the combination.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EpCapabilities {
+    /// The EP name (`cuda`, `webgpu`, …): lowercase letters, digits, `-`, `_` and `.`.
+    pub name: String,
+    /// Model dtypes for which attention is fused into `com.microsoft::GroupQueryAttention`.
+    #[serde(serialize_with = "dtype_names::serialize")]
+    pub gqa_dtypes: BTreeSet<DType>,
+    /// Model dtypes for which the Q, K and V projections are packed into one GQA input.
+    #[serde(serialize_with = "dtype_names::serialize")]
+    pub qkv_pack_dtypes: BTreeSet<DType>,
+    /// Whether GQA may apply rotary embeddings itself (false: RoPE is separated again).
+    pub supports_fused_rope: bool,
+    /// Whether `SkipLayerNormalization` / `SkipSimplifiedLayerNormalization` are fused.
+    pub supports_skip_layer_norm: bool,
+    /// Whether mixture-of-experts blocks are built as one `com.microsoft::MoE` operator.
+    pub supports_fused_moe: bool,
+    /// Whether `com.microsoft::PackedMultiHeadAttention` may be used.
+    pub supports_packed_multi_head_attention: bool,
+    /// Whether RMS normalization may run on rank-4 inputs (false: reshaped for HTP).
+    pub supports_rank4_rmsnorm: bool,
+    /// Whether the ONNX `Attention` operator is supported (false: decomposed).
+    pub supports_attention: bool,
+    /// Whether `com.microsoft::MatMulNBits` is supported for quantized weights.
+    pub supports_matmul_nbits: bool,
+    /// Whether the `RotaryEmbedding` operator is supported (false: decomposed).
+    pub supports_rotary_embedding: bool,
+    /// Whether `TensorScatter` is supported (false: lowered to `ScatterND`).
+    pub supports_tensor_scatter: bool,
+    /// Whether the `Range` operator is supported.
+    pub supports_range: bool,
+    /// Whether the EP runs `com.microsoft` operators at all (false: every contrib op must be
+    /// expanded into standard ONNX; the model imports only the default domain).
+    pub supports_contrib_ops: bool,
+    /// Whether the KV cache may be stored as FP8.
+    pub supports_fp8_kv_cache: bool,
+    /// `accuracy_level` written on 4-bit `MatMulNBits` (0 = not written; at most 4).
+    pub default_int4_accuracy_level: u8,
+    /// Session provider options for onnxruntime-genai (never graph-capture keys).
+    pub provider_options: BTreeMap<String, String>,
+    /// Whether graph capture (CUDA graphs, WebGPU graph capture) is enabled.
+    pub enable_graph_capture: bool,
+    /// Whether the past and present KV caches may share one buffer.
+    pub supports_past_present_share_buffer: bool,
+    /// Whether the shared KV buffer's `max_length` is capped at 4096 tokens.
+    pub cap_kv_buffer_max_length: bool,
+    /// The largest single buffer the EP can allocate, in bytes (`None`: unlimited).
+    pub max_buffer_size: Option<u64>,
+    /// Whether the graph needs rewriting so graph capture sees static shapes.
+    pub requires_graph_capture_rewrite: bool,
+    /// Roofline parameters for the cost model.
+    pub cost: CostParams,
+}
+
+impl EpCapabilities {
+    /// Capabilities named `name` with every other field at its spec default.
+    pub fn new(name: impl Into<String>) -> Self {
+        EpCapabilities {
+            name: name.into(),
+            gqa_dtypes: BTreeSet::new(),
+            qkv_pack_dtypes: BTreeSet::new(),
+            supports_fused_rope: true,
+            supports_skip_layer_norm: true,
+            supports_fused_moe: true,
+            supports_packed_multi_head_attention: false,
+            supports_rank4_rmsnorm: true,
+            supports_attention: true,
+            supports_matmul_nbits: true,
+            supports_rotary_embedding: true,
+            supports_tensor_scatter: true,
+            supports_range: true,
+            supports_contrib_ops: true,
+            supports_fp8_kv_cache: false,
+            default_int4_accuracy_level: 0,
+            provider_options: BTreeMap::new(),
+            enable_graph_capture: false,
+            supports_past_present_share_buffer: false,
+            cap_kv_buffer_max_length: false,
+            max_buffer_size: None,
+            requires_graph_capture_rewrite: false,
+            cost: CostParams::default(),
+        }
+    }
+}

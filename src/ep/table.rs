@@ -1,0 +1,79 @@
+//! Human- and machine-readable listings of EP capabilities (`mobius eps`).
+
+use std::collections::BTreeSet;
+
+use serde_json::Value;
+
+use super::capabilities::EpCapabilities;
+use crate::ir::DType;
+
+const HEADERS: [&str; 9] = [
+    "name",
+    "gqa dtypes",
+    "qkv pack dtypes",
+    "fused rope",
+    "skip norm",
+    "attention",
+    "rotary",
+    "graph capture",
+    "share buffer",
+];
+
+/// A fixed-width text table of the main capabilities, one row per EP, in the given order.
+///
+/// Columns: name, GQA dtypes, QKV-pack dtypes, fused RoPE, skip norm, attention, rotary
+/// embedding, graph capture, past/present share buffer. Each line ends with `\n`.
+pub fn ep_table(eps: &[EpCapabilities]) -> String {
+    let rows: Vec<[String; 9]> = eps.iter().map(row).collect();
+    let widths: Vec<usize> = (0..HEADERS.len())
+        .map(|i| {
+            rows.iter()
+                .map(|r| r[i].len())
+                .chain([HEADERS[i].len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let header = HEADERS.map(String::from);
+    std::iter::once(&header)
+        .chain(&rows)
+        .map(|cells| {
+            let line: Vec<String> = cells
+                .iter()
+                .zip(&widths)
+                .map(|(c, w)| format!("{c:<w$}"))
+                .collect();
+            format!("{}\n", line.join("  ").trim_end())
+        })
+        .collect()
+}
+
+/// Every field of every EP as a JSON array of objects (dtype sets as name lists).
+pub fn ep_json(eps: &[EpCapabilities]) -> Value {
+    serde_json::to_value(eps).expect("EP capabilities have string keys and serialize infallibly")
+}
+
+fn row(c: &EpCapabilities) -> [String; 9] {
+    [
+        c.name.clone(),
+        names(&c.gqa_dtypes),
+        names(&c.qkv_pack_dtypes),
+        yes_no(c.supports_fused_rope),
+        yes_no(c.supports_skip_layer_norm),
+        yes_no(c.supports_attention),
+        yes_no(c.supports_rotary_embedding),
+        yes_no(c.enable_graph_capture),
+        yes_no(c.supports_past_present_share_buffer),
+    ]
+}
+
+fn names(set: &BTreeSet<DType>) -> String {
+    if set.is_empty() {
+        return "-".into();
+    }
+    set.iter().map(|d| d.name()).collect::<Vec<_>>().join(",")
+}
+
+fn yes_no(b: bool) -> String {
+    if b { "yes" } else { "no" }.into()
+}

@@ -1,0 +1,253 @@
+//! The e-class analysis: every class knows what it holds (a tensor with dtype and symbolic
+//! shape, a tuple of them, an attribute value, …), its value when it is a small constant
+//! (constant folding happens in `modify`), and whether it depends only on initializers.
+
+use std::collections::HashMap;
+
+use egg::{merge_max, Analysis, DidMerge, EGraph, Id, Symbol};
+
+use super::fold::{fold, MAX_OUTPUT_ELEMS};
+use super::infer::{infer, Attrs, InputView};
+use super::lang::{AttrValue, Literal, Onnx, OpNode};
+use super::types::{SymDim, TensorType};
+
+/// What an e-class holds.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Kind {
+    /// A tensor.
+    Tensor(TensorType),
+    /// The outputs of a multi-output op.
+    Tuple(Vec<TensorType>),
+    /// An attribute value.
+    Attr(AttrValue),
+    /// An absent optional input.
+    Absent,
+    /// The graph outputs.
+    Root,
+}
+
+/// The analysis data of one e-class.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClassData {
+    /// What the class holds.
+    pub kind: Kind,
+    /// Its value, when it is a small constant.
+    pub konst: Option<Literal>,
+    /// Whether it depends only on initializers (and so can be computed at save time).
+    pub init_only: bool,
+}
+
+impl ClassData {
+    /// The tensor type, if the class holds a tensor.
+    pub fn tensor(&self) -> Option<&TensorType> {
+        match &self.kind {
+            Kind::Tensor(t) => Some(t),
+            _ => None,
+        }
+    }
+
+    /// The attribute value, if the class holds one.
+    pub fn attr(&self) -> Option<&AttrValue> {
+        match &self.kind {
+            Kind::Attr(a) => Some(a),
+            _ => None,
+        }
+    }
+}
+
+/// Analysis state: the types of graph inputs and initializers, and the values of small
+/// initializers.
+#[derive(Debug, Clone, Default)]
+pub struct OnnxAnalysis {
+    /// Type of each graph input and initializer, by name.
+    pub leaf_types: HashMap<Symbol, TensorType>,
+    /// Value of each small initializer, by name.
+    pub leaf_values: HashMap<Symbol, Literal>,
+}
+
+/// The e-graph type of the optimizer.
+pub type OnnxGraph = EGraph<Onnx, OnnxAnalysis>;
+
+fn op_data(egraph: &OnnxGraph, op: &OpNode) -> ClassData {
+    let data = |id: Id| &egraph[id].data;
+    let names = op.attr_names();
+    let attr = Attrs::new(
+        names
+            .iter()
+            .zip(op.attr_ids())
+            .filter_map(|(n, &id)| Some((*n, data(id).attr()?))),
+    );
+    let views: Vec<InputView<'_>> = op
+        .input_ids()
+        .iter()
+        .map(|&id| InputView {
+            ty: data(id).tensor(),
+            konst: data(id).konst.as_ref(),
+        })
+        .collect();
+    let mut types = infer(op.op.as_str(), &views, &attr, op.outputs);
+    let init_only = op
+        .input_ids()
+        .iter()
+        .all(|&id| data(id).init_only || matches!(data(id).kind, Kind::Absent));
+    let konst = if op.outputs == 1 {
+        fold_op(op, &views, &types[0], &attr)
+    } else {
+        None
+    };
+    let kind = if op.outputs == 1 {
+        Kind::Tensor(types.remove(0))
+    } else {
+        Kind::Tuple(types)
+    };
+    ClassData {
+        kind,
+        konst,
+        init_only,
+    }
+}
+
+fn fold_op(
+    op: &OpNode,
+    views: &[InputView<'_>],
+    out: &TensorType,
+    attr: &Attrs<'_>,
+) -> Option<Literal> {
+    if op.op.as_str() == "Shape" {
+        // Shape folds from the type alone when every selected dim is known.
+        let dims = out.static_shape()?;
+        let input = views.first()?.ty?.shape.as_ref()?;
+        let start = attr.int("start").unwrap_or(0);
+        let rank = input.len() as i64;
+        let start = if start < 0 { start + rank } else { start }.clamp(0, rank) as usize;
+        let len = *dims.first()? as usize;
+        let values: Option<Vec<i64>> = input
+            .iter()
+            .skip(start)
+            .take(len)
+            .map(SymDim::known)
+            .collect();
+        return Some(Literal::from(&crate::ir::TensorData::from_i64(
+            vec![len],
+            &values?,
+        )));
+    }
+    let consts: Option<Vec<&Literal>> = views.iter().map(|v| v.konst).collect();
+    let lit = fold(op.op.as_str(), &consts?, attr)?;
+    (lit.shape.iter().product::<usize>() <= MAX_OUTPUT_ELEMS).then_some(lit)
+}
+
+impl Analysis<Onnx> for OnnxAnalysis {
+    type Data = ClassData;
+
+    fn make(egraph: &mut OnnxGraph, enode: &Onnx, _id: Id) -> ClassData {
+        let plain = |kind| ClassData {
+            kind,
+            konst: None,
+            init_only: false,
+        };
+        match enode {
+            Onnx::Op(op) => op_data(egraph, op),
+            Onnx::Get { index, tuple } => {
+                let t = &egraph[tuple[0]].data;
+                let ty = match &t.kind {
+                    Kind::Tuple(types) => types.get(*index).cloned().unwrap_or_default(),
+                    _ => TensorType::default(),
+                };
+                ClassData {
+                    kind: Kind::Tensor(ty),
+                    konst: None,
+                    init_only: t.init_only,
+                }
+            }
+            Onnx::Input(name) => plain(Kind::Tensor(
+                egraph
+                    .analysis
+                    .leaf_types
+                    .get(name)
+                    .cloned()
+                    .unwrap_or_default(),
+            )),
+            Onnx::Init(name) => ClassData {
+                kind: Kind::Tensor(
+                    egraph
+                        .analysis
+                        .leaf_types
+                        .get(name)
+                        .cloned()
+                        .unwrap_or_default(),
+                ),
+                konst: egraph.analysis.leaf_values.get(name).cloned(),
+                init_only: true,
+            },
+            Onnx::Const(lit) => ClassData {
+                kind: Kind::Tensor(TensorType::new(
+                    lit.dtype,
+                    lit.shape.iter().map(|&d| SymDim::Known(d as i64)).collect(),
+                )),
+                konst: Some((**lit).clone()),
+                init_only: true,
+            },
+            Onnx::Attr(a) => plain(Kind::Attr(a.clone())),
+            Onnx::Absent => plain(Kind::Absent),
+            Onnx::Root(_) => plain(Kind::Root),
+        }
+    }
+
+    fn merge(&mut self, a: &mut ClassData, b: ClassData) -> DidMerge {
+        let mut changed_a = false;
+        let mut changed_b = false;
+        match (&mut a.kind, &b.kind) {
+            (Kind::Tensor(x), Kind::Tensor(y)) => {
+                debug_assert!(
+                    x.compatible(y),
+                    "unsound rewrite: merged e-classes of types {x} and {y}"
+                );
+                let joined = x.join(y);
+                changed_a |= joined != *x;
+                changed_b |= joined != *y;
+                *x = joined;
+            }
+            (Kind::Tuple(x), Kind::Tuple(y)) => {
+                debug_assert!(
+                    x.len() == y.len() && x.iter().zip(y).all(|(p, q)| p.compatible(q)),
+                    "unsound rewrite: merged tuples of different types"
+                );
+                if x.len() == y.len() {
+                    let joined: Vec<TensorType> = x.iter().zip(y).map(|(p, q)| p.join(q)).collect();
+                    changed_a |= joined != *x;
+                    changed_b |= joined != *y;
+                    *x = joined;
+                }
+            }
+            (x, y) => debug_assert!(
+                std::mem::discriminant(x) == std::mem::discriminant(y),
+                "unsound rewrite: merged e-classes of kinds {x:?} and {y:?}"
+            ),
+        }
+        match (&a.konst, b.konst) {
+            (None, Some(k)) => {
+                a.konst = Some(k);
+                changed_a = true;
+            }
+            (Some(_), None) => changed_b = true,
+            _ => {}
+        }
+        let init = merge_max(&mut a.init_only, b.init_only);
+        DidMerge(changed_a || init.0, changed_b || init.1)
+    }
+
+    fn modify(egraph: &mut OnnxGraph, id: Id) {
+        let Some(lit) = egraph[id].data.konst.clone() else {
+            return;
+        };
+        let has_leaf = egraph[id]
+            .nodes
+            .iter()
+            .any(|n| matches!(n, Onnx::Init(_) | Onnx::Const(_) | Onnx::Input(_)));
+        if !has_leaf {
+            let c = egraph.add(Onnx::Const(Box::new(lit)));
+            egraph.union(id, c);
+        }
+    }
+}

@@ -1,0 +1,166 @@
+//! The EP cost model: which ops the EP can run (others cost infinity) and a roofline estimate
+//! of each op's time for a stated workload (prefill of `prefill_tokens` tokens, batch 1, empty
+//! cache): `launch + max(bytes / bandwidth, flops / peak)` in microseconds.
+
+use egg::Id;
+
+use super::analysis::{Kind, OnnxGraph};
+use super::lang::{Onnx, OpNode};
+use super::types::{SymDim, TensorType};
+use crate::ep::EpCapabilities;
+use crate::ir::DType;
+
+/// Cost of leaves, projections and attribute values: tiny but positive (keeps extraction
+/// acyclic).
+pub const EPSILON: f64 = 1e-3;
+
+/// Concrete sizes substituted for symbolic dims.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Workload {
+    /// `batch`.
+    pub batch: i64,
+    /// `sequence_len` / `seq_len`.
+    pub sequence: i64,
+    /// `past_sequence_len` / `past_seq_len`.
+    pub past: i64,
+}
+
+impl Workload {
+    /// The size of one dim under this workload (unknown dims count 1).
+    pub fn dim(&self, d: &SymDim) -> i64 {
+        match d {
+            SymDim::Known(v) => *v,
+            SymDim::Unknown => 1,
+            SymDim::Sym(s) => s
+                .as_str()
+                .split(" + ")
+                .map(|term| {
+                    if term.contains("past") {
+                        self.past
+                    } else if term.contains("batch") {
+                        self.batch
+                    } else if term.contains("seq") {
+                        self.sequence
+                    } else {
+                        1
+                    }
+                })
+                .sum(),
+        }
+    }
+
+    /// Elements of a tensor of type `t` (unknown rank counts 1).
+    pub fn numel(&self, t: &TensorType) -> f64 {
+        t.shape.as_ref().map_or(1.0, |s| {
+            s.iter().map(|d| self.dim(d).max(0) as f64).product()
+        })
+    }
+}
+
+/// The cost model of one EP.
+#[derive(Debug, Clone)]
+pub struct CostModel<'a> {
+    caps: &'a EpCapabilities,
+    workload: Workload,
+}
+
+impl<'a> CostModel<'a> {
+    /// The model for `caps`, with its prefill workload.
+    pub fn new(caps: &'a EpCapabilities) -> CostModel<'a> {
+        CostModel {
+            caps,
+            workload: Workload {
+                batch: 1,
+                sequence: caps.cost.prefill_tokens as i64,
+                past: 0,
+            },
+        }
+    }
+
+    /// The EP's name.
+    pub fn ep_name(&self) -> &str {
+        &self.caps.name
+    }
+
+    /// Whether the EP can run `op` producing `dtype` (`None`: unknown) with an input of
+    /// rank `rank`.
+    pub fn supports(&self, op: &OpNode, dtype: Option<DType>, rank: Option<usize>) -> bool {
+        let c = self.caps;
+        let (domain, op_type) = op.domain_and_type();
+        match (domain, op_type) {
+            ("", "Attention") => c.supports_attention,
+            ("", "RotaryEmbedding") => c.supports_rotary_embedding,
+            ("", "Range") => c.supports_range,
+            ("", "TensorScatter") => c.supports_tensor_scatter,
+            ("", "RMSNormalization") => c.supports_rank4_rmsnorm || rank != Some(4),
+            ("", _) => true,
+            (_, _) if !c.supports_contrib_ops => false,
+            ("com.microsoft", "GroupQueryAttention") => {
+                dtype.is_some_and(|d| c.gqa_dtypes.contains(&d))
+            }
+            ("com.microsoft", "SkipSimplifiedLayerNormalization" | "SkipLayerNormalization") => {
+                c.supports_skip_layer_norm
+            }
+            ("com.microsoft", "RotaryEmbedding") => c.supports_fused_rope,
+            ("com.microsoft", "MatMulNBits") => c.supports_matmul_nbits,
+            ("com.microsoft", "PackedMultiHeadAttention") => c.supports_packed_multi_head_attention,
+            ("com.microsoft", "MoE") => c.supports_fused_moe,
+            _ => true,
+        }
+    }
+
+    /// The cost of choosing `node` for `class` (children not included).
+    pub fn node_cost(&self, egraph: &OnnxGraph, class: Id, node: &Onnx) -> f64 {
+        let Onnx::Op(op) = node else { return EPSILON };
+        let data = &egraph[class].data;
+        let outputs: Vec<&TensorType> = match &data.kind {
+            Kind::Tensor(t) => vec![t],
+            Kind::Tuple(ts) => ts.iter().collect(),
+            _ => Vec::new(),
+        };
+        let inputs: Vec<&TensorType> = op
+            .input_ids()
+            .iter()
+            .filter_map(|&i| egraph[i].data.tensor())
+            .collect();
+        let dtype = outputs.first().and_then(|t| t.dtype);
+        if !self.supports(op, dtype, inputs.first().and_then(|t| t.rank())) {
+            return f64::INFINITY;
+        }
+        if data.konst.is_some() {
+            return EPSILON; // folded into an initializer when saved
+        }
+        let w = &self.workload;
+        let bytes: f64 = inputs
+            .iter()
+            .chain(&outputs)
+            .map(|t| w.numel(t) * t.dtype.map_or(4, DType::size) as f64)
+            .sum();
+        let out_elems = outputs.first().map_or(1.0, |t| w.numel(t));
+        let flops = match op.op.as_str() {
+            "MatMul" | "Gemm" => {
+                let k = inputs
+                    .first()
+                    .and_then(|t| t.shape.as_ref()?.last().map(|d| w.dim(d)))
+                    .unwrap_or(1) as f64;
+                2.0 * out_elems * k
+            }
+            "Attention" | "com.microsoft::GroupQueryAttention" => {
+                let total = outputs
+                    .get(1)
+                    .and_then(|t| t.shape.as_ref()?.get(2).map(|d| w.dim(d)))
+                    .unwrap_or(w.sequence) as f64;
+                4.0 * out_elems * total
+            }
+            _ => out_elems,
+        };
+        let p = &self.caps.cost;
+        let peak = match dtype {
+            Some(DType::F16 | DType::BF16) => p.peak_tflops_f16,
+            _ => p.peak_tflops_f32,
+        };
+        let memory_us = bytes / (p.memory_bandwidth_gbps * 1e3);
+        let compute_us = flops / (peak * 1e6);
+        p.launch_overhead_us + memory_us.max(compute_us)
+    }
+}

@@ -1,0 +1,450 @@
+//! Output types (dtype + symbolic shape) of the ops mobius emits or rewrites into, from their
+//! input types, constant inputs and attributes. Ops without a rule here get unknown types, and
+//! rules that need a shape do not fire on them.
+
+use super::lang::{AttrValue, Literal};
+use super::types::{SymDim, TensorType};
+use crate::ir::DType;
+
+/// What inference sees of one input.
+#[derive(Debug, Clone, Copy)]
+pub struct InputView<'a> {
+    /// Its type (`None` for an absent optional input).
+    pub ty: Option<&'a TensorType>,
+    /// Its constant value, when known.
+    pub konst: Option<&'a Literal>,
+}
+
+/// The set attributes of the op being inferred or folded, by name.
+#[derive(Debug, Clone, Default)]
+pub struct Attrs<'a> {
+    pairs: Vec<(&'a str, &'a AttrValue)>,
+}
+
+impl<'a> Attrs<'a> {
+    /// Attributes from `(name, value)` pairs; `unset` values are skipped.
+    pub fn new(pairs: impl IntoIterator<Item = (&'a str, &'a AttrValue)>) -> Attrs<'a> {
+        Attrs {
+            pairs: pairs
+                .into_iter()
+                .filter(|(_, v)| **v != AttrValue::Unset)
+                .collect(),
+        }
+    }
+
+    /// The value of `name`, if set.
+    pub fn get(&self, name: &str) -> Option<&'a AttrValue> {
+        self.pairs.iter().find(|(n, _)| *n == name).map(|(_, v)| *v)
+    }
+
+    /// The integer value of `name`, if set and an integer.
+    pub fn int(&self, name: &str) -> Option<i64> {
+        self.get(name).and_then(AttrValue::int)
+    }
+}
+
+/// The output types of `op` (`outputs` of them).
+pub fn infer(
+    op: &str,
+    inputs: &[InputView<'_>],
+    attr: &Attrs<'_>,
+    outputs: usize,
+) -> Vec<TensorType> {
+    let ty = |i: usize| {
+        inputs
+            .get(i)
+            .and_then(|v| v.ty)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let int = |name: &str| attr.int(name);
+    let mut result = match op {
+        "Identity"
+        | "Sigmoid"
+        | "Tanh"
+        | "Relu"
+        | "Neg"
+        | "Abs"
+        | "Sqrt"
+        | "Exp"
+        | "Log"
+        | "Erf"
+        | "Softmax"
+        | "Gelu"
+        | "RMSNormalization"
+        | "LayerNormalization"
+        | "RotaryEmbedding"
+        | "com.microsoft::RotaryEmbedding"
+        | "com.microsoft::FastGelu" => vec![ty(0)],
+        "Not" => vec![ty(0).with_dtype(Some(DType::Bool))],
+        "Add" | "Sub" | "Mul" | "Div" | "Pow" | "com.microsoft::BiasGelu" => {
+            vec![broadcast(&ty(0), &ty(1)).with_dtype(ty(0).dtype)]
+        }
+        "And" | "Or" | "Equal" | "Less" | "Greater" => {
+            vec![broadcast(&ty(0), &ty(1)).with_dtype(Some(DType::Bool))]
+        }
+        "Where" => vec![broadcast(&broadcast(&ty(0), &ty(1)), &ty(2)).with_dtype(ty(1).dtype)],
+        "Cast" => vec![ty(0).with_dtype(int("to").and_then(|c| DType::from_onnx_code(c as i32)))],
+        "CastLike" => vec![ty(0).with_dtype(ty(1).dtype)],
+        "MatMul" => vec![matmul(&ty(0), &ty(1))],
+        "Gather" => vec![gather(&ty(0), &ty(1), int("axis").unwrap_or(0))],
+        "Shape" => vec![shape_of(&ty(0), int("start"), int("end"))],
+        "Unsqueeze" => vec![unsqueeze(&ty(0), inputs.get(1).and_then(|v| v.konst))],
+        "Concat" => vec![concat(inputs, int("axis").unwrap_or(0))],
+        "Transpose" => vec![transpose(
+            &ty(0),
+            attr.get("perm").and_then(AttrValue::ints),
+        )],
+        "Expand" | "Reshape" | "ConstantOfShape" => {
+            vec![from_shape_input(op, &ty(0), inputs.get(1).copied())]
+        }
+        "Range" => vec![TensorType {
+            dtype: ty(0).dtype,
+            shape: Some(vec![SymDim::Unknown]),
+        }],
+        "Attention" => attention(inputs, attr),
+        "com.microsoft::GroupQueryAttention" => group_query_attention(inputs, attr),
+        "com.microsoft::SkipSimplifiedLayerNormalization"
+        | "com.microsoft::SkipLayerNormalization" => skip_norm(&ty(0)),
+        _ => Vec::new(),
+    };
+    result.resize(outputs, TensorType::default());
+    result
+}
+
+fn dims(t: &TensorType) -> Option<&[SymDim]> {
+    t.shape.as_deref()
+}
+
+/// Numpy broadcasting of two shapes.
+fn broadcast(a: &TensorType, b: &TensorType) -> TensorType {
+    let shape = match (dims(a), dims(b)) {
+        (Some(x), Some(y)) => {
+            let n = x.len().max(y.len());
+            let at = |d: &[SymDim], i: usize| {
+                let off = n - d.len();
+                if i < off {
+                    SymDim::Known(1)
+                } else {
+                    d[i - off].clone()
+                }
+            };
+            Some(
+                (0..n)
+                    .map(|i| match (at(x, i), at(y, i)) {
+                        (SymDim::Known(1), d) | (d, SymDim::Known(1)) => d,
+                        (p, q) if p == q => p,
+                        (SymDim::Unknown, d) | (d, SymDim::Unknown) => d,
+                        _ => SymDim::Unknown,
+                    })
+                    .collect(),
+            )
+        }
+        _ => None,
+    };
+    TensorType {
+        dtype: a.dtype,
+        shape,
+    }
+}
+
+fn matmul(a: &TensorType, b: &TensorType) -> TensorType {
+    let shape = match (dims(a), dims(b)) {
+        (Some(x), Some(y)) if x.len() >= 2 && y.len() >= 2 => {
+            let batch = broadcast(
+                &TensorType {
+                    dtype: None,
+                    shape: Some(x[..x.len() - 2].to_vec()),
+                },
+                &TensorType {
+                    dtype: None,
+                    shape: Some(y[..y.len() - 2].to_vec()),
+                },
+            );
+            let mut s = batch.shape.unwrap_or_default();
+            s.push(x[x.len() - 2].clone());
+            s.push(y[y.len() - 1].clone());
+            Some(s)
+        }
+        _ => None,
+    };
+    TensorType {
+        dtype: a.dtype,
+        shape,
+    }
+}
+
+fn axis(a: i64, rank: usize) -> Option<usize> {
+    let r = rank as i64;
+    let a = if a < 0 { a + r } else { a };
+    (0..r).contains(&a).then_some(a as usize)
+}
+
+fn gather(data: &TensorType, idx: &TensorType, ax: i64) -> TensorType {
+    let shape = match (dims(data), dims(idx)) {
+        (Some(d), Some(i)) => axis(ax, d.len()).map(|a| {
+            let mut s = d[..a].to_vec();
+            s.extend_from_slice(i);
+            s.extend_from_slice(&d[a + 1..]);
+            s
+        }),
+        _ => None,
+    };
+    TensorType {
+        dtype: data.dtype,
+        shape,
+    }
+}
+
+fn shape_of(t: &TensorType, start: Option<i64>, end: Option<i64>) -> TensorType {
+    let len = t.rank().map(|r| {
+        let clamp = |v: i64| {
+            let v = if v < 0 { v + r as i64 } else { v };
+            v.clamp(0, r as i64)
+        };
+        let s = clamp(start.unwrap_or(0));
+        let e = clamp(end.unwrap_or(r as i64));
+        (e - s).max(0)
+    });
+    TensorType {
+        dtype: Some(DType::I64),
+        shape: Some(vec![len.map_or(SymDim::Unknown, SymDim::Known)]),
+    }
+}
+
+/// Integer values of a small constant (i64 or i32).
+pub fn literal_ints(lit: &Literal) -> Option<Vec<i64>> {
+    match lit.dtype {
+        DType::I64 => Some(
+            lit.bytes
+                .chunks_exact(8)
+                .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
+                .collect(),
+        ),
+        DType::I32 => Some(
+            lit.bytes
+                .chunks_exact(4)
+                .map(|c| i32::from_le_bytes(c.try_into().unwrap()) as i64)
+                .collect(),
+        ),
+        _ => None,
+    }
+}
+
+fn unsqueeze(t: &TensorType, axes: Option<&Literal>) -> TensorType {
+    let shape = match (dims(t), axes.and_then(literal_ints)) {
+        (Some(d), Some(axes)) => {
+            let rank = d.len() + axes.len();
+            let mut positions: Vec<usize> = axes.iter().filter_map(|&a| axis(a, rank)).collect();
+            positions.sort_unstable();
+            let mut rest = d.iter();
+            (positions.len() == axes.len()).then(|| {
+                (0..rank)
+                    .map(|i| {
+                        if positions.contains(&i) {
+                            SymDim::Known(1)
+                        } else {
+                            rest.next().cloned().unwrap_or(SymDim::Unknown)
+                        }
+                    })
+                    .collect()
+            })
+        }
+        _ => None,
+    };
+    TensorType {
+        dtype: t.dtype,
+        shape,
+    }
+}
+
+fn concat(inputs: &[InputView<'_>], ax: i64) -> TensorType {
+    let types: Vec<TensorType> = inputs
+        .iter()
+        .map(|v| v.ty.cloned().unwrap_or_default())
+        .collect();
+    let dtype = types.first().and_then(|t| t.dtype);
+    let all: Option<Vec<&[SymDim]>> = types.iter().map(dims).collect();
+    let shape = all.and_then(|all| {
+        let first = all.first()?;
+        let a = axis(ax, first.len())?;
+        let mut s = first.to_vec();
+        s[a] = all
+            .iter()
+            .skip(1)
+            .fold(first[a].clone(), |acc, d| match (&acc, d.get(a)) {
+                (SymDim::Known(x), Some(SymDim::Known(y))) => SymDim::Known(x + y),
+                (acc, Some(d)) => acc.add(d),
+                _ => SymDim::Unknown,
+            });
+        Some(s)
+    });
+    TensorType { dtype, shape }
+}
+
+fn transpose(t: &TensorType, perm: Option<&[i64]>) -> TensorType {
+    let shape = dims(t).map(|d| match perm {
+        Some(p) if p.len() == d.len() => p
+            .iter()
+            .map(|&i| d.get(i as usize).cloned().unwrap_or(SymDim::Unknown))
+            .collect(),
+        _ => d.iter().rev().cloned().collect(),
+    });
+    TensorType {
+        dtype: t.dtype,
+        shape,
+    }
+}
+
+/// Expand / Reshape / ConstantOfShape: the output shape comes from a shape tensor.
+fn from_shape_input(op: &str, data: &TensorType, shape: Option<InputView<'_>>) -> TensorType {
+    let rank = shape
+        .and_then(|s| s.ty)
+        .and_then(|t| t.static_shape())
+        .and_then(|s| s.first().copied());
+    let values = shape.and_then(|s| s.konst).and_then(literal_ints);
+    let dtype = if op == "ConstantOfShape" {
+        Some(DType::F32)
+    } else {
+        data.dtype
+    };
+    let out = match (values, rank) {
+        (Some(v), _) if op == "ConstantOfShape" => Some(v.into_iter().map(SymDim::Known).collect()),
+        (Some(v), _) if op == "Expand" => Some(
+            broadcast(
+                data,
+                &TensorType {
+                    dtype: None,
+                    shape: Some(v.into_iter().map(SymDim::Known).collect()),
+                },
+            )
+            .shape
+            .unwrap_or_default(),
+        ),
+        (_, Some(r)) if r >= 0 => Some(vec![SymDim::Unknown; r as usize]),
+        _ => None,
+    };
+    TensorType { dtype, shape: out }
+}
+
+/// Opset-23/24 Attention: `Y`, `present_key`, `present_value` (3-D or 4-D inputs).
+fn attention(inputs: &[InputView<'_>], attr: &Attrs<'_>) -> Vec<TensorType> {
+    let ty = |i: usize| {
+        inputs
+            .get(i)
+            .and_then(|v| v.ty)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let (q, k, v, past_k, past_v) = (ty(0), ty(1), ty(2), ty(4), ty(5));
+    let int = |name: &str| attr.int(name);
+    let (Some(qd), Some(kd), Some(vd)) = (dims(&q), dims(&k), dims(&v)) else {
+        return vec![q.clone(), past_k, past_v];
+    };
+    let present = |new: &[SymDim], past: &TensorType, heads: Option<i64>| -> TensorType {
+        let shape = if new.len() == 4 {
+            let mut s = new.to_vec();
+            if let Some(p) = dims(past).filter(|p| p.len() == 4) {
+                s[2] = p[2].add(&new[2]);
+            }
+            Some(s)
+        } else if new.len() == 3 {
+            let head_dim = match (&new[2], heads) {
+                (SymDim::Known(w), Some(h)) if h > 0 => SymDim::Known(w / h),
+                _ => SymDim::Unknown,
+            };
+            let total = match dims(past).filter(|p| p.len() == 4) {
+                Some(p) => p[2].add(&new[1]),
+                None => new[1].clone(),
+            };
+            Some(vec![
+                new[0].clone(),
+                heads.map_or(SymDim::Unknown, SymDim::Known),
+                total,
+                head_dim,
+            ])
+        } else {
+            None
+        };
+        TensorType {
+            dtype: q.dtype,
+            shape,
+        }
+    };
+    let kv_heads = int("kv_num_heads");
+    let q_heads = int("q_num_heads");
+    let y = if qd.len() == 3 && vd.len() == 3 {
+        let width = match (&vd[2], kv_heads, q_heads) {
+            (SymDim::Known(w), Some(kv), Some(qh)) if kv > 0 => SymDim::Known(w / kv * qh),
+            _ => SymDim::Unknown,
+        };
+        TensorType::new(
+            q.dtype.unwrap_or(DType::F32),
+            vec![qd[0].clone(), qd[1].clone(), width],
+        )
+    } else if qd.len() == 4 && vd.len() == 4 {
+        TensorType::new(
+            q.dtype.unwrap_or(DType::F32),
+            vec![qd[0].clone(), qd[1].clone(), qd[2].clone(), vd[3].clone()],
+        )
+    } else {
+        TensorType::default()
+    };
+    vec![
+        y,
+        present(kd, &past_k, kv_heads),
+        present(vd, &past_v, kv_heads),
+    ]
+}
+
+/// com.microsoft GroupQueryAttention: `output`, `present_key`, `present_value` (packed or not).
+fn group_query_attention(inputs: &[InputView<'_>], attr: &Attrs<'_>) -> Vec<TensorType> {
+    let ty = |i: usize| {
+        inputs
+            .get(i)
+            .and_then(|v| v.ty)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let int = |name: &str| attr.int(name);
+    let (q, past_k, past_v) = (ty(0), ty(3), ty(4));
+    let (heads, kv) = (int("num_heads"), int("kv_num_heads"));
+    let head_dim = dims(&past_k)
+        .and_then(|p| p.get(3).cloned())
+        .unwrap_or(SymDim::Unknown);
+    let y = match (dims(&q), &head_dim, heads) {
+        (Some(d), SymDim::Known(hd), Some(h)) if d.len() == 3 => TensorType::new(
+            q.dtype.unwrap_or(DType::F32),
+            vec![d[0].clone(), d[1].clone(), SymDim::Known(hd * h)],
+        ),
+        _ => q.clone(),
+    };
+    let present = |past: &TensorType| TensorType {
+        dtype: past.dtype,
+        shape: match (dims(past), dims(&q)) {
+            (Some(p), Some(d)) if p.len() == 4 && d.len() == 3 => Some(vec![
+                p[0].clone(),
+                kv.map_or(p[1].clone(), SymDim::Known),
+                p[2].add(&d[1]),
+                p[3].clone(),
+            ]),
+            _ => None,
+        },
+    };
+    vec![y, present(&past_k), present(&past_v)]
+}
+
+/// Skip*LayerNormalization: `output`, `mean`, `inv_std_var`, `input_skip_bias_sum`.
+fn skip_norm(x: &TensorType) -> Vec<TensorType> {
+    let stats = TensorType {
+        dtype: Some(DType::F32),
+        shape: dims(x).map(|d| {
+            let mut s = d.to_vec();
+            if let Some(last) = s.last_mut() {
+                *last = SymDim::Known(1);
+            }
+            s
+        }),
+    };
+    vec![x.clone(), stats.clone(), stats, x.clone()]
+}

@@ -1,0 +1,135 @@
+//! IR → e-graph.
+
+use egg::{Id, Symbol};
+
+use super::analysis::{OnnxAnalysis, OnnxGraph};
+use super::fold::MAX_INPUT_ELEMS;
+use super::lang::{AttrValue, Literal, Onnx};
+use super::schema::{op_key, schema};
+use super::types::{SymDim, TensorType};
+use crate::ir::{Graph, TensorSource};
+use crate::{Error, Result};
+
+/// A graph lifted into an e-graph.
+#[derive(Debug)]
+pub struct Lifted {
+    /// The e-graph, rebuilt.
+    pub egraph: OnnxGraph,
+    /// The class of the `root` node over the graph outputs.
+    pub root: Id,
+    /// Every node output's name and class, in node order (the lowering reuses these names).
+    pub names: Vec<(String, Id)>,
+}
+
+/// Lifts `graph` into a fresh e-graph.
+pub fn lift(graph: &Graph) -> Result<Lifted> {
+    let mut analysis = OnnxAnalysis::default();
+    for v in &graph.inputs {
+        analysis.leaf_types.insert(
+            Symbol::from(v.name.as_str()),
+            TensorType::of(v.dtype, &v.shape),
+        );
+    }
+    for init in &graph.initializers {
+        let name = Symbol::from(init.name.as_str());
+        let shape = init
+            .shape
+            .iter()
+            .map(|&d| SymDim::Known(d as i64))
+            .collect();
+        analysis
+            .leaf_types
+            .insert(name, TensorType::new(init.dtype, shape));
+        if let Some(TensorSource::Inline(data)) = &init.source {
+            if data.dtype == init.dtype && data.shape.iter().product::<usize>() <= MAX_INPUT_ELEMS {
+                analysis.leaf_values.insert(name, Literal::from(data));
+            }
+        }
+    }
+    let mut egraph = OnnxGraph::new(analysis);
+    let mut values: std::collections::HashMap<&str, Id> = std::collections::HashMap::new();
+    for v in &graph.inputs {
+        values.insert(
+            &v.name,
+            egraph.add(Onnx::Input(Symbol::from(v.name.as_str()))),
+        );
+    }
+    for init in &graph.initializers {
+        values.insert(
+            &init.name,
+            egraph.add(Onnx::Init(Symbol::from(init.name.as_str()))),
+        );
+    }
+    let absent = egraph.add(Onnx::Absent);
+    let mut names = Vec::new();
+    for node in &graph.nodes {
+        let mut children = node
+            .inputs
+            .iter()
+            .map(|name| {
+                if name.is_empty() {
+                    Ok(absent)
+                } else {
+                    values.get(name.as_str()).copied().ok_or_else(|| {
+                        Error::Graph(format!(
+                            "node `{}` reads undefined value `{name}`",
+                            node.name
+                        ))
+                    })
+                }
+            })
+            .collect::<Result<Vec<Id>>>()?;
+        let key = op_key(&node.domain, &node.op_type);
+        let attr_names: Vec<&str> = match schema(&key) {
+            Some(s) if node.attrs.keys().all(|k| s.contains(&k.as_str())) => s.to_vec(),
+            _ => node.attrs.keys().map(String::as_str).collect(),
+        };
+        for name in &attr_names {
+            let value = node
+                .attrs
+                .get(*name)
+                .map_or(AttrValue::Unset, AttrValue::from_attr);
+            children.push(egraph.add(Onnx::Attr(value)));
+        }
+        let outputs = node.outputs.len().max(1);
+        let op = egraph.add(Onnx::op(
+            &key,
+            &attr_names,
+            node.inputs.len(),
+            outputs,
+            children,
+        ));
+        for (i, out) in node.outputs.iter().enumerate() {
+            if out.is_empty() {
+                continue;
+            }
+            let id = if outputs == 1 {
+                op
+            } else {
+                egraph.add(Onnx::Get {
+                    index: i,
+                    tuple: [op],
+                })
+            };
+            values.insert(out, id);
+            names.push((out.clone(), id));
+        }
+    }
+    let outs = graph
+        .outputs
+        .iter()
+        .map(|o| {
+            values
+                .get(o.name.as_str())
+                .copied()
+                .ok_or_else(|| Error::Graph(format!("graph output `{}` is never produced", o.name)))
+        })
+        .collect::<Result<Vec<Id>>>()?;
+    let root = egraph.add(Onnx::Root(outs));
+    egraph.rebuild();
+    Ok(Lifted {
+        egraph,
+        root,
+        names,
+    })
+}

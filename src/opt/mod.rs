@@ -1,0 +1,22 @@
+//! The equality-saturation optimizer: lift the IR into an `egg` e-graph, saturate it with the
+//! rules the target execution provider enables, extract the cheapest graph under that EP's
+//! cost model, and lower it back to the IR.
+
+pub mod analysis;
+pub mod conditions;
+pub mod cost;
+pub mod extract;
+pub mod fold;
+pub mod gate;
+pub mod infer;
+pub mod lang;
+pub mod lift;
+pub mod lower;
+pub mod pipeline;
+pub mod rules;
+pub mod schema;
+pub mod trace;
+pub mod types;
+
+pub use pipeline::{optimize, Limits, OptimizeOptions, Role};
+pub use trace::OptimizeReport;

@@ -1,0 +1,224 @@
+//! The optimizer pipeline: lift → stages (cleanup → fusion → inline → lowering), each a run of
+//! the rule groups the EP enables → DAG extraction with the EP cost model → lower.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use egg::{Id, Rewrite, Runner, SimpleScheduler, StopReason};
+
+use super::analysis::{OnnxAnalysis, OnnxGraph};
+use super::cost::CostModel;
+use super::extract::{greedy_dag, ExtractError, Extraction};
+use super::lang::Onnx;
+use super::lift::{lift, Lifted};
+use super::lower::lower;
+use super::rules::{all_rules, Stage};
+use super::trace::{GroupReport, OptimizeReport, StageReport};
+use crate::ep::EpCapabilities;
+use crate::ir::{DType, Graph, Model};
+use crate::{Error, Result};
+
+/// What the model is, for rule gating (GQA fusion applies to decoders only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// A text decoder (causal LM).
+    Decoder,
+    /// An encoder (feature extraction).
+    Encoder,
+    /// A vision encoder.
+    Vision,
+}
+
+impl std::str::FromStr for Role {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Role, String> {
+        Ok(match s {
+            "decoder" => Role::Decoder,
+            "encoder" => Role::Encoder,
+            "vision" => Role::Vision,
+            other => {
+                return Err(format!(
+                    "unknown role `{other}` (expected decoder, encoder or vision)"
+                ))
+            }
+        })
+    }
+}
+
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Role::Decoder => "decoder",
+            Role::Encoder => "encoder",
+            Role::Vision => "vision",
+        })
+    }
+}
+
+/// Bounds on one stage's equality saturation.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Limits {
+    /// Saturation iterations per stage.
+    pub iterations: usize,
+    /// E-nodes allowed, as a multiple of the lifted graph's e-nodes (at least 10,000).
+    pub node_factor: usize,
+    /// Wall time per stage.
+    pub time: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            iterations: 16,
+            node_factor: 10,
+            time: Duration::from_secs(20),
+        }
+    }
+}
+
+/// Options of [`optimize`].
+#[derive(Debug, Clone)]
+pub struct OptimizeOptions {
+    /// The model dtype (gates dtype-specific rules).
+    pub dtype: DType,
+    /// The model role.
+    pub role: Role,
+    /// Saturation limits.
+    pub limits: Limits,
+}
+
+/// Optimizes `model` for the EP `caps`; returns the new model and what each stage did.
+pub fn optimize(
+    model: &Model,
+    caps: &EpCapabilities,
+    opts: &OptimizeOptions,
+) -> Result<(Model, OptimizeReport)> {
+    let start = Instant::now();
+    let Lifted {
+        mut egraph,
+        root,
+        names,
+    } = lift(&model.graph)?;
+    let cost = CostModel::new(caps);
+    let rules = all_rules()?;
+    let mut report =
+        OptimizeReport::new(&caps.name, opts.dtype, opts.role, model.graph.nodes.len());
+    let first = extract(&egraph, root, &cost)?;
+    report.cost_before = first.cost;
+    let mut counts = op_counts(&egraph, root, &first);
+    let node_limit = (egraph.total_number_of_nodes() * opts.limits.node_factor).max(10_000);
+
+    for stage in Stage::ALL {
+        let stage_start = Instant::now();
+        let enabled: Vec<_> = rules
+            .iter()
+            .filter(|r| r.stage == stage && r.gate.enabled(caps, opts.dtype))
+            .collect();
+        let mut groups: Vec<&str> = Vec::new();
+        for r in &enabled {
+            if !groups.contains(&r.group.as_str()) {
+                groups.push(&r.group);
+            }
+        }
+        let mut stage_report = StageReport::new(stage, groups.len());
+        let mut active: Vec<Rewrite<Onnx, OnnxAnalysis>> = Vec::new();
+        for group in groups {
+            for r in enabled.iter().filter(|r| r.group == group) {
+                active.push(r.rewrite()?);
+            }
+            let runner = Runner::<Onnx, OnnxAnalysis>::new(OnnxAnalysis::default())
+                .with_egraph(egraph)
+                .with_scheduler(SimpleScheduler)
+                .with_iter_limit(opts.limits.iterations)
+                .with_node_limit(node_limit)
+                .with_time_limit(opts.limits.time)
+                .run(&active);
+            stage_report.iterations += runner.iterations.len();
+            if !matches!(runner.stop_reason, Some(StopReason::Saturated) | None) {
+                let reason = format!("{:?}", runner.stop_reason.as_ref().expect("checked"));
+                tracing::warn!(
+                    "{stage} stopped early ({reason}); using the best graph found so far"
+                );
+                stage_report.limit_hit = Some(reason);
+            }
+            egraph = runner.egraph;
+            let extraction = extract(&egraph, root, &cost)?;
+            let after = op_counts(&egraph, root, &extraction);
+            stage_report
+                .groups
+                .push(GroupReport::new(group, &counts, &after));
+            counts = after;
+        }
+        stage_report.enodes = egraph.total_number_of_nodes();
+        stage_report.eclasses = egraph.number_of_classes();
+        stage_report.seconds = stage_start.elapsed().as_secs_f64();
+        report.stages.push(stage_report);
+    }
+
+    let extraction = extract(&egraph, root, &cost)?;
+    report.cost_after = extraction.cost;
+    let chosen = |class: Id| extraction.node(class).clone();
+    let graph = lower(&model.graph, &egraph, root, &names, &chosen)?;
+    check_supported(&graph, caps)?;
+    report.nodes_after = graph.nodes.len();
+    report.seconds = start.elapsed().as_secs_f64();
+    let mut out = model.clone();
+    out.opsets.remove("com.microsoft");
+    if graph.nodes.iter().any(|n| n.domain == "com.microsoft") {
+        out.opsets.insert("com.microsoft".into(), 1);
+    }
+    out.graph = graph;
+    Ok((out, report))
+}
+
+fn extract(egraph: &OnnxGraph, root: Id, cost: &CostModel<'_>) -> Result<Extraction<Onnx>> {
+    greedy_dag(egraph, &[root], |class, node| {
+        cost.node_cost(egraph, class, node)
+    })
+    .map_err(|e| match e {
+        ExtractError::Unextractable { .. } => {
+            let mut ops: Vec<String> = egraph
+                .classes()
+                .flat_map(|c| c.nodes.iter().map(move |n| (c.id, n)))
+                .filter(|(id, n)| cost.node_cost(egraph, *id, n).is_infinite())
+                .map(|(_, n)| n.to_string())
+                .collect();
+            ops.sort();
+            ops.dedup();
+            Error::EpCannotRun {
+                ep: cost.ep_name().to_string(),
+                ops,
+            }
+        }
+        other => Error::Graph(other.to_string()),
+    })
+}
+
+/// Op counts (`domain::op` keys as in [`Graph::op_counts`]) of an extraction.
+fn op_counts(
+    egraph: &OnnxGraph,
+    root: Id,
+    extraction: &Extraction<Onnx>,
+) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    for class in extraction.topo_order(egraph, &[root]) {
+        if let Onnx::Op(op) = extraction.node(class) {
+            *counts.entry(op.op.to_string()).or_insert(0) += 1;
+        }
+    }
+    counts
+}
+
+/// After extraction: every op is one the EP runs.
+fn check_supported(graph: &Graph, caps: &EpCapabilities) -> Result<()> {
+    if caps.supports_contrib_ops {
+        return Ok(());
+    }
+    match graph.nodes.iter().find(|n| !n.domain.is_empty()) {
+        Some(n) => Err(Error::EpCannotRun {
+            ep: caps.name.clone(),
+            ops: vec![format!("{}::{}", n.domain, n.op_type)],
+        }),
+        None => Ok(()),
+    }
+}

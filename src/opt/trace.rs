@@ -1,0 +1,219 @@
+//! What the optimizer did, in the peer's `[EP Trace]` format plus e-graph statistics.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use super::pipeline::Role;
+use super::rules::Stage;
+use crate::ir::DType;
+
+/// The op-count change of one rule group.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupReport {
+    /// The group name.
+    pub group: String,
+    /// Op → count change (non-zero entries only).
+    pub delta: BTreeMap<String, i64>,
+}
+
+impl GroupReport {
+    /// The change from `before` to `after`.
+    pub fn new(
+        group: &str,
+        before: &BTreeMap<String, usize>,
+        after: &BTreeMap<String, usize>,
+    ) -> GroupReport {
+        let mut delta = BTreeMap::new();
+        for op in before.keys().chain(after.keys()) {
+            let d = *after.get(op).unwrap_or(&0) as i64 - *before.get(op).unwrap_or(&0) as i64;
+            if d != 0 {
+                delta.insert(op.clone(), d);
+            }
+        }
+        GroupReport {
+            group: group.to_string(),
+            delta,
+        }
+    }
+
+    /// Net change in node count.
+    pub fn net(&self) -> i64 {
+        self.delta.values().sum()
+    }
+}
+
+/// One stage's run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StageReport {
+    /// The stage.
+    pub stage: Stage,
+    /// Rule groups enabled for the EP.
+    pub enabled_groups: usize,
+    /// Per-group changes, in run order.
+    pub groups: Vec<GroupReport>,
+    /// Saturation iterations.
+    pub iterations: usize,
+    /// E-nodes after the stage.
+    pub enodes: usize,
+    /// E-classes after the stage.
+    pub eclasses: usize,
+    /// A limit that stopped saturation early, if any.
+    pub limit_hit: Option<String>,
+    /// Wall time.
+    pub seconds: f64,
+}
+
+impl StageReport {
+    /// An empty report for `stage`.
+    pub fn new(stage: Stage, enabled_groups: usize) -> StageReport {
+        StageReport {
+            stage,
+            enabled_groups,
+            groups: Vec::new(),
+            iterations: 0,
+            enodes: 0,
+            eclasses: 0,
+            limit_hit: None,
+            seconds: 0.0,
+        }
+    }
+}
+
+/// The whole optimization.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OptimizeReport {
+    /// The EP name.
+    pub ep: String,
+    /// The model dtype.
+    pub dtype: DType,
+    /// The model role.
+    pub role: Role,
+    /// Nodes of the input graph.
+    pub nodes_before: usize,
+    /// Nodes of the output graph.
+    pub nodes_after: usize,
+    /// DAG cost of the input graph under the EP cost model (µs).
+    pub cost_before: f64,
+    /// DAG cost of the output graph (µs).
+    pub cost_after: f64,
+    /// The stages.
+    pub stages: Vec<StageReport>,
+    /// Total wall time.
+    pub seconds: f64,
+}
+
+impl OptimizeReport {
+    /// A report before any stage ran.
+    pub fn new(ep: &str, dtype: DType, role: Role, nodes_before: usize) -> OptimizeReport {
+        OptimizeReport {
+            ep: ep.to_string(),
+            dtype,
+            role,
+            nodes_before,
+            nodes_after: nodes_before,
+            cost_before: 0.0,
+            cost_after: 0.0,
+            stages: Vec::new(),
+            seconds: 0.0,
+        }
+    }
+}
+
+/// ONNX's name for a dtype (`FLOAT16`), as the peer's trace prints it.
+fn onnx_name(d: DType) -> &'static str {
+    match d {
+        DType::F32 => "FLOAT",
+        DType::F16 => "FLOAT16",
+        DType::BF16 => "BFLOAT16",
+        DType::F64 => "DOUBLE",
+        DType::I64 => "INT64",
+        DType::I32 => "INT32",
+        DType::I8 => "INT8",
+        DType::U8 => "UINT8",
+        DType::Bool => "BOOL",
+    }
+}
+
+impl fmt::Display for OptimizeReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const P: &str = "[EP Trace]";
+        writeln!(
+            f,
+            "{P} Target: {}, dtype: {}, role: {}",
+            self.ep,
+            onnx_name(self.dtype),
+            self.role
+        )?;
+        let mut nodes = self.nodes_before as i64;
+        for (i, s) in self.stages.iter().enumerate() {
+            let title = match s.stage {
+                Stage::Cleanup => format!("Stage 1: Cleanup ({} rule groups)", s.enabled_groups),
+                Stage::Fusion => format!("Stage 2: Fusion ({} rule groups)", s.enabled_groups),
+                Stage::Inline => "Stage 2b: InlinePass (expand unsupported custom ops)".to_string(),
+                Stage::Lowering => format!(
+                    "Stage 3: Lowering ({} rule groups for {})",
+                    s.enabled_groups, self.ep
+                ),
+            };
+            writeln!(f, "{P} {title}")?;
+            if i == 0 {
+                // Cleanup also counts what lifting did (CSE by hash-consing, constant folding).
+                let after = nodes + s.groups.iter().map(GroupReport::net).sum::<i64>();
+                writeln!(
+                    f,
+                    "{P}   Cleanup: {} → {} nodes ({:+})",
+                    nodes,
+                    after,
+                    after - nodes
+                )?;
+                nodes = after;
+            } else {
+                for g in &s.groups {
+                    if g.delta.is_empty() {
+                        writeln!(f, "{P}   {:<25}: no matches (0 nodes affected)", g.group)?;
+                    } else {
+                        let added = g
+                            .delta
+                            .iter()
+                            .filter(|(_, d)| **d > 0)
+                            .map(|(op, d)| format!("+{d} {op}"));
+                        let removed = g
+                            .delta
+                            .iter()
+                            .filter(|(_, d)| **d < 0)
+                            .map(|(op, d)| format!("-{} {op}", -d));
+                        writeln!(
+                            f,
+                            "{P}   {:<25}: {}",
+                            g.group,
+                            added.chain(removed).collect::<Vec<_>>().join(", ")
+                        )?;
+                    }
+                    nodes += g.net();
+                }
+            }
+            write!(
+                f,
+                "{P}     e-graph: {} iterations, {} e-nodes, {} e-classes, {:.1} ms",
+                s.iterations,
+                s.enodes,
+                s.eclasses,
+                s.seconds * 1e3
+            )?;
+            match &s.limit_hit {
+                Some(limit) => writeln!(f, ", stopped early: {limit}")?,
+                None => writeln!(f, ", saturated")?,
+            }
+        }
+        writeln!(
+            f,
+            "{P} Summary: {} nodes total, ep={}, dtype={}, cost {:.1} → {:.1} µs (prefill), {:.1} ms",
+            self.nodes_after,
+            self.ep,
+            onnx_name(self.dtype),
+            self.cost_before,
+            self.cost_after,
+            self.seconds * 1e3
+        )
+    }
+}

@@ -1,0 +1,67 @@
+//! `mobius optimize`: any existing `.onnx` model → the same model optimized for an EP.
+
+use std::path::PathBuf;
+
+use crate::ep::EpCapabilities;
+use crate::ir::DType;
+use crate::onnx::{export, import};
+use crate::opt::{optimize, Limits, OptimizeOptions, OptimizeReport, Role};
+use crate::package::{check_target, StagedOutput};
+use crate::weights::eval::Evaluator;
+use crate::{Error, Result};
+
+/// Everything `mobius optimize` needs.
+#[derive(Debug, Clone)]
+pub struct OptimizeFileOptions {
+    /// The model file.
+    pub input: PathBuf,
+    /// The output folder (model.onnx + model.onnx.data).
+    pub out: PathBuf,
+    /// Target EP.
+    pub ep: EpCapabilities,
+    /// Model dtype; `None` = the dtype of the first floating-point graph output.
+    pub dtype: Option<DType>,
+    /// Model role.
+    pub role: Role,
+    /// Replace a non-empty output folder.
+    pub overwrite: bool,
+    /// Saturation limits.
+    pub limits: Limits,
+}
+
+/// Optimizes `opts.input` into `opts.out`; on error nothing is left in `opts.out`.
+pub fn optimize_file(opts: &OptimizeFileOptions) -> Result<OptimizeReport> {
+    check_target(&opts.out, opts.overwrite)?;
+    let model = import::load(&opts.input)?;
+    let dtype = match opts.dtype {
+        Some(d) => d,
+        None => model
+            .graph
+            .outputs
+            .iter()
+            .map(|o| o.dtype)
+            .find(|d| d.is_float())
+            .ok_or_else(|| Error::Onnx {
+                path: opts.input.clone(),
+                message:
+                    "no floating-point graph output to take the model dtype from; pass --dtype"
+                        .into(),
+            })?,
+    };
+    let options = OptimizeOptions {
+        dtype,
+        role: opts.role,
+        limits: opts.limits,
+    };
+    let (optimized, report) = optimize(&model, &opts.ep, &options)?;
+    let staged = StagedOutput::create(&opts.out)?;
+    let mut evaluator = Evaluator::new(None);
+    export::save(
+        &optimized,
+        staged.dir(),
+        &mut evaluator,
+        &indicatif::ProgressBar::hidden(),
+    )?;
+    staged.commit()?;
+    Ok(report)
+}

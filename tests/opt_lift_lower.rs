@@ -1,0 +1,115 @@
+//! Lifting a graph into the e-graph and lowering it without rewrites gives back an equivalent
+//! graph: same interface, same ops, same initializers.
+
+mod common;
+
+use common::*;
+use egg::Language;
+use mobius::config::ArchConfig;
+use mobius::ir::{DType, Graph};
+use mobius::models::build_model;
+use mobius::opt::lang::Onnx;
+use mobius::opt::lift::lift;
+use mobius::opt::lower::lower;
+
+fn round_trip(graph: &Graph) -> Graph {
+    let lifted = lift(graph).unwrap();
+    let eg = &lifted.egraph;
+    // Without rewrites every class has its original node; prefer it over folded constants.
+    let chosen = |class: egg::Id| -> Onnx {
+        let nodes = &eg[class].nodes;
+        nodes
+            .iter()
+            .find(|n| !matches!(n, Onnx::Const(_)))
+            .unwrap_or(&nodes[0])
+            .clone()
+            .map_children(|c| eg.find(c))
+    };
+    lower(graph, eg, lifted.root, &lifted.names, &chosen).unwrap()
+}
+
+fn assert_equivalent(a: &Graph, b: &Graph, what: &str) {
+    assert_eq!(a.inputs, b.inputs, "{what}: inputs");
+    assert_eq!(a.outputs, b.outputs, "{what}: outputs");
+    // Hash-consing merges identical nodes (CSE), so counts may only shrink.
+    let (ca, cb) = (a.op_counts(), b.op_counts());
+    assert_eq!(
+        ca.keys().collect::<Vec<_>>(),
+        cb.keys().collect::<Vec<_>>(),
+        "{what}: op kinds"
+    );
+    assert!(
+        ca.iter().all(|(op, n)| cb[op] <= *n && cb[op] > 0),
+        "{what}: {ca:?} → {cb:?}"
+    );
+    let names = |g: &Graph| {
+        g.initializers
+            .iter()
+            .map(|i| i.name.clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(names(a), names(b), "{what}: initializers");
+    let signatures = |g: &Graph| {
+        let mut v: Vec<String> = g
+            .nodes
+            .iter()
+            .map(|n| format!("{} {:?}", n.op_type, n.attrs))
+            .collect();
+        v.sort();
+        v
+    };
+    let (sa, sb) = (signatures(a), signatures(b));
+    assert!(
+        sb.iter().all(|s| sa.contains(s)),
+        "{what}: node attributes changed"
+    );
+}
+
+#[test]
+fn fixtures_and_published_configs_round_trip() {
+    let mut dirs: Vec<_> = ["llama", "qwen2", "mistral", "llama-bf16-sharded"]
+        .iter()
+        .map(|f| fixture(f))
+        .collect();
+    dirs.extend(
+        ["llama-3.2-1b", "qwen2.5-0.5b", "llama-3-70b"]
+            .iter()
+            .map(|c| real_config(c)),
+    );
+    for dir in dirs {
+        let cfg = ArchConfig::load(&dir.join("config.json")).unwrap();
+        for dtype in [DType::F32, DType::F16] {
+            let model = build_model(&cfg, dtype).unwrap();
+            let back = round_trip(&model.graph);
+            let what = format!("{} {dtype}", dir.display());
+            assert_equivalent(&model.graph, &back, &what);
+            if !cfg.layer_windows.iter().any(Option::is_some) {
+                assert_eq!(
+                    model.graph.nodes.len(),
+                    back.nodes.len(),
+                    "{what}: no duplicate nodes to merge"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn analysis_infers_the_declared_output_types() {
+    let cfg = ArchConfig::load(&fixture("qwen2").join("config.json")).unwrap();
+    let model = build_model(&cfg, DType::F16).unwrap();
+    let lifted = lift(&model.graph).unwrap();
+    let eg = &lifted.egraph;
+    let Onnx::Root(outs) = eg[lifted.root].nodes[0].clone() else {
+        panic!("root")
+    };
+    for (out, class) in model.graph.outputs.iter().zip(outs) {
+        let ty = eg[class].data.tensor().unwrap();
+        assert_eq!(
+            ty,
+            &mobius::opt::types::TensorType::of(out.dtype, &out.shape),
+            "{}",
+            out.name
+        );
+    }
+}
