@@ -85,7 +85,7 @@ pub fn build(opts: &BuildOptions) -> Result<ModelPackage> {
         _ => None,
     };
     if store.is_none() {
-        strip_checkpoint_data(&mut model.graph);
+        strip_weight_data(&mut model.graph);
     }
     crate::weights::check_sources(&model.graph, &Evaluator::new(store.as_ref()))?;
     Ok(ModelPackage {
@@ -141,21 +141,21 @@ fn progress_bar(visible: bool) -> indicatif::ProgressBar {
         .with_message("writing weights")
 }
 
-/// Declares every checkpoint-derived initializer without data (`--no-weights`); computed
-/// tensors (RoPE tables, constants) keep theirs.
-fn strip_checkpoint_data(graph: &mut Graph) {
+/// Declares every weight-like initializer without data (`--no-weights`): checkpoint tensors
+/// and RoPE tables; small constants keep theirs.
+fn strip_weight_data(graph: &mut Graph) {
     for init in &mut graph.initializers {
-        if init.source.as_ref().is_some_and(reads_checkpoint) {
+        if init.source.as_ref().is_some_and(is_weight_data) {
             init.source = None;
         }
     }
 }
 
-fn reads_checkpoint(src: &TensorSource) -> bool {
+fn is_weight_data(src: &TensorSource) -> bool {
     match src {
-        TensorSource::Checkpoint(_) => true,
+        TensorSource::Checkpoint(_) | TensorSource::RotaryTable { .. } => true,
         TensorSource::Inline(_) | TensorSource::External { .. } => false,
-        TensorSource::Transpose(inner) => reads_checkpoint(inner),
-        TensorSource::Concat { parts, .. } => parts.iter().any(reads_checkpoint),
+        TensorSource::Transpose(inner) => is_weight_data(inner),
+        TensorSource::Concat { parts, .. } => parts.iter().any(is_weight_data),
     }
 }

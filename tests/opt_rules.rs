@@ -32,7 +32,8 @@ fn parse_err(text: &str) -> String {
     parse_rules("test.rules", text).unwrap_err().to_string()
 }
 
-const GOOD: &str = "rule r\n group G\n stage cleanup\n gate always\n pattern (Identity ?x)\n replace ?x\n";
+const GOOD: &str =
+    "rule r\n group G\n stage cleanup\n gate always\n pattern (Identity ?x)\n replace ?x\n";
 
 #[test]
 fn embedded_rules_load() {
@@ -48,21 +49,64 @@ fn embedded_rules_load() {
 fn malformed_rules_name_file_and_line() {
     assert_eq!(parse_rules("test.rules", GOOD).unwrap().len(), 1);
     let cases = [
-        (GOOD.replace(" group G\n", " color G\n"), "test.rules:2", "unknown field `color`"),
-        (GOOD.replace("(Identity ?x)", "(Frobnicate ?x)"), "test.rules:5", "Frobnicate"),
-        (GOOD.replace(" replace ?x\n", " when no-such-check ?x\n replace ?x\n"), "test.rules:6", "unknown condition"),
-        (GOOD.replace(" replace ?x\n", " replace ?y\n"), "test.rules:1", "?y"),
-        (GOOD.replace("always", "supports_time_travel"), "test.rules:4", "unknown gate"),
-        (GOOD.replace("cleanup", "later"), "test.rules:3", "unknown stage"),
-        (GOOD.replace(" pattern (Identity ?x)\n", ""), "test.rules:1", "no `pattern`"),
-        (GOOD.replace(" replace ?x\n", " apply nothing-like-this\n"), "test.rules:6", "unknown applier"),
+        (
+            GOOD.replace(" group G\n", " color G\n"),
+            "test.rules:2",
+            "unknown field `color`",
+        ),
+        (
+            GOOD.replace("(Identity ?x)", "(Frobnicate ?x)"),
+            "test.rules:5",
+            "Frobnicate",
+        ),
+        (
+            GOOD.replace(" replace ?x\n", " when no-such-check ?x\n replace ?x\n"),
+            "test.rules:6",
+            "unknown condition",
+        ),
+        (
+            GOOD.replace(" replace ?x\n", " replace ?y\n"),
+            "test.rules:1",
+            "?y",
+        ),
+        (
+            GOOD.replace("always", "supports_time_travel"),
+            "test.rules:4",
+            "unknown gate",
+        ),
+        (
+            GOOD.replace("cleanup", "later"),
+            "test.rules:3",
+            "unknown stage",
+        ),
+        (
+            GOOD.replace(" pattern (Identity ?x)\n", ""),
+            "test.rules:1",
+            "no `pattern`",
+        ),
+        (
+            GOOD.replace(" replace ?x\n", " apply nothing-like-this\n"),
+            "test.rules:6",
+            "unknown applier",
+        ),
         (format!("group G\n{GOOD}"), "test.rules:1", "outside a rule"),
-        (GOOD.replace(" gate always\n", " gate always\n gate always\n"), "test.rules:5", "given twice"),
-        (GOOD.replace("(Identity ?x)", "?x"), "test.rules:5", "rooted"),
+        (
+            GOOD.replace(" gate always\n", " gate always\n gate always\n"),
+            "test.rules:5",
+            "given twice",
+        ),
+        (
+            GOOD.replace("(Identity ?x)", "?x"),
+            "test.rules:5",
+            "rooted",
+        ),
     ];
     for (text, at, what) in cases {
         let msg = parse_err(&text);
-        assert!(msg.contains(at) && msg.contains(what), "expected `{at}` and `{what}` in: {msg}");
+        assert!(
+            msg.contains(at) && msg.contains(what),
+            "expected `{at}` and `{what}` in: {msg}"
+        );
     }
 }
 
@@ -75,8 +119,16 @@ fn noisy_graph() -> Graph {
     b.input("past_key_values.0.key", DType::F32, Shape::new([1i64]));
     b.output("y", DType::F32, Shape::new([2i64, 3, 4]));
     let i = b.op("Identity", &[&x], vec![]);
-    let t1 = b.op("Transpose", &[&i], vec![("perm", Attr::Ints(vec![2, 0, 1]))]);
-    let t2 = b.op("Transpose", &[&t1], vec![("perm", Attr::Ints(vec![1, 2, 0]))]);
+    let t1 = b.op(
+        "Transpose",
+        &[&i],
+        vec![("perm", Attr::Ints(vec![2, 0, 1]))],
+    );
+    let t2 = b.op(
+        "Transpose",
+        &[&t1],
+        vec![("perm", Attr::Ints(vec![1, 2, 0]))],
+    );
     let c = b.op("Cast", &[&t2], vec![("to", Attr::Int(1))]);
     let shape = b.const_i64(&[2, 3, 4]);
     let r = b.op("Reshape", &[&c, &shape], vec![]);
@@ -94,10 +146,17 @@ fn cleanup_removes_no_ops_and_dead_inputs() {
     assert_eq!(ops, ["Relu"], "{g:#?}");
     assert_eq!(g.nodes[0].inputs, ["x"]);
     let inputs: Vec<&str> = g.inputs.iter().map(|v| v.name.as_str()).collect();
-    assert_eq!(inputs, ["x", "past_key_values.0.key"], "unused dropped, KV cache kept");
+    assert_eq!(
+        inputs,
+        ["x", "past_key_values.0.key"],
+        "unused dropped, KV cache kept"
+    );
     assert!(g.initializers.is_empty(), "unused constants dropped");
     let text = report.to_string();
-    assert!(text.contains("[EP Trace]   Cleanup: 8 → 1 nodes (-7)"), "{text}");
+    assert!(
+        text.contains("[EP Trace]   Cleanup: 8 → 1 nodes (-7)"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -105,8 +164,17 @@ fn transposes_compose_when_they_do_not_cancel() {
     let mut b = GraphBuilder::new("g");
     let x = b.input("x", DType::F32, Shape::new([2i64, 3, 4]));
     b.output("y", DType::F32, Shape::new([4i64, 2, 3]));
-    let t1 = b.op("Transpose", &[&x], vec![("perm", Attr::Ints(vec![1, 0, 2]))]);
-    b.op_into("Transpose", &[&t1], vec![("perm", Attr::Ints(vec![2, 1, 0]))], "y");
+    let t1 = b.op(
+        "Transpose",
+        &[&x],
+        vec![("perm", Attr::Ints(vec![1, 0, 2]))],
+    );
+    b.op_into(
+        "Transpose",
+        &[&t1],
+        vec![("perm", Attr::Ints(vec![2, 1, 0]))],
+        "y",
+    );
     let (g, _) = run(b.finish(), Limits::default());
     assert_eq!(g.nodes.len(), 1);
     // out[i] = x[p[q[i]]] with p = [1,0,2], q = [2,1,0] → [2,0,1]
@@ -125,7 +193,11 @@ fn constant_subgraphs_fold_into_initializers() {
     b.op_into("Add", &[&x, &shifted], vec![], "y");
     let (g, _) = run(b.finish(), Limits::default());
     assert_eq!(g.nodes.len(), 1, "{g:#?}");
-    let folded = g.initializers.iter().find(|i| i.name == g.nodes[0].inputs[1]).unwrap();
+    let folded = g
+        .initializers
+        .iter()
+        .find(|i| i.name == g.nodes[0].inputs[1])
+        .unwrap();
     match &folded.source {
         Some(TensorSource::Inline(t)) => assert_eq!(t, &TensorData::from_i64(vec![3], &[4, 6, 8])),
         other => panic!("not folded: {other:?}"),
@@ -140,7 +212,10 @@ fn an_output_that_is_an_input_keeps_its_name() {
     b.op_into("Identity", &[&x], vec![], "y");
     let (g, _) = run(b.finish(), Limits::default());
     assert_eq!(g.nodes.len(), 1);
-    assert_eq!((g.nodes[0].op_type.as_str(), g.nodes[0].outputs[0].as_str()), ("Identity", "y"));
+    assert_eq!(
+        (g.nodes[0].op_type.as_str(), g.nodes[0].outputs[0].as_str()),
+        ("Identity", "y")
+    );
 }
 
 #[test]
@@ -168,10 +243,21 @@ fn onnx_standard_refuses_contrib_ops_it_cannot_expand() {
         limits: Limits::default(),
     };
     let graph = b.finish();
-    let err = optimize(&model(graph.clone()), &get_ep("onnx-standard").unwrap(), &opts)
-        .unwrap_err()
-        .to_string();
-    assert!(err.contains("onnx-standard") && err.contains("FastGelu"), "{err}");
+    let err = optimize(
+        &model(graph.clone()),
+        &get_ep("onnx-standard").unwrap(),
+        &opts,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("onnx-standard") && err.contains("FastGelu"),
+        "{err}"
+    );
     let (m, _) = optimize(&model(graph), &get_ep("cpu").unwrap(), &opts).unwrap();
-    assert_eq!(m.opsets.get("com.microsoft"), Some(&1), "contrib import added when used");
+    assert_eq!(
+        m.opsets.get("com.microsoft"),
+        Some(&1),
+        "contrib import added when used"
+    );
 }

@@ -74,21 +74,6 @@ impl Rope {
             }
         }
     }
-
-    /// The cos and sin tables, each `[positions, rotary_dim / 2]` row-major f32.
-    pub fn tables(&self, positions: usize) -> (Vec<f32>, Vec<f32>) {
-        let inv = self.inv_freq();
-        let mut cos = Vec::with_capacity(positions * inv.len());
-        let mut sin = Vec::with_capacity(positions * inv.len());
-        for p in 0..positions {
-            for &f in &inv {
-                let angle = p as f32 * f;
-                cos.push(angle.cos());
-                sin.push(angle.sin());
-            }
-        }
-        (cos, sin)
-    }
 }
 
 #[cfg(test)]
@@ -128,12 +113,9 @@ mod tests {
     }
 
     #[test]
-    fn tables_hold_cos_and_sin_of_position_times_frequency() {
-        let r = rope(RopeScaling::Linear { factor: 2.0 });
-        let (cos, sin) = r.tables(3);
-        assert_eq!(cos.len(), 3 * 32);
-        assert_eq!(cos[0], 1.0);
-        assert_eq!(sin[0], 0.0);
-        assert!((cos[32] - 0.5f32.cos()).abs() < 1e-7);
+    fn linear_scaling_divides_every_frequency() {
+        let base = rope(RopeScaling::Default).inv_freq();
+        let scaled = rope(RopeScaling::Linear { factor: 2.0 }).inv_freq();
+        assert!(base.iter().zip(&scaled).all(|(b, s)| *s == b / 2.0));
     }
 }

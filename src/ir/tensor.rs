@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use super::DType;
 
-/// A small tensor held in memory as little-endian bytes (RoPE tables, shape constants, …).
+/// A small tensor held in memory as little-endian bytes (shape constants, folded values, …).
 #[derive(Debug, Clone, PartialEq)]
 pub struct TensorData {
     /// Element type of `bytes`.
@@ -44,7 +44,7 @@ impl TensorData {
 pub enum TensorSource {
     /// A tensor of the checkpoint, by its name in the safetensors files.
     Checkpoint(String),
-    /// Bytes computed by mobius (RoPE tables, constants).
+    /// Bytes computed by mobius (constants, folded values).
     Inline(TensorData),
     /// A tensor stored in an external data file of an imported ONNX model.
     External {
@@ -58,6 +58,16 @@ pub enum TensorSource {
         dtype: DType,
         /// Shape of the stored tensor.
         shape: Vec<usize>,
+    },
+    /// A rotary-embedding table `[positions, inv_freq.len()]` of `cos(p · f)` (or `sin`),
+    /// computed in f32 when saved (tables can hold millions of values).
+    RotaryTable {
+        /// The inverse frequencies, one per column.
+        inv_freq: Vec<f32>,
+        /// Number of rows (positions 0, 1, …).
+        positions: usize,
+        /// `sin` instead of `cos`.
+        sine: bool,
     },
     /// A 2-D transpose of another source (`[r, c]` → `[c, r]`).
     Transpose(Box<TensorSource>),

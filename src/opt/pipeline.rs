@@ -14,6 +14,7 @@ use super::lift::{lift, Lifted};
 use super::lower::lower;
 use super::rules::{all_rules, Stage};
 use super::trace::{GroupReport, OptimizeReport, StageReport};
+use super::types::TensorType;
 use crate::ep::EpCapabilities;
 use crate::ir::{DType, Graph, Model};
 use crate::{Error, Result};
@@ -160,6 +161,7 @@ pub fn optimize(
     let chosen = |class: Id| extraction.node(class).clone();
     let graph = lower(&model.graph, &egraph, root, &names, &chosen)?;
     check_supported(&graph, caps)?;
+    check_output_types(&graph)?;
     report.nodes_after = graph.nodes.len();
     report.seconds = start.elapsed().as_secs_f64();
     let mut out = model.clone();
@@ -207,6 +209,26 @@ fn op_counts(
         }
     }
     counts
+}
+
+/// After lowering: shapes re-inferred on the new graph agree with the declared outputs.
+fn check_output_types(graph: &Graph) -> Result<()> {
+    let lifted = lift(graph)?;
+    let Some(Onnx::Root(outs)) = lifted.egraph[lifted.root].nodes.first() else {
+        return Err(Error::Graph("the lowered graph has no root".into()));
+    };
+    for (declared, &class) in graph.outputs.iter().zip(outs) {
+        let want = TensorType::of(declared.dtype, &declared.shape);
+        if let Some(got) = lifted.egraph[class].data.tensor() {
+            if !got.compatible(&want) {
+                return Err(Error::Graph(format!(
+                    "output `{}` is declared {want} but the optimized graph computes {got}",
+                    declared.name
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// After extraction: every op is one the EP runs.

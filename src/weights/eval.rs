@@ -61,6 +61,14 @@ impl<'a> Evaluator<'a> {
                 dtype: *dtype,
                 shape: shape.clone(),
             }),
+            TensorSource::RotaryTable {
+                inv_freq,
+                positions,
+                ..
+            } => Ok(SourceInfo {
+                dtype: DType::F32,
+                shape: vec![*positions, inv_freq.len()],
+            }),
             TensorSource::Transpose(inner) => {
                 let info = self.describe(inner)?;
                 match info.shape.as_slice() {
@@ -174,6 +182,29 @@ impl<'a> Evaluator<'a> {
                 let (dtype, _, bytes) = self.materialize(src)?;
                 stream_converted(&bytes, dtype, target, sink)
             }
+            TensorSource::RotaryTable {
+                inv_freq,
+                positions,
+                sine,
+            } => {
+                let mut clamped = 0;
+                let mut values = Vec::new();
+                let mut bytes = Vec::new();
+                let rows_per_chunk = (CHUNK_ELEMS / inv_freq.len().max(1)).max(1);
+                for start in (0..*positions).step_by(rows_per_chunk) {
+                    let end = (start + rows_per_chunk).min(*positions);
+                    rotary_rows(inv_freq, *sine, start..end, &mut values);
+                    bytes.clear();
+                    clamped += convert::convert_into(
+                        bytemuck::cast_slice(&values),
+                        DType::F32,
+                        target,
+                        &mut bytes,
+                    );
+                    sink(&bytes)?;
+                }
+                Ok(clamped)
+            }
             leaf => {
                 let leaf = self
                     .leaf(leaf)?
@@ -202,7 +233,9 @@ impl<'a> Evaluator<'a> {
                 let (dtype, shape) = (*dtype, shape.clone());
                 (dtype, shape, self.external(path, *offset, *length)?)
             }
-            TensorSource::Transpose(_) | TensorSource::Concat { .. } => return Ok(None),
+            TensorSource::Transpose(_)
+            | TensorSource::Concat { .. }
+            | TensorSource::RotaryTable { .. } => return Ok(None),
         };
         Ok(Some(Leaf { dtype, shape, data }))
     }
@@ -225,6 +258,19 @@ impl<'a> Evaluator<'a> {
                 let (dtype, shape) = (*dtype, shape.clone());
                 let data = self.external(path, *offset, *length)?.to_vec();
                 Ok((dtype, shape, data))
+            }
+            TensorSource::RotaryTable {
+                inv_freq,
+                positions,
+                sine,
+            } => {
+                let mut values = Vec::new();
+                rotary_rows(inv_freq, *sine, 0..*positions, &mut values);
+                Ok((
+                    DType::F32,
+                    vec![*positions, inv_freq.len()],
+                    bytemuck::cast_slice(&values).to_vec(),
+                ))
             }
             TensorSource::Transpose(inner) => {
                 let (dtype, shape, bytes) = self.materialize(inner)?;
@@ -272,6 +318,25 @@ fn stream_converted(
         sink(&buf)?;
     }
     Ok(clamped)
+}
+
+/// Rows `rows` of a rotary table: `cos(p · f)` (or `sin`) in f32, exactly as transformers
+/// computes its caches (the angle `p · f` rounded to f32 first), rows spread over threads.
+fn rotary_rows(inv_freq: &[f32], sine: bool, rows: std::ops::Range<usize>, out: &mut Vec<f32>) {
+    use rayon::prelude::*;
+    let width = inv_freq.len();
+    out.clear();
+    out.resize(rows.len() * width, 0.0);
+    if width == 0 {
+        return;
+    }
+    out.par_chunks_mut(width).enumerate().for_each(|(i, row)| {
+        let p = (rows.start + i) as f32;
+        for (v, &f) in row.iter_mut().zip(inv_freq) {
+            let angle = p * f;
+            *v = if sine { angle.sin() } else { angle.cos() };
+        }
+    });
 }
 
 /// Streams the transpose of a row-major `[rows, cols]` matrix, converted to `to`, in blocks of
@@ -379,6 +444,28 @@ mod tests {
         })
         .unwrap();
         assert_eq!(halves.len(), rows * cols * 2);
+    }
+
+    #[test]
+    fn rotary_tables_stream_in_chunks_like_they_materialize() {
+        let src = TensorSource::RotaryTable {
+            inv_freq: vec![1.0, 0.5, 0.25],
+            positions: CHUNK_ELEMS, // several chunks of rows
+            sine: true,
+        };
+        let mut ev = Evaluator::new(None);
+        assert_eq!(ev.describe(&src).unwrap().shape, vec![CHUNK_ELEMS, 3]);
+        let (_, _, full) = ev.materialize(&src).unwrap();
+        let mut streamed = Vec::new();
+        ev.stream(&src, DType::F32, &mut |b| {
+            streamed.extend_from_slice(b);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(streamed, full);
+        let v: &[f32] = bytemuck::cast_slice(&full);
+        assert_eq!(&v[..3], &[0.0, 0.0, 0.0]);
+        assert_eq!(v[3 * 7 + 1], (7.0f32 * 0.5).sin());
     }
 
     #[test]

@@ -1,6 +1,6 @@
 """pytest fixtures for the onnxruntime / onnxruntime-genai tests of `mobius build`.
 
-Builds are cached for the whole session so every (source, dtype) pair is
+Builds are cached for the whole session so every (source, dtype, ep) triple is
 converted once; see ort_helpers.py for the binary lookup ($MOBIUS_BIN).
 """
 
@@ -17,19 +17,20 @@ from ort_helpers import CONFIGS_DIR, FIXTURES_DIR, run_mobius
 
 @pytest.fixture(scope="session")
 def built(tmp_path_factory):
-    """built(kind, name, dtype) -> output folder of `mobius build` (cached).
+    """built(kind, name, dtype, ep=None) -> output folder of `mobius build` (cached).
 
     kind "fixture": tests/fixtures/<name>, with weights.
     kind "config":  tests/data/configs/<name>, with --no-weights.
+    ep None: no --ep flag (the CLI default); otherwise `--ep <ep>`.
     A failed build is cached too, so it is reported once per test, fast.
     """
-    cache: dict[tuple[str, str, str], Path | AssertionError] = {}
+    cache: dict[tuple[str, str, str, str | None], Path | AssertionError] = {}
     root = tmp_path_factory.mktemp("builds")
 
-    def get(kind: str, name: str, dtype: str) -> Path:
-        key = (kind, name, dtype)
+    def get(kind: str, name: str, dtype: str, ep: str | None = None) -> Path:
+        key = (kind, name, dtype, ep)
         if key not in cache:
-            out = root / f"{kind}-{name}-{dtype}" / "out"
+            out = root / f"{kind}-{name}-{dtype}-{ep or 'noflag'}" / "out"
             out.parent.mkdir(parents=True)
             if kind == "fixture":
                 src = FIXTURES_DIR / name
@@ -39,6 +40,8 @@ def built(tmp_path_factory):
                 args = ["build", "--config", str(src), str(out), "--dtype", dtype, "--no-weights"]
             else:
                 raise ValueError(kind)
+            if ep is not None:
+                args += ["--ep", ep]
             try:
                 run_mobius(args)
                 if not (out / "model.onnx").is_file():
@@ -56,20 +59,30 @@ def built(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def session_for(built):
-    """session_for(name, dtype) -> cached onnxruntime CPU InferenceSession."""
+    """session_for(name, dtype, ep=None) -> cached onnxruntime CPU InferenceSession
+    of the fixture built for `ep` (every EP's graph must run on ORT CPU)."""
     import onnxruntime as ort
 
     cache = {}
 
-    def get(name: str, dtype: str):
-        key = (name, dtype)
+    def get(name: str, dtype: str, ep: str | None = None):
+        key = (name, dtype, ep)
         if key not in cache:
             so = ort.SessionOptions()
             so.intra_op_num_threads = 1
             so.inter_op_num_threads = 1
             so.log_severity_level = 3
-            path = built("fixture", name, dtype) / "model.onnx"
+            path = built("fixture", name, dtype, ep) / "model.onnx"
             cache[key] = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
         return cache[key]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def ep_caps() -> dict[str, dict]:
+    """name -> capability record, from `mobius list eps --json` (registration order)."""
+    import json
+
+    proc = run_mobius(["list", "eps", "--json"])
+    return {e["name"]: e for e in json.loads(proc.stdout)}

@@ -28,8 +28,45 @@ DIM_PARAMS = {
 }
 
 
-def io_names(layers: int) -> tuple[list[str], list[str]]:
-    ins = ["input_ids", "attention_mask", "position_ids"]
+# Non-KV decoder inputs, in graph order.  input_ids and attention_mask are
+# always required; position_ids is dropped by the final dead-input pass when
+# no node reads it (GQA EPs, spec 1.6), so it is optional once genai_config.json
+# is the source of truth (its model.decoder.inputs is introspected from the graph).
+NON_KV_INPUTS = ["input_ids", "attention_mask", "position_ids"]
+REQUIRED_INPUTS = ["input_ids", "attention_mask"]
+# genai_config.json model.decoder.{inputs,outputs} entries that name the KV cache.
+GENAI_KV_INPUTS = {"past_key_names": "past_key_values.%d.key", "past_value_names": "past_key_values.%d.value"}
+GENAI_OUTPUTS = {"logits": "logits", "present_key_names": "present.%d.key", "present_value_names": "present.%d.value"}
+
+
+def genai_decoder_io(genai_config: dict) -> tuple[list[str], list[str]]:
+    """(non-KV graph input names in contract order, errors) from a parsed
+    genai_config.json.  Checks the KV name templates and the outputs too."""
+    errs: list[str] = []
+    dec = genai_config.get("model", {}).get("decoder", {})
+    ins = dec.get("inputs")
+    outs = dec.get("outputs")
+    if not isinstance(ins, dict):
+        return list(NON_KV_INPUTS), [f"genai_config model.decoder.inputs is {ins!r}, not an object"]
+    for k, v in GENAI_KV_INPUTS.items():
+        if ins.get(k) != v:
+            errs.append(f"genai_config decoder.inputs.{k} is {ins.get(k)!r}, expected {v!r}")
+    if outs != GENAI_OUTPUTS:
+        errs.append(f"genai_config decoder.outputs {outs!r} != {GENAI_OUTPUTS!r}")
+    listed = {k: v for k, v in ins.items() if k not in GENAI_KV_INPUTS}
+    for k, v in listed.items():
+        if k != v:
+            errs.append(f"genai_config decoder.inputs.{k} names graph input {v!r}; expected the same name")
+        if k not in NON_KV_INPUTS:
+            errs.append(f"genai_config decoder.inputs lists {k!r}, which the decoder contract does not know")
+    for k in REQUIRED_INPUTS:
+        if k not in listed:
+            errs.append(f"genai_config decoder.inputs lacks required {k!r}")
+    return [n for n in NON_KV_INPUTS if n in listed or n in REQUIRED_INPUTS], errs
+
+
+def io_names(layers: int, non_kv_inputs: list[str] | None = None) -> tuple[list[str], list[str]]:
+    ins = list(NON_KV_INPUTS if non_kv_inputs is None else non_kv_inputs)
     outs = ["logits"]
     for i in range(layers):
         ins += [f"past_key_values.{i}.key", f"past_key_values.{i}.value"]
@@ -69,9 +106,22 @@ def _shape(vi: onnx.ValueInfoProto) -> list:
     return out
 
 
-def contract_errors(model: onnx.ModelProto, dims: dict, dtype: str) -> list[str]:
-    """Every violation of the I/O contract, as readable strings (empty: OK)."""
+def contract_errors(
+    model: onnx.ModelProto, dims: dict, dtype: str, genai_config: dict | None = None
+) -> list[str]:
+    """Every violation of the I/O contract, as readable strings (empty: OK).
+
+    Without genai_config the graph must have exactly input_ids, attention_mask,
+    position_ids, past_key_values.*.  With it (the parsed genai_config.json of
+    the same package) the non-KV inputs are the ones its model.decoder.inputs
+    lists -- which must include input_ids and attention_mask -- so EPs that
+    drop position_ids stay within the contract as long as the package says so.
+    """
     errs: list[str] = []
+    non_kv = None
+    if genai_config is not None:
+        non_kv, gerrs = genai_decoder_io(genai_config)
+        errs += gerrs
     if model.ir_version != IR_VERSION:
         errs.append(f"ir_version {model.ir_version} != {IR_VERSION}")
     opsets = {o.domain or "ai.onnx": o.version for o in model.opset_import}
@@ -84,7 +134,7 @@ def contract_errors(model: onnx.ModelProto, dims: dict, dtype: str) -> list[str]
     init_names = {t.name for t in g.initializer}
     in_names = [v.name for v in g.input if v.name not in init_names]
     out_names = [v.name for v in g.output]
-    exp_in, exp_out = io_names(dims["layers"])
+    exp_in, exp_out = io_names(dims["layers"], non_kv)
     if in_names != exp_in:
         errs.append(f"graph inputs {in_names} != {exp_in}")
     if out_names != exp_out:

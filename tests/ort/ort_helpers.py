@@ -65,12 +65,18 @@ def model_dims(cfg: dict) -> dict:
     }
 
 
-def run_mobius(args: list[str]) -> subprocess.CompletedProcess:
+def run_mobius_unchecked(args: list[str]) -> subprocess.CompletedProcess:
+    """Run the binary and return the finished process, whatever its exit status."""
     exe = mobius_bin()
     if not exe.is_file():
         raise AssertionError(f"mobius binary not found at {exe} (set MOBIUS_BIN or run `cargo build`)")
     cmd = [str(exe), *args]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+
+
+def run_mobius(args: list[str]) -> subprocess.CompletedProcess:
+    proc = run_mobius_unchecked(args)
+    cmd = proc.args
     if proc.returncode != 0:
         raise AssertionError(
             f"`{' '.join(cmd)}` exited {proc.returncode}\n"

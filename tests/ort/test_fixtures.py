@@ -1,6 +1,14 @@
 """Build every tests/fixtures/<name> checkpoint with `mobius build` and check the
 result with onnx, onnxruntime and onnxruntime-genai against reference.json
-(written by scripts/make_fixtures.py from the transformers model)."""
+(written by scripts/make_fixtures.py from the transformers model).
+
+Every check runs for every build in BUILDS: the CLI default (no --ep flag) in
+f32 and f16, and each built-in execution provider via `--ep EP` in the dtype it
+is built for in practice.  Whatever an EP's graph looks like, it must keep the
+I/O contract (read from the package's genai_config.json where that is the
+source of truth) and run on onnxruntime CPU with reference numerics.
+`qnn` cannot be built yet: see test_eps.py.
+"""
 
 from __future__ import annotations
 
@@ -27,6 +35,52 @@ DTYPES = ["f32", "f16"]
 TOL = {"f32": 1e-4, "f16": 2e-2}
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 
+# (ep, dtype) of every build under test; ep None = no --ep flag (CLI default).
+# GPU-class EPs are built in f16, the others in f32.
+F32_EPS = ["default", "cpu", "onnx-standard", "mlx", "openvino"]
+F16_EPS = ["cuda", "dml", "webgpu", "trt-rtx"]
+BUILDS = [(None, d) for d in DTYPES] + [(ep, "f32") for ep in F32_EPS] + [(ep, "f16") for ep in F16_EPS]
+
+
+def _ids(builds):
+    return [f"{ep or 'noflag'}-{dtype}" for ep, dtype in builds]
+
+
+per_build = pytest.mark.parametrize("ep,dtype", BUILDS, ids=_ids(BUILDS))
+
+# onnxruntime-genai (the CPU-only wheel) loads a package as written only when
+# its provider_options list is empty: the no-flag build and default/cpu/
+# onnx-standard.  It refuses every other EP's entry at load time on a CPU-only
+# machine ("Cuda interface not available" for cuda and trt-rtx, "not been built
+# with DML support", "WebGPU/OpenVINO execution provider is not supported in
+# this build"; genai 0.18 does not know the provider name 'mlx' at all).  So the
+# genai checks load those as is, and the other f32 builds (mlx, openvino) only
+# after og.Config.clear_providers(), which still exercises their graph and the
+# rest of their genai_config.json.  Their provider entries are checked by
+# test_genai_provider_options; f16 builds get no genai greedy-parity check.
+GENAI_AS_IS = [None, "default", "cpu", "onnx-standard"]
+GENAI_BUILDS = [(ep, "f32") for ep in GENAI_AS_IS] + [(ep, "f32") for ep in F32_EPS if ep not in GENAI_AS_IS]
+per_genai_build = pytest.mark.parametrize("ep,dtype", GENAI_BUILDS, ids=_ids(GENAI_BUILDS))
+
+# genai_config.json model.decoder.session_options.provider_options per EP, as
+# the spec (section 4, last paragraph, and 5.4) describes it: provider names
+# mapped (trt-rtx -> NvTensorRtRtx, openvino -> OpenVINO, others unchanged),
+# the EP's provider_options, plus graph capture as enableGraphCapture +
+# validationMode (webgpu) or enable_cuda_graph (cuda, trt-rtx); [] for
+# default/cpu/onnx-standard.
+PROVIDER_OPTIONS = {
+    None: [],
+    "default": [],
+    "cpu": [],
+    "onnx-standard": [],
+    "cuda": [{"cuda": {"enable_skip_layer_norm_strict_mode": "1", "enable_cuda_graph": "0"}}],
+    "dml": [{"dml": {}}],
+    "webgpu": [{"webgpu": {"enableGraphCapture": "1", "validationMode": "disabled"}}],
+    "trt-rtx": [{"NvTensorRtRtx": {"enable_cuda_graph": "1"}}],
+    "mlx": [{"mlx": {}}],
+    "openvino": [{"OpenVINO": {"device_type": "NPU"}}],
+}
+
 
 def dims_of(name: str) -> dict:
     return model_dims(load_config(FIXTURES_DIR / name))
@@ -36,6 +90,14 @@ def pad_id(name: str) -> int:
     cfg = load_config(FIXTURES_DIR / name)
     p = cfg.get("pad_token_id")
     return 0 if p is None else int(p)
+
+
+def genai_config(out) -> dict:
+    return json.loads((out / "genai_config.json").read_text())
+
+
+def all_nodes(model: onnx.ModelProto) -> list:
+    return list(model.graph.node) + [n for f in model.functions for n in f.node]
 
 
 def empty_past(dims: dict, dtype: str, batch: int) -> dict:
@@ -48,12 +110,16 @@ def empty_past(dims: dict, dtype: str, batch: int) -> dict:
 
 
 def run(sess, dims: dict, ids, mask, pos, past: dict):
+    """One forward pass.  position_ids is fed only when the graph declares it
+    (EPs whose attention derives positions from the mask drop that input; the
+    contract test checks the package says so)."""
     feed = {
         "input_ids": np.asarray(ids, dtype=np.int64),
         "attention_mask": np.asarray(mask, dtype=np.int64),
-        "position_ids": np.asarray(pos, dtype=np.int64),
         **past,
     }
+    if any(i.name == "position_ids" for i in sess.get_inputs()):
+        feed["position_ids"] = np.asarray(pos, dtype=np.int64)
     names = [o.name for o in sess.get_outputs()]
     outs = dict(zip(names, sess.run(None, feed)))
     presents = {}
@@ -89,31 +155,57 @@ def test_reference_files_are_consistent():
         assert int(np.argmax(ref["logits"][-1])) == ref["greedy_tokens"][0], name
 
 
+def test_build_matrix_covers_every_buildable_builtin_ep(ep_caps):
+    """Every registered built-in EP is in BUILDS, except qnn (test_eps.py)."""
+    assert set(F32_EPS + F16_EPS) == set(ep_caps) - {"qnn"}, sorted(ep_caps)
+    assert set(PROVIDER_OPTIONS) - {None} == set(F32_EPS + F16_EPS)
+
+
 # ---------------------------------------------------------------- structure
-@pytest.mark.parametrize("dtype", DTYPES)
+@per_build
 @pytest.mark.parametrize("name", NAMES)
-def test_onnx_checker(built, name, dtype):
-    check_model_file(built("fixture", name, dtype) / "model.onnx")
+def test_onnx_checker(built, name, ep, dtype):
+    check_model_file(built("fixture", name, dtype, ep) / "model.onnx")
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@per_build
 @pytest.mark.parametrize("name", NAMES)
-def test_graph_contract(built, name, dtype):
-    model = onnx.load(str(built("fixture", name, dtype) / "model.onnx"), load_external_data=False)
-    errs = contract_errors(model, dims_of(name), dtype)
+def test_graph_contract(built, name, ep, dtype):
+    out = built("fixture", name, dtype, ep)
+    model = onnx.load(str(out / "model.onnx"), load_external_data=False)
+    errs = contract_errors(model, dims_of(name), dtype, genai_config(out))
     assert not errs, "\n".join(errs)
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_package_files(built, name):
-    out = built("fixture", name, "f32")
+def test_no_contrib_ops_for_standard_only_eps(built, ep_caps, name):
+    """An EP that cannot run com.microsoft ops (supports_contrib_ops false in
+    `mobius list eps --json`: onnx-standard, openvino) must get none: no such
+    node, local-function node or opset import."""
+    checked = []
+    for ep, dtype in BUILDS:
+        if ep is None or ep_caps[ep]["supports_contrib_ops"]:
+            continue
+        model = onnx.load(str(built("fixture", name, dtype, ep) / "model.onnx"), load_external_data=False)
+        bad = sorted({f"{n.domain}::{n.op_type}" for n in all_nodes(model) if n.domain == "com.microsoft"})
+        assert not bad, f"--ep {ep} graph contains contrib ops {bad}"
+        domains = {o.domain for o in model.opset_import}
+        assert "com.microsoft" not in domains, f"--ep {ep} graph imports com.microsoft: {domains}"
+        checked.append(ep)
+    assert "onnx-standard" in checked, f"onnx-standard claims contrib-op support? checked only {checked}"
+
+
+@per_build
+@pytest.mark.parametrize("name", NAMES)
+def test_package_files(built, name, ep, dtype):
+    out = built("fixture", name, dtype, ep)
     for f in ("model.onnx", "model.onnx.data", "genai_config.json"):
         assert (out / f).is_file(), f"{f} missing from {out}: {sorted(p.name for p in out.iterdir())}"
     for f in TOKENIZER_FILES:
         if (FIXTURES_DIR / name / f).is_file():
             assert (out / f).is_file(), f"tokenizer file {f} not copied into {out}"
             assert (out / f).read_bytes() == (FIXTURES_DIR / name / f).read_bytes(), f"{f} differs from the fixture's"
-    gc = json.loads((out / "genai_config.json").read_text())
+    gc = genai_config(out)
     dims = dims_of(name)
     cfg = load_config(FIXTURES_DIR / name)
     dec = gc["model"]["decoder"]
@@ -128,37 +220,64 @@ def test_package_files(built, name):
     assert cfg["eos_token_id"] in (eos if isinstance(eos, list) else [eos])
 
 
-# ---------------------------------------------------------------- onnxruntime
-@pytest.mark.parametrize("dtype", DTYPES)
+@per_build
 @pytest.mark.parametrize("name", NAMES)
-def test_prefill_logits(session_for, name, dtype):
+def test_genai_provider_options(built, name, ep, dtype):
+    so = genai_config(built("fixture", name, dtype, ep))["model"]["decoder"]["session_options"]
+    assert so.get("log_id") == "onnxruntime-genai", so
+    assert so.get("provider_options") == PROVIDER_OPTIONS[ep], (
+        f"--ep {ep}: provider_options {so.get('provider_options')!r}, expected {PROVIDER_OPTIONS[ep]!r}"
+    )
+
+
+@per_build
+@pytest.mark.parametrize("name", NAMES)
+def test_genai_search_matches_graph(built, ep_caps, name, ep, dtype):
+    """Spec 5.4: past_present_share_buffer iff the decoder contains a
+    com.microsoft::GroupQueryAttention; max_length = min(context_length, 4096)
+    when it shares on an EP with cap_kv_buffer_max_length, else context_length."""
+    out = built("fixture", name, dtype, ep)
+    gc = genai_config(out)
+    model = onnx.load(str(out / "model.onnx"), load_external_data=False)
+    has_gqa = any(n.op_type == "GroupQueryAttention" and n.domain == "com.microsoft" for n in all_nodes(model))
+    search = gc["search"]
+    assert search["past_present_share_buffer"] is has_gqa, (search["past_present_share_buffer"], has_gqa)
+    ctx = gc["model"]["context_length"]
+    cap = has_gqa and ep is not None and ep_caps[ep]["cap_kv_buffer_max_length"]
+    assert search["max_length"] == (min(ctx, 4096) if cap else ctx), (search["max_length"], ctx, cap)
+
+
+# ---------------------------------------------------------------- onnxruntime
+@per_build
+@pytest.mark.parametrize("name", NAMES)
+def test_prefill_logits(session_for, name, ep, dtype):
     ref = load_reference(name)
     dims = dims_of(name)
     ids = np.array([ref["input_ids"]])
     n = ids.shape[1]
     logits, presents = run(
-        session_for(name, dtype), dims, ids, np.ones((1, n)), np.arange(n)[None], empty_past(dims, dtype, 1)
+        session_for(name, dtype, ep), dims, ids, np.ones((1, n)), np.arange(n)[None], empty_past(dims, dtype, 1)
     )
     assert logits.dtype == NP_DTYPES[dtype]
-    assert_close(logits[0], ref["logits"], TOL[dtype], f"{name} {dtype} prefill")
+    assert_close(logits[0], ref["logits"], TOL[dtype], f"{name} --ep {ep} {dtype} prefill")
     for k, v in presents.items():
         assert v.shape == (1, dims["kv_heads"], n, dims["head_dim"]), (k, v.shape)
         assert v.dtype == NP_DTYPES[dtype], (k, v.dtype)
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@per_build
 @pytest.mark.parametrize("name", NAMES)
-def test_decode_step(session_for, name, dtype):
+def test_decode_step(session_for, name, ep, dtype):
     """Prefill n-1 tokens, then decode the last one from the returned cache."""
     ref = load_reference(name)
     dims = dims_of(name)
-    sess = session_for(name, dtype)
+    sess = session_for(name, dtype, ep)
     ids = ref["input_ids"]
     n = len(ids)
     _, past = run(sess, dims, [ids[:-1]], np.ones((1, n - 1)), np.arange(n - 1)[None], empty_past(dims, dtype, 1))
     logits, presents = run(sess, dims, [[ids[-1]]], np.ones((1, n)), [[n - 1]], past)
     assert logits.shape == (1, 1, dims["vocab"]), logits.shape
-    assert_close(logits[0, 0], ref["logits"][-1], TOL[dtype], f"{name} {dtype} decode step")
+    assert_close(logits[0, 0], ref["logits"][-1], TOL[dtype], f"{name} --ep {ep} {dtype} decode step")
     for v in presents.values():
         assert v.shape == (1, dims["kv_heads"], n, dims["head_dim"]), v.shape
 
@@ -174,59 +293,70 @@ def left_padded_batch(ref: dict, pad: int, n_pad: int = 2):
     return np.array([row0, row1]), mask, pos
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@per_build
 @pytest.mark.parametrize("name", NAMES)
-def test_batch_left_padded(session_for, name, dtype):
+def test_batch_left_padded(session_for, name, ep, dtype):
     ref = load_reference(name)
     dims = dims_of(name)
     n = len(ref["input_ids"])
     ids, mask, pos = left_padded_batch(ref, pad_id(name))
-    logits, _ = run(session_for(name, dtype), dims, ids, mask, pos, empty_past(dims, dtype, 2))
+    logits, _ = run(session_for(name, dtype, ep), dims, ids, mask, pos, empty_past(dims, dtype, 2))
     assert logits.shape == (2, n + 2, dims["vocab"]), logits.shape
-    assert_close(logits[0, 2:], ref["logits"], TOL[dtype], f"{name} {dtype} left-padded row")
-    assert_close(logits[1, :n], ref["logits"], TOL[dtype], f"{name} {dtype} unpadded row of padded batch")
+    assert_close(logits[0, 2:], ref["logits"], TOL[dtype], f"{name} --ep {ep} {dtype} left-padded row")
+    assert_close(logits[1, :n], ref["logits"], TOL[dtype], f"{name} --ep {ep} {dtype} unpadded row of padded batch")
     if dtype == "f32":
         assert int(np.argmax(logits[1, n])) == ref["greedy_tokens"][1]
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@per_build
 @pytest.mark.parametrize("name", NAMES)
-def test_batch_left_padded_decode(session_for, name, dtype):
+def test_batch_left_padded_decode(session_for, name, ep, dtype):
     """Padded prefill of the prompt minus its last token, then one decode step."""
     ref = load_reference(name)
     dims = dims_of(name)
-    sess = session_for(name, dtype)
-    n = len(ref["input_ids"])
+    sess = session_for(name, dtype, ep)
     ids, mask, pos = left_padded_batch(ref, pad_id(name))
     # prefill everything but the last column, decode the last column
     _, past = run(sess, dims, ids[:, :-1], mask[:, :-1], pos[:, :-1], empty_past(dims, dtype, 2))
     logits, _ = run(sess, dims, ids[:, -1:], mask, pos[:, -1:], past)
     assert logits.shape == (2, 1, dims["vocab"]), logits.shape
-    assert_close(logits[0, 0], ref["logits"][-1], TOL[dtype], f"{name} {dtype} padded decode row")
+    assert_close(logits[0, 0], ref["logits"][-1], TOL[dtype], f"{name} --ep {ep} {dtype} padded decode row")
     if dtype == "f32":
         assert int(np.argmax(logits[1, 0])) == ref["greedy_tokens"][2]
 
 
 # ---------------------------------------------------------------- onnxruntime-genai
+def genai_model(out, ep):
+    import onnxruntime_genai as og
+
+    if ep in GENAI_AS_IS:
+        return og.Model(str(out))
+    config = og.Config(str(out))
+    config.clear_providers()  # see GENAI_AS_IS
+    return og.Model(config)
+
+
+@per_genai_build
 @pytest.mark.parametrize("name", NAMES)
-def test_genai_tokenizer(built, name):
+def test_genai_tokenizer(built, name, ep, dtype):
     import onnxruntime_genai as og
 
     ref = load_reference(name)
-    model = og.Model(str(built("fixture", name, "f32")))
+    model = genai_model(built("fixture", name, dtype, ep), ep)
     tok = og.Tokenizer(model)
     assert tok.encode(ref["prompt"]).tolist() == ref["input_ids"]
 
 
+@per_genai_build
 @pytest.mark.parametrize("name", NAMES)
-def test_genai_greedy(built, name):
+def test_genai_greedy(built, name, ep, dtype):
     import onnxruntime_genai as og
 
     ref = load_reference(name)
     ids = ref["input_ids"]
     want = ref["greedy_tokens"]
     total = len(ids) + len(want)
-    model = og.Model(str(built("fixture", name, "f32")))
+    model = genai_model(built("fixture", name, dtype, ep), ep)
     params = og.GeneratorParams(model)
     params.set_search_options(do_sample=False, max_length=total, min_length=total)
     gen = og.Generator(model, params)

@@ -2,7 +2,7 @@
 //! `RotaryEmbedding` op on 3-D `[B, S, heads·D]` inputs.
 
 use crate::config::Rope;
-use crate::ir::{Attr, DType, GraphBuilder, Initializer, TensorData, TensorSource};
+use crate::ir::{Attr, DType, GraphBuilder, Initializer, TensorSource};
 
 /// The per-token cos/sin values, `[B, S, rotary_dim/2]` each.
 #[derive(Debug, Clone)]
@@ -22,17 +22,18 @@ pub fn rope_tables(
     position_ids: &str,
     dtype: DType,
 ) -> RopeTables {
-    let (cos, sin) = rope.tables(positions);
-    let half = rope.rotary_dim / 2;
-    let mut cache = |name: &str, values: Vec<f32>| {
+    let inv_freq = rope.inv_freq();
+    let half = inv_freq.len();
+    let mut cache = |name: &str, sine: bool| {
         let init = b.initializer(Initializer {
             name: name.to_string(),
             dtype,
             shape: vec![positions, half],
-            source: Some(TensorSource::Inline(TensorData::from_f32(
-                vec![positions, half],
-                &values,
-            ))),
+            source: Some(TensorSource::RotaryTable {
+                inv_freq: inv_freq.clone(),
+                positions,
+                sine,
+            }),
         });
         b.op(
             "Gather",
@@ -41,8 +42,8 @@ pub fn rope_tables(
         )
     };
     RopeTables {
-        cos: cache("model.rotary_emb.cos_cache", cos),
-        sin: cache("model.rotary_emb.sin_cache", sin),
+        cos: cache("model.rotary_emb.cos_cache", false),
+        sin: cache("model.rotary_emb.sin_cache", true),
     }
 }
 

@@ -1,0 +1,182 @@
+"""The execution-provider registry as the CLI exposes it: `mobius list eps`,
+unknown `--ep` names, and the EP that cannot be built yet (qnn)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from ort_helpers import FIXTURES_DIR, fixture_names, run_mobius, run_mobius_unchecked
+
+# Spec section 4: built-ins in registration order, with their non-default fields.
+BUILTIN_EPS = ["default", "openvino", "cpu", "cuda", "dml", "webgpu", "mlx", "trt-rtx", "qnn", "onnx-standard"]
+DEFAULTS = {
+    "gqa_dtypes": [],
+    "qkv_pack_dtypes": [],
+    "supports_fused_rope": True,
+    "supports_skip_layer_norm": True,
+    "supports_fused_moe": True,
+    "supports_packed_multi_head_attention": False,
+    "supports_rank4_rmsnorm": True,
+    "supports_attention": True,
+    "supports_matmul_nbits": True,
+    "supports_rotary_embedding": True,
+    "supports_tensor_scatter": True,
+    "supports_range": True,
+    "supports_fp8_kv_cache": False,
+    "default_int4_accuracy_level": 0,
+    "provider_options": {},
+    "enable_graph_capture": False,
+    "supports_past_present_share_buffer": False,
+    "cap_kv_buffer_max_length": False,
+    "max_buffer_size": None,
+    "requires_graph_capture_rewrite": False,
+}
+NON_DEFAULTS = {
+    "default": {},
+    "openvino": {"supports_skip_layer_norm": False, "provider_options": {"device_type": "NPU"}},
+    "cpu": {
+        "gqa_dtypes": ["f32"],
+        "qkv_pack_dtypes": ["f32"],
+        "default_int4_accuracy_level": 4,
+        "supports_past_present_share_buffer": True,
+    },
+    "cuda": {
+        "gqa_dtypes": ["f16", "bf16"],
+        "qkv_pack_dtypes": ["f32", "f16", "bf16"],
+        "supports_packed_multi_head_attention": True,
+        "provider_options": {"enable_skip_layer_norm_strict_mode": "1"},
+        "supports_past_present_share_buffer": True,
+        "supports_fp8_kv_cache": True,
+    },
+    "dml": {
+        "gqa_dtypes": ["f16"],
+        "supports_packed_multi_head_attention": True,
+        "supports_fused_rope": False,
+        "supports_past_present_share_buffer": True,
+    },
+    "webgpu": {
+        "gqa_dtypes": ["f32", "f16"],
+        "qkv_pack_dtypes": ["f32", "f16"],
+        "default_int4_accuracy_level": 4,
+        "enable_graph_capture": True,
+        "supports_past_present_share_buffer": True,
+        "cap_kv_buffer_max_length": True,
+        "max_buffer_size": 268435456,
+        "requires_graph_capture_rewrite": True,
+    },
+    "mlx": {"gqa_dtypes": ["f32", "f16", "bf16"], "supports_past_present_share_buffer": True},
+    "trt-rtx": {
+        "gqa_dtypes": ["f16", "bf16"],
+        "qkv_pack_dtypes": ["f32", "f16", "bf16"],
+        "supports_skip_layer_norm": False,
+        "enable_graph_capture": True,
+        "supports_past_present_share_buffer": True,
+    },
+    "qnn": {
+        "supports_fused_rope": False,
+        "supports_skip_layer_norm": False,
+        "provider_options": {
+            "backend_path": "QnnHtp.dll",
+            "htp_performance_mode": "burst",
+            "htp_graph_finalization_optimization_mode": "3",
+            "enable_htp_shared_memory_allocator": "1",
+        },
+        "supports_rank4_rmsnorm": False,
+        "supports_attention": False,
+        "supports_matmul_nbits": False,
+        "supports_rotary_embedding": False,
+        "supports_tensor_scatter": False,
+        "supports_range": False,
+    },
+    "onnx-standard": {"supports_fused_rope": False, "supports_skip_layer_norm": False},
+}
+# Fields the Rust registry adds to the spec's: name -> type.
+EXTRA_FIELDS = {"name": str, "supports_contrib_ops": bool, "cost": dict}
+GRAPH_CAPTURE_KEYS = {"enableGraphCapture", "enable_cuda_graph", "validationMode"}
+
+
+@pytest.fixture(scope="module")
+def eps_json() -> list[dict]:
+    return json.loads(run_mobius(["list", "eps", "--json"]).stdout)
+
+
+def test_list_eps_json_has_the_ten_builtins_in_order(eps_json):
+    assert [e["name"] for e in eps_json] == BUILTIN_EPS
+
+
+@pytest.mark.parametrize("ep", BUILTIN_EPS)
+def test_list_eps_json_capabilities(eps_json, ep):
+    rec = next(e for e in eps_json if e["name"] == ep)
+    want = {**DEFAULTS, **NON_DEFAULTS[ep]}
+    for field, value in want.items():
+        assert field in rec, f"{ep}: field {field!r} missing from {sorted(rec)}"
+        got = rec[field]
+        if field.endswith("_dtypes"):
+            got, value = sorted(got), sorted(value)
+        assert got == value, f"{ep}.{field} = {rec[field]!r}, spec says {want[field]!r}"
+    for field, ty in EXTRA_FIELDS.items():
+        assert isinstance(rec.get(field), ty), f"{ep}.{field} = {rec.get(field)!r}, expected {ty.__name__}"
+    unknown = set(rec) - set(want) - set(EXTRA_FIELDS)
+    assert not unknown, f"{ep}: fields not covered by this test: {sorted(unknown)}"
+    # spec section 4 __post_init__ validation, plus the provider_options rule
+    if not rec["supports_fused_rope"]:
+        assert rec["qkv_pack_dtypes"] == [], f"{ep}: packs QKV without fused RoPE"
+    if rec["cap_kv_buffer_max_length"]:
+        assert rec["supports_past_present_share_buffer"], f"{ep}: caps the KV buffer without sharing it"
+    assert not (set(rec["provider_options"]) & GRAPH_CAPTURE_KEYS), f"{ep}: graph-capture key in provider_options"
+
+
+def test_list_eps_table_names_every_builtin():
+    out = run_mobius(["list", "eps"]).stdout
+    first_words = [line.split()[0] for line in out.splitlines()[1:] if line.strip()]
+    assert first_words == BUILTIN_EPS, out
+
+
+@pytest.mark.parametrize("command", ["build", "optimize"])
+def test_unknown_ep_is_refused_before_reading_the_input(tmp_path, command):
+    """`--ep nope` fails on the EP name, not on the (nonexistent) input path,
+    lists the registered EPs and writes nothing."""
+    missing = tmp_path / "does-not-exist"
+    out = tmp_path / "out"
+    if command == "build":
+        args = ["build", "--config", str(missing), str(out), "--ep", "nope"]
+    else:
+        args = ["optimize", str(missing / "model.onnx"), str(out), "--ep", "nope"]
+    proc = run_mobius_unchecked(args)
+    err = proc.stderr
+    assert proc.returncode != 0, f"exited 0\n{proc.stdout}\n{err}"
+    assert "nope" in err and "execution provider" in err, err
+    assert str(missing) not in err and "does-not-exist" not in err, f"error is about the path, not the EP:\n{err}"
+    m = re.search(r"registered:?\s*(.+)", err, re.IGNORECASE)
+    assert m, f"registered EPs not listed:\n{err}"
+    listed = re.findall(r"[A-Za-z0-9_-]+", m.group(1))
+    assert set(BUILTIN_EPS) <= set(listed), f"registered EPs {listed} lack some of {BUILTIN_EPS}:\n{err}"
+    assert not out.exists(), f"{out} was created"
+
+
+# ---------------------------------------------------------------- qnn
+QNN_REFUSAL = "execution provider `qnn` cannot run"
+
+
+@pytest.mark.parametrize("name", fixture_names())
+def test_qnn_build_is_refused_until_lowerings_exist(tmp_path, name):
+    """qnn runs neither Attention nor RotaryEmbedding and its lowering rules
+    (spec 2.10 DecomposeRotaryEmbedding, 2.12 DecomposeAttention) are not
+    written yet, so `--ep qnn` must fail cleanly.  When this test fails because
+    the build succeeds, the lowerings have landed: delete this test and add
+    ("qnn", "f32") to BUILDS in test_fixtures.py."""
+    out = tmp_path / "out"
+    proc = run_mobius_unchecked(["build", "--config", str(FIXTURES_DIR / name), str(out), "--dtype", "f32", "--ep", "qnn"])
+    err = proc.stderr
+    assert proc.returncode != 0, (
+        "`--ep qnn` build succeeded: the qnn lowerings exist now; move qnn into the EP matrix "
+        f"of test_fixtures.py.\n{proc.stdout}\n{err}"
+    )
+    assert QNN_REFUSAL in err, err
+    refused = err.split(QNN_REFUSAL, 1)[1].splitlines()[0]
+    assert "Attention" in refused and "RotaryEmbedding" in refused, err
+    assert "no enabled rule rewrites it" in err, err
+    assert not out.exists(), f"failed build left {out}: {sorted(p.name for p in out.rglob('*'))}"
