@@ -113,3 +113,30 @@ fn analysis_infers_the_declared_output_types() {
         );
     }
 }
+
+#[test]
+fn unknown_ops_take_their_types_from_value_info() {
+    use mobius::ir::{GraphBuilder, Shape, ValueInfo};
+    let mut b = GraphBuilder::new("g");
+    let x = b.input("x", DType::F32, Shape::new([2i64, 5]));
+    b.output("y", DType::F32, Shape::new([2i64, 5]));
+    let s = b.op("Softsign", &[&x], vec![]);
+    b.op_into("Relu", &[&s], vec![], "y");
+    let mut graph = b.finish();
+    let lifted = lift(&graph).unwrap();
+    let softsign = |l: &mobius::opt::lift::Lifted| {
+        let (_, id) = l.names.iter().find(|(n, _)| *n == s).unwrap();
+        l.egraph[*id].data.tensor().unwrap().clone()
+    };
+    assert_eq!(softsign(&lifted).shape, None, "no inference rule for Softsign");
+    graph.value_info.push(ValueInfo {
+        name: s.clone(),
+        dtype: DType::F32,
+        shape: Shape::new([2i64, 5]),
+    });
+    let lifted = lift(&graph).unwrap();
+    let declared = mobius::opt::types::TensorType::of(DType::F32, &Shape::new([2i64, 5]));
+    assert_eq!(softsign(&lifted), declared);
+    let back = round_trip(&graph);
+    assert_eq!(back.value_info, graph.value_info, "value_info of surviving values is kept");
+}

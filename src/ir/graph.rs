@@ -70,6 +70,9 @@ pub struct Graph {
     pub nodes: Vec<Node>,
     /// Initializers, in the order they are saved.
     pub initializers: Vec<Initializer>,
+    /// Declared types of intermediate values (from an imported model's `value_info`); used
+    /// for ops whose output types mobius cannot infer.
+    pub value_info: Vec<ValueInfo>,
 }
 
 /// A model: a graph plus the opsets it imports and model-level metadata.

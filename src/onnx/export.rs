@@ -169,6 +169,7 @@ pub fn model_proto(
         initializer,
         input: g.inputs.iter().map(value_info_proto).collect(),
         output: g.outputs.iter().map(value_info_proto).collect(),
+        value_info: g.value_info.iter().map(value_info_proto).collect(),
         ..Default::default()
     };
     Ok(proto::ModelProto {

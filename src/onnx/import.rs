@@ -44,6 +44,11 @@ pub fn decode(bytes: &[u8], path: &Path) -> Result<Model> {
             .iter()
             .map(|v| ctx.value_info(v))
             .collect::<Result<_>>()?,
+        value_info: g
+            .value_info
+            .iter()
+            .filter_map(|v| ctx.value_info(v).ok())
+            .collect(),
         nodes: g
             .node
             .into_iter()

@@ -63,6 +63,9 @@ pub struct OnnxAnalysis {
     pub leaf_types: HashMap<Symbol, TensorType>,
     /// Value of each small initializer, by name.
     pub leaf_values: HashMap<Symbol, Literal>,
+    /// Output types declared for op e-nodes whose types cannot be inferred (imported
+    /// `value_info`).
+    pub declared: HashMap<Onnx, Vec<TensorType>>,
 }
 
 /// The e-graph type of the optimizer.
@@ -86,6 +89,9 @@ fn op_data(egraph: &OnnxGraph, op: &OpNode) -> ClassData {
         })
         .collect();
     let mut types = infer(op.op.as_str(), &views, &attr, op.outputs);
+    if let Some(declared) = egraph.analysis.declared.get(&Onnx::Op(op.clone())) {
+        types = types.iter().zip(declared).map(|(t, d)| t.join(d)).collect();
+    }
     let init_only = op
         .input_ids()
         .iter()

@@ -61,6 +61,11 @@ pub fn lift(graph: &Graph) -> Result<Lifted> {
         );
     }
     let absent = egraph.add(Onnx::Absent);
+    let declared_types: std::collections::HashMap<&str, TensorType> = graph
+        .value_info
+        .iter()
+        .map(|v| (v.name.as_str(), TensorType::of(v.dtype, &v.shape)))
+        .collect();
     let mut names = Vec::new();
     for node in &graph.nodes {
         let mut children = node
@@ -92,13 +97,16 @@ pub fn lift(graph: &Graph) -> Result<Lifted> {
             children.push(egraph.add(Onnx::Attr(value)));
         }
         let outputs = node.outputs.len().max(1);
-        let op = egraph.add(Onnx::op(
-            &key,
-            &attr_names,
-            node.inputs.len(),
-            outputs,
-            children,
-        ));
+        let enode = Onnx::op(&key, &attr_names, node.inputs.len(), outputs, children);
+        let declared: Vec<TensorType> = node
+            .outputs
+            .iter()
+            .map(|o| declared_types.get(o.as_str()).cloned().unwrap_or_default())
+            .collect();
+        if declared.iter().any(|t| *t != TensorType::default()) {
+            egraph.analysis.declared.insert(enode.clone(), declared);
+        }
+        let op = egraph.add(enode);
         for (i, out) in node.outputs.iter().enumerate() {
             if out.is_empty() {
                 continue;

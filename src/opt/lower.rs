@@ -63,6 +63,7 @@ pub fn lower(
         outputs: original.outputs.clone(),
         nodes: Vec::new(),
         initializers: Vec::new(),
+        value_info: Vec::new(),
     };
     let mut used_leaves: HashSet<String> = HashSet::new();
     let mut folded: Vec<Initializer> = Vec::new();
@@ -143,6 +144,17 @@ pub fn lower(
             });
         }
     }
+    let produced: HashSet<&str> = graph
+        .nodes
+        .iter()
+        .flat_map(|n| n.outputs.iter().map(String::as_str))
+        .collect();
+    graph.value_info = original
+        .value_info
+        .iter()
+        .filter(|v| produced.contains(v.name.as_str()))
+        .cloned()
+        .collect();
     graph.inputs = original
         .inputs
         .iter()
