@@ -128,7 +128,11 @@ fn unknown_ops_take_their_types_from_value_info() {
         let (_, id) = l.names.iter().find(|(n, _)| *n == s).unwrap();
         l.egraph[*id].data.tensor().unwrap().clone()
     };
-    assert_eq!(softsign(&lifted).shape, None, "no inference rule for Softsign");
+    assert_eq!(
+        softsign(&lifted).shape,
+        None,
+        "no inference rule for Softsign"
+    );
     graph.value_info.push(ValueInfo {
         name: s.clone(),
         dtype: DType::F32,
@@ -138,5 +142,8 @@ fn unknown_ops_take_their_types_from_value_info() {
     let declared = mobius::opt::types::TensorType::of(DType::F32, &Shape::new([2i64, 5]));
     assert_eq!(softsign(&lifted), declared);
     let back = round_trip(&graph);
-    assert_eq!(back.value_info, graph.value_info, "value_info of surviving values is kept");
+    assert_eq!(
+        back.value_info, graph.value_info,
+        "value_info of surviving values is kept"
+    );
 }
