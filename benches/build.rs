@@ -110,6 +110,7 @@ fn bench_full_build(c: &mut Criterion, runs: usize) -> Duration {
         hub: HubSettings::from_env(),
         execution_provider: mobius::get_ep("cuda").expect("cuda is built in"),
         limits: mobius::opt::Limits::default(),
+        verify_rewrites: false,
     };
     let build_and_save = |out: PathBuf| {
         let package = mobius::build(&opts).expect("build succeeds");

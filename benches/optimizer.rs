@@ -29,6 +29,7 @@ fn main() {
         dtype: DType::F16,
         role: Role::Decoder,
         limits: Limits::default(),
+        fingerprint_leaves: None,
     };
     println!("summary: optimizer scaling, Llama-3-70B config, cuda f16");
     println!(

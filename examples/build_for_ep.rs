@@ -24,6 +24,7 @@ fn main() -> mobius::Result<()> {
         hub: HubSettings::from_env(),
         execution_provider: get_ep(&ep)?,
         limits: Limits::default(),
+        verify_rewrites: false,
     };
     let package = build(&options)?;
     print!("{}", package.optimization);

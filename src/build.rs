@@ -8,6 +8,7 @@ use crate::ep::EpCapabilities;
 use crate::ir::{DType, Graph, Model, TensorSource};
 use crate::models::build_model;
 use crate::onnx::export::SaveReport;
+use crate::opt::fingerprint::leaf_values;
 use crate::opt::{optimize, Limits, OptimizeOptions, OptimizeReport, Role};
 use crate::package::{check_target, write_package, StagedOutput};
 use crate::source::{resolve, HubSettings, ModelSource};
@@ -30,6 +31,9 @@ pub struct BuildOptions {
     pub execution_provider: EpCapabilities,
     /// Saturation limits of the optimizer.
     pub limits: Limits,
+    /// Check every rewrite on concrete values while optimizing (slow on large models: every
+    /// weight is read).
+    pub verify_rewrites: bool,
 }
 
 /// A built model, ready to be saved.
@@ -74,16 +78,29 @@ pub fn build(opts: &BuildOptions) -> Result<ModelPackage> {
     }
     let dtype = opts.dtype.or(config.dtype).unwrap_or(DType::F32);
     let portable = build_model(&config, dtype)?;
-    let options = OptimizeOptions {
-        dtype,
-        role: Role::Decoder,
-        limits: opts.limits,
-    };
-    let (mut model, optimization) = optimize(&portable, &opts.execution_provider, &options)?;
     let store = match &files.weights {
         Some(w) if opts.load_weights => Some(TensorStore::open(w)?),
         _ => None,
     };
+    let fingerprint_leaves =
+        match (opts.verify_rewrites, &store) {
+            (true, Some(store)) => Some(leaf_values(
+                &portable.graph,
+                &mut Evaluator::new(Some(store)),
+            )?),
+            (true, None) => return Err(crate::Error::Source(
+                "--verify-rewrites evaluates the model and needs its weights (drop --no-weights)"
+                    .into(),
+            )),
+            (false, _) => None,
+        };
+    let options = OptimizeOptions {
+        dtype,
+        role: Role::Decoder,
+        limits: opts.limits,
+        fingerprint_leaves,
+    };
+    let (mut model, optimization) = optimize(&portable, &opts.execution_provider, &options)?;
     if store.is_none() {
         strip_weight_data(&mut model.graph);
     }

@@ -141,6 +141,16 @@ pub enum Error {
         /// The ops (as e-graph text: `Attention/3`, `com.microsoft::…`).
         ops: Vec<String>,
     },
+    /// Verification mode: a rewrite changed what a value computes.
+    #[error("unsound rewrite `{rule}`: it replaced a value {before} with {after}")]
+    UnsoundRewrite {
+        /// The rule.
+        rule: String,
+        /// The value before (summarised).
+        before: String,
+        /// The value after (summarised).
+        after: String,
+    },
     /// A rewrite rule file is malformed.
     #[error("{}:{line}: {message}", path.display())]
     RuleFile {

@@ -13,6 +13,7 @@ pub mod build;
 pub mod config;
 pub mod ep;
 pub mod error;
+pub mod interp;
 pub mod ir;
 pub mod models;
 pub mod onnx;
@@ -20,6 +21,7 @@ pub mod opt;
 pub mod optimize_file;
 pub mod package;
 pub mod source;
+pub mod verify;
 pub mod weights;
 
 pub use build::{build, BuildOptions, ModelPackage, SaveOptions};

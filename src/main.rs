@@ -1,5 +1,6 @@
 //! The `mobius` command line.
 
+use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -9,10 +10,14 @@ use mobius::config::SUPPORTED_MODEL_TYPES;
 use mobius::ep::{
     ep_json, ep_registry, ep_table, get_ep, load_ep_file, register_ep, EpCapabilities,
 };
+use mobius::interp::npy::{read_npy, write_npy};
+use mobius::interp::run_graph;
 use mobius::ir::DType;
 use mobius::opt::Limits;
 use mobius::optimize_file::{optimize_file, OptimizeFileOptions};
 use mobius::source::{HubSettings, ModelSource};
+use mobius::verify::{verify, VerifyOptions};
+use mobius::weights::eval::Evaluator;
 use mobius::{build, BuildOptions, ModelPackage, SaveOptions};
 use tracing_subscriber::EnvFilter;
 
@@ -37,11 +42,73 @@ enum Command {
     Build(BuildArgs),
     /// Optimize an existing .onnx model (with its external data) for an execution provider.
     Optimize(OptimizeArgs),
+    /// Check that two models compute the same thing: both run through mobius' reference
+    /// interpreter on the same random inputs; exit code 0 within tolerance, 1 beyond, 2 on
+    /// error.
+    Verify(VerifyArgs),
+    /// Run a model with mobius' reference interpreter on .npy inputs, writing .npy outputs.
+    Run(RunArgs),
     /// List what mobius supports.
     List {
         #[command(subcommand)]
         what: ListWhat,
     },
+}
+
+#[derive(Args)]
+struct VerifyArgs {
+    /// The reference model.
+    reference: PathBuf,
+    /// The model to check against it.
+    candidate: PathBuf,
+    /// Sizes of symbolic dims, e.g. `batch=1,sequence_len=7,past_sequence_len=3` (others:
+    /// names with "past" → 3, "seq" → 7, anything else → 1).
+    #[arg(long, value_name = "NAME=N,...", value_parser = parse_dims)]
+    dims: Option<BTreeMap<String, usize>>,
+    /// Number of random input sets.
+    #[arg(long, default_value_t = 3)]
+    samples: usize,
+    /// Random seed.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Random left-padded attention masks instead of all ones.
+    #[arg(long)]
+    random_mask: bool,
+    /// Absolute tolerance (default by output dtype: f32 1e-4, f16 2e-2, bf16 1e-1).
+    #[arg(long)]
+    atol: Option<f64>,
+    /// Relative tolerance, times the reference output's largest magnitude (default by dtype:
+    /// f32 1e-5, f16 1e-2, bf16 5e-2).
+    #[arg(long)]
+    rtol: Option<f64>,
+}
+
+fn parse_dims(text: &str) -> Result<BTreeMap<String, usize>, String> {
+    text.split(',')
+        .filter(|p| !p.trim().is_empty())
+        .map(|pair| {
+            let (k, v) = pair
+                .split_once('=')
+                .ok_or_else(|| format!("`{pair}`: expected NAME=N"))?;
+            let n = v
+                .trim()
+                .parse::<usize>()
+                .map_err(|_| format!("`{pair}`: `{v}` is not a size"))?;
+            Ok((k.trim().to_string(), n))
+        })
+        .collect()
+}
+
+#[derive(Args)]
+struct RunArgs {
+    /// The model (external data is read next to it).
+    model: PathBuf,
+    /// An input as NAME=FILE.npy (repeatable; every graph input is needed).
+    #[arg(long = "input", value_name = "NAME=FILE")]
+    inputs: Vec<String>,
+    /// Folder for the outputs, one OUTPUT_NAME.npy each (created if missing).
+    #[arg(long, value_name = "DIR")]
+    output_dir: PathBuf,
 }
 
 #[derive(Subcommand)]
@@ -73,6 +140,11 @@ struct EpArgs {
     /// Print what each optimizer stage and rule group changed (`[EP Trace]` lines on stderr).
     #[arg(long)]
     trace: bool,
+    /// Check every rewrite on concrete values while optimizing (the model is evaluated on
+    /// random inputs with mobius' reference interpreter; slow on large models). A rewrite that
+    /// changes a value stops the build naming the rule.
+    #[arg(long)]
+    verify_rewrites: bool,
 }
 
 impl EpArgs {
@@ -205,6 +277,7 @@ fn run_build(args: BuildArgs, quiet: bool) -> mobius::Result<()> {
         hub: HubSettings::from_env(),
         execution_provider: ep,
         limits: Limits::default(),
+        verify_rewrites: args.ep.verify_rewrites,
     };
     let package = build(&opts)?;
     if args.ep.trace {
@@ -238,6 +311,7 @@ fn run_optimize(args: OptimizeArgs) -> mobius::Result<()> {
         role: args.role.parse().map_err(mobius::Error::Graph)?,
         overwrite: args.overwrite,
         limits: Limits::default(),
+        verify_rewrites: args.ep.verify_rewrites,
     };
     let report = optimize_file(&opts)?;
     if args.ep.trace {
@@ -251,6 +325,43 @@ fn run_optimize(args: OptimizeArgs) -> mobius::Result<()> {
         report.ep,
         report.seconds
     );
+    Ok(())
+}
+
+fn run_verify(args: VerifyArgs) -> mobius::Result<bool> {
+    let opts = VerifyOptions {
+        reference: args.reference,
+        candidate: args.candidate,
+        dims: args.dims.unwrap_or_default(),
+        samples: args.samples,
+        seed: args.seed,
+        random_mask: args.random_mask,
+        atol: args.atol,
+        rtol: args.rtol,
+    };
+    let report = verify(&opts)?;
+    print!("{report}");
+    Ok(report.passed())
+}
+
+fn run_model(args: RunArgs) -> mobius::Result<()> {
+    let model = mobius::onnx::import::load(&args.model)?;
+    let mut inputs = std::collections::HashMap::new();
+    for spec in &args.inputs {
+        let (name, file) = spec.split_once('=').ok_or_else(|| {
+            mobius::Error::Source(format!("--input `{spec}`: expected NAME=FILE.npy"))
+        })?;
+        inputs.insert(name.to_string(), read_npy(std::path::Path::new(file))?);
+    }
+    let outputs = run_graph(&model.graph, &inputs, &mut Evaluator::new(None))?;
+    std::fs::create_dir_all(&args.output_dir)
+        .map_err(|e| mobius::Error::io(&args.output_dir, e))?;
+    for out in &model.graph.outputs {
+        write_npy(
+            &args.output_dir.join(format!("{}.npy", out.name)),
+            &outputs[&out.name],
+        )?;
+    }
     Ok(())
 }
 
@@ -289,6 +400,17 @@ fn main() -> ExitCode {
         Command::Build(args) => run_build(args, cli.quiet),
         Command::Optimize(args) => run_optimize(args),
         Command::List { what } => run_list(what),
+        Command::Verify(args) => {
+            return match run_verify(args) {
+                Ok(true) => ExitCode::SUCCESS,
+                Ok(false) => ExitCode::from(1),
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::from(2)
+                }
+            };
+        }
+        Command::Run(args) => run_model(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

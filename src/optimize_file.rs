@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use crate::ep::EpCapabilities;
 use crate::ir::DType;
 use crate::onnx::{export, import};
+use crate::opt::fingerprint::leaf_values;
 use crate::opt::{optimize, Limits, OptimizeOptions, OptimizeReport, Role};
 use crate::package::{check_target, StagedOutput};
 use crate::weights::eval::Evaluator;
@@ -27,6 +28,8 @@ pub struct OptimizeFileOptions {
     pub overwrite: bool,
     /// Saturation limits.
     pub limits: Limits,
+    /// Check every rewrite on concrete values (random inputs, the model's weights).
+    pub verify_rewrites: bool,
 }
 
 /// Optimizes `opts.input` into `opts.out`; on error nothing is left in `opts.out`.
@@ -52,6 +55,11 @@ pub fn optimize_file(opts: &OptimizeFileOptions) -> Result<OptimizeReport> {
         dtype,
         role: opts.role,
         limits: opts.limits,
+        fingerprint_leaves: if opts.verify_rewrites {
+            Some(leaf_values(&model.graph, &mut Evaluator::new(None))?)
+        } else {
+            None
+        },
     };
     let (optimized, report) = optimize(&model, &opts.ep, &options)?;
     let staged = StagedOutput::create(&opts.out)?;

@@ -23,6 +23,7 @@ fn run(graph: Graph, limits: Limits) -> (Graph, mobius::opt::OptimizeReport) {
         dtype: DType::F32,
         role: Role::Decoder,
         limits,
+        fingerprint_leaves: None,
     };
     let (m, report) = optimize(&model(graph), &get_ep("default").unwrap(), &opts).unwrap();
     (m.graph, report)
@@ -241,6 +242,7 @@ fn onnx_standard_refuses_contrib_ops_it_cannot_expand() {
         dtype: DType::F32,
         role: Role::Decoder,
         limits: Limits::default(),
+        fingerprint_leaves: None,
     };
     let graph = b.finish();
     let err = optimize(

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 
 use egg::{merge_max, Analysis, DidMerge, EGraph, Id, Symbol};
 
+use super::fingerprint::{self, Fingerprint, LeafValues, Violation};
 use super::fold::{fold, MAX_OUTPUT_ELEMS};
 use super::infer::{infer, Attrs, InputView};
 use super::lang::{AttrValue, Literal, Onnx, OpNode};
@@ -35,6 +36,8 @@ pub struct ClassData {
     pub konst: Option<Literal>,
     /// Whether it depends only on initializers (and so can be computed at save time).
     pub init_only: bool,
+    /// Its value on the fingerprint input (verification mode only).
+    pub fingerprint: Option<Fingerprint>,
 }
 
 impl ClassData {
@@ -66,6 +69,10 @@ pub struct OnnxAnalysis {
     /// Output types declared for op e-nodes whose types cannot be inferred (imported
     /// `value_info`).
     pub declared: HashMap<Onnx, Vec<TensorType>>,
+    /// Verification mode: the graph input and initializer values fingerprints start from.
+    pub fingerprint_leaves: Option<LeafValues>,
+    /// Unsound unions refused in verification mode.
+    pub violations: Vec<Violation>,
 }
 
 /// The e-graph type of the optimizer.
@@ -106,10 +113,15 @@ fn op_data(egraph: &OnnxGraph, op: &OpNode) -> ClassData {
     } else {
         Kind::Tuple(types)
     };
+    let fingerprint = match &egraph.analysis.fingerprint_leaves {
+        Some(_) => fingerprint::of_op(egraph, op),
+        None => None,
+    };
     ClassData {
         kind,
         konst,
         init_only,
+        fingerprint,
     }
 }
 
@@ -147,56 +159,63 @@ impl Analysis<Onnx> for OnnxAnalysis {
     type Data = ClassData;
 
     fn make(egraph: &mut OnnxGraph, enode: &Onnx, _id: Id) -> ClassData {
-        let plain = |kind| ClassData {
-            kind,
-            konst: None,
-            init_only: false,
+        let leaf_type = |name: &Symbol| {
+            egraph
+                .analysis
+                .leaf_types
+                .get(name)
+                .cloned()
+                .unwrap_or_default()
         };
-        match enode {
-            Onnx::Op(op) => op_data(egraph, op),
+        let (kind, konst, init_only) = match enode {
+            Onnx::Op(op) => return op_data(egraph, op),
             Onnx::Get { index, tuple } => {
                 let t = &egraph[tuple[0]].data;
                 let ty = match &t.kind {
                     Kind::Tuple(types) => types.get(*index).cloned().unwrap_or_default(),
                     _ => TensorType::default(),
                 };
-                ClassData {
+                let fingerprint = match &t.fingerprint {
+                    Some(Fingerprint::Tuple(values)) => {
+                        values.get(*index).cloned().map(Fingerprint::Tensor)
+                    }
+                    _ => None,
+                };
+                return ClassData {
                     kind: Kind::Tensor(ty),
                     konst: None,
                     init_only: t.init_only,
-                }
+                    fingerprint,
+                };
             }
-            Onnx::Input(name) => plain(Kind::Tensor(
-                egraph
-                    .analysis
-                    .leaf_types
-                    .get(name)
-                    .cloned()
-                    .unwrap_or_default(),
-            )),
-            Onnx::Init(name) => ClassData {
-                kind: Kind::Tensor(
-                    egraph
-                        .analysis
-                        .leaf_types
-                        .get(name)
-                        .cloned()
-                        .unwrap_or_default(),
-                ),
-                konst: egraph.analysis.leaf_values.get(name).cloned(),
-                init_only: true,
-            },
-            Onnx::Const(lit) => ClassData {
-                kind: Kind::Tensor(TensorType::new(
+            Onnx::Input(name) => (Kind::Tensor(leaf_type(name)), None, false),
+            Onnx::Init(name) => (
+                Kind::Tensor(leaf_type(name)),
+                egraph.analysis.leaf_values.get(name).cloned(),
+                true,
+            ),
+            Onnx::Const(lit) => (
+                Kind::Tensor(TensorType::new(
                     lit.dtype,
                     lit.shape.iter().map(|&d| SymDim::Known(d as i64)).collect(),
                 )),
-                konst: Some((**lit).clone()),
-                init_only: true,
-            },
-            Onnx::Attr(a) => plain(Kind::Attr(a.clone())),
-            Onnx::Absent => plain(Kind::Absent),
-            Onnx::Root(_) => plain(Kind::Root),
+                Some((**lit).clone()),
+                true,
+            ),
+            Onnx::Attr(a) => (Kind::Attr(a.clone()), None, false),
+            Onnx::Absent => (Kind::Absent, None, false),
+            Onnx::Root(_) => (Kind::Root, None, false),
+        };
+        let fingerprint = egraph
+            .analysis
+            .fingerprint_leaves
+            .as_ref()
+            .and_then(|leaves| fingerprint::of_leaf(leaves, enode));
+        ClassData {
+            kind,
+            konst,
+            init_only,
+            fingerprint,
         }
     }
 
@@ -234,6 +253,14 @@ impl Analysis<Onnx> for OnnxAnalysis {
         match (&a.konst, b.konst) {
             (None, Some(k)) => {
                 a.konst = Some(k);
+                changed_a = true;
+            }
+            (Some(_), None) => changed_b = true,
+            _ => {}
+        }
+        match (&a.fingerprint, b.fingerprint) {
+            (None, Some(f)) => {
+                a.fingerprint = Some(f);
                 changed_a = true;
             }
             (Some(_), None) => changed_b = true,

@@ -3,6 +3,7 @@
 use egg::{Id, Symbol};
 
 use super::analysis::{OnnxAnalysis, OnnxGraph};
+use super::fingerprint::LeafValues;
 use super::fold::MAX_INPUT_ELEMS;
 use super::lang::{AttrValue, Literal, Onnx};
 use super::schema::{op_key, schema};
@@ -23,7 +24,16 @@ pub struct Lifted {
 
 /// Lifts `graph` into a fresh e-graph.
 pub fn lift(graph: &Graph) -> Result<Lifted> {
-    let mut analysis = OnnxAnalysis::default();
+    lift_with(graph, None)
+}
+
+/// Lifts `graph`; with `fingerprints`, every class also carries its value on those leaf
+/// values (verification mode).
+pub fn lift_with(graph: &Graph, fingerprints: Option<LeafValues>) -> Result<Lifted> {
+    let mut analysis = OnnxAnalysis {
+        fingerprint_leaves: fingerprints,
+        ..OnnxAnalysis::default()
+    };
     for v in &graph.inputs {
         analysis.leaf_types.insert(
             Symbol::from(v.name.as_str()),

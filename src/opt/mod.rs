@@ -6,6 +6,7 @@ pub mod analysis;
 pub mod conditions;
 pub mod cost;
 pub mod extract;
+pub mod fingerprint;
 pub mod fold;
 pub mod gate;
 pub mod infer;
@@ -18,5 +19,5 @@ pub mod schema;
 pub mod trace;
 pub mod types;
 
-pub use pipeline::{optimize, Limits, OptimizeOptions, Role};
+pub use pipeline::{optimize, optimize_with_rules, Limits, OptimizeOptions, Role};
 pub use trace::OptimizeReport;

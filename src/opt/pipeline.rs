@@ -9,10 +9,11 @@ use egg::{Id, Rewrite, Runner, SimpleScheduler, StopReason};
 use super::analysis::{OnnxAnalysis, OnnxGraph};
 use super::cost::CostModel;
 use super::extract::{greedy_dag, ExtractError, Extraction};
+use super::fingerprint::LeafValues;
 use super::lang::Onnx;
-use super::lift::{lift, Lifted};
+use super::lift::{lift, lift_with, Lifted};
 use super::lower::lower;
-use super::rules::{all_rules, Stage};
+use super::rules::{all_rules, RuleSpec, Stage};
 use super::trace::{GroupReport, OptimizeReport, StageReport};
 use super::types::TensorType;
 use crate::ep::EpCapabilities;
@@ -86,6 +87,9 @@ pub struct OptimizeOptions {
     pub role: Role,
     /// Saturation limits.
     pub limits: Limits,
+    /// Verification mode (`--verify-rewrites`): values of every graph input and initializer
+    /// on which each e-class is evaluated; a rewrite that changes a value stops the run.
+    pub fingerprint_leaves: Option<LeafValues>,
 }
 
 /// Optimizes `model` for the EP `caps`; returns the new model and what each stage did.
@@ -94,14 +98,23 @@ pub fn optimize(
     caps: &EpCapabilities,
     opts: &OptimizeOptions,
 ) -> Result<(Model, OptimizeReport)> {
+    optimize_with_rules(model, caps, opts, &all_rules()?)
+}
+
+/// [`optimize`] with an explicit rule set (tests, rule proofs).
+pub fn optimize_with_rules(
+    model: &Model,
+    caps: &EpCapabilities,
+    opts: &OptimizeOptions,
+    rules: &[RuleSpec],
+) -> Result<(Model, OptimizeReport)> {
     let start = Instant::now();
     let Lifted {
         mut egraph,
         root,
         names,
-    } = lift(&model.graph)?;
+    } = lift_with(&model.graph, opts.fingerprint_leaves.clone())?;
     let cost = CostModel::new(caps);
-    let rules = all_rules()?;
     let mut report =
         OptimizeReport::new(&caps.name, opts.dtype, opts.role, model.graph.nodes.len());
     let first = extract(&egraph, root, &cost)?;
@@ -143,6 +156,13 @@ pub fn optimize(
                 stage_report.limit_hit = Some(reason);
             }
             egraph = runner.egraph;
+            if let Some(v) = egraph.analysis.violations.first() {
+                return Err(Error::UnsoundRewrite {
+                    rule: v.rule.clone(),
+                    before: v.before.clone(),
+                    after: v.after.clone(),
+                });
+            }
             let extraction = extract(&egraph, root, &cost)?;
             let after = op_counts(&egraph, root, &extraction);
             stage_report

@@ -14,6 +14,7 @@ use egg::{Applier, Id, Pattern, PatternAst, Rewrite, Subst, Symbol, Var};
 
 use super::analysis::{OnnxAnalysis, OnnxGraph};
 use super::conditions::{applier, condition, ApplierFn, ConditionFn};
+use super::fingerprint::check_union;
 use super::gate::Gate;
 use super::lang::Onnx;
 use crate::{Error, Result};
@@ -312,15 +313,22 @@ impl Applier<Onnx, OnnxAnalysis> for RuleApplier {
         {
             return Vec::new();
         }
-        match (&self.replacement, self.custom) {
-            (Replacement::Pattern(p), _) => {
-                p.apply_one(egraph, eclass, subst, searcher_ast, rule_name)
-            }
+        let _ = searcher_ast;
+        let result = match (&self.replacement, self.custom) {
+            (Replacement::Pattern(p), _) => egraph.add_instantiation(&p.ast, subst),
             (Replacement::Applier(_), Some(f)) => match f(egraph, eclass, subst) {
-                Some(id) if egraph.union(eclass, id) => vec![eclass],
-                _ => Vec::new(),
+                Some(id) => id,
+                None => return Vec::new(),
             },
-            (Replacement::Applier(_), None) => Vec::new(),
+            (Replacement::Applier(_), None) => return Vec::new(),
+        };
+        if !check_union(egraph, eclass, result, rule_name.as_str()) {
+            return Vec::new();
+        }
+        if egraph.union(eclass, result) {
+            vec![eclass]
+        } else {
+            Vec::new()
         }
     }
 }

@@ -1,0 +1,248 @@
+//! `com.microsoft` `GroupQueryAttention`, as onnxruntime's CPU kernel computes it.
+//!
+//! Inputs: query `[B, S, Hq·D]` (or packed QKV `[B, S, (Hq + 2·Hkv)·D]` when key/value are
+//! absent), key/value `[B, S, Hkv·D]`, past_key/past_value `[B, Hkv, P, D]` (P may be 0 or the
+//! inputs absent), seqlens_k `[B]` (valid total length − 1 per batch), total_sequence_length
+//! (scalar), cos_cache/sin_cache `[max_pos, rd/2]` when `do_rotary`. Inputs beyond sin_cache
+//! (position_ids, attention_bias, head_sink, KV quantization, QK norms, query_seqlens) and the
+//! attributes `causal = 0`, `sliding_window_cache`, `qk_output` are not supported.
+//!
+//! Semantics:
+//! - first prompt when `S == total_sequence_length`: every batch starts at position 0;
+//!   otherwise batch `b` has `past_b = seqlens_k[b] + 1 − S` cached tokens;
+//! - present length is `max(P, total_sequence_length)`: `P + S` for a growing cache (onnxruntime
+//!   requires `total_sequence_length == P + S` then), `P` for a fixed-size buffer; present rows
+//!   `[0, past_b)` copy the past, rows `[past_b, past_b + S)` hold the new (rotated) keys and
+//!   values, every other row is zero;
+//! - with `do_rotary`, q and k of token `s` rotate at position `past_b + s` (rotary dim =
+//!   `2·cos_cache.shape[1]`, halves or `rotary_interleaved` pairing), the rotated vectors
+//!   rounded to the query dtype; scores and softmax stay in f32;
+//! - query `s` of head `h` attends keys `[lo, hi)` of kv head `h / (Hq / Hkv)` with
+//!   `end = past_b + s + 1`, `hi = min(end, seqlens_k[b] + 1)` (causal, and right padding
+//!   masked: a padded query row of a first prompt sees all valid keys), `lo = end − W` when
+//!   `local_window_size = W > 0` (the window counts the current token) else 0; an empty range
+//!   outputs zeros;
+//! - score = `softcap(scale · q·k)`, scale 0 meaning `1/sqrt(D)`; `smooth_softmax` adds a zero
+//!   logit to the softmax denominator.
+
+use super::{dot, round_to, soft_cap, softmax, weighted_sum};
+use crate::interp::rope::rotate;
+use crate::interp::{OpCall, Tensor};
+use crate::ir::DType;
+use crate::Result;
+
+/// Evaluates `com.microsoft` `GroupQueryAttention`.
+pub fn group_query_attention(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
+    if let Some(i) = (9..call.inputs.len()).find(|&i| call.optional(i).is_some()) {
+        return Err(call.error(format!("input {i} is not supported")));
+    }
+    for (name, default) in [("causal", 1), ("sliding_window_cache", 0), ("qk_output", 0)] {
+        if call.int(name, default) != default {
+            return Err(call.error(format!(
+                "{name} = {} is not supported",
+                call.int(name, default)
+            )));
+        }
+    }
+    let query = call.input(0)?;
+    let hq = call.int("num_heads", 0).max(0) as usize;
+    let hkv = call.int("kv_num_heads", 0).max(0) as usize;
+    if hq == 0 || hkv == 0 || hq % hkv != 0 {
+        return Err(call.error(format!(
+            "num_heads {hq} must be a positive multiple of kv_num_heads {hkv}"
+        )));
+    }
+    let [batch, s_len, width] = *query.shape.as_slice() else {
+        return Err(call.error(format!("query must be 3-D, got {:?}", query.shape)));
+    };
+    let qv = query.floats()?;
+    // The head size, and the separate key/value data unless QKV is packed into the query.
+    let (dim, kv_in) = match (call.optional(1), call.optional(2)) {
+        (Some(k), Some(v)) => {
+            let dim = width / hq;
+            if dim * hq != width || k.shape != [batch, s_len, hkv * dim] || v.shape != k.shape {
+                return Err(call.error(format!(
+                    "key/value of shapes {:?}/{:?} must be [{batch}, {s_len}, {}]",
+                    k.shape,
+                    v.shape,
+                    hkv * dim
+                )));
+            }
+            (dim, Some((k.floats()?, v.floats()?)))
+        }
+        (None, None) => {
+            let dim = width / (hq + 2 * hkv);
+            if dim * (hq + 2 * hkv) != width {
+                return Err(call.error(format!("packed QKV width {width} is not (Hq + 2·Hkv)·D")));
+            }
+            (dim, None)
+        }
+        _ => return Err(call.error("key and value must be given together")),
+    };
+    let q_at = |b: usize, s: usize, h: usize| -> &[f32] {
+        let row = (b * s_len + s) * if kv_in.is_some() { hq * dim } else { width };
+        &qv[row + h * dim..row + (h + 1) * dim]
+    };
+    let kv_at = |b: usize, s: usize, h: usize, value: bool| -> &[f32] {
+        match kv_in {
+            Some((k, v)) => {
+                let o = ((b * s_len + s) * hkv + h) * dim;
+                &(if value { v } else { k })[o..o + dim]
+            }
+            None => {
+                let o = (b * s_len + s) * width + (hq + h + if value { hkv } else { 0 }) * dim;
+                &qv[o..o + dim]
+            }
+        }
+    };
+
+    let (past_k, past_v) = match (call.optional(3), call.optional(4)) {
+        (Some(k), Some(v)) => (Some(k.floats()?), Some(v.floats()?)),
+        (None, None) => (None, None),
+        _ => return Err(call.error("past_key and past_value must be given together")),
+    };
+    let past_len = match call.optional(3) {
+        Some(p) if p.shape.len() == 4 && p.shape[..2] == [batch, hkv] && p.shape[3] == dim => {
+            if call.input(4)?.shape != p.shape {
+                return Err(call.error("past_value must have past_key's shape"));
+            }
+            p.shape[2]
+        }
+        Some(p) => {
+            return Err(call.error(format!(
+                "past_key of shape {:?} must be [{batch}, {hkv}, P, {dim}]",
+                p.shape
+            )))
+        }
+        None => 0,
+    };
+    let seqlens = call.input(5)?.ints()?;
+    if seqlens.len() != batch {
+        return Err(call.error(format!("seqlens_k must hold {batch} values")));
+    }
+    let total = match call.input(6)?.ints()? {
+        [t] if *t >= 0 => *t as usize,
+        _ => return Err(call.error("total_sequence_length must be a non-negative scalar")),
+    };
+    if total > past_len && total != past_len + s_len {
+        return Err(call.error(format!(
+            "total_sequence_length {total} must equal past length {past_len} + sequence length {s_len}, or not exceed the past length"
+        )));
+    }
+    let present_len = past_len.max(total);
+    let first_prompt = s_len == total;
+
+    let rotary = if call.int("do_rotary", 0) != 0 {
+        let (cos, sin) = (call.input(7)?, call.input(8)?);
+        let half = cos.shape.get(1).copied().unwrap_or(0);
+        if cos.shape.len() != 2 || sin.shape != cos.shape || half == 0 || 2 * half > dim {
+            return Err(call.error(format!(
+                "cos/sin caches {:?}/{:?} must be [max_pos, ≤ D/2]",
+                cos.shape, sin.shape
+            )));
+        }
+        Some((cos.floats()?, sin.floats()?, half, cos.shape[0]))
+    } else {
+        None
+    };
+    let interleaved = call.int("rotary_interleaved", 0) != 0;
+    let rotated = |x: &[f32], pos: usize| -> Result<Vec<f32>> {
+        let mut x = x.to_vec();
+        if let Some((cos, sin, half, rows)) = rotary {
+            if pos >= rows {
+                return Err(call.error(format!(
+                    "position {pos} is outside the cos/sin caches ({rows} rows)"
+                )));
+            }
+            rotate(
+                &mut x,
+                &cos[pos * half..(pos + 1) * half],
+                &sin[pos * half..(pos + 1) * half],
+                interleaved,
+            );
+            x.iter_mut().for_each(|v| *v = round_to(query.dtype, *v));
+        }
+        Ok(x)
+    };
+
+    let scale = match call.float("scale", 0.0) {
+        0.0 => 1.0 / (dim as f32).sqrt(),
+        s => s,
+    };
+    let softcap = call.float("softcap", 0.0);
+    let window = call.int("local_window_size", -1);
+    let smooth = call.int("smooth_softmax", -1) == 1;
+    let group = hq / hkv;
+
+    let mut present_k = vec![0f32; batch * hkv * present_len * dim];
+    let mut present_v = present_k.clone();
+    let mut out = vec![0f32; batch * s_len * hq * dim];
+    for (b, &seqlen) in seqlens.iter().enumerate() {
+        let valid = usize::try_from(seqlen + 1).unwrap_or(0);
+        let past_b = if first_prompt {
+            0
+        } else {
+            valid.checked_sub(s_len).unwrap_or(usize::MAX)
+        };
+        if valid == 0 || valid > present_len || past_b > past_len || past_b + s_len > present_len {
+            return Err(call.error(format!(
+                "seqlens_k[{b}] = {seqlen} is inconsistent with sequence length {s_len}, past length {past_len} and total length {total}"
+            )));
+        }
+        // Present cache rows of this batch: copied past, then the new (rotated) tokens.
+        for h in 0..hkv {
+            let base = (b * hkv + h) * present_len * dim;
+            let past_base = (b * hkv + h) * past_len * dim;
+            if let (Some(pk), Some(pv)) = (past_k, past_v) {
+                present_k[base..base + past_b * dim]
+                    .copy_from_slice(&pk[past_base..past_base + past_b * dim]);
+                present_v[base..base + past_b * dim]
+                    .copy_from_slice(&pv[past_base..past_base + past_b * dim]);
+            }
+            for s in 0..s_len {
+                let o = base + (past_b + s) * dim;
+                present_k[o..o + dim].copy_from_slice(&rotated(kv_at(b, s, h, false), past_b + s)?);
+                present_v[o..o + dim].copy_from_slice(kv_at(b, s, h, true));
+            }
+        }
+        for h in 0..hq {
+            let base = (b * hkv + h / group) * present_len * dim;
+            for s in 0..s_len {
+                let q = rotated(q_at(b, s, h), past_b + s)?;
+                let end = past_b + s + 1;
+                let hi = end.min(valid);
+                let lo = if window > 0 {
+                    end.saturating_sub(window as usize)
+                } else {
+                    0
+                };
+                let o = ((b * s_len + s) * hq + h) * dim;
+                if lo >= hi {
+                    continue;
+                }
+                let mut row: Vec<f32> = (lo..hi)
+                    .map(|t| {
+                        soft_cap(
+                            dot(&q, &present_k[base + t * dim..base + (t + 1) * dim]) * scale,
+                            softcap,
+                        )
+                    })
+                    .collect();
+                softmax(&mut row, smooth, DType::F32);
+                weighted_sum(
+                    &row,
+                    &present_v[base + lo * dim..base + hi * dim],
+                    &mut out[o..o + dim],
+                );
+            }
+        }
+    }
+    let cache_shape = vec![batch, hkv, present_len, dim];
+    let mut outputs = vec![
+        Tensor::float(query.dtype, vec![batch, s_len, hq * dim], out),
+        Tensor::float(query.dtype, cache_shape.clone(), present_k),
+        Tensor::float(query.dtype, cache_shape, present_v),
+    ];
+    outputs.truncate(call.node.outputs.len().max(1));
+    Ok(outputs)
+}

@@ -1,0 +1,88 @@
+//! Attention: ONNX `Attention` (opsets 23/24, in [`standard`]) and `com.microsoft`
+//! `GroupQueryAttention` (in [`gqa`]), matching onnxruntime's CPU kernels. Scores, softmax and
+//! the weighted sum are computed in f32 with f64 dot products; outputs are rounded to their
+//! dtype, and f16/bf16 intermediates are rounded where onnxruntime stores them in that dtype.
+
+pub mod gqa;
+pub mod standard;
+
+use half::{bf16, f16};
+
+use super::{FamilyResult, OpCall};
+use crate::ir::DType;
+
+/// Evaluates the attention ops.
+pub fn eval(domain: &str, op: &str, call: &OpCall<'_>) -> FamilyResult {
+    match (domain, op) {
+        ("" | "ai.onnx", "Attention") => Some(standard::attention(call)),
+        ("com.microsoft", "GroupQueryAttention") => Some(gqa::group_query_attention(call)),
+        _ => None,
+    }
+}
+
+/// Dot product with f64 accumulation, returned in f32.
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    a.iter()
+        .zip(b)
+        .map(|(&x, &y)| x as f64 * y as f64)
+        .sum::<f64>() as f32
+}
+
+/// `softcap · tanh(x / softcap)` when `softcap > 0`, else `x`.
+fn soft_cap(x: f32, softcap: f32) -> f32 {
+    if softcap > 0.0 {
+        softcap * (x / softcap).tanh()
+    } else {
+        x
+    }
+}
+
+/// `x` rounded to the precision of `dtype` (f16, bf16; unchanged for other dtypes).
+fn round_to(dtype: DType, x: f32) -> f32 {
+    match dtype {
+        DType::F16 => f16::from_f32(x).to_f32(),
+        DType::BF16 => bf16::from_f32(x).to_f32(),
+        _ => x,
+    }
+}
+
+/// Turns a row of scores held in `dtype` precision into softmax probabilities (rounded to
+/// `dtype`) in place. A row whose maximum is at or below the lowest finite value of `dtype`
+/// (every key masked, by `-inf` or by that lowest value) becomes all zeros, as onnxruntime does.
+/// `smooth` adds a virtual zero logit to the denominator (`smooth_softmax`).
+fn softmax(row: &mut [f32], smooth: bool, dtype: DType) {
+    let lowest = match dtype {
+        DType::F16 => f16::MIN.to_f32(),
+        DType::BF16 => bf16::MIN.to_f32(),
+        _ => f32::MIN,
+    };
+    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    if max <= lowest {
+        row.iter_mut().for_each(|p| *p = 0.0);
+        return;
+    }
+    let mut sum = 0f64;
+    for p in row.iter_mut() {
+        *p = (*p - max).exp();
+        sum += *p as f64;
+    }
+    if smooth {
+        sum += (-max as f64).exp();
+    }
+    row.iter_mut()
+        .for_each(|p| *p = round_to(dtype, (*p as f64 / sum) as f32));
+}
+
+/// Accumulates `Σ_t probs[t] · values[t]` into `out` (`values` rows of `out.len()` elements).
+fn weighted_sum(probs: &[f32], values: &[f32], out: &mut [f32]) {
+    let dim = out.len();
+    let mut acc = vec![0f64; dim];
+    for (t, &p) in probs.iter().enumerate() {
+        if p != 0.0 {
+            for (a, &v) in acc.iter_mut().zip(&values[t * dim..(t + 1) * dim]) {
+                *a += p as f64 * v as f64;
+            }
+        }
+    }
+    out.iter_mut().zip(acc).for_each(|(o, a)| *o = a as f32);
+}

@@ -1,0 +1,409 @@
+//! Elementwise ops: arithmetic, math functions, comparisons, logic, `Where`, casts and the GELU
+//! family, all with numpy broadcasting. Float results are computed in f32 (transcendental
+//! functions in f64) and rounded to the output dtype; integer results wrap to their dtype's
+//! width, as onnxruntime's C++ kernels do.
+
+use std::f64::consts::{FRAC_1_SQRT_2, FRAC_2_SQRT_PI};
+
+use super::tensor::{broadcast_index, broadcast_shape};
+use super::{FamilyResult, OpCall, Tensor, Values};
+use crate::ir::DType;
+use crate::Result;
+
+/// Evaluates the ops of this family.
+pub fn eval(domain: &str, op: &str, call: &OpCall<'_>) -> FamilyResult {
+    let result = if domain.is_empty() || domain == "ai.onnx" {
+        match op {
+            "Add" => arith(call, Arith::Add),
+            "Sub" => arith(call, Arith::Sub),
+            "Mul" => arith(call, Arith::Mul),
+            "Div" => arith(call, Arith::Div),
+            "Pow" => pow(call),
+            "Neg" => unary_numeric(call, |x| -x, |x| x.wrapping_neg()),
+            "Abs" => unary_numeric(call, f32::abs, i64::wrapping_abs),
+            // `x < 0 ? 0 : x` keeps NaN and -0.0, as onnxruntime does.
+            "Relu" => unary_numeric(call, |x| if x < 0.0 { 0.0 } else { x }, |x| x.max(0)),
+            "Sqrt" => unary_float(call, f64::sqrt),
+            "Exp" => unary_float(call, f64::exp),
+            "Log" => unary_float(call, f64::ln),
+            "Erf" => unary_float(call, erf),
+            "Tanh" => unary_float(call, f64::tanh),
+            "Sigmoid" => unary_float(call, |x| 1.0 / (1.0 + (-x).exp())),
+            "Gelu" => gelu(call),
+            "Equal" => compare(call, Cmp::Equal),
+            "Less" => compare(call, Cmp::Less),
+            "Greater" => compare(call, Cmp::Greater),
+            "And" => logic(call, |p, q| p && q),
+            "Or" => logic(call, |p, q| p || q),
+            "Not" => not(call),
+            "Where" => where_op(call),
+            "Cast" => cast_op(call),
+            "CastLike" => call
+                .input(1)
+                .and_then(|like| Ok(vec![cast(call.input(0)?, like.dtype)])),
+            "Identity" => call.input(0).map(|x| vec![x.clone()]),
+            _ => return None,
+        }
+    } else if domain == "com.microsoft" {
+        match op {
+            "FastGelu" => biased_gelu(call, gelu_tanh, false),
+            "BiasGelu" => biased_gelu(call, gelu_erf, true),
+            _ => return None,
+        }
+    } else {
+        return None;
+    };
+    Some(result)
+}
+
+/// `v` wrapped to the width of integer dtype `dtype` (two's complement, like a C++ cast).
+pub(crate) fn wrap_int(dtype: DType, v: i64) -> i64 {
+    match dtype {
+        DType::I32 => v as i32 as i64,
+        DType::I8 => v as i8 as i64,
+        DType::U8 => v as u8 as i64,
+        _ => v,
+    }
+}
+
+/// A float converted to integer dtype `to` the way onnxruntime's `static_cast` does on x86-64:
+/// truncation toward zero; NaN and out-of-range values give the "integer indefinite" value
+/// (the minimum of i64 or i32); 8-bit targets go through i32 and keep its low byte.
+fn float_to_int(x: f64, to: DType) -> i64 {
+    let t = x.trunc();
+    if to == DType::I64 {
+        // Comparisons with NaN are false, so NaN lands on the indefinite value too.
+        let limit = 2f64.powi(63);
+        if (-limit..limit).contains(&t) {
+            t as i64
+        } else {
+            i64::MIN
+        }
+    } else {
+        let limit = 2f64.powi(31);
+        let v = if (-limit..limit).contains(&t) {
+            t as i64
+        } else {
+            i32::MIN as i64
+        };
+        wrap_int(to, v)
+    }
+}
+
+/// The broadcast shape of `tensors` and, per tensor, the element each output element reads.
+fn broadcast(tensors: &[&Tensor]) -> Result<(Vec<usize>, Vec<Vec<usize>>)> {
+    let shapes: Vec<&[usize]> = tensors.iter().map(|t| t.shape.as_slice()).collect();
+    let shape = broadcast_shape(&shapes)?;
+    let index = tensors
+        .iter()
+        .map(|t| broadcast_index(&t.shape, &shape))
+        .collect();
+    Ok((shape, index))
+}
+
+/// `f` applied to the broadcast pairs of `a` and `b` (`index` as returned by [`broadcast`]).
+fn zip<A: Copy, B: Copy, R>(
+    a: &[A],
+    b: &[B],
+    index: &[Vec<usize>],
+    f: impl Fn(A, B) -> R,
+) -> Vec<R> {
+    index[0]
+        .iter()
+        .zip(&index[1])
+        .map(|(&i, &j)| f(a[i], b[j]))
+        .collect()
+}
+
+/// Inputs 0 and 1, which must have the same dtype.
+fn same_dtype_pair<'a>(call: &OpCall<'a>) -> Result<(&'a Tensor, &'a Tensor)> {
+    let (a, b) = (call.input(0)?, call.input(1)?);
+    if a.dtype != b.dtype {
+        return Err(call.error(format!("input dtypes differ: {} and {}", a.dtype, b.dtype)));
+    }
+    Ok((a, b))
+}
+
+/// The four arithmetic operators.
+#[derive(Clone, Copy)]
+enum Arith {
+    Add,
+    Sub,
+    Mul,
+    Div,
+}
+
+/// `Add`, `Sub`, `Mul`, `Div`. Integer division truncates toward zero; division by zero is an
+/// error, as in onnxruntime.
+fn arith(call: &OpCall<'_>, op: Arith) -> Result<Vec<Tensor>> {
+    let (a, b) = same_dtype_pair(call)?;
+    let (shape, index) = broadcast(&[a, b])?;
+    let out = match (&a.values, &b.values) {
+        (Values::Float(x), Values::Float(y)) => {
+            let f: fn(f32, f32) -> f32 = match op {
+                Arith::Add => |p, q| p + q,
+                Arith::Sub => |p, q| p - q,
+                Arith::Mul => |p, q| p * q,
+                Arith::Div => |p, q| p / q,
+            };
+            Tensor::float(a.dtype, shape, zip(x, y, &index, f))
+        }
+        (Values::Int(x), Values::Int(y)) => {
+            let values = zip(x, y, &index, |p: i64, q: i64| match op {
+                Arith::Add => Ok(p.wrapping_add(q)),
+                Arith::Sub => Ok(p.wrapping_sub(q)),
+                Arith::Mul => Ok(p.wrapping_mul(q)),
+                Arith::Div if q == 0 => Err(call.error("integer division by zero")),
+                Arith::Div => Ok(p.wrapping_div(q)),
+            })
+            .into_iter()
+            .map(|v| v.map(|v| wrap_int(a.dtype, v)))
+            .collect::<Result<_>>()?;
+            Tensor::int(a.dtype, shape, values)
+        }
+        _ => return Err(call.error(format!("unsupported dtype {}", a.dtype))),
+    };
+    Ok(vec![out])
+}
+
+/// `Pow`: the output has the base's dtype; the exponent may be any numeric dtype. Computed in
+/// f64 (as `std::pow` promotes); integer results are truncated like a C++ cast.
+fn pow(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
+    let (base, exponent) = (call.input(0)?, call.input(1)?);
+    let (shape, index) = broadcast(&[base, exponent])?;
+    let e = exponent.as_f64();
+    let out = match &base.values {
+        Values::Float(x) => Tensor::float(
+            base.dtype,
+            shape,
+            zip(x, &e, &index, |p, q| (p as f64).powf(q) as f32),
+        ),
+        Values::Int(x) => Tensor::int(
+            base.dtype,
+            shape,
+            zip(x, &e, &index, |p, q| {
+                float_to_int((p as f64).powf(q), base.dtype)
+            }),
+        ),
+        Values::Bool(_) => return Err(call.error("unsupported dtype bool")),
+    };
+    Ok(vec![out])
+}
+
+/// A unary op on float or integer input 0 (`f` for floats, `g` for integers, whose result is
+/// wrapped to the dtype).
+fn unary_numeric(call: &OpCall<'_>, f: fn(f32) -> f32, g: fn(i64) -> i64) -> Result<Vec<Tensor>> {
+    let x = call.input(0)?;
+    let shape = x.shape.clone();
+    let out = match &x.values {
+        Values::Float(v) => Tensor::float(x.dtype, shape, v.iter().map(|&p| f(p)).collect()),
+        Values::Int(v) => Tensor::int(
+            x.dtype,
+            shape,
+            v.iter().map(|&p| wrap_int(x.dtype, g(p))).collect(),
+        ),
+        Values::Bool(_) => return Err(call.error("unsupported dtype bool")),
+    };
+    Ok(vec![out])
+}
+
+/// A unary op on float input 0, computed in f64.
+fn unary_float(call: &OpCall<'_>, f: impl Fn(f64) -> f64) -> Result<Vec<Tensor>> {
+    let x = call.input(0)?;
+    let v = x.floats().map_err(|e| call.error(e))?;
+    let values = v.iter().map(|&p| f(p as f64) as f32).collect();
+    Ok(vec![Tensor::float(x.dtype, x.shape.clone(), values)])
+}
+
+/// The error function, accurate to about 1e-15: `erf(x) = 2/sqrt(pi) * exp(-x^2) *
+/// sum_n (2x^2)^n x / (1*3*...*(2n+1))`, a series of positive terms (no cancellation); beyond
+/// |x| = 6, erf is ±1 to double precision.
+fn erf(x: f64) -> f64 {
+    if x.is_nan() {
+        return x;
+    }
+    let ax = x.abs();
+    if ax >= 6.0 {
+        return 1f64.copysign(x);
+    }
+    let x2 = ax * ax;
+    let (mut term, mut sum) = (ax, ax);
+    // The ratio of successive terms is 2x^2/(2n+1) <= 72/(2n+1): under 200 terms reach 1e-17.
+    for n in 1..200 {
+        term *= 2.0 * x2 / (2 * n + 1) as f64;
+        sum += term;
+        if term <= sum * 1e-17 {
+            break;
+        }
+    }
+    (FRAC_2_SQRT_PI * (-x2).exp() * sum).min(1.0).copysign(x)
+}
+
+/// Exact GELU: `x/2 * (1 + erf(x/sqrt(2)))`.
+fn gelu_erf(x: f64) -> f64 {
+    0.5 * x * (1.0 + erf(x * FRAC_1_SQRT_2))
+}
+
+/// Tanh-approximated GELU: `x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))`.
+fn gelu_tanh(x: f64) -> f64 {
+    let sqrt_2_over_pi = FRAC_2_SQRT_PI * FRAC_1_SQRT_2;
+    0.5 * x * (1.0 + (sqrt_2_over_pi * (x + 0.044715 * x * x * x)).tanh())
+}
+
+/// `Gelu` (opset 20): `approximate` is `"none"` (default) or `"tanh"`.
+fn gelu(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
+    match call.string("approximate").unwrap_or("none") {
+        "none" => unary_float(call, gelu_erf),
+        "tanh" => unary_float(call, gelu_tanh),
+        other => Err(call.error(format!("unknown approximate mode `{other}`"))),
+    }
+}
+
+/// com.microsoft `FastGelu` (optional bias) and `BiasGelu` (required bias): `f` of `x + bias`,
+/// the sum taken in f32 and broadcast.
+fn biased_gelu(call: &OpCall<'_>, f: fn(f64) -> f64, bias_required: bool) -> Result<Vec<Tensor>> {
+    let x = call.input(0)?;
+    let v = x.floats().map_err(|e| call.error(e))?;
+    let bias = if bias_required {
+        Some(call.input(1)?)
+    } else {
+        call.optional(1)
+    };
+    let (shape, sums) = match bias {
+        Some(b) => {
+            let (shape, index) = broadcast(&[x, b])?;
+            let w = b.floats().map_err(|e| call.error(e))?;
+            (shape, zip(v, w, &index, |p, q| p + q))
+        }
+        None => (x.shape.clone(), v.to_vec()),
+    };
+    let values = sums.into_iter().map(|p| f(p as f64) as f32).collect();
+    Ok(vec![Tensor::float(x.dtype, shape, values)])
+}
+
+/// The comparison operators.
+#[derive(Clone, Copy, PartialEq)]
+enum Cmp {
+    Equal,
+    Less,
+    Greater,
+}
+
+impl Cmp {
+    /// `p op q` (false whenever NaN is involved).
+    fn apply<T: PartialOrd>(self, p: T, q: T) -> bool {
+        match self {
+            Cmp::Equal => p == q,
+            Cmp::Less => p < q,
+            Cmp::Greater => p > q,
+        }
+    }
+}
+
+/// `Equal` (any dtype), `Less`, `Greater` (numeric dtypes): a bool tensor.
+fn compare(call: &OpCall<'_>, op: Cmp) -> Result<Vec<Tensor>> {
+    let (a, b) = same_dtype_pair(call)?;
+    let (shape, index) = broadcast(&[a, b])?;
+    let values = match (&a.values, &b.values) {
+        (Values::Float(x), Values::Float(y)) => zip(x, y, &index, |p, q| op.apply(p, q)),
+        (Values::Int(x), Values::Int(y)) => zip(x, y, &index, |p, q| op.apply(p, q)),
+        (Values::Bool(x), Values::Bool(y)) if op == Cmp::Equal => zip(x, y, &index, |p, q| p == q),
+        _ => return Err(call.error(format!("unsupported dtype {}", a.dtype))),
+    };
+    Ok(vec![Tensor::bool(shape, values)])
+}
+
+/// `And`, `Or` on bool tensors.
+fn logic(call: &OpCall<'_>, f: fn(bool, bool) -> bool) -> Result<Vec<Tensor>> {
+    let (a, b) = (call.input(0)?, call.input(1)?);
+    let (x, y) = (
+        a.bools().map_err(|e| call.error(e))?,
+        b.bools().map_err(|e| call.error(e))?,
+    );
+    let (shape, index) = broadcast(&[a, b])?;
+    Ok(vec![Tensor::bool(shape, zip(x, y, &index, f))])
+}
+
+/// `Not` on a bool tensor.
+fn not(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
+    let x = call.input(0)?;
+    let v = x.bools().map_err(|e| call.error(e))?;
+    Ok(vec![Tensor::bool(
+        x.shape.clone(),
+        v.iter().map(|&p| !p).collect(),
+    )])
+}
+
+/// `Where(condition, X, Y)` with three-way broadcasting; the output has X's dtype.
+fn where_op(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
+    let cond = call.input(0)?;
+    let c = cond.bools().map_err(|e| call.error(e))?;
+    let (x, y) = (call.input(1)?, call.input(2)?);
+    if x.dtype != y.dtype {
+        return Err(call.error(format!("input dtypes differ: {} and {}", x.dtype, y.dtype)));
+    }
+    let (shape, index) = broadcast(&[cond, x, y])?;
+    fn pick<T: Copy>(c: &[bool], x: &[T], y: &[T], index: &[Vec<usize>]) -> Vec<T> {
+        (0..index[0].len())
+            .map(|i| {
+                if c[index[0][i]] {
+                    x[index[1][i]]
+                } else {
+                    y[index[2][i]]
+                }
+            })
+            .collect()
+    }
+    let values = match (&x.values, &y.values) {
+        (Values::Float(p), Values::Float(q)) => Values::Float(pick(c, p, q, &index)),
+        (Values::Int(p), Values::Int(q)) => Values::Int(pick(c, p, q, &index)),
+        (Values::Bool(p), Values::Bool(q)) => Values::Bool(pick(c, p, q, &index)),
+        _ => return Err(call.error("X and Y hold different kinds of values")),
+    };
+    Ok(vec![Tensor {
+        dtype: x.dtype,
+        shape,
+        values,
+    }])
+}
+
+/// `Cast` to the dtype given by the `to` attribute.
+fn cast_op(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
+    let x = call.input(0)?;
+    let code = call.int("to", 0);
+    let to = i32::try_from(code)
+        .ok()
+        .and_then(DType::from_onnx_code)
+        .ok_or_else(|| call.error(format!("unsupported target type {code}")))?;
+    Ok(vec![cast(x, to)])
+}
+
+/// `x` converted to `to`: floats are rounded to a float target, truncated (x86 `static_cast`
+/// semantics, see [`float_to_int`]) to an integer target and compared with zero for bool;
+/// integers wrap to a narrower integer target.
+fn cast(x: &Tensor, to: DType) -> Tensor {
+    let shape = x.shape.clone();
+    match &x.values {
+        Values::Float(v) if to.is_float() => Tensor::float(to, shape, v.clone()),
+        Values::Float(v) if to == DType::Bool => {
+            Tensor::bool(shape, v.iter().map(|&p| p != 0.0).collect())
+        }
+        Values::Float(v) => Tensor::int(
+            to,
+            shape,
+            v.iter().map(|&p| float_to_int(p as f64, to)).collect(),
+        ),
+        Values::Int(v) if to.is_float() => {
+            Tensor::float(to, shape, v.iter().map(|&p| p as f32).collect())
+        }
+        Values::Int(v) if to == DType::Bool => {
+            Tensor::bool(shape, v.iter().map(|&p| p != 0).collect())
+        }
+        Values::Int(v) => Tensor::int(to, shape, v.iter().map(|&p| wrap_int(to, p)).collect()),
+        Values::Bool(v) if to.is_float() => {
+            Tensor::float(to, shape, v.iter().map(|&p| p as u8 as f32).collect())
+        }
+        Values::Bool(v) if to == DType::Bool => Tensor::bool(shape, v.clone()),
+        Values::Bool(v) => Tensor::int(to, shape, v.iter().map(|&p| p as i64).collect()),
+    }
+}

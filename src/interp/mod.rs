@@ -1,0 +1,124 @@
+//! The reference interpreter: evaluates any IR graph on concrete inputs, computing in f32
+//! (f16/bf16 rounded at op boundaries), one file per op family. An op it does not know is an
+//! error naming the op.
+
+pub mod attention;
+pub mod elementwise;
+pub mod matmul;
+pub mod norm;
+pub mod npy;
+pub mod reduce;
+pub mod rope;
+pub mod run;
+pub mod shape;
+pub mod tensor;
+
+use std::collections::BTreeMap;
+
+use crate::ir::{Attr, Node};
+use crate::{Error, Result};
+pub use run::run_graph;
+pub use tensor::{Tensor, Values};
+
+/// What an op family's evaluator receives: the node's attributes and its inputs (`None` for
+/// an absent optional input).
+#[derive(Debug)]
+pub struct OpCall<'a> {
+    /// The node being evaluated.
+    pub node: &'a Node,
+    /// Its inputs, positionally.
+    pub inputs: Vec<Option<&'a Tensor>>,
+}
+
+impl<'a> OpCall<'a> {
+    /// Input `i`, which must be present.
+    pub fn input(&self, i: usize) -> Result<&'a Tensor> {
+        self.inputs.get(i).copied().flatten().ok_or_else(|| {
+            Error::Graph(format!(
+                "{} `{}`: input {i} is required",
+                self.node.op_type, self.node.name
+            ))
+        })
+    }
+
+    /// Input `i`, if present.
+    pub fn optional(&self, i: usize) -> Option<&'a Tensor> {
+        self.inputs.get(i).copied().flatten()
+    }
+
+    /// The attributes.
+    pub fn attrs(&self) -> &'a BTreeMap<String, Attr> {
+        &self.node.attrs
+    }
+
+    /// Integer attribute `name`, or `default`.
+    pub fn int(&self, name: &str, default: i64) -> i64 {
+        match self.node.attrs.get(name) {
+            Some(Attr::Int(v)) => *v,
+            _ => default,
+        }
+    }
+
+    /// Float attribute `name`, or `default`.
+    pub fn float(&self, name: &str, default: f32) -> f32 {
+        match self.node.attrs.get(name) {
+            Some(Attr::Float(v)) => *v,
+            _ => default,
+        }
+    }
+
+    /// Integer-list attribute `name`, if set.
+    pub fn ints(&self, name: &str) -> Option<&'a [i64]> {
+        match self.node.attrs.get(name) {
+            Some(Attr::Ints(v)) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// String attribute `name`, if set.
+    pub fn string(&self, name: &str) -> Option<&'a str> {
+        match self.node.attrs.get(name) {
+            Some(Attr::String(v)) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// An error about this node.
+    pub fn error(&self, message: impl std::fmt::Display) -> Error {
+        Error::Graph(format!(
+            "{} `{}`: {message}",
+            self.node.op_type, self.node.name
+        ))
+    }
+}
+
+/// The result of an op family's evaluator: `None` when the op is not in that family.
+pub type FamilyResult = Option<Result<Vec<Tensor>>>;
+
+/// Evaluates one node by asking each op family in turn.
+pub fn eval_node(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
+    let (domain, op) = (call.node.domain.as_str(), call.node.op_type.as_str());
+    let families: [fn(&str, &str, &OpCall<'_>) -> FamilyResult; 7] = [
+        elementwise::eval,
+        matmul::eval,
+        reduce::eval,
+        shape::eval,
+        norm::eval,
+        rope::eval,
+        attention::eval,
+    ];
+    for family in families {
+        if let Some(result) = family(domain, op, call) {
+            return result;
+        }
+    }
+    let name = if domain.is_empty() {
+        op.to_string()
+    } else {
+        format!("{domain}::{op}")
+    };
+    Err(Error::Graph(format!(
+        "the reference interpreter does not implement `{name}` (node `{}`)",
+        call.node.name
+    )))
+}

@@ -1,0 +1,180 @@
+//! Normalizations: ONNX `LayerNormalization` and `RMSNormalization`, `com.microsoft`
+//! `SkipLayerNormalization` and `SkipSimplifiedLayerNormalization`, matching onnxruntime's CPU
+//! kernels. Statistics are accumulated in f64 and the result rounded to the output dtype.
+//!
+//! Output details (as onnxruntime writes them):
+//! - `LayerNormalization` `Mean`/`InvStdDev` keep the input rank with the normalized axes set
+//!   to 1 (`[d0, …, d(axis−1), 1, …, 1]`), in the `stash_type` dtype (f32 by default).
+//! - The `Skip*` ops normalize over the last axis; `mean`/`inv_std_var` are f32 of shape
+//!   `[…, 1]` (input shape with the last dimension 1), `input_skip_bias_sum` is
+//!   `input + skip (+ bias)` in the input dtype. `SkipSimplifiedLayerNormalization` writes zeros
+//!   to `mean`. `skip` broadcasts against the input (`[B, S, H]`, `[1, S, H]` or `[S, H]`).
+
+use super::tensor::{axis, broadcast_index, broadcast_shape};
+use super::{FamilyResult, OpCall, Tensor};
+use crate::ir::DType;
+use crate::Result;
+
+/// Evaluates the normalization ops.
+pub fn eval(domain: &str, op: &str, call: &OpCall<'_>) -> FamilyResult {
+    match (domain, op) {
+        ("" | "ai.onnx", "LayerNormalization") => Some(layer_norm(call, false)),
+        ("" | "ai.onnx", "RMSNormalization") => Some(layer_norm(call, true)),
+        ("com.microsoft", "SkipLayerNormalization") => Some(skip_norm(call, false)),
+        ("com.microsoft", "SkipSimplifiedLayerNormalization") => Some(skip_norm(call, true)),
+        _ => None,
+    }
+}
+
+/// Per-row statistics of `x` split in rows of `inner` elements: `(mean, 1/sqrt(var + eps))`,
+/// where for the simplified (RMS) form the mean is 0 and `var` is the mean square.
+fn row_stats(x: &[f32], inner: usize, epsilon: f32, simplified: bool) -> Vec<(f64, f64)> {
+    x.chunks(inner.max(1))
+        .map(|row| {
+            let n = inner as f64;
+            let sum: f64 = row.iter().map(|&v| v as f64).sum();
+            let sum_sq: f64 = row.iter().map(|&v| (v as f64) * (v as f64)).sum();
+            let mean = if simplified { 0.0 } else { sum / n };
+            let var = sum_sq / n - mean * mean;
+            (mean, 1.0 / (var + epsilon as f64).sqrt())
+        })
+        .collect()
+}
+
+/// `tensor` broadcast to `shape`, or an error naming `what`.
+fn broadcast_to(
+    call: &OpCall<'_>,
+    tensor: &Tensor,
+    shape: &[usize],
+    what: &str,
+) -> Result<Vec<f32>> {
+    if tensor.shape.len() > shape.len() || broadcast_shape(&[&tensor.shape, shape])? != shape {
+        return Err(call.error(format!(
+            "{what} of shape {:?} does not broadcast to {shape:?}",
+            tensor.shape
+        )));
+    }
+    let v = tensor.floats()?;
+    Ok(broadcast_index(&tensor.shape, shape)
+        .into_iter()
+        .map(|i| v[i])
+        .collect())
+}
+
+/// The dtype that `stash_type` names.
+fn stash_dtype(call: &OpCall<'_>) -> Result<DType> {
+    match call.int("stash_type", 1) {
+        1 => Ok(DType::F32),
+        10 => Ok(DType::F16),
+        11 => Ok(DType::F64),
+        16 => Ok(DType::BF16),
+        t => Err(call.error(format!("unsupported stash_type {t}"))),
+    }
+}
+
+/// `LayerNormalization` (X, Scale, B?) → Y, Mean, InvStdDev; or, when `rms`,
+/// `RMSNormalization` (X, scale) → Y.
+fn layer_norm(call: &OpCall<'_>, rms: bool) -> Result<Vec<Tensor>> {
+    let x = call.input(0)?;
+    let rank = x.shape.len();
+    let ax = axis(call.int("axis", -1), rank)?;
+    let inner: usize = x.shape[ax..].iter().product();
+    let epsilon = call.float("epsilon", 1e-5);
+    let stash = stash_dtype(call)?;
+    let xv = x.floats()?;
+    let scale = broadcast_to(call, call.input(1)?, &x.shape, "scale")?;
+    let bias = match call.optional(2).filter(|_| !rms) {
+        Some(b) => Some(broadcast_to(call, b, &x.shape, "bias")?),
+        None => None,
+    };
+    let stats = row_stats(xv, inner, epsilon, rms);
+    let y = xv
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| {
+            let (mean, inv) = stats[i / inner.max(1)];
+            let n = (v as f64 - mean) * inv * scale[i] as f64;
+            (n + bias.as_ref().map_or(0.0, |b| b[i] as f64)) as f32
+        })
+        .collect();
+    let y = Tensor::float(x.dtype, x.shape.clone(), y);
+    if rms {
+        return Ok(vec![y]);
+    }
+    let stat_shape: Vec<usize> = (0..rank)
+        .map(|d| if d < ax { x.shape[d] } else { 1 })
+        .collect();
+    let means = stats.iter().map(|s| s.0 as f32).collect();
+    let invs = stats.iter().map(|s| s.1 as f32).collect();
+    Ok(vec![
+        y,
+        Tensor::float(stash, stat_shape.clone(), means),
+        Tensor::float(stash, stat_shape, invs),
+    ])
+}
+
+/// A 1-D per-channel parameter of length `hidden`, if the input is present.
+fn channel<'a>(
+    call: &OpCall<'a>,
+    i: usize,
+    hidden: usize,
+    what: &str,
+) -> Result<Option<&'a [f32]>> {
+    match call.optional(i) {
+        Some(t) if t.numel() == hidden => Ok(Some(t.floats()?)),
+        Some(t) => Err(call.error(format!(
+            "{what} of shape {:?} must hold {hidden} values",
+            t.shape
+        ))),
+        None => Ok(None),
+    }
+}
+
+/// `SkipLayerNormalization` (input, skip, gamma, beta?, bias?) or, when `simplified`,
+/// `SkipSimplifiedLayerNormalization` (input, skip, gamma, bias?) → output, mean, inv_std_var,
+/// input_skip_bias_sum.
+fn skip_norm(call: &OpCall<'_>, simplified: bool) -> Result<Vec<Tensor>> {
+    let x = call.input(0)?;
+    let hidden = *x
+        .shape
+        .last()
+        .ok_or_else(|| call.error("input must have rank ≥ 1"))?;
+    let skip = broadcast_to(call, call.input(1)?, &x.shape, "skip")?;
+    let gamma =
+        channel(call, 2, hidden, "gamma")?.ok_or_else(|| call.error("gamma is required"))?;
+    let (beta, bias) = if simplified {
+        (None, channel(call, 3, hidden, "bias")?)
+    } else {
+        (
+            channel(call, 3, hidden, "beta")?,
+            channel(call, 4, hidden, "bias")?,
+        )
+    };
+    let sum: Vec<f32> = x
+        .floats()?
+        .iter()
+        .zip(&skip)
+        .enumerate()
+        .map(|(i, (&a, &b))| a + b + bias.map_or(0.0, |bias| bias[i % hidden]))
+        .collect();
+    let stats = row_stats(&sum, hidden, call.float("epsilon", 1e-12), simplified);
+    let y = sum
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| {
+            let (mean, inv) = stats[i / hidden];
+            let n = (v as f64 - mean) * inv * gamma[i % hidden] as f64;
+            (n + beta.map_or(0.0, |b| b[i % hidden] as f64)) as f32
+        })
+        .collect();
+    let mut stat_shape = x.shape.clone();
+    *stat_shape.last_mut().expect("rank ≥ 1") = 1;
+    let means = stats.iter().map(|s| s.0 as f32).collect();
+    let invs = stats.iter().map(|s| s.1 as f32).collect();
+    Ok(vec![
+        Tensor::float(x.dtype, x.shape.clone(), y),
+        Tensor::float(DType::F32, stat_shape.clone(), means),
+        Tensor::float(DType::F32, stat_shape, invs),
+        Tensor::float(x.dtype, x.shape.clone(), sum),
+    ])
+}

@@ -1,0 +1,141 @@
+//! Ops that create tensors: Shape, Size, Range, ConstantOfShape, Constant.
+
+use half::{bf16, f16};
+
+use super::{dims, int_input, take};
+use crate::interp::{OpCall, Tensor};
+use crate::ir::{Attr, DType};
+use crate::Result;
+
+/// `Shape`: the input's dims `start..end` as int64 (both clamped to `[0, rank]` after
+/// counting negative values from the end).
+pub(super) fn shape(call: &OpCall<'_>) -> Result<Tensor> {
+    let x = call.input(0)?;
+    let rank = x.shape.len() as i64;
+    let clamp = |v: i64| (if v < 0 { v + rank } else { v }).clamp(0, rank) as usize;
+    let start = clamp(call.int("start", 0));
+    let end = clamp(call.int("end", rank)).max(start);
+    let values: Vec<i64> = x.shape[start..end].iter().map(|&d| d as i64).collect();
+    Ok(Tensor::int(DType::I64, vec![values.len()], values))
+}
+
+/// `Size`: the element count as an int64 scalar.
+pub(super) fn size(call: &OpCall<'_>) -> Result<Tensor> {
+    Ok(Tensor::int(
+        DType::I64,
+        vec![],
+        vec![call.input(0)?.numel() as i64],
+    ))
+}
+
+/// `Range`: `start, start + delta, …` while short of `limit`, `ceil((limit - start) / delta)`
+/// values (at least 0). Floats are accumulated (each step adds `delta` to the previous value in
+/// the output dtype), as onnxruntime and the ONNX function body do.
+pub(super) fn range(call: &OpCall<'_>) -> Result<Tensor> {
+    let [start, limit, delta] = [0, 1, 2].map(|i| call.input(i));
+    let (start, limit, delta) = (start?, limit?, delta?);
+    for t in [start, limit, delta] {
+        if t.numel() != 1 || t.shape.len() > 1 || t.dtype != start.dtype {
+            return Err(call.error(format!(
+                "start, limit and delta must be scalars of one dtype, found {} {:?}",
+                t.dtype, t.shape
+            )));
+        }
+    }
+    let dtype = start.dtype;
+    if dtype.is_float() {
+        let first = |t: &Tensor| t.floats().map(|v| v[0]);
+        let (s, l, d) = (first(start)?, first(limit)?, first(delta)?);
+        if d == 0.0 {
+            return Err(call.error("delta must not be 0"));
+        }
+        let count = ((l - s) as f64 / d as f64).ceil().max(0.0);
+        if !count.is_finite() {
+            return Err(call.error(format!("range {s}..{l} by {d} has no finite length")));
+        }
+        let n = count as usize;
+        let values: Vec<f32> = match dtype {
+            DType::F64 => (0..n)
+                .scan(s as f64, |acc, _| {
+                    Some(std::mem::replace(acc, *acc + d as f64) as f32)
+                })
+                .collect(),
+            DType::F16 => accumulate(s, d, n, |v| f16::from_f32(v).to_f32()),
+            DType::BF16 => accumulate(s, d, n, |v| bf16::from_f32(v).to_f32()),
+            _ => accumulate(s, d, n, |v| v),
+        };
+        Ok(Tensor::float(dtype, vec![n], values))
+    } else {
+        let first = |t: &Tensor| {
+            t.ints()
+                .map(|v| v[0] as i128)
+                .map_err(|_| call.error(format!("unsupported dtype {dtype}")))
+        };
+        let (s, l, d) = (first(start)?, first(limit)?, first(delta)?);
+        if d == 0 {
+            return Err(call.error("delta must not be 0"));
+        }
+        let n = if d > 0 {
+            (l - s + d - 1) / d
+        } else {
+            (s - l - d - 1) / -d
+        }
+        .max(0);
+        let values = (0..n).map(|i| (s + i * d) as i64).collect::<Vec<_>>();
+        Ok(Tensor::int(dtype, vec![values.len()], values))
+    }
+}
+
+/// `n` values from `start`, each the previous plus `delta`, rounded by `round`.
+fn accumulate(start: f32, delta: f32, n: usize, round: fn(f32) -> f32) -> Vec<f32> {
+    (0..n)
+        .scan(start, |acc, _| {
+            Some(std::mem::replace(acc, round(*acc + delta)))
+        })
+        .collect()
+}
+
+/// `ConstantOfShape`: the one-element `value` attribute (default float32 0) repeated to the
+/// shape given by the input (an empty shape gives a scalar).
+pub(super) fn constant_of_shape(call: &OpCall<'_>) -> Result<Tensor> {
+    if call.input(0)?.shape.len() != 1 {
+        return Err(call.error("the shape input must be 1-D"));
+    }
+    let shape = dims(call, &int_input(call, 0)?)?;
+    let value = match call.attrs().get("value") {
+        Some(Attr::Tensor(t)) => Tensor::from_data(t)?,
+        Some(_) => return Err(call.error("attribute `value` must be a tensor")),
+        None => Tensor::float(DType::F32, vec![1], vec![0.0]),
+    };
+    if value.numel() != 1 {
+        return Err(call.error(format!(
+            "attribute `value` must hold one element, found {:?}",
+            value.shape
+        )));
+    }
+    let n = shape.iter().product();
+    Ok(take(&value, shape, &vec![0; n]))
+}
+
+/// `Constant`: exactly one of `value` (a tensor), `value_float(s)` (float32 scalar / 1-D) or
+/// `value_int(s)` (int64 scalar / 1-D).
+pub(super) fn constant(call: &OpCall<'_>) -> Result<Tensor> {
+    let mut found = call
+        .attrs()
+        .iter()
+        .filter(|(k, _)| k.starts_with("value") || *k == "sparse_value");
+    let (name, attr) = match (found.next(), found.next()) {
+        (Some(one), None) => one,
+        _ => return Err(call.error("needs exactly one value attribute")),
+    };
+    match (name.as_str(), attr) {
+        ("value", Attr::Tensor(t)) => Tensor::from_data(t),
+        ("value_float", Attr::Float(v)) => Ok(Tensor::float(DType::F32, vec![], vec![*v])),
+        ("value_floats", Attr::Floats(v)) => {
+            Ok(Tensor::float(DType::F32, vec![v.len()], v.clone()))
+        }
+        ("value_int", Attr::Int(v)) => Ok(Tensor::int(DType::I64, vec![], vec![*v])),
+        ("value_ints", Attr::Ints(v)) => Ok(Tensor::int(DType::I64, vec![v.len()], v.clone())),
+        _ => Err(call.error(format!("unsupported value attribute `{name}`"))),
+    }
+}

@@ -1,0 +1,218 @@
+//! Ops that join or pick parts of tensors: Concat, Split, Slice, Gather.
+
+use super::{dims, index_map, int_input, norm_axes, norm_axis, take};
+use crate::interp::tensor::strides;
+use crate::interp::{OpCall, Tensor, Values};
+use crate::Result;
+
+/// `Concat`: joins inputs of one dtype and rank along `axis`; the other dims must agree.
+pub(super) fn concat(call: &OpCall<'_>) -> Result<Tensor> {
+    let parts = (0..call.inputs.len())
+        .map(|i| call.input(i))
+        .collect::<Result<Vec<_>>>()?;
+    let first = *parts
+        .first()
+        .ok_or_else(|| call.error("needs at least one input"))?;
+    let rank = first.shape.len();
+    let ax = norm_axis(call, call.int("axis", 0), rank)?;
+    let mut all = first.values.clone();
+    let mut offsets = vec![0];
+    for p in &parts[1..] {
+        let same_dims =
+            p.shape.len() == rank && (0..rank).all(|i| i == ax || p.shape[i] == first.shape[i]);
+        if p.dtype != first.dtype || !same_dims {
+            return Err(call.error(format!(
+                "cannot join {} {:?} with {} {:?} along axis {ax}",
+                first.dtype, first.shape, p.dtype, p.shape
+            )));
+        }
+        offsets.push(len(&all));
+        match (&mut all, &p.values) {
+            (Values::Float(a), Values::Float(b)) => a.extend_from_slice(b),
+            (Values::Int(a), Values::Int(b)) => a.extend_from_slice(b),
+            (Values::Bool(a), Values::Bool(b)) => a.extend_from_slice(b),
+            _ => return Err(call.error(format!("input storage differs for dtype {}", p.dtype))),
+        }
+    }
+    let outer: usize = first.shape[..ax].iter().product();
+    let inner: usize = first.shape[ax + 1..].iter().product();
+    let mut idx = Vec::with_capacity(len(&all));
+    for o in 0..outer {
+        for (p, off) in parts.iter().zip(&offsets) {
+            let chunk = p.shape[ax] * inner;
+            idx.extend(off + o * chunk..off + (o + 1) * chunk);
+        }
+    }
+    let mut shape = first.shape.clone();
+    shape[ax] = parts.iter().map(|p| p.shape[ax]).sum();
+    let joined = Tensor {
+        dtype: first.dtype,
+        shape: vec![len(&all)],
+        values: all,
+    };
+    Ok(take(&joined, shape, &idx))
+}
+
+/// Number of elements held.
+fn len(v: &Values) -> usize {
+    match v {
+        Values::Float(v) => v.len(),
+        Values::Int(v) => v.len(),
+        Values::Bool(v) => v.len(),
+    }
+}
+
+/// `Split` (opset 18): as many parts as the node has outputs, sized by the `split` input or,
+/// with `num_outputs`, `ceil(dim / n)` each and the remainder (possibly 0) last.
+pub(super) fn split(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
+    let x = call.input(0)?;
+    let ax = norm_axis(call, call.int("axis", 0), x.shape.len())?;
+    let dim = x.shape[ax];
+    let n = call.node.outputs.len();
+    let num_outputs = call
+        .attrs()
+        .contains_key("num_outputs")
+        .then(|| call.int("num_outputs", 0));
+    let sizes = match (call.optional(1), num_outputs) {
+        (Some(_), Some(_)) => {
+            return Err(call.error("takes a `split` input or `num_outputs`, not both"))
+        }
+        (Some(_), None) => {
+            let sizes = dims(call, &int_input(call, 1)?)?;
+            if sizes.len() != n || sizes.iter().sum::<usize>() != dim {
+                return Err(call.error(format!(
+                    "split {sizes:?} does not cut dim {dim} into {n} parts"
+                )));
+            }
+            sizes
+        }
+        (None, Some(k)) => {
+            if k < 1 || k as usize != n {
+                return Err(call.error(format!("num_outputs {k} does not match the {n} outputs")));
+            }
+            let chunk = dim.div_ceil(n);
+            let last = (dim + chunk).checked_sub(chunk * n).ok_or_else(|| {
+                call.error(format!(
+                    "num_outputs {k} leaves a negative last part of dim {dim}"
+                ))
+            })?;
+            let mut sizes = vec![chunk; n - 1];
+            sizes.push(last);
+            sizes
+        }
+        (None, None) => return Err(call.error("needs a `split` input or `num_outputs`")),
+    };
+    let st = strides(&x.shape);
+    let mut start = 0;
+    Ok(sizes
+        .into_iter()
+        .map(|size| {
+            let mut shape = x.shape.clone();
+            shape[ax] = size;
+            let tables: Vec<Vec<usize>> = (0..shape.len())
+                .map(|i| {
+                    let first = if i == ax { start } else { 0 };
+                    (first..first + shape[i]).map(|c| c * st[i]).collect()
+                })
+                .collect();
+            start += size;
+            take(x, shape.clone(), &index_map(&shape, &tables))
+        })
+        .collect())
+}
+
+/// `Slice`: `starts`/`ends` (clamped as ONNX specifies, negative values counting from the
+/// end), optional `axes` (default the first axes) and `steps` (default 1, may be negative).
+/// As in onnxruntime, an `end` of `i32::MAX` or `i64::MAX` with a negative step runs through
+/// index 0 (the spec's clamping would stop before it).
+pub(super) fn slice(call: &OpCall<'_>) -> Result<Tensor> {
+    let x = call.input(0)?;
+    let rank = x.shape.len();
+    let starts = int_input(call, 1)?;
+    let ends = int_input(call, 2)?;
+    let axes = match call.optional(3) {
+        Some(_) => int_input(call, 3)?,
+        None => (0..starts.len() as i64).collect(),
+    };
+    let axes = norm_axes(call, &axes, rank)?;
+    let steps = match call.optional(4) {
+        Some(_) => int_input(call, 4)?,
+        None => vec![1; starts.len()],
+    };
+    if ends.len() != starts.len() || axes.len() != starts.len() || steps.len() != starts.len() {
+        return Err(call.error("starts, ends, axes and steps must have the same length"));
+    }
+    // Per axis: first index and step (i128: steps and bounds may be near the i64 limits).
+    let mut first = vec![0i128; rank];
+    let mut step = vec![1i128; rank];
+    let mut shape = x.shape.clone();
+    for (k, &a) in axes.iter().enumerate() {
+        let d = x.shape[a] as i128;
+        let s = steps[k] as i128;
+        if s == 0 {
+            return Err(call.error("steps must not be 0"));
+        }
+        let resolve = |v: i64| if v < 0 { v as i128 + d } else { v as i128 };
+        let (lo, hi) = if s > 0 { (0, d) } else { (-1, d - 1) };
+        let b = resolve(starts[k]).max(0).min(hi);
+        let e = if ends[k] == i64::MAX || ends[k] == i32::MAX as i64 {
+            // onnxruntime reads an INT_MAX end as "to the end in the step's direction".
+            if s > 0 {
+                d
+            } else {
+                -1
+            }
+        } else {
+            resolve(ends[k]).max(lo).min(hi)
+        };
+        let n = if s > 0 {
+            (e - b + s - 1) / s
+        } else {
+            (b - e - s - 1) / -s
+        };
+        first[a] = b;
+        step[a] = s;
+        shape[a] = n.max(0) as usize;
+    }
+    let st = strides(&x.shape);
+    let tables: Vec<Vec<usize>> = (0..rank)
+        .map(|i| {
+            (0..shape[i])
+                .map(|c| (first[i] + c as i128 * step[i]) as usize * st[i])
+                .collect()
+        })
+        .collect();
+    Ok(take(x, shape.clone(), &index_map(&shape, &tables)))
+}
+
+/// `Gather`: picks entries along `axis` by index (negative counting from the end); the output
+/// shape is `data[..axis] + indices + data[axis+1..]`.
+pub(super) fn gather(call: &OpCall<'_>) -> Result<Tensor> {
+    let x = call.input(0)?;
+    let indices = call.input(1)?;
+    let ax = norm_axis(call, call.int("axis", 0), x.shape.len())?;
+    let d = x.shape[ax];
+    let picks = indices
+        .ints()
+        .map_err(|_| call.error(format!("indices must be integers, found {}", indices.dtype)))?
+        .iter()
+        .map(|&i| {
+            let v = if i < 0 { i + d as i64 } else { i };
+            usize::try_from(v)
+                .ok()
+                .filter(|&v| v < d)
+                .ok_or_else(|| call.error(format!("index {i} is out of range for dim {d}")))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let outer: usize = x.shape[..ax].iter().product();
+    let inner: usize = x.shape[ax + 1..].iter().product();
+    let mut idx = Vec::with_capacity(outer * picks.len() * inner);
+    for o in 0..outer {
+        for &p in &picks {
+            let base = (o * d + p) * inner;
+            idx.extend(base..base + inner);
+        }
+    }
+    let shape = [&x.shape[..ax], &indices.shape[..], &x.shape[ax + 1..]].concat();
+    Ok(take(x, shape, &idx))
+}

@@ -1,0 +1,210 @@
+//! The reference interpreter on whole models: every fixture's logits match transformers'
+//! (f32 ≤ 1e-4), and for every fixture × built-in EP the optimized graph computes what the
+//! portable graph computes, on a prefill and on a step with a non-empty cache.
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap};
+
+use common::*;
+use mobius::config::ArchConfig;
+use mobius::ep::{builtin_eps, get_ep};
+use mobius::interp::{run_graph, Tensor};
+use mobius::ir::DType;
+use mobius::models::build_model;
+use mobius::opt::{optimize, Limits, OptimizeOptions, Role};
+use mobius::source::WeightFiles;
+use mobius::verify::{random_inputs, Rng};
+use mobius::weights::eval::Evaluator;
+use mobius::weights::store::TensorStore;
+
+const FIXTURES: &[&str] = &["llama", "llama-bf16-sharded", "qwen2", "mistral"];
+
+fn store(name: &str) -> TensorStore {
+    let dir = fixture(name);
+    let files = if dir.join("model.safetensors.index.json").exists() {
+        WeightFiles::Sharded {
+            index: dir.join("model.safetensors.index.json"),
+        }
+    } else {
+        WeightFiles::Single(dir.join("model.safetensors"))
+    };
+    TensorStore::open(&files).unwrap()
+}
+
+fn config(name: &str) -> ArchConfig {
+    ArchConfig::load(&fixture(name).join("config.json")).unwrap()
+}
+
+#[test]
+fn fixture_logits_match_transformers_through_the_interpreter() {
+    for name in FIXTURES {
+        let reference: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(fixture(name).join("reference.json")).unwrap())
+                .unwrap();
+        let ids: Vec<i64> = reference["input_ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_i64().unwrap())
+            .collect();
+        let cfg = config(name);
+        let model = build_model(&cfg, DType::F32).unwrap();
+        let store = store(name);
+        let s = ids.len();
+        let (kv, d) = (cfg.num_key_value_heads, cfg.head_dim);
+        let mut inputs = HashMap::from([
+            (
+                "input_ids".to_string(),
+                Tensor::int(DType::I64, vec![1, s], ids.clone()),
+            ),
+            (
+                "attention_mask".to_string(),
+                Tensor::int(DType::I64, vec![1, s], vec![1; s]),
+            ),
+            (
+                "position_ids".to_string(),
+                Tensor::int(DType::I64, vec![1, s], (0..s as i64).collect()),
+            ),
+        ]);
+        for i in 0..cfg.num_hidden_layers {
+            for part in ["key", "value"] {
+                inputs.insert(
+                    format!("past_key_values.{i}.{part}"),
+                    Tensor::float(DType::F32, vec![1, kv, 0, d], vec![]),
+                );
+            }
+        }
+        let out = run_graph(&model.graph, &inputs, &mut Evaluator::new(Some(&store))).unwrap();
+        let logits = out["logits"].floats().unwrap();
+        let want: Vec<f32> = reference["logits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|row| {
+                row.as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.as_f64().unwrap() as f32)
+            })
+            .collect();
+        assert_eq!(logits.len(), want.len(), "{name}");
+        let err = logits
+            .iter()
+            .zip(&want)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        assert!(err <= 1e-4, "{name}: max abs error {err}");
+    }
+}
+
+#[test]
+fn optimized_graphs_compute_what_the_portable_graph_computes() {
+    for name in FIXTURES {
+        let cfg = config(name);
+        let store = store(name);
+        for ep in builtin_eps().into_iter().filter(|e| e.name != "qnn") {
+            let dtype = if ["cuda", "dml", "webgpu", "trt-rtx"].contains(&ep.name.as_str()) {
+                DType::F16
+            } else {
+                DType::F32
+            };
+            let portable = build_model(&cfg, dtype).unwrap();
+            let opts = OptimizeOptions {
+                dtype,
+                role: Role::Decoder,
+                limits: Limits::default(),
+                fingerprint_leaves: None,
+            };
+            let (optimized, _) = optimize(&portable, &get_ep(&ep.name).unwrap(), &opts).unwrap();
+            for past in [0usize, 3] {
+                let mut dims = BTreeMap::from([
+                    ("batch".to_string(), 2),
+                    ("sequence_len".to_string(), 4),
+                    ("past_sequence_len".to_string(), past),
+                ]);
+                let inputs =
+                    random_inputs(&portable.graph, &mut dims, &mut Rng::new(past as u64), true)
+                        .unwrap();
+                let a =
+                    run_graph(&portable.graph, &inputs, &mut Evaluator::new(Some(&store))).unwrap();
+                let b = run_graph(&optimized.graph, &inputs, &mut Evaluator::new(Some(&store)))
+                    .unwrap();
+                for (out, x) in &a {
+                    let y = &b[out];
+                    assert_eq!(x.shape, y.shape, "{name} {} {out}", ep.name);
+                    let err = x
+                        .as_f64()
+                        .iter()
+                        .zip(y.as_f64())
+                        .map(|(p, q)| (p - q).abs())
+                        .fold(0f64, f64::max);
+                    assert!(
+                        err <= 1e-6,
+                        "{name} {} past={past} {out}: max abs error {err}",
+                        ep.name
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn verify_detects_a_single_perturbed_weight() {
+    let t = tempfile::tempdir().unwrap();
+    let a = t.path().join("a");
+    mobius()
+        .args(["build", "-q", "--config"])
+        .arg(fixture("qwen2"))
+        .arg(&a)
+        .assert()
+        .success();
+    let b = t.path().join("b");
+    copy_fixture_dir(&a, &b);
+    let same = mobius()
+        .arg("verify")
+        .arg(a.join("model.onnx"))
+        .arg(b.join("model.onnx"))
+        .assert()
+        .success();
+    let text = String::from_utf8(same.get_output().stdout.clone()).unwrap();
+    assert!(
+        text.contains("equivalent within tolerance") && text.contains("logits"),
+        "{text}"
+    );
+
+    // Perturb one f32 in the middle of the data file (a weight).
+    let data = b.join("model.onnx.data");
+    let mut bytes = std::fs::read(&data).unwrap();
+    let at = (bytes.len() / 2) & !3;
+    let v = f32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) + 0.5;
+    bytes[at..at + 4].copy_from_slice(&v.to_le_bytes());
+    std::fs::write(&data, bytes).unwrap();
+    let diff = mobius()
+        .arg("verify")
+        .arg(a.join("model.onnx"))
+        .arg(b.join("model.onnx"))
+        .assert()
+        .code(1);
+    let text = String::from_utf8(diff.get_output().stdout.clone()).unwrap();
+    assert!(
+        text.contains("DIFFERENT") && text.contains("NOT equivalent"),
+        "{text}"
+    );
+
+    mobius()
+        .arg("verify")
+        .arg(a.join("model.onnx"))
+        .arg(t.path().join("missing.onnx"))
+        .assert()
+        .code(2);
+}
+
+fn copy_fixture_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+    }
+}
