@@ -169,7 +169,9 @@ fn dim_value(d: &Dim, dims: &mut BTreeMap<String, usize>) -> usize {
                 "past_seq_len" => "past_sequence_len",
                 other => other,
             };
-            *dims.entry(name.to_string()).or_insert_with(|| default_dim(name))
+            *dims
+                .entry(name.to_string())
+                .or_insert_with(|| default_dim(name))
         }
     }
 }

@@ -306,3 +306,25 @@ fn model_id_builds_offline_from_the_hugging_face_cache() {
         .stderr(contains("HF_HUB_OFFLINE"));
     assert!(!missing.exists());
 }
+
+#[test]
+fn verify_rewrites_checks_every_rewrite_on_a_real_build() {
+    let t = tempfile::tempdir().unwrap();
+    for ep in ["default", "cpu", "onnx-standard"] {
+        mobius()
+            .args(["build", "-q", "--verify-rewrites", "--ep", ep, "--config"])
+            .arg(fixture("llama"))
+            .arg(t.path().join(ep))
+            .assert()
+            .success();
+    }
+    let out = t.path().join("no-weights");
+    mobius()
+        .args(["build", "--verify-rewrites", "--no-weights", "--config"])
+        .arg(fixture("llama"))
+        .arg(&out)
+        .assert()
+        .failure()
+        .stderr(contains("--verify-rewrites"));
+    assert!(!out.exists());
+}
