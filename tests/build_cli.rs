@@ -56,9 +56,9 @@ fn llama_package_has_model_data_genai_config_and_tokenizer() {
     assert_eq!(m.ir_version, 11);
     assert_eq!(m.opsets.get(""), Some(&24));
     assert_eq!(
-        m.opsets.len(),
-        1,
-        "no com.microsoft import in a portable graph"
+        m.opsets.get("com.microsoft"),
+        Some(&1),
+        "the default EP fuses SkipSimplifiedLayerNormalization"
     );
     assert_eq!(m.producer_name, "mobius");
     let names: Vec<&str> = m.graph.inputs.iter().map(|v| v.name.as_str()).collect();
@@ -113,7 +113,8 @@ fn llama_package_has_model_data_genai_config_and_tokenizer() {
     let counts = m.graph.op_counts();
     assert_eq!(counts["Attention"], 2);
     assert_eq!(counts["RotaryEmbedding"], 4);
-    assert_eq!(counts["RMSNormalization"], 5);
+    assert_eq!(counts["RMSNormalization"], 1);
+    assert_eq!(counts["com.microsoft::SkipSimplifiedLayerNormalization"], 4);
 
     let genai: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out.join("genai_config.json")).unwrap()).unwrap();
@@ -216,7 +217,23 @@ fn published_configs_build_without_weights_with_expected_structure() {
         let counts = m.graph.op_counts();
         assert_eq!(counts["Attention"], layers, "{name}");
         assert_eq!(counts["RotaryEmbedding"], 2 * layers, "{name}");
-        assert_eq!(counts["RMSNormalization"], 2 * layers + 1, "{name}");
+        // Every norm after a residual Add is fused; only the first layer's input norm stays.
+        assert_eq!(counts["RMSNormalization"], 1, "{name}");
+        assert_eq!(
+            counts["com.microsoft::SkipSimplifiedLayerNormalization"],
+            2 * layers,
+            "{name}"
+        );
+        let bias_adds = if name.starts_with("qwen") {
+            3 * layers
+        } else {
+            0
+        };
+        assert_eq!(
+            counts.get("Add").copied().unwrap_or(0),
+            bias_adds,
+            "{name}: residual Adds are fused, q/k/v bias Adds stay"
+        );
         assert_eq!(m.graph.inputs.len(), 3 + 2 * layers, "{name}");
         assert_eq!(
             dims(&m, "past_key_values.0.key"),

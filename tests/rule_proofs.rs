@@ -19,6 +19,9 @@ use proptest::prelude::*;
 
 /// The rules proven below, by name.
 const PROVEN: &[&str] = &[
+    "add-rmsnorm-to-skip-simplified-layer-norm",
+    "skip-simplified-layer-norm-body",
+    "skip-simplified-layer-norm-sum",
     "identity-elimination",
     "transpose-of-transpose",
     "cast-to-own-dtype",
@@ -82,28 +85,56 @@ fn options(leaves: Option<HashMap<Symbol, Arc<Tensor>>>) -> OptimizeOptions {
     }
 }
 
-/// Optimizes `graph` with `rule` alone (in verification mode), checks that it fired and that
-/// both graphs agree exactly on `x`.
-fn prove(rule_name: &str, graph: Graph, x: Tensor) -> Result<(), TestCaseError> {
-    let leaves = HashMap::from([(Symbol::from("x"), Arc::new(x.clone()))]);
+/// Optimizes `graph` with `rule` alone for `ep` (in verification mode), checks that the rule
+/// changed the graph and that both graphs agree on `inputs` within `tol` (0 = exactly).
+fn prove_on(
+    rule_name: &str,
+    ep: &str,
+    graph: Graph,
+    inputs: HashMap<String, Tensor>,
+    tol: f64,
+) -> Result<(), TestCaseError> {
+    let leaves = inputs
+        .iter()
+        .map(|(k, v)| (Symbol::from(k.as_str()), Arc::new(v.clone())))
+        .collect();
+    let fail = |e: mobius::Error| TestCaseError::fail(e.to_string());
     let (rewritten, _) = optimize_with_rules(
         &model(graph.clone()),
-        &get_ep("default").unwrap(),
+        &get_ep(ep).unwrap(),
         &options(Some(leaves)),
         &[rule(rule_name)],
     )
-    .map_err(|e| TestCaseError::fail(e.to_string()))?;
+    .map_err(fail)?;
     prop_assert!(
-        rewritten.graph.nodes.len() < graph.nodes.len(),
+        rewritten.graph.op_counts() != graph.op_counts(),
         "{rule_name} did not fire on {graph:#?}"
     );
-    let inputs = HashMap::from([("x".to_string(), x)]);
-    let before = run_graph(&graph, &inputs, &mut Evaluator::new(None))
-        .map_err(|e| TestCaseError::fail(e.to_string()))?;
-    let after = run_graph(&rewritten.graph, &inputs, &mut Evaluator::new(None))
-        .map_err(|e| TestCaseError::fail(e.to_string()))?;
-    prop_assert_eq!(&before["y"], &after["y"]);
+    let before = run_graph(&graph, &inputs, &mut Evaluator::new(None)).map_err(fail)?;
+    let after = run_graph(&rewritten.graph, &inputs, &mut Evaluator::new(None)).map_err(fail)?;
+    for (name, x) in &before {
+        let y = &after[name];
+        prop_assert_eq!(&x.shape, &y.shape);
+        let err = x
+            .as_f64()
+            .iter()
+            .zip(y.as_f64())
+            .map(|(p, q)| (p - q).abs())
+            .fold(0f64, f64::max);
+        prop_assert!(err <= tol, "{rule_name}: output {name} differs by {err}");
+    }
     Ok(())
+}
+
+/// [`prove_on`] for single-input graphs on the default EP, exactly.
+fn prove(rule_name: &str, graph: Graph, x: Tensor) -> Result<(), TestCaseError> {
+    prove_on(
+        rule_name,
+        "default",
+        graph,
+        HashMap::from([("x".to_string(), x)]),
+        0.0,
+    )
 }
 
 fn shape_strategy(max_rank: usize) -> impl Strategy<Value = Vec<usize>> {
@@ -194,6 +225,74 @@ proptest! {
         let s = b.op("Squeeze", &[&u, &axes], vec![]);
         b.op_into("Neg", &[&s], vec![], "y");
         prove("squeeze-of-unsqueeze", b.finish(), random_tensor(DType::F32, &shape, &mut Rng::new(seed)))?;
+    }
+}
+
+/// `[batch, seq, hidden]` with a norm weight, for the SkipNorm rules.
+fn norm_case() -> impl Strategy<Value = (Vec<usize>, f32, u64)> {
+    (
+        prop::collection::vec(1usize..4, 2..=2),
+        1usize..9,
+        prop_oneof![Just(1e-5f32), Just(1e-6f32)],
+        any::<u64>(),
+    )
+        .prop_map(|(bs, h, eps, seed)| (vec![bs[0], bs[1], h], eps, seed))
+}
+
+fn norm_inputs(shape: &[usize], seed: u64) -> HashMap<String, Tensor> {
+    let mut rng = Rng::new(seed);
+    HashMap::from([
+        ("a".to_string(), random_tensor(DType::F32, shape, &mut rng)),
+        ("b".to_string(), random_tensor(DType::F32, shape, &mut rng)),
+        (
+            "w".to_string(),
+            random_tensor(DType::F32, &shape[2..], &mut rng),
+        ),
+    ])
+}
+
+fn norm_graph_inputs(b: &mut GraphBuilder, shape: &[usize]) -> (String, String, String) {
+    (
+        b.input("a", DType::F32, dims(shape)),
+        b.input("b", DType::F32, dims(shape)),
+        b.input("w", DType::F32, dims(&shape[2..])),
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+    #[test]
+    fn add_rmsnorm_to_skip_simplified_layer_norm((shape, eps, seed) in norm_case(), axis_last in any::<bool>()) {
+        let mut b = GraphBuilder::new("g");
+        let (x, y, w) = norm_graph_inputs(&mut b, &shape);
+        b.output("norm", DType::F32, dims(&shape));
+        b.output("residual", DType::F32, dims(&shape));
+        let sum = b.op("Add", &[&x, &y], vec![]);
+        let axis = if axis_last { -1 } else { 2 };
+        b.op_into("RMSNormalization", &[&sum, &w], vec![("axis", Attr::Int(axis)), ("epsilon", Attr::Float(eps))], "norm");
+        b.op_into("Neg", &[&sum], vec![], "residual");
+        prove_on("add-rmsnorm-to-skip-simplified-layer-norm", "cpu", b.finish(), norm_inputs(&shape, seed), 1e-5)?;
+    }
+
+    #[test]
+    fn skip_simplified_layer_norm_body((shape, eps, seed) in norm_case()) {
+        let mut b = GraphBuilder::new("g");
+        let (x, y, w) = norm_graph_inputs(&mut b, &shape);
+        b.output("norm", DType::F32, dims(&shape));
+        b.node("com.microsoft", "SkipSimplifiedLayerNormalization", &[&x, &y, &w], vec![("epsilon", Attr::Float(eps))],
+            vec!["norm".into(), String::new(), String::new(), String::new()]);
+        prove_on("skip-simplified-layer-norm-body", "onnx-standard", b.finish(), norm_inputs(&shape, seed), 1e-5)?;
+    }
+
+    #[test]
+    fn skip_simplified_layer_norm_sum((shape, eps, seed) in norm_case()) {
+        let mut b = GraphBuilder::new("g");
+        let (x, y, w) = norm_graph_inputs(&mut b, &shape);
+        b.output("sum", DType::F32, dims(&shape));
+        b.node("com.microsoft", "SkipSimplifiedLayerNormalization", &[&x, &y, &w], vec![("epsilon", Attr::Float(eps))],
+            vec![String::new(), String::new(), String::new(), "sum".into()]);
+        prove_on("skip-simplified-layer-norm-sum", "onnx-standard", b.finish(), norm_inputs(&shape, seed), 0.0)?;
     }
 }
 

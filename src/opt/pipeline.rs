@@ -117,9 +117,18 @@ pub fn optimize_with_rules(
     let cost = CostModel::new(caps);
     let mut report =
         OptimizeReport::new(&caps.name, opts.dtype, opts.role, model.graph.nodes.len());
-    let first = extract(&egraph, root, &cost)?;
-    report.cost_before = first.cost;
-    let mut counts = op_counts(&egraph, root, &first);
+    // Before rewriting, the graph may hold ops the EP cannot run (infinite cost) that later
+    // stages rewrite; the trace then starts from the input graph's counts.
+    let mut counts = match extract(&egraph, root, &cost) {
+        Ok(first) => {
+            report.cost_before = first.cost;
+            op_counts(&egraph, root, &first)
+        }
+        Err(_) => {
+            report.cost_before = f64::INFINITY;
+            model.graph.op_counts()
+        }
+    };
     let node_limit = (egraph.total_number_of_nodes() * opts.limits.node_factor).max(10_000);
 
     for stage in Stage::ALL {
@@ -163,8 +172,10 @@ pub fn optimize_with_rules(
                     after: v.after.clone(),
                 });
             }
-            let extraction = extract(&egraph, root, &cost)?;
-            let after = op_counts(&egraph, root, &extraction);
+            let after = match extract(&egraph, root, &cost) {
+                Ok(extraction) => op_counts(&egraph, root, &extraction),
+                Err(_) => counts.clone(),
+            };
             stage_report
                 .groups
                 .push(GroupReport::new(group, &counts, &after));

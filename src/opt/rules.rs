@@ -22,6 +22,14 @@ use crate::{Error, Result};
 /// The rule files, by path under `rewrites/`.
 pub const RULE_FILES: &[(&str, &str)] = &[
     (
+        "fusion/skip_norm.rules",
+        include_str!("../../rewrites/fusion/skip_norm.rules"),
+    ),
+    (
+        "inline/skip_norm.rules",
+        include_str!("../../rewrites/inline/skip_norm.rules"),
+    ),
+    (
         "cleanup/algebraic.rules",
         include_str!("../../rewrites/cleanup/algebraic.rules"),
     ),
@@ -316,10 +324,12 @@ impl Applier<Onnx, OnnxAnalysis> for RuleApplier {
         let _ = searcher_ast;
         let result = match (&self.replacement, self.custom) {
             (Replacement::Pattern(p), _) => egraph.add_instantiation(&p.ast, subst),
-            (Replacement::Applier(_), Some(f)) => match f(egraph, eclass, subst) {
-                Some(id) => id,
-                None => return Vec::new(),
-            },
+            (Replacement::Applier(_), Some(f)) => {
+                match f(egraph, eclass, subst, rule_name.as_str()) {
+                    Some(id) => id,
+                    None => return Vec::new(),
+                }
+            }
             (Replacement::Applier(_), None) => return Vec::new(),
         };
         if !check_union(egraph, eclass, result, rule_name.as_str()) {

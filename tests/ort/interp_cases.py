@@ -1,0 +1,733 @@
+"""Single-op ONNX models for cross-checking `mobius run` (the reference interpreter)
+against onnxruntime; used by test_interp_ops.py.
+
+Every case is one node (opset 24 / IR 11 unless said otherwise; com.microsoft ops also
+import com.microsoft 1) with deterministic random inputs: the seed is derived from the
+case id, so adding a case never changes another one's data.
+
+Data inputs are graph inputs (fed as .npy to both runtimes); "parameter" inputs such as
+shapes, axes, repeats or weights are initializers, so both the input and the initializer
+paths of the interpreter are exercised.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+OPSET = 24
+IR_VERSION = 11
+MS = "com.microsoft"
+
+F32, F16, I64, I32, BOOL = (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.INT64,
+                            TensorProto.INT32, TensorProto.BOOL)
+I64_MAX = np.iinfo(np.int64).max
+I64_MIN = np.iinfo(np.int64).min
+
+# A region selects the elements of one output that are compared (the rest is left
+# undefined by onnxruntime); it maps the full output array to a 1-D array.
+Region = Callable[[np.ndarray], np.ndarray]
+
+
+@dataclass
+class Case:
+    op: str
+    name: str
+    node: object  # onnx NodeProto
+    inputs: dict[str, np.ndarray]  # graph inputs, in node order
+    inits: dict[str, np.ndarray]
+    outputs: list[tuple[str, int]]  # graph outputs: name, ONNX element type
+    opset: int = OPSET
+    regions: dict[str, Region] = field(default_factory=dict)
+    label: str = ""  # id prefix when it differs from op (com.microsoft ops sharing an ONNX name)
+
+    @property
+    def id(self) -> str:
+        return f"{self.label or self.op}-{self.name}"
+
+    def model(self):
+        """The model; graph output shapes are filled in by ONNX shape inference where it
+        knows the op (test_interp_ops fills the others from onnxruntime's results)."""
+        g = helper.make_graph(
+            [self.node],
+            f"{self.op}_{self.name}",
+            [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+             for n, a in self.inputs.items()],
+            [helper.make_tensor_value_info(n, t, None) for n, t in self.outputs],
+            [numpy_helper.from_array(a, n) for n, a in self.inits.items()],
+        )
+        opsets = [helper.make_opsetid("", self.opset)]
+        if self.node.domain == MS:
+            opsets.append(helper.make_opsetid(MS, 1))
+        m = helper.make_model(g, opset_imports=opsets, ir_version=IR_VERSION,
+                              producer_name="mobius-interp-tests")
+        return onnx.shape_inference.infer_shapes(m)
+
+
+CASES: list[Case] = []
+
+
+def rng_for(op: str, name: str) -> np.random.Generator:
+    return np.random.default_rng(zlib.crc32(f"{op}-{name}".encode()))
+
+
+def _np_type(a) -> np.ndarray:
+    return a if isinstance(a, np.ndarray) else np.asarray(a)
+
+
+def add(op: str, name: str, ins: list, outs: list[tuple[str, int]], *, domain: str = "",
+        opset: int = OPSET, regions: dict | None = None, label: str = "", **attrs) -> Case:
+    """ins: (name, array, is_initializer) triples, or None for an absent optional input
+    (or a bare array: graph input named in0, in1, ...)."""
+    names, inputs, inits = [], {}, {}
+    for i, spec in enumerate(ins):
+        if spec is None:
+            names.append("")
+            continue
+        if isinstance(spec, tuple):
+            n, a, is_init = spec if len(spec) == 3 else (*spec, False)
+        else:
+            n, a, is_init = f"in{i}", spec, False
+        a = _np_type(a)
+        names.append(n)
+        (inits if is_init else inputs)[n] = a
+    node = helper.make_node(op, names, [n for n, _ in outs], name=f"{op}_node", domain=domain or None,
+                            **attrs)
+    c = Case(op, name, node, inputs, inits, [(n, t) for n, t in outs if n], opset, regions or {}, label)
+    assert c.id not in {x.id for x in CASES}, c.id
+    CASES.append(c)
+    return c
+
+
+def init(name: str, a) -> tuple:
+    return (name, _np_type(a), True)
+
+
+def inp(name: str, a) -> tuple:
+    return (name, _np_type(a), False)
+
+
+def randn(r, *shape, dtype=np.float32, scale=1.0):
+    return (r.standard_normal(shape) * scale).astype(dtype)
+
+
+def unif(r, lo, hi, *shape, dtype=np.float32):
+    return r.uniform(lo, hi, shape).astype(dtype)
+
+
+def ints(r, lo, hi, *shape, dtype=np.int64):
+    return r.integers(lo, hi, shape, endpoint=True).astype(dtype)
+
+
+def nonzero_ints(r, lo, hi, *shape):
+    v = ints(r, lo, hi, *shape)
+    v[v == 0] = 1
+    return v
+
+
+# --------------------------------------------------------------------------- elementwise
+def _binary():
+    for op in ["Add", "Sub", "Mul", "Div"]:
+        div = op == "Div"
+
+        def rhs(r, *shape, dtype=np.float32):
+            if not div:
+                return randn(r, *shape, dtype=dtype)
+            return (unif(r, 0.5, 2.0, *shape) * np.where(r.random(shape) < 0.5, -1, 1)).astype(dtype)
+
+        r = rng_for(op, "f32_same")
+        add(op, "f32_same", [randn(r, 3, 4), rhs(r, 3, 4)], [("y", F32)])
+        r = rng_for(op, "f32_bcast_row")
+        add(op, "f32_bcast_row", [randn(r, 2, 3, 4), rhs(r, 4)], [("y", F32)])
+        r = rng_for(op, "f32_bcast_both")
+        add(op, "f32_bcast_both", [randn(r, 2, 1, 4), rhs(r, 3, 1)], [("y", F32)])
+        r = rng_for(op, "f32_scalar")
+        add(op, "f32_scalar", [randn(r, 2, 3), rhs(r)], [("y", F32)])
+        r = rng_for(op, "i64_bcast")
+        # Div on negative integers: onnxruntime truncates toward zero
+        add(op, "i64_bcast", [ints(r, -20, 20, 2, 5), nonzero_ints(r, -7, 7, 5)], [("y", I64)])
+    # IEEE special values: x/0 = +-inf, 0/0 = NaN
+    add("Div", "f32_by_zero", [np.array([1.0, -2.0, 0.0, np.inf], np.float32), np.array([0.0, 0.0, 0.0, 2.0], np.float32)],
+        [("y", F32)])
+    r = rng_for("Add", "f32_both_scalar")
+    add("Add", "f32_both_scalar", [randn(r), randn(r)], [("y", F32)])
+    r = rng_for("Add", "f16_bcast")
+    add("Add", "f16_bcast", [randn(r, 4, 8, dtype=np.float16), randn(r, 8, dtype=np.float16)], [("y", F16)])
+
+    # Pow
+    r = rng_for("Pow", "f32_pos_base")
+    add("Pow", "f32_pos_base", [unif(r, 0.1, 3.0, 3, 4), unif(r, -2, 2, 3, 4)], [("y", F32)])
+    r = rng_for("Pow", "f32_neg_base_int_exp")
+    add("Pow", "f32_neg_base_int_exp", [randn(r, 2, 5), np.array(3.0, np.float32)], [("y", F32)])
+    r = rng_for("Pow", "f32_bcast_exp")
+    add("Pow", "f32_bcast_exp", [randn(r, 2, 3, 4), np.array([0.0, 1.0, 2.0, -1.0], np.float32)], [("y", F32)])
+    r = rng_for("Pow", "f32_i64_exp")
+    add("Pow", "f32_i64_exp", [randn(r, 2, 3), np.array([0, 2, 3], np.int64)], [("y", F32)])
+
+
+def _unary():
+    specs = {
+        "Neg": [("f32", lambda r: randn(r, 3, 4)), ("i64", lambda r: ints(r, -50, 50, 2, 3, 2)),
+                ("f32_scalar", lambda r: randn(r))],
+        "Abs": [("f32", lambda r: randn(r, 3, 4)), ("i64", lambda r: ints(r, -50, 50, 2, 3, 2))],
+        "Sqrt": [("f32", lambda r: unif(r, 0, 10, 3, 4)), ("f32_3d", lambda r: unif(r, 1e-4, 100, 2, 3, 5))],
+        "Exp": [("f32", lambda r: unif(r, -5, 5, 3, 4)), ("f32_3d", lambda r: unif(r, -20, 3, 2, 3, 5))],
+        "Log": [("f32", lambda r: unif(r, 1e-3, 100, 3, 4)), ("f32_3d", lambda r: unif(r, 0.5, 2, 2, 3, 5))],
+        "Erf": [("f32", lambda r: unif(r, -3, 3, 3, 4)), ("f32_3d", lambda r: randn(r, 2, 3, 5, scale=0.5))],
+        "Tanh": [("f32", lambda r: unif(r, -6, 6, 3, 4)), ("f32_3d", lambda r: randn(r, 2, 3, 5, scale=0.3))],
+        "Sigmoid": [("f32", lambda r: unif(r, -20, 20, 3, 4)), ("f32_3d", lambda r: randn(r, 2, 3, 5))],
+        "Relu": [("f32", lambda r: np.where(r.random((3, 4)) < 0.2, 0, randn(r, 3, 4)).astype(np.float32)),
+                 ("f32_3d", lambda r: randn(r, 2, 3, 5))],
+    }
+    # IEEE special values (onnxruntime follows IEEE: overflow to inf, NaN in, NaN out)
+    nan, inf = np.nan, np.inf
+    specials = {
+        "Exp": [-200.0, -104.0, 100.0, 88.8, 88.7, -inf, inf, nan],
+        "Log": [0.0, -1.0, 1.0, inf, nan, 1e-30],
+        "Sqrt": [-1.0, 0.0, 4.0, inf, nan],
+        "Tanh": [-20.0, 20.0, nan, -inf, inf, 1e-8],
+        "Sigmoid": [-100.0, 100.0, nan, -inf, inf],
+        "Relu": [nan, -inf, inf, -0.0],
+        "Abs": [-inf, nan, -0.0],
+        "Erf": [-inf, inf, nan, 10.0, -10.0],
+    }
+    for op, vals in specials.items():
+        specs[op].append(("special_values", lambda r, v=vals: np.array(v, np.float32)))
+    for op, cases in specs.items():
+        for name, gen in cases:
+            x = gen(rng_for(op, name))
+            add(op, name, [x], [("y", helper.np_dtype_to_tensor_dtype(x.dtype))])
+
+
+# --------------------------------------------------------------------------- matmul
+def _matmul():
+    shapes = {
+        "2d": ((3, 5), (5, 4)),
+        "batched": ((2, 3, 5), (2, 5, 4)),
+        "bcast_batch": ((2, 1, 3, 5), (3, 5, 4)),
+        "bcast_batch_rhs_2d": ((2, 3, 3, 5), (5, 4)),
+        "1d_lhs": ((5,), (2, 5, 4)),
+        "1d_rhs": ((2, 3, 5), (5,)),
+        "1d_both": ((7,), (7,)),
+    }
+    for name, (sa, sb) in shapes.items():
+        r = rng_for("MatMul", name)
+        add("MatMul", name, [randn(r, *sa), randn(r, *sb)], [("y", F32)])
+    r = rng_for("MatMul", "f16_batched")
+    add("MatMul", "f16_batched", [randn(r, 2, 4, 16, dtype=np.float16), randn(r, 16, 6, dtype=np.float16)],
+        [("y", F16)])
+
+    # Gemm: Y = alpha * A' B' + beta * C
+    def gemm(name, ta, tb, c_shape, **attrs):
+        r = rng_for("Gemm", name)
+        m, k, n = 3, 5, 4
+        a = randn(r, *((k, m) if ta else (m, k)))
+        b = randn(r, *((n, k) if tb else (k, n)))
+        ins = [inp("A", a), init("B", b)]
+        if c_shape is not None:
+            ins.append(init("C", randn(r, *c_shape)))
+        if ta:
+            attrs["transA"] = 1
+        if tb:
+            attrs["transB"] = 1
+        add("Gemm", name, ins, [("y", F32)], **attrs)
+
+    gemm("plain_no_c", False, False, None)
+    gemm("transA", True, False, (4,))
+    gemm("transB_alpha_beta", False, True, (3, 4), alpha=0.5, beta=2.0)
+    gemm("transA_transB_c_col", True, True, (3, 1), alpha=-1.5)
+    gemm("c_scalar_beta0", False, False, (), beta=0.0)
+
+
+# --------------------------------------------------------------------------- shape ops
+def _shape_ops():
+    # Transpose
+    r = rng_for("Transpose", "default_perm")
+    add("Transpose", "default_perm", [randn(r, 2, 3, 4)], [("y", F32)])
+    r = rng_for("Transpose", "2d")
+    add("Transpose", "2d", [randn(r, 3, 5)], [("y", F32)], perm=[1, 0])
+    r = rng_for("Transpose", "4d_0213")
+    add("Transpose", "4d_0213", [randn(r, 2, 3, 4, 5)], [("y", F32)], perm=[0, 2, 1, 3])
+    r = rng_for("Transpose", "i64_201")
+    add("Transpose", "i64_201", [ints(r, -9, 9, 2, 3, 4)], [("y", I64)], perm=[2, 0, 1])
+
+    # Reshape
+    for name, shape, dt in [("zero_minus1", [0, -1], F32), ("minus1_first", [-1, 2, 2], F32),
+                            ("zeros_keep", [0, 0, 2, 2], F32), ("zero_last", [3, -1, 0], F32),
+                            ("i64_flat", [-1], I64)]:
+        r = rng_for("Reshape", name)
+        x = ints(r, -9, 9, 2, 3, 4) if dt == I64 else randn(r, 2, 3, 4)
+        add("Reshape", name, [inp("x", x), init("shape", np.array(shape, np.int64))], [("y", dt)])
+    add("Reshape", "allowzero_empty", [inp("x", np.zeros((0, 3), np.float32)), init("shape", np.array([3, 0], np.int64))],
+        [("y", F32)], allowzero=1)
+
+    # Flatten
+    for name, shape, axis in [("default", (2, 3, 4), None), ("axis0", (2, 3, 4), 0),
+                              ("axis_neg1", (2, 3, 4), -1), ("axis3_4d", (2, 3, 4, 5), 3)]:
+        r = rng_for("Flatten", name)
+        kw = {} if axis is None else {"axis": axis}
+        add("Flatten", name, [randn(r, *shape)], [("y", F32)], **kw)
+
+    # Concat
+    r = rng_for("Concat", "axis0")
+    add("Concat", "axis0", [randn(r, 2, 3), randn(r, 1, 3)], [("y", F32)], axis=0)
+    r = rng_for("Concat", "axis_neg1_three")
+    add("Concat", "axis_neg1_three", [randn(r, 2, 3, 1), randn(r, 2, 3, 4), randn(r, 2, 3, 2)], [("y", F32)],
+        axis=-1)
+    r = rng_for("Concat", "with_empty")
+    add("Concat", "with_empty", [randn(r, 0, 3), randn(r, 2, 3)], [("y", F32)], axis=0)
+    r = rng_for("Concat", "i64_axis1")
+    add("Concat", "i64_axis1", [ints(r, -9, 9, 2, 2), ints(r, -9, 9, 2, 3)], [("y", I64)], axis=1)
+
+    # Split (opset 18+: num_outputs attribute or split input)
+    r = rng_for("Split", "num_outputs_even")
+    add("Split", "num_outputs_even", [randn(r, 6, 3)], [("y0", F32), ("y1", F32), ("y2", F32)], num_outputs=3)
+    r = rng_for("Split", "num_outputs_uneven")
+    add("Split", "num_outputs_uneven", [randn(r, 2, 7)], [("y0", F32), ("y1", F32), ("y2", F32)],
+        num_outputs=3, axis=1)
+    r = rng_for("Split", "split_input_neg_axis")
+    add("Split", "split_input_neg_axis", [inp("x", randn(r, 2, 3, 7)), init("split", np.array([2, 5], np.int64))],
+        [("y0", F32), ("y1", F32)], axis=-1)
+    r = rng_for("Split", "split_input_i64")
+    add("Split", "split_input_i64", [inp("x", ints(r, -9, 9, 4, 2)), init("split", np.array([1, 1, 2], np.int64))],
+        [("y0", I64), ("y1", I64), ("y2", I64)], axis=0)
+
+    # Slice (starts, ends, axes, steps are initializers)
+    def sl(name, x, starts, ends, axes=None, steps=None, dt=F32):
+        ins = [inp("x", x), init("starts", np.array(starts, np.int64)), init("ends", np.array(ends, np.int64))]
+        if axes is not None:
+            ins.append(init("axes", np.array(axes, np.int64)))
+        elif steps is not None:
+            ins.append(None)
+        if steps is not None:
+            ins.append(init("steps", np.array(steps, np.int64)))
+        add("Slice", name, ins, [("y", dt)])
+
+    r = rng_for("Slice", "basic")
+    sl("basic", randn(r, 5, 6, 7), [1], [4], axes=[1])
+    sl("reverse_full", randn(r, 5, 6), [-1], [I64_MIN], axes=[0], steps=[-1])
+    sl("neg_steps_clamped", randn(r, 5, 6, 7), [5, 10], [0, -100], axes=[1, 2], steps=[-2, -3])
+    sl("clamp_no_axes", randn(r, 5, 6, 7), [-100, 2], [100, 1000])
+    sl("neg_axis_step2", randn(r, 5, 6, 7), [1], [-1], axes=[-1], steps=[2])
+    sl("i64_step3_no_axes", ints(r, -9, 9, 10), [0], [I64_MAX], steps=[3], dt=I64)
+    sl("empty_result", randn(r, 5, 6), [4], [2], axes=[0])
+
+    # Gather
+    r = rng_for("Gather", "axis0_negative")
+    add("Gather", "axis0_negative", [inp("x", randn(r, 5, 3)), inp("idx", np.array([-1, 0, -5, 2], np.int64))],
+        [("y", F32)])
+    r = rng_for("Gather", "axis1_2d_indices")
+    add("Gather", "axis1_2d_indices",
+        [inp("x", randn(r, 2, 4, 3)), inp("idx", np.array([[0, -1], [2, 1], [3, 3]], np.int64))],
+        [("y", F32)], axis=1)
+    r = rng_for("Gather", "scalar_index")
+    add("Gather", "scalar_index", [inp("x", randn(r, 4, 5)), inp("idx", np.array(-2, np.int64))], [("y", F32)])
+    r = rng_for("Gather", "i64_data_i32_idx_axis_neg1")
+    add("Gather", "i64_data_i32_idx_axis_neg1",
+        [inp("x", ints(r, -9, 9, 3, 4)), inp("idx", np.array([3, -4, 1], np.int32))], [("y", I64)], axis=-1)
+
+    # Shape / Size
+    r = rng_for("Shape", "data")
+    x = randn(r, 2, 3, 4, 5)
+    for name, kw in [("full", {}), ("start1", {"start": 1}), ("end_neg1", {"end": -1}),
+                     ("start_neg3_end3", {"start": -3, "end": 3}), ("start_clamped_empty", {"start": 10})]:
+        add("Shape", name, [x], [("y", I64)], **kw)
+    add("Size", "3d", [x[0]], [("y", I64)])
+    add("Size", "scalar", [np.array(1.5, np.float32)], [("y", I64)])
+
+    # Cast / CastLike
+    r = rng_for("Cast", "data")
+    fx = (unif(r, -10, 10, 3, 4)).astype(np.float32)
+    fx[0, :3] = [0.0, -0.0, 0.5]
+    bx = r.random((3, 4)) < 0.5
+    ix = ints(r, -1000, 1000, 3, 4)
+    ix[0, 0] = 0
+    for name, x, to, dt in [("f32_to_i64", fx, I64, I64), ("f32_to_i32", fx, I32, I32),
+                            ("f32_to_bool", fx, BOOL, BOOL), ("bool_to_f32", bx, F32, F32),
+                            ("bool_to_i64", bx, I64, I64), ("i64_to_f32", ix, F32, F32),
+                            ("i64_to_bool", ix, BOOL, BOOL), ("f32_to_f16", fx * 3.3, F16, F16),
+                            ("f16_to_f32", (fx * 3.3).astype(np.float16), F32, F32),
+                            ("f32_to_f32", fx, F32, F32),
+                            ("f32_to_f16_overflow",
+                             np.array([7e4, -1e6, 65519.0, 65520.0, 1e-8, -1e-5, np.inf, np.nan], np.float32), F16, F16),
+                            ("f32_nan_inf_to_bool", np.array([np.nan, np.inf, -0.0, 1e-30], np.float32), BOOL, BOOL)]:
+        add("Cast", name, [x], [("y", dt)], to=to)
+    for name, x, like, dt in [("f32_like_i64", fx, np.array([1], np.int64), I64),
+                              ("i64_like_f32", ix, np.array([1.0], np.float32), F32),
+                              ("f32_like_f16", fx, np.array([1.0], np.float16), F16),
+                              ("bool_like_f32", bx, np.array([1.0], np.float32), F32)]:
+        add("CastLike", name, [inp("x", x), init("like", like)], [("y", dt)])
+
+    # Unsqueeze / Squeeze (axes input)
+    r = rng_for("Unsqueeze", "data")
+    for name, x, axes in [("axis0", randn(r, 3, 4), [0]), ("axis_neg1", randn(r, 3, 4), [-1]),
+                          ("axes_1_3", randn(r, 3, 4), [1, 3]), ("scalar", np.array(2.0, np.float32), [0]),
+                          ("unsorted_neg", randn(r, 3, 4), [-1, 0])]:
+        add("Unsqueeze", name, [inp("x", x), init("axes", np.array(axes, np.int64))], [("y", F32)])
+    r = rng_for("Squeeze", "data")
+    add("Squeeze", "axis1", [inp("x", randn(r, 3, 1, 4)), init("axes", np.array([1], np.int64))], [("y", F32)])
+    add("Squeeze", "no_axes", [inp("x", randn(r, 1, 3, 1, 4, 1))], [("y", F32)])
+    add("Squeeze", "neg_axes_i64", [inp("x", ints(r, -9, 9, 1, 3, 1)), init("axes", np.array([-1, 0], np.int64))],
+        [("y", I64)])
+
+    # Expand / Tile
+    r = rng_for("Expand", "data")
+    for name, x, shape, dt in [("col_to_3d", randn(r, 3, 1), [2, 3, 4], F32), ("row", randn(r, 4), [3, 4], F32),
+                               ("shape_lower_rank", randn(r, 2, 3, 4), [3, 1], F32),
+                               ("shape_ones_bidirectional", randn(r, 3, 4), [2, 1, 1], F32),
+                               ("i64", ints(r, -9, 9, 1, 2), [3, 2], I64)]:
+        add("Expand", name, [inp("x", x), init("shape", np.array(shape, np.int64))], [("y", dt)])
+    r = rng_for("Tile", "data")
+    for name, x, reps, dt in [("2d", randn(r, 2, 3), [2, 1], F32), ("3d", randn(r, 2, 3, 4), [1, 2, 3], F32),
+                              ("i64_1d", ints(r, -9, 9, 3), [4], I64)]:
+        add("Tile", name, [inp("x", x), init("repeats", np.array(reps, np.int64))], [("y", dt)])
+
+    # Where and comparisons / logic
+    r = rng_for("Where", "data")
+    add("Where", "bcast_y", [r.random((3, 4)) < 0.5, randn(r, 3, 4), randn(r, 4)], [("y", F32)])
+    add("Where", "bcast_all", [r.random((2, 1, 4)) < 0.5, np.array(1.5, np.float32), randn(r, 3, 1)], [("y", F32)])
+    add("Where", "i64", [r.random((3,)) < 0.5, ints(r, -9, 9, 2, 3), ints(r, -9, 9, 3)], [("y", I64)])
+    for op in ["Equal", "Less", "Greater"]:
+        r = rng_for(op, "data")
+        # small integers as floats so that ties occur
+        add(op, "f32", [ints(r, -2, 2, 3, 4).astype(np.float32), ints(r, -2, 2, 3, 4).astype(np.float32)],
+            [("y", BOOL)])
+        add(op, "i64_bcast", [ints(r, -2, 2, 2, 3, 1), ints(r, -2, 2, 4)], [("y", BOOL)])
+    add("Equal", "f32_nan_inf", [np.array([np.nan, np.inf, -np.inf, 0.0], np.float32),
+                                 np.array([np.nan, np.inf, np.inf, -0.0], np.float32)], [("y", BOOL)])
+    add("Less", "f32_nan_inf", [np.array([np.nan, -np.inf, 1.0, 0.0], np.float32),
+                                np.array([1.0, np.inf, np.nan, -0.0], np.float32)], [("y", BOOL)])
+    r = rng_for("Equal", "bool")
+    add("Equal", "bool", [r.random((3, 4)) < 0.5, r.random((4,)) < 0.5], [("y", BOOL)])
+    r = rng_for("And", "data")
+    add("And", "same", [r.random((3, 4)) < 0.5, r.random((3, 4)) < 0.5], [("y", BOOL)])
+    add("And", "bcast", [r.random((2, 1, 4)) < 0.5, r.random((3, 1)) < 0.5], [("y", BOOL)])
+    r = rng_for("Not", "data")
+    add("Not", "2d", [r.random((3, 4)) < 0.5], [("y", BOOL)])
+    add("Not", "scalar", [np.array(True)], [("y", BOOL)])
+
+    # Range (0-d graph inputs)
+    for name, (s, l, d), dt in [("f32_half", (0.0, 5.0, 0.5), np.float32),
+                                ("f32_neg_delta", (1.5, -2.0, -0.75), np.float32),
+                                ("i64_neg_delta", (10, -3, -3), np.int64), ("i64", (0, 7, 2), np.int64),
+                                ("i64_empty", (5, 1, 1), np.int64)]:
+        add("Range", name, [inp("start", np.array(s, dt)), inp("limit", np.array(l, dt)),
+                            inp("delta", np.array(d, dt))],
+            [("y", helper.np_dtype_to_tensor_dtype(np.dtype(dt)))])
+
+    # ConstantOfShape (shape is a graph input)
+    for name, shape, value, dt in [("f32_value", [2, 3], np.array([2.5], np.float32), F32),
+                                   ("default_zero", [3, 1, 2], None, F32),
+                                   ("i64_value", [4], np.array([7], np.int64), I64),
+                                   ("bool_value", [2, 2], np.array([True]), BOOL),
+                                   ("empty_dim", [2, 0], np.array([1.0], np.float32), F32)]:
+        kw = {} if value is None else {"value": numpy_helper.from_array(value, "value")}
+        add("ConstantOfShape", name, [inp("shape", np.array(shape, np.int64))], [("y", dt)], **kw)
+
+    # Constant (no inputs)
+    r = rng_for("Constant", "data")
+    for name, kw, dt in [("value_f32", {"value": numpy_helper.from_array(randn(r, 2, 3), "v")}, F32),
+                         ("value_i64", {"value": numpy_helper.from_array(ints(r, -9, 9, 4), "v")}, I64),
+                         ("value_f16", {"value": numpy_helper.from_array(randn(r, 3, dtype=np.float16), "v")}, F16),
+                         ("value_float", {"value_float": 1.25}, F32),
+                         ("value_floats", {"value_floats": [1.0, -2.5, 3.0]}, F32),
+                         ("value_int", {"value_int": -7}, I64),
+                         ("value_ints", {"value_ints": [3, 0, -1]}, I64)]:
+        add("Constant", name, [], [("y", dt)], **kw)
+
+    # Identity
+    r = rng_for("Identity", "data")
+    add("Identity", "f32", [randn(r, 2, 3)], [("y", F32)])
+    add("Identity", "i64", [ints(r, -9, 9, 4)], [("y", I64)])
+    add("Identity", "bool", [r.random((2, 2)) < 0.5], [("y", BOOL)])
+
+
+# --------------------------------------------------------------------------- reductions
+def _reduce():
+    for op in ["ReduceSum", "ReduceMean", "ReduceMax"]:
+        r = rng_for(op, "data")
+        x = randn(r, 3, 4, 5)
+
+        def red(name, x, axes, dt=F32, **kw):
+            ins = [inp("x", x)]
+            if axes is not None:
+                ins.append(init("axes", np.array(axes, np.int64)))
+            add(op, name, ins, [("y", dt)], **kw)
+
+        red("axis1_keepdims", x, [1])
+        red("axes_neg1_0_no_keepdims", x, [-1, 0], keepdims=0)
+        red("all_keepdims", x, None)
+        red("all_no_keepdims", x, None, keepdims=0)
+        red("empty_axes_noop", x, None, noop_with_empty_axes=1)
+        if op != "ReduceMean":
+            red("i64_axis0", ints(r, -50, 50, 3, 4), [0], dt=I64)
+
+    r = rng_for("Softmax", "data")
+    add("Softmax", "default_axis", [randn(r, 2, 3, 5)], [("y", F32)])
+    add("Softmax", "axis1", [randn(r, 2, 3, 5)], [("y", F32)], axis=1)
+    add("Softmax", "axis0", [randn(r, 4, 3)], [("y", F32)], axis=0)
+    add("Softmax", "large_values", [randn(r, 3, 8, scale=50.0)], [("y", F32)])
+    sm = randn(r, 3, 5)
+    sm[0, :2] = -np.inf
+    sm[1, 1:] = -np.inf
+    add("Softmax", "neg_inf_entries", [sm], [("y", F32)])
+
+
+# --------------------------------------------------------------------------- norms / gelu
+def _norms():
+    for name, kw, dt in [("none", {}, np.float32), ("none_attr", {"approximate": "none"}, np.float32),
+                         ("tanh", {"approximate": "tanh"}, np.float32)]:
+        r = rng_for("Gelu", name)
+        add("Gelu", name, [unif(r, -6, 6, 3, 8).astype(dt)], [("y", F32)], **kw)
+
+    # LayerNormalization: Y, Mean, InvStdDev (stash_type 1 = float)
+    r = rng_for("LayerNormalization", "last_axis_all_outputs")
+    add("LayerNormalization", "last_axis_all_outputs",
+        [inp("x", randn(r, 2, 3, 8, scale=2.0) + 1.0), init("scale", randn(r, 8)), init("bias", randn(r, 8))],
+        [("y", F32), ("mean", F32), ("inv_std", F32)])
+    r = rng_for("LayerNormalization", "axis1_eps")
+    add("LayerNormalization", "axis1_eps",
+        [inp("x", randn(r, 2, 3, 4)), init("scale", randn(r, 3, 4)), init("bias", randn(r, 3, 4))],
+        [("y", F32), ("mean", F32), ("inv_std", F32)], axis=1, epsilon=1e-3)
+    r = rng_for("LayerNormalization", "no_bias")
+    add("LayerNormalization", "no_bias", [inp("x", randn(r, 4, 16)), init("scale", randn(r, 16))], [("y", F32)])
+
+    r = rng_for("LayerNormalization", "f16")
+    add("LayerNormalization", "f16",
+        [inp("x", randn(r, 3, 16, dtype=np.float16)), init("scale", randn(r, 16, dtype=np.float16)),
+         init("bias", randn(r, 16, dtype=np.float16))], [("y", F16)])
+    r = rng_for("RMSNormalization", "last_axis")
+    add("RMSNormalization", "last_axis", [inp("x", randn(r, 2, 3, 8)), init("scale", randn(r, 8))], [("y", F32)])
+    r = rng_for("RMSNormalization", "axis1_eps")
+    add("RMSNormalization", "axis1_eps", [inp("x", randn(r, 2, 3, 4)), init("scale", randn(r, 3, 4))],
+        [("y", F32)], axis=1, epsilon=1e-3)
+    r = rng_for("RMSNormalization", "f16")
+    add("RMSNormalization", "f16",
+        [inp("x", randn(r, 2, 16, dtype=np.float16)), init("scale", randn(r, 16, dtype=np.float16))], [("y", F16)])
+
+    # com.microsoft skip norms: output, mean, inv_std_var, input_skip_bias_sum
+    for op, has_beta in [("SkipLayerNormalization", True), ("SkipSimplifiedLayerNormalization", False)]:
+        variants = [("bias", True, True), ("no_bias", True, False)]
+        if has_beta:
+            variants = [("beta_bias", True, True), ("no_beta_no_bias", False, False), ("beta_no_bias", True, False)]
+        for name, beta, bias in variants:
+            r = rng_for(op, name)
+            hidden = 16
+            ins = [inp("x", randn(r, 2, 3, hidden)), inp("skip", randn(r, 2, 3, hidden)),
+                   init("gamma", randn(r, hidden))]
+            if has_beta:
+                ins.append(init("beta", randn(r, hidden)) if beta else None)
+            if bias:
+                ins.append(init("bias", randn(r, hidden)))
+            if has_beta:
+                outs = [("y", F32), ("mean", F32), ("inv_std_var", F32), ("sum", F32)]
+            else:
+                # the simplified (RMS) norm has no mean: onnxruntime only fills output 1
+                # with zeros, so it is left unnamed (not compared)
+                outs = [("y", F32), ("", 0), ("inv_std_var", F32), ("sum", F32)]
+            add(op, name, ins, outs, domain=MS, epsilon=1e-5)
+    r = rng_for("SkipLayerNormalization", "skip_2d")
+    add("SkipLayerNormalization", "skip_2d",
+        [inp("x", randn(r, 2, 3, 8)), inp("skip", randn(r, 3, 8)), init("gamma", randn(r, 8)),
+         init("beta", randn(r, 8))], [("y", F32)], domain=MS)
+
+    r = rng_for("BiasGelu", "3d")
+    add("BiasGelu", "3d", [inp("x", randn(r, 2, 3, 8, scale=2.0)), init("bias", randn(r, 8))], [("y", F32)],
+        domain=MS)
+    r = rng_for("BiasGelu", "2d")
+    add("BiasGelu", "2d", [inp("x", unif(r, -6, 6, 4, 5)), init("bias", randn(r, 5))], [("y", F32)], domain=MS)
+    r = rng_for("FastGelu", "bias")
+    add("FastGelu", "bias", [inp("x", randn(r, 2, 3, 8, scale=2.0)), init("bias", randn(r, 8))], [("y", F32)],
+        domain=MS)
+    r = rng_for("FastGelu", "no_bias")
+    add("FastGelu", "no_bias", [inp("x", unif(r, -6, 6, 4, 5))], [("y", F32)], domain=MS)
+
+
+# --------------------------------------------------------------------------- rotary
+def _caches(r, max_pos, half, dtype=np.float32):
+    theta = r.uniform(0, 2 * np.pi, (max_pos, half))
+    return np.cos(theta).astype(dtype), np.sin(theta).astype(dtype)
+
+
+def _rope():
+    B, S, N, H = 2, 3, 2, 8
+    op = "RotaryEmbedding"
+
+    def onnx_rope(name, x, rot=H, pos=True, gathered=False, **attrs):
+        r = rng_for(op, name)
+        if gathered:
+            cos, sin = _caches(r, B * S, rot // 2)
+            cos, sin = cos.reshape(B, S, rot // 2), sin.reshape(B, S, rot // 2)
+        else:
+            cos, sin = _caches(r, 16, rot // 2)
+        ins = [inp("x", x), init("cos", cos), init("sin", sin)]
+        if pos:
+            ins.append(inp("pos", ints(r, 0, 15, B, S)))
+        if rot != H:
+            attrs["rotary_embedding_dim"] = rot
+        add(op, name, ins, [("y", F32)], opset=23, **attrs)
+
+    r = rng_for(op, "x")
+    onnx_rope("3d_num_heads_pos_ids", randn(r, B, S, N * H), num_heads=N)
+    onnx_rope("4d_pos_ids", randn(r, B, N, S, H))
+    onnx_rope("4d_gathered_caches", randn(r, B, N, S, H), pos=False, gathered=True)
+    onnx_rope("3d_gathered_caches", randn(r, B, S, N * H), pos=False, gathered=True, num_heads=N)
+    onnx_rope("4d_partial_dim", randn(r, B, N, S, H), rot=4)
+    onnx_rope("3d_interleaved", randn(r, B, S, N * H), num_heads=N, interleaved=1)
+    onnx_rope("3d_interleaved_partial_gathered", randn(r, B, S, N * H), rot=4, pos=False, gathered=True,
+              num_heads=N, interleaved=1)
+
+    # com.microsoft RotaryEmbedding: input, position_ids, cos_cache, sin_cache
+    def ms_rope(name, x, pos, rot=H, **attrs):
+        r = rng_for("ms.RotaryEmbedding", name)
+        cos, sin = _caches(r, 16, rot // 2)
+        if rot != H:
+            attrs["rotary_embedding_dim"] = rot
+        add(op, name, [inp("x", x), inp("pos", pos), init("cos", cos), init("sin", sin)], [("y", F32)],
+            domain=MS, label="ms.RotaryEmbedding", **attrs)
+
+    r = rng_for("ms.RotaryEmbedding", "x")
+    ms_rope("3d_pos_ids", randn(r, B, S, N * H), ints(r, 0, 12, B, S))
+    ms_rope("3d_pos_offset_interleaved", randn(r, B, S, N * H), np.array([5], np.int64), interleaved=1)
+    ms_rope("4d_pos_ids", randn(r, B, N, S, H), ints(r, 0, 12, B, S))
+    ms_rope("3d_partial_dim", randn(r, B, S, N * H), ints(r, 0, 12, B, S), rot=4, num_heads=N)
+
+
+# --------------------------------------------------------------------------- attention
+def _attention():
+    op = "Attention"
+
+    def att(name, *, B=2, Hq=2, Hkv=2, S=3, L=None, P=0, D=8, Dv=None, three_d=False, mask=None,
+            dtype=np.float32, opset=24, qk=False, nonpad=None, **attrs):
+        r = rng_for(op, name)
+        L = S if L is None else L
+        Dv = D if Dv is None else Dv
+        et = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+        q, k, v = randn(r, B, Hq, S, D, dtype=dtype), randn(r, B, Hkv, L, D, dtype=dtype), \
+            randn(r, B, Hkv, L, Dv, dtype=dtype)
+        if three_d:
+            q = q.transpose(0, 2, 1, 3).reshape(B, S, Hq * D)
+            k = k.transpose(0, 2, 1, 3).reshape(B, L, Hkv * D)
+            v = v.transpose(0, 2, 1, 3).reshape(B, L, Hkv * Dv)
+            attrs.update(q_num_heads=Hq, kv_num_heads=Hkv)
+        ins = [inp("q", q), inp("k", k), inp("v", v)]
+        T = P + L
+        if mask == "bool":
+            m = r.random((B, 1, S, T)) < 0.7
+            m[..., 0] = True  # no fully masked row
+            ins.append(inp("mask", m))
+        elif mask == "bool2d":
+            m = r.random((S, T)) < 0.6
+            m[:, -1] = True
+            ins.append(inp("mask", m))
+        elif mask == "float":
+            m = randn(r, B, Hq, S, T, dtype=dtype)
+            m[r.random(m.shape) < 0.3] = -np.inf if dtype == np.float32 else np.float16(-10000)
+            m[..., 0] = 0
+            ins.append(inp("mask", m.astype(dtype)))
+        elif P:
+            ins.append(None)
+        outputs = [("y", et)]
+        if nonpad is not None:  # opset 24: valid kv length per batch (no past allowed)
+            ins += [None] * (6 - len(ins)) + [inp("nonpad_kv_seqlen", np.array(nonpad, np.int64))]
+        if P:
+            ins += [inp("past_key", randn(r, B, Hkv, P, D, dtype=dtype)),
+                    inp("past_value", randn(r, B, Hkv, P, Dv, dtype=dtype))]
+            outputs += [("present_key", et), ("present_value", et)]
+        if qk:
+            outputs += [("", 0)] * (3 - len(outputs)) + [("qk", et)]
+        add(op, name, ins, outputs, opset=opset, **attrs)
+
+    att("4d_basic", opset=23)
+    att("4d_cross_len_dv", S=3, L=5, Dv=6)
+    att("3d_heads", three_d=True, Hq=2, Hkv=2, opset=23)
+    att("3d_gqa", three_d=True, Hq=4, Hkv=2, S=4)
+    att("4d_gqa", Hq=6, Hkv=2, S=2, L=4)
+    att("past_kv", P=4, S=2, Hq=4, Hkv=2)
+    att("past_kv_3d_opset23", P=3, S=1, three_d=True, Hq=4, Hkv=1, opset=23)
+    att("bool_mask", mask="bool", S=3, L=5)
+    att("bool_mask_2d_past", mask="bool2d", P=2, S=3)
+    att("float_mask", mask="float", S=4, L=4, Hq=2)
+    att("causal", S=5, is_causal=1)
+    att("causal_with_past", S=3, P=4, is_causal=1, Hq=4, Hkv=2)
+    att("causal_past_bool_mask", S=2, P=3, is_causal=1, mask="bool")
+    att("causal_kv_longer_no_past", S=2, L=5, is_causal=1)
+    att("softcap_scale", S=4, softcap=2.0, scale=0.7)
+    att("softcap_float_mask", S=3, L=4, softcap=1.5, mask="float")
+    att("scale_causal_3d_gqa", S=3, three_d=True, Hq=4, Hkv=2, scale=0.25, is_causal=1)
+    att("qk_matmul_output", S=3, L=4, qk=True)
+    att("nonpad_kv_seqlen", S=3, L=6, nonpad=[6, 2])
+    att("nonpad_kv_seqlen_bool_mask_gqa", S=2, L=5, Hq=4, Hkv=2, nonpad=[3, 5], mask="bool")
+    att("f16_basic", dtype=np.float16, S=4)
+    att("f16_float_mask", dtype=np.float16, S=3, L=5, mask="float")
+    att("f16_past_causal_gqa", dtype=np.float16, S=2, P=3, Hq=4, Hkv=2, is_causal=1)
+
+    # ---- com.microsoft GroupQueryAttention (BSNH inputs, BNSH caches)
+    op_g = "GroupQueryAttention"
+
+    def gqa(name, *, B=1, S=4, P=0, N=4, Nkv=2, D=8, packed=False, rotary=False, seqlens=None, interleaved=0,
+            present_valid=None, out_valid=None, **attrs):
+        """seqlens: per-batch total lengths (defaults to P + S for all); present_valid and
+        out_valid: per-batch numbers of defined present / output positions."""
+        r = rng_for(op_g, name)
+        total = P + S
+        seqlens = [total] * B if seqlens is None else seqlens
+        q = randn(r, B, S, N * D)
+        k = randn(r, B, S, Nkv * D)
+        v = randn(r, B, S, Nkv * D)
+        if packed:
+            ins = [inp("qkv", np.concatenate([q, k, v], axis=-1)), None, None]
+        else:
+            ins = [inp("q", q), inp("k", k), inp("v", v)]
+        ins += [inp("past_key", randn(r, B, Nkv, P, D)), inp("past_value", randn(r, B, Nkv, P, D)),
+                inp("seqlens_k", np.array(seqlens, np.int32) - 1),
+                inp("total_sequence_length", np.array(max(seqlens), np.int32))]
+        if rotary:
+            cos, sin = _caches(r, 32, D // 2)
+            ins += [init("cos", cos), init("sin", sin)]
+            attrs.update(do_rotary=1, rotary_interleaved=interleaved)
+        regions = {}
+        if out_valid is not None:
+            regions["y"] = lambda a, ov=out_valid: np.concatenate([a[b, :n].ravel() for b, n in enumerate(ov)])
+        if present_valid is not None:
+            for o in ("present_key", "present_value"):
+                regions[o] = lambda a, pv=present_valid: np.concatenate(
+                    [a[b, :, :n].ravel() for b, n in enumerate(pv)])
+        add(op_g, name, ins, [("y", F32), ("present_key", F32), ("present_value", F32)], domain=MS,
+            regions=regions, num_heads=N, kv_num_heads=Nkv, **attrs)
+
+    gqa("prompt_empty_past", S=5)
+    gqa("decode_past", S=1, P=5, B=2)
+    gqa("prompt_packed", S=4, packed=True)
+    gqa("decode_packed_rotary", S=1, P=6, D=16, packed=True, rotary=True)
+    gqa("prompt_rotary", S=5, D=16, rotary=True, B=2)
+    gqa("decode_rotary_interleaved", S=1, P=4, D=16, rotary=True, interleaved=1)
+    # padding: batch 1 holds 3 of the 6 cache slots; past positions beyond a batch's
+    # length and the present slots after its new token are left undefined by onnxruntime
+    gqa("decode_padded_batch2", B=2, S=1, P=5, seqlens=[6, 4], present_valid=[6, 4])
+    gqa("decode_padded_batch2_rotary", B=2, S=1, P=5, seqlens=[6, 2], D=16, rotary=True, present_valid=[6, 2])
+    # right-padded prompt: padded query rows are not compared (ORT's values there are
+    # not part of the op's contract), nor present slots past each batch's length
+    gqa("prompt_padded_batch2", B=2, S=5, seqlens=[5, 3], out_valid=[5, 3], present_valid=[5, 3])
+    gqa("prompt_local_window", S=6, local_window_size=3)
+    gqa("decode_local_window", S=1, P=7, local_window_size=4)
+    gqa("prompt_softcap_scale", S=4, softcap=3.0, scale=0.5)
+    gqa("decode_smooth_softmax", S=1, P=3, smooth_softmax=1)
+    gqa("decode_padded_local_window", B=2, S=1, P=6, seqlens=[7, 4], present_valid=[7, 4], local_window_size=2)
+    # a chunk of 3 new tokens after 4 cached ones (onnxruntime allows this for batch 1 only)
+    gqa("continuation_chunk", S=3, P=4, N=2, Nkv=1)
+
+
+_binary()
+_unary()
+_matmul()
+_shape_ops()
+_reduce()
+_norms()
+_rope()
+_attention()

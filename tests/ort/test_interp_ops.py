@@ -1,0 +1,136 @@
+"""Cross-check of mobius' reference interpreter (`mobius run`) against onnxruntime,
+one op at a time.
+
+Each case (see interp_cases.py) is a single-node ONNX model with deterministic random
+inputs. It runs on onnxruntime's CPU execution provider (graph optimizations off) and
+through `mobius run MODEL --input NAME=FILE.npy ... --output-dir DIR`; every graph output
+(every output of the op that onnxruntime defines) is compared:
+
+  f32 / f64:        max |mobius - ort| <= 1e-5 * max(1, max |ort|)
+  f16:              max |mobius - ort| <= 1e-2 * max(1, max |ort|)
+  integer / bool:   exactly
+
+Shapes and element types must match too, and NaN / infinity must appear in the same
+places. Where onnxruntime leaves part of an output undefined (padding slots of a
+GroupQueryAttention KV cache), the case names the compared region.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+
+from interp_cases import CASES, Case
+from ort_helpers import run_mobius_unchecked
+
+RTOL = {np.dtype(np.float32): 1e-5, np.dtype(np.float64): 1e-5, np.dtype(np.float16): 1e-2}
+
+
+def _ort_run(path: Path, case: Case) -> list[np.ndarray]:
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.inter_op_num_threads = 1
+    so.log_severity_level = 3
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    try:
+        sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+        return sess.run([n for n, _ in case.outputs], dict(case.inputs))
+    except Exception as e:  # the case itself is broken: a harness bug, not a finding
+        raise AssertionError(f"onnxruntime rejects the test model of {case.id}: {e}") from e
+
+
+def _mobius_run(path: Path, case: Case, work: Path) -> dict[str, np.ndarray]:
+    args = ["run", str(path), "--output-dir", str(work / "out")]
+    for name, a in case.inputs.items():
+        f = work / f"in_{name}.npy"
+        np.save(f, a)  # (np.ascontiguousarray would turn 0-d into 1-d)
+        args += ["--input", f"{name}={f}"]
+    proc = run_mobius_unchecked(args)
+    if proc.returncode != 0:
+        raise AssertionError(
+            f"`mobius run` failed on {case.id} (exit {proc.returncode}):\n{proc.stderr[-3000:]}{proc.stdout[-1000:]}"
+        )
+    return {n: np.load(work / "out" / f"{n}.npy") for n, _ in case.outputs}
+
+
+def _compare(case: Case, name: str, want: np.ndarray, got: np.ndarray) -> str | None:
+    """None when they agree, else a description of the disagreement."""
+    if got.shape != want.shape:
+        return f"{name}: shape {got.shape}, onnxruntime {want.shape}"
+    if got.dtype != want.dtype:
+        return f"{name}: dtype {got.dtype}, onnxruntime {want.dtype}"
+    where = "flat index"
+    if name in case.regions:
+        want, got = case.regions[name](want), case.regions[name](got)
+        where = "index in the compared region"
+    if want.dtype.kind in "biu":
+        bad = np.flatnonzero(want.ravel() != got.ravel())
+        if bad.size:
+            i = bad[0]
+            return (f"{name}: {bad.size}/{want.size} elements differ; first at {where} {i}: "
+                    f"mobius {got.ravel()[i].item()!r}, onnxruntime {want.ravel()[i].item()!r}")
+        return None
+    w, g = want.astype(np.float64).ravel(), got.astype(np.float64).ravel()
+    wn, gn = np.isnan(w), np.isnan(g)
+    if (wn != gn).any():
+        i = int(np.flatnonzero(wn != gn)[0])
+        return f"{name}: NaN mismatch at {where} {i}: mobius {g[i]:.9g}, onnxruntime {w[i]:.9g}"
+    wi, gi = np.isinf(w), np.isinf(g)
+    if (wi != gi).any() or (w[wi] != g[wi]).any():
+        i = int(np.flatnonzero((wi != gi) | (wi & (w != g)))[0])
+        return f"{name}: infinity mismatch at {where} {i}: mobius {g[i]:.9g}, onnxruntime {w[i]:.9g}"
+    fin = ~(wn | wi)
+    if not fin.any():
+        return None
+    scale = max(1.0, float(np.abs(w[fin]).max()))
+    bound = RTOL[want.dtype] * scale
+    diff = np.zeros_like(w)
+    diff[fin] = np.abs(w[fin] - g[fin])
+    i = int(diff.argmax())
+    if diff[i] > bound:
+        return (f"{name} ({want.dtype}): max |mobius - ort| = {diff[i]:.3g} > {bound:.3g} "
+                f"(= {RTOL[want.dtype]:g} * {scale:.4g}); at {where} {i}: mobius {g[i]:.9g}, "
+                f"onnxruntime {w[i]:.9g}; {int((diff > bound).sum())}/{w.size} elements beyond")
+    return None
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_interp_matches_ort(case: Case, tmp_path: Path):
+    model = case.model()
+    path = tmp_path / "model.onnx"
+    onnx.save(model, str(path))
+    want = _ort_run(path, case)
+    # outputs of ops ONNX shape inference does not know (com.microsoft) get the shapes
+    # onnxruntime computed, so that the model passes the checker
+    for vi, w in zip(model.graph.output, want):
+        if not vi.type.tensor_type.HasField("shape"):
+            vi.CopyFrom(helper.make_tensor_value_info(vi.name, vi.type.tensor_type.elem_type, w.shape))
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    got = _mobius_run(path, case, tmp_path)
+    problems = [p for (n, _), w in zip(case.outputs, want) if (p := _compare(case, n, w, got[n]))]
+    assert not problems, f"{case.id}: mobius run disagrees with onnxruntime\n" + "\n".join(problems)
+
+
+def test_cases_cover_every_op():
+    """The ops the interpreter implements that this file must cross-check."""
+    required = {
+        "Add", "Sub", "Mul", "Div", "Neg", "Abs", "Pow", "Sqrt", "Exp", "Log", "Erf", "Tanh", "Sigmoid",
+        "Relu", "MatMul", "Gemm", "Transpose", "Reshape", "Flatten", "Concat", "Split", "Slice", "Gather",
+        "Shape", "Size", "Cast", "CastLike", "Unsqueeze", "Squeeze", "Expand", "Tile", "ReduceSum",
+        "ReduceMean", "ReduceMax", "Softmax", "Where", "Equal", "Less", "Greater", "And", "Not", "Range",
+        "ConstantOfShape", "Constant", "Identity", "Gelu", "LayerNormalization", "RMSNormalization",
+        "RotaryEmbedding", "Attention", "com.microsoft.GroupQueryAttention",
+        "com.microsoft.SkipSimplifiedLayerNormalization", "com.microsoft.SkipLayerNormalization",
+        "com.microsoft.RotaryEmbedding", "com.microsoft.BiasGelu", "com.microsoft.FastGelu",
+    }
+    have = {(f"{c.node.domain}.{c.op}" if c.node.domain else c.op) for c in CASES}
+    assert required <= have, sorted(required - have)
+    ids = [c.id for c in CASES]
+    assert len(ids) == len(set(ids))
