@@ -139,9 +139,13 @@ fn optimized_graphs_compute_what_the_portable_graph_computes() {
                         .zip(y.as_f64())
                         .map(|(p, q)| (p - q).abs())
                         .fold(0f64, f64::max);
+                    // Fused kernels round once where the unfused graph rounds per op: in f16
+                    // that is a few ulps (the f16 parity bar is 2e-2); in f32 they agree to 1e-5.
+                    let scale = x.as_f64().iter().fold(1f64, |m, v| m.max(v.abs()));
+                    let tol = if dtype == DType::F16 { 1e-2 } else { 1e-5 } * scale;
                     assert!(
-                        err <= 1e-6,
-                        "{name} {} past={past} {out}: max abs error {err}",
+                        err <= tol,
+                        "{name} {} past={past} {out}: max abs error {err} > {tol}",
                         ep.name
                     );
                 }
