@@ -40,7 +40,19 @@ const GOOD: &str =
 fn embedded_rules_load() {
     let rules = all_rules().unwrap();
     assert!(rules.len() >= 5);
-    assert!(rules.iter().all(|r| r.stage == Stage::Cleanup));
+    for r in &rules {
+        let folder = match r.stage {
+            Stage::Cleanup => "cleanup",
+            Stage::Fusion => "fusion",
+            Stage::Inline => "inline",
+            Stage::Lowering => "lowering",
+        };
+        assert!(
+            r.origin.starts_with(&format!("rewrites/{folder}/")),
+            "{} is a {folder} rule outside rewrites/{folder}/",
+            r.origin
+        );
+    }
     for r in &rules {
         r.rewrite().unwrap();
     }
