@@ -19,6 +19,7 @@ use proptest::prelude::*;
 
 /// The rules proven below, by name.
 const PROVEN: &[&str] = &[
+    "rotary-attention-to-gqa",
     "add-rmsnorm-to-skip-simplified-layer-norm",
     "skip-simplified-layer-norm-body",
     "skip-simplified-layer-norm-sum",
@@ -293,6 +294,116 @@ proptest! {
         b.node("com.microsoft", "SkipSimplifiedLayerNormalization", &[&x, &y, &w], vec![("epsilon", Attr::Float(eps))],
             vec![String::new(), String::new(), String::new(), "sum".into()]);
         prove_on("skip-simplified-layer-norm-sum", "onnx-standard", b.finish(), norm_inputs(&shape, seed), 0.0)?;
+    }
+}
+
+/// A decoder attention block: RoPE on q and k from tables gathered by `position_ids`, the
+/// boolean padding mask of `attention_mask`, causal Attention with a KV cache.
+fn attention_block(
+    batch: usize,
+    seq: usize,
+    past: usize,
+    heads: usize,
+    kv_heads: usize,
+    interleaved: bool,
+) -> Graph {
+    let d = 16usize;
+    let max_pos = 32usize;
+    let mut b = GraphBuilder::new("g");
+    let ids = b.input("input_ids", DType::I64, dims(&[batch, seq]));
+    let mask = b.input("attention_mask", DType::I64, dims(&[batch, past + seq]));
+    let pos = b.input("position_ids", DType::I64, dims(&[batch, seq]));
+    let q = b.input("q", DType::F32, dims(&[batch, seq, heads * d]));
+    let k = b.input("k", DType::F32, dims(&[batch, seq, kv_heads * d]));
+    let v = b.input("v", DType::F32, dims(&[batch, seq, kv_heads * d]));
+    let pk = b.input(
+        "past_key_values.0.key",
+        DType::F32,
+        dims(&[batch, kv_heads, past, d]),
+    );
+    let pv = b.input(
+        "past_key_values.0.value",
+        DType::F32,
+        dims(&[batch, kv_heads, past, d]),
+    );
+    b.output("y", DType::F32, dims(&[batch, seq, heads * d]));
+    b.output(
+        "present.0.key",
+        DType::F32,
+        dims(&[batch, kv_heads, past + seq, d]),
+    );
+    b.output(
+        "present.0.value",
+        DType::F32,
+        dims(&[batch, kv_heads, past + seq, d]),
+    );
+    let mut rng = Rng::new(11);
+    let mut table = |name: &str| {
+        let values: Vec<f32> = (0..max_pos * d / 2)
+            .map(|_| (rng.unit() * 2.0 - 1.0) as f32)
+            .collect();
+        b.initializer(mobius::ir::Initializer {
+            name: name.into(),
+            dtype: DType::F32,
+            shape: vec![max_pos, d / 2],
+            source: Some(mobius::ir::TensorSource::Inline(
+                mobius::ir::TensorData::from_f32(vec![max_pos, d / 2], &values),
+            )),
+        })
+    };
+    let (cos, sin) = (table("cos_cache"), table("sin_cache"));
+    let cos = b.op("Gather", &[&cos, &pos], vec![("axis", Attr::Int(0))]);
+    let sin = b.op("Gather", &[&sin, &pos], vec![("axis", Attr::Int(0))]);
+    let rope = |b: &mut GraphBuilder, x: &str, n: usize| {
+        b.op(
+            "RotaryEmbedding",
+            &[x, &cos, &sin],
+            vec![
+                ("interleaved", Attr::Int(interleaved as i64)),
+                ("num_heads", Attr::Int(n as i64)),
+                ("rotary_embedding_dim", Attr::Int(0)),
+            ],
+        )
+    };
+    let (qr, kr) = (rope(&mut b, &q, heads), rope(&mut b, &k, kv_heads));
+    let padding = mobius::models::components::padding_mask(&mut b, &ids, &mask);
+    b.node(
+        "",
+        "Attention",
+        &[&qr, &kr, &v, &padding, &pk, &pv],
+        vec![
+            ("is_causal", Attr::Int(1)),
+            ("kv_num_heads", Attr::Int(kv_heads as i64)),
+            ("q_num_heads", Attr::Int(heads as i64)),
+            ("scale", Attr::Float((d as f32).powf(-0.5))),
+            ("softcap", Attr::Float(0.0)),
+        ],
+        vec!["y".into(), "present.0.key".into(), "present.0.value".into()],
+    );
+    b.finish()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// Equal on inputs that follow the decoder contract: no padding, positions continue the cache.
+    #[test]
+    fn rotary_attention_to_gqa(batch in 1usize..3, seq in 1usize..4, past in 0usize..4, kv_heads in 1usize..3, group in 1usize..3, interleaved in any::<bool>(), seed in any::<u64>()) {
+        let heads = kv_heads * group;
+        let graph = attention_block(batch, seq, past, heads, kv_heads, interleaved);
+        let mut rng = Rng::new(seed);
+        let mut inputs = HashMap::new();
+        for v in &graph.inputs {
+            let shape: Vec<usize> = v.shape.0.iter().map(|d| match d { mobius::ir::Dim::Fixed(x) => *x as usize, _ => unreachable!() }).collect();
+            let t = match v.name.as_str() {
+                "input_ids" => Tensor::int(DType::I64, shape, vec![0; batch * seq]),
+                "attention_mask" => Tensor::int(DType::I64, shape, vec![1; batch * (past + seq)]),
+                "position_ids" => Tensor::int(DType::I64, shape, (0..batch).flat_map(|_| (past..past + seq).map(|p| p as i64)).collect()),
+                _ => random_tensor(DType::F32, &shape, &mut rng),
+            };
+            inputs.insert(v.name.clone(), t);
+        }
+        prove_on("rotary-attention-to-gqa", "cpu", graph, inputs, 1e-4)?;
     }
 }
 

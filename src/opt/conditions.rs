@@ -28,6 +28,14 @@ const CONDITIONS: &[(&str, ConditionFn)] = &[
 /// Appliers with the pattern variables each reads.
 const APPLIERS: &[(&str, &[&str], ApplierFn)] = &[
     (
+        "rotary-attention-to-gqa",
+        &[
+            "?q", "?k", "?v", "?mask", "?pk", "?pv", "?cos", "?sin", "?qi", "?ki", "?qh", "?kh",
+            "?qrd", "?causal", "?kvh", "?qnh", "?scale", "?softcap",
+        ],
+        rotary_attention_to_gqa,
+    ),
+    (
         "skip-simplified-layer-norm",
         &["?a", "?b", "?w", "?eps"],
         skip_simplified_layer_norm,
@@ -172,4 +180,178 @@ fn skip_simplified_layer_norm(
         g.union(add, sum);
     }
     Some(norm)
+}
+
+/// The first e-node of class `id` that is an op named `op`.
+fn find_op(g: &OnnxGraph, id: Id, op: &str) -> Option<super::lang::OpNode> {
+    g[id]
+        .nodes
+        .iter()
+        .find_map(|n| n.as_op().filter(|o| o.op.as_str() == op).cloned())
+}
+
+/// Whether class `id` holds the graph input `name`.
+fn is_input(g: &OnnxGraph, id: Id, name: Option<&str>) -> bool {
+    g[id]
+        .nodes
+        .iter()
+        .any(|n| matches!(n, Onnx::Input(s) if name.is_none_or(|w| s.as_str() == w)))
+}
+
+/// Whether `mask` is exactly the boolean padding mask built from the `attention_mask` input:
+/// `Unsqueeze(Expand(Unsqueeze(Cast(attention_mask → bool), [1]), [B, S, T]), [1])`.
+fn is_padding_mask(g: &OnnxGraph, mask: Id) -> bool {
+    let step = |id: Id, op: &str| find_op(g, id, op).map(|o| o.input_ids()[0]);
+    let chain = step(mask, "Unsqueeze")
+        .and_then(|x| step(x, "Expand"))
+        .and_then(|x| step(x, "Unsqueeze"))
+        .and_then(|x| step(x, "Cast"));
+    chain.is_some_and(|x| is_input(g, x, Some("attention_mask")))
+}
+
+/// The table and position classes of `Gather(table, position_ids; axis 0)` in class `id`.
+fn gathered_table(g: &OnnxGraph, id: Id) -> Option<Id> {
+    let gather = find_op(g, id, "Gather")?;
+    let axis = g[gather.attr_id("axis")?].data.attr()?;
+    let axis_ok = matches!(axis, AttrValue::Unset | AttrValue::Int(0));
+    let [table, positions] = gather.input_ids() else {
+        return None;
+    };
+    (axis_ok && is_input(g, *positions, Some("position_ids"))).then_some(*table)
+}
+
+fn int_attr(g: &OnnxGraph, id: Id) -> Option<i64> {
+    g[id].data.attr().and_then(AttrValue::int)
+}
+
+fn small_const(g: &mut OnnxGraph, shape: Vec<usize>, value: i64) -> Id {
+    let data = crate::ir::TensorData::from_i64(shape, &[value]);
+    g.add(Onnx::Const(Box::new(super::lang::Literal::from(&data))))
+}
+
+/// `seqlens_k` (last valid key index per batch, int32 `[B]`) and `total_sequence_length`
+/// (int32 scalar), computed once from the `attention_mask` input (hash-consing shares them).
+fn gqa_lengths(g: &mut OnnxGraph, mask: Id) -> (Id, Id) {
+    let unset = g.add(Onnx::Attr(AttrValue::Unset));
+    let to_i32 = g.add(Onnx::Attr(AttrValue::Int(DType::I32.onnx_code() as i64)));
+    let axes = small_const(g, vec![1], 1);
+    let one = small_const(g, vec![], 1);
+    let no_keepdims = g.add(Onnx::Attr(AttrValue::Int(0)));
+    let sum = g.add(Onnx::op(
+        "ReduceSum",
+        &["keepdims", "noop_with_empty_axes"],
+        2,
+        1,
+        vec![mask, axes, no_keepdims, unset],
+    ));
+    let last = g.add(Onnx::op("Sub", &[], 2, 1, vec![sum, one]));
+    let seqlens = g.add(Onnx::op(
+        "Cast",
+        &["round_mode", "saturate", "to"],
+        1,
+        1,
+        vec![last, unset, unset, to_i32],
+    ));
+    let shape = g.add(Onnx::op(
+        "Shape",
+        &["end", "start"],
+        1,
+        1,
+        vec![mask, unset, unset],
+    ));
+    let axis0 = g.add(Onnx::Attr(AttrValue::Int(0)));
+    let total = g.add(Onnx::op("Gather", &["axis"], 2, 1, vec![shape, one, axis0]));
+    let total = g.add(Onnx::op(
+        "Cast",
+        &["round_mode", "saturate", "to"],
+        1,
+        1,
+        vec![total, unset, unset, to_i32],
+    ));
+    (seqlens, total)
+}
+
+/// Reads the variables of the `rotary-attention-to-gqa` pattern: RotaryEmbedding(q) and
+/// RotaryEmbedding(k) over tables gathered by `position_ids`, causal Attention with the padding
+/// mask and graph-input caches → `com.microsoft::GroupQueryAttention(do_rotary=1)` over the
+/// full tables, with `seqlens_k`/`total_sequence_length` from `attention_mask`. Declines
+/// (None) unless every condition for an identical result holds, including ORT's head-size
+/// rule (a multiple of 16).
+fn rotary_attention_to_gqa(g: &mut OnnxGraph, _matched: Id, s: &Subst, _rule: &str) -> Option<Id> {
+    let v = |name: &str| s[var(name)];
+    let (q, k, val, mask, pk, pv) = (v("?q"), v("?k"), v("?v"), v("?mask"), v("?pk"), v("?pv"));
+    if int_attr(g, v("?causal")) != Some(1) || !is_padding_mask(g, mask) {
+        return None;
+    }
+    if !is_input(g, pk, None) || !is_input(g, pv, None) {
+        return None;
+    }
+    let (heads, kv_heads) = (int_attr(g, v("?qnh"))?, int_attr(g, v("?kvh"))?);
+    if int_attr(g, v("?qh")) != Some(heads) || int_attr(g, v("?kh")) != Some(kv_heads) {
+        return None;
+    }
+    let interleaved = g[v("?qi")].data.attr().cloned()?;
+    if g[v("?ki")].data.attr() != Some(&interleaved) {
+        return None;
+    }
+    let softcap = g[v("?softcap")].data.attr().cloned()?;
+    if !matches!(softcap, AttrValue::Unset) && softcap != AttrValue::Float(0f32.to_bits()) {
+        return None;
+    }
+    let head_dim = g[pk].data.tensor()?.shape.as_ref()?.last()?.known()?;
+    let (cos, sin) = (gathered_table(g, v("?cos"))?, gathered_table(g, v("?sin"))?);
+    let width = g[cos].data.tensor()?.static_shape()?.get(1).copied()?;
+    let rotary = match int_attr(g, v("?qrd")) {
+        None | Some(0) => head_dim,
+        Some(r) => r,
+    };
+    if head_dim % 16 != 0 || 2 * width != rotary || rotary > head_dim || rotary % 16 != 0 {
+        return None;
+    }
+    let attention_mask = g.lookup(Onnx::Input(egg::Symbol::from("attention_mask")))?;
+    let (seqlens, total) = gqa_lengths(g, attention_mask);
+    let unset = g.add(Onnx::Attr(AttrValue::Unset));
+    let one = g.add(Onnx::Attr(AttrValue::Int(1)));
+    let interleaved = match interleaved {
+        AttrValue::Unset => g.add(Onnx::Attr(AttrValue::Int(0))),
+        other => g.add(Onnx::Attr(other)),
+    };
+    let (kvh, nh) = (v("?kvh"), v("?qnh"));
+    let scale = v("?scale");
+    Some(g.add(Onnx::op(
+        "com.microsoft::GroupQueryAttention",
+        &[
+            "do_rotary",
+            "kv_num_heads",
+            "local_window_size",
+            "num_heads",
+            "qk_output",
+            "rotary_interleaved",
+            "scale",
+            "smooth_softmax",
+            "softcap",
+        ],
+        9,
+        3,
+        vec![
+            q,
+            k,
+            val,
+            pk,
+            pv,
+            seqlens,
+            total,
+            cos,
+            sin,
+            one,
+            kvh,
+            unset,
+            nh,
+            unset,
+            interleaved,
+            scale,
+            unset,
+            unset,
+        ],
+    )))
 }

@@ -131,6 +131,15 @@ impl<'a> CostModel<'a> {
             return EPSILON; // folded into an initializer when saved
         }
         let w = &self.workload;
+        let p = &self.caps.cost;
+        // Shape arithmetic (small integer or boolean results, e.g. sequence lengths) runs on
+        // the host in practice: a tenth of a kernel launch.
+        let small_index_math = outputs.iter().all(|t| {
+            matches!(t.dtype, Some(DType::I64 | DType::I32 | DType::Bool)) && w.numel(t) <= 64.0
+        });
+        if small_index_math && !outputs.is_empty() {
+            return p.launch_overhead_us * 0.1;
+        }
         let bytes: f64 = inputs
             .iter()
             .chain(&outputs)
@@ -154,7 +163,6 @@ impl<'a> CostModel<'a> {
             }
             _ => out_elems,
         };
-        let p = &self.caps.cost;
         let peak = match dtype {
             Some(DType::F16 | DType::BF16) => p.peak_tflops_f16,
             _ => p.peak_tflops_f32,

@@ -6,9 +6,37 @@ use std::str::FromStr;
 use crate::ep::EpCapabilities;
 use crate::ir::DType;
 
-/// A capability expression of a rule file's `gate` line.
+/// A rule file's `gate` line: one or more conditions joined by `&`, all of which must hold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Gate(pub Vec<GateAtom>);
+
+impl Gate {
+    /// Whether every condition holds for `caps` building in `dtype`.
+    pub fn enabled(&self, caps: &EpCapabilities, dtype: DType) -> bool {
+        self.0.iter().all(|a| a.enabled(caps, dtype))
+    }
+}
+
+impl FromStr for Gate {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Gate, String> {
+        s.split('&')
+            .map(|a| a.trim().parse())
+            .collect::<Result<Vec<_>, _>>()
+            .map(Gate)
+    }
+}
+
+impl fmt::Display for Gate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let parts: Vec<String> = self.0.iter().map(|a| a.to_string()).collect();
+        f.write_str(&parts.join(" & "))
+    }
+}
+
+/// One condition of a gate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Gate {
+pub enum GateAtom {
     /// Always enabled.
     Always,
     /// A boolean capability, possibly negated (`!supports_fused_rope`).
@@ -53,14 +81,14 @@ const FLAGS: &[(&str, Flag)] = &[
     ("supports_range", Flag::Range),
 ];
 
-impl Gate {
-    /// Whether the gate enables its rule for `caps` building in `dtype`.
+impl GateAtom {
+    /// Whether the condition holds for `caps` building in `dtype`.
     pub fn enabled(&self, caps: &EpCapabilities, dtype: DType) -> bool {
         match self {
-            Gate::Always => true,
-            Gate::GqaDtype => caps.gqa_dtypes.contains(&dtype),
-            Gate::QkvPackDtype => caps.qkv_pack_dtypes.contains(&dtype),
-            Gate::Flag { flag, negated } => {
+            GateAtom::Always => true,
+            GateAtom::GqaDtype => caps.gqa_dtypes.contains(&dtype),
+            GateAtom::QkvPackDtype => caps.qkv_pack_dtypes.contains(&dtype),
+            GateAtom::Flag { flag, negated } => {
                 let value = match flag {
                     Flag::FusedRope => caps.supports_fused_rope,
                     Flag::SkipLayerNorm => caps.supports_skip_layer_norm,
@@ -76,23 +104,23 @@ impl Gate {
     }
 }
 
-impl FromStr for Gate {
+impl FromStr for GateAtom {
     type Err = String;
-    fn from_str(s: &str) -> Result<Gate, String> {
+    fn from_str(s: &str) -> Result<GateAtom, String> {
         let (negated, name) = match s.strip_prefix('!') {
             Some(rest) => (true, rest),
             None => (false, s),
         };
         match (negated, name) {
-            (false, "always") => return Ok(Gate::Always),
-            (false, "gqa_dtypes") => return Ok(Gate::GqaDtype),
-            (false, "qkv_pack_dtypes") => return Ok(Gate::QkvPackDtype),
+            (false, "always") => return Ok(GateAtom::Always),
+            (false, "gqa_dtypes") => return Ok(GateAtom::GqaDtype),
+            (false, "qkv_pack_dtypes") => return Ok(GateAtom::QkvPackDtype),
             _ => {}
         }
         FLAGS
             .iter()
             .find(|(n, _)| *n == name)
-            .map(|(_, flag)| Gate::Flag { flag: *flag, negated })
+            .map(|(_, flag)| GateAtom::Flag { flag: *flag, negated })
             .ok_or_else(|| {
                 let names: Vec<&str> = FLAGS.iter().map(|(n, _)| *n).collect();
                 format!(
@@ -103,13 +131,13 @@ impl FromStr for Gate {
     }
 }
 
-impl fmt::Display for Gate {
+impl fmt::Display for GateAtom {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Gate::Always => f.write_str("always"),
-            Gate::GqaDtype => f.write_str("gqa_dtypes"),
-            Gate::QkvPackDtype => f.write_str("qkv_pack_dtypes"),
-            Gate::Flag { flag, negated } => {
+            GateAtom::Always => f.write_str("always"),
+            GateAtom::GqaDtype => f.write_str("gqa_dtypes"),
+            GateAtom::QkvPackDtype => f.write_str("qkv_pack_dtypes"),
+            GateAtom::Flag { flag, negated } => {
                 let name = FLAGS
                     .iter()
                     .find(|(_, fl)| fl == flag)

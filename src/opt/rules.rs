@@ -22,6 +22,10 @@ use crate::{Error, Result};
 /// The rule files, by path under `rewrites/`.
 pub const RULE_FILES: &[(&str, &str)] = &[
     (
+        "fusion/gqa.rules",
+        include_str!("../../rewrites/fusion/gqa.rules"),
+    ),
+    (
         "fusion/skip_norm.rules",
         include_str!("../../rewrites/fusion/skip_norm.rules"),
     ),

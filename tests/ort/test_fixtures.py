@@ -293,9 +293,17 @@ def left_padded_batch(ref: dict, pad: int, n_pad: int = 2):
     return np.array([row0, row1]), mask, pos
 
 
+def uses_gqa(built, name: str, ep, dtype: str) -> bool:
+    """Whether the build fused attention into com.microsoft GroupQueryAttention."""
+    return bool(genai_config(built("fixture", name, dtype, ep))["search"]["past_present_share_buffer"])
+
+
 @per_build
 @pytest.mark.parametrize("name", NAMES)
-def test_batch_left_padded(session_for, name, ep, dtype):
+def test_batch_left_padded(built, session_for, name, ep, dtype):
+    if uses_gqa(built, name, ep, dtype):
+        pytest.skip("GroupQueryAttention reads padding from seqlens_k and expects it on the right "
+                    "(onnxruntime-genai's layout); see test_batch_right_padded")
     ref = load_reference(name)
     dims = dims_of(name)
     n = len(ref["input_ids"])
@@ -310,8 +318,10 @@ def test_batch_left_padded(session_for, name, ep, dtype):
 
 @per_build
 @pytest.mark.parametrize("name", NAMES)
-def test_batch_left_padded_decode(session_for, name, ep, dtype):
+def test_batch_left_padded_decode(built, session_for, name, ep, dtype):
     """Padded prefill of the prompt minus its last token, then one decode step."""
+    if uses_gqa(built, name, ep, dtype):
+        pytest.skip("GroupQueryAttention expects right padding; see test_batch_right_padded_decode")
     ref = load_reference(name)
     dims = dims_of(name)
     sess = session_for(name, dtype, ep)
@@ -321,6 +331,47 @@ def test_batch_left_padded_decode(session_for, name, ep, dtype):
     logits, _ = run(sess, dims, ids[:, -1:], mask, pos[:, -1:], past)
     assert logits.shape == (2, 1, dims["vocab"]), logits.shape
     assert_close(logits[0, 0], ref["logits"][-1], TOL[dtype], f"{name} --ep {ep} {dtype} padded decode row")
+    if dtype == "f32":
+        assert int(np.argmax(logits[1, 0])) == ref["greedy_tokens"][2]
+
+
+@per_build
+@pytest.mark.parametrize("name", NAMES)
+def test_batch_right_padded(session_for, name, ep, dtype):
+    """Row 0: the prompt followed by 2 pad tokens; row 1: prompt + 2 greedy tokens. Every
+    build (Attention or GroupQueryAttention) must give row 0's real positions the reference
+    logits."""
+    ref = load_reference(name)
+    dims = dims_of(name)
+    ids = ref["input_ids"]
+    n = len(ids)
+    rows = np.array([ids + [pad_id(name)] * 2, ids + ref["greedy_tokens"][:2]])
+    mask = np.array([[1] * n + [0, 0], [1] * (n + 2)], dtype=np.int64)
+    pos = np.tile(np.arange(n + 2), (2, 1))
+    logits, _ = run(session_for(name, dtype, ep), dims, rows, mask, pos, empty_past(dims, dtype, 2))
+    assert_close(logits[0, :n], ref["logits"], TOL[dtype], f"{name} --ep {ep} {dtype} right-padded row")
+    assert_close(logits[1, :n], ref["logits"], TOL[dtype], f"{name} --ep {ep} {dtype} unpadded row")
+
+
+@per_build
+@pytest.mark.parametrize("name", NAMES)
+def test_batch_right_padded_decode(session_for, name, ep, dtype):
+    """Right-padded prefill (row 0: prompt minus its last token + 2 pads; row 1: prompt + 1
+    greedy token), then one decode step; row 0's new token sees its n-1 real keys."""
+    ref = load_reference(name)
+    dims = dims_of(name)
+    sess = session_for(name, dtype, ep)
+    ids = ref["input_ids"]
+    n = len(ids)
+    pad = pad_id(name)
+    prefill = np.array([ids[:-1] + [pad, pad], ids + ref["greedy_tokens"][:1]])
+    mask = np.array([[1] * (n - 1) + [0, 0], [1] * (n + 1)], dtype=np.int64)
+    pos = np.tile(np.arange(n + 1), (2, 1))
+    _, past = run(sess, dims, prefill, mask, pos, empty_past(dims, dtype, 2))
+    step = np.array([[ids[-1]], [ref["greedy_tokens"][1]]])
+    step_mask = np.array([[1] * (n - 1) + [0, 0] + [1], [1] * (n + 2)], dtype=np.int64)
+    logits, _ = run(sess, dims, step, step_mask, np.array([[n - 1], [n + 1]]), past)
+    assert_close(logits[0, 0], ref["logits"][-1], TOL[dtype], f"{name} --ep {ep} {dtype} right-padded decode row")
     if dtype == "f32":
         assert int(np.argmax(logits[1, 0])) == ref["greedy_tokens"][2]
 

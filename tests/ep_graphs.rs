@@ -1,0 +1,128 @@
+//! The graphs each built-in EP gets for the Llama-3.2-1B config (16 layers, no weights):
+//! which fused ops appear and which must not.
+
+mod common;
+
+use common::*;
+use mobius::config::ArchConfig;
+use mobius::ep::get_ep;
+use mobius::ir::{DType, Graph};
+use mobius::models::build_model;
+use mobius::opt::{optimize, Limits, OptimizeOptions, Role};
+
+const GQA: &str = "com.microsoft::GroupQueryAttention";
+const SSLN: &str = "com.microsoft::SkipSimplifiedLayerNormalization";
+
+fn graph_for(cfg: &ArchConfig, ep: &str, dtype: DType) -> Graph {
+    let portable = build_model(cfg, dtype).unwrap();
+    let opts = OptimizeOptions {
+        dtype,
+        role: Role::Decoder,
+        limits: Limits::default(),
+        fingerprint_leaves: None,
+    };
+    optimize(&portable, &get_ep(ep).unwrap(), &opts)
+        .unwrap()
+        .0
+        .graph
+}
+
+fn count(g: &Graph, op: &str) -> usize {
+    g.op_counts().get(op).copied().unwrap_or(0)
+}
+
+fn has_input(g: &Graph, name: &str) -> bool {
+    g.inputs.iter().any(|v| v.name == name)
+}
+
+fn llama_1b() -> ArchConfig {
+    ArchConfig::load(&real_config("llama-3.2-1b").join("config.json")).unwrap()
+}
+
+#[test]
+fn default_keeps_attention_and_fuses_skip_norm() {
+    let g = graph_for(&llama_1b(), "default", DType::F32);
+    assert_eq!(count(&g, "Attention"), 16);
+    assert_eq!(count(&g, "RotaryEmbedding"), 32);
+    assert_eq!(count(&g, SSLN), 32);
+    assert_eq!(count(&g, GQA), 0);
+}
+
+#[test]
+fn gqa_eps_fuse_attention_with_rotary() {
+    for (ep, dtype) in [
+        ("cpu", DType::F32),
+        ("cuda", DType::F16),
+        ("webgpu", DType::F16),
+    ] {
+        let g = graph_for(&llama_1b(), ep, dtype);
+        assert_eq!(count(&g, GQA), 16, "{ep}");
+        assert_eq!(count(&g, SSLN), 32, "{ep}");
+        assert_eq!(
+            count(&g, "Attention") + count(&g, "RotaryEmbedding"),
+            0,
+            "{ep}"
+        );
+        assert!(
+            !has_input(&g, "position_ids"),
+            "{ep}: position_ids has no reader left"
+        );
+        let gqa = g
+            .nodes
+            .iter()
+            .find(|n| n.op_type == "GroupQueryAttention")
+            .unwrap();
+        assert_eq!(gqa.attrs["do_rotary"], mobius::ir::Attr::Int(1), "{ep}");
+    }
+}
+
+#[test]
+fn trt_rtx_gets_gqa_without_skip_norm() {
+    let g = graph_for(&llama_1b(), "trt-rtx", DType::F16);
+    assert_eq!(count(&g, GQA), 16);
+    assert!(
+        g.op_counts().keys().all(|op| !op.contains("Skip")),
+        "{:?}",
+        g.op_counts()
+    );
+}
+
+#[test]
+fn dml_never_fuses_rotary_into_gqa() {
+    let g = graph_for(&llama_1b(), "dml", DType::F16);
+    assert_eq!(count(&g, "RotaryEmbedding"), 32);
+    assert!(g
+        .nodes
+        .iter()
+        .filter(|n| n.op_type == "GroupQueryAttention")
+        .all(|n| n.attrs.get("do_rotary") != Some(&mobius::ir::Attr::Int(1))));
+}
+
+#[test]
+fn onnx_standard_has_no_contrib_ops() {
+    let g = graph_for(&llama_1b(), "onnx-standard", DType::F32);
+    assert_eq!(count(&g, "Attention"), 16);
+    assert!(g.nodes.iter().all(|n| n.domain.is_empty()));
+}
+
+#[test]
+fn head_dim_8_declines_gqa_on_cuda() {
+    let mut cfg = ArchConfig::load(&fixture("llama").join("config.json")).unwrap();
+    cfg.num_attention_heads = 8;
+    cfg.num_key_value_heads = 4;
+    cfg.head_dim = 8;
+    cfg.rope.rotary_dim = 8;
+    let g = graph_for(&cfg, "cuda", DType::F16);
+    assert_eq!(count(&g, GQA), 0);
+    assert_eq!(count(&g, "Attention"), 2);
+    assert_eq!(count(&g, SSLN), 4);
+}
+
+#[test]
+fn sliding_window_layers_keep_attention() {
+    let mut cfg = ArchConfig::load(&fixture("mistral").join("config.json")).unwrap();
+    cfg.layer_windows = vec![Some(4); cfg.num_hidden_layers];
+    let g = graph_for(&cfg, "cuda", DType::F16);
+    assert_eq!(count(&g, GQA), 0, "the window would be dropped");
+    assert_eq!(count(&g, "Attention"), 2);
+}
