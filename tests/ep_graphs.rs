@@ -73,6 +73,16 @@ fn gqa_eps_fuse_attention_with_rotary() {
             .find(|n| n.op_type == "GroupQueryAttention")
             .unwrap();
         assert_eq!(gqa.attrs["do_rotary"], mobius::ir::Attr::Int(1), "{ep}");
+        assert!(
+            gqa.inputs[1].is_empty() && gqa.inputs[2].is_empty(),
+            "{ep}: packed QKV"
+        );
+        let packed = g
+            .initializers
+            .iter()
+            .filter(|i| i.name.ends_with("__axis_1__concat"))
+            .count();
+        assert_eq!(packed, 16, "{ep}: one packed q|k|v weight per layer");
     }
 }
 

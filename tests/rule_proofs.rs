@@ -19,6 +19,8 @@ use proptest::prelude::*;
 
 /// The rules proven below, by name.
 const PROVEN: &[&str] = &[
+    "pack-qkv-for-gqa",
+    "pack-qkv-with-bias-for-gqa",
     "rotary-attention-to-gqa",
     "add-rmsnorm-to-skip-simplified-layer-norm",
     "skip-simplified-layer-norm-body",
@@ -404,6 +406,120 @@ proptest! {
             inputs.insert(v.name.clone(), t);
         }
         prove_on("rotary-attention-to-gqa", "cpu", graph, inputs, 1e-4)?;
+    }
+}
+
+/// GroupQueryAttention over three projections of `h` (with biases when `bias`), with
+/// `seqlens_k` and `total_sequence_length` as graph inputs.
+fn projected_gqa(
+    batch: usize,
+    seq: usize,
+    past: usize,
+    kv_heads: usize,
+    group: usize,
+    bias: bool,
+    seed: u64,
+) -> (Graph, HashMap<String, Tensor>) {
+    let (d, hidden, heads) = (16usize, 8usize, kv_heads * group);
+    let mut rng = Rng::new(seed);
+    let mut b = GraphBuilder::new("g");
+    let h = b.input("h", DType::F32, dims(&[batch, seq, hidden]));
+    let pk = b.input("past_key", DType::F32, dims(&[batch, kv_heads, past, d]));
+    let pv = b.input("past_value", DType::F32, dims(&[batch, kv_heads, past, d]));
+    let seqlens = b.input("seqlens_k", DType::I32, dims(&[batch]));
+    let total = b.input(
+        "total_sequence_length",
+        DType::I32,
+        Shape::new(Vec::<i64>::new()),
+    );
+    b.output("y", DType::F32, dims(&[batch, seq, heads * d]));
+    b.output(
+        "present_key",
+        DType::F32,
+        dims(&[batch, kv_heads, past + seq, d]),
+    );
+    b.output(
+        "present_value",
+        DType::F32,
+        dims(&[batch, kv_heads, past + seq, d]),
+    );
+    let mut init = |b: &mut GraphBuilder, name: &str, shape: Vec<usize>| {
+        let n: usize = shape.iter().product();
+        let values: Vec<f32> = (0..n).map(|_| (rng.unit() - 0.5) as f32).collect();
+        b.initializer(mobius::ir::Initializer {
+            name: name.into(),
+            dtype: DType::F32,
+            shape: shape.clone(),
+            source: Some(mobius::ir::TensorSource::Inline(
+                mobius::ir::TensorData::from_f32(shape, &values),
+            )),
+        })
+    };
+    let mut project = |b: &mut GraphBuilder, name: &str, width: usize| {
+        let w = init(b, &format!("{name}.weight_t"), vec![hidden, width]);
+        let y = b.op("MatMul", &[&h, &w], vec![]);
+        if bias {
+            let bias = init(b, &format!("{name}.bias"), vec![width]);
+            b.op("Add", &[&y, &bias], vec![])
+        } else {
+            y
+        }
+    };
+    let q = project(&mut b, "q", heads * d);
+    let k = project(&mut b, "k", kv_heads * d);
+    let v = project(&mut b, "v", kv_heads * d);
+    b.node(
+        "com.microsoft",
+        "GroupQueryAttention",
+        &[&q, &k, &v, &pk, &pv, &seqlens, &total, "", ""],
+        vec![
+            ("kv_num_heads", Attr::Int(kv_heads as i64)),
+            ("num_heads", Attr::Int(heads as i64)),
+        ],
+        vec!["y".into(), "present_key".into(), "present_value".into()],
+    );
+    let graph = b.finish();
+    let mut inputs = HashMap::new();
+    inputs.insert(
+        "h".to_string(),
+        random_tensor(DType::F32, &[batch, seq, hidden], &mut rng),
+    );
+    inputs.insert(
+        "past_key".to_string(),
+        random_tensor(DType::F32, &[batch, kv_heads, past, d], &mut rng),
+    );
+    inputs.insert(
+        "past_value".to_string(),
+        random_tensor(DType::F32, &[batch, kv_heads, past, d], &mut rng),
+    );
+    inputs.insert(
+        "seqlens_k".to_string(),
+        Tensor::int(
+            DType::I32,
+            vec![batch],
+            vec![(past + seq - 1) as i64; batch],
+        ),
+    );
+    inputs.insert(
+        "total_sequence_length".to_string(),
+        Tensor::int(DType::I32, vec![], vec![(past + seq) as i64]),
+    );
+    (graph, inputs)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
+
+    #[test]
+    fn pack_qkv_for_gqa(batch in 1usize..3, seq in 1usize..4, past in 0usize..3, kv in 1usize..3, group in 1usize..3, seed in any::<u64>()) {
+        let (graph, inputs) = projected_gqa(batch, seq, past, kv, group, false, seed);
+        prove_on("pack-qkv-for-gqa", "cpu", graph, inputs, 1e-4)?;
+    }
+
+    #[test]
+    fn pack_qkv_with_bias_for_gqa(batch in 1usize..3, seq in 1usize..4, past in 0usize..3, kv in 1usize..3, group in 1usize..3, seed in any::<u64>()) {
+        let (graph, inputs) = projected_gqa(batch, seq, past, kv, group, true, seed);
+        prove_on("pack-qkv-with-bias-for-gqa", "cpu", graph, inputs, 1e-4)?;
     }
 }
 

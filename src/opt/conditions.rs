@@ -27,6 +27,12 @@ const CONDITIONS: &[(&str, ConditionFn)] = &[
 
 /// Appliers with the pattern variables each reads.
 const APPLIERS: &[(&str, &[&str], ApplierFn)] = &[
+    ("pack-qkv", &["?h", "?wq", "?wk", "?wv"], pack_qkv),
+    (
+        "pack-qkv-with-bias",
+        &["?h", "?wq", "?wk", "?wv", "?bq", "?bk", "?bv"],
+        pack_qkv_with_bias,
+    ),
     (
         "rotary-attention-to-gqa",
         &[
@@ -354,4 +360,65 @@ fn rotary_attention_to_gqa(g: &mut OnnxGraph, _matched: Id, s: &Subst, _rule: &s
             unset,
         ],
     )))
+}
+
+/// The initializer name held by class `id`, if any.
+fn init_name(g: &OnnxGraph, id: Id) -> Option<egg::Symbol> {
+    g[id].nodes.iter().find_map(|n| match n {
+        Onnx::Init(s) => Some(*s),
+        _ => None,
+    })
+}
+
+/// `Concat(parts; axis)` of initializers (folded into one initializer when saved).
+fn concat_inits(g: &mut OnnxGraph, parts: [Id; 3], axis: i64) -> Option<Id> {
+    if parts.iter().any(|&p| init_name(g, p).is_none()) {
+        return None;
+    }
+    let axis = g.add(Onnx::Attr(AttrValue::Int(axis)));
+    Some(g.add(Onnx::op(
+        "Concat",
+        &["axis"],
+        3,
+        1,
+        vec![parts[0], parts[1], parts[2], axis],
+    )))
+}
+
+/// The GroupQueryAttention e-node of class `id` (children: 9 inputs, then its attributes).
+fn gqa_node(g: &OnnxGraph, id: Id) -> Option<super::lang::OpNode> {
+    find_op(g, id, "com.microsoft::GroupQueryAttention").filter(|o| o.inputs == 9)
+}
+
+/// The same GroupQueryAttention reading one packed q|k|v input (key and value absent).
+fn packed_gqa(g: &mut OnnxGraph, gqa: &super::lang::OpNode, packed: Id) -> Id {
+    let absent = g.add(Onnx::Absent);
+    let mut children = gqa.children.clone();
+    children[0] = packed;
+    children[1] = absent;
+    children[2] = absent;
+    let mut node = gqa.clone();
+    node.children = children;
+    g.add(Onnx::Op(node))
+}
+
+/// Reads `?h ?wq ?wk ?wv` of a GroupQueryAttention over `MatMul(?h, W)` projections of
+/// initializers: one MatMul with the weights concatenated along the output axis.
+fn pack_qkv(g: &mut OnnxGraph, matched: Id, s: &Subst, _rule: &str) -> Option<Id> {
+    let gqa = gqa_node(g, matched)?;
+    let h = s[var("?h")];
+    let weights = concat_inits(g, [s[var("?wq")], s[var("?wk")], s[var("?wv")]], 1)?;
+    let packed = g.add(Onnx::op("MatMul", &[], 2, 1, vec![h, weights]));
+    Some(packed_gqa(g, &gqa, packed))
+}
+
+/// [`pack_qkv`] with `Add(MatMul(?h, W), b)` projections: the biases are concatenated too.
+fn pack_qkv_with_bias(g: &mut OnnxGraph, matched: Id, s: &Subst, _rule: &str) -> Option<Id> {
+    let gqa = gqa_node(g, matched)?;
+    let h = s[var("?h")];
+    let weights = concat_inits(g, [s[var("?wq")], s[var("?wk")], s[var("?wv")]], 1)?;
+    let biases = concat_inits(g, [s[var("?bq")], s[var("?bk")], s[var("?bv")]], 0)?;
+    let product = g.add(Onnx::op("MatMul", &[], 2, 1, vec![h, weights]));
+    let packed = g.add(Onnx::op("Add", &[], 2, 1, vec![product, biases]));
+    Some(packed_gqa(g, &gqa, packed))
 }

@@ -127,7 +127,7 @@ impl<'a> CostModel<'a> {
         if !self.supports(op, dtype, inputs.first().and_then(|t| t.rank())) {
             return f64::INFINITY;
         }
-        if data.konst.is_some() {
+        if data.konst.is_some() || (data.init_only && op.op.as_str() == "Concat") {
             return EPSILON; // folded into an initializer when saved
         }
         let w = &self.workload;

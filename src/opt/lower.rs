@@ -65,12 +65,10 @@ pub fn lower(
         initializers: Vec::new(),
         value_info: Vec::new(),
     };
-    let mut used_leaves: HashSet<String> = HashSet::new();
     let mut folded: Vec<Initializer> = Vec::new();
     for &class in &order {
         match chosen(class) {
             Onnx::Input(name) | Onnx::Init(name) => {
-                used_leaves.insert(name.to_string());
                 namer.by_class.insert(class, name.to_string());
             }
             Onnx::Const(lit) => {
@@ -85,40 +83,15 @@ pub fn lower(
             Onnx::Absent => {
                 namer.by_class.insert(class, String::new());
             }
-            Onnx::Op(op) => {
-                let (domain, op_type) = op.domain_and_type();
-                let inputs = op
-                    .input_ids()
-                    .iter()
-                    .map(|&c| namer.by_class[&egraph.find(c)].clone())
-                    .collect();
-                let mut attrs = BTreeMap::new();
-                for (name, &c) in op.attr_names().iter().zip(op.attr_ids()) {
-                    if let Kind::Attr(v) = &egraph[c].data.kind {
-                        if let Some(a) = v.to_attr() {
-                            attrs.insert(name.to_string(), a);
-                        }
-                    }
+            Onnx::Op(op) if op.op.as_str() == "Concat" => {
+                if let Some(init) = fold_initializer_concat(original, egraph, &op, chosen) {
+                    namer.by_class.insert(class, init.name.clone());
+                    folded.push(init);
+                    continue;
                 }
-                let outputs: Vec<String> = if op.outputs == 1 {
-                    vec![namer.name(class, op_type)]
-                } else {
-                    (0..op.outputs)
-                        .map(|i| match slots.get(&(class, i)) {
-                            Some(&get) => namer.name(get, op_type),
-                            None => namer.fresh(&format!("{op_type}_unused")),
-                        })
-                        .collect()
-                };
-                graph.nodes.push(Node {
-                    name: format!("{}_node", outputs[0]),
-                    domain: domain.to_string(),
-                    op_type: op_type.to_string(),
-                    inputs,
-                    outputs,
-                    attrs,
-                });
+                emit_op(&mut graph, &mut namer, egraph, &slots, class, &op);
             }
+            Onnx::Op(op) => emit_op(&mut graph, &mut namer, egraph, &slots, class, &op),
             Onnx::Get { .. } => {
                 // Named when its tuple op was emitted (tuples come first in the order).
                 if !namer.by_class.contains_key(&class) {
@@ -130,8 +103,103 @@ pub fn lower(
             Onnx::Attr(_) | Onnx::Root(_) => {}
         }
     }
+    finish(original, graph, namer, egraph, &outputs, folded)
+}
+
+/// A `Concat` of initializers becomes one initializer, concatenated lazily when saved (named
+/// `<a>__<b>__…__axis_<n>__concat`).
+fn fold_initializer_concat(
+    original: &Graph,
+    egraph: &OnnxGraph,
+    op: &super::lang::OpNode,
+    chosen: &dyn Fn(Id) -> Onnx,
+) -> Option<Initializer> {
+    let inits: Vec<&Initializer> = op
+        .input_ids()
+        .iter()
+        .map(|&c| match chosen(egraph.find(c)) {
+            Onnx::Init(name) => original
+                .initializers
+                .iter()
+                .find(|i| i.name == name.as_str()),
+            _ => None,
+        })
+        .collect::<Option<_>>()?;
+    let axis = match egraph[op.attr_id("axis")?].data.attr()? {
+        super::lang::AttrValue::Int(a) => *a,
+        _ => return None,
+    };
+    let first = inits.first()?;
+    let rank = first.shape.len();
+    let axis = usize::try_from(if axis < 0 { axis + rank as i64 } else { axis }).ok()?;
+    let mut shape = first.shape.clone();
+    shape[axis] = inits
+        .iter()
+        .map(|i| i.shape.get(axis).copied().unwrap_or(0))
+        .sum();
+    let names: Vec<&str> = inits.iter().map(|i| i.name.as_str()).collect();
+    let sources: Option<Vec<TensorSource>> = inits.iter().map(|i| i.source.clone()).collect();
+    Some(Initializer {
+        name: format!("{}__axis_{axis}__concat", names.join("__")),
+        dtype: first.dtype,
+        shape,
+        source: sources.map(|parts| TensorSource::Concat { parts, axis }),
+    })
+}
+
+fn emit_op(
+    graph: &mut Graph,
+    namer: &mut Namer,
+    egraph: &OnnxGraph,
+    slots: &HashMap<(Id, usize), Id>,
+    class: Id,
+    op: &super::lang::OpNode,
+) {
+    let (domain, op_type) = op.domain_and_type();
+    let inputs = op
+        .input_ids()
+        .iter()
+        .map(|&c| namer.by_class[&egraph.find(c)].clone())
+        .collect();
+    let mut attrs = BTreeMap::new();
+    for (name, &c) in op.attr_names().iter().zip(op.attr_ids()) {
+        if let Kind::Attr(v) = &egraph[c].data.kind {
+            if let Some(a) = v.to_attr() {
+                attrs.insert(name.to_string(), a);
+            }
+        }
+    }
+    let outputs: Vec<String> = if op.outputs == 1 {
+        vec![namer.name(class, op_type)]
+    } else {
+        (0..op.outputs)
+            .map(|i| match slots.get(&(class, i)) {
+                Some(&get) => namer.name(get, op_type),
+                None => namer.fresh(&format!("{op_type}_unused")),
+            })
+            .collect()
+    };
+    graph.nodes.push(Node {
+        name: format!("{}_node", outputs[0]),
+        domain: domain.to_string(),
+        op_type: op_type.to_string(),
+        inputs,
+        outputs,
+        attrs,
+    });
+}
+
+/// Output renaming, surviving value_info, inputs (dead ones dropped) and initializers.
+fn finish(
+    original: &Graph,
+    mut graph: Graph,
+    namer: Namer,
+    egraph: &OnnxGraph,
+    outputs: &[Id],
+    folded: Vec<Initializer>,
+) -> Result<Graph> {
     // Graph outputs whose value carries another name get an Identity.
-    for (out, class) in original.outputs.iter().zip(&outputs) {
+    for (out, class) in original.outputs.iter().zip(outputs) {
         let value = namer.by_class[&egraph.find(*class)].clone();
         if value != out.name {
             graph.nodes.push(Node {
@@ -155,18 +223,25 @@ pub fn lower(
         .filter(|v| produced.contains(v.name.as_str()))
         .cloned()
         .collect();
+    // Leaves read by the emitted nodes (initializers folded into a concatenation are not).
+    let read: HashSet<&str> = graph
+        .nodes
+        .iter()
+        .flat_map(|n| n.inputs.iter().map(String::as_str))
+        .chain(original.outputs.iter().map(|o| o.name.as_str()))
+        .collect();
     graph.inputs = original
         .inputs
         .iter()
-        .filter(|v| used_leaves.contains(&v.name) || always_kept(&v.name))
+        .filter(|v| read.contains(v.name.as_str()) || always_kept(&v.name))
         .cloned()
         .collect();
     graph.initializers = original
         .initializers
         .iter()
-        .filter(|i| used_leaves.contains(&i.name))
+        .chain(&folded)
+        .filter(|i| read.contains(i.name.as_str()))
         .cloned()
-        .chain(folded)
         .collect();
     graph.validate()?;
     Ok(graph)

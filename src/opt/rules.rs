@@ -26,6 +26,10 @@ pub const RULE_FILES: &[(&str, &str)] = &[
         include_str!("../../rewrites/fusion/gqa.rules"),
     ),
     (
+        "fusion/pack_qkv.rules",
+        include_str!("../../rewrites/fusion/pack_qkv.rules"),
+    ),
+    (
         "fusion/skip_norm.rules",
         include_str!("../../rewrites/fusion/skip_norm.rules"),
     ),
