@@ -98,14 +98,22 @@ fn trt_rtx_gets_gqa_without_skip_norm() {
 }
 
 #[test]
-fn dml_never_fuses_rotary_into_gqa() {
+fn dml_gets_gqa_without_fused_rotary_and_unpacked() {
     let g = graph_for(&llama_1b(), "dml", DType::F16);
+    assert_eq!(count(&g, GQA), 16);
     assert_eq!(count(&g, "RotaryEmbedding"), 32);
-    assert!(g
+    assert_eq!(count(&g, "Attention"), 0);
+    for n in g
         .nodes
         .iter()
         .filter(|n| n.op_type == "GroupQueryAttention")
-        .all(|n| n.attrs.get("do_rotary") != Some(&mobius::ir::Attr::Int(1))));
+    {
+        assert_eq!(n.attrs["do_rotary"], mobius::ir::Attr::Int(0));
+        assert!(
+            n.inputs[1..3].iter().all(|i| !i.is_empty()),
+            "unpacked q, k, v"
+        );
+    }
 }
 
 #[test]

@@ -19,6 +19,7 @@ use proptest::prelude::*;
 
 /// The rules proven below, by name.
 const PROVEN: &[&str] = &[
+    "attention-to-gqa",
     "pack-qkv-for-gqa",
     "pack-qkv-with-bias-for-gqa",
     "rotary-attention-to-gqa",
@@ -309,6 +310,18 @@ fn attention_block(
     kv_heads: usize,
     interleaved: bool,
 ) -> Graph {
+    attention_block_with(batch, seq, past, heads, kv_heads, Some(interleaved))
+}
+
+/// [`attention_block`], with RoPE (`Some(interleaved)`) or without (`None`).
+fn attention_block_with(
+    batch: usize,
+    seq: usize,
+    past: usize,
+    heads: usize,
+    kv_heads: usize,
+    rope: Option<bool>,
+) -> Graph {
     let d = 16usize;
     let max_pos = 32usize;
     let mut b = GraphBuilder::new("g");
@@ -356,8 +369,8 @@ fn attention_block(
     let (cos, sin) = (table("cos_cache"), table("sin_cache"));
     let cos = b.op("Gather", &[&cos, &pos], vec![("axis", Attr::Int(0))]);
     let sin = b.op("Gather", &[&sin, &pos], vec![("axis", Attr::Int(0))]);
-    let rope = |b: &mut GraphBuilder, x: &str, n: usize| {
-        b.op(
+    let rotate = |b: &mut GraphBuilder, x: &str, n: usize| match rope {
+        Some(interleaved) => b.op(
             "RotaryEmbedding",
             &[x, &cos, &sin],
             vec![
@@ -365,9 +378,10 @@ fn attention_block(
                 ("num_heads", Attr::Int(n as i64)),
                 ("rotary_embedding_dim", Attr::Int(0)),
             ],
-        )
+        ),
+        None => x.to_string(),
     };
-    let (qr, kr) = (rope(&mut b, &q, heads), rope(&mut b, &k, kv_heads));
+    let (qr, kr) = (rotate(&mut b, &q, heads), rotate(&mut b, &k, kv_heads));
     let padding = mobius::models::components::padding_mask(&mut b, &ids, &mask);
     b.node(
         "",
@@ -393,20 +407,55 @@ proptest! {
     fn rotary_attention_to_gqa(batch in 1usize..3, seq in 1usize..4, past in 0usize..4, kv_heads in 1usize..3, group in 1usize..3, interleaved in any::<bool>(), seed in any::<u64>()) {
         let heads = kv_heads * group;
         let graph = attention_block(batch, seq, past, heads, kv_heads, interleaved);
-        let mut rng = Rng::new(seed);
-        let mut inputs = HashMap::new();
-        for v in &graph.inputs {
-            let shape: Vec<usize> = v.shape.0.iter().map(|d| match d { mobius::ir::Dim::Fixed(x) => *x as usize, _ => unreachable!() }).collect();
-            let t = match v.name.as_str() {
-                "input_ids" => Tensor::int(DType::I64, shape, vec![0; batch * seq]),
-                "attention_mask" => Tensor::int(DType::I64, shape, vec![1; batch * (past + seq)]),
-                "position_ids" => Tensor::int(DType::I64, shape, (0..batch).flat_map(|_| (past..past + seq).map(|p| p as i64)).collect()),
-                _ => random_tensor(DType::F32, &shape, &mut rng),
-            };
-            inputs.insert(v.name.clone(), t);
-        }
+        let inputs = contract_inputs(&graph, batch, seq, past, seed);
         prove_on("rotary-attention-to-gqa", "cpu", graph, inputs, 1e-4)?;
     }
+
+    /// Equal on inputs that follow the decoder contract (no padding).
+    #[test]
+    fn attention_to_gqa(batch in 1usize..3, seq in 1usize..4, past in 0usize..4, kv_heads in 1usize..3, group in 1usize..3, rope in any::<bool>(), seed in any::<u64>()) {
+        let heads = kv_heads * group;
+        let graph = attention_block_with(batch, seq, past, heads, kv_heads, rope.then_some(false));
+        let inputs = contract_inputs(&graph, batch, seq, past, seed);
+        prove_on("attention-to-gqa", "dml", graph, inputs, 1e-4)?;
+    }
+}
+
+/// Inputs that follow the decoder contract: all-ones mask, positions continuing the cache.
+fn contract_inputs(
+    graph: &Graph,
+    batch: usize,
+    seq: usize,
+    past: usize,
+    seed: u64,
+) -> HashMap<String, Tensor> {
+    let mut rng = Rng::new(seed);
+    let mut inputs = HashMap::new();
+    for v in &graph.inputs {
+        let shape: Vec<usize> = v
+            .shape
+            .0
+            .iter()
+            .map(|d| match d {
+                mobius::ir::Dim::Fixed(x) => *x as usize,
+                _ => unreachable!(),
+            })
+            .collect();
+        let t = match v.name.as_str() {
+            "input_ids" => Tensor::int(DType::I64, shape, vec![0; batch * seq]),
+            "attention_mask" => Tensor::int(DType::I64, shape, vec![1; batch * (past + seq)]),
+            "position_ids" => Tensor::int(
+                DType::I64,
+                shape,
+                (0..batch)
+                    .flat_map(|_| (past..past + seq).map(|p| p as i64))
+                    .collect(),
+            ),
+            _ => random_tensor(DType::F32, &shape, &mut rng),
+        };
+        inputs.insert(v.name.clone(), t);
+    }
+    inputs
 }
 
 /// GroupQueryAttention over three projections of `h` (with biases when `bias`), with

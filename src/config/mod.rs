@@ -152,7 +152,11 @@ impl ArchConfig {
             o_bias: model_type == "llama" && raw.attention_bias.unwrap_or(false),
             mlp_bias: model_type == "llama" && raw.mlp_bias.unwrap_or(false),
             rope: parse_rope(raw, head_dim, &f)?,
-            layer_windows: layer_windows(raw, &model_type, num_hidden_layers, &f)?,
+            // A window at least as long as the RoPE tables can never take effect.
+            layer_windows: layer_windows(raw, &model_type, num_hidden_layers, &f)?
+                .into_iter()
+                .map(|w| w.filter(|&w| w < max_position_embeddings))
+                .collect(),
             dtype: parse_dtype(raw, &f)?,
             bos_token_id: first_token(raw.bos_token_id.as_ref()),
             eos_token_ids: token_list(raw.eos_token_id.as_ref()),

@@ -27,6 +27,14 @@ const CONDITIONS: &[(&str, ConditionFn)] = &[
 
 /// Appliers with the pattern variables each reads.
 const APPLIERS: &[(&str, &[&str], ApplierFn)] = &[
+    (
+        "attention-to-gqa",
+        &[
+            "?q", "?k", "?v", "?mask", "?pk", "?pv", "?causal", "?kvh", "?qnh", "?scale",
+            "?softcap",
+        ],
+        attention_to_gqa,
+    ),
     ("pack-qkv", &["?h", "?wq", "?wk", "?wv"], pack_qkv),
     (
         "pack-qkv-with-bias",
@@ -421,4 +429,54 @@ fn pack_qkv_with_bias(g: &mut OnnxGraph, matched: Id, s: &Subst, _rule: &str) ->
     let product = g.add(Onnx::op("MatMul", &[], 2, 1, vec![h, weights]));
     let packed = g.add(Onnx::op("Add", &[], 2, 1, vec![product, biases]));
     Some(packed_gqa(g, &gqa, packed))
+}
+
+/// Reads the variables of `attention-to-gqa`: a causal Attention over the padding mask and
+/// graph-input caches → `com.microsoft::GroupQueryAttention(do_rotary=0)` on the same q/k/v
+/// (RoPE, if any, stays outside). Same conditions as [`rotary_attention_to_gqa`] otherwise.
+fn attention_to_gqa(g: &mut OnnxGraph, _matched: Id, s: &Subst, _rule: &str) -> Option<Id> {
+    let v = |name: &str| s[var(name)];
+    let (q, k, val, mask, pk, pv) = (v("?q"), v("?k"), v("?v"), v("?mask"), v("?pk"), v("?pv"));
+    if int_attr(g, v("?causal")) != Some(1) || !is_padding_mask(g, mask) {
+        return None;
+    }
+    if !is_input(g, pk, None) || !is_input(g, pv, None) {
+        return None;
+    }
+    let softcap = g[v("?softcap")].data.attr().cloned()?;
+    if !matches!(softcap, AttrValue::Unset) && softcap != AttrValue::Float(0f32.to_bits()) {
+        return None;
+    }
+    let head_dim = g[pk].data.tensor()?.shape.as_ref()?.last()?.known()?;
+    int_attr(g, v("?qnh"))?;
+    int_attr(g, v("?kvh"))?;
+    if head_dim % 16 != 0 || g[q].data.tensor()?.rank()? != 3 {
+        return None;
+    }
+    let attention_mask = g.lookup(Onnx::Input(egg::Symbol::from("attention_mask")))?;
+    let (seqlens, total) = gqa_lengths(g, attention_mask);
+    let unset = g.add(Onnx::Attr(AttrValue::Unset));
+    let absent = g.add(Onnx::Absent);
+    let zero = g.add(Onnx::Attr(AttrValue::Int(0)));
+    let (kvh, nh, scale) = (v("?kvh"), v("?qnh"), v("?scale"));
+    Some(g.add(Onnx::op(
+        "com.microsoft::GroupQueryAttention",
+        &[
+            "do_rotary",
+            "kv_num_heads",
+            "local_window_size",
+            "num_heads",
+            "qk_output",
+            "rotary_interleaved",
+            "scale",
+            "smooth_softmax",
+            "softcap",
+        ],
+        9,
+        3,
+        vec![
+            q, k, val, pk, pv, seqlens, total, absent, absent, zero, kvh, unset, nh, unset, unset,
+            scale, unset, unset,
+        ],
+    )))
 }

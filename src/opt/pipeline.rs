@@ -194,6 +194,21 @@ pub fn optimize_with_rules(
     check_supported(&graph, caps)?;
     check_output_types(&graph)?;
     report.nodes_after = graph.nodes.len();
+    let count = |op: &str| graph.nodes.iter().filter(|n| n.op_type == op).count();
+    let attention = count("Attention");
+    if opts.role == Role::Decoder
+        && caps.gqa_dtypes.contains(&opts.dtype)
+        && count("GroupQueryAttention") == 0
+        && attention > 0
+    {
+        tracing::warn!(
+            "GQA fusion expected for ep='{}'/dtype={} but found 0 GroupQueryAttention and {attention} \
+             Attention nodes; the model may run slower than expected on this EP (the attention \
+             pattern did not meet the GroupQueryAttention conditions)",
+            caps.name,
+            opts.dtype
+        );
+    }
     report.seconds = start.elapsed().as_secs_f64();
     let mut out = model.clone();
     out.opsets.remove("com.microsoft");
