@@ -1,6 +1,7 @@
 //! `.onnx` file (with external data) → IR.
 //!
-//! Initializer data is not read: inline tensors are kept as bytes, external ones become
+//! Calls of model-local functions are expanded into their bodies. Initializer data is not
+//! read: inline tensors are kept as bytes, external ones become
 //! [`TensorSource::External`] references resolved when the model is saved again.
 
 use std::collections::BTreeMap;
@@ -49,8 +50,8 @@ pub fn decode(bytes: &[u8], path: &Path) -> Result<Model> {
             .iter()
             .filter_map(|v| ctx.value_info(v).ok())
             .collect(),
-        nodes: g
-            .node
+        nodes: super::functions::expand(g.node, &m.functions)
+            .map_err(err)?
             .into_iter()
             .map(|n| ctx.node(n))
             .collect::<Result<_>>()?,

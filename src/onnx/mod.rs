@@ -2,5 +2,6 @@
 //! `.onnx` files back into the IR.
 
 pub mod export;
+pub mod functions;
 pub mod import;
 pub mod proto;

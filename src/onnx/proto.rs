@@ -34,6 +34,35 @@ pub struct ModelProto {
     /// `metadata_props = 14`.
     #[prost(message, repeated, tag = "14")]
     pub metadata_props: Vec<StringStringEntryProto>,
+    /// `functions = 25`: model-local functions.
+    #[prost(message, repeated, tag = "25")]
+    pub functions: Vec<FunctionProto>,
+}
+
+/// `FunctionProto`: a model-local function (its nodes are expanded at call sites on import).
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct FunctionProto {
+    /// `name = 1`.
+    #[prost(string, tag = "1")]
+    pub name: String,
+    /// `input = 4`.
+    #[prost(string, repeated, tag = "4")]
+    pub input: Vec<String>,
+    /// `output = 5`.
+    #[prost(string, repeated, tag = "5")]
+    pub output: Vec<String>,
+    /// `attribute = 6`: names of attributes without defaults.
+    #[prost(string, repeated, tag = "6")]
+    pub attribute: Vec<String>,
+    /// `node = 7`.
+    #[prost(message, repeated, tag = "7")]
+    pub node: Vec<NodeProto>,
+    /// `domain = 10`.
+    #[prost(string, tag = "10")]
+    pub domain: String,
+    /// `attribute_proto = 11`: attributes with defaults.
+    #[prost(message, repeated, tag = "11")]
+    pub attribute_proto: Vec<AttributeProto>,
 }
 
 /// `OperatorSetIdProto`: one opset import.
@@ -160,6 +189,9 @@ pub struct AttributeProto {
     /// `strings = 9`.
     #[prost(bytes = "vec", repeated, tag = "9")]
     pub strings: Vec<Vec<u8>>,
+    /// `ref_attr_name = 21`: inside a function, the caller's attribute this one takes.
+    #[prost(string, tag = "21")]
+    pub ref_attr_name: String,
 }
 
 /// `ValueInfoProto`.
