@@ -19,6 +19,12 @@ use proptest::prelude::*;
 
 /// The rules proven below, by name.
 const PROVEN: &[&str] = &[
+    "add-layernorm-to-skip-layer-norm",
+    "add-layernorm-no-bias-to-skip-layer-norm",
+    "skip-layer-norm-body",
+    "skip-layer-norm-no-beta-body",
+    "skip-layer-norm-sum",
+    "skip-layer-norm-no-beta-sum",
     "attention-to-gqa",
     "pack-qkv-for-gqa",
     "pack-qkv-with-bias-for-gqa",
@@ -297,6 +303,93 @@ proptest! {
         b.node("com.microsoft", "SkipSimplifiedLayerNormalization", &[&x, &y, &w], vec![("epsilon", Attr::Float(eps))],
             vec![String::new(), String::new(), String::new(), "sum".into()]);
         prove_on("skip-simplified-layer-norm-sum", "onnx-standard", b.finish(), norm_inputs(&shape, seed), 0.0)?;
+    }
+}
+
+fn with_beta(mut inputs: HashMap<String, Tensor>, h: usize, seed: u64) -> HashMap<String, Tensor> {
+    inputs.insert(
+        "beta".to_string(),
+        random_tensor(DType::F32, &[h], &mut Rng::new(seed ^ 0xbe7a)),
+    );
+    inputs
+}
+
+/// `Add(a, b)` → LayerNormalization (with `beta` when `bias`), plus another reader of the sum.
+fn add_layer_norm(shape: &[usize], eps: f32, bias: bool) -> Graph {
+    let mut b = GraphBuilder::new("g");
+    let (x, y, w) = norm_graph_inputs(&mut b, shape);
+    let beta = b.input("beta", DType::F32, dims(&shape[2..]));
+    b.output("norm", DType::F32, dims(shape));
+    b.output("residual", DType::F32, dims(shape));
+    let sum = b.op("Add", &[&x, &y], vec![]);
+    let inputs: Vec<&str> = if bias {
+        vec![&sum, &w, &beta]
+    } else {
+        vec![&sum, &w]
+    };
+    b.op_into(
+        "LayerNormalization",
+        &inputs,
+        vec![("epsilon", Attr::Float(eps))],
+        "norm",
+    );
+    b.op_into("Neg", &[&sum], vec![], "residual");
+    let mut g = b.finish();
+    if !bias {
+        g.inputs.retain(|v| v.name != "beta");
+    }
+    g
+}
+
+/// A SkipLayerNormalization (with `beta` when `bias`) exposing output `slot` only.
+fn skip_layer_norm(shape: &[usize], eps: f32, bias: bool, slot: usize) -> Graph {
+    let mut b = GraphBuilder::new("g");
+    let (x, y, w) = norm_graph_inputs(&mut b, shape);
+    let beta = b.input("beta", DType::F32, dims(&shape[2..]));
+    b.output("out", DType::F32, dims(shape));
+    let inputs: Vec<&str> = if bias {
+        vec![&x, &y, &w, &beta]
+    } else {
+        vec![&x, &y, &w]
+    };
+    let mut outputs = vec![String::new(); 4];
+    outputs[slot] = "out".into();
+    b.node(
+        "com.microsoft",
+        "SkipLayerNormalization",
+        &inputs,
+        vec![("epsilon", Attr::Float(eps))],
+        outputs,
+    );
+    let mut g = b.finish();
+    if !bias {
+        g.inputs.retain(|v| v.name != "beta");
+    }
+    g
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
+
+    #[test]
+    fn add_layernorm_to_skip_layer_norm((shape, eps, seed) in norm_case()) {
+        let inputs = with_beta(norm_inputs(&shape, seed), shape[2], seed);
+        prove_on("add-layernorm-to-skip-layer-norm", "cpu", add_layer_norm(&shape, eps, true), inputs, 1e-5)?;
+    }
+
+    #[test]
+    fn add_layernorm_no_bias_to_skip_layer_norm((shape, eps, seed) in norm_case()) {
+        prove_on("add-layernorm-no-bias-to-skip-layer-norm", "cpu", add_layer_norm(&shape, eps, false), norm_inputs(&shape, seed), 1e-5)?;
+    }
+
+    #[test]
+    fn skip_layer_norm_bodies((shape, eps, seed) in norm_case()) {
+        let with = with_beta(norm_inputs(&shape, seed), shape[2], seed);
+        prove_on("skip-layer-norm-body", "onnx-standard", skip_layer_norm(&shape, eps, true, 0), with.clone(), 1e-5)?;
+        prove_on("skip-layer-norm-sum", "onnx-standard", skip_layer_norm(&shape, eps, true, 3), with, 0.0)?;
+        let without = norm_inputs(&shape, seed);
+        prove_on("skip-layer-norm-no-beta-body", "onnx-standard", skip_layer_norm(&shape, eps, false, 0), without.clone(), 1e-5)?;
+        prove_on("skip-layer-norm-no-beta-sum", "onnx-standard", skip_layer_norm(&shape, eps, false, 3), without, 0.0)?;
     }
 }
 

@@ -20,6 +20,7 @@ const CONDITIONS: &[(&str, ConditionFn)] = &[
     ("attr-is-set", attr_is_set),
     ("cast-to-own-dtype", cast_to_own_dtype),
     ("normalizes-last-axis", normalizes_last_axis),
+    ("rank-2-or-3", rank_2_or_3),
     ("reshape-keeps-shape", reshape_keeps_shape),
     ("same-rank", same_rank),
     ("stash-is-float", stash_is_float),
@@ -27,6 +28,11 @@ const CONDITIONS: &[(&str, ConditionFn)] = &[
 
 /// Appliers with the pattern variables each reads.
 const APPLIERS: &[(&str, &[&str], ApplierFn)] = &[
+    (
+        "skip-layer-norm",
+        &["?a", "?b", "?w", "?eps"],
+        skip_layer_norm,
+    ),
     (
         "attention-to-gqa",
         &[
@@ -479,4 +485,49 @@ fn attention_to_gqa(g: &mut OnnxGraph, _matched: Id, s: &Subst, _rule: &str) -> 
             scale, unset, unset,
         ],
     )))
+}
+
+/// `?x`: rank 2 or 3 (what SkipLayerNormalization accepts).
+fn rank_2_or_3(g: &OnnxGraph, s: &Subst, vars: &[Var]) -> bool {
+    let [x] = vars else { return false };
+    matches!(g[s[*x]].data.tensor().and_then(|t| t.rank()), Some(2 | 3))
+}
+
+/// Reads `?a ?b ?w ?eps` (and `?beta` when the pattern binds it) of
+/// `(LayerNormalization (Add ?a ?b) ?w [?beta] ?axis ?eps ?stash)`: one
+/// `com.microsoft::SkipLayerNormalization(a, b, w[, beta])` whose output 0 is the norm and
+/// whose output 3 (the sum) is united with the Add.
+fn skip_layer_norm(g: &mut OnnxGraph, _matched: Id, s: &Subst, rule: &str) -> Option<Id> {
+    let (a, b, w, eps) = (s[var("?a")], s[var("?b")], s[var("?w")], s[var("?eps")]);
+    let beta = s.get(var("?beta")).copied();
+    let epsilon = match g[eps].data.attr()? {
+        AttrValue::Float(bits) => *bits,
+        AttrValue::Unset => 1e-5f32.to_bits(), // LayerNormalization's default
+        _ => return None,
+    };
+    let add = g.lookup(Onnx::op("Add", &[], 2, 1, vec![a, b]))?;
+    let eps = g.add(Onnx::Attr(AttrValue::Float(epsilon)));
+    let mut children = vec![a, b, w];
+    children.extend(beta);
+    let inputs = children.len();
+    children.push(eps);
+    let fused = g.add(Onnx::op(
+        "com.microsoft::SkipLayerNormalization",
+        &["epsilon"],
+        inputs,
+        4,
+        children,
+    ));
+    let norm = g.add(Onnx::Get {
+        index: 0,
+        tuple: [fused],
+    });
+    let sum = g.add(Onnx::Get {
+        index: 3,
+        tuple: [fused],
+    });
+    if check_union(g, add, sum, rule) {
+        g.union(add, sum);
+    }
+    Some(norm)
 }

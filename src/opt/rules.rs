@@ -34,6 +34,14 @@ pub const RULE_FILES: &[(&str, &str)] = &[
         include_str!("../../rewrites/fusion/skip_norm.rules"),
     ),
     (
+        "fusion/skip_layer_norm.rules",
+        include_str!("../../rewrites/fusion/skip_layer_norm.rules"),
+    ),
+    (
+        "inline/skip_layer_norm.rules",
+        include_str!("../../rewrites/inline/skip_layer_norm.rules"),
+    ),
+    (
         "inline/skip_norm.rules",
         include_str!("../../rewrites/inline/skip_norm.rules"),
     ),
