@@ -144,3 +144,30 @@ fn sliding_window_layers_keep_attention() {
     assert_eq!(count(&g, GQA), 0, "the window would be dropped");
     assert_eq!(count(&g, "Attention"), 2);
 }
+
+#[test]
+fn optimizing_never_raises_the_estimated_cost() {
+    let cfg = llama_1b();
+    for ep in mobius::ep::builtin_eps()
+        .into_iter()
+        .filter(|e| e.name != "qnn")
+    {
+        for dtype in [DType::F32, DType::F16] {
+            let portable = build_model(&cfg, dtype).unwrap();
+            let opts = OptimizeOptions {
+                dtype,
+                role: Role::Decoder,
+                limits: Limits::default(),
+                fingerprint_leaves: None,
+            };
+            let (_, report) = optimize(&portable, &ep, &opts).unwrap();
+            assert!(
+                report.cost_after <= report.cost_before * (1.0 + 1e-9),
+                "{} {dtype}: {} → {}",
+                ep.name,
+                report.cost_before,
+                report.cost_after
+            );
+        }
+    }
+}

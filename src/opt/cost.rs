@@ -140,11 +140,22 @@ impl<'a> CostModel<'a> {
         if small_index_math && !outputs.is_empty() {
             return p.launch_overhead_us * 0.1;
         }
-        let bytes: f64 = inputs
-            .iter()
-            .chain(&outputs)
-            .map(|t| w.numel(t) * t.dtype.map_or(4, DType::size) as f64)
-            .sum();
+        let size = |t: &TensorType| w.numel(t) * t.dtype.map_or(4, DType::size) as f64;
+        // Lookups read only the rows they need: a Gather reads what it writes (plus indices),
+        // and GroupQueryAttention reads one cos/sin row per new token, not the whole tables.
+        let read: f64 = match op.op.as_str() {
+            "Gather" => {
+                inputs.iter().skip(1).map(|t| size(t)).sum::<f64>()
+                    + outputs.iter().map(|t| size(t)).sum::<f64>()
+            }
+            "com.microsoft::GroupQueryAttention" => op.input_ids()[..op.inputs.min(7)]
+                .iter()
+                .filter_map(|&i| egraph[i].data.tensor())
+                .map(size)
+                .sum(),
+            _ => inputs.iter().map(|t| size(t)).sum(),
+        };
+        let bytes = read + outputs.iter().map(|t| size(t)).sum::<f64>();
         let out_elems = outputs.first().map_or(1.0, |t| w.numel(t));
         let flops = match op.op.as_str() {
             "MatMul" | "Gemm" => {
