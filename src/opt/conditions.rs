@@ -6,6 +6,7 @@ use super::analysis::OnnxGraph;
 use super::fingerprint::check_union;
 use super::infer::literal_ints;
 use super::lang::{AttrValue, Onnx};
+use super::schema::schema;
 use crate::ir::DType;
 
 /// A side condition over the match's variables (given in the order the rule lists them).
@@ -291,21 +292,88 @@ fn gqa_lengths(g: &mut OnnxGraph, mask: Id) -> (Id, Id) {
     (seqlens, total)
 }
 
-/// Reads the variables of the `rotary-attention-to-gqa` pattern: RotaryEmbedding(q) and
-/// RotaryEmbedding(k) over tables gathered by `position_ids`, causal Attention with the padding
-/// mask and graph-input caches → `com.microsoft::GroupQueryAttention(do_rotary=1)` over the
-/// full tables, with `seqlens_k`/`total_sequence_length` from `attention_mask`. Declines
-/// (None) unless every condition for an identical result holds, including ORT's head-size
-/// rule (a multiple of 16).
-fn rotary_attention_to_gqa(g: &mut OnnxGraph, _matched: Id, s: &Subst, _rule: &str) -> Option<Id> {
+/// What both attention → GroupQueryAttention rules require of the matched Attention: causal,
+/// the padding mask of `attention_mask`, caches that are graph inputs, no soft-capping, a head
+/// size ORT accepts (a multiple of 16). Returns the head size.
+fn gqa_preconditions(g: &OnnxGraph, s: &Subst) -> Option<i64> {
     let v = |name: &str| s[var(name)];
-    let (q, k, val, mask, pk, pv) = (v("?q"), v("?k"), v("?v"), v("?mask"), v("?pk"), v("?pv"));
+    let (mask, pk, pv) = (v("?mask"), v("?pk"), v("?pv"));
     if int_attr(g, v("?causal")) != Some(1) || !is_padding_mask(g, mask) {
         return None;
     }
     if !is_input(g, pk, None) || !is_input(g, pv, None) {
         return None;
     }
+    int_attr(g, v("?qnh"))?;
+    int_attr(g, v("?kvh"))?;
+    let softcap = g[v("?softcap")].data.attr()?;
+    if !matches!(softcap, AttrValue::Unset) && *softcap != AttrValue::Float(0f32.to_bits()) {
+        return None;
+    }
+    let head_dim = g[pk].data.tensor()?.shape.as_ref()?.last()?.known()?;
+    (head_dim % 16 == 0).then_some(head_dim)
+}
+
+/// `com.microsoft::GroupQueryAttention(q, k, v, past k/v, seqlens_k, total, cos, sin)` with the
+/// matched Attention's head counts and scale, `seqlens_k`/`total_sequence_length` from the
+/// `attention_mask` input; `rotary` is `(interleaved attr, cos, sin)` for do_rotary=1.
+fn gqa_op(
+    g: &mut OnnxGraph,
+    s: &Subst,
+    q: Id,
+    k: Id,
+    rotary: Option<(AttrValue, Id, Id)>,
+) -> Option<Id> {
+    let attention_mask = g.lookup(Onnx::Input(egg::Symbol::from("attention_mask")))?;
+    let (seqlens, total) = gqa_lengths(g, attention_mask);
+    let unset = g.add(Onnx::Attr(AttrValue::Unset));
+    let absent = g.add(Onnx::Absent);
+    let (do_rotary, interleaved, cos, sin) = match rotary {
+        Some((interleaved, cos, sin)) => {
+            let interleaved = match interleaved {
+                AttrValue::Unset => AttrValue::Int(0),
+                other => other,
+            };
+            (1, g.add(Onnx::Attr(interleaved)), cos, sin)
+        }
+        None => (0, unset, absent, absent),
+    };
+    let do_rotary = g.add(Onnx::Attr(AttrValue::Int(do_rotary)));
+    let v = |name: &str| s[var(name)];
+    let (val, pk, pv) = (v("?v"), v("?pk"), v("?pv"));
+    let attrs = schema("com.microsoft::GroupQueryAttention")?;
+    // Attribute children in schema order: do_rotary, kv_num_heads, local_window_size,
+    // num_heads, qk_output, rotary_interleaved, scale, smooth_softmax, softcap.
+    let attr_children = [
+        do_rotary,
+        v("?kvh"),
+        unset,
+        v("?qnh"),
+        unset,
+        interleaved,
+        v("?scale"),
+        unset,
+        unset,
+    ];
+    let mut children = vec![q, k, val, pk, pv, seqlens, total, cos, sin];
+    children.extend(attr_children);
+    Some(g.add(Onnx::op(
+        "com.microsoft::GroupQueryAttention",
+        attrs,
+        9,
+        3,
+        children,
+    )))
+}
+
+/// Reads the variables of the `rotary-attention-to-gqa` pattern: RotaryEmbedding(q) and
+/// RotaryEmbedding(k) over tables gathered by `position_ids` feeding an Attention that meets
+/// [`gqa_preconditions`] → GroupQueryAttention(do_rotary=1) over the full tables. Declines
+/// unless both rotations agree (heads, interleaving) and the rotary width is one ORT derives
+/// from the tables.
+fn rotary_attention_to_gqa(g: &mut OnnxGraph, _matched: Id, s: &Subst, _rule: &str) -> Option<Id> {
+    let head_dim = gqa_preconditions(g, s)?;
+    let v = |name: &str| s[var(name)];
     let (heads, kv_heads) = (int_attr(g, v("?qnh"))?, int_attr(g, v("?kvh"))?);
     if int_attr(g, v("?qh")) != Some(heads) || int_attr(g, v("?kh")) != Some(kv_heads) {
         return None;
@@ -314,66 +382,16 @@ fn rotary_attention_to_gqa(g: &mut OnnxGraph, _matched: Id, s: &Subst, _rule: &s
     if g[v("?ki")].data.attr() != Some(&interleaved) {
         return None;
     }
-    let softcap = g[v("?softcap")].data.attr().cloned()?;
-    if !matches!(softcap, AttrValue::Unset) && softcap != AttrValue::Float(0f32.to_bits()) {
-        return None;
-    }
-    let head_dim = g[pk].data.tensor()?.shape.as_ref()?.last()?.known()?;
     let (cos, sin) = (gathered_table(g, v("?cos"))?, gathered_table(g, v("?sin"))?);
     let width = g[cos].data.tensor()?.static_shape()?.get(1).copied()?;
     let rotary = match int_attr(g, v("?qrd")) {
         None | Some(0) => head_dim,
         Some(r) => r,
     };
-    if head_dim % 16 != 0 || 2 * width != rotary || rotary > head_dim || rotary % 16 != 0 {
+    if 2 * width != rotary || rotary > head_dim || rotary % 16 != 0 {
         return None;
     }
-    let attention_mask = g.lookup(Onnx::Input(egg::Symbol::from("attention_mask")))?;
-    let (seqlens, total) = gqa_lengths(g, attention_mask);
-    let unset = g.add(Onnx::Attr(AttrValue::Unset));
-    let one = g.add(Onnx::Attr(AttrValue::Int(1)));
-    let interleaved = match interleaved {
-        AttrValue::Unset => g.add(Onnx::Attr(AttrValue::Int(0))),
-        other => g.add(Onnx::Attr(other)),
-    };
-    let (kvh, nh) = (v("?kvh"), v("?qnh"));
-    let scale = v("?scale");
-    Some(g.add(Onnx::op(
-        "com.microsoft::GroupQueryAttention",
-        &[
-            "do_rotary",
-            "kv_num_heads",
-            "local_window_size",
-            "num_heads",
-            "qk_output",
-            "rotary_interleaved",
-            "scale",
-            "smooth_softmax",
-            "softcap",
-        ],
-        9,
-        3,
-        vec![
-            q,
-            k,
-            val,
-            pk,
-            pv,
-            seqlens,
-            total,
-            cos,
-            sin,
-            one,
-            kvh,
-            unset,
-            nh,
-            unset,
-            interleaved,
-            scale,
-            unset,
-            unset,
-        ],
-    )))
+    gqa_op(g, s, v("?q"), v("?k"), Some((interleaved, cos, sin)))
 }
 
 /// The initializer name held by class `id`, if any.
@@ -437,54 +455,16 @@ fn pack_qkv_with_bias(g: &mut OnnxGraph, matched: Id, s: &Subst, _rule: &str) ->
     Some(packed_gqa(g, &gqa, packed))
 }
 
-/// Reads the variables of `attention-to-gqa`: a causal Attention over the padding mask and
-/// graph-input caches → `com.microsoft::GroupQueryAttention(do_rotary=0)` on the same q/k/v
-/// (RoPE, if any, stays outside). Same conditions as [`rotary_attention_to_gqa`] otherwise.
+/// Reads the variables of `attention-to-gqa`: an Attention that meets [`gqa_preconditions`]
+/// on 3-D q/k/v → GroupQueryAttention(do_rotary=0) on the same inputs (RoPE, if any, stays in
+/// front of it).
 fn attention_to_gqa(g: &mut OnnxGraph, _matched: Id, s: &Subst, _rule: &str) -> Option<Id> {
-    let v = |name: &str| s[var(name)];
-    let (q, k, val, mask, pk, pv) = (v("?q"), v("?k"), v("?v"), v("?mask"), v("?pk"), v("?pv"));
-    if int_attr(g, v("?causal")) != Some(1) || !is_padding_mask(g, mask) {
+    gqa_preconditions(g, s)?;
+    let (q, k) = (s[var("?q")], s[var("?k")]);
+    if g[q].data.tensor()?.rank()? != 3 {
         return None;
     }
-    if !is_input(g, pk, None) || !is_input(g, pv, None) {
-        return None;
-    }
-    let softcap = g[v("?softcap")].data.attr().cloned()?;
-    if !matches!(softcap, AttrValue::Unset) && softcap != AttrValue::Float(0f32.to_bits()) {
-        return None;
-    }
-    let head_dim = g[pk].data.tensor()?.shape.as_ref()?.last()?.known()?;
-    int_attr(g, v("?qnh"))?;
-    int_attr(g, v("?kvh"))?;
-    if head_dim % 16 != 0 || g[q].data.tensor()?.rank()? != 3 {
-        return None;
-    }
-    let attention_mask = g.lookup(Onnx::Input(egg::Symbol::from("attention_mask")))?;
-    let (seqlens, total) = gqa_lengths(g, attention_mask);
-    let unset = g.add(Onnx::Attr(AttrValue::Unset));
-    let absent = g.add(Onnx::Absent);
-    let zero = g.add(Onnx::Attr(AttrValue::Int(0)));
-    let (kvh, nh, scale) = (v("?kvh"), v("?qnh"), v("?scale"));
-    Some(g.add(Onnx::op(
-        "com.microsoft::GroupQueryAttention",
-        &[
-            "do_rotary",
-            "kv_num_heads",
-            "local_window_size",
-            "num_heads",
-            "qk_output",
-            "rotary_interleaved",
-            "scale",
-            "smooth_softmax",
-            "softcap",
-        ],
-        9,
-        3,
-        vec![
-            q, k, val, pk, pv, seqlens, total, absent, absent, zero, kvh, unset, nh, unset, unset,
-            scale, unset, unset,
-        ],
-    )))
+    gqa_op(g, s, q, k, None)
 }
 
 /// `?x`: rank 2 or 3 (what SkipLayerNormalization accepts).
