@@ -19,6 +19,9 @@ use proptest::prelude::*;
 
 /// The rules proven below, by name.
 const PROVEN: &[&str] = &[
+    "erf-gelu",
+    "erf-gelu-half-first",
+    "tanh-gelu",
     "add-layernorm-to-skip-layer-norm",
     "add-layernorm-no-bias-to-skip-layer-norm",
     "skip-layer-norm-body",
@@ -662,6 +665,55 @@ proptest! {
     fn pack_qkv_with_bias_for_gqa(batch in 1usize..3, seq in 1usize..4, past in 0usize..3, kv in 1usize..3, group in 1usize..3, seed in any::<u64>()) {
         let (graph, inputs) = projected_gqa(batch, seq, past, kv, group, true, seed);
         prove_on("pack-qkv-with-bias-for-gqa", "cpu", graph, inputs, 1e-4)?;
+    }
+}
+
+fn scalar(b: &mut GraphBuilder, value: f32) -> String {
+    b.constant(mobius::ir::TensorData::from_f32(vec![], &[value]))
+}
+
+/// A decomposed GELU of input `x`: `erf` (optionally with ½ first) or `tanh`.
+fn decomposed_gelu(shape: &[usize], form: &str) -> Graph {
+    let mut b = GraphBuilder::new("g");
+    let x = b.input("x", DType::F32, dims(shape));
+    b.output("y", DType::F32, dims(shape));
+    let (one, half) = (scalar(&mut b, 1.0), scalar(&mut b, 0.5));
+    let inner = if form == "tanh" {
+        let (c4, c5, c6) = (
+            scalar(&mut b, (2.0f32 / std::f32::consts::PI).sqrt()),
+            scalar(&mut b, 0.044715),
+            scalar(&mut b, 3.0),
+        );
+        let cube = b.op("Pow", &[&x, &c6], vec![]);
+        let scaled = b.op("Mul", &[&c5, &cube], vec![]);
+        let sum = b.op("Add", &[&x, &scaled], vec![]);
+        let arg = b.op("Mul", &[&c4, &sum], vec![]);
+        b.op("Tanh", &[&arg], vec![])
+    } else {
+        let sqrt2 = scalar(&mut b, std::f32::consts::SQRT_2);
+        let div = b.op("Div", &[&x, &sqrt2], vec![]);
+        b.op("Erf", &[&div], vec![])
+    };
+    let plus = b.op("Add", &[&inner, &one], vec![]);
+    let prod = b.op("Mul", &[&x, &plus], vec![]);
+    if form == "erf-half-first" {
+        b.op_into("Mul", &[&half, &prod], vec![], "y");
+    } else {
+        b.op_into("Mul", &[&prod, &half], vec![], "y");
+    }
+    b.finish()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
+
+    #[test]
+    fn gelu_fusions(shape in shape_strategy(3), seed in any::<u64>()) {
+        let x = random_tensor(DType::F32, &shape, &mut Rng::new(seed));
+        for (rule, form) in [("erf-gelu", "erf"), ("erf-gelu-half-first", "erf-half-first"), ("tanh-gelu", "tanh")] {
+            let inputs = HashMap::from([("x".to_string(), x.clone())]);
+            prove_on(rule, "default", decomposed_gelu(&shape, form), inputs, 1e-5)?;
+        }
     }
 }
 

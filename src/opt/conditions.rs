@@ -20,11 +20,13 @@ pub type ApplierFn = fn(&mut OnnxGraph, Id, &Subst, &str) -> Option<Id>;
 const CONDITIONS: &[(&str, ConditionFn)] = &[
     ("attr-is-set", attr_is_set),
     ("cast-to-own-dtype", cast_to_own_dtype),
+    ("erf-gelu-constants", erf_gelu_constants),
     ("normalizes-last-axis", normalizes_last_axis),
     ("rank-2-or-3", rank_2_or_3),
     ("reshape-keeps-shape", reshape_keeps_shape),
     ("same-rank", same_rank),
     ("stash-is-float", stash_is_float),
+    ("tanh-gelu-constants", tanh_gelu_constants),
 ];
 
 /// Appliers with the pattern variables each reads.
@@ -510,4 +512,37 @@ fn skip_layer_norm(g: &mut OnnxGraph, _matched: Id, s: &Subst, rule: &str) -> Op
         g.union(add, sum);
     }
     Some(norm)
+}
+
+/// Whether class `id` is a single-element float constant within 1e-3 (relative) of `want`.
+fn near(g: &OnnxGraph, id: Id, want: f64) -> bool {
+    let Some(lit) = &g[id].data.konst else {
+        return false;
+    };
+    let value = match (lit.dtype, lit.bytes.len()) {
+        (DType::F32, 4) => f32::from_le_bytes(lit.bytes[..4].try_into().expect("4 bytes")) as f64,
+        (DType::F16, 2) => half::f16::from_le_bytes([lit.bytes[0], lit.bytes[1]]).to_f64(),
+        (DType::BF16, 2) => half::bf16::from_le_bytes([lit.bytes[0], lit.bytes[1]]).to_f64(),
+        _ => return false,
+    };
+    (value - want).abs() <= 1e-3 * want.abs()
+}
+
+/// `?c1 ?c2 ?c3`: the constants of the exact GELU `x · (erf(x / √2) + 1) · ½`.
+fn erf_gelu_constants(g: &OnnxGraph, s: &Subst, vars: &[Var]) -> bool {
+    let [c1, c2, c3] = vars else { return false };
+    near(g, s[*c1], std::f64::consts::SQRT_2) && near(g, s[*c2], 1.0) && near(g, s[*c3], 0.5)
+}
+
+/// `?c2 ?c3 ?c4 ?c5 ?c6`: the constants of the tanh GELU
+/// `x · (tanh(√(2/π) · (x + 0.044715 · x³)) + 1) · ½`.
+fn tanh_gelu_constants(g: &OnnxGraph, s: &Subst, vars: &[Var]) -> bool {
+    let [c2, c3, c4, c5, c6] = vars else {
+        return false;
+    };
+    near(g, s[*c2], 1.0)
+        && near(g, s[*c3], 0.5)
+        && near(g, s[*c4], (2.0 / std::f64::consts::PI).sqrt())
+        && near(g, s[*c5], 0.044715)
+        && near(g, s[*c6], 3.0)
 }

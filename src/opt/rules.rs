@@ -26,6 +26,10 @@ pub const RULE_FILES: &[(&str, &str)] = &[
         include_str!("../../rewrites/fusion/gqa.rules"),
     ),
     (
+        "fusion/gelu.rules",
+        include_str!("../../rewrites/fusion/gelu.rules"),
+    ),
+    (
         "fusion/pack_qkv.rules",
         include_str!("../../rewrites/fusion/pack_qkv.rules"),
     ),
