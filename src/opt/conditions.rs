@@ -176,21 +176,34 @@ fn skip_simplified_layer_norm(
     s: &Subst,
     rule: &str,
 ) -> Option<Id> {
+    let norm = "com.microsoft::SkipSimplifiedLayerNormalization";
+    fuse_skip_norm(g, s, rule, norm, None)
+}
+
+/// The shared part of the Skip*Normalization fusions: reads `?a ?b ?w ?eps` of a norm over
+/// `Add(?a, ?b)`, adds `norm_op(a, b, w[, beta]; epsilon)` with 4 outputs, unites output 3
+/// (the sum) with the Add and returns output 0 (the norm). An unset epsilon is the standard
+/// norms' default 1e-5 (the contrib ops' own default differs, so it is always written).
+fn fuse_skip_norm(
+    g: &mut OnnxGraph,
+    s: &Subst,
+    rule: &str,
+    norm_op: &str,
+    beta: Option<Id>,
+) -> Option<Id> {
     let (a, b, w, eps) = (s[var("?a")], s[var("?b")], s[var("?w")], s[var("?eps")]);
     let epsilon = match g[eps].data.attr()? {
         AttrValue::Float(bits) => *bits,
-        AttrValue::Unset => 1e-5f32.to_bits(), // RMSNormalization's default
+        AttrValue::Unset => 1e-5f32.to_bits(),
         _ => return None,
     };
     let add = g.lookup(Onnx::op("Add", &[], 2, 1, vec![a, b]))?;
     let eps = g.add(Onnx::Attr(AttrValue::Float(epsilon)));
-    let fused = g.add(Onnx::op(
-        "com.microsoft::SkipSimplifiedLayerNormalization",
-        &["epsilon"],
-        3,
-        4,
-        vec![a, b, w, eps],
-    ));
+    let mut children = vec![a, b, w];
+    children.extend(beta);
+    let inputs = children.len();
+    children.push(eps);
+    let fused = g.add(Onnx::op(norm_op, &["epsilon"], inputs, 4, children));
     let norm = g.add(Onnx::Get {
         index: 0,
         tuple: [fused],
@@ -480,38 +493,8 @@ fn rank_2_or_3(g: &OnnxGraph, s: &Subst, vars: &[Var]) -> bool {
 /// `com.microsoft::SkipLayerNormalization(a, b, w[, beta])` whose output 0 is the norm and
 /// whose output 3 (the sum) is united with the Add.
 fn skip_layer_norm(g: &mut OnnxGraph, _matched: Id, s: &Subst, rule: &str) -> Option<Id> {
-    let (a, b, w, eps) = (s[var("?a")], s[var("?b")], s[var("?w")], s[var("?eps")]);
     let beta = s.get(var("?beta")).copied();
-    let epsilon = match g[eps].data.attr()? {
-        AttrValue::Float(bits) => *bits,
-        AttrValue::Unset => 1e-5f32.to_bits(), // LayerNormalization's default
-        _ => return None,
-    };
-    let add = g.lookup(Onnx::op("Add", &[], 2, 1, vec![a, b]))?;
-    let eps = g.add(Onnx::Attr(AttrValue::Float(epsilon)));
-    let mut children = vec![a, b, w];
-    children.extend(beta);
-    let inputs = children.len();
-    children.push(eps);
-    let fused = g.add(Onnx::op(
-        "com.microsoft::SkipLayerNormalization",
-        &["epsilon"],
-        inputs,
-        4,
-        children,
-    ));
-    let norm = g.add(Onnx::Get {
-        index: 0,
-        tuple: [fused],
-    });
-    let sum = g.add(Onnx::Get {
-        index: 3,
-        tuple: [fused],
-    });
-    if check_union(g, add, sum, rule) {
-        g.union(add, sum);
-    }
-    Some(norm)
+    fuse_skip_norm(g, s, rule, "com.microsoft::SkipLayerNormalization", beta)
 }
 
 /// Whether class `id` is a single-element float constant within 1e-3 (relative) of `want`.
