@@ -3,9 +3,22 @@
 use std::collections::HashMap;
 
 use super::{eval_node, OpCall, Tensor};
-use crate::ir::Graph;
+use crate::ir::{Graph, Initializer, TensorData};
 use crate::weights::eval::Evaluator;
 use crate::{Error, Result};
+
+/// The value of an initializer, read through `weights` (error when it is declared without data).
+pub fn initializer_tensor(init: &Initializer, weights: &mut Evaluator<'_>) -> Result<Tensor> {
+    let src = init
+        .source
+        .as_ref()
+        .ok_or_else(|| Error::Graph(format!("initializer `{}` has no data", init.name)))?;
+    Tensor::from_data(&TensorData {
+        dtype: init.dtype,
+        shape: init.shape.clone(),
+        bytes: weights.read(src, init.dtype)?,
+    })
+}
 
 /// Runs `graph` on `inputs` (by graph input name); initializers are read through `weights`.
 /// Returns the graph outputs by name.
@@ -22,21 +35,7 @@ pub fn run_graph(
         values.insert(v.name.clone(), t.clone());
     }
     for init in &graph.initializers {
-        let src = init
-            .source
-            .as_ref()
-            .ok_or_else(|| Error::Graph(format!("initializer `{}` has no data", init.name)))?;
-        let mut bytes = Vec::with_capacity(init.byte_len());
-        weights.stream(src, init.dtype, &mut |b| {
-            bytes.extend_from_slice(b);
-            Ok(())
-        })?;
-        let data = crate::ir::TensorData {
-            dtype: init.dtype,
-            shape: init.shape.clone(),
-            bytes,
-        };
-        values.insert(init.name.clone(), Tensor::from_data(&data)?);
+        values.insert(init.name.clone(), initializer_tensor(init, weights)?);
     }
     for node in &graph.nodes {
         let outputs = {

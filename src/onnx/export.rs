@@ -205,12 +205,7 @@ fn initializer_proto(
             let src = init.source.as_ref().ok_or_else(|| {
                 Error::Graph(format!("initializer `{}` has no data to inline", init.name))
             })?;
-            let mut bytes = Vec::with_capacity(init.byte_len());
-            evaluator.stream(src, init.dtype, &mut |b| {
-                bytes.extend_from_slice(b);
-                Ok(())
-            })?;
-            t.raw_data = bytes;
+            t.raw_data = evaluator.read(src, init.dtype)?;
         }
         Placement::External { offset, length } => {
             t.data_location = proto::DATA_LOCATION_EXTERNAL;

@@ -167,22 +167,9 @@ pub fn leaf_values(
         .into_iter()
         .map(|(k, v)| (Symbol::from(k.as_str()), Arc::new(v)))
         .collect();
-    for init in &graph.initializers {
-        let Some(src) = &init.source else { continue };
-        let mut bytes = Vec::with_capacity(init.byte_len());
-        weights.stream(src, init.dtype, &mut |b| {
-            bytes.extend_from_slice(b);
-            Ok(())
-        })?;
-        let data = crate::ir::TensorData {
-            dtype: init.dtype,
-            shape: init.shape.clone(),
-            bytes,
-        };
-        leaves.insert(
-            Symbol::from(init.name.as_str()),
-            Arc::new(Tensor::from_data(&data)?),
-        );
+    for init in graph.initializers.iter().filter(|i| i.source.is_some()) {
+        let value = crate::interp::run::initializer_tensor(init, weights)?;
+        leaves.insert(Symbol::from(init.name.as_str()), Arc::new(value));
     }
     Ok(leaves)
 }

@@ -50,13 +50,7 @@ pub fn infer(
     attr: &Attrs<'_>,
     outputs: usize,
 ) -> Vec<TensorType> {
-    let ty = |i: usize| {
-        inputs
-            .get(i)
-            .and_then(|v| v.ty)
-            .cloned()
-            .unwrap_or_default()
-    };
+    let ty = |i: usize| input_type(inputs, i);
     let int = |name: &str| attr.int(name);
     let mut result = match op {
         "Identity"
@@ -110,6 +104,15 @@ pub fn infer(
     };
     result.resize(outputs, TensorType::default());
     result
+}
+
+/// The type of input `i` (unknown when absent or not inferred).
+fn input_type(inputs: &[InputView<'_>], i: usize) -> TensorType {
+    inputs
+        .get(i)
+        .and_then(|v| v.ty)
+        .cloned()
+        .unwrap_or_default()
 }
 
 fn dims(t: &TensorType) -> Option<&[SymDim]> {
@@ -259,10 +262,7 @@ fn unsqueeze(t: &TensorType, axes: Option<&Literal>) -> TensorType {
 }
 
 fn concat(inputs: &[InputView<'_>], ax: i64) -> TensorType {
-    let types: Vec<TensorType> = inputs
-        .iter()
-        .map(|v| v.ty.cloned().unwrap_or_default())
-        .collect();
+    let types: Vec<TensorType> = (0..inputs.len()).map(|i| input_type(inputs, i)).collect();
     let dtype = types.first().and_then(|t| t.dtype);
     let all: Option<Vec<&[SymDim]>> = types.iter().map(dims).collect();
     let shape = all.and_then(|all| {
@@ -329,13 +329,7 @@ fn from_shape_input(op: &str, data: &TensorType, shape: Option<InputView<'_>>) -
 
 /// Opset-23/24 Attention: `Y`, `present_key`, `present_value` (3-D or 4-D inputs).
 fn attention(inputs: &[InputView<'_>], attr: &Attrs<'_>) -> Vec<TensorType> {
-    let ty = |i: usize| {
-        inputs
-            .get(i)
-            .and_then(|v| v.ty)
-            .cloned()
-            .unwrap_or_default()
-    };
+    let ty = |i: usize| input_type(inputs, i);
     let (q, k, v, past_k, past_v) = (ty(0), ty(1), ty(2), ty(4), ty(5));
     let int = |name: &str| attr.int(name);
     let (Some(qd), Some(kd), Some(vd)) = (dims(&q), dims(&k), dims(&v)) else {
@@ -399,13 +393,7 @@ fn attention(inputs: &[InputView<'_>], attr: &Attrs<'_>) -> Vec<TensorType> {
 
 /// com.microsoft GroupQueryAttention: `output`, `present_key`, `present_value` (packed or not).
 fn group_query_attention(inputs: &[InputView<'_>], attr: &Attrs<'_>) -> Vec<TensorType> {
-    let ty = |i: usize| {
-        inputs
-            .get(i)
-            .and_then(|v| v.ty)
-            .cloned()
-            .unwrap_or_default()
-    };
+    let ty = |i: usize| input_type(inputs, i);
     let int = |name: &str| attr.int(name);
     let (q, past_k, past_v) = (ty(0), ty(3), ty(4));
     let (heads, kv) = (int("num_heads"), int("kv_num_heads"));

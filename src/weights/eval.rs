@@ -240,6 +240,17 @@ impl<'a> Evaluator<'a> {
         Ok(Some(Leaf { dtype, shape, data }))
     }
 
+    /// The bytes of `src` converted to `target`, collected in memory (small tensors, or when
+    /// a whole tensor is needed, e.g. to interpret it).
+    pub fn read(&mut self, src: &TensorSource, target: DType) -> Result<Vec<u8>> {
+        let mut bytes = Vec::new();
+        self.stream(src, target, &mut |b| {
+            bytes.extend_from_slice(b);
+            Ok(())
+        })?;
+        Ok(bytes)
+    }
+
     /// Evaluates `src` fully into memory (dtype, shape, bytes); used for transforms.
     pub fn materialize(&mut self, src: &TensorSource) -> Result<(DType, Vec<usize>, Vec<u8>)> {
         match src {
