@@ -137,12 +137,18 @@ fn head_dim_8_declines_gqa_on_cuda() {
 }
 
 #[test]
-fn sliding_window_layers_keep_attention() {
+fn sliding_window_layers_carry_their_window_into_gqa() {
     let mut cfg = ArchConfig::load(&fixture("mistral").join("config.json")).unwrap();
-    cfg.layer_windows = vec![Some(4); cfg.num_hidden_layers];
+    cfg.layer_windows = vec![Some(4), None];
     let g = graph_for(&cfg, "cuda", DType::F16);
-    assert_eq!(count(&g, GQA), 0, "the window would be dropped");
-    assert_eq!(count(&g, "Attention"), 2);
+    assert_eq!(count(&g, "Attention"), 0);
+    let windows: Vec<Option<&mobius::ir::Attr>> = g
+        .nodes
+        .iter()
+        .filter(|n| n.op_type == "GroupQueryAttention")
+        .map(|n| n.attrs.get("local_window_size"))
+        .collect();
+    assert_eq!(windows, [Some(&mobius::ir::Attr::Int(4)), None]);
 }
 
 #[test]

@@ -406,10 +406,21 @@ fn attention_block(
     kv_heads: usize,
     interleaved: bool,
 ) -> Graph {
-    attention_block_with(batch, seq, past, heads, kv_heads, Some(interleaved))
+    attention_block_with(
+        batch,
+        seq,
+        past,
+        heads,
+        kv_heads,
+        Some(interleaved),
+        None,
+        0.0,
+    )
 }
 
-/// [`attention_block`], with RoPE (`Some(interleaved)`) or without (`None`).
+/// [`attention_block`], with RoPE (`Some(interleaved)`) or without (`None`), an optional
+/// sliding window and soft-capping (0 = none).
+#[allow(clippy::too_many_arguments)]
 fn attention_block_with(
     batch: usize,
     seq: usize,
@@ -417,6 +428,8 @@ fn attention_block_with(
     heads: usize,
     kv_heads: usize,
     rope: Option<bool>,
+    window: Option<usize>,
+    softcap: f32,
 ) -> Graph {
     let d = 16usize;
     let max_pos = 32usize;
@@ -478,7 +491,10 @@ fn attention_block_with(
         None => x.to_string(),
     };
     let (qr, kr) = (rotate(&mut b, &q, heads), rotate(&mut b, &k, kv_heads));
-    let padding = mobius::models::components::padding_mask(&mut b, &ids, &mask);
+    let mut padding = mobius::models::components::padding_mask(&mut b, &ids, &mask);
+    if let Some(w) = window {
+        padding = mobius::models::components::sliding_window_mask(&mut b, &padding, &ids, &mask, w);
+    }
     b.node(
         "",
         "Attention",
@@ -488,7 +504,7 @@ fn attention_block_with(
             ("kv_num_heads", Attr::Int(kv_heads as i64)),
             ("q_num_heads", Attr::Int(heads as i64)),
             ("scale", Attr::Float((d as f32).powf(-0.5))),
-            ("softcap", Attr::Float(0.0)),
+            ("softcap", Attr::Float(softcap)),
         ],
         vec!["y".into(), "present.0.key".into(), "present.0.value".into()],
     );
@@ -507,11 +523,19 @@ proptest! {
         prove_on("rotary-attention-to-gqa", "cpu", graph, inputs, 1e-4)?;
     }
 
+    /// The sliding window and soft-capping are carried (as local_window_size and softcap).
+    #[test]
+    fn rotary_attention_to_gqa_window_softcap(batch in 1usize..3, seq in 1usize..5, past in 0usize..5, kv_heads in 1usize..3, window in 1usize..5, softcap in prop_oneof![Just(0.0f32), 0.5f32..4.0], seed in any::<u64>()) {
+        let graph = attention_block_with(batch, seq, past, 2 * kv_heads, kv_heads, Some(false), Some(window), softcap);
+        let inputs = contract_inputs(&graph, batch, seq, past, seed);
+        prove_on("rotary-attention-to-gqa", "cpu", graph, inputs, 1e-4)?;
+    }
+
     /// Equal on inputs that follow the decoder contract (no padding).
     #[test]
-    fn attention_to_gqa(batch in 1usize..3, seq in 1usize..4, past in 0usize..4, kv_heads in 1usize..3, group in 1usize..3, rope in any::<bool>(), seed in any::<u64>()) {
+    fn attention_to_gqa(batch in 1usize..3, seq in 1usize..4, past in 0usize..4, kv_heads in 1usize..3, group in 1usize..3, rope in any::<bool>(), window in prop::option::of(1usize..5), softcap in prop_oneof![Just(0.0f32), 0.5f32..4.0], seed in any::<u64>()) {
         let heads = kv_heads * group;
-        let graph = attention_block_with(batch, seq, past, heads, kv_heads, rope.then_some(false));
+        let graph = attention_block_with(batch, seq, past, heads, kv_heads, rope.then_some(false), window, softcap);
         let inputs = contract_inputs(&graph, batch, seq, past, seed);
         prove_on("attention-to-gqa", "dml", graph, inputs, 1e-4)?;
     }

@@ -1,4 +1,4 @@
-//! Reductions (`ReduceSum`, `ReduceMean`, `ReduceMax`) and `Softmax`. Float sums accumulate in
+//! Reductions (`ReduceSum`, `ReduceMean`, `ReduceMax`), `CumSum` and `Softmax`. Float sums accumulate in
 //! f64; edge cases follow onnxruntime (see [`reduce`]).
 
 use super::elementwise::wrap_int;
@@ -17,6 +17,7 @@ pub fn eval(domain: &str, op: &str, call: &OpCall<'_>) -> FamilyResult {
         "ReduceMean" => reduce(call, Kind::Mean),
         "ReduceMax" => reduce(call, Kind::Max),
         "Softmax" => softmax(call),
+        "CumSum" => cumsum(call),
         _ => return None,
     };
     Some(result)
@@ -159,6 +160,68 @@ fn max_by_group<T: Copy>(
         }
     }
     best
+}
+
+/// `CumSum(x, axis)`: running sums along `axis` (a scalar or 1-element tensor), `exclusive`
+/// shifting them by one and `reverse` running from the end. Floats accumulate in f32 in order,
+/// as onnxruntime does; integers wrap to their width.
+fn cumsum(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
+    let x = call.input(0)?;
+    let ax = match call.input(1)?.ints().map_err(|e| call.error(e))? {
+        [a] => axis(*a, x.shape.len()).map_err(|e| call.error(e))?,
+        other => return Err(call.error(format!("axis must hold one value, found {other:?}"))),
+    };
+    let (exclusive, reverse) = (call.int("exclusive", 0) != 0, call.int("reverse", 0) != 0);
+    let n = x.shape[ax];
+    let inner: usize = x.shape[ax + 1..].iter().product();
+    let outer: usize = x.shape[..ax].iter().product();
+    // Visits every line along `axis` in running order, handing `step` (index, running sum).
+    fn scan<T: Copy>(
+        v: &[T],
+        (outer, n, inner): (usize, usize, usize),
+        (exclusive, reverse): (bool, bool),
+        zero: T,
+        add: impl Fn(T, T) -> T,
+    ) -> Vec<T> {
+        let mut out = vec![zero; v.len()];
+        for o in 0..outer {
+            for i in 0..inner {
+                let mut acc = zero;
+                for step in 0..n {
+                    let j = if reverse { n - 1 - step } else { step };
+                    let at = o * n * inner + j * inner + i;
+                    if exclusive {
+                        out[at] = acc;
+                        acc = add(acc, v[at]);
+                    } else {
+                        acc = add(acc, v[at]);
+                        out[at] = acc;
+                    }
+                }
+            }
+        }
+        out
+    }
+    let dims = (outer, n, inner);
+    let flags = (exclusive, reverse);
+    let out = match &x.values {
+        Values::Float(v) => {
+            let mut t = Tensor::float(
+                x.dtype,
+                x.shape.clone(),
+                scan(v, dims, flags, 0.0, |a, b| a + b),
+            );
+            t.round_to_dtype();
+            t
+        }
+        Values::Int(v) => {
+            let dtype = x.dtype;
+            let summed = scan(v, dims, flags, 0, |a, b| wrap_int(dtype, a.wrapping_add(b)));
+            Tensor::int(dtype, x.shape.clone(), summed)
+        }
+        Values::Bool(_) => return Err(call.error("unsupported dtype bool")),
+    };
+    Ok(vec![out])
 }
 
 /// `Softmax` (opset 13+) along `axis` (default -1), computed stably: `exp(x - max) / sum`, in

@@ -307,26 +307,130 @@ fn gqa_lengths(g: &mut OnnxGraph, mask: Id) -> (Id, Id) {
     (seqlens, total)
 }
 
+/// What the matched Attention carries into GroupQueryAttention besides its inputs.
+struct GqaExtras {
+    /// Channels per head.
+    head_dim: i64,
+    /// `local_window_size`: keys a query sees, counting itself (`None` = all).
+    window: Option<i64>,
+    /// The `softcap` attribute class when it is set and non-zero.
+    softcap: Option<Id>,
+}
+
 /// What both attention → GroupQueryAttention rules require of the matched Attention: causal,
-/// the padding mask of `attention_mask`, caches that are graph inputs, no soft-capping, a head
-/// size ORT accepts (a multiple of 16). Returns the head size.
-fn gqa_preconditions(g: &OnnxGraph, s: &Subst) -> Option<i64> {
+/// the padding mask of `attention_mask` (or it restricted to a sliding window), caches that
+/// are graph inputs, a head size ORT accepts (a multiple of 16). Soft-capping and the window
+/// are carried over.
+fn gqa_preconditions(g: &OnnxGraph, s: &Subst) -> Option<GqaExtras> {
     let v = |name: &str| s[var(name)];
     let (mask, pk, pv) = (v("?mask"), v("?pk"), v("?pv"));
-    if int_attr(g, v("?causal")) != Some(1) || !is_padding_mask(g, mask) {
+    if int_attr(g, v("?causal")) != Some(1) {
         return None;
     }
+    let window = attention_window(g, mask)?;
     if !is_input(g, pk, None) || !is_input(g, pv, None) {
         return None;
     }
     int_attr(g, v("?qnh"))?;
     int_attr(g, v("?kvh"))?;
-    let softcap = g[v("?softcap")].data.attr()?;
-    if !matches!(softcap, AttrValue::Unset) && *softcap != AttrValue::Float(0f32.to_bits()) {
-        return None;
-    }
+    let softcap = match g[v("?softcap")].data.attr()? {
+        AttrValue::Unset => None,
+        AttrValue::Float(bits) if f32::from_bits(*bits) == 0.0 => None,
+        AttrValue::Float(bits) if f32::from_bits(*bits) > 0.0 => Some(v("?softcap")),
+        _ => return None,
+    };
     let head_dim = g[pk].data.tensor()?.shape.as_ref()?.last()?.known()?;
-    (head_dim % 16 == 0).then_some(head_dim)
+    (head_dim % 16 == 0).then_some(GqaExtras {
+        head_dim,
+        window,
+        softcap,
+    })
+}
+
+/// The window an attention mask encodes: `Some(None)` for the padding mask of
+/// `attention_mask`, `Some(Some(w))` for it restricted by
+/// [`crate::models::components::sliding_window_mask`] to keys less than `w` valid tokens
+/// behind the query, `None` for any other mask.
+fn attention_window(g: &OnnxGraph, mask: Id) -> Option<Option<i64>> {
+    if is_padding_mask(g, mask) {
+        return Some(None);
+    }
+    let and = find_op(g, mask, "And")?;
+    let [a, b] = and.input_ids() else {
+        return None;
+    };
+    let inside = match (is_padding_mask(g, *a), is_padding_mask(g, *b)) {
+        (true, _) => *b,
+        (_, true) => *a,
+        _ => return None,
+    };
+    let unsqueezed = |id: Id, axis: i64| {
+        find_op(g, id, "Unsqueeze").and_then(|u| match u.input_ids() {
+            [x, axes] if const_ints(g, *axes) == Some(vec![axis]) => Some(*x),
+            _ => None,
+        })
+    };
+    let less = find_op(g, unsqueezed(inside, 1)?, "Less")?;
+    let [distance, limit] = less.input_ids() else {
+        return None;
+    };
+    let window = match const_ints(g, *limit)?.as_slice() {
+        [w] if *w > 0 => *w,
+        _ => return None,
+    };
+    let sub = find_op(g, *distance, "Sub")?;
+    let [query_col, key_row] = sub.input_ids() else {
+        return None;
+    };
+    let ordinal = unsqueezed(*key_row, 1)?;
+    let slice = find_op(g, unsqueezed(*query_col, 2)?, "Slice")?;
+    let [sliced, start, end, axes] = slice.input_ids() else {
+        return None;
+    };
+    let cumsum = find_op(g, ordinal, "CumSum")?;
+    let [summed, cumsum_axis] = cumsum.input_ids() else {
+        return None;
+    };
+    let seq = find_op(g, *start, "Neg").and_then(|n| find_op(g, n.input_ids()[0], "Shape"));
+    let seq_ok = seq.is_some_and(|shape| {
+        let attr = |name: &str| shape.attr_id(name).and_then(|a| int_attr(g, a));
+        is_input(g, shape.input_ids()[0], Some("input_ids"))
+            && attr("start") == Some(1)
+            && attr("end") == Some(2)
+    });
+    let cumsum_plain = ["exclusive", "reverse"].iter().all(|name| {
+        cumsum
+            .attr_id(name)
+            .is_none_or(|a| matches!(g[a].data.attr(), Some(AttrValue::Unset | AttrValue::Int(0))))
+    });
+    let ok = g.find(*sliced) == g.find(ordinal)
+        && is_input(g, *summed, Some("attention_mask"))
+        && const_ints(g, *cumsum_axis) == Some(vec![1])
+        && cumsum_plain
+        && seq_ok
+        && const_ints(g, *end) == Some(vec![i64::MAX])
+        && const_ints(g, *axes) == Some(vec![1]);
+    ok.then_some(Some(window))
+}
+
+/// The values of an integer constant class.
+fn const_ints(g: &OnnxGraph, id: Id) -> Option<Vec<i64>> {
+    let lit = g[id].data.konst.as_ref()?;
+    match lit.dtype {
+        DType::I64 => Some(
+            lit.bytes
+                .chunks_exact(8)
+                .map(|c| i64::from_le_bytes(c.try_into().expect("8 bytes")))
+                .collect(),
+        ),
+        DType::I32 => Some(
+            lit.bytes
+                .chunks_exact(4)
+                .map(|c| i32::from_le_bytes(c.try_into().expect("4 bytes")) as i64)
+                .collect(),
+        ),
+        _ => None,
+    }
 }
 
 /// `com.microsoft::GroupQueryAttention(q, k, v, past k/v, seqlens_k, total, cos, sin)` with the
@@ -337,6 +441,7 @@ fn gqa_op(
     s: &Subst,
     q: Id,
     k: Id,
+    extras: &GqaExtras,
     rotary: Option<(AttrValue, Id, Id)>,
 ) -> Option<Id> {
     let attention_mask = g.lookup(Onnx::Input(egg::Symbol::from("attention_mask")))?;
@@ -359,16 +464,20 @@ fn gqa_op(
     let attrs = schema("com.microsoft::GroupQueryAttention")?;
     // Attribute children in schema order: do_rotary, kv_num_heads, local_window_size,
     // num_heads, qk_output, rotary_interleaved, scale, smooth_softmax, softcap.
+    let window = match extras.window {
+        Some(w) => g.add(Onnx::Attr(AttrValue::Int(w))),
+        None => unset,
+    };
     let attr_children = [
         do_rotary,
         v("?kvh"),
-        unset,
+        window,
         v("?qnh"),
         unset,
         interleaved,
         v("?scale"),
         unset,
-        unset,
+        extras.softcap.unwrap_or(unset),
     ];
     let mut children = vec![q, k, val, pk, pv, seqlens, total, cos, sin];
     children.extend(attr_children);
@@ -387,7 +496,8 @@ fn gqa_op(
 /// unless both rotations agree (heads, interleaving) and the rotary width is one ORT derives
 /// from the tables.
 fn rotary_attention_to_gqa(g: &mut OnnxGraph, _matched: Id, s: &Subst, _rule: &str) -> Option<Id> {
-    let head_dim = gqa_preconditions(g, s)?;
+    let extras = gqa_preconditions(g, s)?;
+    let head_dim = extras.head_dim;
     let v = |name: &str| s[var(name)];
     let (heads, kv_heads) = (int_attr(g, v("?qnh"))?, int_attr(g, v("?kvh"))?);
     if int_attr(g, v("?qh")) != Some(heads) || int_attr(g, v("?kh")) != Some(kv_heads) {
@@ -406,7 +516,14 @@ fn rotary_attention_to_gqa(g: &mut OnnxGraph, _matched: Id, s: &Subst, _rule: &s
     if 2 * width != rotary || rotary > head_dim || rotary % 16 != 0 {
         return None;
     }
-    gqa_op(g, s, v("?q"), v("?k"), Some((interleaved, cos, sin)))
+    gqa_op(
+        g,
+        s,
+        v("?q"),
+        v("?k"),
+        &extras,
+        Some((interleaved, cos, sin)),
+    )
 }
 
 /// The initializer name held by class `id`, if any.
@@ -474,12 +591,12 @@ fn pack_qkv_with_bias(g: &mut OnnxGraph, matched: Id, s: &Subst, _rule: &str) ->
 /// on 3-D q/k/v → GroupQueryAttention(do_rotary=0) on the same inputs (RoPE, if any, stays in
 /// front of it).
 fn attention_to_gqa(g: &mut OnnxGraph, _matched: Id, s: &Subst, _rule: &str) -> Option<Id> {
-    gqa_preconditions(g, s)?;
+    let extras = gqa_preconditions(g, s)?;
     let (q, k) = (s[var("?q")], s[var("?k")]);
     if g[q].data.tensor()?.rank()? != 3 {
         return None;
     }
-    gqa_op(g, s, q, k, None)
+    gqa_op(g, s, q, k, &extras, None)
 }
 
 /// `?x`: rank 2 or 3 (what SkipLayerNormalization accepts).

@@ -477,6 +477,15 @@ def _reduce():
     sm[1, 1:] = -np.inf
     add("Softmax", "neg_inf_entries", [sm], [("y", F32)])
 
+    r = rng_for("CumSum", "data")
+    mask = ints(r, 0, 2, 3, 7)
+    axis1 = init("axis", np.array(1, np.int64))
+    add("CumSum", "i64_mask_axis1", [inp("x", mask), axis1], [("y", I64)])
+    add("CumSum", "f32_axis0_i32", [inp("x", randn(r, 4, 3)), init("axis", np.array([0], np.int32))], [("y", F32)])
+    add("CumSum", "f32_neg_axis_exclusive", [inp("x", randn(r, 2, 3, 5)), init("axis", np.array(-1, np.int64))], [("y", F32)], exclusive=1)
+    add("CumSum", "f32_reverse", [inp("x", randn(r, 2, 6)), axis1], [("y", F32)], reverse=1)
+    add("CumSum", "i64_reverse_exclusive", [inp("x", ints(r, -9, 9, 2, 5)), axis1], [("y", I64)], reverse=1, exclusive=1)
+
 
 # --------------------------------------------------------------------------- norms / gelu
 def _norms():

@@ -20,8 +20,10 @@ pub fn padding_mask(b: &mut GraphBuilder, input_ids: &str, attention_mask: &str)
     b.op("Unsqueeze", &[&expanded, &axis1], vec![])
 }
 
-/// Restricts `mask` (`[B, 1, S, T]`) to keys less than `window` positions behind each query:
-/// query `i` (absolute index `T - S + i`) may see key `j` only if `T - S + i - j < window`.
+/// Restricts `mask` (`[B, 1, S, T]`) to keys less than `window` valid tokens behind each
+/// query. Distances count valid tokens (`CumSum(attention_mask)`), not cache slots, so a row
+/// with padding inside its cache sees the same keys as the unpadded sequence; for unpadded
+/// input this is transformers' `j > i - window`.
 pub fn sliding_window_mask(
     b: &mut GraphBuilder,
     mask: &str,
@@ -29,19 +31,23 @@ pub fn sliding_window_mask(
     attention_mask: &str,
     window: usize,
 ) -> String {
-    let one = b.scalar_i64(1);
-    let zero = b.scalar_i64(0);
-    let shape_ids = b.op("Shape", &[input_ids], vec![]);
-    let s = b.op("Gather", &[&shape_ids, &one], vec![("axis", Attr::Int(0))]);
-    let shape_mask = b.op("Shape", &[attention_mask], vec![]);
-    let t = b.op("Gather", &[&shape_mask, &one], vec![("axis", Attr::Int(0))]);
-    let past = b.op("Sub", &[&t, &s], vec![]);
-    let q_pos = b.op("Range", &[&past, &t, &one], vec![]);
-    let k_pos = b.op("Range", &[&zero, &t, &one], vec![]);
-    let axis1 = b.const_i64(&[1]);
-    let q_col = b.op("Unsqueeze", &[&q_pos, &axis1], vec![]);
-    let distance = b.op("Sub", &[&q_col, &k_pos], vec![]);
+    let axis1 = b.scalar_i64(1);
+    let ordinal = b.op("CumSum", &[attention_mask, &axis1], vec![]);
+    let seq = b.op(
+        "Shape",
+        &[input_ids],
+        vec![("end", Attr::Int(2)), ("start", Attr::Int(1))],
+    );
+    let start = b.op("Neg", &[&seq], vec![]);
+    let end = b.const_i64(&[i64::MAX]);
+    let axes1 = b.const_i64(&[1]);
+    let query_ordinal = b.op("Slice", &[&ordinal, &start, &end, &axes1], vec![]);
+    let axes2 = b.const_i64(&[2]);
+    let query_col = b.op("Unsqueeze", &[&query_ordinal, &axes2], vec![]);
+    let key_row = b.op("Unsqueeze", &[&ordinal, &axes1], vec![]);
+    let distance = b.op("Sub", &[&query_col, &key_row], vec![]);
     let limit = b.scalar_i64(window as i64);
     let inside = b.op("Less", &[&distance, &limit], vec![]);
+    let inside = b.op("Unsqueeze", &[&inside, &axes1], vec![]);
     b.op("And", &[mask, &inside], vec![])
 }
