@@ -86,3 +86,25 @@ def ep_caps() -> dict[str, dict]:
 
     proc = run_mobius(["list", "eps", "--json"])
     return {e["name"]: e for e in json.loads(proc.stdout)}
+
+
+_AGREEMENT: list[tuple[str, int, int, int]] = []
+
+
+@pytest.fixture
+def record_agreement():
+    """Records (build, common prefix, equal tokens, length) of an f16 genai greedy run."""
+
+    def record(build: str, prefix: int, equal: int, length: int) -> None:
+        _AGREEMENT.append((build, prefix, equal, length))
+
+    return record
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Prints the f16 greedy agreement table (test_genai_greedy_f16)."""
+    if not _AGREEMENT:
+        return
+    terminalreporter.section("f16 builds: onnxruntime-genai greedy agreement with transformers (f32)")
+    for build, prefix, equal, length in sorted(_AGREEMENT):
+        terminalreporter.write_line(f"{build:40s} common prefix {prefix:2d}/{length}, equal tokens {equal:2d}/{length}")
