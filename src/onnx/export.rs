@@ -184,6 +184,7 @@ pub fn model_proto(
             .collect(),
         producer_name: model.producer_name.clone(),
         producer_version: model.producer_version.clone(),
+        functions: super::contrib_functions::bodies_for(g),
         graph: Some(graph),
         ..Default::default()
     })

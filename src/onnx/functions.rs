@@ -97,6 +97,8 @@ fn inline_call(call: &NodeProto, f: &FunctionProto, prefix: &str) -> Vec<NodePro
     };
     f.node
         .iter()
+        // A body node whose every output the call leaves unnamed is dead here.
+        .filter(|n| n.output.is_empty() || n.output.iter().any(|v| !rename(v, &names).is_empty()))
         .map(|n| NodeProto {
             input: n.input.iter().map(|v| rename(v, &names)).collect(),
             output: n.output.iter().map(|v| rename(v, &names)).collect(),

@@ -1,6 +1,7 @@
 //! `.onnx` file (with external data) → IR.
 //!
-//! Calls of model-local functions are expanded into their bodies. Initializer data is not
+//! Calls of model-local functions are expanded into their bodies, except the contrib ops whose
+//! bodies mobius writes itself (those stay ops). Initializer data is not
 //! read: inline tensors are kept as bytes, external ones become
 //! [`TensorSource::External`] references resolved when the model is saved again.
 
@@ -14,6 +15,14 @@ use crate::ir::{
     Attr, DType, Dim, Graph, Initializer, Model, Node, Shape, TensorData, TensorSource, ValueInfo,
 };
 use crate::{Error, Result};
+
+/// The model-local functions to expand: all but the contrib-op bodies mobius writes.
+fn foreign_functions(functions: Vec<proto::FunctionProto>) -> Vec<proto::FunctionProto> {
+    functions
+        .into_iter()
+        .filter(|f| !super::contrib_functions::is_known(&f.domain, &f.name))
+        .collect()
+}
 
 /// Reads `path` (and resolves external data relative to its folder).
 pub fn load(path: &Path) -> Result<Model> {
@@ -50,7 +59,7 @@ pub fn decode(bytes: &[u8], path: &Path) -> Result<Model> {
             .iter()
             .filter_map(|v| ctx.value_info(v).ok())
             .collect(),
-        nodes: super::functions::expand(g.node, &m.functions)
+        nodes: super::functions::expand(g.node, &foreign_functions(m.functions))
             .map_err(err)?
             .into_iter()
             .map(|n| ctx.node(n))

@@ -1,6 +1,7 @@
 //! ONNX I/O: the protobuf messages, export of the IR with external data, and import of
 //! `.onnx` files back into the IR.
 
+pub mod contrib_functions;
 pub mod export;
 pub mod functions;
 pub mod import;

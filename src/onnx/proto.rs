@@ -57,6 +57,9 @@ pub struct FunctionProto {
     /// `node = 7`.
     #[prost(message, repeated, tag = "7")]
     pub node: Vec<NodeProto>,
+    /// `opset_import = 9`: the opsets the body uses.
+    #[prost(message, repeated, tag = "9")]
+    pub opset_import: Vec<OperatorSetIdProto>,
     /// `domain = 10`.
     #[prost(string, tag = "10")]
     pub domain: String,
