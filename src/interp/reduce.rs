@@ -1,5 +1,5 @@
-//! Reductions (`ReduceSum`, `ReduceMean`, `ReduceMax`) and `Softmax`. Float sums accumulate in
-//! f64; edge cases follow onnxruntime (see [`reduce`]).
+//! Reductions (`ReduceSum`, `ReduceMean`, `ReduceMax`), `Softmax` and `CumSum`. Float sums
+//! accumulate in f64; edge cases follow onnxruntime (see [`reduce`]).
 
 use super::elementwise::wrap_int;
 use super::tensor::{axis, broadcast_index};
@@ -17,6 +17,7 @@ pub fn eval(domain: &str, op: &str, call: &OpCall<'_>) -> FamilyResult {
         "ReduceMean" => reduce(call, Kind::Mean),
         "ReduceMax" => reduce(call, Kind::Max),
         "Softmax" => softmax(call),
+        "CumSum" => cumsum(call),
         _ => return None,
     };
     Some(result)
@@ -186,4 +187,72 @@ fn softmax(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
         }
     }
     Ok(vec![Tensor::float(x.dtype, x.shape.clone(), out)])
+}
+
+/// `CumSum(x, axis)`: running sums along `axis` (a scalar or 1-element tensor, negative
+/// counting from the end), `exclusive` leaving out the current element, `reverse` summing from
+/// the end. Floats accumulate in f32 like onnxruntime's kernel; integers wrap.
+fn cumsum(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
+    let x = call.input(0)?;
+    let axis_value = match call.input(1)?.ints().map_err(|e| call.error(e))? {
+        [a] => *a,
+        other => return Err(call.error(format!("axis must hold one value, found {}", other.len()))),
+    };
+    let a = axis(axis_value, x.shape.len()).map_err(|e| call.error(e))?;
+    let (exclusive, reverse) = (call.int("exclusive", 0) != 0, call.int("reverse", 0) != 0);
+    let len = x.shape[a];
+    let inner: usize = x.shape[a + 1..].iter().product();
+    let outer: usize = x.shape[..a].iter().product();
+    // Element indices of each line along the axis, in summation order.
+    let lines = (0..outer).flat_map(|o| (0..inner).map(move |i| (o * len * inner + i, inner)));
+    let order = |start: usize, stride: usize| {
+        let idx: Vec<usize> = (0..len).map(|k| start + k * stride).collect();
+        if reverse {
+            idx.into_iter().rev().collect()
+        } else {
+            idx
+        }
+    };
+    fn scan<T: Copy>(
+        v: &[T],
+        out: &mut [T],
+        idx: &[usize],
+        zero: T,
+        exclusive: bool,
+        add: impl Fn(T, T) -> T,
+    ) {
+        let mut acc = zero;
+        for &i in idx {
+            let next = add(acc, v[i]);
+            out[i] = if exclusive { acc } else { next };
+            acc = next;
+        }
+    }
+    let out = match &x.values {
+        Values::Float(v) => {
+            let mut out = vec![0f32; v.len()];
+            for (start, stride) in lines {
+                scan(
+                    v,
+                    &mut out,
+                    &order(start, stride),
+                    0.0,
+                    exclusive,
+                    |p, q| p + q,
+                );
+            }
+            Tensor::float(x.dtype, x.shape.clone(), out)
+        }
+        Values::Int(v) => {
+            let mut out = vec![0i64; v.len()];
+            for (start, stride) in lines {
+                scan(v, &mut out, &order(start, stride), 0, exclusive, |p, q| {
+                    wrap_int(x.dtype, p.wrapping_add(q))
+                });
+            }
+            Tensor::int(x.dtype, x.shape.clone(), out)
+        }
+        Values::Bool(_) => return Err(call.error("CumSum of a bool tensor")),
+    };
+    Ok(vec![out])
 }

@@ -64,6 +64,7 @@ pub fn infer(
         | "Log"
         | "Erf"
         | "Softmax"
+        | "CumSum"
         | "Gelu"
         | "RMSNormalization"
         | "LayerNormalization"

@@ -467,6 +467,15 @@ def _reduce():
         if op != "ReduceMean":
             red("i64_axis0", ints(r, -50, 50, 3, 4), [0], dt=I64)
 
+    r = rng_for("CumSum", "data")
+    x = randn(r, 3, 4, 5)
+    for name, axis, kw in [("axis1", 1, {}), ("axis_neg1_exclusive", -1, {"exclusive": 1}),
+                           ("axis0_reverse", 0, {"reverse": 1}),
+                           ("axis2_exclusive_reverse", 2, {"exclusive": 1, "reverse": 1})]:
+        add("CumSum", name, [inp("x", x), init("axis", np.array(axis, np.int64))], [("y", F32)], **kw)
+    add("CumSum", "i64_mask_rows", [inp("x", ints(r, 0, 2, 2, 7)), init("axis", np.array([1], np.int64))],
+        [("y", I64)])
+
     r = rng_for("Softmax", "data")
     add("Softmax", "default_axis", [randn(r, 2, 3, 5)], [("y", F32)])
     add("Softmax", "axis1", [randn(r, 2, 3, 5)], [("y", F32)], axis=1)
