@@ -668,6 +668,11 @@ def _attention():
     att("causal_kv_longer_no_past", S=2, L=5, is_causal=1)
     att("softcap_scale", S=4, softcap=2.0, scale=0.7)
     att("softcap_float_mask", S=3, L=4, softcap=1.5, mask="float")
+    # Gemma 2 decode: soft-capped, causal, bool (window) mask over a past, grouped heads
+    att("softcap_causal_past_bool_mask_3d_gqa", S=2, P=3, three_d=True, Hq=4, Hkv=2, is_causal=1,
+        mask="bool", softcap=2.0, scale=0.3)
+    att("f16_softcap_causal_past_bool_mask", dtype=np.float16, S=2, P=3, Hq=4, Hkv=2, is_causal=1,
+        mask="bool", softcap=3.0)
     att("scale_causal_3d_gqa", S=3, three_d=True, Hq=4, Hkv=2, scale=0.25, is_causal=1)
     att("qk_matmul_output", S=3, L=4, qk=True)
     att("nonpad_kv_seqlen", S=3, L=6, nonpad=[6, 2])
