@@ -118,9 +118,9 @@ impl<'a> Evaluator<'a> {
             }
             TensorSource::AddScalar { source, .. } => {
                 let info = self.describe(source)?;
-                if !info.dtype.is_float() {
+                if !convert::can_convert(info.dtype, DType::F32) {
                     return Err(Error::Graph(format!(
-                        "adding a scalar to a {} tensor (expected a float tensor)",
+                        "adding a scalar to a {} tensor (expected f32, f16 or bf16)",
                         info.dtype
                     )));
                 }
