@@ -48,6 +48,12 @@ import torch
 import transformers
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (
+    Gemma2Config,
+    Gemma2ForCausalLM,
+    Gemma3ForCausalLM,
+    Gemma3TextConfig,
+    GemmaConfig,
+    GemmaForCausalLM,
     GenerationConfig,
     LlamaConfig,
     LlamaForCausalLM,
@@ -171,17 +177,54 @@ def make_config(kind: str, vocab: int, ids: dict):
             sliding_window=5,  # shorter than prompt + generation: the window matters
             rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
         )
+    if kind == "gemma":
+        return GemmaForCausalLM, GemmaConfig(
+            **common,
+            rms_norm_eps=1e-6,
+            hidden_act="gelu_pytorch_tanh",
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
+    if kind == "gemma2":
+        # Layer 0 slides (window 5 < prompt + generated), layer 1 is global; softcaps small
+        # enough to bend scores and logits; query_pre_attn_scalar != head_dim.
+        return Gemma2ForCausalLM, Gemma2Config(
+            **common,
+            rms_norm_eps=1e-6,
+            hidden_activation="gelu_pytorch_tanh",
+            query_pre_attn_scalar=24,
+            sliding_window=5,
+            attn_logit_softcapping=3.0,
+            final_logit_softcapping=2.0,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
+    if kind == "gemma3_text":
+        # 3 layers: sliding, sliding, global (pattern 3); window 4; local RoPE theta 1e4,
+        # global theta 1e6 with linear scaling; per-head q/k norms.
+        return Gemma3ForCausalLM, Gemma3TextConfig(
+            **dict(common, num_hidden_layers=3),
+            rms_norm_eps=1e-6,
+            hidden_activation="gelu_pytorch_tanh",
+            query_pre_attn_scalar=16,
+            sliding_window=4,
+            layer_types=["sliding_attention", "sliding_attention", "full_attention"],
+            rope_parameters={
+                "full_attention": {"rope_type": "linear", "rope_theta": 1000000.0, "factor": 2.0},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+            },
+        )
     raise ValueError(kind)
 
 
 def perturb(model, seed: int) -> None:
     """Replace the default (near-flat) init with larger random weights."""
     g = torch.Generator().manual_seed(seed)
+    # Gemma's RMSNorm scales by (1 + weight): keep its effective gain near 1 as well.
+    norm_offset = 0.0 if model.config.model_type.startswith("gemma") else 1.0
     with torch.no_grad():
         for name, p in model.named_parameters():
             r = torch.randn(p.shape, generator=g, dtype=torch.float32)
             if "norm" in name:
-                v = 1.0 + 0.2 * r
+                v = norm_offset + 0.2 * r
             elif name.endswith(".bias"):
                 v = 0.1 * r
             elif "embed_tokens" in name or "lm_head" in name:
@@ -224,6 +267,8 @@ def rewrite_config_v4(path: Path) -> None:
     for k, v in cfg.items():
         if k == "dtype":
             out["torch_dtype"] = v
+        elif k == "layer_types" and cfg.get("model_type") == "gemma2":
+            continue  # transformers 4 derived Gemma 2's alternation (even layers slide)
         elif k == "rope_parameters":
             rp = dict(v)
             out["rope_theta"] = rp.pop("rope_theta")
@@ -242,6 +287,9 @@ FIXTURES = {
     "llama-bf16-sharded": (2000, "bf16", "v5", "64KB"),
     "qwen2": (3000, "f32", "v5", None),
     "mistral": (4000, "f32", "v4", None),
+    "gemma": (5000, "f32", "v5", None),
+    "gemma2": (6000, "f32", "v4", None),
+    "gemma3_text": (7000, "f32", "v5", None),
 }
 
 

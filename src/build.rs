@@ -173,6 +173,7 @@ fn is_weight_data(src: &TensorSource) -> bool {
         TensorSource::Checkpoint(_) | TensorSource::RotaryTable { .. } => true,
         TensorSource::Inline(_) | TensorSource::External { .. } => false,
         TensorSource::Transpose(inner) => is_weight_data(inner),
+        TensorSource::AddScalar { source, .. } => is_weight_data(source),
         TensorSource::Concat { parts, .. } => parts.iter().any(is_weight_data),
     }
 }

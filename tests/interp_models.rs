@@ -18,7 +18,15 @@ use mobius::verify::{random_inputs, Rng};
 use mobius::weights::eval::Evaluator;
 use mobius::weights::store::TensorStore;
 
-const FIXTURES: &[&str] = &["llama", "llama-bf16-sharded", "qwen2", "mistral"];
+const FIXTURES: &[&str] = &[
+    "llama",
+    "llama-bf16-sharded",
+    "qwen2",
+    "mistral",
+    "gemma",
+    "gemma2",
+    "gemma3_text",
+];
 
 fn store(name: &str) -> TensorStore {
     let dir = fixture(name);

@@ -62,4 +62,26 @@ pub struct HfConfig {
     pub eos_token_id: Option<Value>,
     /// `pad_token_id`.
     pub pad_token_id: Option<Value>,
+    /// `hidden_activation` (Gemma; Gemma 2/3 read it instead of `hidden_act`).
+    pub hidden_activation: Option<String>,
+    /// `query_pre_attn_scalar` (Gemma 2/3: attention scale = its inverse square root).
+    pub query_pre_attn_scalar: Option<f64>,
+    /// `attn_logit_softcapping` (Gemma 2/3); absent and null differ (absent = the default).
+    #[serde(default, deserialize_with = "present")]
+    pub attn_logit_softcapping: Option<Value>,
+    /// `final_logit_softcapping` (Gemma 2/3); absent and null differ (absent = the default).
+    #[serde(default, deserialize_with = "present")]
+    pub final_logit_softcapping: Option<Value>,
+    /// `sliding_window_pattern` (Gemma 3, transformers v4: every n-th layer is full).
+    pub sliding_window_pattern: Option<i64>,
+    /// `rope_local_base_freq` (Gemma 3, transformers v4: RoPE theta of sliding layers).
+    pub rope_local_base_freq: Option<f64>,
+    /// `use_bidirectional_attention` (Gemma 3 encoders).
+    pub use_bidirectional_attention: Option<bool>,
+}
+
+/// Deserializes a field that may be `null` as `Some(Value::Null)`, so that an explicit null
+/// differs from an absent field (`None`, by `#[serde(default)]`).
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(d).map(Some)
 }

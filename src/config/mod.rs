@@ -1,5 +1,6 @@
 //! `config.json` → [`ArchConfig`], one normalised description of the architecture.
 
+pub mod gemma;
 pub mod hf;
 pub mod rope;
 
@@ -9,11 +10,19 @@ use serde_json::Value;
 
 use crate::ir::DType;
 use crate::{Error, Result};
+pub use gemma::{GeluApproximation, GemmaConfig, GemmaVersion};
 pub use hf::HfConfig;
 pub use rope::{Rope, RopeScaling};
 
 /// The `model_type`s mobius builds, each a plain pre-norm decoder.
-pub const SUPPORTED_MODEL_TYPES: &[&str] = &["llama", "mistral", "qwen2"];
+pub const SUPPORTED_MODEL_TYPES: &[&str] = &[
+    "llama",
+    "mistral",
+    "qwen2",
+    "gemma",
+    "gemma2",
+    "gemma3_text",
+];
 
 /// Upper bound on any size in a config (keeps every tensor size computation far from overflow).
 const MAX_DIM: i64 = 1 << 26;
@@ -61,6 +70,8 @@ pub struct ArchConfig {
     pub eos_token_ids: Vec<i64>,
     /// Padding token.
     pub pad_token_id: Option<i64>,
+    /// The Gemma family's knobs (`None` for other families).
+    pub gemma: Option<GemmaConfig>,
 }
 
 impl ArchConfig {
@@ -123,8 +134,9 @@ impl ArchConfig {
             }
         };
         let num_hidden_layers = f.positive("num_hidden_layers", raw.num_hidden_layers)?;
+        let gemma = gemma::parse(raw, &model_type, hidden_size, head_dim, &f)?;
         let act = raw.hidden_act.as_deref().unwrap_or("silu");
-        if act != "silu" && act != "swish" {
+        if gemma.is_none() && act != "silu" && act != "swish" {
             return Err(f.err(
                 "hidden_act",
                 &format!("`{act}` is not supported for {model_type} (expected \"silu\")"),
@@ -147,11 +159,15 @@ impl ArchConfig {
             vocab_size: f.positive("vocab_size", raw.vocab_size)?,
             max_position_embeddings,
             rms_norm_eps: raw.rms_norm_eps.unwrap_or(1e-6) as f32,
-            tie_word_embeddings: raw.tie_word_embeddings.unwrap_or(false),
+            // Gemma checkpoints tie the LM head to the embeddings unless told otherwise.
+            tie_word_embeddings: raw.tie_word_embeddings.unwrap_or(gemma.is_some()),
             qkv_bias,
             o_bias: model_type == "llama" && raw.attention_bias.unwrap_or(false),
             mlp_bias: model_type == "llama" && raw.mlp_bias.unwrap_or(false),
-            rope: parse_rope(raw, head_dim, &f)?,
+            rope: match model_type.as_str() {
+                "gemma3_text" => gemma::gemma3_rope(raw, head_dim, "full_attention", &f)?,
+                _ => parse_rope(raw, head_dim, &f)?,
+            },
             // A window at least as long as the RoPE tables can never take effect.
             layer_windows: layer_windows(raw, &model_type, num_hidden_layers, &f)?
                 .into_iter()
@@ -161,6 +177,7 @@ impl ArchConfig {
             bos_token_id: first_token(raw.bos_token_id.as_ref()),
             eos_token_ids: token_list(raw.eos_token_id.as_ref()),
             pad_token_id: first_token(raw.pad_token_id.as_ref()),
+            gemma,
             model_type,
         })
     }
@@ -331,6 +348,9 @@ fn layer_windows(
                 )),
             })
             .collect();
+    }
+    if let Some(sliding) = gemma::default_sliding_layers(raw, model_type, layers) {
+        return Ok(sliding.into_iter().map(|s| window.filter(|_| s)).collect());
     }
     let first_sliding = match (model_type, raw.max_window_layers) {
         ("qwen2", Some(m)) => m.max(0) as usize,

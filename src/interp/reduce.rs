@@ -1,5 +1,5 @@
-//! Reductions (`ReduceSum`, `ReduceMean`, `ReduceMax`), `CumSum` and `Softmax`. Float sums accumulate in
-//! f64; edge cases follow onnxruntime (see [`reduce`]).
+//! Reductions (`ReduceSum`, `ReduceMean`, `ReduceMax`), `CumSum` and `Softmax`. Float sums
+//! accumulate in f64; edge cases follow onnxruntime (see [`reduce`]).
 
 use super::elementwise::wrap_int;
 use super::tensor::{axis, broadcast_index};

@@ -78,4 +78,11 @@ pub enum TensorSource {
         /// The axis to join along.
         axis: usize,
     },
+    /// Another source plus a scalar, computed in f32 (e.g. Gemma's norm gamma `1 + w`).
+    AddScalar {
+        /// The tensor the scalar is added to.
+        source: Box<TensorSource>,
+        /// The scalar.
+        value: f32,
+    },
 }

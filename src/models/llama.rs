@@ -14,11 +14,11 @@ use crate::config::ArchConfig;
 use crate::ir::{Attr, DType, Dim, Graph, GraphBuilder, Initializer, Shape, TensorSource};
 
 /// Symbolic dims, spelled as the peer spells them (onnxruntime-genai and tooling rely on it).
-const BATCH: &str = "batch";
-const SEQ: &str = "sequence_len";
-const MASK_LEN: &str = "past_seq_len + seq_len";
-const PAST: &str = "past_sequence_len";
-const TOTAL: &str = "past_sequence_len + sequence_len";
+pub(super) const BATCH: &str = "batch";
+pub(super) const SEQ: &str = "sequence_len";
+pub(super) const MASK_LEN: &str = "past_seq_len + seq_len";
+pub(super) const PAST: &str = "past_sequence_len";
+pub(super) const TOTAL: &str = "past_sequence_len + sequence_len";
 
 /// Builds the decoder graph.
 pub fn build(cfg: &ArchConfig, dtype: DType) -> Graph {

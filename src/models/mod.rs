@@ -3,6 +3,7 @@
 //! One file per architecture family; shared pieces live in [`components`].
 
 pub mod components;
+pub mod gemma;
 pub mod llama;
 
 use std::collections::BTreeMap;
@@ -21,6 +22,7 @@ pub fn build_model(cfg: &ArchConfig, dtype: DType) -> Result<Model> {
     let graph = match cfg.model_type.as_str() {
         // Plain pre-norm decoders share one builder.
         "llama" | "mistral" | "qwen2" => llama::build(cfg, dtype),
+        "gemma" | "gemma2" | "gemma3_text" => gemma::build(cfg, dtype),
         other => unreachable!("config validation admits only supported model types, got {other}"),
     };
     graph.validate()?;

@@ -35,10 +35,16 @@ pub fn genai_config(
     }
     inputs.insert("past_key_names".into(), "past_key_values.%d.key".into());
     inputs.insert("past_value_names".into(), "past_key_values.%d.value".into());
+    // A shared past/present buffer suits GroupQueryAttention only: a standard Attention left in
+    // the graph (e.g. a sliding-window layer GQA could not take) concatenates its cache.
     let share_buffer = graph
         .nodes
         .iter()
-        .any(|n| n.domain == "com.microsoft" && n.op_type == "GroupQueryAttention");
+        .any(|n| n.domain == "com.microsoft" && n.op_type == "GroupQueryAttention")
+        && !graph
+            .nodes
+            .iter()
+            .any(|n| n.domain.is_empty() && n.op_type == "Attention");
     let context_length = cfg.max_position_embeddings;
     let mut model = json!({
         "type": genai_model_type(&cfg.model_type),

@@ -116,6 +116,19 @@ impl<'a> Evaluator<'a> {
                     shape,
                 })
             }
+            TensorSource::AddScalar { source, .. } => {
+                let info = self.describe(source)?;
+                if !convert::can_convert(info.dtype, DType::F32) {
+                    return Err(Error::Graph(format!(
+                        "adding a scalar to a {} tensor (expected f32, f16 or bf16)",
+                        info.dtype
+                    )));
+                }
+                Ok(SourceInfo {
+                    dtype: DType::F32,
+                    shape: info.shape,
+                })
+            }
         }
     }
 
@@ -178,7 +191,7 @@ impl<'a> Evaluator<'a> {
                 let (dtype, _, bytes) = self.materialize(src)?;
                 stream_converted(&bytes, dtype, target, sink)
             }
-            TensorSource::Concat { .. } => {
+            TensorSource::Concat { .. } | TensorSource::AddScalar { .. } => {
                 let (dtype, _, bytes) = self.materialize(src)?;
                 stream_converted(&bytes, dtype, target, sink)
             }
@@ -235,6 +248,7 @@ impl<'a> Evaluator<'a> {
             }
             TensorSource::Transpose(_)
             | TensorSource::Concat { .. }
+            | TensorSource::AddScalar { .. }
             | TensorSource::RotaryTable { .. } => return Ok(None),
         };
         Ok(Some(Leaf { dtype, shape, data }))
@@ -306,6 +320,16 @@ impl<'a> Evaluator<'a> {
                     }
                 }
                 Ok((info.dtype, info.shape, out))
+            }
+            TensorSource::AddScalar { source, value } => {
+                let info = self.describe(src)?;
+                let (dtype, _, bytes) = self.materialize(source)?;
+                let (as_f32, _) = convert::convert(&bytes, dtype, DType::F32);
+                let sums: Vec<f32> = bytemuck::cast_slice::<u8, f32>(&as_f32)
+                    .iter()
+                    .map(|v| v + value)
+                    .collect();
+                Ok((DType::F32, info.shape, bytemuck::cast_slice(&sums).to_vec()))
             }
         }
     }
@@ -477,6 +501,28 @@ mod tests {
         let v: &[f32] = bytemuck::cast_slice(&full);
         assert_eq!(&v[..3], &[0.0, 0.0, 0.0]);
         assert_eq!(v[3 * 7 + 1], (7.0f32 * 0.5).sin());
+    }
+
+    #[test]
+    fn add_scalar_adds_in_f32_and_converts_on_the_way_out() {
+        let w = TensorSource::Inline(TensorData::from_f32(vec![3], &[0.0, -0.25, 1e-4]));
+        let src = TensorSource::AddScalar {
+            source: Box::new(w),
+            value: 1.0,
+        };
+        let mut ev = Evaluator::new(None);
+        let info = ev.describe(&src).unwrap();
+        assert_eq!((info.dtype, info.shape), (DType::F32, vec![3]));
+        let bytes = ev.read(&src, DType::F32).unwrap();
+        let v: &[f32] = bytemuck::cast_slice(&bytes);
+        assert_eq!(v, &[1.0, 0.75, 1.0 + 1e-4]);
+        let halves = ev.read(&src, DType::F16).unwrap();
+        assert_eq!(halves.len(), 6);
+        let ints = TensorSource::AddScalar {
+            source: Box::new(TensorSource::Inline(TensorData::from_i64(vec![1], &[1]))),
+            value: 1.0,
+        };
+        assert!(ev.describe(&ints).is_err());
     }
 
     #[test]

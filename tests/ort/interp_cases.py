@@ -467,6 +467,15 @@ def _reduce():
         if op != "ReduceMean":
             red("i64_axis0", ints(r, -50, 50, 3, 4), [0], dt=I64)
 
+    r = rng_for("CumSum", "data")
+    x = randn(r, 3, 4, 5)
+    for name, axis, kw in [("axis1", 1, {}), ("axis_neg1_exclusive", -1, {"exclusive": 1}),
+                           ("axis0_reverse", 0, {"reverse": 1}),
+                           ("axis2_exclusive_reverse", 2, {"exclusive": 1, "reverse": 1})]:
+        add("CumSum", name, [inp("x", x), init("axis", np.array(axis, np.int64))], [("y", F32)], **kw)
+    add("CumSum", "i64_mask_rows", [inp("x", ints(r, 0, 2, 2, 7)), init("axis", np.array([1], np.int64))],
+        [("y", I64)])
+
     r = rng_for("Softmax", "data")
     add("Softmax", "default_axis", [randn(r, 2, 3, 5)], [("y", F32)])
     add("Softmax", "axis1", [randn(r, 2, 3, 5)], [("y", F32)], axis=1)
@@ -668,6 +677,11 @@ def _attention():
     att("causal_kv_longer_no_past", S=2, L=5, is_causal=1)
     att("softcap_scale", S=4, softcap=2.0, scale=0.7)
     att("softcap_float_mask", S=3, L=4, softcap=1.5, mask="float")
+    # Gemma 2 decode: soft-capped, causal, bool (window) mask over a past, grouped heads
+    att("softcap_causal_past_bool_mask_3d_gqa", S=2, P=3, three_d=True, Hq=4, Hkv=2, is_causal=1,
+        mask="bool", softcap=2.0, scale=0.3)
+    att("f16_softcap_causal_past_bool_mask", dtype=np.float16, S=2, P=3, Hq=4, Hkv=2, is_causal=1,
+        mask="bool", softcap=3.0)
     att("scale_causal_3d_gqa", S=3, three_d=True, Hq=4, Hkv=2, scale=0.25, is_causal=1)
     att("qk_matmul_output", S=3, L=4, qk=True)
     att("nonpad_kv_seqlen", S=3, L=6, nonpad=[6, 2])

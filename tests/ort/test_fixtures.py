@@ -235,16 +235,21 @@ def test_genai_provider_options(built, name, ep, dtype):
 @pytest.mark.parametrize("name", NAMES)
 def test_genai_search_matches_graph(built, ep_caps, name, ep, dtype):
     """Spec 5.4: past_present_share_buffer iff the decoder contains a
-    com.microsoft::GroupQueryAttention; max_length = min(context_length, 4096)
-    when it shares on an EP with cap_kv_buffer_max_length, else context_length."""
+    com.microsoft::GroupQueryAttention (and no standard Attention, which concatenates
+    its cache: layers GQA cannot take, such as sliding-window ones, keep it);
+    max_length = min(context_length, 4096) when it shares on an EP with
+    cap_kv_buffer_max_length, else context_length."""
     out = built("fixture", name, dtype, ep)
     gc = genai_config(out)
     model = onnx.load(str(out / "model.onnx"), load_external_data=False)
-    has_gqa = any(n.op_type == "GroupQueryAttention" and n.domain == "com.microsoft" for n in all_nodes(model))
+    has_attention = any(n.op_type == "Attention" and n.domain == "" for n in all_nodes(model))
+    shares = not has_attention and any(
+        n.op_type == "GroupQueryAttention" and n.domain == "com.microsoft" for n in all_nodes(model)
+    )
     search = gc["search"]
-    assert search["past_present_share_buffer"] is has_gqa, (search["past_present_share_buffer"], has_gqa)
+    assert search["past_present_share_buffer"] is shares, (search["past_present_share_buffer"], shares)
     ctx = gc["model"]["context_length"]
-    cap = has_gqa and ep is not None and ep_caps[ep]["cap_kv_buffer_max_length"]
+    cap = shares and ep is not None and ep_caps[ep]["cap_kv_buffer_max_length"]
     assert search["max_length"] == (min(ctx, 4096) if cap else ctx), (search["max_length"], ctx, cap)
 
 
@@ -295,8 +300,9 @@ def left_padded_batch(ref: dict, pad: int, n_pad: int = 2):
 
 
 def uses_gqa(built, name: str, ep, dtype: str) -> bool:
-    """Whether the build fused attention into com.microsoft GroupQueryAttention."""
-    return bool(genai_config(built("fixture", name, dtype, ep))["search"]["past_present_share_buffer"])
+    """Whether the build fused attention (of any layer) into com.microsoft GroupQueryAttention."""
+    model = onnx.load(str(built("fixture", name, dtype, ep) / "model.onnx"), load_external_data=False)
+    return any(n.op_type == "GroupQueryAttention" and n.domain == "com.microsoft" for n in all_nodes(model))
 
 
 @per_build

@@ -28,6 +28,19 @@ pub fn attention(
     v: &str,
     spec: &AttentionSpec<'_>,
 ) -> String {
+    soft_capped_attention(b, q, k, v, spec, 0.0)
+}
+
+/// [`attention`] with score soft-capping: scores become `softcap · tanh(scores / softcap)`
+/// before the mask is applied (`softcap = 0` disables it).
+pub fn soft_capped_attention(
+    b: &mut GraphBuilder,
+    q: &str,
+    k: &str,
+    v: &str,
+    spec: &AttentionSpec<'_>,
+    softcap: f32,
+) -> String {
     let y = b.fresh_name("Attention");
     b.node(
         "",
@@ -38,7 +51,7 @@ pub fn attention(
             ("kv_num_heads", Attr::Int(spec.kv_heads as i64)),
             ("q_num_heads", Attr::Int(spec.q_heads as i64)),
             ("scale", Attr::Float(spec.scale)),
-            ("softcap", Attr::Float(0.0)),
+            ("softcap", Attr::Float(softcap)),
         ],
         vec![
             y.clone(),

@@ -1,15 +1,19 @@
 //! Building blocks shared by the model builders; each emits standard ONNX (opset 24) ops.
 
 pub mod attention;
+pub mod gelu_mlp;
 pub mod linear;
 pub mod mask;
 pub mod mlp;
 pub mod norm;
+pub mod offset_norm;
 pub mod rope;
 
-pub use attention::{attention, AttentionSpec};
+pub use attention::{attention, soft_capped_attention, AttentionSpec};
+pub use gelu_mlp::gelu_mlp;
 pub use linear::linear;
 pub use mask::{padding_mask, sliding_window_mask};
 pub use mlp::swiglu_mlp;
 pub use norm::rms_norm;
-pub use rope::{rope_tables, rotary_embedding, RopeTables};
+pub use offset_norm::offset_rms_norm;
+pub use rope::{named_rope_tables, rope_tables, rotary_embedding, RopeTables};

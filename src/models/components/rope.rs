@@ -22,6 +22,19 @@ pub fn rope_tables(
     position_ids: &str,
     dtype: DType,
 ) -> RopeTables {
+    named_rope_tables(b, "model.rotary_emb", rope, positions, position_ids, dtype)
+}
+
+/// [`rope_tables`] under another prefix: `{prefix}.{cos,sin}_cache` (models with a second
+/// RoPE, e.g. Gemma 3's sliding-window layers).
+pub fn named_rope_tables(
+    b: &mut GraphBuilder,
+    prefix: &str,
+    rope: &Rope,
+    positions: usize,
+    position_ids: &str,
+    dtype: DType,
+) -> RopeTables {
     let inv_freq = rope.inv_freq();
     let half = inv_freq.len();
     let mut cache = |name: &str, sine: bool| {
@@ -42,8 +55,8 @@ pub fn rope_tables(
         )
     };
     RopeTables {
-        cos: cache("model.rotary_emb.cos_cache", false),
-        sin: cache("model.rotary_emb.sin_cache", true),
+        cos: cache(&format!("{prefix}.cos_cache"), false),
+        sin: cache(&format!("{prefix}.sin_cache"), true),
     }
 }
 

@@ -1,0 +1,262 @@
+//! The Gemma family (`gemma`, `gemma2`, `gemma3_text`): the knobs that set these decoders apart
+//! from the Llama family, read from transformers v4 and v5 spellings of config.json.
+
+use serde_json::{Map, Value};
+
+use super::{parse_rope, Fields, HfConfig, Rope};
+use crate::{Error, Result};
+
+/// The `model_type`s of the Gemma family.
+pub const GEMMA_MODEL_TYPES: &[&str] = &["gemma", "gemma2", "gemma3_text"];
+
+/// Which Gemma generation a config describes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GemmaVersion {
+    /// Gemma 1: pre-norm layers like Llama, with the Gemma norm, embedding scale and GELU.
+    Gemma1,
+    /// Gemma 2: four norms per layer, attention and final logit soft-capping.
+    Gemma2,
+    /// Gemma 3 (text): Gemma 2 plus per-head q/k norms and a second RoPE for sliding layers.
+    Gemma3,
+}
+
+/// The GELU of the gated MLP (ONNX `Gelu`'s `approximate` attribute).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GeluApproximation {
+    /// `approximate="tanh"` (`gelu_pytorch_tanh`, `gelu_new`).
+    Tanh,
+    /// `approximate="none"`: the exact, erf-based GELU.
+    Exact,
+}
+
+/// Gemma-specific architecture parameters (see spec §1.10).
+#[derive(Debug, Clone, PartialEq)]
+pub struct GemmaConfig {
+    /// The generation.
+    pub version: GemmaVersion,
+    /// The MLP activation.
+    pub gelu: GeluApproximation,
+    /// Factor on the token embeddings: `sqrt(hidden_size)` in f32 (rounded to the model dtype
+    /// by the builder, as transformers does).
+    pub embed_scale: f32,
+    /// Softmax scale of attention: `query_pre_attn_scalar^-0.5` (Gemma 2/3), `head_dim^-0.5`.
+    pub attn_scale: f32,
+    /// `attn_logit_softcapping`: scores become `c · tanh(scores / c)`.
+    pub attn_softcap: Option<f32>,
+    /// `final_logit_softcapping`: logits become `c · tanh(logits / c)`.
+    pub final_softcap: Option<f32>,
+    /// Gemma 3: the RoPE of sliding-window layers (`rope_local_base_freq`); the config's
+    /// [`super::ArchConfig::rope`] is the one of full-attention layers.
+    pub local_rope: Option<Rope>,
+}
+
+impl GemmaConfig {
+    /// Whether each layer has the extra post-attention and pre/post-feedforward norms.
+    pub fn sandwich_norms(&self) -> bool {
+        self.version != GemmaVersion::Gemma1
+    }
+
+    /// Whether queries and keys are RMS-normalised per head before RoPE.
+    pub fn qk_norm(&self) -> bool {
+        self.version == GemmaVersion::Gemma3
+    }
+}
+
+/// The Gemma knobs of `raw`, `None` for a model type outside the family.
+pub(super) fn parse(
+    raw: &HfConfig,
+    model_type: &str,
+    hidden_size: usize,
+    head_dim: usize,
+    f: &Fields<'_>,
+) -> Result<Option<GemmaConfig>> {
+    let version = match model_type {
+        "gemma" => GemmaVersion::Gemma1,
+        "gemma2" => GemmaVersion::Gemma2,
+        "gemma3_text" => GemmaVersion::Gemma3,
+        _ => return Ok(None),
+    };
+    if raw.attention_bias == Some(true) {
+        return Err(f.err(
+            "attention_bias",
+            &format!("true is not supported for {model_type} (expected false)"),
+        ));
+    }
+    if raw.use_bidirectional_attention == Some(true) {
+        return Err(f.err(
+            "use_bidirectional_attention",
+            &format!("true is not supported for {model_type} (mobius builds causal decoders)"),
+        ));
+    }
+    let gelu = activation(raw, version, f)?;
+    let (attn_scale, attn_softcap, final_softcap) = match version {
+        GemmaVersion::Gemma1 => ((head_dim as f32).powf(-0.5), None, None),
+        GemmaVersion::Gemma2 | GemmaVersion::Gemma3 => {
+            let scalar = match raw.query_pre_attn_scalar {
+                None => 256.0,
+                Some(s) if s > 0.0 => s,
+                Some(s) => {
+                    return Err(f.err(
+                        "query_pre_attn_scalar",
+                        &format!("must be positive, found {s}"),
+                    ))
+                }
+            };
+            // transformers' defaults when the field is absent (an explicit null disables it).
+            let (attn_default, final_default) = match version {
+                GemmaVersion::Gemma2 => (Some(50.0), Some(30.0)),
+                _ => (None, None),
+            };
+            (
+                scalar.powf(-0.5) as f32,
+                softcap(raw.attn_logit_softcapping.as_ref(), attn_default, "attn", f)?,
+                softcap(
+                    raw.final_logit_softcapping.as_ref(),
+                    final_default,
+                    "final",
+                    f,
+                )?,
+            )
+        }
+    };
+    let local_rope = match version {
+        GemmaVersion::Gemma3 => Some(gemma3_rope(raw, head_dim, "sliding_attention", f)?),
+        _ => None,
+    };
+    Ok(Some(GemmaConfig {
+        version,
+        gelu,
+        embed_scale: (hidden_size as f64).sqrt() as f32,
+        attn_scale,
+        attn_softcap,
+        final_softcap,
+        local_rope,
+    }))
+}
+
+/// Gemma 1 reads `hidden_act` (its legacy `"gelu"` means the tanh form); Gemma 2/3 read
+/// `hidden_activation`, where `"gelu"` is the exact GELU.
+fn activation(raw: &HfConfig, version: GemmaVersion, f: &Fields<'_>) -> Result<GeluApproximation> {
+    let (field, act) = match version {
+        GemmaVersion::Gemma1 => match (&raw.hidden_act, &raw.hidden_activation) {
+            (Some(a), _) => ("hidden_act", a.as_str()),
+            (None, Some(a)) => ("hidden_activation", a.as_str()),
+            (None, None) => ("hidden_act", "gelu_pytorch_tanh"),
+        },
+        _ => match (&raw.hidden_activation, &raw.hidden_act) {
+            (Some(a), _) => ("hidden_activation", a.as_str()),
+            (None, Some(a)) => ("hidden_act", a.as_str()),
+            (None, None) => ("hidden_activation", "gelu_pytorch_tanh"),
+        },
+    };
+    match act {
+        "gelu_pytorch_tanh" | "gelu_new" => Ok(GeluApproximation::Tanh),
+        "gelu" if version == GemmaVersion::Gemma1 => Ok(GeluApproximation::Tanh),
+        "gelu" => Ok(GeluApproximation::Exact),
+        other => Err(f.err(
+            field,
+            &format!("`{other}` is not supported (expected gelu_pytorch_tanh, gelu_new or gelu)"),
+        )),
+    }
+}
+
+/// A soft-capping value: absent → `default`, null → none, else a positive number.
+fn softcap(
+    value: Option<&Value>,
+    default: Option<f32>,
+    which: &str,
+    f: &Fields<'_>,
+) -> Result<Option<f32>> {
+    let field = format!("{which}_logit_softcapping");
+    match value {
+        None => Ok(default),
+        Some(Value::Null) => Ok(None),
+        Some(v) => match v.as_f64() {
+            Some(c) if c > 0.0 => Ok(Some(c as f32)),
+            _ => Err(f.err(&field, &format!("{v} (expected a positive number or null)"))),
+        },
+    }
+}
+
+/// Gemma 3's RoPE for layers of `kind` (`full_attention` or `sliding_attention`): v5 nests one
+/// `rope_parameters` entry per layer type; v4 has `rope_theta` + `rope_scaling` for full layers
+/// and `rope_local_base_freq` (default scaling) for sliding ones. Defaults as transformers:
+/// theta 1e6 (full) and 1e4 (sliding).
+pub(super) fn gemma3_rope(
+    raw: &HfConfig,
+    head_dim: usize,
+    kind: &str,
+    f: &Fields<'_>,
+) -> Result<Rope> {
+    let default_theta = if kind == "full_attention" { 1e6 } else { 1e4 };
+    let nested = match &raw.rope_parameters {
+        Some(Value::Object(map))
+            if map.contains_key("full_attention") || map.contains_key("sliding_attention") =>
+        {
+            Some(map)
+        }
+        _ => None,
+    };
+    let mut one = HfConfig {
+        rope_parameters: None,
+        rope_scaling: None,
+        rope_theta: None,
+        ..raw.clone()
+    };
+    let prefix;
+    if let Some(map) = nested {
+        let mut params = match map.get(kind) {
+            Some(Value::Object(p)) => p.clone(),
+            Some(Value::Null) | None => Map::new(),
+            Some(other) => {
+                return Err(f.err(
+                    &format!("rope_parameters.{kind}"),
+                    &format!("{other} (expected an object)"),
+                ))
+            }
+        };
+        params
+            .entry("rope_theta")
+            .or_insert_with(|| Value::from(default_theta));
+        one.rope_parameters = Some(Value::Object(params));
+        prefix = format!("rope_parameters.{kind}");
+    } else if kind == "full_attention" {
+        one.rope_scaling = raw.rope_scaling.clone();
+        one.rope_theta = Some(raw.rope_theta.unwrap_or(default_theta));
+        prefix = "rope_scaling".to_string();
+    } else {
+        one.rope_theta = Some(raw.rope_local_base_freq.unwrap_or(default_theta));
+        prefix = "rope_local_base_freq".to_string();
+    }
+    parse_rope(&one, head_dim, f).map_err(|e| match e {
+        Error::ConfigField {
+            path,
+            field,
+            message,
+        } if field.starts_with("rope_parameters") || field.starts_with("rope_scaling") => {
+            let rest = field.split_once('.').map(|(_, r)| r).unwrap_or("");
+            Error::ConfigField {
+                path,
+                field: format!("{prefix}.{rest}"),
+                message,
+            }
+        }
+        other => other,
+    })
+}
+
+/// Which layers slide when the config has no `layer_types`: Gemma 2 alternates, starting with
+/// a sliding layer; Gemma 3 makes every `sliding_window_pattern`-th layer (default 6) full.
+/// `None` for the other families (and when `layer_types` is given).
+pub(super) fn default_sliding_layers(
+    raw: &HfConfig,
+    model_type: &str,
+    layers: usize,
+) -> Option<Vec<bool>> {
+    let pattern = match model_type {
+        "gemma2" => 2,
+        "gemma3_text" => raw.sliding_window_pattern.filter(|&p| p > 0).unwrap_or(6) as usize,
+        _ => return None,
+    };
+    Some((0..layers).map(|i| (i + 1) % pattern != 0).collect())
+}
