@@ -1,4 +1,4 @@
-//! Reductions (`ReduceSum`, `ReduceMean`, `ReduceMax`) and `Softmax`. Float sums accumulate in
+//! Reductions (`ReduceSum`, `ReduceMean`, `ReduceMax`), `Softmax` and `CumSum`. Float sums accumulate in
 //! f64; edge cases follow onnxruntime (see [`reduce`]).
 
 use super::elementwise::wrap_int;
@@ -17,6 +17,7 @@ pub fn eval(domain: &str, op: &str, call: &OpCall<'_>) -> FamilyResult {
         "ReduceMean" => reduce(call, Kind::Mean),
         "ReduceMax" => reduce(call, Kind::Max),
         "Softmax" => softmax(call),
+        "CumSum" => cumsum(call),
         _ => return None,
     };
     Some(result)
@@ -186,4 +187,70 @@ fn softmax(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
         }
     }
     Ok(vec![Tensor::float(x.dtype, x.shape.clone(), out)])
+}
+
+/// `CumSum(x, axis)` (opset 14): running sums along `axis` (a 0-D or one-element tensor),
+/// `exclusive` leaving each element out of its own sum, `reverse` summing from the end. Floats
+/// accumulate in f32 and integers wrap at their width, as onnxruntime's CPU kernel does.
+fn cumsum(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
+    let x = call.input(0)?;
+    let axis_values = call.input(1)?.ints().map_err(|e| call.error(e))?;
+    let [a] = axis_values else {
+        return Err(call.error(format!("axis must hold one value, got {axis_values:?}")));
+    };
+    let ax = axis(*a, x.shape.len()).map_err(|e| call.error(e))?;
+    let (exclusive, reverse) = (call.int("exclusive", 0) != 0, call.int("reverse", 0) != 0);
+    let n = x.shape[ax];
+    let inner: usize = x.shape[ax + 1..].iter().product();
+    let outer: usize = x.shape[..ax].iter().product();
+    // Element indices in summation order, one line per (outer, inner) pair.
+    let lines = (0..outer).flat_map(|o| (0..inner).map(move |i| (o, i)));
+    let order = |o: usize, i: usize| {
+        let at = move |j: usize| o * n * inner + j * inner + i;
+        let js: Vec<usize> = if reverse {
+            (0..n).rev().collect()
+        } else {
+            (0..n).collect()
+        };
+        js.into_iter().map(at).collect::<Vec<_>>()
+    };
+    fn scan<T: Copy>(
+        v: &[T],
+        lines: &[Vec<usize>],
+        zero: T,
+        add: impl Fn(T, T) -> T,
+        exclusive: bool,
+    ) -> Vec<T> {
+        let mut out = vec![zero; v.len()];
+        for line in lines {
+            let mut acc = zero;
+            for &at in line {
+                let next = add(acc, v[at]);
+                out[at] = if exclusive { acc } else { next };
+                acc = next;
+            }
+        }
+        out
+    }
+    let lines: Vec<Vec<usize>> = lines.map(|(o, i)| order(o, i)).collect();
+    let out = match &x.values {
+        Values::Float(v) => Tensor::float(
+            x.dtype,
+            x.shape.clone(),
+            scan(v, &lines, 0f32, |p, q| p + q, exclusive),
+        ),
+        Values::Int(v) => Tensor::int(
+            x.dtype,
+            x.shape.clone(),
+            scan(
+                v,
+                &lines,
+                0i64,
+                |p, q| wrap_int(x.dtype, p.wrapping_add(q)),
+                exclusive,
+            ),
+        ),
+        Values::Bool(_) => return Err(call.error("unsupported dtype bool")),
+    };
+    Ok(vec![out])
 }

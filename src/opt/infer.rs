@@ -69,7 +69,8 @@ pub fn infer(
         | "LayerNormalization"
         | "RotaryEmbedding"
         | "com.microsoft::RotaryEmbedding"
-        | "com.microsoft::FastGelu" => vec![ty(0)],
+        | "com.microsoft::FastGelu"
+        | "CumSum" => vec![ty(0)],
         "Not" => vec![ty(0).with_dtype(Some(DType::Bool))],
         "Add" | "Sub" | "Mul" | "Div" | "Pow" | "com.microsoft::BiasGelu" => {
             vec![broadcast(&ty(0), &ty(1)).with_dtype(ty(0).dtype)]
@@ -96,6 +97,7 @@ pub fn infer(
             dtype: ty(0).dtype,
             shape: Some(vec![SymDim::Unknown]),
         }],
+        "Slice" => vec![slice(inputs)],
         "Attention" => attention(inputs, attr),
         "com.microsoft::GroupQueryAttention" => group_query_attention(inputs, attr),
         "com.microsoft::SkipSimplifiedLayerNormalization"
@@ -325,6 +327,50 @@ fn from_shape_input(op: &str, data: &TensorType, shape: Option<InputView<'_>>) -
         _ => None,
     };
     TensorType { dtype, shape: out }
+}
+
+/// Slice: the input's rank and dtype; a sliced dim is computed when it and the constant
+/// starts/ends/steps are known, unknown otherwise.
+fn slice(inputs: &[InputView<'_>]) -> TensorType {
+    let data = input_type(inputs, 0);
+    let konst = |i: usize| inputs.get(i).and_then(|v| v.konst).and_then(literal_ints);
+    let shape = dims(&data).map(|d| {
+        let (starts, ends) = (konst(1), konst(2));
+        let count = starts.as_ref().map_or(0, Vec::len);
+        let axes = match inputs.get(3).and_then(|v| v.ty) {
+            None => Some((0..count as i64).collect()),
+            Some(_) => konst(3),
+        };
+        let steps = match inputs.get(4).and_then(|v| v.ty) {
+            None => Some(vec![1; count]),
+            Some(_) => konst(4),
+        };
+        let mut out = d.to_vec();
+        let Some(axes) = axes else {
+            return vec![SymDim::Unknown; d.len()];
+        };
+        for (i, &a) in axes.iter().enumerate() {
+            let Some(a) = axis(a, d.len()) else {
+                return vec![SymDim::Unknown; d.len()];
+            };
+            let bounds = (starts.as_ref(), ends.as_ref(), steps.as_ref(), d[a].known());
+            out[a] = match bounds {
+                (Some(s), Some(e), Some(st), Some(n)) if st.get(i) == Some(&1) => {
+                    let clamp = |v: i64| if v < 0 { v + n } else { v }.clamp(0, n);
+                    match (s.get(i), e.get(i)) {
+                        (Some(&s), Some(&e)) => SymDim::Known((clamp(e) - clamp(s)).max(0)),
+                        _ => SymDim::Unknown,
+                    }
+                }
+                _ => SymDim::Unknown,
+            };
+        }
+        out
+    });
+    TensorType {
+        dtype: data.dtype,
+        shape,
+    }
 }
 
 /// Opset-23/24 Attention: `Y`, `present_key`, `present_value` (3-D or 4-D inputs).

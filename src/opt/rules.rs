@@ -57,6 +57,18 @@ pub const RULE_FILES: &[(&str, &str)] = &[
         "cleanup/identity.rules",
         include_str!("../../rewrites/cleanup/identity.rules"),
     ),
+    (
+        "lowering/decompose_rotary.rules",
+        include_str!("../../rewrites/lowering/decompose_rotary.rules"),
+    ),
+    (
+        "lowering/decompose_attention.rules",
+        include_str!("../../rewrites/lowering/decompose_attention.rules"),
+    ),
+    (
+        "lowering/htp_rank4_rmsnorm.rules",
+        include_str!("../../rewrites/lowering/htp_rank4_rmsnorm.rules"),
+    ),
 ];
 
 /// The optimizer stages, in the order they run.

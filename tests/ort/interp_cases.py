@@ -478,6 +478,24 @@ def _reduce():
     add("Softmax", "neg_inf_entries", [sm], [("y", F32)])
 
 
+# --------------------------------------------------------------------------- scans
+def _scan():
+    def cumsum(name, x, axis, dt, axis_1d=False, axis_input=False, **kw):
+        a = np.array([axis] if axis_1d else axis, np.int64)
+        ax = inp("axis", a) if axis_input else init("axis", a)
+        add("CumSum", name, [inp("x", x), ax], [("y", dt)], **kw)
+
+    r = rng_for("CumSum", "data")
+    x = randn(r, 3, 4, 5)
+    cumsum("f32_axis0", x, 0, F32)
+    cumsum("f32_axis_neg1_exclusive", x, -1, F32, exclusive=1)
+    cumsum("f32_axis1_reverse", x, 1, F32, axis_1d=True, reverse=1)
+    cumsum("f32_reverse_exclusive", x, 2, F32, reverse=1, exclusive=1)
+    cumsum("i64_ones_1d", np.ones(7, np.int64), 0, I64, axis_1d=True)
+    cumsum("i64_axis_input", ints(r, -9, 9, 2, 6), 1, I64, axis_input=True)
+    cumsum("i32_exclusive", ints(r, -9, 9, 4, 3, dtype=np.int32), 0, I32, exclusive=1)
+
+
 # --------------------------------------------------------------------------- norms / gelu
 def _norms():
     for name, kw, dt in [("none", {}, np.float32), ("none_attr", {"approximate": "none"}, np.float32),
@@ -728,6 +746,7 @@ _unary()
 _matmul()
 _shape_ops()
 _reduce()
+_scan()
 _norms()
 _rope()
 _attention()
