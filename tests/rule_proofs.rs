@@ -50,6 +50,7 @@ const PROVEN: &[&str] = &[
     "decompose-attention-present-value",
     "decompose-attention-without-cache",
     "htp-rank4-rmsnorm",
+    "range-to-cumsum",
 ];
 
 #[test]

@@ -95,6 +95,11 @@ const APPLIERS: &[(&str, &[&str], ApplierFn)] = &[
         &["?x", "?w", "?eps", "?stash"],
         super::lowering::rms_norm::rank4_rms_norm_via_rank3,
     ),
+    (
+        "range-to-cumsum",
+        &["?start", "?limit", "?delta"],
+        super::lowering::range::range_to_cumsum,
+    ),
 ];
 
 /// The condition registered under `name`.

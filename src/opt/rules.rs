@@ -69,6 +69,10 @@ pub const RULE_FILES: &[(&str, &str)] = &[
         "lowering/htp_rank4_rmsnorm.rules",
         include_str!("../../rewrites/lowering/htp_rank4_rmsnorm.rules"),
     ),
+    (
+        "lowering/range.rules",
+        include_str!("../../rewrites/lowering/range.rules"),
+    ),
 ];
 
 /// The optimizer stages, in the order they run.

@@ -262,3 +262,28 @@ proptest! {
         prove_on("htp-rank4-rmsnorm", "qnn", graph, inputs, 1e-6)?;
     }
 }
+
+/// `Range(start, limit, delta)` of int64 scalars (`start`, `limit` graph inputs).
+fn range_graph(delta: i64) -> Graph {
+    let mut b = GraphBuilder::new("g");
+    let start = b.input("start", DType::I64, dims(&[]));
+    let limit = b.input("limit", DType::I64, dims(&[]));
+    let delta = b.constant(mobius::ir::TensorData::from_i64(vec![], &[delta]));
+    b.output("y", DType::I64, mobius::ir::Shape::new(["n"]));
+    b.op_into("Range", &[&start, &limit, &delta], vec![], "y");
+    b.finish()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+    #[test]
+    fn range_to_cumsum(start in -6i64..6, limit in -6i64..9) {
+        let scalar = |v: i64| Tensor::int(DType::I64, vec![], vec![v]);
+        let inputs = HashMap::from([
+            ("start".to_string(), scalar(start)),
+            ("limit".to_string(), scalar(limit)),
+        ]);
+        prove_on("range-to-cumsum", "qnn", range_graph(1), inputs, 0.0)?;
+    }
+}
