@@ -124,6 +124,27 @@ fn onnx_standard_has_no_contrib_ops() {
 }
 
 #[test]
+fn qnn_gets_decomposed_attention_and_rotary() {
+    for dtype in [DType::F32, DType::F16] {
+        let g = graph_for(&llama_1b(), "qnn", dtype);
+        for op in ["Attention", "RotaryEmbedding", "Range"] {
+            assert_eq!(count(&g, op), 0, "{dtype}: {op}");
+        }
+        assert!(
+            g.nodes.iter().all(|n| n.domain.is_empty()),
+            "{dtype}: {:?}",
+            g.op_counts()
+        );
+        assert_eq!(count(&g, "Softmax"), 16, "{dtype}");
+        assert_eq!(count(&g, "RMSNormalization"), 33, "{dtype}");
+        assert!(
+            has_input(&g, "position_ids"),
+            "{dtype}: the rotary reads it"
+        );
+    }
+}
+
+#[test]
 fn head_dim_8_declines_gqa_on_cuda() {
     let mut cfg = ArchConfig::load(&fixture("llama").join("config.json")).unwrap();
     cfg.num_attention_heads = 8;
@@ -154,10 +175,7 @@ fn sliding_window_layers_carry_their_window_into_gqa() {
 #[test]
 fn optimizing_never_raises_the_estimated_cost() {
     let cfg = llama_1b();
-    for ep in mobius::ep::builtin_eps()
-        .into_iter()
-        .filter(|e| e.name != "qnn")
-    {
+    for ep in mobius::ep::builtin_eps() {
         for dtype in [DType::F32, DType::F16] {
             let portable = build_model(&cfg, dtype).unwrap();
             let opts = OptimizeOptions {

@@ -111,7 +111,7 @@ fn optimized_graphs_compute_what_the_portable_graph_computes() {
     for name in FIXTURES {
         let cfg = config(name);
         let store = store(name);
-        for ep in builtin_eps().into_iter().filter(|e| e.name != "qnn") {
+        for ep in builtin_eps() {
             let dtype = if ["cuda", "dml", "webgpu", "trt-rtx"].contains(&ep.name.as_str()) {
                 DType::F16
             } else {
@@ -165,6 +165,43 @@ fn optimized_graphs_compute_what_the_portable_graph_computes() {
                     );
                 }
             }
+        }
+    }
+}
+
+/// qnn: the lowered graph of a sliding-window model (windows shorter than the keys) computes
+/// what the portable one does, without `Range`.
+#[test]
+fn qnn_sliding_window_graph_computes_what_the_portable_graph_computes() {
+    let mut cfg = config("mistral");
+    cfg.layer_windows = vec![Some(3); cfg.num_hidden_layers];
+    let store = store("mistral");
+    let portable = build_model(&cfg, DType::F32).unwrap();
+    let opts = OptimizeOptions {
+        dtype: DType::F32,
+        role: Role::Decoder,
+        limits: Limits::default(),
+        fingerprint_leaves: None,
+    };
+    let (qnn, _) = optimize(&portable, &get_ep("qnn").unwrap(), &opts).unwrap();
+    assert!(qnn.graph.nodes.iter().all(|n| n.op_type != "Range"));
+    for past in [0usize, 3] {
+        let mut dims = BTreeMap::from([
+            ("batch".to_string(), 2),
+            ("sequence_len".to_string(), 4),
+            ("past_sequence_len".to_string(), past),
+        ]);
+        let inputs = random_inputs(&portable.graph, &mut dims, &mut Rng::new(7), true).unwrap();
+        let a = run_graph(&portable.graph, &inputs, &mut Evaluator::new(Some(&store))).unwrap();
+        let b = run_graph(&qnn.graph, &inputs, &mut Evaluator::new(Some(&store))).unwrap();
+        for (out, x) in &a {
+            let err = x
+                .as_f64()
+                .iter()
+                .zip(b[out].as_f64())
+                .map(|(p, q)| (p - q).abs())
+                .fold(0f64, f64::max);
+            assert!(err <= 1e-5, "past={past} {out}: max abs error {err}");
         }
     }
 }

@@ -17,6 +17,9 @@ use mobius::verify::Rng;
 use mobius::weights::eval::Evaluator;
 use proptest::prelude::*;
 
+#[path = "rule_proofs/lowering.rs"]
+mod lowering;
+
 /// The rules proven below, by name.
 const PROVEN: &[&str] = &[
     "erf-gelu",
@@ -40,6 +43,14 @@ const PROVEN: &[&str] = &[
     "cast-to-own-dtype",
     "reshape-to-own-shape",
     "squeeze-of-unsqueeze",
+    "decompose-rotary-embedding",
+    "decompose-rotary-embedding-with-positions",
+    "decompose-attention-output",
+    "decompose-attention-present-key",
+    "decompose-attention-present-value",
+    "decompose-attention-without-cache",
+    "htp-rank4-rmsnorm",
+    "range-to-cumsum",
 ];
 
 #[test]

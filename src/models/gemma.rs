@@ -213,8 +213,9 @@ impl Layer<'_> {
         let mut k = proj(b, "k_proj", cfg.kv_size());
         let v = proj(b, "v_proj", cfg.kv_size());
         if self.gemma.qk_norm() {
-            q = self.per_head_norm(b, &q, &format!("{a}.q_norm"));
-            k = self.per_head_norm(b, &k, &format!("{a}.k_norm"));
+            let (heads, kv_heads) = (self.cfg.num_attention_heads, self.cfg.num_key_value_heads);
+            q = self.per_head_norm(b, &q, heads, &format!("{a}.q_norm"));
+            k = self.per_head_norm(b, &k, kv_heads, &format!("{a}.k_norm"));
         }
         let q = rotary_embedding(b, &q, tables, rope, cfg.num_attention_heads, d);
         let k = rotary_embedding(b, &k, tables, rope, cfg.num_key_value_heads, d);
@@ -232,9 +233,9 @@ impl Layer<'_> {
     }
 
     /// `[B, S, heads·D]` → `[B, S, heads, D]` → Gemma RMSNorm over D → `[B, S, heads·D]`.
-    fn per_head_norm(&self, b: &mut GraphBuilder, x: &str, module: &str) -> String {
+    fn per_head_norm(&self, b: &mut GraphBuilder, x: &str, heads: usize, module: &str) -> String {
         let d = self.cfg.head_dim;
-        let split = b.const_i64(&[0, 0, -1, d as i64]);
+        let split = b.const_i64(&[0, 0, heads as i64, d as i64]);
         let heads = b.op("Reshape", &[x, &split], vec![]);
         let weight = format!("{module}.weight");
         let normed = offset_rms_norm(b, &heads, &weight, d, self.cfg.rms_norm_eps, self.dtype);

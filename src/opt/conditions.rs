@@ -68,6 +68,38 @@ const APPLIERS: &[(&str, &[&str], ApplierFn)] = &[
         &["?x", "?p", "?q"],
         compose_transposes,
     ),
+    (
+        "decompose-rotary",
+        &["?x", "?cos", "?sin", "?inter", "?heads", "?rd"],
+        super::lowering::rotary::decompose_rotary,
+    ),
+    (
+        "attention-output",
+        &[
+            "?q", "?k", "?v", "?mask", "?causal", "?kvh", "?qnh", "?mode", "?scale", "?softcap",
+        ],
+        super::lowering::attention::attention_output,
+    ),
+    (
+        "attention-present-key",
+        &["?q", "?k", "?v", "?kvh", "?qnh", "?mode"],
+        super::lowering::attention::attention_present_key,
+    ),
+    (
+        "attention-present-value",
+        &["?q", "?k", "?v", "?kvh", "?qnh", "?mode"],
+        super::lowering::attention::attention_present_value,
+    ),
+    (
+        "rank4-rms-norm-via-rank3",
+        &["?x", "?w", "?eps", "?stash"],
+        super::lowering::rms_norm::rank4_rms_norm_via_rank3,
+    ),
+    (
+        "range-to-cumsum",
+        &["?start", "?limit", "?delta"],
+        super::lowering::range::range_to_cumsum,
+    ),
 ];
 
 /// The condition registered under `name`.

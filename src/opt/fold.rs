@@ -168,15 +168,16 @@ fn concat(parts: &[&Literal], axis: i64) -> Option<Literal> {
     })
 }
 
-/// Elementwise arithmetic on equal shapes or against a single-element operand.
+/// Elementwise arithmetic on equal shapes or against a single-element operand of no higher
+/// rank (the result keeps the broadcast shape).
 fn arith(op: &str, a: &Literal, b: &Literal) -> Option<Literal> {
     if a.dtype != b.dtype || !matches!(a.dtype, DType::I64 | DType::I32 | DType::F32) {
         return None;
     }
     let (x, y) = (values_f64(a)?, values_f64(b)?);
-    let shape = if a.shape == b.shape || y.len() == 1 {
+    let shape = if a.shape == b.shape || (y.len() == 1 && b.shape.len() <= a.shape.len()) {
         a.shape.clone()
-    } else if x.len() == 1 {
+    } else if x.len() == 1 && a.shape.len() <= b.shape.len() {
         b.shape.clone()
     } else {
         return None;
@@ -210,6 +211,24 @@ mod tests {
 
     fn ints(shape: Vec<usize>, v: &[i64]) -> Literal {
         Literal::from(&TensorData::from_i64(shape, v))
+    }
+
+    #[test]
+    fn arithmetic_with_a_scalar_keeps_the_broadcast_shape() {
+        let attrs = Attrs::default();
+        let scalar = ints(vec![], &[5]);
+        let one = ints(vec![1], &[1]);
+        assert_eq!(
+            fold("Sub", &[&scalar, &one], &attrs),
+            Some(ints(vec![1], &[4]))
+        );
+        assert_eq!(
+            fold("Sub", &[&one, &scalar], &attrs),
+            Some(ints(vec![1], &[-4]))
+        );
+        let matrix = ints(vec![1, 2], &[1, 2]);
+        let cube = ints(vec![1, 1, 1], &[3]);
+        assert_eq!(fold("Add", &[&matrix, &cube], &attrs), None);
     }
 
     #[test]

@@ -90,13 +90,14 @@ pub fn infer(
             &ty(0),
             attr.get("perm").and_then(AttrValue::ints),
         )],
-        "Expand" | "Reshape" | "ConstantOfShape" => {
-            vec![from_shape_input(op, &ty(0), inputs.get(1).copied())]
-        }
+        "Expand" => vec![from_shape_input(op, &ty(0), inputs.get(1).copied())],
+        "ConstantOfShape" => vec![from_shape_input(op, &ty(0), inputs.first().copied())],
+        "Reshape" => vec![reshape(&ty(0), inputs.get(1).copied(), int("allowzero"))],
         "Range" => vec![TensorType {
             dtype: ty(0).dtype,
             shape: Some(vec![SymDim::Unknown]),
         }],
+        "Slice" => vec![slice(inputs)],
         "Attention" => attention(inputs, attr),
         "com.microsoft::GroupQueryAttention" => group_query_attention(inputs, attr),
         "com.microsoft::SkipSimplifiedLayerNormalization"
@@ -326,6 +327,99 @@ fn from_shape_input(op: &str, data: &TensorType, shape: Option<InputView<'_>>) -
         _ => None,
     };
     TensorType { dtype, shape: out }
+}
+
+/// Reshape: a constant target shape gives its positive dims, the input's dim for each 0 (unless
+/// `allowzero`), and for a single −1 the input size divided by the others when all are known;
+/// otherwise only the rank (from the shape input's length).
+fn reshape(data: &TensorType, shape: Option<InputView<'_>>, allowzero: Option<i64>) -> TensorType {
+    let Some(target) = shape.and_then(|s| s.konst).and_then(literal_ints) else {
+        return from_shape_input("Reshape", data, shape);
+    };
+    let input = dims(data);
+    let mut out: Vec<SymDim> = target
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| match v {
+            0 if allowzero.unwrap_or(0) == 0 => input
+                .and_then(|d| d.get(i).cloned())
+                .unwrap_or(SymDim::Unknown),
+            v if v >= 0 => SymDim::Known(v),
+            _ => SymDim::Unknown,
+        })
+        .collect();
+    if let Some(minus) = target.iter().position(|&v| v == -1) {
+        // Dims copied from the input cancel out; the rest must be known.
+        let copied: Vec<usize> = (0..target.len())
+            .filter(|&i| target[i] == 0 && allowzero.unwrap_or(0) == 0)
+            .collect();
+        let rest_in: Option<i64> = input.and_then(|d| {
+            d.iter()
+                .enumerate()
+                .filter(|(i, _)| !copied.contains(i))
+                .map(|(_, x)| x.known())
+                .product()
+        });
+        let rest_out: Option<i64> = out
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != minus && !copied.contains(i))
+            .map(|(_, x)| x.known())
+            .product();
+        if let (Some(a), Some(b)) = (rest_in, rest_out) {
+            if b > 0 && a % b == 0 {
+                out[minus] = SymDim::Known(a / b);
+            }
+        }
+    }
+    TensorType {
+        dtype: data.dtype,
+        shape: Some(out),
+    }
+}
+
+/// Slice: the input's rank and dtype; a sliced dim is computed when it and the constant
+/// starts/ends/steps are known, unknown otherwise.
+fn slice(inputs: &[InputView<'_>]) -> TensorType {
+    let data = input_type(inputs, 0);
+    let konst = |i: usize| inputs.get(i).and_then(|v| v.konst).and_then(literal_ints);
+    let shape = dims(&data).map(|d| {
+        let (starts, ends) = (konst(1), konst(2));
+        let count = starts.as_ref().map_or(0, Vec::len);
+        let axes = match inputs.get(3).and_then(|v| v.ty) {
+            None => Some((0..count as i64).collect()),
+            Some(_) => konst(3),
+        };
+        let steps = match inputs.get(4).and_then(|v| v.ty) {
+            None => Some(vec![1; count]),
+            Some(_) => konst(4),
+        };
+        let mut out = d.to_vec();
+        let Some(axes) = axes else {
+            return vec![SymDim::Unknown; d.len()];
+        };
+        for (i, &a) in axes.iter().enumerate() {
+            let Some(a) = axis(a, d.len()) else {
+                return vec![SymDim::Unknown; d.len()];
+            };
+            let bounds = (starts.as_ref(), ends.as_ref(), steps.as_ref(), d[a].known());
+            out[a] = match bounds {
+                (Some(s), Some(e), Some(st), Some(n)) if st.get(i) == Some(&1) => {
+                    let clamp = |v: i64| if v < 0 { v + n } else { v }.clamp(0, n);
+                    match (s.get(i), e.get(i)) {
+                        (Some(&s), Some(&e)) => SymDim::Known((clamp(e) - clamp(s)).max(0)),
+                        _ => SymDim::Unknown,
+                    }
+                }
+                _ => SymDim::Unknown,
+            };
+        }
+        out
+    });
+    TensorType {
+        dtype: data.dtype,
+        shape,
+    }
 }
 
 /// Opset-23/24 Attention: `Y`, `present_key`, `present_value` (3-D or 4-D inputs).

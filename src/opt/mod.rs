@@ -13,6 +13,7 @@ pub mod infer;
 pub mod lang;
 pub mod lift;
 pub mod lower;
+mod lowering;
 pub mod pipeline;
 pub mod rules;
 pub mod schema;

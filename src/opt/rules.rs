@@ -57,6 +57,22 @@ pub const RULE_FILES: &[(&str, &str)] = &[
         "cleanup/identity.rules",
         include_str!("../../rewrites/cleanup/identity.rules"),
     ),
+    (
+        "lowering/decompose_rotary.rules",
+        include_str!("../../rewrites/lowering/decompose_rotary.rules"),
+    ),
+    (
+        "lowering/decompose_attention.rules",
+        include_str!("../../rewrites/lowering/decompose_attention.rules"),
+    ),
+    (
+        "lowering/htp_rank4_rmsnorm.rules",
+        include_str!("../../rewrites/lowering/htp_rank4_rmsnorm.rules"),
+    ),
+    (
+        "lowering/range.rules",
+        include_str!("../../rewrites/lowering/range.rules"),
+    ),
 ];
 
 /// The optimizer stages, in the order they run.

@@ -467,15 +467,6 @@ def _reduce():
         if op != "ReduceMean":
             red("i64_axis0", ints(r, -50, 50, 3, 4), [0], dt=I64)
 
-    r = rng_for("CumSum", "data")
-    x = randn(r, 3, 4, 5)
-    for name, axis, kw in [("axis1", 1, {}), ("axis_neg1_exclusive", -1, {"exclusive": 1}),
-                           ("axis0_reverse", 0, {"reverse": 1}),
-                           ("axis2_exclusive_reverse", 2, {"exclusive": 1, "reverse": 1})]:
-        add("CumSum", name, [inp("x", x), init("axis", np.array(axis, np.int64))], [("y", F32)], **kw)
-    add("CumSum", "i64_mask_rows", [inp("x", ints(r, 0, 2, 2, 7)), init("axis", np.array([1], np.int64))],
-        [("y", I64)])
-
     r = rng_for("Softmax", "data")
     add("Softmax", "default_axis", [randn(r, 2, 3, 5)], [("y", F32)])
     add("Softmax", "axis1", [randn(r, 2, 3, 5)], [("y", F32)], axis=1)
@@ -491,9 +482,24 @@ def _reduce():
     axis1 = init("axis", np.array(1, np.int64))
     add("CumSum", "i64_mask_axis1", [inp("x", mask), axis1], [("y", I64)])
     add("CumSum", "f32_axis0_i32", [inp("x", randn(r, 4, 3)), init("axis", np.array([0], np.int32))], [("y", F32)])
-    add("CumSum", "f32_neg_axis_exclusive", [inp("x", randn(r, 2, 3, 5)), init("axis", np.array(-1, np.int64))], [("y", F32)], exclusive=1)
-    add("CumSum", "f32_reverse", [inp("x", randn(r, 2, 6)), axis1], [("y", F32)], reverse=1)
-    add("CumSum", "i64_reverse_exclusive", [inp("x", ints(r, -9, 9, 2, 5)), axis1], [("y", I64)], reverse=1, exclusive=1)
+
+
+# --------------------------------------------------------------------------- scans
+def _scan():
+    def cumsum(name, x, axis, dt, axis_1d=False, axis_input=False, **kw):
+        a = np.array([axis] if axis_1d else axis, np.int64)
+        ax = inp("axis", a) if axis_input else init("axis", a)
+        add("CumSum", name, [inp("x", x), ax], [("y", dt)], **kw)
+
+    r = rng_for("CumSum", "data")
+    x = randn(r, 3, 4, 5)
+    cumsum("f32_axis0", x, 0, F32)
+    cumsum("f32_axis_neg1_exclusive", x, -1, F32, exclusive=1)
+    cumsum("f32_axis1_reverse", x, 1, F32, axis_1d=True, reverse=1)
+    cumsum("f32_reverse_exclusive", x, 2, F32, reverse=1, exclusive=1)
+    cumsum("i64_ones_1d", np.ones(7, np.int64), 0, I64, axis_1d=True)
+    cumsum("i64_axis_input", ints(r, -9, 9, 2, 6), 1, I64, axis_input=True)
+    cumsum("i32_exclusive", ints(r, -9, 9, 4, 3, dtype=np.int32), 0, I32, exclusive=1)
 
 
 # --------------------------------------------------------------------------- norms / gelu
@@ -751,6 +757,7 @@ _unary()
 _matmul()
 _shape_ops()
 _reduce()
+_scan()
 _norms()
 _rope()
 _attention()

@@ -6,9 +6,10 @@ from __future__ import annotations
 import json
 import re
 
+import onnx
 import pytest
 
-from ort_helpers import FIXTURES_DIR, fixture_names, run_mobius, run_mobius_unchecked
+from ort_helpers import fixture_names, run_mobius, run_mobius_unchecked
 
 # Spec section 4: built-ins in registration order, with their non-default fields.
 BUILTIN_EPS = ["default", "openvino", "cpu", "cuda", "dml", "webgpu", "mlx", "trt-rtx", "qnn", "onnx-standard"]
@@ -158,25 +159,19 @@ def test_unknown_ep_is_refused_before_reading_the_input(tmp_path, command):
 
 
 # ---------------------------------------------------------------- qnn
-QNN_REFUSAL = "execution provider `qnn` cannot run"
+QNN_FORBIDDEN = {"Attention", "RotaryEmbedding", "Range", "TensorScatter"}
 
 
 @pytest.mark.parametrize("name", fixture_names())
-def test_qnn_build_is_refused_until_lowerings_exist(tmp_path, name):
-    """qnn runs neither Attention nor RotaryEmbedding and its lowering rules
-    (spec 2.10 DecomposeRotaryEmbedding, 2.12 DecomposeAttention) are not
-    written yet, so `--ep qnn` must fail cleanly.  When this test fails because
-    the build succeeds, the lowerings have landed: delete this test and add
-    ("qnn", "f32") to BUILDS in test_fixtures.py."""
-    out = tmp_path / "out"
-    proc = run_mobius_unchecked(["build", "--config", str(FIXTURES_DIR / name), str(out), "--dtype", "f32", "--ep", "qnn"])
-    err = proc.stderr
-    assert proc.returncode != 0, (
-        "`--ep qnn` build succeeded: the qnn lowerings exist now; move qnn into the EP matrix "
-        f"of test_fixtures.py.\n{proc.stdout}\n{err}"
-    )
-    assert QNN_REFUSAL in err, err
-    refused = err.split(QNN_REFUSAL, 1)[1].splitlines()[0]
-    assert "Attention" in refused and "RotaryEmbedding" in refused, err
-    assert "no enabled rule rewrites it" in err, err
-    assert not out.exists(), f"failed build left {out}: {sorted(p.name for p in out.rglob('*'))}"
+def test_qnn_graph_is_decomposed(built, name):
+    """qnn runs neither Attention, RotaryEmbedding, Range nor contrib ops: its build
+    lowers them (spec 2.10, 2.12) to standard ops, imports only the default domain and
+    keeps position_ids (the decomposed rotary reads it).  Numerics: test_fixtures.py."""
+    out = built("fixture", name, "f32", "qnn")
+    model = onnx.load(str(out / "model.onnx"), load_external_data=False)
+    ops = {n.op_type for n in model.graph.node}
+    assert not ops & QNN_FORBIDDEN, sorted(ops & QNN_FORBIDDEN)
+    assert all(n.domain == "" for n in model.graph.node), sorted({n.domain for n in model.graph.node})
+    assert {(o.domain, o.version) for o in model.opset_import} == {("", 24)}, model.opset_import
+    assert {"Softmax", "MatMul", "Concat"} <= ops, sorted(ops)
+    assert "position_ids" in [i.name for i in model.graph.input]

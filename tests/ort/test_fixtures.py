@@ -7,7 +7,6 @@ f32 and f16, and each built-in execution provider via `--ep EP` in the dtype it
 is built for in practice.  Whatever an EP's graph looks like, it must keep the
 I/O contract (read from the package's genai_config.json where that is the
 source of truth) and run on onnxruntime CPU with reference numerics.
-`qnn` cannot be built yet: see test_eps.py.
 """
 
 from __future__ import annotations
@@ -37,7 +36,7 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
 
 # (ep, dtype) of every build under test; ep None = no --ep flag (CLI default).
 # GPU-class EPs are built in f16, the others in f32.
-F32_EPS = ["default", "cpu", "onnx-standard", "mlx", "openvino"]
+F32_EPS = ["default", "cpu", "onnx-standard", "mlx", "openvino", "qnn"]
 F16_EPS = ["cuda", "dml", "webgpu", "trt-rtx"]
 BUILDS = [(None, d) for d in DTYPES] + [(ep, "f32") for ep in F32_EPS] + [(ep, "f16") for ep in F16_EPS]
 
@@ -53,8 +52,9 @@ per_build = pytest.mark.parametrize("ep,dtype", BUILDS, ids=_ids(BUILDS))
 # onnx-standard.  It refuses every other EP's entry at load time on a CPU-only
 # machine ("Cuda interface not available" for cuda and trt-rtx, "not been built
 # with DML support", "WebGPU/OpenVINO execution provider is not supported in
-# this build"; genai 0.18 does not know the provider name 'mlx' at all).  So the
-# genai checks load those as is, and the other f32 builds (mlx, openvino) only
+# this build"; genai 0.18 does not know the provider name 'mlx' at all; the QNN
+# backend library is absent).  So the genai checks load those as is, and the other
+# f32 builds (mlx, openvino, qnn) only
 # after og.Config.clear_providers(), which still exercises their graph and the
 # rest of their genai_config.json.  Their provider entries are checked by
 # test_genai_provider_options.  f16 builds run with providers cleared too
@@ -80,6 +80,16 @@ PROVIDER_OPTIONS = {
     "trt-rtx": [{"NvTensorRtRtx": {"enable_cuda_graph": "1"}}],
     "mlx": [{"mlx": {}}],
     "openvino": [{"OpenVINO": {"device_type": "NPU"}}],
+    "qnn": [
+        {
+            "QNN": {
+                "backend_path": "QnnHtp.dll",
+                "htp_performance_mode": "burst",
+                "htp_graph_finalization_optimization_mode": "3",
+                "enable_htp_shared_memory_allocator": "1",
+            }
+        }
+    ],
 }
 
 
@@ -156,9 +166,9 @@ def test_reference_files_are_consistent():
         assert int(np.argmax(ref["logits"][-1])) == ref["greedy_tokens"][0], name
 
 
-def test_build_matrix_covers_every_buildable_builtin_ep(ep_caps):
-    """Every registered built-in EP is in BUILDS, except qnn (test_eps.py)."""
-    assert set(F32_EPS + F16_EPS) == set(ep_caps) - {"qnn"}, sorted(ep_caps)
+def test_build_matrix_covers_every_builtin_ep(ep_caps):
+    """Every registered built-in EP is in BUILDS."""
+    assert set(F32_EPS + F16_EPS) == set(ep_caps), sorted(ep_caps)
     assert set(PROVIDER_OPTIONS) - {None} == set(F32_EPS + F16_EPS)
 
 

@@ -201,3 +201,30 @@ def test_optimize_onnx_standard_refuses_contrib_ops(tmp_path):
     # the same model is fine for an EP that runs contrib ops
     run_mobius(["optimize", str(src), str(tmp_path / "cpu"), "--ep", "cpu"])
     assert (tmp_path / "cpu" / "model.onnx").is_file()
+
+
+def test_optimize_qnn_splits_rank4_rmsnorm(tmp_path):
+    """A per-head RMSNormalization over [batch, seq, heads, head_dim] (the q/k norm of
+    Qwen3-style graphs) has no rank-4 form on qnn: `mobius optimize --ep qnn` reshapes it
+    to rank 3 and back (HtpRank4RMSNorm), and the result matches on onnxruntime."""
+    heads, dim = 4, 8
+    w = np.random.default_rng(5).standard_normal(dim).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("RMSNormalization", ["x", "w"], ["y"], axis=-1, epsilon=1e-6)],
+        "rank4_norm",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", heads, dim])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", heads, dim])],
+        [numpy_helper.from_array(w, "w")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
+    src = _save(model, tmp_path / "src")
+    out = tmp_path / "out"
+    run_mobius(["optimize", str(src), str(out), "--ep", "qnn"])
+    check_model_file(out / "model.onnx")
+    after = onnx.load(str(out / "model.onnx"), load_external_data=False)
+    assert _io(after) == _io(model)
+    assert [n.op_type for n in after.graph.node] == ["Reshape", "RMSNormalization", "Reshape"]
+    x = np.random.default_rng(6).standard_normal((2, 3, heads, dim)).astype(np.float32)
+    want = _session(src).run(None, {"x": x})[0]
+    got = _session(out / "model.onnx").run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

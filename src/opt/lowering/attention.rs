@@ -1,0 +1,241 @@
+//! DecomposeAttention: ONNX `Attention` (opset 23/24) on 3-D Q/K/V → standard ops, as
+//! onnxruntime's CPU kernel computes it (see `interp::attention::standard`):
+//!
+//! - Q/K/V to `[B, heads, L, D]` (Reshape + Transpose); the present key/value are
+//!   `Concat(past, new; axis 2)` (just the new ones without a past);
+//! - key/value heads repeated for grouped queries with Unsqueeze + Expand + Reshape;
+//! - `scores = MatMul(Q, Kᵀ) · scale`, soft-capped as `c · tanh(scores / c)` when `softcap > 0`,
+//!   plus a float mask;
+//! - a boolean mask and `is_causal` (query `i` sees key `j ≤ i + T − S`, from CumSum positions:
+//!   no `Range`) select `scores` or the lowest finite value;
+//! - `Softmax`, rows with no visible key set to zero, `MatMul` with V, back to `[B, S, heads·Dv]`.
+
+use egg::{Id, Subst};
+
+use super::Emit;
+use crate::ir::DType;
+use crate::opt::analysis::OnnxGraph;
+use crate::opt::lang::AttrValue;
+use crate::opt::types::SymDim;
+
+/// What every Attention lowering reads of the matched node.
+struct Parts {
+    q: Id,
+    k: Id,
+    v: Id,
+    past: Option<(Id, Id)>,
+    q_heads: i64,
+    kv_heads: i64,
+    head_size: i64,
+    value_size: i64,
+    dtype: DType,
+}
+
+/// The matched Attention's inputs and sizes: 3-D Q/K/V of one float dtype with known widths,
+/// head counts set with `q_num_heads % kv_num_heads == 0`, `qk_matmul_output_mode` 0, both
+/// caches or none.
+fn parts(e: &Emit<'_>, s: &Subst) -> Option<Parts> {
+    let var = |name: &str| Emit::bound(s, name);
+    let (q, k, v) = (var("?q")?, var("?k")?, var("?v")?);
+    let q_heads = e.int_or(var("?qnh")?, 0)?;
+    let kv_heads = e.int_or(var("?kvh")?, 0)?;
+    if q_heads <= 0 || kv_heads <= 0 || q_heads % kv_heads != 0 {
+        return None;
+    }
+    if e.int_or(var("?mode")?, 0)? != 0 {
+        return None;
+    }
+    let width = |id: Id| -> Option<(DType, i64)> {
+        let t = e.tensor(id)?;
+        let shape = t.shape.as_ref().filter(|s| s.len() == 3)?;
+        Some((t.dtype?, shape[2].known()?))
+    };
+    let ((dtype, qw), (kd, kw), (vd, vw)) = (width(q)?, width(k)?, width(v)?);
+    let float = matches!(dtype, DType::F32 | DType::F16 | DType::BF16);
+    if !float || kd != dtype || vd != dtype || qw % q_heads != 0 || kw % kv_heads != 0 {
+        return None;
+    }
+    let (head_size, value_size) = (kw / kv_heads, vw / kv_heads);
+    if qw / q_heads != head_size || vw % kv_heads != 0 {
+        return None;
+    }
+    let past = match (var("?pk"), var("?pv")) {
+        (Some(pk), Some(pv)) => match (e.is_absent(pk), e.is_absent(pv)) {
+            (true, true) => None,
+            (false, false) => Some((pk, pv)),
+            _ => return None,
+        },
+        _ => None,
+    };
+    Some(Parts {
+        q,
+        k,
+        v,
+        past,
+        q_heads,
+        kv_heads,
+        head_size,
+        value_size,
+        dtype,
+    })
+}
+
+/// `[B, L, heads·D]` → `[B, heads, L, D]`.
+fn to_heads(e: &mut Emit<'_>, x: Id, heads: i64, size: i64) -> Id {
+    let split = e.reshape(x, &[0, 0, heads, size]);
+    e.transpose(split, &[0, 2, 1, 3])
+}
+
+/// The present key (`value` false) or value: the cache followed by the new heads.
+fn present(e: &mut Emit<'_>, p: &Parts, value: bool) -> Id {
+    let (x, size, past) = if value {
+        (p.v, p.value_size, p.past.map(|c| c.1))
+    } else {
+        (p.k, p.head_size, p.past.map(|c| c.0))
+    };
+    let new = to_heads(e, x, p.kv_heads, size);
+    match past {
+        Some(cache) => e.concat(&[cache, new], 2),
+        None => new,
+    }
+}
+
+/// Reads the Attention variables: its present key (`get1`).
+pub fn attention_present_key(g: &mut OnnxGraph, _m: Id, s: &Subst, _rule: &str) -> Option<Id> {
+    let mut e = Emit::new(g);
+    let p = parts(&e, s)?;
+    Some(present(&mut e, &p, false))
+}
+
+/// Reads the Attention variables: its present value (`get2`).
+pub fn attention_present_value(g: &mut OnnxGraph, _m: Id, s: &Subst, _rule: &str) -> Option<Id> {
+    let mut e = Emit::new(g);
+    let p = parts(&e, s)?;
+    Some(present(&mut e, &p, true))
+}
+
+/// `[B, Hkv, T, D]` → `[B, Hkv·group, T, D]`, each kv head repeated `group` times in place.
+fn repeat_heads(e: &mut Emit<'_>, x: Id, group: i64, heads: i64, size: i64) -> Id {
+    if group == 1 {
+        return x;
+    }
+    let wide = e.unsqueeze(x, &[2]);
+    let times = e.ints(&[1, 1, group, 1, 1]);
+    let expanded = e.bin("Expand", wide, times);
+    e.reshape(expanded, &[0, heads, -1, size])
+}
+
+/// The boolean `[S, T]` causal mask: query `i` sees key `j` iff `j ≤ i + T − S`, with positions
+/// from a CumSum over `T` ones (no `Range`).
+fn causal(e: &mut Emit<'_>, q: Id, keys: Id) -> Id {
+    let total = e.shape(keys, 2, 3);
+    let queries = e.shape(q, 1, 2);
+    let one = e.ints(&[1]);
+    let ones = e.bin("Expand", one, total);
+    let axis = e.ints(&[0]);
+    let counts = e.op("CumSum", &[ones, axis], &[]); // j + 1
+    let key_pos = e.bin("Sub", counts, one); // j
+    let first = e.bin("Sub", total, queries);
+    let limit = e.op("Slice", &[counts, first, total, axis], &[]); // T − S + i + 1
+    let row = e.unsqueeze(key_pos, &[0]);
+    let col = e.unsqueeze(limit, &[1]);
+    e.bin("Less", row, col)
+}
+
+/// The lowest finite value of `dtype`.
+fn lowest(dtype: DType) -> f32 {
+    match dtype {
+        DType::F16 => half::f16::MIN.to_f32(),
+        DType::BF16 => half::bf16::MIN.to_f32(),
+        _ => f32::MIN,
+    }
+}
+
+/// Reads the Attention variables (`?q ?k ?v ?mask ?causal ?kvh ?qnh ?mode ?scale ?softcap`,
+/// and `?pk ?pv` when bound): its output Y (`get0`, or the op itself with one output).
+/// Declines for float masks of another dtype and, with `is_causal`, unless Q and K have the
+/// same (known) sequence length.
+pub fn attention_output(g: &mut OnnxGraph, _m: Id, s: &Subst, _rule: &str) -> Option<Id> {
+    let var = |name: &str| Emit::bound(s, name);
+    let mut e = Emit::new(g);
+    let p = parts(&e, s)?;
+    let is_causal = e.int_or(var("?causal")?, 0)? != 0;
+    let scale = match e.attr(var("?scale")?)? {
+        AttrValue::Unset => (p.head_size as f32).powf(-0.5),
+        AttrValue::Float(bits) => f32::from_bits(*bits),
+        _ => return None,
+    };
+    let softcap = match e.attr(var("?softcap")?)? {
+        AttrValue::Unset => 0.0,
+        AttrValue::Float(bits) => f32::from_bits(*bits),
+        _ => return None,
+    };
+    let mask = var("?mask")?;
+    let mask_dtype = if e.is_absent(mask) {
+        None
+    } else {
+        Some(e.tensor(mask)?.dtype?)
+    };
+    if mask_dtype.is_some_and(|d| d != DType::Bool && d != p.dtype) {
+        return None;
+    }
+    if is_causal {
+        let seq = |id: Id| e.tensor(id)?.shape.as_ref()?.get(1).cloned();
+        let (sq, sk) = (seq(p.q)?, seq(p.k)?);
+        if sq == SymDim::Unknown || sq != sk {
+            return None;
+        }
+    }
+
+    let group = p.q_heads / p.kv_heads;
+    let q = to_heads(&mut e, p.q, p.q_heads, p.head_size);
+    let keys = present(&mut e, &p, false);
+    let values = present(&mut e, &p, true);
+    let k = repeat_heads(&mut e, keys, group, p.q_heads, p.head_size);
+    let v = repeat_heads(&mut e, values, group, p.q_heads, p.value_size);
+    let kt = e.transpose(k, &[0, 1, 3, 2]);
+    let product = e.bin("MatMul", q, kt);
+    let scale = e.float(p.dtype, scale)?;
+    let mut scores = e.bin("Mul", product, scale);
+    if softcap > 0.0 {
+        let cap = e.float(p.dtype, softcap)?;
+        let scaled = e.bin("Div", scores, cap);
+        let squashed = e.op("Tanh", &[scaled], &[]);
+        scores = e.bin("Mul", squashed, cap);
+    }
+    let float_mask = mask_dtype == Some(p.dtype);
+    if float_mask {
+        scores = e.bin("Add", scores, mask);
+    }
+    let visible = match (mask_dtype == Some(DType::Bool), is_causal) {
+        (true, true) => {
+            let c = causal(&mut e, p.q, keys);
+            Some(e.bin("And", mask, c))
+        }
+        (true, false) => Some(mask),
+        (false, true) => Some(causal(&mut e, p.q, keys)),
+        (false, false) => None,
+    };
+    let floor = e.float(p.dtype, lowest(p.dtype))?;
+    let zero = e.float(p.dtype, 0.0)?;
+    if let Some(visible) = visible {
+        scores = e.op("Where", &[visible, scores, floor], &[]);
+    }
+    let mut probs = e.op("Softmax", &[scores], &[("axis", AttrValue::Int(-1))]);
+    // onnxruntime outputs zeros for a row whose every key is masked.
+    let any_visible = match (float_mask, visible) {
+        (true, _) => {
+            let last = e.ints(&[-1]);
+            let keep = [("keepdims", AttrValue::Int(1))];
+            let best = e.op("ReduceMax", &[scores, last], &keep);
+            Some(e.bin("Greater", best, floor))
+        }
+        (false, visible) => visible,
+    };
+    if let Some(rows) = any_visible {
+        probs = e.op("Where", &[rows, probs, zero], &[]);
+    }
+    let out = e.bin("MatMul", probs, v);
+    let seq_first = e.transpose(out, &[0, 2, 1, 3]);
+    Some(e.reshape(seq_first, &[0, 0, -1]))
+}

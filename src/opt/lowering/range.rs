@@ -1,0 +1,32 @@
+//! RangeToCumSum: `Range(start, limit, 1)` over int64 → positions from a running sum of ones,
+//! for EPs without `Range`: `CumSum(Expand([1], [max(limit − start, 0)])) + (start − 1)`.
+
+use egg::{Id, Subst};
+
+use super::Emit;
+use crate::ir::DType;
+use crate::opt::analysis::OnnxGraph;
+use crate::opt::infer::literal_ints;
+
+/// Reads `?start ?limit ?delta` of `(Range ?start ?limit ?delta)`; declines unless the
+/// bounds are int64 and `delta` is the constant 1.
+pub fn range_to_cumsum(g: &mut OnnxGraph, _matched: Id, s: &Subst, _rule: &str) -> Option<Id> {
+    let var = |name: &str| Emit::bound(s, name);
+    let (start, limit, delta) = (var("?start")?, var("?limit")?, var("?delta")?);
+    let step = g[delta].data.konst.as_ref().and_then(literal_ints)?;
+    let mut e = Emit::new(g);
+    let int64 = |e: &Emit<'_>, id: Id| e.tensor(id).and_then(|t| t.dtype) == Some(DType::I64);
+    if step != [1] || !int64(&e, start) || !int64(&e, limit) || !int64(&e, delta) {
+        return None;
+    }
+    let (zero, one) = (e.ints(&[0]), e.ints(&[1]));
+    let span = e.bin("Sub", limit, start);
+    let negative = e.bin("Less", span, zero);
+    let count = e.op("Where", &[negative, zero, span], &[]);
+    let count = e.reshape(count, &[1]);
+    let ones = e.bin("Expand", one, count);
+    let axis = e.ints(&[0]);
+    let counted = e.op("CumSum", &[ones, axis], &[]); // 1, 2, …, n
+    let offset = e.bin("Sub", start, one);
+    Some(e.bin("Add", counted, offset))
+}
