@@ -174,5 +174,6 @@ fn is_weight_data(src: &TensorSource) -> bool {
         TensorSource::Inline(_) | TensorSource::External { .. } => false,
         TensorSource::Transpose(inner) => is_weight_data(inner),
         TensorSource::Concat { parts, .. } => parts.iter().any(is_weight_data),
+        TensorSource::Slice { source, .. } => is_weight_data(source),
     }
 }

@@ -18,7 +18,14 @@ use mobius::verify::{random_inputs, Rng};
 use mobius::weights::eval::Evaluator;
 use mobius::weights::store::TensorStore;
 
-const FIXTURES: &[&str] = &["llama", "llama-bf16-sharded", "qwen2", "mistral"];
+const FIXTURES: &[&str] = &[
+    "llama",
+    "llama-bf16-sharded",
+    "qwen2",
+    "mistral",
+    "gpt2",
+    "phi",
+];
 
 fn store(name: &str) -> TensorStore {
     let dir = fixture(name);

@@ -1,6 +1,9 @@
 //! `config.json` → [`ArchConfig`], one normalised description of the architecture.
 
+pub mod gelu;
+mod gpt2;
 pub mod hf;
+mod phi;
 pub mod rope;
 
 use std::path::{Path, PathBuf};
@@ -9,11 +12,12 @@ use serde_json::Value;
 
 use crate::ir::DType;
 use crate::{Error, Result};
+pub use gelu::Gelu;
 pub use hf::HfConfig;
 pub use rope::{Rope, RopeScaling};
 
 /// The `model_type`s mobius builds, each a plain pre-norm decoder.
-pub const SUPPORTED_MODEL_TYPES: &[&str] = &["llama", "mistral", "qwen2"];
+pub const SUPPORTED_MODEL_TYPES: &[&str] = &["llama", "mistral", "qwen2", "gpt2", "phi"];
 
 /// Upper bound on any size in a config (keeps every tensor size computation far from overflow).
 const MAX_DIM: i64 = 1 << 26;
@@ -61,6 +65,13 @@ pub struct ArchConfig {
     pub eos_token_ids: Vec<i64>,
     /// Padding token.
     pub pad_token_id: Option<i64>,
+    /// Epsilon of every LayerNorm, for families normalised with `LayerNormalization` (gpt2,
+    /// phi); `None` for RMSNorm families.
+    pub layer_norm_eps: Option<f32>,
+    /// The activation of a plain (ungated) GELU MLP (gpt2, phi); `None` for SiLU-gated MLPs.
+    pub gelu: Option<Gelu>,
+    /// Bias on the LM head (phi).
+    pub lm_head_bias: bool,
 }
 
 impl ArchConfig {
@@ -94,6 +105,11 @@ impl ArchConfig {
                     .map(|s| s.to_string())
                     .collect(),
             });
+        }
+        match model_type.as_str() {
+            "gpt2" => return gpt2::from_hf(raw, &f),
+            "phi" => return phi::from_hf(raw, &f),
+            _ => {}
         }
         let hidden_size = f.positive("hidden_size", raw.hidden_size)?;
         let num_attention_heads = f.positive("num_attention_heads", raw.num_attention_heads)?;
@@ -161,6 +177,9 @@ impl ArchConfig {
             bos_token_id: first_token(raw.bos_token_id.as_ref()),
             eos_token_ids: token_list(raw.eos_token_id.as_ref()),
             pad_token_id: first_token(raw.pad_token_id.as_ref()),
+            layer_norm_eps: None,
+            gelu: None,
+            lm_head_bias: false,
             model_type,
         })
     }

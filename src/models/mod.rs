@@ -3,7 +3,9 @@
 //! One file per architecture family; shared pieces live in [`components`].
 
 pub mod components;
+pub mod gpt2;
 pub mod llama;
+pub mod phi;
 
 use std::collections::BTreeMap;
 
@@ -21,6 +23,8 @@ pub fn build_model(cfg: &ArchConfig, dtype: DType) -> Result<Model> {
     let graph = match cfg.model_type.as_str() {
         // Plain pre-norm decoders share one builder.
         "llama" | "mistral" | "qwen2" => llama::build(cfg, dtype),
+        "gpt2" => gpt2::build(cfg, dtype),
+        "phi" => phi::build(cfg, dtype),
         other => unreachable!("config validation admits only supported model types, got {other}"),
     };
     graph.validate()?;

@@ -420,3 +420,15 @@ def test_genai_greedy(built, name, ep, dtype):
     seq = gen.get_sequence(0).tolist()
     assert seq[: len(ids)] == ids
     assert seq[len(ids):] == want
+
+
+# HF model_type -> onnxruntime-genai model.type where they differ (spec 5.4); gpt2 uses genai's
+# generic decoder class, whose cache layout (separate key/value per layer) is ours.
+GENAI_TYPES = {"gpt2": "decoder", "qwen3": "qwen2", "gemma2": "gemma"}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_genai_model_type(built, name):
+    mt = load_config(FIXTURES_DIR / name)["model_type"]
+    got = genai_config(built("fixture", name, "f32", None))["model"]["type"]
+    assert got == GENAI_TYPES.get(mt, mt), (name, got)
