@@ -55,10 +55,14 @@ from transformers import (
     GemmaConfig,
     GemmaForCausalLM,
     GenerationConfig,
+    GPT2Config,
+    GPT2LMHeadModel,
     LlamaConfig,
     LlamaForCausalLM,
     MistralConfig,
     MistralForCausalLM,
+    PhiConfig,
+    PhiForCausalLM,
     PreTrainedTokenizerFast,
     Qwen2Config,
     Qwen2ForCausalLM,
@@ -212,6 +216,36 @@ def make_config(kind: str, vocab: int, ids: dict):
                 "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
             },
         )
+    if kind == "gpt2":
+        return GPT2LMHeadModel, GPT2Config(
+            n_embd=DIMS["hidden_size"],
+            n_layer=DIMS["num_hidden_layers"],
+            n_head=DIMS["num_attention_heads"],
+            n_positions=DIMS["max_position_embeddings"],
+            n_inner=None,  # 4 * n_embd
+            activation_function="gelu_new",
+            layer_norm_epsilon=1e-5,
+            vocab_size=vocab,
+            tie_word_embeddings=True,
+            **ids,
+        )
+    if kind == "phi":
+        return PhiForCausalLM, PhiConfig(
+            hidden_size=DIMS["hidden_size"],
+            intermediate_size=DIMS["intermediate_size"],
+            num_hidden_layers=DIMS["num_hidden_layers"],
+            num_attention_heads=DIMS["num_attention_heads"],
+            num_key_value_heads=DIMS["num_attention_heads"],
+            max_position_embeddings=DIMS["max_position_embeddings"],
+            hidden_act="gelu_new",
+            layer_norm_eps=1e-5,
+            partial_rotary_factor=0.5,
+            qk_layernorm=False,
+            tie_word_embeddings=False,
+            vocab_size=vocab,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+            **ids,
+        )
     raise ValueError(kind)
 
 
@@ -223,11 +257,12 @@ def perturb(model, seed: int) -> None:
     with torch.no_grad():
         for name, p in model.named_parameters():
             r = torch.randn(p.shape, generator=g, dtype=torch.float32)
-            if "norm" in name:
-                v = norm_offset + 0.2 * r
+            if ".ln_" in name or "norm" in name:
+                # RMSNorm gains; LayerNorm (gpt2, phi) weights and biases
+                v = norm_offset + 0.2 * r if not name.endswith(".bias") else 0.1 * r
             elif name.endswith(".bias"):
                 v = 0.1 * r
-            elif "embed_tokens" in name or "lm_head" in name:
+            elif "embed_tokens" in name or "lm_head" in name or ".wte." in name or ".wpe." in name:
                 # logits of a few units: not flat, yet small enough that f16
                 # rounding (ulp 2^-8 at 4) keeps f16 builds well inside 2e-2.
                 v = 0.1 * r
@@ -272,6 +307,8 @@ def rewrite_config_v4(path: Path) -> None:
         elif k == "rope_parameters":
             rp = dict(v)
             out["rope_theta"] = rp.pop("rope_theta")
+            if "partial_rotary_factor" in rp:  # a top-level field in v4 (phi)
+                out["partial_rotary_factor"] = rp.pop("partial_rotary_factor")
             if rp.get("rope_type", "default") == "default" and len(rp) <= 1:
                 out["rope_scaling"] = None
             else:
@@ -290,6 +327,8 @@ FIXTURES = {
     "gemma": (5000, "f32", "v5", None),
     "gemma2": (6000, "f32", "v4", None),
     "gemma3_text": (7000, "f32", "v5", None),
+    "gpt2": (5000, "f32", "v5", None),
+    "phi": (6000, "f32", "v4", None),
 }
 
 

@@ -175,5 +175,6 @@ fn is_weight_data(src: &TensorSource) -> bool {
         TensorSource::Transpose(inner) => is_weight_data(inner),
         TensorSource::AddScalar { source, .. } => is_weight_data(source),
         TensorSource::Concat { parts, .. } => parts.iter().any(is_weight_data),
+        TensorSource::Slice { source, .. } => is_weight_data(source),
     }
 }

@@ -26,6 +26,8 @@ const FIXTURES: &[&str] = &[
     "gemma",
     "gemma2",
     "gemma3_text",
+    "gpt2",
+    "phi",
 ];
 
 fn store(name: &str) -> TensorStore {

@@ -249,7 +249,13 @@ fn onnx_standard_refuses_contrib_ops_it_cannot_expand() {
     let mut b = GraphBuilder::new("g");
     let x = b.input("x", DType::F32, Shape::new([2i64]));
     b.output("y", DType::F32, Shape::new([2i64]));
-    b.node("com.microsoft", "FastGelu", &[&x], vec![], vec!["y".into()]);
+    b.node(
+        "com.microsoft",
+        "QuickGelu",
+        &[&x],
+        vec![],
+        vec!["y".into()],
+    );
     let opts = OptimizeOptions {
         dtype: DType::F32,
         role: Role::Decoder,
@@ -265,7 +271,7 @@ fn onnx_standard_refuses_contrib_ops_it_cannot_expand() {
     .unwrap_err()
     .to_string();
     assert!(
-        err.contains("onnx-standard") && err.contains("FastGelu"),
+        err.contains("onnx-standard") && err.contains("QuickGelu"),
         "{err}"
     );
     let (m, _) = optimize(&model(graph), &get_ep("cpu").unwrap(), &opts).unwrap();

@@ -25,6 +25,11 @@ const PROVEN: &[&str] = &[
     "erf-gelu",
     "erf-gelu-half-first",
     "tanh-gelu",
+    "bias-gelu",
+    "fast-gelu",
+    "bias-gelu-body",
+    "fast-gelu-body",
+    "fast-gelu-no-bias-body",
     "add-layernorm-to-skip-layer-norm",
     "add-layernorm-no-bias-to-skip-layer-norm",
     "skip-layer-norm-body",
@@ -749,6 +754,119 @@ proptest! {
             let inputs = HashMap::from([("x".to_string(), x.clone())]);
             prove_on(rule, "default", decomposed_gelu(&shape, form), inputs, 1e-5)?;
         }
+    }
+}
+
+/// `Gelu(Add(x, bias); approximate)` with `bias` a `[last]` initializer (or, with
+/// `bias_input`, a graph input), as the GELU-MLP builders emit it.
+fn biased_gelu(shape: &[usize], approximate: Option<&str>, seed: u64, bias_input: bool) -> Graph {
+    let mut b = GraphBuilder::new("g");
+    let x = b.input("x", DType::F32, dims(shape));
+    b.output("y", DType::F32, dims(shape));
+    let last = *shape.last().unwrap();
+    let bias = if bias_input {
+        b.input("bias", DType::F32, dims(&[last]))
+    } else {
+        let values = random_tensor(DType::F32, &[last], &mut Rng::new(seed ^ 0xb1a5));
+        b.initializer(mobius::ir::Initializer {
+            name: "bias".into(),
+            dtype: DType::F32,
+            shape: vec![last],
+            source: Some(mobius::ir::TensorSource::Inline(
+                mobius::ir::TensorData::from_f32(
+                    vec![last],
+                    &values
+                        .as_f64()
+                        .iter()
+                        .map(|&v| v as f32)
+                        .collect::<Vec<_>>(),
+                ),
+            )),
+        })
+    };
+    let sum = b.op("Add", &[&x, &bias], vec![]);
+    let attrs = approximate.map_or(vec![], |a| vec![("approximate", Attr::String(a.into()))]);
+    b.op_into("Gelu", &[&sum], attrs, "y");
+    b.finish()
+}
+
+/// A contrib GELU (`BiasGelu` or `FastGelu`, with or without its bias initializer).
+fn contrib_gelu(shape: &[usize], op: &str, with_bias: bool, seed: u64) -> Graph {
+    let mut g = biased_gelu(shape, None, seed, false);
+    g.nodes.retain(|n| n.op_type != "Add");
+    let gelu = g.nodes.iter_mut().find(|n| n.op_type == "Gelu").unwrap();
+    gelu.domain = "com.microsoft".into();
+    gelu.op_type = op.into();
+    gelu.attrs.clear();
+    gelu.inputs = if with_bias {
+        vec!["x".into(), "bias".into()]
+    } else {
+        vec!["x".into()]
+    };
+    if !with_bias {
+        g.initializers.clear();
+    }
+    g
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
+
+    #[test]
+    fn biased_gelu_fusions(shape in shape_strategy(3), seed in any::<u64>()) {
+        let inputs = HashMap::from([("x".to_string(), random_tensor(DType::F32, &shape, &mut Rng::new(seed)))]);
+        prove_on("bias-gelu", "cpu", biased_gelu(&shape, None, seed, false), inputs.clone(), 1e-6)?;
+        prove_on("bias-gelu", "cuda", biased_gelu(&shape, Some("none"), seed, false), inputs.clone(), 1e-6)?;
+        prove_on("fast-gelu", "cpu", biased_gelu(&shape, Some("tanh"), seed, false), inputs, 1e-6)?;
+    }
+
+    #[test]
+    fn contrib_gelu_bodies(shape in shape_strategy(3), seed in any::<u64>()) {
+        let inputs = HashMap::from([("x".to_string(), random_tensor(DType::F32, &shape, &mut Rng::new(seed)))]);
+        prove_on("bias-gelu-body", "onnx-standard", contrib_gelu(&shape, "BiasGelu", true, seed), inputs.clone(), 1e-6)?;
+        prove_on("fast-gelu-body", "trt-rtx", contrib_gelu(&shape, "FastGelu", true, seed), inputs.clone(), 1e-6)?;
+        prove_on("fast-gelu-no-bias-body", "onnx-standard", contrib_gelu(&shape, "FastGelu", false, seed), inputs, 1e-6)?;
+    }
+}
+
+/// The op counts after optimizing `graph` for `ep` with the one rule `rule_name`.
+fn counts_after(rule_name: &str, ep: &str, graph: &Graph) -> BTreeMap<String, usize> {
+    let (out, _) = optimize_with_rules(
+        &model(graph.clone()),
+        &get_ep(ep).unwrap(),
+        &options(None),
+        &[rule(rule_name)],
+    )
+    .unwrap();
+    out.graph.op_counts()
+}
+
+#[test]
+fn biased_gelu_fusions_keep_their_forms_apart_and_need_an_initializer_bias() {
+    let shape = [2, 3, 8];
+    let exact = biased_gelu(&shape, None, 1, false);
+    let tanh = biased_gelu(&shape, Some("tanh"), 1, false);
+    let unchanged = |rule: &str, ep: &str, g: &Graph| {
+        assert_eq!(
+            counts_after(rule, ep, g),
+            g.op_counts(),
+            "{rule} on {ep} changed {g:#?}"
+        );
+    };
+    // BiasGelu is erf-based, FastGelu tanh-based: neither takes the other's GELU.
+    unchanged("bias-gelu", "cpu", &tanh);
+    unchanged("fast-gelu", "cpu", &exact);
+    // A bias that is a graph input (not an initializer) is left alone.
+    unchanged("bias-gelu", "cpu", &biased_gelu(&shape, None, 1, true));
+    unchanged(
+        "fast-gelu",
+        "cpu",
+        &biased_gelu(&shape, Some("tanh"), 1, true),
+    );
+    // EPs without the fused kernels keep Add + Gelu.
+    for ep in ["trt-rtx", "onnx-standard", "openvino"] {
+        unchanged("bias-gelu", ep, &exact);
+        unchanged("fast-gelu", ep, &tanh);
     }
 }
 

@@ -78,6 +78,30 @@ pub struct HfConfig {
     pub rope_local_base_freq: Option<f64>,
     /// `use_bidirectional_attention` (Gemma 3 encoders).
     pub use_bidirectional_attention: Option<bool>,
+    /// GPT-2: `n_embd` (the hidden size).
+    pub n_embd: Option<i64>,
+    /// GPT-2: `n_layer`.
+    pub n_layer: Option<i64>,
+    /// GPT-2: `n_head`.
+    pub n_head: Option<i64>,
+    /// GPT-2: `n_positions` (rows of the learned position table).
+    pub n_positions: Option<i64>,
+    /// GPT-2: `n_inner` (null → 4 · n_embd).
+    pub n_inner: Option<i64>,
+    /// GPT-2: `layer_norm_epsilon`.
+    pub layer_norm_epsilon: Option<f64>,
+    /// GPT-2: `activation_function`.
+    pub activation_function: Option<String>,
+    /// GPT-2: `scale_attn_weights` (false: attention scores are not scaled).
+    pub scale_attn_weights: Option<bool>,
+    /// GPT-2: `scale_attn_by_inverse_layer_idx`.
+    pub scale_attn_by_inverse_layer_idx: Option<bool>,
+    /// GPT-2: `add_cross_attention` (encoder-decoder use).
+    pub add_cross_attention: Option<bool>,
+    /// Phi (and others): `layer_norm_eps`.
+    pub layer_norm_eps: Option<f64>,
+    /// Phi: `qk_layernorm` (LayerNorm on queries and keys).
+    pub qk_layernorm: Option<bool>,
 }
 
 /// Deserializes a field that may be `null` as `Some(Value::Null)`, so that an explicit null

@@ -1,7 +1,10 @@
 //! `config.json` → [`ArchConfig`], one normalised description of the architecture.
 
+pub mod gelu;
 pub mod gemma;
+mod gpt2;
 pub mod hf;
+mod phi;
 pub mod rope;
 
 use std::path::{Path, PathBuf};
@@ -10,6 +13,7 @@ use serde_json::Value;
 
 use crate::ir::DType;
 use crate::{Error, Result};
+pub use gelu::Gelu;
 pub use gemma::{GeluApproximation, GemmaConfig, GemmaVersion};
 pub use hf::HfConfig;
 pub use rope::{Rope, RopeScaling};
@@ -22,6 +26,8 @@ pub const SUPPORTED_MODEL_TYPES: &[&str] = &[
     "gemma",
     "gemma2",
     "gemma3_text",
+    "gpt2",
+    "phi",
 ];
 
 /// Upper bound on any size in a config (keeps every tensor size computation far from overflow).
@@ -72,6 +78,13 @@ pub struct ArchConfig {
     pub pad_token_id: Option<i64>,
     /// The Gemma family's knobs (`None` for other families).
     pub gemma: Option<GemmaConfig>,
+    /// Epsilon of every LayerNorm, for families normalised with `LayerNormalization` (gpt2,
+    /// phi); `None` for RMSNorm families.
+    pub layer_norm_eps: Option<f32>,
+    /// The activation of a plain (ungated) GELU MLP (gpt2, phi); `None` for SiLU-gated MLPs.
+    pub gelu: Option<Gelu>,
+    /// Bias on the LM head (phi).
+    pub lm_head_bias: bool,
 }
 
 impl ArchConfig {
@@ -105,6 +118,11 @@ impl ArchConfig {
                     .map(|s| s.to_string())
                     .collect(),
             });
+        }
+        match model_type.as_str() {
+            "gpt2" => return gpt2::from_hf(raw, &f),
+            "phi" => return phi::from_hf(raw, &f),
+            _ => {}
         }
         let hidden_size = f.positive("hidden_size", raw.hidden_size)?;
         let num_attention_heads = f.positive("num_attention_heads", raw.num_attention_heads)?;
@@ -178,6 +196,9 @@ impl ArchConfig {
             eos_token_ids: token_list(raw.eos_token_id.as_ref()),
             pad_token_id: first_token(raw.pad_token_id.as_ref()),
             gemma,
+            layer_norm_eps: None,
+            gelu: None,
+            lm_head_bias: false,
             model_type,
         })
     }

@@ -26,7 +26,9 @@ pub struct EpCapabilities {
     pub qkv_pack_dtypes: BTreeSet<DType>,
     /// Whether GQA may apply rotary embeddings itself (false: RoPE is separated again).
     pub supports_fused_rope: bool,
-    /// Whether `SkipLayerNormalization` / `SkipSimplifiedLayerNormalization` are fused.
+    /// Whether `SkipLayerNormalization` / `SkipSimplifiedLayerNormalization` are fused (and
+    /// with them the fused elementwise kernels `BiasGelu` / `FastGelu`, which no separate
+    /// capability names).
     pub supports_skip_layer_norm: bool,
     /// Whether mixture-of-experts blocks are built as one `com.microsoft::MoE` operator.
     pub supports_fused_moe: bool,

@@ -85,4 +85,16 @@ pub enum TensorSource {
         /// The scalar.
         value: f32,
     },
+    /// The block `start..start + len` of another source along `axis` (e.g. the q, k or v
+    /// columns of a fused `[H, 3H]` projection), every other axis kept whole.
+    Slice {
+        /// The sliced source.
+        source: Box<TensorSource>,
+        /// The axis to cut along.
+        axis: usize,
+        /// First index kept along `axis`.
+        start: usize,
+        /// Number of indices kept along `axis`.
+        len: usize,
+    },
 }

@@ -4,7 +4,9 @@
 
 pub mod components;
 pub mod gemma;
+pub mod gpt2;
 pub mod llama;
+pub mod phi;
 
 use std::collections::BTreeMap;
 
@@ -23,6 +25,8 @@ pub fn build_model(cfg: &ArchConfig, dtype: DType) -> Result<Model> {
         // Plain pre-norm decoders share one builder.
         "llama" | "mistral" | "qwen2" => llama::build(cfg, dtype),
         "gemma" | "gemma2" | "gemma3_text" => gemma::build(cfg, dtype),
+        "gpt2" => gpt2::build(cfg, dtype),
+        "phi" => phi::build(cfg, dtype),
         other => unreachable!("config validation admits only supported model types, got {other}"),
     };
     graph.validate()?;

@@ -19,6 +19,8 @@ pub type ApplierFn = fn(&mut OnnxGraph, Id, &Subst, &str) -> Option<Id>;
 
 const CONDITIONS: &[(&str, ConditionFn)] = &[
     ("attr-is-set", attr_is_set),
+    ("bias-on-last-axis", bias_on_last_axis),
+    ("gelu-is-exact", gelu_is_exact),
     ("cast-to-own-dtype", cast_to_own_dtype),
     ("erf-gelu-constants", erf_gelu_constants),
     ("normalizes-last-axis", normalizes_last_axis),
@@ -677,4 +679,33 @@ fn tanh_gelu_constants(g: &OnnxGraph, s: &Subst, vars: &[Var]) -> bool {
         && near(g, s[*c4], (2.0 / std::f64::consts::PI).sqrt())
         && near(g, s[*c5], 0.044715)
         && near(g, s[*c6], 3.0)
+}
+
+/// `?approximate`: a `Gelu`'s `approximate` attribute selects the exact (erf) form.
+fn gelu_is_exact(g: &OnnxGraph, s: &Subst, vars: &[Var]) -> bool {
+    let [a] = vars else { return false };
+    match g[s[*a]].data.attr() {
+        Some(AttrValue::Unset) => true,
+        Some(AttrValue::Str(mode)) => mode.as_str() == "none",
+        _ => false,
+    }
+}
+
+/// `?x ?bias`: `?bias` is a 1-D initializer of `?x`'s dtype whose length is `?x`'s known last
+/// dimension (what BiasGelu and FastGelu accept as a bias).
+fn bias_on_last_axis(g: &OnnxGraph, s: &Subst, vars: &[Var]) -> bool {
+    let [x, bias] = vars else { return false };
+    let (xd, bd) = (&g[s[*x]].data, &g[s[*bias]].data);
+    let (Some(xt), Some(bt)) = (xd.tensor(), bd.tensor()) else {
+        return false;
+    };
+    let (Some(xs), Some([len])) = (&xt.shape, bt.shape.as_deref()) else {
+        return false;
+    };
+    let last = xs.last().and_then(|d| d.known());
+    bd.init_only
+        && xt.dtype.is_some()
+        && xt.dtype == bt.dtype
+        && last.is_some()
+        && last == len.known()
 }

@@ -105,6 +105,8 @@ impl<'a> CostModel<'a> {
             ("com.microsoft", "MatMulNBits") => c.supports_matmul_nbits,
             ("com.microsoft", "PackedMultiHeadAttention") => c.supports_packed_multi_head_attention,
             ("com.microsoft", "MoE") => c.supports_fused_moe,
+            // The fused elementwise kernels come with the Skip*Normalization ones.
+            ("com.microsoft", "BiasGelu" | "FastGelu") => c.supports_skip_layer_norm,
             _ => true,
         }
     }

@@ -69,6 +69,8 @@ pub enum Flag {
     TensorScatter,
     /// `supports_range`.
     Range,
+    /// `supports_contrib_ops`.
+    ContribOps,
 }
 
 const FLAGS: &[(&str, Flag)] = &[
@@ -79,6 +81,7 @@ const FLAGS: &[(&str, Flag)] = &[
     ("supports_rank4_rmsnorm", Flag::Rank4RmsNorm),
     ("supports_tensor_scatter", Flag::TensorScatter),
     ("supports_range", Flag::Range),
+    ("supports_contrib_ops", Flag::ContribOps),
 ];
 
 impl GateAtom {
@@ -97,6 +100,7 @@ impl GateAtom {
                     Flag::Rank4RmsNorm => caps.supports_rank4_rmsnorm,
                     Flag::TensorScatter => caps.supports_tensor_scatter,
                     Flag::Range => caps.supports_range,
+                    Flag::ContribOps => caps.supports_contrib_ops,
                 };
                 value != *negated
             }

@@ -42,6 +42,14 @@ pub const RULE_FILES: &[(&str, &str)] = &[
         include_str!("../../rewrites/fusion/skip_layer_norm.rules"),
     ),
     (
+        "fusion/bias_gelu.rules",
+        include_str!("../../rewrites/fusion/bias_gelu.rules"),
+    ),
+    (
+        "inline/bias_gelu.rules",
+        include_str!("../../rewrites/inline/bias_gelu.rules"),
+    ),
+    (
         "inline/skip_layer_norm.rules",
         include_str!("../../rewrites/inline/skip_layer_norm.rules"),
     ),

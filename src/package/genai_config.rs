@@ -7,8 +7,13 @@ use crate::ep::{genai_provider_options, genai_search_max_length, EpCapabilities}
 use crate::ir::Graph;
 
 /// onnxruntime-genai's `model.type` for an HF `model_type` (unknown types pass through).
+///
+/// `gpt2` becomes genai's generic `decoder`: genai's own `gpt2` model class expects one
+/// combined `past_%d` cache tensor per layer, not the separate key/value inputs of our graph
+/// contract, and refuses the package ("Model input was not found").
 pub fn genai_model_type(model_type: &str) -> &str {
     match model_type {
+        "gpt2" => "decoder",
         "qwen3" => "qwen2",
         "gemma2" => "gemma",
         other => other,

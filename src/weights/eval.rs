@@ -129,6 +129,16 @@ impl<'a> Evaluator<'a> {
                     shape: info.shape,
                 })
             }
+            TensorSource::Slice {
+                source,
+                axis,
+                start,
+                len,
+            } => {
+                let mut info = self.describe(source)?;
+                slice_shape(&mut info.shape, *axis, *start, *len, source)?;
+                Ok(info)
+            }
         }
     }
 
@@ -191,7 +201,9 @@ impl<'a> Evaluator<'a> {
                 let (dtype, _, bytes) = self.materialize(src)?;
                 stream_converted(&bytes, dtype, target, sink)
             }
-            TensorSource::Concat { .. } | TensorSource::AddScalar { .. } => {
+            TensorSource::Concat { .. }
+            | TensorSource::AddScalar { .. }
+            | TensorSource::Slice { .. } => {
                 let (dtype, _, bytes) = self.materialize(src)?;
                 stream_converted(&bytes, dtype, target, sink)
             }
@@ -249,6 +261,7 @@ impl<'a> Evaluator<'a> {
             TensorSource::Transpose(_)
             | TensorSource::Concat { .. }
             | TensorSource::AddScalar { .. }
+            | TensorSource::Slice { .. }
             | TensorSource::RotaryTable { .. } => return Ok(None),
         };
         Ok(Some(Leaf { dtype, shape, data }))
@@ -331,8 +344,56 @@ impl<'a> Evaluator<'a> {
                     .collect();
                 Ok((DType::F32, info.shape, bytemuck::cast_slice(&sums).to_vec()))
             }
+            TensorSource::Slice {
+                source,
+                axis,
+                start,
+                len,
+            } => {
+                let (dtype, mut shape, bytes) = self.materialize(source)?;
+                let (outer, whole, inner) = split_at_axis(&shape, *axis);
+                slice_shape(&mut shape, *axis, *start, *len, source)?;
+                let (row, elem) = (inner * dtype.size(), whole * inner * dtype.size());
+                let mut out = Vec::with_capacity(outer * len * row);
+                for o in 0..outer {
+                    let begin = o * elem + start * row;
+                    out.extend_from_slice(&bytes[begin..begin + len * row]);
+                }
+                Ok((dtype, shape, out))
+            }
         }
     }
+}
+
+/// The sizes before `axis` (product), at `axis`, and after it (product).
+fn split_at_axis(shape: &[usize], axis: usize) -> (usize, usize, usize) {
+    let outer = shape[..axis.min(shape.len())].iter().product();
+    let whole = shape.get(axis).copied().unwrap_or(1);
+    let inner = shape.get(axis + 1..).map_or(1, |s| s.iter().product());
+    (outer, whole, inner)
+}
+
+/// Narrows `shape` to `start..start + len` along `axis`, or says why the slice does not fit.
+fn slice_shape(
+    shape: &mut [usize],
+    axis: usize,
+    start: usize,
+    len: usize,
+    source: &TensorSource,
+) -> Result<()> {
+    let fits = axis < shape.len() && start.checked_add(len).is_some_and(|end| end <= shape[axis]);
+    if !fits {
+        let what = match source {
+            TensorSource::Checkpoint(name) => format!("checkpoint tensor `{name}`"),
+            _ => "a tensor".to_string(),
+        };
+        return Err(Error::Graph(format!(
+            "cannot take {start}..{} along axis {axis} of {what} with shape {shape:?}",
+            start.saturating_add(len)
+        )));
+    }
+    shape[axis] = len;
+    Ok(())
 }
 
 fn stream_converted(
@@ -523,6 +584,43 @@ mod tests {
             value: 1.0,
         };
         assert!(ev.describe(&ints).is_err());
+    }
+
+    #[test]
+    fn slices_take_column_and_row_blocks() {
+        let m = TensorSource::Inline(TensorData::from_f32(
+            vec![2, 6],
+            &[0., 1., 2., 3., 4., 5., 6., 7., 8., 9., 10., 11.],
+        ));
+        let mut ev = Evaluator::new(None);
+        let cols = TensorSource::Slice {
+            source: Box::new(m.clone()),
+            axis: 1,
+            start: 2,
+            len: 2,
+        };
+        assert_eq!(ev.describe(&cols).unwrap().shape, vec![2, 2]);
+        let bytes = ev.read(&cols, DType::F32).unwrap();
+        let v: &[f32] = bytemuck::cast_slice(&bytes);
+        assert_eq!(v, &[2., 3., 8., 9.]);
+        let rows = TensorSource::Slice {
+            source: Box::new(m.clone()),
+            axis: 0,
+            start: 1,
+            len: 1,
+        };
+        let (_, shape, bytes) = ev.materialize(&rows).unwrap();
+        assert_eq!(shape, vec![1, 6]);
+        let v: &[f32] = bytemuck::cast_slice(&bytes);
+        assert_eq!(v, &[6., 7., 8., 9., 10., 11.]);
+        let outside = TensorSource::Slice {
+            source: Box::new(m),
+            axis: 1,
+            start: 4,
+            len: 3,
+        };
+        let err = ev.describe(&outside).unwrap_err().to_string();
+        assert!(err.contains("4..7 along axis 1"), "{err}");
     }
 
     #[test]

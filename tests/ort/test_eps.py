@@ -9,7 +9,7 @@ import re
 import onnx
 import pytest
 
-from ort_helpers import fixture_names, run_mobius, run_mobius_unchecked
+from ort_helpers import FIXTURES_DIR, fixture_names, load_config, run_mobius, run_mobius_unchecked
 
 # Spec section 4: built-ins in registration order, with their non-default fields.
 BUILTIN_EPS = ["default", "openvino", "cpu", "cuda", "dml", "webgpu", "mlx", "trt-rtx", "qnn", "onnx-standard"]

@@ -469,3 +469,30 @@ def test_genai_greedy_f16(built, name, ep, dtype, record_agreement):
     equal = sum(a == b for a, b in zip(got, want))
     record_agreement(f"{name} {ep or 'noflag'} f16", prefix, equal, len(want))
     assert prefix >= 1, f"{name} --ep {ep} f16: first greedy token {got[0]} != {want[0]}"
+
+
+# HF model_type -> onnxruntime-genai model.type where they differ (spec 5.4); gpt2 uses genai's
+# generic decoder class, whose cache layout (separate key/value per layer) is ours.
+GENAI_TYPES = {"gpt2": "decoder", "qwen3": "qwen2", "gemma2": "gemma"}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_genai_model_type(built, name):
+    mt = load_config(FIXTURES_DIR / name)["model_type"]
+    got = genai_config(built("fixture", name, "f32", None))["model"]["type"]
+    assert got == GENAI_TYPES.get(mt, mt), (name, got)
+
+
+@pytest.mark.parametrize("ep,dtype", [("cpu", "f32"), ("cuda", "f16")])
+def test_gpt2_fuses_skip_layer_norm_and_fast_gelu(built, ep, dtype):
+    """GPT-2 is where SkipLayerNormalization and FastGelu fire (spec 1.10, 2.5, 2.7): every
+    LayerNorm but none is fused with its residual Add (the first with the embedding sum), and
+    every tanh GELU with its bias; the graph still loads and matches (test_prefill_logits)."""
+    if "gpt2" not in NAMES:
+        pytest.fail("the gpt2 fixture is missing from tests/fixtures")
+    model = onnx.load(str(built("fixture", "gpt2", dtype, ep) / "model.onnx"), load_external_data=False)
+    ops = [f"{n.domain}::{n.op_type}" for n in model.graph.node]
+    layers = dims_of("gpt2")["layers"]
+    assert ops.count("com.microsoft::SkipLayerNormalization") == 2 * layers + 1, ops
+    assert ops.count("com.microsoft::FastGelu") == layers, ops
+    assert "::Gelu" not in ops and "::LayerNormalization" not in ops, ops

@@ -178,9 +178,9 @@ def test_optimize_keeps_output_names_fed_by_removed_nodes(tmp_path):
 
 def test_optimize_onnx_standard_refuses_contrib_ops(tmp_path):
     """--ep onnx-standard cannot run com.microsoft ops and no rule lowers
-    FastGelu: clear error naming the op, and no output folder."""
+    QuickGelu: clear error naming the op, and no output folder."""
     graph = helper.make_graph(
-        [helper.make_node("FastGelu", ["x"], ["y"], domain="com.microsoft")],
+        [helper.make_node("QuickGelu", ["x"], ["y"], domain="com.microsoft")],
         "contrib",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])],
@@ -196,7 +196,7 @@ def test_optimize_onnx_standard_refuses_contrib_ops(tmp_path):
     proc = run_mobius_unchecked(["optimize", str(src), str(out), "--ep", "onnx-standard"])
     assert proc.returncode != 0, f"exited 0\n{proc.stdout}\n{proc.stderr}"
     err = proc.stderr
-    assert "onnx-standard" in err and "com.microsoft::FastGelu" in err, err
+    assert "onnx-standard" in err and "com.microsoft::QuickGelu" in err, err
     assert not out.exists(), f"failed optimize left {out}"
     # the same model is fine for an EP that runs contrib ops
     run_mobius(["optimize", str(src), str(tmp_path / "cpu"), "--ep", "cpu"])
@@ -228,3 +228,45 @@ def test_optimize_qnn_splits_rank4_rmsnorm(tmp_path):
     want = _session(src).run(None, {"x": x})[0]
     got = _session(out / "model.onnx").run(None, {"x": x})[0]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def _biased_gelus(fused: bool) -> onnx.ModelProto:
+    """y_exact = GELU(x + b), y_tanh = tanh-GELU(x + b): as contrib ops (BiasGelu, FastGelu)
+    when `fused`, else as Add + Gelu; b a [4] initializer."""
+    rng = np.random.default_rng(5)
+    bias = numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "b")
+    if fused:
+        nodes = [
+            helper.make_node("BiasGelu", ["x", "b"], ["y_exact"], domain="com.microsoft"),
+            helper.make_node("FastGelu", ["x", "b"], ["y_tanh"], domain="com.microsoft"),
+        ]
+    else:
+        nodes = [
+            helper.make_node("Add", ["x", "b"], ["s"]),
+            helper.make_node("Gelu", ["s"], ["y_exact"]),
+            helper.make_node("Gelu", ["s"], ["y_tanh"], approximate="tanh"),
+        ]
+    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["n", 4]) for n in ("y_exact", "y_tanh")]
+    graph = helper.make_graph(
+        nodes, "gelus", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])], outs, [bias]
+    )
+    imports = [helper.make_opsetid("", OPSET)] + ([helper.make_opsetid("com.microsoft", 1)] if fused else [])
+    return helper.make_model(graph, opset_imports=imports, ir_version=IR_VERSION)
+
+
+@pytest.mark.parametrize("fused,ep", [(False, "cpu"), (True, "onnx-standard")])
+def test_optimize_biased_gelus_match_onnxruntime(tmp_path, fused, ep):
+    """The BiasGelu/FastGelu fusions (cpu) and their standard bodies (onnx-standard) compute
+    what onnxruntime computes for the original graph: BiasGelu is the exact GELU, FastGelu
+    the tanh one."""
+    src = tmp_path / "in.onnx"
+    onnx.save(_biased_gelus(fused), str(src))
+    out = tmp_path / "out"
+    run_mobius(["optimize", str(src), str(out), "--ep", ep])
+    after = onnx.load(str(out / "model.onnx"), load_external_data=False)
+    ops = sorted(f"{n.domain}::{n.op_type}" for n in after.graph.node)
+    want = ["::Add", "::Gelu", "::Gelu"] if fused else ["com.microsoft::BiasGelu", "com.microsoft::FastGelu"]
+    assert ops == want, ops
+    x = (np.random.default_rng(6).standard_normal((3, 4)) * 3).astype(np.float32)
+    for w, h in zip(_session(src).run(None, {"x": x}), _session(out / "model.onnx").run(None, {"x": x})):
+        np.testing.assert_allclose(h, w, rtol=0, atol=1e-5)

@@ -3,6 +3,8 @@ the graph must pass the onnx checker and follow the I/O contract."""
 
 from __future__ import annotations
 
+import json
+
 import onnx
 import pytest
 
@@ -34,3 +36,21 @@ def test_real_config_no_weights(built, name, dtype):
     assert not errs, "\n".join(errs)
     used = sum(p.stat().st_blocks * 512 for p in out.rglob("*") if p.is_file())
     assert used <= MAX_PACKAGE_BYTES, f"--no-weights package uses {used} bytes on disk"
+
+
+# Every buildable built-in EP in the dtype it is built for in practice (as test_fixtures.py).
+EP_BUILDS = [(ep, "f32") for ep in ["default", "cpu", "onnx-standard", "mlx", "openvino"]] + [
+    (ep, "f16") for ep in ["cuda", "dml", "webgpu", "trt-rtx"]
+]
+
+
+@pytest.mark.parametrize("ep,dtype", EP_BUILDS, ids=[f"{ep}-{d}" for ep, d in EP_BUILDS])
+@pytest.mark.parametrize("name", NAMES)
+def test_real_config_no_weights_per_ep(built, name, ep, dtype):
+    out = built("config", name, dtype, ep)
+    path = out / "model.onnx"
+    check_model_without_data(path)
+    model = onnx.load(str(path), load_external_data=False)
+    genai = json.loads((out / "genai_config.json").read_text())
+    errs = contract_errors(model, model_dims(load_config(CONFIGS_DIR / name)), dtype, genai)
+    assert not errs, "\n".join(errs)

@@ -1,0 +1,119 @@
+//! GPT-2 (`model_type` "gpt2"): `n_embd`/`n_layer`/`n_head`/`n_positions` spellings (kept by
+//! transformers v4 and v5), LayerNorm, a GELU MLP of width `n_inner` (null → 4·n_embd),
+//! multi-head attention, learned positions and (by default) a tied LM head.
+
+use super::{first_token, parse_dtype, token_list, ArchConfig, Fields, Gelu, HfConfig};
+use super::{Rope, RopeScaling};
+use crate::Result;
+
+/// Normalises a GPT-2 config; errors name the field and what was expected.
+pub(super) fn from_hf(raw: &HfConfig, f: &Fields<'_>) -> Result<ArchConfig> {
+    let (hidden_field, hidden) = spelled("n_embd", raw.n_embd, "hidden_size", raw.hidden_size);
+    let hidden_size = f.positive(hidden_field, hidden)?;
+    let (heads_field, heads) = spelled(
+        "n_head",
+        raw.n_head,
+        "num_attention_heads",
+        raw.num_attention_heads,
+    );
+    let heads = f.positive(heads_field, heads)?;
+    if hidden_size % heads != 0 {
+        return Err(f.err(
+            heads_field,
+            &format!("{heads} does not divide the hidden size ({hidden_size})"),
+        ));
+    }
+    let (layers_field, layers) = spelled(
+        "n_layer",
+        raw.n_layer,
+        "num_hidden_layers",
+        raw.num_hidden_layers,
+    );
+    let (positions_field, positions) = spelled(
+        "n_positions",
+        raw.n_positions,
+        "max_position_embeddings",
+        raw.max_position_embeddings,
+    );
+    let intermediate_size = match raw.n_inner.or(raw.intermediate_size) {
+        None => 4 * hidden_size,
+        some => f.positive("n_inner", some)?,
+    };
+    let act = raw.activation_function.as_deref().unwrap_or("gelu_new");
+    let gelu = Gelu::from_hf_name(act).ok_or_else(|| {
+        f.err(
+            "activation_function",
+            &format!(
+                "`{act}` is not supported for gpt2 (expected {})",
+                Gelu::NAMES
+            ),
+        )
+    })?;
+    for (field, value) in [
+        ("scale_attn_weights", raw.scale_attn_weights == Some(false)),
+        (
+            "scale_attn_by_inverse_layer_idx",
+            raw.scale_attn_by_inverse_layer_idx == Some(true),
+        ),
+        ("add_cross_attention", raw.add_cross_attention == Some(true)),
+    ] {
+        if value {
+            return Err(f.err(
+                field,
+                "is not supported (expected the GPT-2 default: scaled self-attention only)",
+            ));
+        }
+    }
+    let head_dim = hidden_size / heads;
+    Ok(ArchConfig {
+        model_type: "gpt2".into(),
+        hidden_size,
+        intermediate_size,
+        num_attention_heads: heads,
+        num_key_value_heads: heads,
+        head_dim,
+        num_hidden_layers: f.positive(layers_field, layers)?,
+        vocab_size: f.positive("vocab_size", raw.vocab_size)?,
+        max_position_embeddings: f.positive(positions_field, positions)?,
+        rms_norm_eps: 0.0,
+        tie_word_embeddings: raw.tie_word_embeddings.unwrap_or(true),
+        qkv_bias: true,
+        o_bias: true,
+        mlp_bias: true,
+        // No rotary embedding: positions are learned. A full-width default keeps the field
+        // well-formed for code that reads it.
+        rope: Rope {
+            theta: 10000.0,
+            scaling: RopeScaling::Default,
+            rotary_dim: head_dim,
+            interleaved: false,
+        },
+        layer_windows: vec![None; f.positive(layers_field, layers)?],
+        dtype: parse_dtype(raw, f)?,
+        bos_token_id: first_token(raw.bos_token_id.as_ref()),
+        eos_token_ids: token_list(raw.eos_token_id.as_ref()),
+        pad_token_id: first_token(raw.pad_token_id.as_ref()),
+        layer_norm_eps: Some(
+            raw.layer_norm_epsilon
+                .or(raw.layer_norm_eps)
+                .unwrap_or(1e-5) as f32,
+        ),
+        gelu: Some(gelu),
+        lm_head_bias: false,
+        gemma: None,
+    })
+}
+
+/// The GPT-2 spelling of a field when present, else the generic one (with its name, for
+/// error messages).
+fn spelled(
+    gpt2: &'static str,
+    gpt2_value: Option<i64>,
+    generic: &'static str,
+    generic_value: Option<i64>,
+) -> (&'static str, Option<i64>) {
+    match (gpt2_value, generic_value) {
+        (None, Some(v)) => (generic, Some(v)),
+        (v, _) => (gpt2, v),
+    }
+}

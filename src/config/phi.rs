@@ -1,0 +1,74 @@
+//! Phi-1/1.5/2 (`model_type` "phi"): parallel attention and GELU MLP off one LayerNorm,
+//! partial rotary embedding (`partial_rotary_factor`), biases on every projection and on the
+//! LM head.
+
+use super::HfConfig;
+use super::{first_token, parse_dtype, parse_rope, token_list, ArchConfig, Fields, Gelu};
+use crate::Result;
+
+/// Normalises a Phi config; errors name the field and what was expected.
+pub(super) fn from_hf(raw: &HfConfig, f: &Fields<'_>) -> Result<ArchConfig> {
+    let hidden_size = f.positive("hidden_size", raw.hidden_size)?;
+    let heads = f.positive("num_attention_heads", raw.num_attention_heads)?;
+    let kv_heads = match raw.num_key_value_heads {
+        None => heads,
+        some => f.positive("num_key_value_heads", some)?,
+    };
+    if heads % kv_heads != 0 {
+        return Err(f.err(
+            "num_key_value_heads",
+            &format!("{kv_heads} must divide num_attention_heads ({heads})"),
+        ));
+    }
+    if hidden_size % heads != 0 {
+        return Err(f.err(
+            "num_attention_heads",
+            &format!("{heads} does not divide hidden_size ({hidden_size})"),
+        ));
+    }
+    let head_dim = hidden_size / heads;
+    let act = raw.hidden_act.as_deref().unwrap_or("gelu_new");
+    let gelu = Gelu::from_hf_name(act).ok_or_else(|| {
+        f.err(
+            "hidden_act",
+            &format!(
+                "`{act}` is not supported for phi (expected {})",
+                Gelu::NAMES
+            ),
+        )
+    })?;
+    if raw.qk_layernorm == Some(true) {
+        return Err(f.err(
+            "qk_layernorm",
+            "is not supported (expected false: no LayerNorm on queries and keys)",
+        ));
+    }
+    let layers = f.positive("num_hidden_layers", raw.num_hidden_layers)?;
+    Ok(ArchConfig {
+        model_type: "phi".into(),
+        hidden_size,
+        intermediate_size: f.positive("intermediate_size", raw.intermediate_size)?,
+        num_attention_heads: heads,
+        num_key_value_heads: kv_heads,
+        head_dim,
+        num_hidden_layers: layers,
+        vocab_size: f.positive("vocab_size", raw.vocab_size)?,
+        max_position_embeddings: f
+            .positive("max_position_embeddings", raw.max_position_embeddings)?,
+        rms_norm_eps: 0.0,
+        tie_word_embeddings: raw.tie_word_embeddings.unwrap_or(false),
+        qkv_bias: true,
+        o_bias: true,
+        mlp_bias: true,
+        rope: parse_rope(raw, head_dim, f)?,
+        layer_windows: vec![None; layers],
+        dtype: parse_dtype(raw, f)?,
+        bos_token_id: first_token(raw.bos_token_id.as_ref()),
+        eos_token_ids: token_list(raw.eos_token_id.as_ref()),
+        pad_token_id: first_token(raw.pad_token_id.as_ref()),
+        layer_norm_eps: Some(raw.layer_norm_eps.unwrap_or(1e-5) as f32),
+        gelu: Some(gelu),
+        lm_head_bias: true,
+        gemma: None,
+    })
+}

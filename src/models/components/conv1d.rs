@@ -1,0 +1,54 @@
+//! Projections whose weight is stored `[in, out]` (GPT-2's `Conv1D`): used by `MatMul` as is,
+//! possibly a column block of a fused weight.
+
+use crate::ir::{DType, GraphBuilder, Initializer, TensorSource};
+
+/// Where one projection's weight and bias come from in the checkpoint.
+#[derive(Debug, Clone)]
+pub struct Conv1dParams {
+    /// Checkpoint name of the `[in, out_total]` weight.
+    pub weight: String,
+    /// Checkpoint name of the `[out_total]` bias.
+    pub bias: String,
+    /// The output columns `start..start + len` this projection keeps (`None`: all).
+    pub columns: Option<(usize, usize)>,
+}
+
+/// `x @ W + b` with `W` `[in_features, out_features]`: initializers `{name}.weight` and
+/// `{name}.bias`, sliced lazily from the checkpoint tensors in `params` when `columns` is set.
+pub fn conv1d(
+    b: &mut GraphBuilder,
+    x: &str,
+    name: &str,
+    params: &Conv1dParams,
+    in_features: usize,
+    out_features: usize,
+    dtype: DType,
+) -> String {
+    let source = |tensor: &str, axis: usize| {
+        let whole = TensorSource::Checkpoint(tensor.to_string());
+        match params.columns {
+            None => whole,
+            Some((start, len)) => TensorSource::Slice {
+                source: Box::new(whole),
+                axis,
+                start,
+                len,
+            },
+        }
+    };
+    let w = b.initializer(Initializer {
+        name: format!("{name}.weight"),
+        dtype,
+        shape: vec![in_features, out_features],
+        source: Some(source(&params.weight, 1)),
+    });
+    let y = b.op("MatMul", &[x, &w], vec![]);
+    let bias = b.initializer(Initializer {
+        name: format!("{name}.bias"),
+        dtype,
+        shape: vec![out_features],
+        source: Some(source(&params.bias, 0)),
+    });
+    b.op("Add", &[&y, &bias], vec![])
+}

@@ -1,0 +1,75 @@
+//! The decoder graph contract (spec §1.2): inputs `input_ids`, `attention_mask`,
+//! `position_ids`, `past_key_values.{i}.{key,value}`; outputs `logits`,
+//! `present.{i}.{key,value}`, with the symbolic dims spelled as onnxruntime-genai expects.
+
+use crate::ir::{DType, Dim, GraphBuilder, Shape};
+
+const BATCH: &str = "batch";
+const SEQ: &str = "sequence_len";
+const MASK_LEN: &str = "past_seq_len + seq_len";
+const PAST: &str = "past_sequence_len";
+const TOTAL: &str = "past_sequence_len + sequence_len";
+
+/// The declared graph inputs of a decoder.
+#[derive(Debug, Clone)]
+pub struct DecoderInputs {
+    /// `input_ids` `[batch, sequence_len]`.
+    pub input_ids: String,
+    /// `attention_mask` `[batch, past_seq_len + seq_len]`.
+    pub attention_mask: String,
+    /// `position_ids` `[batch, sequence_len]`.
+    pub position_ids: String,
+    /// `past_key_values.{i}.key` / `.value` per layer.
+    pub past: Vec<(String, String)>,
+}
+
+/// The sizes the contract's shapes depend on.
+#[derive(Debug, Clone, Copy)]
+pub struct DecoderDims {
+    /// Decoder layers.
+    pub layers: usize,
+    /// Key/value heads.
+    pub kv_heads: usize,
+    /// Channels per head.
+    pub head_dim: usize,
+    /// Vocabulary size.
+    pub vocab: usize,
+}
+
+/// Declares the decoder inputs and outputs (in the contract's order) on `b`.
+pub fn decoder_io(b: &mut GraphBuilder, dims: DecoderDims, dtype: DType) -> DecoderInputs {
+    let input_ids = b.input("input_ids", DType::I64, Shape::new([BATCH, SEQ]));
+    let attention_mask = b.input("attention_mask", DType::I64, Shape::new([BATCH, MASK_LEN]));
+    let position_ids = b.input("position_ids", DType::I64, Shape::new([BATCH, SEQ]));
+    let kv_shape = |len: &str| {
+        Shape(vec![
+            Dim::sym(BATCH),
+            dims.kv_heads.into(),
+            Dim::sym(len),
+            dims.head_dim.into(),
+        ])
+    };
+    let past = (0..dims.layers)
+        .map(|i| {
+            (
+                b.input(&format!("past_key_values.{i}.key"), dtype, kv_shape(PAST)),
+                b.input(&format!("past_key_values.{i}.value"), dtype, kv_shape(PAST)),
+            )
+        })
+        .collect();
+    b.output(
+        "logits",
+        dtype,
+        Shape(vec![Dim::sym(BATCH), Dim::sym(SEQ), dims.vocab.into()]),
+    );
+    for i in 0..dims.layers {
+        b.output(&format!("present.{i}.key"), dtype, kv_shape(TOTAL));
+        b.output(&format!("present.{i}.value"), dtype, kv_shape(TOTAL));
+    }
+    DecoderInputs {
+        input_ids,
+        attention_mask,
+        position_ids,
+        past,
+    }
+}
