@@ -62,4 +62,12 @@ pub struct HfConfig {
     pub eos_token_id: Option<Value>,
     /// `pad_token_id`.
     pub pad_token_id: Option<Value>,
+    /// `layer_norm_eps` (BERT family).
+    pub layer_norm_eps: Option<f64>,
+    /// `type_vocab_size` (BERT family: rows of the token-type embedding).
+    pub type_vocab_size: Option<i64>,
+    /// `position_embedding_type` (BERT family, transformers v4 configs; "absolute" is built).
+    pub position_embedding_type: Option<String>,
+    /// `is_decoder` (BERT family: true makes the encoder a causal decoder).
+    pub is_decoder: Option<bool>,
 }

@@ -1,5 +1,6 @@
 //! `config.json` → [`ArchConfig`], one normalised description of the architecture.
 
+pub mod encoder;
 pub mod hf;
 pub mod rope;
 
@@ -9,11 +10,12 @@ use serde_json::Value;
 
 use crate::ir::DType;
 use crate::{Error, Result};
+pub use encoder::{EncoderConfig, Positions};
 pub use hf::HfConfig;
 pub use rope::{Rope, RopeScaling};
 
-/// The `model_type`s mobius builds, each a plain pre-norm decoder.
-pub const SUPPORTED_MODEL_TYPES: &[&str] = &["llama", "mistral", "qwen2"];
+/// The `model_type`s mobius builds: plain pre-norm decoders and BERT-family encoders.
+pub const SUPPORTED_MODEL_TYPES: &[&str] = &["llama", "mistral", "qwen2", "bert", "roberta"];
 
 /// Upper bound on any size in a config (keeps every tensor size computation far from overflow).
 const MAX_DIM: i64 = 1 << 26;
@@ -61,6 +63,9 @@ pub struct ArchConfig {
     pub eos_token_ids: Vec<i64>,
     /// Padding token.
     pub pad_token_id: Option<i64>,
+    /// What a BERT-family encoder adds (`None` for decoders). Encoders have no rotary
+    /// embedding: their `rope` holds the defaults and is not read.
+    pub encoder: Option<EncoderConfig>,
 }
 
 impl ArchConfig {
@@ -94,6 +99,9 @@ impl ArchConfig {
                     .map(|s| s.to_string())
                     .collect(),
             });
+        }
+        if encoder::ENCODER_MODEL_TYPES.contains(&model_type.as_str()) {
+            return encoder::from_hf(raw, model_type, &f);
         }
         let hidden_size = f.positive("hidden_size", raw.hidden_size)?;
         let num_attention_heads = f.positive("num_attention_heads", raw.num_attention_heads)?;
@@ -162,6 +170,7 @@ impl ArchConfig {
             eos_token_ids: token_list(raw.eos_token_id.as_ref()),
             pad_token_id: first_token(raw.pad_token_id.as_ref()),
             model_type,
+            encoder: None,
         })
     }
 

@@ -1,4 +1,4 @@
-//! Reductions (`ReduceSum`, `ReduceMean`, `ReduceMax`) and `Softmax`. Float sums accumulate in
+//! Reductions (`ReduceSum`, `ReduceMean`, `ReduceMax`), `Softmax` and `CumSum`. Float sums accumulate in
 //! f64; edge cases follow onnxruntime (see [`reduce`]).
 
 use super::elementwise::wrap_int;
@@ -17,6 +17,7 @@ pub fn eval(domain: &str, op: &str, call: &OpCall<'_>) -> FamilyResult {
         "ReduceMean" => reduce(call, Kind::Mean),
         "ReduceMax" => reduce(call, Kind::Max),
         "Softmax" => softmax(call),
+        "CumSum" => cumsum(call),
         _ => return None,
     };
     Some(result)
@@ -186,4 +187,71 @@ fn softmax(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
         }
     }
     Ok(vec![Tensor::float(x.dtype, x.shape.clone(), out)])
+}
+
+/// `CumSum(x, axis)` (opset 14): running sums along `axis` (a scalar or 1-element tensor),
+/// `exclusive` leaving out the current element, `reverse` summing from the end. Integers wrap
+/// to their dtype; floats accumulate in f64.
+fn cumsum(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
+    let x = call.input(0)?;
+    let axis_values = call.input(1)?.ints().map_err(|e| call.error(e))?;
+    let &[a] = axis_values else {
+        return Err(call.error(format!(
+            "axis must hold one value, found {}",
+            axis_values.len()
+        )));
+    };
+    let ax = axis(a, x.shape.len()).map_err(|e| call.error(e))?;
+    let (exclusive, reverse) = (call.int("exclusive", 0) != 0, call.int("reverse", 0) != 0);
+    let n = x.shape[ax];
+    let inner: usize = x.shape[ax + 1..].iter().product();
+    let outer: usize = x.shape[..ax].iter().product();
+    // Visits every line along the axis in summation order, giving (read, write) positions.
+    let scan = |mut step: Box<dyn FnMut(usize, bool) + '_>| {
+        for o in 0..outer {
+            for i in 0..inner {
+                for j in 0..n {
+                    let j = if reverse { n - 1 - j } else { j };
+                    step(
+                        o * n * inner + j * inner + i,
+                        j == if reverse { n - 1 } else { 0 },
+                    );
+                }
+            }
+        }
+    };
+    let out = match &x.values {
+        Values::Float(v) => {
+            let mut out = vec![0f32; v.len()];
+            let mut acc = 0f64;
+            scan(Box::new(|at, first| {
+                if first {
+                    acc = 0.0;
+                }
+                if exclusive {
+                    out[at] = acc as f32;
+                    acc += v[at] as f64;
+                } else {
+                    acc += v[at] as f64;
+                    out[at] = acc as f32;
+                }
+            }));
+            Tensor::float(x.dtype, x.shape.clone(), out)
+        }
+        Values::Int(v) => {
+            let mut out = vec![0i64; v.len()];
+            let mut acc = 0i64;
+            scan(Box::new(|at, first| {
+                if first {
+                    acc = 0;
+                }
+                let before = acc;
+                acc = wrap_int(x.dtype, acc.wrapping_add(v[at]));
+                out[at] = if exclusive { before } else { acc };
+            }));
+            Tensor::int(x.dtype, x.shape.clone(), out)
+        }
+        Values::Bool(_) => return Err(call.error("unsupported dtype bool")),
+    };
+    Ok(vec![out])
 }

@@ -67,6 +67,7 @@ pub fn infer(
         | "Gelu"
         | "RMSNormalization"
         | "LayerNormalization"
+        | "CumSum"
         | "RotaryEmbedding"
         | "com.microsoft::RotaryEmbedding"
         | "com.microsoft::FastGelu" => vec![ty(0)],

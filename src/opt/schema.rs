@@ -38,6 +38,7 @@ const SCHEMAS: &[(&str, &[&str])] = &[
         ],
     ),
     ("ConstantOfShape", &["value"]),
+    ("CumSum", &["exclusive", "reverse"]),
     ("Div", &[]),
     ("Equal", &[]),
     ("Erf", &[]),

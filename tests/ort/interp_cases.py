@@ -477,6 +477,16 @@ def _reduce():
     sm[1, 1:] = -np.inf
     add("Softmax", "neg_inf_entries", [sm], [("y", F32)])
 
+    # CumSum: the axis as an initializer (scalar or 1-element), every exclusive/reverse mix
+    r = rng_for("CumSum", "data")
+    x = randn(r, 2, 3, 4)
+    for name, axis, kw in [("axis1", 1, {}), ("axis_neg1", -1, {}), ("axis0_exclusive", 0, {"exclusive": 1}),
+                           ("axis2_reverse", 2, {"reverse": 1}),
+                           ("axis1_exclusive_reverse", 1, {"exclusive": 1, "reverse": 1})]:
+        add("CumSum", name, [inp("x", x), init("axis", np.array(axis, np.int64))], [("y", F32)], **kw)
+    add("CumSum", "i64_axis_1elem", [inp("x", ints(r, -9, 9, 2, 6)), init("axis", np.array([1], np.int64))],
+        [("y", I64)])
+
 
 # --------------------------------------------------------------------------- norms / gelu
 def _norms():

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from ort_helpers import FIXTURES_DIR, fixture_names, run_mobius, run_mobius_unchecked
+from ort_helpers import DECODER_TASK, FIXTURES_DIR, fixture_names_for, run_mobius, run_mobius_unchecked
 
 # Spec section 4: built-ins in registration order, with their non-default fields.
 BUILTIN_EPS = ["default", "openvino", "cpu", "cuda", "dml", "webgpu", "mlx", "trt-rtx", "qnn", "onnx-standard"]
@@ -161,7 +161,8 @@ def test_unknown_ep_is_refused_before_reading_the_input(tmp_path, command):
 QNN_REFUSAL = "execution provider `qnn` cannot run"
 
 
-@pytest.mark.parametrize("name", fixture_names())
+# Decoder fixtures (encoders have no RotaryEmbedding: see test_encoders.py).
+@pytest.mark.parametrize("name", fixture_names_for(DECODER_TASK))
 def test_qnn_build_is_refused_until_lowerings_exist(tmp_path, name):
     """qnn runs neither Attention nor RotaryEmbedding and its lowering rules
     (spec 2.10 DecomposeRotaryEmbedding, 2.12 DecomposeAttention) are not

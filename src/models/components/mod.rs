@@ -11,5 +11,5 @@ pub use attention::{attention, AttentionSpec};
 pub use linear::linear;
 pub use mask::{padding_mask, sliding_window_mask};
 pub use mlp::swiglu_mlp;
-pub use norm::rms_norm;
+pub use norm::{layer_norm, layer_norm_into, rms_norm};
 pub use rope::{rope_tables, rotary_embedding, RopeTables};
