@@ -48,6 +48,8 @@ import torch
 import transformers
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (
+    BertConfig,
+    BertModel,
     Gemma2Config,
     Gemma2ForCausalLM,
     Gemma3ForCausalLM,
@@ -66,6 +68,8 @@ from transformers import (
     PreTrainedTokenizerFast,
     Qwen2Config,
     Qwen2ForCausalLM,
+    RobertaConfig,
+    RobertaModel,
 )
 
 REPO = Path(__file__).resolve().parent.parent
@@ -103,20 +107,20 @@ DIMS = dict(
 # --------------------------------------------------------------------------
 # tokenizer
 # --------------------------------------------------------------------------
-def build_tokenizer() -> PreTrainedTokenizerFast:
+def build_tokenizer(specials: list[str] = SPECIALS) -> PreTrainedTokenizerFast:
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=len(SPECIALS) + 256 + N_MERGES,
+        vocab_size=len(specials) + 256 + N_MERGES,
         min_frequency=2,
-        special_tokens=SPECIALS,
+        special_tokens=specials,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
     tok.train_from_iterator([TRAIN_TEXT], trainer=trainer)
-    assert tok.get_vocab_size() == len(SPECIALS) + 256 + N_MERGES, tok.get_vocab_size()
-    for i, s in enumerate(SPECIALS):
+    assert tok.get_vocab_size() == len(specials) + 256 + N_MERGES, tok.get_vocab_size()
+    for i, s in enumerate(specials):
         assert tok.token_to_id(s) == i
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
@@ -410,16 +414,164 @@ def make_fixture(name: str, out_root: Path, tok: PreTrainedTokenizerFast) -> Non
     print(f"{name}: seed={seed} min_gap={gap:.4g} tokens={len(input_ids)} size={size}B")
 
 
+# --------------------------------------------------------------------------
+# encoders (feature extraction)
+# --------------------------------------------------------------------------
+# reference.json of an encoder fixture:
+#     {
+#       "task": "feature-extraction",     # decoder fixtures have no "task"
+#       "prompt": str, "dtype": "f32", "seed": int, "hidden_size": int,
+#       "cases": [{                        # every case: one forward in f32 (eager attention)
+#           "name": str,                   # single | right_padded | left_padded
+#           "input_ids", "attention_mask": [[int]*S]*B,
+#           "token_type_ids": [[int]*S]*B, # only when type_vocab_size > 1
+#           "last_hidden_state": [[[float]*H]*S]*B   # padded positions included; compare
+#       }],                                          # only where attention_mask is 1
+#       "transformers_version": str, "torch_version": str
+#     }
+ENC_DIMS = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4)
+# RoBERTa's real vocabulary starts <s>, <pad>, </s>: pad id 1, so positions start at 2.
+ROBERTA_SPECIALS = [BOS, PAD, EOS]
+N_PAD = 3
+
+ENCODER_FIXTURES = {
+    # name: (seed, model class, config, checkpoint names)
+    "bert": (
+        5000,
+        BertModel,
+        lambda vocab: BertConfig(
+            **ENC_DIMS, vocab_size=vocab, max_position_embeddings=128, type_vocab_size=2,
+            layer_norm_eps=1e-12, pad_token_id=0,
+        ),
+        "legacy",  # bert.-prefixed, LayerNorm gamma/beta (bert-base-uncased style)
+    ),
+    "roberta": (
+        6000,
+        RobertaModel,
+        lambda vocab: RobertaConfig(
+            **ENC_DIMS, vocab_size=vocab, max_position_embeddings=130, type_vocab_size=1,
+            layer_norm_eps=1e-5, pad_token_id=1, bos_token_id=0, eos_token_id=2,
+        ),
+        "plain",  # as RobertaModel.save_pretrained writes them
+    ),
+}
+
+
+def perturb_encoder(model, seed: int) -> None:
+    """Larger random weights than the default init; LayerNorm weights near 1."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            r = torch.randn(p.shape, generator=g, dtype=torch.float32)
+            if "LayerNorm.weight" in name:
+                v = 1.0 + 0.2 * r
+            elif name.endswith(".bias"):
+                v = 0.1 * r
+            elif "embeddings" in name:
+                v = 0.5 * r
+            else:
+                v = 0.15 * r
+            p.copy_(v)
+
+
+def legacy_names(path: Path, prefix: str) -> None:
+    """Rewrite model.safetensors with old checkpoint names: `prefix.` and gamma/beta."""
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(path)
+    out = {}
+    for k, v in tensors.items():
+        if "LayerNorm." in k:
+            k = k.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta")
+        out[f"{prefix}.{k}"] = v
+    save_file(out, path, metadata={"format": "pt"})
+
+
+def encoder_cases(input_ids: list[int], pad: int, token_types: bool) -> list[dict]:
+    """A batch-1 unpadded case and two padded batches of 2 (the second row N_PAD shorter)."""
+    n = len(input_ids)
+    short = input_ids[: n - N_PAD]
+    segments = [0] * (n // 2) + [1] * (n - n // 2)  # two "sentences"
+    cases = [dict(name="single", rows=[input_ids], masks=[[1] * n], types=[segments])]
+    cases.append(dict(
+        name="right_padded",
+        rows=[input_ids, short + [pad] * N_PAD],
+        masks=[[1] * n, [1] * len(short) + [0] * N_PAD],
+        types=[segments, segments[: len(short)] + [0] * N_PAD],
+    ))
+    cases.append(dict(
+        name="left_padded",
+        rows=[input_ids, [pad] * N_PAD + short],
+        masks=[[1] * n, [0] * N_PAD + [1] * len(short)],
+        types=[segments, [0] * N_PAD + segments[: len(short)]],
+    ))
+    out = []
+    for c in cases:
+        case = {"name": c["name"], "input_ids": c["rows"], "attention_mask": c["masks"]}
+        if token_types:
+            case["token_type_ids"] = c["types"]
+        out.append(case)
+    return out
+
+
+@torch.no_grad()
+def make_encoder_fixture(name: str, out_root: Path) -> None:
+    seed, cls, make_cfg, names = ENCODER_FIXTURES[name]
+    tok = build_tokenizer(ROBERTA_SPECIALS if name == "roberta" else SPECIALS)
+    cfg = make_cfg(len(tok))
+    assert tok.pad_token_id == cfg.pad_token_id, (tok.pad_token_id, cfg.pad_token_id)
+    torch.manual_seed(seed)
+    model = cls._from_config(cfg, attn_implementation="eager", dtype=torch.float32)
+    model.eval()
+    perturb_encoder(model, seed)
+    input_ids = tok(PROMPT, add_special_tokens=False)["input_ids"]
+    cases = encoder_cases(input_ids, cfg.pad_token_id, cfg.type_vocab_size > 1)
+    for case in cases:
+        kwargs = {k: torch.tensor(case[k]) for k in ("input_ids", "attention_mask", "token_type_ids") if k in case}
+        hidden = model(**kwargs).last_hidden_state.float()
+        case["last_hidden_state"] = [[[rnd(v) for v in tokv] for tokv in row] for row in hidden.tolist()]
+    # The unpadded row of each padded batch equals the batch-1 forward (padding is masked).
+    single = torch.tensor(cases[0]["last_hidden_state"][0])
+    for case in cases[1:]:
+        assert torch.allclose(torch.tensor(case["last_hidden_state"][0]), single, atol=1e-5), case["name"]
+
+    d = out_root / name
+    if d.exists():
+        shutil.rmtree(d)
+    d.mkdir(parents=True)
+    model.save_pretrained(d)
+    tok.save_pretrained(d)
+    if names == "legacy":
+        legacy_names(d / "model.safetensors", name)
+    ref = {
+        "task": "feature-extraction",
+        "prompt": PROMPT,
+        "dtype": "f32",
+        "seed": seed,
+        "hidden_size": cfg.hidden_size,
+        "cases": cases,
+        "transformers_version": transformers.__version__,
+        "torch_version": torch.__version__,
+    }
+    (d / "reference.json").write_text(json.dumps(ref, separators=(",", ":")) + "\n")
+    size = sum(f.stat().st_size for f in d.iterdir())
+    assert size < 1_000_000, (name, size)
+    print(f"{name}: seed={seed} tokens={len(input_ids)} size={size}B")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=REPO / "tests" / "fixtures")
-    ap.add_argument("--only", nargs="*", choices=sorted(FIXTURES))
+    ap.add_argument("--only", nargs="*", choices=sorted([*FIXTURES, *ENCODER_FIXTURES]))
     args = ap.parse_args()
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(1)
     tok = build_tokenizer()
-    for name in args.only or FIXTURES:
-        make_fixture(name, args.out, tok)
+    for name in args.only or [*FIXTURES, *ENCODER_FIXTURES]:
+        if name in ENCODER_FIXTURES:
+            make_encoder_fixture(name, args.out)
+        else:
+            make_fixture(name, args.out, tok)
     return 0
 
 

@@ -6,10 +6,10 @@ use std::path::{Path, PathBuf};
 use crate::config::ArchConfig;
 use crate::ep::EpCapabilities;
 use crate::ir::{DType, Graph, Model, TensorSource};
-use crate::models::build_model;
+use crate::models::{build_model, checkpoint_renaming};
 use crate::onnx::export::SaveReport;
 use crate::opt::fingerprint::leaf_values;
-use crate::opt::{optimize, Limits, OptimizeOptions, OptimizeReport, Role};
+use crate::opt::{optimize, Limits, OptimizeOptions, OptimizeReport};
 use crate::package::{check_target, write_package, StagedOutput};
 use crate::source::{resolve, HubSettings, ModelSource};
 use crate::weights::eval::Evaluator;
@@ -79,7 +79,13 @@ pub fn build(opts: &BuildOptions) -> Result<ModelPackage> {
     let dtype = opts.dtype.or(config.dtype).unwrap_or(DType::F32);
     let portable = build_model(&config, dtype)?;
     let store = match &files.weights {
-        Some(w) if opts.load_weights => Some(TensorStore::open(w)?),
+        Some(w) if opts.load_weights => {
+            let store = TensorStore::open(w)?;
+            Some(match checkpoint_renaming(&config) {
+                Some(rename) => store.renamed(rename)?,
+                None => store,
+            })
+        }
         _ => None,
     };
     let fingerprint_leaves =
@@ -96,7 +102,7 @@ pub fn build(opts: &BuildOptions) -> Result<ModelPackage> {
         };
     let options = OptimizeOptions {
         dtype,
-        role: Role::Decoder,
+        role: config.role(),
         limits: opts.limits,
         fingerprint_leaves,
     };
@@ -117,8 +123,8 @@ pub fn build(opts: &BuildOptions) -> Result<ModelPackage> {
 }
 
 impl ModelPackage {
-    /// Writes model.onnx, model.onnx.data, genai_config.json and the tokenizer files into
-    /// `opts.out`, atomically: on error nothing is left there.
+    /// Writes model.onnx, model.onnx.data, genai_config.json (decoders only) and the tokenizer
+    /// files into `opts.out`, atomically: on error nothing is left there.
     pub fn save(&self, opts: &SaveOptions) -> Result<SaveReport> {
         check_target(&opts.out, opts.overwrite)?;
         let staged = StagedOutput::create(&opts.out)?;

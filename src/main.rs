@@ -37,8 +37,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Build an ONNX package (model.onnx, model.onnx.data, genai_config.json, tokenizer files)
-    /// from a checkpoint, optimized for an execution provider.
+    /// Build an ONNX package (model.onnx, model.onnx.data, genai_config.json for decoders,
+    /// tokenizer files) from a checkpoint, optimized for an execution provider.
     Build(BuildArgs),
     /// Optimize an existing .onnx model (with its external data) for an execution provider.
     Optimize(OptimizeArgs),

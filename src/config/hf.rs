@@ -102,6 +102,12 @@ pub struct HfConfig {
     pub layer_norm_eps: Option<f64>,
     /// Phi: `qk_layernorm` (LayerNorm on queries and keys).
     pub qk_layernorm: Option<bool>,
+    /// `type_vocab_size` (BERT family: rows of the token-type embedding).
+    pub type_vocab_size: Option<i64>,
+    /// `position_embedding_type` (BERT family, transformers v4 configs; "absolute" is built).
+    pub position_embedding_type: Option<String>,
+    /// `is_decoder` (BERT family: true makes the encoder a causal decoder).
+    pub is_decoder: Option<bool>,
 }
 
 /// Deserializes a field that may be `null` as `Some(Value::Null)`, so that an explicit null

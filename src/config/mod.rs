@@ -1,5 +1,6 @@
 //! `config.json` → [`ArchConfig`], one normalised description of the architecture.
 
+pub mod encoder;
 pub mod gelu;
 pub mod gemma;
 mod gpt2;
@@ -13,12 +14,13 @@ use serde_json::Value;
 
 use crate::ir::DType;
 use crate::{Error, Result};
+pub use encoder::{EncoderConfig, Positions};
 pub use gelu::Gelu;
 pub use gemma::{GeluApproximation, GemmaConfig, GemmaVersion};
 pub use hf::HfConfig;
 pub use rope::{Rope, RopeScaling};
 
-/// The `model_type`s mobius builds, each a plain pre-norm decoder.
+/// The `model_type`s mobius builds: decoders and BERT-family encoders.
 pub const SUPPORTED_MODEL_TYPES: &[&str] = &[
     "llama",
     "mistral",
@@ -28,6 +30,8 @@ pub const SUPPORTED_MODEL_TYPES: &[&str] = &[
     "gemma3_text",
     "gpt2",
     "phi",
+    "bert",
+    "roberta",
 ];
 
 /// Upper bound on any size in a config (keeps every tensor size computation far from overflow).
@@ -85,6 +89,9 @@ pub struct ArchConfig {
     pub gelu: Option<Gelu>,
     /// Bias on the LM head (phi).
     pub lm_head_bias: bool,
+    /// What a BERT-family encoder adds (`None` for decoders). Encoders have no rotary
+    /// embedding: their `rope` holds the defaults and is not read.
+    pub encoder: Option<EncoderConfig>,
 }
 
 impl ArchConfig {
@@ -118,6 +125,9 @@ impl ArchConfig {
                     .map(|s| s.to_string())
                     .collect(),
             });
+        }
+        if encoder::ENCODER_MODEL_TYPES.contains(&model_type.as_str()) {
+            return encoder::from_hf(raw, model_type, &f);
         }
         match model_type.as_str() {
             "gpt2" => return gpt2::from_hf(raw, &f),
@@ -200,6 +210,7 @@ impl ArchConfig {
             gelu: None,
             lm_head_bias: false,
             model_type,
+            encoder: None,
         })
     }
 

@@ -70,5 +70,6 @@ pub(super) fn from_hf(raw: &HfConfig, f: &Fields<'_>) -> Result<ArchConfig> {
         gelu: Some(gelu),
         lm_head_bias: true,
         gemma: None,
+        encoder: None,
     })
 }

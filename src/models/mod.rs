@@ -2,6 +2,7 @@
 //!
 //! One file per architecture family; shared pieces live in [`components`].
 
+pub mod bert;
 pub mod components;
 pub mod gemma;
 pub mod gpt2;
@@ -27,6 +28,7 @@ pub fn build_model(cfg: &ArchConfig, dtype: DType) -> Result<Model> {
         "gemma" | "gemma2" | "gemma3_text" => gemma::build(cfg, dtype),
         "gpt2" => gpt2::build(cfg, dtype),
         "phi" => phi::build(cfg, dtype),
+        "bert" | "roberta" => bert::build(cfg, dtype),
         other => unreachable!("config validation admits only supported model types, got {other}"),
     };
     graph.validate()?;
@@ -37,4 +39,13 @@ pub fn build_model(cfg: &ArchConfig, dtype: DType) -> Result<Model> {
         producer_name: "mobius".to_string(),
         producer_version: env!("CARGO_PKG_VERSION").to_string(),
     })
+}
+
+/// How the builder of `cfg`'s family renames checkpoint tensors before reading them (`None`
+/// when it reads the checkpoint's own names); the function returns `None` for tensors it drops.
+pub fn checkpoint_renaming(cfg: &ArchConfig) -> Option<fn(&str) -> Option<String>> {
+    match cfg.model_type.as_str() {
+        "bert" | "roberta" => Some(bert::checkpoint_name),
+        _ => None,
+    }
 }

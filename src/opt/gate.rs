@@ -3,6 +3,7 @@
 use std::fmt;
 use std::str::FromStr;
 
+use super::pipeline::Role;
 use crate::ep::EpCapabilities;
 use crate::ir::DType;
 
@@ -11,9 +12,9 @@ use crate::ir::DType;
 pub struct Gate(pub Vec<GateAtom>);
 
 impl Gate {
-    /// Whether every condition holds for `caps` building in `dtype`.
-    pub fn enabled(&self, caps: &EpCapabilities, dtype: DType) -> bool {
-        self.0.iter().all(|a| a.enabled(caps, dtype))
+    /// Whether every condition holds for `caps` building a `role` model in `dtype`.
+    pub fn enabled(&self, caps: &EpCapabilities, dtype: DType, role: Role) -> bool {
+        self.0.iter().all(|a| a.enabled(caps, dtype, role))
     }
 }
 
@@ -46,9 +47,10 @@ pub enum GateAtom {
         /// Enabled when the flag is false.
         negated: bool,
     },
-    /// The model dtype is in `gqa_dtypes`.
+    /// The model is a decoder and its dtype is in `gqa_dtypes` (spec §3: GQA fusion is for
+    /// decoders only).
     GqaDtype,
-    /// The model dtype is in `qkv_pack_dtypes`.
+    /// The model is a decoder and its dtype is in `qkv_pack_dtypes`.
     QkvPackDtype,
 }
 
@@ -85,12 +87,13 @@ const FLAGS: &[(&str, Flag)] = &[
 ];
 
 impl GateAtom {
-    /// Whether the condition holds for `caps` building in `dtype`.
-    pub fn enabled(&self, caps: &EpCapabilities, dtype: DType) -> bool {
+    /// Whether the condition holds for `caps` building a `role` model in `dtype`.
+    pub fn enabled(&self, caps: &EpCapabilities, dtype: DType, role: Role) -> bool {
+        let decoder = role == Role::Decoder;
         match self {
             GateAtom::Always => true,
-            GateAtom::GqaDtype => caps.gqa_dtypes.contains(&dtype),
-            GateAtom::QkvPackDtype => caps.qkv_pack_dtypes.contains(&dtype),
+            GateAtom::GqaDtype => decoder && caps.gqa_dtypes.contains(&dtype),
+            GateAtom::QkvPackDtype => decoder && caps.qkv_pack_dtypes.contains(&dtype),
             GateAtom::Flag { flag, negated } => {
                 let value = match flag {
                     Flag::FusedRope => caps.supports_fused_rope,
@@ -161,11 +164,23 @@ mod tests {
     fn gates_follow_capabilities_and_dtype() {
         let cuda = get_ep("cuda").unwrap();
         let dml = get_ep("dml").unwrap();
+        let dec = Role::Decoder;
         let gqa: Gate = "gqa_dtypes".parse().unwrap();
-        assert!(gqa.enabled(&cuda, DType::F16) && !gqa.enabled(&cuda, DType::F32));
+        assert!(gqa.enabled(&cuda, DType::F16, dec) && !gqa.enabled(&cuda, DType::F32, dec));
         let unfused: Gate = "!supports_fused_rope".parse().unwrap();
-        assert!(unfused.enabled(&dml, DType::F16) && !unfused.enabled(&cuda, DType::F16));
+        assert!(unfused.enabled(&dml, DType::F16, dec) && !unfused.enabled(&cuda, DType::F16, dec));
         assert_eq!(unfused.to_string(), "!supports_fused_rope");
+        // GQA fusion and QKV packing are decoder rules; capabilities gate every role.
+        for role in [Role::Encoder, Role::Vision] {
+            for dtype_gate in ["gqa_dtypes", "qkv_pack_dtypes"] {
+                let gate: Gate = dtype_gate.parse().unwrap();
+                assert!(
+                    !gate.enabled(&cuda, DType::F16, role),
+                    "{dtype_gate} {role}"
+                );
+            }
+            assert!(unfused.enabled(&dml, DType::F16, role));
+        }
         assert!("supports_teleportation"
             .parse::<Gate>()
             .unwrap_err()

@@ -135,7 +135,7 @@ pub fn optimize_with_rules(
         let stage_start = Instant::now();
         let enabled: Vec<_> = rules
             .iter()
-            .filter(|r| r.stage == stage && r.gate.enabled(caps, opts.dtype))
+            .filter(|r| r.stage == stage && r.gate.enabled(caps, opts.dtype, opts.role))
             .collect();
         let mut groups: Vec<&str> = Vec::new();
         for r in &enabled {

@@ -1,5 +1,6 @@
 //! The saved package: `model.onnx`, `model.onnx.data`, `genai_config.json` and the
-//! checkpoint's tokenizer files, written atomically into the output folder.
+//! checkpoint's tokenizer files, written atomically into the output folder. Encoders get no
+//! `genai_config.json`: onnxruntime-genai runs generative models only (spec §5.4).
 
 pub mod genai_config;
 pub mod output;
@@ -10,6 +11,7 @@ use crate::config::ArchConfig;
 use crate::ep::EpCapabilities;
 use crate::ir::Model;
 use crate::onnx::export::{self, SaveReport, MODEL_FILE};
+use crate::opt::Role;
 use crate::weights::eval::Evaluator;
 use crate::{Error, Result};
 pub use output::{check_target, StagedOutput};
@@ -17,7 +19,7 @@ pub use output::{check_target, StagedOutput};
 /// File name of the onnxruntime-genai configuration.
 pub const GENAI_CONFIG_FILE: &str = "genai_config.json";
 
-/// Saves `model` with its genai_config.json and `tokenizer_files` into `dir`.
+/// Saves `model` with its genai_config.json (decoders only) and `tokenizer_files` into `dir`.
 pub fn write_package(
     model: &Model,
     cfg: &ArchConfig,
@@ -28,9 +30,12 @@ pub fn write_package(
     progress: &indicatif::ProgressBar,
 ) -> Result<SaveReport> {
     let report = export::save(model, dir, evaluator, progress)?;
-    let genai = genai_config::genai_config(cfg, ep, &model.graph, MODEL_FILE);
-    let path = dir.join(GENAI_CONFIG_FILE);
-    std::fs::write(&path, genai_config::to_pretty_json(&genai)).map_err(|e| Error::io(&path, e))?;
+    if cfg.role() == Role::Decoder {
+        let genai = genai_config::genai_config(cfg, ep, &model.graph, MODEL_FILE);
+        let path = dir.join(GENAI_CONFIG_FILE);
+        std::fs::write(&path, genai_config::to_pretty_json(&genai))
+            .map_err(|e| Error::io(&path, e))?;
+    }
     for file in tokenizer_files {
         let name = file
             .file_name()

@@ -321,6 +321,23 @@ impl TensorStore {
         })
     }
 
+    /// Renames every tensor with `rename` (`None` drops it): how a model family maps its
+    /// checkpoints' spellings onto the names its builder reads. Two tensors renamed to the
+    /// same name is an error naming both.
+    pub fn renamed(mut self, rename: impl Fn(&str) -> Option<String>) -> Result<TensorStore> {
+        let mut origin: BTreeMap<String, String> = BTreeMap::new();
+        for (name, slot) in std::mem::take(&mut self.tensors) {
+            let Some(new) = rename(&name) else { continue };
+            if let Some(first) = origin.insert(new.clone(), name.clone()) {
+                return Err(Error::Source(format!(
+                    "checkpoint tensors `{first}` and `{name}` are both read as `{new}`"
+                )));
+            }
+            self.tensors.insert(new, slot);
+        }
+        Ok(self)
+    }
+
     /// All tensor names, sorted.
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.tensors.keys().map(String::as_str)

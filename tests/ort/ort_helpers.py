@@ -85,3 +85,23 @@ def run_mobius(args: list[str]) -> subprocess.CompletedProcess:
             f"--- stdout ---\n{proc.stdout[-4000:]}\n--- stderr ---\n{proc.stderr[-4000:]}"
         )
     return proc
+
+
+# Fixture tasks, from reference.json "task" (decoder fixtures predate the key).
+DECODER_TASK = "text-generation"
+ENCODER_TASK = "feature-extraction"
+# HF model_types mobius builds as encoders (feature extraction, no genai_config.json).
+ENCODER_MODEL_TYPES = {"bert", "roberta"}
+
+
+def fixture_task(name: str) -> str:
+    return load_reference(name).get("task", DECODER_TASK)
+
+
+def fixture_names_for(task: str) -> list[str]:
+    return [n for n in fixture_names() if fixture_task(n) == task]
+
+
+def config_names_for_encoders(encoders: bool) -> list[str]:
+    """Published configs (tests/data/configs) of encoders, or of decoders."""
+    return [n for n in config_names() if (load_config(CONFIGS_DIR / n)["model_type"] in ENCODER_MODEL_TYPES) == encoders]

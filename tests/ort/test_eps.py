@@ -9,7 +9,7 @@ import re
 import onnx
 import pytest
 
-from ort_helpers import FIXTURES_DIR, fixture_names, load_config, run_mobius, run_mobius_unchecked
+from ort_helpers import DECODER_TASK, FIXTURES_DIR, fixture_names_for, load_config, run_mobius, run_mobius_unchecked
 
 # Spec section 4: built-ins in registration order, with their non-default fields.
 BUILTIN_EPS = ["default", "openvino", "cpu", "cuda", "dml", "webgpu", "mlx", "trt-rtx", "qnn", "onnx-standard"]
@@ -162,7 +162,8 @@ def test_unknown_ep_is_refused_before_reading_the_input(tmp_path, command):
 QNN_FORBIDDEN = {"Attention", "RotaryEmbedding", "Range", "TensorScatter"}
 
 
-@pytest.mark.parametrize("name", fixture_names())
+# Decoder fixtures (encoders: test_encoders.py).
+@pytest.mark.parametrize("name", fixture_names_for(DECODER_TASK))
 def test_qnn_graph_is_decomposed(built, name):
     """qnn runs neither Attention, RotaryEmbedding, Range nor contrib ops: its build
     lowers them (spec 2.10, 2.12) to standard ops, imports only the default domain and

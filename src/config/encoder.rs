@@ -1,0 +1,264 @@
+//! BERT-family encoders (`bert`, `roberta`): their `config.json` → [`ArchConfig`] with an
+//! [`EncoderConfig`]. Fields transformers defaults when a config omits them take the same
+//! defaults here (the `BertConfig` / `RobertaConfig` class defaults).
+
+use super::{
+    first_token, parse_dtype, token_list, ArchConfig, Fields, HfConfig, Rope, RopeScaling,
+};
+use crate::opt::Role;
+use crate::Result;
+
+/// The `model_type`s built as encoders.
+pub const ENCODER_MODEL_TYPES: &[&str] = &["bert", "roberta"];
+
+/// How an encoder numbers the positions it looks up in its position embedding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Positions {
+    /// `0, 1, …, S−1` for every row (BERT).
+    Absolute,
+    /// RoBERTa (transformers' `create_position_ids_from_input_ids`): a token that is not
+    /// `padding_idx` gets `padding_idx + (number of such tokens up to and including it)`, a
+    /// `padding_idx` token gets `padding_idx`. Positions come from the ids, not the mask.
+    PaddingOffset {
+        /// The padding token id (`pad_token_id`).
+        padding_idx: i64,
+    },
+}
+
+/// What a BERT-family encoder adds to [`ArchConfig`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct EncoderConfig {
+    /// Rows of the token-type embedding; above 1 the graph takes a `token_type_ids` input,
+    /// with 1 (RoBERTa) the single row is added to every token, as transformers does for the
+    /// only valid token type 0.
+    pub type_vocab_size: usize,
+    /// Epsilon of every LayerNorm.
+    pub layer_norm_eps: f32,
+    /// Position numbering.
+    pub positions: Positions,
+}
+
+impl ArchConfig {
+    /// The model's role for the optimizer: [`Role::Encoder`] for encoders, else
+    /// [`Role::Decoder`].
+    pub fn role(&self) -> Role {
+        if self.encoder.is_some() {
+            Role::Encoder
+        } else {
+            Role::Decoder
+        }
+    }
+}
+
+/// Normalises a `bert` / `roberta` config; errors name the field and what was expected.
+pub(super) fn from_hf(raw: &HfConfig, model_type: String, f: &Fields<'_>) -> Result<ArchConfig> {
+    let roberta = model_type == "roberta";
+    let hidden_size = f.positive("hidden_size", raw.hidden_size)?;
+    let heads = f.positive("num_attention_heads", raw.num_attention_heads)?;
+    if hidden_size % heads != 0 {
+        return Err(f.err(
+            "num_attention_heads",
+            &format!("{heads} must divide hidden_size ({hidden_size})"),
+        ));
+    }
+    let head_dim = hidden_size / heads;
+    let layers = f.positive("num_hidden_layers", raw.num_hidden_layers)?;
+    let vocab_size = f.positive("vocab_size", raw.vocab_size)?;
+    let max_positions = f.positive("max_position_embeddings", raw.max_position_embeddings)?;
+    let act = raw.hidden_act.as_deref().unwrap_or("gelu");
+    if act != "gelu" {
+        return Err(f.err(
+            "hidden_act",
+            &format!("`{act}` is not supported for {model_type} (expected \"gelu\")"),
+        ));
+    }
+    if let Some(kind) = raw.position_embedding_type.as_deref() {
+        if kind != "absolute" {
+            return Err(f.err(
+                "position_embedding_type",
+                &format!("`{kind}` is not supported (expected \"absolute\")"),
+            ));
+        }
+    }
+    if raw.is_decoder == Some(true) {
+        return Err(f.err(
+            "is_decoder",
+            &format!("true is not supported: mobius builds {model_type} as an encoder"),
+        ));
+    }
+    let type_vocab_size = match raw.type_vocab_size {
+        None => 2,
+        some => f.positive("type_vocab_size", some)?,
+    };
+    let layer_norm_eps = match raw.layer_norm_eps {
+        None => 1e-12,
+        Some(e) if e > 0.0 && e.is_finite() => e as f32,
+        Some(e) => return Err(f.err("layer_norm_eps", &format!("must be positive, found {e}"))),
+    };
+    let pad_token_id = match raw.pad_token_id.as_ref() {
+        None => Some(if roberta { 1 } else { 0 }),
+        Some(v) => first_token(Some(v)),
+    };
+    let positions = if roberta {
+        let padding_idx = pad_token_id.ok_or_else(|| {
+            f.err(
+                "pad_token_id",
+                "missing (roberta numbers positions after it)",
+            )
+        })?;
+        // The longest sequence reads position padding_idx + S; at least one must fit.
+        if padding_idx < 0 || padding_idx as usize + 1 >= max_positions {
+            return Err(f.err(
+                "pad_token_id",
+                &format!(
+                    "{padding_idx} leaves no position below max_position_embeddings \
+                     ({max_positions}) (roberta positions start at pad_token_id + 1)"
+                ),
+            ));
+        }
+        Positions::PaddingOffset { padding_idx }
+    } else {
+        Positions::Absolute
+    };
+    Ok(ArchConfig {
+        model_type,
+        hidden_size,
+        intermediate_size: f.positive("intermediate_size", raw.intermediate_size)?,
+        num_attention_heads: heads,
+        num_key_value_heads: heads,
+        head_dim,
+        num_hidden_layers: layers,
+        vocab_size,
+        max_position_embeddings: max_positions,
+        // The peer reads LayerNorm epsilons from the same field; encoders read `encoder`.
+        rms_norm_eps: layer_norm_eps,
+        tie_word_embeddings: false,
+        qkv_bias: true,
+        o_bias: true,
+        mlp_bias: true,
+        rope: Rope {
+            theta: 10000.0,
+            scaling: RopeScaling::Default,
+            rotary_dim: head_dim,
+            interleaved: false,
+        },
+        layer_windows: vec![None; layers],
+        dtype: parse_dtype(raw, f)?,
+        bos_token_id: first_token(raw.bos_token_id.as_ref()),
+        eos_token_ids: token_list(raw.eos_token_id.as_ref()),
+        pad_token_id,
+        layer_norm_eps: Some(layer_norm_eps),
+        gelu: None,
+        lm_head_bias: false,
+        gemma: None,
+        encoder: Some(EncoderConfig {
+            type_vocab_size,
+            layer_norm_eps,
+            positions,
+        }),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use serde_json::{json, Value};
+
+    use super::*;
+    use crate::Error;
+
+    /// A tiny BERT config with `changes` applied (null removes a field).
+    fn config(changes: Value) -> Result<ArchConfig> {
+        let mut cfg = json!({"model_type": "bert", "hidden_size": 64, "num_attention_heads": 4,
+            "num_hidden_layers": 2, "intermediate_size": 128, "vocab_size": 300,
+            "max_position_embeddings": 128});
+        for (k, v) in changes.as_object().unwrap() {
+            cfg[k] = v.clone();
+        }
+        ArchConfig::parse(cfg.to_string().as_bytes(), Path::new("config.json"))
+    }
+
+    #[test]
+    fn bert_takes_transformers_defaults() {
+        let cfg = config(json!({})).unwrap();
+        assert_eq!(cfg.role(), Role::Encoder);
+        assert_eq!((cfg.head_dim, cfg.num_key_value_heads), (16, 4));
+        assert_eq!(cfg.pad_token_id, Some(0));
+        let enc = cfg.encoder.unwrap();
+        assert_eq!(enc.type_vocab_size, 2);
+        assert_eq!(enc.layer_norm_eps, 1e-12);
+        assert_eq!(enc.positions, Positions::Absolute);
+    }
+
+    #[test]
+    fn roberta_numbers_positions_after_its_pad_token() {
+        let roberta =
+            json!({"model_type": "roberta", "layer_norm_eps": 1e-5, "type_vocab_size": 1});
+        let enc = config(roberta.clone()).unwrap().encoder.unwrap();
+        assert_eq!(enc.positions, Positions::PaddingOffset { padding_idx: 1 });
+        assert_eq!((enc.type_vocab_size, enc.layer_norm_eps), (1, 1e-5));
+        let mut explicit = roberta;
+        explicit["pad_token_id"] = 5.into();
+        assert_eq!(
+            config(explicit).unwrap().encoder.unwrap().positions,
+            Positions::PaddingOffset { padding_idx: 5 }
+        );
+    }
+
+    #[test]
+    fn decoders_keep_the_decoder_role() {
+        let cfg = config(json!({"model_type": "llama"})).unwrap();
+        assert_eq!((cfg.role(), cfg.encoder), (Role::Decoder, None));
+    }
+
+    #[test]
+    fn bad_encoder_fields_are_named() {
+        for (change, field, says) in [
+            (
+                json!({"hidden_act": "relu"}),
+                "hidden_act",
+                "expected \"gelu\"",
+            ),
+            (
+                json!({"position_embedding_type": "relative_key"}),
+                "position_embedding_type",
+                "expected \"absolute\"",
+            ),
+            (json!({"is_decoder": true}), "is_decoder", "as an encoder"),
+            (json!({"type_vocab_size": 0}), "type_vocab_size", "positive"),
+            (
+                json!({"layer_norm_eps": -1.0}),
+                "layer_norm_eps",
+                "positive",
+            ),
+            (
+                json!({"num_attention_heads": 5}),
+                "num_attention_heads",
+                "divide",
+            ),
+            (
+                json!({"intermediate_size": null}),
+                "intermediate_size",
+                "missing",
+            ),
+            (
+                json!({"model_type": "roberta", "pad_token_id": 127}),
+                "pad_token_id",
+                "max_position_embeddings",
+            ),
+        ] {
+            match config(change).unwrap_err() {
+                Error::ConfigField {
+                    field: got,
+                    message,
+                    ..
+                } => {
+                    assert_eq!(got, field, "{message}");
+                    assert!(message.contains(says), "{field}: {message}");
+                }
+                other => panic!("{field}: expected a field error, got {other}"),
+            }
+        }
+    }
+}
