@@ -172,7 +172,7 @@ fn is_weight_data(src: &TensorSource) -> bool {
     match src {
         TensorSource::Checkpoint(_) | TensorSource::RotaryTable { .. } => true,
         TensorSource::Inline(_) | TensorSource::External { .. } => false,
-        TensorSource::Transpose(inner) => is_weight_data(inner),
+        TensorSource::Transpose(inner) | TensorSource::Rows { inner, .. } => is_weight_data(inner),
         TensorSource::Concat { parts, .. } => parts.iter().any(is_weight_data),
     }
 }

@@ -18,7 +18,17 @@ use mobius::verify::{random_inputs, Rng};
 use mobius::weights::eval::Evaluator;
 use mobius::weights::store::TensorStore;
 
-const FIXTURES: &[&str] = &["llama", "llama-bf16-sharded", "qwen2", "mistral"];
+const FIXTURES: &[&str] = &[
+    "llama",
+    "llama-bf16-sharded",
+    "qwen2",
+    "mistral",
+    "qwen3",
+    "smollm3",
+    "granite",
+    "olmo2",
+    "phi3",
+];
 
 fn store(name: &str) -> TensorStore {
     let dir = fixture(name);

@@ -1,6 +1,8 @@
 //! `config.json` → [`ArchConfig`], one normalised description of the architecture.
 
+pub mod family;
 pub mod hf;
+pub mod longrope;
 pub mod rope;
 
 use std::path::{Path, PathBuf};
@@ -9,11 +11,14 @@ use serde_json::Value;
 
 use crate::ir::DType;
 use crate::{Error, Result};
+pub use family::{FamilyKnobs, Multipliers};
 pub use hf::HfConfig;
 pub use rope::{Rope, RopeScaling};
 
-/// The `model_type`s mobius builds, each a plain pre-norm decoder.
-pub const SUPPORTED_MODEL_TYPES: &[&str] = &["llama", "mistral", "qwen2"];
+/// The `model_type`s mobius builds: the Llama-like decoders.
+pub const SUPPORTED_MODEL_TYPES: &[&str] = &[
+    "llama", "mistral", "qwen2", "qwen3", "smollm3", "granite", "olmo2", "phi3",
+];
 
 /// Upper bound on any size in a config (keeps every tensor size computation far from overflow).
 const MAX_DIM: i64 = 1 << 26;
@@ -61,6 +66,8 @@ pub struct ArchConfig {
     pub eos_token_ids: Vec<i64>,
     /// Padding token.
     pub pad_token_id: Option<i64>,
+    /// Knobs of one family only (Granite multipliers, SmolLM3 NoPE layers).
+    pub family: FamilyKnobs,
 }
 
 impl ArchConfig {
@@ -132,7 +139,9 @@ impl ArchConfig {
         }
         let qkv_bias = match model_type.as_str() {
             "qwen2" => true,
-            "llama" => raw.attention_bias.unwrap_or(false),
+            "llama" | "qwen3" | "smollm3" | "granite" | "olmo2" => {
+                raw.attention_bias.unwrap_or(false)
+            }
             _ => false,
         };
         let max_position_embeddings =
@@ -149,9 +158,11 @@ impl ArchConfig {
             rms_norm_eps: raw.rms_norm_eps.unwrap_or(1e-6) as f32,
             tie_word_embeddings: raw.tie_word_embeddings.unwrap_or(false),
             qkv_bias,
-            o_bias: model_type == "llama" && raw.attention_bias.unwrap_or(false),
-            mlp_bias: model_type == "llama" && raw.mlp_bias.unwrap_or(false),
+            o_bias: qkv_bias && model_type != "qwen2",
+            mlp_bias: matches!(model_type.as_str(), "llama" | "smollm3" | "granite")
+                && raw.mlp_bias.unwrap_or(false),
             rope: parse_rope(raw, head_dim, &f)?,
+            family: family::parse(raw, &model_type, num_hidden_layers, &f)?,
             // A window at least as long as the RoPE tables can never take effect.
             layer_windows: layer_windows(raw, &model_type, num_hidden_layers, &f)?
                 .into_iter()
@@ -259,6 +270,13 @@ fn parse_rope(raw: &HfConfig, head_dim: usize, f: &Fields<'_>) -> Result<Rope> {
         "linear" => RopeScaling::Linear {
             factor: num("factor")?,
         },
+        "longrope" | "su" => RopeScaling::LongRope(longrope::parse(
+            raw,
+            field,
+            params,
+            raw.max_position_embeddings.unwrap_or(0).max(0) as usize,
+            f,
+        )?),
         "llama3" => RopeScaling::Llama3 {
             factor: num("factor")?,
             low_freq_factor: num("low_freq_factor")?,
@@ -268,7 +286,9 @@ fn parse_rope(raw: &HfConfig, head_dim: usize, f: &Fields<'_>) -> Result<Rope> {
         other => {
             return Err(f.err(
                 &format!("{field}.rope_type"),
-                &format!("`{other}` is not supported (expected default, linear or llama3)"),
+                &format!(
+                    "`{other}` is not supported (expected default, linear, llama3 or longrope)"
+                ),
             ))
         }
     };
@@ -285,6 +305,9 @@ fn parse_rope(raw: &HfConfig, head_dim: usize, f: &Fields<'_>) -> Result<Rope> {
             ),
         ));
     }
+    if let RopeScaling::LongRope(l) = &scaling {
+        longrope::check_width(l, field, rotary_dim, f)?;
+    }
     Ok(Rope {
         theta,
         scaling,
@@ -300,8 +323,12 @@ fn layer_windows(
     layers: usize,
     f: &Fields<'_>,
 ) -> Result<Vec<Option<usize>>> {
+    // Qwen3 and SmolLM3 default `use_sliding_window` to false, the others to true.
+    let enabled = raw
+        .use_sliding_window
+        .unwrap_or(!matches!(model_type, "qwen3" | "smollm3"));
     let window = match raw.sliding_window {
-        Some(w) if w > 0 && raw.use_sliding_window != Some(false) => Some(w as usize),
+        Some(w) if w > 0 && enabled => Some(w as usize),
         Some(w) if w <= 0 => {
             return Err(f.err(
                 "sliding_window",
@@ -332,8 +359,15 @@ fn layer_windows(
             })
             .collect();
     }
+    if model_type == "smollm3" && window.is_some() {
+        // transformers: the NoPE layers slide, the RoPE layers attend to everything.
+        let knobs = family::parse(raw, model_type, layers, f)?;
+        return Ok((0..layers)
+            .map(|i| window.filter(|_| !knobs.layer_uses_rope(i)))
+            .collect());
+    }
     let first_sliding = match (model_type, raw.max_window_layers) {
-        ("qwen2", Some(m)) => m.max(0) as usize,
+        ("qwen2" | "qwen3", Some(m)) => m.max(0) as usize,
         _ => 0,
     };
     Ok((0..layers)

@@ -71,6 +71,18 @@ pub enum TensorSource {
     },
     /// A 2-D transpose of another source (`[r, c]` → `[c, r]`).
     Transpose(Box<TensorSource>),
+    /// Rows `start..start + len` (along axis 0) of another source whose first dim is
+    /// `total` (e.g. the q, k or v block of a fused `qkv_proj` weight).
+    Rows {
+        /// The sliced source.
+        inner: Box<TensorSource>,
+        /// First row taken.
+        start: usize,
+        /// Number of rows taken.
+        len: usize,
+        /// Number of rows the source must have.
+        total: usize,
+    },
     /// Sources concatenated along `axis`.
     Concat {
         /// The parts, in order.

@@ -3,7 +3,13 @@
 //! One file per architecture family; shared pieces live in [`components`].
 
 pub mod components;
+pub mod decoder;
+pub mod granite;
 pub mod llama;
+pub mod olmo2;
+pub mod phi3;
+pub mod qwen3;
+pub mod smollm3;
 
 use std::collections::BTreeMap;
 
@@ -21,6 +27,11 @@ pub fn build_model(cfg: &ArchConfig, dtype: DType) -> Result<Model> {
     let graph = match cfg.model_type.as_str() {
         // Plain pre-norm decoders share one builder.
         "llama" | "mistral" | "qwen2" => llama::build(cfg, dtype),
+        "qwen3" => qwen3::build(cfg, dtype),
+        "smollm3" => smollm3::build(cfg, dtype),
+        "granite" => granite::build(cfg, dtype),
+        "olmo2" => olmo2::build(cfg, dtype),
+        "phi3" => phi3::build(cfg, dtype),
         other => unreachable!("config validation admits only supported model types, got {other}"),
     };
     graph.validate()?;

@@ -11,6 +11,9 @@ pub fn genai_model_type(model_type: &str) -> &str {
     match model_type {
         "qwen3" => "qwen2",
         "gemma2" => "gemma",
+        // genai 0.18 has no olmo2 type; its olmo type is the same plain decoder loop, and the
+        // graph carries every OLMo 2 difference (tests/ort greedy parity).
+        "olmo2" => "olmo",
         other => other,
     }
 }

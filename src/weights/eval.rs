@@ -82,6 +82,18 @@ impl<'a> Evaluator<'a> {
                     ))),
                 }
             }
+            TensorSource::Rows {
+                inner,
+                start,
+                len,
+                total,
+            } => {
+                let info = self.describe(inner)?;
+                rows_shape(&info.shape, *start, *len, *total).map(|shape| SourceInfo {
+                    dtype: info.dtype,
+                    shape,
+                })
+            }
             TensorSource::Concat { parts, axis } => {
                 let infos = parts
                     .iter()
@@ -182,6 +194,13 @@ impl<'a> Evaluator<'a> {
                 let (dtype, _, bytes) = self.materialize(src)?;
                 stream_converted(&bytes, dtype, target, sink)
             }
+            TensorSource::Rows { .. } => match self.leaf(src)? {
+                Some(leaf) => stream_converted(leaf.data, leaf.dtype, target, sink),
+                None => {
+                    let (dtype, _, bytes) = self.materialize(src)?;
+                    stream_converted(&bytes, dtype, target, sink)
+                }
+            },
             TensorSource::RotaryTable {
                 inv_freq,
                 positions,
@@ -232,6 +251,23 @@ impl<'a> Evaluator<'a> {
             } => {
                 let (dtype, shape) = (*dtype, shape.clone());
                 (dtype, shape, self.external(path, *offset, *length)?)
+            }
+            TensorSource::Rows {
+                inner,
+                start,
+                len,
+                total,
+            } => {
+                let Some(leaf) = self.leaf(inner)? else {
+                    return Ok(None);
+                };
+                let shape = rows_shape(&leaf.shape, *start, *len, *total)?;
+                let row = leaf.dtype.size() * shape[1..].iter().product::<usize>();
+                (
+                    leaf.dtype,
+                    shape,
+                    &leaf.data[start * row..(start + len) * row],
+                )
             }
             TensorSource::Transpose(_)
             | TensorSource::Concat { .. }
@@ -290,6 +326,18 @@ impl<'a> Evaluator<'a> {
                 };
                 Ok((dtype, vec![c, r], transpose_2d(&bytes, r, c, dtype.size())))
             }
+            TensorSource::Rows {
+                inner,
+                start,
+                len,
+                total,
+            } => {
+                let (dtype, shape, bytes) = self.materialize(inner)?;
+                let shape = rows_shape(&shape, *start, *len, *total)?;
+                let row = dtype.size() * shape[1..].iter().product::<usize>();
+                let rows = bytes[start * row..(start + len) * row].to_vec();
+                Ok((dtype, shape, rows))
+            }
             TensorSource::Concat { parts, axis } => {
                 let info = self.describe(src)?;
                 let outer: usize = info.shape[..*axis].iter().product();
@@ -308,6 +356,22 @@ impl<'a> Evaluator<'a> {
                 Ok((info.dtype, info.shape, out))
             }
         }
+    }
+}
+
+/// The shape of rows `start..start + len` of a tensor of shape `shape` that must have `total`
+/// rows.
+fn rows_shape(shape: &[usize], start: usize, len: usize, total: usize) -> Result<Vec<usize>> {
+    match shape.first() {
+        Some(&rows) if rows == total && start + len <= rows => {
+            let mut out = shape.to_vec();
+            out[0] = len;
+            Ok(out)
+        }
+        _ => Err(Error::Graph(format!(
+            "cannot take rows {start}..{} of a tensor of shape {shape:?} (expected {total} rows)",
+            start + len
+        ))),
     }
 }
 
@@ -428,6 +492,33 @@ mod tests {
         assert_eq!(shape, vec![2, 6]);
         let v: &[f32] = bytemuck::cast_slice(&bytes);
         assert_eq!(v, &[1., 2., 3., 1., 2., 3., 4., 5., 6., 4., 5., 6.]);
+    }
+
+    #[test]
+    fn rows_slice_a_block_streamed_or_materialized() {
+        let a = TensorSource::Inline(TensorData::from_f32(vec![3, 2], &[1., 2., 3., 4., 5., 6.]));
+        let rows = |start, len, total| TensorSource::Rows {
+            inner: Box::new(a.clone()),
+            start,
+            len,
+            total,
+        };
+        let mut ev = Evaluator::new(None);
+        let mid = rows(1, 2, 3);
+        assert_eq!(ev.describe(&mid).unwrap().shape, vec![2, 2]);
+        let streamed = ev.read(&mid, DType::F32).unwrap();
+        let v: &[f32] = bytemuck::cast_slice(&streamed);
+        assert_eq!(v, &[3., 4., 5., 6.]);
+        let t = TensorSource::Transpose(Box::new(rows(0, 2, 3)));
+        let (_, shape, bytes) = ev.materialize(&t).unwrap();
+        assert_eq!(shape, vec![2, 2]);
+        let v: &[f32] = bytemuck::cast_slice(&bytes);
+        assert_eq!(v, &[1., 3., 2., 4.]);
+        assert_eq!(ev.read(&t, DType::F32).unwrap(), bytes);
+        let err = ev.describe(&rows(2, 2, 3)).unwrap_err().to_string();
+        assert!(err.contains("rows 2..4"), "{err}");
+        let err = ev.describe(&rows(0, 2, 4)).unwrap_err().to_string();
+        assert!(err.contains("expected 4 rows"), "{err}");
     }
 
     #[test]

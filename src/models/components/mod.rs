@@ -2,6 +2,7 @@
 
 pub mod attention;
 pub mod linear;
+pub mod longrope;
 pub mod mask;
 pub mod mlp;
 pub mod norm;
