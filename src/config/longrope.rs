@@ -142,6 +142,72 @@ mod tests {
         }
     }
 
+    use crate::config::{ArchConfig, RopeScaling};
+    use std::path::Path;
+
+    fn parse(json: &str) -> crate::Result<ArchConfig> {
+        ArchConfig::parse(json.as_bytes(), Path::new("config.json"))
+    }
+
+    const DIMS: &str = r#""model_type": "phi3", "hidden_size": 64, "intermediate_size": 128,
+        "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 300,
+        "max_position_embeddings": 128"#;
+
+    #[test]
+    fn v4_and_v5_spellings_agree_and_the_factor_comes_from_the_context_ratio() {
+        let v4 = parse(&format!(
+            r#"{{{DIMS}, "original_max_position_embeddings": 16, "rope_theta": 10000.0,
+            "rope_scaling": {{"type": "su", "short_factor": [1,1,1,1,1,1,1,1],
+                              "long_factor": [2,2,2,2,2,2,2,2]}}}}"#
+        ))
+        .unwrap();
+        let v5 = parse(&format!(
+            r#"{{{DIMS}, "rope_parameters": {{"rope_type": "longrope", "rope_theta": 10000.0,
+            "original_max_position_embeddings": 16, "short_factor": [1,1,1,1,1,1,1,1],
+            "long_factor": [2,2,2,2,2,2,2,2]}}}}"#
+        ))
+        .unwrap();
+        assert_eq!(v4, v5);
+        let RopeScaling::LongRope(l) = &v4.rope.scaling else {
+            panic!("{:?}", v4.rope.scaling)
+        };
+        let want = (1.0 + 8f64.ln() / 16f64.ln()).sqrt() as f32;
+        assert_eq!(l.attention_factor, want);
+        assert_eq!(l.original_max_position_embeddings, 16);
+    }
+
+    #[test]
+    fn bad_longrope_fields_are_named() {
+        let cases = [
+            (
+                r#""rope_scaling": {"type": "longrope", "short_factor": [1,1], "long_factor": [1,1],
+                   "original_max_position_embeddings": 16}"#,
+                "rope_scaling.short_factor",
+            ),
+            (
+                r#""rope_scaling": {"type": "longrope", "long_factor": [1,1,1,1,1,1,1,1],
+                   "original_max_position_embeddings": 16}"#,
+                "rope_scaling.short_factor",
+            ),
+            (
+                r#""rope_scaling": {"type": "longrope", "short_factor": [1,1,1,1,1,1,1,1],
+                   "long_factor": [1,1,1,1,1,1,1,1]}"#,
+                "original_max_position_embeddings",
+            ),
+            (
+                r#""rope_scaling": {"type": "longrope", "short_factor": [1,1,1,1,1,1,1,-1],
+                   "long_factor": [1,1,1,1,1,1,1,1], "original_max_position_embeddings": 16}"#,
+                "not a positive number",
+            ),
+        ];
+        for (extra, want) in cases {
+            let err = parse(&format!("{{{DIMS}, {extra}}}"))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(want), "{err}");
+        }
+    }
+
     #[test]
     fn factors_divide_the_base_frequencies() {
         let short = rope().inv_freq(10000.0, 4, false);
