@@ -59,6 +59,16 @@ from transformers import (
     GenerationConfig,
     GPT2Config,
     GPT2LMHeadModel,
+    GraniteConfig,
+    GraniteForCausalLM,
+    Olmo2Config,
+    Olmo2ForCausalLM,
+    Phi3Config,
+    Phi3ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+    SmolLM3Config,
+    SmolLM3ForCausalLM,
     LlamaConfig,
     LlamaForCausalLM,
     MistralConfig,
@@ -92,6 +102,8 @@ gold; all who wander are not lost. The rain in Spain stays mainly in the plain.
 PROMPT = "The cat sat on the mat and"
 N_NEW = 32
 MIN_GAP = 1e-2  # stricter than the 1e-3 floor, for margin against f32 reorderings
+
+PHI3_ORIGINAL_MAX = 8  # phi3: shorter than the prompt, so its reference uses the long factors
 
 DIMS = dict(
     hidden_size=64,
@@ -250,6 +262,59 @@ def make_config(kind: str, vocab: int, ids: dict):
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
             **ids,
         )
+    if kind == "qwen3":
+        return Qwen3ForCausalLM, Qwen3Config(
+            **common,
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=True,
+            use_sliding_window=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+        )
+    if kind == "smollm3":
+        # Layer 1 is a NoPE layer.
+        return SmolLM3ForCausalLM, SmolLM3Config(
+            **common,
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=True,
+            no_rope_layers=[1, 0],
+            rope_parameters={"rope_type": "default", "rope_theta": 5000000.0},
+        )
+    if kind == "granite":
+        return GraniteForCausalLM, GraniteConfig(
+            **common,
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=True,
+            embedding_multiplier=3.0,
+            residual_multiplier=0.5,
+            attention_multiplier=0.125,
+            logits_scaling=2.0,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
+    if kind == "olmo2":
+        return Olmo2ForCausalLM, Olmo2Config(
+            **common,
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+        )
+    if kind == "phi3":
+        # LongRoPE with a small original context: the 12-token prompt (and generation) use
+        # the long factors; reference.json's short_prompt (the first 8 tokens) the short ones.
+        half = DIMS["head_dim"] // 2
+        return Phi3ForCausalLM, Phi3Config(
+            **common,
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=False,
+            sliding_window=None,
+            original_max_position_embeddings=PHI3_ORIGINAL_MAX,
+            rope_parameters={
+                "rope_type": "longrope",
+                "rope_theta": 10000.0,
+                "short_factor": [1.0 + 0.1 * j for j in range(half)],
+                "long_factor": [1.5 + 2.0 * j for j in range(half)],
+                "original_max_position_embeddings": PHI3_ORIGINAL_MAX,
+            },
+        )
     raise ValueError(kind)
 
 
@@ -333,6 +398,11 @@ FIXTURES = {
     "gemma3_text": (7000, "f32", "v5", None),
     "gpt2": (5000, "f32", "v5", None),
     "phi": (6000, "f32", "v4", None),
+    "qwen3": (5000, "f32", "v5", None),
+    "smollm3": (6000, "f32", "v4", None),
+    "granite": (7000, "f32", "v5", None),
+    "olmo2": (8000, "f32", "v5", None),
+    "phi3": (9000, "f32", "v4", None),
 }
 
 
@@ -404,6 +474,16 @@ def make_fixture(name: str, out_root: Path, tok: PreTrainedTokenizerFast) -> Non
         "transformers_version": transformers.__version__,
         "torch_version": torch.__version__,
     }
+    if name == "phi3":
+        # A prompt that fits the original context: transformers uses the short factors.
+        short_ids = input_ids[:PHI3_ORIGINAL_MAX]
+        assert len(input_ids) > PHI3_ORIGINAL_MAX
+        with torch.no_grad():
+            short_logits = model.float()(torch.tensor([short_ids])).logits[0]
+        ref["short_prompt"] = {
+            "input_ids": short_ids,
+            "logits": [[rnd(v) for v in row] for row in short_logits.tolist()],
+        }
     (d / "reference.json").write_text(json.dumps(ref, separators=(",", ":")) + "\n")
 
     if shard:

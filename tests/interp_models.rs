@@ -28,6 +28,11 @@ const FIXTURES: &[&str] = &[
     "gemma3_text",
     "gpt2",
     "phi",
+    "qwen3",
+    "smollm3",
+    "granite",
+    "olmo2",
+    "phi3",
 ];
 
 fn store(name: &str) -> TensorStore {

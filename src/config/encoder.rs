@@ -151,6 +151,7 @@ pub(super) fn from_hf(raw: &HfConfig, model_type: String, f: &Fields<'_>) -> Res
         gelu: None,
         lm_head_bias: false,
         gemma: None,
+        family: super::FamilyKnobs::default(),
         encoder: Some(EncoderConfig {
             type_vocab_size,
             layer_norm_eps,

@@ -101,6 +101,7 @@ pub(super) fn from_hf(raw: &HfConfig, f: &Fields<'_>) -> Result<ArchConfig> {
         gelu: Some(gelu),
         lm_head_bias: false,
         gemma: None,
+        family: super::FamilyKnobs::default(),
         encoder: None,
     })
 }

@@ -108,6 +108,20 @@ pub struct HfConfig {
     pub position_embedding_type: Option<String>,
     /// `is_decoder` (BERT family: true makes the encoder a causal decoder).
     pub is_decoder: Option<bool>,
+    /// `embedding_multiplier` (Granite: scales the token embeddings).
+    pub embedding_multiplier: Option<f64>,
+    /// `residual_multiplier` (Granite: scales each block output before the residual add).
+    pub residual_multiplier: Option<f64>,
+    /// `attention_multiplier` (Granite: the attention softmax scale).
+    pub attention_multiplier: Option<f64>,
+    /// `logits_scaling` (Granite: logits are divided by it).
+    pub logits_scaling: Option<f64>,
+    /// `no_rope_layers` (SmolLM3: per layer, 1 = RoPE, 0 = no position embedding).
+    pub no_rope_layers: Option<Vec<i64>>,
+    /// `no_rope_layer_interval` (SmolLM3: every n-th layer skips RoPE when `no_rope_layers` is absent).
+    pub no_rope_layer_interval: Option<i64>,
+    /// transformers v4 top-level `original_max_position_embeddings` (Phi-3 LongRoPE).
+    pub original_max_position_embeddings: Option<i64>,
 }
 
 /// Deserializes a field that may be `null` as `Some(Value::Null)`, so that an explicit null

@@ -1,10 +1,12 @@
 //! `config.json` → [`ArchConfig`], one normalised description of the architecture.
 
 pub mod encoder;
+pub mod family;
 pub mod gelu;
 pub mod gemma;
 mod gpt2;
 pub mod hf;
+pub mod longrope;
 mod phi;
 pub mod rope;
 
@@ -15,6 +17,7 @@ use serde_json::Value;
 use crate::ir::DType;
 use crate::{Error, Result};
 pub use encoder::{EncoderConfig, Positions};
+pub use family::{FamilyKnobs, Multipliers};
 pub use gelu::Gelu;
 pub use gemma::{GeluApproximation, GemmaConfig, GemmaVersion};
 pub use hf::HfConfig;
@@ -30,6 +33,11 @@ pub const SUPPORTED_MODEL_TYPES: &[&str] = &[
     "gemma3_text",
     "gpt2",
     "phi",
+    "qwen3",
+    "smollm3",
+    "granite",
+    "olmo2",
+    "phi3",
     "bert",
     "roberta",
 ];
@@ -92,6 +100,8 @@ pub struct ArchConfig {
     /// What a BERT-family encoder adds (`None` for decoders). Encoders have no rotary
     /// embedding: their `rope` holds the defaults and is not read.
     pub encoder: Option<EncoderConfig>,
+    /// Knobs of one family only (Granite multipliers, SmolLM3 NoPE layers).
+    pub family: FamilyKnobs,
 }
 
 impl ArchConfig {
@@ -172,7 +182,9 @@ impl ArchConfig {
         }
         let qkv_bias = match model_type.as_str() {
             "qwen2" => true,
-            "llama" => raw.attention_bias.unwrap_or(false),
+            "llama" | "qwen3" | "smollm3" | "granite" | "olmo2" => {
+                raw.attention_bias.unwrap_or(false)
+            }
             _ => false,
         };
         let max_position_embeddings =
@@ -190,12 +202,14 @@ impl ArchConfig {
             // Gemma checkpoints tie the LM head to the embeddings unless told otherwise.
             tie_word_embeddings: raw.tie_word_embeddings.unwrap_or(gemma.is_some()),
             qkv_bias,
-            o_bias: model_type == "llama" && raw.attention_bias.unwrap_or(false),
-            mlp_bias: model_type == "llama" && raw.mlp_bias.unwrap_or(false),
+            o_bias: qkv_bias && model_type != "qwen2",
+            mlp_bias: matches!(model_type.as_str(), "llama" | "smollm3" | "granite")
+                && raw.mlp_bias.unwrap_or(false),
             rope: match model_type.as_str() {
                 "gemma3_text" => gemma::gemma3_rope(raw, head_dim, "full_attention", &f)?,
                 _ => parse_rope(raw, head_dim, &f)?,
             },
+            family: family::parse(raw, &model_type, num_hidden_layers, &f)?,
             // A window at least as long as the RoPE tables can never take effect.
             layer_windows: layer_windows(raw, &model_type, num_hidden_layers, &f)?
                 .into_iter()
@@ -308,6 +322,13 @@ fn parse_rope(raw: &HfConfig, head_dim: usize, f: &Fields<'_>) -> Result<Rope> {
         "linear" => RopeScaling::Linear {
             factor: num("factor")?,
         },
+        "longrope" | "su" => RopeScaling::LongRope(longrope::parse(
+            raw,
+            field,
+            params,
+            raw.max_position_embeddings.unwrap_or(0).max(0) as usize,
+            f,
+        )?),
         "llama3" => RopeScaling::Llama3 {
             factor: num("factor")?,
             low_freq_factor: num("low_freq_factor")?,
@@ -317,7 +338,9 @@ fn parse_rope(raw: &HfConfig, head_dim: usize, f: &Fields<'_>) -> Result<Rope> {
         other => {
             return Err(f.err(
                 &format!("{field}.rope_type"),
-                &format!("`{other}` is not supported (expected default, linear or llama3)"),
+                &format!(
+                    "`{other}` is not supported (expected default, linear, llama3 or longrope)"
+                ),
             ))
         }
     };
@@ -334,6 +357,9 @@ fn parse_rope(raw: &HfConfig, head_dim: usize, f: &Fields<'_>) -> Result<Rope> {
             ),
         ));
     }
+    if let RopeScaling::LongRope(l) = &scaling {
+        longrope::check_width(l, field, rotary_dim, f)?;
+    }
     Ok(Rope {
         theta,
         scaling,
@@ -349,8 +375,12 @@ fn layer_windows(
     layers: usize,
     f: &Fields<'_>,
 ) -> Result<Vec<Option<usize>>> {
+    // Qwen3 and SmolLM3 default `use_sliding_window` to false, the others to true.
+    let enabled = raw
+        .use_sliding_window
+        .unwrap_or(!matches!(model_type, "qwen3" | "smollm3"));
     let window = match raw.sliding_window {
-        Some(w) if w > 0 && raw.use_sliding_window != Some(false) => Some(w as usize),
+        Some(w) if w > 0 && enabled => Some(w as usize),
         Some(w) if w <= 0 => {
             return Err(f.err(
                 "sliding_window",
@@ -384,8 +414,15 @@ fn layer_windows(
     if let Some(sliding) = gemma::default_sliding_layers(raw, model_type, layers) {
         return Ok(sliding.into_iter().map(|s| window.filter(|_| s)).collect());
     }
+    if model_type == "smollm3" && window.is_some() {
+        // transformers: the NoPE layers slide, the RoPE layers attend to everything.
+        let knobs = family::parse(raw, model_type, layers, f)?;
+        return Ok((0..layers)
+            .map(|i| window.filter(|_| !knobs.layer_uses_rope(i)))
+            .collect());
+    }
     let first_sliding = match (model_type, raw.max_window_layers) {
-        ("qwen2", Some(m)) => m.max(0) as usize,
+        ("qwen2" | "qwen3", Some(m)) => m.max(0) as usize,
         _ => 0,
     };
     Ok((0..layers)

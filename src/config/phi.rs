@@ -70,6 +70,7 @@ pub(super) fn from_hf(raw: &HfConfig, f: &Fields<'_>) -> Result<ArchConfig> {
         gelu: Some(gelu),
         lm_head_bias: true,
         gemma: None,
+        family: super::FamilyKnobs::default(),
         encoder: None,
     })
 }

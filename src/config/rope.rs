@@ -24,6 +24,10 @@ pub enum RopeScaling {
         /// Context length the model was pre-trained with.
         original_max_position_embeddings: f32,
     },
+    /// Phi-3 LongRoPE (`longrope`, alias `su`): per-frequency divisors, the short set up to
+    /// `original_max_position_embeddings` positions and the long set beyond, with cos/sin
+    /// scaled by `attention_factor` (see [`super::longrope`]).
+    LongRope(super::longrope::LongRope),
 }
 
 /// RoPE as the model uses it.
@@ -49,6 +53,7 @@ impl Rope {
         match &self.scaling {
             RopeScaling::Default => base,
             RopeScaling::Linear { factor } => base.iter().map(|f| f / factor).collect(),
+            RopeScaling::LongRope(l) => l.inv_freq(self.theta, self.rotary_dim, false),
             RopeScaling::Llama3 {
                 factor,
                 low_freq_factor,

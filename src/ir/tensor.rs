@@ -96,5 +96,7 @@ pub enum TensorSource {
         start: usize,
         /// Number of indices kept along `axis`.
         len: usize,
+        /// The extent the source must have along `axis` (checked before anything is read).
+        total: usize,
     },
 }

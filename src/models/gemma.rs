@@ -13,7 +13,7 @@ use super::components::{
     gelu_mlp, linear, named_rope_tables, offset_rms_norm, padding_mask, rope_tables,
     rotary_embedding, sliding_window_mask, soft_capped_attention, AttentionSpec, RopeTables,
 };
-use super::llama::{BATCH, MASK_LEN, PAST, SEQ, TOTAL};
+use super::decoder::{BATCH, MASK_LEN, PAST, SEQ, TOTAL};
 use crate::config::{ArchConfig, GemmaConfig, Rope};
 use crate::ir::{
     Attr, DType, Dim, Graph, GraphBuilder, Initializer, Shape, TensorData, TensorSource,

@@ -59,7 +59,7 @@ pub fn build(cfg: &ArchConfig, dtype: DType) -> Graph {
             let params = Conv1dParams {
                 weight: format!("{p}.attn.c_attn.weight"),
                 bias: format!("{p}.attn.c_attn.bias"),
-                columns: Some((block * h, h)),
+                columns: Some((block * h, h, 3 * h)),
             };
             let init = format!("{p}.attn.{name}");
             conv1d(&mut b, &normed, &init, &params, h, h, dtype)

@@ -4,10 +4,16 @@
 
 pub mod bert;
 pub mod components;
+pub mod decoder;
 pub mod gemma;
 pub mod gpt2;
+pub mod granite;
 pub mod llama;
+pub mod olmo2;
 pub mod phi;
+pub mod phi3;
+pub mod qwen3;
+pub mod smollm3;
 
 use std::collections::BTreeMap;
 
@@ -29,6 +35,11 @@ pub fn build_model(cfg: &ArchConfig, dtype: DType) -> Result<Model> {
         "gpt2" => gpt2::build(cfg, dtype),
         "phi" => phi::build(cfg, dtype),
         "bert" | "roberta" => bert::build(cfg, dtype),
+        "qwen3" => qwen3::build(cfg, dtype),
+        "smollm3" => smollm3::build(cfg, dtype),
+        "granite" => granite::build(cfg, dtype),
+        "olmo2" => olmo2::build(cfg, dtype),
+        "phi3" => phi3::build(cfg, dtype),
         other => unreachable!("config validation admits only supported model types, got {other}"),
     };
     graph.validate()?;

@@ -16,6 +16,9 @@ pub fn genai_model_type(model_type: &str) -> &str {
         "gpt2" => "decoder",
         "qwen3" => "qwen2",
         "gemma2" => "gemma",
+        // genai 0.18 has no olmo2 type; its olmo type is the same plain decoder loop, and the
+        // graph carries every OLMo 2 difference (tests/ort greedy parity).
+        "olmo2" => "olmo",
         other => other,
     }
 }

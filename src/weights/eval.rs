@@ -134,9 +134,10 @@ impl<'a> Evaluator<'a> {
                 axis,
                 start,
                 len,
+                total,
             } => {
                 let mut info = self.describe(source)?;
-                slice_shape(&mut info.shape, *axis, *start, *len, source)?;
+                slice_shape(&mut info.shape, *axis, *start, *len, *total, source)?;
                 Ok(info)
             }
         }
@@ -201,12 +202,17 @@ impl<'a> Evaluator<'a> {
                 let (dtype, _, bytes) = self.materialize(src)?;
                 stream_converted(&bytes, dtype, target, sink)
             }
-            TensorSource::Concat { .. }
-            | TensorSource::AddScalar { .. }
-            | TensorSource::Slice { .. } => {
+            TensorSource::Concat { .. } | TensorSource::AddScalar { .. } => {
                 let (dtype, _, bytes) = self.materialize(src)?;
                 stream_converted(&bytes, dtype, target, sink)
             }
+            TensorSource::Slice { .. } => match self.leaf(src)? {
+                Some(leaf) => stream_converted(leaf.data, leaf.dtype, target, sink),
+                None => {
+                    let (dtype, _, bytes) = self.materialize(src)?;
+                    stream_converted(&bytes, dtype, target, sink)
+                }
+            },
             TensorSource::RotaryTable {
                 inv_freq,
                 positions,
@@ -257,6 +263,25 @@ impl<'a> Evaluator<'a> {
             } => {
                 let (dtype, shape) = (*dtype, shape.clone());
                 (dtype, shape, self.external(path, *offset, *length)?)
+            }
+            TensorSource::Slice {
+                source,
+                axis: 0,
+                start,
+                len,
+                total,
+            } => {
+                let Some(leaf) = self.leaf(source)? else {
+                    return Ok(None);
+                };
+                let mut shape = leaf.shape.clone();
+                slice_shape(&mut shape, 0, *start, *len, *total, source)?;
+                let row = leaf.dtype.size() * shape[1..].iter().product::<usize>();
+                (
+                    leaf.dtype,
+                    shape,
+                    &leaf.data[start * row..(start + len) * row],
+                )
             }
             TensorSource::Transpose(_)
             | TensorSource::Concat { .. }
@@ -349,10 +374,11 @@ impl<'a> Evaluator<'a> {
                 axis,
                 start,
                 len,
+                total,
             } => {
                 let (dtype, mut shape, bytes) = self.materialize(source)?;
                 let (outer, whole, inner) = split_at_axis(&shape, *axis);
-                slice_shape(&mut shape, *axis, *start, *len, source)?;
+                slice_shape(&mut shape, *axis, *start, *len, *total, source)?;
                 let (row, elem) = (inner * dtype.size(), whole * inner * dtype.size());
                 let mut out = Vec::with_capacity(outer * len * row);
                 for o in 0..outer {
@@ -379,16 +405,20 @@ fn slice_shape(
     axis: usize,
     start: usize,
     len: usize,
+    total: usize,
     source: &TensorSource,
 ) -> Result<()> {
-    let fits = axis < shape.len() && start.checked_add(len).is_some_and(|end| end <= shape[axis]);
+    let fits = axis < shape.len()
+        && shape[axis] == total
+        && start.checked_add(len).is_some_and(|end| end <= total);
     if !fits {
         let what = match source {
             TensorSource::Checkpoint(name) => format!("checkpoint tensor `{name}`"),
             _ => "a tensor".to_string(),
         };
         return Err(Error::Graph(format!(
-            "cannot take {start}..{} along axis {axis} of {what} with shape {shape:?}",
+            "cannot take {start}..{} along axis {axis} of {what} with shape {shape:?} \
+             (expected {total} along that axis)",
             start.saturating_add(len)
         )));
     }
@@ -516,6 +546,34 @@ mod tests {
     }
 
     #[test]
+    fn rows_slice_a_block_streamed_or_materialized() {
+        let a = TensorSource::Inline(TensorData::from_f32(vec![3, 2], &[1., 2., 3., 4., 5., 6.]));
+        let rows = |start, len, total| TensorSource::Slice {
+            source: Box::new(a.clone()),
+            axis: 0,
+            start,
+            len,
+            total,
+        };
+        let mut ev = Evaluator::new(None);
+        let mid = rows(1, 2, 3);
+        assert_eq!(ev.describe(&mid).unwrap().shape, vec![2, 2]);
+        let streamed = ev.read(&mid, DType::F32).unwrap();
+        let v: &[f32] = bytemuck::cast_slice(&streamed);
+        assert_eq!(v, &[3., 4., 5., 6.]);
+        let t = TensorSource::Transpose(Box::new(rows(0, 2, 3)));
+        let (_, shape, bytes) = ev.materialize(&t).unwrap();
+        assert_eq!(shape, vec![2, 2]);
+        let v: &[f32] = bytemuck::cast_slice(&bytes);
+        assert_eq!(v, &[1., 3., 2., 4.]);
+        assert_eq!(ev.read(&t, DType::F32).unwrap(), bytes);
+        let err = ev.describe(&rows(2, 2, 3)).unwrap_err().to_string();
+        assert!(err.contains("2..4 along axis 0"), "{err}");
+        let err = ev.describe(&rows(0, 2, 4)).unwrap_err().to_string();
+        assert!(err.contains("expected 4 along that axis"), "{err}");
+    }
+
+    #[test]
     fn streamed_transpose_matches_materialized_transpose_across_blocks() {
         // 3 rows × 100_000 cols of f32: several 1 MiB output blocks.
         let (rows, cols) = (3usize, 100_000usize);
@@ -598,6 +656,7 @@ mod tests {
             axis: 1,
             start: 2,
             len: 2,
+            total: 6,
         };
         assert_eq!(ev.describe(&cols).unwrap().shape, vec![2, 2]);
         let bytes = ev.read(&cols, DType::F32).unwrap();
@@ -608,6 +667,7 @@ mod tests {
             axis: 0,
             start: 1,
             len: 1,
+            total: 2,
         };
         let (_, shape, bytes) = ev.materialize(&rows).unwrap();
         assert_eq!(shape, vec![1, 6]);
@@ -618,6 +678,7 @@ mod tests {
             axis: 1,
             start: 4,
             len: 3,
+            total: 6,
         };
         let err = ev.describe(&outside).unwrap_err().to_string();
         assert!(err.contains("4..7 along axis 1"), "{err}");

@@ -10,8 +10,9 @@ pub struct Conv1dParams {
     pub weight: String,
     /// Checkpoint name of the `[out_total]` bias.
     pub bias: String,
-    /// The output columns `start..start + len` this projection keeps (`None`: all).
-    pub columns: Option<(usize, usize)>,
+    /// The output columns `start..start + len` this projection keeps out of `total`
+    /// (`None`: all).
+    pub columns: Option<(usize, usize, usize)>,
 }
 
 /// `x @ W + b` with `W` `[in_features, out_features]`: initializers `{name}.weight` and
@@ -29,11 +30,12 @@ pub fn conv1d(
         let whole = TensorSource::Checkpoint(tensor.to_string());
         match params.columns {
             None => whole,
-            Some((start, len)) => TensorSource::Slice {
+            Some((start, len, total)) => TensorSource::Slice {
                 source: Box::new(whole),
                 axis,
                 start,
                 len,
+                total,
             },
         }
     };

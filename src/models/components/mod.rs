@@ -6,6 +6,7 @@ pub mod decoder_io;
 pub mod gelu;
 pub mod gelu_mlp;
 pub mod linear;
+pub mod longrope;
 pub mod mask;
 pub mod mlp;
 pub mod norm;

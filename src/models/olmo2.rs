@@ -1,0 +1,52 @@
+//! OLMo 2: the Llama decoder with norms on each block's output
+//! (`x + post_attention_layernorm(attn(x))`, `x + post_feedforward_layernorm(mlp(x))`, no
+//! input norm) and RMSNorm of q and k over the whole projection width (not per head).
+
+use super::components::rms_norm;
+use super::decoder::{self, Family, NormPlacement};
+use crate::config::ArchConfig;
+use crate::ir::{DType, Graph, GraphBuilder};
+
+/// OLMo 2's hooks: post-norm placement and full-width q/k norms.
+pub struct Olmo2;
+
+impl Family for Olmo2 {
+    fn qk_norm(
+        &self,
+        b: &mut GraphBuilder,
+        cfg: &ArchConfig,
+        q: String,
+        k: String,
+        attn: &str,
+        dtype: DType,
+    ) -> (String, String) {
+        let eps = cfg.rms_norm_eps;
+        (
+            rms_norm(
+                b,
+                &q,
+                &format!("{attn}.q_norm.weight"),
+                cfg.q_size(),
+                eps,
+                dtype,
+            ),
+            rms_norm(
+                b,
+                &k,
+                &format!("{attn}.k_norm.weight"),
+                cfg.kv_size(),
+                eps,
+                dtype,
+            ),
+        )
+    }
+
+    fn norm_placement(&self) -> NormPlacement {
+        NormPlacement::Post
+    }
+}
+
+/// Builds the decoder graph.
+pub fn build(cfg: &ArchConfig, dtype: DType) -> Graph {
+    decoder::build(cfg, dtype, &Olmo2)
+}

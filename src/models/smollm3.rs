@@ -1,0 +1,20 @@
+//! SmolLM3: the Llama decoder where the layers marked 0 in `no_rope_layers` use no position
+//! embedding at all (NoPE): their q and k go to attention unrotated.
+
+use super::decoder::{self, Family};
+use crate::config::ArchConfig;
+use crate::ir::{DType, Graph};
+
+/// SmolLM3's hooks: RoPE only in some layers.
+pub struct SmolLm3;
+
+impl Family for SmolLm3 {
+    fn layer_uses_rope(&self, cfg: &ArchConfig, i: usize) -> bool {
+        cfg.family.layer_uses_rope(i)
+    }
+}
+
+/// Builds the decoder graph.
+pub fn build(cfg: &ArchConfig, dtype: DType) -> Graph {
+    decoder::build(cfg, dtype, &SmolLm3)
+}
