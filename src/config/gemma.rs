@@ -248,6 +248,11 @@ pub(super) fn gemma3_rope(
 /// Which layers slide when the config has no `layer_types`: Gemma 2 alternates, starting with
 /// a sliding layer; Gemma 3 makes every `sliding_window_pattern`-th layer (default 6) full.
 /// `None` for the other families (and when `layer_types` is given).
+/// transformers' `sliding_window` for Gemma 2 and Gemma 3 configs that leave it out.
+pub(super) fn default_window(model_type: &str) -> Option<i64> {
+    matches!(model_type, "gemma2" | "gemma3_text").then_some(4096)
+}
+
 pub(super) fn default_sliding_layers(
     raw: &HfConfig,
     model_type: &str,

@@ -379,7 +379,7 @@ fn layer_windows(
     let enabled = raw
         .use_sliding_window
         .unwrap_or(!matches!(model_type, "qwen3" | "smollm3"));
-    let window = match raw.sliding_window {
+    let window = match raw.sliding_window.or(gemma::default_window(model_type)) {
         Some(w) if w > 0 && enabled => Some(w as usize),
         Some(w) if w <= 0 => {
             return Err(f.err(

@@ -142,3 +142,22 @@ fn absurd_sizes_are_rejected() {
         "{msg}"
     );
 }
+
+#[test]
+fn gemma2_and_gemma3_without_a_window_get_transformers_default() {
+    for (model_type, want) in [
+        ("gemma2", vec![Some(4096), None, Some(4096), None]),
+        (
+            "gemma3_text",
+            vec![Some(4096), Some(4096), Some(4096), Some(4096)],
+        ),
+    ] {
+        let cfg = parse(&format!(
+            r#"{{"model_type": "{model_type}", "hidden_size": 64, "intermediate_size": 128,
+                "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 4,
+                "head_dim": 16, "vocab_size": 300, "max_position_embeddings": 8192}}"#
+        ))
+        .unwrap();
+        assert_eq!(cfg.layer_windows, want, "{model_type}");
+    }
+}
