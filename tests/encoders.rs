@@ -9,32 +9,20 @@ mod common;
 use std::collections::HashMap;
 
 use common::*;
-use mobius::config::ArchConfig;
 use mobius::ep::{builtin_eps, get_ep};
 use mobius::interp::{run_graph, Tensor};
 use mobius::ir::{DType, Graph};
 use mobius::models::{bert, build_model};
 use mobius::onnx::import;
-use mobius::opt::{optimize, Limits, OptimizeOptions, Role};
-use mobius::source::WeightFiles;
+use mobius::opt::{optimize, Role};
 use mobius::weights::eval::Evaluator;
 use mobius::weights::store::TensorStore;
 use serde_json::Value;
 
 const ENCODERS: &[&str] = &["bert", "roberta"];
-const F16_EPS: &[&str] = &["cuda", "dml", "webgpu", "trt-rtx"];
 
 fn store(name: &str) -> TensorStore {
-    TensorStore::open(&WeightFiles::Single(
-        fixture(name).join("model.safetensors"),
-    ))
-    .unwrap()
-    .renamed(bert::checkpoint_name)
-    .unwrap()
-}
-
-fn config(name: &str) -> ArchConfig {
-    ArchConfig::load(&fixture(name).join("config.json")).unwrap()
+    fixture_store(name).renamed(bert::checkpoint_name).unwrap()
 }
 
 fn reference(name: &str) -> Value {
@@ -86,7 +74,7 @@ fn flat(v: &Value) -> Vec<f32> {
 #[test]
 fn encoder_hidden_states_match_transformers_through_the_interpreter() {
     for name in ENCODERS {
-        let cfg = config(name);
+        let cfg = fixture_config(name);
         let model = build_model(&cfg, DType::F32).unwrap();
         let store = store(name);
         let reference = reference(name);
@@ -104,23 +92,14 @@ fn encoder_hidden_states_match_transformers_through_the_interpreter() {
 #[test]
 fn optimized_encoders_compute_what_the_portable_graph_computes() {
     for name in ENCODERS {
-        let cfg = config(name);
+        let cfg = fixture_config(name);
         let store = store(name);
         let reference = reference(name);
         let layers = cfg.num_hidden_layers;
         for ep in builtin_eps().into_iter().filter(|e| e.name != "qnn") {
-            let dtype = if F16_EPS.contains(&ep.name.as_str()) {
-                DType::F16
-            } else {
-                DType::F32
-            };
+            let dtype = ep_dtype(&ep.name);
             let portable = build_model(&cfg, dtype).unwrap();
-            let opts = OptimizeOptions {
-                dtype,
-                role: cfg.role(),
-                limits: Limits::default(),
-                fingerprint_leaves: None,
-            };
+            let opts = optimize_options(dtype, cfg.role());
             let caps = get_ep(&ep.name).unwrap();
             let (optimized, _) = optimize(&portable, &caps, &opts).unwrap();
             let counts = optimized.graph.op_counts();
@@ -182,14 +161,9 @@ fn gqa_fusion_and_qkv_packing_are_for_decoders_only() {
     // The same f16 bert graph optimized for cuda as if it were a decoder gets no GQA either
     // (the mask is bidirectional), but the encoder role must not even enable those rules:
     // their groups are absent from the trace.
-    let cfg = config("bert");
+    let cfg = fixture_config("bert");
     let portable = build_model(&cfg, DType::F16).unwrap();
-    let opts = |role| OptimizeOptions {
-        dtype: DType::F16,
-        role,
-        limits: Limits::default(),
-        fingerprint_leaves: None,
-    };
+    let opts = |role| optimize_options(DType::F16, role);
     let cuda = get_ep("cuda").unwrap();
     let (_, encoder) = optimize(&portable, &cuda, &opts(Role::Encoder)).unwrap();
     let (_, decoder) = optimize(&portable, &cuda, &opts(Role::Decoder)).unwrap();
@@ -272,23 +246,14 @@ fn checkpoint_tensors_read_under_one_name_twice_are_refused() {
 #[test]
 fn published_encoder_configs_build_for_every_ep_without_weights() {
     for (name, types) in [("bert-base-uncased", true), ("roberta-base", false)] {
-        let cfg = ArchConfig::load(&real_config(name).join("config.json")).unwrap();
+        let cfg = published(name);
         assert_eq!(cfg.role(), Role::Encoder);
         assert_eq!(cfg.encoder.as_ref().unwrap().type_vocab_size > 1, types);
         assert_eq!((cfg.num_hidden_layers, cfg.hidden_size), (12, 768));
         for ep in builtin_eps().into_iter().filter(|e| e.name != "qnn") {
-            let dtype = if F16_EPS.contains(&ep.name.as_str()) {
-                DType::F16
-            } else {
-                DType::F32
-            };
+            let dtype = ep_dtype(&ep.name);
             let portable = build_model(&cfg, dtype).unwrap();
-            let opts = OptimizeOptions {
-                dtype,
-                role: Role::Encoder,
-                limits: Limits::default(),
-                fingerprint_leaves: None,
-            };
+            let opts = optimize_options(dtype, Role::Encoder);
             let (optimized, report) = optimize(&portable, &ep, &opts).unwrap();
             let counts = optimized.graph.op_counts();
             assert_eq!(counts["Attention"], 12, "{name} {}", ep.name);

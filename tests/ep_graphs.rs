@@ -5,43 +5,24 @@ mod common;
 
 use common::*;
 use mobius::config::ArchConfig;
-use mobius::ep::get_ep;
 use mobius::ir::{DType, Graph};
 use mobius::models::build_model;
-use mobius::opt::{optimize, Limits, OptimizeOptions, Role};
+use mobius::opt::{optimize, Role};
 
 const GQA: &str = "com.microsoft::GroupQueryAttention";
 const SSLN: &str = "com.microsoft::SkipSimplifiedLayerNormalization";
-
-fn graph_for(cfg: &ArchConfig, ep: &str, dtype: DType) -> Graph {
-    let portable = build_model(cfg, dtype).unwrap();
-    let opts = OptimizeOptions {
-        dtype,
-        role: Role::Decoder,
-        limits: Limits::default(),
-        fingerprint_leaves: None,
-    };
-    optimize(&portable, &get_ep(ep).unwrap(), &opts)
-        .unwrap()
-        .0
-        .graph
-}
-
-fn count(g: &Graph, op: &str) -> usize {
-    g.op_counts().get(op).copied().unwrap_or(0)
-}
 
 fn has_input(g: &Graph, name: &str) -> bool {
     g.inputs.iter().any(|v| v.name == name)
 }
 
 fn llama_1b() -> ArchConfig {
-    ArchConfig::load(&real_config("llama-3.2-1b").join("config.json")).unwrap()
+    published("llama-3.2-1b")
 }
 
 #[test]
 fn default_keeps_attention_and_fuses_skip_norm() {
-    let g = graph_for(&llama_1b(), "default", DType::F32);
+    let g = optimized(&llama_1b(), "default", DType::F32);
     assert_eq!(count(&g, "Attention"), 16);
     assert_eq!(count(&g, "RotaryEmbedding"), 32);
     assert_eq!(count(&g, SSLN), 32);
@@ -55,7 +36,7 @@ fn gqa_eps_fuse_attention_with_rotary() {
         ("cuda", DType::F16),
         ("webgpu", DType::F16),
     ] {
-        let g = graph_for(&llama_1b(), ep, dtype);
+        let g = optimized(&llama_1b(), ep, dtype);
         assert_eq!(count(&g, GQA), 16, "{ep}");
         assert_eq!(count(&g, SSLN), 32, "{ep}");
         assert_eq!(
@@ -88,7 +69,7 @@ fn gqa_eps_fuse_attention_with_rotary() {
 
 #[test]
 fn trt_rtx_gets_gqa_without_skip_norm() {
-    let g = graph_for(&llama_1b(), "trt-rtx", DType::F16);
+    let g = optimized(&llama_1b(), "trt-rtx", DType::F16);
     assert_eq!(count(&g, GQA), 16);
     assert!(
         g.op_counts().keys().all(|op| !op.contains("Skip")),
@@ -99,7 +80,7 @@ fn trt_rtx_gets_gqa_without_skip_norm() {
 
 #[test]
 fn dml_gets_gqa_without_fused_rotary_and_unpacked() {
-    let g = graph_for(&llama_1b(), "dml", DType::F16);
+    let g = optimized(&llama_1b(), "dml", DType::F16);
     assert_eq!(count(&g, GQA), 16);
     assert_eq!(count(&g, "RotaryEmbedding"), 32);
     assert_eq!(count(&g, "Attention"), 0);
@@ -118,7 +99,7 @@ fn dml_gets_gqa_without_fused_rotary_and_unpacked() {
 
 #[test]
 fn onnx_standard_has_no_contrib_ops() {
-    let g = graph_for(&llama_1b(), "onnx-standard", DType::F32);
+    let g = optimized(&llama_1b(), "onnx-standard", DType::F32);
     assert_eq!(count(&g, "Attention"), 16);
     assert!(g.nodes.iter().all(|n| n.domain.is_empty()));
 }
@@ -126,7 +107,7 @@ fn onnx_standard_has_no_contrib_ops() {
 #[test]
 fn qnn_gets_decomposed_attention_and_rotary() {
     for dtype in [DType::F32, DType::F16] {
-        let g = graph_for(&llama_1b(), "qnn", dtype);
+        let g = optimized(&llama_1b(), "qnn", dtype);
         for op in ["Attention", "RotaryEmbedding", "Range"] {
             assert_eq!(count(&g, op), 0, "{dtype}: {op}");
         }
@@ -146,12 +127,12 @@ fn qnn_gets_decomposed_attention_and_rotary() {
 
 #[test]
 fn head_dim_8_declines_gqa_on_cuda() {
-    let mut cfg = ArchConfig::load(&fixture("llama").join("config.json")).unwrap();
+    let mut cfg = fixture_config("llama");
     cfg.num_attention_heads = 8;
     cfg.num_key_value_heads = 4;
     cfg.head_dim = 8;
     cfg.rope.rotary_dim = 8;
-    let g = graph_for(&cfg, "cuda", DType::F16);
+    let g = optimized(&cfg, "cuda", DType::F16);
     assert_eq!(count(&g, GQA), 0);
     assert_eq!(count(&g, "Attention"), 2);
     assert_eq!(count(&g, SSLN), 4);
@@ -159,9 +140,9 @@ fn head_dim_8_declines_gqa_on_cuda() {
 
 #[test]
 fn sliding_window_layers_carry_their_window_into_gqa() {
-    let mut cfg = ArchConfig::load(&fixture("mistral").join("config.json")).unwrap();
+    let mut cfg = fixture_config("mistral");
     cfg.layer_windows = vec![Some(4), None];
-    let g = graph_for(&cfg, "cuda", DType::F16);
+    let g = optimized(&cfg, "cuda", DType::F16);
     assert_eq!(count(&g, "Attention"), 0);
     let windows: Vec<Option<&mobius::ir::Attr>> = g
         .nodes
@@ -178,12 +159,7 @@ fn optimizing_never_raises_the_estimated_cost() {
     for ep in mobius::ep::builtin_eps() {
         for dtype in [DType::F32, DType::F16] {
             let portable = build_model(&cfg, dtype).unwrap();
-            let opts = OptimizeOptions {
-                dtype,
-                role: Role::Decoder,
-                limits: Limits::default(),
-                fingerprint_leaves: None,
-            };
+            let opts = optimize_options(dtype, Role::Decoder);
             let (_, report) = optimize(&portable, &ep, &opts).unwrap();
             assert!(
                 report.cost_after <= report.cost_before * (1.0 + 1e-9),

@@ -4,51 +4,20 @@
 
 mod common;
 
-use std::path::Path;
-
 use common::*;
-use mobius::config::{ArchConfig, Gelu};
-use mobius::ep::get_ep;
-use mobius::ir::{DType, Graph};
-use mobius::models::build_model;
-use mobius::opt::{optimize, Limits, OptimizeOptions, Role};
+use mobius::config::Gelu;
+use mobius::ir::DType;
 
 const SLN: &str = "com.microsoft::SkipLayerNormalization";
 const FAST_GELU: &str = "com.microsoft::FastGelu";
 const BIAS_GELU: &str = "com.microsoft::BiasGelu";
 const GQA: &str = "com.microsoft::GroupQueryAttention";
 
-fn graph_for(cfg: &ArchConfig, ep: &str, dtype: DType) -> Graph {
-    let portable = build_model(cfg, dtype).unwrap();
-    let opts = OptimizeOptions {
-        dtype,
-        role: Role::Decoder,
-        limits: Limits::default(),
-        fingerprint_leaves: None,
-    };
-    optimize(&portable, &get_ep(ep).unwrap(), &opts)
-        .unwrap()
-        .0
-        .graph
-}
-
-fn count(g: &Graph, op: &str) -> usize {
-    g.op_counts().get(op).copied().unwrap_or(0)
-}
-
-fn load(dir: &Path) -> ArchConfig {
-    ArchConfig::load(&dir.join("config.json")).unwrap()
-}
-
-fn parse(json: &str) -> mobius::Result<ArchConfig> {
-    ArchConfig::parse(json.as_bytes(), Path::new("config.json"))
-}
-
 #[test]
 fn gpt2_fixture_fuses_skip_layer_norm_and_fast_gelu_on_cpu_and_cuda() {
-    let cfg = load(&fixture("gpt2"));
+    let cfg = load_config(&fixture("gpt2"));
     for (ep, dtype) in [("cpu", DType::F32), ("cuda", DType::F16)] {
-        let g = graph_for(&cfg, ep, dtype);
+        let g = optimized(&cfg, ep, dtype);
         // ln_1 of every layer (the first one over the embedding sum), ln_2, ln_f.
         assert_eq!(count(&g, SLN), 5, "{ep}");
         assert_eq!(count(&g, FAST_GELU), 2, "{ep}");
@@ -60,13 +29,13 @@ fn gpt2_fixture_fuses_skip_layer_norm_and_fast_gelu_on_cpu_and_cuda() {
 #[test]
 fn eps_without_the_fused_kernels_keep_layer_norm_and_gelu() {
     for name in ["gpt2", "phi"] {
-        let cfg = load(&fixture(name));
+        let cfg = load_config(&fixture(name));
         for (ep, dtype) in [
             ("trt-rtx", DType::F16),
             ("onnx-standard", DType::F32),
             ("openvino", DType::F32),
         ] {
-            let g = graph_for(&cfg, ep, dtype);
+            let g = optimized(&cfg, ep, dtype);
             for op in [SLN, FAST_GELU, BIAS_GELU] {
                 assert_eq!(count(&g, op), 0, "{name} {ep} {op}");
             }
@@ -77,7 +46,7 @@ fn eps_without_the_fused_kernels_keep_layer_norm_and_gelu() {
 
 #[test]
 fn phi_shares_one_norm_between_attention_and_mlp() {
-    let g = graph_for(&load(&fixture("phi")), "cpu", DType::F32);
+    let g = optimized(&load_config(&fixture("phi")), "cpu", DType::F32);
     // Layer 0's norm reads the embedding (no residual Add); layer 1's and the final norm fuse.
     assert_eq!(count(&g, "LayerNormalization"), 1);
     assert_eq!(count(&g, SLN), 2);
@@ -87,20 +56,20 @@ fn phi_shares_one_norm_between_attention_and_mlp() {
 
 #[test]
 fn published_configs_get_the_expected_fusions() {
-    let gpt2 = load(&real_config("gpt2"));
+    let gpt2 = load_config(&real_config("gpt2"));
     assert_eq!((gpt2.hidden_size, gpt2.num_hidden_layers), (768, 12));
     assert_eq!((gpt2.intermediate_size, gpt2.head_dim), (3072, 64));
     assert_eq!(gpt2.max_position_embeddings, 1024);
     assert!(gpt2.tie_word_embeddings);
-    let g = graph_for(&gpt2, "cuda", DType::F16);
+    let g = optimized(&gpt2, "cuda", DType::F16);
     assert_eq!(count(&g, SLN), 25);
     assert_eq!(count(&g, FAST_GELU), 12);
     assert_eq!(count(&g, GQA), 12);
 
-    let phi2 = load(&real_config("phi-2"));
+    let phi2 = load_config(&real_config("phi-2"));
     assert_eq!((phi2.head_dim, phi2.rope.rotary_dim), (80, 32));
     assert!(phi2.lm_head_bias && !phi2.tie_word_embeddings);
-    let g = graph_for(&phi2, "cuda", DType::F16);
+    let g = optimized(&phi2, "cuda", DType::F16);
     assert_eq!(count(&g, SLN), 32);
     assert_eq!(count(&g, FAST_GELU), 32);
     assert_eq!(count(&g, GQA), 32);
@@ -118,8 +87,8 @@ const GPT2_GENERIC: &str = r#"{"model_type": "gpt2", "hidden_size": 64,
 
 #[test]
 fn gpt2_spellings_normalise_to_one_config() {
-    let a = parse(GPT2_V4).unwrap();
-    let b = parse(GPT2_GENERIC).unwrap();
+    let a = parse_config(GPT2_V4).unwrap();
+    let b = parse_config(GPT2_GENERIC).unwrap();
     assert_eq!(a, b);
     assert_eq!(a.intermediate_size, 256);
     assert_eq!((a.num_key_value_heads, a.head_dim), (4, 16));
@@ -146,7 +115,7 @@ fn unsupported_gpt2_and_phi_settings_name_their_field() {
         (GPT2_V4.replace("\"n_embd\": 64, ", ""), "n_embd"),
     ];
     for (json, field) in cases {
-        let err = parse(&json).unwrap_err().to_string();
+        let err = parse_config(&json).unwrap_err().to_string();
         assert!(err.contains(field) && err.contains("config.json"), "{err}");
     }
     let phi = std::fs::read_to_string(real_config("phi-2").join("config.json")).unwrap();
@@ -163,7 +132,9 @@ fn unsupported_gpt2_and_phi_settings_name_their_field() {
             "partial_rotary_factor",
         ),
     ] {
-        let err = parse(&phi.replace(from, to)).unwrap_err().to_string();
+        let err = parse_config(&phi.replace(from, to))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains(field), "{err}");
     }
 }

@@ -3,40 +3,10 @@
 
 mod common;
 
-use std::path::Path;
-
 use common::*;
-use mobius::config::{ArchConfig, GeluApproximation, GemmaVersion, RopeScaling};
-use mobius::ep::get_ep;
+use mobius::config::{GeluApproximation, GemmaVersion, RopeScaling};
 use mobius::ir::{Attr, DType, Graph};
 use mobius::models::build_model;
-use mobius::opt::{optimize, Limits, OptimizeOptions, Role};
-
-fn parse(json: &str) -> mobius::Result<ArchConfig> {
-    ArchConfig::parse(json.as_bytes(), Path::new("config.json"))
-}
-
-fn published(name: &str) -> ArchConfig {
-    ArchConfig::load(&real_config(name).join("config.json")).unwrap()
-}
-
-fn count(g: &Graph, op: &str) -> usize {
-    g.op_counts().get(op).copied().unwrap_or(0)
-}
-
-fn optimized(cfg: &ArchConfig, ep: &str, dtype: DType) -> Graph {
-    let portable = build_model(cfg, dtype).unwrap();
-    let opts = OptimizeOptions {
-        dtype,
-        role: Role::Decoder,
-        limits: Limits::default(),
-        fingerprint_leaves: None,
-    };
-    optimize(&portable, &get_ep(ep).unwrap(), &opts)
-        .unwrap()
-        .0
-        .graph
-}
 
 /// The `softcap` and `scale` attributes of every standard Attention node, in graph order.
 fn attention_attrs(g: &Graph) -> Vec<(f32, f32)> {
@@ -77,7 +47,10 @@ const GEMMA3_V5: &str = r#"{
 
 #[test]
 fn gemma3_v4_and_v5_spellings_normalise_to_the_same_config() {
-    let (a, b) = (parse(GEMMA3_V4).unwrap(), parse(GEMMA3_V5).unwrap());
+    let (a, b) = (
+        parse_config(GEMMA3_V4).unwrap(),
+        parse_config(GEMMA3_V5).unwrap(),
+    );
     assert_eq!(a, b);
     assert_eq!(a.layer_windows, vec![Some(6), None, Some(6), None]);
     assert_eq!(a.rope.theta, 1e6);
@@ -127,7 +100,7 @@ fn gemma2_softcap_defaults_differ_for_absent_and_null_fields() {
     let base = r#""model_type": "gemma2", "hidden_size": 64, "intermediate_size": 128,
         "num_attention_heads": 4, "head_dim": 16, "num_hidden_layers": 2, "vocab_size": 300,
         "max_position_embeddings": 128"#;
-    let absent = parse(&format!("{{{base}}}")).unwrap();
+    let absent = parse_config(&format!("{{{base}}}")).unwrap();
     let k = absent.gemma.unwrap();
     assert_eq!((k.attn_softcap, k.final_softcap), (Some(50.0), Some(30.0)));
     assert_eq!(
@@ -135,7 +108,7 @@ fn gemma2_softcap_defaults_differ_for_absent_and_null_fields() {
         256f32.powf(-0.5),
         "query_pre_attn_scalar default"
     );
-    let null = parse(&format!(
+    let null = parse_config(&format!(
         r#"{{{base}, "attn_logit_softcapping": null, "final_logit_softcapping": null,
             "hidden_activation": "gelu"}}"#
     ))
@@ -178,7 +151,7 @@ fn bad_gemma_fields_are_named() {
                 "num_attention_heads": 4, "head_dim": 16, "num_hidden_layers": 2,
                 "vocab_size": 300, "max_position_embeddings": 128, {field_json}}}"#
         );
-        let err = parse(&json).unwrap_err().to_string();
+        let err = parse_config(&json).unwrap_err().to_string();
         assert!(
             err.contains(&format!("`{field}`")) || err.contains(field),
             "{field_json}: {err}"

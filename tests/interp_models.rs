@@ -7,16 +7,13 @@ mod common;
 use std::collections::{BTreeMap, HashMap};
 
 use common::*;
-use mobius::config::ArchConfig;
 use mobius::ep::{builtin_eps, get_ep};
 use mobius::interp::{run_graph, Tensor};
 use mobius::ir::DType;
 use mobius::models::build_model;
-use mobius::opt::{optimize, Limits, OptimizeOptions, Role};
-use mobius::source::WeightFiles;
+use mobius::opt::{optimize, Role};
 use mobius::verify::{random_inputs, Rng};
 use mobius::weights::eval::Evaluator;
-use mobius::weights::store::TensorStore;
 
 const FIXTURES: &[&str] = &[
     "llama",
@@ -35,22 +32,6 @@ const FIXTURES: &[&str] = &[
     "phi3",
 ];
 
-fn store(name: &str) -> TensorStore {
-    let dir = fixture(name);
-    let files = if dir.join("model.safetensors.index.json").exists() {
-        WeightFiles::Sharded {
-            index: dir.join("model.safetensors.index.json"),
-        }
-    } else {
-        WeightFiles::Single(dir.join("model.safetensors"))
-    };
-    TensorStore::open(&files).unwrap()
-}
-
-fn config(name: &str) -> ArchConfig {
-    ArchConfig::load(&fixture(name).join("config.json")).unwrap()
-}
-
 #[test]
 fn fixture_logits_match_transformers_through_the_interpreter() {
     for name in FIXTURES {
@@ -63,9 +44,9 @@ fn fixture_logits_match_transformers_through_the_interpreter() {
             .iter()
             .map(|v| v.as_i64().unwrap())
             .collect();
-        let cfg = config(name);
+        let cfg = fixture_config(name);
         let model = build_model(&cfg, DType::F32).unwrap();
-        let store = store(name);
+        let store = fixture_store(name);
         let s = ids.len();
         let (kv, d) = (cfg.num_key_value_heads, cfg.head_dim);
         let mut inputs = HashMap::from([
@@ -116,21 +97,12 @@ fn fixture_logits_match_transformers_through_the_interpreter() {
 #[test]
 fn optimized_graphs_compute_what_the_portable_graph_computes() {
     for name in FIXTURES {
-        let cfg = config(name);
-        let store = store(name);
+        let cfg = fixture_config(name);
+        let store = fixture_store(name);
         for ep in builtin_eps() {
-            let dtype = if ["cuda", "dml", "webgpu", "trt-rtx"].contains(&ep.name.as_str()) {
-                DType::F16
-            } else {
-                DType::F32
-            };
+            let dtype = ep_dtype(&ep.name);
             let portable = build_model(&cfg, dtype).unwrap();
-            let opts = OptimizeOptions {
-                dtype,
-                role: Role::Decoder,
-                limits: Limits::default(),
-                fingerprint_leaves: None,
-            };
+            let opts = optimize_options(dtype, Role::Decoder);
             let (optimized, _) = optimize(&portable, &get_ep(&ep.name).unwrap(), &opts).unwrap();
             for past in [0usize, 3] {
                 let mut dims = BTreeMap::from([
@@ -180,16 +152,11 @@ fn optimized_graphs_compute_what_the_portable_graph_computes() {
 /// what the portable one does, without `Range`.
 #[test]
 fn qnn_sliding_window_graph_computes_what_the_portable_graph_computes() {
-    let mut cfg = config("mistral");
+    let mut cfg = fixture_config("mistral");
     cfg.layer_windows = vec![Some(3); cfg.num_hidden_layers];
-    let store = store("mistral");
+    let store = fixture_store("mistral");
     let portable = build_model(&cfg, DType::F32).unwrap();
-    let opts = OptimizeOptions {
-        dtype: DType::F32,
-        role: Role::Decoder,
-        limits: Limits::default(),
-        fingerprint_leaves: None,
-    };
+    let opts = optimize_options(DType::F32, Role::Decoder);
     let (qnn, _) = optimize(&portable, &get_ep("qnn").unwrap(), &opts).unwrap();
     assert!(qnn.graph.nodes.iter().all(|n| n.op_type != "Range"));
     for past in [0usize, 3] {
@@ -224,7 +191,7 @@ fn verify_detects_a_single_perturbed_weight() {
         .assert()
         .success();
     let b = t.path().join("b");
-    copy_fixture_dir(&a, &b);
+    copy_dir(&a, &b);
     let same = mobius()
         .arg("verify")
         .arg(a.join("model.onnx"))
@@ -262,12 +229,4 @@ fn verify_detects_a_single_perturbed_weight() {
         .arg(t.path().join("missing.onnx"))
         .assert()
         .code(2);
-}
-
-fn copy_fixture_dir(from: &std::path::Path, to: &std::path::Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
-    }
 }

@@ -6,11 +6,9 @@
 mod common;
 
 use common::*;
-use mobius::config::ArchConfig;
-use mobius::ep::{builtin_eps, get_ep};
-use mobius::ir::{DType, Graph};
+use mobius::ep::builtin_eps;
+use mobius::ir::DType;
 use mobius::models::build_model;
-use mobius::opt::{optimize, Limits, OptimizeOptions, Role};
 
 const GQA: &str = "com.microsoft::GroupQueryAttention";
 const CONFIGS: &[&str] = &[
@@ -21,37 +19,15 @@ const CONFIGS: &[&str] = &[
     "phi-3-mini-4k-instruct",
 ];
 
-fn config(name: &str) -> ArchConfig {
-    ArchConfig::load(&real_config(name).join("config.json")).unwrap()
-}
-
-fn graph_for(cfg: &ArchConfig, ep: &str, dtype: DType) -> Graph {
-    let portable = build_model(cfg, dtype).unwrap();
-    let opts = OptimizeOptions {
-        dtype,
-        role: Role::Decoder,
-        limits: Limits::default(),
-        fingerprint_leaves: None,
-    };
-    optimize(&portable, &get_ep(ep).unwrap(), &opts)
-        .unwrap()
-        .0
-        .graph
-}
-
-fn count(g: &Graph, op: &str) -> usize {
-    g.op_counts().get(op).copied().unwrap_or(0)
-}
-
 #[test]
 fn every_builtin_ep_optimizes_every_variant() {
     for name in CONFIGS {
-        let cfg = config(name);
+        let cfg = published(name);
         for ep in builtin_eps().iter().map(|e| e.name.clone()) {
             if ep == "qnn" {
                 continue; // refused until its lowering rules land (tests/ort/test_eps.py)
             }
-            let g = graph_for(&cfg, &ep, DType::F16);
+            let g = optimized(&cfg, &ep, DType::F16);
             let attention = count(&g, "Attention") + count(&g, GQA);
             assert_eq!(attention, cfg.num_hidden_layers, "{name} --ep {ep}");
         }
@@ -60,15 +36,15 @@ fn every_builtin_ep_optimizes_every_variant() {
 
 #[test]
 fn qwen3_gets_gqa_but_no_qkv_packing() {
-    let cfg = config("qwen3-0.6b");
+    let cfg = published("qwen3-0.6b");
     let portable = build_model(&cfg, DType::F16).unwrap().graph;
     assert_eq!(count(&portable, "RMSNormalization"), 2 * 28 + 1 + 2 * 28);
-    let g = graph_for(&cfg, "cuda", DType::F16);
+    let g = optimized(&cfg, "cuda", DType::F16);
     assert_eq!(count(&g, GQA), 28);
     // q, k, v stay three projections per layer (plus o, gate, up, down, and the LM head).
     assert_eq!(count(&g, "MatMul"), 7 * 28 + 1);
-    let llama = ArchConfig::load(&real_config("llama-3.2-1b").join("config.json")).unwrap();
-    let packed = graph_for(&llama, "cuda", DType::F16);
+    let llama = published("llama-3.2-1b");
+    let packed = optimized(&llama, "cuda", DType::F16);
     assert_eq!(
         count(&packed, "MatMul"),
         5 * 16 + 1,
@@ -78,7 +54,7 @@ fn qwen3_gets_gqa_but_no_qkv_packing() {
 
 #[test]
 fn smollm3_rotates_only_in_its_rope_layers() {
-    let cfg = config("smollm3-3b");
+    let cfg = published("smollm3-3b");
     let g = build_model(&cfg, DType::F32).unwrap().graph;
     assert_eq!(
         count(&g, "RotaryEmbedding"),
@@ -89,7 +65,7 @@ fn smollm3_rotates_only_in_its_rope_layers() {
 
 #[test]
 fn granite_scales_embeddings_residuals_and_logits() {
-    let cfg = config("granite-3.0-2b-instruct");
+    let cfg = published("granite-3.0-2b-instruct");
     let g = build_model(&cfg, DType::F32).unwrap().graph;
     // embedding + 2 residual branches per layer
     assert_eq!(count(&g, "Mul") - 2 * 40, 1 + 2 * 40);
@@ -108,7 +84,7 @@ fn granite_scales_embeddings_residuals_and_logits() {
 
 #[test]
 fn olmo2_norms_block_outputs_and_full_width_q_k() {
-    let cfg = config("olmo-2-0425-1b");
+    let cfg = published("olmo-2-0425-1b");
     let g = build_model(&cfg, DType::F32).unwrap().graph;
     let norms: Vec<&str> = g
         .initializers
@@ -135,7 +111,7 @@ fn olmo2_norms_block_outputs_and_full_width_q_k() {
 
 #[test]
 fn phi3_splits_fused_weights_and_keeps_its_window() {
-    let cfg = config("phi-3-mini-4k-instruct");
+    let cfg = published("phi-3-mini-4k-instruct");
     assert_eq!(cfg.layer_windows, vec![Some(2047); 32]);
     let g = build_model(&cfg, DType::F32).unwrap().graph;
     for part in ["q_proj", "k_proj", "v_proj"] {
@@ -151,7 +127,7 @@ fn phi3_splits_fused_weights_and_keeps_its_window() {
 
 #[test]
 fn longrope_switches_tables_by_the_largest_position() {
-    let cfg = ArchConfig::load(&fixture("phi3").join("config.json")).unwrap();
+    let cfg = fixture_config("phi3");
     let g = build_model(&cfg, DType::F32).unwrap().graph;
     assert_eq!(count(&g, "ReduceMax"), 1);
     assert_eq!(count(&g, "Where"), 2);

@@ -11,13 +11,10 @@
 //! Initializer names are the checkpoint's without the model-class prefix (see
 //! [`checkpoint_name`]); linear weights are stored transposed as `….weight_t`.
 
+use super::components::decoder_io::{BATCH, SEQ};
 use super::components::{layer_norm, layer_norm_into, linear, padding_mask};
 use crate::config::{ArchConfig, EncoderConfig, Positions};
 use crate::ir::{Attr, DType, Dim, Graph, GraphBuilder, Initializer, Shape, TensorSource};
-
-/// Symbolic dims, spelled as the decoder contract spells them.
-const BATCH: &str = "batch";
-const SEQ: &str = "sequence_len";
 
 /// Model-class prefixes of task checkpoints (`BertForMaskedLM` saves `bert.embeddings…`).
 const PREFIXES: &[&str] = &["bert.", "roberta."];

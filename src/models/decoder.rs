@@ -1,67 +1,139 @@
-//! The Llama-like decoder skeleton shared by llama, mistral, qwen2, qwen3, smollm3, granite,
-//! olmo2 and phi3: embedding → layers of attention (RoPE) and a SiLU-gated MLP with residual
-//! adds → final RMSNorm → LM head. Each family changes only what its [`Family`] hooks say.
-//!
-//! Graph contract (spec §1.2): inputs `input_ids`, `attention_mask`, `position_ids`,
-//! `past_key_values.{i}.{key,value}`; outputs `logits`, `present.{i}.{key,value}`.
+//! The decoder skeleton shared by every decoder family: graph I/O ([`decoder_io`]) →
+//! token embedding → layers of attention (RoPE) and an MLP with residual adds → final norm →
+//! LM head. Each family changes only what its [`Family`] hooks say; every default is Llama's
+//! (pre-norm RMSNorm layers, SiLU-gated MLP, `model.*` checkpoint names).
 
 use std::collections::BTreeMap;
 
 use super::components::{
-    attention, linear, padding_mask, rms_norm, rope_tables, rotary_embedding, sliding_window_mask,
-    swiglu_mlp, AttentionSpec, RopeTables,
+    decoder_io, gated_mlp, linear, padding_mask, rope_tables, rotary_embedding,
+    sliding_window_mask, soft_capped_attention, AttentionSpec, DecoderDims, DecoderInputs,
+    GateActivation, Norm, NormKind, RopeTables,
 };
-use crate::config::ArchConfig;
-use crate::ir::{
-    Attr, DType, Dim, Graph, GraphBuilder, Initializer, Shape, TensorData, TensorSource,
-};
+use crate::config::{ArchConfig, Rope};
+use crate::ir::{Attr, DType, Graph, GraphBuilder, Initializer, TensorSource};
 
-/// Symbolic dims, spelled as the peer spells them (onnxruntime-genai and tooling rely on it).
-pub(super) const BATCH: &str = "batch";
-pub(super) const SEQ: &str = "sequence_len";
-pub(super) const MASK_LEN: &str = "past_seq_len + seq_len";
-pub(super) const PAST: &str = "past_sequence_len";
-pub(super) const TOTAL: &str = "past_sequence_len + sequence_len";
-
-/// Where a layer normalises: before each block (Llama) or on each block's output (OLMo 2).
+/// Checkpoint module names of the decoder's parts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NormPlacement {
-    /// `x + f(norm(x))` with `input_layernorm` and `post_attention_layernorm`.
-    Pre,
-    /// `x + norm(f(x))` with `post_attention_layernorm` and `post_feedforward_layernorm`.
-    Post,
+pub struct Names {
+    /// The model module (`model`): embeddings, mask scope, layers and final norm live in it.
+    pub root: &'static str,
+    /// The token embedding module (`embed_tokens`), its table `{root}.{embed}.weight`.
+    pub embed: &'static str,
+    /// The layer list (`layers`): layer `i` is `{root}.{layers}.{i}`.
+    pub layers: &'static str,
+    /// The attention module of a layer (`self_attn`).
+    pub attn: &'static str,
+    /// The final norm module (`norm`).
+    pub final_norm: &'static str,
 }
 
-/// The graph values every layer reads.
-#[derive(Debug, Clone)]
-pub struct Inputs {
-    /// `input_ids` `[B, S]`.
-    pub input_ids: String,
-    /// `attention_mask` `[B, T]`.
-    pub attention_mask: String,
-    /// `position_ids` `[B, S]`.
-    pub position_ids: String,
+impl Names {
+    /// Llama's names (`model.embed_tokens`, `model.layers.{i}.self_attn`, `model.norm`).
+    pub const LLAMA: Names = Names {
+        root: "model",
+        embed: "embed_tokens",
+        layers: "layers",
+        attn: "self_attn",
+        final_norm: "norm",
+    };
+}
+
+/// The norm modules of a layer (names inside the layer), `None` where there is none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LayerNorms {
+    /// On the attention input.
+    pub pre_attention: Option<&'static str>,
+    /// On the attention output, before its residual add.
+    pub post_attention: Option<&'static str>,
+    /// On the MLP input.
+    pub pre_mlp: Option<&'static str>,
+    /// On the MLP output, before its residual add.
+    pub post_mlp: Option<&'static str>,
+}
+
+impl LayerNorms {
+    /// Pre-norm layers (Llama): `x + f(norm(x))`.
+    pub const PRE: LayerNorms = LayerNorms {
+        pre_attention: Some("input_layernorm"),
+        post_attention: None,
+        pre_mlp: Some("post_attention_layernorm"),
+        post_mlp: None,
+    };
+    /// Post-norm layers (OLMo 2): `x + norm(f(x))`.
+    pub const POST: LayerNorms = LayerNorms {
+        pre_attention: None,
+        post_attention: Some("post_attention_layernorm"),
+        pre_mlp: None,
+        post_mlp: Some("post_feedforward_layernorm"),
+    };
+    /// Sandwich norms (Gemma 2/3): `x + norm(f(norm(x)))`.
+    pub const SANDWICH: LayerNorms = LayerNorms {
+        pre_attention: Some("input_layernorm"),
+        post_attention: Some("post_attention_layernorm"),
+        pre_mlp: Some("pre_feedforward_layernorm"),
+        post_mlp: Some("post_feedforward_layernorm"),
+    };
 }
 
 /// What a family changes in the decoder; every default is Llama's.
 pub trait Family {
-    /// Token embeddings from the gathered rows `x`.
-    fn embed(&self, _b: &mut GraphBuilder, _cfg: &ArchConfig, x: String, _dtype: DType) -> String {
+    /// The checkpoint module names.
+    fn names(&self) -> Names {
+        Names::LLAMA
+    }
+
+    /// The norm every layer norm and the final norm apply.
+    fn norm(&self, cfg: &ArchConfig) -> Norm {
+        Norm {
+            kind: NormKind::Rms,
+            eps: cfg.rms_norm_eps,
+        }
+    }
+
+    /// Where a layer's norms sit.
+    fn layer_norms(&self) -> LayerNorms {
+        LayerNorms::PRE
+    }
+
+    /// Whether attention and MLP read the same normed input and are added to the residual
+    /// together, `x + (attn(norm(x)) + mlp(norm(x)))` (Phi), instead of one after the other.
+    fn parallel_blocks(&self) -> bool {
+        false
+    }
+
+    /// The embeddings from the gathered token rows `x` (e.g. scaled, or plus learned
+    /// positions).
+    fn embed(
+        &self,
+        _b: &mut GraphBuilder,
+        _cfg: &ArchConfig,
+        _io: &DecoderInputs,
+        x: String,
+        _dtype: DType,
+    ) -> String {
         x
     }
 
-    /// The rotary cos/sin of the current tokens (computed once per graph).
+    /// The rotary cos/sin tables of the current tokens (computed once per graph);
+    /// [`Family::layer_rope`] picks one per layer.
     fn rotary(
         &self,
         b: &mut GraphBuilder,
         cfg: &ArchConfig,
-        inputs: &Inputs,
+        io: &DecoderInputs,
         dtype: DType,
-    ) -> RopeTables {
-        plain_rotary(b, cfg, inputs, dtype)
+    ) -> Vec<RopeTables> {
+        vec![plain_rotary(b, cfg, io, dtype)]
     }
 
-    /// The q, k and v projections of `x` in layer prefix `attn` (`model.layers.{i}.self_attn`).
+    /// The RoPE layer `i` applies: its parameters and the index of its tables in what
+    /// [`Family::rotary`] returned; `None` for no rotation.
+    fn layer_rope<'c>(&self, cfg: &'c ArchConfig, _i: usize) -> Option<(&'c Rope, usize)> {
+        Some((&cfg.rope, 0))
+    }
+
+    /// The q, k and v projections of `x` in attention module `attn`.
     fn qkv(
         &self,
         b: &mut GraphBuilder,
@@ -95,17 +167,30 @@ pub trait Family {
         (q, k)
     }
 
-    /// Whether layer `i` applies RoPE.
-    fn layer_uses_rope(&self, _cfg: &ArchConfig, _i: usize) -> bool {
-        true
-    }
-
     /// The attention softmax scale.
     fn attention_scale(&self, cfg: &ArchConfig) -> f32 {
         (cfg.head_dim as f32).powf(-0.5)
     }
 
-    /// The MLP of layer prefix `mlp` (`model.layers.{i}.mlp`).
+    /// The attention score soft-cap (0: none).
+    fn attention_softcap(&self, _cfg: &ArchConfig) -> f32 {
+        0.0
+    }
+
+    /// The output projection of the attention result `y` in attention module `attn`.
+    fn o_proj(
+        &self,
+        b: &mut GraphBuilder,
+        cfg: &ArchConfig,
+        y: &str,
+        attn: &str,
+        dtype: DType,
+    ) -> String {
+        let (q, h) = (cfg.q_size(), cfg.hidden_size);
+        linear(b, y, &format!("{attn}.o_proj"), q, h, cfg.o_bias, dtype)
+    }
+
+    /// The MLP of module `mlp` (`….layers.{i}.mlp`).
     fn mlp(
         &self,
         b: &mut GraphBuilder,
@@ -114,8 +199,9 @@ pub trait Family {
         mlp: &str,
         dtype: DType,
     ) -> String {
-        let (h, i) = (cfg.hidden_size, cfg.intermediate_size);
-        swiglu_mlp(b, x, mlp, h, i, cfg.mlp_bias, dtype)
+        let sizes = (cfg.hidden_size, cfg.intermediate_size);
+        let act = GateActivation::Silu;
+        gated_mlp(b, x, mlp, sizes, cfg.mlp_bias, act, dtype)
     }
 
     /// A block output `y` as it enters the residual add.
@@ -129,14 +215,21 @@ pub trait Family {
         y
     }
 
-    /// Where the layer norms sit.
-    fn norm_placement(&self) -> NormPlacement {
-        NormPlacement::Pre
-    }
-
-    /// Writes the graph output `logits` from the LM head's product `x @ head`.
-    fn logits(&self, b: &mut GraphBuilder, _cfg: &ArchConfig, x: &str, head: &str, _dtype: DType) {
-        b.op_into("MatMul", &[x, head], vec![], "logits");
+    /// Writes the graph output `logits` from the final hidden states `x` and the LM head
+    /// weight `head` (`[H, vocab]`): `x @ head`, plus `lm_head.bias` when the config has one.
+    fn logits(&self, b: &mut GraphBuilder, cfg: &ArchConfig, x: &str, head: &str, dtype: DType) {
+        if !cfg.lm_head_bias {
+            b.op_into("MatMul", &[x, head], vec![], "logits");
+            return;
+        }
+        let y = b.op("MatMul", &[x, head], vec![]);
+        let bias = b.initializer(Initializer {
+            name: "lm_head.bias".into(),
+            dtype,
+            shape: vec![cfg.vocab_size],
+            source: Some(TensorSource::Checkpoint("lm_head.bias".into())),
+        });
+        b.op_into("Add", &[&y, &bias], vec![], "logits");
     }
 }
 
@@ -144,146 +237,59 @@ pub trait Family {
 pub fn plain_rotary(
     b: &mut GraphBuilder,
     cfg: &ArchConfig,
-    inputs: &Inputs,
+    io: &DecoderInputs,
     dtype: DType,
 ) -> RopeTables {
-    rope_tables(
-        b,
-        &cfg.rope,
-        cfg.max_position_embeddings,
-        &inputs.position_ids,
-        dtype,
-    )
-}
-
-/// A scalar constant of `dtype` (f32, f16 or bf16).
-pub fn scalar(b: &mut GraphBuilder, value: f32, dtype: DType) -> String {
-    let mut bytes = Vec::new();
-    crate::weights::convert::convert_into(&value.to_le_bytes(), DType::F32, dtype, &mut bytes);
-    b.constant(TensorData {
-        dtype,
-        shape: vec![],
-        bytes,
-    })
+    let positions = cfg.max_position_embeddings;
+    rope_tables(b, &cfg.rope, positions, &io.position_ids, dtype)
 }
 
 /// Builds the decoder graph of `cfg` with the hooks of `family`.
 pub fn build(cfg: &ArchConfig, dtype: DType, family: &dyn Family) -> Graph {
     let mut b = GraphBuilder::new("main_graph");
-    let (h, kv, d) = (cfg.hidden_size, cfg.num_key_value_heads, cfg.head_dim);
+    let h = cfg.hidden_size;
+    let names = family.names();
+    let io = decoder_io(&mut b, DecoderDims::of(cfg), dtype);
 
-    let input_ids = b.input("input_ids", DType::I64, Shape::new([BATCH, SEQ]));
-    let attention_mask = b.input("attention_mask", DType::I64, Shape::new([BATCH, MASK_LEN]));
-    let position_ids = b.input("position_ids", DType::I64, Shape::new([BATCH, SEQ]));
-    let kv_shape = |len: &str| Shape(vec![Dim::sym(BATCH), kv.into(), Dim::sym(len), d.into()]);
-    let past: Vec<(String, String)> = (0..cfg.num_hidden_layers)
-        .map(|i| {
-            (
-                b.input(&format!("past_key_values.{i}.key"), dtype, kv_shape(PAST)),
-                b.input(&format!("past_key_values.{i}.value"), dtype, kv_shape(PAST)),
-            )
-        })
-        .collect();
-    b.output(
-        "logits",
-        dtype,
-        Shape(vec![Dim::sym(BATCH), Dim::sym(SEQ), cfg.vocab_size.into()]),
-    );
-    for i in 0..cfg.num_hidden_layers {
-        b.output(&format!("present.{i}.key"), dtype, kv_shape(TOTAL));
-        b.output(&format!("present.{i}.value"), dtype, kv_shape(TOTAL));
-    }
-    let inputs = Inputs {
-        input_ids,
-        attention_mask,
-        position_ids,
-    };
-
-    b.set_scope("model.embed_tokens");
+    let embed_module = format!("{}.{}", names.root, names.embed);
+    b.set_scope(&embed_module);
     let embed = b.initializer(Initializer {
-        name: "model.embed_tokens.weight".into(),
+        name: format!("{embed_module}.weight"),
         dtype,
         shape: vec![cfg.vocab_size, h],
-        source: Some(TensorSource::Checkpoint("model.embed_tokens.weight".into())),
+        source: Some(TensorSource::Checkpoint(format!("{embed_module}.weight"))),
     });
     let gathered = b.op(
         "Gather",
-        &[&embed, &inputs.input_ids],
+        &[&embed, &io.input_ids],
         vec![("axis", Attr::Int(0))],
     );
-    let mut x = family.embed(&mut b, cfg, gathered, dtype);
+    let mut x = family.embed(&mut b, cfg, &io, gathered, dtype);
 
     b.set_scope("model.rotary_emb");
-    let rotary = family.rotary(&mut b, cfg, &inputs, dtype);
+    let rotary = family.rotary(&mut b, cfg, &io, dtype);
 
-    b.set_scope("model.mask");
-    let masks = masks(&mut b, cfg, &inputs);
+    b.set_scope(&format!("{}.mask", names.root));
+    let masks = masks(&mut b, cfg, &io);
 
-    let norm = |b: &mut GraphBuilder, x: &str, name: &str| {
-        rms_norm(b, x, name, h, cfg.rms_norm_eps, dtype)
+    let layer = Layer {
+        cfg,
+        family,
+        norm: family.norm(cfg),
+        dtype,
+        io: &io,
+        rotary: &rotary,
+        masks: &masks,
     };
-    for (i, (past_k, past_v)) in past.iter().enumerate() {
-        let p = format!("model.layers.{i}");
+    for i in 0..cfg.num_hidden_layers {
+        let p = format!("{}.{}.{i}", names.root, names.layers);
         b.set_scope(&p);
-        let placement = family.norm_placement();
-        let attn_in = match placement {
-            NormPlacement::Pre => norm(&mut b, &x, &format!("{p}.input_layernorm.weight")),
-            NormPlacement::Post => x.clone(),
-        };
-        let a = format!("{p}.self_attn");
-        let [q, k, v] = family.qkv(&mut b, cfg, &attn_in, &a, dtype);
-        let (mut q, mut k) = family.qk_norm(&mut b, cfg, q, k, &a, dtype);
-        if family.layer_uses_rope(cfg, i) {
-            let r = &rotary;
-            q = rotary_embedding(&mut b, &q, r, &cfg.rope, cfg.num_attention_heads, d);
-            k = rotary_embedding(&mut b, &k, r, &cfg.rope, kv, d);
-        }
-        let present = (format!("present.{i}.key"), format!("present.{i}.value"));
-        let spec = AttentionSpec {
-            q_heads: cfg.num_attention_heads,
-            kv_heads: kv,
-            scale: family.attention_scale(cfg),
-            mask: &masks[&cfg.layer_windows[i]],
-            past: (past_k, past_v),
-            present: (&present.0, &present.1),
-        };
-        let y = attention(&mut b, &q, &k, &v, &spec);
-        let o = linear(
-            &mut b,
-            &y,
-            &format!("{a}.o_proj"),
-            cfg.q_size(),
-            h,
-            cfg.o_bias,
-            dtype,
-        );
-        let o = match placement {
-            NormPlacement::Pre => o,
-            NormPlacement::Post => {
-                norm(&mut b, &o, &format!("{p}.post_attention_layernorm.weight"))
-            }
-        };
-        let o = family.residual_branch(&mut b, cfg, o, dtype);
-        x = b.op("Add", &[&x, &o], vec![]);
-        let mlp_in = match placement {
-            NormPlacement::Pre => norm(&mut b, &x, &format!("{p}.post_attention_layernorm.weight")),
-            NormPlacement::Post => x.clone(),
-        };
-        let m = family.mlp(&mut b, cfg, &mlp_in, &format!("{p}.mlp"), dtype);
-        let m = match placement {
-            NormPlacement::Pre => m,
-            NormPlacement::Post => norm(
-                &mut b,
-                &m,
-                &format!("{p}.post_feedforward_layernorm.weight"),
-            ),
-        };
-        let m = family.residual_branch(&mut b, cfg, m, dtype);
-        x = b.op("Add", &[&x, &m], vec![]);
+        x = layer.build(&mut b, &x, &p, i);
     }
 
-    b.set_scope("model.norm");
-    let normed = norm(&mut b, &x, "model.norm.weight");
+    let final_norm = format!("{}.{}", names.root, names.final_norm);
+    b.set_scope(&final_norm);
+    let normed = layer.norm.apply(&mut b, &x, &final_norm, h, dtype);
     b.set_scope("lm_head");
     let head = if cfg.tie_word_embeddings {
         b.op(
@@ -305,21 +311,102 @@ pub fn build(cfg: &ArchConfig, dtype: DType, family: &dyn Family) -> Graph {
     b.finish()
 }
 
+/// What every layer shares.
+struct Layer<'a> {
+    cfg: &'a ArchConfig,
+    family: &'a dyn Family,
+    norm: Norm,
+    dtype: DType,
+    io: &'a DecoderInputs,
+    rotary: &'a [RopeTables],
+    masks: &'a BTreeMap<Option<usize>, String>,
+}
+
+impl Layer<'_> {
+    /// Layer `i` (module `p`) on the residual stream `x`; returns the new stream.
+    fn build(&self, b: &mut GraphBuilder, x: &str, p: &str, i: usize) -> String {
+        let (cfg, family, dtype) = (self.cfg, self.family, self.dtype);
+        let norms = family.layer_norms();
+        let attn_in = self.norm_at(b, x, p, norms.pre_attention);
+        let present = (format!("present.{i}.key"), format!("present.{i}.value"));
+        let (past_k, past_v) = &self.io.past[i];
+        let spec = AttentionSpec {
+            q_heads: cfg.num_attention_heads,
+            kv_heads: cfg.num_key_value_heads,
+            scale: family.attention_scale(cfg),
+            mask: &self.masks[&cfg.layer_windows[i]],
+            past: (past_k, past_v),
+            present: (&present.0, &present.1),
+        };
+        let attn = format!("{p}.{}", family.names().attn);
+        let o = self.attention(b, &attn_in, &attn, i, &spec);
+        let mlp = format!("{p}.mlp");
+        if family.parallel_blocks() {
+            let m = family.mlp(b, cfg, &attn_in, &mlp, dtype);
+            let branches = b.op("Add", &[&o, &m], vec![]);
+            return b.op("Add", &[&branches, x], vec![]);
+        }
+        let o = self.norm_at(b, &o, p, norms.post_attention);
+        let o = family.residual_branch(b, cfg, o, dtype);
+        let x = b.op("Add", &[x, &o], vec![]);
+        let mlp_in = self.norm_at(b, &x, p, norms.pre_mlp);
+        let m = family.mlp(b, cfg, &mlp_in, &mlp, dtype);
+        let m = self.norm_at(b, &m, p, norms.post_mlp);
+        let m = family.residual_branch(b, cfg, m, dtype);
+        b.op("Add", &[&x, &m], vec![])
+    }
+
+    /// The layer norm `{p}.{module}` of `x`, or `x` where the layer has none.
+    fn norm_at(&self, b: &mut GraphBuilder, x: &str, p: &str, module: Option<&str>) -> String {
+        match module {
+            Some(m) => {
+                let (h, dtype) = (self.cfg.hidden_size, self.dtype);
+                self.norm.apply(b, x, &format!("{p}.{m}"), h, dtype)
+            }
+            None => x.to_string(),
+        }
+    }
+
+    /// q/k/v projections, q/k norms, RoPE, attention and the output projection of module
+    /// `attn` in layer `i`.
+    fn attention(
+        &self,
+        b: &mut GraphBuilder,
+        x: &str,
+        attn: &str,
+        i: usize,
+        spec: &AttentionSpec<'_>,
+    ) -> String {
+        let (cfg, family, dtype) = (self.cfg, self.family, self.dtype);
+        let [q, k, v] = family.qkv(b, cfg, x, attn, dtype);
+        let (mut q, mut k) = family.qk_norm(b, cfg, q, k, attn, dtype);
+        if let Some((rope, t)) = family.layer_rope(cfg, i) {
+            let d = cfg.head_dim;
+            let tables = &self.rotary[t];
+            q = rotary_embedding(b, &q, tables, rope, spec.q_heads, d);
+            k = rotary_embedding(b, &k, tables, rope, spec.kv_heads, d);
+        }
+        let softcap = family.attention_softcap(cfg);
+        let y = soft_capped_attention(b, &q, &k, &v, spec, softcap);
+        family.o_proj(b, cfg, &y, attn, dtype)
+    }
+}
+
 /// The padding mask and one sliding-window mask per distinct window, keyed by window.
 fn masks(
     b: &mut GraphBuilder,
     cfg: &ArchConfig,
-    inputs: &Inputs,
+    io: &DecoderInputs,
 ) -> BTreeMap<Option<usize>, String> {
-    let full = padding_mask(b, &inputs.input_ids, &inputs.attention_mask);
+    let full = padding_mask(b, &io.input_ids, &io.attention_mask);
     let mut masks = BTreeMap::from([(None, full.clone())]);
     for window in cfg.layer_windows.iter().flatten() {
         if let std::collections::btree_map::Entry::Vacant(slot) = masks.entry(Some(*window)) {
             slot.insert(sliding_window_mask(
                 b,
                 &full,
-                &inputs.input_ids,
-                &inputs.attention_mask,
+                &io.input_ids,
+                &io.attention_mask,
                 *window,
             ));
         }

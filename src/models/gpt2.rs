@@ -5,122 +5,127 @@
 //! Weights are HF `Conv1D`s stored `[in, out]`, used by `MatMul` as they are; the fused
 //! `c_attn` (`[H, 3H]`) is cut lazily into its q, k and v column blocks.
 
-use super::components::{
-    attention, conv1d, decoder_io, gelu, layer_norm, padding_mask, AttentionSpec, Conv1dParams,
-    DecoderDims,
-};
-use crate::config::{ArchConfig, Gelu};
+use super::components::{conv1d, gelu, Conv1dParams, DecoderInputs, Norm, NormKind, RopeTables};
+use super::decoder::{self, Family, LayerNorms, Names};
+use crate::config::{ArchConfig, Gelu, Rope};
 use crate::ir::{Attr, DType, Graph, GraphBuilder, Initializer, TensorSource};
 
-/// Builds the decoder graph.
-pub fn build(cfg: &ArchConfig, dtype: DType) -> Graph {
-    let mut b = GraphBuilder::new("main_graph");
-    let h = cfg.hidden_size;
-    let eps = cfg.layer_norm_eps.unwrap_or(1e-5);
-    let act = cfg.gelu.unwrap_or(Gelu::Tanh);
-    let dims = DecoderDims {
-        layers: cfg.num_hidden_layers,
-        kv_heads: cfg.num_key_value_heads,
-        head_dim: cfg.head_dim,
-        vocab: cfg.vocab_size,
-    };
-    let io = decoder_io(&mut b, dims, dtype);
+/// GPT-2's hooks: `transformer.*` names, LayerNorm, learned positions, Conv1D projections.
+pub struct Gpt2;
 
-    b.set_scope("transformer.wte");
-    let wte = embedding(&mut b, "transformer.wte.weight", cfg.vocab_size, h, dtype);
-    let tokens = b.op(
-        "Gather",
-        &[&wte, &io.input_ids],
-        vec![("axis", Attr::Int(0))],
-    );
-    b.set_scope("transformer.wpe");
-    let wpe = embedding(
-        &mut b,
-        "transformer.wpe.weight",
-        cfg.max_position_embeddings,
-        h,
-        dtype,
-    );
-    let positions = b.op(
-        "Gather",
-        &[&wpe, &io.position_ids],
-        vec![("axis", Attr::Int(0))],
-    );
-    let mut x = b.op("Add", &[&tokens, &positions], vec![]);
-
-    b.set_scope("transformer.mask");
-    let mask = padding_mask(&mut b, &io.input_ids, &io.attention_mask);
-
-    for (i, (past_k, past_v)) in io.past.iter().enumerate() {
-        let p = format!("transformer.h.{i}");
-        b.set_scope(&p);
-        let normed = layer_norm(&mut b, &x, &format!("{p}.ln_1"), h, eps, dtype);
-        let [q, k, v] = [("q_proj", 0), ("k_proj", 1), ("v_proj", 2)].map(|(name, block)| {
-            let params = Conv1dParams {
-                weight: format!("{p}.attn.c_attn.weight"),
-                bias: format!("{p}.attn.c_attn.bias"),
-                columns: Some((block * h, h, 3 * h)),
-            };
-            let init = format!("{p}.attn.{name}");
-            conv1d(&mut b, &normed, &init, &params, h, h, dtype)
-        });
-        let present = (format!("present.{i}.key"), format!("present.{i}.value"));
-        let spec = AttentionSpec {
-            q_heads: cfg.num_attention_heads,
-            kv_heads: cfg.num_key_value_heads,
-            scale: (cfg.head_dim as f32).powf(-0.5),
-            mask: &mask,
-            past: (past_k, past_v),
-            present: (&present.0, &present.1),
-        };
-        let y = attention(&mut b, &q, &k, &v, &spec);
-        let o = conv1d(
-            &mut b,
-            &y,
-            &format!("{p}.attn.c_proj"),
-            &whole(&format!("{p}.attn.c_proj")),
-            h,
-            h,
-            dtype,
-        );
-        x = b.op("Add", &[&x, &o], vec![]);
-        let normed = layer_norm(&mut b, &x, &format!("{p}.ln_2"), h, eps, dtype);
-        let inner = cfg.intermediate_size;
-        let fc = format!("{p}.mlp.c_fc");
-        let up = conv1d(&mut b, &normed, &fc, &whole(&fc), h, inner, dtype);
-        let up = gelu(&mut b, &up, act);
-        let proj = format!("{p}.mlp.c_proj");
-        let m = conv1d(&mut b, &up, &proj, &whole(&proj), inner, h, dtype);
-        x = b.op("Add", &[&x, &m], vec![]);
+impl Family for Gpt2 {
+    fn names(&self) -> Names {
+        Names {
+            root: "transformer",
+            embed: "wte",
+            layers: "h",
+            attn: "attn",
+            final_norm: "ln_f",
+        }
     }
 
-    b.set_scope("transformer.ln_f");
-    let normed = layer_norm(&mut b, &x, "transformer.ln_f", h, eps, dtype);
-    b.set_scope("lm_head");
-    let head = if cfg.tie_word_embeddings {
-        b.op("Transpose", &[&wte], vec![("perm", Attr::Ints(vec![1, 0]))])
-    } else {
-        b.initializer(Initializer {
-            name: "lm_head.weight_t".into(),
-            dtype,
-            shape: vec![h, cfg.vocab_size],
-            source: Some(TensorSource::Transpose(Box::new(TensorSource::Checkpoint(
-                "lm_head.weight".into(),
-            )))),
-        })
-    };
-    b.op_into("MatMul", &[&normed, &head], vec![], "logits");
-    b.finish()
-}
+    fn norm(&self, cfg: &ArchConfig) -> Norm {
+        Norm {
+            kind: NormKind::Layer,
+            eps: cfg.layer_norm_eps.unwrap_or(1e-5),
+        }
+    }
 
-/// A `[rows, width]` embedding table read from the checkpoint tensor `name`.
-fn embedding(b: &mut GraphBuilder, name: &str, rows: usize, width: usize, dtype: DType) -> String {
-    b.initializer(Initializer {
-        name: name.into(),
-        dtype,
-        shape: vec![rows, width],
-        source: Some(TensorSource::Checkpoint(name.into())),
-    })
+    fn layer_norms(&self) -> LayerNorms {
+        LayerNorms {
+            pre_attention: Some("ln_1"),
+            post_attention: None,
+            pre_mlp: Some("ln_2"),
+            post_mlp: None,
+        }
+    }
+
+    /// Token embeddings plus the `transformer.wpe` rows of `position_ids`.
+    fn embed(
+        &self,
+        b: &mut GraphBuilder,
+        cfg: &ArchConfig,
+        io: &DecoderInputs,
+        x: String,
+        dtype: DType,
+    ) -> String {
+        b.set_scope("transformer.wpe");
+        let wpe = b.initializer(Initializer {
+            name: "transformer.wpe.weight".into(),
+            dtype,
+            shape: vec![cfg.max_position_embeddings, cfg.hidden_size],
+            source: Some(TensorSource::Checkpoint("transformer.wpe.weight".into())),
+        });
+        let positions = b.op(
+            "Gather",
+            &[&wpe, &io.position_ids],
+            vec![("axis", Attr::Int(0))],
+        );
+        b.op("Add", &[&x, &positions], vec![])
+    }
+
+    fn rotary(
+        &self,
+        _b: &mut GraphBuilder,
+        _cfg: &ArchConfig,
+        _io: &DecoderInputs,
+        _dtype: DType,
+    ) -> Vec<RopeTables> {
+        vec![]
+    }
+
+    fn layer_rope<'c>(&self, _cfg: &'c ArchConfig, _i: usize) -> Option<(&'c Rope, usize)> {
+        None
+    }
+
+    /// The q, k and v column blocks of the fused `c_attn`.
+    fn qkv(
+        &self,
+        b: &mut GraphBuilder,
+        cfg: &ArchConfig,
+        x: &str,
+        attn: &str,
+        dtype: DType,
+    ) -> [String; 3] {
+        let h = cfg.hidden_size;
+        [("q_proj", 0), ("k_proj", 1), ("v_proj", 2)].map(|(name, block)| {
+            let params = Conv1dParams {
+                weight: format!("{attn}.c_attn.weight"),
+                bias: format!("{attn}.c_attn.bias"),
+                columns: Some((block * h, h, 3 * h)),
+            };
+            conv1d(b, x, &format!("{attn}.{name}"), &params, h, h, dtype)
+        })
+    }
+
+    fn o_proj(
+        &self,
+        b: &mut GraphBuilder,
+        cfg: &ArchConfig,
+        y: &str,
+        attn: &str,
+        dtype: DType,
+    ) -> String {
+        let (h, proj) = (cfg.hidden_size, format!("{attn}.c_proj"));
+        conv1d(b, y, &proj, &whole(&proj), h, h, dtype)
+    }
+
+    /// `c_proj(gelu(c_fc(x)))`.
+    fn mlp(
+        &self,
+        b: &mut GraphBuilder,
+        cfg: &ArchConfig,
+        x: &str,
+        mlp: &str,
+        dtype: DType,
+    ) -> String {
+        let (h, inner) = (cfg.hidden_size, cfg.intermediate_size);
+        let fc = format!("{mlp}.c_fc");
+        let up = conv1d(b, x, &fc, &whole(&fc), h, inner, dtype);
+        let up = gelu(b, &up, cfg.gelu.unwrap_or(Gelu::Tanh));
+        let proj = format!("{mlp}.c_proj");
+        conv1d(b, &up, &proj, &whole(&proj), inner, h, dtype)
+    }
 }
 
 /// The whole `{prefix}.weight` / `{prefix}.bias` of one Conv1D.
@@ -130,4 +135,9 @@ fn whole(prefix: &str) -> Conv1dParams {
         bias: format!("{prefix}.bias"),
         columns: None,
     }
+}
+
+/// Builds the decoder graph.
+pub fn build(cfg: &ArchConfig, dtype: DType) -> Graph {
+    decoder::build(cfg, dtype, &Gpt2)
 }

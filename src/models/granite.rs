@@ -3,7 +3,8 @@
 //! add, `attention_multiplier` as the softmax scale, and logits divided by `logits_scaling`.
 //! A multiplier of exactly 1 emits no op.
 
-use super::decoder::{self, scalar, Family};
+use super::components::{scalar, DecoderInputs};
+use super::decoder::{self, Family};
 use crate::config::{ArchConfig, Multipliers};
 use crate::ir::{DType, Graph, GraphBuilder};
 
@@ -27,7 +28,14 @@ fn scaled(b: &mut GraphBuilder, op: &str, x: String, value: f32, dtype: DType) -
 }
 
 impl Family for Granite {
-    fn embed(&self, b: &mut GraphBuilder, cfg: &ArchConfig, x: String, dtype: DType) -> String {
+    fn embed(
+        &self,
+        b: &mut GraphBuilder,
+        cfg: &ArchConfig,
+        _io: &DecoderInputs,
+        x: String,
+        dtype: DType,
+    ) -> String {
         scaled(b, "Mul", x, multipliers(cfg).embedding, dtype)
     }
 

@@ -1,6 +1,7 @@
 //! Model builders: [`ArchConfig`] → portable, EP-agnostic ONNX graph (opset 24).
 //!
-//! One file per architecture family; shared pieces live in [`components`].
+//! Every decoder family is a set of [`decoder::Family`] hooks on the one skeleton of
+//! [`decoder`], in its own file; shared pieces live in [`components`].
 
 pub mod bert;
 pub mod components;

@@ -2,8 +2,7 @@
 //! (`x + post_attention_layernorm(attn(x))`, `x + post_feedforward_layernorm(mlp(x))`, no
 //! input norm) and RMSNorm of q and k over the whole projection width (not per head).
 
-use super::components::rms_norm;
-use super::decoder::{self, Family, NormPlacement};
+use super::decoder::{self, Family, LayerNorms};
 use crate::config::ArchConfig;
 use crate::ir::{DType, Graph, GraphBuilder};
 
@@ -20,29 +19,15 @@ impl Family for Olmo2 {
         attn: &str,
         dtype: DType,
     ) -> (String, String) {
-        let eps = cfg.rms_norm_eps;
+        let norm = self.norm(cfg);
         (
-            rms_norm(
-                b,
-                &q,
-                &format!("{attn}.q_norm.weight"),
-                cfg.q_size(),
-                eps,
-                dtype,
-            ),
-            rms_norm(
-                b,
-                &k,
-                &format!("{attn}.k_norm.weight"),
-                cfg.kv_size(),
-                eps,
-                dtype,
-            ),
+            norm.apply(b, &q, &format!("{attn}.q_norm"), cfg.q_size(), dtype),
+            norm.apply(b, &k, &format!("{attn}.k_norm"), cfg.kv_size(), dtype),
         )
     }
 
-    fn norm_placement(&self) -> NormPlacement {
-        NormPlacement::Post
+    fn layer_norms(&self) -> LayerNorms {
+        LayerNorms::POST
     }
 }
 

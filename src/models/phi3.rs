@@ -4,8 +4,8 @@
 //! [`super::components::longrope`]).
 
 use super::components::longrope::longrope_tables;
-use super::components::{linear, RopeTables};
-use super::decoder::{self, Family, Inputs};
+use super::components::{linear, DecoderInputs, RopeTables};
+use super::decoder::{self, Family};
 use crate::config::{ArchConfig, RopeScaling};
 use crate::ir::{DType, Graph, GraphBuilder, Initializer, TensorSource};
 
@@ -17,14 +17,21 @@ impl Family for Phi3 {
         &self,
         b: &mut GraphBuilder,
         cfg: &ArchConfig,
-        inputs: &Inputs,
+        io: &DecoderInputs,
         dtype: DType,
-    ) -> RopeTables {
+    ) -> Vec<RopeTables> {
         let RopeScaling::LongRope(l) = &cfg.rope.scaling else {
-            return decoder::plain_rotary(b, cfg, inputs, dtype);
+            return vec![decoder::plain_rotary(b, cfg, io, dtype)];
         };
         let positions = cfg.max_position_embeddings;
-        longrope_tables(b, &cfg.rope, l, positions, &inputs.position_ids, dtype)
+        vec![longrope_tables(
+            b,
+            &cfg.rope,
+            l,
+            positions,
+            &io.position_ids,
+            dtype,
+        )]
     }
 
     fn qkv(

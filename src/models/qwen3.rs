@@ -2,7 +2,7 @@
 //! (`Reshape [0, 0, -1, D]` → `RMSNormalization(q_norm.weight [D])` → `Reshape [0, 0, -1]`).
 //! The normed projections are no longer plain MatMuls, so QKV packing does not apply.
 
-use super::components::rms_norm;
+use super::components::per_head_norm;
 use super::decoder::{self, Family};
 use crate::config::ArchConfig;
 use crate::ir::{DType, Graph, GraphBuilder};
@@ -20,27 +20,12 @@ impl Family for Qwen3 {
         attn: &str,
         dtype: DType,
     ) -> (String, String) {
+        let (norm, d) = (self.norm(cfg), cfg.head_dim);
         (
-            per_head_norm(b, cfg, &q, &format!("{attn}.q_norm.weight"), dtype),
-            per_head_norm(b, cfg, &k, &format!("{attn}.k_norm.weight"), dtype),
+            per_head_norm(b, norm, &q, &format!("{attn}.q_norm"), -1, d, dtype),
+            per_head_norm(b, norm, &k, &format!("{attn}.k_norm"), -1, d, dtype),
         )
     }
-}
-
-/// RMSNorm of every head vector of `x` (`[B, S, heads·D]`) with the `[D]` weight `weight`.
-pub fn per_head_norm(
-    b: &mut GraphBuilder,
-    cfg: &ArchConfig,
-    x: &str,
-    weight: &str,
-    dtype: DType,
-) -> String {
-    let d = cfg.head_dim;
-    let heads = b.const_i64(&[0, 0, -1, d as i64]);
-    let split = b.op("Reshape", &[x, &heads], vec![]);
-    let normed = rms_norm(b, &split, weight, d, cfg.rms_norm_eps, dtype);
-    let flat = b.const_i64(&[0, 0, -1]);
-    b.op("Reshape", &[&normed, &flat], vec![])
 }
 
 /// Builds the decoder graph.

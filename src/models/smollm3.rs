@@ -2,15 +2,15 @@
 //! embedding at all (NoPE): their q and k go to attention unrotated.
 
 use super::decoder::{self, Family};
-use crate::config::ArchConfig;
+use crate::config::{ArchConfig, Rope};
 use crate::ir::{DType, Graph};
 
 /// SmolLM3's hooks: RoPE only in some layers.
 pub struct SmolLm3;
 
 impl Family for SmolLm3 {
-    fn layer_uses_rope(&self, cfg: &ArchConfig, i: usize) -> bool {
-        cfg.family.layer_uses_rope(i)
+    fn layer_rope<'c>(&self, cfg: &'c ArchConfig, i: usize) -> Option<(&'c Rope, usize)> {
+        cfg.family.layer_uses_rope(i).then_some((&cfg.rope, 0))
     }
 }
 

@@ -6,6 +6,10 @@ use std::path::{Path, PathBuf};
 
 use assert_cmd::Command;
 
+pub mod models;
+#[allow(unused_imports)]
+pub use models::*;
+
 /// The repository root.
 pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -23,12 +27,17 @@ pub fn real_config(name: &str) -> PathBuf {
 
 /// Copies a fixture into `dest` (a fresh folder) and returns `dest`.
 pub fn copy_fixture(name: &str, dest: &Path) -> PathBuf {
-    std::fs::create_dir_all(dest).unwrap();
-    for entry in std::fs::read_dir(fixture(name)).unwrap() {
+    copy_dir(&fixture(name), dest)
+}
+
+/// Copies the files of folder `from` into `to` (created if needed) and returns `to`.
+pub fn copy_dir(from: &Path, to: &Path) -> PathBuf {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
         let entry = entry.unwrap();
-        std::fs::copy(entry.path(), dest.join(entry.file_name())).unwrap();
+        std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
     }
-    dest.to_path_buf()
+    to.to_path_buf()
 }
 
 /// The `mobius` binary.

@@ -1,14 +1,21 @@
 //! The decoder graph contract (spec §1.2): inputs `input_ids`, `attention_mask`,
 //! `position_ids`, `past_key_values.{i}.{key,value}`; outputs `logits`,
 //! `present.{i}.{key,value}`, with the symbolic dims spelled as onnxruntime-genai expects.
+//! The one place those names are spelled (the encoders reuse [`BATCH`] and [`SEQ`]).
 
+use crate::config::ArchConfig;
 use crate::ir::{DType, Dim, GraphBuilder, Shape};
 
-const BATCH: &str = "batch";
-const SEQ: &str = "sequence_len";
-const MASK_LEN: &str = "past_seq_len + seq_len";
-const PAST: &str = "past_sequence_len";
-const TOTAL: &str = "past_sequence_len + sequence_len";
+/// Symbolic batch dim (also the encoders' batch dim).
+pub const BATCH: &str = "batch";
+/// Symbolic dim of the current tokens (also the encoders' sequence dim).
+pub const SEQ: &str = "sequence_len";
+/// Symbolic dim of `attention_mask`: past and current tokens.
+pub const MASK_LEN: &str = "past_seq_len + seq_len";
+/// Symbolic dim of the past KV cache.
+pub const PAST: &str = "past_sequence_len";
+/// Symbolic dim of the present KV cache.
+pub const TOTAL: &str = "past_sequence_len + sequence_len";
 
 /// The declared graph inputs of a decoder.
 #[derive(Debug, Clone)]
@@ -34,6 +41,18 @@ pub struct DecoderDims {
     pub head_dim: usize,
     /// Vocabulary size.
     pub vocab: usize,
+}
+
+impl DecoderDims {
+    /// The dims of `cfg`'s decoder.
+    pub fn of(cfg: &ArchConfig) -> DecoderDims {
+        DecoderDims {
+            layers: cfg.num_hidden_layers,
+            kv_heads: cfg.num_key_value_heads,
+            head_dim: cfg.head_dim,
+            vocab: cfg.vocab_size,
+        }
+    }
 }
 
 /// Declares the decoder inputs and outputs (in the contract's order) on `b`.

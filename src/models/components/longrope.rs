@@ -7,11 +7,10 @@
 //! `generate` drops the cache), while the cache holds keys and values computed under the short
 //! factors; the new tokens use the long factors.
 
-use super::RopeTables;
+use super::{scalar, RopeTables};
 use crate::config::longrope::LongRope;
 use crate::config::Rope;
 use crate::ir::{Attr, DType, GraphBuilder, Initializer, TensorSource};
-use crate::models::decoder::scalar;
 
 /// Builds the LongRoPE cos/sin (`[B, S, rotary_dim/2]`) for `position_ids`, from tables of
 /// `positions` rows computed at save time.

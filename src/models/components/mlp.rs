@@ -1,46 +1,45 @@
-//! Feed-forward blocks.
+//! Gated feed-forward blocks: `down(act(gate(x)) · up(x))`.
 
 use super::linear;
-use crate::ir::{DType, GraphBuilder};
+use crate::ir::{Attr, DType, GraphBuilder};
 
-/// SiLU-gated MLP: `down(silu(gate(x)) · up(x))`, SiLU written as `g · Sigmoid(g)`.
-pub fn swiglu_mlp(
+/// The activation a gated MLP applies to its gate projection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GateActivation {
+    /// SiLU written as `g · Sigmoid(g)` (SwiGLU).
+    Silu,
+    /// Opset-20 `Gelu` with this `approximate` attribute (`"tanh"` or `"none"`), always
+    /// written (Gemma's GeGLU).
+    Gelu(&'static str),
+}
+
+/// Gated MLP `down(act(gate(x)) · up(x))` over the `{prefix}.{gate,up,down}_proj` linears
+/// (with biases when `bias`); `sizes` is `(hidden, intermediate)`.
+pub fn gated_mlp(
     b: &mut GraphBuilder,
     x: &str,
     prefix: &str,
-    hidden: usize,
-    intermediate: usize,
+    (hidden, intermediate): (usize, usize),
     bias: bool,
+    act: GateActivation,
     dtype: DType,
 ) -> String {
-    let gate = linear(
-        b,
-        x,
-        &format!("{prefix}.gate_proj"),
-        hidden,
-        intermediate,
-        bias,
-        dtype,
-    );
-    let sig = b.op("Sigmoid", &[&gate], vec![]);
-    let silu = b.op("Mul", &[&gate, &sig], vec![]);
-    let up = linear(
-        b,
-        x,
-        &format!("{prefix}.up_proj"),
-        hidden,
-        intermediate,
-        bias,
-        dtype,
-    );
-    let prod = b.op("Mul", &[&silu, &up], vec![]);
-    linear(
-        b,
-        &prod,
-        &format!("{prefix}.down_proj"),
-        intermediate,
-        hidden,
-        bias,
-        dtype,
-    )
+    let proj = |b: &mut GraphBuilder, x: &str, name: &str, inp: usize, out: usize| {
+        linear(b, x, &format!("{prefix}.{name}"), inp, out, bias, dtype)
+    };
+    let gate = proj(b, x, "gate_proj", hidden, intermediate);
+    let gate = match act {
+        GateActivation::Silu => {
+            let sig = b.op("Sigmoid", &[&gate], vec![]);
+            b.op("Mul", &[&gate, &sig], vec![])
+        }
+        GateActivation::Gelu(approximate) => b.op(
+            "Gelu",
+            &[&gate],
+            vec![("approximate", Attr::String(approximate.into()))],
+        ),
+    };
+    let up = proj(b, x, "up_proj", hidden, intermediate);
+    let prod = b.op("Mul", &[&gate, &up], vec![]);
+    proj(b, &prod, "down_proj", intermediate, hidden)
 }

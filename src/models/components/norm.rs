@@ -1,6 +1,46 @@
-//! Normalisation layers.
+//! Normalisation layers: RMSNorm (HF `weight`, or Gemma's `1 + weight`) and LayerNorm, and
+//! the per-head form used on queries and keys.
 
 use crate::ir::{Attr, DType, GraphBuilder, Initializer, TensorSource};
+
+/// Which normalisation a model applies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NormKind {
+    /// `RMSNormalization` scaled by the checkpoint's `{module}.weight`.
+    Rms,
+    /// `RMSNormalization` scaled by `1 + {module}.weight` (Gemma).
+    OffsetRms,
+    /// `LayerNormalization` with `{module}.weight` and `{module}.bias`.
+    Layer,
+}
+
+/// A normalisation kind and its epsilon.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Norm {
+    /// The kind of norm.
+    pub kind: NormKind,
+    /// The epsilon added to the variance.
+    pub eps: f32,
+}
+
+impl Norm {
+    /// The norm of checkpoint module `module` over the last axis (`width` channels) of `x`.
+    pub fn apply(
+        &self,
+        b: &mut GraphBuilder,
+        x: &str,
+        module: &str,
+        width: usize,
+        dtype: DType,
+    ) -> String {
+        let weight = format!("{module}.weight");
+        match self.kind {
+            NormKind::Rms => rms_norm(b, x, &weight, width, self.eps, dtype),
+            NormKind::OffsetRms => offset_rms_norm(b, x, &weight, width, self.eps, dtype),
+            NormKind::Layer => layer_norm(b, x, module, width, self.eps, dtype),
+        }
+    }
+}
 
 /// `RMSNormalization(x, {weight}; axis=-1, epsilon)` with the HF weight `weight` (`[width]`).
 pub fn rms_norm(
@@ -11,17 +51,64 @@ pub fn rms_norm(
     eps: f32,
     dtype: DType,
 ) -> String {
-    let w = b.initializer(Initializer {
+    let gamma = b.initializer(Initializer {
         name: weight.to_string(),
         dtype,
         shape: vec![width],
         source: Some(TensorSource::Checkpoint(weight.to_string())),
     });
+    rms_normalization(b, x, &gamma, eps)
+}
+
+/// `RMSNormalization(x, 1 + {weight}; axis=-1, epsilon)` (Gemma). The gamma `1 + w` is an
+/// initializer computed in f32 when the model is saved (as transformers computes it) and named
+/// `{weight}_plus_one`; being a plain initializer, the norm still fuses with a residual Add
+/// into `SkipSimplifiedLayerNormalization`.
+pub fn offset_rms_norm(
+    b: &mut GraphBuilder,
+    x: &str,
+    weight: &str,
+    width: usize,
+    eps: f32,
+    dtype: DType,
+) -> String {
+    let gamma = b.initializer(Initializer {
+        name: format!("{weight}_plus_one"),
+        dtype,
+        shape: vec![width],
+        source: Some(TensorSource::AddScalar {
+            source: Box::new(TensorSource::Checkpoint(weight.to_string())),
+            value: 1.0,
+        }),
+    });
+    rms_normalization(b, x, &gamma, eps)
+}
+
+fn rms_normalization(b: &mut GraphBuilder, x: &str, gamma: &str, eps: f32) -> String {
     b.op(
         "RMSNormalization",
-        &[x, &w],
+        &[x, gamma],
         vec![("axis", Attr::Int(-1)), ("epsilon", Attr::Float(eps))],
     )
+}
+
+/// `norm` of every head vector of `x` (`[B, S, heads·D]`) with the `[D]` weights of `module`:
+/// `Reshape [0, 0, heads, D]` → norm over D → `Reshape [0, 0, -1]`. `heads` is written into the
+/// first Reshape's target as given (-1 lets Reshape infer it).
+pub fn per_head_norm(
+    b: &mut GraphBuilder,
+    norm: Norm,
+    x: &str,
+    module: &str,
+    heads: i64,
+    head_dim: usize,
+    dtype: DType,
+) -> String {
+    let split = b.const_i64(&[0, 0, heads, head_dim as i64]);
+    let per_head = b.op("Reshape", &[x, &split], vec![]);
+    let normed = norm.apply(b, &per_head, module, head_dim, dtype);
+    let merge = b.const_i64(&[0, 0, -1]);
+    b.op("Reshape", &[&normed, &merge], vec![])
 }
 
 /// `LayerNormalization(x, {prefix}.weight, {prefix}.bias; axis=-1, epsilon)` over the last

@@ -1,0 +1,83 @@
+//! Model-level helpers: configs, optimized graphs, op counts and fixture weights.
+
+use std::path::Path;
+
+use mobius::config::ArchConfig;
+use mobius::ep::get_ep;
+use mobius::ir::{DType, Graph};
+use mobius::models::build_model;
+use mobius::opt::{optimize, Limits, OptimizeOptions, Role};
+use mobius::source::WeightFiles;
+use mobius::weights::store::TensorStore;
+
+use super::{fixture, real_config};
+
+/// The built-in EPs whose models the tests build in f16.
+pub const F16_EPS: &[&str] = &["cuda", "dml", "webgpu", "trt-rtx"];
+
+/// The dtype the tests build for EP `ep`: f16 for [`F16_EPS`], f32 otherwise.
+pub fn ep_dtype(ep: &str) -> DType {
+    if F16_EPS.contains(&ep) {
+        DType::F16
+    } else {
+        DType::F32
+    }
+}
+
+/// The config of checkpoint folder `dir`.
+pub fn load_config(dir: &Path) -> ArchConfig {
+    ArchConfig::load(&dir.join("config.json")).unwrap()
+}
+
+/// The config of a published model (`tests/data/configs/{name}`).
+pub fn published(name: &str) -> ArchConfig {
+    load_config(&real_config(name))
+}
+
+/// The config of a bundled fixture.
+pub fn fixture_config(name: &str) -> ArchConfig {
+    load_config(&fixture(name))
+}
+
+/// Parses config.json text.
+pub fn parse_config(json: &str) -> mobius::Result<ArchConfig> {
+    ArchConfig::parse(json.as_bytes(), Path::new("config.json"))
+}
+
+/// Optimizer options for a `role` model in `dtype`, default limits.
+pub fn optimize_options(dtype: DType, role: Role) -> OptimizeOptions {
+    OptimizeOptions {
+        dtype,
+        role,
+        limits: Limits::default(),
+        fingerprint_leaves: None,
+    }
+}
+
+/// The decoder graph of `cfg` in `dtype`, optimized for EP `ep`.
+pub fn optimized(cfg: &ArchConfig, ep: &str, dtype: DType) -> Graph {
+    let portable = build_model(cfg, dtype).unwrap();
+    let opts = optimize_options(dtype, Role::Decoder);
+    optimize(&portable, &get_ep(ep).unwrap(), &opts)
+        .unwrap()
+        .0
+        .graph
+}
+
+/// How many nodes of `g` run `op` (`domain::Op` for non-default domains).
+pub fn count(g: &Graph, op: &str) -> usize {
+    g.op_counts().get(op).copied().unwrap_or(0)
+}
+
+/// The weights of a bundled fixture (single file or sharded).
+pub fn fixture_store(name: &str) -> TensorStore {
+    let dir = fixture(name);
+    let files = if dir.join("model.safetensors.index.json").exists() {
+        WeightFiles::Sharded {
+            index: dir.join("model.safetensors.index.json"),
+        }
+    } else {
+        WeightFiles::Single(dir.join("model.safetensors"))
+    };
+    TensorStore::open(&files).unwrap()
+}
