@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use mobius::config::{GeluApproximation, GemmaVersion, RopeScaling};
+use mobius::config::{Gelu, GemmaVersion, RopeScaling};
 use mobius::ir::{Attr, DType, Graph};
 use mobius::models::build_model;
 
@@ -71,7 +71,7 @@ fn published_configs_parse_with_transformers_defaults() {
     let k1 = g1.gemma.as_ref().unwrap();
     assert_eq!(k1.version, GemmaVersion::Gemma1);
     // Gemma 1's legacy hidden_act "gelu" is the tanh approximation (transformers rewrites it).
-    assert_eq!(k1.gelu, GeluApproximation::Tanh);
+    assert_eq!(k1.gelu, Gelu::Tanh);
     assert_eq!(k1.attn_scale, 256f32.powf(-0.5));
     assert!(g1.tie_word_embeddings);
     assert!(g1.layer_windows.iter().all(Option::is_none));
@@ -115,7 +115,7 @@ fn gemma2_softcap_defaults_differ_for_absent_and_null_fields() {
     .unwrap();
     let k = null.gemma.unwrap();
     assert_eq!((k.attn_softcap, k.final_softcap), (None, None));
-    assert_eq!(k.gelu, GeluApproximation::Exact, "Gemma 2's gelu is exact");
+    assert_eq!(k.gelu, Gelu::Exact, "Gemma 2's gelu is exact");
 }
 
 #[test]

@@ -3,7 +3,7 @@
 
 use serde_json::{Map, Value};
 
-use super::{parse_rope, Fields, HfConfig, Rope};
+use super::{parse_rope, Fields, Gelu, HfConfig, Rope};
 use crate::{Error, Result};
 
 /// The `model_type`s of the Gemma family.
@@ -20,22 +20,13 @@ pub enum GemmaVersion {
     Gemma3,
 }
 
-/// The GELU of the gated MLP (ONNX `Gelu`'s `approximate` attribute).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GeluApproximation {
-    /// `approximate="tanh"` (`gelu_pytorch_tanh`, `gelu_new`).
-    Tanh,
-    /// `approximate="none"`: the exact, erf-based GELU.
-    Exact,
-}
-
 /// Gemma-specific architecture parameters (see spec §1.10).
 #[derive(Debug, Clone, PartialEq)]
 pub struct GemmaConfig {
     /// The generation.
     pub version: GemmaVersion,
     /// The MLP activation.
-    pub gelu: GeluApproximation,
+    pub gelu: Gelu,
     /// Factor on the token embeddings: `sqrt(hidden_size)` in f32 (rounded to the model dtype
     /// by the builder, as transformers does).
     pub embed_scale: f32,
@@ -136,7 +127,7 @@ pub(super) fn parse(
 
 /// Gemma 1 reads `hidden_act` (its legacy `"gelu"` means the tanh form); Gemma 2/3 read
 /// `hidden_activation`, where `"gelu"` is the exact GELU.
-fn activation(raw: &HfConfig, version: GemmaVersion, f: &Fields<'_>) -> Result<GeluApproximation> {
+fn activation(raw: &HfConfig, version: GemmaVersion, f: &Fields<'_>) -> Result<Gelu> {
     let (field, act) = match version {
         GemmaVersion::Gemma1 => match (&raw.hidden_act, &raw.hidden_activation) {
             (Some(a), _) => ("hidden_act", a.as_str()),
@@ -150,13 +141,13 @@ fn activation(raw: &HfConfig, version: GemmaVersion, f: &Fields<'_>) -> Result<G
         },
     };
     match act {
-        "gelu_pytorch_tanh" | "gelu_new" => Ok(GeluApproximation::Tanh),
-        "gelu" if version == GemmaVersion::Gemma1 => Ok(GeluApproximation::Tanh),
-        "gelu" => Ok(GeluApproximation::Exact),
-        other => Err(f.err(
-            field,
-            &format!("`{other}` is not supported (expected gelu_pytorch_tanh, gelu_new or gelu)"),
-        )),
+        "gelu" if version == GemmaVersion::Gemma1 => Ok(Gelu::Tanh),
+        other => Gelu::from_hf_name(other).ok_or_else(|| {
+            f.err(
+                field,
+                &format!("`{other}` is not supported (expected {})", Gelu::NAMES),
+            )
+        }),
     }
 }
 

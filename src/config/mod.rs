@@ -19,7 +19,7 @@ use crate::{Error, Result};
 pub use encoder::{EncoderConfig, Positions};
 pub use family::{FamilyKnobs, Multipliers};
 pub use gelu::Gelu;
-pub use gemma::{GeluApproximation, GemmaConfig, GemmaVersion};
+pub use gemma::{GemmaConfig, GemmaVersion};
 pub use hf::HfConfig;
 pub use rope::{Rope, RopeScaling};
 

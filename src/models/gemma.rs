@@ -11,7 +11,7 @@ use super::components::{
     NormKind, RopeTables,
 };
 use super::decoder::{self, Family, LayerNorms};
-use crate::config::{ArchConfig, GeluApproximation, GemmaConfig, Rope};
+use crate::config::{ArchConfig, GemmaConfig, Rope};
 use crate::ir::{DType, Graph, GraphBuilder};
 
 /// Gemma's hooks, reading the Gemma knobs of the config.
@@ -112,10 +112,7 @@ impl Family for Gemma<'_> {
         mlp: &str,
         dtype: DType,
     ) -> String {
-        let act = GateActivation::Gelu(match self.knobs.gelu {
-            GeluApproximation::Tanh => "tanh",
-            GeluApproximation::Exact => "none",
-        });
+        let act = GateActivation::Gelu(self.knobs.gelu);
         let sizes = (cfg.hidden_size, cfg.intermediate_size);
         gated_mlp(b, x, mlp, sizes, false, act, dtype)
     }

@@ -1,6 +1,7 @@
 //! Gated feed-forward blocks: `down(act(gate(x)) · up(x))`.
 
 use super::linear;
+use crate::config::Gelu;
 use crate::ir::{Attr, DType, GraphBuilder};
 
 /// The activation a gated MLP applies to its gate projection.
@@ -8,9 +9,9 @@ use crate::ir::{Attr, DType, GraphBuilder};
 pub enum GateActivation {
     /// SiLU written as `g · Sigmoid(g)` (SwiGLU).
     Silu,
-    /// Opset-20 `Gelu` with this `approximate` attribute (`"tanh"` or `"none"`), always
-    /// written (Gemma's GeGLU).
-    Gelu(&'static str),
+    /// Opset-20 `Gelu` of this form, its `approximate` attribute always written (Gemma's
+    /// GeGLU).
+    Gelu(Gelu),
 }
 
 /// Gated MLP `down(act(gate(x)) · up(x))` over the `{prefix}.{gate,up,down}_proj` linears
@@ -33,10 +34,10 @@ pub fn gated_mlp(
             let sig = b.op("Sigmoid", &[&gate], vec![]);
             b.op("Mul", &[&gate, &sig], vec![])
         }
-        GateActivation::Gelu(approximate) => b.op(
+        GateActivation::Gelu(form) => b.op(
             "Gelu",
             &[&gate],
-            vec![("approximate", Attr::String(approximate.into()))],
+            vec![("approximate", Attr::String(form.approximate().into()))],
         ),
     };
     let up = proj(b, x, "up_proj", hidden, intermediate);
