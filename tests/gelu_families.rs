@@ -138,3 +138,42 @@ fn unsupported_gpt2_and_phi_settings_name_their_field() {
         assert!(err.contains(field), "{err}");
     }
 }
+
+/// GPT2Model checkpoints (no `transformer.` prefix, as the hub's `openai-community/gpt2`)
+/// build the same model as GPT2LMHeadModel ones.
+#[test]
+fn gpt2_base_model_checkpoints_build_the_same_model() {
+    let t = tempfile::tempdir().unwrap();
+    let base = copy_fixture("gpt2", &t.path().join("base"));
+    let weights = base.join("model.safetensors");
+    let renamed = read_safetensors(&weights)
+        .into_iter()
+        .map(|(name, tensor)| {
+            let name = name
+                .strip_prefix("transformer.")
+                .unwrap_or(&name)
+                .to_string();
+            (name, tensor)
+        })
+        .collect();
+    write_safetensors(&weights, &renamed);
+    assert!(read_safetensors(&weights).contains_key("h.0.attn.c_attn.weight"));
+    let build = |src: &std::path::Path, out: &str| {
+        let out = t.path().join(out);
+        mobius()
+            .args(["build", "--config"])
+            .arg(src)
+            .arg(&out)
+            .assert()
+            .success();
+        out
+    };
+    let (a, b) = (build(&fixture("gpt2"), "a"), build(&base, "b"));
+    for file in ["model.onnx", "model.onnx.data"] {
+        assert_eq!(
+            std::fs::read(a.join(file)).unwrap(),
+            std::fs::read(b.join(file)).unwrap(),
+            "{file}"
+        );
+    }
+}

@@ -141,3 +141,16 @@ fn whole(prefix: &str) -> Conv1dParams {
 pub fn build(cfg: &ArchConfig, dtype: DType) -> Graph {
     decoder::build(cfg, dtype, &Gpt2)
 }
+
+/// Checkpoint names as the builder reads them: base-model checkpoints (`GPT2Model`, e.g. the
+/// hub's `openai-community/gpt2`) spell `h.0.…`, `wte.weight`; `GPT2LMHeadModel` ones
+/// `transformer.h.0.…`. Every name outside `transformer.` and `lm_head.` gets the prefix.
+pub fn checkpoint_name(name: &str) -> Option<String> {
+    Some(
+        if name.starts_with("transformer.") || name.starts_with("lm_head.") {
+            name.to_string()
+        } else {
+            format!("transformer.{name}")
+        },
+    )
+}

@@ -58,6 +58,7 @@ pub fn build_model(cfg: &ArchConfig, dtype: DType) -> Result<Model> {
 pub fn checkpoint_renaming(cfg: &ArchConfig) -> Option<fn(&str) -> Option<String>> {
     match cfg.model_type.as_str() {
         "bert" | "roberta" => Some(bert::checkpoint_name),
+        "gpt2" => Some(gpt2::checkpoint_name),
         _ => None,
     }
 }
