@@ -12,9 +12,13 @@ use mobius::onnx::proto::ModelProto;
 use prost::Message;
 
 fn build(out: &Path, ep: &str, dtype: &str) -> ModelProto {
+    build_fixture("llama", out, ep, dtype)
+}
+
+fn build_fixture(name: &str, out: &Path, ep: &str, dtype: &str) -> ModelProto {
     mobius()
         .args(["build", "--config"])
-        .arg(fixture("llama"))
+        .arg(fixture(name))
         .arg(out)
         .args(["--ep", ep, "--dtype", dtype])
         .assert()
@@ -54,29 +58,48 @@ fn functions_exist_for_exactly_the_contrib_ops_used() {
 }
 
 #[test]
+fn gelu_and_layer_norm_families_carry_their_bodies() {
+    let t = tempfile::tempdir().unwrap();
+    let sln = "com.microsoft::SkipLayerNormalization";
+    for (name, want) in [
+        ("gpt2", vec![sln, "com.microsoft::FastGelu"]),
+        ("bert", vec![sln, "com.microsoft::BiasGelu"]),
+    ] {
+        let m = build_fixture(name, &t.path().join(name), "default", "f32");
+        assert_eq!(function_names(&m), want, "{name}");
+    }
+}
+
+#[test]
 fn function_bodies_compute_the_contrib_ops() {
     let t = tempfile::tempdir().unwrap();
-    let out = t.path().join("default");
-    let mut proto = build(&out, "default", "f32");
-    let graph = proto.graph.as_mut().unwrap();
-    let calls = std::mem::take(&mut graph.node);
-    graph.node = mobius::onnx::functions::expand(calls, &proto.functions).unwrap();
-    proto.functions.clear();
-    let expanded = out.join("expanded.onnx");
-    std::fs::write(&expanded, proto.encode_to_vec()).unwrap();
+    for (name, op, calls) in [
+        ("llama", "SkipSimplifiedLayerNormalization", 4),
+        ("gpt2", "FastGelu", 2),
+        ("gpt2", "SkipLayerNormalization", 5),
+        ("bert", "BiasGelu", 2),
+    ] {
+        let out = t.path().join(format!("{name}-{op}"));
+        let mut proto = build_fixture(name, &out, "default", "f32");
+        let graph = proto.graph.as_mut().unwrap();
+        let calls_before = std::mem::take(&mut graph.node);
+        graph.node = mobius::onnx::functions::expand(calls_before, &proto.functions).unwrap();
+        proto.functions.clear();
+        let expanded = out.join("expanded.onnx");
+        std::fs::write(&expanded, proto.encode_to_vec()).unwrap();
 
-    // Import keeps the calls of bodies mobius writes as ops.
-    let fused = mobius::onnx::import::load(&out.join("model.onnx")).unwrap();
-    let inlined = mobius::onnx::import::load(&expanded).unwrap();
-    assert_eq!(ops(&fused, "SkipSimplifiedLayerNormalization"), 4);
-    assert_eq!(ops(&inlined, "SkipSimplifiedLayerNormalization"), 0);
-    assert_eq!(ops(&inlined, "RMSNormalization"), 5);
+        // Import keeps the calls of bodies mobius writes as ops.
+        let fused = mobius::onnx::import::load(&out.join("model.onnx")).unwrap();
+        let inlined = mobius::onnx::import::load(&expanded).unwrap();
+        assert_eq!(ops(&fused, op), calls, "{name} {op}");
+        assert_eq!(ops(&inlined, op), 0, "{name} {op}");
 
-    mobius()
-        .arg("verify")
-        .arg(out.join("model.onnx"))
-        .arg(&expanded)
-        .args(["--samples", "2", "--atol", "1e-5", "--rtol", "1e-5"])
-        .assert()
-        .success();
+        mobius()
+            .arg("verify")
+            .arg(out.join("model.onnx"))
+            .arg(&expanded)
+            .args(["--samples", "2", "--atol", "1e-5", "--rtol", "1e-5"])
+            .assert()
+            .success();
+    }
 }

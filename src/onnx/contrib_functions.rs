@@ -1,6 +1,7 @@
 //! Standard-ONNX bodies of the contrib ops mobius emits, written into each model that calls
 //! them as model-local functions: a runtime without the contrib kernel can inline the body,
-//! while onnxruntime keeps its kernel. Only ops whose every call fits the body get one.
+//! while onnxruntime keeps its kernel. Only ops whose every call fits the body get one:
+//! SkipSimplifiedLayerNormalization, SkipLayerNormalization, BiasGelu, FastGelu.
 
 use super::proto::{self, attribute_type as at, AttributeProto, FunctionProto, NodeProto};
 use crate::ir::Graph;
@@ -10,9 +11,33 @@ const BODY_OPSET: i64 = 24;
 /// onnxruntime's default `epsilon` of the Skip*Normalization ops.
 const SKIP_NORM_EPSILON: f32 = 1e-12;
 
+/// A function body and how many of its leading inputs every call must give (the rest are
+/// optional inputs the body tolerates being absent).
+struct Body {
+    function: FunctionProto,
+    required_inputs: usize,
+}
+
 /// Every body mobius writes.
-fn all_bodies() -> [FunctionProto; 2] {
-    [skip_simplified_layer_norm(), skip_layer_norm()]
+fn all_bodies() -> [Body; 4] {
+    [
+        Body {
+            function: skip_simplified_layer_norm(),
+            required_inputs: 3,
+        },
+        Body {
+            function: skip_layer_norm(),
+            required_inputs: 3,
+        },
+        Body {
+            function: bias_gelu(),
+            required_inputs: 2,
+        },
+        Body {
+            function: fast_gelu(),
+            required_inputs: 2,
+        },
+    ]
 }
 
 /// Whether mobius writes the body of `domain::name` itself (such calls are kept as the op on
@@ -20,23 +45,29 @@ fn all_bodies() -> [FunctionProto; 2] {
 pub fn is_known(domain: &str, name: &str) -> bool {
     all_bodies()
         .iter()
-        .any(|f| f.domain == domain && f.name == name)
+        .any(|b| b.function.domain == domain && b.function.name == name)
 }
 
 /// The function bodies for the contrib ops `graph` calls, in a fixed order.
 pub fn bodies_for(graph: &Graph) -> Vec<FunctionProto> {
     all_bodies()
         .into_iter()
-        .filter(|f| {
+        .filter(|b| {
+            let f = &b.function;
             let mut calls = graph
                 .nodes
                 .iter()
                 .filter(|n| n.domain == f.domain && n.op_type == f.name)
                 .peekable();
             calls.peek().is_some()
-                && calls
-                    .all(|n| n.inputs.len() <= f.input.len() && n.outputs.len() <= f.output.len())
+                && calls.all(|n| {
+                    n.inputs.len() <= f.input.len()
+                        && n.outputs.len() <= f.output.len()
+                        && n.inputs.len() >= b.required_inputs
+                        && n.inputs[..b.required_inputs].iter().all(|i| !i.is_empty())
+                })
         })
+        .map(|b| b.function)
         .collect()
 }
 
@@ -78,6 +109,40 @@ fn skip_layer_norm() -> FunctionProto {
             ),
         ],
     )
+}
+
+/// `BiasGelu(A, B)`: the exact (erf) GELU of `A + B`, as onnxruntime's kernel computes it.
+fn bias_gelu() -> FunctionProto {
+    gelu_of_sum("BiasGelu", "none")
+}
+
+/// `FastGelu(X, bias)`: the tanh GELU of `X + bias`.
+fn fast_gelu() -> FunctionProto {
+    gelu_of_sum("FastGelu", "tanh")
+}
+
+fn gelu_of_sum(name: &str, approximate: &str) -> FunctionProto {
+    let mut f = function(
+        name,
+        &["input", "bias"],
+        &["output"],
+        vec![
+            node("Add", &["input", "bias"], &["sum"], vec![]),
+            node(
+                "Gelu",
+                &["sum"],
+                &["output"],
+                vec![AttributeProto {
+                    name: "approximate".to_string(),
+                    r#type: at::STRING,
+                    s: approximate.as_bytes().to_vec(),
+                    ..Default::default()
+                }],
+            ),
+        ],
+    );
+    f.attribute_proto.clear();
+    f
 }
 
 fn function(name: &str, inputs: &[&str], outputs: &[&str], nodes: Vec<NodeProto>) -> FunctionProto {
