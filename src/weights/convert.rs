@@ -29,55 +29,12 @@ pub fn convert_into(src: &[u8], from: DType, to: DType, out: &mut Vec<u8>) -> us
         return 0;
     }
     out.reserve(src.len() / from.size() * to.size());
-    if (from, to) == (DType::BF16, DType::F16) {
-        return bf16_to_f16(src, out);
-    }
     let mut f32s = [0f32; STEP];
     let mut clamped = 0;
     for piece in src.chunks(STEP * from.size()) {
         let n = piece.len() / from.size();
         to_f32(piece, from, &mut f32s[..n]);
         clamped += from_f32(&mut f32s[..n], to, out);
-    }
-    clamped
-}
-
-/// bf16 → f16 on the bit patterns: a value whose exponent lies in f16's normal range converts
-/// exactly (f16 keeps more mantissa bits), as do zeros; the rest (f16 subnormals, overflow,
-/// bf16 subnormals, infinities, NaN) take the f32 path. The branch-free main loop vectorizes.
-fn bf16_to_f16(src: &[u8], out: &mut Vec<u8>) -> usize {
-    /// bf16 exponents (biased by 127) of f16's normal range (biased by 15): 2^-14 ..= 2^15.
-    const LOW: u16 = 127 - 14;
-    const HIGH: u16 = 127 + 15;
-    let mut clamped = 0;
-    let mut halves = [0u16; STEP];
-    for piece in src.chunks(STEP * 2) {
-        let n = piece.len() / 2;
-        let mut all_exact = true;
-        for (h, c) in halves[..n].iter_mut().zip(piece.chunks_exact(2)) {
-            let b = u16::from_le_bytes([c[0], c[1]]);
-            let exp = (b >> 7) & 0xFF;
-            let exact = (LOW..=HIGH).contains(&exp);
-            let converted = (b & 0x8000) | (exp.wrapping_sub(LOW - 1) << 10) | ((b & 0x7F) << 3);
-            *h = if exact { converted } else { b & 0x8000 };
-            all_exact &= exact || b & 0x7FFF == 0;
-        }
-        if !all_exact {
-            for (h, c) in halves[..n].iter_mut().zip(piece.chunks_exact(2)) {
-                let b = u16::from_le_bytes([c[0], c[1]]);
-                let exp = (b >> 7) & 0xFF;
-                if !(LOW..=HIGH).contains(&exp) && b & 0x7FFF != 0 {
-                    let mut v = [f32::from_bits((b as u32) << 16)];
-                    let mut one = Vec::with_capacity(2);
-                    clamped += from_f32(&mut v, DType::F16, &mut one);
-                    *h = u16::from_le_bytes([one[0], one[1]]);
-                }
-            }
-        }
-        for h in &mut halves[..n] {
-            *h = h.to_le();
-        }
-        out.extend_from_slice(bytemuck::cast_slice(&halves[..n]));
     }
     clamped
 }
