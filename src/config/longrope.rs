@@ -70,9 +70,10 @@ pub(super) fn parse(
     };
     let short_factor = factors("short_factor")?;
     let long_factor = factors("long_factor")?;
-    let original = get("original_max_position_embeddings")
-        .and_then(Value::as_i64)
-        .or(raw.original_max_position_embeddings);
+    // transformers gives the top-level field (Phi-3's spelling) priority over the nested one.
+    let original = raw
+        .original_max_position_embeddings
+        .or_else(|| get("original_max_position_embeddings").and_then(Value::as_i64));
     let original = match original {
         Some(o) if o > 0 && o as usize <= max_positions => o as usize,
         Some(o) => {
@@ -173,6 +174,21 @@ mod tests {
         };
         let want = (1.0 + 8f64.ln() / 16f64.ln()).sqrt() as f32;
         assert_eq!(l.attention_factor, want);
+        assert_eq!(l.original_max_position_embeddings, 16);
+    }
+
+    #[test]
+    fn the_top_level_original_context_wins_as_in_transformers() {
+        let cfg = parse(&format!(
+            r#"{{{DIMS}, "original_max_position_embeddings": 16,
+            "rope_parameters": {{"rope_type": "longrope", "rope_theta": 10000.0,
+            "original_max_position_embeddings": 8, "short_factor": [1,1,1,1,1,1,1,1],
+            "long_factor": [2,2,2,2,2,2,2,2]}}}}"#
+        ))
+        .unwrap();
+        let RopeScaling::LongRope(l) = &cfg.rope.scaling else {
+            panic!("{:?}", cfg.rope.scaling)
+        };
         assert_eq!(l.original_max_position_embeddings, 16);
     }
 

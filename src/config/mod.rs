@@ -158,10 +158,19 @@ impl ArchConfig {
                 ),
             ));
         }
-        let head_dim = match raw.head_dim {
-            Some(_) => f.positive("head_dim", raw.head_dim)?,
-            None if hidden_size % num_attention_heads == 0 => hidden_size / num_attention_heads,
-            None => {
+        // transformers' config classes fix head_dim for these families when the field is absent.
+        let family_head_dim = match model_type.as_str() {
+            "qwen3" => Some(128),
+            "gemma" | "gemma2" | "gemma3_text" => Some(256),
+            _ => None,
+        };
+        let head_dim = match (raw.head_dim, family_head_dim) {
+            (Some(_), _) => f.positive("head_dim", raw.head_dim)?,
+            (None, Some(d)) => d,
+            (None, None) if hidden_size % num_attention_heads == 0 => {
+                hidden_size / num_attention_heads
+            }
+            (None, None) => {
                 return Err(f.err(
                     "head_dim",
                     &format!(
@@ -228,12 +237,17 @@ impl ArchConfig {
         })
     }
 
-    /// Fills token ids the config.json lacks from a `generation_config.json`.
+    /// Fills token ids the config.json lacks from a `generation_config.json`, and adds its
+    /// end-of-sequence ids to config.json's.
     pub fn fill_tokens_from_generation_config(&mut self, path: &Path) -> Result<()> {
         let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
         let gen: Value = serde_json::from_slice(&bytes).map_err(|e| Error::json(path, &e))?;
-        if self.eos_token_ids.is_empty() {
-            self.eos_token_ids = token_list(gen.get("eos_token_id"));
+        // generate() stops on generation_config's ids (e.g. Phi-3's `<|end|>`, absent from
+        // config.json): keep config.json's first, then add the others.
+        for id in token_list(gen.get("eos_token_id")) {
+            if !self.eos_token_ids.contains(&id) {
+                self.eos_token_ids.push(id);
+            }
         }
         self.bos_token_id = self.bos_token_id.or(first_token(gen.get("bos_token_id")));
         self.pad_token_id = self.pad_token_id.or(first_token(gen.get("pad_token_id")));
@@ -309,10 +323,15 @@ fn parse_rope(raw: &HfConfig, head_dim: usize, f: &Fields<'_>) -> Result<Rope> {
             .map(|v| v as f32)
             .ok_or_else(|| f.err(&format!("{field}.{key}"), "missing (expected a number)"))
     };
+    // transformers' default theta: 2e6 for SmolLM3, 1e4 elsewhere (Gemma 3 reads its own).
+    let default_theta = match raw.model_type.as_deref() {
+        Some("smollm3") => 2_000_000.0,
+        _ => 10_000.0,
+    };
     let theta = get("rope_theta")
         .and_then(Value::as_f64)
         .or(raw.rope_theta)
-        .unwrap_or(10000.0) as f32;
+        .unwrap_or(default_theta) as f32;
     let rope_type = get("rope_type")
         .or_else(|| get("type"))
         .and_then(Value::as_str)

@@ -133,6 +133,21 @@ fn generation_config_fills_missing_token_ids() {
 }
 
 #[test]
+fn generation_config_eos_ids_join_config_ones() {
+    // Phi-3: config.json stops on <|endoftext|> only, generation_config.json adds <|end|>.
+    let mut c = parse(V4).unwrap();
+    assert_eq!(c.eos_token_ids, vec![1, 2]);
+    let dir = std::env::temp_dir().join(format!("mobius-gen-eos-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("generation_config.json");
+    std::fs::write(&path, r#"{"bos_token_id": 5, "eos_token_id": [2, 32007]}"#).unwrap();
+    c.fill_tokens_from_generation_config(&path).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(c.eos_token_ids, vec![1, 2, 32007]);
+    assert_eq!(c.bos_token_id, Some(0), "config.json's own ids win");
+}
+
+#[test]
 fn absurd_sizes_are_rejected() {
     let msg = parse(&V4.replace("\"vocab_size\": 300", "\"vocab_size\": 100000000000"))
         .unwrap_err()
@@ -160,4 +175,28 @@ fn gemma2_and_gemma3_without_a_window_get_transformers_default() {
         .unwrap();
         assert_eq!(cfg.layer_windows, want, "{model_type}");
     }
+}
+
+#[test]
+fn families_with_a_fixed_head_dim_default_to_it() {
+    for (model_type, want) in [("qwen3", 128), ("gemma2", 256), ("llama", 16)] {
+        let cfg = parse(&format!(
+            r#"{{"model_type": "{model_type}", "hidden_size": 64, "intermediate_size": 128,
+                "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
+                "vocab_size": 300, "max_position_embeddings": 128}}"#
+        ))
+        .unwrap();
+        assert_eq!(cfg.head_dim, want, "{model_type}");
+    }
+}
+
+#[test]
+fn smollm3_without_rope_theta_gets_transformers_default() {
+    let cfg = parse(
+        r#"{"model_type": "smollm3", "hidden_size": 64, "intermediate_size": 128,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 4,
+            "vocab_size": 300, "max_position_embeddings": 128}"#,
+    )
+    .unwrap();
+    assert_eq!(cfg.rope.theta, 2_000_000.0);
 }
