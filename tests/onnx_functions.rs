@@ -192,3 +192,31 @@ fn recursive_functions_are_an_error() {
         .to_string();
     assert!(err.contains("nests more than"), "{err}");
 }
+
+/// A function output the call leaves unnamed may still be read inside the body: it keeps an
+/// internal name instead of becoming an absent value.
+#[test]
+fn unnamed_function_outputs_read_inside_the_body_keep_their_values() {
+    let mut m = model();
+    // SoftmaxPlus also returns its Softmax (`S`), which its Add reads; calls name only `Y`.
+    m.functions[0].output.push("S".into());
+    for call in &mut m.functions[1].node {
+        call.output.push(String::new());
+    }
+    let m = import::decode(&m.encode_to_vec(), Path::new("f.onnx")).unwrap();
+    assert!(m
+        .graph
+        .nodes
+        .iter()
+        .all(|n| n.inputs.iter().chain(&n.outputs).all(|v| !v.is_empty())));
+    let x = vec![0.5f32, -1.0, 2.0, 0.25, 1.5, -0.75];
+    let inputs = HashMap::from([(
+        "x".to_string(),
+        Tensor::float(DType::F32, vec![2, 3], x.clone()),
+    )]);
+    let out = run_graph(&m.graph, &inputs, &mut Evaluator::new(None)).unwrap();
+    let want = softmax_plus(&softmax_plus(&x, 0), 1);
+    for (g, w) in out["y"].floats().unwrap().iter().zip(&want) {
+        assert!((g - w).abs() < 1e-6);
+    }
+}

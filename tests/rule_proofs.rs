@@ -913,3 +913,28 @@ fn fingerprint_mode_stops_a_wrong_rule_naming_it() {
     )
     .unwrap();
 }
+
+/// GQA reads padding from `attention_mask` itself: an Attention whose mask is the mask cast to
+/// float (an additive bias) is not the padding mask, and neither GQA rule may take it.
+#[test]
+fn gqa_rules_decline_a_mask_cast_to_float() {
+    let mut graph = attention_block(1, 2, 1, 2, 1, false);
+    let cast = graph
+        .nodes
+        .iter_mut()
+        .find(|n| n.op_type == "Cast")
+        .expect("the padding mask casts attention_mask");
+    cast.attrs
+        .insert("to".into(), Attr::Int(DType::F32.onnx_code() as i64));
+    for name in ["rotary-attention-to-gqa", "attention-to-gqa"] {
+        let (rewritten, _) = optimize_with_rules(
+            &model(graph.clone()),
+            &get_ep("cpu").unwrap(),
+            &options(None),
+            &[rule(name)],
+        )
+        .unwrap();
+        let counts = rewritten.graph.op_counts();
+        assert_eq!(counts.get("Attention"), Some(&1), "{name}: {counts:?}");
+    }
+}

@@ -76,8 +76,11 @@ fn inline_call(call: &NodeProto, f: &FunctionProto, prefix: &str) -> Vec<NodePro
     for (i, formal) in f.input.iter().enumerate() {
         names.insert(formal, call.input.get(i).cloned().unwrap_or_default());
     }
+    // An output the call leaves unnamed keeps an internal name: body nodes may still read it.
     for (i, formal) in f.output.iter().enumerate() {
-        names.insert(formal, call.output.get(i).cloned().unwrap_or_default());
+        if let Some(actual) = call.output.get(i).filter(|v| !v.is_empty()) {
+            names.insert(formal, actual.clone());
+        }
     }
     let rename = |v: &String, names: &HashMap<&str, String>| -> String {
         if v.is_empty() {
@@ -97,8 +100,6 @@ fn inline_call(call: &NodeProto, f: &FunctionProto, prefix: &str) -> Vec<NodePro
     };
     f.node
         .iter()
-        // A body node whose every output the call leaves unnamed is dead here.
-        .filter(|n| n.output.is_empty() || n.output.iter().any(|v| !rename(v, &names).is_empty()))
         .map(|n| NodeProto {
             input: n.input.iter().map(|v| rename(v, &names)).collect(),
             output: n.output.iter().map(|v| rename(v, &names)).collect(),

@@ -272,10 +272,22 @@ fn is_input(g: &OnnxGraph, id: Id, name: Option<&str>) -> bool {
 /// `Unsqueeze(Expand(Unsqueeze(Cast(attention_mask → bool), [1]), [B, S, T]), [1])`.
 fn is_padding_mask(g: &OnnxGraph, mask: Id) -> bool {
     let step = |id: Id, op: &str| find_op(g, id, op).map(|o| o.input_ids()[0]);
-    let chain = step(mask, "Unsqueeze")
+    let unsqueeze_1 = |id: Id| {
+        find_op(g, id, "Unsqueeze").and_then(|u| match u.input_ids() {
+            [x, axes] if const_ints(g, *axes) == Some(vec![1]) => Some(*x),
+            _ => None,
+        })
+    };
+    let to_bool = |id: Id| {
+        find_op(g, id, "Cast").and_then(|c| {
+            let to = int_attr(g, c.attr_id("to")?)?;
+            (to == DType::Bool.onnx_code() as i64).then(|| c.input_ids()[0])
+        })
+    };
+    let chain = unsqueeze_1(mask)
         .and_then(|x| step(x, "Expand"))
-        .and_then(|x| step(x, "Unsqueeze"))
-        .and_then(|x| step(x, "Cast"));
+        .and_then(unsqueeze_1)
+        .and_then(to_bool);
     chain.is_some_and(|x| is_input(g, x, Some("attention_mask")))
 }
 

@@ -91,7 +91,14 @@ pub fn infer(
             attr.get("perm").and_then(AttrValue::ints),
         )],
         "Expand" => vec![from_shape_input(op, &ty(0), inputs.get(1).copied())],
-        "ConstantOfShape" => vec![from_shape_input(op, &ty(0), inputs.first().copied())],
+        "ConstantOfShape" => {
+            // The dtype of the `value` tensor attribute (f32 zero when unset).
+            let dtype = match attr.get("value") {
+                Some(AttrValue::Tensor(value)) => value.dtype,
+                _ => DType::F32,
+            };
+            vec![from_shape_input(op, &ty(0), inputs.first().copied()).with_dtype(Some(dtype))]
+        }
         "Reshape" => vec![reshape(&ty(0), inputs.get(1).copied(), int("allowzero"))],
         "Range" => vec![TensorType {
             dtype: ty(0).dtype,
@@ -305,11 +312,8 @@ fn from_shape_input(op: &str, data: &TensorType, shape: Option<InputView<'_>>) -
         .and_then(|t| t.static_shape())
         .and_then(|s| s.first().copied());
     let values = shape.and_then(|s| s.konst).and_then(literal_ints);
-    let dtype = if op == "ConstantOfShape" {
-        Some(DType::F32)
-    } else {
-        data.dtype
-    };
+    // ConstantOfShape's dtype comes from its attribute (set by the caller).
+    let dtype = data.dtype;
     let out = match (values, rank) {
         (Some(v), _) if op == "ConstantOfShape" => Some(v.into_iter().map(SymDim::Known).collect()),
         (Some(v), _) if op == "Expand" => Some(
@@ -385,7 +389,15 @@ fn slice(inputs: &[InputView<'_>]) -> TensorType {
     let konst = |i: usize| inputs.get(i).and_then(|v| v.konst).and_then(literal_ints);
     let shape = dims(&data).map(|d| {
         let (starts, ends) = (konst(1), konst(2));
-        let count = starts.as_ref().map_or(0, Vec::len);
+        // How many axes are sliced: the length of `starts`, from its value or its static type.
+        let count = match (&starts, inputs.get(1).and_then(|v| v.ty)) {
+            (Some(s), _) => s.len(),
+            (None, Some(t)) => match t.static_shape().as_deref() {
+                Some([n]) if *n >= 0 => *n as usize,
+                _ => return vec![SymDim::Unknown; d.len()],
+            },
+            (None, None) => return vec![SymDim::Unknown; d.len()],
+        };
         let axes = match inputs.get(3).and_then(|v| v.ty) {
             None => Some((0..count as i64).collect()),
             Some(_) => konst(3),
@@ -530,4 +542,78 @@ fn skip_norm(x: &TensorType) -> Vec<TensorType> {
         }),
     };
     vec![x.clone(), stats.clone(), stats, x.clone()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::TensorData;
+
+    fn tensor(dims: &[i64]) -> TensorType {
+        TensorType {
+            dtype: Some(DType::I64),
+            shape: Some(dims.iter().map(|&d| SymDim::Known(d)).collect()),
+        }
+    }
+
+    #[test]
+    fn slice_with_runtime_starts_and_default_axes_keeps_only_the_rank() {
+        let (x, bounds) = (tensor(&[4, 8]), tensor(&[2]));
+        let view = |ty| InputView {
+            ty: Some(ty),
+            konst: None,
+        };
+        let out = infer(
+            "Slice",
+            &[view(&x), view(&bounds), view(&bounds)],
+            &Attrs::default(),
+            1,
+        );
+        assert_eq!(out[0].shape, Some(vec![SymDim::Unknown; 2]));
+    }
+
+    #[test]
+    fn constant_of_shape_takes_the_dtype_of_its_value() {
+        let shape = tensor(&[2]);
+        let dims = Literal::from(&TensorData::from_i64(vec![2], &[3, 5]));
+        let view = [InputView {
+            ty: Some(&shape),
+            konst: Some(&dims),
+        }];
+        let one = AttrValue::Tensor(Box::new(Literal::from(&TensorData::from_i64(
+            vec![1],
+            &[1],
+        ))));
+        let out = infer("ConstantOfShape", &view, &Attrs::new([("value", &one)]), 1);
+        assert_eq!(out[0], tensor(&[3, 5]));
+        let out = infer("ConstantOfShape", &view, &Attrs::default(), 1);
+        assert_eq!(out[0].dtype, Some(DType::F32));
+    }
+
+    #[test]
+    fn slice_with_constant_bounds_computes_the_sliced_dims() {
+        let (x, bounds) = (tensor(&[4, 8]), tensor(&[2]));
+        let starts = Literal::from(&TensorData::from_i64(vec![2], &[1, 2]));
+        let ends = Literal::from(&TensorData::from_i64(vec![2], &[3, 5]));
+        let out = infer(
+            "Slice",
+            &[
+                InputView {
+                    ty: Some(&x),
+                    konst: None,
+                },
+                InputView {
+                    ty: Some(&bounds),
+                    konst: Some(&starts),
+                },
+                InputView {
+                    ty: Some(&bounds),
+                    konst: Some(&ends),
+                },
+            ],
+            &Attrs::default(),
+            1,
+        );
+        assert_eq!(out[0].shape, Some(vec![SymDim::Known(2), SymDim::Known(3)]));
+    }
 }

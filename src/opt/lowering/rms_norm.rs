@@ -25,6 +25,11 @@ pub fn rank4_rms_norm_via_rank3(
         return None;
     };
     let (heads, size) = (heads.known()?, size.known()?);
+    // The scale must broadcast over the last axis only (1-D `[D]` or `[1]`), as the spec allows.
+    match e.tensor(w)?.shape.as_deref()? {
+        [d] if d.known() == Some(size) || d.known() == Some(1) => {}
+        _ => return None,
+    }
     let flat = e.reshape(x, &[0, -1, size]);
     let axis = e.g.add(Onnx::Attr(AttrValue::Int(-1)));
     let attrs = [("axis", axis), ("epsilon", eps), ("stash_type", stash)];
