@@ -15,26 +15,9 @@ use mobius::opt::{optimize, Role};
 use mobius::verify::{random_inputs, Rng};
 use mobius::weights::eval::Evaluator;
 
-const FIXTURES: &[&str] = &[
-    "llama",
-    "llama-bf16-sharded",
-    "qwen2",
-    "mistral",
-    "gemma",
-    "gemma2",
-    "gemma3_text",
-    "gpt2",
-    "phi",
-    "qwen3",
-    "smollm3",
-    "granite",
-    "olmo2",
-    "phi3",
-];
-
 #[test]
 fn fixture_logits_match_transformers_through_the_interpreter() {
-    for name in FIXTURES {
+    for name in &decoder_fixtures() {
         let reference: serde_json::Value =
             serde_json::from_slice(&std::fs::read(fixture(name).join("reference.json")).unwrap())
                 .unwrap();
@@ -96,7 +79,7 @@ fn fixture_logits_match_transformers_through_the_interpreter() {
 
 #[test]
 fn optimized_graphs_compute_what_the_portable_graph_computes() {
-    for name in FIXTURES {
+    for name in &decoder_fixtures() {
         let cfg = fixture_config(name);
         let store = fixture_store(name);
         for ep in builtin_eps() {

@@ -32,8 +32,6 @@ pub struct EncoderConfig {
     /// with 1 (RoBERTa) the single row is added to every token, as transformers does for the
     /// only valid token type 0.
     pub type_vocab_size: usize,
-    /// Epsilon of every LayerNorm.
-    pub layer_norm_eps: f32,
     /// Position numbering.
     pub positions: Positions,
 }
@@ -130,8 +128,8 @@ pub(super) fn from_hf(raw: &HfConfig, model_type: String, f: &Fields<'_>) -> Res
         num_hidden_layers: layers,
         vocab_size,
         max_position_embeddings: max_positions,
-        // The peer reads LayerNorm epsilons from the same field; encoders read `encoder`.
-        rms_norm_eps: layer_norm_eps,
+        // No RMSNorm: the LayerNorm epsilon is `layer_norm_eps`.
+        rms_norm_eps: 0.0,
         tie_word_embeddings: false,
         qkv_bias: true,
         o_bias: true,
@@ -154,7 +152,6 @@ pub(super) fn from_hf(raw: &HfConfig, model_type: String, f: &Fields<'_>) -> Res
         family: super::FamilyKnobs::default(),
         encoder: Some(EncoderConfig {
             type_vocab_size,
-            layer_norm_eps,
             positions,
         }),
     })
@@ -186,9 +183,9 @@ mod tests {
         assert_eq!(cfg.role(), Role::Encoder);
         assert_eq!((cfg.head_dim, cfg.num_key_value_heads), (16, 4));
         assert_eq!(cfg.pad_token_id, Some(0));
+        assert_eq!(cfg.layer_norm_eps, Some(1e-12));
         let enc = cfg.encoder.unwrap();
         assert_eq!(enc.type_vocab_size, 2);
-        assert_eq!(enc.layer_norm_eps, 1e-12);
         assert_eq!(enc.positions, Positions::Absolute);
     }
 
@@ -196,9 +193,11 @@ mod tests {
     fn roberta_numbers_positions_after_its_pad_token() {
         let roberta =
             json!({"model_type": "roberta", "layer_norm_eps": 1e-5, "type_vocab_size": 1});
-        let enc = config(roberta.clone()).unwrap().encoder.unwrap();
+        let cfg = config(roberta.clone()).unwrap();
+        assert_eq!(cfg.layer_norm_eps, Some(1e-5));
+        let enc = cfg.encoder.unwrap();
         assert_eq!(enc.positions, Positions::PaddingOffset { padding_idx: 1 });
-        assert_eq!((enc.type_vocab_size, enc.layer_norm_eps), (1, 1e-5));
+        assert_eq!(enc.type_vocab_size, 1);
         let mut explicit = roberta;
         explicit["pad_token_id"] = 5.into();
         assert_eq!(

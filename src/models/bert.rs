@@ -47,6 +47,9 @@ pub fn build(cfg: &ArchConfig, dtype: DType) -> Graph {
         .encoder
         .as_ref()
         .expect("encoder configs always carry EncoderConfig");
+    let eps = cfg
+        .layer_norm_eps
+        .expect("encoder configs always carry a LayerNorm epsilon");
     let mut b = GraphBuilder::new("main_graph");
     let h = cfg.hidden_size;
     let token_shape = || Shape::new([BATCH, SEQ]);
@@ -67,7 +70,7 @@ pub fn build(cfg: &ArchConfig, dtype: DType) -> Graph {
         enc,
         &input_ids,
         token_type_ids.as_deref(),
-        dtype,
+        (eps, dtype),
     );
 
     b.set_scope("mask");
@@ -95,24 +98,16 @@ pub fn build(cfg: &ArchConfig, dtype: DType) -> Graph {
         let o = lin(&mut b, &y, "attention.output.dense", h, h);
         let sum = b.op("Add", &[&o, &x], vec![]);
         let ln = format!("{p}.attention.output.LayerNorm");
-        x = layer_norm(&mut b, &sum, &ln, h, enc.layer_norm_eps, dtype);
+        x = layer_norm(&mut b, &sum, &ln, h, eps, dtype);
         let up = lin(&mut b, &x, "intermediate.dense", h, cfg.intermediate_size);
         let act = b.op("Gelu", &[&up], vec![]);
         let down = lin(&mut b, &act, "output.dense", cfg.intermediate_size, h);
         let sum = b.op("Add", &[&down, &x], vec![]);
         let ln = format!("{p}.output.LayerNorm");
         if i + 1 == cfg.num_hidden_layers {
-            layer_norm_into(
-                &mut b,
-                &sum,
-                &ln,
-                h,
-                enc.layer_norm_eps,
-                dtype,
-                "last_hidden_state",
-            );
+            layer_norm_into(&mut b, &sum, &ln, h, eps, dtype, "last_hidden_state");
         } else {
-            x = layer_norm(&mut b, &sum, &ln, h, enc.layer_norm_eps, dtype);
+            x = layer_norm(&mut b, &sum, &ln, h, eps, dtype);
         }
     }
     b.finish()
@@ -125,7 +120,7 @@ fn embeddings(
     enc: &EncoderConfig,
     input_ids: &str,
     token_type_ids: Option<&str>,
-    dtype: DType,
+    (eps, dtype): (f32, DType),
 ) -> String {
     let h = cfg.hidden_size;
     let mut table = |name: &str, rows: usize| {
@@ -153,7 +148,7 @@ fn embeddings(
     let ids = position_ids(b, enc.positions, input_ids);
     let pos = gather(b, &positions, &ids);
     let x = b.op("Add", &[&x, &pos], vec![]);
-    layer_norm(b, &x, "embeddings.LayerNorm", h, enc.layer_norm_eps, dtype)
+    layer_norm(b, &x, "embeddings.LayerNorm", h, eps, dtype)
 }
 
 /// The position of every token, `[B, S]`, from running counts along the sequence (no `Range`,

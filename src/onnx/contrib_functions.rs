@@ -74,7 +74,7 @@ pub fn bodies_for(graph: &Graph) -> Vec<FunctionProto> {
 /// `SkipSimplifiedLayerNormalization(input, skip, gamma; epsilon)`: `sum = input + skip`,
 /// `output = RMSNormalization(sum, gamma)`; `mean` and `inv_std_var` are placeholders (0).
 fn skip_simplified_layer_norm() -> FunctionProto {
-    function(
+    skip_norm(
         "SkipSimplifiedLayerNormalization",
         &["input", "skip", "gamma"],
         &["output", "mean", "inv_std_var", "input_skip_bias_sum"],
@@ -95,7 +95,7 @@ fn skip_simplified_layer_norm() -> FunctionProto {
 /// `SkipLayerNormalization(input, skip, gamma, beta; epsilon)`: `sum = input + skip`, then a
 /// three-output `LayerNormalization(sum, gamma, beta)` over the last axis.
 fn skip_layer_norm() -> FunctionProto {
-    function(
+    skip_norm(
         "SkipLayerNormalization",
         &["input", "skip", "gamma", "beta"],
         &["output", "mean", "inv_std_var", "input_skip_bias_sum"],
@@ -122,7 +122,7 @@ fn fast_gelu() -> FunctionProto {
 }
 
 fn gelu_of_sum(name: &str, approximate: &str) -> FunctionProto {
-    let mut f = function(
+    function(
         name,
         &["input", "bias"],
         &["output"],
@@ -140,23 +140,34 @@ fn gelu_of_sum(name: &str, approximate: &str) -> FunctionProto {
                 }],
             ),
         ],
-    );
-    f.attribute_proto.clear();
-    f
+    )
 }
 
-fn function(name: &str, inputs: &[&str], outputs: &[&str], nodes: Vec<NodeProto>) -> FunctionProto {
+/// A Skip*Normalization body: [`function`] whose `epsilon` defaults to onnxruntime's.
+fn skip_norm(
+    name: &str,
+    inputs: &[&str],
+    outputs: &[&str],
+    nodes: Vec<NodeProto>,
+) -> FunctionProto {
     FunctionProto {
-        name: name.to_string(),
-        domain: "com.microsoft".to_string(),
-        input: inputs.iter().map(|s| s.to_string()).collect(),
-        output: outputs.iter().map(|s| s.to_string()).collect(),
         attribute_proto: vec![AttributeProto {
             name: "epsilon".to_string(),
             r#type: at::FLOAT,
             f: SKIP_NORM_EPSILON,
             ..Default::default()
         }],
+        ..function(name, inputs, outputs, nodes)
+    }
+}
+
+/// A `com.microsoft` function over opset-24 standard ops.
+fn function(name: &str, inputs: &[&str], outputs: &[&str], nodes: Vec<NodeProto>) -> FunctionProto {
+    FunctionProto {
+        name: name.to_string(),
+        domain: "com.microsoft".to_string(),
+        input: inputs.iter().map(|s| s.to_string()).collect(),
+        output: outputs.iter().map(|s| s.to_string()).collect(),
         node: nodes,
         opset_import: vec![proto::OperatorSetIdProto {
             domain: String::new(),

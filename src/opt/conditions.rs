@@ -3,6 +3,7 @@
 use egg::{Id, Subst, Var};
 
 use super::analysis::OnnxGraph;
+use super::emit::Emit;
 use super::fingerprint::check_union;
 use super::infer::literal_ints;
 use super::lang::{AttrValue, Onnx};
@@ -163,8 +164,7 @@ fn compose_transposes(g: &mut OnnxGraph, _matched: Id, s: &Subst, _rule: &str) -
     if composed.iter().enumerate().all(|(i, &v)| v == i as i64) {
         return Some(x);
     }
-    let perm = g.add(Onnx::Attr(AttrValue::Ints(composed)));
-    Some(g.add(Onnx::op("Transpose", &["perm"], 1, 1, vec![x, perm])))
+    Some(Emit::new(g).transpose(x, &composed))
 }
 
 /// `?attr`: the attribute is set on the node.
@@ -272,21 +272,15 @@ fn is_input(g: &OnnxGraph, id: Id, name: Option<&str>) -> bool {
 /// `Unsqueeze(Expand(Unsqueeze(Cast(attention_mask → bool), [1]), [B, S, T]), [1])`.
 fn is_padding_mask(g: &OnnxGraph, mask: Id) -> bool {
     let step = |id: Id, op: &str| find_op(g, id, op).map(|o| o.input_ids()[0]);
-    let unsqueeze_1 = |id: Id| {
-        find_op(g, id, "Unsqueeze").and_then(|u| match u.input_ids() {
-            [x, axes] if const_ints(g, *axes) == Some(vec![1]) => Some(*x),
-            _ => None,
-        })
-    };
     let to_bool = |id: Id| {
         find_op(g, id, "Cast").and_then(|c| {
             let to = int_attr(g, c.attr_id("to")?)?;
             (to == DType::Bool.onnx_code() as i64).then(|| c.input_ids()[0])
         })
     };
-    let chain = unsqueeze_1(mask)
+    let chain = unsqueezed(g, mask, 1)
         .and_then(|x| step(x, "Expand"))
-        .and_then(unsqueeze_1)
+        .and_then(|x| unsqueezed(g, x, 1))
         .and_then(to_bool);
     chain.is_some_and(|x| is_input(g, x, Some("attention_mask")))
 }
@@ -306,50 +300,23 @@ fn int_attr(g: &OnnxGraph, id: Id) -> Option<i64> {
     g[id].data.attr().and_then(AttrValue::int)
 }
 
-fn small_const(g: &mut OnnxGraph, shape: Vec<usize>, value: i64) -> Id {
-    let data = crate::ir::TensorData::from_i64(shape, &[value]);
-    g.add(Onnx::Const(Box::new(super::lang::Literal::from(&data))))
-}
-
 /// `seqlens_k` (last valid key index per batch, int32 `[B]`) and `total_sequence_length`
 /// (int32 scalar), computed once from the `attention_mask` input (hash-consing shares them).
 fn gqa_lengths(g: &mut OnnxGraph, mask: Id) -> (Id, Id) {
-    let unset = g.add(Onnx::Attr(AttrValue::Unset));
-    let to_i32 = g.add(Onnx::Attr(AttrValue::Int(DType::I32.onnx_code() as i64)));
-    let axes = small_const(g, vec![1], 1);
-    let one = small_const(g, vec![], 1);
-    let no_keepdims = g.add(Onnx::Attr(AttrValue::Int(0)));
-    let sum = g.add(Onnx::op(
+    let mut e = Emit::new(g);
+    let to_i32 = ("to", AttrValue::Int(DType::I32.onnx_code() as i64));
+    let axes = e.ints(&[1]);
+    let one = e.int(1);
+    let sum = e.op(
         "ReduceSum",
-        &["keepdims", "noop_with_empty_axes"],
-        2,
-        1,
-        vec![mask, axes, no_keepdims, unset],
-    ));
-    let last = g.add(Onnx::op("Sub", &[], 2, 1, vec![sum, one]));
-    let seqlens = g.add(Onnx::op(
-        "Cast",
-        &["round_mode", "saturate", "to"],
-        1,
-        1,
-        vec![last, unset, unset, to_i32],
-    ));
-    let shape = g.add(Onnx::op(
-        "Shape",
-        &["end", "start"],
-        1,
-        1,
-        vec![mask, unset, unset],
-    ));
-    let axis0 = g.add(Onnx::Attr(AttrValue::Int(0)));
-    let total = g.add(Onnx::op("Gather", &["axis"], 2, 1, vec![shape, one, axis0]));
-    let total = g.add(Onnx::op(
-        "Cast",
-        &["round_mode", "saturate", "to"],
-        1,
-        1,
-        vec![total, unset, unset, to_i32],
-    ));
+        &[mask, axes],
+        &[("keepdims", AttrValue::Int(0))],
+    );
+    let last = e.bin("Sub", sum, one);
+    let seqlens = e.op("Cast", &[last], std::slice::from_ref(&to_i32));
+    let shape = e.op("Shape", &[mask], &[]);
+    let total = e.op("Gather", &[shape, one], &[("axis", AttrValue::Int(0))]);
+    let total = e.op("Cast", &[total], &[to_i32]);
     (seqlens, total)
 }
 
@@ -410,13 +377,7 @@ fn attention_window(g: &OnnxGraph, mask: Id) -> Option<Option<i64>> {
         (_, true) => *a,
         _ => return None,
     };
-    let unsqueezed = |id: Id, axis: i64| {
-        find_op(g, id, "Unsqueeze").and_then(|u| match u.input_ids() {
-            [x, axes] if const_ints(g, *axes) == Some(vec![axis]) => Some(*x),
-            _ => None,
-        })
-    };
-    let less = find_op(g, unsqueezed(inside, 1)?, "Less")?;
+    let less = find_op(g, unsqueezed(g, inside, 1)?, "Less")?;
     let [distance, limit] = less.input_ids() else {
         return None;
     };
@@ -428,8 +389,8 @@ fn attention_window(g: &OnnxGraph, mask: Id) -> Option<Option<i64>> {
     let [query_col, key_row] = sub.input_ids() else {
         return None;
     };
-    let ordinal = unsqueezed(*key_row, 1)?;
-    let slice = find_op(g, unsqueezed(*query_col, 2)?, "Slice")?;
+    let ordinal = unsqueezed(g, *key_row, 1)?;
+    let slice = find_op(g, unsqueezed(g, *query_col, 2)?, "Slice")?;
     let [sliced, start, end, axes] = slice.input_ids() else {
         return None;
     };
@@ -459,24 +420,17 @@ fn attention_window(g: &OnnxGraph, mask: Id) -> Option<Option<i64>> {
     ok.then_some(Some(window))
 }
 
+/// The input of class `id` when it is `Unsqueeze(x, [axis])`.
+fn unsqueezed(g: &OnnxGraph, id: Id, axis: i64) -> Option<Id> {
+    find_op(g, id, "Unsqueeze").and_then(|u| match u.input_ids() {
+        [x, axes] if const_ints(g, *axes) == Some(vec![axis]) => Some(*x),
+        _ => None,
+    })
+}
+
 /// The values of an integer constant class.
 fn const_ints(g: &OnnxGraph, id: Id) -> Option<Vec<i64>> {
-    let lit = g[id].data.konst.as_ref()?;
-    match lit.dtype {
-        DType::I64 => Some(
-            lit.bytes
-                .chunks_exact(8)
-                .map(|c| i64::from_le_bytes(c.try_into().expect("8 bytes")))
-                .collect(),
-        ),
-        DType::I32 => Some(
-            lit.bytes
-                .chunks_exact(4)
-                .map(|c| i32::from_le_bytes(c.try_into().expect("4 bytes")) as i64)
-                .collect(),
-        ),
-        _ => None,
-    }
+    g[id].data.konst.as_ref().and_then(literal_ints)
 }
 
 /// `com.microsoft::GroupQueryAttention(q, k, v, past k/v, seqlens_k, total, cos, sin)` with the
@@ -585,14 +539,7 @@ fn concat_inits(g: &mut OnnxGraph, parts: [Id; 3], axis: i64) -> Option<Id> {
     if parts.iter().any(|&p| init_name(g, p).is_none()) {
         return None;
     }
-    let axis = g.add(Onnx::Attr(AttrValue::Int(axis)));
-    Some(g.add(Onnx::op(
-        "Concat",
-        &["axis"],
-        3,
-        1,
-        vec![parts[0], parts[1], parts[2], axis],
-    )))
+    Some(Emit::new(g).concat(&parts, axis))
 }
 
 /// The GroupQueryAttention e-node of class `id` (children: 9 inputs, then its attributes).
@@ -618,7 +565,7 @@ fn pack_qkv(g: &mut OnnxGraph, matched: Id, s: &Subst, _rule: &str) -> Option<Id
     let gqa = gqa_node(g, matched)?;
     let h = s[var("?h")];
     let weights = concat_inits(g, [s[var("?wq")], s[var("?wk")], s[var("?wv")]], 1)?;
-    let packed = g.add(Onnx::op("MatMul", &[], 2, 1, vec![h, weights]));
+    let packed = Emit::new(g).bin("MatMul", h, weights);
     Some(packed_gqa(g, &gqa, packed))
 }
 
@@ -628,8 +575,9 @@ fn pack_qkv_with_bias(g: &mut OnnxGraph, matched: Id, s: &Subst, _rule: &str) ->
     let h = s[var("?h")];
     let weights = concat_inits(g, [s[var("?wq")], s[var("?wk")], s[var("?wv")]], 1)?;
     let biases = concat_inits(g, [s[var("?bq")], s[var("?bk")], s[var("?bv")]], 0)?;
-    let product = g.add(Onnx::op("MatMul", &[], 2, 1, vec![h, weights]));
-    let packed = g.add(Onnx::op("Add", &[], 2, 1, vec![product, biases]));
+    let mut e = Emit::new(g);
+    let product = e.bin("MatMul", h, weights);
+    let packed = e.bin("Add", product, biases);
     Some(packed_gqa(g, &gqa, packed))
 }
 

@@ -5,6 +5,7 @@
 pub mod analysis;
 pub mod conditions;
 pub mod cost;
+mod emit;
 pub mod extract;
 pub mod fingerprint;
 pub mod fold;

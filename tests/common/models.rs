@@ -39,6 +39,23 @@ pub fn fixture_config(name: &str) -> ArchConfig {
     load_config(&fixture(name))
 }
 
+/// Every bundled decoder fixture (a folder of tests/fixtures with a reference.json), sorted.
+pub fn decoder_fixtures() -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(fixture(""))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|dir| dir.join("reference.json").is_file())
+        .filter(|dir| load_config(dir).role() == Role::Decoder)
+        .map(|dir| dir.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert!(
+        !names.is_empty(),
+        "no decoder fixtures under tests/fixtures"
+    );
+    names
+}
+
 /// Parses config.json text.
 pub fn parse_config(json: &str) -> mobius::Result<ArchConfig> {
     ArchConfig::parse(json.as_bytes(), Path::new("config.json"))

@@ -477,11 +477,6 @@ def _reduce():
     sm[1, 1:] = -np.inf
     add("Softmax", "neg_inf_entries", [sm], [("y", F32)])
 
-    r = rng_for("CumSum", "data")
-    mask = ints(r, 0, 2, 3, 7)
-    axis1 = init("axis", np.array(1, np.int64))
-    add("CumSum", "i64_mask_axis1", [inp("x", mask), axis1], [("y", I64)])
-    add("CumSum", "f32_axis0_i32", [inp("x", randn(r, 4, 3)), init("axis", np.array([0], np.int32))], [("y", F32)])
 
 
 # --------------------------------------------------------------------------- scans
@@ -500,6 +495,8 @@ def _scan():
     cumsum("i64_ones_1d", np.ones(7, np.int64), 0, I64, axis_1d=True)
     cumsum("i64_axis_input", ints(r, -9, 9, 2, 6), 1, I64, axis_input=True)
     cumsum("i32_exclusive", ints(r, -9, 9, 4, 3, dtype=np.int32), 0, I32, exclusive=1)
+    cumsum("i64_mask_axis1", ints(r, 0, 2, 3, 7), 1, I64)
+    add("CumSum", "f32_axis0_i32", [inp("x", randn(r, 4, 3)), init("axis", np.array([0], np.int32))], [("y", F32)])
 
 
 # --------------------------------------------------------------------------- norms / gelu
