@@ -164,6 +164,16 @@ pub enum Error {
     /// The graph is inconsistent (a bug, or an invalid imported model).
     #[error("invalid graph: {0}")]
     Graph(String),
+    /// A bound on work ([`crate::limits`]) was exceeded; the message names the value, the limit
+    /// and how to raise it.
+    #[error("limit exceeded: {0}")]
+    Limit(String),
+    /// A path read from a file would leave the folder it must stay in ([`crate::paths`]).
+    #[error("unsafe path: {0}")]
+    UnsafePath(String),
+    /// The command line asks for something that cannot be done (exit code 2).
+    #[error("{0}")]
+    Usage(String),
 }
 
 /// The result type of the mobius library.

@@ -393,6 +393,14 @@ fn run_list(what: ListWhat) -> mobius::Result<()> {
     Ok(())
 }
 
+/// Exit code of a failed command: 2 for bad usage, 1 for bad input or a failed step.
+fn exit_code(e: &mobius::Error) -> ExitCode {
+    match e {
+        mobius::Error::Usage(_) => ExitCode::from(2),
+        _ => ExitCode::FAILURE,
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.verbose, cli.quiet);
@@ -416,7 +424,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");
-            ExitCode::FAILURE
+            exit_code(&e)
         }
     }
 }

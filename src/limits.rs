@@ -1,0 +1,107 @@
+//! Bounds on work, in one place.
+//!
+//! Every size that input controls — a config's layer count, a tensor's element count in the
+//! reference interpreter, the memory one interpreter run may hold — is checked against a limit
+//! defined here, with an error that names what was too large, the limit, and how to raise it
+//! (where it can be raised). The optimizer's e-graph bounds are [`crate::opt::Limits`].
+
+use crate::{Error, Result};
+
+/// Largest config sizes mobius accepts. Generous enough for every published model (the largest
+/// today: 126 layers, 128 heads, 16,384 hidden, 262,144 vocabulary, 10M positions), small enough
+/// that a hostile config.json cannot make a build run for minutes or exhaust memory.
+pub mod config {
+    /// `num_hidden_layers`.
+    pub const MAX_LAYERS: usize = 2048;
+    /// `num_attention_heads` and `num_key_value_heads`.
+    pub const MAX_HEADS: usize = 4096;
+    /// `hidden_size`, `intermediate_size`, `head_dim`.
+    pub const MAX_WIDTH: usize = 1 << 20;
+    /// `vocab_size`.
+    pub const MAX_VOCAB: usize = 1 << 24;
+    /// `max_position_embeddings` (and any other position count).
+    pub const MAX_POSITIONS: usize = 1 << 26;
+}
+
+/// Budgets of one reference-interpreter run (`mobius run`, `mobius verify`, `--verify-rewrites`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InterpLimits {
+    /// Largest element count of any one tensor (input, initializer or computed value).
+    pub max_tensor_elements: u64,
+    /// Largest number of bytes all live values of one run may hold together.
+    pub max_run_bytes: u64,
+}
+
+impl Default for InterpLimits {
+    fn default() -> InterpLimits {
+        InterpLimits {
+            max_tensor_elements: 1 << 28,
+            max_run_bytes: 8 << 30,
+        }
+    }
+}
+
+/// The command-line flag that raises [`InterpLimits::max_tensor_elements`].
+pub const TENSOR_ELEMENTS_FLAG: &str = "--max-tensor-elements";
+/// The command-line flag that raises [`InterpLimits::max_run_bytes`] (in MiB).
+pub const RUN_MEMORY_FLAG: &str = "--max-memory-mib";
+
+impl InterpLimits {
+    /// The element count of `shape`, or an error naming `what` when it overflows or exceeds
+    /// [`InterpLimits::max_tensor_elements`]. Call it before allocating a tensor of that shape.
+    pub fn elements(&self, what: &str, shape: &[usize]) -> Result<usize> {
+        let n = shape
+            .iter()
+            .try_fold(1u64, |acc, &d| acc.checked_mul(d as u64));
+        match n {
+            Some(n) if n <= self.max_tensor_elements => Ok(n as usize),
+            _ => Err(Error::Limit(format!(
+                "{what}: shape {shape:?} has {} elements, more than the limit of {} per tensor \
+                 (raise it with {TENSOR_ELEMENTS_FLAG})",
+                n.map_or_else(|| "over 2^64".to_string(), |n| n.to_string()),
+                self.max_tensor_elements
+            ))),
+        }
+    }
+
+    /// Checks that `bytes` held together stay within [`InterpLimits::max_run_bytes`]; `what`
+    /// names the value whose arrival crossed the limit.
+    pub fn run_bytes(&self, what: &str, bytes: u64) -> Result<()> {
+        if bytes <= self.max_run_bytes {
+            Ok(())
+        } else {
+            Err(Error::Limit(format!(
+                "{what}: the run would hold {} MiB of values, more than the limit of {} MiB \
+                 (raise it with {RUN_MEMORY_FLAG})",
+                bytes >> 20,
+                self.max_run_bytes >> 20
+            )))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn element_counts_are_checked_without_overflow() {
+        let l = InterpLimits {
+            max_tensor_elements: 100,
+            max_run_bytes: 1000,
+        };
+        assert_eq!(l.elements("x", &[10, 10]).unwrap(), 100);
+        let e = l.elements("x", &[10, 11]).unwrap_err().to_string();
+        assert!(
+            e.contains("x: shape [10, 11] has 110 elements") && e.contains(TENSOR_ELEMENTS_FLAG)
+        );
+        let e = l.elements("y", &[usize::MAX, 4]).unwrap_err().to_string();
+        assert!(e.contains("over 2^64"), "{e}");
+        assert!(l.run_bytes("z", 1000).is_ok());
+        assert!(l
+            .run_bytes("z", 1001)
+            .unwrap_err()
+            .to_string()
+            .contains(RUN_MEMORY_FLAG));
+    }
+}

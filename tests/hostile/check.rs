@@ -1,0 +1,55 @@
+//! Assertions shared by the hostile-input cases.
+#![allow(dead_code)]
+
+use std::path::Path;
+
+use assert_cmd::Command;
+
+/// What a failed command printed.
+pub struct Failure {
+    /// Its standard error.
+    pub stderr: String,
+    /// Its exit code.
+    pub code: i32,
+}
+
+/// Runs `cmd`, expecting exit code `code` and exactly one `error:` line on stderr that contains
+/// every needle. No panic message, no abort.
+pub fn fails_with(mut cmd: Command, code: i32, needles: &[&str]) -> Failure {
+    let out = cmd.output().expect("mobius runs");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "exit code (stderr: {stderr})"
+    );
+    assert!(!stderr.contains("panicked"), "panic: {stderr}");
+    assert_eq!(
+        stderr.matches("error:").count(),
+        1,
+        "one error line: {stderr}"
+    );
+    for n in needles {
+        assert!(stderr.contains(n), "stderr lacks `{n}`: {stderr}");
+    }
+    Failure { stderr, code }
+}
+
+/// The names in folder `dir` (empty when it does not exist).
+pub fn listing(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+/// Asserts that `dir` holds exactly `expected` (sorted names): nothing was written there, no
+/// staging folder is left.
+pub fn unchanged(dir: &Path, expected: &[String]) {
+    assert_eq!(listing(dir), expected, "{} changed", dir.display());
+}
