@@ -57,6 +57,7 @@ fn try_eval(
     let call = OpCall {
         node: &node,
         inputs: inputs.iter().map(Option::as_ref).collect(),
+        limits: &mobius::limits::InterpLimits::default(),
     };
     eval_node(&call)
 }

@@ -33,6 +33,8 @@ fn try_eval(
     let call = OpCall {
         node: &node,
         inputs: inputs.to_vec(),
+
+        limits: &mobius::limits::InterpLimits::default(),
     };
     eval_node(&call).map(|mut outputs| outputs.remove(0))
 }

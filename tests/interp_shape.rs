@@ -70,6 +70,8 @@ fn eval(
     let call = OpCall {
         node: &node,
         inputs: inputs.iter().map(Option::as_ref).collect(),
+
+        limits: &mobius::limits::InterpLimits::default(),
     };
     eval_node(&call)
 }

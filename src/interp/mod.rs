@@ -16,8 +16,9 @@ pub mod tensor;
 use std::collections::BTreeMap;
 
 use crate::ir::{Attr, Node};
+use crate::limits::InterpLimits;
 use crate::{Error, Result};
-pub use run::run_graph;
+pub use run::{run_graph, run_graph_with};
 pub use tensor::{Tensor, Values};
 
 /// What an op family's evaluator receives: the node's attributes and its inputs (`None` for
@@ -28,6 +29,9 @@ pub struct OpCall<'a> {
     pub node: &'a Node,
     /// Its inputs, positionally.
     pub inputs: Vec<Option<&'a Tensor>>,
+    /// The run's budgets: an op checks every output shape it computes with [`OpCall::alloc`]
+    /// before allocating it.
+    pub limits: &'a InterpLimits,
 }
 
 impl<'a> OpCall<'a> {
@@ -81,6 +85,15 @@ impl<'a> OpCall<'a> {
             Some(Attr::String(v)) => Some(v),
             _ => None,
         }
+    }
+
+    /// The element count of an output of shape `shape`, checked against the per-tensor budget
+    /// (the error names this node). Call it before allocating the output.
+    pub fn alloc(&self, shape: &[usize]) -> Result<usize> {
+        self.limits.elements(
+            &format!("{} `{}` output", self.node.op_type, self.node.name),
+            shape,
+        )
     }
 
     /// An error about this node.

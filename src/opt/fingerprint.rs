@@ -11,6 +11,7 @@ use super::analysis::{Kind, OnnxGraph};
 use super::lang::{Onnx, OpNode};
 use crate::interp::{eval_node, OpCall, Tensor};
 use crate::ir::Node;
+use crate::limits::InterpLimits;
 
 /// The value of a class on the fingerprint input.
 #[derive(Debug, Clone, PartialEq)]
@@ -65,6 +66,7 @@ pub fn of_op(egraph: &OnnxGraph, op: &OpNode) -> Option<Fingerprint> {
     let call = OpCall {
         node: &node,
         inputs: inputs.iter().map(|t| t.as_deref()).collect(),
+        limits: &InterpLimits::default(),
     };
     let mut outs = eval_node(&call).ok()?;
     if op.outputs == 1 {
