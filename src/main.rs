@@ -10,14 +10,13 @@ use mobius::config::SUPPORTED_MODEL_TYPES;
 use mobius::ep::{
     ep_json, ep_registry, ep_table, get_ep, load_ep_file, register_ep, EpCapabilities,
 };
-use mobius::interp::npy::{read_npy, write_npy};
-use mobius::interp::run_graph;
 use mobius::ir::DType;
+use mobius::limits::InterpLimits;
 use mobius::opt::Limits;
 use mobius::optimize_file::{optimize_file, OptimizeFileOptions};
+use mobius::run_file::{parse_input_spec, run_file, RunOptions};
 use mobius::source::{HubSettings, ModelSource};
-use mobius::verify::{verify, VerifyOptions};
-use mobius::weights::eval::Evaluator;
+use mobius::verify::{check_tolerance, verify, VerifyOptions};
 use mobius::{build, BuildOptions, ModelPackage, SaveOptions};
 use tracing_subscriber::EnvFilter;
 
@@ -65,50 +64,99 @@ struct VerifyArgs {
     /// names with "past" → 3, "seq" → 7, anything else → 1).
     #[arg(long, value_name = "NAME=N,...", value_parser = parse_dims)]
     dims: Option<BTreeMap<String, usize>>,
-    /// Number of random input sets.
-    #[arg(long, default_value_t = 3)]
-    samples: usize,
+    /// Number of random input sets (at least 1).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
+    samples: u32,
     /// Random seed.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Random left-padded attention masks instead of all ones.
+    /// Random padded attention masks instead of all ones (left padding; right padding when
+    /// either model runs GroupQueryAttention).
     #[arg(long)]
     random_mask: bool,
     /// Absolute tolerance (default by output dtype: f32 1e-4, f16 2e-2, bf16 1e-1).
-    #[arg(long)]
+    #[arg(long, value_parser = parse_tolerance)]
     atol: Option<f64>,
-    /// Relative tolerance, times the reference output's largest magnitude (default by dtype:
-    /// f32 1e-5, f16 1e-2, bf16 5e-2).
-    #[arg(long)]
+    /// Relative tolerance, times the reference output's largest finite magnitude (default by
+    /// dtype: f32 1e-5, f16 1e-2, bf16 5e-2).
+    #[arg(long, value_parser = parse_tolerance)]
     rtol: Option<f64>,
+    #[command(flatten)]
+    limits: InterpLimitArgs,
+}
+
+/// Budgets of the reference interpreter, shared by `verify` and `run`.
+#[derive(Args)]
+struct InterpLimitArgs {
+    /// Largest element count of any one tensor (input, weight or computed value).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    max_tensor_elements: Option<u64>,
+    /// Largest memory, in MiB, the values of one run may hold together.
+    #[arg(long, value_name = "MIB", value_parser = clap::value_parser!(u64).range(1..=(1 << 40)))]
+    max_memory_mib: Option<u64>,
+}
+
+impl InterpLimitArgs {
+    fn limits(&self) -> InterpLimits {
+        let defaults = InterpLimits::default();
+        InterpLimits {
+            max_tensor_elements: self
+                .max_tensor_elements
+                .unwrap_or(defaults.max_tensor_elements),
+            max_run_bytes: self
+                .max_memory_mib
+                .map_or(defaults.max_run_bytes, |m| m << 20),
+        }
+    }
+}
+
+fn parse_tolerance(text: &str) -> Result<f64, String> {
+    let v: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{text}` is not a number"))?;
+    check_tolerance("the tolerance", v)
+        .map_err(|_| format!("`{text}`: a tolerance must be a finite number ≥ 0"))
 }
 
 fn parse_dims(text: &str) -> Result<BTreeMap<String, usize>, String> {
-    text.split(',')
-        .filter(|p| !p.trim().is_empty())
-        .map(|pair| {
-            let (k, v) = pair
-                .split_once('=')
-                .ok_or_else(|| format!("`{pair}`: expected NAME=N"))?;
-            let n = v
-                .trim()
-                .parse::<usize>()
-                .map_err(|_| format!("`{pair}`: `{v}` is not a size"))?;
-            Ok((k.trim().to_string(), n))
-        })
-        .collect()
+    let mut dims = BTreeMap::new();
+    for pair in text.split(',') {
+        let (k, v) = pair
+            .split_once('=')
+            .ok_or_else(|| format!("`{pair}`: expected NAME=N"))?;
+        let name = k.trim();
+        if name.is_empty() {
+            return Err(format!("`{pair}`: the dim name is empty"));
+        }
+        let n = v
+            .trim()
+            .parse::<usize>()
+            .map_err(|_| format!("`{pair}`: `{v}` is not a size (a whole number ≥ 0)"))?;
+        if dims.insert(name.to_string(), n).is_some() {
+            return Err(format!("`{name}` is given twice"));
+        }
+    }
+    Ok(dims)
+}
+
+fn parse_input(text: &str) -> Result<(String, PathBuf), String> {
+    parse_input_spec(text).map_err(|e| e.to_string())
 }
 
 #[derive(Args)]
 struct RunArgs {
     /// The model (external data is read next to it).
     model: PathBuf,
-    /// An input as NAME=FILE.npy (repeatable; every graph input is needed).
-    #[arg(long = "input", value_name = "NAME=FILE")]
-    inputs: Vec<String>,
-    /// Folder for the outputs, one OUTPUT_NAME.npy each (created if missing).
+    /// An input as NAME=FILE.npy (repeatable; every graph input is needed, each once).
+    #[arg(long = "input", value_name = "NAME=FILE", value_parser = parse_input)]
+    inputs: Vec<(String, PathBuf)>,
+    /// Folder for the outputs, one OUTPUT_NAME.npy each (created if missing). Existing files
+    /// of the same names are replaced once every output is written.
     #[arg(long, value_name = "DIR")]
     output_dir: PathBuf,
+    #[command(flatten)]
+    limits: InterpLimitArgs,
 }
 
 #[derive(Subcommand)]
@@ -333,11 +381,12 @@ fn run_verify(args: VerifyArgs) -> mobius::Result<bool> {
         reference: args.reference,
         candidate: args.candidate,
         dims: args.dims.unwrap_or_default(),
-        samples: args.samples,
+        samples: args.samples as usize,
         seed: args.seed,
         random_mask: args.random_mask,
         atol: args.atol,
         rtol: args.rtol,
+        limits: args.limits.limits(),
     };
     let report = verify(&opts)?;
     print!("{report}");
@@ -345,22 +394,14 @@ fn run_verify(args: VerifyArgs) -> mobius::Result<bool> {
 }
 
 fn run_model(args: RunArgs) -> mobius::Result<()> {
-    let model = mobius::onnx::import::load(&args.model)?;
-    let mut inputs = std::collections::HashMap::new();
-    for spec in &args.inputs {
-        let (name, file) = spec.split_once('=').ok_or_else(|| {
-            mobius::Error::Source(format!("--input `{spec}`: expected NAME=FILE.npy"))
-        })?;
-        inputs.insert(name.to_string(), read_npy(std::path::Path::new(file))?);
-    }
-    let outputs = run_graph(&model.graph, &inputs, &mut Evaluator::new(None))?;
-    std::fs::create_dir_all(&args.output_dir)
-        .map_err(|e| mobius::Error::io(&args.output_dir, e))?;
-    for out in &model.graph.outputs {
-        write_npy(
-            &args.output_dir.join(format!("{}.npy", out.name)),
-            &outputs[&out.name],
-        )?;
+    let report = run_file(&RunOptions {
+        model: args.model,
+        inputs: args.inputs,
+        output_dir: args.output_dir,
+        limits: args.limits.limits(),
+    })?;
+    for path in &report.written {
+        tracing::info!("wrote {}", path.display());
     }
     Ok(())
 }

@@ -1,0 +1,397 @@
+//! `mobius run MODEL --input NAME=FILE.npy … --output-dir DIR`: run a model file with the
+//! reference interpreter on `.npy` inputs and write one `.npy` per graph output.
+//!
+//! Everything is checked before anything is written: the output names (each must be one plain
+//! file name, no two the same file), the output folder (a folder or missing), the inputs (each
+//! graph input given once, by a known name, with the declared dtype and a shape that fits the
+//! declared one, named sizes consistent across inputs), the budgets. Outputs are then written
+//! as hidden temporary files inside the output folder and renamed into place only once all of
+//! them are written; a failure removes the temporaries (and the folder, when this run created
+//! it), so a failed run never leaves a partial set.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use crate::interp::npy::{read_npy, to_npy};
+use crate::interp::{run_graph_with, Tensor};
+use crate::ir::{Dim, Graph, ValueInfo};
+use crate::limits::InterpLimits;
+use crate::onnx::import;
+use crate::paths::file_component;
+use crate::verify::canonical_dim;
+use crate::weights::eval::Evaluator;
+use crate::{Error, Result};
+
+/// What to run and where to write.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// The model (external data is read next to it).
+    pub model: PathBuf,
+    /// `(graph input name, .npy file)` pairs.
+    pub inputs: Vec<(String, PathBuf)>,
+    /// The folder for the outputs (created when missing).
+    pub output_dir: PathBuf,
+    /// Budgets of the run (and of the input files).
+    pub limits: InterpLimits,
+}
+
+/// What a run wrote.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunReport {
+    /// The output files, in graph output order.
+    pub written: Vec<PathBuf>,
+}
+
+/// Parses a `NAME=FILE` input argument (the command line's value parser).
+pub fn parse_input_spec(text: &str) -> Result<(String, PathBuf)> {
+    match text.split_once('=') {
+        Some((name, file)) if !name.is_empty() && !file.is_empty() => {
+            Ok((name.to_string(), PathBuf::from(file)))
+        }
+        _ => Err(Error::Usage(format!(
+            "`{text}`: expected NAME=FILE.npy (a graph input name and a file)"
+        ))),
+    }
+}
+
+/// The file name of each graph output, in output order: `NAME.npy`, where NAME must be one
+/// plain file name and no two names may give the same file (compared without case, as on
+/// case-insensitive file systems).
+pub fn output_files(graph: &Graph) -> Result<Vec<String>> {
+    let mut seen: HashMap<String, &str> = HashMap::new();
+    graph
+        .outputs
+        .iter()
+        .map(|o| {
+            let file = format!("{}.npy", file_component(&o.name, "graph output name")?);
+            if let Some(first) = seen.insert(file.to_lowercase(), &o.name) {
+                return Err(Error::UnsafePath(format!(
+                    "graph outputs `{first}` and `{}` would both be written as {file}",
+                    o.name
+                )));
+            }
+            Ok(file)
+        })
+        .collect()
+}
+
+/// Matches the `--input` pairs to the graph inputs: each given once, by a name the graph has,
+/// every graph input given. Returns the file of each graph input, in input order.
+fn match_inputs(graph: &Graph, given: &[(String, PathBuf)]) -> Result<Vec<PathBuf>> {
+    let names: Vec<&str> = graph.inputs.iter().map(|v| v.name.as_str()).collect();
+    let mut by_name: HashMap<&str, &PathBuf> = HashMap::new();
+    for (name, file) in given {
+        if !names.contains(&name.as_str()) {
+            return Err(Error::Usage(format!(
+                "--input `{name}`: the model has no input `{name}` (its inputs: {})",
+                names.join(", ")
+            )));
+        }
+        if by_name.insert(name, file).is_some() {
+            return Err(Error::Usage(format!("--input `{name}` is given twice")));
+        }
+    }
+    let missing: Vec<&str> = names
+        .iter()
+        .copied()
+        .filter(|n| !by_name.contains_key(n))
+        .collect();
+    if !missing.is_empty() {
+        return Err(Error::Usage(format!(
+            "missing --input for {} (the model takes: {})",
+            missing.join(", "),
+            names.join(", ")
+        )));
+    }
+    Ok(names.iter().map(|n| by_name[n].clone()).collect())
+}
+
+/// Named sizes seen so far: size and the input that fixed it.
+type Bound = BTreeMap<String, (usize, String)>;
+
+/// Checks `t` (read from `file`) against the declaration `v`; named sizes are recorded in
+/// `bound` and must agree across inputs. Sums (`a + b`) are checked by [`check_sums`].
+fn check_input(v: &ValueInfo, t: &Tensor, file: &Path, bound: &mut Bound) -> Result<()> {
+    let err = |why: String| Error::Onnx {
+        path: file.to_path_buf(),
+        message: format!("input `{}`: {why}", v.name),
+    };
+    if t.dtype != v.dtype {
+        return Err(err(format!(
+            "the model declares {}, the file holds {}",
+            v.dtype, t.dtype
+        )));
+    }
+    let shapes = format!(
+        "the model declares {}, the file holds {:?}",
+        v.shape, t.shape
+    );
+    if t.shape.len() != v.shape.0.len() {
+        return Err(err(shapes));
+    }
+    for (d, &size) in v.shape.0.iter().zip(&t.shape) {
+        match d {
+            Dim::Fixed(n) if usize::try_from(*n).ok() != Some(size) => return Err(err(shapes)),
+            Dim::Sym(s) if !s.trim().is_empty() && !s.contains(" + ") => {
+                let name = canonical_dim(s.trim()).to_string();
+                match bound.get(&name) {
+                    Some((n, from)) if *n != size => {
+                        return Err(err(format!(
+                            "{shapes}, but `{name}` is {n} (from input `{from}`)"
+                        )))
+                    }
+                    Some(_) => {}
+                    None => {
+                        bound.insert(name, (size, v.name.clone()));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Checks the sum dims (`past_seq_len + seq_len`) whose parts are all known.
+fn check_sums(
+    decls: &[ValueInfo],
+    tensors: &[Tensor],
+    files: &[PathBuf],
+    bound: &Bound,
+) -> Result<()> {
+    for ((v, t), file) in decls.iter().zip(tensors).zip(files) {
+        for (d, &size) in v.shape.0.iter().zip(&t.shape) {
+            let Dim::Sym(s) = d else { continue };
+            if !s.contains(" + ") {
+                continue;
+            }
+            let parts: Option<Vec<usize>> = s
+                .split(" + ")
+                .map(|p| bound.get(canonical_dim(p.trim())).map(|(n, _)| *n))
+                .collect();
+            if let Some(sum) = parts.map(|p| p.iter().fold(0usize, |a, b| a.saturating_add(*b))) {
+                if sum != size {
+                    return Err(Error::Onnx {
+                        path: file.clone(),
+                        message: format!(
+                            "input `{}`: the model declares {}, the file holds {:?}, but `{s}` \
+                             is {sum} from the other inputs",
+                            v.name, v.shape, t.shape
+                        ),
+                    });
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether `dir` can be the output folder: a folder, or missing.
+fn check_output_dir(dir: &Path) -> Result<()> {
+    match std::fs::metadata(dir) {
+        Ok(m) if !m.is_dir() => Err(Error::Output {
+            path: dir.to_path_buf(),
+            message: "exists and is not a folder".into(),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// The topmost missing folder of `dir` (the one `create_dir_all` creates first), if any.
+fn first_missing(dir: &Path) -> Option<PathBuf> {
+    dir.ancestors()
+        .take_while(|p| !p.as_os_str().is_empty() && !p.exists())
+        .last()
+        .map(Path::to_path_buf)
+}
+
+/// Writes `outputs` as `dir/files[i]`, all or nothing (see the module doc).
+fn write_outputs(dir: &Path, files: &[String], outputs: &[&Tensor]) -> Result<Vec<PathBuf>> {
+    let created = first_missing(dir);
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    let mut staged: Vec<PathBuf> = Vec::new();
+    let mut write_all = || -> Result<Vec<PathBuf>> {
+        for (file, t) in files.iter().zip(outputs) {
+            let tmp = dir.join(format!(".{file}.partial-{}", std::process::id()));
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&tmp)
+                .map_err(|e| Error::io(&tmp, e))?;
+            staged.push(tmp.clone());
+            f.write_all(&to_npy(t))
+                .and_then(|()| f.sync_all())
+                .map_err(|e| Error::io(&tmp, e))?;
+        }
+        let mut written = Vec::new();
+        for (tmp, file) in staged.iter().zip(files) {
+            let path = dir.join(file);
+            std::fs::rename(tmp, &path).map_err(|e| Error::io(&path, e))?;
+            written.push(path);
+        }
+        Ok(written)
+    };
+    let result = write_all();
+    if result.is_err() {
+        for tmp in &staged {
+            let _ = std::fs::remove_file(tmp);
+        }
+        if let Some(top) = created {
+            let _ = std::fs::remove_dir_all(top);
+        }
+    }
+    result
+}
+
+/// Runs the model of `opts` and writes its outputs.
+pub fn run_file(opts: &RunOptions) -> Result<RunReport> {
+    let model = import::load(&opts.model)?;
+    let graph = &model.graph;
+    let files = output_files(graph)?;
+    check_output_dir(&opts.output_dir)?;
+    let paths = match_inputs(graph, &opts.inputs)?;
+    let mut bound = Bound::new();
+    let mut tensors = Vec::new();
+    for (v, file) in graph.inputs.iter().zip(&paths) {
+        let t = read_npy(file, &opts.limits)?;
+        check_input(v, &t, file, &mut bound)?;
+        tensors.push(t);
+    }
+    check_sums(&graph.inputs, &tensors, &paths, &bound)?;
+    let inputs: HashMap<String, Tensor> = graph
+        .inputs
+        .iter()
+        .map(|v| v.name.clone())
+        .zip(tensors)
+        .collect();
+    let outputs = run_graph_with(graph, &inputs, &mut Evaluator::new(None), &opts.limits)?;
+    let ordered: Vec<&Tensor> = graph.outputs.iter().map(|o| &outputs[&o.name]).collect();
+    let written = write_outputs(&opts.output_dir, &files, &ordered)?;
+    Ok(RunReport { written })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::{DType, Shape};
+
+    fn decl(name: &str, dtype: DType, dims: Vec<Dim>) -> ValueInfo {
+        ValueInfo {
+            name: name.into(),
+            dtype,
+            shape: Shape(dims),
+        }
+    }
+
+    fn graph_with_outputs(names: &[&str]) -> Graph {
+        Graph {
+            outputs: names.iter().map(|n| decl(n, DType::F32, vec![])).collect(),
+            ..Graph::default()
+        }
+    }
+
+    #[test]
+    fn input_specs() {
+        assert_eq!(
+            parse_input_spec("x=a=b.npy").unwrap(),
+            ("x".to_string(), PathBuf::from("a=b.npy"))
+        );
+        for bad in ["x", "=x.npy", "x=", ""] {
+            assert!(
+                matches!(parse_input_spec(bad), Err(Error::Usage(_))),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn output_names_must_be_plain_distinct_file_names() {
+        assert_eq!(
+            output_files(&graph_with_outputs(&["logits", "present.0.key"])).unwrap(),
+            vec!["logits.npy", "present.0.key.npy"]
+        );
+        for bad in [
+            &["../escaped"][..],
+            &["/abs/path"],
+            &["."],
+            &[".."],
+            &[""],
+            &["a\0b"],
+        ] {
+            let e = output_files(&graph_with_outputs(bad)).unwrap_err();
+            assert!(matches!(e, Error::UnsafePath(_)), "{bad:?}: {e}");
+        }
+        let e = output_files(&graph_with_outputs(&["Y", "y"])).unwrap_err();
+        assert!(e.to_string().contains("`Y` and `y`"), "{e}");
+    }
+
+    #[test]
+    fn inputs_are_matched_by_name_once_each() {
+        let g = Graph {
+            inputs: vec![decl("a", DType::F32, vec![]), decl("b", DType::F32, vec![])],
+            ..Graph::default()
+        };
+        let spec = |pairs: &[(&str, &str)]| -> Vec<(String, PathBuf)> {
+            pairs
+                .iter()
+                .map(|(n, f)| (n.to_string(), PathBuf::from(f)))
+                .collect()
+        };
+        assert_eq!(
+            match_inputs(&g, &spec(&[("b", "b.npy"), ("a", "a.npy")])).unwrap(),
+            vec![PathBuf::from("a.npy"), PathBuf::from("b.npy")]
+        );
+        for (pairs, needle) in [
+            (spec(&[("a", "1"), ("a", "2"), ("b", "3")]), "given twice"),
+            (spec(&[("a", "1"), ("c", "2")]), "no input `c`"),
+            (spec(&[("a", "1")]), "missing --input for b"),
+        ] {
+            let e = match_inputs(&g, &pairs).unwrap_err();
+            assert!(
+                matches!(e, Error::Usage(_)) && e.to_string().contains(needle),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn input_shapes_fit_the_declaration_and_each_other() {
+        let v = decl("x", DType::F32, vec![Dim::sym("batch"), Dim::Fixed(3)]);
+        let w = decl("w", DType::F32, vec![Dim::sym("batch")]);
+        let t = |shape: Vec<usize>| {
+            let n = shape.iter().product();
+            Tensor::float(DType::F32, shape, vec![0.0; n])
+        };
+        let f = Path::new("x.npy");
+        let mut bound = Bound::new();
+        check_input(&v, &t(vec![2, 3]), f, &mut bound).unwrap();
+        let e = check_input(&w, &t(vec![5]), f, &mut bound)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`batch` is 2 (from input `x`)"), "{e}");
+        for shape in [vec![7, 1, 5], vec![2, 4], vec![2]] {
+            let e = check_input(&v, &t(shape), f, &mut Bound::new())
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("input `x`") && e.contains("[batch, 3]"), "{e}");
+        }
+        let ints = Tensor::int(DType::I64, vec![2, 3], vec![0; 6]);
+        let e = check_input(&v, &ints, f, &mut Bound::new())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("declares f32, the file holds i64"), "{e}");
+        // Sums are checked once their parts are known.
+        let m = decl("m", DType::F32, vec![Dim::sym("past_seq_len + seq_len")]);
+        let bound = Bound::from([
+            ("past_sequence_len".to_string(), (3, "p".to_string())),
+            ("sequence_len".to_string(), (4, "q".to_string())),
+        ]);
+        let files = [PathBuf::from("m.npy")];
+        assert!(check_sums(&[m.clone()], &[t(vec![7])], &files, &bound).is_ok());
+        let e = check_sums(&[m], &[t(vec![6])], &files, &bound)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("is 7 from the other inputs"), "{e}");
+    }
+}

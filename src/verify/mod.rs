@@ -1,0 +1,280 @@
+//! `mobius verify A.onnx B.onnx`: run both models through the reference interpreter on the same
+//! random inputs and compare every output.
+//!
+//! [`contract`] decides which inputs the two models take (and derives the ones only one of them
+//! takes), [`inputs`] generates them within the run's budgets, [`compare`] compares outputs
+//! without letting NaN or infinity hide a difference.
+
+pub mod compare;
+pub mod contract;
+pub mod inputs;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+
+use crate::interp::{run_graph_with, Tensor};
+use crate::ir::Model;
+use crate::limits::InterpLimits;
+use crate::onnx::import;
+use crate::weights::eval::Evaluator;
+use crate::{Error, Result};
+
+pub use compare::{check_tolerance, default_tolerance, OutputDiff};
+pub use inputs::{canonical_dim, default_dim, random_inputs, Padding};
+
+/// What to compare and how.
+#[derive(Debug, Clone)]
+pub struct VerifyOptions {
+    /// The reference model.
+    pub reference: PathBuf,
+    /// The model checked against it.
+    pub candidate: PathBuf,
+    /// Sizes of symbolic dims (`batch`, `sequence_len`, …); unnamed ones use [`default_dim`].
+    pub dims: BTreeMap<String, usize>,
+    /// How many random input sets (at least 1).
+    pub samples: usize,
+    /// RNG seed.
+    pub seed: u64,
+    /// Random 0/1 attention masks (left padding; right padding when either model runs
+    /// GroupQueryAttention) instead of all ones.
+    pub random_mask: bool,
+    /// Absolute tolerance (`None`: by output dtype).
+    pub atol: Option<f64>,
+    /// Relative tolerance, times the reference's largest finite magnitude (`None`: by output
+    /// dtype).
+    pub rtol: Option<f64>,
+    /// Budgets of each interpreter run (and of the generated inputs).
+    pub limits: InterpLimits,
+}
+
+/// The verdict.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VerifyReport {
+    /// Per output, in the reference's output order.
+    pub outputs: Vec<OutputDiff>,
+    /// The dims used.
+    pub dims: BTreeMap<String, usize>,
+    /// Inputs only one model takes, and how their values were derived.
+    pub derived: Vec<String>,
+    /// How attention masks were padded.
+    pub padding: Padding,
+}
+
+impl VerifyReport {
+    /// Whether every output is within tolerance.
+    pub fn passed(&self) -> bool {
+        self.outputs.iter().all(|o| o.within)
+    }
+}
+
+impl std::fmt::Display for VerifyReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let dims: Vec<String> = self.dims.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        writeln!(f, "dims: {}", dims.join(", "))?;
+        let padding = match self.padding {
+            Padding::None => "none (all ones)",
+            Padding::Left => "random, on the left",
+            Padding::Right => {
+                "random, on the right (GroupQueryAttention); none where a past cache is fed"
+            }
+        };
+        writeln!(f, "mask padding: {padding}")?;
+        for d in &self.derived {
+            writeln!(f, "derived: {d}")?;
+        }
+        writeln!(
+            f,
+            "{:<32} {:>12} {:>12} {:>10} {:>10} {:>10}  verdict",
+            "output", "max abs", "max rel", "NaN≠", "atol", "rtol"
+        )?;
+        for o in &self.outputs {
+            writeln!(
+                f,
+                "{:<32} {:>12.3e} {:>12.3e} {:>10} {:>10.1e} {:>10.1e}  {}",
+                o.name,
+                o.max_abs,
+                o.max_rel,
+                o.nan_one_side,
+                o.atol,
+                o.rtol,
+                if o.within { "ok" } else { "DIFFERENT" }
+            )?;
+        }
+        for o in self.outputs.iter().filter(|o| o.nan_one_side > 0) {
+            writeln!(
+                f,
+                "{}: {} positions NaN on one side only",
+                o.name, o.nan_one_side
+            )?;
+        }
+        writeln!(
+            f,
+            "{}",
+            if self.passed() {
+                "equivalent within tolerance"
+            } else {
+                "NOT equivalent"
+            }
+        )
+    }
+}
+
+/// A small deterministic RNG (splitmix64).
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// Seeded generator.
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed ^ 0x9E37_79B9_7F4A_7C15)
+    }
+
+    /// Next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `[0, 1)`.
+    pub fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Uniform integer in `[0, n)`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        if n == 0 {
+            0
+        } else {
+            self.next_u64() % n
+        }
+    }
+}
+
+/// Checks the options a caller (or the command line) gave: tolerances finite and ≥ 0, at least
+/// one sample, every --dims name used by an input of either model.
+fn check_options(opts: &VerifyOptions, a: &Model, b: &Model) -> Result<()> {
+    for (flag, v) in [("--atol", opts.atol), ("--rtol", opts.rtol)] {
+        if let Some(v) = v {
+            check_tolerance(flag, v)?;
+        }
+    }
+    if opts.samples == 0 {
+        return Err(Error::Usage(
+            "--samples 0: at least one sample is needed".into(),
+        ));
+    }
+    let used = contract::dim_names(&[&a.graph, &b.graph]);
+    if let Some(unknown) = opts
+        .dims
+        .keys()
+        .find(|k| !used.iter().any(|u| u == canonical_dim(k)))
+    {
+        return Err(Error::Usage(format!(
+            "--dims names `{unknown}`, which no input of either model uses (they use: {})",
+            if used.is_empty() {
+                "no named sizes".to_string()
+            } else {
+                used.join(", ")
+            }
+        )));
+    }
+    Ok(())
+}
+
+/// The inputs of `model` among `all`.
+fn inputs_of(model: &Model, all: &HashMap<String, Tensor>) -> HashMap<String, Tensor> {
+    model
+        .graph
+        .inputs
+        .iter()
+        .filter_map(|v| all.get(&v.name).map(|t| (v.name.clone(), t.clone())))
+        .collect()
+}
+
+/// Compares two models on random inputs.
+pub fn verify(opts: &VerifyOptions) -> Result<VerifyReport> {
+    let a = import::load(&opts.reference)?;
+    let b = import::load(&opts.candidate)?;
+    check_options(opts, &a, &b)?;
+    if let Some(missing) = a
+        .graph
+        .outputs
+        .iter()
+        .find(|o| !b.graph.outputs.iter().any(|p| p.name == o.name))
+    {
+        return Err(Error::Graph(format!(
+            "{} has no output `{}` (the reference {} has)",
+            opts.candidate.display(),
+            missing.name,
+            opts.reference.display()
+        )));
+    }
+    let mut dims: BTreeMap<String, usize> = opts
+        .dims
+        .iter()
+        .map(|(k, v)| (canonical_dim(k).to_string(), *v))
+        .collect();
+    let plan = contract::reconcile(&a.graph, &b.graph, &mut dims)?;
+    let shapes = inputs::checked_shapes(&plan.decls, &mut dims, &opts.limits)?;
+    let padding = match (
+        opts.random_mask,
+        contract::has_gqa(&a.graph) || contract::has_gqa(&b.graph),
+    ) {
+        (false, _) => Padding::None,
+        (true, false) => Padding::Left,
+        (true, true) => Padding::Right,
+    };
+    let mut diffs: Vec<OutputDiff> = a
+        .graph
+        .outputs
+        .iter()
+        .map(|o| {
+            // The looser default of the two models' dtypes for this output.
+            let other = b.graph.outputs.iter().find(|p| p.name == o.name);
+            let (atol, rtol) = [Some(o), other]
+                .into_iter()
+                .flatten()
+                .map(|v| default_tolerance(v.dtype))
+                .fold((0f64, 0f64), |(x, y), (p, q)| (x.max(p), y.max(q)));
+            OutputDiff::new(
+                &o.name,
+                opts.atol.unwrap_or(atol),
+                opts.rtol.unwrap_or(rtol),
+            )
+        })
+        .collect();
+    let vocab =
+        |name: &str| inputs::vocab_of(&a.graph, name).or_else(|| inputs::vocab_of(&b.graph, name));
+    let mut rng = Rng::new(opts.seed);
+    let run = |m: &Model, all: &HashMap<String, Tensor>| {
+        run_graph_with(
+            &m.graph,
+            &inputs_of(m, all),
+            &mut Evaluator::new(None),
+            &opts.limits,
+        )
+    };
+    for _ in 0..opts.samples {
+        let all = inputs::fill_inputs(&plan.decls, &shapes, &vocab, &mut rng, padding);
+        let (ra, rb) = (run(&a, &all)?, run(&b, &all)?);
+        for d in &mut diffs {
+            let (x, y) = (&ra[&d.name], &rb[&d.name]);
+            if x.shape != y.shape {
+                return Err(Error::Graph(format!(
+                    "output `{}`: shapes {:?} and {:?} differ",
+                    d.name, x.shape, y.shape
+                )));
+            }
+            d.add(&x.as_f64(), &y.as_f64());
+        }
+    }
+    Ok(VerifyReport {
+        outputs: diffs,
+        dims,
+        derived: plan.derived,
+        padding,
+    })
+}
