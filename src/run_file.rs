@@ -187,14 +187,22 @@ fn check_sums(
     Ok(())
 }
 
-/// Whether `dir` can be the output folder: a folder, or missing.
-fn check_output_dir(dir: &Path) -> Result<()> {
+/// Whether `dir` can be the output folder: a folder (where no output file name is taken by
+/// a folder), or missing.
+fn check_output_dir(dir: &Path, files: &[String]) -> Result<()> {
     match std::fs::metadata(dir) {
         Ok(m) if !m.is_dir() => Err(Error::Output {
             path: dir.to_path_buf(),
             message: "exists and is not a folder".into(),
         }),
-        _ => Ok(()),
+        Ok(_) => match files.iter().map(|f| dir.join(f)).find(|p| p.is_dir()) {
+            Some(path) => Err(Error::Output {
+                path,
+                message: "is a folder, in the way of an output file".into(),
+            }),
+            None => Ok(()),
+        },
+        Err(_) => Ok(()),
     }
 }
 
@@ -249,7 +257,7 @@ pub fn run_file(opts: &RunOptions) -> Result<RunReport> {
     let model = import::load(&opts.model)?;
     let graph = &model.graph;
     let files = output_files(graph)?;
-    check_output_dir(&opts.output_dir)?;
+    check_output_dir(&opts.output_dir, &files)?;
     let paths = match_inputs(graph, &opts.inputs)?;
     let mut bound = Bound::new();
     let mut tensors = Vec::new();
@@ -356,6 +364,31 @@ mod tests {
     }
 
     #[test]
+    fn a_failed_write_leaves_no_partial_set() {
+        let t = tempfile::tempdir().unwrap();
+        let y = Tensor::float(DType::F32, vec![1], vec![1.0]);
+        let files = ["a.npy".to_string(), "b.npy".to_string()];
+        // The second output's temporary name is taken: its write fails after the first one's.
+        let blocker = format!(".b.npy.partial-{}", std::process::id());
+        let dir = t.path().join("out");
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::write(dir.join(&blocker), b"").unwrap();
+        assert!(write_outputs(&dir, &files, &[&y, &y]).is_err());
+        let left: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(left, vec![blocker.clone()]);
+        // A folder the run created (parents included) is removed again.
+        let fresh = t.path().join("new/deeper");
+        let unwritable = ["a.npy".to_string(), "b\0.npy".to_string()];
+        assert!(write_outputs(&fresh, &unwritable, &[&y, &y]).is_err());
+        assert!(!t.path().join("new").exists());
+        assert!(write_outputs(&fresh, &files, &[&y, &y]).is_ok());
+        assert!(fresh.join("a.npy").is_file() && fresh.join("b.npy").is_file());
+    }
+
+    #[test]
     fn input_shapes_fit_the_declaration_and_each_other() {
         let v = decl("x", DType::F32, vec![Dim::sym("batch"), Dim::Fixed(3)]);
         let w = decl("w", DType::F32, vec![Dim::sym("batch")]);
@@ -388,7 +421,7 @@ mod tests {
             ("sequence_len".to_string(), (4, "q".to_string())),
         ]);
         let files = [PathBuf::from("m.npy")];
-        assert!(check_sums(&[m.clone()], &[t(vec![7])], &files, &bound).is_ok());
+        assert!(check_sums(std::slice::from_ref(&m), &[t(vec![7])], &files, &bound).is_ok());
         let e = check_sums(&[m], &[t(vec![6])], &files, &bound)
             .unwrap_err()
             .to_string();

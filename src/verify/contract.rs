@@ -153,7 +153,7 @@ fn is_single(s: &str) -> bool {
 }
 
 /// Every size name the inputs of `graphs` use (canonical spelling).
-pub fn dim_names<'g>(graphs: &[&'g Graph]) -> Vec<String> {
+pub fn dim_names(graphs: &[&Graph]) -> Vec<String> {
     let mut names: Vec<String> = graphs
         .iter()
         .flat_map(|g| &g.inputs)

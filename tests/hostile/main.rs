@@ -7,3 +7,5 @@
 mod common;
 
 mod check;
+mod run;
+mod verify;
