@@ -354,11 +354,6 @@ pub fn read_npy(path: &Path, limits: &InterpLimits) -> Result<Tensor> {
     })
 }
 
-/// Writes a `.npy` file.
-pub fn write_npy(path: &Path, t: &Tensor) -> Result<()> {
-    std::fs::write(path, to_npy(t)).map_err(|e| Error::io(path, e))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -397,7 +392,7 @@ mod tests {
             assert_eq!(from_npy(&bytes, Path::new("t.npy"), &limits).unwrap(), t);
             let dir = tempfile::tempdir().unwrap();
             let path = dir.path().join("t.npy");
-            write_npy(&path, &t).unwrap();
+            std::fs::write(&path, to_npy(&t)).unwrap();
             assert_eq!(read_npy(&path, &limits).unwrap(), t);
         }
     }
