@@ -46,6 +46,9 @@ pub const TENSOR_ELEMENTS_FLAG: &str = "--max-tensor-elements";
 /// The command-line flag that raises [`InterpLimits::max_run_bytes`] (in MiB).
 pub const RUN_MEMORY_FLAG: &str = "--max-memory-mib";
 
+/// Bytes in a MiB, for messages.
+const MIB: f64 = (1u64 << 20) as f64;
+
 impl InterpLimits {
     /// The element count of `shape`, or an error naming `what` when it overflows or exceeds
     /// [`InterpLimits::max_tensor_elements`]. Call it before allocating a tensor of that shape.
@@ -71,10 +74,10 @@ impl InterpLimits {
             Ok(())
         } else {
             Err(Error::Limit(format!(
-                "{what}: the run would hold {} MiB of values, more than the limit of {} MiB \
+                "{what}: the run would hold {:.1} MiB of values, more than the limit of {:.1} MiB \
                  (raise it with {RUN_MEMORY_FLAG})",
-                bytes >> 20,
-                self.max_run_bytes >> 20
+                bytes as f64 / MIB,
+                self.max_run_bytes as f64 / MIB
             )))
         }
     }
