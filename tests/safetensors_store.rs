@@ -130,7 +130,11 @@ fn sharded_checkpoint_spans_all_shards() {
         .to_string()
         .as_bytes(),
     );
-    let store = TensorStore::open(&WeightFiles::Sharded { index }).unwrap();
+    let store = TensorStore::open(&WeightFiles::Sharded {
+        root: dir.path().to_path_buf(),
+        index,
+    })
+    .unwrap();
     assert_eq!(
         store.names().collect::<Vec<_>>(),
         ["layers.0.w", "layers.1.w"]
@@ -255,6 +259,7 @@ fn missing_shard_names_shard_and_index() {
     );
     let err = TensorStore::open(&WeightFiles::Sharded {
         index: index.clone(),
+        root: dir.path().to_path_buf(),
     })
     .unwrap_err();
     assert!(matches!(err, Error::Source(_)));
@@ -270,6 +275,7 @@ fn bad_shard_name_in_index() {
         let index = write_index(dir.path(), json!({"model.embed": shard}));
         let err = TensorStore::open(&WeightFiles::Sharded {
             index: index.clone(),
+            root: dir.path().to_path_buf(),
         })
         .unwrap_err();
         assert!(matches!(err, Error::Json { .. }));
@@ -296,6 +302,7 @@ fn index_entry_absent_from_its_shard() {
     );
     match TensorStore::open(&WeightFiles::Sharded {
         index: index.clone(),
+        root: dir.path().to_path_buf(),
     })
     .unwrap_err()
     {
@@ -319,7 +326,12 @@ fn index_that_is_not_json() {
         "model.safetensors.index.json",
         b"{\n\"weight_map\": {\"a\" \"b\"}}",
     );
-    match TensorStore::open(&WeightFiles::Sharded { index }).unwrap_err() {
+    match TensorStore::open(&WeightFiles::Sharded {
+        root: dir.path().to_path_buf(),
+        index,
+    })
+    .unwrap_err()
+    {
         Error::Json { line, column, .. } => assert!(line == 2 && column > 0, "{line}:{column}"),
         other => panic!("expected a JSON error, got {other}"),
     }
