@@ -388,3 +388,54 @@ fn parse_header_survives_corrupted_input() {
         "some mutations (e.g. of tensor bytes) keep the file valid"
     );
 }
+
+/// A header of U8 tensors at the given data offsets, followed by `data_len` bytes.
+fn u8_layout(tensors: &[(&str, usize, usize)], data_len: usize) -> Vec<u8> {
+    let mut header = serde_json::Map::new();
+    for (name, begin, end) in tensors {
+        header.insert(
+            name.to_string(),
+            json!({"dtype": "U8", "shape": [end - begin], "data_offsets": [begin, end]}),
+        );
+    }
+    with_header(
+        &serde_json::Value::Object(header).to_string(),
+        &vec![0; data_len],
+    )
+}
+
+#[test]
+fn byte_ranges_must_tile_the_data_section() {
+    let path = Path::new("m.safetensors");
+    // In any name order, back to back, zero-length tensors anywhere: accepted.
+    let ok = u8_layout(&[("b", 0, 2), ("a", 2, 5), ("empty", 2, 2)], 5);
+    let entries = parse_header(&ok, path).unwrap();
+    assert_eq!(
+        entries.iter().map(|e| e.name.as_str()).collect::<Vec<_>>(),
+        ["a", "b", "empty"]
+    );
+    for (tensors, data_len, needle) in [
+        (
+            &[("a", 0, 4), ("b", 2, 6)][..],
+            6,
+            "tensor `b`: data_offsets [2, 6] overlap those of tensor `a`",
+        ),
+        (
+            &[("a", 0, 2), ("b", 3, 5)],
+            5,
+            "leave a gap after tensor `a`",
+        ),
+        (&[("a", 1, 3)], 3, "gap at the start of the data section"),
+        (
+            &[("a", 0, 2)],
+            3,
+            "cover 2 bytes of the data section, but it has 3",
+        ),
+    ] {
+        let err = parse_header(&u8_layout(tensors, data_len), path)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(needle), "{err}");
+        assert!(err.contains("m.safetensors"), "{err}");
+    }
+}

@@ -857,3 +857,82 @@ fn stale_staging_folders_of_dead_processes_are_removed_live_ones_kept() {
     assert!(live.exists(), "a live process's staging folder was removed");
     assert!(t.path().join("out/model.onnx").is_file());
 }
+
+const COMMIT: &str = "0123456789abcdef0123456789abcdef01234567";
+
+/// A Hugging Face cache in `cache` holding repo `org/tiny` at `main`: the llama fixture's files
+/// as blobs, linked from the snapshot folder as the hub client stores them. Returns the
+/// snapshot folder.
+#[cfg(unix)]
+fn cached_repo(cache: &Path) -> PathBuf {
+    let repo = cache.join("models--org--tiny");
+    let snapshot = repo.join("snapshots").join(COMMIT);
+    std::fs::create_dir_all(&snapshot).unwrap();
+    std::fs::create_dir_all(repo.join("blobs")).unwrap();
+    std::fs::create_dir_all(repo.join("refs")).unwrap();
+    std::fs::write(repo.join("refs/main"), COMMIT).unwrap();
+    for (i, name) in listing(&fixture("llama")).iter().enumerate() {
+        let blob = repo.join("blobs").join(format!("blob{i}"));
+        std::fs::copy(fixture("llama").join(name), &blob).unwrap();
+        std::os::unix::fs::symlink(format!("../../blobs/blob{i}"), snapshot.join(name)).unwrap();
+    }
+    snapshot
+}
+
+/// `build --model org/tiny OUT` offline from `cache`.
+#[cfg(unix)]
+fn hub_build(cache: &Path, out: &Path) -> assert_cmd::Command {
+    let mut build = mobius();
+    build
+        .env("HF_HUB_CACHE", cache)
+        .env("HF_HUB_OFFLINE", "1")
+        .args(["build", "--model", "org/tiny"])
+        .arg(out);
+    build
+}
+
+#[cfg(unix)]
+#[test]
+fn hub_cache_links_into_blobs_are_followed_links_out_of_the_repo_are_not() {
+    let t = tempfile::tempdir().unwrap();
+    let cache = t.path().join("cache");
+    let snapshot = cached_repo(&cache);
+    hub_build(&cache, &t.path().join("out")).assert().success();
+    assert!(t.path().join("out/tokenizer.json").is_file());
+
+    std::fs::write(t.path().join("secret.json"), "{}").unwrap();
+    std::fs::remove_file(snapshot.join("tokenizer.json")).unwrap();
+    std::os::unix::fs::symlink(
+        t.path().join("secret.json"),
+        snapshot.join("tokenizer.json"),
+    )
+    .unwrap();
+    let around = listing(t.path());
+    fails_with(
+        hub_build(&cache, &t.path().join("out2")),
+        1,
+        &["tokenizer file", "tokenizer.json", "outside"],
+    );
+    unchanged(t.path(), &around);
+}
+
+#[cfg(unix)]
+#[test]
+fn build_into_the_hub_cache_folder_of_its_repo_is_refused() {
+    let t = tempfile::tempdir().unwrap();
+    let cache = t.path().join("cache");
+    cached_repo(&cache);
+    let repo = cache.join("models--org--tiny");
+    for (out, needle) in [
+        (repo.join("onnx"), "is inside the checkpoint folder"),
+        (cache.clone(), "contains the checkpoint folder"),
+    ] {
+        let files = listing(&repo);
+        let around = listing(&cache);
+        let mut build = hub_build(&cache, &out);
+        build.arg("--overwrite");
+        fails_with(build, 2, &["output folder", needle, "models--org--tiny"]);
+        unchanged(&repo, &files);
+        unchanged(&cache, &around);
+    }
+}
