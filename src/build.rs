@@ -10,7 +10,7 @@ use crate::models::{build_model, checkpoint_renaming};
 use crate::onnx::export::SaveReport;
 use crate::opt::fingerprint::leaf_values;
 use crate::opt::{optimize, Limits, OptimizeOptions, OptimizeReport};
-use crate::package::{check_target, write_package, StagedOutput};
+use crate::package::{check_apart, check_target, write_package, StagedOutput};
 use crate::source::{resolve, HubSettings, ModelSource};
 use crate::weights::eval::Evaluator;
 use crate::weights::store::TensorStore;
@@ -49,6 +49,7 @@ pub struct ModelPackage {
     /// What the optimizer did (print it for `--trace`).
     pub optimization: OptimizeReport,
     tokenizer_files: Vec<PathBuf>,
+    source_root: PathBuf,
     store: Option<TensorStore>,
 }
 
@@ -118,15 +119,19 @@ pub fn build(opts: &BuildOptions) -> Result<ModelPackage> {
         execution_provider: opts.execution_provider.clone(),
         optimization,
         tokenizer_files: files.tokenizer_files,
+        source_root: files.root,
         store,
     })
 }
 
 impl ModelPackage {
     /// Writes model.onnx, model.onnx.data, genai_config.json (decoders only) and the tokenizer
-    /// files into `opts.out`, atomically: on error nothing is left there.
+    /// files into `opts.out`, atomically: on error nothing is left there. An output folder that
+    /// is, contains or lies inside the checkpoint's folder (for a hub repo, its cache folder)
+    /// is refused.
     pub fn save(&self, opts: &SaveOptions) -> Result<SaveReport> {
         check_target(&opts.out, opts.overwrite)?;
+        check_apart(&opts.out, &self.source_root, "checkpoint folder")?;
         let staged = StagedOutput::create(&opts.out)?;
         let progress = progress_bar(opts.progress);
         let mut evaluator = Evaluator::new(self.store.as_ref());

@@ -445,6 +445,7 @@ fn exit_code(e: &mobius::Error) -> ExitCode {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.verbose, cli.quiet);
+    mobius::package::interrupt::install();
     let result = match cli.command {
         Command::Build(args) => run_build(args, cli.quiet),
         Command::Optimize(args) => run_optimize(args),

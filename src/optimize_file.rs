@@ -1,13 +1,13 @@
 //! `mobius optimize`: any existing `.onnx` model → the same model optimized for an EP.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::ep::EpCapabilities;
 use crate::ir::DType;
 use crate::onnx::{export, import};
 use crate::opt::fingerprint::leaf_values;
 use crate::opt::{optimize, Limits, OptimizeOptions, OptimizeReport, Role};
-use crate::package::{check_target, StagedOutput};
+use crate::package::{check_not_over, check_target, StagedOutput};
 use crate::weights::eval::Evaluator;
 use crate::{Error, Result};
 
@@ -32,10 +32,17 @@ pub struct OptimizeFileOptions {
     pub verify_rewrites: bool,
 }
 
-/// Optimizes `opts.input` into `opts.out`; on error nothing is left in `opts.out`.
+/// Optimizes `opts.input` into `opts.out`; on error nothing is left in `opts.out`. An output
+/// folder that is the model's folder or contains it is refused (replacing it would delete the
+/// model).
 pub fn optimize_file(opts: &OptimizeFileOptions) -> Result<OptimizeReport> {
     check_target(&opts.out, opts.overwrite)?;
     let model = import::load(&opts.input)?;
+    let model_dir = match opts.input.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    check_not_over(&opts.out, model_dir, "model folder")?;
     let dtype = match opts.dtype {
         Some(d) => d,
         None => model

@@ -58,6 +58,73 @@ pub fn resolve_inside(root: &Path, relative: &str, what: &str) -> Result<PathBuf
     Ok(real)
 }
 
+/// Checks that `file`, a path under `root` (`root` joined with a relative path), resolves,
+/// links followed, to a regular file inside `root`. `what` names the file for the error.
+pub fn check_file_inside(root: &Path, file: &Path, what: &str) -> Result<()> {
+    let relative = file
+        .strip_prefix(root)
+        .ok()
+        .and_then(Path::to_str)
+        .ok_or_else(|| {
+            Error::UnsafePath(format!(
+                "{what} {} is not inside {}",
+                file.display(),
+                root.display()
+            ))
+        })?;
+    let real = resolve_inside(root, relative, what)?;
+    if !real.is_file() {
+        return Err(Error::UnsafePath(format!(
+            "{what} {} is not a regular file",
+            file.display()
+        )));
+    }
+    Ok(())
+}
+
+/// The canonical form of `path`, which need not exist yet: its nearest existing ancestor is
+/// canonicalized (links resolved) and the missing components are appended (`.` dropped, `..`
+/// taking off the last one, as the OS will when they are created).
+pub fn canonical_target(path: &Path) -> Result<PathBuf> {
+    let absolute = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        std::env::current_dir()
+            .map_err(|e| Error::io(path, e))?
+            .join(path)
+    };
+    let mut existing = absolute.as_path();
+    let mut missing = Vec::new();
+    let base = loop {
+        match existing.canonicalize() {
+            Ok(real) => break real,
+            Err(e) => match existing.parent() {
+                Some(parent) => {
+                    missing.push(existing.components().next_back());
+                    existing = parent;
+                }
+                None => return Err(Error::io(existing, e)),
+            },
+        }
+    };
+    let mut out = base;
+    for component in missing.into_iter().rev().flatten() {
+        match component {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::Normal(name) => out.push(name),
+            Component::CurDir | Component::RootDir | Component::Prefix(_) => {}
+        }
+    }
+    Ok(out)
+}
+
+/// Whether one of the two canonical paths is the other or lies inside it.
+pub fn overlap(a: &Path, b: &Path) -> bool {
+    a.starts_with(b) || b.starts_with(a)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -88,5 +155,33 @@ mod tests {
             let e = resolve_inside(&root, "link.bin", "location").unwrap_err();
             assert!(e.to_string().contains("outside"), "{e}");
         }
+    }
+
+    #[test]
+    fn canonical_targets_of_missing_paths() {
+        let t = tempfile::tempdir().unwrap();
+        let real = t.path().canonicalize().unwrap();
+        std::fs::create_dir(real.join("a")).unwrap();
+        assert_eq!(canonical_target(&real.join("a")).unwrap(), real.join("a"));
+        assert_eq!(
+            canonical_target(&real.join("a/new/deeper")).unwrap(),
+            real.join("a/new/deeper")
+        );
+        assert_eq!(
+            canonical_target(&real.join("a/new/../other/./x")).unwrap(),
+            real.join("a/other/x")
+        );
+        #[cfg(unix)]
+        {
+            std::os::unix::fs::symlink(real.join("a"), real.join("link")).unwrap();
+            assert_eq!(
+                canonical_target(&real.join("link/new")).unwrap(),
+                real.join("a/new")
+            );
+        }
+        assert!(overlap(&real.join("a"), &real.join("a/b")));
+        assert!(overlap(&real.join("a/b"), &real.join("a")));
+        assert!(overlap(&real.join("a"), &real.join("a")));
+        assert!(!overlap(&real.join("a"), &real.join("ab")));
     }
 }

@@ -130,7 +130,11 @@ fn sharded_checkpoint_spans_all_shards() {
         .to_string()
         .as_bytes(),
     );
-    let store = TensorStore::open(&WeightFiles::Sharded { index }).unwrap();
+    let store = TensorStore::open(&WeightFiles::Sharded {
+        root: dir.path().to_path_buf(),
+        index,
+    })
+    .unwrap();
     assert_eq!(
         store.names().collect::<Vec<_>>(),
         ["layers.0.w", "layers.1.w"]
@@ -255,6 +259,7 @@ fn missing_shard_names_shard_and_index() {
     );
     let err = TensorStore::open(&WeightFiles::Sharded {
         index: index.clone(),
+        root: dir.path().to_path_buf(),
     })
     .unwrap_err();
     assert!(matches!(err, Error::Source(_)));
@@ -270,6 +275,7 @@ fn bad_shard_name_in_index() {
         let index = write_index(dir.path(), json!({"model.embed": shard}));
         let err = TensorStore::open(&WeightFiles::Sharded {
             index: index.clone(),
+            root: dir.path().to_path_buf(),
         })
         .unwrap_err();
         assert!(matches!(err, Error::Json { .. }));
@@ -296,6 +302,7 @@ fn index_entry_absent_from_its_shard() {
     );
     match TensorStore::open(&WeightFiles::Sharded {
         index: index.clone(),
+        root: dir.path().to_path_buf(),
     })
     .unwrap_err()
     {
@@ -319,7 +326,12 @@ fn index_that_is_not_json() {
         "model.safetensors.index.json",
         b"{\n\"weight_map\": {\"a\" \"b\"}}",
     );
-    match TensorStore::open(&WeightFiles::Sharded { index }).unwrap_err() {
+    match TensorStore::open(&WeightFiles::Sharded {
+        root: dir.path().to_path_buf(),
+        index,
+    })
+    .unwrap_err()
+    {
         Error::Json { line, column, .. } => assert!(line == 2 && column > 0, "{line}:{column}"),
         other => panic!("expected a JSON error, got {other}"),
     }
@@ -375,4 +387,55 @@ fn parse_header_survives_corrupted_input() {
         accepted > 0,
         "some mutations (e.g. of tensor bytes) keep the file valid"
     );
+}
+
+/// A header of U8 tensors at the given data offsets, followed by `data_len` bytes.
+fn u8_layout(tensors: &[(&str, usize, usize)], data_len: usize) -> Vec<u8> {
+    let mut header = serde_json::Map::new();
+    for (name, begin, end) in tensors {
+        header.insert(
+            name.to_string(),
+            json!({"dtype": "U8", "shape": [end - begin], "data_offsets": [begin, end]}),
+        );
+    }
+    with_header(
+        &serde_json::Value::Object(header).to_string(),
+        &vec![0; data_len],
+    )
+}
+
+#[test]
+fn byte_ranges_must_tile_the_data_section() {
+    let path = Path::new("m.safetensors");
+    // In any name order, back to back, zero-length tensors anywhere: accepted.
+    let ok = u8_layout(&[("b", 0, 2), ("a", 2, 5), ("empty", 2, 2)], 5);
+    let entries = parse_header(&ok, path).unwrap();
+    assert_eq!(
+        entries.iter().map(|e| e.name.as_str()).collect::<Vec<_>>(),
+        ["a", "b", "empty"]
+    );
+    for (tensors, data_len, needle) in [
+        (
+            &[("a", 0, 4), ("b", 2, 6)][..],
+            6,
+            "tensor `b`: data_offsets [2, 6] overlap those of tensor `a`",
+        ),
+        (
+            &[("a", 0, 2), ("b", 3, 5)],
+            5,
+            "leave a gap after tensor `a`",
+        ),
+        (&[("a", 1, 3)], 3, "gap at the start of the data section"),
+        (
+            &[("a", 0, 2)],
+            3,
+            "cover 2 bytes of the data section, but it has 3",
+        ),
+    ] {
+        let err = parse_header(&u8_layout(tensors, data_len), path)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(needle), "{err}");
+        assert!(err.contains("m.safetensors"), "{err}");
+    }
 }

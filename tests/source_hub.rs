@@ -303,7 +303,8 @@ fn sharded_download_fetches_the_index_and_every_shard() {
     assert_eq!(
         files.weights,
         Some(WeightFiles::Sharded {
-            index: index.clone()
+            index: index.clone(),
+            root: cache.path().join("models--org--big"),
         })
     );
     for shard in [
@@ -320,7 +321,7 @@ fn sharded_download_fetches_the_index_and_every_shard() {
         .requests()
         .iter()
         .any(|r| r.ends_with("/model.safetensors")));
-    let store = TensorStore::open(&WeightFiles::Sharded { index }).unwrap();
+    let store = TensorStore::open(files.weights.as_ref().unwrap()).unwrap();
     assert_eq!(store.names().collect::<Vec<_>>(), ["a", "b"]);
 }
 
@@ -559,7 +560,8 @@ mod local {
         populate(dir.path(), &[("model.safetensors", safetensors("w", &[1]))]);
         let files = local(dir.path(), true).unwrap();
         let index = dir.path().join("model.safetensors.index.json");
-        assert_eq!(files.weights, Some(WeightFiles::Sharded { index }));
+        let root = dir.path().to_path_buf();
+        assert_eq!(files.weights, Some(WeightFiles::Sharded { index, root }));
     }
 
     #[test]

@@ -6,14 +6,16 @@
 //! [`TensorSource::External`] references resolved when the model is saved again.
 
 use std::collections::BTreeMap;
-use std::path::{Component, Path};
+use std::path::{Path, PathBuf};
 
 use prost::Message;
 
+use super::names::check_single_assignment;
 use super::proto::{self, attribute_type as at};
 use crate::ir::{
     Attr, DType, Dim, Graph, Initializer, Model, Node, Shape, TensorData, TensorSource, ValueInfo,
 };
+use crate::paths::resolve_inside;
 use crate::{Error, Result};
 
 /// The model-local functions to expand: all but the contrib-op bodies mobius writes.
@@ -24,23 +26,40 @@ fn foreign_functions(functions: Vec<proto::FunctionProto>) -> Vec<proto::Functio
         .collect()
 }
 
-/// Reads `path` (and resolves external data relative to its folder).
+/// Reads `path` (and resolves external data relative to its folder). `path` itself may be a
+/// link (the user named it); external data must lie inside the folder of `path` as given.
 pub fn load(path: &Path) -> Result<Model> {
+    let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
+    if !meta.is_file() {
+        return Err(Error::Onnx {
+            path: path.to_path_buf(),
+            message: "is not a file; expected an .onnx model file".into(),
+        });
+    }
     let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
     decode(&bytes, path)
 }
 
-/// Decodes model bytes; `path` locates external data files and names errors. Never panics.
+/// Decodes model bytes; `path` locates external data files and names errors. Checks every
+/// external data reference (location inside the model's folder, byte range inside the file and
+/// of the tensor's size), inline data sizes and that value names are assigned once. Never
+/// panics.
 pub fn decode(bytes: &[u8], path: &Path) -> Result<Model> {
     let err = |message: String| Error::Onnx {
         path: path.to_path_buf(),
         message,
     };
+    if bytes.is_empty() {
+        return Err(err("the file is empty; expected an ONNX model".into()));
+    }
     let m = proto::ModelProto::decode(bytes).map_err(|e| err(format!("not an ONNX model: {e}")))?;
     let g = m
         .graph
         .ok_or_else(|| err("the model has no graph".into()))?;
-    let dir = path.parent().unwrap_or(Path::new("."));
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
     let ctx = Ctx { path, dir };
     let graph = Graph {
         name: g.name,
@@ -70,6 +89,7 @@ pub fn decode(bytes: &[u8], path: &Path) -> Result<Model> {
             .map(|t| ctx.initializer(t))
             .collect::<Result<_>>()?,
     };
+    check_single_assignment(&graph).map_err(err)?;
     Ok(Model {
         graph,
         opsets: m
@@ -81,6 +101,13 @@ pub fn decode(bytes: &[u8], path: &Path) -> Result<Model> {
         producer_name: m.producer_name,
         producer_version: m.producer_version,
     })
+}
+
+/// Where an initializer's bytes lie in its external data file.
+#[derive(Debug, Clone, Copy)]
+struct ExternalRange {
+    offset: u64,
+    length: u64,
 }
 
 struct Ctx<'a> {
@@ -217,8 +244,9 @@ impl Ctx<'_> {
             }
         };
         if Some(bytes.len()) != expected {
+            let needed = expected.map_or("more than fits in memory".to_string(), |n| n.to_string());
             return Err(self.err(format!(
-                "tensor `{}`: {} data bytes for shape {shape:?} of {dtype}",
+                "tensor `{}`: {} data bytes, but shape {shape:?} of {dtype} needs {needed}",
                 t.name,
                 bytes.len()
             )));
@@ -228,6 +256,59 @@ impl Ctx<'_> {
             shape,
             bytes,
         })
+    }
+
+    /// The external data file `location` of initializer `name`: a relative path that resolves,
+    /// links followed, to a regular file inside the model's folder.
+    fn external_file(&self, name: &str, location: &str) -> Result<PathBuf> {
+        let what = format!("initializer `{name}`: external data location");
+        let file = resolve_inside(self.dir, location, &what).map_err(|e| match e {
+            Error::Io { path, source } => self.err(format!(
+                "{what} `{}`: cannot open {}: {source}",
+                location.escape_debug(),
+                path.display()
+            )),
+            other => other,
+        })?;
+        if !file.is_file() {
+            return Err(self.err(format!(
+                "{what} `{}` is {}, not a file",
+                location.escape_debug(),
+                file.display()
+            )));
+        }
+        Ok(file)
+    }
+
+    /// Checks that `range` of `file` holds exactly the tensor's `bytes` and lies inside the
+    /// file. `shape` describes the tensor for the error.
+    fn check_range(
+        &self,
+        name: &str,
+        file: &Path,
+        range: ExternalRange,
+        bytes: u64,
+        shape: &str,
+    ) -> Result<()> {
+        let file_len = std::fs::metadata(file)
+            .map_err(|e| Error::io(file, e))?
+            .len();
+        let ExternalRange { offset, length } = range;
+        if length != bytes {
+            return Err(self.err(format!(
+                "initializer `{name}`: external data length {length} in {} does not match shape \
+                 {shape}, which needs {bytes} bytes",
+                file.display()
+            )));
+        }
+        match offset.checked_add(length) {
+            Some(end) if end <= file_len => Ok(()),
+            _ => Err(self.err(format!(
+                "initializer `{name}`: external data bytes {offset}..{offset}+{length} lie past \
+                 the end of {} ({file_len} bytes)",
+                file.display()
+            ))),
+        }
     }
 
     fn initializer(&self, t: &proto::TensorProto) -> Result<Initializer> {
@@ -246,22 +327,20 @@ impl Ctx<'_> {
                     t.name
                 ))
             })?;
-            let rel = Path::new(location);
-            if rel.is_absolute() || rel.components().any(|c| matches!(c, Component::ParentDir)) {
-                return Err(self.err(format!(
-                    "initializer `{}`: external data location `{location}` leaves the model folder",
-                    t.name
-                )));
-            }
             let number = |key: &str| -> Result<Option<u64>> {
                 entry(key)
                     .map(|v| {
                         v.parse::<u64>().map_err(|_| {
-                            self.err(format!("initializer `{}`: bad {key} `{v}`", t.name))
+                            self.err(format!(
+                                "initializer `{}`: external data {key} `{}` is not a byte count",
+                                t.name,
+                                v.escape_debug()
+                            ))
                         })
                     })
                     .transpose()
             };
+            let (offset, length) = (number("offset")?, number("length")?);
             let bytes = shape
                 .iter()
                 .try_fold(dtype.size(), |a, &d| a.checked_mul(d))
@@ -270,11 +349,23 @@ impl Ctx<'_> {
                         "initializer `{}`: shape {shape:?} overflows",
                         t.name
                     ))
-                })?;
+                })? as u64;
+            let file = self.external_file(&t.name, location)?;
+            let range = ExternalRange {
+                offset: offset.unwrap_or(0),
+                length: length.unwrap_or(bytes),
+            };
+            self.check_range(
+                &t.name,
+                &file,
+                range,
+                bytes,
+                &format!("{shape:?} of {dtype}"),
+            )?;
             TensorSource::External {
-                path: self.dir.join(rel),
-                offset: number("offset")?.unwrap_or(0),
-                length: number("length")?.unwrap_or(bytes as u64),
+                path: file,
+                offset: range.offset,
+                length: range.length,
                 dtype,
                 shape: shape.clone(),
             }

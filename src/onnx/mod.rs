@@ -5,4 +5,5 @@ pub mod contrib_functions;
 pub mod export;
 pub mod functions;
 pub mod import;
+pub mod names;
 pub mod proto;

@@ -3,6 +3,7 @@
 //! `genai_config.json`: onnxruntime-genai runs generative models only (spec §5.4).
 
 pub mod genai_config;
+pub mod interrupt;
 pub mod output;
 
 use std::path::{Path, PathBuf};
@@ -14,7 +15,7 @@ use crate::onnx::export::{self, SaveReport, MODEL_FILE};
 use crate::opt::Role;
 use crate::weights::eval::Evaluator;
 use crate::{Error, Result};
-pub use output::{check_target, StagedOutput};
+pub use output::{check_apart, check_not_over, check_target, StagedOutput};
 
 /// File name of the onnxruntime-genai configuration.
 pub const GENAI_CONFIG_FILE: &str = "genai_config.json";

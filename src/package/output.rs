@@ -1,11 +1,14 @@
 //! The output folder: built in a temporary sibling and renamed into place at the end, so a
-//! failed build leaves nothing behind.
+//! failed or interrupted build leaves nothing behind.
 
 use std::path::{Path, PathBuf};
 
+use super::interrupt::{remove_folder, remove_stale, staging, staging_name};
+use crate::paths::{canonical_target, overlap};
 use crate::{Error, Result};
 
-/// A temporary folder next to the final output; removed on drop unless committed.
+/// A temporary folder next to the final output; removed on drop unless committed, and by the
+/// interrupt handler ([`super::interrupt`]) on SIGINT/SIGTERM.
 #[derive(Debug)]
 pub struct StagedOutput {
     staging: PathBuf,
@@ -35,8 +38,68 @@ pub fn check_target(target: &Path, overwrite: bool) -> Result<()> {
     Ok(())
 }
 
+/// Refuses (as a usage error) an output folder that is the input folder `input`, contains it,
+/// or lies inside it: replacing the output would delete the input, or writing it would change
+/// the input. Paths are compared after links are resolved; the output need not exist yet.
+/// `what` names the input (`checkpoint folder`).
+pub fn check_apart(target: &Path, input: &Path, what: &str) -> Result<()> {
+    match relation(target, input)? {
+        Some(relation) => Err(overlap_error(target, input, what, relation)),
+        None => Ok(()),
+    }
+}
+
+/// Refuses (as a usage error) an output folder that is the input folder `input` or contains
+/// it: replacing the output would delete the input. An output inside `input` is allowed.
+/// `what` names the input (`model folder`).
+pub fn check_not_over(target: &Path, input: &Path, what: &str) -> Result<()> {
+    match relation(target, input)? {
+        Some(relation) if relation != Relation::Inside => {
+            Err(overlap_error(target, input, what, relation))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// How an output folder overlaps an input folder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Relation {
+    Same,
+    Contains,
+    Inside,
+}
+
+/// How `target` overlaps `input`, links resolved; `None` when they are apart.
+fn relation(target: &Path, input: &Path) -> Result<Option<Relation>> {
+    let out = canonical_target(target)?;
+    let input = input.canonicalize().map_err(|e| Error::io(input, e))?;
+    Ok(if !overlap(&out, &input) {
+        None
+    } else if out == input {
+        Some(Relation::Same)
+    } else if input.starts_with(&out) {
+        Some(Relation::Contains)
+    } else {
+        Some(Relation::Inside)
+    })
+}
+
+fn overlap_error(target: &Path, input: &Path, what: &str, relation: Relation) -> Error {
+    let relation = match relation {
+        Relation::Same => "is",
+        Relation::Contains => "contains",
+        Relation::Inside => "is inside",
+    };
+    Error::Usage(format!(
+        "output folder {} {relation} the {what} {}; choose an output folder apart from it",
+        target.display(),
+        input.display()
+    ))
+}
+
 impl StagedOutput {
-    /// Creates the staging folder `.<name>.mobius-tmp-<pid>` next to `target`.
+    /// Creates the staging folder `.<name>.mobius-tmp-<pid>` next to `target`, first removing
+    /// staging folders of the same target whose process no longer exists.
     pub fn create(target: &Path) -> Result<StagedOutput> {
         let name = target
             .file_name()
@@ -54,16 +117,19 @@ impl StagedOutput {
             path: target.to_path_buf(),
             message: format!("cannot create the parent folder: {e}"),
         })?;
-        let staging = parent.join(format!(".{name}.mobius-tmp-{}", std::process::id()));
-        if staging.exists() {
-            std::fs::remove_dir_all(&staging).map_err(|e| Error::io(&staging, e))?;
+        remove_stale(&parent, &name);
+        let staging_dir = parent.join(staging_name(&name, std::process::id()));
+        let mut registry = staging();
+        if staging_dir.exists() {
+            std::fs::remove_dir_all(&staging_dir).map_err(|e| Error::io(&staging_dir, e))?;
         }
-        std::fs::create_dir(&staging).map_err(|e| Error::Output {
+        std::fs::create_dir(&staging_dir).map_err(|e| Error::Output {
             path: target.to_path_buf(),
             message: format!("cannot write here: {e}"),
         })?;
+        registry.push(staging_dir.clone());
         Ok(StagedOutput {
-            staging,
+            staging: staging_dir,
             target: target.to_path_buf(),
             committed: false,
         })
@@ -76,10 +142,12 @@ impl StagedOutput {
 
     /// Replaces the target with the staged folder.
     pub fn commit(mut self) -> Result<()> {
+        let mut registry = staging();
         if self.target.exists() {
             std::fs::remove_dir_all(&self.target).map_err(|e| Error::io(&self.target, e))?;
         }
         std::fs::rename(&self.staging, &self.target).map_err(|e| Error::io(&self.target, e))?;
+        registry.retain(|d| d != &self.staging);
         self.committed = true;
         Ok(())
     }
@@ -88,7 +156,9 @@ impl StagedOutput {
 impl Drop for StagedOutput {
     fn drop(&mut self) {
         if !self.committed {
-            let _ = std::fs::remove_dir_all(&self.staging);
+            let mut registry = staging();
+            remove_folder(&self.staging);
+            registry.retain(|d| d != &self.staging);
         }
     }
 }

@@ -17,6 +17,7 @@ use super::{
     HubSettings, ModelFiles, WeightFiles, CONFIG_FILE, SHARD_INDEX_FILE, SINGLE_WEIGHTS_FILE,
     TOKENIZER_FILES,
 };
+use crate::paths::check_file_inside;
 use crate::weights::index::ShardIndex;
 use crate::{Error, Result};
 
@@ -49,6 +50,7 @@ pub(super) fn resolve(
     let mut tokenizer_files = Vec::new();
     for file in TOKENIZER_FILES {
         if let Some(path) = repo.fetch(&snapshot, file)? {
+            check_file_inside(repo.cache.root(), &path, "tokenizer file")?;
             tokenizer_files.push(path);
         }
     }
@@ -60,6 +62,7 @@ pub(super) fn resolve(
             "hub repo {id} (revision {revision}, commit {})",
             snapshot.commit
         ),
+        root: repo.cache.root().to_path_buf(),
     })
 }
 
@@ -134,7 +137,10 @@ impl HubRepo<'_> {
                 return Err(self.missing(snapshot, &what));
             }
         }
-        Ok(WeightFiles::Sharded { index })
+        Ok(WeightFiles::Sharded {
+            index,
+            root: self.cache.root().to_path_buf(),
+        })
     }
 
     /// `file` at `snapshot`: from the cache, else downloaded; `None` when the repo has no such

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use super::{
     ModelFiles, WeightFiles, CONFIG_FILE, SHARD_INDEX_FILE, SINGLE_WEIGHTS_FILE, TOKENIZER_FILES,
 };
+use crate::paths::check_file_inside;
 use crate::{Error, Result};
 
 /// Finds the files of the checkpoint in `dir`.
@@ -31,12 +32,16 @@ pub(super) fn resolve(dir: &Path, want_weights: bool) -> Result<ModelFiles> {
         .iter()
         .map(|name| dir.join(name))
         .filter(|path| path.is_file())
-        .collect();
+        .collect::<Vec<_>>();
+    for file in &tokenizer_files {
+        check_file_inside(dir, file, "tokenizer file")?;
+    }
     Ok(ModelFiles {
         config,
         weights,
         tokenizer_files,
         origin: format!("local folder {}", dir.display()),
+        root: dir.to_path_buf(),
     })
 }
 
@@ -44,7 +49,10 @@ pub(super) fn resolve(dir: &Path, want_weights: bool) -> Result<ModelFiles> {
 fn find_weights(dir: &Path) -> Result<WeightFiles> {
     let index = dir.join(SHARD_INDEX_FILE);
     if index.is_file() {
-        return Ok(WeightFiles::Sharded { index });
+        return Ok(WeightFiles::Sharded {
+            index,
+            root: dir.to_path_buf(),
+        });
     }
     let single = dir.join(SINGLE_WEIGHTS_FILE);
     if single.is_file() {

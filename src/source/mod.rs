@@ -59,6 +59,9 @@ pub enum WeightFiles {
     Sharded {
         /// The `model.safetensors.index.json` file.
         index: PathBuf,
+        /// The folder every shard must resolve inside, links followed: the checkpoint folder,
+        /// or for a hub repo its cache folder (snapshot files link into its `blobs`).
+        root: PathBuf,
     },
 }
 
@@ -73,6 +76,9 @@ pub struct ModelFiles {
     pub tokenizer_files: Vec<PathBuf>,
     /// Where the files came from, for people (`local folder X`, `hub repo org/name …`).
     pub origin: String,
+    /// The folder all these files resolve inside (the local checkpoint folder, or the hub
+    /// repo's cache folder); an output folder must stay apart from it.
+    pub root: PathBuf,
 }
 
 /// Finds (and for hub repos, downloads when not cached) the files of `source`.

@@ -14,6 +14,7 @@ use serde::Deserialize;
 
 use super::index::ShardIndex;
 use crate::ir::DType;
+use crate::paths::check_file_inside;
 use crate::source::WeightFiles;
 use crate::{Error, Result};
 
@@ -49,8 +50,10 @@ struct RawEntry {
 ///
 /// Checks the length prefix against the file size and the 100 MB limit, that the header is a
 /// UTF-8 JSON object, that every dtype is known, and that every tensor's byte range lies inside
-/// the data section and matches its shape. The `__metadata__` entry is skipped. Entries come
-/// sorted by name. Never panics, whatever the input.
+/// the data section and matches its shape, and that the byte ranges, in offset order, follow one
+/// another without gap or overlap and cover the data section exactly (as the `safetensors`
+/// package requires). The `__metadata__` entry is skipped. Entries come sorted by name. Never
+/// panics, whatever the input.
 pub fn parse_header(bytes: &[u8], path: &Path) -> Result<Vec<HeaderEntry>> {
     let fail = |message: String| Error::Safetensors {
         path: path.to_path_buf(),
@@ -88,8 +91,55 @@ pub fn parse_header(bytes: &[u8], path: &Path) -> Result<Vec<HeaderEntry>> {
         .filter(|(name, _)| name != METADATA_KEY)
         .map(|(name, value)| parse_entry(name, value, header_end, data_len).map_err(&fail))
         .collect::<std::result::Result<Vec<_>, _>>()?;
+    check_layout(&mut entries, header_end, bytes.len()).map_err(fail)?;
     entries.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(entries)
+}
+
+/// Checks that the entries' byte ranges, sorted by offset, tile `header_end..file_len` exactly:
+/// each starts where the previous one ends, the first at the data section's start, the last at
+/// the end of the file. Sorts `entries` by offset.
+fn check_layout(
+    entries: &mut [HeaderEntry],
+    header_end: usize,
+    file_len: usize,
+) -> std::result::Result<(), String> {
+    entries.sort_by_key(|e| (e.data.start, e.data.end));
+    let mut pos = header_end;
+    let mut previous: Option<&HeaderEntry> = None;
+    for entry in entries.iter() {
+        if entry.data.start != pos {
+            let (begin, end) = (entry.data.start - header_end, entry.data.end - header_end);
+            return Err(match previous {
+                Some(p) if entry.data.start < pos => format!(
+                    "tensor `{}`: data_offsets [{begin}, {end}] overlap those of tensor `{}`",
+                    entry.name, p.name
+                ),
+                Some(p) => format!(
+                    "tensor `{}`: data_offsets [{begin}, {end}] leave a gap after tensor `{}`, \
+                     which ends at {}",
+                    entry.name,
+                    p.name,
+                    pos - header_end
+                ),
+                None => format!(
+                    "tensor `{}`: data_offsets [{begin}, {end}] leave a gap at the start of the \
+                     data section (the first tensor must start at 0)",
+                    entry.name
+                ),
+            });
+        }
+        pos = entry.data.end;
+        previous = Some(entry);
+    }
+    if pos != file_len {
+        return Err(format!(
+            "the tensors cover {} bytes of the data section, but it has {} (trailing bytes)",
+            pos - header_end,
+            file_len - header_end
+        ));
+    }
+    Ok(())
 }
 
 /// Validates one header entry; the error is the message only.
@@ -246,7 +296,7 @@ impl TensorStore {
                     store.insert(entry);
                 }
             }
-            WeightFiles::Sharded { index } => store.add_shards(index)?,
+            WeightFiles::Sharded { index, root } => store.add_shards(index, root)?,
         }
         Ok(store)
     }
@@ -271,7 +321,8 @@ impl TensorStore {
     }
 
     /// Adds the shards of the index at `index_path` and the tensors its weight map assigns them.
-    fn add_shards(&mut self, index_path: &Path) -> Result<()> {
+    /// Every shard must resolve, links followed, to a file inside `root`.
+    fn add_shards(&mut self, index_path: &Path, root: &Path) -> Result<()> {
         let index = ShardIndex::load(index_path)?;
         let folder = index_path.parent().unwrap_or(Path::new("."));
         let mut by_shard: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
@@ -280,13 +331,15 @@ impl TensorStore {
         }
         for (shard, tensors) in by_shard {
             let path = folder.join(shard);
-            if !path.is_file() {
+            if !path.exists() {
                 return Err(Error::Source(format!(
                     "shard `{shard}` listed in {} is missing: expected the file {}",
                     index_path.display(),
                     path.display()
                 )));
             }
+            let what = format!("shard `{shard}` listed in {}", index_path.display());
+            check_file_inside(root, &path, &what)?;
             let mut entries: BTreeMap<String, HeaderEntry> = self
                 .add_file(&path)?
                 .into_iter()

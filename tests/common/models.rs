@@ -92,6 +92,7 @@ pub fn fixture_store(name: &str) -> TensorStore {
     let files = if dir.join("model.safetensors.index.json").exists() {
         WeightFiles::Sharded {
             index: dir.join("model.safetensors.index.json"),
+            root: dir.clone(),
         }
     } else {
         WeightFiles::Single(dir.join("model.safetensors"))

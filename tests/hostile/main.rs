@@ -7,5 +7,6 @@
 mod common;
 
 mod check;
+mod files;
 mod run;
 mod verify;
