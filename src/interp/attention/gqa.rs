@@ -179,7 +179,8 @@ pub fn group_query_attention(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
     let smooth = call.int("smooth_softmax", -1) == 1;
     let group = hq / hkv;
 
-    let mut present_k = vec![0f32; batch * hkv * present_len * dim];
+    call.alloc(&[batch, s_len, hq, dim])?;
+    let mut present_k = vec![0f32; call.alloc(&[batch, hkv, present_len, dim])?];
     let mut present_v = present_k.clone();
     let mut out = vec![0f32; batch * s_len * hq * dim];
     for (b, &seqlen) in seqlens.iter().enumerate() {

@@ -167,6 +167,8 @@ pub fn attention(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
         None => None,
     };
     let score_shape = [batch, hq, s_len, t_len];
+    call.alloc(&score_shape)?;
+    call.alloc(&[batch, hq, s_len, dv])?;
     let mask = match call.optional(3) {
         Some(m) => {
             if m.shape.len() > 4 || broadcast_shape(&[&m.shape, &score_shape])? != score_shape {
