@@ -90,10 +90,12 @@ fn float_to_int(x: f64, to: DType) -> i64 {
     }
 }
 
-/// The broadcast shape of `tensors` and, per tensor, the element each output element reads.
-fn broadcast(tensors: &[&Tensor]) -> Result<(Vec<usize>, Vec<Vec<usize>>)> {
+/// The broadcast shape of `tensors` (checked against the run's budget) and, per tensor, the
+/// element each output element reads.
+fn broadcast(call: &OpCall<'_>, tensors: &[&Tensor]) -> Result<(Vec<usize>, Vec<Vec<usize>>)> {
     let shapes: Vec<&[usize]> = tensors.iter().map(|t| t.shape.as_slice()).collect();
     let shape = broadcast_shape(&shapes)?;
+    call.alloc(&shape)?;
     let index = tensors
         .iter()
         .map(|t| broadcast_index(&t.shape, &shape))
@@ -137,7 +139,7 @@ enum Arith {
 /// error, as in onnxruntime.
 fn arith(call: &OpCall<'_>, op: Arith) -> Result<Vec<Tensor>> {
     let (a, b) = same_dtype_pair(call)?;
-    let (shape, index) = broadcast(&[a, b])?;
+    let (shape, index) = broadcast(call, &[a, b])?;
     let out = match (&a.values, &b.values) {
         (Values::Float(x), Values::Float(y)) => {
             let f: fn(f32, f32) -> f32 = match op {
@@ -170,7 +172,7 @@ fn arith(call: &OpCall<'_>, op: Arith) -> Result<Vec<Tensor>> {
 /// f64 (as `std::pow` promotes); integer results are truncated like a C++ cast.
 fn pow(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
     let (base, exponent) = (call.input(0)?, call.input(1)?);
-    let (shape, index) = broadcast(&[base, exponent])?;
+    let (shape, index) = broadcast(call, &[base, exponent])?;
     let e = exponent.as_f64();
     let out = match &base.values {
         Values::Float(x) => Tensor::float(
@@ -271,7 +273,7 @@ fn biased_gelu(call: &OpCall<'_>, f: fn(f64) -> f64, bias_required: bool) -> Res
     };
     let (shape, sums) = match bias {
         Some(b) => {
-            let (shape, index) = broadcast(&[x, b])?;
+            let (shape, index) = broadcast(call, &[x, b])?;
             let w = b.floats().map_err(|e| call.error(e))?;
             (shape, zip(v, w, &index, |p, q| p + q))
         }
@@ -303,7 +305,7 @@ impl Cmp {
 /// `Equal` (any dtype), `Less`, `Greater` (numeric dtypes): a bool tensor.
 fn compare(call: &OpCall<'_>, op: Cmp) -> Result<Vec<Tensor>> {
     let (a, b) = same_dtype_pair(call)?;
-    let (shape, index) = broadcast(&[a, b])?;
+    let (shape, index) = broadcast(call, &[a, b])?;
     let values = match (&a.values, &b.values) {
         (Values::Float(x), Values::Float(y)) => zip(x, y, &index, |p, q| op.apply(p, q)),
         (Values::Int(x), Values::Int(y)) => zip(x, y, &index, |p, q| op.apply(p, q)),
@@ -320,7 +322,7 @@ fn logic(call: &OpCall<'_>, f: fn(bool, bool) -> bool) -> Result<Vec<Tensor>> {
         a.bools().map_err(|e| call.error(e))?,
         b.bools().map_err(|e| call.error(e))?,
     );
-    let (shape, index) = broadcast(&[a, b])?;
+    let (shape, index) = broadcast(call, &[a, b])?;
     Ok(vec![Tensor::bool(shape, zip(x, y, &index, f))])
 }
 
@@ -342,7 +344,7 @@ fn where_op(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
     if x.dtype != y.dtype {
         return Err(call.error(format!("input dtypes differ: {} and {}", x.dtype, y.dtype)));
     }
-    let (shape, index) = broadcast(&[cond, x, y])?;
+    let (shape, index) = broadcast(call, &[cond, x, y])?;
     fn pick<T: Copy>(c: &[bool], x: &[T], y: &[T], index: &[Vec<usize>]) -> Vec<T> {
         (0..index[0].len())
             .map(|i| {

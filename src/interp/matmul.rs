@@ -88,6 +88,8 @@ fn matmul(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
     }
     let (a_batch, b_batch) = (&a_shape[..ra - 2], &b_shape[..rb - 2]);
     let batch = broadcast_shape(&[a_batch, b_batch]).map_err(|e| call.error(e))?;
+    call.alloc(&batch)?;
+    call.alloc(&[&batch[..], &[m, n]].concat())?;
     let pairs = broadcast_index(a_batch, &batch)
         .into_iter()
         .zip(broadcast_index(b_batch, &batch))
@@ -156,6 +158,7 @@ fn gemm(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
     let a_at = |i: usize, p: usize| f64::from(if trans_a { x[p * m + i] } else { x[i * k + p] });
     let b_at = |p: usize, j: usize| f64::from(if trans_b { y[j * k + p] } else { y[p * n + j] });
     let out_shape = [m, n];
+    call.alloc(&out_shape)?;
     let bias = match call.optional(2) {
         Some(c) if beta != 0.0 => {
             let values = c.floats().map_err(|e| call.error(e))?;

@@ -108,8 +108,18 @@ impl<'a> OpCall<'a> {
 /// The result of an op family's evaluator: `None` when the op is not in that family.
 pub type FamilyResult = Option<Result<Vec<Tensor>>>;
 
-/// Evaluates one node by asking each op family in turn.
+/// Evaluates one node by asking each op family in turn. Every error names the node: one that
+/// does not yet (from a shared helper) gets the node's op and name in front.
 pub fn eval_node(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
+    let tag = format!("{} `{}`", call.node.op_type, call.node.name);
+    dispatch(call).map_err(|e| match e {
+        Error::Graph(m) if !m.contains(&tag) => Error::Graph(format!("{tag}: {m}")),
+        e => e,
+    })
+}
+
+/// Evaluates one node by asking each op family in turn.
+fn dispatch(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
     let (domain, op) = (call.node.domain.as_str(), call.node.op_type.as_str());
     let families: [fn(&str, &str, &OpCall<'_>) -> FamilyResult; 7] = [
         elementwise::eval,
@@ -131,7 +141,6 @@ pub fn eval_node(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
         format!("{domain}::{op}")
     };
     Err(Error::Graph(format!(
-        "the reference interpreter does not implement `{name}` (node `{}`)",
-        call.node.name
+        "the reference interpreter does not implement `{name}`"
     )))
 }

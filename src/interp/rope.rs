@@ -211,7 +211,7 @@ fn contrib_rotary(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
     let interleaved = call.int("interleaved", 0) != 0;
     match ids.len() {
         1 => apply(call, x, lay, rotary_dim, interleaved, (cos, sin), |_, s| {
-            position(call, ids[0] + s as i64)
+            position(call, ids[0].saturating_add(s as i64))
         }),
         n if n == lay.batch * lay.seq => {
             apply(call, x, lay, rotary_dim, interleaved, (cos, sin), |b, s| {

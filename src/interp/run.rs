@@ -19,6 +19,10 @@ pub fn initializer_tensor(init: &Initializer, weights: &mut Evaluator<'_>) -> Re
         shape: init.shape.clone(),
         bytes: weights.read(src, init.dtype)?,
     })
+    .map_err(|e| match e {
+        Error::Graph(m) => Error::Graph(format!("initializer `{}`: {m}", init.name)),
+        e => e,
+    })
 }
 
 /// Runs `graph` on `inputs` (by graph input name) within the default [`InterpLimits`];

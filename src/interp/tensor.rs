@@ -117,9 +117,23 @@ impl Tensor {
         }
     }
 
-    /// From little-endian tensor bytes.
+    /// From little-endian tensor bytes, which must hold exactly `shape × dtype size` bytes (an
+    /// error otherwise: a shape that overflows, or bytes too short or too long for it).
     pub fn from_data(t: &TensorData) -> Result<Tensor> {
         let b = &t.bytes;
+        let expected = t
+            .shape
+            .iter()
+            .try_fold(t.dtype.size(), |acc, &d| acc.checked_mul(d));
+        if expected != Some(b.len()) {
+            return Err(Error::Graph(format!(
+                "{} tensor of shape {:?} needs {} bytes, found {}",
+                t.dtype,
+                t.shape,
+                expected.map_or_else(|| "more than 2^64".to_string(), |n| n.to_string()),
+                b.len()
+            )));
+        }
         let shape = t.shape.clone();
         Ok(match t.dtype {
             DType::F32 => Tensor::float(

@@ -8,5 +8,6 @@ mod common;
 
 mod check;
 mod files;
+mod interp;
 mod run;
 mod verify;

@@ -476,6 +476,27 @@ def _reduce():
     sm[0, :2] = -np.inf
     sm[1, 1:] = -np.inf
     add("Softmax", "neg_inf_entries", [sm], [("y", F32)])
+    # NaN and infinity: a NaN anywhere in a slice makes the whole slice NaN (not a masked
+    # score), as do +inf and a slice that is all -inf
+    nan, inf = np.nan, np.inf
+    add("Softmax", "nan_inf_rows", [np.array([[nan] * 4, [nan, 1, 2, 3], [1, 2, 3, nan], [-inf] * 4,
+                                              [1, inf, 2, 3], [-inf, -inf, nan, -inf], [1, 2, 3, 4]],
+                                             np.float32)], [("y", F32)])
+    sm = randn(r, 3, 4, 20)
+    sm[0, 1, 7] = nan
+    sm[2, :, 0] = nan
+    add("Softmax", "nan_axis1", [sm], [("y", F32)], axis=1)
+    for op in ["ReduceMax"]:
+        # a NaN propagates only when it comes first in its group (onnxruntime's Eigen reduction
+        # also drops the lane of a NaN that starts one, e.g. [1, NaN, 2, 3] -> 2: such rows
+        # are not reproduced and left out)
+        x = np.array([[nan, 1, 2, 3], [4, 3, nan, 1], [1, 2, 3, nan], [nan] * 4, [-inf] * 4, [1, inf, nan, -inf]],
+                     np.float32)
+        add(op, "nan_inf_rows", [inp("x", x), init("axes", np.array([1], np.int64))], [("y", F32)])
+        x = randn(r, 5, 3, 4)
+        x[0, 1, :] = nan
+        x[2, 2, 3] = nan
+        add(op, "nan_axis0", [inp("x", x), init("axes", np.array([0], np.int64))], [("y", F32)])
 
 
 
@@ -693,6 +714,41 @@ def _attention():
     att("f16_float_mask", dtype=np.float16, S=3, L=5, mask="float")
     att("f16_past_causal_gqa", dtype=np.float16, S=2, P=3, Hq=4, Hkv=2, is_causal=1)
 
+    # NaN and infinity (4-D, B=1, one head, S=3 queries over T=4 keys)
+    def att_nan(name, *, q_nan=None, k_nan=None, v_nan=None, mask=None, nonpad=None, **attrs):
+        r = rng_for(op, name)
+        q, k, v = randn(r, 1, 1, 3, 8), randn(r, 1, 1, 4, 8), randn(r, 1, 1, 4, 8)
+        for a, at in ((q, q_nan), (k, k_nan), (v, v_nan)):
+            if at is not None:  # (row, column) set to NaN, or (row, column, value)
+                a[0, 0, at[0], at[1]] = at[2] if len(at) == 3 else np.nan
+        ins = [inp("q", q), inp("k", k), inp("v", v)]
+        if mask is not None:
+            ins.append(inp("mask", mask))
+        if nonpad is not None:
+            ins += [None] * (6 - len(ins)) + [inp("nonpad_kv_seqlen", np.array(nonpad, np.int64))]
+        add(op, name, ins, [("y", F32)], **attrs)
+
+    nan, inf, lowest = np.nan, np.inf, np.finfo(np.float32).min
+    att_nan("nan_query_row", q_nan=(1, 2))
+    att_nan("inf_query_row", q_nan=(1, 0, inf))
+    att_nan("nan_key_causal", k_nan=(2, 0), is_causal=1)  # the causal mask is added: NaN stays
+    att_nan("nan_value_masked_key", v_nan=(2, 0), is_causal=1)  # 0 * NaN
+    m = np.zeros((3, 4), np.float32)
+    m[1, 1] = nan
+    m[2, 3] = inf
+    att_nan("nan_and_inf_in_float_mask", mask=m)
+    # rows 1 and 2 fully masked (-inf, lowest): zeros whatever the scores, even NaN ones;
+    # row 0 holds a NaN score under a -inf mask value: NaN
+    m = np.full((3, 4), -inf, np.float32)
+    m[0, :2] = 0
+    m[2, :] = lowest
+    att_nan("fully_masked_rows_nan_key", mask=m, k_nan=(2, 0))
+    mb = np.zeros((3, 4), bool)
+    mb[0, 0] = True
+    att_nan("bool_fully_masked_rows_nan_value", mask=mb, v_nan=(3, 1))
+    att_nan("nonpad_hides_nan_key", k_nan=(3, 0), nonpad=[2])  # overwritten, not added
+    att_nan("nonpad_zero_nan_value", v_nan=(3, 0), nonpad=[0])
+
     # ---- com.microsoft GroupQueryAttention (BSNH inputs, BNSH caches)
     op_g = "GroupQueryAttention"
 
@@ -747,6 +803,46 @@ def _attention():
     gqa("decode_padded_local_window", B=2, S=1, P=6, seqlens=[7, 4], present_valid=[7, 4], local_window_size=2)
     # a chunk of 3 new tokens after 4 cached ones (onnxruntime allows this for batch 1 only)
     gqa("continuation_chunk", S=3, P=4, N=2, Nkv=1)
+
+    # NaN and infinity. Decoding: a NaN score in the attended window makes the row NaN, an
+    # all-NaN query too; a NaN value under any key of the valid length reaches every output
+    # (0 * NaN), beyond it none. (onnxruntime's prompt kernel drops a NaN on the diagonal of
+    # every row but the last, depending on its tiling: prompt cases keep NaN off it.)
+    def gqa_nan(name, *, S=1, P=5, B=1, seqlens=None, q_nan=None, k_nan=None, v_nan=None, pk_nan=None,
+                pv_nan=None, present_valid=None, y_regions=None, **attrs):
+        r = rng_for(op_g, name)
+        N, Nkv, D = 2, 1, 8
+        total = P + S
+        seqlens = [total] * B if seqlens is None else seqlens
+        q, k, v = randn(r, B, S, N * D), randn(r, B, S, Nkv * D), randn(r, B, S, Nkv * D)
+        pk, pv = randn(r, B, Nkv, P, D), randn(r, B, Nkv, P, D)
+        for a, at in ((q, q_nan), (k, k_nan), (v, v_nan), (pk, pk_nan), (pv, pv_nan)):
+            if at is not None:
+                a[at] = np.nan
+        ins = [inp("q", q), inp("k", k), inp("v", v), inp("past_key", pk), inp("past_value", pv),
+               inp("seqlens_k", np.array(seqlens, np.int32) - 1),
+               inp("total_sequence_length", np.array(max(seqlens), np.int32))]
+        regions = {} if y_regions is None else {"y": y_regions}
+        if present_valid is not None:
+            for o in ("present_key", "present_value"):
+                regions[o] = lambda a, pv=present_valid: np.concatenate(
+                    [a[b, :, :n].ravel() for b, n in enumerate(pv)])
+        add(op_g, name, ins, [("y", F32), ("present_key", F32), ("present_value", F32)], domain=MS,
+            regions=regions, num_heads=N, kv_num_heads=Nkv, **attrs)
+
+    gqa_nan("decode_nan_query_head", q_nan=(0, 0, slice(8, 16)))
+    gqa_nan("decode_nan_past_key", pk_nan=(0, 0, 2, 3))
+    gqa_nan("decode_nan_past_key_outside_window", pk_nan=(0, 0, 0, 3), local_window_size=2)
+    gqa_nan("decode_nan_past_value_outside_window", pv_nan=(0, 0, 0, 3), local_window_size=2)
+    gqa_nan("decode_nan_softcap_smooth", pk_nan=(0, 0, 4, 0), softcap=2.0, smooth_softmax=1)
+    # batch 1 holds 3 of 6 slots: NaN past beyond its length is never read
+    gqa_nan("decode_padded_nan_beyond_length", B=2, seqlens=[6, 3], pk_nan=(1, 0, 3, 0), pv_nan=(1, 0, 4, 1),
+            present_valid=[6, 3])
+    # rows 2 and 3 read the NaN key off their diagonal, row 0 does not read it (row 1, on the
+    # diagonal, is not compared)
+    gqa_nan("prompt_nan_key_off_diagonal", S=4, P=0, k_nan=(0, 1, 0),
+            y_regions=lambda a: a[:, [0, 2, 3]].ravel())
+    gqa_nan("prompt_nan_value", S=4, P=0, v_nan=(0, 2, 5))
 
 
 _binary()

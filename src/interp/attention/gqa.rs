@@ -21,7 +21,12 @@
 //!   `end = past_b + s + 1`, `hi = min(end, seqlens_k[b] + 1)` (causal, and right padding
 //!   masked: a padded query row of a first prompt sees all valid keys), `lo = end − W` when
 //!   `local_window_size = W > 0` (the window counts the current token) else 0; an empty range
-//!   outputs zeros;
+//!   has zero probabilities;
+//! - a NaN score in `[lo, hi)` makes the row NaN, as onnxruntime's decoding kernel does (its
+//!   prompt kernel drops a NaN on the diagonal of every row but the last, depending on its
+//!   tiling: not reproduced); scores all `-inf` give zero probabilities;
+//! - the output is `probs · V` over keys `[0, seqlens_k[b] + 1)`, so a NaN value under a key
+//!   outside `[lo, hi)` still gives NaN (`0 · NaN`), as in onnxruntime;
 //! - score = `softcap(scale · q·k)`, scale 0 meaning `1/sqrt(D)`; `smooth_softmax` adds a zero
 //!   logit to the softmax denominator.
 
@@ -174,7 +179,8 @@ pub fn group_query_attention(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
     let smooth = call.int("smooth_softmax", -1) == 1;
     let group = hq / hkv;
 
-    let mut present_k = vec![0f32; batch * hkv * present_len * dim];
+    call.alloc(&[batch, s_len, hq, dim])?;
+    let mut present_k = vec![0f32; call.alloc(&[batch, hkv, present_len, dim])?];
     let mut present_v = present_k.clone();
     let mut out = vec![0f32; batch * s_len * hq * dim];
     for (b, &seqlen) in seqlens.iter().enumerate() {
@@ -217,21 +223,19 @@ pub fn group_query_attention(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
                     0
                 };
                 let o = ((b * s_len + s) * hq + h) * dim;
-                if lo >= hi {
-                    continue;
+                // Probabilities of keys [0, valid): zero outside [lo, hi).
+                let mut probs = vec![0f32; valid];
+                if lo < hi {
+                    let row = &mut probs[lo..hi];
+                    for (t, p) in (lo..hi).zip(row.iter_mut()) {
+                        let raw = dot(&q, &present_k[base + t * dim..base + (t + 1) * dim]);
+                        *p = soft_cap(raw * scale, softcap);
+                    }
+                    softmax(row, smooth, DType::F32);
                 }
-                let mut row: Vec<f32> = (lo..hi)
-                    .map(|t| {
-                        soft_cap(
-                            dot(&q, &present_k[base + t * dim..base + (t + 1) * dim]) * scale,
-                            softcap,
-                        )
-                    })
-                    .collect();
-                softmax(&mut row, smooth, DType::F32);
                 weighted_sum(
-                    &row,
-                    &present_v[base + lo * dim..base + hi * dim],
+                    &probs,
+                    &present_v[base..base + valid * dim],
                     &mut out[o..o + dim],
                 );
             }

@@ -46,18 +46,29 @@ fn round_to(dtype: DType, x: f32) -> f32 {
     }
 }
 
-/// Turns a row of scores held in `dtype` precision into softmax probabilities (rounded to
-/// `dtype`) in place. A row whose maximum is at or below the lowest finite value of `dtype`
-/// (every key masked, by `-inf` or by that lowest value) becomes all zeros, as onnxruntime does.
-/// `smooth` adds a virtual zero logit to the denominator (`smooth_softmax`).
-fn softmax(row: &mut [f32], smooth: bool, dtype: DType) {
-    let lowest = match dtype {
+/// The lowest finite value of `dtype` (f32's for dtypes other than f16 and bf16): the value
+/// onnxruntime fills masked attention scores with.
+fn lowest(dtype: DType) -> f32 {
+    match dtype {
         DType::F16 => f16::MIN.to_f32(),
         DType::BF16 => bf16::MIN.to_f32(),
         _ => f32::MIN,
-    };
+    }
+}
+
+/// Turns a row of scores held in `dtype` precision into softmax probabilities (rounded to
+/// `dtype`) in place, as onnxruntime does: a row holding a NaN becomes all NaN (a NaN is never
+/// taken for a masked score); otherwise a row whose maximum is at or below the lowest finite
+/// value of `dtype` (every key masked, by `-inf` or by that lowest value) becomes all zeros, and
+/// a `+inf` score makes the row NaN (`inf - inf`). `smooth` adds a virtual zero logit to the
+/// denominator (`smooth_softmax`).
+fn softmax(row: &mut [f32], smooth: bool, dtype: DType) {
+    if row.iter().any(|p| p.is_nan()) {
+        row.fill(f32::NAN);
+        return;
+    }
     let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    if max <= lowest {
+    if max <= lowest(dtype) {
         row.iter_mut().for_each(|p| *p = 0.0);
         return;
     }
@@ -73,15 +84,15 @@ fn softmax(row: &mut [f32], smooth: bool, dtype: DType) {
         .for_each(|p| *p = round_to(dtype, (*p as f64 / sum) as f32));
 }
 
-/// Accumulates `Σ_t probs[t] · values[t]` into `out` (`values` rows of `out.len()` elements).
+/// Writes `Σ_t probs[t] · values[t]` to `out` (`values` rows of `out.len()` elements). Every
+/// row takes part, zero probabilities included: as in onnxruntime's matrix product, a NaN or
+/// infinite value under a masked key still makes that output element NaN (`0 · inf`).
 fn weighted_sum(probs: &[f32], values: &[f32], out: &mut [f32]) {
     let dim = out.len();
     let mut acc = vec![0f64; dim];
     for (t, &p) in probs.iter().enumerate() {
-        if p != 0.0 {
-            for (a, &v) in acc.iter_mut().zip(&values[t * dim..(t + 1) * dim]) {
-                *a += p as f64 * v as f64;
-            }
+        for (a, &v) in acc.iter_mut().zip(&values[t * dim..(t + 1) * dim]) {
+            *a += p as f64 * v as f64;
         }
     }
     out.iter_mut().zip(acc).for_each(|(o, a)| *o = a as f32);

@@ -15,15 +15,19 @@
 //!   past sees every key (onnxruntime skips the causal mask there, even when `K` brings
 //!   several new tokens);
 //! - keys at or beyond `nonpad_kv_seqlen[b]` are masked (not combinable with a past);
-//! - a fully masked row (maximum score at or below the lowest finite value of the dtype)
-//!   outputs zeros;
+//! - a row whose every key is masked (by `is_causal`, `nonpad_kv_seqlen`, a false bool or a
+//!   float mask value at or below the lowest finite value of the dtype) has zero
+//!   probabilities, whatever its scores; otherwise a NaN score makes the row's probabilities NaN
+//!   (a NaN under a causal or float mask too: the mask is added), as does `+inf`;
+//! - the output is `probs · V` over every key, so a NaN or infinite value under a masked key
+//!   still gives NaN (`0 · inf`);
 //! - for f16 (and bf16) inputs the scores are rounded to that dtype after `scale · q·k + mask`
 //!   (without softcap) or after `scale · q·k`, after softcap and after adding the mask (with
 //!   softcap), and the softmax probabilities are rounded too, as onnxruntime's f16 kernel does;
 //! - the optional 4th output (`qk_matmul_output_mode` 0 only) is `scale · q·k` before softcap
 //!   and mask, `[B, Hq, S, T]`.
 
-use super::{dot, round_to, soft_cap, softmax, weighted_sum};
+use super::{dot, lowest, round_to, soft_cap, softmax, weighted_sum};
 use crate::interp::tensor::{broadcast_index, broadcast_shape};
 use crate::interp::{OpCall, Tensor};
 use crate::Result;
@@ -163,6 +167,8 @@ pub fn attention(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
         None => None,
     };
     let score_shape = [batch, hq, s_len, t_len];
+    call.alloc(&score_shape)?;
+    call.alloc(&[batch, hq, s_len, dv])?;
     let mask = match call.optional(3) {
         Some(m) => {
             if m.shape.len() > 4 || broadcast_shape(&[&m.shape, &score_shape])? != score_shape {
@@ -196,6 +202,8 @@ pub fn attention(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
     let softcap = call.float("softcap", 0.0);
     let group = hq / hkv;
     let dtype = q_in.dtype;
+    // A mask value at or below this masks its key.
+    let masked_below = lowest(dtype);
 
     let mut out = vec![0f32; batch * hq * s_len * dv];
     let mut qk = if want_qk {
@@ -219,14 +227,24 @@ pub fn attention(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
                 let qrow = ((b * hq + h) * s_len + s) * dim;
                 let query = &q.values[qrow..qrow + dim];
                 let flat = ((b * hq + h) * s_len + s) * t_len;
+                let mut fully_masked = true;
                 for (t, score) in row.iter_mut().enumerate() {
                     let raw = dot(query, &keys[t * dim..(t + 1) * dim]) * scale;
                     if want_qk {
                         qk[flat + t] = raw;
                     }
-                    let masked = (causal && t as i64 > s as i64 + offset) || t as i64 >= valid;
-                    let bias = mask.as_ref().map_or(0.0, |m| m[flat + t]);
-                    *score = if masked {
+                    let beyond_causal = causal && t as i64 > s as i64 + offset;
+                    let beyond_valid = t as i64 >= valid;
+                    // The causal mask replaces the mask's value; both are added to the score,
+                    // so a NaN score stays NaN under them. Keys beyond nonpad_kv_seqlen are
+                    // overwritten instead.
+                    let bias = if beyond_causal {
+                        f32::NEG_INFINITY
+                    } else {
+                        mask.as_ref().map_or(0.0, |m| m[flat + t])
+                    };
+                    fully_masked &= beyond_valid || bias <= masked_below;
+                    *score = if beyond_valid {
                         f32::NEG_INFINITY
                     } else if softcap > 0.0 {
                         let capped = round_to(dtype, soft_cap(round_to(dtype, raw), softcap));
@@ -235,7 +253,13 @@ pub fn attention(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
                         round_to(dtype, raw + bias)
                     };
                 }
-                softmax(&mut row, false, dtype);
+                if fully_masked {
+                    // onnxruntime decides this from the mask alone: the scores (NaN, +inf or
+                    // a large value added to the lowest mask value) do not matter.
+                    row.fill(0.0);
+                } else {
+                    softmax(&mut row, false, dtype);
+                }
                 let o = ((b * hq + h) * s_len + s) * dv;
                 weighted_sum(&row, values, &mut out[o..o + dv]);
             }

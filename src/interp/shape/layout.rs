@@ -174,6 +174,7 @@ pub(super) fn expand(call: &OpCall<'_>) -> Result<Tensor> {
     let target = dims(call, &int_input(call, 1)?)?;
     let out_shape = broadcast_shape(&[&x.shape, &target])
         .map_err(|_| call.error(format!("cannot expand {:?} to {target:?}", x.shape)))?;
+    call.alloc(&out_shape)?;
     Ok(take(
         x,
         out_shape.clone(),
@@ -193,7 +194,14 @@ pub(super) fn tile(call: &OpCall<'_>) -> Result<Tensor> {
     }
     let repeats = dims(call, &repeats)?;
     let st = strides(&x.shape);
-    let out_shape: Vec<usize> = x.shape.iter().zip(&repeats).map(|(d, r)| d * r).collect();
+    let out_shape = x
+        .shape
+        .iter()
+        .zip(&repeats)
+        .map(|(d, r)| d.checked_mul(*r))
+        .collect::<Option<Vec<usize>>>()
+        .ok_or_else(|| call.error(format!("repeats {repeats:?} overflow {:?}", x.shape)))?;
+    call.alloc(&out_shape)?;
     let tables: Vec<Vec<usize>> = (0..x.shape.len())
         .map(|i| {
             (0..out_shape[i])

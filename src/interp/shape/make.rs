@@ -46,14 +46,15 @@ pub(super) fn range(call: &OpCall<'_>) -> Result<Tensor> {
     if dtype.is_float() {
         let first = |t: &Tensor| t.floats().map(|v| v[0]);
         let (s, l, d) = (first(start)?, first(limit)?, first(delta)?);
-        if d == 0.0 {
-            return Err(call.error("delta must not be 0"));
+        if d == 0.0 || d.is_nan() {
+            return Err(call.error(format!("delta must be a non-zero number, found {d}")));
         }
-        let count = ((l - s) as f64 / d as f64).ceil().max(0.0);
+        let count = ((l - s) as f64 / d as f64).ceil();
         if !count.is_finite() {
             return Err(call.error(format!("range {s}..{l} by {d} has no finite length")));
         }
-        let n = count as usize;
+        // `as` saturates: a count beyond usize fails the budget check.
+        let n = call.alloc(&[count.max(0.0) as usize])?;
         let values: Vec<f32> = match dtype {
             DType::F64 => (0..n)
                 .scan(s as f64, |acc, _| {
@@ -81,7 +82,10 @@ pub(super) fn range(call: &OpCall<'_>) -> Result<Tensor> {
             (s - l - d - 1) / -d
         }
         .max(0);
-        let values = (0..n).map(|i| (s + i * d) as i64).collect::<Vec<_>>();
+        let n = call.alloc(&[usize::try_from(n).unwrap_or(usize::MAX)])?;
+        let values = (0..n as i128)
+            .map(|i| (s + i * d) as i64)
+            .collect::<Vec<_>>();
         Ok(Tensor::int(dtype, vec![values.len()], values))
     }
 }
@@ -113,7 +117,7 @@ pub(super) fn constant_of_shape(call: &OpCall<'_>) -> Result<Tensor> {
             value.shape
         )));
     }
-    let n = shape.iter().product();
+    let n = call.alloc(&shape)?;
     Ok(take(&value, shape, &vec![0; n]))
 }
 

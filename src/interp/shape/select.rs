@@ -15,6 +15,14 @@ pub(super) fn concat(call: &OpCall<'_>) -> Result<Tensor> {
         .ok_or_else(|| call.error("needs at least one input"))?;
     let rank = first.shape.len();
     let ax = norm_axis(call, call.int("axis", 0), rank)?;
+    let mut joined_shape = first.shape.clone();
+    joined_shape[ax] = parts.iter().try_fold(0usize, |acc, p| {
+        p.shape
+            .get(ax)
+            .and_then(|&d| acc.checked_add(d))
+            .ok_or_else(|| call.error(format!("cannot join {:?} along axis {ax}", p.shape)))
+    })?;
+    call.alloc(&joined_shape)?;
     let mut all = first.values.clone();
     let mut offsets = vec![0];
     for p in &parts[1..] {
@@ -43,14 +51,12 @@ pub(super) fn concat(call: &OpCall<'_>) -> Result<Tensor> {
             idx.extend(off + o * chunk..off + (o + 1) * chunk);
         }
     }
-    let mut shape = first.shape.clone();
-    shape[ax] = parts.iter().map(|p| p.shape[ax]).sum();
     let joined = Tensor {
         dtype: first.dtype,
         shape: vec![len(&all)],
         values: all,
     };
-    Ok(take(&joined, shape, &idx))
+    Ok(take(&joined, joined_shape, &idx))
 }
 
 /// Number of elements held.
@@ -204,6 +210,8 @@ pub(super) fn gather(call: &OpCall<'_>) -> Result<Tensor> {
                 .ok_or_else(|| call.error(format!("index {i} is out of range for dim {d}")))
         })
         .collect::<Result<Vec<_>>>()?;
+    let shape = [&x.shape[..ax], &indices.shape[..], &x.shape[ax + 1..]].concat();
+    call.alloc(&shape)?;
     let outer: usize = x.shape[..ax].iter().product();
     let inner: usize = x.shape[ax + 1..].iter().product();
     let mut idx = Vec::with_capacity(outer * picks.len() * inner);
@@ -213,6 +221,5 @@ pub(super) fn gather(call: &OpCall<'_>) -> Result<Tensor> {
             idx.extend(base..base + inner);
         }
     }
-    let shape = [&x.shape[..ax], &indices.shape[..], &x.shape[ax + 1..]].concat();
     Ok(take(x, shape, &idx))
 }

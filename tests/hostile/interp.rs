@@ -1,0 +1,286 @@
+//! `mobius run` on models whose sizes come from data: each output shape is checked against the
+//! per-tensor budget before it is allocated, malformed sizes are errors naming the node, and a
+//! failed run writes nothing. A NaN the model computes reaches the output as NaN.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use mobius::interp::npy::{read_npy, to_npy};
+use mobius::interp::Tensor;
+use mobius::ir::{Attr, DType, Graph, GraphBuilder, Model, Shape, TensorData};
+use mobius::limits::InterpLimits;
+use mobius::limits::TENSOR_ELEMENTS_FLAG;
+use mobius::weights::eval::Evaluator;
+
+use crate::check::{fails_with, listing};
+use crate::common::mobius;
+
+/// Writes `graph` as `dir/model.onnx` (+ external data) and returns the model path.
+fn save(graph: Graph, dir: &Path) -> PathBuf {
+    let model = Model {
+        graph,
+        opsets: BTreeMap::from([(String::new(), 24)]),
+        ir_version: 11,
+        producer_name: "hostile".into(),
+        producer_version: "0".into(),
+    };
+    mobius::onnx::export::save(
+        &model,
+        dir,
+        &mut Evaluator::new(None),
+        &indicatif::ProgressBar::hidden(),
+    )
+    .unwrap();
+    dir.join("model.onnx")
+}
+
+/// A graph computing output `y` (f32, rank `rank`) with node `y_node` = `op(inputs)`, the
+/// inputs being int64 / f32 constants made by `make`.
+fn one_node(
+    op: &str,
+    attrs: Vec<(&str, Attr)>,
+    rank: usize,
+    make: impl FnOnce(&mut GraphBuilder) -> Vec<String>,
+) -> Graph {
+    let mut g = GraphBuilder::new("g");
+    let inputs = make(&mut g);
+    let refs: Vec<&str> = inputs.iter().map(String::as_str).collect();
+    g.op_into(op, &refs, attrs, "y");
+    g.output("y", DType::F32, Shape::new(vec![1usize; rank]));
+    g.finish()
+}
+
+fn f32s(g: &mut GraphBuilder, shape: &[usize]) -> String {
+    let n = shape.iter().product();
+    g.constant(TensorData::from_f32(shape.to_vec(), &vec![1.0; n]))
+}
+
+/// `mobius run MODEL [--input …] --output-dir OUT` must fail with exit 1, an error naming
+/// every needle, and no output folder.
+fn run_fails(dir: &Path, model: &Path, inputs: &[(&str, &Path)], needles: &[&str]) {
+    let out = dir.join("out");
+    let mut cmd = mobius();
+    cmd.arg("run").arg(model).arg("--output-dir").arg(&out);
+    for (name, file) in inputs {
+        cmd.arg("--input").arg(format!("{name}={}", file.display()));
+    }
+    fails_with(cmd, 1, needles);
+    assert!(listing(&out).is_empty(), "{} was written", out.display());
+    assert!(!out.exists(), "{} was created", out.display());
+}
+
+/// Builds the one-node model and expects `run` to fail naming `y_node` and `needles`.
+fn refused(
+    op: &str,
+    attrs: Vec<(&str, Attr)>,
+    make: impl FnOnce(&mut GraphBuilder) -> Vec<String>,
+    needles: &[&str],
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let model = save(one_node(op, attrs, 1, make), dir.path());
+    let node = format!("{op} `y_node`");
+    let all: Vec<&str> = [node.as_str()]
+        .into_iter()
+        .chain(needles.iter().copied())
+        .collect();
+    run_fails(dir.path(), &model, &[], &all);
+}
+
+/// The needles of a per-tensor budget refusal.
+const OVER_BUDGET: &[&str] = &[
+    "more than the limit of 268435456 per tensor",
+    TENSOR_ELEMENTS_FLAG,
+];
+
+#[test]
+fn constant_of_shape_over_the_budget() {
+    refused(
+        "ConstantOfShape",
+        vec![],
+        |g| vec![g.const_i64(&[1 << 20, 1 << 20])],
+        &["shape [1048576, 1048576] has 1099511627776 elements"],
+    );
+    refused(
+        "ConstantOfShape",
+        vec![],
+        |g| vec![g.const_i64(&[1 << 20, 1 << 20])],
+        OVER_BUDGET,
+    );
+}
+
+#[test]
+fn constant_of_shape_negative_dimension() {
+    refused(
+        "ConstantOfShape",
+        vec![],
+        |g| vec![g.const_i64(&[4, -1])],
+        &["negative dimension -1"],
+    );
+}
+
+#[test]
+fn expand_over_the_budget() {
+    refused(
+        "Expand",
+        vec![],
+        |g| vec![f32s(g, &[1]), g.const_i64(&[1 << 40])],
+        OVER_BUDGET,
+    );
+}
+
+#[test]
+fn expand_incompatible_shape() {
+    refused(
+        "Expand",
+        vec![],
+        |g| vec![f32s(g, &[3]), g.const_i64(&[4])],
+        &["cannot expand [3] to [4]"],
+    );
+}
+
+#[test]
+fn tile_over_the_budget_and_overflowing() {
+    refused(
+        "Tile",
+        vec![],
+        |g| vec![f32s(g, &[2]), g.const_i64(&[1 << 40])],
+        OVER_BUDGET,
+    );
+    refused(
+        "Tile",
+        vec![],
+        |g| vec![f32s(g, &[4]), g.const_i64(&[i64::MAX])],
+        &["overflow"],
+    );
+}
+
+#[test]
+fn range_huge_count_and_zero_delta() {
+    let scalar = |g: &mut GraphBuilder, v: f32| g.constant(TensorData::from_f32(vec![], &[v]));
+    refused(
+        "Range",
+        vec![],
+        |g| vec![scalar(g, 0.0), scalar(g, 1e30), scalar(g, 1.0)],
+        OVER_BUDGET,
+    );
+    refused(
+        "Range",
+        vec![],
+        |g| vec![scalar(g, 0.0), scalar(g, 1.0), scalar(g, 0.0)],
+        &["delta must be a non-zero number"],
+    );
+}
+
+#[test]
+fn reshape_with_two_unknown_dims() {
+    refused(
+        "Reshape",
+        vec![],
+        |g| vec![f32s(g, &[6]), g.const_i64(&[-1, -1])],
+        &["more than one -1"],
+    );
+}
+
+#[test]
+fn gather_index_out_of_range() {
+    refused(
+        "Gather",
+        vec![],
+        |g| vec![f32s(g, &[3, 2]), g.const_i64(&[7])],
+        &["index 7 is out of range for dim 3"],
+    );
+}
+
+#[test]
+fn broadcast_add_and_matmul_over_the_budget() {
+    // Each operand holds 32768 values; the [32768, 32768] result is 2^30.
+    refused(
+        "Add",
+        vec![],
+        |g| vec![f32s(g, &[1 << 15, 1]), f32s(g, &[1 << 15])],
+        OVER_BUDGET,
+    );
+    refused(
+        "MatMul",
+        vec![],
+        |g| vec![f32s(g, &[1 << 15, 1]), f32s(g, &[1, 1 << 15])],
+        OVER_BUDGET,
+    );
+}
+
+#[test]
+fn attention_scores_over_the_budget() {
+    // Q and K are [1, 1, 32768, 1]: the scores would be [1, 1, 32768, 32768].
+    refused(
+        "Attention",
+        vec![],
+        |g| {
+            let q = f32s(g, &[1, 1, 1 << 15, 1]);
+            vec![q.clone(), q.clone(), q]
+        },
+        OVER_BUDGET,
+    );
+}
+
+#[test]
+fn unknown_op_is_named() {
+    refused(
+        "NoSuchOp",
+        vec![],
+        |g| vec![f32s(g, &[2])],
+        &["does not implement `NoSuchOp`"],
+    );
+}
+
+#[test]
+fn truncated_external_data_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    // 64 x 64 floats go to model.onnx.data; cut it short.
+    let model = save(
+        one_node("Relu", vec![], 2, |g| vec![f32s(g, &[64, 64])]),
+        dir.path(),
+    );
+    let data = dir.path().join("model.onnx.data");
+    let bytes = std::fs::read(&data).unwrap();
+    std::fs::write(&data, &bytes[..bytes.len() / 2]).unwrap();
+    run_fails(
+        dir.path(),
+        &model,
+        &[],
+        &["model.onnx.data", "past the end"],
+    );
+}
+
+#[test]
+fn nan_scores_reach_the_output_as_nan() {
+    // Attention over a query whose second row is NaN: that row's output is NaN, not zeros.
+    let dir = tempfile::tempdir().unwrap();
+    let mut g = GraphBuilder::new("g");
+    let q = g.input("q", DType::F32, Shape::new([1usize, 1, 2, 4]));
+    let k = f32s(&mut g, &[1, 1, 3, 4]);
+    g.op_into("Attention", &[&q, &k, &k], vec![], "y");
+    g.output("y", DType::F32, Shape::new([1usize, 1, 2, 4]));
+    let model = save(g.finish(), dir.path());
+    let mut values = vec![0.5f32; 8];
+    values[4..].fill(f32::NAN);
+    let q_file = dir.path().join("q.npy");
+    std::fs::write(
+        &q_file,
+        to_npy(&Tensor::float(DType::F32, vec![1, 1, 2, 4], values)),
+    )
+    .unwrap();
+    let out = dir.path().join("out");
+    mobius()
+        .arg("run")
+        .arg(&model)
+        .arg("--input")
+        .arg(format!("q={}", q_file.display()))
+        .arg("--output-dir")
+        .arg(&out)
+        .assert()
+        .success();
+    let y = read_npy(&out.join("y.npy"), &InterpLimits::default()).unwrap();
+    let y = y.floats().unwrap();
+    assert_eq!(&y[..4], &[1.0; 4], "row 0 averages ones");
+    assert!(y[4..].iter().all(|v| v.is_nan()), "row 1: {y:?}");
+}
