@@ -318,6 +318,13 @@ fn run_build(args: BuildArgs, quiet: bool) -> mobius::Result<()> {
     };
     let started = std::time::Instant::now();
     ModelPackage::check_output(&args.out, args.overwrite)?;
+    // Refuse an output over a local checkpoint before anything is built (save checks again,
+    // for hub sources once the cache folder is known).
+    if let ModelSource::LocalDir(dir) = &source {
+        if dir.is_dir() {
+            mobius::package::check_apart(&args.out, dir, "checkpoint folder")?;
+        }
+    }
     let opts = BuildOptions {
         source,
         dtype: args.dtype.map(Into::into),
