@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 use mobius::interp::{eval_node, OpCall, Tensor};
 use mobius::ir::{Attr, DType, Node};
+use mobius::limits::InterpLimits;
 
 const NAN: f32 = f32::NAN;
 const INF: f32 = f32::INFINITY;
@@ -15,13 +16,14 @@ fn floats(shape: &[usize], values: &[f32]) -> Tensor {
     Tensor::float(DType::F32, shape.to_vec(), values.to_vec())
 }
 
-/// Evaluates one node (inputs `i0, i1, …`, absent ones `None`) and returns its outputs.
-fn eval(
+/// Evaluates one node (inputs `i0, i1, …`, absent ones `None`) under `limits`.
+fn try_eval(
     domain: &str,
     op: &str,
     attrs: &[(&str, Attr)],
     inputs: Vec<Option<Tensor>>,
-) -> Vec<Tensor> {
+    limits: &InterpLimits,
+) -> mobius::Result<Vec<Tensor>> {
     let node = Node {
         name: "n".into(),
         domain: domain.into(),
@@ -36,9 +38,19 @@ fn eval(
     let call = OpCall {
         node: &node,
         inputs: inputs.iter().map(Option::as_ref).collect(),
-        limits: &mobius::limits::InterpLimits::default(),
+        limits,
     };
-    eval_node(&call).unwrap()
+    eval_node(&call)
+}
+
+/// Evaluates one node (default budgets) and returns its outputs.
+fn eval(
+    domain: &str,
+    op: &str,
+    attrs: &[(&str, Attr)],
+    inputs: Vec<Option<Tensor>>,
+) -> Vec<Tensor> {
+    try_eval(domain, op, attrs, inputs, &InterpLimits::default()).unwrap()
 }
 
 /// `'N'` for NaN, `'0'` for zero, `'I'` for an infinity, else `'1'`: one character per value.
@@ -233,4 +245,185 @@ fn gqa_nan_query_or_key_makes_the_row_nan() {
     // Scores all -inf: zero probabilities.
     let y = gqa_decode(&one, &[f32::NEG_INFINITY; 32], &[1.0; 32], &[]);
     assert_eq!(pattern(&y), "00000000");
+}
+
+/// Evaluates one standard-domain node without attributes, expecting an error; its message.
+fn eval_err(op: &str, inputs: Vec<Option<Tensor>>) -> String {
+    try_eval("", op, &[], inputs, &InterpLimits::default())
+        .unwrap_err()
+        .to_string()
+}
+
+/// `v` with NaN written as the string "NaN", so that values compare with `assert_eq!`.
+fn show(t: &Tensor) -> Vec<String> {
+    t.floats().unwrap().iter().map(|v| format!("{v}")).collect()
+}
+
+fn strs(values: &[&str]) -> Vec<String> {
+    values.iter().map(|s| s.to_string()).collect()
+}
+
+#[test]
+fn max_and_min_propagate_a_nan_from_any_input() {
+    let a = floats(&[6], &[NAN, 1.0, NAN, 2.0, -INF, INF]);
+    let b = floats(&[6], &[1.0, NAN, NAN, INF, 3.0, -INF]);
+    for (x, y) in [(&a, &b), (&b, &a)] {
+        let max = &eval("", "Max", &[], vec![Some(x.clone()), Some(y.clone())])[0];
+        assert_eq!(show(max), strs(&["NaN", "NaN", "NaN", "inf", "3", "inf"]));
+        let min = &eval("", "Min", &[], vec![Some(x.clone()), Some(y.clone())])[0];
+        assert_eq!(show(min), strs(&["NaN", "NaN", "NaN", "2", "-inf", "-inf"]));
+    }
+}
+
+#[test]
+fn max_and_min_broadcast_one_to_many_inputs() {
+    // One input: itself, NaN included.
+    let x = floats(&[3], &[NAN, -1.0, 4.0]);
+    let y = &eval("", "Max", &[], vec![Some(x.clone())])[0];
+    assert_eq!(show(y), strs(&["NaN", "-1", "4"]));
+    // Three inputs, [1, 3] with [3, 1] with a scalar: a NaN in the column input fills its row.
+    let row = floats(&[1, 3], &[0.0, 5.0, -2.0]);
+    let col = floats(&[3, 1], &[NAN, 1.0, 10.0]);
+    let scalar = floats(&[], &[2.0]);
+    let inputs = vec![Some(row), Some(col), Some(scalar)];
+    let max = &eval("", "Max", &[], inputs.clone())[0];
+    assert_eq!(max.shape, vec![3, 3]);
+    assert_eq!(
+        show(max),
+        strs(&["NaN", "NaN", "NaN", "2", "5", "2", "10", "10", "10"])
+    );
+    let min = &eval("", "Min", &[], inputs)[0];
+    assert_eq!(
+        show(min),
+        strs(&["NaN", "NaN", "NaN", "0", "1", "-2", "0", "2", "-2"])
+    );
+}
+
+#[test]
+fn max_and_min_of_integers_and_f16() {
+    let a = Tensor::int(DType::I64, vec![3], vec![1, -5, 1 << 62]);
+    let b = Tensor::int(DType::I64, vec![2, 1], vec![3, -9]);
+    let max = &eval("", "Max", &[], vec![Some(a.clone()), Some(b.clone())])[0];
+    assert_eq!(max.ints().unwrap(), &[3, 3, 1 << 62, 1, -5, 1 << 62]);
+    let min = &eval("", "Min", &[], vec![Some(a), Some(b)])[0];
+    assert_eq!(min.ints().unwrap(), &[1, -5, 3, -9, -9, -9]);
+    let h = |v: &[f32]| Tensor::float(DType::F16, vec![v.len()], v.to_vec());
+    let y = &eval(
+        "",
+        "Min",
+        &[],
+        vec![Some(h(&[1.0, NAN, 70000.0])), Some(h(&[NAN, 2.0, 3.0]))],
+    )[0];
+    assert_eq!(y.dtype, DType::F16);
+    assert_eq!(show(y), strs(&["NaN", "NaN", "3"]));
+}
+
+#[test]
+fn max_and_min_refuse_bad_inputs() {
+    let msg = eval_err("Max", vec![]);
+    assert!(
+        msg.contains("Max `n`") && msg.contains("at least one input"),
+        "{msg}"
+    );
+    let f = floats(&[2], &[1.0, 2.0]);
+    let i = Tensor::int(DType::I64, vec![2], vec![1, 2]);
+    let msg = eval_err("Min", vec![Some(f.clone()), Some(i)]);
+    assert!(msg.contains("dtypes differ: f32 and i64"), "{msg}");
+    let msg = eval_err("Max", vec![Some(f), Some(floats(&[3], &[0.0; 3]))]);
+    assert!(
+        msg.contains("Max `n`") && msg.contains("broadcast"),
+        "{msg}"
+    );
+    let b = Tensor::bool(vec![1], vec![true]);
+    let msg = eval_err("Min", vec![Some(b)]);
+    assert!(msg.contains("unsupported dtype bool"), "{msg}");
+}
+
+#[test]
+fn max_budget_is_checked_before_allocating_the_broadcast() {
+    let (a, b) = (
+        floats(&[100, 1], &[0.0; 100]),
+        floats(&[1, 100], &[0.0; 100]),
+    );
+    let limits = InterpLimits {
+        max_tensor_elements: 1000,
+        ..Default::default()
+    };
+    let msg = try_eval("", "Max", &[], vec![Some(a), Some(b)], &limits)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains("Max `n` output") && msg.contains("--max-tensor-elements"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn reduce_min_propagates_a_leading_nan_only() {
+    let x = floats(
+        &[5, 3],
+        &[
+            NAN, 1.0, 2.0, // leading NaN
+            2.0, NAN, -1.0, // NaN later: skipped
+            NAN, NAN, NAN, // all NaN
+            INF, INF, INF, // all +inf
+            1.0, NAN, -INF, // -inf after a NaN
+        ],
+    );
+    let axes = Tensor::int(DType::I64, vec![1], vec![-1]);
+    let y = &eval("", "ReduceMin", &[], vec![Some(x.clone()), Some(axes)])[0];
+    assert_eq!(y.shape, vec![5, 1]);
+    assert_eq!(show(y), strs(&["NaN", "-1", "NaN", "inf", "-inf"]));
+    // Along axis 0 without keepdims: columns [NaN, 2, NaN, inf, 1], [1, NaN, ...], [2, -1, ...].
+    let axes = Tensor::int(DType::I64, vec![1], vec![0]);
+    let keep0 = [("keepdims", Attr::Int(0))];
+    let y = &eval("", "ReduceMin", &keep0, vec![Some(x.clone()), Some(axes)])[0];
+    assert_eq!(y.shape, vec![3]);
+    assert_eq!(show(y), strs(&["NaN", "1", "-inf"]));
+    // No axes: every axis (the first element is NaN), or the identity with noop_with_empty_axes.
+    let y = &eval("", "ReduceMin", &[], vec![Some(x.clone())])[0];
+    assert_eq!((y.shape.clone(), show(y)), (vec![1, 1], strs(&["NaN"])));
+    let noop = [("noop_with_empty_axes", Attr::Int(1))];
+    let y = &eval("", "ReduceMin", &noop, vec![Some(x.clone())])[0];
+    assert_eq!((&y.shape, show(y)), (&x.shape, show(&x)));
+}
+
+#[test]
+fn reduce_min_of_empty_groups_and_integers() {
+    let axes = || Some(Tensor::int(DType::I64, vec![1], vec![1]));
+    let y = &eval(
+        "",
+        "ReduceMin",
+        &[],
+        vec![Some(floats(&[2, 0], &[])), axes()],
+    )[0];
+    assert_eq!(show(y), strs(&["inf", "inf"]));
+    for (dtype, highest) in [
+        (DType::I64, i64::MAX),
+        (DType::I32, i32::MAX as i64),
+        (DType::I8, 127),
+        (DType::U8, 255),
+    ] {
+        let x = Tensor::int(dtype, vec![1, 0], vec![]);
+        let y = &eval("", "ReduceMin", &[], vec![Some(x), axes()])[0];
+        assert_eq!(y.ints().unwrap(), &[highest], "{dtype}");
+    }
+    let x = Tensor::int(DType::I32, vec![2, 3], vec![4, -7, 9, 0, 3, 1]);
+    let y = &eval("", "ReduceMin", &[], vec![Some(x), axes()])[0];
+    assert_eq!(y.ints().unwrap(), &[-7, 0]);
+    let b = Tensor::bool(vec![2, 2], vec![true, false, true, true]);
+    let y = &eval("", "ReduceMin", &[], vec![Some(b.clone()), axes()])[0];
+    assert_eq!(y.bools().unwrap(), &[false, true]);
+    let y = &eval("", "ReduceMax", &[], vec![Some(b), axes()])[0];
+    assert_eq!(y.bools().unwrap(), &[true, true]);
+}
+
+#[test]
+fn reduce_max_and_min_of_an_empty_bool_axis_is_an_error() {
+    for op in ["ReduceMax", "ReduceMin"] {
+        let x = Tensor::bool(vec![2, 0], vec![]);
+        let axes = Tensor::int(DType::I64, vec![1], vec![1]);
+        let msg = eval_err(op, vec![Some(x), Some(axes)]);
+        assert!(msg.contains(op) && msg.contains("length 0"), "{msg}");
+    }
 }

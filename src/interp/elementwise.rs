@@ -1,8 +1,9 @@
-//! Elementwise ops: arithmetic, math functions, comparisons, logic, `Where`, casts and the GELU
-//! family, all with numpy broadcasting. Float results are computed in f32 (transcendental
-//! functions in f64) and rounded to the output dtype; integer results wrap to their dtype's
-//! width, as onnxruntime's C++ kernels do.
+//! Elementwise ops: arithmetic, `Max` / `Min`, math functions, comparisons, logic, `Where`,
+//! casts and the GELU family, all with numpy broadcasting. Float results are computed in f32
+//! (transcendental functions in f64) and rounded to the output dtype; integer results wrap to
+//! their dtype's width, as onnxruntime's C++ kernels do.
 
+use std::cmp::Ordering;
 use std::f64::consts::{FRAC_1_SQRT_2, FRAC_2_SQRT_PI};
 
 use super::tensor::{broadcast_index, broadcast_shape};
@@ -19,6 +20,8 @@ pub fn eval(domain: &str, op: &str, call: &OpCall<'_>) -> FamilyResult {
             "Mul" => arith(call, Arith::Mul),
             "Div" => arith(call, Arith::Div),
             "Pow" => pow(call),
+            "Max" => extremum(call, Ordering::Greater),
+            "Min" => extremum(call, Ordering::Less),
             "Neg" => unary_numeric(call, |x| -x, |x| x.wrapping_neg()),
             "Abs" => unary_numeric(call, f32::abs, i64::wrapping_abs),
             // `x < 0 ? 0 : x` keeps NaN and -0.0, as onnxruntime does.
@@ -166,6 +169,67 @@ fn arith(call: &OpCall<'_>, op: Arith) -> Result<Vec<Tensor>> {
         _ => return Err(call.error(format!("unsupported dtype {}", a.dtype))),
     };
     Ok(vec![out])
+}
+
+/// `Max` / `Min` (opset 13+): per element of the broadcast shape of 1..N inputs of one
+/// numeric dtype, the first input's value replaced by each later one that compares `better`. As in
+/// onnxruntime, a NaN in any input makes that element NaN, whatever its position; infinities
+/// compare as usual. (Which zero wins a tie of -0.0 and 0.0 depends on onnxruntime's tiling;
+/// here the earlier input's.)
+fn extremum(call: &OpCall<'_>, better: Ordering) -> Result<Vec<Tensor>> {
+    let inputs = (0..call.inputs.len())
+        .map(|i| call.input(i))
+        .collect::<Result<Vec<_>>>()?;
+    let first = *inputs
+        .first()
+        .ok_or_else(|| call.error("needs at least one input"))?;
+    if let Some(other) = inputs.iter().find(|t| t.dtype != first.dtype) {
+        return Err(call.error(format!(
+            "input dtypes differ: {} and {}",
+            first.dtype, other.dtype
+        )));
+    }
+    let (shape, index) = broadcast(call, &inputs)?;
+    let out = match &first.values {
+        Values::Float(_) => {
+            let values = inputs
+                .iter()
+                .map(|t| t.floats())
+                .collect::<Result<Vec<_>>>()?;
+            let pick = |acc: f32, p: f32| {
+                if p.is_nan() || p.partial_cmp(&acc) == Some(better) {
+                    p
+                } else {
+                    acc
+                }
+            };
+            Tensor::float(first.dtype, shape, fold(&values, &index, pick))
+        }
+        Values::Int(_) => {
+            let values = inputs
+                .iter()
+                .map(|t| t.ints())
+                .collect::<Result<Vec<_>>>()?;
+            let pick = |acc: i64, p: i64| if p.cmp(&acc) == better { p } else { acc };
+            Tensor::int(first.dtype, shape, fold(&values, &index, pick))
+        }
+        Values::Bool(_) => return Err(call.error("unsupported dtype bool")),
+    };
+    Ok(vec![out])
+}
+
+/// Per output element (`index` as returned by [`broadcast`]), `f` folded over the elements the
+/// inputs `values` broadcast to it, from the first input on.
+fn fold<T: Copy>(values: &[&[T]], index: &[Vec<usize>], f: impl Fn(T, T) -> T) -> Vec<T> {
+    (0..index[0].len())
+        .map(|o| {
+            let start = values[0][index[0][o]];
+            values[1..]
+                .iter()
+                .zip(&index[1..])
+                .fold(start, |acc, (v, ix)| f(acc, v[ix[o]]))
+        })
+        .collect()
 }
 
 /// `Pow`: the output has the base's dtype; the exponent may be any numeric dtype. Computed in

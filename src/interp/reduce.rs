@@ -1,4 +1,4 @@
-//! Reductions (`ReduceSum`, `ReduceMean`, `ReduceMax`), `CumSum` and `Softmax`. Float sums
+//! Reductions (`ReduceSum`, `ReduceMean`, `ReduceMax`, `ReduceMin`), `CumSum` and `Softmax`. Float sums
 //! accumulate in f64; edge cases follow onnxruntime (see [`reduce`]).
 
 use super::elementwise::wrap_int;
@@ -16,6 +16,7 @@ pub fn eval(domain: &str, op: &str, call: &OpCall<'_>) -> FamilyResult {
         "ReduceSum" => reduce(call, Kind::Sum),
         "ReduceMean" => reduce(call, Kind::Mean),
         "ReduceMax" => reduce(call, Kind::Max),
+        "ReduceMin" => reduce(call, Kind::Min),
         "Softmax" => softmax(call),
         "CumSum" => cumsum(call),
         _ => return None,
@@ -29,15 +30,24 @@ enum Kind {
     Sum,
     Mean,
     Max,
+    Min,
 }
 
 /// A reduction over the axes given by input 1 (opset 18+; the pre-18 `axes` attribute is read
 /// when the input is absent). No axes means every axis, or the identity when
 /// `noop_with_empty_axes` is set; repeated axes count once; `keepdims` defaults to 1.
 ///
-/// As in onnxruntime: an empty mean is 0 and an empty max the dtype's lowest value; integer
-/// means truncate; `ReduceMax` starts from the first element and replaces it only by greater
-/// ones, so a NaN propagates only when it comes first.
+/// As in onnxruntime: an empty mean is 0, an empty max the dtype's lowest value and an empty
+/// min its highest (an empty bool max or min is an error); integer means truncate.
+/// `ReduceMax` (`ReduceMin`) starts from the first element and replaces it only by greater
+/// (smaller) ones, so a NaN propagates only when it comes first in its group and is skipped
+/// elsewhere; infinities compare as usual.
+///
+/// Not reproduced: in a contiguous group of 4 or more elements, onnxruntime's vectorized
+/// reduction also loses, after a NaN at position `p` in 1..=7, the later elements of the
+/// group's first multiple of 4 at positions congruent to `p` modulo the power of two above `p`
+/// (`ReduceMax [1, NaN, 2, 3]` gives 2, `ReduceMin [2, NaN, 0, -1, 5]` gives 0; here 3 and
+/// -1). That depends on its tiling, not on the values.
 fn reduce(call: &OpCall<'_>, kind: Kind) -> Result<Vec<Tensor>> {
     let x = call.input(0)?;
     let rank = x.shape.len();
@@ -94,10 +104,14 @@ fn reduce(call: &OpCall<'_>, kind: Kind) -> Result<Vec<Tensor>> {
                 .collect();
             Tensor::float(x.dtype, shape, values)
         }
-        (Values::Float(v), Kind::Max) => {
-            let values = max_by_group(v, &target, groups, |p, q| p > q)
+        (Values::Float(v), Kind::Max | Kind::Min) => {
+            let (better, empty): (fn(f32, f32) -> bool, f32) = match kind {
+                Kind::Max => (|p, q| p > q, f32::NEG_INFINITY),
+                _ => (|p, q| p < q, f32::INFINITY),
+            };
+            let values = extreme_by_group(v, &target, groups, better)
                 .into_iter()
-                .map(|m| m.unwrap_or(f32::NEG_INFINITY))
+                .map(|m| m.unwrap_or(empty))
                 .collect();
             Tensor::float(x.dtype, shape, values)
         }
@@ -119,24 +133,34 @@ fn reduce(call: &OpCall<'_>, kind: Kind) -> Result<Vec<Tensor>> {
                 .collect();
             Tensor::int(x.dtype, shape, values)
         }
-        (Values::Int(v), Kind::Max) => {
-            let lowest = match x.dtype {
-                DType::I32 => i32::MIN as i64,
-                DType::I8 => i8::MIN as i64,
-                DType::U8 => 0,
-                _ => i64::MIN,
+        (Values::Int(v), Kind::Max | Kind::Min) => {
+            let (lowest, highest) = match x.dtype {
+                DType::I32 => (i32::MIN as i64, i32::MAX as i64),
+                DType::I8 => (i8::MIN as i64, i8::MAX as i64),
+                DType::U8 => (0, u8::MAX as i64),
+                _ => (i64::MIN, i64::MAX),
             };
-            let values = max_by_group(v, &target, groups, |p, q| p > q)
+            let (better, empty): (fn(i64, i64) -> bool, i64) = match kind {
+                Kind::Max => (|p, q| p > q, lowest),
+                _ => (|p, q| p < q, highest),
+            };
+            let values = extreme_by_group(v, &target, groups, better)
                 .into_iter()
-                .map(|m| m.unwrap_or(lowest))
+                .map(|m| m.unwrap_or(empty))
                 .collect();
             Tensor::int(x.dtype, shape, values)
         }
-        (Values::Bool(v), Kind::Max) => {
-            let values = max_by_group(v, &target, groups, |p, q| p & !q)
+        (Values::Bool(v), Kind::Max | Kind::Min) => {
+            let better: fn(bool, bool) -> bool = match kind {
+                Kind::Max => |p, q| p & !q,
+                _ => |p, q| !p & q,
+            };
+            let values = extreme_by_group(v, &target, groups, better)
                 .into_iter()
-                .map(|m| m.unwrap_or(false))
-                .collect();
+                .collect::<Option<Vec<bool>>>()
+                .ok_or_else(|| {
+                    call.error("a reduced axis has length 0: an empty bool reduction is undefined")
+                })?;
             Tensor::bool(shape, values)
         }
         (Values::Bool(_), _) => return Err(call.error("unsupported dtype bool")),
@@ -144,18 +168,18 @@ fn reduce(call: &OpCall<'_>, kind: Kind) -> Result<Vec<Tensor>> {
     Ok(vec![out])
 }
 
-/// Per group, the first element replaced by each later one that is `greater` (`None` for an
+/// Per group, the first element replaced by each later one that is `better` (`None` for an
 /// empty group).
-fn max_by_group<T: Copy>(
+fn extreme_by_group<T: Copy>(
     values: &[T],
     target: &[usize],
     groups: usize,
-    greater: impl Fn(T, T) -> bool,
+    better: impl Fn(T, T) -> bool,
 ) -> Vec<Option<T>> {
     let mut best: Vec<Option<T>> = vec![None; groups];
     for (&t, &p) in target.iter().zip(values) {
         match best[t] {
-            Some(b) if !greater(p, b) => {}
+            Some(b) if !better(p, b) => {}
             _ => best[t] = Some(p),
         }
     }

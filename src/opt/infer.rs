@@ -75,6 +75,10 @@ pub fn infer(
         "Add" | "Sub" | "Mul" | "Div" | "Pow" | "com.microsoft::BiasGelu" => {
             vec![broadcast(&ty(0), &ty(1)).with_dtype(ty(0).dtype)]
         }
+        "Max" | "Min" => {
+            let all = (1..inputs.len()).fold(ty(0), |acc, i| broadcast(&acc, &ty(i)));
+            vec![all]
+        }
         "And" | "Or" | "Equal" | "Less" | "Greater" => {
             vec![broadcast(&ty(0), &ty(1)).with_dtype(Some(DType::Bool))]
         }
@@ -570,6 +574,21 @@ mod tests {
             1,
         );
         assert_eq!(out[0].shape, Some(vec![SymDim::Unknown; 2]));
+    }
+
+    #[test]
+    fn max_and_min_broadcast_all_their_inputs() {
+        let (a, b, c) = (tensor(&[3, 1, 1]), tensor(&[4, 1]), tensor(&[5]));
+        let view = |ty| InputView {
+            ty: Some(ty),
+            konst: None,
+        };
+        for op in ["Max", "Min"] {
+            let out = infer(op, &[view(&a), view(&b), view(&c)], &Attrs::default(), 1);
+            assert_eq!(out[0], tensor(&[3, 4, 5]), "{op}");
+            let out = infer(op, &[view(&b)], &Attrs::default(), 1);
+            assert_eq!(out[0], b, "{op}");
+        }
     }
 
     #[test]
