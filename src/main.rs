@@ -89,23 +89,20 @@ struct VerifyArgs {
 #[derive(Args)]
 struct InterpLimitArgs {
     /// Largest element count of any one tensor (input, weight or computed value).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
-    max_tensor_elements: Option<u64>,
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..),
+          default_value_t = InterpLimits::default().max_tensor_elements)]
+    max_tensor_elements: u64,
     /// Largest memory, in MiB, the values of one run may hold together.
-    #[arg(long, value_name = "MIB", value_parser = clap::value_parser!(u64).range(1..=(1 << 40)))]
-    max_memory_mib: Option<u64>,
+    #[arg(long, value_name = "MIB", value_parser = clap::value_parser!(u64).range(1..=(1 << 40)),
+          default_value_t = InterpLimits::default().max_run_bytes >> 20)]
+    max_memory_mib: u64,
 }
 
 impl InterpLimitArgs {
     fn limits(&self) -> InterpLimits {
-        let defaults = InterpLimits::default();
         InterpLimits {
-            max_tensor_elements: self
-                .max_tensor_elements
-                .unwrap_or(defaults.max_tensor_elements),
-            max_run_bytes: self
-                .max_memory_mib
-                .map_or(defaults.max_run_bytes, |m| m << 20),
+            max_tensor_elements: self.max_tensor_elements,
+            max_run_bytes: self.max_memory_mib << 20,
         }
     }
 }
