@@ -88,7 +88,10 @@ impl Fields<'_> {
         if v.is_finite() && narrow.is_finite() && sign.holds(v) && sign.holds(narrow as f64) {
             Ok(narrow)
         } else {
-            Err(self.err(field, &format!("{v} (expected {})", sign.expected())))
+            Err(self.err(
+                field,
+                &format!("{} (expected {})", show(v), sign.expected()),
+            ))
         }
     }
 
@@ -125,6 +128,16 @@ impl Fields<'_> {
                 .map(Some)
                 .ok_or_else(|| self.err(field, &format!("{v} (expected an integer)"))),
         }
+    }
+}
+
+/// `v` as written in JSON: plain for everyday magnitudes, with an exponent for huge or tiny
+/// ones (`1e39`, not forty digits).
+fn show(v: f64) -> String {
+    if v != 0.0 && v.is_finite() && !(1e-6..1e16).contains(&v.abs()) {
+        format!("{v:e}")
+    } else {
+        v.to_string()
     }
 }
 

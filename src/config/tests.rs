@@ -220,7 +220,8 @@ fn v4_with(changes: &[(&str, Value)]) -> Result<ArchConfig> {
 #[test]
 fn meaningless_values_are_named_with_what_was_expected() {
     use serde_json::json;
-    let cases: Vec<(Vec<(&str, Value)>, &str, &str)> = vec![
+    type Case<'a> = (Vec<(&'a str, Value)>, &'a str, &'a str);
+    let cases: Vec<Case> = vec![
         (vec![("rope_theta", json!(-1))], "rope_theta", "> 0"),
         (vec![("rope_theta", json!(0))], "rope_theta", "> 0"),
         (vec![("rope_theta", json!(1e39))], "rope_theta", "finite"),
