@@ -178,9 +178,18 @@ pub fn optimize_with_rules(
                     after: v.after.clone(),
                 });
             }
-            let after = match extract(&egraph, root, &cost) {
-                Ok(extraction) => op_counts(&egraph, root, &extraction),
-                Err(_) => counts.clone(),
+            // A group that rewrote nothing leaves the e-graph, and so the extraction, as it was.
+            let rewrote = runner
+                .iterations
+                .iter()
+                .any(|i| i.applied.values().any(|&n| n > 0));
+            let after = if rewrote {
+                match extract(&egraph, root, &cost) {
+                    Ok(extraction) => op_counts(&egraph, root, &extraction),
+                    Err(_) => counts.clone(),
+                }
+            } else {
+                counts.clone()
             };
             stage_report
                 .groups
