@@ -33,9 +33,13 @@ time_build() {
   local best="" rss=0 line wall kb
   for _ in $(seq "${MOBIUS_BENCH_SCALE_RUNS:-3}"); do
     rm -rf "$scratch/out"
-    line=$(/usr/bin/time -f "%e %M" target/release/mobius build --config "$dir" "$scratch/out" \
+    local t0 t1
+    t0=$(date +%s%N)
+    line=$(/usr/bin/time -f "%M" target/release/mobius build --config "$dir" "$scratch/out" \
       --no-weights -q "$@" 2>&1 >/dev/null | tail -n 1)
-    read -r wall kb <<<"$line"
+    t1=$(date +%s%N)
+    kb="$line"
+    wall=$(awk "BEGIN{printf \"%.3f\", ($t1 - $t0) / 1e9}")
     if [[ -z "$best" ]] || awk "BEGIN{exit !($wall < $best)}"; then best="$wall"; fi
     if ((kb > rss)); then rss="$kb"; fi
   done
@@ -65,7 +69,7 @@ scale() {
     for n in "${layers[@]}"; do
       read -r wall kb <<<"$(time_build "$scratch/l$n" "${flags[@]}")"
       [[ -z "$base" ]] && base="$wall"
-      printf 'summary: scale %-8s %5d layers: %7.2f s, max RSS %6d MiB, time ratio to %d layers %.1f\n' \
+      printf 'summary: scale %-8s %5d layers: %7.3f s, max RSS %6d MiB, time ratio to %d layers %.1f\n' \
         "$target" "$n" "$wall" $((kb / 1024)) "${layers[0]}" "$(awk "BEGIN{print $wall / ($base > 0 ? $base : 0.01)}")"
     done
   done
