@@ -9,6 +9,15 @@
 #
 # Needs ~2x that size free in the temporary folder ($TMPDIR or /tmp); takes about a minute once
 # built. The full log is kept in target/bench-build.log.
+#
+# Then the scale benchmark: the release CLI builds `--no-weights` Llama-3.2-1B configs with more
+# layers (default EP, and --ep cuda --dtype f16), reporting wall time and max RSS (best of
+# MOBIUS_BENCH_SCALE_RUNS runs, default 3) and the ratio of each size to the smallest. Build time
+# should grow linearly with the layer count.
+#
+#   scripts/bench.sh scale                 only the scale benchmark
+#   MOBIUS_BENCH_SCALE_LAYERS="100 1000"   layer counts (default "100 1000 2000"; at most
+#                                          limits::config::MAX_LAYERS)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -16,7 +25,63 @@ cd "$ROOT"
 mkdir -p target
 log="target/bench-build.log"
 
+# One `mobius build --no-weights` of $1 (a config folder) with flags $2...: prints
+# "<wall seconds> <max RSS KiB>", the best wall time and the largest RSS of the runs.
+time_build() {
+  local dir="$1"
+  shift
+  local best="" rss=0 line wall kb
+  for _ in $(seq "${MOBIUS_BENCH_SCALE_RUNS:-3}"); do
+    rm -rf "$scratch/out"
+    local t0 t1
+    t0=$(date +%s%N)
+    line=$(/usr/bin/time -f "%M" target/release/mobius build --config "$dir" "$scratch/out" \
+      --no-weights -q "$@" 2>&1 >/dev/null | tail -n 1)
+    t1=$(date +%s%N)
+    kb="$line"
+    wall=$(awk "BEGIN{printf \"%.3f\", ($t1 - $t0) / 1e9}")
+    if [[ -z "$best" ]] || awk "BEGIN{exit !($wall < $best)}"; then best="$wall"; fi
+    if ((kb > rss)); then rss="$kb"; fi
+  done
+  echo "$best $rss"
+}
+
+scale() {
+  if [[ ! -x /usr/bin/time ]]; then
+    echo "error: the scale benchmark needs GNU time (/usr/bin/time)" >&2
+    exit 1
+  fi
+  cargo build --release --quiet
+  scratch=$(mktemp -d)
+  trap 'rm -rf "$scratch"' EXIT
+  local layers=(${MOBIUS_BENCH_SCALE_LAYERS:-100 1000 2000})
+  for n in "${layers[@]}"; do
+    mkdir -p "$scratch/l$n"
+    sed -E "s/\"num_hidden_layers\": *[0-9]+/\"num_hidden_layers\": $n/" \
+      tests/data/configs/llama-3.2-1b/config.json >"$scratch/l$n/config.json"
+  done
+  echo "== scale: mobius build --no-weights, Llama-3.2-1B with more layers (best of ${MOBIUS_BENCH_SCALE_RUNS:-3})"
+  local target
+  for target in "default" "cuda f16"; do
+    local flags=()
+    [[ "$target" == "cuda f16" ]] && flags=(--ep cuda --dtype f16)
+    local base=""
+    for n in "${layers[@]}"; do
+      read -r wall kb <<<"$(time_build "$scratch/l$n" "${flags[@]}")"
+      [[ -z "$base" ]] && base="$wall"
+      printf 'summary: scale %-8s %5d layers: %7.3f s, max RSS %6d MiB, time ratio to %d layers %.1f\n' \
+        "$target" "$n" "$wall" $((kb / 1024)) "${layers[0]}" "$(awk "BEGIN{print $wall / ($base > 0 ? $base : 0.01)}")"
+    done
+  done
+}
+
+if [[ "${1:-}" == "scale" ]]; then
+  scale
+  exit 0
+fi
+
 cargo bench --bench build -- "$@" 2>&1 | tee "$log"
+scale | tee -a "$log"
 echo
 echo "== summary"
 if ! grep '^summary:' "$log"; then

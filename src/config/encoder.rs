@@ -3,8 +3,9 @@
 //! defaults here (the `BertConfig` / `RobertaConfig` class defaults).
 
 use super::{
-    first_token, parse_dtype, token_list, ArchConfig, Fields, HfConfig, Rope, RopeScaling,
+    first_token, parse_dtype, token_list, ArchConfig, Fields, HfConfig, Rope, RopeScaling, Sign,
 };
+use crate::limits::config::{MAX_HEADS, MAX_LAYERS, MAX_POSITIONS, MAX_VOCAB, MAX_WIDTH};
 use crate::opt::Role;
 use crate::Result;
 
@@ -51,8 +52,8 @@ impl ArchConfig {
 /// Normalises a `bert` / `roberta` config; errors name the field and what was expected.
 pub(super) fn from_hf(raw: &HfConfig, model_type: String, f: &Fields<'_>) -> Result<ArchConfig> {
     let roberta = model_type == "roberta";
-    let hidden_size = f.positive("hidden_size", raw.hidden_size)?;
-    let heads = f.positive("num_attention_heads", raw.num_attention_heads)?;
+    let hidden_size = f.positive("hidden_size", raw.hidden_size, MAX_WIDTH)?;
+    let heads = f.positive("num_attention_heads", raw.num_attention_heads, MAX_HEADS)?;
     if hidden_size % heads != 0 {
         return Err(f.err(
             "num_attention_heads",
@@ -60,9 +61,13 @@ pub(super) fn from_hf(raw: &HfConfig, model_type: String, f: &Fields<'_>) -> Res
         ));
     }
     let head_dim = hidden_size / heads;
-    let layers = f.positive("num_hidden_layers", raw.num_hidden_layers)?;
-    let vocab_size = f.positive("vocab_size", raw.vocab_size)?;
-    let max_positions = f.positive("max_position_embeddings", raw.max_position_embeddings)?;
+    let layers = f.positive("num_hidden_layers", raw.num_hidden_layers, MAX_LAYERS)?;
+    let vocab_size = f.positive("vocab_size", raw.vocab_size, MAX_VOCAB)?;
+    let max_positions = f.positive(
+        "max_position_embeddings",
+        raw.max_position_embeddings,
+        MAX_POSITIONS,
+    )?;
     let act = raw.hidden_act.as_deref().unwrap_or("gelu");
     if act != "gelu" {
         return Err(f.err(
@@ -86,13 +91,14 @@ pub(super) fn from_hf(raw: &HfConfig, model_type: String, f: &Fields<'_>) -> Res
     }
     let type_vocab_size = match raw.type_vocab_size {
         None => 2,
-        some => f.positive("type_vocab_size", some)?,
+        some => f.positive("type_vocab_size", some, MAX_VOCAB)?,
     };
-    let layer_norm_eps = match raw.layer_norm_eps {
-        None => 1e-12,
-        Some(e) if e > 0.0 && e.is_finite() => e as f32,
-        Some(e) => return Err(f.err("layer_norm_eps", &format!("must be positive, found {e}"))),
-    };
+    let layer_norm_eps = f.number(
+        "layer_norm_eps",
+        raw.layer_norm_eps,
+        1e-12,
+        Sign::NonNegative,
+    )?;
     let pad_token_id = match raw.pad_token_id.as_ref() {
         None => Some(if roberta { 1 } else { 0 }),
         Some(v) => first_token(Some(v)),
@@ -121,7 +127,7 @@ pub(super) fn from_hf(raw: &HfConfig, model_type: String, f: &Fields<'_>) -> Res
     Ok(ArchConfig {
         model_type,
         hidden_size,
-        intermediate_size: f.positive("intermediate_size", raw.intermediate_size)?,
+        intermediate_size: f.positive("intermediate_size", raw.intermediate_size, MAX_WIDTH)?,
         num_attention_heads: heads,
         num_key_value_heads: heads,
         head_dim,
@@ -228,10 +234,11 @@ mod tests {
             (json!({"is_decoder": true}), "is_decoder", "as an encoder"),
             (json!({"type_vocab_size": 0}), "type_vocab_size", "positive"),
             (
-                json!({"layer_norm_eps": -1.0}),
-                "layer_norm_eps",
-                "positive",
+                json!({"num_hidden_layers": 100000}),
+                "num_hidden_layers",
+                "at most 2048",
             ),
+            (json!({"layer_norm_eps": -1.0}), "layer_norm_eps", ">= 0"),
             (
                 json!({"num_attention_heads": 5}),
                 "num_attention_heads",

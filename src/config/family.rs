@@ -1,7 +1,7 @@
 //! Per-family knobs of the Llama-like decoders (qwen3, smollm3, granite, olmo2, phi3) that
 //! the shared fields of [`super::ArchConfig`] do not describe.
 
-use super::{Fields, HfConfig};
+use super::{Fields, HfConfig, Sign};
 use crate::Result;
 
 /// Family-specific parameters; the default is a plain Llama decoder.
@@ -53,13 +53,7 @@ pub(super) fn parse(
 }
 
 fn multipliers(raw: &HfConfig, f: &Fields<'_>) -> Result<Multipliers> {
-    let get = |field: &str, value: Option<f64>| -> Result<f32> {
-        match value {
-            None => Ok(1.0),
-            Some(v) if v.is_finite() && v != 0.0 => Ok(v as f32),
-            Some(v) => Err(f.err(field, &format!("{v} (expected a finite, non-zero number)"))),
-        }
-    };
+    let get = |field: &str, value: Option<f64>| f.number(field, value, 1.0, Sign::NonZero);
     Ok(Multipliers {
         embedding: get("embedding_multiplier", raw.embedding_multiplier)?,
         residual: get("residual_multiplier", raw.residual_multiplier)?,

@@ -3,7 +3,7 @@
 
 use serde_json::{Map, Value};
 
-use super::{parse_rope, Fields, Gelu, HfConfig, Rope};
+use super::{parse_rope, Fields, Gelu, HfConfig, Rope, Sign};
 use crate::{Error, Result};
 
 /// The `model_type`s of the Gemma family.
@@ -83,23 +83,19 @@ pub(super) fn parse(
     let (attn_scale, attn_softcap, final_softcap) = match version {
         GemmaVersion::Gemma1 => ((head_dim as f32).powf(-0.5), None, None),
         GemmaVersion::Gemma2 | GemmaVersion::Gemma3 => {
-            let scalar = match raw.query_pre_attn_scalar {
-                None => 256.0,
-                Some(s) if s > 0.0 => s,
-                Some(s) => {
-                    return Err(f.err(
-                        "query_pre_attn_scalar",
-                        &format!("must be positive, found {s}"),
-                    ))
-                }
-            };
+            let scalar = f.number(
+                "query_pre_attn_scalar",
+                raw.query_pre_attn_scalar,
+                256.0,
+                Sign::Positive,
+            )?;
             // transformers' defaults when the field is absent (an explicit null disables it).
             let (attn_default, final_default) = match version {
                 GemmaVersion::Gemma2 => (Some(50.0), Some(30.0)),
                 _ => (None, None),
             };
             (
-                scalar.powf(-0.5) as f32,
+                (scalar as f64).powf(-0.5) as f32,
                 softcap(raw.attn_logit_softcapping.as_ref(), attn_default, "attn", f)?,
                 softcap(
                     raw.final_logit_softcapping.as_ref(),
@@ -163,8 +159,8 @@ fn softcap(
         None => Ok(default),
         Some(Value::Null) => Ok(None),
         Some(v) => match v.as_f64() {
-            Some(c) if c > 0.0 => Ok(Some(c as f32)),
-            _ => Err(f.err(&field, &format!("{v} (expected a positive number or null)"))),
+            Some(c) => f.number(&field, Some(c), c, Sign::Positive).map(Some),
+            None => Err(f.err(&field, &format!("{v} (expected a positive number or null)"))),
         },
     }
 }
@@ -220,6 +216,15 @@ pub(super) fn gemma3_rope(
         prefix = "rope_local_base_freq".to_string();
     }
     parse_rope(&one, head_dim, f).map_err(|e| match e {
+        Error::ConfigField {
+            path,
+            field,
+            message,
+        } if field == "rope_theta" && prefix == "rope_local_base_freq" => Error::ConfigField {
+            path,
+            field: prefix.clone(),
+            message,
+        },
         Error::ConfigField {
             path,
             field,

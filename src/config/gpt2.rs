@@ -3,20 +3,21 @@
 //! multi-head attention, learned positions and (by default) a tied LM head.
 
 use super::{first_token, parse_dtype, token_list, ArchConfig, Fields, Gelu, HfConfig};
-use super::{Rope, RopeScaling};
+use super::{Rope, RopeScaling, Sign};
+use crate::limits::config::{MAX_HEADS, MAX_LAYERS, MAX_POSITIONS, MAX_VOCAB, MAX_WIDTH};
 use crate::Result;
 
 /// Normalises a GPT-2 config; errors name the field and what was expected.
 pub(super) fn from_hf(raw: &HfConfig, f: &Fields<'_>) -> Result<ArchConfig> {
     let (hidden_field, hidden) = spelled("n_embd", raw.n_embd, "hidden_size", raw.hidden_size);
-    let hidden_size = f.positive(hidden_field, hidden)?;
+    let hidden_size = f.positive(hidden_field, hidden, MAX_WIDTH)?;
     let (heads_field, heads) = spelled(
         "n_head",
         raw.n_head,
         "num_attention_heads",
         raw.num_attention_heads,
     );
-    let heads = f.positive(heads_field, heads)?;
+    let heads = f.positive(heads_field, heads, MAX_HEADS)?;
     if hidden_size % heads != 0 {
         return Err(f.err(
             heads_field,
@@ -35,9 +36,10 @@ pub(super) fn from_hf(raw: &HfConfig, f: &Fields<'_>) -> Result<ArchConfig> {
         "max_position_embeddings",
         raw.max_position_embeddings,
     );
+    let layers = f.positive(layers_field, layers, MAX_LAYERS)?;
     let intermediate_size = match raw.n_inner.or(raw.intermediate_size) {
         None => 4 * hidden_size,
-        some => f.positive("n_inner", some)?,
+        some => f.positive("n_inner", some, MAX_WIDTH)?,
     };
     let act = raw.activation_function.as_deref().unwrap_or("gelu_new");
     let gelu = Gelu::from_hf_name(act).ok_or_else(|| {
@@ -72,9 +74,9 @@ pub(super) fn from_hf(raw: &HfConfig, f: &Fields<'_>) -> Result<ArchConfig> {
         num_attention_heads: heads,
         num_key_value_heads: heads,
         head_dim,
-        num_hidden_layers: f.positive(layers_field, layers)?,
-        vocab_size: f.positive("vocab_size", raw.vocab_size)?,
-        max_position_embeddings: f.positive(positions_field, positions)?,
+        num_hidden_layers: layers,
+        vocab_size: f.positive("vocab_size", raw.vocab_size, MAX_VOCAB)?,
+        max_position_embeddings: f.positive(positions_field, positions, MAX_POSITIONS)?,
         rms_norm_eps: 0.0,
         tie_word_embeddings: raw.tie_word_embeddings.unwrap_or(true),
         qkv_bias: true,
@@ -88,16 +90,20 @@ pub(super) fn from_hf(raw: &HfConfig, f: &Fields<'_>) -> Result<ArchConfig> {
             rotary_dim: head_dim,
             interleaved: false,
         },
-        layer_windows: vec![None; f.positive(layers_field, layers)?],
+        layer_windows: vec![None; layers],
         dtype: parse_dtype(raw, f)?,
         bos_token_id: first_token(raw.bos_token_id.as_ref()),
         eos_token_ids: token_list(raw.eos_token_id.as_ref()),
         pad_token_id: first_token(raw.pad_token_id.as_ref()),
-        layer_norm_eps: Some(
-            raw.layer_norm_epsilon
-                .or(raw.layer_norm_eps)
-                .unwrap_or(1e-5) as f32,
-        ),
+        layer_norm_eps: Some(match raw.layer_norm_epsilon {
+            Some(e) => f.number("layer_norm_epsilon", Some(e), e, Sign::NonNegative)?,
+            None => f.number(
+                "layer_norm_eps",
+                raw.layer_norm_eps,
+                1e-5,
+                Sign::NonNegative,
+            )?,
+        }),
         gelu: Some(gelu),
         lm_head_bias: false,
         gemma: None,

@@ -7,7 +7,7 @@
 
 use serde_json::Value;
 
-use super::{Fields, HfConfig};
+use super::{Fields, HfConfig, Sign};
 use crate::Result;
 
 /// LongRoPE parameters, normalised.
@@ -51,30 +51,26 @@ pub(super) fn parse(
     f: &Fields<'_>,
 ) -> Result<LongRope> {
     let get = |key: &str| params.and_then(|p| p.get(key)).filter(|v| !v.is_null());
+    let name = |key: &str| format!("{field}.{key}");
     let factors = |key: &str| -> Result<Vec<f32>> {
-        let list = get(key).and_then(Value::as_array).ok_or_else(|| {
-            f.err(
-                &format!("{field}.{key}"),
-                "missing (expected a list of numbers)",
-            )
-        })?;
+        let list = get(key)
+            .and_then(Value::as_array)
+            .ok_or_else(|| f.err(&name(key), "missing (expected a list of numbers)"))?;
         list.iter()
             .map(|v| match v.as_f64() {
-                Some(x) if x > 0.0 && x.is_finite() => Ok(x as f32),
-                _ => Err(f.err(
-                    &format!("{field}.{key}"),
-                    &format!("`{v}` is not a positive number"),
-                )),
+                Some(x) => f.number(&name(key), Some(x), x, Sign::Positive),
+                None => Err(f.err(&name(key), &format!("`{v}` is not a positive number"))),
             })
             .collect()
     };
     let short_factor = factors("short_factor")?;
     let long_factor = factors("long_factor")?;
     // transformers gives the top-level field (Phi-3's spelling) priority over the nested one.
-    let original = raw
-        .original_max_position_embeddings
-        .or_else(|| get("original_max_position_embeddings").and_then(Value::as_i64));
-    let original = match original {
+    let nested = f.json_integer(
+        &name("original_max_position_embeddings"),
+        get("original_max_position_embeddings"),
+    )?;
+    let original = match raw.original_max_position_embeddings.or(nested) {
         Some(o) if o > 0 && o as usize <= max_positions => o as usize,
         Some(o) => {
             return Err(f.err(
@@ -89,19 +85,24 @@ pub(super) fn parse(
             ))
         }
     };
-    let factor = get("factor")
-        .and_then(Value::as_f64)
-        .unwrap_or(max_positions as f64 / original as f64);
-    let attention_factor = match get("attention_factor").and_then(Value::as_f64) {
-        Some(a) => a,
-        None if factor <= 1.0 => 1.0,
-        None => (1.0 + factor.ln() / (original as f64).ln()).sqrt(),
-    };
+    let ratio = max_positions as f64 / original as f64;
+    let factor = f.number(
+        &name("factor"),
+        f.json_number(&name("factor"), get("factor"))?,
+        ratio,
+        Sign::Positive,
+    )? as f64;
+    let attention_factor =
+        match f.json_number(&name("attention_factor"), get("attention_factor"))? {
+            Some(a) => f.number(&name("attention_factor"), Some(a), a, Sign::Positive)?,
+            None if factor <= 1.0 => 1.0,
+            None => (1.0 + factor.ln() / (original as f64).ln()).sqrt() as f32,
+        };
     Ok(LongRope {
         short_factor,
         long_factor,
         original_max_position_embeddings: original,
-        attention_factor: attention_factor as f32,
+        attention_factor,
     })
 }
 
@@ -213,7 +214,7 @@ mod tests {
             (
                 r#""rope_scaling": {"type": "longrope", "short_factor": [1,1,1,1,1,1,1,-1],
                    "long_factor": [1,1,1,1,1,1,1,1], "original_max_position_embeddings": 16}"#,
-                "not a positive number",
+                "expected a finite number > 0",
             ),
         ];
         for (extra, want) in cases {

@@ -2,6 +2,7 @@
 
 pub mod encoder;
 pub mod family;
+mod fields;
 pub mod gelu;
 pub mod gemma;
 mod gpt2;
@@ -10,14 +11,16 @@ pub mod longrope;
 mod phi;
 pub mod rope;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde_json::Value;
 
 use crate::ir::DType;
+use crate::limits::config::{MAX_HEADS, MAX_LAYERS, MAX_POSITIONS, MAX_VOCAB, MAX_WIDTH};
 use crate::{Error, Result};
 pub use encoder::{EncoderConfig, Positions};
 pub use family::{FamilyKnobs, Multipliers};
+use fields::{Fields, Sign};
 pub use gelu::Gelu;
 pub use gemma::{GemmaConfig, GemmaVersion};
 pub use hf::HfConfig;
@@ -41,9 +44,6 @@ pub const SUPPORTED_MODEL_TYPES: &[&str] = &[
     "bert",
     "roberta",
 ];
-
-/// Upper bound on any size in a config (keeps every tensor size computation far from overflow).
-const MAX_DIM: i64 = 1 << 26;
 
 /// The architecture of a decoder-only model, normalised from any supported `config.json`.
 #[derive(Debug, Clone, PartialEq)]
@@ -113,7 +113,8 @@ impl ArchConfig {
 
     /// Parses and normalises config.json bytes; `path` is used in error messages only.
     pub fn parse(bytes: &[u8], path: &Path) -> Result<ArchConfig> {
-        let raw: HfConfig = serde_json::from_slice(bytes).map_err(|e| Error::json(path, &e))?;
+        let raw: HfConfig =
+            serde_json::from_slice(bytes).map_err(|e| fields::json_error(bytes, path, &e))?;
         ArchConfig::from_hf(&raw, path)
     }
 
@@ -144,11 +145,12 @@ impl ArchConfig {
             "phi" => return phi::from_hf(raw, &f),
             _ => {}
         }
-        let hidden_size = f.positive("hidden_size", raw.hidden_size)?;
-        let num_attention_heads = f.positive("num_attention_heads", raw.num_attention_heads)?;
+        let hidden_size = f.positive("hidden_size", raw.hidden_size, MAX_WIDTH)?;
+        let num_attention_heads =
+            f.positive("num_attention_heads", raw.num_attention_heads, MAX_HEADS)?;
         let num_key_value_heads = match raw.num_key_value_heads {
             None => num_attention_heads,
-            some => f.positive("num_key_value_heads", some)?,
+            some => f.positive("num_key_value_heads", some, MAX_HEADS)?,
         };
         if num_attention_heads % num_key_value_heads != 0 {
             return Err(f.err(
@@ -165,7 +167,7 @@ impl ArchConfig {
             _ => None,
         };
         let head_dim = match (raw.head_dim, family_head_dim) {
-            (Some(_), _) => f.positive("head_dim", raw.head_dim)?,
+            (Some(_), _) => f.positive("head_dim", raw.head_dim, MAX_WIDTH)?,
             (None, Some(d)) => d,
             (None, None) if hidden_size % num_attention_heads == 0 => {
                 hidden_size / num_attention_heads
@@ -180,7 +182,8 @@ impl ArchConfig {
                 ))
             }
         };
-        let num_hidden_layers = f.positive("num_hidden_layers", raw.num_hidden_layers)?;
+        let num_hidden_layers =
+            f.positive("num_hidden_layers", raw.num_hidden_layers, MAX_LAYERS)?;
         let gemma = gemma::parse(raw, &model_type, hidden_size, head_dim, &f)?;
         let act = raw.hidden_act.as_deref().unwrap_or("silu");
         if gemma.is_none() && act != "silu" && act != "swish" {
@@ -196,18 +199,21 @@ impl ArchConfig {
             }
             _ => false,
         };
-        let max_position_embeddings =
-            f.positive("max_position_embeddings", raw.max_position_embeddings)?;
+        let max_position_embeddings = f.positive(
+            "max_position_embeddings",
+            raw.max_position_embeddings,
+            MAX_POSITIONS,
+        )?;
         Ok(ArchConfig {
             hidden_size,
-            intermediate_size: f.positive("intermediate_size", raw.intermediate_size)?,
+            intermediate_size: f.positive("intermediate_size", raw.intermediate_size, MAX_WIDTH)?,
             num_attention_heads,
             num_key_value_heads,
             head_dim,
             num_hidden_layers,
-            vocab_size: f.positive("vocab_size", raw.vocab_size)?,
+            vocab_size: f.positive("vocab_size", raw.vocab_size, MAX_VOCAB)?,
             max_position_embeddings,
-            rms_norm_eps: raw.rms_norm_eps.unwrap_or(1e-6) as f32,
+            rms_norm_eps: f.number("rms_norm_eps", raw.rms_norm_eps, 1e-6, Sign::NonNegative)?,
             // Gemma checkpoints tie the LM head to the embeddings unless told otherwise.
             tie_word_embeddings: raw.tie_word_embeddings.unwrap_or(gemma.is_some()),
             qkv_bias,
@@ -265,33 +271,6 @@ impl ArchConfig {
     }
 }
 
-/// Error helper bound to the config file.
-struct Fields<'a> {
-    path: &'a Path,
-}
-
-impl Fields<'_> {
-    fn err(&self, field: &str, message: &str) -> Error {
-        Error::ConfigField {
-            path: PathBuf::from(self.path),
-            field: field.to_string(),
-            message: message.to_string(),
-        }
-    }
-
-    fn positive(&self, field: &str, value: Option<i64>) -> Result<usize> {
-        match value {
-            Some(v) if v > MAX_DIM => Err(self.err(
-                field,
-                &format!("{v} is larger than mobius supports ({MAX_DIM})"),
-            )),
-            Some(v) if v > 0 => Ok(v as usize),
-            Some(v) => Err(self.err(field, &format!("must be a positive integer, found {v}"))),
-            None => Err(self.err(field, "missing (expected a positive integer)")),
-        }
-    }
-}
-
 fn parse_dtype(raw: &HfConfig, f: &Fields<'_>) -> Result<Option<DType>> {
     let (field, value) = match (&raw.dtype, &raw.torch_dtype) {
         (Some(v), _) => ("dtype", v),
@@ -316,26 +295,28 @@ fn parse_rope(raw: &HfConfig, head_dim: usize, f: &Fields<'_>) -> Result<Rope> {
         (_, Some(p @ Value::Object(_))) => ("rope_scaling", Some(p)),
         _ => ("rope_scaling", None),
     };
-    let get = |key: &str| params.and_then(|p| p.get(key)).filter(|v| !v.is_null());
-    let num = |key: &str| -> Result<f32> {
-        get(key)
-            .and_then(Value::as_f64)
-            .map(|v| v as f32)
-            .ok_or_else(|| f.err(&format!("{field}.{key}"), "missing (expected a number)"))
-    };
+    let name = |key: &str| format!("{field}.{key}");
+    let get = |key: &str| f.json_number(&name(key), params.and_then(|p| p.get(key)));
+    let num =
+        |key: &str| -> Result<f32> { f.required_number(&name(key), get(key)?, Sign::Positive) };
     // transformers' default theta: 2e6 for SmolLM3, 1e4 elsewhere (Gemma 3 reads its own).
     let default_theta = match raw.model_type.as_deref() {
         Some("smollm3") => 2_000_000.0,
         _ => 10_000.0,
     };
-    let theta = get("rope_theta")
-        .and_then(Value::as_f64)
-        .or(raw.rope_theta)
-        .unwrap_or(default_theta) as f32;
-    let rope_type = get("rope_type")
-        .or_else(|| get("type"))
-        .and_then(Value::as_str)
-        .unwrap_or("default");
+    let theta = match get("rope_theta")? {
+        Some(t) => f.number(&name("rope_theta"), Some(t), t, Sign::Positive)?,
+        None => f.number("rope_theta", raw.rope_theta, default_theta, Sign::Positive)?,
+    };
+    let kind = params
+        .and_then(|p| p.get("rope_type").or_else(|| p.get("type")))
+        .filter(|v| !v.is_null());
+    let rope_type = match kind {
+        None => "default",
+        Some(v) => v
+            .as_str()
+            .ok_or_else(|| f.err(&name("rope_type"), &format!("{v} (expected a string)")))?,
+    };
     let scaling = match rope_type {
         "default" => RopeScaling::Default,
         "linear" => RopeScaling::Linear {
@@ -348,31 +329,50 @@ fn parse_rope(raw: &HfConfig, head_dim: usize, f: &Fields<'_>) -> Result<Rope> {
             raw.max_position_embeddings.unwrap_or(0).max(0) as usize,
             f,
         )?),
-        "llama3" => RopeScaling::Llama3 {
-            factor: num("factor")?,
-            low_freq_factor: num("low_freq_factor")?,
-            high_freq_factor: num("high_freq_factor")?,
-            original_max_position_embeddings: num("original_max_position_embeddings")?,
-        },
+        "llama3" => {
+            let low_freq_factor = num("low_freq_factor")?;
+            let high_freq_factor = num("high_freq_factor")?;
+            // The smoothing divides by their difference; equal or swapped bands are meaningless.
+            if high_freq_factor <= low_freq_factor {
+                return Err(f.err(
+                    &name("high_freq_factor"),
+                    &format!(
+                        "{high_freq_factor} (expected more than low_freq_factor = \
+                         {low_freq_factor})"
+                    ),
+                ));
+            }
+            RopeScaling::Llama3 {
+                factor: num("factor")?,
+                low_freq_factor,
+                high_freq_factor,
+                original_max_position_embeddings: num("original_max_position_embeddings")?,
+            }
+        }
         other => {
             return Err(f.err(
-                &format!("{field}.rope_type"),
+                &name("rope_type"),
                 &format!(
                     "`{other}` is not supported (expected default, linear, llama3 or longrope)"
                 ),
             ))
         }
     };
-    let partial = get("partial_rotary_factor")
-        .and_then(Value::as_f64)
-        .or(raw.partial_rotary_factor)
-        .unwrap_or(1.0);
+    let partial = match get("partial_rotary_factor")? {
+        Some(p) => (name("partial_rotary_factor"), p),
+        None => (
+            "partial_rotary_factor".to_string(),
+            raw.partial_rotary_factor.unwrap_or(1.0),
+        ),
+    };
+    let (partial_field, partial) = partial;
     let rotary_dim = (head_dim as f64 * partial) as usize;
-    if rotary_dim == 0 || rotary_dim % 2 != 0 || rotary_dim > head_dim {
+    if !(partial > 0.0 && partial <= 1.0) || rotary_dim == 0 || rotary_dim % 2 != 0 {
         return Err(f.err(
-            "partial_rotary_factor",
+            &partial_field,
             &format!(
-                "{partial} gives a rotary width of {rotary_dim} (expected even, 2..={head_dim})"
+                "{partial} gives a rotary width of {rotary_dim} (expected a factor in (0, 1] \
+                 giving an even width, 2..={head_dim})"
             ),
         ));
     }

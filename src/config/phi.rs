@@ -3,16 +3,17 @@
 //! LM head.
 
 use super::HfConfig;
-use super::{first_token, parse_dtype, parse_rope, token_list, ArchConfig, Fields, Gelu};
+use super::{first_token, parse_dtype, parse_rope, token_list, ArchConfig, Fields, Gelu, Sign};
+use crate::limits::config::{MAX_HEADS, MAX_LAYERS, MAX_POSITIONS, MAX_VOCAB, MAX_WIDTH};
 use crate::Result;
 
 /// Normalises a Phi config; errors name the field and what was expected.
 pub(super) fn from_hf(raw: &HfConfig, f: &Fields<'_>) -> Result<ArchConfig> {
-    let hidden_size = f.positive("hidden_size", raw.hidden_size)?;
-    let heads = f.positive("num_attention_heads", raw.num_attention_heads)?;
+    let hidden_size = f.positive("hidden_size", raw.hidden_size, MAX_WIDTH)?;
+    let heads = f.positive("num_attention_heads", raw.num_attention_heads, MAX_HEADS)?;
     let kv_heads = match raw.num_key_value_heads {
         None => heads,
-        some => f.positive("num_key_value_heads", some)?,
+        some => f.positive("num_key_value_heads", some, MAX_HEADS)?,
     };
     if heads % kv_heads != 0 {
         return Err(f.err(
@@ -43,18 +44,21 @@ pub(super) fn from_hf(raw: &HfConfig, f: &Fields<'_>) -> Result<ArchConfig> {
             "is not supported (expected false: no LayerNorm on queries and keys)",
         ));
     }
-    let layers = f.positive("num_hidden_layers", raw.num_hidden_layers)?;
+    let layers = f.positive("num_hidden_layers", raw.num_hidden_layers, MAX_LAYERS)?;
     Ok(ArchConfig {
         model_type: "phi".into(),
         hidden_size,
-        intermediate_size: f.positive("intermediate_size", raw.intermediate_size)?,
+        intermediate_size: f.positive("intermediate_size", raw.intermediate_size, MAX_WIDTH)?,
         num_attention_heads: heads,
         num_key_value_heads: kv_heads,
         head_dim,
         num_hidden_layers: layers,
-        vocab_size: f.positive("vocab_size", raw.vocab_size)?,
-        max_position_embeddings: f
-            .positive("max_position_embeddings", raw.max_position_embeddings)?,
+        vocab_size: f.positive("vocab_size", raw.vocab_size, MAX_VOCAB)?,
+        max_position_embeddings: f.positive(
+            "max_position_embeddings",
+            raw.max_position_embeddings,
+            MAX_POSITIONS,
+        )?,
         rms_norm_eps: 0.0,
         tie_word_embeddings: raw.tie_word_embeddings.unwrap_or(false),
         qkv_bias: true,
@@ -66,7 +70,12 @@ pub(super) fn from_hf(raw: &HfConfig, f: &Fields<'_>) -> Result<ArchConfig> {
         bos_token_id: first_token(raw.bos_token_id.as_ref()),
         eos_token_ids: token_list(raw.eos_token_id.as_ref()),
         pad_token_id: first_token(raw.pad_token_id.as_ref()),
-        layer_norm_eps: Some(raw.layer_norm_eps.unwrap_or(1e-5) as f32),
+        layer_norm_eps: Some(f.number(
+            "layer_norm_eps",
+            raw.layer_norm_eps,
+            1e-5,
+            Sign::NonNegative,
+        )?),
         gelu: Some(gelu),
         lm_head_bias: true,
         gemma: None,

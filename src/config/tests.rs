@@ -200,3 +200,218 @@ fn smollm3_without_rope_theta_gets_transformers_default() {
     .unwrap();
     assert_eq!(cfg.rope.theta, 2_000_000.0);
 }
+
+/// V4 (a Llama 3 config) with `changes` applied at top level (null removes a field) or, for
+/// `rope_scaling.KEY`, inside `rope_scaling`.
+fn v4_with(changes: &[(&str, Value)]) -> Result<ArchConfig> {
+    let mut cfg: Value = serde_json::from_str(V4).unwrap();
+    for (key, value) in changes {
+        match key.split_once('.') {
+            Some((outer, inner)) => cfg[outer][inner] = value.clone(),
+            None if value.is_null() => {
+                cfg.as_object_mut().unwrap().remove(*key);
+            }
+            None => cfg[*key] = value.clone(),
+        }
+    }
+    parse(&cfg.to_string())
+}
+
+#[test]
+fn meaningless_values_are_named_with_what_was_expected() {
+    use serde_json::json;
+    type Case<'a> = (Vec<(&'a str, Value)>, &'a str, &'a str);
+    let cases: Vec<Case> = vec![
+        (vec![("rope_theta", json!(-1))], "rope_theta", "> 0"),
+        (vec![("rope_theta", json!(0))], "rope_theta", "> 0"),
+        (vec![("rope_theta", json!(1e39))], "rope_theta", "finite"),
+        (
+            vec![("rope_scaling.factor", json!(0))],
+            "rope_scaling.factor",
+            "> 0",
+        ),
+        (
+            vec![("rope_scaling.factor", json!(-8))],
+            "rope_scaling.factor",
+            "> 0",
+        ),
+        (
+            vec![("rope_scaling.factor", json!("8"))],
+            "rope_scaling.factor",
+            "number",
+        ),
+        (
+            vec![("rope_scaling.high_freq_factor", json!(1.0))],
+            "rope_scaling.high_freq_factor",
+            "more than low_freq_factor",
+        ),
+        (
+            vec![("rope_scaling.low_freq_factor", json!(0))],
+            "rope_scaling.low_freq_factor",
+            "> 0",
+        ),
+        (
+            vec![("rope_scaling.original_max_position_embeddings", json!(-5))],
+            "rope_scaling.original_max_position_embeddings",
+            "> 0",
+        ),
+        (
+            vec![("partial_rotary_factor", json!(1.5))],
+            "partial_rotary_factor",
+            "(0, 1]",
+        ),
+        (
+            vec![("partial_rotary_factor", json!(0))],
+            "partial_rotary_factor",
+            "(0, 1]",
+        ),
+        (vec![("rms_norm_eps", json!(-1e-5))], "rms_norm_eps", ">= 0"),
+        (
+            vec![("num_hidden_layers", json!(0))],
+            "num_hidden_layers",
+            "positive",
+        ),
+        (
+            vec![("num_hidden_layers", json!(100000))],
+            "num_hidden_layers",
+            "at most 2048",
+        ),
+        (
+            vec![("num_attention_heads", json!(100000))],
+            "num_attention_heads",
+            "at most",
+        ),
+        (
+            vec![("num_key_value_heads", json!(0))],
+            "num_key_value_heads",
+            "positive",
+        ),
+        (
+            vec![("num_key_value_heads", json!(3))],
+            "num_key_value_heads",
+            "must divide",
+        ),
+        (vec![("hidden_size", json!(-64))], "hidden_size", "positive"),
+        (
+            vec![("hidden_size", json!(66))],
+            "head_dim",
+            "not a multiple",
+        ),
+        (
+            vec![("intermediate_size", json!(1i64 << 40))],
+            "intermediate_size",
+            "at most",
+        ),
+        (vec![("head_dim", json!(0))], "head_dim", "positive"),
+        (
+            vec![("head_dim", json!(15))],
+            "partial_rotary_factor",
+            "even",
+        ),
+        (vec![("vocab_size", json!(0))], "vocab_size", "positive"),
+        (
+            vec![("max_position_embeddings", json!(1i64 << 40))],
+            "max_position_embeddings",
+            "at most",
+        ),
+        (
+            vec![("sliding_window", json!(0))],
+            "sliding_window",
+            "positive",
+        ),
+        (
+            vec![(
+                "rope_scaling",
+                json!({"rope_type": "linear", "factor": 0.0}),
+            )],
+            "rope_scaling.factor",
+            "> 0",
+        ),
+        (
+            vec![("rope_scaling", json!({"rope_type": 3}))],
+            "rope_scaling.rope_type",
+            "string",
+        ),
+    ];
+    for (changes, field, says) in cases {
+        match v4_with(&changes) {
+            Err(Error::ConfigField {
+                field: got,
+                message,
+                path,
+            }) => {
+                assert_eq!(got, field, "{changes:?}: {message}");
+                assert!(message.contains(says), "{changes:?}: {message}");
+                assert!(path.ends_with("config.json"));
+            }
+            other => panic!("{changes:?}: expected a field error, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn family_values_are_checked_too() {
+    let gemma = r#""hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "num_hidden_layers": 2, "head_dim": 16, "vocab_size": 300,
+        "max_position_embeddings": 128"#;
+    for (model_type, extra, field) in [
+        (
+            "gemma2",
+            r#""attn_logit_softcapping": 0"#,
+            "attn_logit_softcapping",
+        ),
+        (
+            "gemma2",
+            r#""final_logit_softcapping": -30"#,
+            "final_logit_softcapping",
+        ),
+        (
+            "gemma2",
+            r#""query_pre_attn_scalar": 0"#,
+            "query_pre_attn_scalar",
+        ),
+        (
+            "gemma3_text",
+            r#""rope_local_base_freq": -1"#,
+            "rope_local_base_freq",
+        ),
+        ("gemma3_text", r#""rope_theta": 0"#, "rope_theta"),
+    ] {
+        let json = format!(r#"{{"model_type": "{model_type}", {gemma}, {extra}}}"#);
+        let msg = parse(&json).unwrap_err().to_string();
+        assert!(msg.contains(&format!("field `{field}`")), "{extra}: {msg}");
+    }
+    let gpt2 = r#"{"model_type": "gpt2", "n_embd": 64, "n_head": 4, "n_layer": 2,
+        "n_positions": 128, "vocab_size": 300"#;
+    for (extra, field) in [
+        (r#""layer_norm_epsilon": -1"#, "layer_norm_epsilon"),
+        (r#""n_layer": 4096"#, "n_layer"),
+        (r#""n_head": 0"#, "n_head"),
+    ] {
+        let msg = parse(&format!("{gpt2}, {extra}}}"))
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains(&format!("field `{field}`")), "{extra}: {msg}");
+    }
+    let phi = r#"{"model_type": "phi", "hidden_size": 64, "intermediate_size": 128,
+        "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 300,
+        "max_position_embeddings": 128"#;
+    for (extra, field) in [
+        (r#""layer_norm_eps": -1"#, "layer_norm_eps"),
+        (r#""partial_rotary_factor": 0.001"#, "partial_rotary_factor"),
+    ] {
+        let msg = parse(&format!("{phi}, {extra}}}")).unwrap_err().to_string();
+        assert!(msg.contains(&format!("field `{field}`")), "{extra}: {msg}");
+    }
+}
+
+#[test]
+fn numbers_too_large_for_json_name_their_field() {
+    let msg = parse(&V4.replace("\"rope_theta\": 500000.0", "\"rope_theta\": 1e400"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains("config.json:") && msg.contains("field `rope_theta`"),
+        "{msg}"
+    );
+}

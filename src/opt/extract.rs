@@ -15,6 +15,8 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use egg::{Analysis, EGraph, Id, Language};
 
+use super::nodeset::{NodeSet, Universe};
+
 /// The result of an extraction: one chosen e-node per needed e-class.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Extraction<L> {
@@ -124,8 +126,9 @@ pub fn dag_cost<L: Language>(
 /// cannot see a saving that needs two classes to switch together (e.g. packing Q, K and V into
 /// one MatMul when each projection alone is cheaper unpacked).
 ///
-/// Cost: memory O(classes × nodes / 8) bytes for the node sets. About 1 ms for 1,000 classes
-/// and 14 ms for 8,000 on a residual-stream chain (release build).
+/// Cost: the node sets share structure ([`NodeSet`]), so a class whose derivation extends its
+/// children's by a few nodes costs O(few × log nodes) time and memory; on a transformer time
+/// and memory grow linearly with the layer count.
 ///
 /// # Errors
 /// [`ExtractError::Unextractable`] naming the first root with no finite-cost acyclic
@@ -243,6 +246,8 @@ struct Problem<'a, L> {
     children: Vec<usize>,
     /// Dense class → the distinct classes with a node that has it as a child.
     parents: Vec<Vec<usize>>,
+    /// The shape of node sets over the dense nodes.
+    universe: Universe,
 }
 
 impl<'a, L: Language> Problem<'a, L> {
@@ -304,6 +309,7 @@ impl<'a, L: Language> Problem<'a, L> {
             }
         }
         node_start.push(nodes.len());
+        let universe = Universe::new(nodes.len());
         Problem {
             ids,
             index,
@@ -313,6 +319,7 @@ impl<'a, L: Language> Problem<'a, L> {
             child_start,
             children,
             parents,
+            universe,
         }
     }
 
@@ -328,7 +335,7 @@ impl<'a, L: Language> Problem<'a, L> {
     /// (`NONE` where no finite acyclic derivation was found).
     ///
     /// Each class `c` keeps the set `sets[c]` of nodes its derivation needed when chosen (a
-    /// bitset over dense nodes), their total cost `val[c]` and count `size[c]`. A class only
+    /// persistent [`NodeSet`] over dense nodes), their total cost `val[c]` and count `size[c]`. A class only
     /// changes its choice for a lexicographically smaller `(val, size)`, so that pair only
     /// decreases; and when a node is chosen, its set strictly contains each child's set of the
     /// moment, so the parent's pair exceeds each child's pair then, and hence forever after.
@@ -339,8 +346,7 @@ impl<'a, L: Language> Problem<'a, L> {
             choice: vec![NONE; n],
             val: vec![f64::INFINITY; n],
             size: vec![usize::MAX; n],
-            sets: vec![Vec::new(); n],
-            scratch: Vec::new(),
+            sets: vec![NodeSet::default(); n],
         };
         let mut queue: VecDeque<usize> = (0..n).collect();
         let mut queued = vec![true; n];
@@ -394,54 +400,26 @@ impl<'a, L: Language> Problem<'a, L> {
         };
         // Start from the most expensive child (so the sum is at least every child's), then add
         // the nodes the other children need that it does not.
-        state.scratch.clear();
+        let mut others = NodeSet::default();
         for &d in children.iter().filter(|&&d| d != b) {
-            let row = &state.sets[d];
-            if state.scratch.len() < row.len() {
-                state.scratch.resize(row.len(), 0);
-            }
-            for (acc, &word) in state.scratch.iter_mut().zip(row) {
-                *acc |= word;
-            }
+            others = others.union(self.universe, &state.sets[d], &self.cost);
         }
-        let base_row = &state.sets[b];
-        let mut total = state.val[b];
-        let mut count = state.size[b];
-        for (w, &word) in state.scratch.iter().enumerate() {
-            let mut extra = word & !base_row.get(w).copied().unwrap_or(0);
-            while extra != 0 {
-                total += self.cost[w * 64 + extra.trailing_zeros() as usize];
-                count += 1;
-                extra &= extra - 1;
-            }
-        }
-        Some((total + own, count + 1))
+        let (extra, n) = state.sets[b].missing_from(self.universe, &others, &self.cost);
+        Some((state.val[b] + extra + own, state.size[b] + n + 1))
     }
 
-    /// Whether the node set `row` holds a node of class `c`.
-    fn set_has_class(&self, row: &[u64], c: usize) -> bool {
-        self.node_range(c)
-            .any(|k| row.get(k / 64).is_some_and(|w| w & (1 << (k % 64)) != 0))
+    /// Whether the node set `set` holds a node of class `c`.
+    fn set_has_class(&self, set: &NodeSet, c: usize) -> bool {
+        self.node_range(c).any(|k| set.contains(self.universe, k))
     }
 
     /// Makes `k` the choice of class `c` and its set the union of its children's plus `k`.
     fn choose(&self, state: &mut BottomUp, c: usize, k: usize) {
-        let mut row = std::mem::take(&mut state.sets[c]);
-        row.clear();
+        let mut set = NodeSet::default();
         for &d in self.children(k) {
-            let child = &state.sets[d];
-            if row.len() < child.len() {
-                row.resize(child.len(), 0);
-            }
-            for (acc, &word) in row.iter_mut().zip(child) {
-                *acc |= word;
-            }
+            set = set.union(self.universe, &state.sets[d], &self.cost);
         }
-        if row.len() <= k / 64 {
-            row.resize(k / 64 + 1, 0);
-        }
-        row[k / 64] |= 1 << (k % 64);
-        state.sets[c] = row;
+        state.sets[c] = set.with(self.universe, k, &self.cost);
         state.choice[c] = k;
     }
 
@@ -610,9 +588,8 @@ struct BottomUp {
     choice: Vec<usize>,
     val: Vec<f64>,
     size: Vec<usize>,
-    /// Per class, a bitset over dense nodes (trailing zero words omitted).
-    sets: Vec<Vec<u64>>,
-    scratch: Vec<u64>,
+    /// Per class, the dense nodes its derivation needs.
+    sets: Vec<NodeSet>,
 }
 
 /// Working state of [`Problem::local_search`].

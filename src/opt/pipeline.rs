@@ -157,6 +157,12 @@ pub fn optimize_with_rules(
                 .with_time_limit(opts.limits.time)
                 .run(&active);
             stage_report.iterations += runner.iterations.len();
+            tracing::debug!(
+                "{stage} / {group}: {} iterations, {} e-nodes, {:.1} ms",
+                runner.iterations.len(),
+                runner.egraph.total_number_of_nodes(),
+                runner.iterations.iter().map(|i| i.total_time).sum::<f64>() * 1e3
+            );
             if !matches!(runner.stop_reason, Some(StopReason::Saturated) | None) {
                 let reason = format!("{:?}", runner.stop_reason.as_ref().expect("checked"));
                 tracing::warn!(
@@ -172,9 +178,18 @@ pub fn optimize_with_rules(
                     after: v.after.clone(),
                 });
             }
-            let after = match extract(&egraph, root, &cost) {
-                Ok(extraction) => op_counts(&egraph, root, &extraction),
-                Err(_) => counts.clone(),
+            // A group that rewrote nothing leaves the e-graph, and so the extraction, as it was.
+            let rewrote = runner
+                .iterations
+                .iter()
+                .any(|i| i.applied.values().any(|&n| n > 0));
+            let after = if rewrote {
+                match extract(&egraph, root, &cost) {
+                    Ok(extraction) => op_counts(&egraph, root, &extraction),
+                    Err(_) => counts.clone(),
+                }
+            } else {
+                counts.clone()
             };
             stage_report
                 .groups
@@ -220,10 +235,16 @@ pub fn optimize_with_rules(
 }
 
 fn extract(egraph: &OnnxGraph, root: Id, cost: &CostModel<'_>) -> Result<Extraction<Onnx>> {
-    greedy_dag(egraph, &[root], |class, node| {
+    let start = Instant::now();
+    let extraction = greedy_dag(egraph, &[root], |class, node| {
         cost.node_cost(egraph, class, node)
-    })
-    .map_err(|e| match e {
+    });
+    tracing::debug!(
+        "extraction of {} e-nodes: {:.1} ms",
+        egraph.total_number_of_nodes(),
+        start.elapsed().as_secs_f64() * 1e3
+    );
+    extraction.map_err(|e| match e {
         ExtractError::Unextractable { .. } => {
             let mut ops: Vec<String> = egraph
                 .classes()

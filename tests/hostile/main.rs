@@ -7,6 +7,7 @@
 mod common;
 
 mod check;
+mod config;
 mod files;
 mod interp;
 mod run;
