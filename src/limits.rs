@@ -21,6 +21,9 @@ pub mod config {
     pub const MAX_VOCAB: usize = 1 << 24;
     /// `max_position_embeddings` (and any other position count).
     pub const MAX_POSITIONS: usize = 1 << 26;
+    /// Elements of one RoPE table (`max_position_embeddings × head_dim / 2`), which mobius
+    /// computes and writes itself: 10M positions × 128-wide heads still fit.
+    pub const MAX_ROPE_TABLE: usize = 1 << 31;
 }
 
 /// Budgets of one reference-interpreter run (`mobius run`, `mobius verify`, `--verify-rewrites`).

@@ -16,7 +16,9 @@ use std::path::Path;
 use serde_json::Value;
 
 use crate::ir::DType;
-use crate::limits::config::{MAX_HEADS, MAX_LAYERS, MAX_POSITIONS, MAX_VOCAB, MAX_WIDTH};
+use crate::limits::config::{
+    MAX_HEADS, MAX_LAYERS, MAX_POSITIONS, MAX_ROPE_TABLE, MAX_VOCAB, MAX_WIDTH,
+};
 use crate::{Error, Result};
 pub use encoder::{EncoderConfig, Positions};
 pub use family::{FamilyKnobs, Multipliers};
@@ -204,6 +206,18 @@ impl ArchConfig {
             raw.max_position_embeddings,
             MAX_POSITIONS,
         )?;
+        let table = max_position_embeddings as u64 * (head_dim as u64 / 2);
+        if table > MAX_ROPE_TABLE as u64 {
+            return Err(f.err(
+                "max_position_embeddings",
+                &format!(
+                    "{max_position_embeddings} positions × {} rotary frequencies (head_dim \
+                     {head_dim}) make RoPE tables of {table} elements, more than mobius \
+                     supports (at most {MAX_ROPE_TABLE})",
+                    head_dim / 2
+                ),
+            ));
+        }
         Ok(ArchConfig {
             hidden_size,
             intermediate_size: f.positive("intermediate_size", raw.intermediate_size, MAX_WIDTH)?,

@@ -193,6 +193,23 @@ fn absurd_sizes_are_refused_by_the_limits() {
 }
 
 #[test]
+fn rope_tables_beyond_the_limit() {
+    // 2^26 positions (the position limit) × 2^20-wide heads: petabytes of RoPE tables.
+    Case::edited("llama", |c| {
+        set(c, "max_position_embeddings", json!(1i64 << 26));
+        set(c, "head_dim", json!(1i64 << 20));
+    })
+    .refused(
+        &[],
+        &[
+            "`max_position_embeddings`",
+            "RoPE tables",
+            "at most 2147483648",
+        ],
+    );
+}
+
+#[test]
 fn a_hundred_thousand_layers_fail_fast() {
     let started = std::time::Instant::now();
     llama("num_hidden_layers", json!(100_000)).refused(
