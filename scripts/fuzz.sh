@@ -99,17 +99,14 @@ for target in "${targets[@]}"; do
     crashed=1
     rows+=("$target|$runs|$rate|$size|${#found[@]}: fuzz/$artifacts/")
     # The cause of each crashing input (the first 20): rerun it once and keep the panic
-    # message and location, or the sanitizer's summary and the innermost mobius frame.
+    # message, or the sanitizer's or libFuzzer's summary, and the innermost mobius frame.
     for input in "${found[@]:0:20}"; do
       out="$(timeout 120 "${FUZZ_CARGO[@]}" fuzz run --sanitizer "$SANITIZER" "$target" \
         "$input" -- -timeout=30 -rss_limit_mb=4096 2>&1 || true)"
-      cause="$(grep -m 1 -A 1 'panicked at' <<<"$out" | tr '\n' ' ' || true)"
-      if [[ -z "$cause" ]]; then
-        cause="$(grep -m 1 -E '^SUMMARY: |ERROR: libFuzzer: ' <<<"$out" || true)"
-        frame="$(grep -m 1 -oE ' in mobius::[^ ]+ [^ ]+' <<<"$out" || true)"
-        cause="${cause:-(did not reproduce)}${frame:+ at$frame}"
-      fi
-      causes+=("fuzz/$input: $cause")
+      cause="$(grep -m 1 -A 1 'panicked at' <<<"$out" | sed -n 2p || true)"
+      [[ -n "$cause" ]] || cause="$(grep -m 1 -E '^SUMMARY: |ERROR: libFuzzer: ' <<<"$out" || true)"
+      frame="$(grep -m 1 -oE 'in mobius::[^ ]+ [^ ]+' <<<"$out" | sed 's/^in //' || true)"
+      causes+=("fuzz/$input: ${cause:-(did not reproduce)}${frame:+ -- at $frame}")
     done
   elif [[ $status -ne 0 ]]; then
     crashed=1
