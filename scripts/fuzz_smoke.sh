@@ -68,8 +68,10 @@ for target in "${targets[@]}"; do
     mkdir -p "artifacts/$target"
     cp "$log" "artifacts/$target/smoke.log"
     echo "   FAILED: $target (full log: fuzz/artifacts/$target/smoke.log)" >&2
-    # The panic message and location, then the crashing input as libFuzzer reports it.
+    # The panic message, the innermost mobius frame, then the crashing input as libFuzzer
+    # reports it.
     grep -A 2 -m 3 "panicked at" "$log" >&2 || true
+    grep -m 1 "in mobius::" "$log" >&2 || true
     grep -A 30 -m 1 "^SUMMARY: " "$log" >&2 || tail -n 40 "$log" >&2
     failed+=("$target")
   fi
