@@ -1,41 +1,37 @@
 #!/usr/bin/env bash
 # Smoke-fuzz every cargo-fuzz target in fuzz/ for a few seconds, starting from its seed corpus
-# (fuzz/seeds/<target>/), with real libFuzzer on the stable toolchain.
+# (fuzz/seeds/<target>/), with real libFuzzer. Part of the test suite (scripts/test.sh).
 #
 #   scripts/fuzz_smoke.sh [TARGET...]      default: every target (`cargo fuzz list`)
 #
 #   FUZZ_SECONDS     libFuzzer -max_total_time per target (default 10)
 #   FUZZ_SANITIZER   address (default) or none; cargo-fuzz's -s/--sanitizer
+#   FUZZ_TOOLCHAIN   rustup toolchain to build with (default: nightly, else stable with
+#                    RUSTC_BOOTSTRAP=1; see fuzz/setup.sh)
 #
-# Installs cargo-fuzz (pinned, --locked) when it is missing. cargo-fuzz passes nightly-only
-# -Z flags to rustc (-Zsanitizer=address); RUSTC_BOOTSTRAP=1 makes stable rustc accept them, and
-# stable's rust-std ships the ASan runtime for x86_64 Linux. libfuzzer-sys compiles libFuzzer
-# itself, so a C++ compiler (g++ or clang++) is needed.
+# Uses the nightly toolchain, installing it when missing (rustup, --profile minimal, 60 s at
+# most); where rustup cannot fetch it, builds with the stable toolchain and RUSTC_BOOTSTRAP=1
+# and says so. Installs cargo-fuzz (pinned, --locked) when it is missing. See fuzz/setup.sh.
 #
 # Exits non-zero if cargo-fuzz cannot be installed, a target fails to build, or a target
 # crashes (panic, sanitizer error, timeout, out-of-memory); the crashing input is kept in
-# fuzz/artifacts/<target>/ (with the run's log as smoke.log). The new corpus entries of a smoke run are thrown away; see
-# fuzz/README.md to fuzz longer with a persistent corpus.
+# fuzz/artifacts/<target>/ (with the run's log as smoke.log). The new corpus entries of a smoke
+# run are thrown away; scripts/fuzz.sh fuzzes longer with a persistent corpus.
 set -euo pipefail
 
-CARGO_FUZZ_VERSION=0.13.2
 SECONDS_PER_TARGET="${FUZZ_SECONDS:-10}"
 SANITIZER="${FUZZ_SANITIZER:-address}"
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT/fuzz"
-export RUSTC_BOOTSTRAP=1
-
-if ! cargo fuzz --version >/dev/null 2>&1; then
-  echo "== installing cargo-fuzz $CARGO_FUZZ_VERSION"
-  cargo install cargo-fuzz --version "$CARGO_FUZZ_VERSION" --locked
-fi
-echo "== $(cargo fuzz --version), $(rustc --version), sanitizer $SANITIZER"
+# shellcheck source=../fuzz/setup.sh
+source setup.sh
+echo "== sanitizer $SANITIZER, ${SECONDS_PER_TARGET}s per target"
 
 if [[ $# -gt 0 ]]; then
   targets=("$@")
 else
-  mapfile -t targets < <(cargo fuzz list)
+  mapfile -t targets < <("${FUZZ_CARGO[@]}" fuzz list)
 fi
 if [[ ${#targets[@]} -eq 0 ]]; then
   echo "error: no fuzz targets found" >&2
@@ -44,7 +40,9 @@ fi
 
 # One build for all targets; `cargo fuzz run` below then finds them up to date.
 echo "== building ${targets[*]}"
-cargo fuzz build --sanitizer "$SANITIZER"
+build_start=$SECONDS
+"${FUZZ_CARGO[@]}" fuzz build --sanitizer "$SANITIZER"
+echo "   built in $((SECONDS - build_start))s"
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/mobius-fuzz-smoke.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
@@ -61,7 +59,7 @@ for target in "${targets[@]}"; do
   echo "== fuzzing $target for ${SECONDS_PER_TARGET}s (seeds: fuzz/$seeds)"
   # The first corpus folder receives new inputs (scratch); the seeds are only read.
   if timeout "$((SECONDS_PER_TARGET + 300))" \
-    cargo fuzz run --sanitizer "$SANITIZER" "$target" "$work/$target" "$seeds" -- \
+    "${FUZZ_CARGO[@]}" fuzz run --sanitizer "$SANITIZER" "$target" "$work/$target" "$seeds" -- \
     -max_total_time="$SECONDS_PER_TARGET" -timeout=30 -rss_limit_mb=4096 \
     -print_final_stats=1 >"$log" 2>&1; then
     runs="$(grep -o 'Done [0-9]* runs in [0-9]* second(s)' "$log" | tail -n 1 || true)"
@@ -70,8 +68,10 @@ for target in "${targets[@]}"; do
     mkdir -p "artifacts/$target"
     cp "$log" "artifacts/$target/smoke.log"
     echo "   FAILED: $target (full log: fuzz/artifacts/$target/smoke.log)" >&2
-    # The panic message and location, then the crashing input as libFuzzer reports it.
+    # The panic message, the innermost mobius frame, then the crashing input as libFuzzer
+    # reports it.
     grep -A 2 -m 3 "panicked at" "$log" >&2 || true
+    grep -m 1 "in mobius::" "$log" >&2 || true
     grep -A 30 -m 1 "^SUMMARY: " "$log" >&2 || tail -n 40 "$log" >&2
     failed+=("$target")
   fi
