@@ -37,12 +37,11 @@ pub struct OpCall<'a> {
 impl<'a> OpCall<'a> {
     /// Input `i`, which must be present.
     pub fn input(&self, i: usize) -> Result<&'a Tensor> {
-        self.inputs.get(i).copied().flatten().ok_or_else(|| {
-            Error::Graph(format!(
-                "{} `{}`: input {i} is required",
-                self.node.op_type, self.node.name
-            ))
-        })
+        self.inputs
+            .get(i)
+            .copied()
+            .flatten()
+            .ok_or_else(|| Error::Graph(format!("{}: input {i} is required", self.tag())))
     }
 
     /// Input `i`, if present.
@@ -90,18 +89,25 @@ impl<'a> OpCall<'a> {
     /// The element count of an output of shape `shape`, checked against the per-tensor budget
     /// (the error names this node). Call it before allocating the output.
     pub fn alloc(&self, shape: &[usize]) -> Result<usize> {
-        self.limits.elements(
-            &format!("{} `{}` output", self.node.op_type, self.node.name),
-            shape,
-        )
+        self.limits
+            .elements(&format!("{} output", self.tag()), shape)
     }
 
     /// An error about this node.
     pub fn error(&self, message: impl std::fmt::Display) -> Error {
-        Error::Graph(format!(
-            "{} `{}`: {message}",
-            self.node.op_type, self.node.name
-        ))
+        Error::Graph(format!("{}: {message}", self.tag()))
+    }
+
+    /// How errors name this node: its op and name, or for an unnamed node the value it writes.
+    pub fn tag(&self) -> String {
+        let node = self.node;
+        match (node.name.is_empty(), node.outputs.first()) {
+            (true, Some(out)) if !out.is_empty() => {
+                format!("{} node writing `{out}`", node.op_type)
+            }
+            (true, _) => format!("{} node (unnamed)", node.op_type),
+            (false, _) => format!("{} `{}`", node.op_type, node.name),
+        }
     }
 }
 
@@ -111,7 +117,7 @@ pub type FamilyResult = Option<Result<Vec<Tensor>>>;
 /// Evaluates one node by asking each op family in turn. Every error names the node: one that
 /// does not yet (from a shared helper) gets the node's op and name in front.
 pub fn eval_node(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
-    let tag = format!("{} `{}`", call.node.op_type, call.node.name);
+    let tag = call.tag();
     dispatch(call).map_err(|e| match e {
         Error::Graph(m) if !m.contains(&tag) => Error::Graph(format!("{tag}: {m}")),
         e => e,

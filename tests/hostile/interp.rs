@@ -284,3 +284,47 @@ fn nan_scores_reach_the_output_as_nan() {
     assert_eq!(&y[..4], &[1.0; 4], "row 0 averages ones");
     assert!(y[4..].iter().all(|v| v.is_nan()), "row 1: {y:?}");
 }
+
+/// Every input the fuzzer found crashing the interpreter (`fuzz/artifacts-found/*.onnx`) is now
+/// a clean error under `mobius run`, its inputs being ones of the declared (fixed) shapes.
+#[test]
+fn inputs_found_by_the_fuzzer_are_clean_errors() {
+    let found = crate::common::root().join("fuzz/artifacts-found");
+    let mut models: Vec<PathBuf> = std::fs::read_dir(&found)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "onnx"))
+        .collect();
+    models.sort();
+    assert!(!models.is_empty(), "no models in {}", found.display());
+    for model in models {
+        let dir = tempfile::tempdir().unwrap();
+        let graph = mobius::onnx::import::load(&model).unwrap().graph;
+        let mut files = Vec::new();
+        for v in &graph.inputs {
+            let shape: Vec<usize> = v
+                .shape
+                .0
+                .iter()
+                .map(|d| match d {
+                    mobius::ir::Dim::Fixed(n) => *n as usize,
+                    mobius::ir::Dim::Sym(_) => 2,
+                })
+                .collect();
+            let n = shape.iter().product();
+            let file = dir.path().join(format!("{}.npy", v.name));
+            std::fs::write(&file, to_npy(&Tensor::float(v.dtype, shape, vec![1.0; n]))).unwrap();
+            files.push((v.name.clone(), file));
+        }
+        let inputs: Vec<(&str, &Path)> = files
+            .iter()
+            .map(|(n, f)| (n.as_str(), f.as_path()))
+            .collect();
+        run_fails(
+            dir.path(),
+            &model,
+            &inputs,
+            &["limit exceeded", TENSOR_ELEMENTS_FLAG],
+        );
+    }
+}
