@@ -73,6 +73,9 @@ pub struct OnnxAnalysis {
     pub fingerprint_leaves: Option<LeafValues>,
     /// Unsound unions refused in verification mode.
     pub violations: Vec<Violation>,
+    /// How many classes were created or merged so far: unchanged between two moments exactly
+    /// when the e-graph gained no class and no union in between (so its extraction stands).
+    pub changes: u64,
 }
 
 /// The e-graph type of the optimizer.
@@ -159,6 +162,7 @@ impl Analysis<Onnx> for OnnxAnalysis {
     type Data = ClassData;
 
     fn make(egraph: &mut OnnxGraph, enode: &Onnx, _id: Id) -> ClassData {
+        egraph.analysis.changes += 1;
         let leaf_type = |name: &Symbol| {
             egraph
                 .analysis
@@ -220,6 +224,7 @@ impl Analysis<Onnx> for OnnxAnalysis {
     }
 
     fn merge(&mut self, a: &mut ClassData, b: ClassData) -> DidMerge {
+        self.changes += 1;
         let mut changed_a = false;
         let mut changed_b = false;
         match (&mut a.kind, &b.kind) {

@@ -2,7 +2,10 @@
 //! of each op's time for a stated workload (prefill of `prefill_tokens` tokens, batch 1, empty
 //! cache): `launch + max(bytes / bandwidth, flops / peak)` in microseconds.
 
-use egg::Id;
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+use egg::{Id, Symbol};
 
 use super::analysis::{Kind, OnnxGraph};
 use super::lang::{Onnx, OpNode};
@@ -62,6 +65,9 @@ impl Workload {
 pub struct CostModel<'a> {
     caps: &'a EpCapabilities,
     workload: Workload,
+    /// [`Workload::dim`] of the symbolic dims met so far (a graph has a handful, met on
+    /// almost every node).
+    sym_dims: RefCell<HashMap<Symbol, i64>>,
 }
 
 impl<'a> CostModel<'a> {
@@ -74,7 +80,27 @@ impl<'a> CostModel<'a> {
                 sequence: caps.cost.prefill_tokens as i64,
                 past: 0,
             },
+            sym_dims: RefCell::default(),
         }
+    }
+
+    /// [`Workload::dim`], remembered per symbol.
+    fn dim(&self, d: &SymDim) -> i64 {
+        match d {
+            SymDim::Sym(s) => *self
+                .sym_dims
+                .borrow_mut()
+                .entry(*s)
+                .or_insert_with(|| self.workload.dim(d)),
+            _ => self.workload.dim(d),
+        }
+    }
+
+    /// [`Workload::numel`] through [`CostModel::dim`].
+    fn numel(&self, t: &TensorType) -> f64 {
+        t.shape.as_ref().map_or(1.0, |s| {
+            s.iter().map(|d| self.dim(d).max(0) as f64).product()
+        })
     }
 
     /// The EP's name.
@@ -115,21 +141,22 @@ impl<'a> CostModel<'a> {
     pub fn node_cost(&self, egraph: &OnnxGraph, class: Id, node: &Onnx) -> f64 {
         let Onnx::Op(op) = node else { return EPSILON };
         let data = &egraph[class].data;
-        let outputs: Vec<&TensorType> = match &data.kind {
-            Kind::Tensor(t) => vec![t],
-            Kind::Tuple(ts) => ts.iter().collect(),
-            _ => Vec::new(),
+        let outputs: &[TensorType] = match &data.kind {
+            Kind::Tensor(t) => std::slice::from_ref(t),
+            Kind::Tuple(ts) => ts,
+            _ => &[],
         };
-        let inputs: Vec<&TensorType> = op
-            .input_ids()
-            .iter()
-            .filter_map(|&i| egraph[i].data.tensor())
-            .collect();
+        let inputs = || {
+            op.input_ids()
+                .iter()
+                .filter_map(|&i| egraph[i].data.tensor())
+        };
         let dtype = outputs.first().and_then(|t| t.dtype);
-        if !self.supports(op, dtype, inputs.first().and_then(|t| t.rank())) {
+        if !self.supports(op, dtype, inputs().next().and_then(|t| t.rank())) {
             return f64::INFINITY;
         }
-        if data.konst.is_some() || (data.init_only && op.op.as_str() == "Concat") {
+        let name = op.op.as_str();
+        if data.konst.is_some() || (data.init_only && name == "Concat") {
             return EPSILON; // folded into an initializer when saved
         }
         let w = &self.workload;
@@ -137,40 +164,39 @@ impl<'a> CostModel<'a> {
         // Shape arithmetic (small integer or boolean results, e.g. sequence lengths) runs on
         // the host in practice: a tenth of a kernel launch.
         let small_index_math = outputs.iter().all(|t| {
-            matches!(t.dtype, Some(DType::I64 | DType::I32 | DType::Bool)) && w.numel(t) <= 64.0
+            matches!(t.dtype, Some(DType::I64 | DType::I32 | DType::Bool)) && self.numel(t) <= 64.0
         });
         if small_index_math && !outputs.is_empty() {
             return p.launch_overhead_us * 0.1;
         }
-        let size = |t: &TensorType| w.numel(t) * t.dtype.map_or(4, DType::size) as f64;
+        let size = |t: &TensorType| self.numel(t) * t.dtype.map_or(4, DType::size) as f64;
         // Lookups read only the rows they need: a Gather reads what it writes (plus indices),
         // and GroupQueryAttention reads one cos/sin row per new token, not the whole tables.
-        let read: f64 = match op.op.as_str() {
+        let read: f64 = match name {
             "Gather" => {
-                inputs.iter().skip(1).map(|t| size(t)).sum::<f64>()
-                    + outputs.iter().map(|t| size(t)).sum::<f64>()
+                inputs().skip(1).map(size).sum::<f64>() + outputs.iter().map(size).sum::<f64>()
             }
             "com.microsoft::GroupQueryAttention" => op.input_ids()[..op.inputs.min(7)]
                 .iter()
                 .filter_map(|&i| egraph[i].data.tensor())
                 .map(size)
                 .sum(),
-            _ => inputs.iter().map(|t| size(t)).sum(),
+            _ => inputs().map(size).sum(),
         };
-        let bytes = read + outputs.iter().map(|t| size(t)).sum::<f64>();
-        let out_elems = outputs.first().map_or(1.0, |t| w.numel(t));
-        let flops = match op.op.as_str() {
+        let bytes = read + outputs.iter().map(size).sum::<f64>();
+        let out_elems = outputs.first().map_or(1.0, |t| self.numel(t));
+        let flops = match name {
             "MatMul" | "Gemm" => {
-                let k = inputs
-                    .first()
-                    .and_then(|t| t.shape.as_ref()?.last().map(|d| w.dim(d)))
+                let k = inputs()
+                    .next()
+                    .and_then(|t| t.shape.as_ref()?.last().map(|d| self.dim(d)))
                     .unwrap_or(1) as f64;
                 2.0 * out_elems * k
             }
             "Attention" | "com.microsoft::GroupQueryAttention" => {
                 let total = outputs
                     .get(1)
-                    .and_then(|t| t.shape.as_ref()?.get(2).map(|d| w.dim(d)))
+                    .and_then(|t| t.shape.as_ref()?.get(2).map(|d| self.dim(d)))
                     .unwrap_or(w.sequence) as f64;
                 4.0 * out_elems * total
             }

@@ -10,8 +10,7 @@
 //! followed by a local search that switches one class at a time while that lowers the exact DAG
 //! cost. The result is always acyclic and never uses an infinite-cost node.
 
-use std::collections::hash_map::Entry;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 
 use egg::{Analysis, EGraph, Id, Language};
 
@@ -141,7 +140,7 @@ pub fn greedy_dag<L: Language, N: Analysis<L>>(
     let roots: Vec<Id> = roots.iter().map(|&r| egraph.find(r)).collect();
     let problem = Problem::new(egraph, &roots, cost);
     let mut choice = problem.bottom_up();
-    let root_idx: Vec<usize> = roots.iter().map(|r| problem.index[r]).collect();
+    let root_idx: Vec<usize> = roots.iter().map(|&r| problem.index.dense(r)).collect();
     if let Some(&r) = root_idx.iter().find(|&&r| choice[r] == NONE) {
         return Err(ExtractError::Unextractable {
             class: problem.ids[r],
@@ -163,13 +162,51 @@ pub fn greedy_dag<L: Language, N: Analysis<L>>(
         stack.extend_from_slice(problem.children(k));
     }
     let cost = dag_cost(&choices, &roots, |id, _| {
-        problem.cost[choice[problem.index[&id]]]
+        problem.cost[choice[problem.index.dense(id)]]
     })?;
     Ok(Extraction { choices, cost })
 }
 
 /// Marks "no node chosen yet".
 const NONE: usize = usize::MAX;
+
+/// Marks an id [`IdIndex`] does not hold.
+const ABSENT: usize = usize::MAX - 1;
+
+/// A map from e-class ids to dense indices, stored as a vector over the id numbers (egg's ids
+/// are small consecutive integers), so a lookup neither hashes nor leaves the cache as often as
+/// a hash map over tens of thousands of classes.
+#[derive(Default)]
+struct IdIndex(Vec<usize>);
+
+impl IdIndex {
+    /// The value of `id`, if it has one.
+    fn get(&self, id: Id) -> Option<usize> {
+        self.0
+            .get(usize::from(id))
+            .copied()
+            .filter(|&d| d != ABSENT)
+    }
+
+    fn set(&mut self, id: Id, value: usize) {
+        let i = usize::from(id);
+        if i >= self.0.len() {
+            self.0.resize(i + 1, ABSENT);
+        }
+        self.0[i] = value;
+    }
+
+    /// The dense index of a class of the problem.
+    ///
+    /// # Panics
+    /// If `id` is not a class of the problem.
+    fn dense(&self, id: Id) -> usize {
+        match self.get(id) {
+            Some(d) if d != NONE => d,
+            _ => panic!("e-class {id} is not part of the extraction problem"),
+        }
+    }
+}
 
 /// Most local-search sweeps over the needed classes.
 const MAX_SWEEPS: usize = 16;
@@ -188,8 +225,9 @@ fn postorder<L: Language>(
     choices: &BTreeMap<Id, L>,
     roots: &[Id],
 ) -> Result<Vec<Id>, ExtractError> {
-    // false: on the DFS stack; true: finished.
-    let mut state: HashMap<Id, bool> = HashMap::new();
+    const ON_STACK: usize = 0;
+    const FINISHED: usize = 1;
+    let mut state = IdIndex::default();
     let mut order = Vec::new();
     let mut stack: Vec<(Id, &L, usize)> = Vec::new();
     let lookup = |id: Id| {
@@ -198,25 +236,25 @@ fn postorder<L: Language>(
             .ok_or(ExtractError::Unextractable { class: id })
     };
     for &root in roots {
-        if state.contains_key(&root) {
+        if state.get(root).is_some() {
             continue;
         }
-        state.insert(root, false);
+        state.set(root, ON_STACK);
         stack.push((root, lookup(root)?, 0));
         while let Some(top) = stack.last_mut() {
             let (id, node, i) = *top;
             let Some(&child) = node.children().get(i) else {
                 stack.pop();
-                state.insert(id, true);
+                state.set(id, FINISHED);
                 order.push(id);
                 continue;
             };
             top.2 += 1;
-            match state.get(&child) {
-                Some(false) => return Err(ExtractError::Cycle),
-                Some(true) => {}
+            match state.get(child) {
+                Some(ON_STACK) => return Err(ExtractError::Cycle),
+                Some(_) => {}
                 None => {
-                    state.insert(child, false);
+                    state.set(child, ON_STACK);
                     stack.push((child, lookup(child)?, 0));
                 }
             }
@@ -233,7 +271,7 @@ struct Problem<'a, L> {
     /// Dense class → canonical id.
     ids: Vec<Id>,
     /// Canonical id → dense class.
-    index: HashMap<Id, usize>,
+    index: IdIndex,
     /// The nodes of class `c` are `node_start[c]..node_start[c + 1]`.
     node_start: Vec<usize>,
     /// Dense node → the e-node.
@@ -257,32 +295,32 @@ impl<'a, L: Language> Problem<'a, L> {
         mut cost: impl FnMut(Id, &L) -> f64,
     ) -> Self {
         // Iterative DFS post-order over all nodes' children.
-        let mut index: HashMap<Id, usize> = HashMap::new();
+        let mut index = IdIndex::default();
         let mut ids = Vec::new();
-        let mut stack: Vec<(Id, usize, usize)> = Vec::new();
+        let mut stack: Vec<(Id, &'a [L], usize, usize)> = Vec::new();
         for &root in roots {
-            if index.contains_key(&root) {
+            if index.get(root).is_some() {
                 continue;
             }
-            index.insert(root, NONE);
-            stack.push((root, 0, 0));
+            index.set(root, NONE);
+            stack.push((root, &egraph[root].nodes, 0, 0));
             while let Some(top) = stack.last_mut() {
-                let (id, n, i) = *top;
-                let Some(node) = egraph[id].nodes.get(n) else {
+                let (id, class_nodes, n, i) = *top;
+                let Some(node) = class_nodes.get(n) else {
                     stack.pop();
-                    index.insert(id, ids.len());
+                    index.set(id, ids.len());
                     ids.push(id);
                     continue;
                 };
                 let Some(&child) = node.children().get(i) else {
-                    *top = (id, n + 1, 0);
+                    *top = (id, class_nodes, n + 1, 0);
                     continue;
                 };
-                top.2 += 1;
+                top.3 += 1;
                 let child = egraph.find(child);
-                if let Entry::Vacant(slot) = index.entry(child) {
-                    slot.insert(NONE);
-                    stack.push((child, 0, 0));
+                if index.get(child).is_none() {
+                    index.set(child, NONE);
+                    stack.push((child, &egraph[child].nodes, 0, 0));
                 }
             }
         }
@@ -297,7 +335,7 @@ impl<'a, L: Language> Problem<'a, L> {
             node_start.push(nodes.len());
             for node in &egraph[id].nodes {
                 for &child in node.children() {
-                    let d = index[&egraph.find(child)];
+                    let d = index.dense(egraph.find(child));
                     children.push(d);
                     if parents[d].last() != Some(&c) {
                         parents[d].push(c);

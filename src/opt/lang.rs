@@ -217,11 +217,24 @@ impl Onnx {
     }
 }
 
-impl Language for Onnx {
-    type Discriminant = std::mem::Discriminant<Onnx>;
+/// The key `egg` indexes e-classes by for pattern search ([`Language::discriminant`]): the
+/// variant, and for an op its name. Keying ops by name lets a rule rooted at `MatMul` visit
+/// only the classes holding a `MatMul` instead of every class holding some op, so a search
+/// costs what it matches rather than the size of the graph. Nodes that
+/// [`matches`](Language::matches) have equal keys, and nodes with equal keys are adjacent in
+/// [`Onnx`]'s order (the variant, then the op name), as `egg` requires.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct OnnxKind(std::mem::Discriminant<Onnx>, Option<Symbol>);
 
-    fn discriminant(&self) -> Self::Discriminant {
-        std::mem::discriminant(self)
+impl Language for Onnx {
+    type Discriminant = OnnxKind;
+
+    fn discriminant(&self) -> OnnxKind {
+        let op = match self {
+            Onnx::Op(op) => Some(op.op),
+            _ => None,
+        };
+        OnnxKind(std::mem::discriminant(self), op)
     }
 
     fn matches(&self, other: &Self) -> bool {

@@ -66,6 +66,7 @@ pub fn lower(
         value_info: Vec::new(),
     };
     let mut folded: Vec<Initializer> = Vec::new();
+    let initializers = InitializerIndex::new(original);
     for &class in &order {
         match chosen(class) {
             Onnx::Input(name) | Onnx::Init(name) => {
@@ -84,7 +85,7 @@ pub fn lower(
                 namer.by_class.insert(class, String::new());
             }
             Onnx::Op(op) if op.op.as_str() == "Concat" => {
-                if let Some(init) = fold_initializer_concat(original, egraph, &op, chosen) {
+                if let Some(init) = fold_initializer_concat(&initializers, egraph, &op, chosen) {
                     namer.by_class.insert(class, init.name.clone());
                     folded.push(init);
                     continue;
@@ -106,10 +107,28 @@ pub fn lower(
     finish(original, graph, namer, egraph, &outputs, folded)
 }
 
+/// The original graph's initializers by name (the first of a name wins), so that looking one
+/// up does not scan them all.
+struct InitializerIndex<'g>(HashMap<&'g str, &'g Initializer>);
+
+impl<'g> InitializerIndex<'g> {
+    fn new(original: &'g Graph) -> InitializerIndex<'g> {
+        let mut by_name = HashMap::with_capacity(original.initializers.len());
+        for init in &original.initializers {
+            by_name.entry(init.name.as_str()).or_insert(init);
+        }
+        InitializerIndex(by_name)
+    }
+
+    fn get(&self, name: &str) -> Option<&'g Initializer> {
+        self.0.get(name).copied()
+    }
+}
+
 /// A `Concat` of initializers becomes one initializer, concatenated lazily when saved (named
 /// `<a>__<b>__…__axis_<n>__concat`).
 fn fold_initializer_concat(
-    original: &Graph,
+    initializers: &InitializerIndex<'_>,
     egraph: &OnnxGraph,
     op: &super::lang::OpNode,
     chosen: &dyn Fn(Id) -> Onnx,
@@ -118,10 +137,7 @@ fn fold_initializer_concat(
         .input_ids()
         .iter()
         .map(|&c| match chosen(egraph.find(c)) {
-            Onnx::Init(name) => original
-                .initializers
-                .iter()
-                .find(|i| i.name == name.as_str()),
+            Onnx::Init(name) => initializers.get(name.as_str()),
             _ => None,
         })
         .collect::<Option<_>>()?;

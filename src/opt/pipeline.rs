@@ -119,10 +119,14 @@ pub fn optimize_with_rules(
         OptimizeReport::new(&caps.name, opts.dtype, opts.role, model.graph.nodes.len());
     // Before rewriting, the graph may hold ops the EP cannot run (infinite cost) that later
     // stages rewrite; the trace then starts from the input graph's counts.
+    // The extraction of the e-graph as it is now, when one was made and nothing changed since.
+    let mut current: Option<Extraction<Onnx>> = None;
     let mut counts = match extract(&egraph, root, &cost) {
         Ok(first) => {
             report.cost_before = first.cost;
-            op_counts(&egraph, root, &first)
+            let counts = op_counts(&egraph, root, &first);
+            current = Some(first);
+            counts
         }
         Err(_) => {
             report.cost_before = f64::INFINITY;
@@ -149,6 +153,7 @@ pub fn optimize_with_rules(
             for r in enabled.iter().filter(|r| r.group == group) {
                 active.push(r.rewrite()?);
             }
+            let changes_before = egraph.analysis.changes;
             let runner = Runner::<Onnx, OnnxAnalysis>::new(OnnxAnalysis::default())
                 .with_egraph(egraph)
                 .with_scheduler(SimpleScheduler)
@@ -178,14 +183,16 @@ pub fn optimize_with_rules(
                     after: v.after.clone(),
                 });
             }
-            // A group that rewrote nothing leaves the e-graph, and so the extraction, as it was.
-            let rewrote = runner
-                .iterations
-                .iter()
-                .any(|i| i.applied.values().any(|&n| n > 0));
-            let after = if rewrote {
+            // A group that neither added a class nor merged two leaves the e-graph, and so the
+            // extraction, as it was.
+            let after = if egraph.analysis.changes != changes_before {
+                current = None;
                 match extract(&egraph, root, &cost) {
-                    Ok(extraction) => op_counts(&egraph, root, &extraction),
+                    Ok(extraction) => {
+                        let after = op_counts(&egraph, root, &extraction);
+                        current = Some(extraction);
+                        after
+                    }
                     Err(_) => counts.clone(),
                 }
             } else {
@@ -202,7 +209,10 @@ pub fn optimize_with_rules(
         report.stages.push(stage_report);
     }
 
-    let extraction = extract(&egraph, root, &cost)?;
+    let extraction = match current {
+        Some(extraction) => extraction,
+        None => extract(&egraph, root, &cost)?,
+    };
     report.cost_after = extraction.cost;
     let chosen = |class: Id| extraction.node(class).clone();
     let graph = lower(&model.graph, &egraph, root, &names, &chosen)?;
