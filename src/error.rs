@@ -105,6 +105,14 @@ pub enum Error {
         /// What is wrong.
         message: String,
     },
+    /// A `.npy` array file cannot be read, or does not fit the model input it is given for.
+    #[error("{}: {message}", path.display())]
+    Npy {
+        /// The `.npy` file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
     /// An execution provider name is not registered.
     #[error("unknown execution provider `{name}`; registered: {}", registered.join(", "))]
     UnknownEp {

@@ -61,7 +61,8 @@ struct VerifyArgs {
     /// The model to check against it.
     candidate: PathBuf,
     /// Sizes of symbolic dims, e.g. `batch=1,sequence_len=7,past_sequence_len=3` (others:
-    /// names with "past" → 3, "seq" → 7, anything else → 1).
+    /// names with "past" → 3, "seq" → 7, anything else → 1). 0 is allowed (past_sequence_len=0:
+    /// no cache), but an output left with no elements is an error: nothing would be compared.
     #[arg(long, value_name = "NAME=N,...", value_parser = parse_dims)]
     dims: Option<BTreeMap<String, usize>>,
     /// Number of random input sets (at least 1).
@@ -148,10 +149,15 @@ struct RunArgs {
     /// An input as NAME=FILE.npy (repeatable; every graph input is needed, each once).
     #[arg(long = "input", value_name = "NAME=FILE", value_parser = parse_input)]
     inputs: Vec<(String, PathBuf)>,
-    /// Folder for the outputs, one OUTPUT_NAME.npy each (created if missing). Existing files
-    /// of the same names are replaced once every output is written.
+    /// Folder for the outputs, one OUTPUT_NAME.npy each (created if missing). A file of the
+    /// same name already there is an error unless --overwrite is given; an --input file, the
+    /// model and the files of its folder are never replaced. Outputs appear all together or
+    /// not at all (a failed or interrupted run leaves no output and no temporary file).
     #[arg(long, value_name = "DIR")]
     output_dir: PathBuf,
+    /// Replace existing OUTPUT_NAME.npy files in --output-dir (once every output is written).
+    #[arg(long)]
+    overwrite: bool,
     #[command(flatten)]
     limits: InterpLimitArgs,
 }
@@ -402,6 +408,7 @@ fn run_model(args: RunArgs) -> mobius::Result<()> {
         model: args.model,
         inputs: args.inputs,
         output_dir: args.output_dir,
+        overwrite: args.overwrite,
         limits: args.limits.limits(),
     })?;
     for path in &report.written {

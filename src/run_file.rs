@@ -2,22 +2,28 @@
 //! reference interpreter on `.npy` inputs and write one `.npy` per graph output.
 //!
 //! Everything is checked before anything is written: the output names (each must be one plain
-//! file name, no two the same file), the output folder (a folder or missing), the inputs (each
-//! graph input given once, by a known name, with the declared dtype and a shape that fits the
-//! declared one, named sizes consistent across inputs), the budgets. Outputs are then written
-//! as hidden temporary files inside the output folder and renamed into place only once all of
-//! them are written; a failure removes the temporaries (and the folder, when this run created
-//! it), so a failed run never leaves a partial set.
+//! file name, no two the same file), the output folder (a folder or missing, no output file
+//! already there unless `overwrite`, and never one that is an input file, the model or a file
+//! in the model's folder), the inputs (each graph input given once, by a known name, with the
+//! declared dtype and a shape that fits the declared one, named sizes consistent across
+//! inputs), the budgets (the input arrays' memory summed from their headers, before their data
+//! is read). Outputs are then written as hidden temporary files inside the output folder and
+//! put in place only once all of them are written: files they replace are first moved aside,
+//! and a failure puts them back and removes the new files, the temporaries and the folder when
+//! this run created it, so a failed run never leaves a partial set. The temporaries and a
+//! created folder are registered with [`crate::package::interrupt`], so Ctrl-C removes them
+//! too; putting the files in place holds the interrupt lock, so it is not cut short.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use crate::interp::npy::{read_npy, to_npy};
+use crate::interp::npy::{read_npy_within, to_npy};
 use crate::interp::{run_graph_with, Tensor};
 use crate::ir::{Dim, Graph, ValueInfo};
 use crate::limits::InterpLimits;
 use crate::onnx::import;
+use crate::package::interrupt::{remove_entry, staging};
 use crate::paths::file_component;
 use crate::verify::canonical_dim;
 use crate::weights::eval::Evaluator;
@@ -32,6 +38,9 @@ pub struct RunOptions {
     pub inputs: Vec<(String, PathBuf)>,
     /// The folder for the outputs (created when missing).
     pub output_dir: PathBuf,
+    /// Replace output files that already exist (never an input file, the model, or a file in
+    /// the model's folder).
+    pub overwrite: bool,
     /// Budgets of the run (and of the input files).
     pub limits: InterpLimits,
 }
@@ -113,7 +122,7 @@ type Bound = BTreeMap<String, (usize, String)>;
 /// Checks `t` (read from `file`) against the declaration `v`; named sizes are recorded in
 /// `bound` and must agree across inputs. Sums (`a + b`) are checked by [`check_sums`].
 fn check_input(v: &ValueInfo, t: &Tensor, file: &Path, bound: &mut Bound) -> Result<()> {
-    let err = |why: String| Error::Onnx {
+    let err = |why: String| Error::Npy {
         path: file.to_path_buf(),
         message: format!("input `{}`: {why}", v.name),
     };
@@ -172,7 +181,7 @@ fn check_sums(
                 .collect();
             if let Some(sum) = parts.map(|p| p.iter().fold(0usize, |a, b| a.saturating_add(*b))) {
                 if sum != size {
-                    return Err(Error::Onnx {
+                    return Err(Error::Npy {
                         path: file.clone(),
                         message: format!(
                             "input `{}`: the model declares {}, the file holds {:?}, but `{s}` \
@@ -187,23 +196,83 @@ fn check_sums(
     Ok(())
 }
 
-/// Whether `dir` can be the output folder: a folder (where no output file name is taken by
-/// a folder), or missing.
-fn check_output_dir(dir: &Path, files: &[String]) -> Result<()> {
-    match std::fs::metadata(dir) {
-        Ok(m) if !m.is_dir() => Err(Error::Output {
-            path: dir.to_path_buf(),
-            message: "exists and is not a folder".into(),
-        }),
-        Ok(_) => match files.iter().map(|f| dir.join(f)).find(|p| p.is_dir()) {
-            Some(path) => Err(Error::Output {
-                path,
-                message: "is a folder, in the way of an output file".into(),
-            }),
-            None => Ok(()),
-        },
-        Err(_) => Ok(()),
+/// Where a run may not write: the `--input` files, the model and its folder.
+struct Protected {
+    /// Canonical path and input name of each `--input` file.
+    inputs: Vec<(PathBuf, String)>,
+    /// The model file, canonical.
+    model: Option<PathBuf>,
+    /// The model's folder, canonical.
+    model_dir: Option<PathBuf>,
+}
+
+impl Protected {
+    fn new(model: &Path, inputs: &[(String, PathBuf)]) -> Protected {
+        let folder = match model.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        Protected {
+            inputs: inputs
+                .iter()
+                .filter_map(|(name, f)| f.canonicalize().ok().map(|p| (p, name.clone())))
+                .collect(),
+            model: model.canonicalize().ok(),
+            model_dir: folder.canonicalize().ok(),
+        }
     }
+
+    /// Why the existing file `target` must not be replaced even with `--overwrite`, if so.
+    fn reason(&self, target: &Path) -> Option<String> {
+        let real = target.canonicalize().ok()?;
+        if let Some((_, name)) = self.inputs.iter().find(|(p, _)| *p == real) {
+            return Some(format!("is the file given as --input `{name}`"));
+        }
+        if self.model.as_ref() == Some(&real) {
+            return Some("is the model".into());
+        }
+        if real.parent().is_some() && real.parent() == self.model_dir.as_deref() {
+            return Some("is a file of the model's folder".into());
+        }
+        None
+    }
+}
+
+/// Whether `dir` can be the output folder: a folder or missing, where no output file name is
+/// taken by a folder, an input file, the model or a file of its folder, nor by any file unless
+/// `overwrite`.
+fn check_output_dir(
+    dir: &Path,
+    files: &[String],
+    overwrite: bool,
+    protected: &Protected,
+) -> Result<()> {
+    match std::fs::metadata(dir) {
+        Ok(m) if !m.is_dir() => {
+            return Err(Error::Output {
+                path: dir.to_path_buf(),
+                message: "exists and is not a folder".into(),
+            })
+        }
+        Ok(_) => {}
+        Err(_) => return Ok(()),
+    }
+    for path in files.iter().map(|f| dir.join(f)) {
+        if std::fs::symlink_metadata(&path).is_err() {
+            continue;
+        }
+        let message = if path.is_dir() {
+            "is a folder, in the way of an output file".to_string()
+        } else if let Some(why) = protected.reason(&path) {
+            format!("{why}; an output would replace it (choose another --output-dir)")
+        } else if !overwrite {
+            "exists; mobius run replaces existing files only with --overwrite".to_string()
+        } else {
+            continue;
+        };
+        return Err(Error::Output { path, message });
+    }
+    Ok(())
 }
 
 /// The topmost missing folder of `dir` (the one `create_dir_all` creates first), if any.
@@ -214,41 +283,130 @@ fn first_missing(dir: &Path) -> Option<PathBuf> {
         .map(Path::to_path_buf)
 }
 
-/// Writes `outputs` as `dir/files[i]`, all or nothing (see the module doc).
-fn write_outputs(dir: &Path, files: &[String], outputs: &[&Tensor]) -> Result<Vec<PathBuf>> {
-    let created = first_missing(dir);
-    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
-    let mut staged: Vec<PathBuf> = Vec::new();
-    let mut write_all = || -> Result<Vec<PathBuf>> {
-        for (file, t) in files.iter().zip(outputs) {
-            let tmp = dir.join(format!(".{file}.partial-{}", std::process::id()));
-            let mut f = std::fs::OpenOptions::new()
+/// Writes each output as a hidden temporary file in `dir`, registered for the interrupt
+/// handler; `staged` receives each temporary as soon as it exists.
+fn stage(
+    dir: &Path,
+    files: &[String],
+    outputs: &[&Tensor],
+    staged: &mut Vec<PathBuf>,
+) -> Result<()> {
+    for (file, t) in files.iter().zip(outputs) {
+        let tmp = dir.join(format!(".{file}.partial-{}", std::process::id()));
+        let mut f = {
+            let mut registry = staging();
+            let f = std::fs::OpenOptions::new()
                 .write(true)
                 .create_new(true)
                 .open(&tmp)
                 .map_err(|e| Error::io(&tmp, e))?;
-            staged.push(tmp.clone());
-            f.write_all(&to_npy(t))
-                .and_then(|()| f.sync_all())
-                .map_err(|e| Error::io(&tmp, e))?;
-        }
-        let mut written = Vec::new();
-        for (tmp, file) in staged.iter().zip(files) {
-            let path = dir.join(file);
-            std::fs::rename(tmp, &path).map_err(|e| Error::io(&path, e))?;
-            written.push(path);
-        }
-        Ok(written)
-    };
-    let result = write_all();
-    if result.is_err() {
-        for tmp in &staged {
-            let _ = std::fs::remove_file(tmp);
-        }
-        if let Some(top) = created {
-            let _ = std::fs::remove_dir_all(top);
+            registry.push(tmp.clone());
+            f
+        };
+        staged.push(tmp.clone());
+        f.write_all(&to_npy(t))
+            .and_then(|()| f.sync_all())
+            .map_err(|e| Error::io(&tmp, e))?;
+    }
+    Ok(())
+}
+
+/// Puts the `staged` temporaries in place as `dir/files[i]`, all or nothing: existing files
+/// are moved aside first (refused unless `overwrite`), then the temporaries renamed; on a
+/// failure the new files are removed and the moved files put back. Called holding the
+/// interrupt lock.
+fn commit(
+    dir: &Path,
+    files: &[String],
+    staged: &[PathBuf],
+    overwrite: bool,
+) -> Result<Vec<PathBuf>> {
+    let targets: Vec<PathBuf> = files.iter().map(|f| dir.join(f)).collect();
+    let exists = |p: &Path| std::fs::symlink_metadata(p).is_ok();
+    if !overwrite {
+        // Checked again: a file that appeared while the model ran is not replaced either.
+        if let Some(path) = targets.iter().find(|p| exists(p)) {
+            return Err(Error::Output {
+                path: path.clone(),
+                message: "exists; mobius run replaces existing files only with --overwrite".into(),
+            });
         }
     }
+    let mut aside: Vec<(PathBuf, PathBuf)> = Vec::new();
+    let mut placed: Vec<PathBuf> = Vec::new();
+    let mut put_in_place = || -> Result<()> {
+        for (target, file) in targets.iter().zip(files) {
+            if exists(target) {
+                let backup = dir.join(format!(".{file}.replaced-{}", std::process::id()));
+                std::fs::rename(target, &backup).map_err(|e| Error::io(target, e))?;
+                aside.push((target.clone(), backup));
+            }
+        }
+        for (tmp, target) in staged.iter().zip(&targets) {
+            std::fs::rename(tmp, target).map_err(|e| Error::io(target, e))?;
+            placed.push(target.clone());
+        }
+        Ok(())
+    };
+    match put_in_place() {
+        Ok(()) => {
+            for (_, backup) in &aside {
+                let _ = std::fs::remove_file(backup);
+            }
+            Ok(targets)
+        }
+        Err(e) => {
+            for path in &placed {
+                let _ = std::fs::remove_file(path);
+            }
+            let lost: Vec<String> = aside
+                .iter()
+                .filter(|(target, backup)| std::fs::rename(backup, target).is_err())
+                .map(|(target, backup)| {
+                    format!("{} is kept as {}", target.display(), backup.display())
+                })
+                .collect();
+            if lost.is_empty() {
+                Err(e)
+            } else {
+                Err(Error::Output {
+                    path: dir.to_path_buf(),
+                    message: format!(
+                        "{e}; could not put back what it replaced: {}",
+                        lost.join(", ")
+                    ),
+                })
+            }
+        }
+    }
+}
+
+/// Writes `outputs` as `dir/files[i]`, all or nothing (see the module doc).
+fn write_outputs(
+    dir: &Path,
+    files: &[String],
+    outputs: &[&Tensor],
+    overwrite: bool,
+) -> Result<Vec<PathBuf>> {
+    let created = first_missing(dir);
+    {
+        let mut registry = staging();
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        registry.extend(created.iter().cloned());
+    }
+    let mut staged: Vec<PathBuf> = Vec::new();
+    let written = stage(dir, files, outputs, &mut staged);
+    let mut registry = staging();
+    let result = written.and_then(|()| commit(dir, files, &staged, overwrite));
+    if result.is_err() {
+        for tmp in &staged {
+            remove_entry(tmp);
+        }
+        if let Some(top) = &created {
+            remove_entry(top);
+        }
+    }
+    registry.retain(|p| !staged.contains(p) && Some(p) != created.as_ref());
     result
 }
 
@@ -257,12 +415,14 @@ pub fn run_file(opts: &RunOptions) -> Result<RunReport> {
     let model = import::load(&opts.model)?;
     let graph = &model.graph;
     let files = output_files(graph)?;
-    check_output_dir(&opts.output_dir, &files)?;
+    let protected = Protected::new(&opts.model, &opts.inputs);
+    check_output_dir(&opts.output_dir, &files, opts.overwrite, &protected)?;
     let paths = match_inputs(graph, &opts.inputs)?;
     let mut bound = Bound::new();
     let mut tensors = Vec::new();
+    let mut held = 0u64;
     for (v, file) in graph.inputs.iter().zip(&paths) {
-        let t = read_npy(file, &opts.limits)?;
+        let t = read_npy_within(file, &opts.limits, &mut held)?;
         check_input(v, &t, file, &mut bound)?;
         tensors.push(t);
     }
@@ -273,9 +433,17 @@ pub fn run_file(opts: &RunOptions) -> Result<RunReport> {
         .map(|v| v.name.clone())
         .zip(tensors)
         .collect();
-    let outputs = run_graph_with(graph, &inputs, &mut Evaluator::new(None), &opts.limits)?;
-    let ordered: Vec<&Tensor> = graph.outputs.iter().map(|o| &outputs[&o.name]).collect();
-    let written = write_outputs(&opts.output_dir, &files, &ordered)?;
+    let outputs = run_graph_with(graph, inputs, &mut Evaluator::new(None), &opts.limits)?;
+    let ordered: Vec<&Tensor> = graph
+        .outputs
+        .iter()
+        .map(|o| {
+            outputs
+                .get(&o.name)
+                .ok_or_else(|| Error::Graph(format!("graph output `{}` was not computed", o.name)))
+        })
+        .collect::<Result<_>>()?;
+    let written = write_outputs(&opts.output_dir, &files, &ordered, opts.overwrite)?;
     Ok(RunReport { written })
 }
 
@@ -373,7 +541,7 @@ mod tests {
         let dir = t.path().join("out");
         std::fs::create_dir(&dir).unwrap();
         std::fs::write(dir.join(&blocker), b"").unwrap();
-        assert!(write_outputs(&dir, &files, &[&y, &y]).is_err());
+        assert!(write_outputs(&dir, &files, &[&y, &y], false).is_err());
         let left: Vec<_> = std::fs::read_dir(&dir)
             .unwrap()
             .map(|e| e.unwrap().file_name().into_string().unwrap())
@@ -382,10 +550,40 @@ mod tests {
         // A folder the run created (parents included) is removed again.
         let fresh = t.path().join("new/deeper");
         let unwritable = ["a.npy".to_string(), "b\0.npy".to_string()];
-        assert!(write_outputs(&fresh, &unwritable, &[&y, &y]).is_err());
+        assert!(write_outputs(&fresh, &unwritable, &[&y, &y], false).is_err());
         assert!(!t.path().join("new").exists());
-        assert!(write_outputs(&fresh, &files, &[&y, &y]).is_ok());
+        assert!(write_outputs(&fresh, &files, &[&y, &y], false).is_ok());
         assert!(fresh.join("a.npy").is_file() && fresh.join("b.npy").is_file());
+    }
+
+    #[test]
+    fn a_failed_commit_puts_back_what_it_replaced() {
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path();
+        std::fs::write(dir.join("a.npy"), b"old a").unwrap();
+        std::fs::write(dir.join("b.npy"), b"old b").unwrap();
+        let tmp = dir.join(".a.npy.partial-1");
+        std::fs::write(&tmp, b"new a").unwrap();
+        // The second temporary is missing: its rename fails after the first one's.
+        let staged = [tmp, dir.join(".b.npy.partial-1")];
+        let files = ["a.npy".to_string(), "b.npy".to_string()];
+        let e = commit(dir, &files, &staged, true).unwrap_err();
+        assert!(e.to_string().contains("b.npy"), "{e}");
+        assert_eq!(std::fs::read(dir.join("a.npy")).unwrap(), b"old a");
+        assert_eq!(std::fs::read(dir.join("b.npy")).unwrap(), b"old b");
+        let mut left: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(left, vec!["a.npy", "b.npy"]);
+        // Without overwrite an existing file is refused before anything moves.
+        let tmp = dir.join(".a.npy.partial-2");
+        std::fs::write(&tmp, b"new a").unwrap();
+        let e = commit(dir, &files[..1], std::slice::from_ref(&tmp), false).unwrap_err();
+        assert!(e.to_string().contains("--overwrite"), "{e}");
+        assert_eq!(std::fs::read(dir.join("a.npy")).unwrap(), b"old a");
+        assert!(tmp.exists());
     }
 
     #[test]

@@ -73,5 +73,5 @@ fuzz_target!(|data: &[u8]| {
     let Some(inputs) = inputs_for(graph) else {
         return;
     };
-    let _ = run_graph_with(graph, &inputs, &mut Evaluator::new(None), &LIMITS);
+    let _ = run_graph_with(graph, inputs, &mut Evaluator::new(None), &LIMITS);
 });

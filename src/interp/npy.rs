@@ -9,6 +9,7 @@
 use std::io::Read;
 use std::path::Path;
 
+use super::run::held_bytes_per_element;
 use super::Tensor;
 use crate::ir::{DType, TensorData};
 use crate::limits::InterpLimits;
@@ -260,7 +261,7 @@ fn parse_header(prefix: &[u8]) -> std::result::Result<Header, String> {
     let (len, start) = match prefix[6] {
         1 if prefix.len() >= 10 => (u16::from_le_bytes([prefix[8], prefix[9]]) as usize, 10),
         2 | 3 if prefix.len() >= 12 => (
-            u32::from_le_bytes(prefix[8..12].try_into().expect("4 bytes")) as usize,
+            u32::from_le_bytes([prefix[8], prefix[9], prefix[10], prefix[11]]) as usize,
             12,
         ),
         1..=3 => return Err("truncated header (the file ends inside it)".into()),
@@ -277,10 +278,10 @@ fn parse_header(prefix: &[u8]) -> std::result::Result<Header, String> {
             prefix.len()
         )
     })?;
-    if !bytes.is_ascii() {
-        return Err("the header is not ASCII text".into());
-    }
-    let text = std::str::from_utf8(bytes).expect("ASCII is UTF-8");
+    let text = std::str::from_utf8(bytes)
+        .ok()
+        .filter(|t| t.is_ascii())
+        .ok_or("the header is not ASCII text")?;
     let (dtype, shape) = parse_dict(text)?;
     Ok(Header {
         dtype,
@@ -309,7 +310,7 @@ fn data_len(header: &Header, available: u64, limits: &InterpLimits, path: &Path)
 }
 
 fn bad(path: &Path, message: String) -> Error {
-    Error::Onnx {
+    Error::Npy {
         path: path.to_path_buf(),
         message: format!("not a usable .npy file: {message}"),
     }
@@ -330,6 +331,14 @@ pub fn from_npy(bytes: &[u8], path: &Path, limits: &InterpLimits) -> Result<Tens
 /// Reads a `.npy` file within `limits`: the header first, the data only once its size is
 /// known to fit the budget and to match the file's length.
 pub fn read_npy(path: &Path, limits: &InterpLimits) -> Result<Tensor> {
+    read_npy_within(path, limits, &mut 0)
+}
+
+/// Reads a `.npy` file as one of several arrays a run holds together: `held` is what the
+/// arrays read before it hold (in the interpreter's storage, see [`held_bytes_per_element`]).
+/// This array's bytes are added to it and the sum is checked against
+/// `limits.max_run_bytes` from the header, before the data is read.
+pub fn read_npy_within(path: &Path, limits: &InterpLimits, held: &mut u64) -> Result<Tensor> {
     let io = |e| Error::io(path, e);
     let mut file = std::fs::File::open(path).map_err(io)?;
     let file_len = file.metadata().map_err(io)?.len();
@@ -341,6 +350,12 @@ pub fn read_npy(path: &Path, limits: &InterpLimits) -> Result<Tensor> {
     let header = parse_header(&prefix).map_err(|m| bad(path, m))?;
     let available = file_len.saturating_sub(header.data_offset as u64);
     let len = data_len(&header, available, limits, path)?;
+    let elements = (len / header.dtype.size()) as u64;
+    *held = held.saturating_add(elements.saturating_mul(held_bytes_per_element(header.dtype)));
+    limits.run_bytes(
+        &format!("{} (with the arrays read before it)", path.display()),
+        *held,
+    )?;
     let mut bytes = prefix.split_off(header.data_offset.min(prefix.len()));
     let have = bytes.len();
     bytes.resize(len, 0);
@@ -524,6 +539,11 @@ mod tests {
             ),
         ];
         for (bytes, needle) in cases {
+            let e = from_npy(&bytes, Path::new("x.npy"), &InterpLimits::default()).unwrap_err();
+            assert!(
+                matches!(e, Error::Npy { .. } | Error::Limit(_)),
+                "{needle}: {e:?}"
+            );
             let e = error(&bytes);
             assert!(e.contains("x.npy") && e.contains(needle), "{needle}: {e}");
         }
@@ -558,5 +578,44 @@ mod tests {
             e.contains("huge.npy") && e.contains("--max-tensor-elements"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn arrays_read_together_are_checked_against_the_run_memory_from_their_headers() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.npy");
+        // 256 f32 values: 1 KiB held.
+        std::fs::write(
+            &path,
+            to_npy(&Tensor::float(DType::F32, vec![256], vec![0.0; 256])),
+        )
+        .unwrap();
+        let limits = InterpLimits {
+            max_tensor_elements: 1 << 20,
+            max_run_bytes: 2048,
+        };
+        let mut held = 0;
+        read_npy_within(&path, &limits, &mut held).unwrap();
+        read_npy_within(&path, &limits, &mut held).unwrap();
+        assert_eq!(held, 2048);
+        let e = read_npy_within(&path, &limits, &mut held).unwrap_err();
+        assert!(
+            matches!(&e, Error::Limit(m) if m.contains("a.npy") && m.contains("--max-memory-mib")),
+            "{e}"
+        );
+        // Integers are held as i64: 256 i32 values hold 2 KiB.
+        std::fs::write(
+            &path,
+            to_npy(&Tensor::int(DType::I32, vec![256], vec![0; 256])),
+        )
+        .unwrap();
+        let mut held = 1;
+        assert!(matches!(
+            read_npy_within(&path, &limits, &mut held),
+            Err(Error::Limit(_))
+        ));
+        let mut held = 0;
+        read_npy_within(&path, &limits, &mut held).unwrap();
+        assert_eq!(held, 2048);
     }
 }

@@ -3,7 +3,7 @@
 use std::collections::{HashMap, HashSet};
 
 use super::{eval_node, OpCall, Tensor, Values};
-use crate::ir::{Graph, Initializer, TensorData};
+use crate::ir::{DType, Graph, Initializer, TensorData};
 use crate::limits::InterpLimits;
 use crate::weights::eval::Evaluator;
 use crate::{Error, Result};
@@ -25,14 +25,25 @@ pub fn initializer_tensor(init: &Initializer, weights: &mut Evaluator<'_>) -> Re
     })
 }
 
-/// Runs `graph` on `inputs` (by graph input name) within the default [`InterpLimits`];
-/// initializers are read through `weights`. Returns the graph outputs by name.
+/// Runs `graph` on a copy of `inputs` (by graph input name) within the default
+/// [`InterpLimits`]; initializers are read through `weights`. Returns the graph outputs by
+/// name. Callers that do not reuse their inputs should move them into [`run_graph_with`].
 pub fn run_graph(
     graph: &Graph,
     inputs: &HashMap<String, Tensor>,
     weights: &mut Evaluator<'_>,
 ) -> Result<HashMap<String, Tensor>> {
-    run_graph_with(graph, inputs, weights, &InterpLimits::default())
+    run_graph_with(graph, inputs.clone(), weights, &InterpLimits::default())
+}
+
+/// Bytes the interpreter holds per element of `dtype`: floats are held as f32, integers as
+/// i64, booleans as one byte.
+pub fn held_bytes_per_element(dtype: DType) -> u64 {
+    match dtype {
+        DType::Bool => 1,
+        d if d.is_float() => 4,
+        _ => 8,
+    }
 }
 
 /// Bytes the interpreter holds for `t`.
@@ -42,6 +53,39 @@ fn held_bytes(t: &Tensor) -> u64 {
         Values::Int(v) => 8 * v.len() as u64,
         Values::Bool(v) => v.len() as u64,
     }
+}
+
+/// Checks that graph input `name` holds what its shape and dtype say: as many values as the
+/// shape has elements, stored as its dtype is (floats, integers or booleans).
+fn check_input(name: &str, t: &Tensor) -> Result<()> {
+    let (count, storage) = match &t.values {
+        Values::Float(v) => (v.len(), "float"),
+        Values::Int(v) => (v.len(), "integer"),
+        Values::Bool(v) => (v.len(), "bool"),
+    };
+    let expected = match t.dtype {
+        DType::Bool => "bool",
+        d if d.is_float() => "float",
+        _ => "integer",
+    };
+    if storage != expected {
+        return Err(Error::Graph(format!(
+            "graph input `{name}`: a {} tensor holding {storage} values",
+            t.dtype
+        )));
+    }
+    let elements = t
+        .shape
+        .iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d));
+    if elements != Some(count) {
+        return Err(Error::Graph(format!(
+            "graph input `{name}`: shape {:?} needs {} values, the tensor holds {count}",
+            t.shape,
+            elements.map_or_else(|| "more than 2^64".to_string(), |n| n.to_string())
+        )));
+    }
+    Ok(())
 }
 
 /// The values of one run and the bytes they hold, within the budgets.
@@ -71,13 +115,15 @@ impl Live<'_> {
     }
 }
 
-/// Runs `graph` on `inputs` (by graph input name); initializers are read through `weights`.
-/// Every tensor is checked against `limits` (inputs and initializers before they are read,
+/// Runs `graph` on `inputs` (by graph input name, moved into the run so they are held once);
+/// initializers are read through `weights`. Each input must hold as many values as its shape
+/// has elements, stored as its dtype says (an error naming the input otherwise). Every tensor
+/// is checked against `limits` (inputs and initializers before they are read,
 /// computed values as they arrive) and values are dropped after their last reader, so the run
 /// holds at most `limits.max_run_bytes`. Returns the graph outputs by name.
 pub fn run_graph_with(
     graph: &Graph,
-    inputs: &HashMap<String, Tensor>,
+    mut inputs: HashMap<String, Tensor>,
     weights: &mut Evaluator<'_>,
     limits: &InterpLimits,
 ) -> Result<HashMap<String, Tensor>> {
@@ -87,10 +133,20 @@ pub fn run_graph_with(
         limits,
     };
     for v in &graph.inputs {
-        let t = inputs
-            .get(&v.name)
-            .ok_or_else(|| Error::Graph(format!("no value given for graph input `{}`", v.name)))?;
-        values.insert(&v.name, &format!("graph input `{}`", v.name), t.clone())?;
+        let Some(t) = inputs.remove(&v.name) else {
+            if values.map.contains_key(&v.name) {
+                // Declared twice: the value was taken by the first declaration.
+                continue;
+            }
+            return Err(Error::Graph(format!(
+                "no value given for graph input `{}`",
+                v.name
+            )));
+        };
+        let what = format!("graph input `{}`", v.name);
+        limits.elements(&what, &t.shape)?;
+        check_input(&v.name, &t)?;
+        values.insert(&v.name, &what, t)?;
     }
     for init in &graph.initializers {
         let what = format!("initializer `{}`", init.name);
@@ -158,4 +214,54 @@ pub fn run_graph_with(
                 .ok_or_else(|| Error::Graph(format!("graph output `{}` was not computed", o.name)))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::{GraphBuilder, Shape};
+
+    /// `y = x + x` with `x` i64 `[1, 7]`.
+    fn doubling() -> Graph {
+        let mut b = GraphBuilder::new("g");
+        b.input("x", DType::I64, Shape::new([1i64, 7]));
+        b.op_into("Add", &["x", "x"], vec![], "y");
+        b.output("y", DType::I64, Shape::new([1i64, 7]));
+        b.finish()
+    }
+
+    fn run(t: Tensor) -> Result<HashMap<String, Tensor>> {
+        let inputs = HashMap::from([("x".to_string(), t)]);
+        run_graph_with(
+            &doubling(),
+            inputs,
+            &mut Evaluator::new(None),
+            &InterpLimits::default(),
+        )
+    }
+
+    #[test]
+    fn inputs_must_hold_what_their_shape_and_dtype_say() {
+        let ok = run(Tensor::int(DType::I64, vec![1, 7], vec![1; 7])).unwrap();
+        assert_eq!(ok["y"].ints().unwrap(), &[2; 7]);
+        // Too few values for the shape (reading past them panicked in Add).
+        let e = run(Tensor::int(DType::I64, vec![1, 7], vec![1; 2]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("graph input `x`") && e.contains("needs 7 values, the tensor holds 2"),
+            "{e}"
+        );
+        // Integer storage tagged as a float dtype.
+        let mislabeled = Tensor {
+            dtype: DType::F32,
+            shape: vec![1, 7],
+            values: Values::Int(vec![1; 7]),
+        };
+        let e = run(mislabeled).unwrap_err().to_string();
+        assert!(
+            e.contains("graph input `x`") && e.contains("f32 tensor holding integer values"),
+            "{e}"
+        );
+    }
 }

@@ -2,6 +2,9 @@
 //! exits, and staging folders left behind by processes that died are removed by the next run
 //! that writes the same output.
 //!
+//! `mobius run` registers its temporary output files (and the output folder when it creates
+//! it) in the same registry, so an interrupted run leaves none of them.
+//!
 //! Every staging folder this process creates is registered here, under one lock that is also
 //! held while a staging folder is created, committed or removed: when a signal arrives, each
 //! registered folder is either still staged (and is removed) or already renamed into place.
@@ -9,15 +12,17 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-/// The staging folders of this process that are not yet committed or removed.
+/// The staging folders (and `mobius run`'s temporary files) of this process that are not yet
+/// committed or removed.
 static STAGING: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 
 /// The marker between an output's name and the pid in a staging folder's name:
 /// `.<name>.mobius-tmp-<pid>`.
 const STAGING_MARKER: &str = ".mobius-tmp-";
 
-/// The registry of staging folders, locked.
-pub(super) fn staging() -> MutexGuard<'static, Vec<PathBuf>> {
+/// The registry of staging folders and temporary files, locked; the interrupt handler waits
+/// for this lock, so whatever is done while holding it completes before the process exits.
+pub(crate) fn staging() -> MutexGuard<'static, Vec<PathBuf>> {
     STAGING.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
@@ -35,6 +40,17 @@ pub(super) fn remove_folder(dir: &Path) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
             Err(_) => std::thread::sleep(std::time::Duration::from_millis(10)),
         }
+    }
+}
+
+/// Removes a registered entry: a folder with everything in it, or a file.
+pub(crate) fn remove_entry(path: &Path) {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.is_dir() => remove_folder(path),
+        Ok(_) => {
+            let _ = std::fs::remove_file(path);
+        }
+        Err(_) => {}
     }
 }
 
@@ -73,7 +89,7 @@ fn process_alive(pid: u32) -> bool {
     !proc.join("self").exists() || proc.join(pid.to_string()).exists()
 }
 
-/// Installs the SIGINT/SIGTERM handler: it removes the registered staging folders and exits
+/// Installs the SIGINT/SIGTERM handler: it removes the registered entries and exits
 /// with 128 + the signal number (130 for SIGINT, 143 for SIGTERM). Without it, an interrupted
 /// build leaves its staging folder. A failure to install is logged, not fatal.
 pub fn install() {
@@ -90,9 +106,9 @@ pub fn install() {
         std::thread::spawn(move || {
             if let Some(signal) = signals.forever().next() {
                 // Held until exit: nothing can be staged or committed after this point.
-                let folders = staging();
-                for dir in folders.iter() {
-                    remove_folder(dir);
+                let entries = staging();
+                for path in entries.iter() {
+                    remove_entry(path);
                 }
                 let name = if signal == SIGINT {
                     "SIGINT"
@@ -127,5 +143,18 @@ mod tests {
         assert_eq!(dead.exists(), !Path::new("/proc/self").exists());
         assert!(other_output.exists());
         assert!(not_a_pid.exists());
+    }
+
+    #[test]
+    fn registered_files_and_folders_are_removed() {
+        let t = tempfile::tempdir().unwrap();
+        let file = t.path().join(".y.npy.partial-1");
+        let folder = t.path().join("created");
+        std::fs::write(&file, b"x").unwrap();
+        std::fs::create_dir_all(folder.join("inner")).unwrap();
+        remove_entry(&file);
+        remove_entry(&folder);
+        remove_entry(&t.path().join("missing"));
+        assert!(!file.exists() && !folder.exists());
     }
 }

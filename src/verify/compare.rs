@@ -42,8 +42,8 @@ pub struct OutputDiff {
     pub atol: f64,
     /// Relative tolerance applied.
     pub rtol: f64,
-    /// Whether every sample was within `atol + rtol · max|reference|` with no NaN on one side
-    /// only.
+    /// Whether every sample was within `atol + rtol · max|reference|` (a finite difference)
+    /// with no NaN on one side only.
     pub within: bool,
 }
 
@@ -83,7 +83,10 @@ impl OutputDiff {
         }
         self.max_abs = self.max_abs.max(max_abs);
         self.max_rel = self.max_rel.max(max_abs / scale.max(f64::MIN_POSITIVE));
-        self.within &= self.nan_one_side == 0 && max_abs <= self.atol + self.rtol * scale;
+        // An infinite difference is never within tolerance, even when `rtol · scale` overflows.
+        self.within &= self.nan_one_side == 0
+            && max_abs.is_finite()
+            && max_abs <= self.atol + self.rtol * scale;
     }
 }
 
@@ -128,6 +131,10 @@ mod tests {
         // An infinite reference does not make the relative tolerance infinite.
         let d = compare(&[inf, 1.0], &[inf, 2.0]);
         assert!(!d.within && d.max_abs == 1.0, "{d:?}");
+        // Nor does a tolerance that overflows to infinity let an infinite difference pass.
+        let mut d = OutputDiff::new("y", 0.0, 1e300);
+        d.add(&[f64::MAX, 1.0], &[f64::MAX, inf]);
+        assert!(d.max_abs == inf && !d.within, "{d:?}");
     }
 
     #[test]

@@ -4,6 +4,13 @@
 //! [`contract`] decides which inputs the two models take (and derives the ones only one of them
 //! takes), [`inputs`] generates them within the run's budgets, [`compare`] compares outputs
 //! without letting NaN or infinity hide a difference.
+//!
+//! Both models must have the same output names (and at least one), each of the same kind
+//! (float, integer or bool) in both; floats of different widths are compared with the looser
+//! tolerance of the two. An output with no elements (a size of 0 in `--dims`) compares
+//! nothing and is an error, not a pass. Each model's run receives its own copy of the sample's
+//! inputs, generated from the same random state and moved into the run, so one sample's inputs
+//! are held once at a time.
 
 pub mod compare;
 pub mod contract;
@@ -13,7 +20,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 
 use crate::interp::{run_graph_with, Tensor};
-use crate::ir::Model;
+use crate::ir::{DType, Model};
 use crate::limits::InterpLimits;
 use crate::onnx::import;
 use crate::weights::eval::Evaluator;
@@ -184,14 +191,77 @@ fn check_options(opts: &VerifyOptions, a: &Model, b: &Model) -> Result<()> {
     Ok(())
 }
 
-/// The inputs of `model` among `all`.
-fn inputs_of(model: &Model, all: &HashMap<String, Tensor>) -> HashMap<String, Tensor> {
+/// The inputs of `model` among `all` (the others are dropped).
+fn inputs_of(model: &Model, mut all: HashMap<String, Tensor>) -> HashMap<String, Tensor> {
     model
         .graph
         .inputs
         .iter()
-        .filter_map(|v| all.get(&v.name).map(|t| (v.name.clone(), t.clone())))
+        .filter_map(|v| all.remove(&v.name).map(|t| (v.name.clone(), t)))
         .collect()
+}
+
+/// Output `name` of a run.
+fn output<'r>(run: &'r HashMap<String, Tensor>, name: &str) -> Result<&'r Tensor> {
+    run.get(name)
+        .ok_or_else(|| Error::Graph(format!("output `{name}` was not computed")))
+}
+
+/// The kind of values a dtype holds, which two compared outputs must share.
+fn kind(dtype: DType) -> &'static str {
+    match dtype {
+        DType::Bool => "bool",
+        d if d.is_float() => "float",
+        _ => "integer",
+    }
+}
+
+/// Checks that the two models have the same output names, at least one, each of the same kind
+/// in both.
+fn check_outputs(opts: &VerifyOptions, a: &Model, b: &Model) -> Result<()> {
+    if a.graph.outputs.is_empty() {
+        return Err(Error::Graph(format!(
+            "the reference {} has no outputs: nothing to compare",
+            opts.reference.display()
+        )));
+    }
+    let only_in = |x: &Model, y: &Model| -> Vec<String> {
+        x.graph
+            .outputs
+            .iter()
+            .filter(|o| !y.graph.outputs.iter().any(|p| p.name == o.name))
+            .map(|o| format!("`{}`", o.name))
+            .collect()
+    };
+    for (missing, has, lacks) in [
+        (only_in(a, b), &opts.reference, &opts.candidate),
+        (only_in(b, a), &opts.candidate, &opts.reference),
+    ] {
+        if !missing.is_empty() {
+            return Err(Error::Graph(format!(
+                "{} has outputs {} that {} lacks; the models must have the same outputs",
+                has.display(),
+                missing.join(", "),
+                lacks.display()
+            )));
+        }
+    }
+    for o in &a.graph.outputs {
+        if let Some(p) = b.graph.outputs.iter().find(|p| p.name == o.name) {
+            if kind(o.dtype) != kind(p.dtype) {
+                return Err(Error::Graph(format!(
+                    "output `{}`: the reference declares {}, the candidate {}; {} and {} values \
+                     cannot be compared",
+                    o.name,
+                    o.dtype,
+                    p.dtype,
+                    kind(o.dtype),
+                    kind(p.dtype)
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Compares two models on random inputs.
@@ -199,19 +269,7 @@ pub fn verify(opts: &VerifyOptions) -> Result<VerifyReport> {
     let a = import::load(&opts.reference)?;
     let b = import::load(&opts.candidate)?;
     check_options(opts, &a, &b)?;
-    if let Some(missing) = a
-        .graph
-        .outputs
-        .iter()
-        .find(|o| !b.graph.outputs.iter().any(|p| p.name == o.name))
-    {
-        return Err(Error::Graph(format!(
-            "{} has no output `{}` (the reference {} has)",
-            opts.candidate.display(),
-            missing.name,
-            opts.reference.display()
-        )));
-    }
+    check_outputs(opts, &a, &b)?;
     let mut dims: BTreeMap<String, usize> = opts
         .dims
         .iter()
@@ -249,23 +307,46 @@ pub fn verify(opts: &VerifyOptions) -> Result<VerifyReport> {
     let vocab =
         |name: &str| inputs::vocab_of(&a.graph, name).or_else(|| inputs::vocab_of(&b.graph, name));
     let mut rng = Rng::new(opts.seed);
-    let run = |m: &Model, all: &HashMap<String, Tensor>| {
+    // Each model gets the sample's inputs generated from the same random state, moved in.
+    let run = |m: &Model, rng: &mut Rng| -> Result<HashMap<String, Tensor>> {
+        let all = inputs::fill_inputs(&plan.decls, &shapes, &vocab, rng, padding)?;
         run_graph_with(
             &m.graph,
-            &inputs_of(m, all),
+            inputs_of(m, all),
             &mut Evaluator::new(None),
             &opts.limits,
         )
     };
     for _ in 0..opts.samples {
-        let all = inputs::fill_inputs(&plan.decls, &shapes, &vocab, &mut rng, padding);
-        let (ra, rb) = (run(&a, &all)?, run(&b, &all)?);
+        let ra = run(&a, &mut rng.clone())?;
+        let rb = run(&b, &mut rng)?;
         for d in &mut diffs {
-            let (x, y) = (&ra[&d.name], &rb[&d.name]);
+            let (x, y) = (output(&ra, &d.name)?, output(&rb, &d.name)?);
             if x.shape != y.shape {
                 return Err(Error::Graph(format!(
                     "output `{}`: shapes {:?} and {:?} differ",
                     d.name, x.shape, y.shape
+                )));
+            }
+            if kind(x.dtype) != kind(y.dtype) {
+                return Err(Error::Graph(format!(
+                    "output `{}`: the reference computes {}, the candidate {}; {} and {} values \
+                     cannot be compared",
+                    d.name,
+                    x.dtype,
+                    y.dtype,
+                    kind(x.dtype),
+                    kind(y.dtype)
+                )));
+            }
+            if x.numel() == 0 {
+                let sizes: Vec<String> = dims.iter().map(|(k, n)| format!("{k}={n}")).collect();
+                return Err(Error::Graph(format!(
+                    "output `{}` has shape {:?}, no elements, with {}: nothing to compare \
+                     (give sizes of at least 1 with --dims)",
+                    d.name,
+                    x.shape,
+                    sizes.join(", ")
                 )));
             }
             d.add(&x.as_f64(), &y.as_f64());

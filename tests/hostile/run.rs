@@ -384,7 +384,91 @@ fn a_run_over_the_memory_budget_is_refused() {
     fails_with(
         w.run(&["--input", "x=big.npy", "--max-memory-mib", "1"]),
         1,
-        &["input `x`", "--max-memory-mib"],
+        &["big.npy", "--max-memory-mib"],
+    );
+    w.nothing_written(&before);
+}
+
+#[test]
+fn existing_files_are_replaced_only_with_overwrite() {
+    let w = Work::simple();
+    std::fs::create_dir(w.out()).unwrap();
+    write(&w.out().join("y.npy"), b"my results");
+    let before = listing(&w.out());
+    fails_with(
+        w.run(&["--input", "x=x.npy"]),
+        1,
+        &["y.npy", "exists", "--overwrite"],
+    );
+    unchanged(&w.out(), &before);
+    assert_eq!(std::fs::read(w.out().join("y.npy")).unwrap(), b"my results");
+    w.run(&["--input", "x=x.npy", "--overwrite"])
+        .assert()
+        .success();
+    unchanged(&w.out(), &before);
+    let y = mobius::interp::npy::read_npy(&w.out().join("y.npy"), &Default::default()).unwrap();
+    assert_eq!(y.shape, vec![2, 3]);
+}
+
+#[test]
+fn inputs_and_the_model_folder_are_never_replaced() {
+    // Output `y` written next to the input file y.npy.
+    let w = Work::simple();
+    let input = to_npy(&floats(vec![2, 3]));
+    write(&w.path("y.npy"), &input);
+    let before = w.before();
+    let mut cmd = mobius();
+    cmd.current_dir(w.dir.path())
+        .arg("run")
+        .arg(&w.model)
+        .args(["--input", "x=y.npy", "--overwrite", "--output-dir", "."]);
+    fails_with(
+        cmd,
+        1,
+        &["y.npy", "is the file given as --input `x`", "--output-dir"],
+    );
+    unchanged(w.dir.path(), &before);
+    assert_eq!(std::fs::read(w.path("y.npy")).unwrap(), input);
+    // An output over a file of the model's folder.
+    let w = Work::simple();
+    write(&w.path("m/y.npy"), b"shipped with the model");
+    let before = listing(&w.path("m"));
+    let mut cmd = mobius();
+    cmd.current_dir(w.dir.path())
+        .arg("run")
+        .arg(&w.model)
+        .args(["--input", "x=x.npy", "--overwrite", "--output-dir", "m"]);
+    fails_with(cmd, 1, &["y.npy", "is a file of the model's folder"]);
+    unchanged(&w.path("m"), &before);
+    assert_eq!(
+        std::fs::read(w.path("m/y.npy")).unwrap(),
+        b"shipped with the model"
+    );
+}
+
+#[test]
+fn the_input_arrays_together_are_checked_against_the_memory_budget_before_reading() {
+    // x [70000, 3] and w [70000, 1] f32: 840,000 and 280,000 bytes, each under 1 MiB, together
+    // over it.
+    let w = Work::new(two_input_graph());
+    write(&w.path("x.npy"), &to_npy(&floats(vec![70000, 3])));
+    write(&w.path("w.npy"), &to_npy(&floats(vec![70000, 1])));
+    let before = w.before();
+    fails_with(
+        w.run(&[
+            "--input",
+            "x=x.npy",
+            "--input",
+            "w=w.npy",
+            "--max-memory-mib",
+            "1",
+        ]),
+        1,
+        &[
+            "w.npy",
+            "with the arrays read before it",
+            "--max-memory-mib",
+        ],
     );
     w.nothing_written(&before);
 }

@@ -349,3 +349,102 @@ fn builds_of_one_checkpoint_verify_across_the_decoder_contract() {
     );
     unchanged(t.path(), &before);
 }
+
+/// `y = Add(position_ids, position_ids)` beside an `attention_mask` declared `mask`: the
+/// graph reads positions only, so generating them from a mask of another form indexed past it.
+fn mask_and_positions(mask_dtype: DType, mask: Vec<Dim>, positions: Vec<Dim>) -> Graph {
+    let mut g = GraphBuilder::new("g");
+    g.input("attention_mask", mask_dtype, Shape(mask));
+    g.input("position_ids", DType::I64, Shape(positions.clone()));
+    g.op_into("Add", &["position_ids", "position_ids"], vec![], "y");
+    g.output("y", DType::I64, Shape(positions));
+    g.finish()
+}
+
+#[test]
+fn masks_and_positions_of_another_form_are_refused_naming_the_input() {
+    for (graph, needles) in [
+        (
+            mask_and_positions(DType::I64, fixed(&[1, 2]), fixed(&[1, 7])),
+            vec![
+                "input `position_ids`",
+                "7 positions where `attention_mask` covers only 2 tokens",
+            ],
+        ),
+        (
+            mask_and_positions(DType::I64, fixed(&[1, 2, 3]), fixed(&[1, 2])),
+            vec!["input `attention_mask`", "not of rank 2"],
+        ),
+        (
+            mask_and_positions(DType::F32, fixed(&[1, 7]), fixed(&[1, 7])),
+            vec!["input `attention_mask`", "f32", "not integers"],
+        ),
+        (
+            mask_and_positions(DType::I64, fixed(&[2, 7]), fixed(&[1, 7])),
+            vec!["input `position_ids`", "a batch of 1 where"],
+        ),
+    ] {
+        let p = Pair::new(graph.clone(), graph);
+        let before = p.files();
+        fails_with(p.verify(&[]), 2, &needles);
+        assert_eq!(p.files(), before);
+    }
+}
+
+#[test]
+fn nothing_compared_is_not_a_pass() {
+    let dims = vec![Dim::sym("n")];
+    // Both compute nothing with n = 0: an error, not "equivalent".
+    let p = Pair::new(
+        scale_graph(dims.clone(), 1.0, &["y"]),
+        scale_graph(dims, 5.0, &["y"]),
+    );
+    let before = p.files();
+    fails_with(
+        p.verify(&["--dims", "n=0"]),
+        2,
+        &["output `y`", "no elements", "n=0", "nothing to compare"],
+    );
+    assert_eq!(p.files(), before);
+    // A negative declared size.
+    let neg = scale_graph(fixed(&[2, -3]), 1.0, &["y"]);
+    let p = Pair::new(neg.clone(), neg);
+    fails_with(p.verify(&[]), 2, &["input `x`", "negative size -3"]);
+    // A reference without outputs.
+    let mut empty = GraphBuilder::new("g");
+    empty.input("x", DType::F32, Shape(fixed(&[2])));
+    let p = Pair::new(empty.finish(), scale_graph(fixed(&[2]), 1.0, &["y"]));
+    fails_with(p.verify(&[]), 2, &["has no outputs", "nothing to compare"]);
+}
+
+#[test]
+fn outputs_must_be_the_same_names_and_kinds() {
+    let dims = fixed(&[2, 3]);
+    // The candidate has an output the reference lacks.
+    let p = Pair::new(
+        scale_graph(dims.clone(), 2.0, &["y"]),
+        scale_graph(dims.clone(), 2.0, &["y", "extra"]),
+    );
+    let before = p.files();
+    fails_with(
+        p.verify(&[]),
+        2,
+        &["b/model.onnx has outputs `extra`", "a/model.onnx lacks"],
+    );
+    assert_eq!(p.files(), before);
+    // A bool output against a float one.
+    let as_bool = {
+        let mut g = GraphBuilder::new("g");
+        g.input("x", DType::F32, Shape(dims.clone()));
+        let zero = g.constant(TensorData::from_f32(vec![], &[0.0]));
+        g.op_into("Greater", &["x", &zero], vec![], "y");
+        g.output("y", DType::Bool, Shape(dims.clone()));
+        g.finish()
+    };
+    let p = Pair::new(scale_graph(dims, 1.0, &["y"]), as_bool);
+    fails_with(
+        p.verify(&[]),
+        2,
+        &["output `y`", "f32", "bool", "cannot be compared"],
+    );
+}
