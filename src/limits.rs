@@ -26,6 +26,18 @@ pub mod config {
     pub const MAX_ROPE_TABLE: usize = 1 << 31;
 }
 
+/// The element count of a tensor of shape `shape`, or `None` when its non-zero dimensions
+/// multiply past `usize` — even when another dimension is 0, so that every product of some of
+/// the dimensions of a shape this accepts fits in `usize`. The one overflow-safe element count:
+/// byte counts are [`crate::ir::DType::bytes_for`].
+pub fn numel(shape: &[usize]) -> Option<usize> {
+    let nonzero = shape
+        .iter()
+        .filter(|&&d| d != 0)
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))?;
+    Some(if shape.contains(&0) { 0 } else { nonzero })
+}
+
 /// Budgets of one reference-interpreter run (`mobius run`, `mobius verify`, `--verify-rewrites`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct InterpLimits {
@@ -53,18 +65,20 @@ pub const RUN_MEMORY_FLAG: &str = "--max-memory-mib";
 const MIB: f64 = (1u64 << 20) as f64;
 
 impl InterpLimits {
-    /// The element count of `shape`, or an error naming `what` when it overflows or exceeds
-    /// [`InterpLimits::max_tensor_elements`]. Call it before allocating a tensor of that shape.
+    /// The element count of `shape`, or an error naming `what` when its dimensions overflow
+    /// (see [`numel`]) or it exceeds [`InterpLimits::max_tensor_elements`]. Call it before
+    /// allocating a tensor of that shape.
     pub fn elements(&self, what: &str, shape: &[usize]) -> Result<usize> {
-        let n = shape
-            .iter()
-            .try_fold(1u64, |acc, &d| acc.checked_mul(d as u64));
-        match n {
-            Some(n) if n <= self.max_tensor_elements => Ok(n as usize),
-            _ => Err(Error::Limit(format!(
-                "{what}: shape {shape:?} has {} elements, more than the limit of {} per tensor \
+        match numel(shape) {
+            Some(n) if n as u64 <= self.max_tensor_elements => Ok(n),
+            Some(n) => Err(Error::Limit(format!(
+                "{what}: shape {shape:?} has {n} elements, more than the limit of {} per tensor \
                  (raise it with {TENSOR_ELEMENTS_FLAG})",
-                n.map_or_else(|| "over 2^64".to_string(), |n| n.to_string()),
+                self.max_tensor_elements
+            ))),
+            None => Err(Error::Limit(format!(
+                "{what}: shape {shape:?} has dimensions whose product is over 2^64 elements, \
+                 more than the limit of {} per tensor (raise it with {TENSOR_ELEMENTS_FLAG})",
                 self.max_tensor_elements
             ))),
         }
@@ -91,6 +105,16 @@ mod tests {
     use super::*;
 
     #[test]
+    fn numel_refuses_overflowing_dimensions_even_with_a_zero() {
+        assert_eq!(numel(&[]), Some(1));
+        assert_eq!(numel(&[3, 4]), Some(12));
+        assert_eq!(numel(&[3, 0, 4]), Some(0));
+        assert_eq!(numel(&[usize::MAX, 2]), None);
+        assert_eq!(numel(&[0, usize::MAX, 2]), None);
+        assert_eq!(numel(&[usize::MAX, 2, 0]), None);
+    }
+
+    #[test]
     fn element_counts_are_checked_without_overflow() {
         let l = InterpLimits {
             max_tensor_elements: 100,
@@ -102,7 +126,20 @@ mod tests {
             e.contains("x: shape [10, 11] has 110 elements") && e.contains(TENSOR_ELEMENTS_FLAG)
         );
         let e = l.elements("y", &[usize::MAX, 4]).unwrap_err().to_string();
-        assert!(e.contains("over 2^64"), "{e}");
+        assert!(e.contains("y: shape") && e.contains("over 2^64"), "{e}");
+        // A zero dimension does not hide dimensions that overflow, whatever their order.
+        for shape in [[0, 1 << 40, 1 << 40], [1 << 40, 1 << 40, 0]] {
+            match l.elements("z", &shape) {
+                Err(Error::Limit(e)) => {
+                    assert!(
+                        e.contains("over 2^64") && e.contains(TENSOR_ELEMENTS_FLAG),
+                        "{e}"
+                    )
+                }
+                other => panic!("{shape:?}: expected Error::Limit, got {other:?}"),
+            }
+        }
+        assert_eq!(l.elements("z", &[0, 1 << 40]).unwrap(), 0);
         assert!(l.run_bytes("z", 1000).is_ok());
         assert!(l
             .run_bytes("z", 1001)

@@ -27,26 +27,64 @@ pub fn file_component<'a>(name: &'a str, what: &str) -> Result<&'a str> {
     }
 }
 
-/// Resolves `relative` (read from a file) inside `root`: it must be a relative path whose
-/// resolved location, links included, is inside `root`'s resolved location. Returns the
-/// resolved path. `what` names where the path came from.
-pub fn resolve_inside(root: &Path, relative: &str, what: &str) -> Result<PathBuf> {
-    let rel = Path::new(relative);
-    if relative.is_empty()
-        || relative.contains('\0')
-        || rel
-            .components()
-            .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir))
+/// Why `relative`, a path read from a file, cannot name a location inside a folder, if it
+/// cannot: it must be non-empty and made of plain names joined by `/` — no absolute path or
+/// drive, no `..`, no `.` or empty component, no backslash, no NUL. This is the lexical half of
+/// [`resolve_inside`]; the other half follows links.
+pub fn relative_path_problem(relative: &str) -> Option<&'static str> {
+    if relative.is_empty() {
+        return Some("the path is empty");
+    }
+    if relative.contains('\0') {
+        return Some("the path contains a NUL byte");
+    }
+    if relative.contains('\\') {
+        return Some("the path contains a backslash");
+    }
+    if relative.starts_with('/') || Path::new(relative).is_absolute() {
+        return Some("the path is absolute");
+    }
+    for part in relative.split('/') {
+        match part {
+            "" => return Some("the path has an empty component"),
+            "." => return Some("the path has a `.` component"),
+            ".." => return Some("the path contains `..`"),
+            _ => {}
+        }
+    }
+    if Path::new(relative)
+        .components()
+        .any(|c| !matches!(c, Component::Normal(_)))
     {
+        return Some("the path is absolute");
+    }
+    None
+}
+
+/// Resolves `relative` (read from a file) inside `root`: it must pass
+/// [`relative_path_problem`] and its resolved location, links included, must be inside
+/// `root`'s resolved location. Returns the resolved path. `what` names where the path came
+/// from.
+pub fn resolve_inside(root: &Path, relative: &str, what: &str) -> Result<PathBuf> {
+    if let Some(problem) = relative_path_problem(relative) {
         return Err(Error::UnsafePath(format!(
-            "{what} `{}` must be a relative path inside {} (no `..`, no absolute path)",
+            "{what} `{}` must be a relative path inside {} ({problem})",
             relative.escape_debug(),
             root.display()
         )));
     }
     let root_real = root.canonicalize().map_err(|e| Error::io(root, e))?;
-    let joined = root.join(rel);
-    let real = joined.canonicalize().map_err(|e| Error::io(&joined, e))?;
+    let joined = root.join(relative);
+    // A path that does not resolve is judged by where it would lead: one whose existing part
+    // leaves the folder is refused as such, so its error does not tell whether a file exists
+    // outside.
+    let real = match joined.canonicalize() {
+        Ok(real) => real,
+        Err(e) => match canonical_target(&joined) {
+            Ok(target) if !target.starts_with(&root_real) => target,
+            _ => return Err(Error::io(&joined, e)),
+        },
+    };
     if !real.starts_with(&root_real) {
         return Err(Error::UnsafePath(format!(
             "{what} `{}` resolves to {}, outside {} (links that leave the folder are refused)",
@@ -58,9 +96,24 @@ pub fn resolve_inside(root: &Path, relative: &str, what: &str) -> Result<PathBuf
     Ok(real)
 }
 
+/// Resolves `relative` (read from a file) inside `root` with [`resolve_inside`] and checks
+/// that it is a regular file. Returns the resolved path: read that one, not `root/relative`.
+pub fn file_inside(root: &Path, relative: &str, what: &str) -> Result<PathBuf> {
+    let real = resolve_inside(root, relative, what)?;
+    if !real.is_file() {
+        return Err(Error::UnsafePath(format!(
+            "{what} `{}` is {}, not a regular file",
+            relative.escape_debug(),
+            real.display()
+        )));
+    }
+    Ok(real)
+}
+
 /// Checks that `file`, a path under `root` (`root` joined with a relative path), resolves,
-/// links followed, to a regular file inside `root`. `what` names the file for the error.
-pub fn check_file_inside(root: &Path, file: &Path, what: &str) -> Result<()> {
+/// links followed, to a regular file inside `root` (see [`file_inside`]). Returns the resolved
+/// path. `what` names the file for the error.
+pub fn check_file_inside(root: &Path, file: &Path, what: &str) -> Result<PathBuf> {
     let relative = file
         .strip_prefix(root)
         .ok()
@@ -72,14 +125,7 @@ pub fn check_file_inside(root: &Path, file: &Path, what: &str) -> Result<()> {
                 root.display()
             ))
         })?;
-    let real = resolve_inside(root, relative, what)?;
-    if !real.is_file() {
-        return Err(Error::UnsafePath(format!(
-            "{what} {} is not a regular file",
-            file.display()
-        )));
-    }
-    Ok(())
+    file_inside(root, relative, what)
 }
 
 /// The canonical form of `path`, which need not exist yet: its nearest existing ancestor is
@@ -134,7 +180,13 @@ mod tests {
         assert!(file_component("logits", "output").is_ok());
         assert!(file_component("present.0.key", "output").is_ok());
         for bad in ["", ".", "..", "../x", "/abs", "a/b", "a\\b", "a\0b"] {
-            assert!(file_component(bad, "output").is_err(), "{bad:?}");
+            match file_component(bad, "output") {
+                Err(Error::UnsafePath(m)) => {
+                    assert!(m.starts_with("output `"), "{bad:?}: {m}");
+                    assert!(m.contains("cannot be used as a file name"), "{bad:?}: {m}");
+                }
+                other => panic!("{bad:?}: expected Error::UnsafePath, got {other:?}"),
+            }
         }
     }
 
@@ -145,15 +197,63 @@ mod tests {
         std::fs::create_dir_all(root.join("sub")).unwrap();
         std::fs::write(root.join("sub/w.bin"), b"x").unwrap();
         std::fs::write(t.path().join("secret"), b"x").unwrap();
-        assert!(resolve_inside(&root, "sub/w.bin", "location").is_ok());
-        assert!(resolve_inside(&root, "./sub/w.bin", "location").is_ok());
-        assert!(resolve_inside(&root, "../secret", "location").is_err());
-        assert!(resolve_inside(&root, "/etc/passwd", "location").is_err());
+        let inside = resolve_inside(&root, "sub/w.bin", "location").unwrap();
+        assert_eq!(inside, root.join("sub/w.bin").canonicalize().unwrap());
+        for (bad, problem) in [
+            ("../secret", "contains `..`"),
+            ("sub/../../secret", "contains `..`"),
+            ("/etc/passwd", "is absolute"),
+            ("./sub/w.bin", "`.` component"),
+            ("sub//w.bin", "empty component"),
+            ("sub\\w.bin", "backslash"),
+            ("", "is empty"),
+            ("a\0b", "NUL"),
+        ] {
+            match resolve_inside(&root, bad, "location") {
+                Err(Error::UnsafePath(m)) => {
+                    assert!(m.starts_with("location `"), "{bad:?}: {m}");
+                    assert!(m.contains("must be a relative path inside"), "{bad:?}: {m}");
+                    assert!(m.contains(problem), "{bad:?}: {m}");
+                }
+                other => panic!("{bad:?}: expected Error::UnsafePath, got {other:?}"),
+            }
+        }
         #[cfg(unix)]
         {
             std::os::unix::fs::symlink(t.path().join("secret"), root.join("link.bin")).unwrap();
-            let e = resolve_inside(&root, "link.bin", "location").unwrap_err();
-            assert!(e.to_string().contains("outside"), "{e}");
+            match resolve_inside(&root, "link.bin", "location") {
+                Err(Error::UnsafePath(m)) => assert!(m.contains("outside"), "{m}"),
+                other => panic!("expected Error::UnsafePath, got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn files_inside_resolve_to_the_checked_path() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("model");
+        std::fs::create_dir_all(root.join("sub")).unwrap();
+        std::fs::write(root.join("sub/w.bin"), b"x").unwrap();
+        let real = root.join("sub/w.bin").canonicalize().unwrap();
+        assert_eq!(file_inside(&root, "sub/w.bin", "shard").unwrap(), real);
+        assert_eq!(
+            check_file_inside(&root, &root.join("sub/w.bin"), "shard").unwrap(),
+            real
+        );
+        match file_inside(&root, "sub", "shard") {
+            Err(Error::UnsafePath(m)) => assert!(m.contains("not a regular file"), "{m}"),
+            other => panic!("expected Error::UnsafePath, got {other:?}"),
+        }
+        // An absolute name is refused before the file system is asked, whether or not it exists.
+        for name in ["/etc/passwd", "/no/such/file"] {
+            match check_file_inside(&root, &root.join(name), "shard") {
+                Err(Error::UnsafePath(m)) => assert!(m.contains("not inside"), "{m}"),
+                other => panic!("{name}: expected Error::UnsafePath, got {other:?}"),
+            }
+            match file_inside(&root, name, "shard") {
+                Err(Error::UnsafePath(m)) => assert!(m.contains("is absolute"), "{m}"),
+                other => panic!("{name}: expected Error::UnsafePath, got {other:?}"),
+            }
         }
     }
 

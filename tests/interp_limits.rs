@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use mobius::interp::{eval_node, OpCall, Tensor};
 use mobius::ir::{Attr, DType, Node, TensorData};
 use mobius::limits::{InterpLimits, TENSOR_ELEMENTS_FLAG};
+use mobius::Error;
 
 const SMALL: InterpLimits = InterpLimits {
     max_tensor_elements: 1000,
@@ -248,14 +249,19 @@ fn tensor_bytes_must_match_the_shape() {
         shape: vec![1],
         bytes: vec![0; 9],
     };
-    assert!(Tensor::from_data(&long).is_err());
+    match Tensor::from_data(&long) {
+        Err(Error::Graph(m)) => assert_eq!(m, "i64 tensor of shape [1] needs 8 bytes, found 9"),
+        other => panic!("expected Error::Graph, got {other:?}"),
+    }
     let overflow = TensorData {
         dtype: DType::F16,
         shape: vec![usize::MAX, 2],
         bytes: vec![],
     };
-    let e = Tensor::from_data(&overflow).unwrap_err().to_string();
-    assert!(e.contains("more than 2^64"), "{e}");
+    match Tensor::from_data(&overflow) {
+        Err(Error::Graph(m)) => assert!(m.contains("needs more than 2^64 bytes, found 0"), "{m}"),
+        other => panic!("expected Error::Graph, got {other:?}"),
+    }
     let ok = TensorData {
         dtype: DType::BF16,
         shape: vec![2],

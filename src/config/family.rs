@@ -2,6 +2,7 @@
 //! the shared fields of [`super::ArchConfig`] do not describe.
 
 use super::{Fields, HfConfig, Sign};
+use crate::limits::config::MAX_LAYERS;
 use crate::Result;
 
 /// Family-specific parameters; the default is a plain Llama decoder.
@@ -87,16 +88,12 @@ fn rope_layers(raw: &HfConfig, layers: usize, f: &Fields<'_>) -> Result<Vec<bool
             })
             .collect();
     }
-    let interval = match raw.no_rope_layer_interval {
-        None => 4,
-        Some(n) if n > 0 => n as usize,
-        Some(n) => {
-            return Err(f.err(
-                "no_rope_layer_interval",
-                &format!("must be a positive integer, found {n}"),
-            ))
-        }
-    };
+    let interval = f.optional_count(
+        "no_rope_layer_interval",
+        raw.no_rope_layer_interval,
+        4,
+        MAX_LAYERS,
+    )?;
     Ok((0..layers).map(|i| (i + 1) % interval != 0).collect())
 }
 

@@ -74,6 +74,21 @@ impl Fields<'_> {
         }
     }
 
+    /// An optional size or count: `default` when absent, else in `1..=max` (as
+    /// [`Fields::count`] checks).
+    pub(super) fn optional_count(
+        &self,
+        field: &str,
+        value: Option<i64>,
+        default: usize,
+        max: usize,
+    ) -> Result<usize> {
+        match value {
+            None => Ok(default),
+            Some(v) => self.count(field, v, max),
+        }
+    }
+
     /// An optional number: `default` when absent, else finite (also once rounded to f32) and of
     /// the given sign.
     pub(super) fn number(

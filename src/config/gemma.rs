@@ -4,6 +4,7 @@
 use serde_json::{Map, Value};
 
 use super::{parse_rope, Fields, Gelu, HfConfig, Rope, Sign};
+use crate::limits::config::MAX_LAYERS;
 use crate::{Error, Result};
 
 /// The `model_type`s of the Gemma family.
@@ -241,23 +242,29 @@ pub(super) fn gemma3_rope(
     })
 }
 
-/// Which layers slide when the config has no `layer_types`: Gemma 2 alternates, starting with
-/// a sliding layer; Gemma 3 makes every `sliding_window_pattern`-th layer (default 6) full.
-/// `None` for the other families (and when `layer_types` is given).
 /// transformers' `sliding_window` for Gemma 2 and Gemma 3 configs that leave it out.
 pub(super) fn default_window(model_type: &str) -> Option<i64> {
     matches!(model_type, "gemma2" | "gemma3_text").then_some(4096)
 }
 
+/// Which layers slide when the config has no `layer_types`: Gemma 2 alternates, starting with
+/// a sliding layer; Gemma 3 makes every `sliding_window_pattern`-th layer (default 6, checked
+/// to be a positive count) full. `None` for the other families.
 pub(super) fn default_sliding_layers(
     raw: &HfConfig,
     model_type: &str,
     layers: usize,
-) -> Option<Vec<bool>> {
+    f: &Fields<'_>,
+) -> Result<Option<Vec<bool>>> {
     let pattern = match model_type {
         "gemma2" => 2,
-        "gemma3_text" => raw.sliding_window_pattern.filter(|&p| p > 0).unwrap_or(6) as usize,
-        _ => return None,
+        "gemma3_text" => f.optional_count(
+            "sliding_window_pattern",
+            raw.sliding_window_pattern,
+            6,
+            MAX_LAYERS,
+        )?,
+        _ => return Ok(None),
     };
-    Some((0..layers).map(|i| (i + 1) % pattern != 0).collect())
+    Ok(Some((0..layers).map(|i| (i + 1) % pattern != 0).collect()))
 }

@@ -444,7 +444,7 @@ fn layer_windows(
             })
             .collect();
     }
-    if let Some(sliding) = gemma::default_sliding_layers(raw, model_type, layers) {
+    if let Some(sliding) = gemma::default_sliding_layers(raw, model_type, layers, f)? {
         return Ok(sliding.into_iter().map(|s| window.filter(|_| s)).collect());
     }
     if model_type == "smollm3" && window.is_some() {

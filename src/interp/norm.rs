@@ -26,10 +26,18 @@ pub fn eval(domain: &str, op: &str, call: &OpCall<'_>) -> FamilyResult {
     }
 }
 
-/// Per-row statistics of `x` split in rows of `inner` elements: `(mean, 1/sqrt(var + eps))`,
-/// where for the simplified (RMS) form the mean is 0 and `var` is the mean square.
-fn row_stats(x: &[f32], inner: usize, epsilon: f32, simplified: bool) -> Vec<(f64, f64)> {
-    x.chunks(inner.max(1))
+/// Per-row statistics of `x` split in `rows` rows of `inner` elements: `(mean, 1/sqrt(var +
+/// eps))`, where for the simplified (RMS) form the mean is 0 and `var` is the mean square. Rows
+/// of no element (`inner` = 0) have NaN statistics.
+fn row_stats(
+    x: &[f32],
+    rows: usize,
+    inner: usize,
+    epsilon: f32,
+    simplified: bool,
+) -> Vec<(f64, f64)> {
+    (0..rows)
+        .map(|r| &x[r * inner..(r + 1) * inner])
         .map(|row| {
             let n = inner as f64;
             let sum: f64 = row.iter().map(|&v| v as f64).sum();
@@ -87,7 +95,18 @@ fn layer_norm(call: &OpCall<'_>, rms: bool) -> Result<Vec<Tensor>> {
         Some(b) => Some(broadcast_to(call, b, &x.shape, "bias")?),
         None => None,
     };
-    let stats = row_stats(xv, inner, epsilon, rms);
+    let stat_shape: Vec<usize> = (0..rank)
+        .map(|d| if d < ax { x.shape[d] } else { 1 })
+        .collect();
+    // One row of statistics per normalized row, as many as LayerNormalization outputs (checked
+    // before allocating: an empty input may have long outer axes). RMSNormalization, whose
+    // output is its only use of them, needs none for an empty input.
+    let rows = if rms && xv.is_empty() {
+        0
+    } else {
+        call.alloc(&stat_shape)?
+    };
+    let stats = row_stats(xv, rows, inner, epsilon, rms);
     let y = xv
         .iter()
         .enumerate()
@@ -101,9 +120,6 @@ fn layer_norm(call: &OpCall<'_>, rms: bool) -> Result<Vec<Tensor>> {
     if rms {
         return Ok(vec![y]);
     }
-    let stat_shape: Vec<usize> = (0..rank)
-        .map(|d| if d < ax { x.shape[d] } else { 1 })
-        .collect();
     let means = stats.iter().map(|s| s.0 as f32).collect();
     let invs = stats.iter().map(|s| s.1 as f32).collect();
     Ok(vec![
@@ -157,7 +173,12 @@ fn skip_norm(call: &OpCall<'_>, simplified: bool) -> Result<Vec<Tensor>> {
         .enumerate()
         .map(|(i, (&a, &b))| a + b + bias.map_or(0.0, |bias| bias[i % hidden]))
         .collect();
-    let stats = row_stats(&sum, hidden, call.float("epsilon", 1e-12), simplified);
+    let mut stat_shape = x.shape.clone();
+    *stat_shape.last_mut().expect("rank ≥ 1") = 1;
+    // One row of statistics per row of `hidden` elements (checked before allocating: an empty
+    // input may have long outer axes).
+    let rows = call.alloc(&stat_shape)?;
+    let stats = row_stats(&sum, rows, hidden, call.float("epsilon", 1e-12), simplified);
     let y = sum
         .iter()
         .enumerate()
@@ -167,8 +188,6 @@ fn skip_norm(call: &OpCall<'_>, simplified: bool) -> Result<Vec<Tensor>> {
             (n + beta.map_or(0.0, |b| b[i % hidden] as f64)) as f32
         })
         .collect();
-    let mut stat_shape = x.shape.clone();
-    *stat_shape.last_mut().expect("rank ≥ 1") = 1;
     let means = stats.iter().map(|s| s.0 as f32).collect();
     let invs = stats.iter().map(|s| s.1 as f32).collect();
     Ok(vec![

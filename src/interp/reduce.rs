@@ -85,7 +85,9 @@ fn reduce(call: &OpCall<'_>, kind: Kind) -> Result<Vec<Tensor>> {
             .map(|(&d, _)| d)
             .collect()
     };
-    let groups: usize = kept.iter().product();
+    // The output, and the accumulators: one per kept element (checked before allocating, as
+    // an empty input may have large dimensions).
+    let groups = call.alloc(&kept)?;
     // For each input element, the output element it contributes to.
     let target = broadcast_index(&kept, &x.shape);
     let out = match (&x.values, kind) {
@@ -208,7 +210,8 @@ fn cumsum(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
         add: impl Fn(T, T) -> T,
     ) -> Vec<T> {
         let mut out = vec![zero; v.len()];
-        for o in 0..outer {
+        // (No element: skip the loops, whose `outer` and `inner` may be large.)
+        for o in 0..if v.is_empty() { 0 } else { outer } {
             for i in 0..inner {
                 let mut acc = zero;
                 for step in 0..n {
@@ -258,8 +261,9 @@ fn softmax(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
     let inner: usize = x.shape[ax + 1..].iter().product();
     let outer: usize = x.shape[..ax].iter().product();
     let mut out = vec![0f32; v.len()];
-    let mut exps = vec![0f64; n];
-    for o in 0..outer {
+    // One row along the axis. (No element: no row and no loop, as the axes may be long.)
+    let mut exps = vec![0f64; if v.is_empty() { 0 } else { n }];
+    for o in 0..if v.is_empty() { 0 } else { outer } {
         for i in 0..inner {
             let at = |j: usize| o * n * inner + j * inner + i;
             let max = (0..n).map(|j| v[at(j)]).fold(f32::NEG_INFINITY, f32::max) as f64;

@@ -14,6 +14,7 @@
 //!   size of a 3-D input is `2·cos_cache.shape[1]`. The `scale` attribute is ignored (as the CPU
 //!   kernel does) and `is_packed_batching = 1` is not supported.
 
+use super::attention::head_count;
 use super::{FamilyResult, OpCall, Tensor};
 use crate::Result;
 
@@ -128,7 +129,8 @@ fn apply(
     }
     let rows = cos.len() / half.max(1);
     let mut out = x.floats()?.to_vec();
-    for b in 0..lay.batch {
+    // (No element: skip the loops, whose counts may be large.)
+    for b in 0..if out.is_empty() { 0 } else { lay.batch } {
         for s in 0..lay.seq {
             let r = row(b, s)?;
             if r >= rows {
@@ -149,6 +151,17 @@ fn apply(
     Ok(vec![Tensor::float(x.dtype, x.shape.clone(), out)])
 }
 
+/// The `rotary_embedding_dim` attribute (0 when absent: the head size); a negative value is an
+/// error naming the node and the attribute.
+fn rotary_dim_attr(call: &OpCall<'_>) -> Result<usize> {
+    let d = call.int("rotary_embedding_dim", 0);
+    usize::try_from(d).map_err(|_| {
+        call.error(format!(
+            "attribute `rotary_embedding_dim` = {d} must not be negative"
+        ))
+    })
+}
+
 /// Reads a position id as a cache row (negative ids are errors).
 fn position(call: &OpCall<'_>, id: i64) -> Result<usize> {
     usize::try_from(id).map_err(|_| call.error(format!("negative position id {id}")))
@@ -158,10 +171,10 @@ fn position(call: &OpCall<'_>, id: i64) -> Result<usize> {
 fn onnx_rotary(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
     let x = call.input(0)?;
     let (cos, sin) = (call.input(1)?, call.input(2)?);
-    let lay = layout(call, x, call.int("num_heads", 0).max(0) as usize, 0)?;
-    let rotary_dim = match call.int("rotary_embedding_dim", 0) {
+    let lay = layout(call, x, head_count(call, "num_heads")?.unwrap_or(0), 0)?;
+    let rotary_dim = match rotary_dim_attr(call)? {
         0 => lay.head_size,
-        d => d as usize,
+        d => d,
     };
     let interleaved = call.int("interleaved", 0) != 0;
     match call.optional(3) {
@@ -196,8 +209,8 @@ fn contrib_rotary(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
     let x = call.input(0)?;
     let ids = call.input(1)?.ints()?;
     let (cos, sin) = (call.input(2)?, call.input(3)?);
-    let heads = call.int("num_heads", 0).max(0) as usize;
-    let requested = call.int("rotary_embedding_dim", 0).max(0) as usize;
+    let heads = head_count(call, "num_heads")?.unwrap_or(0);
+    let requested = rotary_dim_attr(call)?;
     if requested > 0 && heads == 0 {
         return Err(call.error("num_heads must be provided with rotary_embedding_dim"));
     }

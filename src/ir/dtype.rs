@@ -83,6 +83,12 @@ impl DType {
         }
     }
 
+    /// Bytes of a tensor of this type and shape `shape`, or `None` when they do not fit in
+    /// `usize` (or the dimensions overflow, see [`crate::limits::numel`]).
+    pub fn bytes_for(self, shape: &[usize]) -> Option<usize> {
+        crate::limits::numel(shape)?.checked_mul(self.size())
+    }
+
     /// Whether this is a floating-point type.
     pub fn is_float(self) -> bool {
         matches!(self, DType::F32 | DType::F16 | DType::BF16 | DType::F64)
@@ -117,5 +123,19 @@ impl DType {
 impl fmt::Display for DType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_counts_never_overflow() {
+        assert_eq!(DType::F32.bytes_for(&[2, 3]), Some(24));
+        assert_eq!(DType::Bool.bytes_for(&[]), Some(1));
+        assert_eq!(DType::F16.bytes_for(&[0, 7]), Some(0));
+        assert_eq!(DType::I64.bytes_for(&[1 << 62]), None);
+        assert_eq!(DType::F32.bytes_for(&[0, usize::MAX, 2]), None);
     }
 }

@@ -15,7 +15,7 @@ use super::proto::{self, attribute_type as at};
 use crate::ir::{
     Attr, DType, Dim, Graph, Initializer, Model, Node, Shape, TensorData, TensorSource, ValueInfo,
 };
-use crate::paths::resolve_inside;
+use crate::paths::file_inside;
 use crate::{Error, Result};
 
 /// The model-local functions to expand: all but the contrib-op bodies mobius writes.
@@ -223,8 +223,7 @@ impl Ctx<'_> {
     fn tensor_data(&self, t: &proto::TensorProto) -> Result<TensorData> {
         let dtype = self.dtype(t.data_type, &format!("tensor `{}`", t.name))?;
         let shape = self.shape(t)?;
-        let numel = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
-        let expected = numel.and_then(|n| n.checked_mul(dtype.size()));
+        let expected = dtype.bytes_for(&shape);
         let bytes = if !t.raw_data.is_empty() || expected == Some(0) {
             t.raw_data.clone()
         } else {
@@ -262,22 +261,14 @@ impl Ctx<'_> {
     /// links followed, to a regular file inside the model's folder.
     fn external_file(&self, name: &str, location: &str) -> Result<PathBuf> {
         let what = format!("initializer `{name}`: external data location");
-        let file = resolve_inside(self.dir, location, &what).map_err(|e| match e {
+        file_inside(self.dir, location, &what).map_err(|e| match e {
             Error::Io { path, source } => self.err(format!(
                 "{what} `{}`: cannot open {}: {source}",
                 location.escape_debug(),
                 path.display()
             )),
             other => other,
-        })?;
-        if !file.is_file() {
-            return Err(self.err(format!(
-                "{what} `{}` is {}, not a file",
-                location.escape_debug(),
-                file.display()
-            )));
-        }
-        Ok(file)
+        })
     }
 
     /// Checks that `range` of `file` holds exactly the tensor's `bytes` and lies inside the
@@ -341,15 +332,12 @@ impl Ctx<'_> {
                     .transpose()
             };
             let (offset, length) = (number("offset")?, number("length")?);
-            let bytes = shape
-                .iter()
-                .try_fold(dtype.size(), |a, &d| a.checked_mul(d))
-                .ok_or_else(|| {
-                    self.err(format!(
-                        "initializer `{}`: shape {shape:?} overflows",
-                        t.name
-                    ))
-                })? as u64;
+            let bytes = dtype.bytes_for(&shape).ok_or_else(|| {
+                self.err(format!(
+                    "initializer `{}`: shape {shape:?} overflows",
+                    t.name
+                ))
+            })? as u64;
             let file = self.external_file(&t.name, location)?;
             let range = ExternalRange {
                 offset: offset.unwrap_or(0),

@@ -2,10 +2,11 @@
 //! file holds each tensor.
 
 use std::collections::BTreeMap;
-use std::path::{Component, Path};
+use std::path::Path;
 
 use serde::Deserialize;
 
+use crate::paths::relative_path_problem;
 use crate::{Error, Result};
 
 /// A parsed `model.safetensors.index.json`.
@@ -41,7 +42,7 @@ impl ShardIndex {
             ));
         }
         for (tensor, shard) in &raw.weight_map {
-            if let Some(problem) = shard_name_problem(shard) {
+            if let Some(problem) = relative_path_problem(shard) {
                 return Err(field_error(
                     path,
                     format!(
@@ -73,33 +74,6 @@ fn field_error(path: &Path, message: String) -> Error {
         column: 0,
         message,
     }
-}
-
-/// Why `shard` cannot be used as a shard file name, if it cannot.
-fn shard_name_problem(shard: &str) -> Option<&'static str> {
-    if shard.is_empty() {
-        return Some("the shard file name is empty");
-    }
-    if shard.contains('\\') {
-        return Some("the shard file name contains a backslash");
-    }
-    if shard.starts_with('/') || Path::new(shard).is_absolute() {
-        return Some("the shard file name is an absolute path");
-    }
-    if shard.split('/').any(|part| part.is_empty()) {
-        return Some("the shard file name has an empty path component");
-    }
-    for component in Path::new(shard).components() {
-        match component {
-            Component::Normal(_) => {}
-            Component::ParentDir => return Some("the shard file name contains `..`"),
-            Component::CurDir => return Some("the shard file name contains `.`"),
-            Component::RootDir | Component::Prefix(_) => {
-                return Some("the shard file name is an absolute path")
-            }
-        }
-    }
-    None
 }
 
 #[cfg(test)]
@@ -151,7 +125,8 @@ mod tests {
             ("a/../../x.safetensors", "`..`"),
             ("/etc/x.safetensors", "absolute"),
             ("./x.safetensors", "`.`"),
-            ("a//x.safetensors", "empty path component"),
+            ("a//x.safetensors", "empty component"),
+            ("a/./x.safetensors", "`.` component"),
             ("a\\x.safetensors", "backslash"),
             ("", "empty"),
         ] {

@@ -170,9 +170,8 @@ fn parse_entry(
                 raw.shape
             )
         })?;
-    let needed = shape
-        .iter()
-        .try_fold(dtype.size(), |acc, &d| acc.checked_mul(d))
+    let needed = dtype
+        .bytes_for(&shape)
         .ok_or_else(|| format!("tensor `{name}`: shape {shape:?} overflows the address space"))?;
     let [begin, end] = raw.data_offsets;
     if begin > end || end > data_len as u64 {
@@ -331,17 +330,20 @@ impl TensorStore {
         }
         for (shard, tensors) in by_shard {
             let path = folder.join(shard);
-            if !path.exists() {
-                return Err(Error::Source(format!(
-                    "shard `{shard}` listed in {} is missing: expected the file {}",
-                    index_path.display(),
-                    path.display()
-                )));
-            }
             let what = format!("shard `{shard}` listed in {}", index_path.display());
-            check_file_inside(root, &path, &what)?;
+            // The path is checked before anything else asks the file system about it, and the
+            // checked (resolved) path is the one read.
+            let real = check_file_inside(root, &path, &what).map_err(|e| match e {
+                Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+                    Error::Source(format!(
+                        "{what} is missing: expected the file {}",
+                        path.display()
+                    ))
+                }
+                e => e,
+            })?;
             let mut entries: BTreeMap<String, HeaderEntry> = self
-                .add_file(&path)?
+                .add_file(&real)?
                 .into_iter()
                 .map(|e| (e.name.clone(), e))
                 .collect();

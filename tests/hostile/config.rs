@@ -298,3 +298,36 @@ fn edited_fixtures_build_when_left_alone() {
         assert!(Path::new(&out).join("model.onnx").exists(), "{fixture}");
     }
 }
+
+/// Gemma 3 without `layer_types`: `sliding_window_pattern` must be a positive layer count,
+/// not silently replaced by the default.
+#[test]
+fn gemma3_sliding_window_pattern_out_of_range() {
+    for (value, expected) in [
+        (json!(0), "must be a positive integer, found 0"),
+        (json!(-3), "must be a positive integer, found -3"),
+        (json!(1_000_000_000_000i64), "larger than mobius supports"),
+    ] {
+        Case::edited("gemma3_text", |c| {
+            c.as_object_mut().unwrap().remove("layer_types");
+            c["sliding_window_pattern"] = value.clone();
+        })
+        .refused(&[], &["`sliding_window_pattern`", expected]);
+    }
+}
+
+/// SmolLM3 without `no_rope_layers`: `no_rope_layer_interval` must be a positive layer count.
+#[test]
+fn smollm3_no_rope_layer_interval_out_of_range() {
+    for (value, expected) in [
+        (json!(0), "must be a positive integer, found 0"),
+        (json!(-1), "must be a positive integer, found -1"),
+        (json!(i64::MAX), "larger than mobius supports"),
+    ] {
+        Case::edited("smollm3", |c| {
+            c.as_object_mut().unwrap().remove("no_rope_layers");
+            c["no_rope_layer_interval"] = value.clone();
+        })
+        .refused(&[], &["`no_rope_layer_interval`", expected]);
+    }
+}

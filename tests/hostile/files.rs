@@ -225,7 +225,11 @@ fn absolute_external_data_location_is_refused() {
     let model = write_model(t.path(), |m, _| {
         set_external(m, "location", Some(secret.to_str().unwrap()));
     });
-    refused_everywhere(t.path(), &model, &["initializer `w`", "no absolute path"]);
+    refused_everywhere(
+        t.path(),
+        &model,
+        &["initializer `w`", "the path is absolute"],
+    );
 }
 
 #[test]
@@ -237,7 +241,7 @@ fn external_data_location_with_dotdot_is_refused() {
     refused_everywhere(
         t.path(),
         &model,
-        &["initializer `w`", "../secret.bin", "no `..`"],
+        &["initializer `w`", "../secret.bin", "the path contains `..`"],
     );
 }
 
@@ -248,7 +252,7 @@ fn external_data_location_that_is_a_folder_is_refused() {
         std::fs::create_dir(dir.join("data")).unwrap();
         set_external(m, "location", Some("data"));
     });
-    refused_everywhere(t.path(), &model, &["initializer `w`", "not a file"]);
+    refused_everywhere(t.path(), &model, &["initializer `w`", "not a regular file"]);
 }
 
 #[test]
@@ -581,6 +585,45 @@ fn shard_in_a_linked_folder_outside_is_refused() {
         &[],
         1,
         &["shard `shards/b.safetensors`", "outside"],
+    );
+}
+
+/// A shard missing from a linked folder outside is refused as outside: the error does not
+/// tell whether a file of that name exists there.
+#[cfg(unix)]
+#[test]
+fn missing_shard_in_a_linked_folder_outside_is_refused_as_outside() {
+    let t = tempfile::tempdir().unwrap();
+    let ckpt = t.path().join("ckpt");
+    sharded_llama(&ckpt, "shards/b.safetensors");
+    let outside = t.path().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    std::fs::remove_file(ckpt.join("b.safetensors")).unwrap();
+    std::os::unix::fs::symlink(&outside, ckpt.join("shards")).unwrap();
+    build_refused(
+        &ckpt,
+        &t.path().join("out"),
+        &[],
+        1,
+        &["shard `shards/b.safetensors`", "outside"],
+    );
+}
+
+#[test]
+fn missing_shard_is_named() {
+    let t = tempfile::tempdir().unwrap();
+    let ckpt = t.path().join("ckpt");
+    sharded_llama(&ckpt, "c.safetensors");
+    build_refused(
+        &ckpt,
+        &t.path().join("out"),
+        &[],
+        1,
+        &[
+            "shard `c.safetensors` listed in",
+            "model.safetensors.index.json",
+            "is missing: expected the file",
+        ],
     );
 }
 

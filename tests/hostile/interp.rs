@@ -19,7 +19,7 @@ use crate::common::mobius;
 fn save(graph: Graph, dir: &Path) -> PathBuf {
     let model = Model {
         graph,
-        opsets: BTreeMap::from([(String::new(), 24)]),
+        opsets: BTreeMap::from([(String::new(), 24), ("com.microsoft".to_string(), 1)]),
         ir_version: 11,
         producer_name: "hostile".into(),
         producer_version: "0".into(),
@@ -327,4 +327,241 @@ fn inputs_found_by_the_fuzzer_are_clean_errors() {
             &["limit exceeded", TENSOR_ELEMENTS_FLAG],
         );
     }
+}
+
+/// `com.microsoft` `GroupQueryAttention` over a packed QKV `[1, 1, width]` query, with
+/// `seqlens_k` and total length 1 and the given attributes.
+fn gqa(attrs: Vec<(&str, Attr)>, width: usize, seqlen: i64, needles: &[&str]) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut g = GraphBuilder::new("g");
+    let q = f32s(&mut g, &[1, 1, width]);
+    let seqlens = g.const_i64(&[seqlen]);
+    let total = g.scalar_i64(1);
+    g.node(
+        "com.microsoft",
+        "GroupQueryAttention",
+        &[&q, "", "", "", "", &seqlens, &total],
+        attrs,
+        vec!["y".into()],
+    );
+    g.output("y", DType::F32, Shape::new(vec![1usize, 1, 1]));
+    let model = save(g.finish(), dir.path());
+    let all: Vec<&str> = ["GroupQueryAttention `y_node`"]
+        .into_iter()
+        .chain(needles.iter().copied())
+        .collect();
+    run_fails(dir.path(), &model, &[], &all);
+}
+
+#[test]
+fn gqa_head_counts_that_overflow_or_are_negative() {
+    let max = i64::MAX;
+    gqa(
+        vec![
+            ("num_heads", Attr::Int(max)),
+            ("kv_num_heads", Attr::Int(max)),
+        ],
+        12,
+        0,
+        &["attribute `num_heads` = 9223372036854775807 is not a head count (expected 0 to 4096)"],
+    );
+    gqa(
+        vec![("num_heads", Attr::Int(2)), ("kv_num_heads", Attr::Int(-1))],
+        12,
+        0,
+        &["attribute `kv_num_heads` = -1 is not a head count"],
+    );
+    gqa(
+        vec![
+            ("num_heads", Attr::Int(4096)),
+            ("kv_num_heads", Attr::Int(4097)),
+        ],
+        12,
+        0,
+        &["attribute `kv_num_heads` = 4097 is not a head count"],
+    );
+}
+
+#[test]
+fn gqa_zero_head_size_and_huge_seqlens() {
+    let heads = || vec![("num_heads", Attr::Int(2)), ("kv_num_heads", Attr::Int(1))];
+    gqa(
+        heads(),
+        0,
+        0,
+        &["query width 0", "head size must be positive"],
+    );
+    gqa(
+        heads(),
+        8,
+        i64::MAX,
+        &["seqlens_k[0] = 9223372036854775807 is inconsistent"],
+    );
+}
+
+#[test]
+fn attention_head_attributes_and_nonpad_lengths_out_of_range() {
+    refused(
+        "Attention",
+        vec![
+            ("q_num_heads", Attr::Int(-3)),
+            ("kv_num_heads", Attr::Int(1)),
+        ],
+        |g| {
+            let q = f32s(g, &[1, 2, 6]);
+            vec![q.clone(), q.clone(), q]
+        },
+        &["attribute `q_num_heads` = -3 is not a head count"],
+    );
+    refused(
+        "Attention",
+        vec![],
+        |g| {
+            let q = f32s(g, &[1, 1, 1, 2]);
+            let nonpad = g.const_i64(&[i64::MIN]);
+            vec![
+                q.clone(),
+                q.clone(),
+                q,
+                String::new(),
+                String::new(),
+                String::new(),
+                nonpad,
+            ]
+        },
+        &["nonpad_kv_seqlen[0] = -9223372036854775808 must not be negative"],
+    );
+}
+
+#[test]
+fn rotary_dimension_attribute_negative() {
+    refused(
+        "RotaryEmbedding",
+        vec![("rotary_embedding_dim", Attr::Int(-2))],
+        |g| {
+            let x = f32s(g, &[1, 1, 1, 4]);
+            let cache = f32s(g, &[1, 1, 2]);
+            vec![x, cache.clone(), cache]
+        },
+        &["attribute `rotary_embedding_dim` = -2 must not be negative"],
+    );
+}
+
+#[test]
+fn split_sizes_whose_sum_overflows() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut g = GraphBuilder::new("g");
+    let x = f32s(&mut g, &[2]);
+    let sizes = g.const_i64(&[i64::MAX, i64::MAX, 2]);
+    g.node(
+        "",
+        "Split",
+        &[&x, &sizes],
+        vec![],
+        vec!["y".into(), "b".into(), "c".into()],
+    );
+    g.output("y", DType::F32, Shape::new(vec![1usize]));
+    let model = save(g.finish(), dir.path());
+    run_fails(
+        dir.path(),
+        &model,
+        &[],
+        &["Split `y_node`", "does not cut dim 2 into 3 parts"],
+    );
+}
+
+/// `[0, 2^40]`: an f32 tensor of no element with a long axis, made by ConstantOfShape.
+fn empty_long(g: &mut GraphBuilder, dims: &[i64]) -> String {
+    let shape = g.const_i64(dims);
+    g.op("ConstantOfShape", &[&shape], vec![])
+}
+
+#[test]
+fn reshape_of_an_empty_tensor_whose_dimensions_pass_i64() {
+    // 2^32 · 2^31 = 2^63 fits usize, not i64.
+    refused(
+        "Reshape",
+        vec![("allowzero", Attr::Int(1))],
+        |g| {
+            let x = empty_long(g, &[0, 1 << 32, 1 << 31]);
+            vec![x, g.const_i64(&[0, -1])]
+        },
+        &["cannot reshape [0, 4294967296, 2147483648] to [0, -1]"],
+    );
+}
+
+#[test]
+fn reduction_of_an_empty_tensor_with_a_long_axis_is_over_the_budget() {
+    refused(
+        "ReduceSum",
+        vec![],
+        |g| {
+            let x = empty_long(g, &[0, 1 << 40]);
+            vec![x, g.const_i64(&[0])]
+        },
+        &[
+            "shape [1, 1099511627776] has 1099511627776 elements",
+            TENSOR_ELEMENTS_FLAG,
+        ],
+    );
+}
+
+/// Runs `graph` (no inputs) and returns its output `name`.
+fn run_ok(graph: Graph, name: &str) -> Tensor {
+    let dir = tempfile::tempdir().unwrap();
+    let model = save(graph, dir.path());
+    let out = dir.path().join("out");
+    mobius()
+        .arg("run")
+        .arg(&model)
+        .arg("--output-dir")
+        .arg(&out)
+        .assert()
+        .success();
+    read_npy(&out.join(format!("{name}.npy")), &InterpLimits::default()).unwrap()
+}
+
+#[test]
+fn ops_on_an_empty_tensor_with_a_long_axis_allocate_nothing() {
+    for (op, attrs, shape) in [
+        ("Transpose", vec![], vec![1usize << 40, 0]),
+        ("Softmax", vec![], vec![0, 1 << 40]),
+        ("Tile", vec![], vec![0, 1 << 40]),
+    ] {
+        let graph = one_node(op, attrs, 2, |g| {
+            let x = empty_long(g, &[0, 1 << 40]);
+            if op == "Tile" {
+                vec![x, g.const_i64(&[1, 1])]
+            } else {
+                vec![x]
+            }
+        });
+        let y = run_ok(graph, "y");
+        assert_eq!(y.shape, shape, "{op}");
+        assert!(y.floats().unwrap().is_empty(), "{op}");
+    }
+}
+
+#[test]
+fn layer_norm_statistics_of_empty_rows_are_nan() {
+    let mut g = GraphBuilder::new("g");
+    let x = empty_long(&mut g, &[3, 0]);
+    let scale = empty_long(&mut g, &[0]);
+    g.node(
+        "",
+        "LayerNormalization",
+        &[&x, &scale],
+        vec![],
+        vec!["y".into(), "mean".into(), "inv".into()],
+    );
+    for name in ["y", "mean", "inv"] {
+        g.output(name, DType::F32, Shape::new(vec![1usize, 1]));
+    }
+    let mean = run_ok(g.finish(), "mean");
+    assert_eq!(mean.shape, [3, 1]);
+    let values = mean.floats().unwrap();
+    assert!(
+        values.len() == 3 && values.iter().all(|v| v.is_nan()),
+        "{values:?}"
+    );
 }

@@ -30,7 +30,7 @@
 //! - score = `softcap(scale · q·k)`, scale 0 meaning `1/sqrt(D)`; `smooth_softmax` adds a zero
 //!   logit to the softmax denominator.
 
-use super::{dot, round_to, soft_cap, softmax, weighted_sum};
+use super::{dot, head_count, round_to, soft_cap, softmax, weighted_sum};
 use crate::interp::rope::rotate;
 use crate::interp::{OpCall, Tensor};
 use crate::ir::DType;
@@ -50,8 +50,8 @@ pub fn group_query_attention(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
         }
     }
     let query = call.input(0)?;
-    let hq = call.int("num_heads", 0).max(0) as usize;
-    let hkv = call.int("kv_num_heads", 0).max(0) as usize;
+    let hq = head_count(call, "num_heads")?.unwrap_or(0);
+    let hkv = head_count(call, "kv_num_heads")?.unwrap_or(0);
     if hq == 0 || hkv == 0 || hq % hkv != 0 {
         return Err(call.error(format!(
             "num_heads {hq} must be a positive multiple of kv_num_heads {hkv}"
@@ -84,6 +84,11 @@ pub fn group_query_attention(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
         }
         _ => return Err(call.error("key and value must be given together")),
     };
+    if dim == 0 {
+        return Err(call.error(format!(
+            "query width {width} leaves no room for a head: the head size must be positive"
+        )));
+    }
     let q_at = |b: usize, s: usize, h: usize| -> &[f32] {
         let row = (b * s_len + s) * if kv_in.is_some() { hq * dim } else { width };
         &qv[row + h * dim..row + (h + 1) * dim]
@@ -184,7 +189,10 @@ pub fn group_query_attention(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
     let mut present_v = present_k.clone();
     let mut out = vec![0f32; batch * s_len * hq * dim];
     for (b, &seqlen) in seqlens.iter().enumerate() {
-        let valid = usize::try_from(seqlen + 1).unwrap_or(0);
+        let valid = seqlen
+            .checked_add(1)
+            .and_then(|v| usize::try_from(v).ok())
+            .unwrap_or(0);
         let past_b = if first_prompt {
             0
         } else {

@@ -10,6 +10,8 @@ use half::{bf16, f16};
 
 use super::{FamilyResult, OpCall};
 use crate::ir::DType;
+use crate::limits::config::MAX_HEADS;
+use crate::Result;
 
 /// Evaluates the attention ops.
 pub fn eval(domain: &str, op: &str, call: &OpCall<'_>) -> FamilyResult {
@@ -17,6 +19,20 @@ pub fn eval(domain: &str, op: &str, call: &OpCall<'_>) -> FamilyResult {
         ("" | "ai.onnx", "Attention") => Some(standard::attention(call)),
         ("com.microsoft", "GroupQueryAttention") => Some(gqa::group_query_attention(call)),
         _ => None,
+    }
+}
+
+/// Head-count attribute `name` (`num_heads`, `kv_num_heads`, …): `None` when absent or 0, else
+/// a count in `1..=MAX_HEADS`; a negative or larger value is an error naming the node and the
+/// attribute, so sums and products of head counts and head sizes cannot overflow.
+pub(crate) fn head_count(call: &OpCall<'_>, name: &str) -> Result<Option<usize>> {
+    let v = call.int(name, 0);
+    match usize::try_from(v) {
+        Ok(0) => Ok(None),
+        Ok(n) if n <= MAX_HEADS => Ok(Some(n)),
+        _ => Err(call.error(format!(
+            "attribute `{name}` = {v} is not a head count (expected 0 to {MAX_HEADS})"
+        ))),
     }
 }
 

@@ -27,7 +27,7 @@
 //! - the optional 4th output (`qk_matmul_output_mode` 0 only) is `scale · q·k` before softcap
 //!   and mask, `[B, Hq, S, T]`.
 
-use super::{dot, lowest, round_to, soft_cap, softmax, weighted_sum};
+use super::{dot, head_count, lowest, round_to, soft_cap, softmax, weighted_sum};
 use crate::interp::tensor::{broadcast_index, broadcast_shape};
 use crate::interp::{OpCall, Tensor};
 use crate::Result;
@@ -48,7 +48,8 @@ fn to_heads(call: &OpCall<'_>, t: &Tensor, heads: Option<usize>, what: &str) -> 
         (&[batch, seq, width], Some(heads)) if heads > 0 && width % heads == 0 => {
             let dim = width / heads;
             let mut values = vec![0.0; v.len()];
-            for b in 0..batch {
+            // (No element: skip the loops, whose counts may be large.)
+            for b in 0..if v.is_empty() { 0 } else { batch } {
                 for l in 0..seq {
                     for h in 0..heads {
                         let src = ((b * seq + l) * heads + h) * dim;
@@ -102,8 +103,9 @@ fn concat(
     };
     let pv = past.floats()?;
     let (seq, dim) = (p + new.seq, new.dim);
-    let mut values = Vec::with_capacity(batch * new.heads * seq * dim);
-    for bh in 0..batch * new.heads {
+    let n = call.alloc(&[batch, new.heads, seq, dim])?;
+    let mut values = Vec::with_capacity(n);
+    for bh in 0..if n == 0 { 0 } else { batch * new.heads } {
         values.extend_from_slice(&pv[bh * p * dim..(bh + 1) * p * dim]);
         values.extend_from_slice(&new.values[bh * new.seq * dim..(bh + 1) * new.seq * dim]);
     }
@@ -127,10 +129,13 @@ pub fn attention(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
         return Err(call.error("Q, K and V must have the same rank"));
     }
     let three_d = q_in.shape.len() == 3;
-    let head_attr = |name: &str| (call.int(name, 0) > 0).then(|| call.int(name, 0) as usize);
-    let q = to_heads(call, q_in, head_attr("q_num_heads"), "Q")?;
-    let k = to_heads(call, k_in, head_attr("kv_num_heads"), "K")?;
-    let v = to_heads(call, v_in, head_attr("kv_num_heads"), "V")?;
+    let (q_heads, kv_heads) = (
+        head_count(call, "q_num_heads")?,
+        head_count(call, "kv_num_heads")?,
+    );
+    let q = to_heads(call, q_in, q_heads, "Q")?;
+    let k = to_heads(call, k_in, kv_heads, "K")?;
+    let v = to_heads(call, v_in, kv_heads, "V")?;
     let batch = q_in.shape[0];
     if k_in.shape[0] != batch || v_in.shape[0] != batch {
         return Err(call.error("Q, K and V must share the batch size"));
@@ -157,7 +162,15 @@ pub fn attention(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
         Some(_) if past_k.is_some() => {
             return Err(call.error("nonpad_kv_seqlen cannot be combined with past_key/past_value"))
         }
-        Some(t) if t.numel() == batch => Some(t.ints()?),
+        Some(t) if t.numel() == batch => {
+            let n = t.ints()?;
+            if let Some((b, len)) = n.iter().enumerate().find(|(_, &len)| len < 0) {
+                return Err(call.error(format!(
+                    "nonpad_kv_seqlen[{b}] = {len} must not be negative"
+                )));
+            }
+            Some(n)
+        }
         Some(t) => {
             return Err(call.error(format!(
                 "nonpad_kv_seqlen of shape {:?} must be [{batch}]",
@@ -167,7 +180,7 @@ pub fn attention(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
         None => None,
     };
     let score_shape = [batch, hq, s_len, t_len];
-    call.alloc(&score_shape)?;
+    let scores = call.alloc(&score_shape)?;
     call.alloc(&[batch, hq, s_len, dv])?;
     let mask = match call.optional(3) {
         Some(m) => {
@@ -211,8 +224,11 @@ pub fn attention(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
     } else {
         Vec::new()
     };
-    let mut row = vec![0f32; t_len];
-    for b in 0..batch {
+    // One row of scores; none when there are no scores (then `t_len` is unchecked: K and V
+    // may hold no elements with any length).
+    let mut row = vec![0f32; if scores == 0 { 0 } else { t_len }];
+    // Without scores every output row is zero: skip the loops, whose counts may be large.
+    for b in 0..if scores == 0 { 0 } else { batch } {
         let valid = nonpad.map_or(t_len as i64, |n| n[b]);
         let offset = match nonpad {
             Some(n) => n[b] - s_len as i64,
@@ -268,7 +284,7 @@ pub fn attention(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
 
     let y = if three_d {
         let mut y = vec![0f32; out.len()];
-        for b in 0..batch {
+        for b in 0..if out.is_empty() { 0 } else { batch } {
             for h in 0..hq {
                 for s in 0..s_len {
                     let src = ((b * hq + h) * s_len + s) * dv;

@@ -31,11 +31,8 @@ pub(super) fn transpose(call: &OpCall<'_>) -> Result<Tensor> {
     };
     let st = strides(&x.shape);
     let out_shape: Vec<usize> = perm.iter().map(|&p| x.shape[p]).collect();
-    let tables: Vec<Vec<usize>> = perm
-        .iter()
-        .map(|&p| (0..x.shape[p]).map(|c| c * st[p]).collect())
-        .collect();
-    Ok(take(x, out_shape.clone(), &index_map(&out_shape, &tables)))
+    let index = index_map(&out_shape, |i, c| c * st[perm[i]]);
+    Ok(take(x, out_shape, &index))
 }
 
 /// `Reshape`: a 0 copies the input dim at that position (a literal 0 with `allowzero=1`), one
@@ -78,12 +75,13 @@ pub(super) fn reshape(call: &OpCall<'_>) -> Result<Tensor> {
     let mismatch = || call.error(format!("cannot reshape {:?} to {req:?}", x.shape));
     match unknown {
         Some(u) if literal_zero => {
-            let input_nonzero: i64 = x
+            // At most usize::MAX (the run checked the input's shape), but maybe past i64.
+            let input_nonzero = x
                 .shape
                 .iter()
                 .filter(|&&d| d != 0)
-                .map(|&d| d as i64)
-                .product();
+                .try_fold(1i64, |acc, &d| acc.checked_mul(i64::try_from(d).ok()?))
+                .ok_or_else(mismatch)?;
             if numel != 0 || input_nonzero % nonzero_size != 0 {
                 return Err(mismatch());
             }
@@ -202,12 +200,6 @@ pub(super) fn tile(call: &OpCall<'_>) -> Result<Tensor> {
         .collect::<Option<Vec<usize>>>()
         .ok_or_else(|| call.error(format!("repeats {repeats:?} overflow {:?}", x.shape)))?;
     call.alloc(&out_shape)?;
-    let tables: Vec<Vec<usize>> = (0..x.shape.len())
-        .map(|i| {
-            (0..out_shape[i])
-                .map(|c| (c % x.shape[i]) * st[i])
-                .collect()
-        })
-        .collect();
-    Ok(take(x, out_shape.clone(), &index_map(&out_shape, &tables)))
+    let index = index_map(&out_shape, |i, c| (c % x.shape[i]) * st[i]);
+    Ok(take(x, out_shape, &index))
 }

@@ -65,14 +65,23 @@ fn with_shape(t: &Tensor, shape: Vec<usize>) -> Tensor {
 }
 
 /// For every element of `out_shape` in row-major order, the flat input position
-/// `Σᵢ tables[i][cᵢ]`, where `cᵢ` is the element's coordinate along output axis `i`
-/// (`tables[i]` has `out_shape[i]` entries).
-fn index_map(out_shape: &[usize], tables: &[Vec<usize>]) -> Vec<usize> {
+/// `Σᵢ offset(i, cᵢ)`, where `cᵢ` is the element's coordinate along output axis `i`. The
+/// per-axis offsets are tabulated only when the output has elements: an empty output may have
+/// long axes.
+fn index_map(out_shape: &[usize], offset: impl Fn(usize, usize) -> usize) -> Vec<usize> {
     let n: usize = out_shape.iter().product();
+    if n == 0 {
+        return Vec::new();
+    }
+    let tables: Vec<Vec<usize>> = out_shape
+        .iter()
+        .enumerate()
+        .map(|(i, &d)| (0..d).map(|c| offset(i, c)).collect())
+        .collect();
     let mut out = Vec::with_capacity(n);
     let mut coord = vec![0; out_shape.len()];
     for _ in 0..n {
-        out.push(coord.iter().zip(tables).map(|(&c, t)| t[c]).sum());
+        out.push(coord.iter().zip(&tables).map(|(&c, t)| t[c]).sum());
         for i in (0..coord.len()).rev() {
             coord[i] += 1;
             if coord[i] < out_shape[i] {

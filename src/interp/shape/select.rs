@@ -45,7 +45,8 @@ pub(super) fn concat(call: &OpCall<'_>) -> Result<Tensor> {
     let outer: usize = first.shape[..ax].iter().product();
     let inner: usize = first.shape[ax + 1..].iter().product();
     let mut idx = Vec::with_capacity(len(&all));
-    for o in 0..outer {
+    // (No element: skip the loop, whose `outer` may be large.)
+    for o in 0..if len(&all) == 0 { 0 } else { outer } {
         for (p, off) in parts.iter().zip(&offsets) {
             let chunk = p.shape[ax] * inner;
             idx.extend(off + o * chunk..off + (o + 1) * chunk);
@@ -85,7 +86,8 @@ pub(super) fn split(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
         }
         (Some(_), None) => {
             let sizes = dims(call, &int_input(call, 1)?)?;
-            if sizes.len() != n || sizes.iter().sum::<usize>() != dim {
+            let total = sizes.iter().try_fold(0usize, |acc, &d| acc.checked_add(d));
+            if sizes.len() != n || total != Some(dim) {
                 return Err(call.error(format!(
                     "split {sizes:?} does not cut dim {dim} into {n} parts"
                 )));
@@ -115,14 +117,10 @@ pub(super) fn split(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
         .map(|size| {
             let mut shape = x.shape.clone();
             shape[ax] = size;
-            let tables: Vec<Vec<usize>> = (0..shape.len())
-                .map(|i| {
-                    let first = if i == ax { start } else { 0 };
-                    (first..first + shape[i]).map(|c| c * st[i]).collect()
-                })
-                .collect();
+            let first = start;
+            let index = index_map(&shape, |i, c| (if i == ax { first + c } else { c }) * st[i]);
             start += size;
-            take(x, shape.clone(), &index_map(&shape, &tables))
+            take(x, shape, &index)
         })
         .collect())
 }
@@ -181,14 +179,10 @@ pub(super) fn slice(call: &OpCall<'_>) -> Result<Tensor> {
         shape[a] = n.max(0) as usize;
     }
     let st = strides(&x.shape);
-    let tables: Vec<Vec<usize>> = (0..rank)
-        .map(|i| {
-            (0..shape[i])
-                .map(|c| (first[i] + c as i128 * step[i]) as usize * st[i])
-                .collect()
-        })
-        .collect();
-    Ok(take(x, shape.clone(), &index_map(&shape, &tables)))
+    let index = index_map(&shape, |i, c| {
+        (first[i] + c as i128 * step[i]) as usize * st[i]
+    });
+    Ok(take(x, shape, &index))
 }
 
 /// `Gather`: picks entries along `axis` by index (negative counting from the end); the output
@@ -211,11 +205,12 @@ pub(super) fn gather(call: &OpCall<'_>) -> Result<Tensor> {
         })
         .collect::<Result<Vec<_>>>()?;
     let shape = [&x.shape[..ax], &indices.shape[..], &x.shape[ax + 1..]].concat();
-    call.alloc(&shape)?;
     let outer: usize = x.shape[..ax].iter().product();
     let inner: usize = x.shape[ax + 1..].iter().product();
-    let mut idx = Vec::with_capacity(outer * picks.len() * inner);
-    for o in 0..outer {
+    let n = call.alloc(&shape)?;
+    let mut idx = Vec::with_capacity(n);
+    // (No element: skip the loop, whose `outer` may be large.)
+    for o in 0..if n == 0 { 0 } else { outer } {
         for &p in &picks {
             let base = (o * d + p) * inner;
             idx.extend(base..base + inner);
