@@ -74,6 +74,17 @@ impl Fields<'_> {
         }
     }
 
+    /// A layer index or other count that may be 0: in `0..=max`.
+    pub(super) fn index(&self, field: &str, v: i64, max: usize) -> Result<usize> {
+        if v == 0 {
+            Ok(0)
+        } else if v < 0 {
+            Err(self.err(field, &format!("must be an integer ≥ 0, found {v}")))
+        } else {
+            self.count(field, v, max)
+        }
+    }
+
     /// An optional size or count: `default` when absent, else in `1..=max` (as
     /// [`Fields::count`] checks).
     pub(super) fn optional_count(

@@ -455,7 +455,7 @@ fn layer_windows(
             .collect());
     }
     let first_sliding = match (model_type, raw.max_window_layers) {
-        ("qwen2" | "qwen3", Some(m)) => m.max(0) as usize,
+        ("qwen2" | "qwen3", Some(m)) => f.index("max_window_layers", m, MAX_LAYERS)?,
         _ => 0,
     };
     Ok((0..layers)

@@ -121,10 +121,7 @@ impl Tensor {
     /// error otherwise: a shape that overflows, or bytes too short or too long for it).
     pub fn from_data(t: &TensorData) -> Result<Tensor> {
         let b = &t.bytes;
-        let expected = t
-            .shape
-            .iter()
-            .try_fold(t.dtype.size(), |acc, &d| acc.checked_mul(d));
+        let expected = t.dtype.bytes_for(&t.shape);
         if expected != Some(b.len()) {
             return Err(Error::Graph(format!(
                 "{} tensor of shape {:?} needs {} bytes, found {}",

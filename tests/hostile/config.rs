@@ -241,6 +241,18 @@ fn zero_sliding_window() {
 }
 
 #[test]
+fn negative_max_window_layers() {
+    Case::edited("qwen2", |c| {
+        let o = c.as_object_mut().unwrap();
+        o.remove("layer_types");
+        o.insert("use_sliding_window".into(), json!(true));
+        o.insert("sliding_window".into(), json!(8));
+        o.insert("max_window_layers".into(), json!(-1));
+    })
+    .refused(&[], &["`max_window_layers`", "≥ 0", "-1"]);
+}
+
+#[test]
 fn non_positive_softcaps_and_scalars() {
     Case::edited("gemma2", |c| c["attn_logit_softcapping"] = json!(0.0))
         .refused(&[], &["`attn_logit_softcapping`", "> 0"]);
