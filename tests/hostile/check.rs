@@ -1,8 +1,11 @@
 //! Assertions shared by the hostile-input cases.
 
-use std::path::Path;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
 use assert_cmd::Command;
+use mobius::ir::{Graph, Model};
+use mobius::weights::eval::Evaluator;
 
 /// Runs `cmd`, expecting exit code `code` and exactly one `error:` line on stderr that contains
 /// every needle. No panic message, no abort. Returns the standard error.
@@ -43,4 +46,25 @@ pub fn listing(dir: &Path) -> Vec<String> {
 /// staging folder is left.
 pub fn unchanged(dir: &Path, expected: &[String]) {
     assert_eq!(listing(dir), expected, "{} changed", dir.display());
+}
+
+/// Saves `graph` as `dir/model.onnx` (+ external data; opsets: ONNX 24 and com.microsoft 1)
+/// and returns the model path.
+pub fn save_model(dir: &Path, graph: Graph) -> PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    let model = Model {
+        graph,
+        opsets: BTreeMap::from([(String::new(), 24), ("com.microsoft".to_string(), 1)]),
+        ir_version: 11,
+        producer_name: "hostile".into(),
+        producer_version: "0".into(),
+    };
+    mobius::onnx::export::save(
+        &model,
+        dir,
+        &mut Evaluator::new(None),
+        &indicatif::ProgressBar::hidden(),
+    )
+    .unwrap();
+    dir.join("model.onnx")
 }

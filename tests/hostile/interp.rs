@@ -2,37 +2,16 @@
 //! per-tensor budget before it is allocated, malformed sizes are errors naming the node, and a
 //! failed run writes nothing. A NaN the model computes reaches the output as NaN.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use mobius::interp::npy::{read_npy, to_npy};
 use mobius::interp::Tensor;
-use mobius::ir::{Attr, DType, Graph, GraphBuilder, Model, Shape, TensorData};
+use mobius::ir::{Attr, DType, Graph, GraphBuilder, Shape, TensorData};
 use mobius::limits::InterpLimits;
 use mobius::limits::TENSOR_ELEMENTS_FLAG;
-use mobius::weights::eval::Evaluator;
 
-use crate::check::{fails_with, listing};
+use crate::check::{fails_with, listing, save_model};
 use crate::common::mobius;
-
-/// Writes `graph` as `dir/model.onnx` (+ external data) and returns the model path.
-fn save(graph: Graph, dir: &Path) -> PathBuf {
-    let model = Model {
-        graph,
-        opsets: BTreeMap::from([(String::new(), 24), ("com.microsoft".to_string(), 1)]),
-        ir_version: 11,
-        producer_name: "hostile".into(),
-        producer_version: "0".into(),
-    };
-    mobius::onnx::export::save(
-        &model,
-        dir,
-        &mut Evaluator::new(None),
-        &indicatif::ProgressBar::hidden(),
-    )
-    .unwrap();
-    dir.join("model.onnx")
-}
 
 /// A graph computing output `y` (f32, rank `rank`) with node `y_node` = `op(inputs)`, the
 /// inputs being int64 / f32 constants made by `make`.
@@ -77,7 +56,7 @@ fn refused(
     needles: &[&str],
 ) {
     let dir = tempfile::tempdir().unwrap();
-    let model = save(one_node(op, attrs, 1, make), dir.path());
+    let model = save_model(dir.path(), one_node(op, attrs, 1, make));
     let node = format!("{op} `y_node`");
     let all: Vec<&str> = [node.as_str()]
         .into_iter()
@@ -236,9 +215,9 @@ fn unknown_op_is_named() {
 fn truncated_external_data_is_an_error() {
     let dir = tempfile::tempdir().unwrap();
     // 64 x 64 floats go to model.onnx.data; cut it short.
-    let model = save(
-        one_node("Relu", vec![], 2, |g| vec![f32s(g, &[64, 64])]),
+    let model = save_model(
         dir.path(),
+        one_node("Relu", vec![], 2, |g| vec![f32s(g, &[64, 64])]),
     );
     let data = dir.path().join("model.onnx.data");
     let bytes = std::fs::read(&data).unwrap();
@@ -260,7 +239,7 @@ fn nan_scores_reach_the_output_as_nan() {
     let k = f32s(&mut g, &[1, 1, 3, 4]);
     g.op_into("Attention", &[&q, &k, &k], vec![], "y");
     g.output("y", DType::F32, Shape::new([1usize, 1, 2, 4]));
-    let model = save(g.finish(), dir.path());
+    let model = save_model(dir.path(), g.finish());
     let mut values = vec![0.5f32; 8];
     values[4..].fill(f32::NAN);
     let q_file = dir.path().join("q.npy");
@@ -345,7 +324,7 @@ fn gqa(attrs: Vec<(&str, Attr)>, width: usize, seqlen: i64, needles: &[&str]) {
         vec!["y".into()],
     );
     g.output("y", DType::F32, Shape::new(vec![1usize, 1, 1]));
-    let model = save(g.finish(), dir.path());
+    let model = save_model(dir.path(), g.finish());
     let all: Vec<&str> = ["GroupQueryAttention `y_node`"]
         .into_iter()
         .chain(needles.iter().copied())
@@ -461,7 +440,7 @@ fn split_sizes_whose_sum_overflows() {
         vec!["y".into(), "b".into(), "c".into()],
     );
     g.output("y", DType::F32, Shape::new(vec![1usize]));
-    let model = save(g.finish(), dir.path());
+    let model = save_model(dir.path(), g.finish());
     run_fails(
         dir.path(),
         &model,
@@ -509,7 +488,7 @@ fn reduction_of_an_empty_tensor_with_a_long_axis_is_over_the_budget() {
 /// Runs `graph` (no inputs) and returns its output `name`.
 fn run_ok(graph: Graph, name: &str) -> Tensor {
     let dir = tempfile::tempdir().unwrap();
-    let model = save(graph, dir.path());
+    let model = save_model(dir.path(), graph);
     let out = dir.path().join("out");
     mobius()
         .arg("run")

@@ -2,36 +2,14 @@
 //! right exit code and one error naming the cause, and writes nothing (no output file, no
 //! staging file, nothing outside the output folder).
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use mobius::interp::npy::to_npy;
 use mobius::interp::Tensor;
-use mobius::ir::{DType, Dim, Graph, GraphBuilder, Model, Shape, TensorData};
-use mobius::weights::eval::Evaluator;
+use mobius::ir::{DType, Dim, Graph, GraphBuilder, Shape, TensorData};
 
-use super::check::{fails_with, listing, unchanged};
+use super::check::{fails_with, listing, save_model, unchanged};
 use super::common::mobius;
-
-/// Saves `graph` as `dir/model.onnx` (opset 24) and returns the model path.
-pub fn save_model(dir: &Path, graph: Graph) -> PathBuf {
-    std::fs::create_dir_all(dir).unwrap();
-    let model = Model {
-        graph,
-        opsets: BTreeMap::from([(String::new(), 24)]),
-        ir_version: 11,
-        producer_name: "hostile".into(),
-        producer_version: "0".into(),
-    };
-    mobius::onnx::export::save(
-        &model,
-        dir,
-        &mut Evaluator::new(None),
-        &indicatif::ProgressBar::hidden(),
-    )
-    .unwrap();
-    dir.join("model.onnx")
-}
 
 /// `y = x · scale` with `x` f32 of shape `dims`; outputs named `outputs` (each a copy of y).
 pub fn scale_graph(dims: Vec<Dim>, scale: f32, outputs: &[&str]) -> Graph {

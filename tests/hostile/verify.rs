@@ -8,9 +8,10 @@ use std::path::{Path, PathBuf};
 
 use mobius::ir::{DType, Dim, Graph, GraphBuilder, Shape, TensorData};
 
+use super::check::save_model;
 use super::check::{fails_with, listing, unchanged};
 use super::common::{fixture, mobius};
-use super::run::{save_model, scale_graph};
+use super::run::scale_graph;
 
 /// `y = (x · a) · b` with `x` f32 of shape `dims` and scalar constants `a`, `b`.
 fn two_scales(dims: Vec<Dim>, a: f32, b: f32) -> Graph {
