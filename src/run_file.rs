@@ -453,11 +453,7 @@ mod tests {
     use crate::ir::{DType, Shape};
 
     fn decl(name: &str, dtype: DType, dims: Vec<Dim>) -> ValueInfo {
-        ValueInfo {
-            name: name.into(),
-            dtype,
-            shape: Shape(dims),
-        }
+        ValueInfo::new(name, dtype, Shape(dims))
     }
 
     fn graph_with_outputs(names: &[&str]) -> Graph {

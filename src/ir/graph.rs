@@ -15,6 +15,17 @@ pub struct ValueInfo {
     pub shape: Shape,
 }
 
+impl ValueInfo {
+    /// A value named `name` of `dtype` and `shape`.
+    pub fn new(name: &str, dtype: DType, shape: Shape) -> ValueInfo {
+        ValueInfo {
+            name: name.to_string(),
+            dtype,
+            shape,
+        }
+    }
+}
+
 /// One operator application.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Node {

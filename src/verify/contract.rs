@@ -176,11 +176,7 @@ mod tests {
     use crate::ir::{DType, Shape};
 
     fn decl(name: &str, dtype: DType, dims: Vec<Dim>) -> ValueInfo {
-        ValueInfo {
-            name: name.into(),
-            dtype,
-            shape: Shape(dims),
-        }
+        ValueInfo::new(name, dtype, Shape(dims))
     }
 
     fn graph(inputs: Vec<ValueInfo>) -> Graph {

@@ -312,11 +312,7 @@ mod tests {
     use crate::ir::Shape;
 
     fn decl(name: &str, dtype: DType, dims: &[&str]) -> ValueInfo {
-        ValueInfo {
-            name: name.into(),
-            dtype,
-            shape: Shape::new(dims.iter().copied()),
-        }
+        ValueInfo::new(name, dtype, Shape::new(dims.iter().copied()))
     }
 
     #[test]
