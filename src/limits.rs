@@ -61,6 +61,31 @@ pub const TENSOR_ELEMENTS_FLAG: &str = "--max-tensor-elements";
 /// The command-line flag that raises [`InterpLimits::max_run_bytes`] (in MiB).
 pub const RUN_MEMORY_FLAG: &str = "--max-memory-mib";
 
+/// Largest number of bytes the fingerprints of `--verify-rewrites` (one value per e-class) may
+/// hold together; past it verification becomes partial (see [`crate::opt::fingerprint`]).
+pub const MAX_FINGERPRINT_BYTES: u64 = 4 << 30;
+
+/// Largest number of nodes the model-local function calls of one model may expand to. Real
+/// models expand to well under a million; nested calls can multiply a small file into billions.
+pub const MAX_EXPANDED_NODES: u64 = 10_000_000;
+
+/// Largest number of shard files a sharded checkpoint's index may list (the largest published
+/// checkpoints have about 200; each shard is one memory map, and the kernel limits those).
+pub const MAX_SHARDS: usize = 4096;
+
+/// The hint that ends a limit error: how to raise the limit with `flag`.
+fn raise_hint(flag: &str) -> String {
+    format!(" (raise it with {flag})")
+}
+
+/// `message` without the hints to raise interpreter budgets, for commands that have no such
+/// flags.
+pub fn without_flag_hints(message: &str) -> String {
+    message
+        .replace(&raise_hint(TENSOR_ELEMENTS_FLAG), "")
+        .replace(&raise_hint(RUN_MEMORY_FLAG), "")
+}
+
 /// Bytes in a MiB, for messages.
 const MIB: f64 = (1u64 << 20) as f64;
 
@@ -72,14 +97,15 @@ impl InterpLimits {
         match numel(shape) {
             Some(n) if n as u64 <= self.max_tensor_elements => Ok(n),
             Some(n) => Err(Error::Limit(format!(
-                "{what}: shape {shape:?} has {n} elements, more than the limit of {} per tensor \
-                 (raise it with {TENSOR_ELEMENTS_FLAG})",
-                self.max_tensor_elements
+                "{what}: shape {shape:?} has {n} elements, more than the limit of {} per tensor{}",
+                self.max_tensor_elements,
+                raise_hint(TENSOR_ELEMENTS_FLAG)
             ))),
             None => Err(Error::Limit(format!(
                 "{what}: shape {shape:?} has dimensions whose product is over 2^64 elements, \
-                 more than the limit of {} per tensor (raise it with {TENSOR_ELEMENTS_FLAG})",
-                self.max_tensor_elements
+                 more than the limit of {} per tensor{}",
+                self.max_tensor_elements,
+                raise_hint(TENSOR_ELEMENTS_FLAG)
             ))),
         }
     }
@@ -91,10 +117,10 @@ impl InterpLimits {
             Ok(())
         } else {
             Err(Error::Limit(format!(
-                "{what}: the run would hold {:.1} MiB of values, more than the limit of {:.1} MiB \
-                 (raise it with {RUN_MEMORY_FLAG})",
+                "{what}: the run would hold {:.1} MiB of values, more than the limit of {:.1} MiB{}",
                 bytes as f64 / MIB,
-                self.max_run_bytes as f64 / MIB
+                self.max_run_bytes as f64 / MIB,
+                raise_hint(RUN_MEMORY_FLAG)
             )))
         }
     }

@@ -6,6 +6,7 @@ use crate::ep::EpCapabilities;
 use crate::ir::DType;
 use crate::onnx::{export, import};
 use crate::opt::fingerprint::leaf_values;
+use crate::opt::pipeline::check_output_types;
 use crate::opt::{optimize, Limits, OptimizeOptions, OptimizeReport, Role};
 use crate::package::{check_not_over, check_target, StagedOutput};
 use crate::weights::eval::Evaluator;
@@ -34,10 +35,23 @@ pub struct OptimizeFileOptions {
 
 /// Optimizes `opts.input` into `opts.out`; on error nothing is left in `opts.out`. An output
 /// folder that is the model's folder or contains it is refused (replacing it would delete the
-/// model).
+/// model). The input graph's declared output types are checked against the types inferred on
+/// it before rewriting, so an invalid input is reported as such; graph errors name the input
+/// file.
 pub fn optimize_file(opts: &OptimizeFileOptions) -> Result<OptimizeReport> {
+    optimize_checked(opts).map_err(|e| match e {
+        Error::Graph(message) => Error::Onnx {
+            path: opts.input.clone(),
+            message: format!("invalid graph: {message}"),
+        },
+        other => other,
+    })
+}
+
+fn optimize_checked(opts: &OptimizeFileOptions) -> Result<OptimizeReport> {
     check_target(&opts.out, opts.overwrite)?;
     let model = import::load(&opts.input)?;
+    check_output_types(&model.graph, "the input graph")?;
     let model_dir = match opts.input.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),

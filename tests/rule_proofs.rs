@@ -110,7 +110,7 @@ fn options(leaves: Option<HashMap<Symbol, Arc<Tensor>>>) -> OptimizeOptions {
         dtype: DType::F32,
         role: Role::Decoder,
         limits: Limits::default(),
-        fingerprint_leaves: leaves,
+        fingerprint_leaves: leaves.map(Into::into),
     }
 }
 

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use prost::Message;
 
 use super::names::check_single_assignment;
+use super::order::check_order;
 use super::proto::{self, attribute_type as at};
 use crate::ir::{
     Attr, DType, Dim, Graph, Initializer, Model, Node, Shape, TensorData, TensorSource, ValueInfo,
@@ -61,6 +62,7 @@ pub fn decode(bytes: &[u8], path: &Path) -> Result<Model> {
         _ => Path::new("."),
     };
     let ctx = Ctx { path, dir };
+    let opsets = check_opsets(m.opset_import).map_err(err)?;
     let graph = Graph {
         name: g.name,
         inputs: g
@@ -73,6 +75,8 @@ pub fn decode(bytes: &[u8], path: &Path) -> Result<Model> {
             .iter()
             .map(|v| ctx.value_info(v))
             .collect::<Result<_>>()?,
+        // Intermediate declarations are hints: one mobius cannot use (no shape, a sequence
+        // type) is dropped.
         value_info: g
             .value_info
             .iter()
@@ -90,17 +94,55 @@ pub fn decode(bytes: &[u8], path: &Path) -> Result<Model> {
             .collect::<Result<_>>()?,
     };
     check_single_assignment(&graph).map_err(err)?;
+    check_order(&graph).map_err(err)?;
+    if !opsets.contains_key("") && graph.nodes.iter().any(|n| n.domain.is_empty()) {
+        return Err(err(
+            "the model imports no opset of the default ONNX domain, but its graph uses ONNX ops \
+             (add an opset_import entry with domain \"\")"
+                .into(),
+        ));
+    }
     Ok(Model {
         graph,
-        opsets: m
-            .opset_import
-            .into_iter()
-            .map(|o| (o.domain, o.version))
-            .collect(),
+        opsets,
         ir_version: m.ir_version,
         producer_name: m.producer_name,
         producer_version: m.producer_version,
     })
+}
+
+/// The highest opset version mobius accepts for any domain (ONNX itself is at 24; a version past
+/// this is corrupt, not new).
+const MAX_OPSET_VERSION: i64 = 1000;
+
+/// The opset imports by domain (`ai.onnx` spelled as the default domain `""`); each version
+/// must lie in `1..=MAX_OPSET_VERSION` and each domain be imported once.
+fn check_opsets(
+    imports: Vec<proto::OperatorSetIdProto>,
+) -> std::result::Result<BTreeMap<String, i64>, String> {
+    let mut opsets = BTreeMap::new();
+    for o in imports {
+        let domain = if o.domain == "ai.onnx" {
+            String::new()
+        } else {
+            o.domain
+        };
+        let shown = if domain.is_empty() {
+            "the default domain".to_string()
+        } else {
+            format!("domain `{domain}`")
+        };
+        if !(1..=MAX_OPSET_VERSION).contains(&o.version) {
+            return Err(format!(
+                "opset import of {shown} has version {}; expected 1 to {MAX_OPSET_VERSION}",
+                o.version
+            ));
+        }
+        if opsets.insert(domain, o.version).is_some() {
+            return Err(format!("{shown} is imported twice (opset_import)"));
+        }
+    }
+    Ok(opsets)
 }
 
 /// Where an initializer's bytes lie in its external data file.
@@ -135,20 +177,25 @@ impl Ctx<'_> {
             .as_ref()
             .and_then(|t| t.tensor_type.as_ref())
             .ok_or_else(|| self.err(format!("{what}: only tensor types are supported")))?;
+        // No shape at all (not even a rank) cannot be written as mobius's IR: a shape of no
+        // dimensions would declare a scalar.
         let shape = tt
             .shape
             .as_ref()
-            .map(|s| {
-                s.dim
-                    .iter()
-                    .map(|d| match &d.value {
-                        Some(proto::DimensionValue::DimValue(v)) => Dim::Fixed(*v),
-                        Some(proto::DimensionValue::DimParam(p)) => Dim::Sym(p.clone()),
-                        None => Dim::Sym(String::new()),
-                    })
-                    .collect()
+            .ok_or_else(|| {
+                self.err(format!(
+                    "{what} declares no shape; mobius needs a shape (rank) for every graph input \
+                     and output"
+                ))
+            })?
+            .dim
+            .iter()
+            .map(|d| match &d.value {
+                Some(proto::DimensionValue::DimValue(v)) => Dim::Fixed(*v),
+                Some(proto::DimensionValue::DimParam(p)) => Dim::Sym(p.clone()),
+                None => Dim::Sym(String::new()),
             })
-            .unwrap_or_default();
+            .collect();
         Ok(ValueInfo {
             name: v.name.clone(),
             dtype: self.dtype(tt.elem_type, &what)?,

@@ -6,4 +6,5 @@ pub mod export;
 pub mod functions;
 pub mod import;
 pub mod names;
+pub mod order;
 pub mod proto;

@@ -1,5 +1,6 @@
 //! Value names of an imported graph: each is assigned once (static single assignment). Graph
-//! inputs and initializers are declared once each, and every node output names a new value —
+//! inputs and initializers are declared once each (and no name is both: an input with a default
+//! value is not supported), and every node output names a new value —
 //! not a graph input, not an initializer, not another node's output. A graph that breaks this
 //! is ambiguous (which producer does a reader see?), so it is refused at import.
 
@@ -20,6 +21,13 @@ pub fn check_single_assignment(graph: &Graph) -> Result<(), String> {
     for init in &graph.initializers {
         if !initializers.insert(init.name.as_str()) {
             return Err(format!("initializer `{}` is declared twice", init.name));
+        }
+        if inputs.contains(init.name.as_str()) {
+            return Err(format!(
+                "`{}` is both a graph input and an initializer (an input with a default value); \
+                 mobius does not support input defaults",
+                init.name
+            ));
         }
     }
     let mut producers: BTreeMap<&str, usize> = BTreeMap::new();
@@ -102,7 +110,7 @@ mod tests {
     #[test]
     fn each_name_once() {
         let ok = graph(
-            &["x", "w"],
+            &["x"],
             &["w"],
             vec![node("a", &["y", ""]), node("b", &["z", ""])],
         );
@@ -115,6 +123,11 @@ mod tests {
             (
                 graph(&["x"], &["w", "w"], vec![]),
                 "initializer `w` is declared twice",
+            ),
+            (
+                graph(&["x", "w"], &["w"], vec![]),
+                "`w` is both a graph input and an initializer (an input with a default value); \
+                 mobius does not support input defaults",
             ),
             (
                 graph(&["x"], &[], vec![node("a", &["x"])]),

@@ -209,6 +209,11 @@ pub fn optimize_with_rules(
         report.stages.push(stage_report);
     }
 
+    if let Some(leaves) = &egraph.analysis.fingerprint_leaves {
+        if let Some(warning) = leaves.stats().partial_warning(leaves.budget_bytes()) {
+            tracing::warn!("{warning}");
+        }
+    }
     let extraction = match current {
         Some(extraction) => extraction,
         None => extract(&egraph, root, &cost)?,
@@ -217,7 +222,7 @@ pub fn optimize_with_rules(
     let chosen = |class: Id| extraction.node(class).clone();
     let graph = lower(&model.graph, &egraph, root, &names, &chosen)?;
     check_supported(&graph, caps)?;
-    check_output_types(&graph)?;
+    check_output_types(&graph, "the optimized graph")?;
     report.nodes_after = graph.nodes.len();
     let count = |op: &str| graph.nodes.iter().filter(|n| n.op_type == op).count();
     let attention = count("Attention");
@@ -288,18 +293,19 @@ fn op_counts(
     counts
 }
 
-/// After lowering: shapes re-inferred on the new graph agree with the declared outputs.
-fn check_output_types(graph: &Graph) -> Result<()> {
+/// Types inferred on `graph` (called `what` in errors) agree with its declared outputs: after
+/// lowering, and on an imported graph before optimizing it.
+pub fn check_output_types(graph: &Graph, what: &str) -> Result<()> {
     let lifted = lift(graph)?;
     let Some(Onnx::Root(outs)) = lifted.egraph[lifted.root].nodes.first() else {
-        return Err(Error::Graph("the lowered graph has no root".into()));
+        return Err(Error::Graph(format!("{what} has no root")));
     };
     for (declared, &class) in graph.outputs.iter().zip(outs) {
         let want = TensorType::of(declared.dtype, &declared.shape);
         if let Some(got) = lifted.egraph[class].data.tensor() {
             if !got.compatible(&want) {
                 return Err(Error::Graph(format!(
-                    "output `{}` is declared {want} but the optimized graph computes {got}",
+                    "output `{}` is declared {want} but {what} computes {got}",
                     declared.name
                 )));
             }

@@ -6,6 +6,8 @@ use std::path::Path;
 
 use serde::Deserialize;
 
+use super::unique_keys::UniqueKeys;
+use crate::limits::MAX_SHARDS;
 use crate::paths::relative_path_problem;
 use crate::{Error, Result};
 
@@ -19,10 +21,11 @@ pub struct ShardIndex {
     pub weight_map: BTreeMap<String, String>,
 }
 
-/// The on-disk layout; `metadata` and any other field are ignored.
+/// The on-disk layout; `metadata` and any other field are ignored. A tensor listed twice in
+/// `weight_map` is refused.
 #[derive(Deserialize)]
 struct RawIndex {
-    weight_map: BTreeMap<String, String>,
+    weight_map: UniqueKeys<String>,
 }
 
 impl ShardIndex {
@@ -32,16 +35,26 @@ impl ShardIndex {
         Self::parse(&bytes, path)
     }
 
-    /// Parses index JSON; `path` only names the file in errors. Never panics.
+    /// Parses index JSON; `path` only names the file in errors. Refuses a tensor listed twice
+    /// and more than [`MAX_SHARDS`] shard files. Never panics.
     pub fn parse(bytes: &[u8], path: &Path) -> Result<ShardIndex> {
-        let raw: RawIndex = serde_json::from_slice(bytes).map_err(|e| Error::json(path, &e))?;
-        if raw.weight_map.is_empty() {
+        let raw: RawIndex = serde_json::from_slice(bytes).map_err(|e| {
+            let mut e = Error::json(path, &e);
+            if let Error::Json { message, .. } = &mut e {
+                if message.contains("is listed twice") {
+                    *message = format!("weight_map: tensor {message}");
+                }
+            }
+            e
+        })?;
+        let weight_map: BTreeMap<String, String> = raw.weight_map.0.into_iter().collect();
+        if weight_map.is_empty() {
             return Err(field_error(
                 path,
                 "`weight_map` is empty; expected tensor name → shard file entries".to_string(),
             ));
         }
-        for (tensor, shard) in &raw.weight_map {
+        for (tensor, shard) in &weight_map {
             if let Some(problem) = relative_path_problem(shard) {
                 return Err(field_error(
                     path,
@@ -52,9 +65,18 @@ impl ShardIndex {
                 ));
             }
         }
-        Ok(ShardIndex {
-            weight_map: raw.weight_map,
-        })
+        let index = ShardIndex { weight_map };
+        let shards = index.shard_files().len();
+        if shards > MAX_SHARDS {
+            return Err(field_error(
+                path,
+                format!(
+                    "`weight_map` names {shards} shard files, more than the limit of \
+                     {MAX_SHARDS} (the largest published checkpoints have about 200)"
+                ),
+            ));
+        }
+        Ok(index)
     }
 
     /// The shard file names, sorted and without duplicates.
@@ -93,6 +115,31 @@ mod tests {
         .unwrap();
         assert_eq!(index.shard_files(), ["a.safetensors", "b.safetensors"]);
         assert_eq!(index.weight_map["c"], "a.safetensors");
+    }
+
+    #[test]
+    fn a_tensor_listed_twice_is_refused() {
+        let err = parse(r#"{"weight_map": {"w": "a.safetensors", "w": "b.safetensors"}}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("idx.json") && err.contains("tensor `w` is listed twice"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn too_many_shards_are_refused() {
+        let entries: Vec<String> = (0..=MAX_SHARDS)
+            .map(|i| format!(r#""t{i}": "s{i}.safetensors""#))
+            .collect();
+        let err = parse(&format!(r#"{{"weight_map": {{{}}}}}"#, entries.join(", ")))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("4097 shard files") && err.contains("limit of 4096"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -5,6 +5,7 @@ pub mod convert;
 pub mod eval;
 pub mod index;
 pub mod store;
+pub mod unique_keys;
 
 use crate::ir::{Graph, TensorSource};
 use crate::{Error, Result};

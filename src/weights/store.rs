@@ -13,6 +13,7 @@ use memmap2::Mmap;
 use serde::Deserialize;
 
 use super::index::ShardIndex;
+use super::unique_keys::UniqueKeys;
 use crate::ir::DType;
 use crate::paths::check_file_inside;
 use crate::source::WeightFiles;
@@ -49,7 +50,7 @@ struct RawEntry {
 /// `bytes`; `path` only names the file in errors.
 ///
 /// Checks the length prefix against the file size and the 100 MB limit, that the header is a
-/// UTF-8 JSON object, that every dtype is known, and that every tensor's byte range lies inside
+/// UTF-8 JSON object naming each tensor once, that every dtype is known, and that every tensor's byte range lies inside
 /// the data section and matches its shape, and that the byte ranges, in offset order, follow one
 /// another without gap or overlap and cover the data section exactly (as the `safetensors`
 /// package requires). The `__metadata__` entry is skipped. Entries come sorted by name. Never
@@ -83,10 +84,18 @@ pub fn parse_header(bytes: &[u8], path: &Path) -> Result<Vec<HeaderEntry>> {
     };
     let header =
         std::str::from_utf8(header).map_err(|e| fail(format!("header is not valid UTF-8: {e}")))?;
-    let map: serde_json::Map<String, serde_json::Value> = serde_json::from_str(header)
-        .map_err(|e| fail(format!("header is not a JSON object: {e}")))?;
+    let map: UniqueKeys<serde_json::Value> = serde_json::from_str(header).map_err(|e| {
+        fail(
+            if e.is_data() && e.to_string().contains("is listed twice") {
+                format!("header: tensor {e}")
+            } else {
+                format!("header is not a JSON object: {e}")
+            },
+        )
+    })?;
     let data_len = bytes.len() - header_end;
     let mut entries = map
+        .0
         .into_iter()
         .filter(|(name, _)| name != METADATA_KEY)
         .map(|(name, value)| parse_entry(name, value, header_end, data_len).map_err(&fail))
@@ -406,5 +415,25 @@ impl TensorStore {
     /// Whether the checkpoint has no tensors.
     pub fn is_empty(&self) -> bool {
         self.tensors.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tensor_named_twice_in_the_header_is_refused() {
+        let header = r#"{"w":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"w":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}}"#;
+        let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+        bytes.extend_from_slice(header.as_bytes());
+        bytes.extend_from_slice(&[1, 2]);
+        let e = parse_header(&bytes, Path::new("x.safetensors"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("x.safetensors") && e.contains("tensor `w` is listed twice"),
+            "{e}"
+        );
     }
 }

@@ -979,3 +979,148 @@ fn build_into_the_hub_cache_folder_of_its_repo_is_refused() {
         unchanged(&cache, &around);
     }
 }
+
+#[test]
+fn a_node_reading_its_own_output_is_a_cycle() {
+    let t = tempfile::tempdir().unwrap();
+    let model = write_model(t.path(), |m, _| {
+        graph(m).node[0].input[0] = "y".into();
+    });
+    refused_everywhere(t.path(), &model, &["cycle", "node `add` (Add)"]);
+}
+
+#[test]
+fn two_nodes_reading_each_other_are_a_cycle() {
+    let t = tempfile::tempdir().unwrap();
+    let model = write_model(t.path(), |m, _| {
+        graph(m).node[0].input[0] = "z".into();
+        add_neg(m, "z");
+        graph(m).node[1].input[0] = "y".into();
+    });
+    refused_everywhere(
+        t.path(),
+        &model,
+        &["cycle", "node `add` (Add) → node `neg` (Neg)"],
+    );
+}
+
+#[test]
+fn an_output_without_shape_is_refused_by_name() {
+    let t = tempfile::tempdir().unwrap();
+    let model = write_model(t.path(), |m, _| {
+        let y = &mut graph(m).output[0];
+        y.r#type
+            .as_mut()
+            .unwrap()
+            .tensor_type
+            .as_mut()
+            .unwrap()
+            .shape = None;
+    });
+    refused_everywhere(
+        t.path(),
+        &model,
+        &["value `y` declares no shape", "needs a shape (rank)"],
+    );
+}
+
+#[test]
+fn an_input_without_shape_is_refused_by_name() {
+    let t = tempfile::tempdir().unwrap();
+    let model = write_model(t.path(), |m, _| {
+        let x = &mut graph(m).input[0];
+        x.r#type
+            .as_mut()
+            .unwrap()
+            .tensor_type
+            .as_mut()
+            .unwrap()
+            .shape = None;
+    });
+    refused_everywhere(t.path(), &model, &["value `x` declares no shape"]);
+}
+
+#[test]
+fn a_model_without_a_default_domain_opset_is_refused() {
+    let t = tempfile::tempdir().unwrap();
+    let model = write_model(t.path(), |m, _| m.opset_import[0].domain = "other".into());
+    refused_everywhere(t.path(), &model, &["no opset of the default ONNX domain"]);
+}
+
+#[test]
+fn opset_versions_out_of_range_are_refused() {
+    for version in [-1, 0, 1 << 62] {
+        let t = tempfile::tempdir().unwrap();
+        let model = write_model(t.path(), |m, _| m.opset_import[0].version = version);
+        refused_everywhere(
+            t.path(),
+            &model,
+            &[
+                &format!("opset import of the default domain has version {version}"),
+                "expected 1 to 1000",
+            ],
+        );
+    }
+}
+
+#[test]
+fn an_initializer_that_is_also_a_graph_input_is_refused_everywhere() {
+    let t = tempfile::tempdir().unwrap();
+    let model = write_model(t.path(), |m, _| graph(m).input.push(value("w", &[2])));
+    refused_everywhere(
+        t.path(),
+        &model,
+        &[
+            "`w` is both a graph input and an initializer (an input with a default value); \
+           mobius does not support input defaults",
+        ],
+    );
+}
+
+#[test]
+fn a_tensor_listed_twice_in_the_shard_index_is_refused() {
+    let t = tempfile::tempdir().unwrap();
+    let ckpt = t.path().join("ckpt");
+    sharded_llama(&ckpt, "b.safetensors");
+    let index = ckpt.join("model.safetensors.index.json");
+    let text = std::fs::read_to_string(&index).unwrap();
+    let twice = text.replacen(
+        "\"weight_map\":{",
+        "\"weight_map\":{\"model.embed_tokens.weight\":\"b.safetensors\",",
+        1,
+    );
+    assert_ne!(twice, text);
+    std::fs::write(&index, twice).unwrap();
+    build_refused(
+        &ckpt,
+        &t.path().join("out"),
+        &[],
+        1,
+        &[
+            "model.safetensors.index.json",
+            "tensor `model.embed_tokens.weight` is listed twice",
+        ],
+    );
+}
+
+#[test]
+fn a_shard_index_with_too_many_shards_is_refused() {
+    let t = tempfile::tempdir().unwrap();
+    let ckpt = t.path().join("ckpt");
+    sharded_llama(&ckpt, "b.safetensors");
+    let map: serde_json::Map<String, serde_json::Value> = (0..100_000)
+        .map(|i| (format!("t{i}"), format!("s{i}.safetensors").into()))
+        .collect();
+    std::fs::write(
+        ckpt.join("model.safetensors.index.json"),
+        serde_json::json!({ "weight_map": map }).to_string(),
+    )
+    .unwrap();
+    build_refused(
+        &ckpt,
+        &t.path().join("out"),
+        &[],
+        1,
+        &["100000 shard files", "limit of 4096"],
+    );
+}

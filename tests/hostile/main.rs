@@ -10,5 +10,6 @@ mod check;
 mod config;
 mod files;
 mod interp;
+mod optimize;
 mod run;
 mod verify;
