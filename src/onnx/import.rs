@@ -63,11 +63,19 @@ pub fn decode(bytes: &[u8], path: &Path) -> Result<Model> {
     };
     let ctx = Ctx { path, dir };
     let opsets = check_opsets(m.opset_import).map_err(err)?;
+    // Before IR 4 every initializer had to be listed as a graph input too: those entries
+    // declare constants, not inputs.
+    let constants: std::collections::BTreeSet<&str> = if m.ir_version < 4 {
+        g.initializer.iter().map(|t| t.name.as_str()).collect()
+    } else {
+        Default::default()
+    };
     let graph = Graph {
-        name: g.name,
+        name: g.name.clone(),
         inputs: g
             .input
             .iter()
+            .filter(|v| !constants.contains(v.name.as_str()))
             .map(|v| ctx.value_info(v))
             .collect::<Result<_>>()?,
         outputs: g

@@ -1077,6 +1077,29 @@ fn an_initializer_that_is_also_a_graph_input_is_refused_everywhere() {
     );
 }
 
+/// Before IR 4 every initializer was also listed as a graph input: such a model runs, with
+/// `w` a constant (only `x` is asked for).
+#[test]
+fn initializers_listed_as_inputs_before_ir_4_are_constants() {
+    let t = tempfile::tempdir().unwrap();
+    let model = write_model(t.path(), |m, _| {
+        m.ir_version = 3;
+        graph(m).input.push(value("w", &[2]));
+    });
+    let input = t.path().join("x.npy");
+    npy(&input, &[0.5, 0.25]);
+    mobius()
+        .arg("run")
+        .arg(&model)
+        .arg("--input")
+        .arg(format!("x={}", input.display()))
+        .arg("--output-dir")
+        .arg(t.path().join("outputs"))
+        .assert()
+        .success();
+    assert!(t.path().join("outputs/y.npy").is_file());
+}
+
 #[test]
 fn a_tensor_listed_twice_in_the_shard_index_is_refused() {
     let t = tempfile::tempdir().unwrap();
