@@ -7,9 +7,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use mobius::config::SUPPORTED_MODEL_TYPES;
-use mobius::ep::{
-    ep_json, ep_registry, ep_table, get_ep, load_ep_file, register_ep, EpCapabilities,
-};
+use mobius::ep::{ep_json, ep_registry, ep_table, get_ep, register_ep_file, EpCapabilities};
 use mobius::ir::DType;
 use mobius::limits::InterpLimits;
 use mobius::opt::Limits;
@@ -203,8 +201,7 @@ impl EpArgs {
     fn resolve(&self) -> mobius::Result<EpCapabilities> {
         let from_file = match &self.ep_file {
             Some(path) => {
-                let caps = load_ep_file(path)?;
-                register_ep(caps.clone(), false)?;
+                let caps = register_ep_file(path)?;
                 Some(caps.name)
             }
             None => None,
@@ -421,7 +418,7 @@ fn run_list(what: ListWhat) -> mobius::Result<()> {
     match what {
         ListWhat::Eps { json, ep_file } => {
             if let Some(path) = ep_file {
-                register_ep(load_ep_file(&path)?, false)?;
+                register_ep_file(&path)?;
             }
             let eps = ep_registry()
                 .iter()

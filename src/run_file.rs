@@ -116,6 +116,22 @@ fn match_inputs(graph: &Graph, given: &[(String, PathBuf)]) -> Result<Vec<PathBu
     Ok(names.iter().map(|n| by_name[n].clone()).collect())
 }
 
+/// Refuses an `--input` path that is not a regular file, links followed, before it is opened:
+/// a FIFO or device would block the run or never end.
+fn check_regular_input(file: &Path) -> Result<()> {
+    let meta = std::fs::metadata(file).map_err(|e| Error::io(file, e))?;
+    if meta.is_file() {
+        Ok(())
+    } else {
+        Err(Error::Npy {
+            path: file.to_path_buf(),
+            message: "not a regular file (an --input must be a .npy file, not a folder, FIFO \
+                      or device)"
+                .into(),
+        })
+    }
+}
+
 /// Named sizes seen so far: size and the input that fixed it.
 type Bound = BTreeMap<String, (usize, String)>;
 
@@ -421,6 +437,9 @@ pub fn run_file(opts: &RunOptions) -> Result<RunReport> {
     let mut bound = Bound::new();
     let mut tensors = Vec::new();
     let mut held = 0u64;
+    for file in &paths {
+        check_regular_input(file)?;
+    }
     for (v, file) in graph.inputs.iter().zip(&paths) {
         let t = read_npy_within(file, &opts.limits, &mut held)?;
         check_input(v, &t, file, &mut bound)?;

@@ -101,7 +101,7 @@ pub(super) fn from_hf(raw: &HfConfig, model_type: String, f: &Fields<'_>) -> Res
     )?;
     let pad_token_id = match raw.pad_token_id.as_ref() {
         None => Some(if roberta { 1 } else { 0 }),
-        Some(v) => first_token(Some(v)),
+        Some(v) => first_token(f, "pad_token_id", Some(v))?,
     };
     let positions = if roberta {
         let padding_idx = pad_token_id.ok_or_else(|| {
@@ -148,8 +148,8 @@ pub(super) fn from_hf(raw: &HfConfig, model_type: String, f: &Fields<'_>) -> Res
         },
         layer_windows: vec![None; layers],
         dtype: parse_dtype(raw, f)?,
-        bos_token_id: first_token(raw.bos_token_id.as_ref()),
-        eos_token_ids: token_list(raw.eos_token_id.as_ref()),
+        bos_token_id: first_token(f, "bos_token_id", raw.bos_token_id.as_ref())?,
+        eos_token_ids: token_list(f, "eos_token_id", raw.eos_token_id.as_ref())?,
         pad_token_id,
         layer_norm_eps: Some(layer_norm_eps),
         gelu: None,

@@ -92,9 +92,9 @@ pub(super) fn from_hf(raw: &HfConfig, f: &Fields<'_>) -> Result<ArchConfig> {
         },
         layer_windows: vec![None; layers],
         dtype: parse_dtype(raw, f)?,
-        bos_token_id: first_token(raw.bos_token_id.as_ref()),
-        eos_token_ids: token_list(raw.eos_token_id.as_ref()),
-        pad_token_id: first_token(raw.pad_token_id.as_ref()),
+        bos_token_id: first_token(f, "bos_token_id", raw.bos_token_id.as_ref())?,
+        eos_token_ids: token_list(f, "eos_token_id", raw.eos_token_id.as_ref())?,
+        pad_token_id: first_token(f, "pad_token_id", raw.pad_token_id.as_ref())?,
         layer_norm_eps: Some(match raw.layer_norm_epsilon {
             Some(e) => f.number("layer_norm_epsilon", Some(e), e, Sign::NonNegative)?,
             None => f.number(

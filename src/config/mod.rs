@@ -120,9 +120,24 @@ impl ArchConfig {
         ArchConfig::from_hf(&raw, path)
     }
 
-    /// Normalises a raw HF config; errors name the field and what was expected.
+    /// Normalises a raw HF config; errors name the field and what was expected. Token ids
+    /// (`bos_token_id`, `eos_token_id`, `pad_token_id`) must be integers in `0..vocab_size`.
     pub fn from_hf(raw: &HfConfig, path: &Path) -> Result<ArchConfig> {
         let f = Fields { path };
+        let cfg = ArchConfig::normalise(raw, &f)?;
+        for (field, ids) in [
+            ("bos_token_id", cfg.bos_token_id.as_slice()),
+            ("eos_token_id", cfg.eos_token_ids.as_slice()),
+            ("pad_token_id", cfg.pad_token_id.as_slice()),
+        ] {
+            in_vocab(&f, field, ids, cfg.vocab_size)?;
+        }
+        Ok(cfg)
+    }
+
+    /// [`ArchConfig::from_hf`] before the token ids are checked against the vocabulary.
+    fn normalise(raw: &HfConfig, f: &Fields<'_>) -> Result<ArchConfig> {
+        let path = f.path;
         let model_type = raw.model_type.clone().ok_or_else(|| {
             f.err(
                 "model_type",
@@ -140,11 +155,11 @@ impl ArchConfig {
             });
         }
         if encoder::ENCODER_MODEL_TYPES.contains(&model_type.as_str()) {
-            return encoder::from_hf(raw, model_type, &f);
+            return encoder::from_hf(raw, model_type, f);
         }
         match model_type.as_str() {
-            "gpt2" => return gpt2::from_hf(raw, &f),
-            "phi" => return phi::from_hf(raw, &f),
+            "gpt2" => return gpt2::from_hf(raw, f),
+            "phi" => return phi::from_hf(raw, f),
             _ => {}
         }
         let hidden_size = f.positive("hidden_size", raw.hidden_size, MAX_WIDTH)?;
@@ -186,7 +201,7 @@ impl ArchConfig {
         };
         let num_hidden_layers =
             f.positive("num_hidden_layers", raw.num_hidden_layers, MAX_LAYERS)?;
-        let gemma = gemma::parse(raw, &model_type, hidden_size, head_dim, &f)?;
+        let gemma = gemma::parse(raw, &model_type, hidden_size, head_dim, f)?;
         let act = raw.hidden_act.as_deref().unwrap_or("silu");
         if gemma.is_none() && act != "silu" && act != "swish" {
             return Err(f.err(
@@ -235,19 +250,19 @@ impl ArchConfig {
             mlp_bias: matches!(model_type.as_str(), "llama" | "smollm3" | "granite")
                 && raw.mlp_bias.unwrap_or(false),
             rope: match model_type.as_str() {
-                "gemma3_text" => gemma::gemma3_rope(raw, head_dim, "full_attention", &f)?,
-                _ => parse_rope(raw, head_dim, &f)?,
+                "gemma3_text" => gemma::gemma3_rope(raw, head_dim, "full_attention", f)?,
+                _ => parse_rope(raw, head_dim, f)?,
             },
-            family: family::parse(raw, &model_type, num_hidden_layers, &f)?,
+            family: family::parse(raw, &model_type, num_hidden_layers, f)?,
             // A window at least as long as the RoPE tables can never take effect.
-            layer_windows: layer_windows(raw, &model_type, num_hidden_layers, &f)?
+            layer_windows: layer_windows(raw, &model_type, num_hidden_layers, f)?
                 .into_iter()
                 .map(|w| w.filter(|&w| w < max_position_embeddings))
                 .collect(),
-            dtype: parse_dtype(raw, &f)?,
-            bos_token_id: first_token(raw.bos_token_id.as_ref()),
-            eos_token_ids: token_list(raw.eos_token_id.as_ref()),
-            pad_token_id: first_token(raw.pad_token_id.as_ref()),
+            dtype: parse_dtype(raw, f)?,
+            bos_token_id: first_token(f, "bos_token_id", raw.bos_token_id.as_ref())?,
+            eos_token_ids: token_list(f, "eos_token_id", raw.eos_token_id.as_ref())?,
+            pad_token_id: first_token(f, "pad_token_id", raw.pad_token_id.as_ref())?,
             gemma,
             layer_norm_eps: None,
             gelu: None,
@@ -258,19 +273,31 @@ impl ArchConfig {
     }
 
     /// Fills token ids the config.json lacks from a `generation_config.json`, and adds its
-    /// end-of-sequence ids to config.json's.
+    /// end-of-sequence ids to config.json's. Its token ids must be integers in
+    /// `0..vocab_size`, as config.json's; errors name the file and the field.
     pub fn fill_tokens_from_generation_config(&mut self, path: &Path) -> Result<()> {
         let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
         let gen: Value = serde_json::from_slice(&bytes).map_err(|e| Error::json(path, &e))?;
+        let f = Fields { path };
+        let read = |field: &str| -> Result<Vec<i64>> {
+            let ids = token_list(&f, field, gen.get(field))?;
+            in_vocab(&f, field, &ids, self.vocab_size)?;
+            Ok(ids)
+        };
+        let (bos, eos, pad) = (
+            read("bos_token_id")?,
+            read("eos_token_id")?,
+            read("pad_token_id")?,
+        );
         // generate() stops on generation_config's ids (e.g. Phi-3's `<|end|>`, absent from
         // config.json): keep config.json's first, then add the others.
-        for id in token_list(gen.get("eos_token_id")) {
+        for id in eos {
             if !self.eos_token_ids.contains(&id) {
                 self.eos_token_ids.push(id);
             }
         }
-        self.bos_token_id = self.bos_token_id.or(first_token(gen.get("bos_token_id")));
-        self.pad_token_id = self.pad_token_id.or(first_token(gen.get("pad_token_id")));
+        self.bos_token_id = self.bos_token_id.or(bos.first().copied());
+        self.pad_token_id = self.pad_token_id.or(pad.first().copied());
         Ok(())
     }
 
@@ -463,16 +490,41 @@ fn layer_windows(
         .collect())
 }
 
-fn token_list(v: Option<&Value>) -> Vec<i64> {
-    match v {
-        Some(Value::Number(n)) => n.as_i64().into_iter().collect(),
-        Some(Value::Array(items)) => items.iter().filter_map(Value::as_i64).collect(),
-        _ => Vec::new(),
-    }
+/// The token ids of `field`: an integer ≥ 0 or a list of them; none when absent or `null`.
+/// Anything else (a negative number, a fraction, a string, `null` in a list) is an error
+/// naming the field.
+fn token_list(f: &Fields<'_>, field: &str, v: Option<&Value>) -> Result<Vec<i64>> {
+    let items: Vec<&Value> = match v {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Array(items)) => items.iter().collect(),
+        Some(one) => vec![one],
+    };
+    items
+        .into_iter()
+        .map(|item| match item.as_i64() {
+            Some(id) if id >= 0 => Ok(id),
+            _ => Err(f.err(
+                field,
+                &format!("{item} is not a token id (expected an integer ≥ 0, or a list of them)"),
+            )),
+        })
+        .collect()
 }
 
-fn first_token(v: Option<&Value>) -> Option<i64> {
-    token_list(v).first().copied()
+/// The first token id of `field` ([`token_list`]).
+fn first_token(f: &Fields<'_>, field: &str, v: Option<&Value>) -> Result<Option<i64>> {
+    Ok(token_list(f, field, v)?.first().copied())
+}
+
+/// Checks that every id of `field` is below `vocab_size`.
+fn in_vocab(f: &Fields<'_>, field: &str, ids: &[i64], vocab_size: usize) -> Result<()> {
+    match ids.iter().find(|&&id| id as u64 >= vocab_size as u64) {
+        Some(id) => Err(f.err(
+            field,
+            &format!("token id {id} is outside the vocabulary (vocab_size {vocab_size})"),
+        )),
+        None => Ok(()),
+    }
 }
 
 #[cfg(test)]

@@ -67,9 +67,9 @@ pub(super) fn from_hf(raw: &HfConfig, f: &Fields<'_>) -> Result<ArchConfig> {
         rope: parse_rope(raw, head_dim, f)?,
         layer_windows: vec![None; layers],
         dtype: parse_dtype(raw, f)?,
-        bos_token_id: first_token(raw.bos_token_id.as_ref()),
-        eos_token_ids: token_list(raw.eos_token_id.as_ref()),
-        pad_token_id: first_token(raw.pad_token_id.as_ref()),
+        bos_token_id: first_token(f, "bos_token_id", raw.bos_token_id.as_ref())?,
+        eos_token_ids: token_list(f, "eos_token_id", raw.eos_token_id.as_ref())?,
+        pad_token_id: first_token(f, "pad_token_id", raw.pad_token_id.as_ref())?,
         layer_norm_eps: Some(f.number(
             "layer_norm_eps",
             raw.layer_norm_eps,

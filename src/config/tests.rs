@@ -140,10 +140,10 @@ fn generation_config_eos_ids_join_config_ones() {
     let dir = std::env::temp_dir().join(format!("mobius-gen-eos-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("generation_config.json");
-    std::fs::write(&path, r#"{"bos_token_id": 5, "eos_token_id": [2, 32007]}"#).unwrap();
+    std::fs::write(&path, r#"{"bos_token_id": 5, "eos_token_id": [2, 299]}"#).unwrap();
     c.fill_tokens_from_generation_config(&path).unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
-    assert_eq!(c.eos_token_ids, vec![1, 2, 32007]);
+    assert_eq!(c.eos_token_ids, vec![1, 2, 299]);
     assert_eq!(c.bos_token_id, Some(0), "config.json's own ids win");
 }
 
@@ -414,4 +414,81 @@ fn numbers_too_large_for_json_name_their_field() {
         msg.contains("config.json:") && msg.contains("field `rope_theta`"),
         "{msg}"
     );
+}
+
+#[test]
+fn config_token_ids_must_be_integers_inside_the_vocabulary() {
+    for (ids, field, needle) in [
+        (
+            "\"bos_token_id\": -1",
+            "bos_token_id",
+            "-1 is not a token id",
+        ),
+        (
+            "\"bos_token_id\": 300",
+            "bos_token_id",
+            "token id 300 is outside the vocabulary",
+        ),
+        (
+            "\"eos_token_id\": [1, 2.5]",
+            "eos_token_id",
+            "2.5 is not a token id",
+        ),
+        (
+            "\"eos_token_id\": \"2\"",
+            "eos_token_id",
+            "\"2\" is not a token id",
+        ),
+        (
+            "\"pad_token_id\": [null]",
+            "pad_token_id",
+            "null is not a token id",
+        ),
+        (
+            "\"pad_token_id\": 1e30",
+            "pad_token_id",
+            "is not a token id",
+        ),
+    ] {
+        let json = V4.replace("\"eos_token_id\": [1, 2], \"bos_token_id\": 0", ids);
+        let msg = parse(&json).unwrap_err().to_string();
+        assert!(
+            msg.contains("config.json") && msg.contains(field) && msg.contains(needle),
+            "{ids}: {msg}"
+        );
+    }
+}
+
+#[test]
+fn generation_config_token_ids_must_be_integers_inside_the_vocabulary() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("generation_config.json");
+    for (ids, field, needle) in [
+        (
+            r#"{"eos_token_id": [2, 300]}"#,
+            "eos_token_id",
+            "outside the vocabulary",
+        ),
+        (
+            r#"{"pad_token_id": -5}"#,
+            "pad_token_id",
+            "-5 is not a token id",
+        ),
+        (
+            r#"{"bos_token_id": "x"}"#,
+            "bos_token_id",
+            "is not a token id",
+        ),
+    ] {
+        let mut c = parse(V4).unwrap();
+        std::fs::write(&path, ids).unwrap();
+        let msg = c
+            .fill_tokens_from_generation_config(&path)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains("generation_config.json") && msg.contains(field) && msg.contains(needle),
+            "{ids}: {msg}"
+        );
+    }
 }

@@ -76,18 +76,61 @@ impl CostParams {
         prefill_tokens: 256,
     };
 
-    /// The first field that is not a positive finite number, with what is wrong, if any.
+    /// The plausible range of each floating-point parameter: `(field, min, max, unit)`. The
+    /// bounds keep every estimate finite and non-zero (a kernel's time is at most about
+    /// 1e15 bytes ÷ 1e-3 GB/s, far from overflowing) while admitting any real device.
+    pub const FLOAT_RANGES: [(&'static str, f64, f64, &'static str); 4] = [
+        ("launch_overhead_us", 1e-3, 1e6, "µs"),
+        ("memory_bandwidth_gbps", 1e-3, 1e6, "GB/s"),
+        ("peak_tflops_f32", 1e-6, 1e6, "TFLOP/s"),
+        ("peak_tflops_f16", 1e-6, 1e6, "TFLOP/s"),
+    ];
+
+    /// The largest `prefill_tokens` accepted.
+    pub const MAX_PREFILL_TOKENS: u32 = 1 << 20;
+
+    /// The first field outside its plausible range ([`CostParams::FLOAT_RANGES`],
+    /// `1..=`[`CostParams::MAX_PREFILL_TOKENS`]), with what is wrong, if any.
     pub(super) fn violation(&self) -> Option<(&'static str, String)> {
-        let floats = [
-            ("launch_overhead_us", self.launch_overhead_us),
-            ("memory_bandwidth_gbps", self.memory_bandwidth_gbps),
-            ("peak_tflops_f32", self.peak_tflops_f32),
-            ("peak_tflops_f16", self.peak_tflops_f16),
+        let values = [
+            self.launch_overhead_us,
+            self.memory_bandwidth_gbps,
+            self.peak_tflops_f32,
+            self.peak_tflops_f16,
         ];
-        if let Some((field, v)) = floats.iter().find(|(_, v)| !(v.is_finite() && *v > 0.0)) {
-            return Some((field, format!("must be a positive finite number, got {v}")));
+        for ((field, min, max, unit), v) in Self::FLOAT_RANGES.into_iter().zip(values) {
+            if !(min..=max).contains(&v) {
+                return Some((
+                    field,
+                    format!(
+                        "must be between {} and {} {unit}, got {}",
+                        show(min),
+                        show(max),
+                        show(v)
+                    ),
+                ));
+            }
         }
-        (self.prefill_tokens == 0).then(|| ("prefill_tokens", "must be positive, got 0".into()))
+        let tokens = self.prefill_tokens;
+        (!(1..=Self::MAX_PREFILL_TOKENS).contains(&tokens)).then(|| {
+            (
+                "prefill_tokens",
+                format!(
+                    "must be between 1 and {}, got {tokens}",
+                    Self::MAX_PREFILL_TOKENS
+                ),
+            )
+        })
+    }
+}
+
+/// `v` plainly for everyday magnitudes, with an exponent for huge or tiny ones (`1e-320`, not
+/// three hundred zeros).
+fn show(v: f64) -> String {
+    if v != 0.0 && v.is_finite() && !(1e-3..1e7).contains(&v.abs()) {
+        format!("{v:e}")
+    } else {
+        v.to_string()
     }
 }
 
@@ -95,5 +138,60 @@ impl Default for CostParams {
     /// The parameters of the `default` EP ([`CostParams::PORTABLE`]).
     fn default() -> Self {
         CostParams::PORTABLE
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(change: impl FnOnce(&mut CostParams)) -> Option<(&'static str, String)> {
+        let mut p = CostParams::PORTABLE;
+        change(&mut p);
+        p.violation()
+    }
+
+    #[test]
+    fn built_in_parameters_are_in_range() {
+        for p in [
+            CostParams::PORTABLE,
+            CostParams::CPU,
+            CostParams::DISCRETE_GPU,
+            CostParams::PORTABLE_GPU,
+            CostParams::UNIFIED_MEMORY_GPU,
+            CostParams::NPU,
+        ] {
+            assert_eq!(p.violation(), None);
+        }
+    }
+
+    #[test]
+    fn implausible_parameters_name_the_field_and_range() {
+        let (field, why) = with(|p| p.memory_bandwidth_gbps = 1e-320).unwrap();
+        assert_eq!(field, "memory_bandwidth_gbps");
+        assert!(
+            why.contains("between 0.001 and 1000000 GB/s, got 1e-320"),
+            "{why}"
+        );
+        let (field, why) = with(|p| p.launch_overhead_us = 1e308).unwrap();
+        assert_eq!(field, "launch_overhead_us");
+        assert!(why.contains("got 1e308"), "{why}");
+        assert_eq!(
+            with(|p| p.peak_tflops_f32 = 1e-308).unwrap().0,
+            "peak_tflops_f32"
+        );
+        assert_eq!(
+            with(|p| p.peak_tflops_f16 = f64::INFINITY).unwrap().0,
+            "peak_tflops_f16"
+        );
+        assert_eq!(
+            with(|p| p.peak_tflops_f16 = f64::NAN).unwrap().0,
+            "peak_tflops_f16"
+        );
+        assert_eq!(
+            with(|p| p.prefill_tokens = u32::MAX).unwrap().0,
+            "prefill_tokens"
+        );
+        assert_eq!(with(|p| p.prefill_tokens = 0).unwrap().0, "prefill_tokens");
     }
 }

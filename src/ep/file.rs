@@ -1,11 +1,16 @@
 //! Loading EP capabilities from a TOML file (`mobius build --ep-file my-ep.toml`).
 
+use std::io::Read;
 use std::path::Path;
 
+use super::builtins::builtin_eps;
 use super::capabilities::EpCapabilities;
 use super::file_spec::EpFileSpec;
-use super::registry::get_ep;
+use super::registry::{ep_registry, get_ep, register_ep};
 use crate::error::{Error, Result};
+
+/// The largest EP file read, in bytes (1 MiB): a capability table is a few hundred bytes.
+pub const MAX_EP_FILE_BYTES: u64 = 1 << 20;
 
 /// Reads EP capabilities from the TOML file at `path` and validates them.
 ///
@@ -18,9 +23,11 @@ use crate::error::{Error, Result};
 /// Unknown keys, wrong types, unknown dtypes and unknown bases fail with [`Error::EpFile`]
 /// giving the line and column and naming the key; broken capability rules
 /// ([`EpCapabilities::validate`]) fail the same way, pointing at the offending key when
-/// the file sets it (line and column 0 otherwise).
+/// the file sets it (line and column 0 otherwise). A path that is not a regular file (links
+/// followed), a file over [`MAX_EP_FILE_BYTES`] and text that is not UTF-8 fail the same way,
+/// before anything is parsed.
 pub fn load_ep_file(path: &Path) -> Result<EpCapabilities> {
-    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+    let text = read_ep_file(path)?;
     let at = |offset: Option<usize>, message: String| {
         let (line, column) = offset.map_or((0, 0), |o| line_column(&text, o));
         Error::EpFile {
@@ -49,6 +56,74 @@ pub fn load_ep_file(path: &Path) -> Result<EpCapabilities> {
             Err(at(offset, message))
         }
     }
+}
+
+/// Loads the EP file at `path` ([`load_ep_file`]) and registers its EP; returns it.
+///
+/// A `name` already registered fails with [`Error::EpFile`] pointing at the `name` key and
+/// saying whether a built-in EP holds it: an EP file cannot replace a registered EP.
+pub fn register_ep_file(path: &Path) -> Result<EpCapabilities> {
+    let caps = load_ep_file(path)?;
+    if ep_registry().contains(&caps.name) {
+        let holder = if builtin_eps().iter().any(|b| b.name == caps.name) {
+            "a built-in execution provider"
+        } else {
+            "an execution provider registered before"
+        };
+        let text = read_ep_file(path)?;
+        let (line, column) = key_offset(&text, "name").map_or((0, 0), |o| line_column(&text, o));
+        return Err(Error::EpFile {
+            path: path.to_path_buf(),
+            line,
+            column,
+            message: format!(
+                "field `name`: `{}` is taken by {holder}; give the EP file another name (use \
+                 `base = \"{}\"` to start from that EP's values)",
+                caps.name, caps.name
+            ),
+        });
+    }
+    register_ep(caps.clone(), false)?;
+    Ok(caps)
+}
+
+/// The text of the EP file at `path`: a regular file (links followed) of at most
+/// [`MAX_EP_FILE_BYTES`], in UTF-8. Checked before opening, so a FIFO or device is never read.
+fn read_ep_file(path: &Path) -> Result<String> {
+    let refuse = |message: String| Error::EpFile {
+        path: path.to_path_buf(),
+        line: 0,
+        column: 0,
+        message,
+    };
+    let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
+    if !meta.is_file() {
+        return Err(refuse(
+            "the EP file is not a regular file (a folder, FIFO or device cannot be read as one)"
+                .into(),
+        ));
+    }
+    let too_big = || {
+        refuse(format!(
+            "the EP file is larger than {MAX_EP_FILE_BYTES} bytes (1 MiB), the most mobius reads"
+        ))
+    };
+    if meta.len() > MAX_EP_FILE_BYTES {
+        return Err(too_big());
+    }
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(MAX_EP_FILE_BYTES + 1).read_to_end(&mut bytes))
+        .map_err(|e| Error::io(path, e))?;
+    if bytes.len() as u64 > MAX_EP_FILE_BYTES {
+        return Err(too_big());
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        refuse(format!(
+            "the EP file is not UTF-8 text (invalid byte at offset {})",
+            e.utf8_error().valid_up_to()
+        ))
+    })
 }
 
 /// The toml error's message, prefixed with the dotted key it concerns when known.

@@ -28,7 +28,7 @@ pub fn ep_table(eps: &[EpCapabilities]) -> String {
     let widths: Vec<usize> = (0..HEADERS.len())
         .map(|i| {
             rows.iter()
-                .map(|r| r[i].len())
+                .map(|r| r[i].chars().count())
                 .chain([HEADERS[i].len()])
                 .max()
                 .unwrap_or(0)
@@ -38,14 +38,16 @@ pub fn ep_table(eps: &[EpCapabilities]) -> String {
     std::iter::once(&header)
         .chain(&rows)
         .map(|cells| {
-            let line: Vec<String> = cells
-                .iter()
-                .zip(&widths)
-                .map(|(c, w)| format!("{c:<w$}"))
-                .collect();
+            let line: Vec<String> = cells.iter().zip(&widths).map(|(c, w)| pad(c, *w)).collect();
             format!("{}\n", line.join("  ").trim_end())
         })
         .collect()
+}
+
+/// `cell` followed by spaces up to `width` characters (none when it is already that wide).
+fn pad(cell: &str, width: usize) -> String {
+    let fill = width.saturating_sub(cell.chars().count());
+    format!("{cell}{}", " ".repeat(fill))
 }
 
 /// Every field of every EP as a JSON array of objects (dtype sets as name lists).
@@ -76,4 +78,19 @@ fn names(set: &BTreeSet<DType>) -> String {
 
 fn yes_no(b: bool) -> String {
     if b { "yes" } else { "no" }.into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_name_wider_than_the_format_limit_is_padded_without_panicking() {
+        // `{:<w$}` panics for widths of 65,536 and more; the table never uses it.
+        let long = EpCapabilities::new("x".repeat(70_000));
+        let table = ep_table(&[long, EpCapabilities::new("cpu")]);
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(lines.len(), 3);
+        assert!(lines[2].starts_with(&format!("cpu{}  ", " ".repeat(70_000 - 3))));
+    }
 }

@@ -6,6 +6,9 @@ use super::capabilities::EpCapabilities;
 use crate::error::{Error, Result};
 use crate::ir::DType;
 
+/// The longest EP name accepted, in characters.
+pub const MAX_EP_NAME_LEN: usize = 64;
+
 /// Provider-option keys that control graph capture; `enable_graph_capture` sets them instead.
 const GRAPH_CAPTURE_KEYS: [&str; 3] = ["enable_cuda_graph", "enableGraphCapture", "validationMode"];
 
@@ -33,12 +36,13 @@ impl EpCapabilities {
     /// * `supports_fused_rope = false` needs empty `qkv_pack_dtypes` (RoPE separation would
     ///   immediately undo the packing);
     /// * `cap_kv_buffer_max_length` needs `supports_past_present_share_buffer`;
-    /// * `name` is non-empty and made of `a-z`, `0-9`, `-`, `_`, `.`;
+    /// * `name` is non-empty, at most [`MAX_EP_NAME_LEN`] characters, and made of `a-z`,
+    ///   `0-9`, `-`, `_`, `.`;
     /// * `provider_options` holds no graph-capture key (`enable_cuda_graph`,
     ///   `enableGraphCapture`, `validationMode`): use `enable_graph_capture`;
     /// * `gqa_dtypes` and `qkv_pack_dtypes` hold only f32, f16 and bf16;
     /// * `default_int4_accuracy_level` is at most 4, `max_buffer_size` is not 0, and every
-    ///   `cost` parameter is a positive finite number.
+    ///   `cost` parameter lies in its plausible range ([`super::CostParams`]).
     ///
     /// Fails with [`Error::InvalidEp`] naming the field(s) at fault.
     pub fn validate(&self) -> Result<()> {
@@ -54,6 +58,17 @@ impl EpCapabilities {
     /// The first broken rule, if any.
     pub(super) fn violation(&self) -> Option<Violation> {
         let valid_char = |c: char| matches!(c, 'a'..='z' | '0'..='9' | '-' | '_' | '.');
+        let length = self.name.chars().count();
+        if length > MAX_EP_NAME_LEN {
+            let start: String = self.name.chars().take(16).collect();
+            return Some(Violation::new(
+                &["name"],
+                format!(
+                    "`name` \"{start}…\" is {length} characters long; at most \
+                     {MAX_EP_NAME_LEN} are allowed"
+                ),
+            ));
+        }
         if self.name.is_empty() || !self.name.chars().all(valid_char) {
             return Some(Violation::new(
                 &["name"],

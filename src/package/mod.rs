@@ -2,6 +2,7 @@
 //! checkpoint's tokenizer files, written atomically into the output folder. Encoders get no
 //! `genai_config.json`: onnxruntime-genai runs generative models only (spec §5.4).
 
+mod copy;
 pub mod genai_config;
 pub mod interrupt;
 pub mod output;
@@ -15,6 +16,7 @@ use crate::onnx::export::{self, SaveReport, MODEL_FILE};
 use crate::opt::Role;
 use crate::weights::eval::Evaluator;
 use crate::{Error, Result};
+pub use copy::{copy_aux_file, MAX_AUX_FILE_BYTES};
 pub use output::{check_apart, check_not_over, check_target, StagedOutput};
 
 /// File name of the onnxruntime-genai configuration.
@@ -42,7 +44,7 @@ pub fn write_package(
             .file_name()
             .ok_or_else(|| Error::Source(format!("{} is not a file", file.display())))?;
         let dest = dir.join(name);
-        std::fs::copy(file, &dest).map_err(|e| Error::io(file, e))?;
+        copy_aux_file(file, &dest)?;
     }
     Ok(report)
 }

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::interrupt::{remove_folder, remove_stale, staging, staging_name};
+use super::interrupt::{aside_name, remove_folder, remove_stale, staging, staging_name};
 use crate::paths::{canonical_target, overlap};
 use crate::{Error, Result};
 
@@ -140,15 +140,48 @@ impl StagedOutput {
         &self.staging
     }
 
-    /// Replaces the target with the staged folder.
+    /// Replaces the target with the staged folder. An existing target is first renamed aside
+    /// (`.<name>.mobius-old-<pid>`), removed only once the staged folder is in its place, and
+    /// renamed back when that fails: a failed commit never loses the old output.
     pub fn commit(mut self) -> Result<()> {
         let mut registry = staging();
-        if self.target.exists() {
-            std::fs::remove_dir_all(&self.target).map_err(|e| Error::io(&self.target, e))?;
+        let aside = self.staging.with_file_name(aside_name(
+            &self
+                .target
+                .file_name()
+                .unwrap_or_default()
+                .to_string_lossy(),
+            std::process::id(),
+        ));
+        let replacing = std::fs::symlink_metadata(&self.target).is_ok();
+        if replacing {
+            remove_folder(&aside);
+            std::fs::rename(&self.target, &aside).map_err(|e| Error::Output {
+                path: self.target.to_path_buf(),
+                message: format!("cannot move the old output aside to replace it: {e}"),
+            })?;
         }
-        std::fs::rename(&self.staging, &self.target).map_err(|e| Error::io(&self.target, e))?;
+        if let Err(e) = std::fs::rename(&self.staging, &self.target) {
+            let restored = !replacing || std::fs::rename(&aside, &self.target).is_ok();
+            let message = if restored {
+                format!("cannot move the new output into place: {e}")
+            } else {
+                format!(
+                    "cannot move the new output into place: {e}; the old output is in {}",
+                    aside.display()
+                )
+            };
+            return Err(Error::Output {
+                path: self.target.to_path_buf(),
+                message,
+            });
+        }
         registry.retain(|d| d != &self.staging);
         self.committed = true;
+        drop(registry);
+        if replacing {
+            remove_folder(&aside);
+        }
         Ok(())
     }
 }
@@ -160,5 +193,43 @@ impl Drop for StagedOutput {
             remove_folder(&self.staging);
             registry.retain(|d| d != &self.staging);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_commit_replaces_the_old_output_and_leaves_nothing_aside() {
+        let t = tempfile::tempdir().unwrap();
+        let target = t.path().join("out");
+        std::fs::create_dir(&target).unwrap();
+        std::fs::write(target.join("old.txt"), b"old").unwrap();
+        let staged = StagedOutput::create(&target).unwrap();
+        std::fs::write(staged.dir().join("new.txt"), b"new").unwrap();
+        staged.commit().unwrap();
+        assert!(target.join("new.txt").is_file() && !target.join("old.txt").exists());
+        let names: Vec<_> = std::fs::read_dir(t.path()).unwrap().flatten().collect();
+        assert_eq!(names.len(), 1, "{names:?}");
+    }
+
+    #[test]
+    fn a_failed_commit_keeps_the_old_output() {
+        let t = tempfile::tempdir().unwrap();
+        let target = t.path().join("out");
+        std::fs::create_dir(&target).unwrap();
+        std::fs::write(target.join("old.txt"), b"old").unwrap();
+        let staged = StagedOutput::create(&target).unwrap();
+        // The staged folder vanishes: moving it into place fails.
+        std::fs::remove_dir_all(staged.dir()).unwrap();
+        let err = staged.commit().unwrap_err().to_string();
+        assert!(
+            err.contains("cannot move the new output into place"),
+            "{err}"
+        );
+        assert_eq!(std::fs::read(target.join("old.txt")).unwrap(), b"old");
+        let names: Vec<_> = std::fs::read_dir(t.path()).unwrap().flatten().collect();
+        assert_eq!(names.len(), 1, "{names:?}");
     }
 }

@@ -17,7 +17,7 @@ pub(super) fn resolve(dir: &Path, want_weights: bool) -> Result<ModelFiles> {
         )));
     }
     let config = dir.join(CONFIG_FILE);
-    if !config.is_file() {
+    if !present(dir, CONFIG_FILE)? {
         return Err(Error::Source(format!(
             "{} has no {CONFIG_FILE}; expected a Hugging Face model folder",
             dir.display()
@@ -28,13 +28,13 @@ pub(super) fn resolve(dir: &Path, want_weights: bool) -> Result<ModelFiles> {
     } else {
         None
     };
-    let tokenizer_files = TOKENIZER_FILES
-        .iter()
-        .map(|name| dir.join(name))
-        .filter(|path| path.is_file())
-        .collect::<Vec<_>>();
-    for file in &tokenizer_files {
-        check_file_inside(dir, file, "tokenizer file")?;
+    let mut tokenizer_files = Vec::new();
+    for name in TOKENIZER_FILES {
+        if present(dir, name)? {
+            let file = dir.join(name);
+            check_file_inside(dir, &file, "tokenizer file")?;
+            tokenizer_files.push(file);
+        }
     }
     Ok(ModelFiles {
         config,
@@ -45,17 +45,72 @@ pub(super) fn resolve(dir: &Path, want_weights: bool) -> Result<ModelFiles> {
     })
 }
 
+/// Whether the checkpoint file `name` is in `dir`: `false` when nothing has that name, an
+/// error naming it when something does but is not a regular file, links followed (a folder,
+/// FIFO, device, or a link to one or to nothing). A file mobius knows is never skipped
+/// silently.
+fn present(dir: &Path, name: &str) -> Result<bool> {
+    let path = dir.join(name);
+    match std::fs::symlink_metadata(&path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(Error::io(&path, e)),
+        Ok(own) => {
+            let link = if own.file_type().is_symlink() {
+                "a link to "
+            } else {
+                ""
+            };
+            match std::fs::metadata(&path) {
+                Ok(m) if m.is_file() => Ok(true),
+                Ok(m) => Err(not_regular(
+                    &path,
+                    &format!("it is {link}{}", kind(m.file_type())),
+                )),
+                Err(e) => Err(not_regular(&path, &format!("it is a broken link: {e}"))),
+            }
+        }
+    }
+}
+
+/// What a file type that is not a regular file is, for people.
+fn kind(t: std::fs::FileType) -> &'static str {
+    if t.is_dir() {
+        return "a folder";
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if t.is_fifo() {
+            return "a FIFO";
+        }
+        if t.is_char_device() || t.is_block_device() {
+            return "a device";
+        }
+        if t.is_socket() {
+            return "a socket";
+        }
+    }
+    "not a file"
+}
+
+fn not_regular(path: &Path, why: &str) -> Error {
+    Error::Source(format!(
+        "{} exists but is not a regular file ({why}); remove it or replace it with the file",
+        path.display()
+    ))
+}
+
 /// The index if present, else `model.safetensors`, else the folder's only `.safetensors` file.
 fn find_weights(dir: &Path) -> Result<WeightFiles> {
     let index = dir.join(SHARD_INDEX_FILE);
-    if index.is_file() {
+    if present(dir, SHARD_INDEX_FILE)? {
         return Ok(WeightFiles::Sharded {
             index,
             root: dir.to_path_buf(),
         });
     }
     let single = dir.join(SINGLE_WEIGHTS_FILE);
-    if single.is_file() {
+    if present(dir, SINGLE_WEIGHTS_FILE)? {
         return Ok(WeightFiles::Single(single));
     }
     let mut others = safetensors_files(dir)?;

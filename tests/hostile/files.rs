@@ -1147,3 +1147,80 @@ fn a_shard_index_with_too_many_shards_is_refused() {
         &["100000 shard files", "limit of 4096"],
     );
 }
+
+#[cfg(unix)]
+#[test]
+fn sighup_during_a_build_removes_the_staging_folder() {
+    interrupted("HUP", 129);
+}
+
+#[cfg(unix)]
+#[test]
+fn sigquit_during_a_build_removes_the_staging_folder() {
+    interrupted("QUIT", 131);
+}
+
+/// Replaces checkpoint file `name` in `ckpt` with something that is not a regular file:
+/// `kind` is `fifo`, `folder`, `dangling` (a link to nothing) or `zero` (a link to /dev/zero).
+#[cfg(unix)]
+fn not_a_file(ckpt: &Path, name: &str, kind: &str) {
+    let path = ckpt.join(name);
+    let _ = std::fs::remove_file(&path);
+    match kind {
+        "fifo" => crate::run::fifo(&path),
+        "folder" => std::fs::create_dir(&path).unwrap(),
+        "dangling" => std::os::unix::fs::symlink(ckpt.join("nothing-here"), &path).unwrap(),
+        "zero" => std::os::unix::fs::symlink("/dev/zero", &path).unwrap(),
+        other => panic!("unknown kind {other}"),
+    }
+}
+
+#[cfg(unix)]
+#[test]
+fn known_checkpoint_files_that_are_not_regular_files_are_named_not_skipped() {
+    let names = [
+        "config.json",
+        "model.safetensors",
+        "model.safetensors.index.json",
+        "tokenizer.json",
+        "tokenizer.model",
+        "tokenizer_config.json",
+        "special_tokens_map.json",
+        "generation_config.json",
+    ];
+    for name in names {
+        for kind in ["fifo", "folder", "dangling", "zero"] {
+            let t = tempfile::tempdir().unwrap();
+            let ckpt = copy_fixture("llama", &t.path().join("ckpt"));
+            not_a_file(&ckpt, name, kind);
+            let mut build = mobius();
+            build
+                .arg("build")
+                .arg("--config")
+                .arg(&ckpt)
+                .arg(t.path().join("out"))
+                .timeout(Duration::from_secs(60));
+            let around = listing(t.path());
+            fails_with(build, 1, &[name, "exists but is not a regular file"]);
+            unchanged(t.path(), &around);
+        }
+    }
+}
+
+#[test]
+fn a_tokenizer_file_over_one_gib_is_refused_and_nothing_is_written() {
+    let t = tempfile::tempdir().unwrap();
+    let ckpt = copy_fixture("llama", &t.path().join("ckpt"));
+    // Sparse: takes no disk space.
+    std::fs::File::create(ckpt.join("tokenizer.json"))
+        .unwrap()
+        .set_len((1 << 30) + 1)
+        .unwrap();
+    build_refused(
+        &ckpt,
+        &t.path().join("out"),
+        &[],
+        1,
+        &["tokenizer.json", "1073741824 bytes (1 GiB)"],
+    );
+}

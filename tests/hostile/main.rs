@@ -8,6 +8,7 @@ mod common;
 
 mod check;
 mod config;
+mod eps;
 mod files;
 mod interp;
 mod optimize;

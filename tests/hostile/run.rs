@@ -450,3 +450,30 @@ fn the_input_arrays_together_are_checked_against_the_memory_budget_before_readin
     );
     w.nothing_written(&before);
 }
+
+/// Makes a FIFO at `path` (`mkfifo`).
+#[cfg(unix)]
+pub fn fifo(path: &Path) {
+    let made = std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .unwrap();
+    assert!(made.success(), "mkfifo {}", path.display());
+}
+
+#[cfg(unix)]
+#[test]
+fn inputs_that_are_not_regular_files_are_refused_before_opening() {
+    let w = Work::simple();
+    fifo(&w.path("pipe.npy"));
+    std::os::unix::fs::symlink("/dev/zero", w.path("zero.npy")).unwrap();
+    std::fs::create_dir(w.path("folder.npy")).unwrap();
+    let before = w.before();
+    for name in ["pipe.npy", "zero.npy", "folder.npy"] {
+        let mut cmd = w.run(&["--input", &format!("x={name}")]);
+        // Opening a FIFO blocks: without the check this would hang, not fail.
+        cmd.timeout(std::time::Duration::from_secs(30));
+        fails_with(cmd, 1, &[name, "not a regular file"]);
+        w.nothing_written(&before);
+    }
+}
