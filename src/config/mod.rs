@@ -490,8 +490,9 @@ fn layer_windows(
         .collect())
 }
 
-/// The token ids of `field`: an integer ≥ 0 or a list of them; none when absent or `null`.
-/// Anything else (a negative number, a fraction, a string, `null` in a list) is an error
+/// The token ids of `field`: an integer ≥ 0 or a list of them; none when absent, `null` or
+/// -1 (older configs, e.g. LLaMA's `pad_token_id: -1`, spell "no such token" that way).
+/// Anything else (another negative number, a fraction, a string, `null` in a list) is an error
 /// naming the field.
 fn token_list(f: &Fields<'_>, field: &str, v: Option<&Value>) -> Result<Vec<i64>> {
     let items: Vec<&Value> = match v {
@@ -501,11 +502,15 @@ fn token_list(f: &Fields<'_>, field: &str, v: Option<&Value>) -> Result<Vec<i64>
     };
     items
         .into_iter()
+        .filter(|item| item.as_i64() != Some(-1))
         .map(|item| match item.as_i64() {
             Some(id) if id >= 0 => Ok(id),
             _ => Err(f.err(
                 field,
-                &format!("{item} is not a token id (expected an integer ≥ 0, or a list of them)"),
+                &format!(
+                    "{item} is not a token id (expected an integer ≥ 0, or a list of them; -1 \
+                     for none)"
+                ),
             )),
         })
         .collect()

@@ -417,12 +417,21 @@ fn numbers_too_large_for_json_name_their_field() {
 }
 
 #[test]
+fn minus_one_means_no_such_token() {
+    let json = V4.replace(
+        "\"eos_token_id\": [1, 2], \"bos_token_id\": 0",
+        "\"eos_token_id\": [1, 2], \"bos_token_id\": 0, \"pad_token_id\": -1",
+    );
+    assert_eq!(parse(&json).unwrap().pad_token_id, None);
+}
+
+#[test]
 fn config_token_ids_must_be_integers_inside_the_vocabulary() {
     for (ids, field, needle) in [
         (
-            "\"bos_token_id\": -1",
+            "\"bos_token_id\": -2",
             "bos_token_id",
-            "-1 is not a token id",
+            "-2 is not a token id",
         ),
         (
             "\"bos_token_id\": 300",
