@@ -73,6 +73,17 @@ pub const MAX_EXPANDED_NODES: u64 = 10_000_000;
 /// checkpoints have about 200; each shard is one memory map, and the kernel limits those).
 pub const MAX_SHARDS: usize = 4096;
 
+/// The largest EP file (`--ep-file`) read, in bytes (1 MiB): a capability table is a few
+/// hundred bytes.
+pub const MAX_EP_FILE_BYTES: u64 = 1 << 20;
+
+/// The longest EP name accepted, in characters.
+pub const MAX_EP_NAME_LEN: usize = 64;
+
+/// The largest tokenizer or other auxiliary file copied into a package, in bytes (1 GiB);
+/// real tokenizers are a few MiB.
+pub const MAX_AUX_FILE_BYTES: u64 = 1 << 30;
+
 /// The hint that ends a limit error: how to raise the limit with `flag`.
 fn raise_hint(flag: &str) -> String {
     format!(" (raise it with {flag})")

@@ -9,8 +9,7 @@ use super::file_spec::EpFileSpec;
 use super::registry::{ep_registry, get_ep, register_ep};
 use crate::error::{Error, Result};
 
-/// The largest EP file read, in bytes (1 MiB): a capability table is a few hundred bytes.
-pub const MAX_EP_FILE_BYTES: u64 = 1 << 20;
+pub use crate::limits::MAX_EP_FILE_BYTES;
 
 /// Reads EP capabilities from the TOML file at `path` and validates them.
 ///

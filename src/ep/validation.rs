@@ -6,8 +6,7 @@ use super::capabilities::EpCapabilities;
 use crate::error::{Error, Result};
 use crate::ir::DType;
 
-/// The longest EP name accepted, in characters.
-pub const MAX_EP_NAME_LEN: usize = 64;
+pub use crate::limits::MAX_EP_NAME_LEN;
 
 /// Provider-option keys that control graph capture; `enable_graph_capture` sets them instead.
 const GRAPH_CAPTURE_KEYS: [&str; 3] = ["enable_cuda_graph", "enableGraphCapture", "validationMode"];

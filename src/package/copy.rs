@@ -7,9 +7,7 @@ use std::path::Path;
 
 use crate::{Error, Result};
 
-/// The largest tokenizer or other auxiliary file copied into a package, in bytes (1 GiB);
-/// real tokenizers are a few MiB.
-pub const MAX_AUX_FILE_BYTES: u64 = 1 << 30;
+pub use crate::limits::MAX_AUX_FILE_BYTES;
 
 /// Copies `source`, a regular file of at most [`MAX_AUX_FILE_BYTES`], to `dest`.
 ///
