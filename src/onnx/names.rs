@@ -59,7 +59,7 @@ pub fn check_single_assignment(graph: &Graph) -> Result<(), String> {
 }
 
 /// `node `name` (Op)`, or `node #i (Op)` for an unnamed node.
-fn describe(node: &Node, index: usize) -> String {
+pub(super) fn describe(node: &Node, index: usize) -> String {
     if node.name.is_empty() {
         format!("node #{index} ({})", node.op_type)
     } else {

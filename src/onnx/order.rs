@@ -5,7 +5,8 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use crate::ir::{Graph, Node};
+use super::names::describe;
+use crate::ir::Graph;
 
 /// Checks that `graph`'s nodes are in topological order; the error names the value read
 /// before (or without) being defined and, for a cycle, the nodes that form it.
@@ -97,19 +98,10 @@ fn cycle_through(
     None
 }
 
-/// `node `name` (Op)`, or `node #i (Op)` for an unnamed node.
-fn describe(node: &Node, index: usize) -> String {
-    if node.name.is_empty() {
-        format!("node #{index} ({})", node.op_type)
-    } else {
-        format!("node `{}` ({})", node.name, node.op_type)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ir::{DType, Shape, ValueInfo};
+    use crate::ir::{DType, Node, Shape, ValueInfo};
 
     fn node(name: &str, input: &str, output: &str) -> Node {
         Node {

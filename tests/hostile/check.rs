@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use assert_cmd::Command;
 use mobius::ir::{Graph, Model};
+use mobius::onnx::proto::{self, DimensionValue};
 use mobius::weights::eval::Evaluator;
 
 /// Runs `cmd`, expecting exit code `code` and exactly one `error:` line on stderr that contains
@@ -67,4 +68,28 @@ pub fn save_model(dir: &Path, graph: Graph) -> PathBuf {
     )
     .unwrap();
     dir.join("model.onnx")
+}
+
+/// The ONNX element type code of float32.
+pub const F32: i32 = 1;
+
+/// A float32 graph input or output `name` of fixed shape `dims` (ONNX protobuf).
+pub fn value(name: &str, dims: &[i64]) -> proto::ValueInfoProto {
+    proto::ValueInfoProto {
+        name: name.into(),
+        r#type: Some(proto::TypeProto {
+            tensor_type: Some(proto::TypeProtoTensor {
+                elem_type: F32,
+                shape: Some(proto::TensorShapeProto {
+                    dim: dims
+                        .iter()
+                        .map(|&d| proto::Dimension {
+                            value: Some(DimensionValue::DimValue(d)),
+                        })
+                        .collect(),
+                }),
+            }),
+        }),
+        ..Default::default()
+    }
 }

@@ -7,33 +7,11 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use mobius::onnx::proto::{self, DimensionValue};
+use mobius::onnx::proto;
 use prost::Message;
 
-use crate::check::{fails_with, listing, unchanged};
+use crate::check::{fails_with, listing, unchanged, value, F32};
 use crate::common::{copy_fixture, fixture, mobius, read_safetensors, write_safetensors};
-
-const F32: i32 = 1;
-
-fn value(name: &str, dims: &[i64]) -> proto::ValueInfoProto {
-    proto::ValueInfoProto {
-        name: name.into(),
-        r#type: Some(proto::TypeProto {
-            tensor_type: Some(proto::TypeProtoTensor {
-                elem_type: F32,
-                shape: Some(proto::TensorShapeProto {
-                    dim: dims
-                        .iter()
-                        .map(|&d| proto::Dimension {
-                            value: Some(DimensionValue::DimValue(d)),
-                        })
-                        .collect(),
-                }),
-            }),
-        }),
-        ..Default::default()
-    }
-}
 
 fn entry(key: &str, value: &str) -> proto::StringStringEntryProto {
     proto::StringStringEntryProto {

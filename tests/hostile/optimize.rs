@@ -4,33 +4,11 @@
 
 use std::path::{Path, PathBuf};
 
-use mobius::onnx::proto::{self, attribute_type, DimensionValue};
+use mobius::onnx::proto::{self, attribute_type};
 use prost::Message;
 
-use crate::check::{fails_with, listing, unchanged};
+use crate::check::{fails_with, listing, unchanged, value};
 use crate::common::mobius;
-
-const F32: i32 = 1;
-
-fn value(name: &str, dims: &[i64]) -> proto::ValueInfoProto {
-    proto::ValueInfoProto {
-        name: name.into(),
-        r#type: Some(proto::TypeProto {
-            tensor_type: Some(proto::TypeProtoTensor {
-                elem_type: F32,
-                shape: Some(proto::TensorShapeProto {
-                    dim: dims
-                        .iter()
-                        .map(|&d| proto::Dimension {
-                            value: Some(DimensionValue::DimValue(d)),
-                        })
-                        .collect(),
-                }),
-            }),
-        }),
-        ..Default::default()
-    }
-}
 
 fn node(op: &str, domain: &str, input: &str, output: &str) -> proto::NodeProto {
     proto::NodeProto {
