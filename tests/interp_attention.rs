@@ -4,10 +4,9 @@
 //! Inputs come from `gen`, a deterministic pattern of multiples of 1/8 (exact in f32), so each
 //! case only pastes onnxruntime's outputs.
 
-use std::collections::BTreeMap;
-
-use mobius::interp::{eval_node, OpCall, Tensor};
-use mobius::ir::{Attr, DType, Node};
+use mobius::interp::{eval_op, Tensor};
+use mobius::ir::{Attr, DType};
+use mobius::limits::InterpLimits;
 
 /// `((i² · 3 + 7i + 5 · seed) mod 19 − 9) / 8` for each flat index `i` of `shape`.
 fn gen(shape: &[usize], seed: usize) -> Tensor {
@@ -43,23 +42,19 @@ fn try_eval(
     inputs: Vec<Option<Tensor>>,
     outputs: &[&str],
 ) -> mobius::Result<Vec<Tensor>> {
-    let node = Node {
-        name: "n".into(),
-        domain: domain.into(),
-        op_type: op.into(),
-        inputs: (0..inputs.len()).map(|i| format!("i{i}")).collect(),
-        outputs: outputs.iter().map(|o| o.to_string()).collect(),
-        attrs: attrs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.clone()))
-            .collect::<BTreeMap<_, _>>(),
-    };
-    let call = OpCall {
-        node: &node,
-        inputs: inputs.iter().map(Option::as_ref).collect(),
-        limits: &mobius::limits::InterpLimits::default(),
-    };
-    eval_node(&call)
+    let attrs = attrs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect();
+    let inputs: Vec<Option<&Tensor>> = inputs.iter().map(Option::as_ref).collect();
+    eval_op(
+        "n",
+        (domain, op),
+        attrs,
+        &inputs,
+        outputs,
+        &InterpLimits::default(),
+    )
 }
 
 fn eval(

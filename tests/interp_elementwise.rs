@@ -4,10 +4,11 @@
 // Expected values are the exact decimal expansions of the f32/f16 results onnxruntime printed.
 #![allow(clippy::excessive_precision)]
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
-use mobius::interp::{eval_node, run_graph, OpCall, Tensor, Values};
-use mobius::ir::{Attr, DType, GraphBuilder, Node, Shape, TensorData};
+use mobius::interp::{eval_op, run_graph, Tensor, Values};
+use mobius::ir::{Attr, DType, GraphBuilder, Shape, TensorData};
+use mobius::limits::InterpLimits;
 use mobius::weights::eval::Evaluator;
 
 const NAN: f32 = f32::NAN;
@@ -19,24 +20,16 @@ fn try_eval(
     inputs: &[Option<&Tensor>],
     attrs: Vec<(&str, Attr)>,
 ) -> mobius::Result<Tensor> {
-    let node = Node {
-        name: "n".into(),
-        domain: domain.into(),
-        op_type: op.into(),
-        inputs: vec![],
-        outputs: vec!["y".into()],
-        attrs: attrs
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v))
-            .collect::<BTreeMap<_, _>>(),
-    };
-    let call = OpCall {
-        node: &node,
-        inputs: inputs.to_vec(),
-
-        limits: &mobius::limits::InterpLimits::default(),
-    };
-    eval_node(&call).map(|mut outputs| outputs.remove(0))
+    let attrs = attrs.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+    eval_op(
+        "n",
+        (domain, op),
+        attrs,
+        inputs,
+        &["y"],
+        &InterpLimits::default(),
+    )
+    .map(|mut outputs| outputs.remove(0))
 }
 
 fn eval(op: &str, inputs: &[&Tensor], attrs: Vec<(&str, Attr)>) -> Tensor {

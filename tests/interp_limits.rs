@@ -2,10 +2,8 @@
 //! allocates, refuses malformed sizes from data with an error naming the node, and never
 //! panics on malformed inputs or attributes.
 
-use std::collections::BTreeMap;
-
-use mobius::interp::{eval_node, OpCall, Tensor};
-use mobius::ir::{Attr, DType, Node, TensorData};
+use mobius::interp::{eval_op, Tensor};
+use mobius::ir::{Attr, DType, TensorData};
 use mobius::limits::{InterpLimits, TENSOR_ELEMENTS_FLAG};
 use mobius::Error;
 
@@ -35,23 +33,17 @@ fn run(
     inputs: Vec<Option<Tensor>>,
     limits: &InterpLimits,
 ) -> Result<Vec<Tensor>, String> {
-    let node = Node {
-        name: "bad".into(),
-        domain: domain.into(),
-        op_type: op.into(),
-        inputs: (0..inputs.len()).map(|i| format!("i{i}")).collect(),
-        outputs: vec!["y".into(), "y1".into(), "y2".into()],
-        attrs: attrs
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v))
-            .collect::<BTreeMap<_, _>>(),
-    };
-    let call = OpCall {
-        node: &node,
-        inputs: inputs.iter().map(Option::as_ref).collect(),
+    let attrs = attrs.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+    let inputs: Vec<Option<&Tensor>> = inputs.iter().map(Option::as_ref).collect();
+    eval_op(
+        "bad",
+        (domain, op),
+        attrs,
+        &inputs,
+        &["y", "y1", "y2"],
         limits,
-    };
-    eval_node(&call).map_err(|e| e.to_string())
+    )
+    .map_err(|e| e.to_string())
 }
 
 /// The error of `op` within [`SMALL`], which must name the node.

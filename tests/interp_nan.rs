@@ -3,10 +3,8 @@
 //! and `probs · V` reads every key (`0 · NaN = NaN`). Each expectation was observed in
 //! onnxruntime on the same one-node model (tests/ort/interp_cases.py cross-checks them too).
 
-use std::collections::BTreeMap;
-
-use mobius::interp::{eval_node, OpCall, Tensor};
-use mobius::ir::{Attr, DType, Node};
+use mobius::interp::{eval_op, Tensor};
+use mobius::ir::{Attr, DType};
 use mobius::limits::InterpLimits;
 
 const NAN: f32 = f32::NAN;
@@ -24,23 +22,12 @@ fn try_eval(
     inputs: Vec<Option<Tensor>>,
     limits: &InterpLimits,
 ) -> mobius::Result<Vec<Tensor>> {
-    let node = Node {
-        name: "n".into(),
-        domain: domain.into(),
-        op_type: op.into(),
-        inputs: (0..inputs.len()).map(|i| format!("i{i}")).collect(),
-        outputs: vec!["y".into()],
-        attrs: attrs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.clone()))
-            .collect::<BTreeMap<_, _>>(),
-    };
-    let call = OpCall {
-        node: &node,
-        inputs: inputs.iter().map(Option::as_ref).collect(),
-        limits,
-    };
-    eval_node(&call)
+    let attrs = attrs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect();
+    let inputs: Vec<Option<&Tensor>> = inputs.iter().map(Option::as_ref).collect();
+    eval_op("n", (domain, op), attrs, &inputs, &["y"], limits)
 }
 
 /// Evaluates one node (default budgets) and returns its outputs.

@@ -4,8 +4,9 @@
 
 use std::collections::HashMap;
 
-use mobius::interp::{eval_node, run_graph, OpCall, Tensor};
-use mobius::ir::{Attr, DType, GraphBuilder, Node, Shape};
+use mobius::interp::{eval_op, run_graph, Tensor};
+use mobius::ir::{Attr, DType, GraphBuilder, Shape};
+use mobius::limits::InterpLimits;
 use mobius::weights::eval::Evaluator;
 
 /// float32 `0, 1, 2, …` of the given shape.
@@ -49,31 +50,18 @@ fn eval(
     attrs: Vec<(&str, Attr)>,
     n_out: usize,
 ) -> mobius::Result<Vec<Tensor>> {
-    let node = Node {
-        name: format!("{op}_node"),
-        domain: String::new(),
-        op_type: op.to_string(),
-        inputs: inputs
-            .iter()
-            .enumerate()
-            .map(|(i, t)| {
-                if t.is_some() {
-                    format!("in{i}")
-                } else {
-                    String::new()
-                }
-            })
-            .collect(),
-        outputs: (0..n_out).map(|i| format!("out{i}")).collect(),
-        attrs: attrs.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
-    };
-    let call = OpCall {
-        node: &node,
-        inputs: inputs.iter().map(Option::as_ref).collect(),
-
-        limits: &mobius::limits::InterpLimits::default(),
-    };
-    eval_node(&call)
+    let attrs = attrs.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+    let outputs: Vec<String> = (0..n_out).map(|i| format!("out{i}")).collect();
+    let outputs: Vec<&str> = outputs.iter().map(String::as_str).collect();
+    let inputs: Vec<Option<&Tensor>> = inputs.iter().map(Option::as_ref).collect();
+    eval_op(
+        &format!("{op}_node"),
+        ("", op),
+        attrs,
+        &inputs,
+        &outputs,
+        &InterpLimits::default(),
+    )
 }
 
 /// The node's outputs equal `expected` exactly (dtype, shape and values).

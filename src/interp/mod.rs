@@ -111,6 +111,36 @@ impl<'a> OpCall<'a> {
     }
 }
 
+/// Evaluates one op outside a graph: a node named `name` (errors name it) running `domain::op`
+/// with `attrs` on `inputs` (`None`: an absent optional input), writing the outputs named in
+/// `outputs` (an empty name: an optional output not asked for), within `limits`.
+pub fn eval_op(
+    name: &str,
+    (domain, op): (&str, &str),
+    attrs: BTreeMap<String, Attr>,
+    inputs: &[Option<&Tensor>],
+    outputs: &[&str],
+    limits: &InterpLimits,
+) -> Result<Vec<Tensor>> {
+    let node = Node {
+        name: name.to_string(),
+        domain: domain.to_string(),
+        op_type: op.to_string(),
+        inputs: inputs
+            .iter()
+            .enumerate()
+            .map(|(i, t)| t.map_or_else(String::new, |_| format!("in{i}")))
+            .collect(),
+        outputs: outputs.iter().map(|o| o.to_string()).collect(),
+        attrs,
+    };
+    eval_node(&OpCall {
+        node: &node,
+        inputs: inputs.to_vec(),
+        limits,
+    })
+}
+
 /// The result of an op family's evaluator: `None` when the op is not in that family.
 pub type FamilyResult = Option<Result<Vec<Tensor>>>;
 

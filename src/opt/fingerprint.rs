@@ -16,8 +16,7 @@ use egg::{Id, Symbol};
 
 use super::analysis::{Kind, OnnxGraph};
 use super::lang::{Onnx, OpNode};
-use crate::interp::{eval_node, OpCall, Tensor};
-use crate::ir::Node;
+use crate::interp::{eval_op, Tensor};
 use crate::limits::InterpLimits;
 
 /// The value of a class on the fingerprint input.
@@ -208,21 +207,18 @@ pub fn of_op(egraph: &OnnxGraph, op: &OpNode) -> Option<Fingerprint> {
         .zip(op.attr_ids())
         .filter_map(|(n, &id)| Some((n.to_string(), egraph[id].data.attr()?.to_attr()?)))
         .collect();
-    let (domain, op_type) = op.domain_and_type();
-    let node = Node {
-        name: "fingerprint".into(),
-        domain: domain.into(),
-        op_type: op_type.into(),
-        inputs: (0..inputs.len()).map(|i| format!("in{i}")).collect(),
-        outputs: (0..op.outputs).map(|i| format!("out{i}")).collect(),
+    let outputs: Vec<String> = (0..op.outputs).map(|i| format!("out{i}")).collect();
+    let outputs: Vec<&str> = outputs.iter().map(String::as_str).collect();
+    let inputs: Vec<Option<&Tensor>> = inputs.iter().map(|t| t.as_deref()).collect();
+    let mut outs = eval_op(
+        "fingerprint",
+        op.domain_and_type(),
         attrs,
-    };
-    let call = OpCall {
-        node: &node,
-        inputs: inputs.iter().map(|t| t.as_deref()).collect(),
-        limits: &InterpLimits::default(),
-    };
-    let mut outs = eval_node(&call).ok()?;
+        &inputs,
+        &outputs,
+        &InterpLimits::default(),
+    )
+    .ok()?;
     let fingerprint = if op.outputs == 1 {
         Fingerprint::Tensor(Arc::new(outs.remove(0)))
     } else {
