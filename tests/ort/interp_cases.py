@@ -448,24 +448,25 @@ def _shape_ops():
 
 
 # --------------------------------------------------------------------------- reductions
+def _red(op, name, x, axes, dt=F32, axes_input=False, **kw):
+    """One reduction case: `x`, reduced over `axes` (an initializer, or a graph input)."""
+    ins = [inp("x", x)]
+    if axes is not None:
+        ins.append((inp if axes_input else init)("axes", np.array(axes, np.int64)))
+    add(op, name, ins, [("y", dt)], **kw)
+
+
 def _reduce():
-    for op in ["ReduceSum", "ReduceMean", "ReduceMax"]:
+    for op in ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin"]:
         r = rng_for(op, "data")
         x = randn(r, 3, 4, 5)
-
-        def red(name, x, axes, dt=F32, **kw):
-            ins = [inp("x", x)]
-            if axes is not None:
-                ins.append(init("axes", np.array(axes, np.int64)))
-            add(op, name, ins, [("y", dt)], **kw)
-
-        red("axis1_keepdims", x, [1])
-        red("axes_neg1_0_no_keepdims", x, [-1, 0], keepdims=0)
-        red("all_keepdims", x, None)
-        red("all_no_keepdims", x, None, keepdims=0)
-        red("empty_axes_noop", x, None, noop_with_empty_axes=1)
+        _red(op, "axis1_keepdims", x, [1])
+        _red(op, "axes_neg1_0_no_keepdims", x, [-1, 0], keepdims=0)
+        _red(op, "all_keepdims", x, None)
+        _red(op, "all_no_keepdims", x, None, keepdims=0)
+        _red(op, "empty_axes_noop", x, None, noop_with_empty_axes=1)
         if op != "ReduceMean":
-            red("i64_axis0", ints(r, -50, 50, 3, 4), [0], dt=I64)
+            _red(op, "i64_axis0", ints(r, -50, 50, 3, 4), [0], dt=I64)
 
     r = rng_for("Softmax", "data")
     add("Softmax", "default_axis", [randn(r, 2, 3, 5)], [("y", F32)])
@@ -492,11 +493,11 @@ def _reduce():
         # are not reproduced and left out)
         x = np.array([[nan, 1, 2, 3], [4, 3, nan, 1], [1, 2, 3, nan], [nan] * 4, [-inf] * 4, [1, inf, nan, -inf]],
                      np.float32)
-        add(op, "nan_inf_rows", [inp("x", x), init("axes", np.array([1], np.int64))], [("y", F32)])
+        _red(op, "nan_inf_rows", x, [1])
         x = randn(r, 5, 3, 4)
         x[0, 1, :] = nan
         x[2, 2, 3] = nan
-        add(op, "nan_axis0", [inp("x", x), init("axes", np.array([0], np.int64))], [("y", F32)])
+        _red(op, "nan_axis0", x, [0])
 
 
 
@@ -887,23 +888,14 @@ def _extrema():
         add(op, "nan_bcast_column", [randn(r, 1, 5), np.array([[nan], [0.5], [-inf]], np.float32)], [("y", F32)])
         add(op, "nan_scalar", [randn(r, 2, 3), np.array(nan, np.float32)], [("y", F32)])
 
+    # ReduceMin beyond the cases every reduction has (_reduce)
     op = "ReduceMin"
-    r = rng_for(op, "data")
-    x = randn(r, 3, 4, 5)
+    r = rng_for(op, "extra")
 
-    def red(name, x, axes, dt=F32, axes_input=False, **kw):
-        ins = [inp("x", x)]
-        if axes is not None:
-            ins.append((inp if axes_input else init)("axes", np.array(axes, np.int64)))
-        add(op, name, ins, [("y", dt)], **kw)
+    def red(name, x, axes, dt=F32, **kw):
+        _red(op, name, x, axes, dt, **kw)
 
-    red("axis1_keepdims", x, [1])
-    red("axes_neg1_0_no_keepdims", x, [-1, 0], keepdims=0)
-    red("all_keepdims", x, None)
-    red("all_no_keepdims", x, None, keepdims=0)
-    red("empty_axes_noop", x, None, noop_with_empty_axes=1)
-    red("axes_graph_input", x, [2], axes_input=True)
-    red("i64_axis0", ints(r, -50, 50, 3, 4), [0], dt=I64)
+    red("axes_graph_input", randn(r, 3, 4, 5), [2], axes_input=True)
     red("i32_axis1", ints(r, -50, 50, 3, 4, dtype=np.int32), [1], dt=I32)
     red("f16_axis1", randn(r, 3, 6, dtype=np.float16), [1], dt=F16)
     # an empty group gives the dtype's highest value
