@@ -180,7 +180,14 @@ impl Tensor {
                 shape,
                 b.iter().map(|&x| x as i8 as i64).collect(),
             ),
-            DType::U8 => Tensor::int(DType::U8, shape, b.iter().map(|&x| x as i64).collect()),
+            DType::U8 | DType::U4 => {
+                Tensor::int(t.dtype, shape, b.iter().map(|&x| x as i64).collect())
+            }
+            DType::I4 => Tensor::int(
+                DType::I4,
+                shape,
+                b.iter().map(|&x| x as i8 as i64).collect(),
+            ),
             DType::Bool => Tensor::bool(shape, b.iter().map(|&x| x != 0).collect()),
         })
     }
@@ -203,7 +210,9 @@ impl Tensor {
             (Values::Int(v), DType::I32) => {
                 v.iter().flat_map(|x| (*x as i32).to_le_bytes()).collect()
             }
-            (Values::Int(v), DType::I8 | DType::U8) => v.iter().map(|x| *x as u8).collect(),
+            (Values::Int(v), DType::I8 | DType::U8 | DType::I4 | DType::U4) => {
+                v.iter().map(|x| *x as u8).collect()
+            }
             (Values::Int(v), _) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
             (Values::Bool(v), _) => v.iter().map(|x| *x as u8).collect(),
         };

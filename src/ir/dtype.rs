@@ -23,6 +23,11 @@ pub enum DType {
     U8,
     /// Boolean (one byte per element).
     Bool,
+    /// Signed 4-bit integer (-8..=7). In memory mobius keeps one value per byte (as an `i8`);
+    /// only the ONNX files pack two values per byte (low nibble first).
+    I4,
+    /// Unsigned 4-bit integer (0..=15), one value per byte in memory (see [`DType::I4`]).
+    U4,
 }
 
 impl DType {
@@ -38,6 +43,8 @@ impl DType {
             DType::F16 => 10,
             DType::F64 => 11,
             DType::BF16 => 16,
+            DType::U4 => 21,
+            DType::I4 => 22,
         }
     }
 
@@ -53,6 +60,8 @@ impl DType {
             10 => DType::F16,
             11 => DType::F64,
             16 => DType::BF16,
+            21 => DType::U4,
+            22 => DType::I4,
             _ => return None,
         })
     }
@@ -73,13 +82,29 @@ impl DType {
         })
     }
 
-    /// Bytes per element.
+    /// Bytes per element in memory (4-bit types take one byte each there; see
+    /// [`DType::stored_bytes`] for their size in a file).
     pub fn size(self) -> usize {
         match self {
             DType::F64 | DType::I64 => 8,
             DType::F32 | DType::I32 => 4,
             DType::F16 | DType::BF16 => 2,
-            DType::I8 | DType::U8 | DType::Bool => 1,
+            DType::I8 | DType::U8 | DType::Bool | DType::I4 | DType::U4 => 1,
+        }
+    }
+
+    /// Whether values are packed two per byte in ONNX files (`I4`, `U4`).
+    pub fn is_4bit(self) -> bool {
+        matches!(self, DType::I4 | DType::U4)
+    }
+
+    /// Bytes that `numel` elements take in an ONNX file (raw data or external data): 4-bit
+    /// types pack two per byte, the last byte half used when `numel` is odd.
+    pub fn stored_bytes(self, numel: usize) -> usize {
+        if self.is_4bit() {
+            numel.div_ceil(2)
+        } else {
+            numel * self.size()
         }
     }
 
@@ -116,8 +141,34 @@ impl DType {
             DType::I8 => "i8",
             DType::U8 => "u8",
             DType::Bool => "bool",
+            DType::I4 => "i4",
+            DType::U4 => "u4",
         }
     }
+}
+
+/// Unpacks `numel` 4-bit values (two per byte, low nibble first) into one byte each:
+/// sign-extended (`i8` bytes) when `signed`, else `0..=15`.
+pub fn unpack_4bit(packed: &[u8], numel: usize, signed: bool) -> Vec<u8> {
+    (0..numel)
+        .map(|i| {
+            let nibble = (packed[i / 2] >> (4 * (i % 2))) & 0x0f;
+            if signed && nibble >= 8 {
+                nibble | 0xf0
+            } else {
+                nibble
+            }
+        })
+        .collect()
+}
+
+/// Packs one-byte 4-bit values (either signedness: only the low nibble of each byte is kept)
+/// two per byte, low nibble first; an odd count leaves the last high nibble zero.
+pub fn pack_4bit(values: &[u8]) -> Vec<u8> {
+    values
+        .chunks(2)
+        .map(|pair| (pair[0] & 0x0f) | (pair.get(1).map_or(0, |v| v & 0x0f) << 4))
+        .collect()
 }
 
 impl fmt::Display for DType {
@@ -129,6 +180,18 @@ impl fmt::Display for DType {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn four_bit_values_round_trip_through_packing() {
+        let signed: Vec<u8> = [-8i8, 7, -1, 0, 3].iter().map(|&v| v as u8).collect();
+        let packed = pack_4bit(&signed);
+        assert_eq!(packed, vec![0x78, 0x0f, 0x03]);
+        assert_eq!(unpack_4bit(&packed, 5, true), signed);
+        let unsigned = vec![15u8, 0, 9];
+        assert_eq!(unpack_4bit(&pack_4bit(&unsigned), 3, false), unsigned);
+        assert_eq!(DType::I4.stored_bytes(5), 3);
+        assert_eq!(DType::F16.stored_bytes(5), 10);
+    }
 
     #[test]
     fn byte_counts_never_overflow() {

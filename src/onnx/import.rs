@@ -279,7 +279,23 @@ impl Ctx<'_> {
         let dtype = self.dtype(t.data_type, &format!("tensor `{}`", t.name))?;
         let shape = self.shape(t)?;
         let expected = dtype.bytes_for(&shape);
-        let bytes = if !t.raw_data.is_empty() || expected == Some(0) {
+        let bytes = if dtype.is_4bit() {
+            let numel = crate::limits::numel(&shape).unwrap_or(usize::MAX);
+            let packed: Vec<u8> = if !t.raw_data.is_empty() || numel == 0 {
+                t.raw_data.clone()
+            } else {
+                t.int32_data.iter().map(|&v| v as u8).collect()
+            };
+            if packed.len() != dtype.stored_bytes(numel) {
+                return Err(self.err(format!(
+                    "tensor `{}`: {} data bytes, but shape {shape:?} of {dtype} needs {}",
+                    t.name,
+                    packed.len(),
+                    dtype.stored_bytes(numel)
+                )));
+            }
+            crate::ir::unpack_4bit(&packed, numel, dtype == DType::I4)
+        } else if !t.raw_data.is_empty() || expected == Some(0) {
             t.raw_data.clone()
         } else {
             match dtype {
@@ -292,7 +308,7 @@ impl Ctx<'_> {
                     .iter()
                     .flat_map(|&v| (v as u16).to_le_bytes())
                     .collect(),
-                DType::I8 | DType::U8 | DType::Bool => {
+                DType::I8 | DType::U8 | DType::Bool | DType::I4 | DType::U4 => {
                     t.int32_data.iter().map(|&v| v as u8).collect()
                 }
             }

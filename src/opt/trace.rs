@@ -131,6 +131,8 @@ fn onnx_name(d: DType) -> &'static str {
         DType::I8 => "INT8",
         DType::U8 => "UINT8",
         DType::Bool => "BOOL",
+        DType::I4 => "INT4",
+        DType::U4 => "UINT4",
     }
 }
 
