@@ -111,6 +111,8 @@ fn bench_full_build(c: &mut Criterion, runs: usize) -> Duration {
         execution_provider: mobius::get_ep("cuda").expect("cuda is built in"),
         limits: mobius::opt::Limits::default(),
         verify_rewrites: false,
+        quant: None,
+        accuracy_level: None,
     };
     let build_and_save = |out: PathBuf| {
         let package = mobius::build(&opts).expect("build succeeds");

@@ -30,6 +30,7 @@ fn main() {
         role: Role::Decoder,
         limits: Limits::default(),
         fingerprint_leaves: None,
+        accuracy_level: None,
     };
     println!("summary: optimizer scaling, Llama-3-70B config, cuda f16");
     println!(

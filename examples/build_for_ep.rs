@@ -25,6 +25,8 @@ fn main() -> mobius::Result<()> {
         execution_provider: get_ep(&ep)?,
         limits: Limits::default(),
         verify_rewrites: false,
+        quant: None,
+        accuracy_level: None,
     };
     let package = build(&options)?;
     print!("{}", package.optimization);

@@ -11,6 +11,7 @@ use crate::onnx::export::SaveReport;
 use crate::opt::fingerprint::leaf_values;
 use crate::opt::{optimize, Limits, OptimizeOptions, OptimizeReport};
 use crate::package::{check_apart, check_target, write_package, StagedOutput};
+use crate::quant::pass::{quantize_matmul_weights, QuantRequest, QuantSummary};
 use crate::source::{resolve, HubSettings, ModelSource};
 use crate::weights::eval::Evaluator;
 use crate::weights::store::TensorStore;
@@ -34,6 +35,10 @@ pub struct BuildOptions {
     /// Check every rewrite on concrete values while optimizing (slow on large models: every
     /// weight is read).
     pub verify_rewrites: bool,
+    /// Quantize the MatMul weights (`--quant`).
+    pub quant: Option<QuantRequest>,
+    /// `accuracy_level` of fused `MatMulNBits` (`None`: the EP's default).
+    pub accuracy_level: Option<u8>,
 }
 
 /// A built model, ready to be saved.
@@ -48,6 +53,8 @@ pub struct ModelPackage {
     pub execution_provider: EpCapabilities,
     /// What the optimizer did (print it for `--trace`).
     pub optimization: OptimizeReport,
+    /// What the quantization request did, if there was one.
+    pub quantization: Option<QuantSummary>,
     tokenizer_files: Vec<PathBuf>,
     source_root: PathBuf,
     store: Option<TensorStore>,
@@ -78,7 +85,11 @@ pub fn build(opts: &BuildOptions) -> Result<ModelPackage> {
         config.fill_tokens_from_generation_config(path)?;
     }
     let dtype = opts.dtype.or(config.dtype).unwrap_or(DType::F32);
-    let portable = build_model(&config, dtype)?;
+    let mut portable = build_model(&config, dtype)?;
+    let quantization = match &opts.quant {
+        Some(request) => Some(quantize_matmul_weights(&mut portable.graph, request)?),
+        None => None,
+    };
     let store = match &files.weights {
         Some(w) if opts.load_weights => {
             let store = TensorStore::open(w)?;
@@ -106,6 +117,7 @@ pub fn build(opts: &BuildOptions) -> Result<ModelPackage> {
         role: config.role(),
         limits: opts.limits,
         fingerprint_leaves,
+        accuracy_level: opts.accuracy_level,
     };
     let (mut model, optimization) = optimize(&portable, &opts.execution_provider, &options)?;
     if store.is_none() {
@@ -118,6 +130,7 @@ pub fn build(opts: &BuildOptions) -> Result<ModelPackage> {
         dtype,
         execution_provider: opts.execution_provider.clone(),
         optimization,
+        quantization,
         tokenizer_files: files.tokenizer_files,
         source_root: files.root,
         store,
@@ -186,6 +199,8 @@ fn is_weight_data(src: &TensorSource) -> bool {
         TensorSource::Transpose(inner) => is_weight_data(inner),
         TensorSource::AddScalar { source, .. } => is_weight_data(source),
         TensorSource::Concat { parts, .. } => parts.iter().any(is_weight_data),
-        TensorSource::Slice { source, .. } => is_weight_data(source),
+        TensorSource::Slice { source, .. }
+        | TensorSource::Quantize { source, .. }
+        | TensorSource::NBits { source, .. } => is_weight_data(source),
     }
 }

@@ -22,6 +22,7 @@ pub mod opt;
 pub mod optimize_file;
 pub mod package;
 pub mod paths;
+pub mod quant;
 pub mod run_file;
 pub mod source;
 pub mod verify;

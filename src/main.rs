@@ -9,9 +9,11 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use mobius::config::SUPPORTED_MODEL_TYPES;
 use mobius::ep::{ep_json, ep_registry, ep_table, get_ep, register_ep_file, EpCapabilities};
 use mobius::ir::DType;
+use mobius::ir::QuantParams;
 use mobius::limits::InterpLimits;
 use mobius::opt::Limits;
 use mobius::optimize_file::{optimize_file, OptimizeFileOptions};
+use mobius::quant::pass::QuantRequest;
 use mobius::run_file::{parse_input_spec, run_file, RunOptions};
 use mobius::source::{HubSettings, ModelSource};
 use mobius::verify::{check_tolerance, verify, VerifyOptions};
@@ -234,6 +236,8 @@ struct OptimizeArgs {
     /// Replace an existing, non-empty output folder.
     #[arg(long)]
     overwrite: bool,
+    #[command(flatten)]
+    quant: QuantArgs,
 }
 
 #[derive(Args)]
@@ -265,6 +269,64 @@ struct BuildArgs {
     overwrite: bool,
     #[command(flatten)]
     ep: EpArgs,
+    #[command(flatten)]
+    quant: QuantArgs,
+}
+
+/// Weight quantization flags of `build` and `optimize`.
+#[derive(Args)]
+struct QuantArgs {
+    /// Quantize the float weights of every MatMul (2-D initializers) in blocks along the
+    /// input dimension, round to nearest (bit for bit as onnxruntime's MatMulNBits quantizer).
+    /// On EPs with com.microsoft::MatMulNBits the MatMuls run as MatMulNBits; elsewhere as
+    /// DequantizeLinear (int4/int8, opset 21 blocks) + MatMul.
+    #[arg(long, value_enum, value_name = "BITS")]
+    quant: Option<QuantArg>,
+    /// Rows of the input dimension per quantization block.
+    #[arg(long, value_name = "N", default_value = "32", requires = "quant",
+          value_parser = ["16", "32", "64", "128", "256"])]
+    quant_block_size: String,
+    /// Asymmetric quantization: unsigned values with a zero point per block (default:
+    /// symmetric, signed values and no zero points).
+    #[arg(long, requires = "quant")]
+    quant_asymmetric: bool,
+    /// Keep in float the weights whose initializer or MatMul node name matches PATTERN (`*`
+    /// matches anything; without `*` the pattern matches anywhere in the name), e.g.
+    /// `--quant-exclude lm_head`. Repeatable.
+    #[arg(long, value_name = "PATTERN", requires = "quant")]
+    quant_exclude: Vec<String>,
+    /// `accuracy_level` of the MatMulNBits ops: 0 (unset: the EP decides), 1 (f32), 2 (f16),
+    /// 3 (bf16) or 4 (int8: the activations are quantized too, fastest on CPU). Default: the
+    /// EP's `default_int4_accuracy_level` (`mobius list eps` shows it).
+    #[arg(long, value_name = "LEVEL", value_parser = clap::value_parser!(u8).range(0..=4))]
+    accuracy_level: Option<u8>,
+}
+
+/// `--quant` values.
+#[derive(Clone, Copy, ValueEnum)]
+enum QuantArg {
+    /// 4-bit weights.
+    Int4,
+    /// 8-bit weights.
+    Int8,
+}
+
+impl QuantArgs {
+    /// The quantization request, if `--quant` was given.
+    fn request(&self) -> Option<QuantRequest> {
+        let bits = match self.quant? {
+            QuantArg::Int4 => 4,
+            QuantArg::Int8 => 8,
+        };
+        Some(QuantRequest {
+            params: QuantParams {
+                bits,
+                block_size: self.quant_block_size.parse().expect("clap lists numbers"),
+                symmetric: !self.quant_asymmetric,
+            },
+            exclude: self.quant_exclude.clone(),
+        })
+    }
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -333,8 +395,13 @@ fn run_build(args: BuildArgs, quiet: bool) -> mobius::Result<()> {
         execution_provider: ep,
         limits: Limits::default(),
         verify_rewrites: args.ep.verify_rewrites,
+        quant: args.quant.request(),
+        accuracy_level: args.quant.accuracy_level,
     };
     let package = build(&opts)?;
+    if let Some(summary) = &package.quantization {
+        tracing::info!("{summary}");
+    }
     if args.ep.trace {
         eprint!("{}", package.optimization);
     }
@@ -367,8 +434,13 @@ fn run_optimize(args: OptimizeArgs) -> mobius::Result<()> {
         overwrite: args.overwrite,
         limits: Limits::default(),
         verify_rewrites: args.ep.verify_rewrites,
+        quant: args.quant.request(),
+        accuracy_level: args.quant.accuracy_level,
     };
-    let report = optimize_file(&opts)?;
+    let (report, quantization) = optimize_file(&opts)?;
+    if let Some(summary) = &quantization {
+        tracing::info!("{summary}");
+    }
     if args.ep.trace {
         eprint!("{report}");
     }

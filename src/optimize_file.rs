@@ -9,6 +9,7 @@ use crate::opt::fingerprint::leaf_values;
 use crate::opt::pipeline::check_output_types;
 use crate::opt::{optimize, Limits, OptimizeOptions, OptimizeReport, Role};
 use crate::package::{check_not_over, check_target, StagedOutput};
+use crate::quant::pass::{quantize_matmul_weights, QuantRequest, QuantSummary};
 use crate::weights::eval::Evaluator;
 use crate::{Error, Result};
 
@@ -31,6 +32,10 @@ pub struct OptimizeFileOptions {
     pub limits: Limits,
     /// Check every rewrite on concrete values (random inputs, the model's weights).
     pub verify_rewrites: bool,
+    /// Quantize the MatMul weights (`--quant`).
+    pub quant: Option<QuantRequest>,
+    /// `accuracy_level` of fused `MatMulNBits` (`None`: the EP's default).
+    pub accuracy_level: Option<u8>,
 }
 
 /// Optimizes `opts.input` into `opts.out`; on error nothing is left in `opts.out`. An output
@@ -38,7 +43,7 @@ pub struct OptimizeFileOptions {
 /// model). The input graph's declared output types are checked against the types inferred on
 /// it before rewriting, so an invalid input is reported as such; graph errors name the input
 /// file.
-pub fn optimize_file(opts: &OptimizeFileOptions) -> Result<OptimizeReport> {
+pub fn optimize_file(opts: &OptimizeFileOptions) -> Result<(OptimizeReport, Option<QuantSummary>)> {
     optimize_checked(opts).map_err(|e| match e {
         Error::Graph(message) => Error::Onnx {
             path: opts.input.clone(),
@@ -48,10 +53,22 @@ pub fn optimize_file(opts: &OptimizeFileOptions) -> Result<OptimizeReport> {
     })
 }
 
-fn optimize_checked(opts: &OptimizeFileOptions) -> Result<OptimizeReport> {
+fn optimize_checked(opts: &OptimizeFileOptions) -> Result<(OptimizeReport, Option<QuantSummary>)> {
     check_target(&opts.out, opts.overwrite)?;
-    let model = import::load(&opts.input)?;
+    let mut model = import::load(&opts.input)?;
     check_output_types(&model.graph, "the input graph")?;
+    let quantization = match &opts.quant {
+        Some(request) => {
+            let summary = quantize_matmul_weights(&mut model.graph, request)?;
+            model
+                .opsets
+                .entry(String::new())
+                .and_modify(|v| *v = (*v).max(21))
+                .or_insert(21);
+            Some(summary)
+        }
+        None => None,
+    };
     let model_dir = match opts.input.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
@@ -81,6 +98,7 @@ fn optimize_checked(opts: &OptimizeFileOptions) -> Result<OptimizeReport> {
         } else {
             None
         },
+        accuracy_level: opts.accuracy_level,
     };
     let (optimized, report) = optimize(&model, &opts.ep, &options)?;
     let staged = StagedOutput::create(&opts.out)?;
@@ -92,5 +110,5 @@ fn optimize_checked(opts: &OptimizeFileOptions) -> Result<OptimizeReport> {
         &indicatif::ProgressBar::hidden(),
     )?;
     staged.commit()?;
-    Ok(report)
+    Ok((report, quantization))
 }

@@ -587,6 +587,13 @@ fn table_lists_every_builtin() {
     );
     let col = lines[0].find("qkv pack dtypes").unwrap();
     assert!(lines.iter().skip(1).all(|l| l.len() > col), "{table}");
+    assert!(lines[3].ends_with("MatMulNBits (level 4)"), "cpu: {table}");
+    assert!(lines[4].ends_with("MatMulNBits (level 0)"), "cuda: {table}");
+    assert!(lines[9].ends_with("DequantizeLinear"), "qnn: {table}");
+    assert!(
+        lines[10].ends_with("DequantizeLinear"),
+        "onnx-standard: {table}"
+    );
 }
 
 #[test]

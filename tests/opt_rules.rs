@@ -24,6 +24,7 @@ fn run(graph: Graph, limits: Limits) -> (Graph, mobius::opt::OptimizeReport) {
         role: Role::Decoder,
         limits,
         fingerprint_leaves: None,
+        accuracy_level: None,
     };
     let (m, report) = optimize(&model(graph), &get_ep("default").unwrap(), &opts).unwrap();
     (m.graph, report)
@@ -261,6 +262,7 @@ fn onnx_standard_refuses_contrib_ops_it_cannot_expand() {
         role: Role::Decoder,
         limits: Limits::default(),
         fingerprint_leaves: None,
+        accuracy_level: None,
     };
     let graph = b.finish();
     let err = optimize(

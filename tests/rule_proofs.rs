@@ -111,6 +111,7 @@ fn options(leaves: Option<HashMap<Symbol, Arc<Tensor>>>) -> OptimizeOptions {
         role: Role::Decoder,
         limits: Limits::default(),
         fingerprint_leaves: leaves.map(Into::into),
+        accuracy_level: None,
     }
 }
 

@@ -7,7 +7,7 @@ use serde_json::Value;
 use super::capabilities::EpCapabilities;
 use crate::ir::DType;
 
-const HEADERS: [&str; 9] = [
+const HEADERS: [&str; 10] = [
     "name",
     "gqa dtypes",
     "qkv pack dtypes",
@@ -17,14 +17,17 @@ const HEADERS: [&str; 9] = [
     "rotary",
     "graph capture",
     "share buffer",
+    "quantized matmul",
 ];
 
 /// A fixed-width text table of the main capabilities, one row per EP, in the given order.
 ///
 /// Columns: name, GQA dtypes, QKV-pack dtypes, fused RoPE, skip norm, attention, rotary
-/// embedding, graph capture, past/present share buffer. Each line ends with `\n`.
+/// embedding, graph capture, past/present share buffer, and how `--quant` weights run
+/// (`MatMulNBits` with its default `accuracy_level`, or `DequantizeLinear` + `MatMul`). Each
+/// line ends with `\n`.
 pub fn ep_table(eps: &[EpCapabilities]) -> String {
-    let rows: Vec<[String; 9]> = eps.iter().map(row).collect();
+    let rows: Vec<[String; 10]> = eps.iter().map(row).collect();
     let widths: Vec<usize> = (0..HEADERS.len())
         .map(|i| {
             rows.iter()
@@ -55,7 +58,7 @@ pub fn ep_json(eps: &[EpCapabilities]) -> Value {
     serde_json::to_value(eps).expect("EP capabilities have string keys and serialize infallibly")
 }
 
-fn row(c: &EpCapabilities) -> [String; 9] {
+fn row(c: &EpCapabilities) -> [String; 10] {
     [
         c.name.clone(),
         names(&c.gqa_dtypes),
@@ -66,7 +69,17 @@ fn row(c: &EpCapabilities) -> [String; 9] {
         yes_no(c.supports_rotary_embedding),
         yes_no(c.enable_graph_capture),
         yes_no(c.supports_past_present_share_buffer),
+        quantized_matmul(c),
     ]
+}
+
+/// How a block-quantized MatMul runs on the EP.
+fn quantized_matmul(c: &EpCapabilities) -> String {
+    if c.supports_matmul_nbits && c.supports_contrib_ops {
+        format!("MatMulNBits (level {})", c.default_int4_accuracy_level)
+    } else {
+        "DequantizeLinear".into()
+    }
 }
 
 fn names(set: &BTreeSet<DType>) -> String {

@@ -99,4 +99,69 @@ pub enum TensorSource {
         /// The extent the source must have along `axis` (checked before anything is read).
         total: usize,
     },
+    /// A float `[K, N]` source, converted to `dtype`, quantized in blocks of `block_size` rows
+    /// along K for every column (round to nearest, bit for bit as onnxruntime's quantizer):
+    /// one part of the result, in the `DequantizeLinear` layout (blocks along axis 0).
+    Quantize {
+        /// The float weight.
+        source: Box<TensorSource>,
+        /// The float type the weight is converted to before quantizing (the model's dtype;
+        /// also the scales' dtype).
+        dtype: DType,
+        /// What to quantize to and which part to produce.
+        spec: QuantParams,
+        /// Which part of the result this is.
+        part: QuantPart,
+    },
+    /// One part of a block-quantized `[K, N]` weight (values `[K, N]` or zero points
+    /// `[⌈K/B⌉, N]`, one value per byte) re-laid out for `com.microsoft::MatMulNBits`:
+    /// per column, blocks of packed values (signed values offset by 2^(bits−1), the kernel's
+    /// default zero point) or the packed zero points.
+    NBits {
+        /// The part in the `DequantizeLinear` layout.
+        source: Box<TensorSource>,
+        /// Bits per value and block size.
+        spec: QuantParams,
+        /// `Values` or `ZeroPoints`.
+        part: QuantPart,
+    },
+}
+
+/// Block quantization parameters of a lazy weight transform.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct QuantParams {
+    /// Bits per value: 4 or 8.
+    pub bits: u8,
+    /// Rows of K per block (a power of two, 16 to 256).
+    pub block_size: usize,
+    /// Signed values without zero points (`true`) or unsigned values with zero points.
+    pub symmetric: bool,
+}
+
+impl QuantParams {
+    /// The type of the quantized values (and zero points): I4/U4 or I8/U8.
+    pub fn value_dtype(&self) -> DType {
+        match (self.bits, self.symmetric) {
+            (4, true) => DType::I4,
+            (4, false) => DType::U4,
+            (_, true) => DType::I8,
+            (_, false) => DType::U8,
+        }
+    }
+
+    /// Blocks along K: `⌈k / block_size⌉`.
+    pub fn blocks(&self, k: usize) -> usize {
+        k.div_ceil(self.block_size)
+    }
+}
+
+/// One part of a block-quantized weight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum QuantPart {
+    /// The quantized values.
+    Values,
+    /// One scale per block and column.
+    Scales,
+    /// One zero point per block and column (asymmetric quantization only).
+    ZeroPoints,
 }

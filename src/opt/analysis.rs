@@ -73,6 +73,8 @@ pub struct OnnxAnalysis {
     pub fingerprint_leaves: Option<LeafValues>,
     /// Unsound unions refused in verification mode.
     pub violations: Vec<Violation>,
+    /// The `accuracy_level` written on the `MatMulNBits` the optimizer creates (0: unset).
+    pub nbits_accuracy_level: i64,
     /// How many classes were created or merged so far: unchanged between two moments exactly
     /// when the e-graph gained no class and no union in between (so its extraction stands).
     pub changes: u64,

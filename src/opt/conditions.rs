@@ -21,6 +21,7 @@ pub type ApplierFn = fn(&mut OnnxGraph, Id, &Subst, &str) -> Option<Id>;
 const CONDITIONS: &[(&str, ConditionFn)] = &[
     ("attr-is-set", attr_is_set),
     ("bias-on-last-axis", bias_on_last_axis),
+    ("bias-of-width", bias_of_width),
     ("gelu-is-exact", gelu_is_exact),
     ("cast-to-own-dtype", cast_to_own_dtype),
     ("erf-gelu-constants", erf_gelu_constants),
@@ -48,6 +49,16 @@ const APPLIERS: &[(&str, &[&str], ApplierFn)] = &[
         attention_to_gqa,
     ),
     ("pack-qkv", &["?h", "?wq", "?wk", "?wv"], pack_qkv),
+    (
+        "matmul-nbits",
+        &["?x", "?q", "?s", "?zp", "?axis", "?block", "?odt"],
+        super::nbits::matmul_nbits,
+    ),
+    (
+        "matmul-nbits-without-zero-points",
+        &["?x", "?q", "?s", "?axis", "?block", "?odt"],
+        super::nbits::matmul_nbits,
+    ),
     (
         "pack-qkv-with-bias",
         &["?h", "?wq", "?wk", "?wv", "?bq", "?bk", "?bv"],
@@ -542,6 +553,37 @@ fn concat_inits(g: &mut OnnxGraph, parts: [Id; 3], axis: i64) -> Option<Id> {
     Some(Emit::new(g).concat(&parts, axis))
 }
 
+/// Three `[K, N_i]` projection weights joined along N: initializers concatenated, or weights
+/// block-quantized along K (`DequantizeLinear(q, scales[, zp]; axis 0)` of initializers, the
+/// same attributes and zero-point presence) as the dequantization of the concatenated values,
+/// scales and zero points — quantizing a column never looks at another column, so the two
+/// are equal.
+fn concat_weights(g: &mut OnnxGraph, parts: [Id; 3]) -> Option<Id> {
+    if parts.iter().all(|&p| init_name(g, p).is_some()) {
+        return concat_inits(g, parts, 1);
+    }
+    let nodes: Vec<super::lang::OpNode> = parts
+        .iter()
+        .map(|&p| find_op(g, p, "DequantizeLinear"))
+        .collect::<Option<_>>()?;
+    let first = &nodes[0];
+    let same = nodes.iter().all(|n| {
+        n.inputs == first.inputs
+            && n.attr_ids() == first.attr_ids()
+            && n.input_ids().iter().all(|&i| init_name(g, i).is_some())
+    });
+    let axis = g[first.attr_id("axis")?].data.attr()?.int();
+    if !same || !matches!(axis, Some(0 | -2)) {
+        return None;
+    }
+    let joined: Vec<Id> = (0..first.inputs)
+        .map(|i| concat_inits(g, [0, 1, 2].map(|p| nodes[p].input_ids()[i]), 1))
+        .collect::<Option<_>>()?;
+    let mut node = first.clone();
+    node.children[..first.inputs].copy_from_slice(&joined);
+    Some(g.add(Onnx::Op(node)))
+}
+
 /// The GroupQueryAttention e-node of class `id` (children: 9 inputs, then its attributes).
 fn gqa_node(g: &OnnxGraph, id: Id) -> Option<super::lang::OpNode> {
     find_op(g, id, "com.microsoft::GroupQueryAttention").filter(|o| o.inputs == 9)
@@ -564,7 +606,7 @@ fn packed_gqa(g: &mut OnnxGraph, gqa: &super::lang::OpNode, packed: Id) -> Id {
 fn pack_qkv(g: &mut OnnxGraph, matched: Id, s: &Subst, _rule: &str) -> Option<Id> {
     let gqa = gqa_node(g, matched)?;
     let h = s[var("?h")];
-    let weights = concat_inits(g, [s[var("?wq")], s[var("?wk")], s[var("?wv")]], 1)?;
+    let weights = concat_weights(g, [s[var("?wq")], s[var("?wk")], s[var("?wv")]])?;
     let packed = Emit::new(g).bin("MatMul", h, weights);
     Some(packed_gqa(g, &gqa, packed))
 }
@@ -573,7 +615,7 @@ fn pack_qkv(g: &mut OnnxGraph, matched: Id, s: &Subst, _rule: &str) -> Option<Id
 fn pack_qkv_with_bias(g: &mut OnnxGraph, matched: Id, s: &Subst, _rule: &str) -> Option<Id> {
     let gqa = gqa_node(g, matched)?;
     let h = s[var("?h")];
-    let weights = concat_inits(g, [s[var("?wq")], s[var("?wk")], s[var("?wv")]], 1)?;
+    let weights = concat_weights(g, [s[var("?wq")], s[var("?wk")], s[var("?wv")]])?;
     let biases = concat_inits(g, [s[var("?bq")], s[var("?bk")], s[var("?bv")]], 0)?;
     let mut e = Emit::new(g);
     let product = e.bin("MatMul", h, weights);
@@ -606,6 +648,20 @@ fn rank_2_or_3(g: &OnnxGraph, s: &Subst, vars: &[Var]) -> bool {
 fn skip_layer_norm(g: &mut OnnxGraph, _matched: Id, s: &Subst, rule: &str) -> Option<Id> {
     let beta = s.get(var("?beta")).copied();
     fuse_skip_norm(g, s, rule, "com.microsoft::SkipLayerNormalization", beta)
+}
+
+/// `?x ?n ?bias`: `?bias` is a 1-D initializer expression of `?x`'s dtype and length `?n` (an
+/// integer attribute), e.g. the output width of a MatMulNBits over `?x`.
+fn bias_of_width(g: &OnnxGraph, s: &Subst, vars: &[Var]) -> bool {
+    let [x, n, bias] = vars else { return false };
+    let (Some(xt), Some(bt)) = (g[s[*x]].data.tensor(), g[s[*bias]].data.tensor()) else {
+        return false;
+    };
+    let width = g[s[*n]].data.attr().and_then(AttrValue::int);
+    g[s[*bias]].data.init_only
+        && xt.dtype.is_some()
+        && xt.dtype == bt.dtype
+        && matches!(bt.shape.as_deref(), Some([len]) if len.known().is_some() && len.known() == width)
 }
 
 /// Whether class `id` is a single-element float constant within 1e-3 (relative) of `want`.

@@ -120,6 +120,8 @@ impl<'a> CostModel<'a> {
             ("", "TensorScatter") => c.supports_tensor_scatter,
             ("", "RMSNormalization") => c.supports_rank4_rmsnorm || rank != Some(4),
             ("", _) => true,
+            // Weight relayouts, always folded into initializers when the graph is saved.
+            ("ai.mobius", _) => true,
             (_, _) if !c.supports_contrib_ops => false,
             ("com.microsoft", "GroupQueryAttention") => {
                 dtype.is_some_and(|d| c.gqa_dtypes.contains(&d))
@@ -128,7 +130,9 @@ impl<'a> CostModel<'a> {
                 c.supports_skip_layer_norm
             }
             ("com.microsoft", "RotaryEmbedding") => c.supports_fused_rope,
-            ("com.microsoft", "MatMulNBits") => c.supports_matmul_nbits,
+            ("com.microsoft", "MatMulNBits") => {
+                c.supports_matmul_nbits && matches!(dtype, Some(DType::F32 | DType::F16))
+            }
             ("com.microsoft", "PackedMultiHeadAttention") => c.supports_packed_multi_head_attention,
             ("com.microsoft", "MoE") => c.supports_fused_moe,
             // The fused elementwise kernels come with the Skip*Normalization ones.
@@ -156,7 +160,9 @@ impl<'a> CostModel<'a> {
             return f64::INFINITY;
         }
         let name = op.op.as_str();
-        if data.konst.is_some() || (data.init_only && name == "Concat") {
+        if data.konst.is_some()
+            || (data.init_only && (name == "Concat" || name.starts_with("ai.mobius::")))
+        {
             return EPSILON; // folded into an initializer when saved
         }
         let w = &self.workload;
@@ -186,7 +192,7 @@ impl<'a> CostModel<'a> {
         let bytes = read + outputs.iter().map(size).sum::<f64>();
         let out_elems = outputs.first().map_or(1.0, |t| self.numel(t));
         let flops = match name {
-            "MatMul" | "Gemm" => {
+            "MatMul" | "Gemm" | "com.microsoft::MatMulNBits" => {
                 let k = inputs()
                     .next()
                     .and_then(|t| t.shape.as_ref()?.last().map(|d| self.dim(d)))

@@ -73,6 +73,8 @@ pub enum Flag {
     Range,
     /// `supports_contrib_ops`.
     ContribOps,
+    /// `supports_matmul_nbits`.
+    MatMulNBits,
 }
 
 const FLAGS: &[(&str, Flag)] = &[
@@ -84,6 +86,7 @@ const FLAGS: &[(&str, Flag)] = &[
     ("supports_tensor_scatter", Flag::TensorScatter),
     ("supports_range", Flag::Range),
     ("supports_contrib_ops", Flag::ContribOps),
+    ("supports_matmul_nbits", Flag::MatMulNBits),
 ];
 
 impl GateAtom {
@@ -104,6 +107,7 @@ impl GateAtom {
                     Flag::TensorScatter => caps.supports_tensor_scatter,
                     Flag::Range => caps.supports_range,
                     Flag::ContribOps => caps.supports_contrib_ops,
+                    Flag::MatMulNBits => caps.supports_matmul_nbits,
                 };
                 value != *negated
             }

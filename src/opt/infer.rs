@@ -113,6 +113,18 @@ pub fn infer(
         "com.microsoft::GroupQueryAttention" => group_query_attention(inputs, attr),
         "com.microsoft::SkipSimplifiedLayerNormalization"
         | "com.microsoft::SkipLayerNormalization" => skip_norm(&ty(0)),
+        "DequantizeLinear" => {
+            let out = int("output_dtype")
+                .filter(|&c| c != 0)
+                .and_then(|c| DType::from_onnx_code(c as i32))
+                .or(ty(1).dtype);
+            vec![ty(0).with_dtype(out)]
+        }
+        "com.microsoft::MatMulNBits" => vec![matmul_nbits(&ty(0), int("N"))],
+        "com.microsoft::GatherBlockQuantized" => vec![gather_block_quantized(inputs, attr)],
+        "ai.mobius::NBitsWeight" | "ai.mobius::NBitsScales" | "ai.mobius::NBitsZeroPoints" => {
+            vec![nbits_layout(op, &ty(0), int("bits"), int("block_size"))]
+        }
         _ => Vec::new(),
     };
     result.resize(outputs, TensorType::default());
@@ -187,6 +199,85 @@ fn matmul(a: &TensorType, b: &TensorType) -> TensorType {
     TensorType {
         dtype: a.dtype,
         shape,
+    }
+}
+
+/// `MatMulNBits(A [.., K]) → [.., N]` in A's dtype.
+fn matmul_nbits(a: &TensorType, n: Option<i64>) -> TensorType {
+    let shape = match (dims(a), n) {
+        (Some(x), Some(n)) if !x.is_empty() => {
+            let mut s = x.to_vec();
+            *s.last_mut().expect("non-empty") = SymDim::Known(n);
+            Some(s)
+        }
+        _ => None,
+    };
+    TensorType {
+        dtype: a.dtype,
+        shape,
+    }
+}
+
+/// `GatherBlockQuantized(data [V, D'], indices)`, gathering rows (gather_axis 0) of a table
+/// quantized along its last axis: `indices.shape + [D]`, in the scales' dtype, where `D` is
+/// `D'` (int4 / uint4 data) or `2·D'` (uint8 data packing two 4-bit values per byte).
+fn gather_block_quantized(inputs: &[InputView<'_>], attr: &Attrs<'_>) -> TensorType {
+    let data = input_type(inputs, 0);
+    let indices = input_type(inputs, 1);
+    let scales = input_type(inputs, 2);
+    let shape = match (
+        dims(&data),
+        dims(&indices),
+        attr.int("gather_axis").unwrap_or(0),
+    ) {
+        (Some([_, width]), Some(idx), 0) => {
+            let width = match (data.dtype, width, attr.int("bits").unwrap_or(4)) {
+                (Some(DType::U8), SymDim::Known(w), 4) => SymDim::Known(w * 2),
+                (Some(DType::U8), _, 4) => SymDim::Unknown,
+                _ => width.clone(),
+            };
+            let mut s = idx.to_vec();
+            s.push(width);
+            Some(s)
+        }
+        _ => None,
+    };
+    TensorType {
+        dtype: scales.dtype,
+        shape,
+    }
+}
+
+/// The MatMulNBits layouts of a `[K, N]` block-quantized weight's parts (from the
+/// DequantizeLinear layout, blocks along K): `NBitsWeight` values `[K, N]` → u8 `[N, k_blocks,
+/// block·bits/8]`; `NBitsScales` `[k_blocks, N]` → `[N, k_blocks]`; `NBitsZeroPoints`
+/// `[k_blocks, N]` → u8 `[N, ⌈k_blocks·bits/8⌉]`.
+fn nbits_layout(op: &str, t: &TensorType, bits: Option<i64>, block: Option<i64>) -> TensorType {
+    let [rows, cols] = dims(t).unwrap_or(&[]) else {
+        return TensorType::default();
+    };
+    let (Some(r), Some(n)) = (rows.known(), cols.known()) else {
+        return TensorType::default();
+    };
+    let known = |v: i64| SymDim::Known(v);
+    match (op, bits, block) {
+        ("ai.mobius::NBitsScales", _, _) => TensorType {
+            dtype: t.dtype,
+            shape: Some(vec![known(n), known(r)]),
+        },
+        ("ai.mobius::NBitsWeight", Some(bits @ (4 | 8)), Some(block)) if block > 0 => TensorType {
+            dtype: Some(DType::U8),
+            shape: Some(vec![
+                known(n),
+                known((r + block - 1) / block),
+                known(block * bits / 8),
+            ]),
+        },
+        ("ai.mobius::NBitsZeroPoints", Some(bits @ (4 | 8)), Some(_)) => TensorType {
+            dtype: Some(DType::U8),
+            shape: Some(vec![known(n), known((r * bits + 7) / 8)]),
+        },
+        _ => TensorType::default(),
     }
 }
 

@@ -10,7 +10,7 @@ use egg::{Id, Language};
 
 use super::analysis::{Kind, OnnxGraph};
 use super::lang::Onnx;
-use crate::ir::{Graph, Initializer, Node, TensorSource};
+use crate::ir::{DType, Graph, Initializer, Node, QuantParams, QuantPart, TensorSource};
 use crate::{Error, Result};
 
 /// Inputs kept even when nothing reads them (the KV-cache contract of onnxruntime-genai).
@@ -92,6 +92,11 @@ pub fn lower(
                 }
                 emit_op(&mut graph, &mut namer, egraph, &slots, class, &op);
             }
+            Onnx::Op(op) if op.op.as_str().starts_with(RELAYOUT_DOMAIN) => {
+                let init = fold_relayout(&initializers, &folded, &namer, egraph, class, &op)?;
+                namer.by_class.insert(class, init.name.clone());
+                folded.push(init);
+            }
             Onnx::Op(op) => emit_op(&mut graph, &mut namer, egraph, &slots, class, &op),
             Onnx::Get { .. } => {
                 // Named when its tuple op was emitted (tuples come first in the order).
@@ -160,6 +165,85 @@ fn fold_initializer_concat(
         dtype: first.dtype,
         shape,
         source: sources.map(|parts| TensorSource::Concat { parts, axis }),
+    })
+}
+
+/// The op-key prefix of weight relayouts (`ai.mobius::NBitsWeight`, …): never emitted as nodes,
+/// always folded into initializers.
+const RELAYOUT_DOMAIN: &str = "ai.mobius::";
+
+/// A weight relayout of an initializer (original or folded) becomes one initializer,
+/// computed lazily when saved: `<name>__nbits` (the MatMulNBits weight), `<name>__nbits_scales`
+/// or `<name>__nbits_zero_points`.
+fn fold_relayout(
+    initializers: &InitializerIndex<'_>,
+    folded: &[Initializer],
+    namer: &Namer,
+    egraph: &OnnxGraph,
+    class: Id,
+    op: &super::lang::OpNode,
+) -> Result<Initializer> {
+    let (_, kind) = op.domain_and_type();
+    let child = egraph.find(op.input_ids()[0]);
+    let base = namer
+        .by_class
+        .get(&child)
+        .and_then(|name| {
+            initializers
+                .get(name)
+                .or_else(|| folded.iter().find(|i| &i.name == name))
+        })
+        .ok_or_else(|| {
+            Error::Graph(format!(
+                "{kind} of a computed value (weight relayouts apply to initializers only)"
+            ))
+        })?;
+    let int = |name: &str| match op.attr_id(name).and_then(|id| egraph[id].data.attr()) {
+        Some(super::lang::AttrValue::Int(v)) => usize::try_from(*v).ok(),
+        _ => None,
+    };
+    let shape: Vec<usize> = egraph[class]
+        .data
+        .tensor()
+        .and_then(|t| t.static_shape())
+        .map(|s| s.iter().map(|&d| d as usize).collect())
+        .ok_or_else(|| Error::Graph(format!("{kind} of `{}` has no static shape", base.name)))?;
+    let (Some(bits), Some(block_size)) = (int("bits"), int("block_size")) else {
+        if kind != "NBitsScales" {
+            return Err(Error::Graph(format!("{kind} without bits and block_size")));
+        }
+        return Ok(Initializer {
+            name: format!("{}__nbits_scales", base.name),
+            dtype: base.dtype,
+            shape,
+            source: base
+                .source
+                .clone()
+                .map(|s| TensorSource::Transpose(Box::new(s))),
+        });
+    };
+    let nbits = |part| {
+        base.source.clone().map(|source| TensorSource::NBits {
+            source: Box::new(source),
+            spec: QuantParams {
+                bits: bits as u8,
+                block_size,
+                symmetric: matches!(base.dtype, DType::I4 | DType::I8),
+            },
+            part,
+        })
+    };
+    let (suffix, source) = match kind {
+        "NBitsWeight" => ("nbits", nbits(QuantPart::Values)),
+        "NBitsZeroPoints" => ("nbits_zero_points", nbits(QuantPart::ZeroPoints)),
+        other => return Err(Error::Graph(format!("unknown weight relayout {other}"))),
+    };
+    let dtype = DType::U8;
+    Ok(Initializer {
+        name: format!("{}__{suffix}", base.name),
+        dtype,
+        shape,
+        source,
     })
 }
 

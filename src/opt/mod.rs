@@ -15,6 +15,7 @@ pub mod lang;
 pub mod lift;
 pub mod lower;
 mod lowering;
+mod nbits;
 mod nodeset;
 pub mod pipeline;
 pub mod rules;

@@ -90,6 +90,9 @@ pub struct OptimizeOptions {
     /// Verification mode (`--verify-rewrites`): values of every graph input and initializer
     /// on which each e-class is evaluated; a rewrite that changes a value stops the run.
     pub fingerprint_leaves: Option<LeafValues>,
+    /// The `accuracy_level` of the `MatMulNBits` ops fused from block-quantized weights
+    /// (`None`: the EP's `default_int4_accuracy_level`).
+    pub accuracy_level: Option<u8>,
 }
 
 /// Optimizes `model` for the EP `caps`; returns the new model and what each stage did.
@@ -114,6 +117,10 @@ pub fn optimize_with_rules(
         root,
         names,
     } = lift_with(&model.graph, opts.fingerprint_leaves.clone())?;
+    egraph.analysis.nbits_accuracy_level = i64::from(
+        opts.accuracy_level
+            .unwrap_or(caps.default_int4_accuracy_level),
+    );
     let cost = CostModel::new(caps);
     let mut report =
         OptimizeReport::new(&caps.name, opts.dtype, opts.role, model.graph.nodes.len());
@@ -287,6 +294,13 @@ fn op_counts(
     let mut counts = BTreeMap::new();
     for class in extraction.topo_order(egraph, &[root]) {
         if let Onnx::Op(op) = extraction.node(class) {
+            // Weight relayouts and concatenations of initializers are folded into
+            // initializers, not nodes.
+            let name = op.op.as_str();
+            if name.starts_with("ai.mobius::") || (name == "Concat" && egraph[class].data.init_only)
+            {
+                continue;
+            }
             *counts.entry(op.op.to_string()).or_insert(0) += 1;
         }
     }

@@ -34,6 +34,10 @@ pub const RULE_FILES: &[(&str, &str)] = &[
         include_str!("../../rewrites/fusion/pack_qkv.rules"),
     ),
     (
+        "fusion/matmul_nbits.rules",
+        include_str!("../../rewrites/fusion/matmul_nbits.rules"),
+    ),
+    (
         "fusion/skip_norm.rules",
         include_str!("../../rewrites/fusion/skip_norm.rules"),
     ),

@@ -39,6 +39,7 @@ const SCHEMAS: &[(&str, &[&str])] = &[
     ),
     ("ConstantOfShape", &["value"]),
     ("CumSum", &["exclusive", "reverse"]),
+    ("DequantizeLinear", &["axis", "block_size", "output_dtype"]),
     ("Div", &[]),
     ("Equal", &[]),
     ("Erf", &[]),
@@ -86,8 +87,15 @@ const SCHEMAS: &[(&str, &[&str])] = &[
     ("Transpose", &["perm"]),
     ("Unsqueeze", &[]),
     ("Where", &[]),
+    ("ai.mobius::NBitsScales", &[]),
+    ("ai.mobius::NBitsWeight", &["bits", "block_size"]),
+    ("ai.mobius::NBitsZeroPoints", &["bits", "block_size"]),
     ("com.microsoft::BiasGelu", &[]),
     ("com.microsoft::FastGelu", &[]),
+    (
+        "com.microsoft::GatherBlockQuantized",
+        &["bits", "block_size", "gather_axis", "quantize_axis"],
+    ),
     (
         "com.microsoft::GroupQueryAttention",
         &[
@@ -101,6 +109,10 @@ const SCHEMAS: &[(&str, &[&str])] = &[
             "smooth_softmax",
             "softcap",
         ],
+    ),
+    (
+        "com.microsoft::MatMulNBits",
+        &["K", "N", "accuracy_level", "bits", "block_size"],
     ),
     (
         "com.microsoft::RotaryEmbedding",

@@ -31,6 +31,9 @@ struct Leaf<'a> {
 pub struct Evaluator<'a> {
     store: Option<&'a TensorStore>,
     files: HashMap<PathBuf, Mmap>,
+    /// The last weight quantized, kept while its other parts (values, scales, zero points,
+    /// written one after the other) are read.
+    pub(super) last_quantized: Option<super::quantized::Cached>,
 }
 
 impl<'a> Evaluator<'a> {
@@ -39,6 +42,7 @@ impl<'a> Evaluator<'a> {
         Evaluator {
             store,
             files: HashMap::new(),
+            last_quantized: None,
         }
     }
 
@@ -140,6 +144,15 @@ impl<'a> Evaluator<'a> {
                 slice_shape(&mut info.shape, *axis, *start, *len, *total, source)?;
                 Ok(info)
             }
+            TensorSource::Quantize {
+                source,
+                dtype,
+                spec,
+                part,
+            } => super::quantized::describe_quantize(&self.describe(source)?, *dtype, spec, *part),
+            TensorSource::NBits { source, spec, part } => {
+                super::quantized::describe_nbits(&self.describe(source)?, spec, *part)
+            }
         }
     }
 
@@ -202,7 +215,10 @@ impl<'a> Evaluator<'a> {
                 let (dtype, _, bytes) = self.materialize(src)?;
                 stream_converted(&bytes, dtype, target, sink)
             }
-            TensorSource::Concat { .. } | TensorSource::AddScalar { .. } => {
+            TensorSource::Concat { .. }
+            | TensorSource::AddScalar { .. }
+            | TensorSource::Quantize { .. }
+            | TensorSource::NBits { .. } => {
                 let (dtype, _, bytes) = self.materialize(src)?;
                 stream_converted(&bytes, dtype, target, sink)
             }
@@ -287,7 +303,9 @@ impl<'a> Evaluator<'a> {
             | TensorSource::Concat { .. }
             | TensorSource::AddScalar { .. }
             | TensorSource::Slice { .. }
-            | TensorSource::RotaryTable { .. } => return Ok(None),
+            | TensorSource::RotaryTable { .. }
+            | TensorSource::Quantize { .. }
+            | TensorSource::NBits { .. } => return Ok(None),
         };
         Ok(Some(Leaf { dtype, shape, data }))
     }
@@ -386,6 +404,16 @@ impl<'a> Evaluator<'a> {
                     out.extend_from_slice(&bytes[begin..begin + len * row]);
                 }
                 Ok((dtype, shape, out))
+            }
+            TensorSource::Quantize {
+                source,
+                dtype,
+                spec,
+                part,
+            } => self.quantize_part(source, *dtype, spec, *part),
+            TensorSource::NBits { source, spec, part } => {
+                let (dtype, shape, bytes) = self.materialize(source)?;
+                super::quantized::nbits(&bytes, dtype, &shape, spec, *part)
             }
         }
     }

@@ -4,6 +4,7 @@
 pub mod convert;
 pub mod eval;
 pub mod index;
+mod quantized;
 pub mod store;
 pub mod unique_keys;
 

@@ -68,6 +68,7 @@ pub fn optimize_options(dtype: DType, role: Role) -> OptimizeOptions {
         role,
         limits: Limits::default(),
         fingerprint_leaves: None,
+        accuracy_level: None,
     }
 }
 

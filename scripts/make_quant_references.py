@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+"""Reference outputs of the decoder fixtures' *quantized* models, for `mobius build --quant`.
+
+Developer tool only (needs torch, transformers and onnxruntime); CI never runs it. The
+output, `tests/fixtures/NAME/quant_reference.json`, is committed.
+
+For each decoder fixture and each setting in SETTINGS, every weight that `mobius build
+--quant` quantizes (the weight of every nn.Linear / GPT-2 Conv1D, the LM head included even
+when it is tied to the embeddings) is quantized by onnxruntime's own MatMulNBits quantizer
+(`quantize_matmul_4bits` / `quantize_matmul_8bits`: round to nearest, blocks along the input
+dimension, what `onnxruntime.quantization.matmul_nbits_quantizer` runs by default), then
+dequantized in f32 and put back (untying a tied head). transformers then computes, in f32,
+the logits of the fixture's prompt and its greedy tokens: the "fake-quantized" reference an
+accuracy_level 0 build must match (max abs error <= 1e-3).
+
+quant_reference.json:
+    {"onnxruntime_version": str, "torch_version": str, "transformers_version": str,
+     "settings": {"int4-b32-sym": {"bits": 4, "block_size": 32, "symmetric": true,
+                                   "logits": [[float]*vocab]*tokens,
+                                   "greedy_tokens": [int]*32, "min_top2_gap": float}, ...}}
+
+Usage: python scripts/make_quant_references.py [--only NAME ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnxruntime
+import torch
+import transformers
+from onnxruntime.capi._pybind_state import quantize_matmul_4bits, quantize_matmul_8bits
+from transformers import AutoModelForCausalLM
+from transformers.pytorch_utils import Conv1D
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = REPO / "tests" / "fixtures"
+N_NEW = 32
+
+SETTINGS = {
+    "int4-b32-sym": (4, 32, True),
+    "int4-b16-asym": (4, 16, False),
+    "int8-b32-sym": (8, 32, True),
+}
+
+
+def rnd(x: float) -> float:
+    return float(f"{x:.9g}")
+
+
+def fake_quantize(w_kn: np.ndarray, bits: int, block: int, symmetric: bool) -> np.ndarray:
+    """onnxruntime's RTN quantization of a [K, N] f32 weight, dequantized back to f32."""
+    k, n = w_kn.shape
+    blocks = (k + block - 1) // block
+    per_byte = 8 // bits
+    packed = np.zeros((n, blocks, block // per_byte), dtype=np.uint8)
+    scales = np.zeros((n, blocks), dtype=np.float32)
+    zp = np.zeros((n, (blocks + per_byte - 1) // per_byte), dtype=np.uint8)
+    padded = np.zeros((blocks * block, n), dtype=np.float32)
+    padded[:k] = w_kn
+    quantize = quantize_matmul_4bits if bits == 4 else quantize_matmul_8bits
+    quantize(packed, np.ascontiguousarray(padded), scales, zp, block, n, blocks * block, symmetric)
+    if bits == 4:
+        values = np.stack([packed & 0x0F, packed >> 4], axis=-1).reshape(n, blocks, block)
+        zero = np.stack([zp & 0x0F, zp >> 4], axis=-1).reshape(n, -1)[:, :blocks]
+    else:
+        values = packed.reshape(n, blocks, block)
+        zero = zp[:, :blocks]
+    if symmetric:
+        zero = np.full((n, blocks), 1 << (bits - 1), dtype=np.uint8)
+    deq = (values.astype(np.float32) - zero[:, :, None].astype(np.float32)) * scales[:, :, None]
+    return deq.reshape(n, blocks * block)[:, :k].T.copy()  # [K, N]
+
+
+@torch.no_grad()
+def quantized_model(path: Path, bits: int, block: int, symmetric: bool):
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager")
+    model.eval()
+    head = model.get_output_embeddings()
+    if head is not None and head.weight is model.get_input_embeddings().weight:
+        head.weight = torch.nn.Parameter(head.weight.detach().clone())  # untie
+    count = 0
+    for module in model.modules():
+        if isinstance(module, torch.nn.Linear):
+            w_kn = module.weight.detach().numpy().T  # [out, in] -> [K, N]
+            module.weight.copy_(torch.from_numpy(fake_quantize(w_kn, bits, block, symmetric).T.copy()))
+            count += 1
+        elif isinstance(module, Conv1D):  # GPT-2: weight is [in, out] = [K, N] already
+            w_kn = module.weight.detach().numpy()
+            module.weight.copy_(torch.from_numpy(fake_quantize(w_kn, bits, block, symmetric)))
+            count += 1
+    return model, count
+
+
+@torch.no_grad()
+def greedy(model, input_ids: list[int]):
+    ids = torch.tensor([input_ids])
+    prompt_logits = model(ids).logits[0].float()
+    new, gaps, cur = [], [], ids
+    for _ in range(N_NEW):
+        last = model(cur).logits[0, -1].float()
+        top2 = torch.topk(last, 2).values
+        gaps.append(float(top2[0] - top2[1]))
+        nxt = int(torch.argmax(last))
+        new.append(nxt)
+        cur = torch.cat([cur, torch.tensor([[nxt]])], dim=1)
+    return prompt_logits, new, min(gaps)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--only", nargs="*", default=None)
+    args = ap.parse_args()
+    names = sorted(
+        d.name
+        for d in FIXTURES.iterdir()
+        if (d / "reference.json").exists() and "greedy_tokens" in json.loads((d / "reference.json").read_text())
+    )
+    for name in names:
+        if args.only and name not in args.only:
+            continue
+        ref = json.loads((FIXTURES / name / "reference.json").read_text())
+        out = {
+            "onnxruntime_version": onnxruntime.__version__,
+            "torch_version": torch.__version__,
+            "transformers_version": transformers.__version__,
+            "settings": {},
+        }
+        for key, (bits, block, symmetric) in SETTINGS.items():
+            model, count = quantized_model(FIXTURES / name, bits, block, symmetric)
+            logits, tokens, gap = greedy(model, ref["input_ids"])
+            out["settings"][key] = {
+                "bits": bits,
+                "block_size": block,
+                "symmetric": symmetric,
+                "quantized_weights": count,
+                "logits": [[rnd(v) for v in row] for row in logits.tolist()],
+                "greedy_tokens": tokens,
+                "min_top2_gap": rnd(gap),
+            }
+            print(f"{name} {key}: {count} weights, min top-2 gap {gap:.4g}")
+        (FIXTURES / name / "quant_reference.json").write_text(json.dumps(out, separators=(",", ":")) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,180 @@
+//! Lazy quantization sources at save time: [`TensorSource::Quantize`] (a float weight →
+//! block-quantized values, scales or zero points) and [`TensorSource::NBits`] (those parts
+//! re-laid out for `com.microsoft::MatMulNBits`).
+
+use std::sync::Arc;
+
+use super::convert;
+use super::eval::{Evaluator, SourceInfo};
+use crate::ir::{DType, QuantParams, QuantPart, TensorSource};
+use crate::quant::{self, QuantSpec, Quantized};
+use crate::{Error, Result};
+
+/// A quantized weight kept for its next part: the source and parameters it came from.
+pub(super) struct Cached {
+    source: TensorSource,
+    dtype: DType,
+    spec: QuantParams,
+    result: Arc<Quantized>,
+}
+
+fn spec_of(p: &QuantParams) -> QuantSpec {
+    QuantSpec {
+        bits: p.bits,
+        block_size: p.block_size,
+        symmetric: p.symmetric,
+    }
+}
+
+/// `[K, N]` of a 2-D source, or an error naming what was expected.
+fn matrix(info: &SourceInfo, what: &str) -> Result<(usize, usize)> {
+    match info.shape[..] {
+        [k, n] => Ok((k, n)),
+        _ => Err(Error::Graph(format!(
+            "{what} needs a 2-D tensor, found shape {:?}",
+            info.shape
+        ))),
+    }
+}
+
+/// Type and shape of a [`TensorSource::Quantize`] part over a source described by `info`.
+pub(super) fn describe_quantize(
+    info: &SourceInfo,
+    dtype: DType,
+    spec: &QuantParams,
+    part: QuantPart,
+) -> Result<SourceInfo> {
+    let (k, n) = matrix(info, "block quantization")?;
+    if !convert::can_convert(info.dtype, dtype) || !dtype.is_float() {
+        return Err(Error::Graph(format!(
+            "block quantization of a {} tensor as {dtype} (expected a float weight)",
+            info.dtype
+        )));
+    }
+    let blocks = spec.blocks(k);
+    Ok(match part {
+        QuantPart::Values => SourceInfo {
+            dtype: spec.value_dtype(),
+            shape: vec![k, n],
+        },
+        QuantPart::Scales => SourceInfo {
+            dtype,
+            shape: vec![blocks, n],
+        },
+        QuantPart::ZeroPoints if !spec.symmetric => SourceInfo {
+            dtype: spec.value_dtype(),
+            shape: vec![blocks, n],
+        },
+        QuantPart::ZeroPoints => {
+            return Err(Error::Graph(
+                "symmetric block quantization has no zero points".into(),
+            ))
+        }
+    })
+}
+
+/// Type and shape of a [`TensorSource::NBits`] part over a source described by `info`.
+pub(super) fn describe_nbits(
+    info: &SourceInfo,
+    spec: &QuantParams,
+    part: QuantPart,
+) -> Result<SourceInfo> {
+    let (rows, n) = matrix(info, "the MatMulNBits layout")?;
+    let want = match spec.bits {
+        4 => [DType::I4, DType::U4],
+        _ => [DType::I8, DType::U8],
+    };
+    if !want.contains(&info.dtype) {
+        return Err(Error::Graph(format!(
+            "the {}-bit MatMulNBits layout of a {} tensor (expected {} or {})",
+            spec.bits, info.dtype, want[0], want[1]
+        )));
+    }
+    let bits = spec.bits as usize;
+    Ok(match part {
+        QuantPart::Values => SourceInfo {
+            dtype: DType::U8,
+            shape: vec![n, spec.blocks(rows), spec.block_size * bits / 8],
+        },
+        QuantPart::ZeroPoints => SourceInfo {
+            dtype: DType::U8,
+            shape: vec![n, (rows * bits).div_ceil(8)],
+        },
+        QuantPart::Scales => {
+            return Err(Error::Graph(
+                "MatMulNBits scales are a transpose, not an NBits part".into(),
+            ))
+        }
+    })
+}
+
+/// Evaluates a [`TensorSource::NBits`] part from its evaluated source (`shape` `[rows, N]`).
+pub(super) fn nbits(
+    bytes: &[u8],
+    dtype: DType,
+    shape: &[usize],
+    spec: &QuantParams,
+    part: QuantPart,
+) -> Result<(DType, Vec<usize>, Vec<u8>)> {
+    let info = SourceInfo {
+        dtype,
+        shape: shape.to_vec(),
+    };
+    let out = describe_nbits(&info, spec, part)?;
+    let (rows, n) = (shape[0], shape[1]);
+    let signed = matches!(dtype, DType::I4 | DType::I8);
+    let spec = QuantSpec {
+        symmetric: signed,
+        ..spec_of(spec)
+    };
+    let bytes = match part {
+        QuantPart::Values => quant::nbits::nbits_weight(bytes, rows, n, &spec),
+        // Zero points hold one row per block: any K with that many blocks packs the same.
+        _ => quant::nbits::nbits_zero_points(bytes, rows * spec.block_size, n, &spec),
+    };
+    Ok((out.dtype, out.shape, bytes))
+}
+
+impl Evaluator<'_> {
+    /// One part of `source` quantized: the weight is quantized once and kept for its other
+    /// parts, which the writer asks for next.
+    pub(super) fn quantize_part(
+        &mut self,
+        source: &TensorSource,
+        dtype: DType,
+        spec: &QuantParams,
+        part: QuantPart,
+    ) -> Result<(DType, Vec<usize>, Vec<u8>)> {
+        let info = describe_quantize(&self.describe(source)?, dtype, spec, part)?;
+        let hit = self
+            .last_quantized
+            .as_ref()
+            .filter(|c| c.source == *source && c.dtype == dtype && c.spec == *spec)
+            .map(|c| Arc::clone(&c.result));
+        let result = match hit {
+            Some(result) => result,
+            None => {
+                self.last_quantized = None;
+                let (from, shape, bytes) = self.materialize(source)?;
+                let (k, n) = (shape[0], shape[1]);
+                let (bytes, _) = convert::convert(&bytes, from, dtype);
+                let result = Arc::new(quant::quantize(&bytes, dtype, k, n, &spec_of(spec))?);
+                self.last_quantized = Some(Cached {
+                    source: source.clone(),
+                    dtype,
+                    spec: *spec,
+                    result: Arc::clone(&result),
+                });
+                result
+            }
+        };
+        let bytes = match part {
+            QuantPart::Values => result.values.clone(),
+            QuantPart::Scales => result.scales.clone(),
+            QuantPart::ZeroPoints => result.zero_points.clone().ok_or_else(|| {
+                Error::Graph("symmetric block quantization has no zero points".into())
+            })?,
+        };
+        Ok((info.dtype, info.shape, bytes))
+    }
+}
