@@ -350,3 +350,31 @@ fn shape_proto(shape: &Shape) -> proto::TensorShapeProto {
             .collect(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nibble_packer_carries_a_value_across_odd_chunks() {
+        let values: Vec<u8> = (0..11u8).map(|v| v.wrapping_mul(7) & 0x0f).collect();
+        let whole = crate::ir::pack_4bit(&values);
+        for chunking in [vec![11], vec![1, 10], vec![3, 3, 5], vec![1, 1, 0, 9], vec![2, 4, 5]] {
+            let mut packer = NibblePacker::default();
+            let mut out = Vec::new();
+            let mut at = 0;
+            for len in chunking.iter().copied() {
+                out.extend(packer.pack(&values[at..at + len]));
+                at += len;
+            }
+            out.extend(packer.finish());
+            assert_eq!(out, whole, "chunks {chunking:?}");
+        }
+        // Sign-extended int4 bytes keep their low nibble only.
+        let mut packer = NibblePacker::default();
+        let mut out = packer.pack(&[(-1i8) as u8]);
+        out.extend(packer.pack(&[(-8i8) as u8, 7]));
+        out.extend(packer.finish());
+        assert_eq!(out, vec![0x8f, 0x07]);
+    }
+}
