@@ -173,7 +173,11 @@ fn four_bit_initializers_are_packed_in_the_file_and_read_back_unpacked() {
                 e.value.parse().unwrap()
             };
             assert_eq!(entry("length"), packed.len(), "{name}");
-            assert_eq!(&data[entry("offset")..][..packed.len()], &packed[..], "{name}");
+            assert_eq!(
+                &data[entry("offset")..][..packed.len()],
+                &packed[..],
+                "{name}"
+            );
         } else {
             assert_eq!(t.raw_data, packed, "{name}");
         }
@@ -192,7 +196,10 @@ fn four_bit_initializers_are_packed_in_the_file_and_read_back_unpacked() {
         assert_eq!((init.dtype, &init.shape), (values.dtype, &values.shape));
         assert_eq!(ev.read(src, init.dtype).unwrap(), values.bytes, "{name}");
         let (dtype, shape, bytes) = ev.materialize(src).unwrap();
-        assert_eq!((dtype, shape, bytes), (values.dtype, values.shape.clone(), values.bytes.clone()));
+        assert_eq!(
+            (dtype, shape, bytes),
+            (values.dtype, values.shape.clone(), values.bytes.clone())
+        );
     }
     // A slice of rows of an external 4-bit tensor reads the unpacked values.
     let (_, external) = &tensors[3];

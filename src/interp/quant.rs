@@ -222,15 +222,15 @@ fn matmul_nbits(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
     };
     let bits = match call.int("bits", 4) {
         b @ (2 | 4 | 8) => b as usize,
-        b => {
-            return Err(call.error(format!(
-                "attribute bits is {b}; expected 2, 4 or 8"
-            )))
-        }
+        b => return Err(call.error(format!("attribute bits is {b}; expected 2, 4 or 8"))),
     };
     let block = contrib_block_size(call, required_int(call, "block_size")?)?;
     let k_blocks = k.div_ceil(block);
-    let blob = block * bits / 8;
+    let blob = block.checked_mul(bits).ok_or_else(|| {
+        call.error(format!(
+            "attribute block_size {block} times bits {bits} overflows"
+        ))
+    })? / 8;
     let b = call.input(1)?;
     let expected = [n, k_blocks, blob];
     if b.dtype != DType::U8 || b.shape != expected {
@@ -241,8 +241,7 @@ fn matmul_nbits(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
         )));
     }
     let scales = call.input(2)?;
-    if scales.dtype != a.dtype
-        || (scales.shape != [n * k_blocks] && scales.shape != [n, k_blocks])
+    if scales.dtype != a.dtype || (scales.shape != [n * k_blocks] && scales.shape != [n, k_blocks])
     {
         return Err(call.error(format!(
             "input `scales` (2) is {} {:?}; expected {} [{n}, {k_blocks}] or [{}] ([N, \
@@ -482,4 +481,57 @@ fn gather_block_quantized(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
         }
     }
     Ok(vec![Tensor::float(scales.dtype, shape, out)])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::interp::eval_op;
+    use crate::ir::Attr;
+    use crate::limits::InterpLimits;
+
+    #[test]
+    fn packed_values_are_read_lowest_bits_first() {
+        let bytes = [0x1b_i64, 0xe4];
+        assert_eq!(
+            (0..4)
+                .map(|i| packed_value(&bytes, i, 2))
+                .collect::<Vec<_>>(),
+            [3, 2, 1, 0]
+        );
+        assert_eq!(
+            (0..4)
+                .map(|i| packed_value(&bytes, i, 4))
+                .collect::<Vec<_>>(),
+            [0xb, 0x1, 0x4, 0xe]
+        );
+        assert_eq!(packed_value(&bytes, 1, 8), 0xe4);
+    }
+
+    #[test]
+    fn matmul_nbits_drops_the_padded_rows_of_the_last_block() {
+        // K = 17 in blocks of 16: the second block holds one real row. One output column,
+        // zero point 8, scales 0.5 and 2.
+        let a = Tensor::float(DType::F32, vec![1, 17], vec![1.0; 17]);
+        let mut blob = vec![0x99_i64; 8]; // sixteen 9s: (9 - 8) * 0.5 each
+        blob.extend([0xfa, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]); // 10, then padding
+        let b = Tensor::int(DType::U8, vec![1, 2, 8], blob);
+        let scales = Tensor::float(DType::F32, vec![1, 2], vec![0.5, 2.0]);
+        let attrs = [("K", 17), ("N", 1), ("bits", 4), ("block_size", 16)]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), Attr::Int(v)))
+            .collect();
+        let y = eval_op(
+            "mm",
+            (MS, "MatMulNBits"),
+            attrs,
+            &[Some(&a), Some(&b), Some(&scales)],
+            &["y"],
+            &InterpLimits::default(),
+        )
+        .unwrap();
+        // 16 * 0.5 + (10 - 8) * 2
+        assert_eq!(y[0].floats().unwrap(), &[12.0]);
+        assert_eq!(y[0].shape, vec![1, 1]);
+    }
 }

@@ -116,9 +116,8 @@ pub fn save(
             };
             if init.dtype.is_4bit() {
                 let mut packer = NibblePacker::default();
-                report.clamped_f16 += evaluator.stream(src, init.dtype, &mut |bytes| {
-                    write(&packer.pack(bytes))
-                })?;
+                report.clamped_f16 +=
+                    evaluator.stream(src, init.dtype, &mut |bytes| write(&packer.pack(bytes)))?;
                 packer.finish().map_or(Ok(()), |last| write(&[last]))?;
             } else {
                 report.clamped_f16 += evaluator.stream(src, init.dtype, &mut write)?;
@@ -359,7 +358,13 @@ mod tests {
     fn nibble_packer_carries_a_value_across_odd_chunks() {
         let values: Vec<u8> = (0..11u8).map(|v| v.wrapping_mul(7) & 0x0f).collect();
         let whole = crate::ir::pack_4bit(&values);
-        for chunking in [vec![11], vec![1, 10], vec![3, 3, 5], vec![1, 1, 0, 9], vec![2, 4, 5]] {
+        for chunking in [
+            vec![11],
+            vec![1, 10],
+            vec![3, 3, 5],
+            vec![1, 1, 0, 9],
+            vec![2, 4, 5],
+        ] {
             let mut packer = NibblePacker::default();
             let mut out = Vec::new();
             let mut at = 0;
