@@ -248,7 +248,7 @@ impl<'a> Evaluator<'a> {
     }
 
     /// The stored bytes of a leaf source (checkpoint, inline or external), without copying;
-    /// `None` for transforms.
+    /// `None` for transforms and for packed 4-bit external data (see [`Evaluator::materialize`]).
     fn leaf<'s>(&'s mut self, src: &'s TensorSource) -> Result<Option<Leaf<'s>>> {
         let (dtype, shape, data) = match src {
             TensorSource::Checkpoint(name) => {
