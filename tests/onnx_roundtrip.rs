@@ -99,3 +99,126 @@ fn import_rejects_garbage_and_escaping_locations() {
         "{err}"
     );
 }
+
+/// One-byte-per-value 4-bit data: `n` values cycling through the type's range.
+fn four_bit(dtype: mobius::ir::DType, shape: Vec<usize>) -> mobius::ir::TensorData {
+    let n: usize = shape.iter().product();
+    let bytes = (0..n)
+        .map(|i| match dtype {
+            mobius::ir::DType::I4 => ((i * 7 % 16) as i8 - 8) as u8,
+            _ => (i * 5 % 16) as u8,
+        })
+        .collect();
+    mobius::ir::TensorData {
+        dtype,
+        shape,
+        bytes,
+    }
+}
+
+#[test]
+fn four_bit_initializers_are_packed_in_the_file_and_read_back_unpacked() {
+    use mobius::ir::{DType, GraphBuilder, Initializer, Model, Shape};
+    use mobius::onnx::proto;
+    use prost::Message;
+
+    // inline (packed under 256 bytes) and external, odd and even counts
+    let tensors = [
+        ("i4_inline_odd", four_bit(DType::I4, vec![5])),
+        ("u4_inline_even", four_bit(DType::U4, vec![2, 3])),
+        ("i4_external_odd", four_bit(DType::I4, vec![601])),
+        ("u4_external_even", four_bit(DType::U4, vec![40, 25])),
+    ];
+    let mut g = GraphBuilder::new("four_bit");
+    for (name, data) in &tensors {
+        g.initializer(Initializer {
+            name: name.to_string(),
+            dtype: data.dtype,
+            shape: data.shape.clone(),
+            source: Some(TensorSource::Inline(data.clone())),
+        });
+        let y = g.op("Cast", &[name], vec![("to", mobius::ir::Attr::Int(1))]);
+        g.output(
+            &y,
+            DType::F32,
+            Shape::new(data.shape.iter().map(|&d| d as i64).collect::<Vec<_>>()),
+        );
+    }
+    let model = Model {
+        graph: g.finish(),
+        opsets: [(String::new(), 24)].into(),
+        ir_version: 11,
+        producer_name: "test".into(),
+        producer_version: "0".into(),
+    };
+    let t = tempfile::tempdir().unwrap();
+    let (first, second) = (t.path().join("first"), t.path().join("second"));
+    for dir in [&first, &second] {
+        std::fs::create_dir(dir).unwrap();
+    }
+    let hidden = indicatif::ProgressBar::hidden();
+    export::save(&model, &first, &mut Evaluator::new(None), &hidden).unwrap();
+
+    // The file: two values per byte, low nibble first; external lengths are packed sizes.
+    let bytes = std::fs::read(first.join("model.onnx")).unwrap();
+    let data = std::fs::read(first.join("model.onnx.data")).unwrap();
+    let file = proto::ModelProto::decode(&bytes[..]).unwrap();
+    for (t, (name, values)) in file.graph.unwrap().initializer.iter().zip(&tensors) {
+        assert_eq!(&t.name, name);
+        let packed = mobius::ir::pack_4bit(&values.bytes);
+        assert_eq!(packed.len(), values.bytes.len().div_ceil(2));
+        if name.contains("external") {
+            let entry = |k: &str| -> usize {
+                let e = t.external_data.iter().find(|e| e.key == k).unwrap();
+                e.value.parse().unwrap()
+            };
+            assert_eq!(entry("length"), packed.len(), "{name}");
+            assert_eq!(
+                &data[entry("offset")..][..packed.len()],
+                &packed[..],
+                "{name}"
+            );
+        } else {
+            assert_eq!(t.raw_data, packed, "{name}");
+        }
+    }
+
+    // Loaded back: the same values, one per byte, from inline and external data alike.
+    let loaded = import::load(&first.join("model.onnx")).unwrap();
+    let mut ev = Evaluator::new(None);
+    for (init, (name, values)) in loaded.graph.initializers.iter().zip(&tensors) {
+        let src = init.source.as_ref().unwrap();
+        assert_eq!(
+            matches!(src, TensorSource::External { .. }),
+            name.contains("external"),
+            "{name}"
+        );
+        assert_eq!((init.dtype, &init.shape), (values.dtype, &values.shape));
+        assert_eq!(ev.read(src, init.dtype).unwrap(), values.bytes, "{name}");
+        let (dtype, shape, bytes) = ev.materialize(src).unwrap();
+        assert_eq!(
+            (dtype, shape, bytes),
+            (values.dtype, values.shape.clone(), values.bytes.clone())
+        );
+    }
+    // A slice of rows of an external 4-bit tensor reads the unpacked values.
+    let (_, external) = &tensors[3];
+    let rows = TensorSource::Slice {
+        source: Box::new(loaded.graph.initializers[3].source.clone().unwrap()),
+        axis: 0,
+        start: 1,
+        len: 2,
+        total: 40,
+    };
+    assert_eq!(ev.read(&rows, DType::U4).unwrap(), external.bytes[25..75]);
+
+    // Saved again: byte-identical files.
+    export::save(&loaded, &second, &mut Evaluator::new(None), &hidden).unwrap();
+    for file in ["model.onnx", "model.onnx.data"] {
+        assert_eq!(
+            std::fs::read(first.join(file)).unwrap(),
+            std::fs::read(second.join(file)).unwrap(),
+            "{file} differs after a round trip"
+        );
+    }
+}

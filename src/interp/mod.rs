@@ -7,6 +7,7 @@ pub mod elementwise;
 pub mod matmul;
 pub mod norm;
 pub mod npy;
+pub mod quant;
 pub mod reduce;
 pub mod rope;
 pub mod run;
@@ -157,7 +158,7 @@ pub fn eval_node(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
 /// Evaluates one node by asking each op family in turn.
 fn dispatch(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
     let (domain, op) = (call.node.domain.as_str(), call.node.op_type.as_str());
-    let families: [fn(&str, &str, &OpCall<'_>) -> FamilyResult; 7] = [
+    let families: [fn(&str, &str, &OpCall<'_>) -> FamilyResult; 8] = [
         elementwise::eval,
         matmul::eval,
         reduce::eval,
@@ -165,6 +166,7 @@ fn dispatch(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
         norm::eval,
         rope::eval,
         attention::eval,
+        quant::eval,
     ];
     for family in families {
         if let Some(result) = family(domain, op, call) {

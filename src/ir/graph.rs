@@ -62,9 +62,9 @@ impl Initializer {
         self.shape.iter().product()
     }
 
-    /// Size in bytes once stored.
+    /// Size in bytes once stored in an ONNX file (4-bit types packed two per byte).
     pub fn byte_len(&self) -> usize {
-        self.numel() * self.dtype.size()
+        self.dtype.stored_bytes(self.numel())
     }
 }
 

@@ -108,12 +108,20 @@ pub fn save(
                 pos = *offset;
             }
             let mut written = 0u64;
-            report.clamped_f16 += evaluator.stream(src, init.dtype, &mut |bytes| {
+            let mut write = |bytes: &[u8]| -> Result<()> {
                 out.write_all(bytes).map_err(|e| Error::io(&data_path, e))?;
                 written += bytes.len() as u64;
                 progress.inc(bytes.len() as u64);
                 Ok(())
-            })?;
+            };
+            if init.dtype.is_4bit() {
+                let mut packer = NibblePacker::default();
+                report.clamped_f16 +=
+                    evaluator.stream(src, init.dtype, &mut |bytes| write(&packer.pack(bytes)))?;
+                packer.finish().map_or(Ok(()), |last| write(&[last]))?;
+            } else {
+                report.clamped_f16 += evaluator.stream(src, init.dtype, &mut write)?;
+            }
             if written != init.byte_len() as u64 {
                 return Err(Error::Graph(format!(
                     "initializer `{}` produced {written} bytes, expected {}",
@@ -206,7 +214,12 @@ fn initializer_proto(
             let src = init.source.as_ref().ok_or_else(|| {
                 Error::Graph(format!("initializer `{}` has no data to inline", init.name))
             })?;
-            t.raw_data = evaluator.read(src, init.dtype)?;
+            let bytes = evaluator.read(src, init.dtype)?;
+            t.raw_data = if init.dtype.is_4bit() {
+                crate::ir::pack_4bit(&bytes)
+            } else {
+                bytes
+            };
         }
         Placement::External { offset, length } => {
             t.data_location = proto::DATA_LOCATION_EXTERNAL;
@@ -226,14 +239,50 @@ fn initializer_proto(
     Ok(t)
 }
 
-/// A small in-memory tensor as a `TensorProto` with `raw_data`.
+/// A small in-memory tensor as a `TensorProto` with `raw_data` (4-bit values packed two per
+/// byte).
 pub fn tensor_proto(name: &str, data: &TensorData) -> proto::TensorProto {
     proto::TensorProto {
         dims: data.shape.iter().map(|&d| d as i64).collect(),
         data_type: data.dtype.onnx_code(),
         name: name.to_string(),
-        raw_data: data.bytes.clone(),
+        raw_data: if data.dtype.is_4bit() {
+            crate::ir::pack_4bit(&data.bytes)
+        } else {
+            data.bytes.clone()
+        },
         ..Default::default()
+    }
+}
+
+/// Packs a stream of one-byte 4-bit values two per byte (low nibble first) across chunks of
+/// any length: a chunk of odd length leaves one value waiting for the next chunk's first.
+#[derive(Debug, Default)]
+struct NibblePacker {
+    pending: Option<u8>,
+}
+
+impl NibblePacker {
+    /// The packed bytes completed by `values`.
+    fn pack(&mut self, values: &[u8]) -> Vec<u8> {
+        let mut rest = values;
+        let mut out = Vec::with_capacity(values.len() / 2 + 1);
+        if let (Some(low), Some((&high, tail))) = (self.pending, rest.split_first()) {
+            out.push((low & 0x0f) | (high & 0x0f) << 4);
+            self.pending = None;
+            rest = tail;
+        }
+        let pairs = rest.len() / 2 * 2;
+        out.extend(crate::ir::pack_4bit(&rest[..pairs]));
+        if pairs < rest.len() {
+            self.pending = Some(rest[pairs]);
+        }
+        out
+    }
+
+    /// The last byte (its high nibble zero) when an odd number of values was packed.
+    fn finish(self) -> Option<u8> {
+        self.pending.map(|low| low & 0x0f)
     }
 }
 
@@ -298,5 +347,39 @@ fn shape_proto(shape: &Shape) -> proto::TensorShapeProto {
                 }),
             })
             .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nibble_packer_carries_a_value_across_odd_chunks() {
+        let values: Vec<u8> = (0..11u8).map(|v| v.wrapping_mul(7) & 0x0f).collect();
+        let whole = crate::ir::pack_4bit(&values);
+        for chunking in [
+            vec![11],
+            vec![1, 10],
+            vec![3, 3, 5],
+            vec![1, 1, 0, 9],
+            vec![2, 4, 5],
+        ] {
+            let mut packer = NibblePacker::default();
+            let mut out = Vec::new();
+            let mut at = 0;
+            for len in chunking.iter().copied() {
+                out.extend(packer.pack(&values[at..at + len]));
+                at += len;
+            }
+            out.extend(packer.finish());
+            assert_eq!(out, whole, "chunks {chunking:?}");
+        }
+        // Sign-extended int4 bytes keep their low nibble only.
+        let mut packer = NibblePacker::default();
+        let mut out = packer.pack(&[(-1i8) as u8]);
+        out.extend(packer.pack(&[(-8i8) as u8, 7]));
+        out.extend(packer.finish());
+        assert_eq!(out, vec![0x8f, 0x07]);
     }
 }

@@ -403,12 +403,15 @@ impl Ctx<'_> {
                     .transpose()
             };
             let (offset, length) = (number("offset")?, number("length")?);
-            let bytes = dtype.bytes_for(&shape).ok_or_else(|| {
-                self.err(format!(
-                    "initializer `{}`: shape {shape:?} overflows",
-                    t.name
-                ))
-            })? as u64;
+            // What the file holds: 4-bit values packed two per byte.
+            let bytes = crate::limits::numel(&shape)
+                .and_then(|n| dtype.bytes_for(&shape).map(|_| dtype.stored_bytes(n)))
+                .ok_or_else(|| {
+                    self.err(format!(
+                        "initializer `{}`: shape {shape:?} overflows",
+                        t.name
+                    ))
+                })? as u64;
             let file = self.external_file(&t.name, location)?;
             let range = ExternalRange {
                 offset: offset.unwrap_or(0),

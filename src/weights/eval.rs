@@ -252,17 +252,19 @@ impl<'a> Evaluator<'a> {
                 }
                 Ok(clamped)
             }
-            leaf => {
-                let leaf = self
-                    .leaf(leaf)?
-                    .expect("checkpoint, inline and external sources are leaves");
-                stream_converted(leaf.data, leaf.dtype, target, sink)
-            }
+            leaf => match self.leaf(leaf)? {
+                Some(leaf) => stream_converted(leaf.data, leaf.dtype, target, sink),
+                // Packed 4-bit external data: unpacked in memory first.
+                None => {
+                    let (dtype, _, bytes) = self.materialize(src)?;
+                    stream_converted(&bytes, dtype, target, sink)
+                }
+            },
         }
     }
 
     /// The stored bytes of a leaf source (checkpoint, inline or external), without copying;
-    /// `None` for transforms.
+    /// `None` for transforms and for packed 4-bit external data (see [`Evaluator::materialize`]).
     fn leaf<'s>(&'s mut self, src: &'s TensorSource) -> Result<Option<Leaf<'s>>> {
         let (dtype, shape, data) = match src {
             TensorSource::Checkpoint(name) => {
@@ -277,6 +279,10 @@ impl<'a> Evaluator<'a> {
                 dtype,
                 shape,
             } => {
+                if dtype.is_4bit() {
+                    // The file packs two values per byte; only `materialize` unpacks them.
+                    return Ok(None);
+                }
                 let (dtype, shape) = (*dtype, shape.clone());
                 (dtype, shape, self.external(path, *offset, *length)?)
             }
@@ -337,7 +343,21 @@ impl<'a> Evaluator<'a> {
                 shape,
             } => {
                 let (dtype, shape) = (*dtype, shape.clone());
-                let data = self.external(path, *offset, *length)?.to_vec();
+                let stored = self.external(path, *offset, *length)?;
+                let data = if dtype.is_4bit() {
+                    let numel = crate::limits::numel(&shape).unwrap_or(usize::MAX);
+                    if stored.len() != dtype.stored_bytes(numel) {
+                        return Err(Error::Graph(format!(
+                            "external {dtype} tensor of shape {shape:?} needs {} packed bytes, \
+                             found {}",
+                            dtype.stored_bytes(numel),
+                            stored.len()
+                        )));
+                    }
+                    crate::ir::unpack_4bit(stored, numel, dtype == DType::I4)
+                } else {
+                    stored.to_vec()
+                };
                 Ok((dtype, shape, data))
             }
             TensorSource::RotaryTable {

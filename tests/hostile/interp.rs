@@ -544,3 +544,257 @@ fn layer_norm_statistics_of_empty_rows_are_nan() {
         "{values:?}"
     );
 }
+
+/// A constant of `dtype` (one byte per value, all `value`) and shape `shape`.
+fn bytes_of(g: &mut GraphBuilder, dtype: DType, shape: &[usize], value: u8) -> String {
+    let n = shape.iter().product();
+    g.constant(TensorData {
+        dtype,
+        shape: shape.to_vec(),
+        bytes: vec![value; n],
+    })
+}
+
+/// Expects `run` of the one-node model `domain::op(make(...))` to fail naming the node and
+/// `needles`.
+fn quant_refused(
+    (domain, op): (&str, &str),
+    attrs: Vec<(&str, Attr)>,
+    make: impl FnOnce(&mut GraphBuilder) -> Vec<String>,
+    needles: &[&str],
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut g = GraphBuilder::new("g");
+    let inputs = make(&mut g);
+    let refs: Vec<&str> = inputs.iter().map(String::as_str).collect();
+    g.node(domain, op, &refs, attrs, vec!["y".into()]);
+    g.output("y", DType::F32, Shape::new(vec![1usize]));
+    let model = save_model(dir.path(), g.finish());
+    let node = format!("{op} `y_node`");
+    let all: Vec<&str> = [node.as_str()]
+        .into_iter()
+        .chain(needles.iter().copied())
+        .collect();
+    run_fails(dir.path(), &model, &[], &all);
+}
+
+#[test]
+fn dequantize_linear_mismatched_zero_point_scale_and_output_type() {
+    let dq = ("", "DequantizeLinear");
+    quant_refused(
+        dq,
+        vec![],
+        |g| {
+            vec![
+                bytes_of(g, DType::I4, &[4], 1),
+                f32s(g, &[]),
+                bytes_of(g, DType::U4, &[], 1),
+            ]
+        },
+        &["input `x_zero_point` (2) is u4; expected i4 like `x`"],
+    );
+    quant_refused(
+        dq,
+        vec![("axis", Attr::Int(0)), ("block_size", Attr::Int(4))],
+        |g| vec![bytes_of(g, DType::I8, &[9, 4], 1), f32s(g, &[2, 4])],
+        &["input `x_scale` (1) has shape [2, 4]", "need shape [3, 4]"],
+    );
+    quant_refused(
+        dq,
+        vec![("axis", Attr::Int(1))],
+        |g| vec![bytes_of(g, DType::U8, &[2, 3], 1), f32s(g, &[2])],
+        &["per-axis dequantization along axis 1", "shape [3]"],
+    );
+    quant_refused(
+        dq,
+        vec![("output_dtype", Attr::Int(10))],
+        |g| vec![bytes_of(g, DType::U8, &[2], 1), f32s(g, &[])],
+        &["attribute output_dtype is 10, but `x_scale` is f32"],
+    );
+    quant_refused(
+        dq,
+        vec![],
+        |g| vec![f32s(g, &[2]), f32s(g, &[])],
+        &["input `x` (0) is f32; expected int8, uint8, int4, uint4 or int32"],
+    );
+}
+
+#[test]
+fn matmul_nbits_shapes_attributes_and_inputs_that_do_not_match() {
+    let nbits = ("com.microsoft", "MatMulNBits");
+    let attrs = |k: i64, bits: i64, block: i64| {
+        vec![
+            ("K", Attr::Int(k)),
+            ("N", Attr::Int(4)),
+            ("bits", Attr::Int(bits)),
+            ("block_size", Attr::Int(block)),
+        ]
+    };
+    // K = 40 needs 3 blocks of 16, B holds 2
+    quant_refused(
+        nbits,
+        attrs(40, 4, 16),
+        |g| {
+            vec![
+                f32s(g, &[1, 40]),
+                bytes_of(g, DType::U8, &[4, 2, 8], 0x88),
+                f32s(g, &[4, 2]),
+            ]
+        },
+        &["input `B` (1) is u8 [4, 2, 8]", "need uint8 [4, 3, 8]"],
+    );
+    quant_refused(
+        nbits,
+        attrs(32, 4, 16),
+        |g| {
+            vec![
+                f32s(g, &[1, 30]),
+                bytes_of(g, DType::U8, &[4, 2, 8], 0x88),
+                f32s(g, &[4, 2]),
+            ]
+        },
+        &["input `A` (0) has shape [1, 30]; its last dimension must be K = 32"],
+    );
+    quant_refused(
+        nbits,
+        attrs(32, 4, 16),
+        |g| {
+            vec![
+                f32s(g, &[1, 32]),
+                bytes_of(g, DType::U8, &[4, 2, 8], 0x88),
+                f32s(g, &[4, 2]),
+                bytes_of(g, DType::U8, &[4, 2], 0x88),
+            ]
+        },
+        &["input `zero_points` (3) has shape [4, 2]; expected [4, 1] or [4]"],
+    );
+    quant_refused(
+        nbits,
+        attrs(32, 4, 16),
+        |g| {
+            vec![
+                f32s(g, &[1, 32]),
+                bytes_of(g, DType::U8, &[4, 2, 8], 0x88),
+                f32s(g, &[4, 2]),
+                String::new(),
+                g.constant(TensorData::from_i64(vec![32], &[0; 32])),
+            ]
+        },
+        &["input `g_idx` (4) is not supported"],
+    );
+    quant_refused(
+        nbits,
+        attrs(32, 3, 16),
+        |g| vec![f32s(g, &[1, 32])],
+        &["attribute bits is 3; expected 2, 4 or 8"],
+    );
+    quant_refused(
+        nbits,
+        attrs(32, 4, 24),
+        |g| vec![f32s(g, &[1, 32])],
+        &["attribute block_size is 24; expected a power of two of at least 16"],
+    );
+    // sizes whose products overflow
+    quant_refused(
+        nbits,
+        vec![
+            ("K", Attr::Int(i64::MAX)),
+            ("N", Attr::Int(i64::MAX)),
+            ("bits", Attr::Int(8)),
+            ("block_size", Attr::Int(1 << 62)),
+        ],
+        |g| vec![f32s(g, &[1, 32])],
+        &["attribute block_size 4611686018427387904 times bits 8 overflows"],
+    );
+    quant_refused(
+        nbits,
+        vec![
+            ("K", Attr::Int(i64::MAX)),
+            ("N", Attr::Int(i64::MAX)),
+            ("block_size", Attr::Int(16)),
+        ],
+        |g| vec![f32s(g, &[1, 32]), bytes_of(g, DType::U8, &[4, 2, 8], 0x88)],
+        &["input `B` (1) is u8 [4, 2, 8]"],
+    );
+    quant_refused(
+        nbits,
+        vec![("N", Attr::Int(4)), ("block_size", Attr::Int(16))],
+        |g| vec![f32s(g, &[1, 32])],
+        &["integer attribute `K` is required"],
+    );
+}
+
+#[test]
+fn gather_block_quantized_unsupported_forms_and_budget() {
+    let gbq = ("com.microsoft", "GatherBlockQuantized");
+    let attrs = |gather: i64, block: i64| {
+        vec![
+            ("gather_axis", Attr::Int(gather)),
+            ("quantize_axis", Attr::Int(1)),
+            ("block_size", Attr::Int(block)),
+        ]
+    };
+    // uint8 (packed) data: gather_axis must be 0
+    quant_refused(
+        gbq,
+        attrs(1, 16),
+        |g| {
+            vec![
+                bytes_of(g, DType::U8, &[4, 16], 0x88),
+                g.const_i64(&[0]),
+                f32s(g, &[4, 2]),
+            ]
+        },
+        &["needs gather_axis 0 and quantize_axis the last axis"],
+    );
+    quant_refused(
+        gbq,
+        attrs(0, 16),
+        |g| {
+            vec![
+                bytes_of(g, DType::U8, &[4, 16], 0x88),
+                g.const_i64(&[0]),
+                f32s(g, &[4, 1]),
+            ]
+        },
+        &["input `scales` (2) has shape [4, 1]", "need [4, 2]"],
+    );
+    quant_refused(
+        gbq,
+        attrs(0, 16),
+        |g| {
+            vec![
+                bytes_of(g, DType::I4, &[4, 32], 1),
+                g.const_i64(&[0]),
+                f32s(g, &[4, 2]),
+                bytes_of(g, DType::U4, &[4, 2], 1),
+            ]
+        },
+        &["input `zero_points` (3) is u4 [4, 2]; expected i4 [4, 2]"],
+    );
+    quant_refused(
+        gbq,
+        attrs(0, 16),
+        |g| {
+            vec![
+                bytes_of(g, DType::I8, &[4, 32], 1),
+                g.const_i64(&[0]),
+                f32s(g, &[4, 2]),
+            ]
+        },
+        &["input `data` (0) is i8; expected int4, uint4 or uint8"],
+    );
+    // 200 rows of 2^21 4-bit values: over the per-tensor budget, refused before allocating
+    quant_refused(
+        gbq,
+        attrs(0, 16),
+        |g| {
+            vec![
+                bytes_of(g, DType::U8, &[1, 1 << 20], 0x88),
+                g.const_i64(&[0; 200]),
+                f32s(g, &[1, 1 << 17]),
+            ]
+        },
+        OVER_BUDGET,
+    );
+}

@@ -930,3 +930,140 @@ def _extrema():
 
 
 _extrema()
+
+
+# --------------------------------------------------------------------------- quantized ops
+def _pack_bits(q: np.ndarray, bits: int) -> np.ndarray:
+    """Packs the last axis of integer values into uint8, `8 // bits` per byte, lowest bits
+    first (the last axis must be a multiple of `8 // bits` long)."""
+    per = 8 // bits
+    q = q.astype(np.uint8).reshape(*q.shape[:-1], q.shape[-1] // per, per)
+    return sum(q[..., i] << (i * bits) for i in range(per)).astype(np.uint8)
+
+
+def _quant():
+    import ml_dtypes
+
+    i4, u4 = ml_dtypes.int4, ml_dtypes.uint4
+    op = "DequantizeLinear"
+    ranges = {np.int8: (-128, 127), np.uint8: (0, 255), i4: (-8, 7), u4: (0, 15), np.int32: (-2**30, 2**30)}
+
+    def q(r, dt, *shape):
+        lo, hi = ranges[dt]
+        return ints(r, lo, hi, *shape).astype(dt)
+
+    def dq(name, x, scale, zp=None, out=F32, x_is_input=False, **attrs):
+        ins = [inp("x", x) if x_is_input else init("x", x), init("x_scale", scale)]
+        if zp is not None:
+            ins.append(init("x_zero_point", zp))
+        add(op, name, ins, [("y", out)], **attrs)
+
+    r = rng_for(op, "per_tensor")
+    dq("i8_per_tensor_input", q(r, np.int8, 3, 5), np.float32(0.05), np.int8(-3), x_is_input=True)
+    dq("u8_per_tensor_1elem_scale", q(r, np.uint8, 2, 7), np.array([0.02], np.float32),
+       np.array([128], np.uint8), x_is_input=True)
+    dq("i32_per_tensor", q(r, np.int32, 4, 3), np.float32(1e-3), x_is_input=True)
+    dq("i4_per_tensor_no_zp", q(r, i4, 3, 5), np.float32(0.5))
+    dq("u4_per_tensor_f16", q(r, u4, 4, 3), np.float16(0.25), u4(8), out=F16)
+    r = rng_for(op, "per_axis")
+    dq("i8_axis0", q(r, np.int8, 4, 6), unif(r, 0.01, 0.1, 4), q(r, np.int8, 4), axis=0)
+    dq("u4_axis1_3d", q(r, u4, 2, 5, 3), unif(r, 0.01, 0.1, 5), q(r, u4, 5), axis=1)
+    dq("i4_axis_last_f16", q(r, i4, 3, 6), unif(r, 0.01, 0.1, 6, dtype=np.float16), axis=-1, out=F16)
+    r = rng_for(op, "blocked")
+    # blocked along axis 0 (the layout of quantized MatMul weights [K, N]), K a multiple of the
+    # block and not
+    for dt, dn in [(i4, "i4"), (u4, "u4"), (np.int8, "i8"), (np.uint8, "u8")]:
+        for k in (32, 40):
+            dq(f"{dn}_blocked_axis0_k{k}", q(r, dt, k, 6), unif(r, 0.01, 0.2, -(-k // 16), 6),
+               q(r, dt, -(-k // 16), 6), axis=0, block_size=16)
+    dq("i4_blocked_axis0_no_zp_f16", q(r, i4, 33, 4), unif(r, 0.01, 0.2, 3, 4, dtype=np.float16),
+       axis=0, block_size=16, out=F16)
+    dq("u4_blocked_axis1_3d", q(r, u4, 2, 3, 10), unif(r, 0.01, 0.2, 2, 3, 3), q(r, u4, 2, 3, 3),
+       axis=2, block_size=4)
+    dq("i8_blocked_output_dtype", q(r, np.int8, 8, 3), unif(r, 0.01, 0.2, 2, 3), axis=0, block_size=4,
+       output_dtype=F32)
+    # NaN / infinite scales: (x - zp) * scale, so NaN where x == zp and +-inf elsewhere
+    x = np.array([[-8, -1, 0, 1, 7], [3, 3, 3, 3, 3]]).astype(i4)
+    dq("i4_nan_inf_scales", x, np.array([[np.inf, -np.inf, np.nan, 1.0, 2.0]] * 1 + [[np.inf] * 5], np.float32),
+       np.array([[0, 0, 0, 0, 0], [3, 3, 3, 0, 0]]).astype(i4), axis=1, block_size=1)
+
+    # ---- com.microsoft MatMulNBits
+    op = "MatMulNBits"
+
+    def nbits(name, a, k, n, bits, block, zp=False, bias=False, dtype=np.float32, scales_1d=False,
+              out_t=F32, scale_values=None):
+        r = rng_for(op, name)
+        kb = -(-k // block)
+        # values of the padded rows (past K) are random too: they must be ignored
+        qv = ints(r, 0, (1 << bits) - 1, n, kb, block)
+        b = _pack_bits(qv, bits)
+        scales = unif(r, 0.005, 0.05, n, kb).astype(dtype) if scale_values is None else scale_values
+        if scales_1d:
+            scales = scales.reshape(-1)
+        ins = [inp("A", a.astype(dtype)), init("B", b), init("scales", scales)]
+        if zp:
+            zq = ints(r, 0, (1 << bits) - 1, n, -(-kb * bits // 8) * (8 // bits))
+            ins.append(init("zero_points", _pack_bits(zq, bits)))
+        elif bias:
+            ins.append(None)
+        if bias:
+            ins += [None, init("bias", randn(r, n, dtype=dtype))]
+        add(op, name, ins, [("Y", out_t)], domain=MS, K=k, N=n, bits=bits, block_size=block,
+            accuracy_level=0)
+
+    r = rng_for(op, "inputs")
+    nbits("b4_k64_2d", randn(r, 3, 64), 64, 8, 4, 32)
+    nbits("b4_k72_zp_bias_3d", randn(r, 2, 3, 72), 72, 10, 4, 32, zp=True, bias=True)
+    nbits("b4_k40_zp_block16_scales_1d", randn(r, 5, 40), 40, 6, 4, 16, zp=True, scales_1d=True)
+    nbits("b8_k64_3d", randn(r, 2, 2, 64), 64, 5, 8, 16)
+    nbits("b8_k50_zp_bias", randn(r, 4, 50), 50, 7, 8, 32, zp=True, bias=True)
+    nbits("b2_k48_zp", randn(r, 3, 48), 48, 4, 2, 16, zp=True)
+    nbits("b4_f16_3d_zp_bias", randn(r, 2, 3, 40), 40, 6, 4, 16, zp=True, bias=True, dtype=np.float16, out_t=F16)
+    nbits("b8_f16_k32", randn(r, 4, 32), 32, 3, 8, 32, dtype=np.float16, out_t=F16)
+    # NaN and infinity: a NaN in A fills its row, an infinite scale gives +-inf or NaN
+    a = randn(r, 3, 32)
+    a[1, 5] = np.nan
+    a[2, 0] = np.inf
+    s = unif(r, 0.01, 0.05, 4, 2)
+    s[1, 0], s[3, 1] = np.inf, np.nan
+    nbits("b4_nan_inf", a, 32, 4, 4, 16, scale_values=s)
+
+    # ---- com.microsoft GatherBlockQuantized (embedding tables [V, D] quantized along D)
+    op = "GatherBlockQuantized"
+
+    def gbq(name, data, idx, scales, zp=None, out_t=F32, **attrs):
+        ins = [init("data", data), inp("indices", idx), init("scales", scales)]
+        if zp is not None:
+            ins.append(init("zero_points", zp))
+        add(op, name, ins, [("output", out_t)], domain=MS, **attrs)
+
+    r = rng_for(op, "tables")
+    v, d = 7, 48
+    idx2 = np.array([[0, 6, 3], [-1, 2, 2]], np.int64)
+    for bits in (4, 8):
+        qv = ints(r, 0, (1 << bits) - 1, v, d)
+        sc = unif(r, 0.01, 0.1, v, 3)
+        zq = ints(r, 0, (1 << bits) - 1, v, 4 if bits == 4 else 3)[:, : (2 if bits == 4 else 3) * (8 // bits)]
+        gbq(f"u8_b{bits}_no_zp", _pack_bits(qv, bits), idx2, sc, bits=bits, block_size=16)
+        gbq(f"u8_b{bits}_zp_i32_idx", _pack_bits(qv, bits), idx2.astype(np.int32), sc, _pack_bits(zq, bits),
+            bits=bits, block_size=16, quantize_axis=1)
+    qv = ints(r, 0, 15, v, 40)  # 40 values: the last block is short
+    gbq("u8_b4_short_block_f16", _pack_bits(qv, 4), np.array([5, 0], np.int64),
+        unif(r, 0.01, 0.1, v, 3, dtype=np.float16), out_t=F16, bits=4, block_size=16)
+    for dt, dn in [(i4, "i4"), (u4, "u4")]:
+        qv = q(r, dt, v, d)
+        sc = unif(r, 0.01, 0.1, v, 3)
+        gbq(f"{dn}_no_zp", qv, idx2, sc, block_size=16, quantize_axis=1)
+        gbq(f"{dn}_zp", qv, idx2.astype(np.int32), sc, q(r, dt, v, 3), block_size=16, quantize_axis=-1)
+    # int4 data allows any axes: gather along 1, quantized along 0
+    gbq("i4_gather1_quant0", q(r, i4, 32, 5), np.array([4, 0, -2], np.int64), unif(r, 0.01, 0.1, 2, 5),
+        q(r, i4, 2, 5), gather_axis=1, quantize_axis=0, block_size=16)
+    # out-of-range indices give zeros (onnxruntime 1.32); an infinite scale +-inf or NaN
+    sc = unif(r, 0.01, 0.1, v, 3)
+    sc[2, 1] = np.inf
+    sc[3, 0] = np.nan
+    gbq("u4_out_of_range_and_inf", q(r, u4, v, d), np.array([2, 7, -8, 3, 100], np.int64), sc,
+        q(r, u4, v, 3), block_size=16)
+
+
+_quant()

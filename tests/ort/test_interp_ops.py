@@ -129,6 +129,7 @@ def test_cases_cover_every_op():
         "RotaryEmbedding", "Attention", "com.microsoft.GroupQueryAttention",
         "com.microsoft.SkipSimplifiedLayerNormalization", "com.microsoft.SkipLayerNormalization",
         "com.microsoft.RotaryEmbedding", "com.microsoft.BiasGelu", "com.microsoft.FastGelu",
+        "DequantizeLinear", "com.microsoft.MatMulNBits", "com.microsoft.GatherBlockQuantized",
     }
     have = {(f"{c.node.domain}.{c.op}" if c.node.domain else c.op) for c in CASES}
     assert required <= have, sorted(required - have)
