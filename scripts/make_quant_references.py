@@ -17,7 +17,9 @@ quant_reference.json:
     {"onnxruntime_version": str, "torch_version": str, "transformers_version": str,
      "settings": {"int4-b32-sym": {"bits": 4, "block_size": 32, "symmetric": true,
                                    "logits": [[float]*vocab]*tokens,
-                                   "greedy_tokens": [int]*32, "min_top2_gap": float}, ...}}
+                                   "greedy_tokens": [int]*32, "min_top2_gap": float,
+                                   "top2_gaps": [float]*32 (top-1 minus top-2 logit before
+                                                each greedy step)}, ...}}
 
 Usage: python scripts/make_quant_references.py [--only NAME ...]
 """
@@ -108,7 +110,7 @@ def greedy(model, input_ids: list[int]):
         nxt = int(torch.argmax(last))
         new.append(nxt)
         cur = torch.cat([cur, torch.tensor([[nxt]])], dim=1)
-    return prompt_logits, new, min(gaps)
+    return prompt_logits, new, gaps
 
 
 def main() -> int:
@@ -132,7 +134,8 @@ def main() -> int:
         }
         for key, (bits, block, symmetric) in SETTINGS.items():
             model, count = quantized_model(FIXTURES / name, bits, block, symmetric)
-            logits, tokens, gap = greedy(model, ref["input_ids"])
+            logits, tokens, gaps = greedy(model, ref["input_ids"])
+            gap = min(gaps)
             out["settings"][key] = {
                 "bits": bits,
                 "block_size": block,
@@ -141,6 +144,7 @@ def main() -> int:
                 "logits": [[rnd(v) for v in row] for row in logits.tolist()],
                 "greedy_tokens": tokens,
                 "min_top2_gap": rnd(gap),
+                "top2_gaps": [rnd(g) for g in gaps],
             }
             print(f"{name} {key}: {count} weights, min top-2 gap {gap:.4g}")
         (FIXTURES / name / "quant_reference.json").write_text(json.dumps(out, separators=(",", ":")) + "\n")

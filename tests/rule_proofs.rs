@@ -19,6 +19,8 @@ use proptest::prelude::*;
 
 #[path = "rule_proofs/lowering.rs"]
 mod lowering;
+#[path = "rule_proofs/quant.rs"]
+mod quant;
 
 /// The rules proven below, by name.
 const PROVEN: &[&str] = &[
@@ -56,6 +58,10 @@ const PROVEN: &[&str] = &[
     "decompose-attention-without-cache",
     "htp-rank4-rmsnorm",
     "range-to-cumsum",
+    "matmul-nbits",
+    "matmul-nbits-without-zero-points",
+    "matmul-nbits-bias",
+    "matmul-nbits-with-zero-points-bias",
 ];
 
 #[test]

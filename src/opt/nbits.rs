@@ -88,19 +88,17 @@ pub(crate) fn matmul_nbits(g: &mut OnnxGraph, _matched: Id, s: &Subst, _rule: &s
     ];
     let weight = e.op("ai.mobius::NBitsWeight", &[q], &relayout);
     let scales = e.op("ai.mobius::NBitsScales", &[scales], &[]);
-    let zero_points = if has_zp {
-        e.op("ai.mobius::NBitsZeroPoints", &[zp], &relayout)
-    } else {
-        e.g.add(Onnx::Absent)
-    };
-    let absent = e.g.add(Onnx::Absent);
+    let mut inputs = vec![x, weight, scales];
+    if has_zp {
+        inputs.push(e.op("ai.mobius::NBitsZeroPoints", &[zp], &relayout));
+    }
     let level = match level {
         0 => AttrValue::Unset,
         l => AttrValue::Int(l),
     };
     Some(e.op(
         "com.microsoft::MatMulNBits",
-        &[x, weight, scales, zero_points, absent, absent],
+        &inputs,
         &[
             ("K", AttrValue::Int(k)),
             ("N", AttrValue::Int(n)),

@@ -17,20 +17,22 @@ from ort_helpers import CONFIGS_DIR, FIXTURES_DIR, run_mobius
 
 @pytest.fixture(scope="session")
 def built(tmp_path_factory):
-    """built(kind, name, dtype, ep=None) -> output folder of `mobius build` (cached).
+    """built(kind, name, dtype, ep=None, extra=()) -> output folder of `mobius build` (cached).
 
     kind "fixture": tests/fixtures/<name>, with weights.
     kind "config":  tests/data/configs/<name>, with --no-weights.
     ep None: no --ep flag (the CLI default); otherwise `--ep <ep>`.
+    extra: further flags (e.g. ("--quant", "int4")).
     A failed build is cached too, so it is reported once per test, fast.
     """
-    cache: dict[tuple[str, str, str, str | None], Path | AssertionError] = {}
+    cache: dict[tuple, Path | AssertionError] = {}
     root = tmp_path_factory.mktemp("builds")
 
-    def get(kind: str, name: str, dtype: str, ep: str | None = None) -> Path:
-        key = (kind, name, dtype, ep)
+    def get(kind: str, name: str, dtype: str, ep: str | None = None, extra: tuple[str, ...] = ()) -> Path:
+        key = (kind, name, dtype, ep, tuple(extra))
         if key not in cache:
-            out = root / f"{kind}-{name}-{dtype}-{ep or 'noflag'}" / "out"
+            suffix = "".join(f"-{a.lstrip('-')}" for a in extra)
+            out = root / f"{kind}-{name}-{dtype}-{ep or 'noflag'}{suffix}" / "out"
             out.parent.mkdir(parents=True)
             if kind == "fixture":
                 src = FIXTURES_DIR / name
@@ -42,6 +44,7 @@ def built(tmp_path_factory):
                 raise ValueError(kind)
             if ep is not None:
                 args += ["--ep", ep]
+            args += list(extra)
             try:
                 run_mobius(args)
                 if not (out / "model.onnx").is_file():

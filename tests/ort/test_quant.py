@@ -1,0 +1,223 @@
+"""`mobius build --quant`: quantized builds of every decoder fixture, checked with
+onnxruntime and onnxruntime-genai.
+
+The truth is external:
+- the quantized weights are bit-identical to what onnxruntime's own quantizer
+  (`onnxruntime.quantization.matmul_nbits_quantizer.MatMulNBitsQuantizer`, default RTN)
+  writes for the same float model, block size and symmetry;
+- the logits match quant_reference.json (scripts/make_quant_references.py): transformers
+  in f32 with every quantized weight replaced by onnxruntime's quantization of it,
+  dequantized ("fake-quantized"): max abs error <= 1e-3 at accuracy_level 0, cosine
+  similarity >= 0.999 per position at accuracy_level 4 (activations quantized to int8);
+- onnxruntime-genai generates the reference's greedy tokens from the accuracy_level 0
+  build, up to the first near-tie (the margin is printed when a token differs).
+
+onnxruntime's CPU graph optimizer turns DequantizeLinear + MatMul into MatMulNBits with
+accuracy_level 4 unless told otherwise; the exact comparisons set
+`session.qdq_matmulnbits_accuracy_level` to 0 so that they measure the model as written.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+
+from ort_helpers import DECODER_TASK, FIXTURES_DIR, fixture_names_for, load_reference
+from test_fixtures import F16_EPS, F32_EPS, dims_of, empty_past, genai_model, run
+
+NAMES = fixture_names_for(DECODER_TASK)
+EXACT_TOL = 1e-3
+MIN_COSINE = 0.999
+
+# quant_reference.json setting -> mobius flags
+SETTINGS = {
+    "int4-b32-sym": ("--quant", "int4"),
+    "int4-b16-asym": ("--quant", "int4", "--quant-block-size", "16", "--quant-asymmetric"),
+    "int8-b32-sym": ("--quant", "int8"),
+}
+
+
+def quant_reference(name: str) -> dict:
+    return json.loads((FIXTURES_DIR / name / "quant_reference.json").read_text())
+
+
+def session(path, accuracy_level_for_qdq: int | None = 0):
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.inter_op_num_threads = 1
+    so.log_severity_level = 3
+    if accuracy_level_for_qdq is not None:
+        so.add_session_config_entry("session.qdq_matmulnbits_accuracy_level", str(accuracy_level_for_qdq))
+    return ort.InferenceSession(str(path / "model.onnx"), so, providers=["CPUExecutionProvider"])
+
+
+def prefill(sess, name: str, dtype: str) -> np.ndarray:
+    ids = load_reference(name)["input_ids"]
+    n = len(ids)
+    logits, _ = run(sess, dims_of(name), [ids], np.ones((1, n)), np.arange(n)[None], empty_past(dims_of(name), dtype, 1))
+    return logits[0].astype(np.float32)
+
+
+def op_counts(path) -> dict[str, int]:
+    model = onnx.load(str(path / "model.onnx"), load_external_data=False)
+    counts: dict[str, int] = {}
+    for node in model.graph.node:
+        counts[node.op_type] = counts.get(node.op_type, 0) + 1
+    return counts
+
+
+def test_every_decoder_fixture_has_a_quant_reference():
+    missing = [n for n in NAMES if not (FIXTURES_DIR / n / "quant_reference.json").is_file()]
+    assert NAMES and not missing, f"run scripts/make_quant_references.py for {missing}"
+    for name in NAMES:
+        assert set(quant_reference(name)["settings"]) == set(SETTINGS), name
+
+
+# (setting, ep): accuracy_level 0 builds whose logits must match the fake-quantized reference.
+EXACT = [
+    ("int4-b32-sym", "cpu"),  # MatMulNBits, packed q/k/v
+    ("int4-b32-sym", "onnx-standard"),  # DequantizeLinear + MatMul
+    ("int4-b16-asym", "default"),  # MatMulNBits with zero points
+    ("int4-b16-asym", "onnx-standard"),
+    ("int8-b32-sym", "cpu"),
+]
+
+
+@pytest.mark.parametrize("setting,ep", EXACT, ids=[f"{s}-{e}" for s, e in EXACT])
+@pytest.mark.parametrize("name", NAMES)
+def test_logits_match_the_fake_quantized_reference(built, name, setting, ep):
+    out = built("fixture", name, "f32", ep, SETTINGS[setting] + ("--accuracy-level", "0"))
+    want = np.asarray(quant_reference(name)["settings"][setting]["logits"], dtype=np.float32)
+    got = prefill(session(out), name, "f32")
+    err = float(np.abs(got - want).max())
+    assert err <= EXACT_TOL, f"{name} {setting} --ep {ep}: max abs error {err:.3g} > {EXACT_TOL}"
+    counts = op_counts(out)
+    if ep == "onnx-standard":
+        assert counts.get("MatMulNBits", 0) == 0 and counts.get("DequantizeLinear", 0) > 0, counts
+    else:
+        assert counts.get("MatMulNBits", 0) > 0 and counts.get("DequantizeLinear", 0) == 0, counts
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_accuracy_level_4_stays_close(built, name):
+    """The cpu default (accuracy_level 4: int8 activations) against the same reference."""
+    out = built("fixture", name, "f32", "cpu", SETTINGS["int4-b32-sym"])
+    model = onnx.load(str(out / "model.onnx"), load_external_data=False)
+    levels = {a.i for n in model.graph.node if n.op_type == "MatMulNBits" for a in n.attribute if a.name == "accuracy_level"}
+    assert levels == {4}, levels
+    want = np.asarray(quant_reference(name)["settings"]["int4-b32-sym"]["logits"], dtype=np.float32)
+    got = prefill(session(out, None), name, "f32")
+    cos = (got * want).sum(-1) / (np.linalg.norm(got, axis=-1) * np.linalg.norm(want, axis=-1))
+    assert cos.min() >= MIN_COSINE, f"{name}: cosine similarity per position {np.round(cos, 5)}"
+
+
+QUANT_BUILDS = [(ep, "f32") for ep in F32_EPS] + [(ep, "f16") for ep in F16_EPS]
+
+
+@pytest.mark.parametrize("ep,dtype", QUANT_BUILDS, ids=[f"{e}-{d}" for e, d in QUANT_BUILDS])
+@pytest.mark.parametrize("name", NAMES)
+def test_every_ep_builds_int4_and_runs(built, ep_caps, name, ep, dtype):
+    """Every decoder fixture x every built-in EP: `--quant int4` loads and runs on onnxruntime
+    CPU, with MatMulNBits where the EP has the kernel and DequantizeLinear elsewhere."""
+    out = built("fixture", name, dtype, ep, SETTINGS["int4-b32-sym"])
+    got = prefill(session(out), name, dtype)
+    assert np.isfinite(got).all(), f"{name} --ep {ep}: non-finite logits"
+    want = np.asarray(quant_reference(name)["settings"]["int4-b32-sym"]["logits"], dtype=np.float32)
+    cos = (got * want).sum(-1) / (np.linalg.norm(got, axis=-1) * np.linalg.norm(want, axis=-1))
+    # f16 builds quantize the f16 weights (as onnxruntime's quantizer does), not the f32 ones.
+    assert cos.min() >= (MIN_COSINE if dtype == "f32" else 0.99), f"{name} --ep {ep}: cosine {np.round(cos, 5)}"
+    caps = ep_caps[ep]
+    counts = op_counts(out)
+    if caps["supports_matmul_nbits"] and caps["supports_contrib_ops"]:
+        assert counts.get("MatMulNBits", 0) > 0 and counts.get("DequantizeLinear", 0) == 0, counts
+    else:
+        assert counts.get("MatMulNBits", 0) == 0 and counts.get("DequantizeLinear", 0) > 0, counts
+    model = onnx.load(str(out / "model.onnx"), load_external_data=False)
+    inits = {t.name for t in model.graph.initializer}
+    float_weights = [n.input[1] for n in model.graph.node if n.op_type == "MatMul" and n.input[1] in inits]
+    assert not float_weights, f"{name} --ep {ep}: MatMul weights left in float: {float_weights}"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_genai_greedy_from_int4(built, name):
+    """onnxruntime-genai on the accuracy_level 0 int4 cpu build: the reference's greedy tokens.
+    A token may differ only where the reference's top-2 margin is below the logits tolerance;
+    from there on the sequences may diverge."""
+    import onnxruntime_genai as og
+
+    ref = quant_reference(name)["settings"]["int4-b32-sym"]
+    ids = load_reference(name)["input_ids"]
+    want, gaps = ref["greedy_tokens"], ref["top2_gaps"]
+    total = len(ids) + len(want)
+    model = genai_model(built("fixture", name, "f32", "cpu", SETTINGS["int4-b32-sym"] + ("--accuracy-level", "0")), "cpu")
+    params = og.GeneratorParams(model)
+    params.set_search_options(do_sample=False, max_length=total, min_length=total)
+    gen = og.Generator(model, params)
+    gen.append_tokens(np.array(ids, dtype=np.int32))
+    while not gen.is_done():
+        gen.generate_next_token()
+    got = gen.get_sequence(0).tolist()[len(ids):]
+    assert len(got) == len(want)
+    for step, (g, w) in enumerate(zip(got, want)):
+        if g != w:
+            assert gaps[step] < 2 * EXACT_TOL, (
+                f"{name}: token {step} is {g}, reference {w}, with a top-2 margin of {gaps[step]:.3g} "
+                f"(only a margin below {2 * EXACT_TOL} may flip)"
+            )
+            print(f"{name}: greedy tokens diverge at step {step} on a near-tie (margin {gaps[step]:.3g})")
+            break
+
+
+def _ort_quantized(path, block: int, symmetric: bool) -> dict[str, np.ndarray]:
+    """onnxruntime's quantizer run on a float model: its MatMulNBits initializers by name."""
+    from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig, MatMulNBitsQuantizer
+
+    model = onnx.load(str(path / "model.onnx"))
+    config = DefaultWeightOnlyQuantConfig(block_size=block, is_symmetric=symmetric)
+    quantizer = MatMulNBitsQuantizer(model, algo_config=config)
+    quantizer.process()
+    return {t.name: onnx.numpy_helper.to_array(t) for t in quantizer.model.model.graph.initializer}
+
+
+BIT_IDENTITY = [("f32", 32, True), ("f32", 128, True), ("f32", 32, False), ("f32", 128, False), ("f16", 32, True), ("f16", 32, False)]
+
+
+@pytest.mark.parametrize("dtype,block,symmetric", BIT_IDENTITY, ids=[f"{d}-b{b}-{'sym' if s else 'asym'}" for d, b, s in BIT_IDENTITY])
+@pytest.mark.parametrize("name", NAMES)
+def test_weights_are_bit_identical_to_onnxruntimes_quantizer(built, name, dtype, block, symmetric):
+    """The same float model quantized by onnxruntime and by `mobius build --quant int4` (on
+    the default EP, which packs nothing): every MatMulNBits weight, scale and zero point
+    onnxruntime writes, mobius writes byte for byte."""
+    float_model = built("fixture", name, dtype, "default")
+    flags = ("--quant", "int4", "--quant-block-size", str(block)) + (() if symmetric else ("--quant-asymmetric",))
+    ours_dir = built("fixture", name, dtype, "default", flags)
+    theirs = _ort_quantized(float_model, block, symmetric)
+    ours_model = onnx.load(str(ours_dir / "model.onnx"))
+    ours = {t.name: onnx.numpy_helper.to_array(t) for t in ours_model.graph.initializer}
+    compared = 0
+    for node in ours_model.graph.node:
+        if node.op_type != "MatMulNBits":
+            continue
+        weight = node.input[1].removesuffix(".q4__nbits")
+        if f"{weight}_Q4" not in theirs:
+            continue  # onnxruntime's quantizer skips weights that are not plain initializers (a tied head)
+        pairs = [(node.input[1], f"{weight}_Q4"), (node.input[2], f"{weight}_scales")]
+        if not symmetric:
+            pairs.append((node.input[3], f"{weight}_zero_points"))
+        for mine, ort_name in pairs:
+            a, b = ours[mine], theirs[ort_name]
+            assert a.dtype == b.dtype and a.size == b.size, f"{name} {mine}: {a.dtype}{a.shape} vs {b.dtype}{b.shape}"
+            x = np.frombuffer(a.tobytes(), dtype=np.uint8)
+            y = np.frombuffer(b.tobytes(), dtype=np.uint8)
+            diff = np.flatnonzero(x != y)
+            assert diff.size == 0, (
+                f"{name} {mine} differs from onnxruntime's {ort_name} in {diff.size} bytes, "
+                f"first at byte {diff[0]}: {x[diff[0]]:#04x} vs {y[diff[0]]:#04x}"
+            )
+        compared += 1
+    assert compared >= 6, f"{name}: only {compared} MatMulNBits weights compared"
