@@ -71,6 +71,12 @@ enum AttrTerm {
     Ref(String),
 }
 
+/// The rules of one op: by input count, by output, the rule's name and its term.
+type Variants = BTreeMap<usize, BTreeMap<usize, (String, Term)>>;
+
+/// A body node's identity: op, input values, attributes.
+type NodeKey = (String, Vec<String>, Vec<(String, AttrTerm)>);
+
 /// What a rule's pattern binds: the op, which output, and the variables of its inputs and
 /// attributes.
 struct Lhs {
@@ -94,9 +100,7 @@ pub fn derive(
     rules: &[RuleSpec],
     default: impl Fn(&str, &str) -> Option<Attr>,
 ) -> Result<Vec<RuleBody>> {
-    // op → input count → output → (rule name, term)
-    let mut ops: BTreeMap<String, BTreeMap<usize, BTreeMap<usize, (String, Term)>>> =
-        BTreeMap::new();
+    let mut ops: BTreeMap<String, Variants> = BTreeMap::new();
     let mut input_names: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut refs: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for rule in rules {
@@ -150,7 +154,7 @@ pub fn derive(
 /// The body of `op` from its rules by input count and output.
 fn body(
     op: &str,
-    variants: &BTreeMap<usize, BTreeMap<usize, (String, Term)>>,
+    variants: &Variants,
     input_names: &[String],
     attribute_proto: Vec<AttributeProto>,
 ) -> Result<RuleBody> {
@@ -396,7 +400,7 @@ struct Emitter<'a> {
     /// The function's attribute defaults, which give the referenced attributes their types.
     defaults: &'a [AttributeProto],
     nodes: Vec<NodeProto>,
-    index: HashMap<(String, Vec<String>, Vec<(String, AttrTerm)>), usize>,
+    index: HashMap<NodeKey, usize>,
 }
 
 impl<'a> Emitter<'a> {
