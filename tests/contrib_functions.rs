@@ -5,10 +5,22 @@
 
 mod common;
 
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 
 use common::{fixture, mobius};
-use mobius::onnx::proto::ModelProto;
+use egg::ENodeOrVar;
+use mobius::interp::{run_graph, Tensor};
+use mobius::ir::{Attr, DType, Dim, Graph, GraphBuilder, Model, Shape};
+use mobius::onnx::contrib_functions::{bodies_for, derived_bodies, is_known};
+use mobius::onnx::export::{model_proto, plan_layout};
+use mobius::onnx::functions::expand;
+use mobius::onnx::import::decode;
+use mobius::onnx::proto::{FunctionProto, ModelProto};
+use mobius::opt::lang::Onnx;
+use mobius::opt::rules::{all_rules, Stage};
+use mobius::verify::Rng;
+use mobius::weights::eval::Evaluator;
 use prost::Message;
 
 fn build(out: &Path, ep: &str, dtype: &str) -> ModelProto {
@@ -62,8 +74,8 @@ fn gelu_and_layer_norm_families_carry_their_bodies() {
     let t = tempfile::tempdir().unwrap();
     let sln = "com.microsoft::SkipLayerNormalization";
     for (name, want) in [
-        ("gpt2", vec![sln, "com.microsoft::FastGelu"]),
-        ("bert", vec![sln, "com.microsoft::BiasGelu"]),
+        ("gpt2", vec!["com.microsoft::FastGelu", sln]),
+        ("bert", vec!["com.microsoft::BiasGelu", sln]),
     ] {
         let m = build_fixture(name, &t.path().join(name), "default", "f32");
         assert_eq!(function_names(&m), want, "{name}");
@@ -102,4 +114,196 @@ fn function_bodies_compute_the_contrib_ops() {
             .assert()
             .success();
     }
+}
+
+/// The contrib ops whose calls some inline rule rewrites (its pattern's root op).
+fn ops_with_inline_rules() -> BTreeSet<String> {
+    all_rules()
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.stage == Stage::Inline)
+        .filter_map(|r| {
+            r.pattern.ast.as_ref().iter().find_map(|n| match n {
+                ENodeOrVar::ENode(Onnx::Op(op)) if op.op.as_str().contains("::") => {
+                    Some(op.op.to_string())
+                }
+                _ => None,
+            })
+        })
+        .collect()
+}
+
+#[test]
+fn every_emitted_contrib_op_has_a_body_exactly_when_it_has_inline_rules() {
+    let bodies: BTreeSet<String> = derived_bodies()
+        .unwrap()
+        .iter()
+        .map(|b| format!("{}::{}", b.function.domain, b.function.name))
+        .collect();
+    let inline = ops_with_inline_rules();
+    assert_eq!(bodies, inline);
+    let t = tempfile::tempdir().unwrap();
+    let mut emitted = BTreeSet::new();
+    for (name, ep, dtype) in [
+        ("llama", "cpu", "f32"),
+        ("llama", "cuda", "f16"),
+        ("gpt2", "default", "f32"),
+        ("bert", "default", "f32"),
+    ] {
+        let m = build_fixture(name, &t.path().join(format!("{name}-{ep}")), ep, dtype);
+        for n in &m.graph.as_ref().unwrap().node {
+            if !n.domain.is_empty() {
+                emitted.insert(format!("{}::{}", n.domain, n.op_type));
+                assert_eq!(
+                    is_known(&n.domain, &n.op_type),
+                    inline.contains(&format!("{}::{}", n.domain, n.op_type)),
+                    "{name} --ep {ep}: {}::{}",
+                    n.domain,
+                    n.op_type
+                );
+            }
+        }
+    }
+    // Every op with a body is emitted by some build (else its body is untested here).
+    assert!(inline.is_subset(&emitted), "{inline:?} vs {emitted:?}");
+    // GroupQueryAttention is emitted and has neither rules nor a body.
+    assert!(emitted.contains("com.microsoft::GroupQueryAttention"));
+}
+
+/// One call of a contrib op with `arity` inputs, every output named, `epsilon` when given.
+fn call_graph(op: &str, arity: usize, outputs: usize, epsilon: Option<f32>) -> Graph {
+    let (h, rows) = (8i64, [2i64, 3]);
+    let mut b = GraphBuilder::new("g");
+    let names: Vec<String> = (0..arity)
+        .map(|i| {
+            // input, skip: [2, 3, H]; the rest (gamma, beta, bias): [H]
+            let shape: Vec<i64> = if i < 2 && !(op.contains("Gelu") && i == 1) {
+                vec![rows[0], rows[1], h]
+            } else {
+                vec![h]
+            };
+            b.input(&format!("in{i}"), DType::F32, Shape::new(shape))
+        })
+        .collect();
+    for o in 0..outputs {
+        let stat = op.contains("Normalization") && (o == 1 || o == 2);
+        let shape = Shape::new([rows[0], rows[1], if stat { 1 } else { h }]);
+        b.output(&format!("out{o}"), DType::F32, shape);
+    }
+    let attrs = epsilon
+        .map(|e| ("epsilon", Attr::Float(e)))
+        .into_iter()
+        .collect();
+    let inputs: Vec<&str> = names.iter().map(String::as_str).collect();
+    b.node(
+        "com.microsoft",
+        op,
+        &inputs,
+        attrs,
+        (0..outputs).map(|o| format!("out{o}")).collect(),
+    );
+    b.finish()
+}
+
+/// Values in [-3, 3) times `scale` (small values make a wrong default epsilon visible).
+fn random_inputs(g: &Graph, seed: u64, scale: f64) -> HashMap<String, Tensor> {
+    let mut rng = Rng::new(seed);
+    g.inputs
+        .iter()
+        .map(|v| {
+            let shape: Vec<usize> = v
+                .shape
+                .0
+                .iter()
+                .map(|d| match d {
+                    Dim::Fixed(n) => *n as usize,
+                    Dim::Sym(s) => panic!("{}: symbolic {s}", v.name),
+                })
+                .collect();
+            let n = shape.iter().product();
+            let values = (0..n)
+                .map(|_| ((rng.unit() * 6.0 - 3.0) * scale) as f32)
+                .collect();
+            (v.name.clone(), Tensor::float(DType::F32, shape, values))
+        })
+        .collect()
+}
+
+/// The saved model of `graph` (with the bodies mobius attaches), its calls expanded.
+fn saved_and_expanded(graph: &Graph) -> (Vec<FunctionProto>, Model) {
+    let model = Model {
+        graph: graph.clone(),
+        opsets: BTreeMap::from([(String::new(), 24), ("com.microsoft".into(), 1)]),
+        ir_version: 11,
+        producer_name: "test".into(),
+        producer_version: "0".into(),
+    };
+    let (placements, _) = plan_layout(&model.graph);
+    let mut proto = model_proto(&model, &placements, &mut Evaluator::new(None)).unwrap();
+    let functions = std::mem::take(&mut proto.functions);
+    let g = proto.graph.as_mut().unwrap();
+    g.node = expand(std::mem::take(&mut g.node), &functions).unwrap();
+    let inlined = decode(&proto.encode_to_vec(), Path::new("expanded.onnx")).unwrap();
+    (functions, inlined)
+}
+
+#[test]
+fn derived_bodies_compute_the_ops_on_random_inputs() {
+    // (op, inputs, outputs): every input count the rules cover, every output the body gives.
+    let cases = [
+        ("SkipSimplifiedLayerNormalization", 3, 4),
+        ("SkipLayerNormalization", 4, 4),
+        ("SkipLayerNormalization", 3, 4),
+        ("BiasGelu", 2, 1),
+        ("FastGelu", 2, 1),
+    ];
+    for (op, arity, outputs) in cases {
+        let epsilons: &[Option<f32>] = if op.contains("Normalization") {
+            &[Some(1e-5), Some(0.5), None]
+        } else {
+            &[None]
+        };
+        for &eps in epsilons {
+            let what = format!("{op} with {arity} inputs, epsilon {eps:?}");
+            let g = call_graph(op, arity, outputs, eps);
+            let (functions, inlined) = saved_and_expanded(&g);
+            assert_eq!(functions.len(), 1, "{what}: no body attached");
+            assert!(
+                inlined.graph.nodes.iter().all(|n| n.domain.is_empty()),
+                "{what}"
+            );
+            for (seed, scale) in [(0, 1.0), (1, 1.0), (2, 1e-3)] {
+                let inputs = random_inputs(&g, seed, scale);
+                let want = run_graph(&g, &inputs, &mut Evaluator::new(None)).unwrap();
+                let got = run_graph(&inlined.graph, &inputs, &mut Evaluator::new(None)).unwrap();
+                for o in 0..outputs {
+                    let name = format!("out{o}");
+                    let (w, h) = (&want[&name], &got[&name]);
+                    assert_eq!(w.shape, h.shape, "{what}: {name}");
+                    assert_eq!(w.dtype, h.dtype, "{what}: {name}");
+                    let err = w
+                        .as_f64()
+                        .iter()
+                        .zip(h.as_f64())
+                        .map(|(a, b)| (a - b).abs() / (1.0 + a.abs()))
+                        .fold(0f64, f64::max);
+                    assert!(err <= 1e-5, "{what}: {name} differs by {err}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn calls_the_rules_do_not_cover_get_no_body() {
+    // FastGelu without bias: its rule is Gelu(x), not the two-input body with `bias` absent;
+    // SkipSimplifiedLayerNormalization with a bias: no rule reads it.
+    for (op, arity, outputs) in [
+        ("FastGelu", 1, 1),
+        ("SkipSimplifiedLayerNormalization", 4, 4),
+    ] {
+        let g = call_graph(op, arity, outputs, None);
+        assert!(bodies_for(&g).is_empty(), "{op} with {arity} inputs");
+    }
+    assert!(!is_known("com.microsoft", "GroupQueryAttention"));
 }

@@ -38,6 +38,10 @@ const PROVEN: &[&str] = &[
     "skip-layer-norm-no-beta-body",
     "skip-layer-norm-sum",
     "skip-layer-norm-no-beta-sum",
+    "skip-layer-norm-mean",
+    "skip-layer-norm-no-beta-mean",
+    "skip-layer-norm-inv-std-var",
+    "skip-layer-norm-no-beta-inv-std-var",
     "attention-to-gqa",
     "pack-qkv-for-gqa",
     "pack-qkv-with-bias-for-gqa",
@@ -45,6 +49,8 @@ const PROVEN: &[&str] = &[
     "add-rmsnorm-to-skip-simplified-layer-norm",
     "skip-simplified-layer-norm-body",
     "skip-simplified-layer-norm-sum",
+    "skip-simplified-layer-norm-mean",
+    "skip-simplified-layer-norm-inv-std-var",
     "identity-elimination",
     "transpose-of-transpose",
     "cast-to-own-dtype",
@@ -330,6 +336,26 @@ proptest! {
             vec![String::new(), String::new(), String::new(), "sum".into()]);
         prove_on("skip-simplified-layer-norm-sum", "onnx-standard", b.finish(), norm_inputs(&shape, seed), 0.0)?;
     }
+
+    #[test]
+    fn skip_simplified_layer_norm_statistics((shape, eps, seed) in norm_case()) {
+        for (slot, rule) in [(1, "skip-simplified-layer-norm-mean"), (2, "skip-simplified-layer-norm-inv-std-var")] {
+            let mut b = GraphBuilder::new("g");
+            let (x, y, w) = norm_graph_inputs(&mut b, &shape);
+            b.output("stat", DType::F32, dims(&statistics_shape(&shape)));
+            let mut outputs = vec![String::new(); 4];
+            outputs[slot] = "stat".into();
+            b.node("com.microsoft", "SkipSimplifiedLayerNormalization", &[&x, &y, &w], vec![("epsilon", Attr::Float(eps))], outputs);
+            prove_on(rule, "onnx-standard", b.finish(), norm_inputs(&shape, seed), 1e-5)?;
+        }
+    }
+}
+
+/// The shape of a Skip*Normalization `mean` / `inv_std_var`: the input's with the last axis 1.
+fn statistics_shape(shape: &[usize]) -> Vec<usize> {
+    let mut s = shape.to_vec();
+    *s.last_mut().unwrap() = 1;
+    s
 }
 
 fn with_beta(mut inputs: HashMap<String, Tensor>, h: usize, seed: u64) -> HashMap<String, Tensor> {
@@ -372,7 +398,13 @@ fn skip_layer_norm(shape: &[usize], eps: f32, bias: bool, slot: usize) -> Graph 
     let mut b = GraphBuilder::new("g");
     let (x, y, w) = norm_graph_inputs(&mut b, shape);
     let beta = b.input("beta", DType::F32, dims(&shape[2..]));
-    b.output("out", DType::F32, dims(shape));
+    let statistic = slot == 1 || slot == 2;
+    let out_shape = if statistic {
+        statistics_shape(shape)
+    } else {
+        shape.to_vec()
+    };
+    b.output("out", DType::F32, dims(&out_shape));
     let inputs: Vec<&str> = if bias {
         vec![&x, &y, &w, &beta]
     } else {
@@ -416,6 +448,16 @@ proptest! {
         let without = norm_inputs(&shape, seed);
         prove_on("skip-layer-norm-no-beta-body", "onnx-standard", skip_layer_norm(&shape, eps, false, 0), without.clone(), 1e-5)?;
         prove_on("skip-layer-norm-no-beta-sum", "onnx-standard", skip_layer_norm(&shape, eps, false, 3), without, 0.0)?;
+    }
+
+    #[test]
+    fn skip_layer_norm_statistics((shape, eps, seed) in norm_case()) {
+        let with = with_beta(norm_inputs(&shape, seed), shape[2], seed);
+        let without = norm_inputs(&shape, seed);
+        prove_on("skip-layer-norm-mean", "onnx-standard", skip_layer_norm(&shape, eps, true, 1), with.clone(), 1e-5)?;
+        prove_on("skip-layer-norm-inv-std-var", "onnx-standard", skip_layer_norm(&shape, eps, true, 2), with, 1e-5)?;
+        prove_on("skip-layer-norm-no-beta-mean", "onnx-standard", skip_layer_norm(&shape, eps, false, 1), without.clone(), 1e-5)?;
+        prove_on("skip-layer-norm-no-beta-inv-std-var", "onnx-standard", skip_layer_norm(&shape, eps, false, 2), without, 1e-5)?;
     }
 }
 

@@ -1,57 +1,71 @@
 //! Standard-ONNX bodies of the contrib ops mobius emits, written into each model that calls
 //! them as model-local functions: a runtime without the contrib kernel can inline the body,
-//! while onnxruntime keeps its kernel. Only ops whose every call fits the body get one:
-//! SkipSimplifiedLayerNormalization, SkipLayerNormalization, BiasGelu, FastGelu.
+//! while onnxruntime keeps its kernel. The bodies are not written here: they are the inline
+//! rules of `rewrites/inline/` read as functions ([`super::rule_body`]), so the optimizer and
+//! saved models share one definition of each op. Only calls that fit a body get it (the input
+//! counts the rules cover, outputs the body produces).
 
-use super::proto::{self, attribute_type as at, AttributeProto, FunctionProto, NodeProto};
-use crate::ir::Graph;
+use std::sync::OnceLock;
 
-/// The default-domain opset the bodies use.
-const BODY_OPSET: i64 = 24;
-/// onnxruntime's default `epsilon` of the Skip*Normalization ops.
-const SKIP_NORM_EPSILON: f32 = 1e-12;
+use super::proto::FunctionProto;
+use super::rule_body::{derive, RuleBody};
+use crate::ir::{Attr, Graph};
+use crate::opt::rules::{all_rules, Stage};
+use crate::Result;
 
-/// A function body and how many of its leading inputs every call must give (the rest are
-/// optional inputs the body tolerates being absent).
-struct Body {
-    function: FunctionProto,
-    required_inputs: usize,
+/// onnxruntime's schema defaults of the contrib-op attributes the inline rules require to be
+/// set (`when attr-is-set`): a call without the attribute means the op with this value.
+const ATTRIBUTE_DEFAULTS: &[(&str, &str, Attr)] = &[
+    (
+        "com.microsoft::SkipLayerNormalization",
+        "epsilon",
+        Attr::Float(1e-12),
+    ),
+    (
+        "com.microsoft::SkipSimplifiedLayerNormalization",
+        "epsilon",
+        Attr::Float(1e-12),
+    ),
+];
+
+/// The bodies of every contrib op with inline rules, derived from those rules (in op order);
+/// an error names the rule that has no function form.
+pub fn derived_bodies() -> Result<Vec<RuleBody>> {
+    let inline: Vec<_> = all_rules()?
+        .into_iter()
+        .filter(|r| r.stage == Stage::Inline)
+        .collect();
+    derive(&inline, |op, attr| {
+        ATTRIBUTE_DEFAULTS
+            .iter()
+            .find(|(o, a, _)| *o == op && *a == attr)
+            .map(|(_, _, v)| v.clone())
+    })
 }
 
-/// Every body mobius writes.
-fn all_bodies() -> [Body; 4] {
-    [
-        Body {
-            function: skip_simplified_layer_norm(),
-            required_inputs: 3,
-        },
-        Body {
-            function: skip_layer_norm(),
-            required_inputs: 3,
-        },
-        Body {
-            function: bias_gelu(),
-            required_inputs: 2,
-        },
-        Body {
-            function: fast_gelu(),
-            required_inputs: 2,
-        },
-    ]
+/// The derived bodies, computed once (the rules are embedded in the binary, and the tests
+/// derive every one of them).
+fn bodies() -> &'static [RuleBody] {
+    static BODIES: OnceLock<Vec<RuleBody>> = OnceLock::new();
+    BODIES.get_or_init(|| {
+        derived_bodies().expect("the embedded inline rules are function bodies (tested)")
+    })
 }
 
 /// Whether mobius writes the body of `domain::name` itself (such calls are kept as the op on
 /// import; the body is attached again on save).
 pub fn is_known(domain: &str, name: &str) -> bool {
-    all_bodies()
+    bodies()
         .iter()
         .any(|b| b.function.domain == domain && b.function.name == name)
 }
 
-/// The function bodies for the contrib ops `graph` calls, in a fixed order.
+/// The function bodies for the contrib ops `graph` calls, in a fixed order: a body is written
+/// when every call of its op fits it (present inputs a prefix of a length the rules cover,
+/// outputs among those the body produces).
 pub fn bodies_for(graph: &Graph) -> Vec<FunctionProto> {
-    all_bodies()
-        .into_iter()
+    bodies()
+        .iter()
         .filter(|b| {
             let f = &b.function;
             let mut calls = graph
@@ -59,159 +73,22 @@ pub fn bodies_for(graph: &Graph) -> Vec<FunctionProto> {
                 .iter()
                 .filter(|n| n.domain == f.domain && n.op_type == f.name)
                 .peekable();
-            calls.peek().is_some()
-                && calls.all(|n| {
-                    n.inputs.len() <= f.input.len()
-                        && n.outputs.len() <= f.output.len()
-                        && n.inputs.len() >= b.required_inputs
-                        && n.inputs[..b.required_inputs].iter().all(|i| !i.is_empty())
-                })
+            calls.peek().is_some() && calls.all(|n| fits(b, &n.inputs, &n.outputs))
         })
-        .map(|b| b.function)
+        .map(|b| b.function.clone())
         .collect()
 }
 
-/// `SkipSimplifiedLayerNormalization(input, skip, gamma; epsilon)`: `sum = input + skip`,
-/// `output = RMSNormalization(sum, gamma)`; `mean` and `inv_std_var` are placeholders (0).
-fn skip_simplified_layer_norm() -> FunctionProto {
-    skip_norm(
-        "SkipSimplifiedLayerNormalization",
-        &["input", "skip", "gamma"],
-        &["output", "mean", "inv_std_var", "input_skip_bias_sum"],
-        vec![
-            node("Add", &["input", "skip"], &["input_skip_bias_sum"], vec![]),
-            node(
-                "RMSNormalization",
-                &["input_skip_bias_sum", "gamma"],
-                &["output"],
-                vec![int_attr("axis", -1), epsilon_ref()],
-            ),
-            node("Constant", &[], &["mean"], vec![zero_floats()]),
-            node("Constant", &[], &["inv_std_var"], vec![zero_floats()]),
-        ],
-    )
-}
-
-/// `SkipLayerNormalization(input, skip, gamma, beta; epsilon)`: `sum = input + skip`, then a
-/// three-output `LayerNormalization(sum, gamma, beta)` over the last axis.
-fn skip_layer_norm() -> FunctionProto {
-    skip_norm(
-        "SkipLayerNormalization",
-        &["input", "skip", "gamma", "beta"],
-        &["output", "mean", "inv_std_var", "input_skip_bias_sum"],
-        vec![
-            node("Add", &["input", "skip"], &["input_skip_bias_sum"], vec![]),
-            node(
-                "LayerNormalization",
-                &["input_skip_bias_sum", "gamma", "beta"],
-                &["output", "mean", "inv_std_var"],
-                vec![int_attr("axis", -1), epsilon_ref()],
-            ),
-        ],
-    )
-}
-
-/// `BiasGelu(A, B)`: the exact (erf) GELU of `A + B`, as onnxruntime's kernel computes it.
-fn bias_gelu() -> FunctionProto {
-    gelu_of_sum("BiasGelu", "none")
-}
-
-/// `FastGelu(X, bias)`: the tanh GELU of `X + bias`.
-fn fast_gelu() -> FunctionProto {
-    gelu_of_sum("FastGelu", "tanh")
-}
-
-fn gelu_of_sum(name: &str, approximate: &str) -> FunctionProto {
-    function(
-        name,
-        &["input", "bias"],
-        &["output"],
-        vec![
-            node("Add", &["input", "bias"], &["sum"], vec![]),
-            node(
-                "Gelu",
-                &["sum"],
-                &["output"],
-                vec![AttributeProto {
-                    name: "approximate".to_string(),
-                    r#type: at::STRING,
-                    s: approximate.as_bytes().to_vec(),
-                    ..Default::default()
-                }],
-            ),
-        ],
-    )
-}
-
-/// A Skip*Normalization body: [`function`] whose `epsilon` defaults to onnxruntime's.
-fn skip_norm(
-    name: &str,
-    inputs: &[&str],
-    outputs: &[&str],
-    nodes: Vec<NodeProto>,
-) -> FunctionProto {
-    FunctionProto {
-        attribute_proto: vec![AttributeProto {
-            name: "epsilon".to_string(),
-            r#type: at::FLOAT,
-            f: SKIP_NORM_EPSILON,
-            ..Default::default()
-        }],
-        ..function(name, inputs, outputs, nodes)
-    }
-}
-
-/// A `com.microsoft` function over opset-24 standard ops.
-fn function(name: &str, inputs: &[&str], outputs: &[&str], nodes: Vec<NodeProto>) -> FunctionProto {
-    FunctionProto {
-        name: name.to_string(),
-        domain: "com.microsoft".to_string(),
-        input: inputs.iter().map(|s| s.to_string()).collect(),
-        output: outputs.iter().map(|s| s.to_string()).collect(),
-        node: nodes,
-        opset_import: vec![proto::OperatorSetIdProto {
-            domain: String::new(),
-            version: BODY_OPSET,
-        }],
-        ..Default::default()
-    }
-}
-
-fn node(op: &str, inputs: &[&str], outputs: &[&str], attribute: Vec<AttributeProto>) -> NodeProto {
-    NodeProto {
-        op_type: op.to_string(),
-        name: format!("{op}_{}", outputs[0]),
-        input: inputs.iter().map(|s| s.to_string()).collect(),
-        output: outputs.iter().map(|s| s.to_string()).collect(),
-        attribute,
-        ..Default::default()
-    }
-}
-
-fn int_attr(name: &str, value: i64) -> AttributeProto {
-    AttributeProto {
-        name: name.to_string(),
-        r#type: at::INT,
-        i: value,
-        ..Default::default()
-    }
-}
-
-/// `epsilon`, taken from the call.
-fn epsilon_ref() -> AttributeProto {
-    AttributeProto {
-        name: "epsilon".to_string(),
-        r#type: at::FLOAT,
-        ref_attr_name: "epsilon".to_string(),
-        ..Default::default()
-    }
-}
-
-fn zero_floats() -> AttributeProto {
-    AttributeProto {
-        name: "value_floats".to_string(),
-        r#type: at::FLOATS,
-        floats: vec![0.0],
-        ..Default::default()
-    }
+/// Whether a call with these inputs and outputs ("" = absent) computes what `body` computes.
+fn fits(body: &RuleBody, inputs: &[String], outputs: &[String]) -> bool {
+    let present = inputs
+        .iter()
+        .rposition(|i| !i.is_empty())
+        .map_or(0, |i| i + 1);
+    inputs[..present].iter().all(|i| !i.is_empty())
+        && body.arities.contains(&present)
+        && outputs
+            .iter()
+            .enumerate()
+            .all(|(o, name)| name.is_empty() || o < body.function.output.len())
 }

@@ -302,7 +302,7 @@ fn node_proto(node: &crate::ir::Node) -> proto::NodeProto {
     }
 }
 
-fn attribute_proto(name: &str, attr: &Attr) -> proto::AttributeProto {
+pub(super) fn attribute_proto(name: &str, attr: &Attr) -> proto::AttributeProto {
     let mut a = proto::AttributeProto {
         name: name.to_string(),
         ..Default::default()

@@ -8,3 +8,4 @@ pub mod import;
 pub mod names;
 pub mod order;
 pub mod proto;
+pub mod rule_body;
