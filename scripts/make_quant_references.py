@@ -6,7 +6,8 @@ output, `tests/fixtures/NAME/quant_reference.json`, is committed.
 
 For each decoder fixture and each setting in SETTINGS, every weight that `mobius build
 --quant` quantizes (the weight of every nn.Linear / GPT-2 Conv1D, the LM head included even
-when it is tied to the embeddings) is quantized by onnxruntime's own MatMulNBits quantizer
+when it is tied to the embeddings) (and, for the `-embeddings` settings, the token-embedding table, row by row along the hidden
+size) is quantized by onnxruntime's own MatMulNBits quantizer
 (`quantize_matmul_4bits` / `quantize_matmul_8bits`: round to nearest, blocks along the input
 dimension, what `onnxruntime.quantization.matmul_nbits_quantizer` runs by default), then
 dequantized in f32 and put back (untying a tied head). transformers then computes, in f32,
@@ -43,10 +44,13 @@ REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"
 N_NEW = 32
 
+# name: (bits, block size, symmetric, token embeddings too (--quant-embeddings))
 SETTINGS = {
-    "int4-b32-sym": (4, 32, True),
-    "int4-b16-asym": (4, 16, False),
-    "int8-b32-sym": (8, 32, True),
+    "int4-b32-sym": (4, 32, True, False),
+    "int4-b16-asym": (4, 16, False, False),
+    "int8-b32-sym": (8, 32, True, False),
+    "int4-b32-sym-embeddings": (4, 32, True, True),
+    "int4-b16-asym-embeddings": (4, 16, False, True),
 }
 
 
@@ -79,13 +83,19 @@ def fake_quantize(w_kn: np.ndarray, bits: int, block: int, symmetric: bool) -> n
 
 
 @torch.no_grad()
-def quantized_model(path: Path, bits: int, block: int, symmetric: bool):
+def quantized_model(path: Path, bits: int, block: int, symmetric: bool, embeddings: bool):
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager")
     model.eval()
     head = model.get_output_embeddings()
     if head is not None and head.weight is model.get_input_embeddings().weight:
         head.weight = torch.nn.Parameter(head.weight.detach().clone())  # untie
     count = 0
+    if embeddings:
+        # Rows quantized along the hidden size: the table's transpose [D, V] in blocks along D.
+        table = model.get_input_embeddings()
+        deq = fake_quantize(table.weight.detach().numpy().T, bits, block, symmetric).T.copy()
+        table.weight.copy_(torch.from_numpy(deq))
+        count += 1
     for module in model.modules():
         if isinstance(module, torch.nn.Linear):
             w_kn = module.weight.detach().numpy().T  # [out, in] -> [K, N]
@@ -132,14 +142,15 @@ def main() -> int:
             "transformers_version": transformers.__version__,
             "settings": {},
         }
-        for key, (bits, block, symmetric) in SETTINGS.items():
-            model, count = quantized_model(FIXTURES / name, bits, block, symmetric)
+        for key, (bits, block, symmetric, embeddings) in SETTINGS.items():
+            model, count = quantized_model(FIXTURES / name, bits, block, symmetric, embeddings)
             logits, tokens, gaps = greedy(model, ref["input_ids"])
             gap = min(gaps)
             out["settings"][key] = {
                 "bits": bits,
                 "block_size": block,
                 "symmetric": symmetric,
+                "embeddings": embeddings,
                 "quantized_weights": count,
                 "logits": [[rnd(v) for v in row] for row in logits.tolist()],
                 "greedy_tokens": tokens,

@@ -11,7 +11,7 @@ use crate::onnx::export::SaveReport;
 use crate::opt::fingerprint::leaf_values;
 use crate::opt::{optimize, Limits, OptimizeOptions, OptimizeReport};
 use crate::package::{check_apart, check_target, write_package, StagedOutput};
-use crate::quant::pass::{quantize_matmul_weights, QuantRequest, QuantSummary};
+use crate::quant::pass::{quantize_graph, runs_gather_block_quantized, QuantRequest, QuantSummary};
 use crate::source::{resolve, HubSettings, ModelSource};
 use crate::weights::eval::Evaluator;
 use crate::weights::store::TensorStore;
@@ -87,7 +87,11 @@ pub fn build(opts: &BuildOptions) -> Result<ModelPackage> {
     let dtype = opts.dtype.or(config.dtype).unwrap_or(DType::F32);
     let mut portable = build_model(&config, dtype)?;
     let quantization = match &opts.quant {
-        Some(request) => Some(quantize_matmul_weights(&mut portable.graph, request)?),
+        Some(request) => Some(quantize_graph(
+            &mut portable.graph,
+            request,
+            runs_gather_block_quantized(&opts.execution_provider, dtype),
+        )?),
         None => None,
     };
     let store = match &files.weights {

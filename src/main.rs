@@ -295,6 +295,10 @@ struct QuantArgs {
     /// `--quant-exclude lm_head`. Repeatable.
     #[arg(long, value_name = "PATTERN", requires = "quant")]
     quant_exclude: Vec<String>,
+    /// Quantize the token-embedding tables too (rows in blocks along the hidden size); on EPs
+    /// with the contrib kernels the lookup runs as com.microsoft::GatherBlockQuantized.
+    #[arg(long, requires = "quant")]
+    quant_embeddings: bool,
     /// `accuracy_level` of the MatMulNBits ops: 0 (unset: the EP decides), 1 (f32), 2 (f16),
     /// 3 (bf16) or 4 (int8: the activations are quantized too, fastest on CPU). Default: the
     /// EP's `default_int4_accuracy_level` (`mobius list eps` shows it).
@@ -325,6 +329,7 @@ impl QuantArgs {
                 symmetric: !self.quant_asymmetric,
             },
             exclude: self.quant_exclude.clone(),
+            embeddings: self.quant_embeddings,
         })
     }
 }

@@ -9,7 +9,7 @@ use crate::opt::fingerprint::leaf_values;
 use crate::opt::pipeline::check_output_types;
 use crate::opt::{optimize, Limits, OptimizeOptions, OptimizeReport, Role};
 use crate::package::{check_not_over, check_target, StagedOutput};
-use crate::quant::pass::{quantize_matmul_weights, QuantRequest, QuantSummary};
+use crate::quant::pass::{quantize_graph, runs_gather_block_quantized, QuantRequest, QuantSummary};
 use crate::weights::eval::Evaluator;
 use crate::{Error, Result};
 
@@ -57,18 +57,6 @@ fn optimize_checked(opts: &OptimizeFileOptions) -> Result<(OptimizeReport, Optio
     check_target(&opts.out, opts.overwrite)?;
     let mut model = import::load(&opts.input)?;
     check_output_types(&model.graph, "the input graph")?;
-    let quantization = match &opts.quant {
-        Some(request) => {
-            let summary = quantize_matmul_weights(&mut model.graph, request)?;
-            model
-                .opsets
-                .entry(String::new())
-                .and_modify(|v| *v = (*v).max(21))
-                .or_insert(21);
-            Some(summary)
-        }
-        None => None,
-    };
     let model_dir = match opts.input.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
@@ -89,6 +77,14 @@ fn optimize_checked(opts: &OptimizeFileOptions) -> Result<(OptimizeReport, Optio
                         .into(),
             })?,
     };
+    let quantization = match &opts.quant {
+        Some(request) => Some(quantize_graph(
+            &mut model.graph,
+            request,
+            runs_gather_block_quantized(&opts.ep, dtype),
+        )?),
+        None => None,
+    };
     let options = OptimizeOptions {
         dtype,
         role: opts.role,
@@ -101,6 +97,23 @@ fn optimize_checked(opts: &OptimizeFileOptions) -> Result<(OptimizeReport, Optio
         accuracy_level: opts.accuracy_level,
     };
     let (optimized, report) = optimize(&model, &opts.ep, &options)?;
+    let opset = optimized.opsets.get("").copied().unwrap_or(0);
+    let blocked = optimized
+        .graph
+        .nodes
+        .iter()
+        .any(|n| n.op_type == "DequantizeLinear" && n.attrs.contains_key("block_size"));
+    if blocked && opset < 21 {
+        return Err(Error::Onnx {
+            path: opts.input.clone(),
+            message: format!(
+                "the model imports opset {opset}; --quant for ep '{}' needs DequantizeLinear with \
+                 block_size (opset 21 or later): re-export the model with opset 21+, or target an \
+                 EP that runs com.microsoft::MatMulNBits",
+                opts.ep.name
+            ),
+        });
+    }
     let staged = StagedOutput::create(&opts.out)?;
     let mut evaluator = Evaluator::new(None);
     export::save(

@@ -130,6 +130,7 @@ impl<'a> CostModel<'a> {
                 c.supports_skip_layer_norm
             }
             ("com.microsoft", "RotaryEmbedding") => c.supports_fused_rope,
+            ("com.microsoft", "GatherBlockQuantized") => c.supports_matmul_nbits,
             ("com.microsoft", "MatMulNBits") => {
                 c.supports_matmul_nbits && matches!(dtype, Some(DType::F32 | DType::F16))
             }
@@ -179,7 +180,7 @@ impl<'a> CostModel<'a> {
         // Lookups read only the rows they need: a Gather reads what it writes (plus indices),
         // and GroupQueryAttention reads one cos/sin row per new token, not the whole tables.
         let read: f64 = match name {
-            "Gather" => {
+            "Gather" | "com.microsoft::GatherBlockQuantized" => {
                 inputs().skip(1).map(size).sum::<f64>() + outputs.iter().map(size).sum::<f64>()
             }
             "com.microsoft::GroupQueryAttention" => op.input_ids()[..op.inputs.min(7)]

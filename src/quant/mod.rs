@@ -124,4 +124,5 @@ pub mod nbits {
         out
     }
 }
+pub mod embeddings;
 pub mod pass;

@@ -21,6 +21,8 @@ pub struct QuantRequest {
     /// node's name matches one of these (`*` matches any run of characters; a pattern
     /// without `*` matches anywhere in the name).
     pub exclude: Vec<String>,
+    /// Quantize the token-embedding tables too (see [`super::embeddings`]).
+    pub embeddings: bool,
 }
 
 /// What [`quantize_matmul_weights`] did.
@@ -30,12 +32,16 @@ pub struct QuantSummary {
     pub weights: usize,
     /// MatMul nodes now reading a quantized weight.
     pub matmuls: usize,
+    /// Embedding tables quantized.
+    pub embeddings: usize,
     /// Bytes of the quantized weights in float (their dtype).
     pub float_bytes: u64,
     /// Bytes of their quantized values, scales and zero points as stored.
     pub quantized_bytes: u64,
     /// Weights kept in float because `exclude` matched, with the pattern.
     pub excluded: Vec<(String, String)>,
+    /// A remark on how the request was carried out, if any.
+    pub note: Option<String>,
 }
 
 impl std::fmt::Display for QuantSummary {
@@ -43,17 +49,36 @@ impl std::fmt::Display for QuantSummary {
         let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
         write!(
             f,
-            "{} MatMul weights quantized ({} nodes): {:.2} MiB → {:.2} MiB",
-            self.weights,
-            self.matmuls,
+            "{} MatMul weights quantized ({} nodes)",
+            self.weights, self.matmuls
+        )?;
+        match self.embeddings {
+            0 => {}
+            1 => write!(f, " and 1 embedding table")?,
+            n => write!(f, " and {n} embedding tables")?,
+        }
+        write!(
+            f,
+            ": {:.2} MiB → {:.2} MiB",
             mib(self.float_bytes),
             mib(self.quantized_bytes)
         )?;
         for (name, pattern) in &self.excluded {
             write!(f, "; kept in float: {name} (--quant-exclude {pattern})")?;
         }
+        if let Some(note) = &self.note {
+            write!(f, "; {note}")?;
+        }
         Ok(())
     }
+}
+
+/// Whether `caps` runs `com.microsoft::GatherBlockQuantized` for a model of `dtype` (the
+/// 4-bit form of `--quant-embeddings`).
+pub fn runs_gather_block_quantized(caps: &crate::ep::EpCapabilities, dtype: DType) -> bool {
+    caps.supports_contrib_ops
+        && caps.supports_matmul_nbits
+        && matches!(dtype, DType::F32 | DType::F16)
 }
 
 /// Whether `name` matches `pattern` (see [`QuantRequest::exclude`]).
@@ -113,7 +138,7 @@ fn matmul_weight<'g>(
 }
 
 /// A fresh value name from `stem`, recorded in `used`.
-fn fresh(used: &mut HashSet<String>, stem: String) -> String {
+pub(super) fn fresh(used: &mut HashSet<String>, stem: String) -> String {
     let mut name = stem.clone();
     let mut i = 1;
     while used.contains(&name) {
@@ -124,9 +149,15 @@ fn fresh(used: &mut HashSet<String>, stem: String) -> String {
     name
 }
 
-/// Applies `request` to `graph` (see the module docs). Weights that are also graph inputs,
-/// not 2-D, or not float are left alone.
-pub fn quantize_matmul_weights(graph: &mut Graph, request: &QuantRequest) -> Result<QuantSummary> {
+/// Applies `request` to `graph` (see the module docs; embedding tables too when
+/// `request.embeddings`, read by `com.microsoft::GatherBlockQuantized` when
+/// `gather_block_quantized`: the target EP runs it). Weights that are also graph inputs, not
+/// 2-D, or not float are left alone.
+pub fn quantize_graph(
+    graph: &mut Graph,
+    request: &QuantRequest,
+    gather_block_quantized: bool,
+) -> Result<QuantSummary> {
     let p = request.params;
     let mut used: HashSet<String> = graph
         .inputs
@@ -271,6 +302,15 @@ pub fn quantize_matmul_weights(graph: &mut Graph, request: &QuantRequest) -> Res
         .cloned()
         .collect();
     graph.initializers.retain(|i| !dropped.contains(&i.name));
+    if request.embeddings {
+        super::embeddings::quantize_embeddings(
+            graph,
+            request,
+            gather_block_quantized,
+            &mut used,
+            &mut summary,
+        );
+    }
     graph.validate()?;
     Ok(summary)
 }

@@ -12,7 +12,15 @@ pub const CHUNK_ELEMS: usize = 1 << 20;
 
 /// Whether mobius can convert tensors from `from` to `to`.
 pub fn can_convert(from: DType, to: DType) -> bool {
-    from == to || (from.is_float() && to.is_float() && from != DType::F64 && to != DType::F64)
+    from == to
+        || widens_4bit(from, to)
+        || (from.is_float() && to.is_float() && from != DType::F64 && to != DType::F64)
+}
+
+/// 4-bit values into 8-bit integers of the same signedness: the same bytes (mobius holds
+/// 4-bit values one per byte, sign-extended).
+fn widens_4bit(from: DType, to: DType) -> bool {
+    matches!((from, to), (DType::I4, DType::I8) | (DType::U4, DType::U8))
 }
 
 /// Elements handled per inner step, with stack buffers (fits in L1 together with its output).
@@ -24,7 +32,7 @@ const STEP: usize = 2048;
 /// clamped values is returned. Works in fixed steps on stack buffers: no allocation besides
 /// `out` growing.
 pub fn convert_into(src: &[u8], from: DType, to: DType, out: &mut Vec<u8>) -> usize {
-    if from == to {
+    if from == to || widens_4bit(from, to) {
         out.extend_from_slice(src);
         return 0;
     }

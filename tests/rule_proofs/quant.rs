@@ -8,7 +8,7 @@ use mobius::interp::Tensor;
 use mobius::ir::{
     Attr, DType, Graph, GraphBuilder, Initializer, QuantParams, TensorData, TensorSource,
 };
-use mobius::quant::pass::{quantize_matmul_weights, QuantRequest};
+use mobius::quant::pass::{quantize_graph, QuantRequest};
 use mobius::verify::Rng;
 use proptest::prelude::*;
 
@@ -197,8 +197,9 @@ proptest! {
         let request = QuantRequest {
             params: QuantParams { bits: 4, block_size: 16, symmetric },
             exclude: Vec::new(),
+            embeddings: false,
         };
-        let summary = quantize_matmul_weights(&mut graph, &request).unwrap();
+        let summary = quantize_graph(&mut graph, &request).unwrap();
         prop_assert_eq!(summary.weights, 3);
         let rule = if bias { "pack-qkv-with-bias-for-gqa" } else { "pack-qkv-for-gqa" };
         prove_on(rule, "cpu", graph, inputs, 1e-4)?;

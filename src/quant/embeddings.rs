@@ -1,0 +1,208 @@
+//! `--quant-embeddings`: each token-embedding lookup `Gather(table [V, D], input_ids)` of a
+//! float table reads the table quantized in blocks along D (each row separately, round to
+//! nearest as for MatMul weights: the table is quantized as the transpose of its LM-head use,
+//! `[D, V]` in blocks along D, so a tied LM head and the embedding hold the same values):
+//!
+//! - 4-bit on EPs with the contrib kernels: `com.microsoft::GatherBlockQuantized(Tq [V, D]
+//!   int4/uint4, input_ids, scales [V, ⌈D/B⌉][, zero_points])`;
+//! - otherwise (standard ONNX, whose `Gather` takes no 4-bit type):
+//!   `DequantizeLinear(Gather(Tq, ids), Gather(scales, ids)[, Gather(zero_points, ids)]; axis
+//!   −1, block_size B)` with the values held in 8-bit integers — only the looked-up rows are
+//!   dequantized.
+//!
+//! Only lookups by the graph input `input_ids` are token embeddings (position tables and RoPE
+//! caches are gathered by other indices and stay float).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use super::pass::{fresh, name_matches, QuantRequest, QuantSummary};
+use crate::ir::{Attr, DType, Graph, Initializer, Node, QuantPart, TensorSource};
+
+/// Applies the embedding part of `request` to `graph`, counting into `summary`; with
+/// `gather_block_quantized`, 4-bit tables are read by `com.microsoft::GatherBlockQuantized`.
+pub fn quantize_embeddings(
+    graph: &mut Graph,
+    request: &QuantRequest,
+    gather_block_quantized: bool,
+    used: &mut HashSet<String>,
+    summary: &mut QuantSummary,
+) {
+    let p = request.params;
+    let fused = gather_block_quantized && p.bits == 4;
+    // The stored type of the values (and zero points): 4-bit only where GatherBlockQuantized
+    // reads them; otherwise 8-bit containers of the same values.
+    let stored = match (fused, p.value_dtype()) {
+        (false, DType::I4) => DType::I8,
+        (false, DType::U4) => DType::U8,
+        (_, dtype) => dtype,
+    };
+    let inputs: HashSet<&str> = graph.inputs.iter().map(|v| v.name.as_str()).collect();
+    let by_name: HashMap<&str, &Initializer> = graph
+        .initializers
+        .iter()
+        .map(|i| (i.name.as_str(), i))
+        .collect();
+    // Table name → its quantized values, scales and zero points.
+    let mut quantized: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut new_inits: Vec<Initializer> = Vec::new();
+    // Node index → the nodes replacing it.
+    let mut replaced: BTreeMap<usize, Vec<Node>> = BTreeMap::new();
+    for (index, node) in graph.nodes.iter().enumerate() {
+        let axis0 = matches!(node.attrs.get("axis"), None | Some(Attr::Int(0)));
+        if !(node.domain.is_empty()
+            && node.op_type == "Gather"
+            && node.inputs.len() == 2
+            && axis0
+            && node.inputs[1] == "input_ids"
+            && inputs.contains("input_ids"))
+        {
+            continue;
+        }
+        let name = node.inputs[0].as_str();
+        let Some(table) = by_name.get(name) else {
+            continue;
+        };
+        let [v, d] = table.shape[..] else { continue };
+        if !table.dtype.is_float()
+            || table.dtype == DType::F64
+            || inputs.contains(name)
+            || v == 0
+            || d == 0
+        {
+            continue;
+        }
+        if let Some(pattern) = request
+            .exclude
+            .iter()
+            .find(|pat| name_matches(pat, name) || name_matches(pat, &node.name))
+        {
+            if !summary.excluded.iter().any(|(w, _)| w == name) {
+                summary.excluded.push((name.to_string(), pattern.clone()));
+            }
+            continue;
+        }
+        let parts = quantized.entry(name.to_string()).or_insert_with(|| {
+            let blocks = p.blocks(d);
+            // The table's rows quantized along D: the transpose of the `[D, V]` quantization.
+            let part = |part| {
+                table.source.clone().map(|source| {
+                    TensorSource::Transpose(Box::new(TensorSource::Quantize {
+                        source: Box::new(TensorSource::Transpose(Box::new(source))),
+                        dtype: table.dtype,
+                        spec: p,
+                        part,
+                    }))
+                })
+            };
+            let mut parts = vec![
+                (
+                    format!("{name}.q{}", p.bits),
+                    stored,
+                    vec![v, d],
+                    QuantPart::Values,
+                ),
+                (
+                    format!("{name}.scales"),
+                    table.dtype,
+                    vec![v, blocks],
+                    QuantPart::Scales,
+                ),
+            ];
+            if !p.symmetric {
+                parts.push((
+                    format!("{name}.zero_points"),
+                    stored,
+                    vec![v, blocks],
+                    QuantPart::ZeroPoints,
+                ));
+            }
+            summary.embeddings += 1;
+            summary.float_bytes += (v * d * table.dtype.size()) as u64;
+            parts
+                .into_iter()
+                .map(|(stem, dtype, shape, which)| {
+                    let init = Initializer {
+                        name: fresh(used, stem),
+                        dtype,
+                        shape: shape.clone(),
+                        source: part(which),
+                    };
+                    summary.quantized_bytes += dtype.stored_bytes(shape.iter().product()) as u64;
+                    let name = init.name.clone();
+                    new_inits.push(init);
+                    name
+                })
+                .collect()
+        });
+        let ids = node.inputs[1].clone();
+        let nodes = if fused {
+            let mut inputs = vec![parts[0].clone(), ids, parts[1].clone()];
+            inputs.extend(parts.get(2).cloned());
+            vec![Node {
+                name: fresh(used, format!("{name}.gather_block_quantized")),
+                domain: "com.microsoft".into(),
+                op_type: "GatherBlockQuantized".into(),
+                inputs,
+                outputs: node.outputs.clone(),
+                attrs: BTreeMap::from([
+                    ("bits".to_string(), Attr::Int(4)),
+                    ("block_size".to_string(), Attr::Int(p.block_size as i64)),
+                    ("gather_axis".to_string(), Attr::Int(0)),
+                    ("quantize_axis".to_string(), Attr::Int(1)),
+                ]),
+            }]
+        } else {
+            rows_then_dequantize(parts, &ids, name, p.block_size, &node.outputs, used)
+        };
+        replaced.insert(index, nodes);
+    }
+    if !replaced.is_empty() && !fused {
+        summary.note = Some("embedding values are stored in 8-bit integers (standard ONNX Gather takes no 4-bit type)".into());
+    }
+    graph.initializers.extend(new_inits);
+    let old = std::mem::take(&mut graph.nodes);
+    for (index, node) in old.into_iter().enumerate() {
+        match replaced.remove(&index) {
+            Some(nodes) => graph.nodes.extend(nodes),
+            None => graph.nodes.push(node),
+        }
+    }
+}
+
+/// `DequantizeLinear(Gather(values, ids), Gather(scales, ids)[, Gather(zero_points, ids)];
+/// axis −1, block)`, writing `outputs`.
+fn rows_then_dequantize(
+    parts: &[String],
+    ids: &str,
+    table: &str,
+    block: usize,
+    outputs: &[String],
+    used: &mut HashSet<String>,
+) -> Vec<Node> {
+    let mut nodes: Vec<Node> = Vec::new();
+    let mut gathered = Vec::new();
+    for part in parts {
+        let out = fresh(used, format!("{part}.gathered"));
+        nodes.push(Node {
+            name: fresh(used, format!("{part}.gather")),
+            domain: String::new(),
+            op_type: "Gather".into(),
+            inputs: vec![part.clone(), ids.to_string()],
+            outputs: vec![out.clone()],
+            attrs: BTreeMap::from([("axis".to_string(), Attr::Int(0))]),
+        });
+        gathered.push(out);
+    }
+    nodes.push(Node {
+        name: fresh(used, format!("{table}.dequantize_rows")),
+        domain: String::new(),
+        op_type: "DequantizeLinear".into(),
+        inputs: gathered,
+        outputs: outputs.to_vec(),
+        attrs: BTreeMap::from([
+            ("axis".to_string(), Attr::Int(-1)),
+            ("block_size".to_string(), Attr::Int(block as i64)),
+        ]),
+    });
+    nodes
+}
