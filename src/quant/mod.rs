@@ -23,8 +23,10 @@
 //!
 //! onnxruntime's QDQ quantizer (`quantize_qdq_matmul_4bits`) rounds `w / scale` before adding
 //! the zero point instead, so at exact (or f32-near) halves it differs from its own
-//! MatMulNBits quantizer by one step; mobius follows the MatMulNBits quantizer, which is
-//! onnxruntime's default and its only 8-bit one.
+//! MatMulNBits quantizer by one step (and where `1 / scale` overflows, for a subnormal f32
+//! scale, it stores the lowest value instead of a clamped one); everything else, scales and
+//! zero points included, is the same in both. mobius follows the MatMulNBits quantizer, which
+//! is onnxruntime's default and its only 8-bit one.
 
 pub mod nbits;
 pub mod rtn;

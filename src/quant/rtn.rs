@@ -33,8 +33,9 @@ pub struct Quantized {
 /// Fails (with [`Error::Quantize`], tensor name left for the caller) when the spec is invalid,
 /// the dtype is not one of those three, the byte count does not match `[k, n]`, or an element
 /// is NaN or infinite (the first in row-major order is named by row and column). onnxruntime
-/// has no defined result for those: its min/max scan silently skips NaN in some positions and
-/// not in others, and an infinity turns the whole block's scale infinite.
+/// does not refuse those, but what it makes of them is no weight: it leaves NaN out of the
+/// block's range and then stores it as the lowest code, and an infinity makes the block's
+/// scale infinite, which turns every other value of the block into zero.
 pub fn quantize(
     weights: &[u8],
     dtype: DType,
