@@ -179,6 +179,18 @@ pub enum Error {
     /// A path read from a file would leave the folder it must stay in ([`crate::paths`]).
     #[error("unsafe path: {0}")]
     UnsafePath(String),
+    /// A weight cannot be quantized: a value is not finite, or its dtype or size does not fit.
+    #[error(
+        "cannot quantize {}: {message}",
+        tensor.as_deref().map_or_else(|| "a weight".to_string(), |t| format!("tensor `{t}`"))
+    )]
+    Quantize {
+        /// The weight's name; [`crate::quant::quantize`] does not know it and leaves it `None`
+        /// for the caller to fill in.
+        tensor: Option<String>,
+        /// What is wrong (naming the element at fault).
+        message: String,
+    },
     /// The command line asks for something that cannot be done (exit code 2).
     #[error("{0}")]
     Usage(String),

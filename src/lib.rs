@@ -7,7 +7,8 @@
 //! (safetensors, lazy transforms, streaming) → [`onnx`] (protobuf + external data) →
 //! [`package`] (output folder, genai_config.json, tokenizer files). [`build()`] runs it all
 //! and returns a [`ModelPackage`] to [`ModelPackage::save`]; [`opt`] is the
-//! equality-saturation optimizer that specialises the graph for an execution provider ([`ep`]).
+//! equality-saturation optimizer that specialises the graph for an execution provider ([`ep`]);
+//! [`quant`] is the block quantization kernel (int4/int8 weights, bit-identical to onnxruntime's).
 
 pub mod build;
 pub mod config;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::convert;
 use super::eval::{Evaluator, SourceInfo};
 use crate::ir::{DType, QuantParams, QuantPart, TensorSource};
-use crate::quant::{self, QuantSpec, Quantized};
+use crate::quant::{self, Quantized};
 use crate::{Error, Result};
 
 /// A quantized weight kept for its next part: the source and parameters it came from.
@@ -16,14 +16,6 @@ pub(super) struct Cached {
     dtype: DType,
     spec: QuantParams,
     result: Arc<Quantized>,
-}
-
-fn spec_of(p: &QuantParams) -> QuantSpec {
-    QuantSpec {
-        bits: p.bits,
-        block_size: p.block_size,
-        symmetric: p.symmetric,
-    }
 }
 
 /// `[K, N]` of a 2-D source, or an error naming what was expected.
@@ -123,9 +115,9 @@ pub(super) fn nbits(
     let out = describe_nbits(&info, spec, part)?;
     let (rows, n) = (shape[0], shape[1]);
     let signed = matches!(dtype, DType::I4 | DType::I8);
-    let spec = QuantSpec {
+    let spec = QuantParams {
         symmetric: signed,
-        ..spec_of(spec)
+        ..*spec
     };
     let bytes = match part {
         QuantPart::Values => quant::nbits::nbits_weight(bytes, rows, n, &spec),
@@ -158,7 +150,7 @@ impl Evaluator<'_> {
                 let (from, shape, bytes) = self.materialize(source)?;
                 let (k, n) = (shape[0], shape[1]);
                 let (bytes, _) = convert::convert(&bytes, from, dtype);
-                let result = Arc::new(quant::quantize(&bytes, dtype, k, n, &spec_of(spec))?);
+                let result = Arc::new(quant::quantize(&bytes, dtype, k, n, spec)?);
                 self.last_quantized = Some(Cached {
                     source: source.clone(),
                     dtype,
