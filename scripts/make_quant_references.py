@@ -44,13 +44,16 @@ REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"
 N_NEW = 32
 
-# name: (bits, block size, symmetric, token embeddings too (--quant-embeddings))
+# name: (bits, block size, symmetric, token embeddings too (--quant-embeddings), weight dtype
+# quantized: f16 = the weights rounded to f16 first, quantized with f16 scales, as for an
+# f16 build)
 SETTINGS = {
-    "int4-b32-sym": (4, 32, True, False),
-    "int4-b16-asym": (4, 16, False, False),
-    "int8-b32-sym": (8, 32, True, False),
-    "int4-b32-sym-embeddings": (4, 32, True, True),
-    "int4-b16-asym-embeddings": (4, 16, False, True),
+    "int4-b32-sym": (4, 32, True, False, np.float32),
+    "int4-b16-asym": (4, 16, False, False, np.float32),
+    "int8-b32-sym": (8, 32, True, False, np.float32),
+    "int4-b32-sym-embeddings": (4, 32, True, True, np.float32),
+    "int4-b16-asym-embeddings": (4, 16, False, True, np.float32),
+    "int4-b32-sym-f16": (4, 32, True, False, np.float16),
 }
 
 
@@ -58,15 +61,16 @@ def rnd(x: float) -> float:
     return float(f"{x:.9g}")
 
 
-def fake_quantize(w_kn: np.ndarray, bits: int, block: int, symmetric: bool) -> np.ndarray:
-    """onnxruntime's RTN quantization of a [K, N] f32 weight, dequantized back to f32."""
+def fake_quantize(w_kn: np.ndarray, bits: int, block: int, symmetric: bool, dtype=np.float32) -> np.ndarray:
+    """onnxruntime's RTN quantization of a [K, N] weight (as `dtype`), dequantized to f32."""
+    w_kn = w_kn.astype(dtype)
     k, n = w_kn.shape
     blocks = (k + block - 1) // block
     per_byte = 8 // bits
     packed = np.zeros((n, blocks, block // per_byte), dtype=np.uint8)
-    scales = np.zeros((n, blocks), dtype=np.float32)
+    scales = np.zeros((n, blocks), dtype=dtype)
     zp = np.zeros((n, (blocks + per_byte - 1) // per_byte), dtype=np.uint8)
-    padded = np.zeros((blocks * block, n), dtype=np.float32)
+    padded = np.zeros((blocks * block, n), dtype=dtype)
     padded[:k] = w_kn
     quantize = quantize_matmul_4bits if bits == 4 else quantize_matmul_8bits
     quantize(packed, np.ascontiguousarray(padded), scales, zp, block, n, blocks * block, symmetric)
@@ -78,12 +82,12 @@ def fake_quantize(w_kn: np.ndarray, bits: int, block: int, symmetric: bool) -> n
         zero = zp[:, :blocks]
     if symmetric:
         zero = np.full((n, blocks), 1 << (bits - 1), dtype=np.uint8)
-    deq = (values.astype(np.float32) - zero[:, :, None].astype(np.float32)) * scales[:, :, None]
+    deq = (values.astype(np.float32) - zero[:, :, None].astype(np.float32)) * scales[:, :, None].astype(np.float32)
     return deq.reshape(n, blocks * block)[:, :k].T.copy()  # [K, N]
 
 
 @torch.no_grad()
-def quantized_model(path: Path, bits: int, block: int, symmetric: bool, embeddings: bool):
+def quantized_model(path: Path, bits: int, block: int, symmetric: bool, embeddings: bool, dtype):
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager")
     model.eval()
     head = model.get_output_embeddings()
@@ -93,17 +97,17 @@ def quantized_model(path: Path, bits: int, block: int, symmetric: bool, embeddin
     if embeddings:
         # Rows quantized along the hidden size: the table's transpose [D, V] in blocks along D.
         table = model.get_input_embeddings()
-        deq = fake_quantize(table.weight.detach().numpy().T, bits, block, symmetric).T.copy()
+        deq = fake_quantize(table.weight.detach().numpy().T, bits, block, symmetric, dtype).T.copy()
         table.weight.copy_(torch.from_numpy(deq))
         count += 1
     for module in model.modules():
         if isinstance(module, torch.nn.Linear):
             w_kn = module.weight.detach().numpy().T  # [out, in] -> [K, N]
-            module.weight.copy_(torch.from_numpy(fake_quantize(w_kn, bits, block, symmetric).T.copy()))
+            module.weight.copy_(torch.from_numpy(fake_quantize(w_kn, bits, block, symmetric, dtype).T.copy()))
             count += 1
         elif isinstance(module, Conv1D):  # GPT-2: weight is [in, out] = [K, N] already
             w_kn = module.weight.detach().numpy()
-            module.weight.copy_(torch.from_numpy(fake_quantize(w_kn, bits, block, symmetric)))
+            module.weight.copy_(torch.from_numpy(fake_quantize(w_kn, bits, block, symmetric, dtype)))
             count += 1
     return model, count
 
@@ -142,8 +146,8 @@ def main() -> int:
             "transformers_version": transformers.__version__,
             "settings": {},
         }
-        for key, (bits, block, symmetric, embeddings) in SETTINGS.items():
-            model, count = quantized_model(FIXTURES / name, bits, block, symmetric, embeddings)
+        for key, (bits, block, symmetric, embeddings, dtype) in SETTINGS.items():
+            model, count = quantized_model(FIXTURES / name, bits, block, symmetric, embeddings, dtype)
             logits, tokens, gaps = greedy(model, ref["input_ids"])
             gap = min(gaps)
             out["settings"][key] = {
@@ -151,6 +155,7 @@ def main() -> int:
                 "block_size": block,
                 "symmetric": symmetric,
                 "embeddings": embeddings,
+                "weight_dtype": np.dtype(dtype).name,
                 "quantized_weights": count,
                 "logits": [[rnd(v) for v in row] for row in logits.tolist()],
                 "greedy_tokens": tokens,

@@ -25,11 +25,13 @@ import numpy as np
 import onnx
 import pytest
 
-from ort_helpers import DECODER_TASK, FIXTURES_DIR, fixture_names_for, load_reference
+from ort_helpers import DECODER_TASK, FIXTURES_DIR, fixture_names_for, load_config, load_reference
 from test_fixtures import F16_EPS, F32_EPS, dims_of, empty_past, genai_model, run
 
 NAMES = fixture_names_for(DECODER_TASK)
 EXACT_TOL = 1e-3
+# max |logit - reference| per build dtype at accuracy_level 0 (f16: the f16 builds' usual bound)
+TOL = {"f32": EXACT_TOL, "f16": 2e-2}
 MIN_COSINE = 0.999
 
 # quant_reference.json setting -> mobius flags
@@ -37,7 +39,19 @@ SETTINGS = {
     "int4-b32-sym": ("--quant", "int4"),
     "int4-b16-asym": ("--quant", "int4", "--quant-block-size", "16", "--quant-asymmetric"),
     "int8-b32-sym": ("--quant", "int8"),
+    "int4-b32-sym-embeddings": ("--quant", "int4", "--quant-embeddings"),
+    "int4-b16-asym-embeddings": ("--quant", "int4", "--quant-block-size", "16", "--quant-asymmetric", "--quant-embeddings"),
 }
+
+
+def special_ids(name: str) -> set[int]:
+    """The fixture's bos, eos and pad token ids."""
+    cfg = load_config(FIXTURES_DIR / name)
+    ids = set()
+    for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
+        v = cfg.get(key)
+        ids.update(v if isinstance(v, list) else [] if v is None else [v])
+    return ids
 
 
 def quant_reference(name: str) -> dict:
@@ -75,7 +89,7 @@ def test_every_decoder_fixture_has_a_quant_reference():
     missing = [n for n in NAMES if not (FIXTURES_DIR / n / "quant_reference.json").is_file()]
     assert NAMES and not missing, f"run scripts/make_quant_references.py for {missing}"
     for name in NAMES:
-        assert set(quant_reference(name)["settings"]) == set(SETTINGS), name
+        assert set(quant_reference(name)["settings"]) == set(SETTINGS) | {"int4-b32-sym-f16"}, name
 
 
 # (setting, ep): accuracy_level 0 builds whose logits must match the fake-quantized reference.
@@ -85,6 +99,10 @@ EXACT = [
     ("int4-b16-asym", "default"),  # MatMulNBits with zero points
     ("int4-b16-asym", "onnx-standard"),
     ("int8-b32-sym", "cpu"),
+    ("int4-b32-sym-embeddings", "cpu"),  # GatherBlockQuantized
+    ("int4-b32-sym-embeddings", "onnx-standard"),  # rows gathered, then dequantized
+    ("int4-b16-asym-embeddings", "cpu"),
+    ("int4-b16-asym-embeddings", "onnx-standard"),
 ]
 
 
@@ -97,23 +115,71 @@ def test_logits_match_the_fake_quantized_reference(built, name, setting, ep):
     err = float(np.abs(got - want).max())
     assert err <= EXACT_TOL, f"{name} {setting} --ep {ep}: max abs error {err:.3g} > {EXACT_TOL}"
     counts = op_counts(out)
+    embeddings = setting.endswith("-embeddings")
     if ep == "onnx-standard":
         assert counts.get("MatMulNBits", 0) == 0 and counts.get("DequantizeLinear", 0) > 0, counts
+        assert counts.get("GatherBlockQuantized", 0) == 0, counts
     else:
         assert counts.get("MatMulNBits", 0) > 0 and counts.get("DequantizeLinear", 0) == 0, counts
+        assert counts.get("GatherBlockQuantized", 0) == int(embeddings), counts
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_accuracy_level_4_stays_close(built, name):
-    """The cpu default (accuracy_level 4: int8 activations) against the same reference."""
+def test_accuracy_level_4_stays_close(built, name, tmp_path):
+    """The cpu default (accuracy_level 4: onnxruntime quantizes the activations to int8 too)
+    against the same reference: cosine similarity >= 0.999 per position. Where the tiny
+    random fixture falls short, onnxruntime's own quantizer at level 4 on the same float graph
+    must fall short by as much (the loss is the kernel's, not mobius'): both are printed."""
     out = built("fixture", name, "f32", "cpu", SETTINGS["int4-b32-sym"])
     model = onnx.load(str(out / "model.onnx"), load_external_data=False)
     levels = {a.i for n in model.graph.node if n.op_type == "MatMulNBits" for a in n.attribute if a.name == "accuracy_level"}
     assert levels == {4}, levels
     want = np.asarray(quant_reference(name)["settings"]["int4-b32-sym"]["logits"], dtype=np.float32)
-    got = prefill(session(out, None), name, "f32")
-    cos = (got * want).sum(-1) / (np.linalg.norm(got, axis=-1) * np.linalg.norm(want, axis=-1))
-    assert cos.min() >= MIN_COSINE, f"{name}: cosine similarity per position {np.round(cos, 5)}"
+    check_level_4(built, name, "f32", "cpu", prefill(session(out, None), name, "f32"), want, tmp_path)
+
+
+def check_level_4(built, name: str, dtype: str, ep: str, got: np.ndarray, want: np.ndarray, tmp_path) -> None:
+    """accuracy_level 4 logits `got` against the fake-quantized reference `want`."""
+    check_quality(built, name, dtype, ep, 4, got, want, tmp_path)
+
+
+def check_quality(built, name: str, dtype: str, ep: str, level: int, got, want, tmp_path) -> None:
+    """Logits `got` of an int4 build (block 32, symmetric) at accuracy_level `level` against the
+    fake-quantized reference `want`: max abs error <= TOL[dtype] at level 0, cosine similarity
+    >= 0.999 per position at level 4. Where a tiny random fixture falls short, onnxruntime's own
+    quantizer, run on the same float graph with the same level, must fall short by as much (the
+    loss is the kernel's or the dtype's, not mobius'); both numbers are printed."""
+
+    def score(logits):
+        if level == 0:
+            return float(np.abs(logits - want).max())
+        return float(cosines(logits, want).min())
+
+    ours = score(got)
+    ok = ours <= TOL[dtype] if level == 0 else ours >= MIN_COSINE
+    if ok:
+        return
+    from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig, MatMulNBitsQuantizer
+
+    float_model = onnx.load(str(built("fixture", name, dtype, ep) / "model.onnx"))
+    config = DefaultWeightOnlyQuantConfig(block_size=32, is_symmetric=True, accuracy_level=level or None)
+    quantizer = MatMulNBitsQuantizer(float_model, algo_config=config)
+    quantizer.process()
+    theirs_dir = tmp_path / "ort"
+    theirs_dir.mkdir()
+    onnx.save(quantizer.model.model, str(theirs_dir / "model.onnx"), save_as_external_data=True, location="model.onnx.data")
+    theirs = score(prefill(session(theirs_dir, None if level else 0), name, dtype))
+    metric = "max abs error" if level == 0 else "cosine"
+    print(f"{name} --ep {ep} {dtype} accuracy_level {level}: {metric} mobius {ours:.6f}, onnxruntime's quantizer {theirs:.6f}")
+    if level == 0:
+        assert ours <= theirs + 1e-4, f"{name} --ep {ep} {dtype}: {metric} {ours:.6f} > {TOL[dtype]} and worse than onnxruntime's quantizer ({theirs:.6f})"
+    else:
+        assert ours >= theirs - 1e-6, f"{name} --ep {ep} {dtype}: {metric} {ours:.6f} < {MIN_COSINE} and worse than onnxruntime's quantizer ({theirs:.6f})"
+
+
+def cosines(got: np.ndarray, want: np.ndarray) -> np.ndarray:
+    """Cosine similarity of the logits, per position."""
+    return (got * want).sum(-1) / (np.linalg.norm(got, axis=-1) * np.linalg.norm(want, axis=-1))
 
 
 QUANT_BUILDS = [(ep, "f32") for ep in F32_EPS] + [(ep, "f16") for ep in F16_EPS]
@@ -121,19 +187,23 @@ QUANT_BUILDS = [(ep, "f32") for ep in F32_EPS] + [(ep, "f16") for ep in F16_EPS]
 
 @pytest.mark.parametrize("ep,dtype", QUANT_BUILDS, ids=[f"{e}-{d}" for e, d in QUANT_BUILDS])
 @pytest.mark.parametrize("name", NAMES)
-def test_every_ep_builds_int4_and_runs(built, ep_caps, name, ep, dtype):
-    """Every decoder fixture x every built-in EP: `--quant int4` loads and runs on onnxruntime
-    CPU, with MatMulNBits where the EP has the kernel and DequantizeLinear elsewhere."""
+def test_every_ep_builds_int4_and_runs(built, ep_caps, name, ep, dtype, tmp_path):
+    """Every decoder fixture x every built-in EP, as a user builds it (`--quant int4`, the EP's
+    accuracy_level): it loads and runs on onnxruntime CPU, with MatMulNBits where the EP has
+    the kernel and DequantizeLinear elsewhere, no float MatMul weight left, and logits that
+    match the fake-quantized reference of its weight dtype (f32, or the f16 weights an f16
+    build quantizes): within the build dtype's tolerance at accuracy_level 0, by cosine at 4."""
     out = built("fixture", name, dtype, ep, SETTINGS["int4-b32-sym"])
-    got = prefill(session(out), name, dtype)
-    assert np.isfinite(got).all(), f"{name} --ep {ep}: non-finite logits"
-    want = np.asarray(quant_reference(name)["settings"]["int4-b32-sym"]["logits"], dtype=np.float32)
-    cos = (got * want).sum(-1) / (np.linalg.norm(got, axis=-1) * np.linalg.norm(want, axis=-1))
-    # f16 builds quantize the f16 weights (as onnxruntime's quantizer does), not the f32 ones.
-    assert cos.min() >= (MIN_COSINE if dtype == "f32" else 0.99), f"{name} --ep {ep}: cosine {np.round(cos, 5)}"
     caps = ep_caps[ep]
+    nbits = caps["supports_matmul_nbits"] and caps["supports_contrib_ops"]
+    level = caps["default_int4_accuracy_level"] if nbits else 0
+    got = prefill(session(out, None if level else 0), name, dtype)
+    assert np.isfinite(got).all(), f"{name} --ep {ep}: non-finite logits"
+    setting = "int4-b32-sym" if dtype == "f32" else "int4-b32-sym-f16"
+    want = np.asarray(quant_reference(name)["settings"][setting]["logits"], dtype=np.float32)
+    check_quality(built, name, dtype, ep, level, got, want, tmp_path)
     counts = op_counts(out)
-    if caps["supports_matmul_nbits"] and caps["supports_contrib_ops"]:
+    if nbits:
         assert counts.get("MatMulNBits", 0) > 0 and counts.get("DequantizeLinear", 0) == 0, counts
     else:
         assert counts.get("MatMulNBits", 0) == 0 and counts.get("DequantizeLinear", 0) > 0, counts
@@ -163,7 +233,11 @@ def test_genai_greedy_from_int4(built, name):
         gen.generate_next_token()
     got = gen.get_sequence(0).tolist()[len(ids):]
     assert len(got) == len(want)
-    for step, (g, w) in enumerate(zip(got, want)):
+    # min_length keeps onnxruntime-genai from ending the sequence: it never emits a stop token,
+    # so the comparison ends where the reference emits one.
+    stops = special_ids(name)
+    end = next((i for i, t in enumerate(want) if t in stops), len(want))
+    for step, (g, w) in enumerate(zip(got[:end], want[:end])):
         if g != w:
             assert gaps[step] < 2 * EXACT_TOL, (
                 f"{name}: token {step} is {g}, reference {w}, with a top-2 margin of {gaps[step]:.3g} "

@@ -199,7 +199,7 @@ proptest! {
             exclude: Vec::new(),
             embeddings: false,
         };
-        let summary = quantize_graph(&mut graph, &request).unwrap();
+        let summary = quantize_graph(&mut graph, &request, false).unwrap();
         prop_assert_eq!(summary.weights, 3);
         let rule = if bias { "pack-qkv-with-bias-for-gqa" } else { "pack-qkv-for-gqa" };
         prove_on(rule, "cpu", graph, inputs, 1e-4)?;
