@@ -150,7 +150,17 @@ impl Evaluator<'_> {
                 let (from, shape, bytes) = self.materialize(source)?;
                 let (k, n) = (shape[0], shape[1]);
                 let (bytes, _) = convert::convert(&bytes, from, dtype);
-                let result = Arc::new(quant::quantize(&bytes, dtype, k, n, spec)?);
+                let result = quant::quantize(&bytes, dtype, k, n, spec).map_err(|e| match e {
+                    Error::Quantize {
+                        tensor: None,
+                        message,
+                    } => Error::Quantize {
+                        tensor: Some(describe_source(source)),
+                        message,
+                    },
+                    other => other,
+                })?;
+                let result = Arc::new(result);
                 self.last_quantized = Some(Cached {
                     source: source.clone(),
                     dtype,
@@ -168,5 +178,38 @@ impl Evaluator<'_> {
             })?,
         };
         Ok((info.dtype, info.shape, bytes))
+    }
+}
+
+/// How a weight source reads in an error: the checkpoint tensor(s) it comes from and how.
+fn describe_source(src: &TensorSource) -> String {
+    match src {
+        TensorSource::Checkpoint(name) => name.clone(),
+        TensorSource::Transpose(inner) => format!("{} (transposed)", describe_source(inner)),
+        TensorSource::Slice {
+            source,
+            axis,
+            start,
+            len,
+            ..
+        } => format!(
+            "{} (rows {start}..{} of axis {axis})",
+            describe_source(source),
+            start + len
+        ),
+        TensorSource::Concat { parts, .. } => parts
+            .iter()
+            .map(describe_source)
+            .collect::<Vec<_>>()
+            .join(" + "),
+        TensorSource::AddScalar { source, .. }
+        | TensorSource::Quantize { source, .. }
+        | TensorSource::NBits { source, .. } => describe_source(source),
+        TensorSource::External { path, offset, .. } => {
+            format!("the weight at byte {offset} of {}", path.display())
+        }
+        TensorSource::Inline(_) | TensorSource::RotaryTable { .. } => {
+            "a weight of the model".into()
+        }
     }
 }

@@ -12,5 +12,6 @@ mod eps;
 mod files;
 mod interp;
 mod optimize;
+mod quant;
 mod run;
 mod verify;

@@ -295,3 +295,21 @@ def test_weights_are_bit_identical_to_onnxruntimes_quantizer(built, name, dtype,
             )
         compared += 1
     assert compared >= 6, f"{name}: only {compared} MatMulNBits weights compared"
+
+
+@pytest.mark.parametrize("ep", ["cpu", "onnx-standard"])
+@pytest.mark.parametrize("name", NAMES)
+def test_optimize_quantizes_a_float_model(built, name, ep, tmp_path):
+    """`mobius optimize --quant int4` on a float model (the default EP's f32 build) gives the
+    model `build --quant int4` gives: the fake-quantized reference's logits."""
+    from ort_helpers import run_mobius
+
+    float_model = built("fixture", name, "f32", "default") / "model.onnx"
+    out = tmp_path / "out"
+    run_mobius(["optimize", str(float_model), str(out), "--ep", ep, "--quant", "int4", "--accuracy-level", "0"])
+    want = np.asarray(quant_reference(name)["settings"]["int4-b32-sym"]["logits"], dtype=np.float32)
+    got = prefill(session(out), name, "f32")
+    err = float(np.abs(got - want).max())
+    assert err <= EXACT_TOL, f"{name} optimize --ep {ep}: max abs error {err:.3g} > {EXACT_TOL}"
+    counts = op_counts(out)
+    assert (counts.get("MatMulNBits", 0) > 0) == (ep == "cpu"), counts
