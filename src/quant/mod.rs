@@ -125,3 +125,4 @@ pub mod nbits {
     }
 }
 pub mod pass;
+pub mod prequantized;
