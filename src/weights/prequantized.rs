@@ -307,7 +307,12 @@ pub(super) fn describe_fp8(
         )));
     };
     let [bn, bk] = block;
-    let want = [n.div_ceil(bn.max(1)), k.div_ceil(bk.max(1))];
+    if bn == 0 || bk == 0 {
+        return Err(Error::Graph(format!(
+            "checkpoint tensor `{weight}`: float8 blocks of {block:?} (expected positive sizes)"
+        )));
+    }
+    let want = [n.div_ceil(bn), k.div_ceil(bk)];
     let info = ev.describe(&TensorSource::Checkpoint(scales.to_string()))?;
     if info.shape != want || !convert::can_convert(info.dtype, DType::F32) {
         return Err(Error::Graph(format!(
