@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::config::ArchConfig;
+use crate::config::{ArchConfig, CheckpointQuant};
 use crate::ep::EpCapabilities;
 use crate::ir::{DType, Graph, Model, TensorSource};
 use crate::models::{build_model, checkpoint_renaming};
@@ -12,6 +12,7 @@ use crate::opt::fingerprint::leaf_values;
 use crate::opt::{optimize, Limits, OptimizeOptions, OptimizeReport};
 use crate::package::{check_apart, check_target, write_package, StagedOutput};
 use crate::quant::pass::{quantize_graph, runs_gather_block_quantized, QuantRequest, QuantSummary};
+use crate::quant::prequantized::apply_checkpoint_quantization;
 use crate::source::{resolve, HubSettings, ModelSource};
 use crate::weights::eval::Evaluator;
 use crate::weights::store::TensorStore;
@@ -77,6 +78,7 @@ pub fn build(opts: &BuildOptions) -> Result<ModelPackage> {
     let files = resolve(&opts.source, &opts.hub, opts.load_weights)?;
     tracing::info!("model files from {}", files.origin);
     let mut config = ArchConfig::load(&files.config)?;
+    let checkpoint_quant = CheckpointQuant::load(&files.config)?;
     let generation = files
         .tokenizer_files
         .iter()
@@ -86,14 +88,6 @@ pub fn build(opts: &BuildOptions) -> Result<ModelPackage> {
     }
     let dtype = opts.dtype.or(config.dtype).unwrap_or(DType::F32);
     let mut portable = build_model(&config, dtype)?;
-    let quantization = match &opts.quant {
-        Some(request) => Some(quantize_graph(
-            &mut portable.graph,
-            request,
-            runs_gather_block_quantized(&opts.execution_provider, dtype),
-        )?),
-        None => None,
-    };
     let store = match &files.weights {
         Some(w) if opts.load_weights => {
             let store = TensorStore::open(w)?;
@@ -103,6 +97,18 @@ pub fn build(opts: &BuildOptions) -> Result<ModelPackage> {
             })
         }
         _ => None,
+    };
+    if let Some(quant) = &checkpoint_quant {
+        let summary = apply_checkpoint_quantization(&mut portable.graph, quant, store.as_ref())?;
+        tracing::info!("{summary}");
+    }
+    let quantization = match &opts.quant {
+        Some(request) => Some(quantize_graph(
+            &mut portable.graph,
+            request,
+            runs_gather_block_quantized(&opts.execution_provider, dtype),
+        )?),
+        None => None,
     };
     let fingerprint_leaves =
         match (opts.verify_rewrites, &store) {
@@ -198,7 +204,10 @@ fn strip_weight_data(graph: &mut Graph) {
 
 fn is_weight_data(src: &TensorSource) -> bool {
     match src {
-        TensorSource::Checkpoint(_) | TensorSource::RotaryTable { .. } => true,
+        TensorSource::Checkpoint(_)
+        | TensorSource::RotaryTable { .. }
+        | TensorSource::Packed4 { .. }
+        | TensorSource::Fp8Blocks { .. } => true,
         TensorSource::Inline(_) | TensorSource::External { .. } => false,
         TensorSource::Transpose(inner) => is_weight_data(inner),
         TensorSource::AddScalar { source, .. } => is_weight_data(source),

@@ -210,9 +210,9 @@ fn header_length_over_limit() {
 
 #[test]
 fn unknown_dtype_names_tensor_and_dtype() {
-    let (err, _) = single_error(&safetensors(&[("q.weight", "F8_E4M3", &[2], &[0, 0])]));
+    let (err, _) = single_error(&safetensors(&[("q.weight", "F8_E5M2", &[2], &[0, 0])]));
     assert!(
-        err.contains("tensor `q.weight`: unsupported dtype `F8_E4M3`"),
+        err.contains("tensor `q.weight`: unsupported dtype `F8_E5M2`"),
         "{err}"
     );
 }

@@ -9,6 +9,7 @@ mod gpt2;
 pub mod hf;
 pub mod longrope;
 mod phi;
+pub mod quantization;
 pub mod rope;
 
 use std::path::Path;
@@ -26,6 +27,7 @@ use fields::{Fields, Sign};
 pub use gelu::Gelu;
 pub use gemma::{GemmaConfig, GemmaVersion};
 pub use hf::HfConfig;
+pub use quantization::{CheckpointQuant, QuantMethod};
 pub use rope::{Rope, RopeScaling};
 
 /// The `model_type`s mobius builds: decoders and BERT-family encoders.

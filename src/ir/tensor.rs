@@ -125,6 +125,45 @@ pub enum TensorSource {
         /// `Values` or `ZeroPoints`.
         part: QuantPart,
     },
+    /// One part of a 4-bit weight `[K, N]` that a quantizer stored packed in the checkpoint
+    /// (`{prefix}.qweight`, `{prefix}.qzeros`, `{prefix}.scales`, GPTQ also `{prefix}.g_idx`),
+    /// unpacked into the `DequantizeLinear` layout (blocks along axis 0): values `[K, N]` U4
+    /// and zero points `[⌈K/G⌉, N]` U4, one value per byte, or the scales `[⌈K/G⌉, N]` as
+    /// stored.
+    Packed4 {
+        /// The module's checkpoint name (`model.layers.0.self_attn.q_proj`).
+        prefix: String,
+        /// How the tensors are packed.
+        format: PackedFormat,
+        /// Rows of K per group (K itself for one group per column).
+        group_size: usize,
+        /// Which part of the weight this is.
+        part: QuantPart,
+    },
+    /// A float8 (e4m3) checkpoint weight `[N, K]` scaled per block, dequantized to f32:
+    /// `weight[n, k] · scales[n / bn, k / bk]` for `block = [bn, bk]`.
+    Fp8Blocks {
+        /// The float8 weight's checkpoint name.
+        weight: String,
+        /// The f32 block scales' checkpoint name (`[⌈N/bn⌉, ⌈K/bk⌉]`).
+        scales: String,
+        /// Block extent along N and along K.
+        block: [usize; 2],
+    },
+}
+
+/// How a pre-quantized checkpoint packs its 4-bit weights into `int32` words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PackedFormat {
+    /// GPTQ, `checkpoint_format` "gptq": `qweight [K/8, N]` packs 8 rows of K per word,
+    /// `qzeros [⌈K/G⌉, N/8]` 8 columns per word (low nibble first), and every stored zero
+    /// point is one less than the one that dequantizes (`w = s · (q − (z + 1))`).
+    GptqV1,
+    /// GPTQ, `checkpoint_format` "gptq_v2": as [`PackedFormat::GptqV1`], zero points as stored.
+    GptqV2,
+    /// AWQ "gemm": `qweight [K, N/8]` and `qzeros [⌈K/G⌉, N/8]` pack 8 columns per word, in
+    /// the interleaved order 0, 2, 4, 6, 1, 3, 5, 7 (nibble j holds column `8c + order[j]`).
+    AwqGemm,
 }
 
 /// Block quantization parameters of a lazy weight transform.

@@ -138,3 +138,4 @@ mod tests {
 
 pub mod embeddings;
 pub mod pass;
+pub mod prequantized;

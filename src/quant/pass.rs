@@ -25,7 +25,7 @@ pub struct QuantRequest {
     pub embeddings: bool,
 }
 
-/// What [`quantize_matmul_weights`] did.
+/// What [`quantize_graph`] did.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct QuantSummary {
     /// Weights quantized.

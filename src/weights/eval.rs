@@ -153,10 +153,44 @@ impl<'a> Evaluator<'a> {
             TensorSource::NBits { source, spec, part } => {
                 super::quantized::describe_nbits(&self.describe(source)?, spec, *part)
             }
+            TensorSource::Packed4 {
+                prefix,
+                format,
+                group_size,
+                part,
+            } => super::prequantized::describe_packed4(self, prefix, *format, *group_size, *part),
+            TensorSource::Fp8Blocks {
+                weight,
+                scales,
+                block,
+            } => super::prequantized::describe_fp8(self, weight, scales, *block),
         }
     }
 
     fn checkpoint(&self, name: &str) -> Result<super::store::TensorRef<'_>> {
+        let t = self.stored(name)?;
+        if t.float8_e4m3 {
+            return Err(Error::Graph(format!(
+                "checkpoint tensor `{name}` holds float8 (F8_E4M3) values, which mobius reads \
+                 only as block-scaled weights of a quantization_config with quant_method \"fp8\""
+            )));
+        }
+        Ok(t)
+    }
+
+    /// Shape and bytes of a float8 e4m3 checkpoint tensor (error if absent or not float8).
+    pub(super) fn float8(&self, name: &str) -> Result<(Vec<usize>, &[u8])> {
+        let t = self.stored(name)?;
+        if !t.float8_e4m3 {
+            return Err(Error::Graph(format!(
+                "checkpoint tensor `{name}` is {}, expected float8 values (F8_E4M3)",
+                t.dtype
+            )));
+        }
+        Ok((t.shape.to_vec(), t.data))
+    }
+
+    fn stored(&self, name: &str) -> Result<super::store::TensorRef<'_>> {
         let store = self.store.ok_or_else(|| Error::MissingTensor {
             name: name.to_string(),
             searched: "no checkpoint weights were loaded".into(),
@@ -218,7 +252,9 @@ impl<'a> Evaluator<'a> {
             TensorSource::Concat { .. }
             | TensorSource::AddScalar { .. }
             | TensorSource::Quantize { .. }
-            | TensorSource::NBits { .. } => {
+            | TensorSource::NBits { .. }
+            | TensorSource::Packed4 { .. }
+            | TensorSource::Fp8Blocks { .. } => {
                 let (dtype, _, bytes) = self.materialize(src)?;
                 stream_converted(&bytes, dtype, target, sink)
             }
@@ -311,7 +347,9 @@ impl<'a> Evaluator<'a> {
             | TensorSource::Slice { .. }
             | TensorSource::RotaryTable { .. }
             | TensorSource::Quantize { .. }
-            | TensorSource::NBits { .. } => return Ok(None),
+            | TensorSource::NBits { .. }
+            | TensorSource::Packed4 { .. }
+            | TensorSource::Fp8Blocks { .. } => return Ok(None),
         };
         Ok(Some(Leaf { dtype, shape, data }))
     }
@@ -435,6 +473,17 @@ impl<'a> Evaluator<'a> {
                 let (dtype, shape, bytes) = self.materialize(source)?;
                 super::quantized::nbits(&bytes, dtype, &shape, spec, *part)
             }
+            TensorSource::Packed4 {
+                prefix,
+                format,
+                group_size,
+                part,
+            } => super::prequantized::packed4(self, prefix, *format, *group_size, *part),
+            TensorSource::Fp8Blocks {
+                weight,
+                scales,
+                block,
+            } => super::prequantized::fp8_blocks(self, weight, scales, *block),
         }
     }
 }

@@ -4,6 +4,7 @@
 pub mod convert;
 pub mod eval;
 pub mod index;
+pub mod prequantized;
 mod quantized;
 pub mod store;
 pub mod unique_keys;

@@ -208,6 +208,8 @@ fn describe_source(src: &TensorSource) -> String {
         TensorSource::External { path, offset, .. } => {
             format!("the weight at byte {offset} of {}", path.display())
         }
+        TensorSource::Packed4 { prefix, .. } => format!("{prefix} (unpacked)"),
+        TensorSource::Fp8Blocks { weight, .. } => format!("{weight} (dequantized from fp8)"),
         TensorSource::Inline(_) | TensorSource::RotaryTable { .. } => {
             "a weight of the model".into()
         }

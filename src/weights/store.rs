@@ -32,6 +32,9 @@ pub struct HeaderEntry {
     pub name: String,
     /// Its element type.
     pub dtype: DType,
+    /// Whether its values are float8 e4m3 (safetensors `F8_E4M3`), held as `dtype` U8 bytes:
+    /// only a block-scaled FP8 weight source reads them.
+    pub float8_e4m3: bool,
     /// Its dimensions.
     pub shape: Vec<usize>,
     /// Its bytes, as a range of offsets from the start of the file.
@@ -161,13 +164,17 @@ fn parse_entry(
     let raw: RawEntry = serde_json::from_value(value).map_err(|e| {
         format!("tensor `{name}`: {e} (expected {{\"dtype\", \"shape\", \"data_offsets\"}})")
     })?;
-    let dtype = DType::from_safetensors(&raw.dtype).ok_or_else(|| {
-        format!(
-            "tensor `{name}`: unsupported dtype `{}` (expected one of F32, F16, BF16, F64, I64, \
-             I32, I8, U8, BOOL)",
-            raw.dtype
-        )
-    })?;
+    let float8_e4m3 = raw.dtype == "F8_E4M3";
+    let dtype = match float8_e4m3 {
+        true => DType::U8,
+        false => DType::from_safetensors(&raw.dtype).ok_or_else(|| {
+            format!(
+                "tensor `{name}`: unsupported dtype `{}` (expected one of F32, F16, BF16, F64, \
+                 I64, I32, I8, U8, BOOL, F8_E4M3)",
+                raw.dtype
+            )
+        })?,
+    };
     let shape = raw
         .shape
         .iter()
@@ -201,6 +208,7 @@ fn parse_entry(
     Ok(HeaderEntry {
         name,
         dtype,
+        float8_e4m3,
         shape,
         data: header_end + begin..header_end + end,
     })
@@ -237,6 +245,7 @@ impl MappedFile {
 struct Slot {
     file: usize,
     dtype: DType,
+    float8_e4m3: bool,
     shape: Vec<usize>,
     data: Range<usize>,
 }
@@ -254,6 +263,8 @@ pub struct TensorRef<'a> {
     pub name: &'a str,
     /// Its element type.
     pub dtype: DType,
+    /// Whether its bytes are float8 e4m3 values (see [`HeaderEntry::float8_e4m3`]).
+    pub float8_e4m3: bool,
     /// Its dimensions.
     pub shape: &'a [usize],
     /// Its raw little-endian bytes (not necessarily aligned to the element size).
@@ -322,6 +333,7 @@ impl TensorStore {
         let slot = Slot {
             file: self.files.len() - 1,
             dtype: entry.dtype,
+            float8_e4m3: entry.float8_e4m3,
             shape: entry.shape,
             data: entry.data,
         };
@@ -378,6 +390,7 @@ impl TensorStore {
         Some(TensorRef {
             name,
             dtype: slot.dtype,
+            float8_e4m3: slot.float8_e4m3,
             shape: &slot.shape,
             // In bounds: parse_header checked the range against this very mapping.
             data: &file.map[slot.data.clone()],

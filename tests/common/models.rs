@@ -39,12 +39,18 @@ pub fn fixture_config(name: &str) -> ArchConfig {
     load_config(&fixture(name))
 }
 
-/// Every bundled decoder fixture (a folder of tests/fixtures with a reference.json), sorted.
+/// Every bundled float decoder fixture (a folder of tests/fixtures with a reference.json
+/// without a `task`, or `task` "text-generation"), sorted. Pre-quantized checkpoints (`task`
+/// "prequantized-text-generation") are left to tests/prequantized.rs.
 pub fn decoder_fixtures() -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(fixture(""))
         .unwrap()
         .map(|e| e.unwrap().path())
-        .filter(|dir| dir.join("reference.json").is_file())
+        .filter(|dir| {
+            fixture_task(dir)
+                .as_deref()
+                .is_none_or(|t| t == "text-generation")
+        })
         .filter(|dir| load_config(dir).role() == Role::Decoder)
         .map(|dir| dir.file_name().unwrap().to_string_lossy().into_owned())
         .collect();
@@ -54,6 +60,16 @@ pub fn decoder_fixtures() -> Vec<String> {
         "no decoder fixtures under tests/fixtures"
     );
     names
+}
+
+/// The `task` of a fixture folder's reference.json (`None` without one or without the key);
+/// fixtures without a reference.json are no fixtures: `Some("")`.
+pub fn fixture_task(dir: &Path) -> Option<String> {
+    let Ok(bytes) = std::fs::read(dir.join("reference.json")) else {
+        return Some(String::new());
+    };
+    let reference: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+    reference["task"].as_str().map(str::to_string)
 }
 
 /// Parses config.json text.

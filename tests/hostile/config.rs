@@ -343,3 +343,34 @@ fn smollm3_no_rope_layer_interval_out_of_range() {
         .refused(&[], &["`no_rope_layer_interval`", expected]);
     }
 }
+
+#[test]
+fn a_quantization_method_mobius_cannot_read() {
+    llama("quantization_config.quant_method", json!("bitsandbytes")).refused(
+        &[],
+        &[
+            "quantization_config.quant_method",
+            "bitsandbytes",
+            "\"gptq\"",
+        ],
+    );
+}
+
+#[test]
+fn a_gptq_checkpoint_quantized_with_desc_act() {
+    Case::edited("llama-gptq", |c| {
+        c["quantization_config"]["desc_act"] = json!(true)
+    })
+    .refused(
+        &[],
+        &["quantization_config.desc_act", "true", "desc_act false"],
+    );
+}
+
+#[test]
+fn an_awq_checkpoint_of_another_version() {
+    Case::edited("llama-awq", |c| {
+        c["quantization_config"]["version"] = json!("gemv")
+    })
+    .refused(&[], &["quantization_config.version", "gemv", "\"gemm\""]);
+}

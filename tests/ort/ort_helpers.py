@@ -90,6 +90,8 @@ def run_mobius(args: list[str]) -> subprocess.CompletedProcess:
 # Fixture tasks, from reference.json "task" (decoder fixtures predate the key).
 DECODER_TASK = "text-generation"
 ENCODER_TASK = "feature-extraction"
+# Pre-quantized checkpoints (GPTQ, AWQ, FP8) of a float fixture: tests/ort/test_prequantized.py.
+PREQUANT_TASK = "prequantized-text-generation"
 # HF model_types mobius builds as encoders (feature extraction, no genai_config.json).
 ENCODER_MODEL_TYPES = {"bert", "roberta"}
 

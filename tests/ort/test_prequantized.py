@@ -1,0 +1,128 @@
+"""Pre-quantized checkpoints (reference.json "task": "prequantized-text-generation":
+tests/fixtures/llama-gptq, llama-awq, llama-fp8, made by scripts/make_prequantized_fixtures.py)
+built by mobius and run by onnxruntime and onnxruntime-genai.
+
+The truth is external: reference.json holds transformers' f32 logits and greedy tokens of the
+float model whose projections carry the checkpoint's *dequantized* weights.
+- GPTQ / AWQ: the packed 4-bit weights become DequantizeLinear(values, scales, zero points)
+  with the checkpoint's group size, fused into MatMulNBits on the cpu EP and kept as
+  DequantizeLinear + MatMul on onnx-standard; at accuracy_level 0 the logits match the
+  reference to 1e-3, and onnxruntime-genai generates its greedy tokens (a token may differ
+  only at a near-tie, as in test_quant.py).
+- FP8: the float8 blocks are dequantized when saved (a float model, same checks), and
+  `--quant int4` then quantizes them byte for byte as onnxruntime's quantizer does.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+
+from ort_helpers import FIXTURES_DIR, PREQUANT_TASK, fixture_names_for, load_reference
+from test_quant import EXACT_TOL, _ort_quantized, op_counts, prefill, session
+from test_fixtures import genai_model
+
+NAMES = fixture_names_for(PREQUANT_TASK)
+PACKED = [n for n in NAMES if load_reference(n)["quantization"]["quant_method"] in ("gptq", "awq")]
+EPS = ["cpu", "onnx-standard"]
+
+
+def test_the_three_formats_have_fixtures():
+    methods = sorted(load_reference(n)["quantization"]["quant_method"] for n in NAMES)
+    assert methods == ["awq", "fp8", "gptq"], NAMES
+
+
+def block_sizes(path) -> set[int]:
+    model = onnx.load(str(path / "model.onnx"), load_external_data=False)
+    sizes = set()
+    for node in model.graph.node:
+        for a in node.attribute:
+            if a.name == "block_size" and node.op_type in ("MatMulNBits", "DequantizeLinear"):
+                sizes.add(a.i)
+    return sizes
+
+
+@pytest.mark.parametrize("ep", EPS)
+@pytest.mark.parametrize("name", NAMES)
+def test_logits_match_the_dequantized_reference(built, name, ep):
+    ref = load_reference(name)
+    out = built("fixture", name, "f32", ep, ("--accuracy-level", "0"))
+    got = prefill(session(out), name, "f32")
+    want = np.asarray(ref["logits"], dtype=np.float32)
+    err = float(np.abs(got - want).max())
+    assert err <= EXACT_TOL, f"{name} --ep {ep}: max abs error {err:.3g} > {EXACT_TOL}"
+    counts = op_counts(out)
+    assert not any(n in counts for n in ("MatMulNBits", "DequantizeLinear")) or name in PACKED, counts
+    if name not in PACKED:
+        return
+    q = ref["quantization"]
+    projections = ref["quantized_weights"]
+    if ep == "onnx-standard":
+        assert counts.get("MatMulNBits", 0) == 0 and counts.get("DequantizeLinear", 0) == projections, counts
+        model = onnx.load(str(out / "model.onnx"), load_external_data=False)
+        assert all(n.domain in ("", "ai.onnx") for n in model.graph.node), "contrib ops on onnx-standard"
+    else:
+        assert counts.get("MatMulNBits", 0) > 0 and counts.get("DequantizeLinear", 0) == 0, counts
+    assert block_sizes(out) == {q["group_size"]}, (name, ep, block_sizes(out))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_genai_greedy(built, name):
+    import onnxruntime_genai as og
+
+    ref = load_reference(name)
+    ids = ref["input_ids"]
+    want, gaps = ref["greedy_tokens"], ref["top2_gaps"]
+    total = len(ids) + len(want)
+    model = genai_model(built("fixture", name, "f32", "cpu", ("--accuracy-level", "0")), "cpu")
+    params = og.GeneratorParams(model)
+    params.set_search_options(do_sample=False, max_length=total, min_length=total)
+    gen = og.Generator(model, params)
+    gen.append_tokens(np.array(ids, dtype=np.int32))
+    while not gen.is_done():
+        gen.generate_next_token()
+    got = gen.get_sequence(0).tolist()[len(ids):]
+    assert len(got) == len(want)
+    for step, (g, w) in enumerate(zip(got, want)):
+        if g != w:
+            assert gaps[step] < 2 * EXACT_TOL, (
+                f"{name}: token {step} is {g}, reference {w}, with a top-2 margin of {gaps[step]:.3g} "
+                f"(only a margin below {2 * EXACT_TOL} may flip)"
+            )
+            print(f"{name}: greedy tokens diverge at step {step} on a near-tie (margin {gaps[step]:.3g})")
+            break
+
+
+def test_fp8_weights_are_requantized_as_onnxruntime_would(built):
+    """`--quant int4` on the FP8 checkpoint quantizes its dequantized projections like float
+    weights: byte for byte what onnxruntime's quantizer writes for the float build of the same
+    checkpoint (the dequantized weights), on the default EP."""
+    name = next(n for n in NAMES if load_reference(n)["quantization"]["quant_method"] == "fp8")
+    theirs = _ort_quantized(built("fixture", name, "f32", "default"), 32, True)
+    ours_dir = built("fixture", name, "f32", "default", ("--quant", "int4"))
+    ours_model = onnx.load(str(ours_dir / "model.onnx"))
+    ours = {t.name: onnx.numpy_helper.to_array(t) for t in ours_model.graph.initializer}
+    compared = 0
+    for node in ours_model.graph.node:
+        if node.op_type != "MatMulNBits":
+            continue
+        weight = node.input[1].removesuffix(".q4__nbits")
+        if f"{weight}_Q4" not in theirs:
+            continue  # the tied head: onnxruntime's quantizer skips it
+        for mine, ort_name in [(node.input[1], f"{weight}_Q4"), (node.input[2], f"{weight}_scales")]:
+            assert ours[mine].tobytes() == theirs[ort_name].tobytes(), f"{name} {mine} differs from {ort_name}"
+        compared += 1
+    assert compared == load_reference(name)["quantized_weights"], compared
+
+
+def test_a_packed_checkpoint_with_quant_keeps_its_own_quantization(built):
+    """`--quant int4` leaves the checkpoint's packed weights as they are (its group size), and
+    quantizes only what is still float (the tied LM head)."""
+    name = next(n for n in NAMES if load_reference(n)["quantization"]["quant_method"] == "awq")
+    out = built("fixture", name, "f32", "cpu", ("--quant", "int4", "--accuracy-level", "0"))
+    assert block_sizes(out) == {load_reference(name)["quantization"]["group_size"], 32}, block_sizes(out)
+    got = prefill(session(out), name, "f32")
+    assert np.isfinite(got).all()
