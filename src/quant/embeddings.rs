@@ -10,6 +10,13 @@
 //!   −1, block_size B)` with the values held in 8-bit integers — only the looked-up rows are
 //!   dequantized.
 //!
+//! A table whose transpose is also a quantized MatMul weight (a tied LM head) on an EP with
+//! both kernels is stored once, as onnxruntime-genai's builder shares it: the embedding's
+//! GatherBlockQuantized reads the LM head's MatMulNBits weight (`[V, ⌈D/B⌉, B/2]` bytes, through
+//! a `Reshape` to `[V, ⌈D/B⌉·B/2]`), scales and zero points — the same initializers (the
+//! `ai.mobius::NBits*` relayouts the MatMulNBits fusion creates for the LM head; onnxruntime may
+//! still copy the reshaped weight in memory, the file holds it once).
+//!
 //! Only lookups by the graph input `input_ids` are token embeddings (position tables and RoPE
 //! caches are gathered by other indices and stay float).
 
@@ -24,6 +31,7 @@ pub fn quantize_embeddings(
     graph: &mut Graph,
     request: &QuantRequest,
     gather_block_quantized: bool,
+    tied: &HashMap<String, Vec<String>>,
     used: &mut HashSet<String>,
     summary: &mut QuantSummary,
 ) {
@@ -47,6 +55,8 @@ pub fn quantize_embeddings(
     let mut new_inits: Vec<Initializer> = Vec::new();
     // Node index → the nodes replacing it.
     let mut replaced: BTreeMap<usize, Vec<Node>> = BTreeMap::new();
+    // The relayouts of a shared table, made once: table values name → (data, scales, zero points).
+    let mut shared_nodes: HashMap<String, Vec<String>> = HashMap::new();
     for (index, node) in graph.nodes.iter().enumerate() {
         let axis0 = matches!(node.attrs.get("axis"), None | Some(Attr::Int(0)));
         if !(node.domain.is_empty()
@@ -79,6 +89,24 @@ pub fn quantize_embeddings(
             if !summary.excluded.iter().any(|(w, _)| w == name) {
                 summary.excluded.push((name.to_string(), pattern.clone()));
             }
+            continue;
+        }
+        if let (true, Some(parts)) = (fused, tied.get(name)) {
+            if shared_nodes.is_empty() {
+                summary.embeddings += 1;
+                summary.shared = true;
+            }
+            let nodes = shared_lookup(
+                parts,
+                &node.inputs[1],
+                name,
+                p,
+                &node.outputs,
+                used,
+                &mut new_inits,
+                &mut shared_nodes,
+            );
+            replaced.insert(index, nodes);
             continue;
         }
         let parts = quantized.entry(name.to_string()).or_insert_with(|| {
@@ -202,6 +230,95 @@ fn rows_then_dequantize(
         attrs: BTreeMap::from([
             ("axis".to_string(), Attr::Int(-1)),
             ("block_size".to_string(), Attr::Int(block as i64)),
+        ]),
+    });
+    nodes
+}
+
+/// `GatherBlockQuantized(Reshape(NBitsWeight(values), [0, −1]), ids, NBitsScales(scales)[,
+/// NBitsZeroPoints(zero_points)])` over the quantized parts `parts` of a tied LM head (`[D, V]`
+/// in the DequantizeLinear layout), writing `outputs`; the relayouts (nodes of the
+/// `ai.mobius` domain, folded into initializers when the graph is lowered) are made once per
+/// table and recorded in `shared`.
+#[allow(clippy::too_many_arguments)]
+fn shared_lookup(
+    parts: &[String],
+    ids: &str,
+    table: &str,
+    p: crate::ir::QuantParams,
+    outputs: &[String],
+    used: &mut HashSet<String>,
+    new_inits: &mut Vec<Initializer>,
+    shared: &mut HashMap<String, Vec<String>>,
+) -> Vec<Node> {
+    let mut nodes = Vec::new();
+    let relayout = |op: &str, attrs: bool| {
+        let mut a = BTreeMap::new();
+        if attrs {
+            a.insert("bits".to_string(), Attr::Int(i64::from(p.bits)));
+            a.insert("block_size".to_string(), Attr::Int(p.block_size as i64));
+        }
+        (op.to_string(), a)
+    };
+    let inputs = match shared.get(&parts[0]) {
+        Some(done) => done.clone(),
+        None => {
+            let mut made = Vec::new();
+            let ops = [
+                relayout("NBitsWeight", true),
+                relayout("NBitsScales", false),
+                relayout("NBitsZeroPoints", true),
+            ];
+            for (part, (op, attrs)) in parts.iter().zip(ops) {
+                let out = fresh(used, format!("{part}.nbits"));
+                nodes.push(Node {
+                    name: fresh(used, format!("{part}.{op}")),
+                    domain: "ai.mobius".into(),
+                    op_type: op,
+                    inputs: vec![part.clone()],
+                    outputs: vec![out.clone()],
+                    attrs,
+                });
+                made.push(out);
+            }
+            // The 3-D MatMulNBits weight as the 2-D table GatherBlockQuantized reads.
+            let shape = fresh(used, format!("{table}.shared_shape"));
+            new_inits.push(Initializer {
+                name: shape.clone(),
+                dtype: DType::I64,
+                shape: vec![2],
+                source: Some(TensorSource::Inline(crate::ir::TensorData::from_i64(
+                    vec![2],
+                    &[0, -1],
+                ))),
+            });
+            let data = fresh(used, format!("{table}.shared_data"));
+            nodes.push(Node {
+                name: fresh(used, format!("{table}.shared_reshape")),
+                domain: String::new(),
+                op_type: "Reshape".into(),
+                inputs: vec![made[0].clone(), shape],
+                outputs: vec![data.clone()],
+                attrs: BTreeMap::new(),
+            });
+            made[0] = data;
+            shared.insert(parts[0].clone(), made.clone());
+            made
+        }
+    };
+    let mut gbq_inputs = vec![inputs[0].clone(), ids.to_string(), inputs[1].clone()];
+    gbq_inputs.extend(inputs.get(2).cloned());
+    nodes.push(Node {
+        name: fresh(used, format!("{table}.gather_block_quantized")),
+        domain: "com.microsoft".into(),
+        op_type: "GatherBlockQuantized".into(),
+        inputs: gbq_inputs,
+        outputs: outputs.to_vec(),
+        attrs: BTreeMap::from([
+            ("bits".to_string(), Attr::Int(i64::from(p.bits))),
+            ("block_size".to_string(), Attr::Int(p.block_size as i64)),
+            ("gather_axis".to_string(), Attr::Int(0)),
+            ("quantize_axis".to_string(), Attr::Int(1)),
         ]),
     });
     nodes

@@ -42,6 +42,8 @@ pub struct QuantSummary {
     pub excluded: Vec<(String, String)>,
     /// A remark on how the request was carried out, if any.
     pub note: Option<String>,
+    /// Whether a tied LM head and its embedding share one quantized table.
+    pub shared: bool,
 }
 
 impl std::fmt::Display for QuantSummary {
@@ -65,6 +67,9 @@ impl std::fmt::Display for QuantSummary {
         )?;
         for (name, pattern) in &self.excluded {
             write!(f, "; kept in float: {name} (--quant-exclude {pattern})")?;
+        }
+        if self.shared {
+            write!(f, " (the tied LM head and the embedding share one table)")?;
         }
         if let Some(note) = &self.note {
             write!(f, "; {note}")?;
@@ -188,6 +193,9 @@ pub fn quantize_graph(
     let mut summary = QuantSummary::default();
     // Weight name → the DequantizeLinear output that replaces it.
     let mut dequantized: BTreeMap<String, String> = BTreeMap::new();
+    // Initializer read transposed by a quantized MatMul (a tied LM head) → its quantized
+    // values, scales and zero points.
+    let mut tied: HashMap<String, Vec<String>> = HashMap::new();
     let mut new_inits: Vec<Initializer> = Vec::new();
     let mut new_nodes: Vec<Node> = Vec::new();
     let mut rewired: Vec<(usize, String)> = Vec::new();
@@ -264,6 +272,9 @@ pub fn quantize_graph(
             stored += p.value_dtype().stored_bytes(blocks * n);
             dq_inputs.push(zero_points);
         }
+        if w.base != weight {
+            tied.insert(w.base.to_string(), dq_inputs.clone());
+        }
         let out = fresh(&mut used, format!("{weight}.dequantized"));
         new_nodes.push(Node {
             name: fresh(&mut used, format!("{weight}.dequantize")),
@@ -307,6 +318,7 @@ pub fn quantize_graph(
             graph,
             request,
             gather_block_quantized,
+            &tied,
             &mut used,
             &mut summary,
         );
