@@ -1,8 +1,14 @@
 //! Every rule in `rewrites/` is proven here: random instances of its left-hand side (random
-//! shapes, attributes and values within its conditions) are optimized with that rule alone,
-//! the rule must fire, and the rewritten graph must compute exactly what the original did
-//! through the reference interpreter. A rule without a proof fails `every_rule_has_a_proof`.
-//! The fingerprint mode is checked with a deliberately wrong rule.
+//! shapes, attributes and values within its conditions) are optimized with that rule alone, and
+//! - the rule must fire: the result differs from the same pipeline run with no rules (so
+//!   constant folding or dead-code removal cannot pass for the rule), by the rule's own ops;
+//! - every union the rule makes is checked on values, initializers included (a union that
+//!   cannot be evaluated fails the proof);
+//! - the rewritten graph computes what the original did through the reference interpreter.
+//!
+//! A rule without a proof fails `every_rule_has_a_proof`; a proof that still passes with its
+//! rule removed fails `every_proof_fails_without_its_rule` (mutation testing of the rule set).
+//! Planted wrong rules check that verification stops them, over inputs and over initializers.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -11,6 +17,7 @@ use egg::Symbol;
 use mobius::ep::get_ep;
 use mobius::interp::{run_graph, Tensor};
 use mobius::ir::{Attr, DType, Graph, GraphBuilder, Model, Shape};
+use mobius::opt::fingerprint::LeafValues;
 use mobius::opt::rules::{all_rules, parse_rules, RuleSpec};
 use mobius::opt::{optimize_with_rules, Limits, OptimizeOptions, Role};
 use mobius::verify::Rng;
@@ -22,64 +29,143 @@ mod lowering;
 #[path = "rule_proofs/quant.rs"]
 mod quant;
 
-/// The rules proven below, by name.
-const PROVEN: &[&str] = &[
-    "erf-gelu",
-    "erf-gelu-half-first",
-    "tanh-gelu",
-    "bias-gelu",
-    "fast-gelu",
-    "bias-gelu-body",
-    "fast-gelu-body",
-    "fast-gelu-no-bias-body",
-    "add-layernorm-to-skip-layer-norm",
-    "add-layernorm-no-bias-to-skip-layer-norm",
-    "skip-layer-norm-body",
-    "skip-layer-norm-no-beta-body",
-    "skip-layer-norm-sum",
-    "skip-layer-norm-no-beta-sum",
-    "skip-layer-norm-mean",
-    "skip-layer-norm-no-beta-mean",
-    "skip-layer-norm-inv-std-var",
-    "skip-layer-norm-no-beta-inv-std-var",
-    "attention-to-gqa",
-    "pack-qkv-for-gqa",
-    "pack-qkv-with-bias-for-gqa",
-    "rotary-attention-to-gqa",
-    "add-rmsnorm-to-skip-simplified-layer-norm",
-    "skip-simplified-layer-norm-body",
-    "skip-simplified-layer-norm-sum",
-    "skip-simplified-layer-norm-mean",
-    "skip-simplified-layer-norm-inv-std-var",
-    "identity-elimination",
-    "transpose-of-transpose",
-    "cast-to-own-dtype",
-    "reshape-to-own-shape",
-    "squeeze-of-unsqueeze",
-    "decompose-rotary-embedding",
-    "decompose-rotary-embedding-with-positions",
-    "decompose-attention-output",
-    "decompose-attention-present-key",
-    "decompose-attention-present-value",
-    "decompose-attention-without-cache",
-    "htp-rank4-rmsnorm",
-    "range-to-cumsum",
-    "matmul-nbits",
-    "matmul-nbits-without-zero-points",
-    "matmul-nbits-bias",
-    "matmul-nbits-with-zero-points-bias",
+/// Every rule and the test that proves it (a test may prove several rules).
+const PROOFS: &[(&str, &str)] = &[
+    ("erf-gelu", "gelu_fusions"),
+    ("erf-gelu-half-first", "gelu_fusions"),
+    ("tanh-gelu", "gelu_fusions"),
+    ("bias-gelu", "biased_gelu_fusions"),
+    ("fast-gelu", "biased_gelu_fusions"),
+    ("bias-gelu-body", "contrib_gelu_bodies"),
+    ("fast-gelu-body", "contrib_gelu_bodies"),
+    ("fast-gelu-no-bias-body", "contrib_gelu_bodies"),
+    (
+        "add-layernorm-to-skip-layer-norm",
+        "add_layernorm_to_skip_layer_norm",
+    ),
+    (
+        "add-layernorm-no-bias-to-skip-layer-norm",
+        "add_layernorm_no_bias_to_skip_layer_norm",
+    ),
+    ("skip-layer-norm-body", "skip_layer_norm_bodies"),
+    ("skip-layer-norm-no-beta-body", "skip_layer_norm_bodies"),
+    ("skip-layer-norm-sum", "skip_layer_norm_bodies"),
+    ("skip-layer-norm-no-beta-sum", "skip_layer_norm_bodies"),
+    ("skip-layer-norm-mean", "skip_layer_norm_statistics"),
+    ("skip-layer-norm-no-beta-mean", "skip_layer_norm_statistics"),
+    ("skip-layer-norm-inv-std-var", "skip_layer_norm_statistics"),
+    (
+        "skip-layer-norm-no-beta-inv-std-var",
+        "skip_layer_norm_statistics",
+    ),
+    ("attention-to-gqa", "attention_to_gqa"),
+    ("pack-qkv-for-gqa", "pack_qkv_for_gqa"),
+    ("pack-qkv-with-bias-for-gqa", "pack_qkv_with_bias_for_gqa"),
+    ("rotary-attention-to-gqa", "rotary_attention_to_gqa"),
+    (
+        "add-rmsnorm-to-skip-simplified-layer-norm",
+        "add_rmsnorm_to_skip_simplified_layer_norm",
+    ),
+    (
+        "skip-simplified-layer-norm-body",
+        "skip_simplified_layer_norm_body",
+    ),
+    (
+        "skip-simplified-layer-norm-sum",
+        "skip_simplified_layer_norm_sum",
+    ),
+    (
+        "skip-simplified-layer-norm-mean",
+        "skip_simplified_layer_norm_statistics",
+    ),
+    (
+        "skip-simplified-layer-norm-inv-std-var",
+        "skip_simplified_layer_norm_statistics",
+    ),
+    ("identity-elimination", "identity_elimination"),
+    ("transpose-of-transpose", "transpose_of_transpose"),
+    ("cast-to-own-dtype", "cast_to_own_dtype"),
+    ("reshape-to-own-shape", "reshape_to_own_shape"),
+    ("squeeze-of-unsqueeze", "squeeze_of_unsqueeze"),
+    (
+        "decompose-rotary-embedding",
+        "lowering::decompose_rotary_embedding",
+    ),
+    (
+        "decompose-rotary-embedding-with-positions",
+        "lowering::decompose_rotary_embedding",
+    ),
+    (
+        "decompose-attention-output",
+        "lowering::decompose_attention",
+    ),
+    (
+        "decompose-attention-present-key",
+        "lowering::decompose_attention",
+    ),
+    (
+        "decompose-attention-present-value",
+        "lowering::decompose_attention",
+    ),
+    (
+        "decompose-attention-without-cache",
+        "lowering::decompose_attention_without_cache",
+    ),
+    ("htp-rank4-rmsnorm", "lowering::htp_rank4_rmsnorm"),
+    ("range-to-cumsum", "lowering::range_to_cumsum"),
+    ("matmul-nbits", "quant::matmul_nbits"),
+    ("matmul-nbits-without-zero-points", "quant::matmul_nbits"),
+    ("matmul-nbits-bias", "quant::matmul_nbits_bias"),
+    (
+        "matmul-nbits-with-zero-points-bias",
+        "quant::matmul_nbits_bias",
+    ),
 ];
 
 #[test]
 fn every_rule_has_a_proof() {
     for rule in all_rules().unwrap() {
         assert!(
-            PROVEN.contains(&rule.name.as_str()),
+            PROOFS.iter().any(|(r, _)| *r == rule.name),
             "{} ({}) has no proof in tests/rule_proofs.rs",
             rule.name,
             rule.origin
         );
     }
+}
+
+/// The environment variable naming a rule the proofs must run without (mutation testing:
+/// [`every_proof_fails_without_its_rule`]).
+const DISABLED_RULE: &str = "MOBIUS_PROOF_WITHOUT_RULE";
+
+/// Mutation testing of the proofs: each proof test, run with its rule removed from the rule
+/// set, must fail (a proof that passes without its rule proves nothing). Runs this test binary
+/// once per rule, on that rule's test only, with failure persistence and shrinking off.
+#[test]
+fn every_proof_fails_without_its_rule() {
+    let exe = std::env::current_exe().unwrap();
+    let mut passed = Vec::new();
+    for (rule, test) in PROOFS {
+        let out = std::process::Command::new(&exe)
+            .args([test, "--exact", "--test-threads", "1"])
+            .env(DISABLED_RULE, rule)
+            .env("PROPTEST_DISABLE_FAILURE_PERSISTENCE", "1")
+            .env("PROPTEST_MAX_SHRINK_ITERS", "0")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            stdout.contains("running 1 test"),
+            "{test} is not a test of this binary: {stdout}"
+        );
+        if out.status.success() {
+            passed.push(format!("{rule} ({test})"));
+        }
+    }
+    assert!(
+        passed.is_empty(),
+        "these proofs pass with their rule removed: {passed:?}"
+    );
 }
 
 fn rule(name: &str) -> RuleSpec {
@@ -88,6 +174,15 @@ fn rule(name: &str) -> RuleSpec {
         .into_iter()
         .find(|r| r.name == name)
         .unwrap()
+}
+
+/// The rule set a proof of `name` runs with: the rule, or nothing when mutation testing
+/// removes it.
+fn rules_for(name: &str) -> Vec<RuleSpec> {
+    match std::env::var(DISABLED_RULE) {
+        Ok(disabled) if disabled == name => Vec::new(),
+        _ => vec![rule(name)],
+    }
 }
 
 fn model(graph: Graph) -> Model {
@@ -117,18 +212,43 @@ fn random_tensor(dtype: DType, shape: &[usize], rng: &mut Rng) -> Tensor {
     }
 }
 
-fn options(leaves: Option<HashMap<Symbol, Arc<Tensor>>>) -> OptimizeOptions {
+fn options(leaves: Option<LeafValues>) -> OptimizeOptions {
+    options_for(DType::F32, leaves)
+}
+
+/// [`options`] for a model of `dtype`.
+fn options_for(dtype: DType, leaves: Option<LeafValues>) -> OptimizeOptions {
     OptimizeOptions {
-        dtype: DType::F32,
+        dtype,
         role: Role::Decoder,
         limits: Limits::default(),
-        fingerprint_leaves: leaves.map(Into::into),
+        fingerprint_leaves: leaves,
         accuracy_level: None,
     }
 }
 
-/// Optimizes `graph` with `rule` alone for `ep` (in verification mode), checks that the rule
-/// changed the graph and that both graphs agree on `inputs` within `tol` (0 = exactly).
+/// The op type at the root of `pattern` (through a `get<i>` projection), if it is an op.
+fn root_op(pattern: &egg::Pattern<mobius::opt::lang::Onnx>) -> Option<String> {
+    use egg::ENodeOrVar;
+    use mobius::opt::lang::Onnx;
+    let nodes = pattern.ast.as_ref();
+    let mut node = nodes.last()?;
+    loop {
+        match node {
+            ENodeOrVar::ENode(Onnx::Op(op)) => return Some(op.op.to_string()),
+            ENodeOrVar::ENode(Onnx::Get { tuple, .. }) => node = &nodes[usize::from(tuple[0])],
+            _ => return None,
+        }
+    }
+}
+
+/// Optimizes `graph` for `ep` with the rule `rule_name` alone (in verification mode, every
+/// union checked against the values of the graph's initializers and `inputs`), and checks:
+/// - the rule fired: the result differs from the same pipeline run with no rules at all
+///   (constant folding and dead-code removal alone change nothing then), and a rule with a
+///   pattern replacement removed its pattern's root op or added its replacement's;
+/// - no union went unchecked (every class on both sides had a value);
+/// - both graphs agree on `inputs` within `tol` (0 = exactly) through the interpreter.
 fn prove_on(
     rule_name: &str,
     ep: &str,
@@ -136,21 +256,83 @@ fn prove_on(
     inputs: HashMap<String, Tensor>,
     tol: f64,
 ) -> Result<(), TestCaseError> {
-    let leaves = inputs
-        .iter()
-        .map(|(k, v)| (Symbol::from(k.as_str()), Arc::new(v.clone())))
-        .collect();
-    let fail = |e: mobius::Error| TestCaseError::fail(e.to_string());
-    let (rewritten, _) = optimize_with_rules(
-        &model(graph.clone()),
-        &get_ep(ep).unwrap(),
-        &options(Some(leaves)),
-        &[rule(rule_name)],
+    prove_with(
+        &rule(rule_name),
+        rules_for(rule_name),
+        ep,
+        graph,
+        inputs,
+        tol,
     )
-    .map_err(fail)?;
+}
+
+/// [`prove_on`] for the rule `spec`, run as the rule set `rules` (`spec` alone, or nothing in
+/// mutation testing).
+fn prove_with(
+    spec: &RuleSpec,
+    rules: Vec<RuleSpec>,
+    ep: &str,
+    graph: Graph,
+    inputs: HashMap<String, Tensor>,
+    tol: f64,
+) -> Result<(), TestCaseError> {
+    let rule_name = spec.name.as_str();
+    let fail = |e: mobius::Error| TestCaseError::fail(e.to_string());
+    let mut values: HashMap<Symbol, Arc<Tensor>> = HashMap::new();
+    for init in &graph.initializers {
+        let value = mobius::interp::run::initializer_tensor(init, &mut Evaluator::new(None))
+            .map_err(fail)?;
+        values.insert(Symbol::from(init.name.as_str()), Arc::new(value));
+    }
+    for (k, v) in &inputs {
+        values.insert(Symbol::from(k.as_str()), Arc::new(v.clone()));
+    }
+    let leaves = LeafValues::new(values);
+    let caps = get_ep(ep).unwrap();
+    // The model dtype gates rules (GQA per dtype): the first float graph output's.
+    let dtype = graph
+        .outputs
+        .iter()
+        .map(|o| o.dtype)
+        .find(|d| d.is_float())
+        .unwrap_or(DType::F32);
+    let run = |rules: &[RuleSpec]| {
+        optimize_with_rules(
+            &model(graph.clone()),
+            &caps,
+            &options_for(dtype, Some(leaves.clone())),
+            rules,
+        )
+    };
+    let (rewritten, _) = run(&rules).map_err(fail)?;
+    let after = rewritten.graph.op_counts();
+    let before = match run(&[]) {
+        Ok((baseline, _)) => baseline.graph.op_counts(),
+        // Without the rule the EP cannot run the graph at all: the rule made it runnable.
+        Err(mobius::Error::EpCannotRun { .. }) => graph.op_counts(),
+        Err(e) => return Err(fail(e)),
+    };
     prop_assert!(
-        rewritten.graph.op_counts() != graph.op_counts(),
-        "{rule_name} did not fire on {graph:#?}"
+        before != after,
+        "{rule_name} did not fire: the same ops as with no rules ({after:?}) on {graph:#?}"
+    );
+    if let mobius::opt::rules::Replacement::Pattern(replacement) = &spec.replacement {
+        let count = |c: &BTreeMap<String, usize>, op: &Option<String>| {
+            op.as_ref().map_or(0, |o| c.get(o).copied().unwrap_or(0))
+        };
+        let (root, new) = (root_op(&spec.pattern), root_op(replacement));
+        prop_assert!(
+            count(&after, &root) < count(&before, &root) || count(&after, &new) > count(&before, &new),
+            "{rule_name} changed the graph, but not by its own ops ({root:?} → {new:?}): {before:?} → {after:?}"
+        );
+    }
+    let unchecked = leaves.stats().unchecked_unions;
+    prop_assert_eq!(
+        unchecked,
+        0,
+        "{}: {} unions could not be checked on values",
+        rule_name,
+        unchecked
     );
     let before = run_graph(&graph, &inputs, &mut Evaluator::new(None)).map_err(fail)?;
     let after = run_graph(&rewritten.graph, &inputs, &mut Evaluator::new(None)).map_err(fail)?;
@@ -600,10 +782,68 @@ proptest! {
     #[test]
     fn attention_to_gqa(batch in 1usize..3, seq in 1usize..4, past in 0usize..4, kv_heads in 1usize..3, group in 1usize..3, rope in any::<bool>(), window in prop::option::of(1usize..5), softcap in prop_oneof![Just(0.0f32), 0.5f32..4.0], seed in any::<u64>()) {
         let heads = kv_heads * group;
-        let graph = attention_block_with(batch, seq, past, heads, kv_heads, rope.then_some(false), window, softcap);
+        // dml: GroupQueryAttention for f16 models, RoPE kept apart (no fused rotary).
+        let graph = as_f16(attention_block_with(batch, seq, past, heads, kv_heads, rope.then_some(false), window, softcap));
         let inputs = contract_inputs(&graph, batch, seq, past, seed);
-        prove_on("attention-to-gqa", "dml", graph, inputs, 1e-4)?;
+        let graph = decoder_dims(graph);
+        prove_on("attention-to-gqa", "dml", graph, inputs, 2e-2)?;
     }
+}
+
+/// `graph` with the symbolic dims of a decoder's inputs and outputs (`batch`, `sequence_len`,
+/// `past_sequence_len`, and their sum for the mask and the present cache), so the cost model
+/// prices it at its prefill workload as it does a built model (not at the proof's tiny sizes).
+fn decoder_dims(mut graph: Graph) -> Graph {
+    use mobius::ir::Dim;
+    let (b, s, p) = ("batch", "sequence_len", "past_sequence_len");
+    let total = "past_sequence_len + sequence_len";
+    for v in graph.inputs.iter_mut().chain(&mut graph.outputs) {
+        let named: Vec<Option<&str>> = match v.name.as_str() {
+            "input_ids" | "position_ids" => vec![Some(b), Some(s)],
+            "attention_mask" => vec![Some(b), Some(total)],
+            "q" | "k" | "v" | "y" => vec![Some(b), Some(s), None],
+            n if n.starts_with("past_key_values.") => vec![Some(b), None, Some(p), None],
+            n if n.starts_with("present.") => vec![Some(b), None, Some(total), None],
+            _ => continue,
+        };
+        for (dim, name) in v.shape.0.iter_mut().zip(named) {
+            if let Some(name) = name {
+                *dim = Dim::sym(name);
+            }
+        }
+    }
+    graph
+}
+
+/// `graph` with every f32 value, initializer and cast target made f16.
+fn as_f16(mut graph: Graph) -> Graph {
+    for v in graph.inputs.iter_mut().chain(&mut graph.outputs) {
+        if v.dtype == DType::F32 {
+            v.dtype = DType::F16;
+        }
+    }
+    for init in &mut graph.initializers {
+        if let Some(mobius::ir::TensorSource::Inline(data)) = &mut init.source {
+            if data.dtype == DType::F32 {
+                let (bytes, _) =
+                    mobius::weights::convert::convert(&data.bytes, DType::F32, DType::F16);
+                *data = mobius::ir::TensorData {
+                    dtype: DType::F16,
+                    shape: data.shape.clone(),
+                    bytes,
+                };
+                init.dtype = DType::F16;
+            }
+        }
+    }
+    let f32_code = Attr::Int(DType::F32.onnx_code() as i64);
+    for node in &mut graph.nodes {
+        if node.op_type == "Cast" && node.attrs.get("to") == Some(&f32_code) {
+            node.attrs
+                .insert("to".into(), Attr::Int(DType::F16.onnx_code() as i64));
+        }
+    }
+    graph
 }
 
 /// Inputs that follow the decoder contract: all-ones mask, positions continuing the cache.
@@ -636,7 +876,7 @@ fn contract_inputs(
                     .flat_map(|_| (past..past + seq).map(|p| p as i64))
                     .collect(),
             ),
-            _ => random_tensor(DType::F32, &shape, &mut rng),
+            _ => random_tensor(v.dtype, &shape, &mut rng),
         };
         inputs.insert(v.name.clone(), t);
     }
@@ -943,7 +1183,7 @@ fn fingerprint_mode_stops_a_wrong_rule_naming_it() {
     let err = optimize_with_rules(
         &model(graph.clone()),
         &get_ep("default").unwrap(),
-        &options(Some(leaves)),
+        &options(Some(leaves.into())),
         &wrong,
     )
     .unwrap_err()
@@ -957,33 +1197,139 @@ fn fingerprint_mode_stops_a_wrong_rule_naming_it() {
     optimize_with_rules(
         &model(graph),
         &get_ep("default").unwrap(),
-        &options(Some(leaves)),
+        &options(Some(leaves.into())),
         &all_rules().unwrap(),
     )
     .unwrap();
 }
 
+/// A wrong rule over a multi-output op whose operand is an initializer: the sum output of
+/// SkipSimplifiedLayerNormalization "is" `a − b`. Proofs (leaf values of initializers and
+/// inputs) and `--verify-rewrites` (its leaf values, `leaf_values`) both stop it.
+const WRONG_OVER_INITIALIZERS: &str = "
+rule sum-is-difference
+  group Bad
+  stage inline
+  gate always
+  pattern (get3 (com.microsoft::SkipSimplifiedLayerNormalization/4 ?a ?b ?w ?eps))
+  replace (Sub ?a ?b)
+";
+
+#[test]
+fn a_wrong_rule_over_initializers_is_caught() {
+    let shape = [1usize, 2, 4];
+    let mut b = GraphBuilder::new("g");
+    let a = b.input("a", DType::F32, dims(&shape));
+    let w = b.input("w", DType::F32, dims(&shape[2..]));
+    let values = random_tensor(DType::F32, &shape, &mut Rng::new(3));
+    let bias: Vec<f32> = values.as_f64().iter().map(|&v| v as f32).collect();
+    let b_init = b.initializer(mobius::ir::Initializer {
+        name: "b".into(),
+        dtype: DType::F32,
+        shape: shape.to_vec(),
+        source: Some(mobius::ir::TensorSource::Inline(
+            mobius::ir::TensorData::from_f32(shape.to_vec(), &bias),
+        )),
+    });
+    b.output("norm", DType::F32, dims(&shape));
+    b.output("sum", DType::F32, dims(&shape));
+    b.node(
+        "com.microsoft",
+        "SkipSimplifiedLayerNormalization",
+        &[&a, &b_init, &w],
+        vec![("epsilon", Attr::Float(1e-5))],
+        vec!["norm".into(), String::new(), String::new(), "sum".into()],
+    );
+    let graph = b.finish();
+    let wrong = parse_rules("planted.rules", WRONG_OVER_INITIALIZERS).unwrap();
+    // --verify-rewrites' leaf values: random inputs and every initializer.
+    let leaves = mobius::opt::fingerprint::leaf_values(&graph, &mut Evaluator::new(None)).unwrap();
+    let err = optimize_with_rules(
+        &model(graph.clone()),
+        &get_ep("onnx-standard").unwrap(),
+        &options(Some(leaves)),
+        &wrong,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("unsound rewrite `sum-is-difference`"), "{err}");
+    // The proof harness catches it too.
+    let inputs = HashMap::from([
+        (
+            "a".to_string(),
+            random_tensor(DType::F32, &shape, &mut Rng::new(4)),
+        ),
+        (
+            "w".to_string(),
+            random_tensor(DType::F32, &shape[2..], &mut Rng::new(5)),
+        ),
+    ]);
+    let failure = prove_with(
+        &wrong[0],
+        vec![wrong[0].clone()],
+        "onnx-standard",
+        graph,
+        inputs,
+        1e-5,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        failure.contains("unsound rewrite `sum-is-difference`"),
+        "{failure}"
+    );
+}
+
 /// GQA reads padding from `attention_mask` itself: an Attention whose mask is the mask cast to
-/// float (an additive bias) is not the padding mask, and neither GQA rule may take it.
+/// float (an additive bias) is not the padding mask, and neither GQA rule may take it. Each rule
+/// runs where it extracts GroupQueryAttention (checked on the unmodified block first, so the
+/// refusal is the rule's, not the cost model's).
 #[test]
 fn gqa_rules_decline_a_mask_cast_to_float() {
-    let mut graph = attention_block(1, 2, 1, 2, 1, false);
-    let cast = graph
-        .nodes
-        .iter_mut()
-        .find(|n| n.op_type == "Cast")
-        .expect("the padding mask casts attention_mask");
-    cast.attrs
-        .insert("to".into(), Attr::Int(DType::F32.onnx_code() as i64));
-    for name in ["rotary-attention-to-gqa", "attention-to-gqa"] {
-        let (rewritten, _) = optimize_with_rules(
-            &model(graph.clone()),
-            &get_ep("cpu").unwrap(),
-            &options(None),
-            &[rule(name)],
-        )
-        .unwrap();
-        let counts = rewritten.graph.op_counts();
+    let cases = [
+        (
+            "rotary-attention-to-gqa",
+            "cpu",
+            attention_block(1, 2, 1, 2, 1, false),
+        ),
+        (
+            "attention-to-gqa",
+            "dml",
+            decoder_dims(as_f16(attention_block_with(1, 2, 1, 2, 1, None, None, 0.0))),
+        ),
+    ];
+    for (name, ep, graph) in cases {
+        let dtype = graph.outputs[0].dtype;
+        let optimized = |g: &Graph| {
+            let (out, _) = optimize_with_rules(
+                &model(g.clone()),
+                &get_ep(ep).unwrap(),
+                &options_for(dtype, None),
+                &[rule(name)],
+            )
+            .unwrap();
+            out.graph.op_counts()
+        };
+        let fused = optimized(&graph);
+        assert_eq!(
+            fused.get("com.microsoft::GroupQueryAttention"),
+            Some(&1),
+            "{name} on {ep}: {fused:?}"
+        );
+        let mut cast_to_float = graph.clone();
+        let cast = cast_to_float
+            .nodes
+            .iter_mut()
+            .find(|n| n.op_type == "Cast")
+            .expect("the padding mask casts attention_mask");
+        cast.attrs
+            .insert("to".into(), Attr::Int(dtype.onnx_code() as i64));
+        let counts = optimized(&cast_to_float);
         assert_eq!(counts.get("Attention"), Some(&1), "{name}: {counts:?}");
+        assert_eq!(
+            counts.get("com.microsoft::GroupQueryAttention"),
+            None,
+            "{name}: {counts:?}"
+        );
     }
 }

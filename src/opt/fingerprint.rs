@@ -207,6 +207,22 @@ pub fn of_op(egraph: &OnnxGraph, op: &OpNode) -> Option<Fingerprint> {
         .zip(op.attr_ids())
         .filter_map(|(n, &id)| Some((n.to_string(), egraph[id].data.attr()?.to_attr()?)))
         .collect();
+    let (domain, kind) = op.domain_and_type();
+    if domain == "ai.mobius" {
+        // A weight relayout: the value the saved initializer will hold.
+        let value = inputs.first()?.as_ref()?.to_data();
+        let int = |name: &str| match attrs.get(name) {
+            Some(crate::ir::Attr::Int(v)) => Some(*v),
+            _ => None,
+        };
+        let out = crate::weights::relayout(kind, &value, int("bits"), int("block_size")).ok()?;
+        let fingerprint = Fingerprint::Tensor(Arc::new(Tensor::from_data(&out).ok()?));
+        if !leaves.charge(fingerprint_bytes(&fingerprint)) {
+            leaves.skip_class();
+            return None;
+        }
+        return Some(fingerprint);
+    }
     let outputs: Vec<String> = (0..op.outputs).map(|i| format!("out{i}")).collect();
     let outputs: Vec<&str> = outputs.iter().map(String::as_str).collect();
     let inputs: Vec<Option<&Tensor>> = inputs.iter().map(|t| t.as_deref()).collect();

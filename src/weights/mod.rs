@@ -9,6 +9,8 @@ mod quantized;
 pub mod store;
 pub mod unique_keys;
 
+pub use quantized::relayout;
+
 use crate::ir::{Graph, TensorSource};
 use crate::{Error, Result};
 use eval::Evaluator;

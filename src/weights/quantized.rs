@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::convert;
 use super::eval::{Evaluator, SourceInfo};
-use crate::ir::{DType, QuantParams, QuantPart, TensorSource};
+use crate::ir::{DType, QuantParams, QuantPart, TensorData, TensorSource};
 use crate::quant::{self, Quantized};
 use crate::{Error, Result};
 
@@ -125,6 +125,57 @@ pub(super) fn nbits(
         _ => quant::nbits::nbits_zero_points(bytes, rows * spec.block_size, n, &spec),
     };
     Ok((out.dtype, out.shape, bytes))
+}
+
+/// The value of a weight relayout of the optimizer (`ai.mobius::NBitsWeight`,
+/// `NBitsScales`, `NBitsZeroPoints`; `bits` and `block_size` for the first and last) applied
+/// to `value`, as the saved initializer will hold it — for verification mode, where every
+/// e-class is evaluated.
+pub fn relayout(
+    op: &str,
+    value: &TensorData,
+    bits: Option<i64>,
+    block_size: Option<i64>,
+) -> Result<TensorData> {
+    let bad = || {
+        Error::Graph(format!(
+            "{op} of a {} tensor {:?}",
+            value.dtype, value.shape
+        ))
+    };
+    let [rows, n] = value.shape[..] else {
+        return Err(bad());
+    };
+    if op == "NBitsScales" {
+        return Ok(TensorData {
+            dtype: value.dtype,
+            shape: vec![n, rows],
+            bytes: super::eval::transpose_2d(&value.bytes, rows, n, value.dtype.size()),
+        });
+    }
+    let part = match op {
+        "NBitsWeight" => QuantPart::Values,
+        "NBitsZeroPoints" => QuantPart::ZeroPoints,
+        _ => return Err(bad()),
+    };
+    let (Some(bits @ (4 | 8)), Some(block_size)) = (bits, block_size) else {
+        return Err(bad());
+    };
+    let block_size = usize::try_from(block_size).map_err(|_| bad())?;
+    if block_size == 0 {
+        return Err(bad());
+    }
+    let spec = QuantParams {
+        bits: bits as u8,
+        block_size,
+        symmetric: true,
+    };
+    let (dtype, shape, bytes) = nbits(&value.bytes, value.dtype, &value.shape, &spec, part)?;
+    Ok(TensorData {
+        dtype,
+        shape,
+        bytes,
+    })
 }
 
 impl Evaluator<'_> {

@@ -287,3 +287,64 @@ proptest! {
         prove_on("range-to-cumsum", "qnn", range_graph(1), inputs, 0.0)?;
     }
 }
+
+/// `Range(start, limit, delta)` of `dtype` scalars.
+fn typed_range_graph(dtype: DType, delta: f64) -> Graph {
+    let mut b = GraphBuilder::new("g");
+    let start = b.input("start", dtype, dims(&[]));
+    let limit = b.input("limit", dtype, dims(&[]));
+    let delta = match dtype {
+        DType::I64 => b.constant(mobius::ir::TensorData::from_i64(vec![], &[delta as i64])),
+        _ => b.constant(mobius::ir::TensorData::from_f32(vec![], &[delta as f32])),
+    };
+    b.output("y", dtype, mobius::ir::Shape::new(["n"]));
+    b.op_into("Range", &[&start, &limit, &delta], vec![], "y");
+    b.finish()
+}
+
+/// What the lowerings cannot rewrite exactly they leave alone: on qnn (which runs none of the
+/// lowered ops) the graph is then refused, naming the op, instead of rewritten wrongly.
+#[test]
+fn lowerings_decline_what_they_cannot_rewrite() {
+    let refused = |rule: &str, graph: Graph, op: &str| {
+        let err = mobius::opt::optimize_with_rules(
+            &super::model(graph),
+            &mobius::ep::get_ep("qnn").unwrap(),
+            &super::options(None),
+            &[super::rule(rule)],
+        )
+        .expect_err(rule)
+        .to_string();
+        assert!(err.contains(op), "{rule}: {err}");
+    };
+    // RangeToCumSum: only step 1, only int64.
+    refused("range-to-cumsum", range_graph(2), "Range");
+    refused("range-to-cumsum", range_graph(-1), "Range");
+    refused(
+        "range-to-cumsum",
+        typed_range_graph(DType::F32, 1.0),
+        "Range",
+    );
+    // HtpRank4RMSNorm: only the last axis.
+    refused(
+        "htp-rank4-rmsnorm",
+        rank4_norm_graph(&[1, 2, 3, 4], 2, 1e-5),
+        "RMSNormalization",
+    );
+    // DecomposeRotaryEmbedding: a rotary width larger than the head is not a rotation.
+    let mut b = GraphBuilder::new("g");
+    let x = b.input("x", DType::F32, dims(&[1, 2, 32]));
+    let cos = b.input("cos", DType::F32, dims(&[1, 2, 8]));
+    let sin = b.input("sin", DType::F32, dims(&[1, 2, 8]));
+    b.output("y", DType::F32, dims(&[1, 2, 32]));
+    b.op_into(
+        "RotaryEmbedding",
+        &[&x, &cos, &sin],
+        vec![
+            ("num_heads", Attr::Int(2)),
+            ("rotary_embedding_dim", Attr::Int(18)),
+        ],
+        "y",
+    );
+    refused("decompose-rotary-embedding", b.finish(), "RotaryEmbedding");
+}
