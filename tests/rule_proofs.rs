@@ -68,6 +68,9 @@ const PROVEN: &[&str] = &[
     "matmul-nbits-without-zero-points",
     "matmul-nbits-bias",
     "matmul-nbits-with-zero-points-bias",
+    "matmul-nbits-to-dequantize",
+    "matmul-nbits-with-zero-points-to-dequantize",
+    "matmul-nbits-with-bias-to-dequantize",
 ];
 
 #[test]

@@ -1,6 +1,7 @@
 //! Lazy quantization sources at save time: [`TensorSource::Quantize`] (a float weight →
-//! block-quantized values, scales or zero points) and [`TensorSource::NBits`] (those parts
-//! re-laid out for `com.microsoft::MatMulNBits`).
+//! block-quantized values, scales or zero points), [`TensorSource::NBits`] (those parts
+//! re-laid out for `com.microsoft::MatMulNBits`) and [`TensorSource::FromNBits`] (the
+//! reverse).
 
 use std::sync::Arc;
 
@@ -127,6 +128,92 @@ pub(super) fn nbits(
     Ok((out.dtype, out.shape, bytes))
 }
 
+/// Type and shape of a [`TensorSource::FromNBits`] part over a MatMulNBits input described
+/// by `info` (`B` `[N, ⌈K/B⌉, B·bits/8]` u8; `scales` `[N, ⌈K/B⌉]` or flat; packed
+/// `zero_points` `[N, ⌈⌈K/B⌉·bits/8⌉]` u8 or flat), K being `rows`.
+pub(super) fn describe_from_nbits(
+    info: &SourceInfo,
+    spec: &QuantParams,
+    rows: usize,
+    part: QuantPart,
+) -> Result<SourceInfo> {
+    let (blocks, bits) = (spec.blocks(rows), spec.bits as usize);
+    let blob = spec.block_size * bits / 8;
+    let (what, width) = match part {
+        QuantPart::Values => ("B", blocks * blob),
+        QuantPart::Scales => ("scales", blocks),
+        QuantPart::ZeroPoints => ("zero_points", (blocks * bits).div_ceil(8)),
+    };
+    let n = match (part, &info.shape[..]) {
+        (QuantPart::Values, &[n, b, w]) if b == blocks && w == blob => Some(n),
+        (QuantPart::Scales | QuantPart::ZeroPoints, &[n, w]) if w == width => Some(n),
+        (QuantPart::Scales | QuantPart::ZeroPoints, &[len]) if width > 0 && len % width == 0 => {
+            Some(len / width)
+        }
+        _ => None,
+    };
+    let dtype_ok = match part {
+        QuantPart::Scales => info.dtype.is_float(),
+        _ => info.dtype == DType::U8,
+    };
+    let (Some(n), true, 4 | 8) = (n, dtype_ok, spec.bits) else {
+        return Err(Error::Graph(format!(
+            "MatMulNBits {what} of K={rows}, bits={}, block_size={}: expected {} of width {width} \
+             (per column), found {} {:?}",
+            spec.bits,
+            spec.block_size,
+            if part == QuantPart::Scales {
+                "floats"
+            } else {
+                "u8"
+            },
+            info.dtype,
+            info.shape
+        )));
+    };
+    Ok(match part {
+        QuantPart::Values => SourceInfo {
+            dtype: spec.value_dtype(),
+            shape: vec![rows, n],
+        },
+        QuantPart::Scales => SourceInfo {
+            dtype: info.dtype,
+            shape: vec![blocks, n],
+        },
+        QuantPart::ZeroPoints => SourceInfo {
+            dtype: QuantParams {
+                symmetric: false,
+                ..*spec
+            }
+            .value_dtype(),
+            shape: vec![blocks, n],
+        },
+    })
+}
+
+/// Evaluates a [`TensorSource::FromNBits`] part from its evaluated MatMulNBits input.
+pub(super) fn from_nbits(
+    bytes: &[u8],
+    dtype: DType,
+    shape: &[usize],
+    spec: &QuantParams,
+    rows: usize,
+    part: QuantPart,
+) -> Result<(DType, Vec<usize>, Vec<u8>)> {
+    let info = SourceInfo {
+        dtype,
+        shape: shape.to_vec(),
+    };
+    let out = describe_from_nbits(&info, spec, rows, part)?;
+    let n = out.shape[1];
+    let bytes = match part {
+        QuantPart::Values => quant::from_nbits::values_from_nbits(bytes, rows, n, spec),
+        QuantPart::Scales => quant::from_nbits::scales_from_nbits(bytes, dtype, rows, n, spec),
+        QuantPart::ZeroPoints => quant::from_nbits::zero_points_from_nbits(bytes, rows, n, spec),
+    };
+    Ok((out.dtype, out.shape, bytes))
+}
+
 impl Evaluator<'_> {
     /// One part of `source` quantized: the weight is quantized once and kept for its other
     /// parts, which the writer asks for next.
@@ -204,7 +291,8 @@ fn describe_source(src: &TensorSource) -> String {
             .join(" + "),
         TensorSource::AddScalar { source, .. }
         | TensorSource::Quantize { source, .. }
-        | TensorSource::NBits { source, .. } => describe_source(source),
+        | TensorSource::NBits { source, .. }
+        | TensorSource::FromNBits { source, .. } => describe_source(source),
         TensorSource::External { path, offset, .. } => {
             format!("the weight at byte {offset} of {}", path.display())
         }
