@@ -4,7 +4,7 @@
 //! (its inputs are arbitrary tensors). This body unpacks the packed codes with standard ops:
 //!
 //! ```text
-//! m = 2^bits, step = 8 / bits                       (from the call's `bits`)
+//! m = 2^bits, step = bits / 4                       (from the call's `bits`)
 //! codes[n, b, j]  = j-th value of B[n, b, :] (low bits first): a byte c holds c mod m and
 //!                   c div m; both are interleaved, then every step-th kept (8 bits: c alone)
 //! zp[n, b]        = the same unpacking of zero_points, the first ⌈K/B⌉ kept (none: m / 2)
@@ -56,9 +56,9 @@ pub fn body(zero_points: bool) -> FunctionProto {
     let axis_2 = b.ints(&[2]);
     let bits = b.node("Constant", &[], vec![int_ref("value_int", "bits")]);
     let two = b.int(2);
-    let eight = b.int(8);
+    let four = b.int(4);
     let modulus = b.node("Pow", &[&two, &bits], vec![]);
-    let step = b.node("Div", &[&eight, &bits], vec![]);
+    let step = b.node("Div", &[&bits, &four], vec![]);
     let step = b.node("Reshape", &[&step, &one], vec![]);
     // B [N, blocks, blob] → codes [N, blocks, block_size].
     let pairs = b.unpack("B", &modulus);
