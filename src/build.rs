@@ -214,6 +214,7 @@ fn is_weight_data(src: &TensorSource) -> bool {
         TensorSource::Concat { parts, .. } => parts.iter().any(is_weight_data),
         TensorSource::Slice { source, .. }
         | TensorSource::Quantize { source, .. }
-        | TensorSource::NBits { source, .. } => is_weight_data(source),
+        | TensorSource::NBits { source, .. }
+        | TensorSource::FromNBits { source, .. } => is_weight_data(source),
     }
 }

@@ -107,9 +107,10 @@ fn optimize_checked(opts: &OptimizeFileOptions) -> Result<(OptimizeReport, Optio
         return Err(Error::Onnx {
             path: opts.input.clone(),
             message: format!(
-                "the model imports opset {opset}; --quant for ep '{}' needs DequantizeLinear with \
-                 block_size (opset 21 or later): re-export the model with opset 21+, or target an \
-                 EP that runs com.microsoft::MatMulNBits",
+                "the model imports opset {opset}; its quantized weights (from --quant, or the \
+                 standard form of com.microsoft::MatMulNBits) on ep '{}' need DequantizeLinear \
+                 with block_size (opset 21 or later): re-export the model with opset 21+, or \
+                 target an EP that runs com.microsoft::MatMulNBits",
                 opts.ep.name
             ),
         });

@@ -12,7 +12,7 @@ use common::{fixture, mobius};
 use egg::ENodeOrVar;
 use mobius::interp::{run_graph, Tensor};
 use mobius::ir::{Attr, DType, Dim, Graph, GraphBuilder, Model, Shape};
-use mobius::onnx::contrib_functions::{bodies_for, derived_bodies, is_known};
+use mobius::onnx::contrib_functions::{bodies_for, derived_bodies, is_known, HAND_WRITTEN};
 use mobius::onnx::export::{model_proto, plan_layout};
 use mobius::onnx::functions::expand;
 use mobius::onnx::import::decode;
@@ -33,6 +33,18 @@ fn build_fixture(name: &str, out: &Path, ep: &str, dtype: &str) -> ModelProto {
         .arg(fixture(name))
         .arg(out)
         .args(["--ep", ep, "--dtype", dtype])
+        .assert()
+        .success();
+    ModelProto::decode(std::fs::read(out.join("model.onnx")).unwrap().as_slice()).unwrap()
+}
+
+/// [`build_fixture`] with `--quant int4` (MatMulNBits on EPs that run it).
+fn build_quantized(name: &str, out: &Path, ep: &str, dtype: &str) -> ModelProto {
+    mobius()
+        .args(["build", "--config"])
+        .arg(fixture(name))
+        .arg(out)
+        .args(["--ep", ep, "--dtype", dtype, "--quant", "int4"])
         .assert()
         .success();
     ModelProto::decode(std::fs::read(out.join("model.onnx")).unwrap().as_slice()).unwrap()
@@ -135,22 +147,29 @@ fn ops_with_inline_rules() -> BTreeSet<String> {
 
 #[test]
 fn every_emitted_contrib_op_has_a_body_exactly_when_it_has_inline_rules() {
-    let bodies: BTreeSet<String> = derived_bodies()
+    let mut bodies: BTreeSet<String> = derived_bodies()
         .unwrap()
         .iter()
         .map(|b| format!("{}::{}", b.function.domain, b.function.name))
         .collect();
+    bodies.extend(HAND_WRITTEN.iter().map(|op| op.to_string()));
     let inline = ops_with_inline_rules();
     assert_eq!(bodies, inline);
     let t = tempfile::tempdir().unwrap();
     let mut emitted = BTreeSet::new();
-    for (name, ep, dtype) in [
-        ("llama", "cpu", "f32"),
-        ("llama", "cuda", "f16"),
-        ("gpt2", "default", "f32"),
-        ("bert", "default", "f32"),
+    for (name, ep, dtype, quant) in [
+        ("llama", "cpu", "f32", false),
+        ("llama", "cpu", "f32", true),
+        ("llama", "cuda", "f16", false),
+        ("gpt2", "default", "f32", false),
+        ("bert", "default", "f32", false),
     ] {
-        let m = build_fixture(name, &t.path().join(format!("{name}-{ep}")), ep, dtype);
+        let out = t.path().join(format!("{name}-{ep}-{quant}"));
+        let m = if quant {
+            build_quantized(name, &out, ep, dtype)
+        } else {
+            build_fixture(name, &out, ep, dtype)
+        };
         for n in &m.graph.as_ref().unwrap().node {
             if !n.domain.is_empty() {
                 emitted.insert(format!("{}::{}", n.domain, n.op_type));
@@ -292,6 +311,105 @@ fn derived_bodies_compute_the_ops_on_random_inputs() {
             }
         }
     }
+}
+
+/// `Y = MatMulNBits(A, B, scales[, zero_points][, bias])` with every input a graph input:
+/// A `[2, 3, K]` (or `[3, K]`), K = 40 (not a multiple of the block of 16), N = 5.
+fn nbits_call(bits: i64, zero_points: bool, bias: bool, rank3: bool) -> Graph {
+    let (k, n, block) = (40i64, 5i64, 16i64);
+    let blocks = (k + block - 1) / block;
+    let mut b = GraphBuilder::new("g");
+    let a_shape = if rank3 { vec![2, 3, k] } else { vec![3, k] };
+    let mut out_shape = a_shape.clone();
+    *out_shape.last_mut().unwrap() = n;
+    let mut inputs = vec![
+        b.input("A", DType::F32, Shape::new(a_shape)),
+        b.input("B", DType::U8, Shape::new([n, blocks, block * bits / 8])),
+        b.input("scales", DType::F32, Shape::new([n * blocks])),
+    ];
+    if zero_points {
+        let bytes = (blocks * bits + 7) / 8;
+        inputs.push(b.input("zero_points", DType::U8, Shape::new([n, bytes])));
+    }
+    if bias {
+        inputs.resize(5, String::new());
+        inputs.push(b.input("bias", DType::F32, Shape::new([n])));
+    }
+    b.output("Y", DType::F32, Shape::new(out_shape));
+    let refs: Vec<&str> = inputs.iter().map(String::as_str).collect();
+    b.node(
+        "com.microsoft",
+        "MatMulNBits",
+        &refs,
+        vec![
+            ("K", Attr::Int(k)),
+            ("N", Attr::Int(n)),
+            ("bits", Attr::Int(bits)),
+            ("block_size", Attr::Int(block)),
+        ],
+        vec!["Y".into()],
+    );
+    b.finish()
+}
+
+#[test]
+fn matmul_nbits_body_computes_the_op_on_random_inputs() {
+    for (bits, zero_points, bias, rank3) in [
+        (4, false, false, true),
+        (4, true, false, false),
+        (4, false, true, false),
+        (4, true, true, true),
+        (8, false, false, false),
+        (8, true, true, true),
+        (8, false, true, true),
+        (8, true, false, false),
+    ] {
+        let what = format!("bits {bits}, zero points {zero_points}, bias {bias}, rank 3 {rank3}");
+        let g = nbits_call(bits, zero_points, bias, rank3);
+        let (functions, inlined) = saved_and_expanded(&g);
+        assert_eq!(functions.len(), 1, "{what}: no body attached");
+        assert!(
+            inlined.graph.nodes.iter().all(|n| n.domain.is_empty()),
+            "{what}"
+        );
+        for seed in 0..3 {
+            let mut inputs = random_inputs(&g, seed, 1.0);
+            let mut rng = Rng::new(seed + 100);
+            for name in ["B", "zero_points"] {
+                if let Some(t) = inputs.get_mut(name) {
+                    let values = (0..t.shape.iter().product::<usize>())
+                        .map(|_| rng.below(256) as i64)
+                        .collect();
+                    *t = Tensor::int(DType::U8, t.shape.clone(), values);
+                }
+            }
+            let want = run_graph(&g, &inputs, &mut Evaluator::new(None)).unwrap();
+            let got = run_graph(&inlined.graph, &inputs, &mut Evaluator::new(None)).unwrap();
+            let (w, h) = (&want["Y"], &got["Y"]);
+            assert_eq!(w.shape, h.shape, "{what}");
+            let err = w
+                .as_f64()
+                .iter()
+                .zip(h.as_f64())
+                .map(|(a, b)| (a - b).abs() / (1.0 + a.abs()))
+                .fold(0f64, f64::max);
+            assert!(err <= 1e-5, "{what}: differs by {err}");
+        }
+    }
+}
+
+#[test]
+fn matmul_nbits_calls_of_both_kinds_or_with_g_idx_get_no_body() {
+    let mut g = nbits_call(4, true, false, false);
+    let mut other = g.nodes[0].clone();
+    other.inputs.truncate(3);
+    other.outputs = vec!["Y2".into()];
+    g.nodes.push(other);
+    assert!(bodies_for(&g).is_empty(), "with and without zero points");
+    let mut g = nbits_call(4, false, false, false);
+    g.nodes[0].inputs.extend(["".into(), "A".into()]);
+    assert!(bodies_for(&g).is_empty(), "g_idx");
+    assert!(is_known("com.microsoft", "MatMulNBits"));
 }
 
 #[test]

@@ -120,6 +120,18 @@ const PROOFS: &[(&str, &str)] = &[
         "matmul-nbits-with-zero-points-bias",
         "quant::matmul_nbits_bias",
     ),
+    (
+        "matmul-nbits-to-dequantize",
+        "quant::matmul_nbits_to_dequantize",
+    ),
+    (
+        "matmul-nbits-with-zero-points-to-dequantize",
+        "quant::matmul_nbits_to_dequantize",
+    ),
+    (
+        "matmul-nbits-with-bias-to-dequantize",
+        "quant::matmul_nbits_to_dequantize",
+    ),
 ];
 
 #[test]

@@ -125,6 +125,21 @@ pub enum TensorSource {
         /// `Values` or `ZeroPoints`.
         part: QuantPart,
     },
+    /// One part of a weight stored in the `com.microsoft::MatMulNBits` layout (`B`
+    /// `[N, ⌈K/B⌉, B·bits/8]` u8, `scales` `[N, ⌈K/B⌉]` or flat, packed u8 `zero_points`)
+    /// read back into the `DequantizeLinear` layout: values `[K, N]` (I4/I8 = code −
+    /// 2^(bits−1) when `spec.symmetric`, else U4/U8), scales `[⌈K/B⌉, N]`, zero points
+    /// `[⌈K/B⌉, N]` U4/U8. The inverse of [`TensorSource::NBits`].
+    FromNBits {
+        /// The MatMulNBits input (`B`, `scales` or `zero_points`).
+        source: Box<TensorSource>,
+        /// Bits per value, block size, and whether the values are signed (no zero points).
+        spec: QuantParams,
+        /// K, the rows of the weight (`B` pads the last block past it).
+        rows: usize,
+        /// Which part this is.
+        part: QuantPart,
+    },
     /// One part of a 4-bit weight `[K, N]` that a quantizer stored packed in the checkpoint
     /// (`{prefix}.qweight`, `{prefix}.qzeros`, `{prefix}.scales`, GPTQ also `{prefix}.g_idx`),
     /// unpacked into the `DequantizeLinear` layout (blocks along axis 0): values `[K, N]` U4

@@ -4,14 +4,35 @@
 //! rules of `rewrites/inline/` read as functions ([`super::rule_body`]), so the optimizer and
 //! saved models share one definition of each op. Only calls that fit a body get it (the input
 //! counts the rules cover, outputs the body produces).
+//!
+//! One exception, [`HAND_WRITTEN`]: the inline rules of `com.microsoft::MatMulNBits` re-lay out
+//! its initializers at save time, which a function body cannot do (its inputs are arbitrary
+//! tensors), so its body unpacks the codes with standard ops, written by hand in
+//! [`super::matmul_nbits_body`].
 
 use std::sync::OnceLock;
 
+use egg::ENodeOrVar;
+
+use super::matmul_nbits_body;
 use super::proto::FunctionProto;
 use super::rule_body::{derive, RuleBody};
 use crate::ir::{Attr, Graph};
-use crate::opt::rules::{all_rules, Stage};
+use crate::opt::lang::Onnx;
+use crate::opt::rules::{all_rules, RuleSpec, Stage};
 use crate::Result;
+
+/// The contrib ops (`domain::Op`) whose bodies are written by hand rather than derived from
+/// their inline rules (those rules are not function bodies).
+pub const HAND_WRITTEN: &[&str] = &["com.microsoft::MatMulNBits"];
+
+/// The contrib op (`domain::Op`) a rule's pattern is rooted at.
+fn rule_op(rule: &RuleSpec) -> Option<String> {
+    rule.pattern.ast.as_ref().iter().find_map(|n| match n {
+        ENodeOrVar::ENode(Onnx::Op(op)) if op.op.as_str().contains("::") => Some(op.op.to_string()),
+        _ => None,
+    })
+}
 
 /// onnxruntime's schema defaults of the contrib-op attributes the inline rules require to be
 /// set (`when attr-is-set`): a call without the attribute means the op with this value.
@@ -28,12 +49,13 @@ const ATTRIBUTE_DEFAULTS: &[(&str, &str, Attr)] = &[
     ),
 ];
 
-/// The bodies of every contrib op with inline rules, derived from those rules (in op order);
-/// an error names the rule that has no function form.
+/// The bodies of every contrib op with inline rules but those [`HAND_WRITTEN`], derived from
+/// those rules (in op order); an error names the rule that has no function form.
 pub fn derived_bodies() -> Result<Vec<RuleBody>> {
     let inline: Vec<_> = all_rules()?
         .into_iter()
         .filter(|r| r.stage == Stage::Inline)
+        .filter(|r| rule_op(r).is_none_or(|op| !HAND_WRITTEN.contains(&op.as_str())))
         .collect();
     derive(&inline, |op, attr| {
         ATTRIBUTE_DEFAULTS
@@ -55,16 +77,18 @@ fn bodies() -> &'static [RuleBody] {
 /// Whether mobius writes the body of `domain::name` itself (such calls are kept as the op on
 /// import; the body is attached again on save).
 pub fn is_known(domain: &str, name: &str) -> bool {
-    bodies()
-        .iter()
-        .any(|b| b.function.domain == domain && b.function.name == name)
+    (domain, name) == matmul_nbits_body::OP
+        || bodies()
+            .iter()
+            .any(|b| b.function.domain == domain && b.function.name == name)
 }
 
 /// The function bodies for the contrib ops `graph` calls, in a fixed order: a body is written
 /// when every call of its op fits it (present inputs a prefix of a length the rules cover,
-/// outputs among those the body produces).
+/// outputs among those the body produces; for MatMulNBits see
+/// [`matmul_nbits_body::body_for`]).
 pub fn bodies_for(graph: &Graph) -> Vec<FunctionProto> {
-    bodies()
+    let derived = bodies()
         .iter()
         .filter(|b| {
             let f = &b.function;
@@ -75,8 +99,8 @@ pub fn bodies_for(graph: &Graph) -> Vec<FunctionProto> {
                 .peekable();
             calls.peek().is_some() && calls.all(|n| fits(b, &n.inputs, &n.outputs))
         })
-        .map(|b| b.function.clone())
-        .collect()
+        .map(|b| b.function.clone());
+    derived.chain(matmul_nbits_body::body_for(graph)).collect()
 }
 
 /// Whether a call with these inputs and outputs ("" = absent) computes what `body` computes.

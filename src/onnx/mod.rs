@@ -5,6 +5,7 @@ pub mod contrib_functions;
 pub mod export;
 pub mod functions;
 pub mod import;
+pub mod matmul_nbits_body;
 pub mod names;
 pub mod order;
 pub mod proto;

@@ -60,6 +60,23 @@ const APPLIERS: &[(&str, &[&str], ApplierFn)] = &[
         super::nbits::matmul_nbits,
     ),
     (
+        "matmul-nbits-to-dequantize",
+        &["?x", "?b", "?s", "?k", "?n", "?bits", "?block"],
+        super::from_nbits::matmul_nbits_to_dequantize,
+    ),
+    (
+        "matmul-nbits-with-zero-points-to-dequantize",
+        &["?x", "?b", "?s", "?zp", "?k", "?n", "?bits", "?block"],
+        super::from_nbits::matmul_nbits_to_dequantize,
+    ),
+    (
+        "matmul-nbits-with-bias-to-dequantize",
+        &[
+            "?x", "?b", "?s", "?zp", "?bias", "?k", "?n", "?bits", "?block",
+        ],
+        super::from_nbits::matmul_nbits_to_dequantize,
+    ),
+    (
         "pack-qkv-with-bias",
         &["?h", "?wq", "?wk", "?wv", "?bq", "?bk", "?bv"],
         pack_qkv_with_bias,

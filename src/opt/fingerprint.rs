@@ -215,7 +215,7 @@ pub fn of_op(egraph: &OnnxGraph, op: &OpNode) -> Option<Fingerprint> {
             Some(crate::ir::Attr::Int(v)) => Some(*v),
             _ => None,
         };
-        let out = crate::weights::relayout(kind, &value, int("bits"), int("block_size")).ok()?;
+        let out = crate::weights::relayout(kind, &value, &int).ok()?;
         let fingerprint = Fingerprint::Tensor(Arc::new(Tensor::from_data(&out).ok()?));
         if !leaves.charge(fingerprint_bytes(&fingerprint)) {
             leaves.skip_class();

@@ -125,6 +125,9 @@ pub fn infer(
         "ai.mobius::NBitsWeight" | "ai.mobius::NBitsScales" | "ai.mobius::NBitsZeroPoints" => {
             vec![nbits_layout(op, &ty(0), int("bits"), int("block_size"))]
         }
+        "ai.mobius::FromNBitsWeight"
+        | "ai.mobius::FromNBitsScales"
+        | "ai.mobius::FromNBitsZeroPoints" => vec![from_nbits_layout(op, &ty(0), attr)],
         _ => Vec::new(),
     };
     result.resize(outputs, TensorType::default());
@@ -278,6 +281,50 @@ fn nbits_layout(op: &str, t: &TensorType, bits: Option<i64>, block: Option<i64>)
             shape: Some(vec![known(n), known((r * bits + 7) / 8)]),
         },
         _ => TensorType::default(),
+    }
+}
+
+/// The `DequantizeLinear` layouts (blocks along K) of MatMulNBits' inputs, the inverse of
+/// [`nbits_layout`]: `FromNBitsWeight` u8 `[N, k_blocks, blob]` → `[K, N]` (I4/U4/I8/U8 by
+/// `bits` and `signed`); `FromNBitsScales` `[N, k_blocks]` (or flat) → `[k_blocks, N]`;
+/// `FromNBitsZeroPoints` packed u8 `[N, bytes]` (or flat) → U4/U8 `[k_blocks, N]`.
+fn from_nbits_layout(op: &str, t: &TensorType, attr: &Attrs<'_>) -> TensorType {
+    let (Some(k), Some(bits @ (4 | 8)), Some(block)) =
+        (attr.int("K"), attr.int("bits"), attr.int("block_size"))
+    else {
+        return TensorType::default();
+    };
+    if k <= 0 || block <= 0 {
+        return TensorType::default();
+    }
+    let blocks = (k + block - 1) / block;
+    let width = match op {
+        "ai.mobius::FromNBitsScales" => blocks,
+        _ => (blocks * bits + 7) / 8,
+    };
+    let n = match dims(t).unwrap_or(&[]) {
+        [n, ..] if op == "ai.mobius::FromNBitsWeight" => n.known(),
+        [n, _] => n.known(),
+        [len] => len.known().filter(|l| l % width == 0).map(|l| l / width),
+        _ => None,
+    };
+    let Some(n) = n else {
+        return TensorType::default();
+    };
+    let code = |signed: bool| match (bits, signed) {
+        (4, true) => DType::I4,
+        (4, false) => DType::U4,
+        (_, true) => DType::I8,
+        (_, false) => DType::U8,
+    };
+    let (dtype, rows) = match op {
+        "ai.mobius::FromNBitsWeight" => (Some(code(attr.int("signed") == Some(1))), k),
+        "ai.mobius::FromNBitsScales" => (t.dtype, blocks),
+        _ => (Some(code(false)), blocks),
+    };
+    TensorType {
+        dtype,
+        shape: Some(vec![SymDim::Known(rows), SymDim::Known(n)]),
     }
 }
 

@@ -174,7 +174,8 @@ const RELAYOUT_DOMAIN: &str = "ai.mobius::";
 
 /// A weight relayout of an initializer (original or folded) becomes one initializer,
 /// computed lazily when saved: `<name>__nbits` (the MatMulNBits weight), `<name>__nbits_scales`
-/// or `<name>__nbits_zero_points`.
+/// or `<name>__nbits_zero_points`, or `<name>__from_nbits` (a MatMulNBits input read back into
+/// the `DequantizeLinear` layout).
 fn fold_relayout(
     initializers: &InitializerIndex<'_>,
     folded: &[Initializer],
@@ -208,6 +209,35 @@ fn fold_relayout(
         .and_then(|t| t.static_shape())
         .map(|s| s.iter().map(|&d| d as usize).collect())
         .ok_or_else(|| Error::Graph(format!("{kind} of `{}` has no static shape", base.name)))?;
+    if let Some(part) = from_nbits_part(kind) {
+        let (Some(rows), Some(bits), Some(block_size)) = (int("K"), int("bits"), int("block_size"))
+        else {
+            return Err(Error::Graph(format!(
+                "{kind} without K, bits and block_size"
+            )));
+        };
+        let dtype = egraph[class]
+            .data
+            .tensor()
+            .and_then(|t| t.dtype)
+            .ok_or_else(|| Error::Graph(format!("{kind} of `{}` has no type", base.name)))?;
+        let spec = QuantParams {
+            bits: bits as u8,
+            block_size,
+            symmetric: int("signed") == Some(1),
+        };
+        return Ok(Initializer {
+            name: format!("{}__from_nbits", base.name),
+            dtype,
+            shape,
+            source: base.source.clone().map(|source| TensorSource::FromNBits {
+                source: Box::new(source),
+                spec,
+                rows,
+                part,
+            }),
+        });
+    }
     let (Some(bits), Some(block_size)) = (int("bits"), int("block_size")) else {
         if kind != "NBitsScales" {
             return Err(Error::Graph(format!("{kind} without bits and block_size")));
@@ -244,6 +274,16 @@ fn fold_relayout(
         dtype,
         shape,
         source,
+    })
+}
+
+/// The part a `FromNBits*` relayout (MatMulNBits input → `DequantizeLinear` layout) gives.
+fn from_nbits_part(kind: &str) -> Option<QuantPart> {
+    Some(match kind {
+        "FromNBitsWeight" => QuantPart::Values,
+        "FromNBitsScales" => QuantPart::Scales,
+        "FromNBitsZeroPoints" => QuantPart::ZeroPoints,
+        _ => return None,
     })
 }
 

@@ -9,6 +9,7 @@ mod emit;
 pub mod extract;
 pub mod fingerprint;
 pub mod fold;
+mod from_nbits;
 pub mod gate;
 pub mod infer;
 pub mod lang;

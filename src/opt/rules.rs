@@ -54,6 +54,10 @@ pub const RULE_FILES: &[(&str, &str)] = &[
         include_str!("../../rewrites/inline/bias_gelu.rules"),
     ),
     (
+        "inline/matmul_nbits.rules",
+        include_str!("../../rewrites/inline/matmul_nbits.rules"),
+    ),
+    (
         "inline/skip_layer_norm.rules",
         include_str!("../../rewrites/inline/skip_layer_norm.rules"),
     ),

@@ -87,6 +87,18 @@ const SCHEMAS: &[(&str, &[&str])] = &[
     ("Transpose", &["perm"]),
     ("Unsqueeze", &[]),
     ("Where", &[]),
+    (
+        "ai.mobius::FromNBitsScales",
+        &["K", "bits", "block_size", "signed"],
+    ),
+    (
+        "ai.mobius::FromNBitsWeight",
+        &["K", "bits", "block_size", "signed"],
+    ),
+    (
+        "ai.mobius::FromNBitsZeroPoints",
+        &["K", "bits", "block_size", "signed"],
+    ),
     ("ai.mobius::NBitsScales", &[]),
     ("ai.mobius::NBitsWeight", &["bits", "block_size"]),
     ("ai.mobius::NBitsZeroPoints", &["bits", "block_size"]),

@@ -137,5 +137,6 @@ mod tests {
 }
 
 pub mod embeddings;
+pub mod from_nbits;
 pub mod pass;
 pub mod prequantized;

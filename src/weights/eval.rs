@@ -153,6 +153,12 @@ impl<'a> Evaluator<'a> {
             TensorSource::NBits { source, spec, part } => {
                 super::quantized::describe_nbits(&self.describe(source)?, spec, *part)
             }
+            TensorSource::FromNBits {
+                source,
+                spec,
+                rows,
+                part,
+            } => super::quantized::describe_from_nbits(&self.describe(source)?, spec, *rows, *part),
             TensorSource::Packed4 {
                 prefix,
                 format,
@@ -253,6 +259,7 @@ impl<'a> Evaluator<'a> {
             | TensorSource::AddScalar { .. }
             | TensorSource::Quantize { .. }
             | TensorSource::NBits { .. }
+            | TensorSource::FromNBits { .. }
             | TensorSource::Packed4 { .. }
             | TensorSource::Fp8Blocks { .. } => {
                 let (dtype, _, bytes) = self.materialize(src)?;
@@ -348,6 +355,7 @@ impl<'a> Evaluator<'a> {
             | TensorSource::RotaryTable { .. }
             | TensorSource::Quantize { .. }
             | TensorSource::NBits { .. }
+            | TensorSource::FromNBits { .. }
             | TensorSource::Packed4 { .. }
             | TensorSource::Fp8Blocks { .. } => return Ok(None),
         };
@@ -472,6 +480,15 @@ impl<'a> Evaluator<'a> {
             TensorSource::NBits { source, spec, part } => {
                 let (dtype, shape, bytes) = self.materialize(source)?;
                 super::quantized::nbits(&bytes, dtype, &shape, spec, *part)
+            }
+            TensorSource::FromNBits {
+                source,
+                spec,
+                rows,
+                part,
+            } => {
+                let (dtype, shape, bytes) = self.materialize(source)?;
+                super::quantized::from_nbits(&bytes, dtype, &shape, spec, *rows, *part)
             }
             TensorSource::Packed4 {
                 prefix,

@@ -1,6 +1,7 @@
 //! Lazy quantization sources at save time: [`TensorSource::Quantize`] (a float weight →
-//! block-quantized values, scales or zero points) and [`TensorSource::NBits`] (those parts
-//! re-laid out for `com.microsoft::MatMulNBits`).
+//! block-quantized values, scales or zero points), [`TensorSource::NBits`] (those parts
+//! re-laid out for `com.microsoft::MatMulNBits`) and [`TensorSource::FromNBits`] (the
+//! reverse).
 
 use std::sync::Arc;
 
@@ -127,15 +128,15 @@ pub(super) fn nbits(
     Ok((out.dtype, out.shape, bytes))
 }
 
-/// The value of a weight relayout of the optimizer (`ai.mobius::NBitsWeight`,
-/// `NBitsScales`, `NBitsZeroPoints`; `bits` and `block_size` for the first and last) applied
-/// to `value`, as the saved initializer will hold it — for verification mode, where every
-/// e-class is evaluated.
+/// The value of a weight relayout of the optimizer applied to `value`, as the saved
+/// initializer will hold it — for verification mode, where every e-class is evaluated:
+/// `ai.mobius::NBitsWeight` / `NBitsScales` / `NBitsZeroPoints` (attributes `bits`,
+/// `block_size`) and their inverses `FromNBits*` (attributes `K`, `bits`, `block_size`,
+/// `signed`), read through `attr`.
 pub fn relayout(
     op: &str,
     value: &TensorData,
-    bits: Option<i64>,
-    block_size: Option<i64>,
+    attr: &dyn Fn(&str) -> Option<i64>,
 ) -> Result<TensorData> {
     let bad = || {
         Error::Graph(format!(
@@ -143,39 +144,136 @@ pub fn relayout(
             value.dtype, value.shape
         ))
     };
+    let block_size = attr("block_size").and_then(|b| usize::try_from(b).ok());
+    let bits = attr("bits").filter(|b| matches!(b, 4 | 8));
+    let spec = |symmetric: bool| match (bits, block_size) {
+        (Some(bits), Some(block_size)) if block_size > 0 => Ok(QuantParams {
+            bits: bits as u8,
+            block_size,
+            symmetric,
+        }),
+        _ => Err(bad()),
+    };
+    let data = |(dtype, shape, bytes): (DType, Vec<usize>, Vec<u8>)| TensorData {
+        dtype,
+        shape,
+        bytes,
+    };
+    if let Some(kind) = op.strip_prefix("FromNBits") {
+        let part = match kind {
+            "Weight" => QuantPart::Values,
+            "Scales" => QuantPart::Scales,
+            "ZeroPoints" => QuantPart::ZeroPoints,
+            _ => return Err(bad()),
+        };
+        let rows = attr("K")
+            .and_then(|k| usize::try_from(k).ok())
+            .ok_or_else(bad)?;
+        let spec = spec(attr("signed") == Some(1))?;
+        return from_nbits(&value.bytes, value.dtype, &value.shape, &spec, rows, part).map(data);
+    }
     let [rows, n] = value.shape[..] else {
         return Err(bad());
     };
-    if op == "NBitsScales" {
-        return Ok(TensorData {
-            dtype: value.dtype,
-            shape: vec![n, rows],
-            bytes: super::eval::transpose_2d(&value.bytes, rows, n, value.dtype.size()),
-        });
-    }
     let part = match op {
+        "NBitsScales" => {
+            return Ok(TensorData {
+                dtype: value.dtype,
+                shape: vec![n, rows],
+                bytes: super::eval::transpose_2d(&value.bytes, rows, n, value.dtype.size()),
+            })
+        }
         "NBitsWeight" => QuantPart::Values,
         "NBitsZeroPoints" => QuantPart::ZeroPoints,
         _ => return Err(bad()),
     };
-    let (Some(bits @ (4 | 8)), Some(block_size)) = (bits, block_size) else {
-        return Err(bad());
+    nbits(&value.bytes, value.dtype, &value.shape, &spec(true)?, part).map(data)
+}
+
+/// Type and shape of a [`TensorSource::FromNBits`] part over a MatMulNBits input described
+/// by `info` (`B` `[N, ⌈K/B⌉, B·bits/8]` u8; `scales` `[N, ⌈K/B⌉]` or flat; packed
+/// `zero_points` `[N, ⌈⌈K/B⌉·bits/8⌉]` u8 or flat), K being `rows`.
+pub(super) fn describe_from_nbits(
+    info: &SourceInfo,
+    spec: &QuantParams,
+    rows: usize,
+    part: QuantPart,
+) -> Result<SourceInfo> {
+    let (blocks, bits) = (spec.blocks(rows), spec.bits as usize);
+    let blob = spec.block_size * bits / 8;
+    let (what, width) = match part {
+        QuantPart::Values => ("B", blocks * blob),
+        QuantPart::Scales => ("scales", blocks),
+        QuantPart::ZeroPoints => ("zero_points", (blocks * bits).div_ceil(8)),
     };
-    let block_size = usize::try_from(block_size).map_err(|_| bad())?;
-    if block_size == 0 {
-        return Err(bad());
-    }
-    let spec = QuantParams {
-        bits: bits as u8,
-        block_size,
-        symmetric: true,
+    let n = match (part, &info.shape[..]) {
+        (QuantPart::Values, &[n, b, w]) if b == blocks && w == blob => Some(n),
+        (QuantPart::Scales | QuantPart::ZeroPoints, &[n, w]) if w == width => Some(n),
+        (QuantPart::Scales | QuantPart::ZeroPoints, &[len]) if width > 0 && len % width == 0 => {
+            Some(len / width)
+        }
+        _ => None,
     };
-    let (dtype, shape, bytes) = nbits(&value.bytes, value.dtype, &value.shape, &spec, part)?;
-    Ok(TensorData {
-        dtype,
-        shape,
-        bytes,
+    let dtype_ok = match part {
+        QuantPart::Scales => info.dtype.is_float(),
+        _ => info.dtype == DType::U8,
+    };
+    let (Some(n), true, 4 | 8) = (n, dtype_ok, spec.bits) else {
+        return Err(Error::Graph(format!(
+            "MatMulNBits {what} of K={rows}, bits={}, block_size={}: expected {} of width {width} \
+             (per column), found {} {:?}",
+            spec.bits,
+            spec.block_size,
+            if part == QuantPart::Scales {
+                "floats"
+            } else {
+                "u8"
+            },
+            info.dtype,
+            info.shape
+        )));
+    };
+    Ok(match part {
+        QuantPart::Values => SourceInfo {
+            dtype: spec.value_dtype(),
+            shape: vec![rows, n],
+        },
+        QuantPart::Scales => SourceInfo {
+            dtype: info.dtype,
+            shape: vec![blocks, n],
+        },
+        QuantPart::ZeroPoints => SourceInfo {
+            dtype: QuantParams {
+                symmetric: false,
+                ..*spec
+            }
+            .value_dtype(),
+            shape: vec![blocks, n],
+        },
     })
+}
+
+/// Evaluates a [`TensorSource::FromNBits`] part from its evaluated MatMulNBits input.
+pub(super) fn from_nbits(
+    bytes: &[u8],
+    dtype: DType,
+    shape: &[usize],
+    spec: &QuantParams,
+    rows: usize,
+    part: QuantPart,
+) -> Result<(DType, Vec<usize>, Vec<u8>)> {
+    let info = SourceInfo {
+        dtype,
+        shape: shape.to_vec(),
+    };
+    let out = describe_from_nbits(&info, spec, rows, part)?;
+    let n = out.shape[1];
+    let bytes = match part {
+        QuantPart::Values => quant::from_nbits::values_from_nbits(bytes, rows, n, spec),
+        QuantPart::Scales => quant::from_nbits::scales_from_nbits(bytes, dtype, rows, n, spec),
+        QuantPart::ZeroPoints => quant::from_nbits::zero_points_from_nbits(bytes, rows, n, spec),
+    };
+    Ok((out.dtype, out.shape, bytes))
 }
 
 impl Evaluator<'_> {
@@ -255,7 +353,8 @@ fn describe_source(src: &TensorSource) -> String {
             .join(" + "),
         TensorSource::AddScalar { source, .. }
         | TensorSource::Quantize { source, .. }
-        | TensorSource::NBits { source, .. } => describe_source(source),
+        | TensorSource::NBits { source, .. }
+        | TensorSource::FromNBits { source, .. } => describe_source(source),
         TensorSource::External { path, offset, .. } => {
             format!("the weight at byte {offset} of {}", path.display())
         }

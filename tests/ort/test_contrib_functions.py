@@ -120,3 +120,81 @@ def test_contrib_function_bodies_match_onnxruntime_kernels(built, op):
                         checked += 1
     full = sum(2 if arity == len(f.input) else 1 for arity in ARITIES[op])
     assert checked == full * len(settings) * 3 * len(f.output)
+
+
+# MatMulNBits: the body is hand-written (src/onnx/matmul_nbits_body.rs), one for calls with zero
+# points and one for calls without, taken from the int4 builds of llama (symmetric and asymmetric).
+NBITS_BUILDS = {False: ("--quant", "int4"), True: ("--quant", "int4", "--quant-asymmetric")}
+
+
+def _nbits_body(built, zero_points: bool) -> onnx.FunctionProto:
+    model = onnx.load(str(built("fixture", "llama", "f32", "default", NBITS_BUILDS[zero_points]) / "model.onnx"),
+                      load_external_data=False)
+    bodies = [f for f in model.functions if (f.domain, f.name) == ("com.microsoft", "MatMulNBits")]
+    assert len(bodies) == 1, [f.name for f in model.functions]
+    return bodies[0]
+
+
+def _nbits_call(f: onnx.FunctionProto, domain: str, bits: int, k: int, n: int, block: int, rank: int,
+                zero_points: bool, bias: bool) -> onnx.ModelProto:
+    blocks = -(-k // block)
+    a_shape = [2, 3, k] if rank == 3 else [3, k]
+    inputs = [("A", TensorProto.FLOAT, a_shape), ("B", TensorProto.UINT8, [n, blocks, block * bits // 8]),
+              ("scales", TensorProto.FLOAT, [n * blocks])]
+    names = ["A", "B", "scales"]
+    if zero_points:
+        inputs.append(("zero_points", TensorProto.UINT8, [n, -(-blocks * bits // 8)]))
+        names.append("zero_points")
+    if bias:
+        inputs.append(("bias", TensorProto.FLOAT, [n]))
+        names += [""] * (5 - len(names)) + ["bias"]
+    node = helper.make_node("MatMulNBits", names, ["Y"], domain=domain, K=k, N=n, bits=bits, block_size=block)
+    graph = helper.make_graph([node], "call", [helper.make_tensor_value_info(*i) for i in inputs],
+                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, a_shape[:-1] + [n])])
+    functions = []
+    if domain == BODY_DOMAIN:
+        body = onnx.FunctionProto()
+        body.CopyFrom(f)
+        body.domain = BODY_DOMAIN
+        functions = [body]
+    imports = [helper.make_opsetid("", OPSET), helper.make_opsetid(domain, 1)]
+    return helper.make_model(graph, opset_imports=imports, ir_version=IR_VERSION, functions=functions)
+
+
+NBITS_CASES = [(bits, zp, bias, rank) for bits in (4, 8) for zp in (False, True) for bias in (False, True)
+               for rank in (2, 3)]
+
+
+@pytest.mark.parametrize("bits,zero_points,bias,rank", NBITS_CASES,
+                         ids=[f"{b}bit-{'zp' if z else 'nozp'}-{'bias' if c else 'nobias'}-{r}d" for b, z, c, r in NBITS_CASES])
+def test_matmul_nbits_body_matches_onnxruntimes_kernel(built, bits, zero_points, bias, rank):
+    """The body of MatMulNBits against onnxruntime's kernel (accuracy_level 0) on random packed
+    codes, scales, zero points and bias, K a multiple of the block and not (the padding rows of
+    B hold random bytes, which both must ignore); inlined by onnx, and by onnxruntime where the
+    call has no absent input in the middle."""
+    f = _nbits_body(built, zero_points)
+    assert [helper.get_attribute_value(a) for a in f.attribute_proto] == [4]  # bits, onnxruntime's default
+    checked = 0
+    for k, n, block in [(64, 6, 32), (40, 5, 16), (33, 7, 16)]:
+        blocks = -(-k // block)
+        kernel = _nbits_call(f, "com.microsoft", bits, k, n, block, rank, zero_points, bias)
+        body = _nbits_call(f, BODY_DOMAIN, bits, k, n, block, rank, zero_points, bias)
+        for seed in range(3):
+            rng = np.random.default_rng(seed)
+            feed = {"A": rng.standard_normal([2, 3, k] if rank == 3 else [3, k]).astype(np.float32),
+                    "B": rng.integers(0, 256, [n, blocks, block * bits // 8], dtype=np.uint8),
+                    "scales": (rng.standard_normal(n * blocks) / 2 ** (bits - 1)).astype(np.float32)}
+            if zero_points:
+                feed["zero_points"] = rng.integers(0, 256, [n, -(-blocks * bits // 8)], dtype=np.uint8)
+            if bias:
+                feed["bias"] = rng.standard_normal(n).astype(np.float32)
+            want = _run(kernel, feed)[0]
+            runs = {"inlined by onnx": _run(_inlined(body), feed)[0]}
+            if zero_points or not bias:
+                runs["inlined by onnxruntime"] = _run(body, feed)[0]
+            for how, got in runs.items():
+                what = f"bits {bits}, K {k}, N {n}, block {block}, zero points {zero_points}, bias {bias}, rank {rank}, {how}"
+                assert got.shape == want.shape and got.dtype == want.dtype, what
+                np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=what)
+                checked += 1
+    assert checked == 3 * 3 * (2 if zero_points or not bias else 1)

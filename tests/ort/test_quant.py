@@ -313,3 +313,71 @@ def test_optimize_quantizes_a_float_model(built, name, ep, tmp_path):
     assert err <= EXACT_TOL, f"{name} optimize --ep {ep}: max abs error {err:.3g} > {EXACT_TOL}"
     counts = op_counts(out)
     assert (counts.get("MatMulNBits", 0) > 0) == (ep == "cpu"), counts
+
+
+def _nbits_initializers(path) -> dict[str, bytes]:
+    """The raw bytes of every MatMulNBits B, scales and zero_points of a saved model, in node order."""
+    model = onnx.load(str(path / "model.onnx"))
+    inits = {t.name: onnx.numpy_helper.to_array(t).tobytes() for t in model.graph.initializer}
+    return {f"{n.name}:{i}": inits[v] for n in model.graph.node if n.op_type == "MatMulNBits"
+            for i, v in enumerate(n.input[1:4], 1) if v}
+
+
+@pytest.mark.parametrize("flags", [SETTINGS["int4-b32-sym"], SETTINGS["int4-b16-asym"], SETTINGS["int8-b32-sym"]],
+                         ids=["int4-sym", "int4-asym", "int8-sym"])
+@pytest.mark.parametrize("name", NAMES)
+def test_optimize_gives_matmul_nbits_models_to_eps_without_the_kernel(built, name, flags, tmp_path):
+    """A model that already calls MatMulNBits (the default EP's build at accuracy_level 0; the
+    cpu build also calls GroupQueryAttention, which has no standard form) optimized for EPs
+    without the kernel (onnx-standard, qnn): DequantizeLinear + MatMul, no com.microsoft op on
+    onnx-standard, and onnxruntime's logits equal the source's within 1e-4. Optimized back for
+    the default EP, every MatMulNBits input is byte for byte the original."""
+    from ort_helpers import run_mobius
+
+    source = built("fixture", name, "f32", "default", flags + ("--accuracy-level", "0"))
+    assert op_counts(source).get("MatMulNBits", 0) > 0
+    want = prefill(session(source), name, "f32")
+    for ep in ["onnx-standard", "qnn"]:
+        out = tmp_path / ep
+        run_mobius(["optimize", str(source / "model.onnx"), str(out), "--ep", ep])
+        model = onnx.load(str(out / "model.onnx"), load_external_data=False)
+        counts = op_counts(out)
+        assert counts.get("MatMulNBits", 0) == 0 and counts.get("DequantizeLinear", 0) > 0, (ep, counts)
+        if ep == "onnx-standard":
+            assert all(n.domain in ("", "ai.onnx") for n in model.graph.node), ep
+        got = prefill(session(out), name, "f32")
+        err = float(np.abs(got - want).max())
+        assert err <= 1e-4, f"{name} {flags} --ep {ep}: max abs error {err:.3g} against the MatMulNBits build"
+    back = tmp_path / "back"
+    run_mobius(["optimize", str(tmp_path / "onnx-standard" / "model.onnx"), str(back), "--ep", "default",
+                "--accuracy-level", "0"])
+    before, after = _nbits_initializers(source), _nbits_initializers(back)
+    assert len(before) == len(after) and sorted(before.values()) == sorted(after.values()), \
+        f"{name} {flags}: the round trip changed MatMulNBits inputs"
+
+
+@pytest.mark.parametrize("symmetric", [True, False], ids=["sym", "asym"])
+@pytest.mark.parametrize("name", NAMES)
+def test_optimize_runs_onnxruntimes_matmul_nbits_quantization_as_standard_onnx(built, name, symmetric, tmp_path):
+    """The default build quantized by onnxruntime's own MatMulNBitsQuantizer, then `mobius
+    optimize --ep onnx-standard`: standard ONNX only, with the quantized model's logits."""
+    from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig, MatMulNBitsQuantizer
+
+    from ort_helpers import run_mobius
+
+    float_dir = built("fixture", name, "f32", "default")
+    config = DefaultWeightOnlyQuantConfig(block_size=32, is_symmetric=symmetric)
+    quantizer = MatMulNBitsQuantizer(onnx.load(str(float_dir / "model.onnx")), algo_config=config)
+    quantizer.process()
+    quantized = tmp_path / "quantized"
+    quantized.mkdir()
+    onnx.save(quantizer.model.model, str(quantized / "model.onnx"))
+    assert op_counts(quantized).get("MatMulNBits", 0) > 0
+    want = prefill(session(quantized), name, "f32")
+    out = tmp_path / "standard"
+    run_mobius(["optimize", str(quantized / "model.onnx"), str(out), "--ep", "onnx-standard"])
+    model = onnx.load(str(out / "model.onnx"), load_external_data=False)
+    assert all(n.domain in ("", "ai.onnx") for n in model.graph.node), op_counts(out)
+    got = prefill(session(out), name, "f32")
+    err = float(np.abs(got - want).max())
+    assert err <= 1e-4, f"{name} onnxruntime-quantized ({'sym' if symmetric else 'asym'}) --ep onnx-standard: max abs error {err:.3g}"
