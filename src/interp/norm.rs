@@ -11,20 +11,17 @@
 //!   to `mean`. `skip` broadcasts against the input (`[B, S, H]`, `[1, S, H]` or `[S, H]`).
 
 use super::tensor::{axis, broadcast_index, broadcast_shape};
-use super::{FamilyResult, OpCall, Tensor};
+use super::{OpCall, OpImpl, Tensor};
 use crate::ir::DType;
 use crate::Result;
 
-/// Evaluates the normalization ops.
-pub fn eval(domain: &str, op: &str, call: &OpCall<'_>) -> FamilyResult {
-    match (domain, op) {
-        ("" | "ai.onnx", "LayerNormalization") => Some(layer_norm(call, false)),
-        ("" | "ai.onnx", "RMSNormalization") => Some(layer_norm(call, true)),
-        ("com.microsoft", "SkipLayerNormalization") => Some(skip_norm(call, false)),
-        ("com.microsoft", "SkipSimplifiedLayerNormalization") => Some(skip_norm(call, true)),
-        _ => None,
-    }
-}
+/// The ops of this family.
+pub const OPS: &[OpImpl] = &[
+    OpImpl::onnx("LayerNormalization", |c| layer_norm(c, false)),
+    OpImpl::onnx("RMSNormalization", |c| layer_norm(c, true)),
+    OpImpl::ms("SkipLayerNormalization", |c| skip_norm(c, false)),
+    OpImpl::ms("SkipSimplifiedLayerNormalization", |c| skip_norm(c, true)),
+];
 
 /// Per-row statistics of `x` split in `rows` rows of `inner` elements: `(mean, 1/sqrt(var +
 /// eps))`, where for the simplified (RMS) form the mean is 0 and `var` is the mean square. Rows
