@@ -1,6 +1,10 @@
 //! Normalizations: ONNX `LayerNormalization` and `RMSNormalization`, `com.microsoft`
 //! `SkipLayerNormalization` and `SkipSimplifiedLayerNormalization`, matching onnxruntime's CPU
-//! kernels. Statistics are accumulated in f64 and the result rounded to the output dtype.
+//! kernels. `LayerNormalization` and `RMSNormalization` accumulate their statistics in f64;
+//! the `Skip*` ops accumulate in f32 as onnxruntime does (a running mean and sum of squared
+//! deviations, so a row holding an infinity before its last element has a NaN mean, and
+//! squares past f32's range make the standard deviation infinite). Results are rounded to the
+//! output dtype.
 //!
 //! Output details (as onnxruntime writes them):
 //! - `LayerNormalization` `Mean`/`InvStdDev` keep the input rank with the normalized axes set
@@ -143,6 +147,25 @@ fn channel<'a>(
     }
 }
 
+/// The statistics of one row of a `Skip*` op, `(mean, standard deviation)`, accumulated in f32
+/// as onnxruntime does: for the simplified (RMS) form, mean 0 and `sqrt(Σx²/n + eps)`;
+/// otherwise a running (Welford) mean and sum of squared deviations `m2`, and
+/// `sqrt(m2/n + eps)`.
+fn skip_row_stats(row: &[f32], epsilon: f32, simplified: bool) -> (f32, f32) {
+    let n = row.len() as f32;
+    if simplified {
+        let sum_sq: f32 = row.iter().map(|&v| v * v).sum();
+        return (0.0, (sum_sq / n + epsilon).sqrt());
+    }
+    let (mut mean, mut m2) = (0.0f32, 0.0f32);
+    for (k, &v) in row.iter().enumerate() {
+        let delta = v - mean;
+        mean += delta / (k + 1) as f32;
+        m2 += delta * (v - mean);
+    }
+    (mean, (m2 / n + epsilon).sqrt())
+}
+
 /// `SkipLayerNormalization` (input, skip, gamma, beta?, bias?) or, when `simplified`,
 /// `SkipSimplifiedLayerNormalization` (input, skip, gamma, bias?) → output, mean, inv_std_var,
 /// input_skip_bias_sum.
@@ -175,22 +198,54 @@ fn skip_norm(call: &OpCall<'_>, simplified: bool) -> Result<Vec<Tensor>> {
     // One row of statistics per row of `hidden` elements (checked before allocating: an empty
     // input may have long outer axes).
     let rows = call.alloc(&stat_shape)?;
-    let stats = row_stats(&sum, rows, hidden, call.float("epsilon", 1e-12), simplified);
+    let epsilon = call.float("epsilon", 1e-12);
+    let stats: Vec<(f32, f32)> = (0..rows)
+        .map(|r| skip_row_stats(&sum[r * hidden..(r + 1) * hidden], epsilon, simplified))
+        .collect();
     let y = sum
         .iter()
         .enumerate()
         .map(|(i, &v)| {
-            let (mean, inv) = stats[i / hidden];
-            let n = (v as f64 - mean) * inv * gamma[i % hidden] as f64;
-            (n + beta.map_or(0.0, |b| b[i % hidden] as f64)) as f32
+            let (mean, std_dev) = stats[i / hidden];
+            let n = (v - mean) / std_dev * gamma[i % hidden];
+            n + beta.map_or(0.0, |b| b[i % hidden])
         })
         .collect();
-    let means = stats.iter().map(|s| s.0 as f32).collect();
-    let invs = stats.iter().map(|s| s.1 as f32).collect();
+    let means = stats.iter().map(|s| s.0).collect();
+    let invs = stats.iter().map(|s| 1.0 / s.1).collect();
     Ok(vec![
         Tensor::float(x.dtype, x.shape.clone(), y),
         Tensor::float(DType::F32, stat_shape.clone(), means),
         Tensor::float(DType::F32, stat_shape, invs),
         Tensor::float(x.dtype, x.shape.clone(), sum),
     ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn skip_stats_follow_a_running_mean_like_onnxruntime() {
+        // an infinity before the row's end: the next step computes inf - inf (onnxruntime's mean
+        // is NaN); as the last element: the mean is inf
+        assert!(skip_row_stats(&[f32::INFINITY, 0.0, 0.0, 0.0], 1e-5, false)
+            .0
+            .is_nan());
+        let (mean, std_dev) = skip_row_stats(&[0.0, 0.0, 0.0, f32::INFINITY], 1e-5, false);
+        assert_eq!(mean, f32::INFINITY);
+        assert!(std_dev.is_nan());
+        // equal huge values: no deviation, so the standard deviation is sqrt(eps) (a sum of
+        // squares would overflow)
+        let (mean, std_dev) = skip_row_stats(&[3e19; 4], 0.25, false);
+        assert_eq!((mean, std_dev), (3e19, 0.5));
+        // squares past f32's range: an infinite deviation
+        assert_eq!(
+            skip_row_stats(&[1e20, 0.0, 0.0, 0.0], 1e-5, false).1,
+            f32::INFINITY
+        );
+        assert_eq!(skip_row_stats(&[3e19; 4], 1e-5, true), (0.0, f32::INFINITY));
+        let (mean, std_dev) = skip_row_stats(&[1.0, 2.0, 3.0, 4.0], 0.0, false);
+        assert_eq!((mean, std_dev), (2.5, 1.25f32.sqrt()));
+    }
 }
