@@ -1,10 +1,13 @@
 //! Normalizations: ONNX `LayerNormalization` and `RMSNormalization`, `com.microsoft`
 //! `SkipLayerNormalization` and `SkipSimplifiedLayerNormalization`, matching onnxruntime's CPU
-//! kernels. `LayerNormalization` and `RMSNormalization` accumulate their statistics in f64;
-//! the `Skip*` ops accumulate in f32 as onnxruntime does (a running mean and sum of squared
-//! deviations, so a row holding an infinity before its last element has a NaN mean, and
-//! squares past f32's range make the standard deviation infinite). Results are rounded to the
-//! output dtype.
+//! kernels. Statistics are accumulated in f64 and the result rounded to the output dtype.
+//! `LayerNormalization` and `RMSNormalization` sum values and squares; the `Skip*` ops follow
+//! onnxruntime's running (Welford) mean and sum of squared deviations, so a row holding an
+//! infinity before its last element has a NaN mean and one holding it last an infinite one.
+//!
+//! Not reproduced: onnxruntime accumulates the `Skip*` statistics in f32, so squares beyond
+//! f32's range (elements of magnitude ≳ 1.8e19) make its deviation infinite (and `y` zero or
+//! NaN) where the f64 accumulation here stays finite.
 //!
 //! Output details (as onnxruntime writes them):
 //! - `LayerNormalization` `Mean`/`InvStdDev` keep the input rank with the normalized axes set
@@ -147,20 +150,21 @@ fn channel<'a>(
     }
 }
 
-/// The statistics of one row of a `Skip*` op, `(mean, standard deviation)`, accumulated in f32
-/// as onnxruntime does: for the simplified (RMS) form, mean 0 and `sqrt(Σx²/n + eps)`;
+/// The statistics of one row of a `Skip*` op, `(mean, standard deviation)`, in onnxruntime's
+/// order of operations: for the simplified (RMS) form, mean 0 and `sqrt(Σx²/n + eps)`;
 /// otherwise a running (Welford) mean and sum of squared deviations `m2`, and
 /// `sqrt(m2/n + eps)`.
-fn skip_row_stats(row: &[f32], epsilon: f32, simplified: bool) -> (f32, f32) {
-    let n = row.len() as f32;
+fn skip_row_stats(row: &[f32], epsilon: f32, simplified: bool) -> (f64, f64) {
+    let (n, epsilon) = (row.len() as f64, epsilon as f64);
     if simplified {
-        let sum_sq: f32 = row.iter().map(|&v| v * v).sum();
+        let sum_sq: f64 = row.iter().map(|&v| v as f64 * v as f64).sum();
         return (0.0, (sum_sq / n + epsilon).sqrt());
     }
-    let (mut mean, mut m2) = (0.0f32, 0.0f32);
+    let (mut mean, mut m2) = (0.0f64, 0.0f64);
     for (k, &v) in row.iter().enumerate() {
+        let v = v as f64;
         let delta = v - mean;
-        mean += delta / (k + 1) as f32;
+        mean += delta / (k + 1) as f64;
         m2 += delta * (v - mean);
     }
     (mean, (m2 / n + epsilon).sqrt())
@@ -199,7 +203,7 @@ fn skip_norm(call: &OpCall<'_>, simplified: bool) -> Result<Vec<Tensor>> {
     // input may have long outer axes).
     let rows = call.alloc(&stat_shape)?;
     let epsilon = call.float("epsilon", 1e-12);
-    let stats: Vec<(f32, f32)> = (0..rows)
+    let stats: Vec<(f64, f64)> = (0..rows)
         .map(|r| skip_row_stats(&sum[r * hidden..(r + 1) * hidden], epsilon, simplified))
         .collect();
     let y = sum
@@ -207,12 +211,12 @@ fn skip_norm(call: &OpCall<'_>, simplified: bool) -> Result<Vec<Tensor>> {
         .enumerate()
         .map(|(i, &v)| {
             let (mean, std_dev) = stats[i / hidden];
-            let n = (v - mean) / std_dev * gamma[i % hidden];
-            n + beta.map_or(0.0, |b| b[i % hidden])
+            let n = (v as f64 - mean) / std_dev * gamma[i % hidden] as f64;
+            (n + beta.map_or(0.0, |b| b[i % hidden] as f64)) as f32
         })
         .collect();
-    let means = stats.iter().map(|s| s.0).collect();
-    let invs = stats.iter().map(|s| 1.0 / s.1).collect();
+    let means = stats.iter().map(|s| s.0 as f32).collect();
+    let invs = stats.iter().map(|s| (1.0 / s.1) as f32).collect();
     Ok(vec![
         Tensor::float(x.dtype, x.shape.clone(), y),
         Tensor::float(DType::F32, stat_shape.clone(), means),
@@ -228,24 +232,20 @@ mod tests {
     #[test]
     fn skip_stats_follow_a_running_mean_like_onnxruntime() {
         // an infinity before the row's end: the next step computes inf - inf (onnxruntime's mean
-        // is NaN); as the last element: the mean is inf
+        // is NaN); as the last element: the mean is inf and the deviation NaN
         assert!(skip_row_stats(&[f32::INFINITY, 0.0, 0.0, 0.0], 1e-5, false)
             .0
             .is_nan());
         let (mean, std_dev) = skip_row_stats(&[0.0, 0.0, 0.0, f32::INFINITY], 1e-5, false);
-        assert_eq!(mean, f32::INFINITY);
+        assert_eq!(mean, f64::INFINITY);
         assert!(std_dev.is_nan());
-        // equal huge values: no deviation, so the standard deviation is sqrt(eps) (a sum of
-        // squares would overflow)
-        let (mean, std_dev) = skip_row_stats(&[3e19; 4], 0.25, false);
-        assert_eq!((mean, std_dev), (3e19, 0.5));
-        // squares past f32's range: an infinite deviation
+        assert!(skip_row_stats(&[f32::INFINITY; 4], 1e-5, false).0.is_nan());
+        // the simplified form has no mean: an infinity makes the deviation infinite
         assert_eq!(
-            skip_row_stats(&[1e20, 0.0, 0.0, 0.0], 1e-5, false).1,
-            f32::INFINITY
+            skip_row_stats(&[1.0, f32::INFINITY], 1e-5, true),
+            (0.0, f64::INFINITY)
         );
-        assert_eq!(skip_row_stats(&[3e19; 4], 1e-5, true), (0.0, f32::INFINITY));
         let (mean, std_dev) = skip_row_stats(&[1.0, 2.0, 3.0, 4.0], 0.0, false);
-        assert_eq!((mean, std_dev), (2.5, 1.25f32.sqrt()));
+        assert_eq!((mean, std_dev), (2.5, 1.25f64.sqrt()));
     }
 }
