@@ -201,7 +201,7 @@ pub fn implemented_ops() -> impl Iterator<Item = (&'static str, &'static str)> {
         .map(|o| (o.domain, o.op))
 }
 
-/// Evaluates one node by asking each op family in turn. Every error names the node: one that
+/// Evaluates one node through the dispatch table. Every error names the node: one that
 /// does not yet (from a shared helper) gets the node's op and name in front.
 pub fn eval_node(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
     let tag = call.tag();
