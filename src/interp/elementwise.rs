@@ -7,57 +7,48 @@ use std::cmp::Ordering;
 use std::f64::consts::{FRAC_1_SQRT_2, FRAC_2_SQRT_PI};
 
 use super::tensor::{broadcast_index, broadcast_shape};
-use super::{FamilyResult, OpCall, Tensor, Values};
+use super::{OpCall, OpImpl, Tensor, Values};
 use crate::ir::DType;
 use crate::Result;
 
-/// Evaluates the ops of this family.
-pub fn eval(domain: &str, op: &str, call: &OpCall<'_>) -> FamilyResult {
-    let result = if domain.is_empty() || domain == "ai.onnx" {
-        match op {
-            "Add" => arith(call, Arith::Add),
-            "Sub" => arith(call, Arith::Sub),
-            "Mul" => arith(call, Arith::Mul),
-            "Div" => arith(call, Arith::Div),
-            "Pow" => pow(call),
-            "Max" => extremum(call, Ordering::Greater),
-            "Min" => extremum(call, Ordering::Less),
-            "Neg" => unary_numeric(call, |x| -x, |x| x.wrapping_neg()),
-            "Abs" => unary_numeric(call, f32::abs, i64::wrapping_abs),
-            // `x < 0 ? 0 : x` keeps NaN and -0.0, as onnxruntime does.
-            "Relu" => unary_numeric(call, |x| if x < 0.0 { 0.0 } else { x }, |x| x.max(0)),
-            "Sqrt" => unary_float(call, f64::sqrt),
-            "Exp" => unary_float(call, f64::exp),
-            "Log" => unary_float(call, f64::ln),
-            "Erf" => unary_float(call, erf),
-            "Tanh" => unary_float(call, f64::tanh),
-            "Sigmoid" => unary_float(call, |x| 1.0 / (1.0 + (-x).exp())),
-            "Gelu" => gelu(call),
-            "Equal" => compare(call, Cmp::Equal),
-            "Less" => compare(call, Cmp::Less),
-            "Greater" => compare(call, Cmp::Greater),
-            "And" => logic(call, |p, q| p && q),
-            "Or" => logic(call, |p, q| p || q),
-            "Not" => not(call),
-            "Where" => where_op(call),
-            "Cast" => cast_op(call),
-            "CastLike" => call
-                .input(1)
-                .and_then(|like| Ok(vec![cast(call.input(0)?, like.dtype)])),
-            "Identity" => call.input(0).map(|x| vec![x.clone()]),
-            _ => return None,
-        }
-    } else if domain == "com.microsoft" {
-        match op {
-            "FastGelu" => biased_gelu(call, gelu_tanh, false),
-            "BiasGelu" => biased_gelu(call, gelu_erf, true),
-            _ => return None,
-        }
-    } else {
-        return None;
-    };
-    Some(result)
-}
+/// The ops of this family.
+pub const OPS: &[OpImpl] = &[
+    OpImpl::onnx("Add", |c| arith(c, Arith::Add)),
+    OpImpl::onnx("Sub", |c| arith(c, Arith::Sub)),
+    OpImpl::onnx("Mul", |c| arith(c, Arith::Mul)),
+    OpImpl::onnx("Div", |c| arith(c, Arith::Div)),
+    OpImpl::onnx("Pow", pow),
+    OpImpl::onnx("Max", |c| extremum(c, Ordering::Greater)),
+    OpImpl::onnx("Min", |c| extremum(c, Ordering::Less)),
+    OpImpl::onnx("Neg", |c| unary_numeric(c, |x| -x, |x| x.wrapping_neg())),
+    OpImpl::onnx("Abs", |c| unary_numeric(c, f32::abs, i64::wrapping_abs)),
+    // `x < 0 ? 0 : x` keeps NaN and -0.0, as onnxruntime does.
+    OpImpl::onnx("Relu", |c| {
+        unary_numeric(c, |x| if x < 0.0 { 0.0 } else { x }, |x| x.max(0))
+    }),
+    OpImpl::onnx("Sqrt", |c| unary_float(c, f64::sqrt)),
+    OpImpl::onnx("Exp", |c| unary_float(c, f64::exp)),
+    OpImpl::onnx("Log", |c| unary_float(c, f64::ln)),
+    OpImpl::onnx("Erf", |c| unary_float(c, erf)),
+    OpImpl::onnx("Tanh", |c| unary_float(c, f64::tanh)),
+    OpImpl::onnx("Sigmoid", |c| unary_float(c, |x| 1.0 / (1.0 + (-x).exp()))),
+    OpImpl::onnx("Gelu", gelu),
+    OpImpl::onnx("Equal", |c| compare(c, Cmp::Equal)),
+    OpImpl::onnx("Less", |c| compare(c, Cmp::Less)),
+    OpImpl::onnx("Greater", |c| compare(c, Cmp::Greater)),
+    OpImpl::onnx("And", |c| logic(c, |p, q| p && q)),
+    OpImpl::onnx("Or", |c| logic(c, |p, q| p || q)),
+    OpImpl::onnx("Not", not),
+    OpImpl::onnx("Where", where_op),
+    OpImpl::onnx("Cast", cast_op),
+    OpImpl::onnx("CastLike", |c| {
+        c.input(1)
+            .and_then(|like| Ok(vec![cast(c.input(0)?, like.dtype)]))
+    }),
+    OpImpl::onnx("Identity", |c| c.input(0).map(|x| vec![x.clone()])),
+    OpImpl::ms("FastGelu", |c| biased_gelu(c, gelu_tanh, false)),
+    OpImpl::ms("BiasGelu", |c| biased_gelu(c, gelu_erf, true)),
+];
 
 /// `v` wrapped to the width of integer dtype `dtype` (two's complement, like a C++ cast).
 pub(crate) fn wrap_int(dtype: DType, v: i64) -> i64 {

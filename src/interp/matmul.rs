@@ -3,20 +3,11 @@
 
 use super::elementwise::wrap_int;
 use super::tensor::{broadcast_index, broadcast_shape};
-use super::{FamilyResult, OpCall, Tensor, Values};
+use super::{OpCall, OpImpl, Tensor, Values};
 use crate::Result;
 
-/// Evaluates the ops of this family.
-pub fn eval(domain: &str, op: &str, call: &OpCall<'_>) -> FamilyResult {
-    if !(domain.is_empty() || domain == "ai.onnx") {
-        return None;
-    }
-    match op {
-        "MatMul" => Some(matmul(call)),
-        "Gemm" => Some(gemm(call)),
-        _ => None,
-    }
-}
+/// The ops of this family.
+pub const OPS: &[OpImpl] = &[OpImpl::onnx("MatMul", matmul), OpImpl::onnx("Gemm", gemm)];
 
 /// The sizes of a batched product: per batch element, the indices of its A and B matrices,
 /// multiplied as `m x k` by `k x n`.

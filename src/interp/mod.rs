@@ -142,10 +142,66 @@ pub fn eval_op(
     })
 }
 
-/// The result of an op family's evaluator: `None` when the op is not in that family.
-pub type FamilyResult = Option<Result<Vec<Tensor>>>;
+/// The domain of onnxruntime's contrib ops.
+pub const CONTRIB_DOMAIN: &str = "com.microsoft";
 
-/// Evaluates one node by asking each op family in turn. Every error names the node: one that
+/// How an op is evaluated: the node's outputs, from its call.
+pub type OpEval = fn(&OpCall<'_>) -> Result<Vec<Tensor>>;
+
+/// One op the interpreter implements: the dispatch table's entry.
+#[derive(Debug, Clone, Copy)]
+pub struct OpImpl {
+    /// The op's domain: `""` for ONNX's default domain (also reached as `ai.onnx`), or
+    /// [`CONTRIB_DOMAIN`].
+    pub domain: &'static str,
+    /// The op type.
+    pub op: &'static str,
+    /// Its evaluator.
+    pub eval: OpEval,
+}
+
+impl OpImpl {
+    /// An op of ONNX's default domain.
+    pub const fn onnx(op: &'static str, eval: OpEval) -> Self {
+        Self {
+            domain: "",
+            op,
+            eval,
+        }
+    }
+
+    /// An op of onnxruntime's contrib domain.
+    pub const fn ms(op: &'static str, eval: OpEval) -> Self {
+        Self {
+            domain: CONTRIB_DOMAIN,
+            op,
+            eval,
+        }
+    }
+}
+
+/// The dispatch table, one slice per op family.
+const FAMILIES: [&[OpImpl]; 8] = [
+    elementwise::OPS,
+    matmul::OPS,
+    reduce::OPS,
+    shape::OPS,
+    norm::OPS,
+    rope::OPS,
+    attention::OPS,
+    quant::OPS,
+];
+
+/// Every op the interpreter implements, as `(domain, op type)` (domain `""` for ONNX's
+/// default domain), in dispatch order.
+pub fn implemented_ops() -> impl Iterator<Item = (&'static str, &'static str)> {
+    FAMILIES
+        .iter()
+        .flat_map(|f| f.iter())
+        .map(|o| (o.domain, o.op))
+}
+
+/// Evaluates one node through the dispatch table. Every error names the node: one that
 /// does not yet (from a shared helper) gets the node's op and name in front.
 pub fn eval_node(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
     let tag = call.tag();
@@ -155,23 +211,16 @@ pub fn eval_node(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
     })
 }
 
-/// Evaluates one node by asking each op family in turn.
+/// Evaluates one node with the dispatch table's entry for its domain and op type.
 fn dispatch(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
     let (domain, op) = (call.node.domain.as_str(), call.node.op_type.as_str());
-    let families: [fn(&str, &str, &OpCall<'_>) -> FamilyResult; 8] = [
-        elementwise::eval,
-        matmul::eval,
-        reduce::eval,
-        shape::eval,
-        norm::eval,
-        rope::eval,
-        attention::eval,
-        quant::eval,
-    ];
-    for family in families {
-        if let Some(result) = family(domain, op, call) {
-            return result;
-        }
+    let key = if domain == "ai.onnx" { "" } else { domain };
+    if let Some(entry) = FAMILIES
+        .iter()
+        .flat_map(|f| f.iter())
+        .find(|o| o.domain == key && o.op == op)
+    {
+        return (entry.eval)(call);
     }
     let name = if domain.is_empty() {
         op.to_string()
@@ -181,4 +230,72 @@ fn dispatch(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
     Err(Error::Graph(format!(
         "the reference interpreter does not implement `{name}`"
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The list of ops the onnxruntime cross-check (tests/ort/test_interp_ops.py) must cover.
+    const CROSS_CHECKED: &str = include_str!("../../tests/ort/interp_ops.txt");
+
+    /// How the list names an op: `Op`, or `domain.Op` outside ONNX's default domain.
+    fn listed_name((domain, op): (&str, &str)) -> String {
+        if domain.is_empty() {
+            op.to_string()
+        } else {
+            format!("{domain}.{op}")
+        }
+    }
+
+    #[test]
+    fn the_dispatch_table_has_one_entry_per_op() {
+        let mut seen = std::collections::HashSet::new();
+        for key in implemented_ops() {
+            assert!(seen.insert(key), "{key:?} is dispatched twice");
+        }
+    }
+
+    #[test]
+    fn the_cross_checked_op_list_is_the_dispatch_table() {
+        let mut want: Vec<String> = implemented_ops().map(listed_name).collect();
+        want.sort();
+        let listed: Vec<&str> = CROSS_CHECKED
+            .lines()
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .collect();
+        assert_eq!(
+            listed,
+            want,
+            "tests/ort/interp_ops.txt must list exactly the dispatched ops, sorted; expected:\n{}",
+            want.join("\n")
+        );
+    }
+
+    #[test]
+    fn an_op_of_the_ai_onnx_domain_is_the_default_domain_op() {
+        let x = Tensor::float(crate::ir::DType::F32, vec![2], vec![1.0, -2.0]);
+        let y = eval_op(
+            "n",
+            ("ai.onnx", "Neg"),
+            BTreeMap::new(),
+            &[Some(&x)],
+            &["y"],
+            &InterpLimits::default(),
+        )
+        .unwrap();
+        assert_eq!(y[0].floats().unwrap(), &[-1.0, 2.0]);
+        let err = eval_op(
+            "n",
+            ("com.microsoft", "Neg"),
+            BTreeMap::new(),
+            &[Some(&x)],
+            &["y"],
+            &InterpLimits::default(),
+        )
+        .unwrap_err();
+        assert!(err
+            .to_string()
+            .contains("does not implement `com.microsoft::Neg`"));
+    }
 }

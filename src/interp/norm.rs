@@ -1,6 +1,13 @@
 //! Normalizations: ONNX `LayerNormalization` and `RMSNormalization`, `com.microsoft`
 //! `SkipLayerNormalization` and `SkipSimplifiedLayerNormalization`, matching onnxruntime's CPU
 //! kernels. Statistics are accumulated in f64 and the result rounded to the output dtype.
+//! `LayerNormalization` and `RMSNormalization` sum values and squares; the `Skip*` ops follow
+//! onnxruntime's running (Welford) mean and sum of squared deviations, so a row holding an
+//! infinity before its last element has a NaN mean and one holding it last an infinite one.
+//!
+//! Not reproduced: onnxruntime accumulates the `Skip*` statistics in f32, so squares beyond
+//! f32's range (elements of magnitude ≳ 1.8e19) make its deviation infinite (and `y` zero or
+//! NaN) where the f64 accumulation here stays finite.
 //!
 //! Output details (as onnxruntime writes them):
 //! - `LayerNormalization` `Mean`/`InvStdDev` keep the input rank with the normalized axes set
@@ -11,20 +18,17 @@
 //!   to `mean`. `skip` broadcasts against the input (`[B, S, H]`, `[1, S, H]` or `[S, H]`).
 
 use super::tensor::{axis, broadcast_index, broadcast_shape};
-use super::{FamilyResult, OpCall, Tensor};
+use super::{OpCall, OpImpl, Tensor};
 use crate::ir::DType;
 use crate::Result;
 
-/// Evaluates the normalization ops.
-pub fn eval(domain: &str, op: &str, call: &OpCall<'_>) -> FamilyResult {
-    match (domain, op) {
-        ("" | "ai.onnx", "LayerNormalization") => Some(layer_norm(call, false)),
-        ("" | "ai.onnx", "RMSNormalization") => Some(layer_norm(call, true)),
-        ("com.microsoft", "SkipLayerNormalization") => Some(skip_norm(call, false)),
-        ("com.microsoft", "SkipSimplifiedLayerNormalization") => Some(skip_norm(call, true)),
-        _ => None,
-    }
-}
+/// The ops of this family.
+pub const OPS: &[OpImpl] = &[
+    OpImpl::onnx("LayerNormalization", |c| layer_norm(c, false)),
+    OpImpl::onnx("RMSNormalization", |c| layer_norm(c, true)),
+    OpImpl::ms("SkipLayerNormalization", |c| skip_norm(c, false)),
+    OpImpl::ms("SkipSimplifiedLayerNormalization", |c| skip_norm(c, true)),
+];
 
 /// Per-row statistics of `x` split in `rows` rows of `inner` elements: `(mean, 1/sqrt(var +
 /// eps))`, where for the simplified (RMS) form the mean is 0 and `var` is the mean square. Rows
@@ -146,6 +150,26 @@ fn channel<'a>(
     }
 }
 
+/// The statistics of one row of a `Skip*` op, `(mean, standard deviation)`, in onnxruntime's
+/// order of operations: for the simplified (RMS) form, mean 0 and `sqrt(Σx²/n + eps)`;
+/// otherwise a running (Welford) mean and sum of squared deviations `m2`, and
+/// `sqrt(m2/n + eps)`.
+fn skip_row_stats(row: &[f32], epsilon: f32, simplified: bool) -> (f64, f64) {
+    let (n, epsilon) = (row.len() as f64, epsilon as f64);
+    if simplified {
+        let sum_sq: f64 = row.iter().map(|&v| v as f64 * v as f64).sum();
+        return (0.0, (sum_sq / n + epsilon).sqrt());
+    }
+    let (mut mean, mut m2) = (0.0f64, 0.0f64);
+    for (k, &v) in row.iter().enumerate() {
+        let v = v as f64;
+        let delta = v - mean;
+        mean += delta / (k + 1) as f64;
+        m2 += delta * (v - mean);
+    }
+    (mean, (m2 / n + epsilon).sqrt())
+}
+
 /// `SkipLayerNormalization` (input, skip, gamma, beta?, bias?) or, when `simplified`,
 /// `SkipSimplifiedLayerNormalization` (input, skip, gamma, bias?) → output, mean, inv_std_var,
 /// input_skip_bias_sum.
@@ -178,22 +202,50 @@ fn skip_norm(call: &OpCall<'_>, simplified: bool) -> Result<Vec<Tensor>> {
     // One row of statistics per row of `hidden` elements (checked before allocating: an empty
     // input may have long outer axes).
     let rows = call.alloc(&stat_shape)?;
-    let stats = row_stats(&sum, rows, hidden, call.float("epsilon", 1e-12), simplified);
+    let epsilon = call.float("epsilon", 1e-12);
+    let stats: Vec<(f64, f64)> = (0..rows)
+        .map(|r| skip_row_stats(&sum[r * hidden..(r + 1) * hidden], epsilon, simplified))
+        .collect();
     let y = sum
         .iter()
         .enumerate()
         .map(|(i, &v)| {
-            let (mean, inv) = stats[i / hidden];
-            let n = (v as f64 - mean) * inv * gamma[i % hidden] as f64;
+            let (mean, std_dev) = stats[i / hidden];
+            let n = (v as f64 - mean) / std_dev * gamma[i % hidden] as f64;
             (n + beta.map_or(0.0, |b| b[i % hidden] as f64)) as f32
         })
         .collect();
     let means = stats.iter().map(|s| s.0 as f32).collect();
-    let invs = stats.iter().map(|s| s.1 as f32).collect();
+    let invs = stats.iter().map(|s| (1.0 / s.1) as f32).collect();
     Ok(vec![
         Tensor::float(x.dtype, x.shape.clone(), y),
         Tensor::float(DType::F32, stat_shape.clone(), means),
         Tensor::float(DType::F32, stat_shape, invs),
         Tensor::float(x.dtype, x.shape.clone(), sum),
     ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn skip_stats_follow_a_running_mean_like_onnxruntime() {
+        // an infinity before the row's end: the next step computes inf - inf (onnxruntime's mean
+        // is NaN); as the last element: the mean is inf and the deviation NaN
+        assert!(skip_row_stats(&[f32::INFINITY, 0.0, 0.0, 0.0], 1e-5, false)
+            .0
+            .is_nan());
+        let (mean, std_dev) = skip_row_stats(&[0.0, 0.0, 0.0, f32::INFINITY], 1e-5, false);
+        assert_eq!(mean, f64::INFINITY);
+        assert!(std_dev.is_nan());
+        assert!(skip_row_stats(&[f32::INFINITY; 4], 1e-5, false).0.is_nan());
+        // the simplified form has no mean: an infinity makes the deviation infinite
+        assert_eq!(
+            skip_row_stats(&[1.0, f32::INFINITY], 1e-5, true),
+            (0.0, f64::INFINITY)
+        );
+        let (mean, std_dev) = skip_row_stats(&[1.0, 2.0, 3.0, 4.0], 0.0, false);
+        assert_eq!((mean, std_dev), (2.5, 1.25f64.sqrt()));
+    }
 }

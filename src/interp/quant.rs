@@ -5,22 +5,16 @@
 //! onnxruntime.
 
 use super::tensor::axis;
-use super::{FamilyResult, OpCall, Tensor};
+use super::{OpCall, OpImpl, Tensor};
 use crate::ir::DType;
 use crate::Result;
 
-/// The contrib domain of the onnxruntime ops.
-const MS: &str = "com.microsoft";
-
-/// Evaluates the ops of this family.
-pub fn eval(domain: &str, op: &str, call: &OpCall<'_>) -> FamilyResult {
-    match (domain, op) {
-        ("" | "ai.onnx", "DequantizeLinear") => Some(dequantize_linear(call)),
-        (MS, "MatMulNBits") => Some(matmul_nbits(call)),
-        (MS, "GatherBlockQuantized") => Some(gather_block_quantized(call)),
-        _ => None,
-    }
-}
+/// The ops of this family.
+pub const OPS: &[OpImpl] = &[
+    OpImpl::onnx("DequantizeLinear", dequantize_linear),
+    OpImpl::ms("MatMulNBits", matmul_nbits),
+    OpImpl::ms("GatherBlockQuantized", gather_block_quantized),
+];
 
 /// Input `i` (called `name` in errors), which must be a float tensor (f32, f16 or bf16).
 fn float_input<'a>(call: &OpCall<'a>, i: usize, name: &str) -> Result<&'a Tensor> {
@@ -486,7 +480,7 @@ fn gather_block_quantized(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::interp::eval_op;
+    use crate::interp::{eval_op, CONTRIB_DOMAIN};
     use crate::ir::Attr;
     use crate::limits::InterpLimits;
 
@@ -523,7 +517,7 @@ mod tests {
             .collect();
         let y = eval_op(
             "mm",
-            (MS, "MatMulNBits"),
+            (CONTRIB_DOMAIN, "MatMulNBits"),
             attrs,
             &[Some(&a), Some(&b), Some(&scales)],
             &["y"],

@@ -3,26 +3,19 @@
 
 use super::elementwise::wrap_int;
 use super::tensor::{axis, broadcast_index};
-use super::{FamilyResult, OpCall, Tensor, Values};
+use super::{OpCall, OpImpl, Tensor, Values};
 use crate::ir::DType;
 use crate::Result;
 
-/// Evaluates the ops of this family.
-pub fn eval(domain: &str, op: &str, call: &OpCall<'_>) -> FamilyResult {
-    if !(domain.is_empty() || domain == "ai.onnx") {
-        return None;
-    }
-    let result = match op {
-        "ReduceSum" => reduce(call, Kind::Sum),
-        "ReduceMean" => reduce(call, Kind::Mean),
-        "ReduceMax" => reduce(call, Kind::Max),
-        "ReduceMin" => reduce(call, Kind::Min),
-        "Softmax" => softmax(call),
-        "CumSum" => cumsum(call),
-        _ => return None,
-    };
-    Some(result)
-}
+/// The ops of this family.
+pub const OPS: &[OpImpl] = &[
+    OpImpl::onnx("ReduceSum", |c| reduce(c, Kind::Sum)),
+    OpImpl::onnx("ReduceMean", |c| reduce(c, Kind::Mean)),
+    OpImpl::onnx("ReduceMax", |c| reduce(c, Kind::Max)),
+    OpImpl::onnx("ReduceMin", |c| reduce(c, Kind::Min)),
+    OpImpl::onnx("Softmax", softmax),
+    OpImpl::onnx("CumSum", cumsum),
+];
 
 /// The reductions.
 #[derive(Clone, Copy)]

@@ -15,17 +15,14 @@
 //!   kernel does) and `is_packed_batching = 1` is not supported.
 
 use super::attention::head_count;
-use super::{FamilyResult, OpCall, Tensor};
+use super::{OpCall, OpImpl, Tensor};
 use crate::Result;
 
-/// Evaluates `RotaryEmbedding` (standard or `com.microsoft` domain).
-pub fn eval(domain: &str, op: &str, call: &OpCall<'_>) -> FamilyResult {
-    match (domain, op) {
-        ("" | "ai.onnx", "RotaryEmbedding") => Some(onnx_rotary(call)),
-        ("com.microsoft", "RotaryEmbedding") => Some(contrib_rotary(call)),
-        _ => None,
-    }
-}
+/// The ops of this family.
+pub const OPS: &[OpImpl] = &[
+    OpImpl::onnx("RotaryEmbedding", onnx_rotary),
+    OpImpl::ms("RotaryEmbedding", contrib_rotary),
+];
 
 /// Rotates the first `2·cos.len()` elements of one head vector `x` in place, pairing halves
 /// (`i` with `i + cos.len()`) or, when `interleaved`, neighbours (`2i` with `2i + 1`).

@@ -749,6 +749,12 @@ def _attention():
     att_nan("bool_fully_masked_rows_nan_value", mask=mb, v_nan=(3, 1))
     att_nan("nonpad_hides_nan_key", k_nan=(3, 0), nonpad=[2])  # overwritten, not added
     att_nan("nonpad_zero_nan_value", v_nan=(3, 0), nonpad=[0])
+    att_nan("inf_key_element", k_nan=(1, 2, inf))
+    att_nan("neg_inf_value_causal", v_nan=(3, 1, -inf), is_causal=1)  # key 3 is read by the last row only
+    # every row fully masked: zeros (a float mask of -inf, a bool mask of False)
+    att_nan("all_rows_masked_float", mask=np.full((3, 4), -inf, np.float32))
+    att_nan("all_rows_masked_bool", mask=np.zeros((1, 1, 3, 4), bool))
+    att_nan("all_rows_masked_causal_bool", mask=np.zeros((3, 4), bool), is_causal=1)
 
     # ---- com.microsoft GroupQueryAttention (BSNH inputs, BNSH caches)
     op_g = "GroupQueryAttention"
@@ -810,7 +816,7 @@ def _attention():
     # (0 * NaN), beyond it none. (onnxruntime's prompt kernel drops a NaN on the diagonal of
     # every row but the last, depending on its tiling: prompt cases keep NaN off it.)
     def gqa_nan(name, *, S=1, P=5, B=1, seqlens=None, q_nan=None, k_nan=None, v_nan=None, pk_nan=None,
-                pv_nan=None, present_valid=None, y_regions=None, **attrs):
+                pv_nan=None, present_valid=None, y_regions=None, fill=np.nan, **attrs):
         r = rng_for(op_g, name)
         N, Nkv, D = 2, 1, 8
         total = P + S
@@ -819,7 +825,7 @@ def _attention():
         pk, pv = randn(r, B, Nkv, P, D), randn(r, B, Nkv, P, D)
         for a, at in ((q, q_nan), (k, k_nan), (v, v_nan), (pk, pk_nan), (pv, pv_nan)):
             if at is not None:
-                a[at] = np.nan
+                a[at] = fill
         ins = [inp("q", q), inp("k", k), inp("v", v), inp("past_key", pk), inp("past_value", pv),
                inp("seqlens_k", np.array(seqlens, np.int32) - 1),
                inp("total_sequence_length", np.array(max(seqlens), np.int32))]
@@ -844,6 +850,13 @@ def _attention():
     gqa_nan("prompt_nan_key_off_diagonal", S=4, P=0, k_nan=(0, 1, 0),
             y_regions=lambda a: a[:, [0, 2, 3]].ravel())
     gqa_nan("prompt_nan_value", S=4, P=0, v_nan=(0, 2, 5))
+    # infinity: an infinite query element gives +-inf scores (a row of them is NaN: inf - inf
+    # in the softmax), an infinite past value inf or NaN (inf * 0) in every output that reads it
+    gqa_nan("decode_inf_query_element", q_nan=(0, 0, 3), fill=np.inf)
+    gqa_nan("decode_neg_inf_past_key", pk_nan=(0, 0, 1, 2), fill=-np.inf)
+    gqa_nan("decode_inf_past_value", pv_nan=(0, 0, 2, 4), fill=np.inf)
+    gqa_nan("decode_inf_past_key_outside_window", pk_nan=(0, 0, 0, 3), fill=np.inf, local_window_size=2)
+    gqa_nan("prompt_inf_value", S=4, P=0, v_nan=(0, 1, 2), fill=-np.inf)
 
 
 _binary()
@@ -930,6 +943,191 @@ def _extrema():
 
 
 _extrema()
+
+
+# --------------------------------------------------------------------------- special values
+# NaN, +inf, -inf (and fully masked rows) for every op family that computes on floats; the
+# data-movement ops copy values and have their own cases above.
+def _special_values():
+    nan, inf = np.nan, np.inf
+
+    # arithmetic: every pairing of NaN, +-inf, zero and a finite value
+    vals = np.array([nan, inf, -inf, 0.0, -0.0, 2.0, -3.0], np.float32)
+    a, b = np.meshgrid(vals, vals, indexing="ij")
+    a, b = a.ravel().copy(), b.ravel().copy()
+    for op in ["Add", "Sub", "Mul", "Div", "Pow"]:
+        add(op, "special_pairs", [a, b], [("y", F32)])
+        add(op, "special_pairs_f16", [a.astype(np.float16), b.astype(np.float16)], [("y", F16)])
+    # f16 overflow to infinity (computed in f32, rounded at the op boundary)
+    big = np.array([60000, -60000, 65504, 40000], np.float16)
+    for op in ["Add", "Sub", "Mul"]:
+        add(op, "f16_overflow", [big, np.array([60000, 60000, 1, 2], np.float16)], [("y", F16)])
+    # Pow of negative bases and fractional, infinite or NaN exponents, broadcast
+    add("Pow", "special_bcast", [np.array([[-8.0], [-1.0], [1.0], [0.0], [-inf], [nan]], np.float32),
+                                  np.array([1 / 3, 0.0, -1.0, 2.0, inf, -inf, nan, 3.0], np.float32)],
+        [("y", F32)])
+
+    # MatMul / Gemm: a NaN in A fills its row, an infinite B element its column (NaN where it
+    # meets an infinity of the other sign or a zero); Gemm's C adds on top
+    r = rng_for("MatMul", "special")
+    x, w = randn(r, 4, 6), randn(r, 6, 5)
+    x[0, 2] = nan
+    x[1, 3] = inf
+    x[2, :] = 0.0
+    w[1, 4] = -inf
+    w[3, 1] = inf
+    add("MatMul", "nan_inf", [x, w], [("y", F32)])
+    add("MatMul", "nan_inf_f16", [x.astype(np.float16), w.astype(np.float16)], [("y", F16)])
+    xb = randn(r, 2, 3, 6)
+    xb[1, 2, 0] = -inf
+    add("MatMul", "nan_inf_batched", [xb, w], [("y", F32)])
+    c = randn(r, 4, 5)
+    c[3, 0], c[2, 2] = nan, -inf
+    add("Gemm", "nan_inf_c", [inp("A", x), init("B", w), init("C", c)], [("y", F32)], alpha=0.5, beta=2.0)
+    add("Gemm", "nan_inf_transB_c_row", [inp("A", x), init("B", np.ascontiguousarray(w.T)),
+                                           init("C", np.array([inf, 0, nan, 1, -1], np.float32))],
+        [("y", F32)], transB=1)
+    # beta 0: C is not read (a NaN or infinite C does not reach the output)
+    add("Gemm", "nan_c_beta0", [inp("A", randn(r, 3, 6)), init("B", randn(r, 6, 5)), init("C", c[:3])],
+        [("y", F32)], beta=0.0)
+
+    # reductions: NaN anywhere and inf + -inf make NaN; an infinity otherwise stays
+    x = np.array([[nan, 1, 2, 3], [1, inf, 2, 3], [-inf, 1, 2, -inf], [inf, -inf, 0, 1], [1, 2, 3, nan],
+                  [-inf] * 4], np.float32)
+    for op in ["ReduceSum", "ReduceMean"]:
+        _red(op, "nan_inf_rows", x, [1])
+        _red(op, "nan_inf_rows_f16", x.astype(np.float16), [1], dt=F16)
+        _red(op, "nan_inf_axis0", x, [0], keepdims=0)
+    x3 = randn(rng_for("ReduceMax", "special"), 3, 4, 5)
+    x3[0, 1, 2], x3[2, 0, 0], x3[1, 3, 4] = inf, -inf, nan
+    for op in ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin"]:
+        # a NaN in a strided (non-contiguous) group, leading or not
+        _red(op, "nan_inf_axis1_of_3", x3, [1])
+
+    # Softmax: a row entirely -inf (NaN, as onnxruntime computes exp(-inf - -inf)), on the
+    # last axis and on an inner one, in f32 and f16
+    sm = randn(rng_for("Softmax", "special"), 2, 3, 4)
+    sm[0, 1, :] = -inf
+    sm[1, :, 2] = -inf
+    sm[1, 0, 0] = inf
+    add("Softmax", "neg_inf_row_last_axis", [sm], [("y", F32)])
+    add("Softmax", "neg_inf_row_axis1", [sm], [("y", F32)], axis=1)
+    add("Softmax", "neg_inf_row_f16", [sm.astype(np.float16)], [("y", F16)])
+
+    # CumSum: a NaN or infinity reaches every later partial sum (inf + -inf: NaN); exclusive
+    # and reverse scans move where it starts
+    x = np.array([[1, nan, 2, 3, 4], [1, inf, 2, -inf, 4], [-inf, 1, 2, 3, 4], [1, 2, 3, 4, inf]], np.float32)
+    for name, kw in [("nan_inf", {}), ("nan_inf_exclusive", {"exclusive": 1}),
+                     ("nan_inf_reverse", {"reverse": 1}),
+                     ("nan_inf_reverse_exclusive", {"reverse": 1, "exclusive": 1})]:
+        add("CumSum", name, [inp("x", x), init("axis", np.array(1, np.int64))], [("y", F32)], **kw)
+    add("CumSum", "nan_inf_axis0_f16", [inp("x", x.astype(np.float16)), init("axis", np.array(0, np.int64))],
+        [("y", F16)])
+
+    # comparisons, Where, logic
+    p = np.array([nan, nan, inf, -inf, inf, 0.0, -0.0, 1.0, -inf], np.float32)
+    q = np.array([nan, 1.0, inf, -inf, -inf, -0.0, 0.0, nan, 1.0], np.float32)
+    for op in ["Equal", "Less", "Greater"]:
+        add(op, "nan_inf_pairs", [p, q], [("y", BOOL)])
+        add(op, "nan_inf_pairs_f16", [p.astype(np.float16), q.astype(np.float16)], [("y", BOOL)])
+    add("Where", "nan_inf", [np.array([True, False, True, False, True, False, True, False, True]), p, q],
+        [("y", F32)])
+    add("Where", "nan_inf_bcast_f16", [np.array([[True], [False]]), p.astype(np.float16),
+                                        np.array(-inf, np.float16)], [("y", F16)])
+    r = rng_for("Or", "data")
+    add("Or", "same", [r.random((3, 4)) < 0.5, r.random((3, 4)) < 0.5], [("y", BOOL)])
+    add("Or", "bcast", [r.random((2, 1, 4)) < 0.5, r.random((3, 1)) < 0.5], [("y", BOOL)])
+    add("Or", "all_pairs", [np.array([False, False, True, True]), np.array([False, True, False, True])],
+        [("y", BOOL)])
+    add("Or", "scalar", [np.array(False), r.random((2, 3)) < 0.5], [("y", BOOL)])
+
+    # unary ops not in _unary's special values
+    add("Neg", "special_values", [np.array([nan, inf, -inf, 0.0, -0.0], np.float32)], [("y", F32)])
+
+    # GELU family: +-inf and NaN (x * Phi(x): -inf * 0)
+    g = np.array([nan, inf, -inf, -30.0, 30.0, 0.0, -0.0, 1.0], np.float32)
+    for name, kw in [("special_values", {}), ("special_values_tanh", {"approximate": "tanh"})]:
+        add("Gelu", name, [g], [("y", F32)], **kw)
+    add("Gelu", "special_values_f16", [g.astype(np.float16)], [("y", F16)])
+    gb = np.array([0.0, 0.0, 1.0, nan, inf, -inf, 0.5, 0.0], np.float32)
+    add("BiasGelu", "special_values", [inp("x", np.stack([g, g[::-1]])), init("bias", gb)], [("y", F32)],
+        domain=MS)
+    add("FastGelu", "special_values_bias", [inp("x", np.stack([g, g[::-1]])), init("bias", gb)], [("y", F32)],
+        domain=MS)
+    add("FastGelu", "special_values", [inp("x", g)], [("y", F32)], domain=MS)
+
+    # normalizations: a NaN or infinity in a row makes the row (and its statistics) NaN; an
+    # infinite scale or bias element its column; other rows stay finite
+    r = rng_for("LayerNormalization", "special")
+    x = randn(r, 4, 8)
+    x[0, 3] = nan
+    x[1, 5] = inf
+    x[2, 0] = -inf
+    scale, bias = randn(r, 8), randn(r, 8)
+    scale[6] = inf
+    bias[7] = nan
+    add("LayerNormalization", "nan_inf", [inp("x", x), init("scale", scale), init("bias", bias)],
+        [("y", F32), ("mean", F32), ("inv_std", F32)])
+    add("LayerNormalization", "nan_inf_f16", [inp("x", x.astype(np.float16)), init("scale", scale.astype(np.float16)),
+                                              init("bias", bias.astype(np.float16))], [("y", F16)])
+    add("RMSNormalization", "nan_inf", [inp("x", x), init("scale", scale)], [("y", F32)])
+    add("RMSNormalization", "nan_inf_f16", [inp("x", x.astype(np.float16)), init("scale", scale.astype(np.float16))],
+        [("y", F16)])
+    xs, sk = randn(r, 2, 3, 8), randn(r, 2, 3, 8)
+    xs[0, 0, 1] = nan
+    sk[0, 1, 2] = inf
+    xs[1, 2, 0], sk[1, 2, 0] = inf, -inf  # inf + -inf in the sum
+    sb = randn(r, 8)
+    sb[4] = -inf
+    add("SkipLayerNormalization", "nan_inf",
+        [inp("x", xs), inp("skip", sk), init("gamma", scale), init("beta", randn(r, 8)), init("bias", randn(r, 8))],
+        [("y", F32), ("mean", F32), ("inv_std_var", F32), ("sum", F32)], domain=MS, epsilon=1e-5)
+    add("SkipLayerNormalization", "inf_bias",
+        [inp("x", randn(r, 2, 3, 8)), inp("skip", randn(r, 2, 3, 8)), init("gamma", randn(r, 8)),
+         init("beta", randn(r, 8)), init("bias", sb)],
+        [("y", F32), ("mean", F32), ("inv_std_var", F32), ("sum", F32)], domain=MS, epsilon=1e-5)
+    add("SkipSimplifiedLayerNormalization", "nan_inf",
+        [inp("x", xs), inp("skip", sk), init("gamma", scale), init("bias", sb)],
+        [("y", F32), ("", 0), ("inv_std_var", F32), ("sum", F32)], domain=MS, epsilon=1e-5)
+    # onnxruntime's Skip* statistics follow a running mean: an infinity before a row's end
+    # makes its mean NaN, at its end inf. (It accumulates in f32, the interpreter in f64:
+    # elements whose squares pass f32's range, |x| >= 1.8e19, are left out.)
+    rows = np.array([[inf, 0, 0, 0], [0, 0, 0, inf], [1, 1, 1, inf], [inf] * 4, [-inf, 1, 2, 3], [0, 1, -inf, 1],
+                     [1e18, -1e18, 1e18, 3], [1, 2, 3, 4]], np.float32)
+    for op, extra, outs in [("SkipLayerNormalization", [init("beta", np.zeros(4, np.float32))],
+                             [("y", F32), ("mean", F32), ("inv_std_var", F32), ("sum", F32)]),
+                            ("SkipSimplifiedLayerNormalization", [],
+                             [("y", F32), ("mean", F32), ("inv_std_var", F32), ("sum", F32)])]:
+        add(op, "inf_rows", [inp("x", rows), inp("skip", np.zeros_like(rows)),
+                                          init("gamma", np.ones(4, np.float32)), *extra],
+            outs, domain=MS, epsilon=1e-5)
+
+    # rotary embeddings: a NaN or infinity in x reaches its rotation partner (inf * 0 = NaN
+    # where the angle's sine or cosine is 0); an infinite cache entry too
+    B, S, N, H = 1, 3, 2, 8
+    r = rng_for("RotaryEmbedding", "special")
+    x = randn(r, B, S, N * H)
+    x[0, 0, 1] = nan
+    x[0, 1, 2] = inf
+    x[0, 2, 8 + 5] = -inf
+    x[0, 2, 0] = inf  # a position whose angle is 0: sin = 0, so inf * 0 meets the partner
+    cos, sin = _caches(r, 8, H // 2)
+    cos[0], sin[0] = 1.0, 0.0
+    cos[3, 1] = inf
+    pos = np.array([[1, 2, 0]], np.int64)
+    add("RotaryEmbedding", "nan_inf", [inp("x", x), init("cos", cos), init("sin", sin), inp("pos", pos)],
+        [("y", F32)], opset=23, num_heads=N)
+    add("RotaryEmbedding", "nan_inf_interleaved", [inp("x", x), init("cos", cos), init("sin", sin),
+                                                   inp("pos", np.array([[3, 2, 0]], np.int64))],
+        [("y", F32)], opset=23, num_heads=N, interleaved=1)
+    add("RotaryEmbedding", "nan_inf", [inp("x", x), inp("pos", pos), init("cos", cos), init("sin", sin)],
+        [("y", F32)], domain=MS, label="ms.RotaryEmbedding")
+    add("RotaryEmbedding", "nan_inf_interleaved_cache_inf",
+        [inp("x", x), inp("pos", np.array([[3, 2, 0]], np.int64)), init("cos", cos), init("sin", sin)],
+        [("y", F32)], domain=MS, label="ms.RotaryEmbedding", interleaved=1)
+
+
+_special_values()
 
 
 # --------------------------------------------------------------------------- quantized ops

@@ -65,7 +65,8 @@ per_build = pytest.mark.parametrize("ep,dtype", BUILDS, ids=_ids(BUILDS))
 # after og.Config.clear_providers(), which still exercises their graph and the
 # rest of their genai_config.json.  Their provider entries are checked by
 # test_genai_provider_options.  f16 builds run with providers cleared too
-# (test_genai_greedy_f16): their agreement with the f32 reference is reported.
+# (test_genai_greedy_f16): their agreement with the f32 reference is reported and
+# must reach F16_GREEDY_MIN_EQUAL of 32 tokens.
 GENAI_AS_IS = [None, "default", "cpu", "onnx-standard"]
 GENAI_BUILDS = [(ep, "f32") for ep in GENAI_AS_IS] + [(ep, "f32") for ep in F32_EPS if ep not in GENAI_AS_IS]
 per_genai_build = pytest.mark.parametrize("ep,dtype", GENAI_BUILDS, ids=_ids(GENAI_BUILDS))
@@ -330,12 +331,26 @@ def uses_gqa(built, name: str, ep, dtype: str) -> bool:
     return any(n.op_type == "GroupQueryAttention" and n.domain == "com.microsoft" for n in all_nodes(model))
 
 
+def skip_left_padding_where_gqa(built, ep_caps, name: str, ep, dtype: str, see: str) -> None:
+    """Left padding is outside GroupQueryAttention's contract (it reads each row's length from
+    seqlens_k and expects the padding on the right, onnxruntime-genai's layout). Skips exactly
+    where the EP's capabilities put GroupQueryAttention on this dtype (no --ep flag: the
+    `default` EP), after checking that the build agrees: GroupQueryAttention present exactly
+    then, so an unintended fusion fails instead of turning into a skip."""
+    expected = dtype in ep_caps[ep or "default"]["gqa_dtypes"]
+    got = uses_gqa(built, name, ep, dtype)
+    assert got == expected, (f"{name} --ep {ep} {dtype}: GroupQueryAttention {'present' if got else 'absent'}, "
+                             f"but the EP's gqa_dtypes {ep_caps[ep or 'default']['gqa_dtypes']} say "
+                             f"{'it should be' if expected else 'it should not be'}")
+    if expected:
+        pytest.skip(f"--ep {ep or 'default'} puts GroupQueryAttention on {dtype}, which expects right "
+                    f"padding (seqlens_k, onnxruntime-genai's layout); see {see}")
+
+
 @per_build
 @pytest.mark.parametrize("name", NAMES)
-def test_batch_left_padded(built, session_for, name, ep, dtype):
-    if uses_gqa(built, name, ep, dtype):
-        pytest.skip("GroupQueryAttention reads padding from seqlens_k and expects it on the right "
-                    "(onnxruntime-genai's layout); see test_batch_right_padded")
+def test_batch_left_padded(built, session_for, ep_caps, name, ep, dtype):
+    skip_left_padding_where_gqa(built, ep_caps, name, ep, dtype, "test_batch_right_padded")
     ref = load_reference(name)
     dims = dims_of(name)
     n = len(ref["input_ids"])
@@ -350,10 +365,9 @@ def test_batch_left_padded(built, session_for, name, ep, dtype):
 
 @per_build
 @pytest.mark.parametrize("name", NAMES)
-def test_batch_left_padded_decode(built, session_for, name, ep, dtype):
+def test_batch_left_padded_decode(built, session_for, ep_caps, name, ep, dtype):
     """Padded prefill of the prompt minus its last token, then one decode step."""
-    if uses_gqa(built, name, ep, dtype):
-        pytest.skip("GroupQueryAttention expects right padding; see test_batch_right_padded_decode")
+    skip_left_padding_where_gqa(built, ep_caps, name, ep, dtype, "test_batch_right_padded_decode")
     ref = load_reference(name)
     dims = dims_of(name)
     sess = session_for(name, dtype, ep)
@@ -455,6 +469,10 @@ def test_genai_greedy(built, name, ep, dtype):
 
 
 F16_GENAI_BUILDS = [(None, "f16")] + [(ep, "f16") for ep in F16_EPS]
+# Greedy tokens (of 32) an f16 build must share with transformers' f32 run: one near-tie
+# flipped by f16 rounding costs at most the tokens after it, so 30 allows a flip in the last
+# two steps and catches any earlier divergence.
+F16_GREEDY_MIN_EQUAL = 30
 
 
 @pytest.mark.parametrize("ep,dtype", F16_GENAI_BUILDS, ids=_ids(F16_GENAI_BUILDS))
@@ -462,8 +480,9 @@ F16_GENAI_BUILDS = [(None, "f16")] + [(ep, "f16") for ep in F16_EPS]
 def test_genai_greedy_f16(built, name, ep, dtype, record_agreement):
     """f16 builds under onnxruntime-genai (providers cleared: CPU): greedy tokens against
     transformers' f32 ones.  f16 rounding may flip a near-tie late in the sequence, so the
-    agreement (common prefix, equal tokens) is reported in the session summary; the test
-    requires the full length and the first token, whose logits the prefill parity test pins."""
+    agreement (common prefix, equal tokens) is reported in the session summary, and the test
+    requires F16_GREEDY_MIN_EQUAL of the tokens to be equal.  Measured with onnxruntime-genai
+    on CPU: every f16 build (14 fixtures x 5 builds) matched 32/32, so no build is exempt."""
     import onnxruntime_genai as og
 
     ref = load_reference(name)
@@ -483,7 +502,10 @@ def test_genai_greedy_f16(built, name, ep, dtype, record_agreement):
     prefix = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), len(want))
     equal = sum(a == b for a, b in zip(got, want))
     record_agreement(f"{name} {ep or 'noflag'} f16", prefix, equal, len(want))
-    assert prefix >= 1, f"{name} --ep {ep} f16: first greedy token {got[0]} != {want[0]}"
+    assert len(want) == 32, f"{name}: reference.json holds {len(want)} greedy tokens, not 32"
+    assert equal >= F16_GREEDY_MIN_EQUAL, (
+        f"{name} --ep {ep} f16: {equal}/32 greedy tokens equal to transformers' (common prefix {prefix}), "
+        f"fewer than {F16_GREEDY_MIN_EQUAL}: {got} != {want}")
 
 
 # HF model_type -> onnxruntime-genai model.type where they differ (spec 5.4); gpt2 uses genai's

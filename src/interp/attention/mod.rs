@@ -8,19 +8,16 @@ pub mod standard;
 
 use half::{bf16, f16};
 
-use super::{FamilyResult, OpCall};
+use super::{OpCall, OpImpl};
 use crate::ir::DType;
 use crate::limits::config::MAX_HEADS;
 use crate::Result;
 
-/// Evaluates the attention ops.
-pub fn eval(domain: &str, op: &str, call: &OpCall<'_>) -> FamilyResult {
-    match (domain, op) {
-        ("" | "ai.onnx", "Attention") => Some(standard::attention(call)),
-        ("com.microsoft", "GroupQueryAttention") => Some(gqa::group_query_attention(call)),
-        _ => None,
-    }
-}
+/// The ops of this family.
+pub const OPS: &[OpImpl] = &[
+    OpImpl::onnx("Attention", standard::attention),
+    OpImpl::ms("GroupQueryAttention", gqa::group_query_attention),
+];
 
 /// Head-count attribute `name` (`num_heads`, `kv_num_heads`, …): `None` when absent or 0, else
 /// a count in `1..=MAX_HEADS`; a negative or larger value is an error naming the node and the

@@ -11,35 +11,30 @@ mod make;
 mod select;
 
 use super::tensor::axis;
-use super::{FamilyResult, OpCall, Tensor, Values};
+use super::{OpCall, OpImpl, Tensor, Values};
 use crate::Result;
 
-/// Evaluates the ops of this family (standard domain only).
-pub fn eval(domain: &str, op: &str, call: &OpCall<'_>) -> FamilyResult {
-    if !domain.is_empty() && domain != "ai.onnx" {
-        return None;
-    }
-    let single: fn(&OpCall<'_>) -> Result<Tensor> = match op {
-        "Transpose" => layout::transpose,
-        "Reshape" => layout::reshape,
-        "Flatten" => layout::flatten,
-        "Squeeze" => layout::squeeze,
-        "Unsqueeze" => layout::unsqueeze,
-        "Expand" => layout::expand,
-        "Tile" => layout::tile,
-        "Concat" => select::concat,
-        "Split" => return Some(select::split(call)),
-        "Slice" => select::slice,
-        "Gather" => select::gather,
-        "Shape" => make::shape,
-        "Size" => make::size,
-        "Range" => make::range,
-        "ConstantOfShape" => make::constant_of_shape,
-        "Constant" => make::constant,
-        _ => return None,
-    };
-    Some(single(call).map(|t| vec![t]))
-}
+/// The ops of this family (standard domain only).
+pub const OPS: &[OpImpl] = &[
+    OpImpl::onnx("Transpose", |c| layout::transpose(c).map(|t| vec![t])),
+    OpImpl::onnx("Reshape", |c| layout::reshape(c).map(|t| vec![t])),
+    OpImpl::onnx("Flatten", |c| layout::flatten(c).map(|t| vec![t])),
+    OpImpl::onnx("Squeeze", |c| layout::squeeze(c).map(|t| vec![t])),
+    OpImpl::onnx("Unsqueeze", |c| layout::unsqueeze(c).map(|t| vec![t])),
+    OpImpl::onnx("Expand", |c| layout::expand(c).map(|t| vec![t])),
+    OpImpl::onnx("Tile", |c| layout::tile(c).map(|t| vec![t])),
+    OpImpl::onnx("Concat", |c| select::concat(c).map(|t| vec![t])),
+    OpImpl::onnx("Split", select::split),
+    OpImpl::onnx("Slice", |c| select::slice(c).map(|t| vec![t])),
+    OpImpl::onnx("Gather", |c| select::gather(c).map(|t| vec![t])),
+    OpImpl::onnx("Shape", |c| make::shape(c).map(|t| vec![t])),
+    OpImpl::onnx("Size", |c| make::size(c).map(|t| vec![t])),
+    OpImpl::onnx("Range", |c| make::range(c).map(|t| vec![t])),
+    OpImpl::onnx("ConstantOfShape", |c| {
+        make::constant_of_shape(c).map(|t| vec![t])
+    }),
+    OpImpl::onnx("Constant", |c| make::constant(c).map(|t| vec![t])),
+];
 
 /// A tensor of `t`'s dtype and the given shape holding `t`'s elements at flat positions `idx`.
 fn take(t: &Tensor, shape: Vec<usize>, idx: &[usize]) -> Tensor {
