@@ -123,7 +123,7 @@ def main():
             # Not timed: the previous output's dirty pages are flushed, so that every run
             # starts with the same amount of writeback pending (none).
             shutil.rmtree(out, ignore_errors=True)
-            os.makedirs(out)
+            os.makedirs(out, exist_ok=True)
             subprocess.run(["sync"], check=True)
 
         read_all(files + [double])
