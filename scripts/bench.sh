@@ -18,6 +18,20 @@
 #   scripts/bench.sh scale                 only the scale benchmark
 #   MOBIUS_BENCH_SCALE_LAYERS="100 1000"   layer counts (default "100 1000 2000"; at most
 #                                          limits::config::MAX_LAYERS)
+#
+# The weights benchmark (not part of the default run: it needs ~4 GB of disk and a few
+# minutes): the release CLI's whole `mobius build` (f16, bf16, f32, --quant int4) of a generated
+# ~300M-parameter bf16 Llama (606 MB; one file, then 4 shards) against `cp` of the same files,
+# warm page cache, medians of 5, interleaved; peak RSS (getrusage) and peak anonymous memory
+# (RssAnon of /proc/PID/status, sampled every millisecond). See scripts/bench_weights.py.
+#
+#   scripts/bench.sh weights               only the weights benchmark
+#   MOBIUS_BENCH_WEIGHTS_DIR               where the checkpoints are generated and kept
+#                                          (default target/bench-weights)
+#   MOBIUS_BENCH_PYTHON                    a Python with numpy, to generate them (default
+#                                          .venv/bin/python if present, else python3)
+#   MOBIUS_BENCH_COLD=1                    drop the page cache before every timed run instead
+#                                          (needs root)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -74,6 +88,23 @@ scale() {
     done
   done
 }
+
+weights() {
+  cargo build --release --quiet
+  local py="${MOBIUS_BENCH_PYTHON:-}"
+  if [[ -z "$py" ]]; then
+    if [[ -x .venv/bin/python ]]; then py=.venv/bin/python; else py=python3; fi
+  fi
+  local cold=()
+  [[ "${MOBIUS_BENCH_COLD:-}" == "1" ]] && cold=(--cold)
+  python3 scripts/bench_weights.py --bin target/release/mobius \
+    --work "${MOBIUS_BENCH_WEIGHTS_DIR:-target/bench-weights}" --python "$py" "${cold[@]}"
+}
+
+if [[ "${1:-}" == "weights" ]]; then
+  weights | tee target/bench-weights.log
+  exit 0
+fi
 
 if [[ "${1:-}" == "scale" ]]; then
   scale

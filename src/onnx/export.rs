@@ -2,18 +2,20 @@
 //!
 //! Tensors of at least [`INLINE_LIMIT`] bytes go to the external data file, each at an aligned
 //! offset (64 KiB for tensors of 64 KiB or more, 64 bytes otherwise); smaller ones stay inline.
-//! Tensor data is streamed one tensor at a time; the protobuf never holds weights, so it stays
+//! Tensor data is streamed one tensor at a time, written by a background thread while the next
+//! tensor is prepared ([`super::data_writer`]); the protobuf never holds weights, so it stays
 //! far below protobuf's 2 GiB limit whatever the model size (checked before writing).
 
 use std::fs::File;
-use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::path::Path;
 
 use prost::Message;
 
+use super::data_writer::DataSink;
 use super::proto::{self, attribute_type as at};
 use crate::ir::{Attr, Dim, Graph, Initializer, Model, Shape, TensorData, ValueInfo};
 use crate::weights::eval::Evaluator;
+use crate::weights::sink::Sink;
 use crate::{Error, Result};
 
 /// File name of the ONNX model inside a package.
@@ -96,45 +98,34 @@ pub fn save(
     if needs_data {
         progress.set_length(data_len);
         let file = File::create(&data_path).map_err(|e| Error::io(&data_path, e))?;
-        let mut out = BufWriter::with_capacity(8 << 20, file);
-        let mut pos = 0u64;
-        for (init, placement) in model.graph.initializers.iter().zip(&placements) {
-            let (Placement::External { offset, .. }, Some(src)) = (placement, &init.source) else {
-                continue;
-            };
-            if *offset > pos {
-                out.seek(SeekFrom::Start(*offset))
-                    .map_err(|e| Error::io(&data_path, e))?;
-                pos = *offset;
+        let file = std::thread::scope(|scope| -> Result<File> {
+            let mut sink = DataSink::start(scope, file, &data_path, progress);
+            for (init, placement) in model.graph.initializers.iter().zip(&placements) {
+                let (Placement::External { offset, .. }, Some(src)) = (placement, &init.source)
+                else {
+                    continue;
+                };
+                sink.skip_to(*offset)?;
+                if init.dtype.is_4bit() {
+                    let mut packer = NibblePacker::default();
+                    let mut pack = |bytes: &[u8]| sink.write(&packer.pack(bytes));
+                    report.clamped_f16 += evaluator.stream(src, init.dtype, &mut pack)?;
+                    packer.finish().map_or(Ok(()), |last| sink.write(&[last]))?;
+                } else {
+                    report.clamped_f16 += evaluator.stream(src, init.dtype, &mut sink)?;
+                }
+                let written = sink.position() - offset;
+                if written != init.byte_len() as u64 {
+                    return Err(Error::Graph(format!(
+                        "initializer `{}` produced {written} bytes, expected {}",
+                        init.name,
+                        init.byte_len()
+                    )));
+                }
+                report.data_bytes += written;
             }
-            let mut written = 0u64;
-            let mut write = |bytes: &[u8]| -> Result<()> {
-                out.write_all(bytes).map_err(|e| Error::io(&data_path, e))?;
-                written += bytes.len() as u64;
-                progress.inc(bytes.len() as u64);
-                Ok(())
-            };
-            if init.dtype.is_4bit() {
-                let mut packer = NibblePacker::default();
-                report.clamped_f16 +=
-                    evaluator.stream(src, init.dtype, &mut |bytes| write(&packer.pack(bytes)))?;
-                packer.finish().map_or(Ok(()), |last| write(&[last]))?;
-            } else {
-                report.clamped_f16 += evaluator.stream(src, init.dtype, &mut write)?;
-            }
-            if written != init.byte_len() as u64 {
-                return Err(Error::Graph(format!(
-                    "initializer `{}` produced {written} bytes, expected {}",
-                    init.name,
-                    init.byte_len()
-                )));
-            }
-            pos += written;
-            report.data_bytes += written;
-        }
-        let file = out
-            .into_inner()
-            .map_err(|e| Error::io(&data_path, e.into_error()))?;
+            sink.finish()
+        })?;
         file.set_len(data_len)
             .map_err(|e| Error::io(&data_path, e))?;
     }

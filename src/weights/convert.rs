@@ -25,6 +25,8 @@ fn widens_4bit(from: DType, to: DType) -> bool {
 
 /// Elements handled per inner step, with stack buffers (fits in L1 together with its output).
 const STEP: usize = 2048;
+/// f16 values per step of the stack buffer used when the output is not 2-byte aligned.
+const HALVES: usize = 256;
 
 /// Converts little-endian `src` elements of type `from` into `to`, appending to `out`.
 ///
@@ -32,14 +34,43 @@ const STEP: usize = 2048;
 /// clamped values is returned. Works in fixed steps on stack buffers: no allocation besides
 /// `out` growing.
 pub fn convert_into(src: &[u8], from: DType, to: DType, out: &mut Vec<u8>) -> usize {
+    let start = out.len();
+    out.resize(start + converted_len(src.len(), from, to), 0);
+    convert_slice(src, from, to, &mut out[start..])
+}
+
+/// Bytes that `len` bytes of `from` elements take as `to` elements.
+pub fn converted_len(len: usize, from: DType, to: DType) -> usize {
+    len / from.size() * to.size()
+}
+
+/// Converts `src` (elements of `from`) into `dst`, which holds exactly as many elements of
+/// `to`; returns the number of values clamped to the f16 range (see [`convert_into`]).
+pub fn convert_slice(src: &[u8], from: DType, to: DType, dst: &mut [u8]) -> usize {
+    let mut f32s = [0f32; STEP];
+    convert_through(src, from, to, dst, &mut f32s)
+}
+
+/// [`convert_slice`] through the caller's f32 scratch (any non-zero length), so that callers
+/// converting many short pieces do not set up a stack buffer each time.
+pub(super) fn convert_through(
+    src: &[u8],
+    from: DType,
+    to: DType,
+    dst: &mut [u8],
+    f32s: &mut [f32],
+) -> usize {
+    debug_assert_eq!(dst.len(), converted_len(src.len(), from, to));
     if from == to || widens_4bit(from, to) {
-        out.extend_from_slice(src);
+        dst.copy_from_slice(src);
         return 0;
     }
-    out.reserve(src.len() / from.size() * to.size());
-    let mut f32s = [0f32; STEP];
+    let step = f32s.len();
     let mut clamped = 0;
-    for piece in src.chunks(STEP * from.size()) {
+    for (piece, out) in src
+        .chunks(step * from.size())
+        .zip(dst.chunks_mut(step * to.size()))
+    {
         let n = piece.len() / from.size();
         to_f32(piece, from, &mut f32s[..n]);
         clamped += from_f32(&mut f32s[..n], to, out);
@@ -68,30 +99,46 @@ fn to_f32(src: &[u8], from: DType, dst: &mut [f32]) {
     }
 }
 
-/// Appends `src` converted to `to`; clamps to the f16 range in place first when `to` is f16.
-fn from_f32(src: &mut [f32], to: DType, out: &mut Vec<u8>) -> usize {
+/// Writes `src` converted to `to` into `out` (exactly that many bytes); clamps to the f16
+/// range in place first when `to` is f16.
+fn from_f32(src: &mut [f32], to: DType, out: &mut [u8]) -> usize {
     let mut clamped = 0;
     match to {
         DType::F32 => {
-            for v in src.iter() {
-                out.extend_from_slice(&v.to_le_bytes());
+            for (v, o) in src.iter().zip(out.chunks_exact_mut(4)) {
+                o.copy_from_slice(&v.to_le_bytes());
             }
         }
         DType::F16 => {
+            // Branch-free, so that it vectorizes.
             for v in src.iter_mut() {
-                if v.is_finite() && v.abs() > F16_MAX {
-                    clamped += 1;
-                    *v = v.clamp(-F16_MAX, F16_MAX);
+                let over = v.is_finite() & (v.abs() > F16_MAX);
+                clamped += usize::from(over);
+                *v = if over { v.clamp(-F16_MAX, F16_MAX) } else { *v };
+            }
+            // Straight into `out` where its bytes can be f16 values in little-endian order.
+            let direct = if cfg!(target_endian = "little") {
+                bytemuck::try_cast_slice_mut::<u8, f16>(out).ok()
+            } else {
+                None
+            };
+            match direct {
+                Some(halves) => half::slice::HalfFloatSliceExt::convert_from_f32_slice(halves, src),
+                None => {
+                    let mut halves = [f16::ZERO; HALVES];
+                    for (src, out) in src.chunks(HALVES).zip(out.chunks_mut(2 * HALVES)) {
+                        let halves = &mut halves[..src.len()];
+                        half::slice::HalfFloatSliceExt::convert_from_f32_slice(halves, src);
+                        for (h, o) in halves.iter().zip(out.chunks_exact_mut(2)) {
+                            o.copy_from_slice(&h.to_bits().to_le_bytes());
+                        }
+                    }
                 }
             }
-            let mut halves = [f16::ZERO; STEP];
-            let halves = &mut halves[..src.len()];
-            half::slice::HalfFloatSliceExt::convert_from_f32_slice(halves, src);
-            out.extend_from_slice(bytemuck::cast_slice(halves));
         }
         DType::BF16 => {
-            for v in src.iter() {
-                out.extend_from_slice(&bf16::from_f32(*v).to_bits().to_le_bytes());
+            for (v, o) in src.iter().zip(out.chunks_exact_mut(2)) {
+                o.copy_from_slice(&bf16::from_f32(*v).to_bits().to_le_bytes());
             }
         }
         other => unreachable!("from_f32 called for {other}: callers check can_convert"),
@@ -101,12 +148,22 @@ fn from_f32(src: &mut [f32], to: DType, out: &mut Vec<u8>) -> usize {
 
 /// Converts a whole tensor's bytes, returning the new bytes and the number of clamped values.
 pub fn convert(src: &[u8], from: DType, to: DType) -> (Vec<u8>, usize) {
-    let mut out = Vec::with_capacity(src.len() / from.size() * to.size());
-    let mut clamped = 0;
-    for chunk in src.chunks(CHUNK_ELEMS * from.size()) {
-        clamped += convert_into(chunk, from, to, &mut out);
-    }
+    let mut out = vec![0u8; converted_len(src.len(), from, to)];
+    let clamped = convert_parallel(src, from, to, &mut out);
     (out, clamped)
+}
+
+/// Elements per task of [`convert_parallel`].
+const PAR_ELEMS: usize = 1 << 16;
+
+/// [`convert_slice`] spread over rayon's threads in pieces of [`PAR_ELEMS`] elements.
+pub fn convert_parallel(src: &[u8], from: DType, to: DType, dst: &mut [u8]) -> usize {
+    use rayon::prelude::*;
+    debug_assert_eq!(dst.len(), converted_len(src.len(), from, to));
+    src.par_chunks(PAR_ELEMS * from.size())
+        .zip(dst.par_chunks_mut(PAR_ELEMS * to.size()))
+        .map(|(s, d)| convert_slice(s, from, to, d))
+        .sum()
 }
 
 #[cfg(test)]

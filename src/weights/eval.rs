@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use memmap2::Mmap;
 
 use super::convert::{self, CHUNK_ELEMS};
+use super::sink::Sink;
 use super::store::TensorStore;
+use super::transpose;
 use crate::ir::{DType, TensorSource};
 use crate::{Error, Result};
 
@@ -237,13 +239,14 @@ impl<'a> Evaluator<'a> {
         }
     }
 
-    /// Streams `src` converted to `target` into `sink`, chunk by chunk where no transform
-    /// needs the whole tensor. Returns the number of values clamped to the f16 range.
+    /// Streams `src` converted to `target` into `sink`, block by block where no transform
+    /// needs the whole tensor (checkpoint tensors, their row slices and transposes are read in
+    /// place). Returns the number of values clamped to the f16 range.
     pub fn stream(
         &mut self,
         src: &TensorSource,
         target: DType,
-        sink: &mut dyn FnMut(&[u8]) -> Result<()>,
+        sink: &mut dyn Sink,
     ) -> Result<usize> {
         match src {
             TensorSource::Transpose(inner) => {
@@ -291,7 +294,7 @@ impl<'a> Evaluator<'a> {
                         target,
                         &mut bytes,
                     );
-                    sink(&bytes)?;
+                    sink.write(&bytes)?;
                 }
                 Ok(clamped)
             }
@@ -366,10 +369,7 @@ impl<'a> Evaluator<'a> {
     /// a whole tensor is needed, e.g. to interpret it).
     pub fn read(&mut self, src: &TensorSource, target: DType) -> Result<Vec<u8>> {
         let mut bytes = Vec::new();
-        self.stream(src, target, &mut |b| {
-            bytes.extend_from_slice(b);
-            Ok(())
-        })?;
+        self.stream(src, target, &mut bytes)?;
         Ok(bytes)
     }
 
@@ -420,11 +420,21 @@ impl<'a> Evaluator<'a> {
                 ))
             }
             TensorSource::Transpose(inner) => {
+                if let Some(leaf) = self.leaf(inner)? {
+                    if let [r, c] = leaf.shape[..] {
+                        let bytes = transpose::transposed(leaf.data, r, c, leaf.dtype);
+                        return Ok((leaf.dtype, vec![c, r], bytes));
+                    }
+                }
                 let (dtype, shape, bytes) = self.materialize(inner)?;
                 let [r, c] = shape[..] else {
                     return Err(Error::Graph("transpose of a non-2-D tensor".into()));
                 };
-                Ok((dtype, vec![c, r], transpose_2d(&bytes, r, c, dtype.size())))
+                Ok((
+                    dtype,
+                    vec![c, r],
+                    transpose::transposed(&bytes, r, c, dtype),
+                ))
             }
             TensorSource::Concat { parts, axis } => {
                 let info = self.describe(src)?;
@@ -540,22 +550,23 @@ fn slice_shape(
     Ok(())
 }
 
-fn stream_converted(
-    data: &[u8],
-    from: DType,
-    to: DType,
-    sink: &mut dyn FnMut(&[u8]) -> Result<()>,
-) -> Result<usize> {
+/// Streams `data` converted from `from` to `to`, in blocks that fill the sink's buffer, each
+/// converted in parallel.
+fn stream_converted(data: &[u8], from: DType, to: DType, sink: &mut dyn Sink) -> Result<usize> {
     if from == to {
-        sink(data)?;
+        sink.write(data)?;
         return Ok(0);
     }
-    let mut clamped = 0;
-    let mut buf = Vec::with_capacity(CHUNK_ELEMS * to.size());
-    for chunk in data.chunks(CHUNK_ELEMS * from.size()) {
-        buf.clear();
-        clamped += convert::convert_into(chunk, from, to, &mut buf);
-        sink(&buf)?;
+    let (from_size, to_size) = (from.size(), to.size());
+    let total = data.len() / from_size;
+    let (mut clamped, mut at) = (0, 0);
+    while at < total {
+        let n = (sink.room() / to_size).clamp(1, total - at);
+        let piece = &data[at * from_size..(at + n) * from_size];
+        clamped += sink.write_with(n * to_size, &mut |dst| {
+            convert::convert_parallel(piece, from, to, dst)
+        })?;
+        at += n;
     }
     Ok(clamped)
 }
@@ -580,54 +591,29 @@ fn rotary_rows(inv_freq: &[f32], sine: bool, rows: std::ops::Range<usize>, out: 
 }
 
 /// Streams the transpose of a row-major `[rows, cols]` matrix, converted to `to`, in blocks of
-/// output rows of about 1 MiB, reading the source in place: memory stays at one block.
+/// whole output rows that fill the sink's buffer, reading the source in place
+/// ([`transpose::transpose_rows_into`]: tiled, conversion fused, in parallel).
 fn stream_transposed(
     data: &[u8],
     rows: usize,
     cols: usize,
     from: DType,
     to: DType,
-    sink: &mut dyn FnMut(&[u8]) -> Result<()>,
+    sink: &mut dyn Sink,
 ) -> Result<usize> {
-    let elem = from.size();
-    let block = ((1usize << 20) / (rows * elem).max(1)).max(1);
-    let mut clamped = 0;
-    let mut buf = Vec::new();
-    let mut converted = Vec::new();
-    for c0 in (0..cols).step_by(block) {
-        let c1 = (c0 + block).min(cols);
-        buf.clear();
-        buf.resize((c1 - c0) * rows * elem, 0);
-        for r in 0..rows {
-            let row = &data[(r * cols + c0) * elem..(r * cols + c1) * elem];
-            for (k, value) in row.chunks_exact(elem).enumerate() {
-                let d = (k * rows + r) * elem;
-                buf[d..d + elem].copy_from_slice(value);
-            }
-        }
-        converted.clear();
-        clamped += convert::convert_into(&buf, from, to, &mut converted);
-        sink(&converted)?;
+    let out_row = rows * to.size();
+    if out_row == 0 {
+        return Ok(0);
+    }
+    let (mut clamped, mut first) = (0, 0);
+    while first < cols {
+        let n = (sink.room() / out_row).clamp(1, cols - first);
+        clamped += sink.write_with(n * out_row, &mut |dst| {
+            transpose::transpose_rows_into(data, rows, cols, from, to, first, dst)
+        })?;
+        first += n;
     }
     Ok(clamped)
-}
-
-/// Transposes a row-major `[rows, cols]` matrix of `elem`-byte elements.
-pub fn transpose_2d(bytes: &[u8], rows: usize, cols: usize, elem: usize) -> Vec<u8> {
-    let mut out = vec![0u8; bytes.len()];
-    const TILE: usize = 32;
-    for r0 in (0..rows).step_by(TILE) {
-        for c0 in (0..cols).step_by(TILE) {
-            for r in r0..(r0 + TILE).min(rows) {
-                for c in c0..(c0 + TILE).min(cols) {
-                    let s = (r * cols + c) * elem;
-                    let d = (c * rows + r) * elem;
-                    out[d..d + elem].copy_from_slice(&bytes[s..s + elem]);
-                }
-            }
-        }
-    }
-    out
 }
 
 #[cfg(test)]
@@ -698,7 +684,7 @@ mod tests {
         ))));
         let mut ev = Evaluator::new(None);
         let mut streamed = Vec::new();
-        ev.stream(&src, DType::F32, &mut |b| {
+        ev.stream(&src, DType::F32, &mut |b: &[u8]| {
             streamed.extend_from_slice(b);
             Ok(())
         })
@@ -706,7 +692,7 @@ mod tests {
         let (_, _, materialized) = ev.materialize(&src).unwrap();
         assert_eq!(streamed, materialized);
         let mut halves = Vec::new();
-        ev.stream(&src, DType::F16, &mut |b| {
+        ev.stream(&src, DType::F16, &mut |b: &[u8]| {
             halves.extend_from_slice(b);
             Ok(())
         })
@@ -725,7 +711,7 @@ mod tests {
         assert_eq!(ev.describe(&src).unwrap().shape, vec![CHUNK_ELEMS, 3]);
         let (_, _, full) = ev.materialize(&src).unwrap();
         let mut streamed = Vec::new();
-        ev.stream(&src, DType::F32, &mut |b| {
+        ev.stream(&src, DType::F32, &mut |b: &[u8]| {
             streamed.extend_from_slice(b);
             Ok(())
         })

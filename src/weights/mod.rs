@@ -6,7 +6,9 @@ pub mod eval;
 pub mod index;
 pub mod prequantized;
 mod quantized;
+pub mod sink;
 pub mod store;
+pub mod transpose;
 pub mod unique_keys;
 
 pub use quantized::relayout;

@@ -1,0 +1,343 @@
+//! The external data file, written by a background thread while the next tensor is read,
+//! transposed and converted.
+//!
+//! Tensors are appended to fixed-size blocks ([`BLOCK`] bytes) taken from a pool of
+//! [`BLOCKS`] buffers; a full block goes to the writer thread, which writes it at its offset
+//! and hands the buffer back. The pool bounds both the memory (`BLOCKS · BLOCK` bytes) and how
+//! far the producer runs ahead. Padding between consecutive tensors is written as zeros inside
+//! a block, so writes stay large and, blocks starting at multiples of [`BLOCK`], aligned; a gap
+//! too large for the current block (tensors declared without data) is left as a hole.
+
+use std::fs::File;
+use std::io::{Seek, SeekFrom, Write};
+use std::path::Path;
+use std::sync::mpsc::{channel, sync_channel, Receiver, Sender, SyncSender};
+use std::thread::{Scope, ScopedJoinHandle};
+
+use crate::weights::sink::Sink;
+use crate::{Error, Result};
+
+/// Bytes per block (one write).
+pub const BLOCK: usize = 8 << 20;
+/// Blocks in the pool: one being filled, the others queued or being written.
+pub const BLOCKS: usize = 4;
+
+/// A block on its way to the writer: `data[..len]` goes to byte `offset` of the file.
+struct Block {
+    offset: u64,
+    data: Vec<u8>,
+    len: usize,
+}
+
+/// The producer's side: a [`Sink`] that fills blocks and queues them for the writer thread.
+pub struct DataSink<'scope, 'p> {
+    /// The block being filled (empty `data` before the first byte).
+    current: Block,
+    queue: Option<SyncSender<Block>>,
+    free: Receiver<Vec<u8>>,
+    allocated: usize,
+    writer: Option<ScopedJoinHandle<'scope, Result<File>>>,
+    path: &'p Path,
+    progress: &'p indicatif::ProgressBar,
+}
+
+impl<'scope, 'p> DataSink<'scope, 'p> {
+    /// Starts the writer thread for `file` (at `path`, named in errors) inside `scope`.
+    pub fn start<'env>(
+        scope: &'scope Scope<'scope, 'env>,
+        file: File,
+        path: &'p Path,
+        progress: &'p indicatif::ProgressBar,
+    ) -> DataSink<'scope, 'p>
+    where
+        'p: 'scope,
+    {
+        let (queue, blocks) = sync_channel(BLOCKS);
+        let (give_back, free) = channel();
+        let writer = scope.spawn(move || write_blocks(file, path, blocks, give_back));
+        DataSink {
+            current: Block {
+                offset: 0,
+                data: Vec::new(),
+                len: 0,
+            },
+            queue: Some(queue),
+            free,
+            allocated: 0,
+            writer: Some(writer),
+            path,
+            progress,
+        }
+    }
+
+    /// The file offset the next byte goes to.
+    pub fn position(&self) -> u64 {
+        self.current.offset + self.current.len as u64
+    }
+
+    /// Moves on to `offset` (at or after [`DataSink::position`]): zeros up to it when they fit
+    /// in the current block, a hole otherwise.
+    pub fn skip_to(&mut self, offset: u64) -> Result<()> {
+        let gap = offset.checked_sub(self.position()).ok_or_else(|| {
+            Error::Graph(format!(
+                "external data offset {offset} is before the end of the previous tensor ({})",
+                self.position()
+            ))
+        })?;
+        match usize::try_from(gap) {
+            Ok(gap) if self.current.len > 0 && gap <= BLOCK - self.current.len => {
+                let len = self.current.len;
+                self.current.data[len..len + gap].fill(0);
+                self.current.len += gap;
+            }
+            _ => {
+                self.flush()?;
+                self.current.offset = offset;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes what is left, waits for the writer and returns the file.
+    pub fn finish(mut self) -> Result<File> {
+        self.flush()?;
+        self.queue = None;
+        self.join_writer()
+    }
+
+    /// Queues the current block (if it holds anything) and starts an empty one after it.
+    fn flush(&mut self) -> Result<()> {
+        if self.current.len == 0 {
+            return Ok(());
+        }
+        let next = self.position();
+        let block = std::mem::replace(
+            &mut self.current,
+            Block {
+                offset: next,
+                data: Vec::new(),
+                len: 0,
+            },
+        );
+        self.send(block)
+    }
+
+    fn send(&mut self, block: Block) -> Result<()> {
+        let queue = self.queue.as_ref().expect("the queue lives until finish");
+        if queue.send(block).is_err() {
+            // The writer stopped: its error says why.
+            return Err(self.writer_failure());
+        }
+        Ok(())
+    }
+
+    /// Makes sure the current block has a buffer: a new one while the pool is not full, else
+    /// the next one the writer hands back.
+    fn ensure_buffer(&mut self) -> Result<()> {
+        if !self.current.data.is_empty() {
+            return Ok(());
+        }
+        self.current.data = if self.allocated < BLOCKS {
+            self.allocated += 1;
+            vec![0u8; BLOCK]
+        } else {
+            match self.free.recv() {
+                Ok(buffer) => buffer,
+                Err(_) => return Err(self.writer_failure()),
+            }
+        };
+        Ok(())
+    }
+
+    /// The writer's result once it has stopped early.
+    fn writer_failure(&mut self) -> Error {
+        self.queue = None;
+        match self.join_writer() {
+            Err(e) => e,
+            Ok(_) => Error::Graph(format!(
+                "the writer of {} stopped before the last block",
+                self.path.display()
+            )),
+        }
+    }
+
+    fn join_writer(&mut self) -> Result<File> {
+        let writer = self.writer.take().ok_or_else(|| {
+            Error::Graph(format!(
+                "the writer of {} already stopped",
+                self.path.display()
+            ))
+        })?;
+        writer
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    }
+}
+
+impl Sink for DataSink<'_, '_> {
+    fn write(&mut self, mut bytes: &[u8]) -> Result<()> {
+        while !bytes.is_empty() {
+            self.ensure_buffer()?;
+            let at = self.current.len;
+            let n = bytes.len().min(BLOCK - at);
+            self.current.data[at..at + n].copy_from_slice(&bytes[..n]);
+            self.current.len += n;
+            self.progress.inc(n as u64);
+            bytes = &bytes[n..];
+            if self.current.len == BLOCK {
+                self.flush()?;
+            }
+        }
+        Ok(())
+    }
+
+    fn write_with(
+        &mut self,
+        len: usize,
+        fill: &mut dyn FnMut(&mut [u8]) -> usize,
+    ) -> Result<usize> {
+        if len > BLOCK - self.current.len {
+            self.flush()?;
+        }
+        if len > BLOCK {
+            // Larger than any block (one output row of a huge matrix): a block of its own.
+            let mut data = vec![0u8; len];
+            let n = fill(&mut data);
+            let offset = self.position();
+            self.send(Block { offset, data, len })?;
+            self.current.offset += len as u64;
+            self.progress.inc(len as u64);
+            return Ok(n);
+        }
+        self.ensure_buffer()?;
+        let at = self.current.len;
+        let n = fill(&mut self.current.data[at..at + len]);
+        self.current.len += len;
+        self.progress.inc(len as u64);
+        if self.current.len == BLOCK {
+            self.flush()?;
+        }
+        Ok(n)
+    }
+
+    fn room(&self) -> usize {
+        BLOCK - self.current.len
+    }
+}
+
+/// The writer thread: writes each block at its offset and hands its buffer back.
+fn write_blocks(
+    mut file: File,
+    path: &Path,
+    blocks: Receiver<Block>,
+    give_back: Sender<Vec<u8>>,
+) -> Result<File> {
+    let mut position = 0u64;
+    for block in blocks {
+        if block.offset != position {
+            file.seek(SeekFrom::Start(block.offset))
+                .map_err(|e| Error::io(path, e))?;
+        }
+        file.write_all(&block.data[..block.len])
+            .map_err(|e| Error::io(path, e))?;
+        position = block.offset + block.len as u64;
+        if block.data.len() == BLOCK {
+            // Ignored when the producer is gone (it failed and no longer needs buffers).
+            let _ = give_back.send(block.data);
+        }
+    }
+    Ok(file)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Writes `tensors` ((offset, bytes), in order, written through `write` or `write_with`
+    /// alternately) and returns the file's bytes.
+    fn written(tensors: &[(u64, Vec<u8>)], total: u64) -> Vec<u8> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("data");
+        let file = File::create(&path).unwrap();
+        let progress = indicatif::ProgressBar::hidden();
+        std::thread::scope(|scope| {
+            let mut sink = DataSink::start(scope, file, &path, &progress);
+            for (i, (offset, bytes)) in tensors.iter().enumerate() {
+                sink.skip_to(*offset).unwrap();
+                if i % 2 == 0 {
+                    sink.write(bytes).unwrap();
+                } else {
+                    for piece in bytes.chunks(3 << 20) {
+                        let n = sink
+                            .write_with(piece.len(), &mut |dst| {
+                                dst.copy_from_slice(piece);
+                                7
+                            })
+                            .unwrap();
+                        assert_eq!(n, 7);
+                    }
+                }
+                assert_eq!(sink.position(), offset + bytes.len() as u64);
+            }
+            sink.finish().unwrap().set_len(total).unwrap();
+        });
+        assert_eq!(
+            progress.position(),
+            tensors.iter().map(|t| t.1.len() as u64).sum::<u64>()
+        );
+        std::fs::read(&path).unwrap()
+    }
+
+    #[test]
+    fn blocks_land_at_their_offsets_with_zeros_and_holes_between() {
+        let bytes = |n: usize, seed: u8| -> Vec<u8> {
+            (0..n).map(|i| (i as u8).wrapping_mul(31) ^ seed).collect()
+        };
+        // Small padding, tensors spanning several blocks, a row larger than a block, a gap
+        // larger than a block, and enough data to cycle through the pool several times.
+        let mut tensors = Vec::new();
+        let mut end = 0u64;
+        for (i, (len, gap)) in [
+            (100, 0),
+            (3 * BLOCK + 5, 60),
+            (BLOCK + 1, 1 << 16),
+            (5, 2 * BLOCK as u64),
+            (7 * BLOCK, 3),
+            (1, 0),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let offset = end + gap;
+            tensors.push((offset, bytes(len, i as u8)));
+            end = offset + len as u64;
+        }
+        let total = end + 10;
+        let file = written(&tensors, total);
+        let mut want = vec![0u8; total as usize];
+        for (offset, data) in &tensors {
+            want[*offset as usize..*offset as usize + data.len()].copy_from_slice(data);
+        }
+        assert!(
+            file == want,
+            "the file differs from the tensors at their offsets"
+        );
+    }
+
+    #[test]
+    fn offsets_going_backwards_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("data");
+        let file = File::create(&path).unwrap();
+        let progress = indicatif::ProgressBar::hidden();
+        std::thread::scope(|scope| {
+            let mut sink = DataSink::start(scope, file, &path, &progress);
+            sink.write(&[1, 2, 3]).unwrap();
+            let err = sink.skip_to(2).unwrap_err().to_string();
+            assert!(
+                err.contains("before the end of the previous tensor"),
+                "{err}"
+            );
+        });
+    }
+}

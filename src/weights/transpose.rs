@@ -1,0 +1,313 @@
+//! Cache-blocked transposes of row-major matrices, the element-type conversion fused into each
+//! tile, spread over rayon's threads by strips of output rows.
+//!
+//! The transpose of a `[rows, cols]` matrix is `[cols, rows]`. A strip is as many output rows
+//! as one cache line holds source columns, one task. Within a strip the source is walked in
+//! tiles of [`TILE_ROWS`] rows: the tile's lines are copied into a local buffer, transposed
+//! there, and each output row of the strip receives the tile's [`TILE_ROWS`] values at once,
+//! copied, or converted by [`convert`](super::convert) (the same conversion, bit for bit, as
+//! untransposed tensors get) while they are in L1. Elements move as fixed-size byte arrays,
+//! so the source needs no alignment.
+
+use rayon::prelude::*;
+
+use super::convert;
+use crate::ir::DType;
+
+/// Source rows per tile.
+const TILE_ROWS: usize = 64;
+/// Source bytes per row of a strip: one cache line.
+const STRIP_BYTES: usize = 64;
+/// Elements of a tile of 2-byte elements (the smallest that convert): the most a tile converts.
+const CONVERTED_ELEMS: usize = TILE_ROWS * STRIP_BYTES / 2;
+
+/// The transpose of `src`, a row-major `[rows, cols]` matrix of `dtype` elements.
+pub fn transposed(src: &[u8], rows: usize, cols: usize, dtype: DType) -> Vec<u8> {
+    let mut out = vec![0u8; src.len()];
+    transpose_rows_into(src, rows, cols, dtype, dtype, 0, &mut out);
+    out
+}
+
+/// Writes output rows `first..first + n` of the transpose of `src` (row-major `[rows, cols]`
+/// of `from` elements), converted to `to`, into `dst`, which holds exactly `n` output rows
+/// (`n · rows` elements of `to`). Returns the number of values clamped to the f16 range.
+///
+/// Panics if `dst` is not a whole number of output rows within the matrix, or `from` cannot
+/// be converted to `to` ([`convert::can_convert`]): callers check both.
+pub fn transpose_rows_into(
+    src: &[u8],
+    rows: usize,
+    cols: usize,
+    from: DType,
+    to: DType,
+    first: usize,
+    dst: &mut [u8],
+) -> usize {
+    assert_eq!(
+        src.len(),
+        rows * cols * from.size(),
+        "source is not [rows, cols]"
+    );
+    let out_row = rows * to.size();
+    if dst.is_empty() {
+        return 0;
+    }
+    assert!(
+        dst.len() % out_row == 0 && first + dst.len() / out_row <= cols,
+        "destination is not whole output rows of the transpose"
+    );
+    let job = Job {
+        rows,
+        cols,
+        from,
+        to,
+        first,
+    };
+    match from.size() {
+        1 => job.run::<1, STRIP_BYTES>(src, dst),
+        2 => job.run::<2, { STRIP_BYTES / 2 }>(src, dst),
+        4 => job.run::<4, { STRIP_BYTES / 4 }>(src, dst),
+        8 => job.run::<8, { STRIP_BYTES / 8 }>(src, dst),
+        other => unreachable!("no dtype has {other}-byte elements"),
+    }
+}
+
+/// One call of [`transpose_rows_into`]: the matrix and the output rows wanted.
+struct Job {
+    rows: usize,
+    cols: usize,
+    from: DType,
+    to: DType,
+    first: usize,
+}
+
+impl Job {
+    /// Splits `dst` into strips of `S` output rows, transposed in parallel; `N` is the source
+    /// element size and `S · N` one cache line.
+    fn run<const N: usize, const S: usize>(&self, src: &[u8], dst: &mut [u8]) -> usize
+    where
+        [u8; N]: bytemuck::Pod,
+    {
+        let src: &[[u8; N]] = bytemuck::cast_slice(src);
+        dst.par_chunks_mut(S * self.rows * self.to.size())
+            .enumerate()
+            .map(|(i, block)| self.strip::<N, S>(src, self.first + i * S, block))
+            .sum()
+    }
+
+    /// Output rows `c0..` (as many as `out` holds, at most `S`), tile by tile: each tile of
+    /// source rows is copied line by line into a local buffer, transposed there, converted
+    /// when the type changes, and each of its output rows copied into place. Every cache line
+    /// of the source and of `out` is touched once per tile, whatever the power-of-two strides
+    /// that would make a direct gather evict its own lines.
+    fn strip<const N: usize, const S: usize>(
+        &self,
+        src: &[[u8; N]],
+        c0: usize,
+        out: &mut [u8],
+    ) -> usize
+    where
+        [u8; N]: bytemuck::Pod,
+    {
+        let (rows, cols, size) = (self.rows, self.cols, self.to.size());
+        let width = out.len() / (rows * size);
+        let mut lines = [[[0u8; N]; S]; TILE_ROWS];
+        let mut transposed = [[[0u8; N]; TILE_ROWS]; S];
+        let mut converted = [0u8; 4 * CONVERTED_ELEMS];
+        let mut f32s = [0f32; CONVERTED_ELEMS];
+        let mut clamped = 0;
+        prefetch_tile(src, cols, 0, rows, c0, width);
+        for r0 in (0..rows).step_by(TILE_ROWS) {
+            let r1 = (r0 + TILE_ROWS).min(rows);
+            prefetch_tile(src, cols, r1, rows, c0, width);
+            let height = r1 - r0;
+            for (r, line) in (r0..r1).zip(lines.iter_mut()) {
+                let start = r * cols + c0;
+                match src[start..].first_chunk::<S>() {
+                    Some(whole) if width == S => *line = *whole,
+                    _ => line[..width].copy_from_slice(&src[start..start + width]),
+                }
+            }
+            for (k, column) in transposed[..width].iter_mut().enumerate() {
+                for (value, line) in column[..height].iter_mut().zip(&lines[..height]) {
+                    *value = line[k];
+                }
+            }
+            let columns = transposed[..width]
+                .iter()
+                .map(|c| bytemuck::cast_slice(&c[..height]));
+            let rows_out = out.chunks_exact_mut(rows * size);
+            if self.from == self.to {
+                for (row, column) in rows_out.zip(columns) {
+                    row[r0 * size..r1 * size].copy_from_slice(column);
+                }
+                continue;
+            }
+            // Floats only (`can_convert`): at most CONVERTED_ELEMS values of 2 or 4 bytes,
+            // converted at once when the tile is whole (its columns are then contiguous).
+            if height == TILE_ROWS {
+                let all: &[u8] = bytemuck::cast_slice(&transposed[..width]);
+                let converted = &mut converted[..width * TILE_ROWS * size];
+                clamped += convert::convert_through(all, self.from, self.to, converted, &mut f32s);
+                for (row, column) in rows_out.zip(converted.chunks_exact(TILE_ROWS * size)) {
+                    row[r0 * size..r1 * size].copy_from_slice(column);
+                }
+            } else {
+                for (row, column) in rows_out.zip(columns) {
+                    let dst = &mut row[r0 * size..r1 * size];
+                    clamped += convert::convert_through(column, self.from, self.to, dst, &mut f32s);
+                }
+            }
+        }
+        clamped
+    }
+}
+
+/// Asks the CPU to start loading the cache lines of the tile of source rows `r0..` (at most
+/// [`TILE_ROWS`], before `rows`) and columns `c0..c0 + width`, which the strip reads next: its
+/// rows lie a whole source row apart, too far for the hardware prefetcher.
+fn prefetch_tile<T>(src: &[T], cols: usize, r0: usize, rows: usize, c0: usize, width: usize) {
+    let r1 = (r0 + TILE_ROWS).min(rows);
+    for r in r0..r1 {
+        prefetch(&src[r * cols + c0]);
+        prefetch(&src[r * cols + c0 + width - 1]);
+    }
+}
+
+/// A hint to load the cache line holding `value` (nothing on targets other than x86-64).
+#[inline(always)]
+fn prefetch<T>(value: &T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch only hints the cache; it reads nothing and never faults.
+    unsafe {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        _mm_prefetch::<_MM_HINT_T0>((value as *const T).cast::<i8>());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = value;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The transpose one element at a time, then the conversion of the whole result.
+    fn naive(src: &[u8], rows: usize, cols: usize, from: DType, to: DType) -> (Vec<u8>, usize) {
+        let e = from.size();
+        let mut t = vec![0u8; src.len()];
+        for r in 0..rows {
+            for c in 0..cols {
+                let (s, d) = ((r * cols + c) * e, (c * rows + r) * e);
+                t[d..d + e].copy_from_slice(&src[s..s + e]);
+            }
+        }
+        let mut out = Vec::new();
+        let clamped = convert::convert_into(&t, from, to, &mut out);
+        (out, clamped)
+    }
+
+    /// Deterministic bytes that are finite values of `dtype` for float types, some of them
+    /// outside the f16 range.
+    fn values(n: usize, dtype: DType) -> Vec<u8> {
+        let f =
+            |i: usize| ((i * 7919 % 1000) as f32 - 500.0) * if i % 97 == 0 { 1e3 } else { 0.37 };
+        match dtype {
+            DType::F32 => (0..n).flat_map(|i| f(i).to_le_bytes()).collect(),
+            DType::F16 => (0..n)
+                .flat_map(|i| half::f16::from_f32(f(i).clamp(-6e4, 6e4)).to_le_bytes())
+                .collect(),
+            DType::BF16 => (0..n)
+                .flat_map(|i| half::bf16::from_f32(f(i)).to_le_bytes())
+                .collect(),
+            other => (0..n * other.size()).map(|i| (i * 31 + 7) as u8).collect(),
+        }
+    }
+
+    const SHAPES: &[(usize, usize)] = &[
+        (1, 1),
+        (1, 300),
+        (300, 1),
+        (7, 13),
+        (13, 7),
+        (31, 257),
+        (257, 33),
+        (TILE_ROWS, 64),
+        (TILE_ROWS + 1, 65),
+        (TILE_ROWS - 1, 63),
+        (2 * TILE_ROWS + 3, 129),
+        (0, 5),
+        (5, 0),
+    ];
+
+    #[test]
+    fn tiled_transpose_matches_the_naive_one_for_every_element_size() {
+        for dtype in [DType::U8, DType::F16, DType::BF16, DType::F32, DType::I64] {
+            for &(rows, cols) in SHAPES {
+                let src = values(rows * cols, dtype);
+                let (want, _) = naive(&src, rows, cols, dtype, dtype);
+                assert_eq!(
+                    transposed(&src, rows, cols, dtype),
+                    want,
+                    "{dtype} {rows}x{cols}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn fused_conversion_matches_transpose_then_convert() {
+        let floats = [DType::F32, DType::F16, DType::BF16];
+        for from in floats {
+            for to in floats {
+                for &(rows, cols) in SHAPES {
+                    let src = values(rows * cols, from);
+                    let (want, want_clamped) = naive(&src, rows, cols, from, to);
+                    let mut got = vec![0u8; want.len()];
+                    let clamped = transpose_rows_into(&src, rows, cols, from, to, 0, &mut got);
+                    assert_eq!(got, want, "{from} -> {to} {rows}x{cols}");
+                    assert_eq!(clamped, want_clamped, "{from} -> {to} {rows}x{cols}");
+                }
+            }
+        }
+        // Some values were clamped, so the count is checked for real.
+        let src = values(300, DType::F32);
+        assert!(naive(&src, 1, 300, DType::F32, DType::F16).1 > 0);
+    }
+
+    #[test]
+    fn row_ranges_concatenate_to_the_whole_transpose() {
+        let (rows, cols) = (TILE_ROWS + 5, 77);
+        let src = values(rows * cols, DType::BF16);
+        let (want, _) = naive(&src, rows, cols, DType::BF16, DType::F32);
+        let mut got = Vec::new();
+        let mut first = 0;
+        for n in [1, 16, 3, 40, 17] {
+            let mut part = vec![0u8; n * rows * 4];
+            transpose_rows_into(&src, rows, cols, DType::BF16, DType::F32, first, &mut part);
+            got.extend(part);
+            first += n;
+        }
+        assert_eq!(first, cols);
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn unaligned_sources_transpose_like_aligned_ones() {
+        let (rows, cols) = (9, 11);
+        let src = values(rows * cols, DType::F32);
+        let mut shifted = vec![0u8];
+        shifted.extend_from_slice(&src);
+        let (want, _) = naive(&src, rows, cols, DType::F32, DType::F16);
+        let mut got = vec![0u8; want.len()];
+        transpose_rows_into(
+            &shifted[1..],
+            rows,
+            cols,
+            DType::F32,
+            DType::F16,
+            0,
+            &mut got,
+        );
+        assert_eq!(got, want);
+    }
+}
