@@ -180,7 +180,7 @@ pub fn relayout(
             return Ok(TensorData {
                 dtype: value.dtype,
                 shape: vec![n, rows],
-                bytes: super::eval::transpose_2d(&value.bytes, rows, n, value.dtype.size()),
+                bytes: super::transpose::transposed(&value.bytes, rows, n, value.dtype),
             })
         }
         "NBitsWeight" => QuantPart::Values,
