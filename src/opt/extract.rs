@@ -297,6 +297,9 @@ impl<'a, L: Language> Problem<'a, L> {
         // Iterative DFS post-order over all nodes' children.
         let mut index = IdIndex::default();
         let mut ids = Vec::new();
+        // The nodes of each dense class, kept from the walk so that the e-graph is not asked
+        // again (a hash lookup and a likely cache miss per class).
+        let mut class_nodes_of: Vec<&'a [L]> = Vec::new();
         let mut stack: Vec<(Id, &'a [L], usize, usize)> = Vec::new();
         for &root in roots {
             if index.get(root).is_some() {
@@ -310,6 +313,7 @@ impl<'a, L: Language> Problem<'a, L> {
                     stack.pop();
                     index.set(id, ids.len());
                     ids.push(id);
+                    class_nodes_of.push(class_nodes);
                     continue;
                 };
                 let Some(&child) = node.children().get(i) else {
@@ -331,9 +335,9 @@ impl<'a, L: Language> Problem<'a, L> {
         let mut child_start = vec![0];
         let mut children = Vec::new();
         let mut parents: Vec<Vec<usize>> = vec![Vec::new(); ids.len()];
-        for (c, &id) in ids.iter().enumerate() {
+        for (c, (&id, &class_nodes)) in ids.iter().zip(&class_nodes_of).enumerate() {
             node_start.push(nodes.len());
-            for node in &egraph[id].nodes {
+            for node in class_nodes {
                 for &child in node.children() {
                     let d = index.dense(egraph.find(child));
                     children.push(d);
