@@ -66,7 +66,7 @@ pub fn lower(
         initializers: Vec::new(),
         value_info: Vec::new(),
     };
-    let mut folded: Vec<Initializer> = Vec::new();
+    let mut folded = Folded::default();
     let initializers = InitializerIndex::new(original);
     for (class, node) in order {
         match node {
@@ -110,7 +110,7 @@ pub fn lower(
             Onnx::Attr(_) | Onnx::Root(_) => {}
         }
     }
-    finish(original, graph, namer, egraph, &outputs, folded)
+    finish(original, graph, namer, egraph, &outputs, folded.list)
 }
 
 /// The original graph's initializers by name (the first of a name wins), so that looking one
@@ -170,6 +170,27 @@ fn fold_initializer_concat(
     })
 }
 
+/// The initializers the lowering creates, in order, with an index by name (the first of a name
+/// wins, as for the original ones) so that a relayout of one does not scan them all.
+#[derive(Default)]
+struct Folded {
+    list: Vec<Initializer>,
+    by_name: FxHashMap<String, usize>,
+}
+
+impl Folded {
+    fn push(&mut self, init: Initializer) {
+        self.by_name
+            .entry(init.name.clone())
+            .or_insert(self.list.len());
+        self.list.push(init);
+    }
+
+    fn get(&self, name: &str) -> Option<&Initializer> {
+        self.by_name.get(name).map(|&i| &self.list[i])
+    }
+}
+
 /// The op-key prefix of weight relayouts (`ai.mobius::NBitsWeight`, …): never emitted as nodes,
 /// always folded into initializers.
 const RELAYOUT_DOMAIN: &str = "ai.mobius::";
@@ -179,7 +200,7 @@ const RELAYOUT_DOMAIN: &str = "ai.mobius::";
 /// or `<name>__nbits_zero_points`.
 fn fold_relayout(
     initializers: &InitializerIndex<'_>,
-    folded: &[Initializer],
+    folded: &Folded,
     namer: &Namer,
     egraph: &OnnxGraph,
     class: Id,
@@ -190,11 +211,7 @@ fn fold_relayout(
     let base = namer
         .by_class
         .get(child)
-        .and_then(|name| {
-            initializers
-                .get(name)
-                .or_else(|| folded.iter().find(|i| &i.name == name))
-        })
+        .and_then(|name| initializers.get(name).or_else(|| folded.get(name)))
         .ok_or_else(|| {
             Error::Graph(format!(
                 "{kind} of a computed value (weight relayouts apply to initializers only)"
