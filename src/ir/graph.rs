@@ -105,8 +105,12 @@ impl Graph {
     /// Checks structural invariants: unique value producers, every node input defined before
     /// use, every graph output produced, initializer names unique.
     pub fn validate(&self) -> crate::Result<()> {
-        use std::collections::HashSet;
-        let mut defined: HashSet<&str> = HashSet::new();
+        let outputs: usize = self.nodes.iter().map(|n| n.outputs.len()).sum();
+        let mut defined: rustc_hash::FxHashSet<&str> =
+            rustc_hash::FxHashSet::with_capacity_and_hasher(
+                self.inputs.len() + self.initializers.len() + outputs,
+                Default::default(),
+            );
         for v in &self.inputs {
             if !defined.insert(&v.name) {
                 return Err(crate::Error::Graph(format!(

@@ -101,7 +101,13 @@ fn op_data(egraph: &OnnxGraph, op: &OpNode) -> ClassData {
         })
         .collect();
     let mut types = infer(op.op.as_str(), &views, &attr, op.outputs);
-    if let Some(declared) = egraph.analysis.declared.get(&Onnx::Op(op.clone())) {
+    // Most graphs declare no intermediate types: skip building the lookup key (a copy of
+    // the node) then.
+    let declared = match egraph.analysis.declared.is_empty() {
+        true => None,
+        false => egraph.analysis.declared.get(&Onnx::Op(op.clone())),
+    };
+    if let Some(declared) = declared {
         types = types.iter().zip(declared).map(|(t, d)| t.join(d)).collect();
     }
     let init_only = op

@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use egg::{Analysis, EGraph, Id, Language};
 
-use super::nodeset::{NodeSet, Universe};
+use super::nodeset::{NodeSet, Sets, Universe};
 
 /// The result of an extraction: one chosen e-node per needed e-class.
 #[derive(Debug, Clone, PartialEq)]
@@ -297,6 +297,9 @@ impl<'a, L: Language> Problem<'a, L> {
         // Iterative DFS post-order over all nodes' children.
         let mut index = IdIndex::default();
         let mut ids = Vec::new();
+        // The nodes of each dense class, kept from the walk so that the e-graph is not asked
+        // again (a hash lookup and a likely cache miss per class).
+        let mut class_nodes_of: Vec<&'a [L]> = Vec::new();
         let mut stack: Vec<(Id, &'a [L], usize, usize)> = Vec::new();
         for &root in roots {
             if index.get(root).is_some() {
@@ -310,6 +313,7 @@ impl<'a, L: Language> Problem<'a, L> {
                     stack.pop();
                     index.set(id, ids.len());
                     ids.push(id);
+                    class_nodes_of.push(class_nodes);
                     continue;
                 };
                 let Some(&child) = node.children().get(i) else {
@@ -331,9 +335,9 @@ impl<'a, L: Language> Problem<'a, L> {
         let mut child_start = vec![0];
         let mut children = Vec::new();
         let mut parents: Vec<Vec<usize>> = vec![Vec::new(); ids.len()];
-        for (c, &id) in ids.iter().enumerate() {
+        for (c, (&id, &class_nodes)) in ids.iter().zip(&class_nodes_of).enumerate() {
             node_start.push(nodes.len());
-            for node in &egraph[id].nodes {
+            for node in class_nodes {
                 for &child in node.children() {
                     let d = index.dense(egraph.find(child));
                     children.push(d);
@@ -385,6 +389,7 @@ impl<'a, L: Language> Problem<'a, L> {
             val: vec![f64::INFINITY; n],
             size: vec![usize::MAX; n],
             sets: vec![NodeSet::default(); n],
+            arena: Sets::new(self.universe),
         };
         let mut queue: VecDeque<usize> = (0..n).collect();
         let mut queued = vec![true; n];
@@ -425,7 +430,10 @@ impl<'a, L: Language> Problem<'a, L> {
         let children = self.children(k);
         let mut base: Option<usize> = None;
         for &d in children {
-            if d == c || state.choice[d] == NONE || self.set_has_class(&state.sets[d], c) {
+            if d == c
+                || state.choice[d] == NONE
+                || self.set_has_class(&state.arena, state.sets[d], c)
+            {
                 return None;
             }
             if base.is_none_or(|b| better(state.val[b], state.size[b], state.val[d], state.size[d]))
@@ -438,26 +446,29 @@ impl<'a, L: Language> Problem<'a, L> {
         };
         // Start from the most expensive child (so the sum is at least every child's), then add
         // the nodes the other children need that it does not.
+        // `others` is only needed here: its tries are given back before returning.
+        let mark = state.arena.mark();
         let mut others = NodeSet::default();
         for &d in children.iter().filter(|&&d| d != b) {
-            others = others.union(self.universe, &state.sets[d], &self.cost);
+            others = state.arena.union(others, state.sets[d], &self.cost);
         }
-        let (extra, n) = state.sets[b].missing_from(self.universe, &others, &self.cost);
+        let (extra, n) = state.arena.missing_from(state.sets[b], others, &self.cost);
+        state.arena.release(mark);
         Some((state.val[b] + extra + own, state.size[b] + n + 1))
     }
 
     /// Whether the node set `set` holds a node of class `c`.
-    fn set_has_class(&self, set: &NodeSet, c: usize) -> bool {
-        self.node_range(c).any(|k| set.contains(self.universe, k))
+    fn set_has_class(&self, arena: &Sets, set: NodeSet, c: usize) -> bool {
+        self.node_range(c).any(|k| arena.contains(set, k))
     }
 
     /// Makes `k` the choice of class `c` and its set the union of its children's plus `k`.
     fn choose(&self, state: &mut BottomUp, c: usize, k: usize) {
         let mut set = NodeSet::default();
         for &d in self.children(k) {
-            set = set.union(self.universe, &state.sets[d], &self.cost);
+            set = state.arena.union(set, state.sets[d], &self.cost);
         }
-        state.sets[c] = set.with(self.universe, k, &self.cost);
+        state.sets[c] = state.arena.with(set, k, &self.cost);
         state.choice[c] = k;
     }
 
@@ -628,6 +639,8 @@ struct BottomUp {
     size: Vec<usize>,
     /// Per class, the dense nodes its derivation needs.
     sets: Vec<NodeSet>,
+    /// The tries of `sets`.
+    arena: Sets,
 }
 
 /// Working state of [`Problem::local_search`].

@@ -1,6 +1,7 @@
 //! IR → e-graph.
 
 use egg::{Id, Symbol};
+use rustc_hash::FxHashMap;
 
 use super::analysis::{OnnxAnalysis, OnnxGraph};
 use super::fingerprint::LeafValues;
@@ -57,7 +58,11 @@ pub fn lift_with(graph: &Graph, fingerprints: Option<LeafValues>) -> Result<Lift
         }
     }
     let mut egraph = OnnxGraph::new(analysis);
-    let mut values: std::collections::HashMap<&str, Id> = std::collections::HashMap::new();
+    let outputs: usize = graph.nodes.iter().map(|n| n.outputs.len()).sum();
+    let mut values: FxHashMap<&str, Id> = FxHashMap::with_capacity_and_hasher(
+        graph.inputs.len() + graph.initializers.len() + outputs,
+        Default::default(),
+    );
     for v in &graph.inputs {
         values.insert(
             &v.name,
@@ -71,12 +76,12 @@ pub fn lift_with(graph: &Graph, fingerprints: Option<LeafValues>) -> Result<Lift
         );
     }
     let absent = egraph.add(Onnx::Absent);
-    let declared_types: std::collections::HashMap<&str, TensorType> = graph
+    let declared_types: FxHashMap<&str, TensorType> = graph
         .value_info
         .iter()
         .map(|v| (v.name.as_str(), TensorType::of(v.dtype, &v.shape)))
         .collect();
-    let mut names = Vec::new();
+    let mut names = Vec::with_capacity(outputs);
     for node in &graph.nodes {
         let mut children = node
             .inputs

@@ -4,9 +4,10 @@
 //! original graph are reused where their class survives; dead graph inputs are dropped except
 //! `past_key_values.*`; nodes come out in a deterministic topological order.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
 
 use egg::{Id, Language};
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::analysis::{Kind, OnnxGraph};
 use super::lang::Onnx;
@@ -34,10 +35,10 @@ pub fn lower(
     let order = topo_order(egraph, &outputs, chosen)?;
 
     // Output slots of tuple-valued ops, from the `get` classes that are needed.
-    let mut slots: HashMap<(Id, usize), Id> = HashMap::new();
-    for &class in &order {
-        if let Onnx::Get { index, tuple } = chosen(class) {
-            slots.insert((egraph.find(tuple[0]), index), class);
+    let mut slots: FxHashMap<(Id, usize), Id> = FxHashMap::default();
+    for (class, node) in &order {
+        if let Onnx::Get { index, tuple } = node {
+            slots.insert((egraph.find(tuple[0]), *index), *class);
         }
     }
 
@@ -45,14 +46,14 @@ pub fn lower(
     for (out, class) in original.outputs.iter().zip(&outputs) {
         let class = egraph.find(*class);
         if matches!(chosen(class), Onnx::Op(_) | Onnx::Get { .. })
-            && !namer.by_class.contains_key(&class)
+            && namer.by_class.get(class).is_none()
         {
             namer.assign(class, out.name.clone());
         }
     }
     for (name, class) in names {
         let class = egraph.find(*class);
-        if !namer.by_class.contains_key(&class) && !namer.used.contains(name) {
+        if namer.by_class.get(class).is_none() && !namer.used.contains(name.as_str()) {
             namer.assign(class, name.clone());
         }
     }
@@ -65,10 +66,10 @@ pub fn lower(
         initializers: Vec::new(),
         value_info: Vec::new(),
     };
-    let mut folded: Vec<Initializer> = Vec::new();
+    let mut folded = Folded::default();
     let initializers = InitializerIndex::new(original);
-    for &class in &order {
-        match chosen(class) {
+    for (class, node) in order {
+        match node {
             Onnx::Input(name) | Onnx::Init(name) => {
                 namer.by_class.insert(class, name.to_string());
             }
@@ -100,7 +101,7 @@ pub fn lower(
             Onnx::Op(op) => emit_op(&mut graph, &mut namer, egraph, &slots, class, &op),
             Onnx::Get { .. } => {
                 // Named when its tuple op was emitted (tuples come first in the order).
-                if !namer.by_class.contains_key(&class) {
+                if namer.by_class.get(class).is_none() {
                     return Err(Error::Graph(
                         "a projection was lowered before its op".into(),
                     ));
@@ -109,16 +110,17 @@ pub fn lower(
             Onnx::Attr(_) | Onnx::Root(_) => {}
         }
     }
-    finish(original, graph, namer, egraph, &outputs, folded)
+    finish(original, graph, namer, egraph, &outputs, folded.list)
 }
 
 /// The original graph's initializers by name (the first of a name wins), so that looking one
 /// up does not scan them all.
-struct InitializerIndex<'g>(HashMap<&'g str, &'g Initializer>);
+struct InitializerIndex<'g>(FxHashMap<&'g str, &'g Initializer>);
 
 impl<'g> InitializerIndex<'g> {
     fn new(original: &'g Graph) -> InitializerIndex<'g> {
-        let mut by_name = HashMap::with_capacity(original.initializers.len());
+        let mut by_name =
+            FxHashMap::with_capacity_and_hasher(original.initializers.len(), Default::default());
         for init in &original.initializers {
             by_name.entry(init.name.as_str()).or_insert(init);
         }
@@ -168,6 +170,27 @@ fn fold_initializer_concat(
     })
 }
 
+/// The initializers the lowering creates, in order, with an index by name (the first of a name
+/// wins, as for the original ones) so that a relayout of one does not scan them all.
+#[derive(Default)]
+struct Folded {
+    list: Vec<Initializer>,
+    by_name: FxHashMap<String, usize>,
+}
+
+impl Folded {
+    fn push(&mut self, init: Initializer) {
+        self.by_name
+            .entry(init.name.clone())
+            .or_insert(self.list.len());
+        self.list.push(init);
+    }
+
+    fn get(&self, name: &str) -> Option<&Initializer> {
+        self.by_name.get(name).map(|&i| &self.list[i])
+    }
+}
+
 /// The op-key prefix of weight relayouts (`ai.mobius::NBitsWeight`, …): never emitted as nodes,
 /// always folded into initializers.
 const RELAYOUT_DOMAIN: &str = "ai.mobius::";
@@ -178,7 +201,7 @@ const RELAYOUT_DOMAIN: &str = "ai.mobius::";
 /// the `DequantizeLinear` layout).
 fn fold_relayout(
     initializers: &InitializerIndex<'_>,
-    folded: &[Initializer],
+    folded: &Folded,
     namer: &Namer,
     egraph: &OnnxGraph,
     class: Id,
@@ -188,12 +211,8 @@ fn fold_relayout(
     let child = egraph.find(op.input_ids()[0]);
     let base = namer
         .by_class
-        .get(&child)
-        .and_then(|name| {
-            initializers
-                .get(name)
-                .or_else(|| folded.iter().find(|i| &i.name == name))
-        })
+        .get(child)
+        .and_then(|name| initializers.get(name).or_else(|| folded.get(name)))
         .ok_or_else(|| {
             Error::Graph(format!(
                 "{kind} of a computed value (weight relayouts apply to initializers only)"
@@ -291,7 +310,7 @@ fn emit_op(
     graph: &mut Graph,
     namer: &mut Namer,
     egraph: &OnnxGraph,
-    slots: &HashMap<(Id, usize), Id>,
+    slots: &FxHashMap<(Id, usize), Id>,
     class: Id,
     op: &super::lang::OpNode,
 ) {
@@ -299,7 +318,7 @@ fn emit_op(
     let inputs = op
         .input_ids()
         .iter()
-        .map(|&c| namer.by_class[&egraph.find(c)].clone())
+        .map(|&c| namer.by_class.name(egraph.find(c)).to_string())
         .collect();
     let mut attrs = BTreeMap::new();
     for (name, &c) in op.attr_names().iter().zip(op.attr_ids()) {
@@ -340,7 +359,7 @@ fn finish(
 ) -> Result<Graph> {
     // Graph outputs whose value carries another name get an Identity.
     for (out, class) in original.outputs.iter().zip(outputs) {
-        let value = namer.by_class[&egraph.find(*class)].clone();
+        let value = namer.by_class.name(egraph.find(*class)).to_string();
         if value != out.name {
             graph.nodes.push(Node {
                 name: format!("{}_node", out.name),
@@ -352,7 +371,7 @@ fn finish(
             });
         }
     }
-    let produced: HashSet<&str> = graph
+    let produced: FxHashSet<&str> = graph
         .nodes
         .iter()
         .flat_map(|n| n.outputs.iter().map(String::as_str))
@@ -364,7 +383,7 @@ fn finish(
         .cloned()
         .collect();
     // Leaves read by the emitted nodes (initializers folded into a concatenation are not).
-    let read: HashSet<&str> = graph
+    let read: FxHashSet<&str> = graph
         .nodes
         .iter()
         .flat_map(|n| n.inputs.iter().map(String::as_str))
@@ -387,25 +406,30 @@ fn finish(
     Ok(graph)
 }
 
-/// Needed classes, children before parents, in a deterministic depth-first order from the
-/// outputs; a cycle in the choice is an error.
-fn topo_order(egraph: &OnnxGraph, roots: &[Id], chosen: &dyn Fn(Id) -> Onnx) -> Result<Vec<Id>> {
+/// Needed classes with their chosen nodes, children before parents, in a deterministic
+/// depth-first order from the outputs; a cycle in the choice is an error.
+fn topo_order(
+    egraph: &OnnxGraph,
+    roots: &[Id],
+    chosen: &dyn Fn(Id) -> Onnx,
+) -> Result<Vec<(Id, Onnx)>> {
     #[derive(Clone, Copy, PartialEq)]
     enum Mark {
         Visiting,
         Done,
     }
-    let mut marks: HashMap<Id, Mark> = HashMap::new();
+    let mut marks: ByClass<Mark> = ByClass::default();
     let mut order = Vec::new();
     for &r in roots {
-        let mut stack = vec![(egraph.find(r), false)];
+        // (class, its chosen node once expanded)
+        let mut stack: Vec<(Id, Option<Onnx>)> = vec![(egraph.find(r), None)];
         while let Some((class, expanded)) = stack.pop() {
-            if expanded {
+            if let Some(node) = expanded {
                 marks.insert(class, Mark::Done);
-                order.push(class);
+                order.push((class, node));
                 continue;
             }
-            match marks.get(&class) {
+            match marks.get(class) {
                 Some(Mark::Done) => continue,
                 Some(Mark::Visiting) => {
                     return Err(Error::Graph("the extracted graph has a cycle".into()));
@@ -413,37 +437,81 @@ fn topo_order(egraph: &OnnxGraph, roots: &[Id], chosen: &dyn Fn(Id) -> Onnx) -> 
                 None => {}
             }
             marks.insert(class, Mark::Visiting);
-            stack.push((class, true));
             let node = chosen(class);
+            let at = stack.len();
             for &child in node.children().iter().rev() {
                 let child = egraph.find(child);
-                match marks.get(&child) {
+                match marks.get(child) {
                     Some(Mark::Done) => {}
                     Some(Mark::Visiting) => {
                         return Err(Error::Graph("the extracted graph has a cycle".into()));
                     }
-                    None => stack.push((child, false)),
+                    None => stack.push((child, None)),
                 }
             }
+            // Below its children, so that it is emitted after them.
+            stack.insert(at, (class, Some(node)));
         }
     }
     Ok(order)
 }
 
+/// A map keyed by e-class id, stored densely over the id numbers (egg's ids are small
+/// consecutive integers): a lookup neither hashes nor jumps around memory as a hash map over
+/// tens of thousands of classes does.
+struct ByClass<T>(Vec<Option<T>>);
+
+impl<T> Default for ByClass<T> {
+    fn default() -> ByClass<T> {
+        ByClass(Vec::new())
+    }
+}
+
+impl<T> ByClass<T> {
+    fn get(&self, class: Id) -> Option<&T> {
+        self.0.get(usize::from(class))?.as_ref()
+    }
+
+    fn insert(&mut self, class: Id, value: T) {
+        let i = usize::from(class);
+        if i >= self.0.len() {
+            self.0.resize_with(i + 1, || None);
+        }
+        self.0[i] = Some(value);
+    }
+}
+
+impl ByClass<String> {
+    /// The name of a class that has one.
+    ///
+    /// # Panics
+    /// If `class` has no name (a child lowered after its parent: a bug of the order).
+    fn name(&self, class: Id) -> &str {
+        match self.get(class) {
+            Some(name) => name,
+            None => panic!("e-class {class} has no value name yet"),
+        }
+    }
+}
+
 /// Unique value names.
 struct Namer {
-    used: HashSet<String>,
-    by_class: HashMap<Id, String>,
+    used: FxHashSet<String>,
+    by_class: ByClass<String>,
     counter: usize,
 }
 
 impl Namer {
     fn new(original: &Graph) -> Namer {
-        let mut used: HashSet<String> = original.inputs.iter().map(|v| v.name.clone()).collect();
+        let mut used = FxHashSet::with_capacity_and_hasher(
+            original.inputs.len() + original.initializers.len() + original.nodes.len() * 2,
+            Default::default(),
+        );
+        used.extend(original.inputs.iter().map(|v| v.name.clone()));
         used.extend(original.initializers.iter().map(|i| i.name.clone()));
         Namer {
             used,
-            by_class: HashMap::new(),
+            by_class: ByClass::default(),
             counter: 0,
         }
     }
@@ -465,7 +533,7 @@ impl Namer {
 
     /// The class's assigned name, or a fresh one.
     fn name(&mut self, class: Id, stem: &str) -> String {
-        if let Some(n) = self.by_class.get(&class) {
+        if let Some(n) = self.by_class.get(class) {
             return n.clone();
         }
         let n = self.fresh(stem);

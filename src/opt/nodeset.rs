@@ -7,9 +7,13 @@
 //! fixed-depth trie (16-way branches over 64-bit leaves) whose subtrees are shared between
 //! sets: adding a node copies one path, and a union or difference of two sets that share most
 //! subtrees only visits the paths where they differ (shared subtrees are recognised by
-//! pointer). Every subtree caches the cost and count of its members.
-
-use std::rc::Rc;
+//! identity). Every subtree caches the cost and count of its members.
+//!
+//! The tries of one extraction live in one arena ([`Sets`]) and refer to each other by index:
+//! creating one is a push, and they are all freed at once with the arena (freeing hundreds of
+//! thousands of separately allocated, reference-counted subtrees one by one cost more than
+//! building them on large graphs, for lack of locality). Sets a caller only needed for a while
+//! are given back with [`Sets::mark`] and [`Sets::release`].
 
 /// Index bits consumed by a leaf (64 members).
 const LEAF_BITS: u32 = 6;
@@ -44,9 +48,12 @@ impl Universe {
     }
 }
 
-/// A persistent set of node indices; cloning is O(1).
-#[derive(Debug, Clone, Default)]
-pub(super) struct NodeSet(Option<Rc<Trie>>);
+/// A persistent set of node indices: a trie of a [`Sets`] arena (copying it is O(1)).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct NodeSet(u32);
+
+/// The empty set (arena slot 0 is never a trie).
+const EMPTY: NodeSet = NodeSet(0);
 
 #[derive(Debug)]
 enum Trie {
@@ -70,159 +77,200 @@ impl Trie {
     }
 }
 
-impl NodeSet {
-    /// Whether `k` is a member.
-    pub(super) fn contains(&self, u: Universe, k: usize) -> bool {
-        let mut at = self;
+/// The arena holding the tries of the sets over one [`Universe`].
+#[derive(Debug)]
+pub(super) struct Sets {
+    universe: Universe,
+    tries: Vec<Trie>,
+}
+
+impl Sets {
+    /// An arena for sets over `universe`.
+    pub(super) fn new(universe: Universe) -> Sets {
+        Sets {
+            universe,
+            // Slot 0 stands for the empty set and is never read.
+            tries: vec![Trie::Leaf {
+                bits: 0,
+                cost: 0.0,
+                count: 0,
+            }],
+        }
+    }
+
+    fn get(&self, s: NodeSet) -> Option<&Trie> {
+        (s != EMPTY).then(|| &self.tries[s.0 as usize])
+    }
+
+    fn push(&mut self, trie: Trie) -> NodeSet {
+        let index = u32::try_from(self.tries.len()).expect("fewer than 2^32 set tries");
+        self.tries.push(trie);
+        NodeSet(index)
+    }
+
+    /// The current end of the arena: sets made after it can be given back with
+    /// [`Sets::release`].
+    pub(super) fn mark(&self) -> usize {
+        self.tries.len()
+    }
+
+    /// Frees every set made since `mark`; none of them may be used afterwards.
+    pub(super) fn release(&mut self, mark: usize) {
+        self.tries.truncate(mark.max(1));
+    }
+
+    /// Whether `k` is a member of `s`.
+    pub(super) fn contains(&self, s: NodeSet, k: usize) -> bool {
+        let u = self.universe;
+        let mut at = s;
         for level in 0..u.depth {
-            match at.0.as_deref() {
-                Some(Trie::Branch { children, .. }) => at = &children[u.slot(k, level)],
+            match self.get(at) {
+                Some(Trie::Branch { children, .. }) => at = children[u.slot(k, level)],
                 _ => return false,
             }
         }
-        match at.0.as_deref() {
+        match self.get(at) {
             Some(Trie::Leaf { bits, .. }) => bits & (1 << (k % 64)) != 0,
             _ => false,
         }
     }
 
-    /// This set plus `k` (own cost `cost[k]`).
-    pub(super) fn with(&self, u: Universe, k: usize, cost: &[f64]) -> NodeSet {
-        self.insert(u, 0, k, cost)
+    /// `s` plus `k` (own cost `cost[k]`).
+    pub(super) fn with(&mut self, s: NodeSet, k: usize, cost: &[f64]) -> NodeSet {
+        self.insert(s, 0, k, cost)
     }
 
-    fn insert(&self, u: Universe, level: u32, k: usize, cost: &[f64]) -> NodeSet {
+    fn insert(&mut self, s: NodeSet, level: u32, k: usize, cost: &[f64]) -> NodeSet {
+        let u = self.universe;
         if level == u.depth {
-            let old = match self.0.as_deref() {
+            let old = match self.get(s) {
                 Some(Trie::Leaf { bits, cost, count }) => (*bits, *cost, *count),
                 _ => (0, 0.0, 0),
             };
             let bit = 1 << (k % 64);
             if old.0 & bit != 0 {
-                return self.clone();
+                return s;
             }
-            return NodeSet(Some(Rc::new(Trie::Leaf {
+            return self.push(Trie::Leaf {
                 bits: old.0 | bit,
                 cost: old.1 + cost[k],
                 count: old.2 + 1,
-            })));
+            });
         }
-        let mut children = match self.0.as_deref() {
-            Some(Trie::Branch { children, .. }) => children.clone(),
-            _ => Default::default(),
+        let mut children = match self.get(s) {
+            Some(Trie::Branch { children, .. }) => *children,
+            _ => [EMPTY; FANOUT],
         };
-        let s = u.slot(k, level);
-        children[s] = children[s].insert(u, level + 1, k, cost);
-        NodeSet::branch(children)
+        let slot = u.slot(k, level);
+        children[slot] = self.insert(children[slot], level + 1, k, cost);
+        self.branch(children)
     }
 
-    fn branch(children: [NodeSet; FANOUT]) -> NodeSet {
+    fn branch(&mut self, children: [NodeSet; FANOUT]) -> NodeSet {
         let (cost, count) = children
             .iter()
-            .filter_map(|c| c.0.as_deref())
+            .filter_map(|&c| self.get(c))
             .map(Trie::totals)
             .fold((0.0, 0), |(c, n), (dc, dn)| (c + dc, n + dn));
-        NodeSet(Some(Rc::new(Trie::Branch {
+        self.push(Trie::Branch {
             children,
             cost,
             count,
-        })))
-    }
-
-    fn same(&self, other: &NodeSet) -> bool {
-        match (&self.0, &other.0) {
-            (Some(a), Some(b)) => Rc::ptr_eq(a, b),
-            (None, None) => true,
-            _ => false,
-        }
+        })
     }
 
     /// The union of both sets; subtrees the two share are reused, not visited.
-    pub(super) fn union(&self, u: Universe, other: &NodeSet, cost: &[f64]) -> NodeSet {
-        self.union_at(other, u, 0, 0, cost)
+    pub(super) fn union(&mut self, a: NodeSet, b: NodeSet, cost: &[f64]) -> NodeSet {
+        self.union_at(a, b, 0, 0, cost)
     }
 
-    /// [`NodeSet::union`] of subtrees at `level` whose first index is `base`.
+    /// [`Sets::union`] of subtrees at `level` whose first index is `base`.
     fn union_at(
-        &self,
-        other: &NodeSet,
-        u: Universe,
+        &mut self,
+        a: NodeSet,
+        b: NodeSet,
         level: u32,
         base: usize,
         cost: &[f64],
     ) -> NodeSet {
-        let (a, b) = match (self.0.as_deref(), other.0.as_deref()) {
-            (None, _) => return other.clone(),
-            (_, None) => return self.clone(),
-            _ if self.same(other) => return self.clone(),
-            (Some(a), Some(b)) => (a, b),
-        };
-        match (a, b) {
-            (Trie::Leaf { bits: x, .. }, Trie::Leaf { bits: y, .. }) => {
-                if x | y == *x {
-                    return self.clone();
+        if a == EMPTY || a == b {
+            return b;
+        }
+        if b == EMPTY {
+            return a;
+        }
+        match (&self.tries[a.0 as usize], &self.tries[b.0 as usize]) {
+            (
+                &Trie::Leaf {
+                    bits: x,
+                    cost: c,
+                    count,
+                },
+                &Trie::Leaf { bits: y, .. },
+            ) => {
+                if x | y == x {
+                    return a;
                 }
-                if x | y == *y {
-                    return other.clone();
+                if x | y == y {
+                    return b;
                 }
                 let (extra, n) = bit_costs(y & !x, base, cost);
-                let (c, count) = a.totals();
-                NodeSet(Some(Rc::new(Trie::Leaf {
+                self.push(Trie::Leaf {
                     bits: x | y,
                     cost: c + extra,
                     count: count + n,
-                })))
+                })
             }
-            (Trie::Branch { children: xs, .. }, Trie::Branch { children: ys, .. }) => {
-                let span = u.span(level);
-                let merged: [NodeSet; FANOUT] = std::array::from_fn(|i| {
-                    xs[i].union_at(&ys[i], u, level + 1, base + i * span, cost)
-                });
-                if merged.iter().zip(xs).all(|(m, x)| m.same(x)) {
-                    return self.clone();
+            (&Trie::Branch { children: xs, .. }, &Trie::Branch { children: ys, .. }) => {
+                let span = self.universe.span(level);
+                let mut merged = [EMPTY; FANOUT];
+                for i in 0..FANOUT {
+                    merged[i] = self.union_at(xs[i], ys[i], level + 1, base + i * span, cost);
                 }
-                if merged.iter().zip(ys).all(|(m, y)| m.same(y)) {
-                    return other.clone();
+                if merged == xs {
+                    return a;
                 }
-                NodeSet::branch(merged)
+                if merged == ys {
+                    return b;
+                }
+                self.branch(merged)
             }
             _ => unreachable!("sets of one universe have the same depth"),
         }
     }
 
-    /// The cost and count of the members of `other` that are not members of this set.
-    pub(super) fn missing_from(&self, u: Universe, other: &NodeSet, cost: &[f64]) -> (f64, usize) {
-        self.missing_at(other, u, 0, 0, cost)
+    /// The cost and count of the members of `b` that are not members of `a`.
+    pub(super) fn missing_from(&self, a: NodeSet, b: NodeSet, cost: &[f64]) -> (f64, usize) {
+        self.missing_at(a, b, 0, 0, cost)
     }
 
-    /// [`NodeSet::missing_from`] of subtrees at `level` whose first index is `base`.
+    /// [`Sets::missing_from`] of subtrees at `level` whose first index is `base`.
     fn missing_at(
         &self,
-        other: &NodeSet,
-        u: Universe,
+        a: NodeSet,
+        b: NodeSet,
         level: u32,
         base: usize,
         cost: &[f64],
     ) -> (f64, usize) {
-        let b = match other.0.as_deref() {
-            None => return (0.0, 0),
-            Some(b) => b,
+        let Some(tb) = self.get(b) else {
+            return (0.0, 0);
         };
-        let a = match self.0.as_deref() {
-            None => return b.totals(),
-            Some(_) if self.same(other) => return (0.0, 0),
-            Some(a) => a,
+        let ta = match self.get(a) {
+            None => return tb.totals(),
+            Some(_) if a == b => return (0.0, 0),
+            Some(ta) => ta,
         };
-        match (a, b) {
+        match (ta, tb) {
             (Trie::Leaf { bits: x, .. }, Trie::Leaf { bits: y, .. }) => {
                 bit_costs(y & !x, base, cost)
             }
             (Trie::Branch { children: xs, .. }, Trie::Branch { children: ys, .. }) => {
-                let span = u.span(level);
+                let span = self.universe.span(level);
                 xs.iter()
                     .zip(ys)
                     .enumerate()
-                    .map(|(i, (x, y))| x.missing_at(y, u, level + 1, base + i * span, cost))
+                    .map(|(i, (&x, &y))| self.missing_at(x, y, level + 1, base + i * span, cost))
                     .fold((0.0, 0), |(c, n), (dc, dn)| (c + dc, n + dn))
             }
             _ => unreachable!("sets of one universe have the same depth"),
@@ -250,49 +298,59 @@ mod tests {
     fn unions_and_differences_match_plain_sets() {
         let n = 5000;
         let cost: Vec<f64> = (0..n).map(|k| 1.0 + (k % 7) as f64).collect();
-        let u = Universe::new(n);
+        let mut sets = Sets::new(Universe::new(n));
         let mut a = NodeSet::default();
         let mut plain_a = std::collections::BTreeSet::new();
         for k in (0..n).step_by(3) {
-            a = a.with(u, k, &cost);
+            a = sets.with(a, k, &cost);
             plain_a.insert(k);
         }
         // b shares a's subtrees and adds a few members.
-        let mut b = a.clone();
+        let mut b = a;
         let mut plain_b = plain_a.clone();
         for k in [1, 64, 4097, n - 1] {
-            b = b.with(u, k, &cost);
+            b = sets.with(b, k, &cost);
             plain_b.insert(k);
         }
         let total = |s: &std::collections::BTreeSet<usize>| s.iter().map(|&k| cost[k]).sum::<f64>();
-        let (c, count) = a.missing_from(u, &b, &cost);
+        let (c, count) = sets.missing_from(a, b, &cost);
         assert_eq!(count, 4);
         assert_eq!(c, total(&plain_b) - total(&plain_a));
-        assert_eq!(b.missing_from(u, &a, &cost), (0.0, 0));
-        let ab = a.union(u, &b, &cost);
-        assert!(ab.same(&b), "a union that adds nothing to b is b itself");
+        assert_eq!(sets.missing_from(b, a, &cost), (0.0, 0));
+        let ab = sets.union(a, b, &cost);
+        assert_eq!(ab, b, "a union that adds nothing to b is b itself");
+        let mark = sets.mark();
         let mut c_set = NodeSet::default();
         for k in [2, 5, 4097] {
-            c_set = c_set.with(u, k, &cost);
+            c_set = sets.with(c_set, k, &cost);
         }
-        let all = b.union(u, &c_set, &cost);
+        let all = sets.union(b, c_set, &cost);
         let mut plain_all = plain_b.clone();
         plain_all.extend([2, 5, 4097]);
         for k in 0..n {
-            assert_eq!(all.contains(u, k), plain_all.contains(&k), "{k}");
+            assert_eq!(sets.contains(all, k), plain_all.contains(&k), "{k}");
         }
         assert_eq!(
-            NodeSet::default().missing_from(u, &all, &cost),
+            sets.missing_from(NodeSet::default(), all, &cost),
             (total(&plain_all), plain_all.len())
+        );
+        // Giving back the sets made since the mark leaves the older ones intact.
+        sets.release(mark);
+        for k in 0..n {
+            assert_eq!(sets.contains(b, k), plain_b.contains(&k), "{k}");
+        }
+        assert_eq!(
+            sets.missing_from(NodeSet::default(), b, &cost),
+            (total(&plain_b), plain_b.len())
         );
     }
 
     #[test]
     fn tiny_universes_have_only_a_leaf() {
         let cost = [1.0, 2.0];
-        let u = Universe::new(2);
-        let s = NodeSet::default().with(u, 1, &cost);
-        assert!(s.contains(u, 1) && !s.contains(u, 0));
-        assert_eq!(NodeSet::default().missing_from(u, &s, &cost), (2.0, 1));
+        let mut sets = Sets::new(Universe::new(2));
+        let s = sets.with(NodeSet::default(), 1, &cost);
+        assert!(sets.contains(s, 1) && !sets.contains(s, 0));
+        assert_eq!(sets.missing_from(NodeSet::default(), s, &cost), (2.0, 1));
     }
 }

@@ -247,12 +247,20 @@ pub fn optimize_with_rules(
         );
     }
     report.seconds = start.elapsed().as_secs_f64();
-    let mut out = model.clone();
-    out.opsets.remove("com.microsoft");
+    // Everything but the graph is copied from the input model (cloning it whole would copy
+    // the input graph only to drop it).
+    let mut opsets = model.opsets.clone();
+    opsets.remove("com.microsoft");
     if graph.nodes.iter().any(|n| n.domain == "com.microsoft") {
-        out.opsets.insert("com.microsoft".into(), 1);
+        opsets.insert("com.microsoft".into(), 1);
     }
-    out.graph = graph;
+    let out = Model {
+        graph,
+        opsets,
+        ir_version: model.ir_version,
+        producer_name: model.producer_name.clone(),
+        producer_version: model.producer_version.clone(),
+    };
     Ok((out, report))
 }
 
