@@ -56,22 +56,44 @@ pub fn nbits_weight(values: &[u8], k: usize, n: usize, spec: &QuantSpec) -> Vec<
         return out;
     }
     let shift = if spec.symmetric { spec.midpoint() } else { 0 };
-    let code = |row: usize, column: usize| values[row * n + column].wrapping_add(shift);
-    out.par_chunks_mut(column_bytes)
+    // Tiles of columns: each row's values for the tile are contiguous in `values`, and each
+    // column's bytes are written in order (the read is a transpose; a tile keeps it in cache).
+    const TILE: usize = 64;
+    out.par_chunks_mut(column_bytes * TILE)
         .enumerate()
-        .for_each(|(column, bytes)| {
+        .for_each(|(tile, bytes)| {
+            let first = tile * TILE;
+            let width = bytes.len() / column_bytes;
+            let row_codes = |row: usize| &values[row * n + first..row * n + first + width];
             if spec.bits == 8 {
-                for (row, byte) in bytes.iter_mut().take(k).enumerate() {
-                    *byte = code(row, column);
+                for row in 0..k {
+                    for (column, &v) in bytes.chunks_exact_mut(column_bytes).zip(row_codes(row)) {
+                        column[row] = v.wrapping_add(shift);
+                    }
                 }
-                return;
-            }
-            for row in 0..k {
-                bytes[row / 2] |= (code(row, column) & 0x0f) << (4 * (row % 2));
+            } else {
+                // Two rows make one byte: the even row in the low nibble.
+                for pair in 0..k / 2 {
+                    let (low, high) = (row_codes(2 * pair), row_codes(2 * pair + 1));
+                    for ((column, &a), &b) in
+                        bytes.chunks_exact_mut(column_bytes).zip(low).zip(high)
+                    {
+                        column[pair] =
+                            (a.wrapping_add(shift) & 0x0f) | (b.wrapping_add(shift) << 4);
+                    }
+                }
+                if k % 2 == 1 {
+                    for (column, &a) in bytes.chunks_exact_mut(column_bytes).zip(row_codes(k - 1)) {
+                        column[k / 2] = a.wrapping_add(shift) & 0x0f;
+                    }
+                }
             }
             let last = k - 1;
-            if k % 2 == 1 && last % (2 * spec.block_size) != 0 {
-                bytes[last / 2] |= (code(last - 1, column) & 0x0f) << 4;
+            if spec.bits == 4 && k % 2 == 1 && last % (2 * spec.block_size) != 0 {
+                let codes = &values[(last - 1) * n + first..(last - 1) * n + first + width];
+                for (column, &v) in codes.iter().enumerate() {
+                    bytes[column * column_bytes + last / 2] |= (v.wrapping_add(shift) & 0x0f) << 4;
+                }
             }
         });
     out

@@ -43,11 +43,36 @@ pub fn quantize(
     n: usize,
     spec: &QuantSpec,
 ) -> Result<Quantized> {
+    let expected = k.checked_mul(n).and_then(|e| e.checked_mul(dtype.size()));
+    if dtype.is_float() && expected.is_some_and(|len| len != weights.len()) {
+        return Err(error(format!(
+            "a [{k}, {n}] {dtype} weight takes {} bytes, {} were given",
+            expected.unwrap_or(0),
+            weights.len()
+        )));
+    }
+    let row = n * dtype.size();
+    quantize_with(dtype, k, n, spec, &|first, dst: &mut [u8]| {
+        dst.copy_from_slice(&weights[first * row..first * row + dst.len()]);
+    })
+}
+
+/// [`quantize`] of a weight produced block row by block row: `fill(first, dst)` writes rows
+/// `first..` of the `[k, n]` weight (little-endian `dtype` elements, as many whole rows as
+/// `dst` holds) — e.g. straight from a transposed checkpoint tensor, so the float weight is
+/// never held whole.
+pub fn quantize_with(
+    dtype: DType,
+    k: usize,
+    n: usize,
+    spec: &QuantSpec,
+    fill: &(dyn Fn(usize, &mut [u8]) + Sync),
+) -> Result<Quantized> {
     spec.validate()?;
     match dtype {
-        DType::F32 => quantize_as::<f32>(weights, k, n, spec),
-        DType::F16 => quantize_as::<f16>(weights, k, n, spec),
-        DType::BF16 => quantize_as::<bf16>(weights, k, n, spec),
+        DType::F32 => quantize_as::<f32>(fill, k, n, spec),
+        DType::F16 => quantize_as::<f16>(fill, k, n, spec),
+        DType::BF16 => quantize_as::<bf16>(fill, k, n, spec),
         other => Err(error(format!(
             "its dtype is {other}; only f32, f16 and bf16 weights can be quantized"
         ))),
@@ -70,6 +95,12 @@ trait Weight {
     const DTYPE: DType;
     /// Reads one little-endian element (exactly widened to f32).
     fn load(bytes: &[u8]) -> f32;
+    /// Reads `dst.len()` little-endian elements (exactly widened to f32).
+    fn load_into(bytes: &[u8], dst: &mut [f32]) {
+        for (d, c) in dst.iter_mut().zip(bytes.chunks_exact(Self::SIZE)) {
+            *d = Self::load(c);
+        }
+    }
     /// Writes the scale in this dtype (rounded to nearest, ties to even).
     fn store_scale(scale: f32, out: &mut [u8]);
     /// The scale the values are divided by. onnxruntime's f16 kernel reads back the f16 scale
@@ -98,6 +129,19 @@ impl Weight for f16 {
     fn load(bytes: &[u8]) -> f32 {
         f16::from_le_bytes([bytes[0], bytes[1]]).to_f32()
     }
+    fn load_into(bytes: &[u8], dst: &mut [f32]) {
+        // The slice conversion uses the CPU's f16 instructions where it has them.
+        match bytemuck::try_cast_slice::<u8, f16>(bytes) {
+            Ok(halves) if cfg!(target_endian = "little") => {
+                half::slice::HalfFloatSliceExt::convert_to_f32_slice(halves, dst)
+            }
+            _ => {
+                for (d, c) in dst.iter_mut().zip(bytes.chunks_exact(2)) {
+                    *d = Self::load(c);
+                }
+            }
+        }
+    }
     fn store_scale(scale: f32, out: &mut [u8]) {
         out.copy_from_slice(&f16::from_f32(scale).to_le_bytes());
     }
@@ -121,7 +165,7 @@ impl Weight for bf16 {
 }
 
 fn quantize_as<T: Weight>(
-    weights: &[u8],
+    fill: &(dyn Fn(usize, &mut [u8]) + Sync),
     k: usize,
     n: usize,
     spec: &QuantSpec,
@@ -129,42 +173,36 @@ fn quantize_as<T: Weight>(
     let numel = k
         .checked_mul(n)
         .filter(|e| e.checked_mul(T::SIZE).is_some())
-        .ok_or_else(|| error(format!("its shape [{k}, {n}] is too large")))?;
-    if weights.len() != numel * T::SIZE {
-        return Err(error(format!(
-            "a [{k}, {n}] {} weight takes {} bytes, {} were given",
-            T::DTYPE,
-            numel * T::SIZE,
-            weights.len()
-        )));
-    }
+        .ok_or_else(|| error(format!("its shape [{k}, {n}] of {} is too large", T::DTYPE)))?;
     let k_blocks = spec.blocks(k);
     let mut values = vec![0u8; numel];
     let mut scales = vec![0u8; k_blocks * n * T::SIZE];
     let mut zero_points = vec![0u8; k_blocks * n];
     if numel > 0 {
         let rows = spec.block_size;
-        let first_bad = weights
-            .par_chunks(rows * n * T::SIZE)
-            .zip(values.par_chunks_mut(rows * n))
+        let first_bad = values
+            .par_chunks_mut(rows * n)
             .zip(scales.par_chunks_mut(n * T::SIZE))
             .zip(zero_points.par_chunks_mut(n))
             .enumerate()
-            .map(|(block, (((input, values), scales), zero_points))| {
+            .map(|(block, ((values, scales), zero_points))| {
+                let mut input = vec![0u8; values.len() * T::SIZE];
+                fill(block * rows, &mut input);
                 let out = BlockRow {
                     values,
                     scales,
                     zero_points,
                 };
-                quantize_block_row::<T>(input, n, spec, out)
-                    .map(|(row, column)| (block * rows + row, column))
+                quantize_block_row::<T>(&input, n, spec, out).map(|(row, column)| {
+                    let value = T::load(&input[(row * n + column) * T::SIZE..]);
+                    (block * rows + row, column, value)
+                })
             })
             .collect::<Vec<_>>()
             .into_iter()
             .flatten()
             .next();
-        if let Some((row, column)) = first_bad {
-            let value = T::load(&weights[(row * n + column) * T::SIZE..]);
+        if let Some((row, column, value)) = first_bad {
             return Err(error(format!(
                 "element ({row}, {column}) of the [{k}, {n}] weight is {value}, not a finite \
                  number"
@@ -195,25 +233,27 @@ fn quantize_block_row<T: Weight>(
     spec: &QuantSpec,
     out: BlockRow<'_>,
 ) -> Option<(usize, usize)> {
-    let load = |i: usize| T::load(&input[i * T::SIZE..]);
+    let rows = input.len() / (n * T::SIZE);
+    let mut weights = vec![0f32; rows * n];
+    T::load_into(input, &mut weights);
     // Range of each column, compared exactly as onnxruntime does (so -0.0 vs 0.0 and the
     // order of equal values come out the same).
     let mut min = vec![f32::MAX; n];
     let mut max = vec![f32::MIN; n];
-    let rows = input.len() / (n * T::SIZE);
-    for row in 0..rows {
-        for column in 0..n {
-            let v = load(row * n + column);
-            if !v.is_finite() {
-                return Some((row, column));
-            }
-            if v < min[column] {
-                min[column] = v;
-            }
-            if v > max[column] {
-                max[column] = v;
-            }
+    let mut finite = true;
+    for values in weights.chunks_exact(n) {
+        for ((&v, lo), hi) in values.iter().zip(&mut min).zip(&mut max) {
+            finite &= v.is_finite();
+            *lo = if v < *lo { v } else { *lo };
+            *hi = if v > *hi { v } else { *hi };
         }
+    }
+    if !finite {
+        let at = weights
+            .iter()
+            .position(|v| !v.is_finite())
+            .expect("one is not finite");
+        return Some((at / n, at % n));
     }
     let top = f32::from(spec.top_code());
     let midpoint = f32::from(spec.midpoint());
@@ -240,16 +280,22 @@ fn quantize_block_row<T: Weight>(
         out.zero_points[column] = zero_point;
     }
     let signed_shift = if spec.symmetric { spec.midpoint() } else { 0 };
-    for (i, value) in out.values.iter_mut().enumerate() {
-        let column = i % n;
-        // `as u8` saturates, and maps NaN (0 × ∞ when a denormal scale's reciprocal
-        // overflows) to 0 as onnxruntime's float-to-int conversion does on x86.
-        let code = (load(i) * reciprocal[column] + offset[column])
-            .round()
-            .clamp(0.0, top) as u8;
-        *value = code.wrapping_sub(signed_shift);
+    for (codes, values) in out.values.chunks_exact_mut(n).zip(weights.chunks_exact(n)) {
+        for (((code, &w), &r), &o) in codes.iter_mut().zip(values).zip(&reciprocal).zip(&offset) {
+            *code = round_and_clamp(w * r + o, top).wrapping_sub(signed_shift);
+        }
     }
     None
+}
+
+/// `clamp(roundf(v), 0, top)` as onnxruntime computes a code (halves rounded away from zero),
+/// with NaN (0 × ∞ when a denormal scale's reciprocal overflows) giving 0 as its float-to-int
+/// conversion does on x86. Clamping first gives the same code (rounding is monotonic and 0 and
+/// `top` are integers) and leaves `c` in `[0, top]`, where `c − trunc(c)` is exact: no libm call.
+fn round_and_clamp(v: f32, top: f32) -> u8 {
+    let c = v.clamp(0.0, top);
+    let whole = c as u8; // NaN → 0
+    whole + u8::from(c - f32::from(whole) >= 0.5)
 }
 
 /// Scale and zero point of an asymmetric block with range `[min, max]`.
@@ -401,7 +447,10 @@ mod tests {
             let clamped = spec.symmetric && x / scale > f32::from(spec.midpoint()) - 0.5;
             let bound = if clamped { step } else { step / 2.0 };
             let drift = step * f32::from(spec.top_code()) * scale_rounding;
-            let tolerance = bound + drift + step * 1e-5 + f32::MIN_POSITIVE;
+            // Values are divided as `w · (1/s)` (onnxruntime's order): the reciprocal's rounding
+            // moves a code near a tie by up to `top` ulps of a step.
+            let reciprocal = step * f32::from(spec.top_code()) * 2.0 * f32::EPSILON;
+            let tolerance = bound + drift + reciprocal.max(step * 1e-5) + f32::MIN_POSITIVE;
             assert!(
                 (back - x).abs() <= tolerance,
                 "element {i}: {x} came back as {back} (scale {scale}, spec {spec:?})"

@@ -23,10 +23,10 @@ pub struct SourceInfo {
 }
 
 /// The stored bytes of a leaf source (checkpoint, inline or external), borrowed.
-struct Leaf<'a> {
-    dtype: DType,
-    shape: Vec<usize>,
-    data: &'a [u8],
+pub(super) struct Leaf<'a> {
+    pub(super) dtype: DType,
+    pub(super) shape: Vec<usize>,
+    pub(super) data: &'a [u8],
 }
 
 /// Resolves checkpoint tensors and external files while sources are evaluated.
@@ -311,7 +311,7 @@ impl<'a> Evaluator<'a> {
 
     /// The stored bytes of a leaf source (checkpoint, inline or external), without copying;
     /// `None` for transforms and for packed 4-bit external data (see [`Evaluator::materialize`]).
-    fn leaf<'s>(&'s mut self, src: &'s TensorSource) -> Result<Option<Leaf<'s>>> {
+    pub(super) fn leaf<'s>(&'s mut self, src: &'s TensorSource) -> Result<Option<Leaf<'s>>> {
         let (dtype, shape, data) = match src {
             TensorSource::Checkpoint(name) => {
                 let t = self.checkpoint(name)?;
@@ -487,10 +487,7 @@ impl<'a> Evaluator<'a> {
                 spec,
                 part,
             } => self.quantize_part(source, *dtype, spec, *part),
-            TensorSource::NBits { source, spec, part } => {
-                let (dtype, shape, bytes) = self.materialize(source)?;
-                super::quantized::nbits(&bytes, dtype, &shape, spec, *part)
-            }
+            TensorSource::NBits { source, spec, part } => self.nbits_part(source, spec, *part),
             TensorSource::FromNBits {
                 source,
                 spec,

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use super::convert;
 use super::eval::{Evaluator, SourceInfo};
+use super::transpose::transpose_rows_into;
 use crate::ir::{DType, QuantParams, QuantPart, TensorData, TensorSource};
 use crate::quant::{self, Quantized};
 use crate::{Error, Result};
@@ -17,6 +18,9 @@ pub(super) struct Cached {
     dtype: DType,
     spec: QuantParams,
     result: Arc<Quantized>,
+    /// Whether `result.values` was emptied once written (a later request for the values
+    /// quantizes again).
+    values_dropped: bool,
 }
 
 /// `[K, N]` of a 2-D source, or an error naming what was expected.
@@ -277,8 +281,82 @@ pub(super) fn from_nbits(
 }
 
 impl Evaluator<'_> {
-    /// One part of `source` quantized: the weight is quantized once and kept for its other
-    /// parts, which the writer asks for next.
+    /// `source` quantized: the weight is quantized once and kept for its other parts, which
+    /// the writer asks for next.
+    fn quantized(
+        &mut self,
+        source: &TensorSource,
+        dtype: DType,
+        spec: &QuantParams,
+        wants_values: bool,
+    ) -> Result<Arc<Quantized>> {
+        let hit = self
+            .last_quantized
+            .as_ref()
+            .filter(|c| c.source == *source && c.dtype == dtype && c.spec == *spec)
+            .map(|c| (Arc::clone(&c.result), c.values_dropped));
+        match hit {
+            Some((result, false)) => return Ok(result),
+            Some((result, true)) if !wants_values => return Ok(result),
+            _ => {}
+        }
+        self.last_quantized = None;
+        let result = self
+            .quantize_weight(source, dtype, spec)
+            .map_err(|e| match e {
+                Error::Quantize {
+                    tensor: None,
+                    message,
+                } => Error::Quantize {
+                    tensor: Some(describe_source(source)),
+                    message,
+                },
+                other => other,
+            })?;
+        let result = Arc::new(result);
+        self.last_quantized = Some(Cached {
+            source: source.clone(),
+            dtype,
+            spec: *spec,
+            result: Arc::clone(&result),
+            values_dropped: false,
+        });
+        Ok(result)
+    }
+
+    /// Quantizes the `[K, N]` weight `source` (converted to `dtype` first): a transposed
+    /// checkpoint tensor is transposed and converted block row by block row straight from the
+    /// mapped file, so the float weight is never held whole.
+    fn quantize_weight(
+        &mut self,
+        source: &TensorSource,
+        dtype: DType,
+        spec: &QuantParams,
+    ) -> Result<Quantized> {
+        if let TensorSource::Transpose(inner) = source {
+            if let Some(leaf) = self.leaf(inner)? {
+                if let (&[rows, cols], true) =
+                    (&leaf.shape[..], convert::can_convert(leaf.dtype, dtype))
+                {
+                    let (data, from) = (leaf.data, leaf.dtype);
+                    let fill = |first: usize, dst: &mut [u8]| {
+                        transpose_rows_into(data, rows, cols, from, dtype, first, dst);
+                    };
+                    return quant::quantize_with(dtype, cols, rows, spec, &fill);
+                }
+            }
+        }
+        let (from, shape, bytes) = self.materialize(source)?;
+        let (k, n) = (shape[0], shape[1]);
+        let bytes = if from == dtype {
+            bytes
+        } else {
+            convert::convert(&bytes, from, dtype).0
+        };
+        quant::quantize(&bytes, dtype, k, n, spec)
+    }
+
+    /// One part of `source` quantized (see [`Evaluator::quantized`]).
     pub(super) fn quantize_part(
         &mut self,
         source: &TensorSource,
@@ -287,46 +365,59 @@ impl Evaluator<'_> {
         part: QuantPart,
     ) -> Result<(DType, Vec<usize>, Vec<u8>)> {
         let info = describe_quantize(&self.describe(source)?, dtype, spec, part)?;
-        let hit = self
-            .last_quantized
-            .as_ref()
-            .filter(|c| c.source == *source && c.dtype == dtype && c.spec == *spec)
-            .map(|c| Arc::clone(&c.result));
-        let result = match hit {
-            Some(result) => result,
-            None => {
-                self.last_quantized = None;
-                let (from, shape, bytes) = self.materialize(source)?;
-                let (k, n) = (shape[0], shape[1]);
-                let (bytes, _) = convert::convert(&bytes, from, dtype);
-                let result = quant::quantize(&bytes, dtype, k, n, spec).map_err(|e| match e {
-                    Error::Quantize {
-                        tensor: None,
-                        message,
-                    } => Error::Quantize {
-                        tensor: Some(describe_source(source)),
-                        message,
-                    },
-                    other => other,
-                })?;
-                let result = Arc::new(result);
-                self.last_quantized = Some(Cached {
-                    source: source.clone(),
-                    dtype,
-                    spec: *spec,
-                    result: Arc::clone(&result),
-                });
-                result
-            }
-        };
-        let bytes = match part {
-            QuantPart::Values => result.values.clone(),
-            QuantPart::Scales => result.scales.clone(),
-            QuantPart::ZeroPoints => result.zero_points.clone().ok_or_else(|| {
-                Error::Graph("symmetric block quantization has no zero points".into())
-            })?,
-        };
+        let result = self.quantized(source, dtype, spec, part == QuantPart::Values)?;
+        let bytes = part_of(&result, part)?.to_vec();
         Ok((info.dtype, info.shape, bytes))
+    }
+
+    /// A [`TensorSource::NBits`] part of `source`; straight from the quantized weight when
+    /// `source` is its [`TensorSource::Quantize`] part (no copy of the values).
+    pub(super) fn nbits_part(
+        &mut self,
+        source: &TensorSource,
+        spec: &QuantParams,
+        part: QuantPart,
+    ) -> Result<(DType, Vec<usize>, Vec<u8>)> {
+        if let TensorSource::Quantize {
+            source: weight,
+            dtype,
+            spec: quantized_as,
+            part: quantized_part,
+        } = source
+        {
+            if quantized_part == &part {
+                let info = describe_quantize(&self.describe(weight)?, *dtype, quantized_as, part)?;
+                let result =
+                    self.quantized(weight, *dtype, quantized_as, part == QuantPart::Values)?;
+                let out = nbits(part_of(&result, part)?, info.dtype, &info.shape, spec, part);
+                if part == QuantPart::Values {
+                    // The values are written now; keep only the scales and zero points the
+                    // weight's other parts read next.
+                    drop(result);
+                    if let Some(cached) = &mut self.last_quantized {
+                        if let Some(q) = Arc::get_mut(&mut cached.result) {
+                            q.values = Vec::new();
+                            cached.values_dropped = true;
+                        }
+                    }
+                }
+                return out;
+            }
+        }
+        let (dtype, shape, bytes) = self.materialize(source)?;
+        nbits(&bytes, dtype, &shape, spec, part)
+    }
+}
+
+/// The bytes of one part of a quantized weight.
+fn part_of(q: &Quantized, part: QuantPart) -> Result<&[u8]> {
+    match part {
+        QuantPart::Values => Ok(&q.values),
+        QuantPart::Scales => Ok(&q.scales),
+        QuantPart::ZeroPoints => q
+            .zero_points
+            .as_deref()
+            .ok_or_else(|| Error::Graph("symmetric block quantization has no zero points".into())),
     }
 }
 
