@@ -32,6 +32,13 @@
 #                                          .venv/bin/python if present, else python3)
 #   MOBIUS_BENCH_COLD=1                    drop the page cache before every timed run instead
 #                                          (needs root)
+#
+# The quantization benchmark (`scripts/bench.sh quant`, needs onnxruntime: the .venv of
+# scripts/ort_tests.sh): on the same generated checkpoint (one file), the data file of
+# `--quant int4` (and with `--quant-embeddings`) against the f16 build's, and onnxruntime's CPU
+# decode latency (one token after 128, 2 threads, median of 20) of the int4 cpu build against
+# the f32 cpu build. See scripts/bench_quant.py. Build time and memory of `--quant int4` against
+# the f16 build are in the weights benchmark.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -101,8 +108,22 @@ weights() {
     --work "${MOBIUS_BENCH_WEIGHTS_DIR:-target/bench-weights}" --python "$py" "${cold[@]}"
 }
 
+quant() {
+  cargo build --release --quiet
+  local dir="${MOBIUS_BENCH_WEIGHTS_DIR:-target/bench-weights}"
+  if [[ ! -f "$dir/one/config.json" ]]; then
+    .venv/bin/python scripts/make_bench_checkpoint.py "$dir/one"
+  fi
+  .venv/bin/python scripts/bench_quant.py "$dir/one" target/release/mobius "$dir/quant"
+}
+
 if [[ "${1:-}" == "weights" ]]; then
   weights | tee target/bench-weights.log
+  exit 0
+fi
+
+if [[ "${1:-}" == "quant" ]]; then
+  quant | tee target/bench-quant.log
   exit 0
 fi
 

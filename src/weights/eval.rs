@@ -10,7 +10,7 @@ use super::convert::{self, CHUNK_ELEMS};
 use super::sink::Sink;
 use super::store::TensorStore;
 use super::transpose;
-use crate::ir::{DType, TensorSource};
+use crate::ir::{DType, QuantPart, TensorSource};
 use crate::{Error, Result};
 
 /// What a source evaluates to, without reading data: element type and shape.
@@ -258,6 +258,11 @@ impl<'a> Evaluator<'a> {
                 let (dtype, _, bytes) = self.materialize(src)?;
                 stream_converted(&bytes, dtype, target, sink)
             }
+            TensorSource::NBits {
+                source,
+                spec,
+                part: QuantPart::Values,
+            } if target == DType::U8 && self.stream_nbits_by_columns(source, spec, sink)? => Ok(0),
             TensorSource::Concat { .. }
             | TensorSource::AddScalar { .. }
             | TensorSource::Quantize { .. }
