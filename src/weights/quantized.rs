@@ -405,8 +405,8 @@ impl Evaluator<'_> {
             let fill = |row: usize, dst: &mut [u8]| {
                 transpose_rows_into(rows, width, k, from, dtype, row, dst);
             };
-            let q = quant::quantize_with(dtype, k, width, &quantized_as, &fill).map_err(|e| {
-                match e {
+            let q = quant::quantize_with(dtype, k, width, &quantized_as, &fill).map_err(
+                |e| match e {
                     Error::Quantize {
                         tensor: None,
                         message,
@@ -415,8 +415,8 @@ impl Evaluator<'_> {
                         message: format!("{message} (columns {first}..{})", first + width),
                     },
                     other => other,
-                }
-            })?;
+                },
+            )?;
             for b in 0..blocks {
                 let (to, from_tile) = ((b * n + first) * size, b * width * size);
                 scales[to..to + width * size]
@@ -426,7 +426,12 @@ impl Evaluator<'_> {
                         .copy_from_slice(&tile_zp[b * width..(b + 1) * width]);
                 }
             }
-            sink.write(&quant::nbits::nbits_weight(&q.values, k, width, &quantized_as))?;
+            sink.write(&quant::nbits::nbits_weight(
+                &q.values,
+                k,
+                width,
+                &quantized_as,
+            ))?;
             first += width;
         }
         self.last_quantized = Some(Cached {
