@@ -147,3 +147,56 @@ fn unknown_ops_take_their_types_from_value_info() {
         "value_info of surviving values is kept"
     );
 }
+
+/// An exported graph may declare a cache length as `seq + past` where inference computes
+/// `past + seq`: symbolic sums compare in any order, so it is checked and optimized (it was
+/// refused as "declared … but computes …").
+#[test]
+fn symbolic_sums_in_another_order_are_the_same_dim() {
+    use mobius::ir::{GraphBuilder, Shape};
+    let mut b = GraphBuilder::new("g");
+    let past = b.input(
+        "past",
+        DType::F32,
+        Shape::new(vec![
+            mobius::ir::Dim::Fixed(1),
+            mobius::ir::Dim::sym("past"),
+            mobius::ir::Dim::Fixed(4),
+        ]),
+    );
+    let cur = b.input(
+        "cur",
+        DType::F32,
+        Shape::new(vec![
+            mobius::ir::Dim::Fixed(1),
+            mobius::ir::Dim::sym("seq"),
+            mobius::ir::Dim::Fixed(4),
+        ]),
+    );
+    b.output(
+        "y",
+        DType::F32,
+        Shape::new(vec![
+            mobius::ir::Dim::Fixed(1),
+            mobius::ir::Dim::sym("seq + past"),
+            mobius::ir::Dim::Fixed(4),
+        ]),
+    );
+    b.op_into(
+        "Concat",
+        &[&past, &cur],
+        vec![("axis", mobius::ir::Attr::Int(1))],
+        "y",
+    );
+    let graph = b.finish();
+    mobius::opt::pipeline::check_output_types(&graph, "the test graph").unwrap();
+    let model = mobius::ir::Model {
+        graph,
+        opsets: std::collections::BTreeMap::from([(String::new(), 24)]),
+        ir_version: 11,
+        producer_name: "test".into(),
+        producer_version: "0".into(),
+    };
+    let opts = optimize_options(DType::F32, mobius::opt::Role::Decoder);
+    mobius::opt::optimize(&model, &mobius::get_ep("cpu").unwrap(), &opts).unwrap();
+}

@@ -34,7 +34,21 @@ impl SymDim {
             (SymDim::Known(a), SymDim::Known(b)) => SymDim::Known(a + b),
             (SymDim::Known(0), x) | (x, SymDim::Known(0)) => x.clone(),
             (SymDim::Unknown, _) | (_, SymDim::Unknown) => SymDim::Unknown,
-            (a, b) => SymDim::Sym(Symbol::from(format!("{a} + {b}"))),
+            (a, b) => SymDim::expr(&format!("{a} + {b}")),
+        }
+    }
+
+    /// A symbolic dim from its expression, in canonical form so that equal sums and products
+    /// compare equal whatever their order: `seq + past` and `past + seq` are one dim. A sum of
+    /// products of names and integers (`+`, `*`) has its integer factors multiplied and its
+    /// integer terms added, factors and terms sorted (`2*batch + seq + 1` →
+    /// `2*batch + seq + 1`, `seq + batch*2 + 1` → the same); it becomes known when no name is
+    /// left. Anything else (`-`, `/`, parentheses) is kept as written, trimmed.
+    pub fn expr(text: &str) -> SymDim {
+        match canonical_sum(text) {
+            Some(Ok(value)) => SymDim::Known(value),
+            Some(Err(form)) => SymDim::Sym(Symbol::from(form)),
+            None => SymDim::Sym(Symbol::from(text.trim())),
         }
     }
 
@@ -68,9 +82,61 @@ impl From<&Dim> for SymDim {
         match d {
             Dim::Fixed(v) => SymDim::Known(*v),
             Dim::Sym(s) if s.is_empty() => SymDim::Unknown,
-            Dim::Sym(s) => SymDim::Sym(Symbol::from(s.as_str())),
+            Dim::Sym(s) => SymDim::expr(s),
         }
     }
+}
+
+/// The canonical form of a sum of products (see [`SymDim::expr`]): `Ok(n)` when it is a
+/// number, `Err(form)` for the canonical text, `None` when `text` is not such a sum.
+fn canonical_sum(text: &str) -> Option<Result<i64, String>> {
+    let is_name = |f: &str| {
+        !f.is_empty()
+            && f.chars()
+                .all(|c| c.is_alphanumeric() || c == '_' || c == '.')
+            && !f.starts_with(|c: char| c.is_ascii_digit())
+    };
+    let mut constant: i64 = 0;
+    let mut terms: Vec<String> = Vec::new();
+    for term in text.split('+') {
+        let mut coefficient: i64 = 1;
+        let mut names: Vec<&str> = Vec::new();
+        for factor in term.split('*').map(str::trim) {
+            if let Ok(v) = factor.parse::<i64>() {
+                coefficient = coefficient.checked_mul(v)?;
+            } else if is_name(factor) {
+                names.push(factor);
+            } else {
+                return None;
+            }
+        }
+        if names.is_empty() {
+            constant = constant.checked_add(coefficient)?;
+        } else if coefficient != 0 {
+            names.sort_unstable();
+            let product = names.join("*");
+            terms.push(if coefficient == 1 {
+                product
+            } else {
+                format!("{coefficient}*{product}")
+            });
+        }
+    }
+    if terms.is_empty() {
+        return Some(Ok(constant));
+    }
+    // Sorted by their names (a coefficient does not move a term).
+    terms.sort_by(|a, b| {
+        let key = |t: &str| {
+            t.trim_start_matches(|c: char| c.is_ascii_digit() || c == '*')
+                .to_string()
+        };
+        key(a).cmp(&key(b)).then(a.cmp(b))
+    });
+    if constant != 0 {
+        terms.push(constant.to_string());
+    }
+    Some(Err(terms.join(" + ")))
 }
 
 /// A tensor's dtype and shape; either may be unknown.
@@ -158,5 +224,39 @@ impl fmt::Display for TensorType {
             ),
             None => f.write_str("[?]"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn d(s: &str) -> SymDim {
+        SymDim::from(&Dim::Sym(s.to_string()))
+    }
+
+    #[test]
+    fn sums_and_products_compare_equal_in_any_order() {
+        assert_eq!(d("seq + past"), d("past + seq"));
+        assert_eq!(
+            d("past_sequence_len + sequence_len"),
+            d("sequence_len+past_sequence_len")
+        );
+        assert_eq!(d("batch*2 + seq + 1"), d("1 + seq + 2*batch"));
+        assert_eq!(d("2 + 3"), SymDim::Known(5));
+        assert_eq!(d("0*batch + 4"), SymDim::Known(4));
+        assert_ne!(d("seq + past"), d("seq + batch"));
+        assert_eq!(d("batch").to_string(), "batch");
+        assert_eq!(
+            SymDim::expr("sequence_len").add(&SymDim::expr("past_sequence_len")),
+            d("past_sequence_len + sequence_len")
+        );
+    }
+
+    #[test]
+    fn other_expressions_are_kept_as_written() {
+        assert_eq!(d(" seq - 1 ").to_string(), "seq - 1");
+        assert_eq!(d("(a+b)").to_string(), "(a+b)");
+        assert_eq!(d("").to_string(), "?");
     }
 }
