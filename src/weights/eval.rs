@@ -255,6 +255,13 @@ impl<'a> Evaluator<'a> {
                         return stream_transposed(leaf.data, rows, cols, leaf.dtype, target, sink);
                     }
                 }
+                // MatMulNBits' scales (or zero points) of a weight just quantized: transposed
+                // straight from the kept quantization.
+                if let Some((part, dtype, shape)) = self.kept_part(inner)? {
+                    if let [rows, cols] = shape[..] {
+                        return stream_transposed(&part, rows, cols, dtype, target, sink);
+                    }
+                }
                 let (dtype, _, bytes) = self.materialize(src)?;
                 stream_converted(&bytes, dtype, target, sink)
             }

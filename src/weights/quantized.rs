@@ -396,8 +396,8 @@ impl Evaluator<'_> {
         let blocks = quantized_as.blocks(k);
         let mut scales = vec![0u8; blocks * n * size];
         let mut zero_points = (!quantized_as.symmetric).then(|| vec![0u8; blocks * n]);
-        // About 4 MiB of float weight per tile.
-        let tile = ((4usize << 20) / (k * size).max(1)).clamp(1, n.max(1));
+        // About 1 MiB of float weight per tile.
+        let tile = ((1usize << 20) / (k * size).max(1)).clamp(1, n.max(1));
         let mut first = 0;
         while first < n {
             let width = tile.min(n - first);
@@ -450,6 +450,42 @@ impl Evaluator<'_> {
         Ok(true)
     }
 
+    /// The scales or zero points of `source` (a [`TensorSource::Quantize`] part) when its
+    /// weight is the one kept from the last quantization: the shared bytes, their dtype and
+    /// shape, without a copy. `None` otherwise (the caller evaluates it).
+    pub(super) fn kept_part(
+        &mut self,
+        source: &TensorSource,
+    ) -> Result<Option<(KeptPart, DType, Vec<usize>)>> {
+        let TensorSource::Quantize {
+            source: weight,
+            dtype,
+            spec,
+            part: part @ (QuantPart::Scales | QuantPart::ZeroPoints),
+        } = source
+        else {
+            return Ok(None);
+        };
+        let kept = self
+            .last_quantized
+            .as_ref()
+            .filter(|c| c.source == **weight && c.dtype == *dtype && c.spec == *spec)
+            .map(|c| Arc::clone(&c.result));
+        let Some(result) = kept else {
+            return Ok(None);
+        };
+        part_of(&result, *part)?;
+        let info = describe_quantize(&self.describe(weight)?, *dtype, spec, *part)?;
+        Ok(Some((
+            KeptPart {
+                result,
+                part: *part,
+            },
+            info.dtype,
+            info.shape,
+        )))
+    }
+
     /// One part of `source` quantized (see [`Evaluator::quantized`]).
     pub(super) fn quantize_part(
         &mut self,
@@ -500,6 +536,19 @@ impl Evaluator<'_> {
         }
         let (dtype, shape, bytes) = self.materialize(source)?;
         nbits(&bytes, dtype, &shape, spec, part)
+    }
+}
+
+/// One part of a kept quantization, shared (dereferences to its bytes).
+pub(super) struct KeptPart {
+    result: Arc<Quantized>,
+    part: QuantPart,
+}
+
+impl std::ops::Deref for KeptPart {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        part_of(&self.result, self.part).expect("checked when kept")
     }
 }
 
