@@ -46,6 +46,9 @@ import transformers
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from make_quant_references import greedy  # noqa: E402  (the same greedy reference loop)
+
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"
 BASE = "llama"
@@ -187,21 +190,6 @@ def fp8_dequantize_torch(weight, scale_inv, block) -> torch.Tensor:
 
 
 # ------------------------------------------------------------------------------ fixtures ---
-
-
-@torch.no_grad()
-def greedy(model, input_ids: list[int]):
-    ids = torch.tensor([input_ids])
-    prompt_logits = model(ids).logits[0].float()
-    new, gaps, cur = [], [], ids
-    for _ in range(N_NEW):
-        last = model(cur).logits[0, -1].float()
-        top2 = torch.topk(last, 2).values
-        gaps.append(float(top2[0] - top2[1]))
-        nxt = int(torch.argmax(last))
-        new.append(nxt)
-        cur = torch.cat([cur, torch.tensor([[nxt]])], dim=1)
-    return prompt_logits, new, gaps
 
 
 def quantize_module(name: str, key: str, w_nk: np.ndarray, tensors: dict) -> np.ndarray:

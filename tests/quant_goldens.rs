@@ -10,9 +10,7 @@
 use std::path::{Path, PathBuf};
 
 use mobius::ir::{pack_4bit, unpack_4bit, DType};
-use mobius::quant::{
-    nbits_scales, nbits_shapes, nbits_weight, nbits_zero_points, quantize, QuantSpec,
-};
+use mobius::quant::{nbits_shapes, nbits_weight, nbits_zero_points, quantize, QuantSpec};
 
 fn golden_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/quant")
@@ -194,7 +192,8 @@ fn check_case(case: &Case) -> usize {
         (scales.descr.as_str(), &scales.shape[..]),
         (case.scale_descr(), &shapes.scales[..])
     );
-    let ours = nbits_scales(&q.scales, case.dtype, k, n, spec);
+    // The saved model's MatMulNBits scales are the transpose of the quantization's.
+    let ours = mobius::weights::transpose::transposed(&q.scales, k_blocks, n, case.dtype);
     assert_same(name, "MatMulNBits scales", &ours, &scales.data, |i| {
         let e = i / scale_size;
         format!("column {}, block {}", e / k_blocks, e % k_blocks)

@@ -193,6 +193,15 @@ pub struct QuantParams {
 }
 
 impl QuantParams {
+    /// Parameters of `bits`-bit values in blocks of `block_size`, symmetric or not.
+    pub const fn new(bits: u8, block_size: usize, symmetric: bool) -> QuantParams {
+        QuantParams {
+            bits,
+            block_size,
+            symmetric,
+        }
+    }
+
     /// The type of the quantized values (and zero points): I4/U4 or I8/U8.
     pub fn value_dtype(&self) -> DType {
         match (self.bits, self.symmetric) {

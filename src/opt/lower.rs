@@ -11,7 +11,8 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::analysis::{Kind, OnnxGraph};
 use super::lang::Onnx;
-use crate::ir::{DType, Graph, Initializer, Node, QuantParams, QuantPart, TensorSource};
+use crate::ir::{Graph, Initializer, Node, TensorSource};
+use crate::weights::relayout_source;
 use crate::{Error, Result};
 
 /// Inputs kept even when nothing reads them (the KV-cache contract of onnxruntime-genai).
@@ -219,90 +220,32 @@ fn fold_relayout(
             ))
         })?;
     let int = |name: &str| match op.attr_id(name).and_then(|id| egraph[id].data.attr()) {
-        Some(super::lang::AttrValue::Int(v)) => usize::try_from(*v).ok(),
+        Some(super::lang::AttrValue::Int(v)) => Some(*v),
         _ => None,
     };
-    let shape: Vec<usize> = egraph[class]
-        .data
-        .tensor()
+    let out = egraph[class].data.tensor();
+    let shape: Vec<usize> = out
         .and_then(|t| t.static_shape())
         .map(|s| s.iter().map(|&d| d as usize).collect())
         .ok_or_else(|| Error::Graph(format!("{kind} of `{}` has no static shape", base.name)))?;
-    if let Some(part) = from_nbits_part(kind) {
-        let (Some(rows), Some(bits), Some(block_size)) = (int("K"), int("bits"), int("block_size"))
-        else {
-            return Err(Error::Graph(format!(
-                "{kind} without K, bits and block_size"
-            )));
-        };
-        let dtype = egraph[class]
-            .data
-            .tensor()
-            .and_then(|t| t.dtype)
-            .ok_or_else(|| Error::Graph(format!("{kind} of `{}` has no type", base.name)))?;
-        let spec = QuantParams {
-            bits: bits as u8,
-            block_size,
-            symmetric: int("signed") == Some(1),
-        };
-        return Ok(Initializer {
-            name: format!("{}__from_nbits", base.name),
-            dtype,
-            shape,
-            source: base.source.clone().map(|source| TensorSource::FromNBits {
-                source: Box::new(source),
-                spec,
-                rows,
-                part,
-            }),
-        });
-    }
-    let (Some(bits), Some(block_size)) = (int("bits"), int("block_size")) else {
-        if kind != "NBitsScales" {
-            return Err(Error::Graph(format!("{kind} without bits and block_size")));
-        }
-        return Ok(Initializer {
-            name: format!("{}__nbits_scales", base.name),
-            dtype: base.dtype,
-            shape,
-            source: base
-                .source
-                .clone()
-                .map(|s| TensorSource::Transpose(Box::new(s))),
-        });
+    let dtype = out
+        .and_then(|t| t.dtype)
+        .ok_or_else(|| Error::Graph(format!("{kind} of `{}` has no type", base.name)))?;
+    let suffix = match kind {
+        "NBitsWeight" => "nbits",
+        "NBitsScales" => "nbits_scales",
+        "NBitsZeroPoints" => "nbits_zero_points",
+        _ => "from_nbits",
     };
-    let nbits = |part| {
-        base.source.clone().map(|source| TensorSource::NBits {
-            source: Box::new(source),
-            spec: QuantParams {
-                bits: bits as u8,
-                block_size,
-                symmetric: matches!(base.dtype, DType::I4 | DType::I8),
-            },
-            part,
-        })
+    let source = match &base.source {
+        Some(source) => Some(relayout_source(kind, source.clone(), base.dtype, &int)?),
+        None => None,
     };
-    let (suffix, source) = match kind {
-        "NBitsWeight" => ("nbits", nbits(QuantPart::Values)),
-        "NBitsZeroPoints" => ("nbits_zero_points", nbits(QuantPart::ZeroPoints)),
-        other => return Err(Error::Graph(format!("unknown weight relayout {other}"))),
-    };
-    let dtype = DType::U8;
     Ok(Initializer {
         name: format!("{}__{suffix}", base.name),
         dtype,
         shape,
         source,
-    })
-}
-
-/// The part a `FromNBits*` relayout (MatMulNBits input → `DequantizeLinear` layout) gives.
-fn from_nbits_part(kind: &str) -> Option<QuantPart> {
-    Some(match kind {
-        "FromNBitsWeight" => QuantPart::Values,
-        "FromNBitsScales" => QuantPart::Scales,
-        "FromNBitsZeroPoints" => QuantPart::ZeroPoints,
-        _ => return None,
     })
 }
 

@@ -22,7 +22,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use super::pass::{fresh, name_matches, QuantRequest, QuantSummary};
+use super::pass::{float_matrix, fresh, QuantRequest, QuantSummary};
 use crate::ir::{Attr, DType, Graph, Initializer, Node, QuantPart, TensorSource};
 
 /// Applies the embedding part of `request` to `graph`, counting into `summary`; with
@@ -72,23 +72,13 @@ pub fn quantize_embeddings(
         let Some(table) = by_name.get(name) else {
             continue;
         };
-        let [v, d] = table.shape[..] else { continue };
-        if !table.dtype.is_float()
-            || table.dtype == DType::F64
-            || inputs.contains(name)
-            || v == 0
-            || d == 0
-        {
+        let Some([v, d]) =
+            float_matrix(table.dtype, &table.shape).filter(|_| !inputs.contains(name))
+        else {
             continue;
-        }
-        if let Some(pattern) = request
-            .exclude
-            .iter()
-            .find(|pat| name_matches(pat, name) || name_matches(pat, &node.name))
-        {
-            if !summary.excluded.iter().any(|(w, _)| w == name) {
-                summary.excluded.push((name.to_string(), pattern.clone()));
-            }
+        };
+        if let Some(pattern) = request.excluding(&[name, &node.name]) {
+            summary.exclude(name.to_string(), pattern);
             continue;
         }
         if let (true, Some(parts)) = (fused, tied.get(name)) {

@@ -12,7 +12,6 @@ use rayon::prelude::*;
 
 use super::nbits::nbits_shapes;
 use super::QuantSpec;
-use crate::ir::DType;
 
 /// The `[k, n]` one-byte-per-value codes of MatMulNBits' `B` (`[n, ⌈k/B⌉, B·bits/8]` u8, low
 /// bits first): unsigned codes, or with `spec.symmetric` the signed values `code - 2^(bits-1)`
@@ -69,45 +68,13 @@ pub fn zero_points_from_nbits(zero_points: &[u8], k: usize, n: usize, spec: &Qua
     out
 }
 
-/// The `[⌈k/B⌉, n]` scales (little-endian bytes of `dtype`) of MatMulNBits' `scales`
-/// (`[n, ⌈k/B⌉]`, or the same elements flat): a transpose.
-///
-/// Panics if `scales` does not hold `⌈k/B⌉ · n` elements of `dtype`.
-pub fn scales_from_nbits(
-    scales: &[u8],
-    dtype: DType,
-    k: usize,
-    n: usize,
-    spec: &QuantSpec,
-) -> Vec<u8> {
-    let (size, k_blocks) = (dtype.size(), spec.blocks(k));
-    assert_eq!(
-        Some(scales.len()),
-        k_blocks.checked_mul(n).and_then(|e| e.checked_mul(size)),
-        "scales_from_nbits: scales must be [{n}, {k_blocks}] of {dtype}"
-    );
-    let mut out = vec![0u8; scales.len()];
-    for block in 0..k_blocks {
-        for column in 0..n {
-            let from = (column * k_blocks + block) * size;
-            let to = (block * n + column) * size;
-            out[to..to + size].copy_from_slice(&scales[from..from + size]);
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
-    use super::super::nbits::{nbits_scales, nbits_weight, nbits_zero_points};
+    use super::super::nbits::{nbits_weight, nbits_zero_points};
     use super::*;
 
     fn spec(bits: u8, block_size: usize, symmetric: bool) -> QuantSpec {
-        QuantSpec {
-            bits,
-            block_size,
-            symmetric,
-        }
+        QuantSpec::new(bits, block_size, symmetric)
     }
 
     /// Pseudo-random bytes below `limit` (shifted down by `offset`, two's complement).
@@ -136,9 +103,6 @@ mod tests {
                 let zp = codes(blocks * n, limit, 0, n as u32);
                 let packed = nbits_zero_points(&zp, k, n, &s);
                 assert_eq!(zero_points_from_nbits(&packed, k, n, &s), zp);
-                let scales: Vec<u8> = codes(blocks * n * 4, 256, 0, 7);
-                let packed = nbits_scales(&scales, DType::F32, k, n, &s);
-                assert_eq!(scales_from_nbits(&packed, DType::F32, k, n, &s), scales);
             }
         }
     }

@@ -31,7 +31,7 @@
 pub mod nbits;
 pub mod rtn;
 
-pub use nbits::{nbits_scales, nbits_shapes, nbits_weight, nbits_zero_points, NBitsShapes};
+pub use nbits::{nbits_shapes, nbits_weight, nbits_zero_points, NBitsShapes};
 pub use rtn::{quantize, quantize_with, Quantized};
 
 use crate::ir::QuantParams;

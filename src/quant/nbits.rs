@@ -9,7 +9,6 @@
 use rayon::prelude::*;
 
 use super::QuantSpec;
-use crate::ir::DType;
 
 /// The shapes of MatMulNBits' `B`, `scales` and `zero_points` inputs for a `[K, N]` weight,
 /// as onnxruntime's quantizer declares them.
@@ -140,50 +139,12 @@ pub fn nbits_zero_points(zero_points: &[u8], k: usize, n: usize, spec: &QuantSpe
     out
 }
 
-/// MatMulNBits' `scales` (`[N, ceil(K/B)]`, see [`NBitsShapes::scales`]) from the
-/// `[ceil(K/B), n]` scales of [`super::Quantized`] (little-endian bytes of `scale_dtype`): a
-/// transpose.
-///
-/// Panics if `scales` does not hold `ceil(K/B) * n` elements of `scale_dtype`.
-pub fn nbits_scales(
-    scales: &[u8],
-    scale_dtype: DType,
-    k: usize,
-    n: usize,
-    spec: &QuantSpec,
-) -> Vec<u8> {
-    let size = scale_dtype.size();
-    let k_blocks = spec.blocks(k);
-    assert_eq!(
-        Some(scales.len()),
-        k_blocks.checked_mul(n).and_then(|e| e.checked_mul(size)),
-        "nbits_scales: scales must be [{k_blocks}, {n}] of {scale_dtype}"
-    );
-    let mut out = vec![0u8; scales.len()];
-    if out.is_empty() {
-        return out;
-    }
-    out.par_chunks_mut(k_blocks * size)
-        .enumerate()
-        .for_each(|(column, row)| {
-            for (block, element) in row.chunks_mut(size).enumerate() {
-                let from = (block * n + column) * size;
-                element.copy_from_slice(&scales[from..from + size]);
-            }
-        });
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn spec(bits: u8, block_size: usize, symmetric: bool) -> QuantSpec {
-        QuantSpec {
-            bits,
-            block_size,
-            symmetric,
-        }
+        QuantSpec::new(bits, block_size, symmetric)
     }
 
     #[test]
@@ -240,20 +201,9 @@ mod tests {
     }
 
     #[test]
-    fn scales_are_transposed() {
-        // [2 blocks, 3 columns] of f16 bytes (each element tagged by its position).
-        let scales: Vec<u8> = (0..6u8).flat_map(|i| [i, 0x10 + i]).collect();
-        let out = nbits_scales(&scales, DType::F16, 20, 3, &spec(4, 16, true));
-        let order: Vec<u8> = out.chunks(2).map(|e| e[0]).collect();
-        assert_eq!(order, vec![0, 3, 1, 4, 2, 5]);
-        assert!(out.chunks(2).all(|e| e[1] == 0x10 + e[0]));
-    }
-
-    #[test]
     fn empty_weights_give_empty_layouts() {
         let s = spec(4, 32, false);
         assert!(nbits_weight(&[], 0, 4, &s).is_empty());
         assert!(nbits_zero_points(&[], 0, 4, &s).is_empty());
-        assert!(nbits_scales(&[], DType::F32, 0, 4, &s).is_empty());
     }
 }

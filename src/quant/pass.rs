@@ -25,6 +25,26 @@ pub struct QuantRequest {
     pub embeddings: bool,
 }
 
+impl QuantRequest {
+    /// The first exclusion pattern matching one of `names`.
+    pub(super) fn excluding(&self, names: &[&str]) -> Option<&str> {
+        self.exclude
+            .iter()
+            .find(|pat| names.iter().any(|name| name_matches(pat, name)))
+            .map(String::as_str)
+    }
+}
+
+/// `[rows, cols]` of a weight that can be quantized: a non-empty 2-D f32/f16/bf16 tensor.
+pub(super) fn float_matrix(dtype: DType, shape: &[usize]) -> Option<[usize; 2]> {
+    match shape {
+        &[rows, cols] if dtype.is_float() && dtype != DType::F64 && rows > 0 && cols > 0 => {
+            Some([rows, cols])
+        }
+        _ => None,
+    }
+}
+
 /// What [`quantize_graph`] did.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct QuantSummary {
@@ -44,6 +64,15 @@ pub struct QuantSummary {
     pub note: Option<String>,
     /// Whether a tied LM head and its embedding share one quantized table.
     pub shared: bool,
+}
+
+impl QuantSummary {
+    /// Records that `weight` stays float because of `pattern` (once).
+    pub(super) fn exclude(&mut self, weight: String, pattern: &str) {
+        if !self.excluded.iter().any(|(w, _)| *w == weight) {
+            self.excluded.push((weight, pattern.to_string()));
+        }
+    }
 }
 
 impl std::fmt::Display for QuantSummary {
@@ -207,28 +236,17 @@ pub fn quantize_graph(
         let Some(w) = matmul_weight(weight, &by_name, &transposes) else {
             continue;
         };
-        let [k, n] = w.shape[..] else { continue };
-        if !w.dtype.is_float()
-            || w.dtype == DType::F64
-            || inputs.contains(w.base)
-            || k == 0
-            || n == 0
-        {
+        let Some([k, n]) = float_matrix(w.dtype, &w.shape).filter(|_| !inputs.contains(w.base))
+        else {
             continue;
-        }
-        if let Some(pattern) = request
-            .exclude
-            .iter()
-            .find(|pat| name_matches(pat, weight) || name_matches(pat, &node.name))
-        {
+        };
+        if let Some(pattern) = request.excluding(&[weight, &node.name]) {
             let shown = if w.base == weight {
                 weight.to_string()
             } else {
                 format!("{weight} (the transpose of {})", w.base)
             };
-            if !summary.excluded.iter().any(|(w, _)| *w == shown) {
-                summary.excluded.push((shown, pattern.clone()));
-            }
+            summary.exclude(shown, pattern);
             continue;
         }
         if let Some(out) = dequantized.get(weight) {

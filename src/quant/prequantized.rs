@@ -13,6 +13,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 
+use super::pass::fresh;
 use crate::config::{CheckpointQuant, QuantMethod};
 use crate::ir::{Attr, DType, Graph, Initializer, Node, QuantPart, TensorSource};
 use crate::weights::store::TensorStore;
@@ -71,18 +72,6 @@ fn is_packed(prefix: &str, quant: &CheckpointQuant, store: Option<&TensorStore>)
         Some(store) => store.get(&format!("{prefix}.qweight")).is_some(),
         None => prefix.contains(".layers.") && !quant.keeps_float(prefix),
     }
-}
-
-/// A fresh value name from `stem`, recorded in `used`.
-fn fresh(used: &mut HashSet<String>, stem: String) -> String {
-    let mut name = stem.clone();
-    let mut i = 1;
-    while used.contains(&name) {
-        name = format!("{stem}_{i}");
-        i += 1;
-    }
-    used.insert(name.clone());
-    name
 }
 
 /// Replaces every float8 checkpoint tensor `X` read by `source` that has block scales

@@ -320,11 +320,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn spec(bits: u8, block_size: usize, symmetric: bool) -> QuantSpec {
-        QuantSpec {
-            bits,
-            block_size,
-            symmetric,
-        }
+        QuantSpec::new(bits, block_size, symmetric)
     }
 
     fn f32_bytes(values: &[f32]) -> Vec<u8> {

@@ -11,7 +11,7 @@ pub mod store;
 pub mod transpose;
 pub mod unique_keys;
 
-pub use quantized::relayout;
+pub use quantized::{relayout, relayout_source};
 
 use crate::ir::{Graph, TensorSource};
 use crate::{Error, Result};

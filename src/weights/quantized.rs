@@ -132,66 +132,70 @@ pub(super) fn nbits(
     Ok((out.dtype, out.shape, bytes))
 }
 
-/// The value of a weight relayout of the optimizer applied to `value`, as the saved
-/// initializer will hold it — for verification mode, where every e-class is evaluated:
-/// `ai.mobius::NBitsWeight` / `NBitsScales` / `NBitsZeroPoints` (attributes `bits`,
-/// `block_size`) and their inverses `FromNBits*` (attributes `K`, `bits`, `block_size`,
-/// `signed`), read through `attr`.
+/// The lazy source of the optimizer's weight relayout `op` (`ai.mobius::NBitsWeight`,
+/// `NBitsScales`, `NBitsZeroPoints` — MatMulNBits' layouts of a `DequantizeLinear`-layout
+/// weight, attributes `bits`, `block_size` — and their inverses `FromNBits*`, attributes `K`,
+/// `bits`, `block_size`, `signed`, read through `attr`) applied to `source`, a tensor of
+/// `dtype`: one definition for the saved initializer and for verification mode.
+pub fn relayout_source(
+    op: &str,
+    source: TensorSource,
+    dtype: DType,
+    attr: &dyn Fn(&str) -> Option<i64>,
+) -> Result<TensorSource> {
+    let bad = || Error::Graph(format!("{op} without valid bits, block_size (and K)"));
+    let block_size = attr("block_size").and_then(|b| usize::try_from(b).ok());
+    let bits = attr("bits").filter(|b| matches!(b, 4 | 8));
+    let spec = |symmetric: bool| match (bits, block_size) {
+        (Some(bits), Some(block_size)) if block_size > 0 => {
+            Ok(QuantParams::new(bits as u8, block_size, symmetric))
+        }
+        _ => Err(bad()),
+    };
+    let source = Box::new(source);
+    let from_nbits = |part| -> Result<TensorSource> {
+        let rows = attr("K")
+            .and_then(|k| usize::try_from(k).ok())
+            .ok_or_else(bad)?;
+        Ok(TensorSource::FromNBits {
+            source: source.clone(),
+            spec: spec(attr("signed") == Some(1))?,
+            rows,
+            part,
+        })
+    };
+    let nbits = |part| -> Result<TensorSource> {
+        Ok(TensorSource::NBits {
+            source: source.clone(),
+            spec: spec(matches!(dtype, DType::I4 | DType::I8))?,
+            part,
+        })
+    };
+    match op {
+        "NBitsScales" => Ok(TensorSource::Transpose(source.clone())),
+        "NBitsWeight" => nbits(QuantPart::Values),
+        "NBitsZeroPoints" => nbits(QuantPart::ZeroPoints),
+        "FromNBitsWeight" => from_nbits(QuantPart::Values),
+        "FromNBitsScales" => from_nbits(QuantPart::Scales),
+        "FromNBitsZeroPoints" => from_nbits(QuantPart::ZeroPoints),
+        other => Err(Error::Graph(format!("unknown weight relayout {other}"))),
+    }
+}
+
+/// The value of the weight relayout `op` (see [`relayout_source`]) of `value`, as the saved
+/// initializer will hold it — for verification mode, where every e-class is evaluated.
 pub fn relayout(
     op: &str,
     value: &TensorData,
     attr: &dyn Fn(&str) -> Option<i64>,
 ) -> Result<TensorData> {
-    let bad = || {
-        Error::Graph(format!(
-            "{op} of a {} tensor {:?}",
-            value.dtype, value.shape
-        ))
-    };
-    let block_size = attr("block_size").and_then(|b| usize::try_from(b).ok());
-    let bits = attr("bits").filter(|b| matches!(b, 4 | 8));
-    let spec = |symmetric: bool| match (bits, block_size) {
-        (Some(bits), Some(block_size)) if block_size > 0 => Ok(QuantParams {
-            bits: bits as u8,
-            block_size,
-            symmetric,
-        }),
-        _ => Err(bad()),
-    };
-    let data = |(dtype, shape, bytes): (DType, Vec<usize>, Vec<u8>)| TensorData {
+    let source = relayout_source(op, TensorSource::Inline(value.clone()), value.dtype, attr)?;
+    let (dtype, shape, bytes) = Evaluator::new(None).materialize(&source)?;
+    Ok(TensorData {
         dtype,
         shape,
         bytes,
-    };
-    if let Some(kind) = op.strip_prefix("FromNBits") {
-        let part = match kind {
-            "Weight" => QuantPart::Values,
-            "Scales" => QuantPart::Scales,
-            "ZeroPoints" => QuantPart::ZeroPoints,
-            _ => return Err(bad()),
-        };
-        let rows = attr("K")
-            .and_then(|k| usize::try_from(k).ok())
-            .ok_or_else(bad)?;
-        let spec = spec(attr("signed") == Some(1))?;
-        return from_nbits(&value.bytes, value.dtype, &value.shape, &spec, rows, part).map(data);
-    }
-    let [rows, n] = value.shape[..] else {
-        return Err(bad());
-    };
-    let part = match op {
-        "NBitsScales" => {
-            return Ok(TensorData {
-                dtype: value.dtype,
-                shape: vec![n, rows],
-                bytes: super::transpose::transposed(&value.bytes, rows, n, value.dtype),
-            })
-        }
-        "NBitsWeight" => QuantPart::Values,
-        "NBitsZeroPoints" => QuantPart::ZeroPoints,
-        _ => return Err(bad()),
-    };
-    nbits(&value.bytes, value.dtype, &value.shape, &spec(true)?, part).map(data)
+    })
 }
 
 /// Type and shape of a [`TensorSource::FromNBits`] part over a MatMulNBits input described
@@ -274,7 +278,8 @@ pub(super) fn from_nbits(
     let n = out.shape[1];
     let bytes = match part {
         QuantPart::Values => quant::from_nbits::values_from_nbits(bytes, rows, n, spec),
-        QuantPart::Scales => quant::from_nbits::scales_from_nbits(bytes, dtype, rows, n, spec),
+        // `[N, ⌈K/B⌉]` (or flat) → `[⌈K/B⌉, N]`.
+        QuantPart::Scales => super::transpose::transposed(bytes, n, spec.blocks(rows), dtype),
         QuantPart::ZeroPoints => quant::from_nbits::zero_points_from_nbits(bytes, rows, n, spec),
     };
     Ok((out.dtype, out.shape, bytes))

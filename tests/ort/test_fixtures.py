@@ -423,6 +423,26 @@ def test_batch_right_padded_decode(session_for, name, ep, dtype):
 
 
 # ---------------------------------------------------------------- onnxruntime-genai
+def genai_greedy(model, ids: list[int], count: int) -> list[int]:
+    """onnxruntime-genai's greedy continuation of `ids` by exactly `count` tokens (min_length
+    keeps it from stopping early, so it never emits a stop token)."""
+    import onnxruntime_genai as og
+
+    total = len(ids) + count
+    params = og.GeneratorParams(model)
+    params.set_search_options(do_sample=False, max_length=total, min_length=total)
+    gen = og.Generator(model, params)
+    gen.append_tokens(np.array(ids, dtype=np.int32))
+    steps = 0
+    while not gen.is_done():
+        gen.generate_next_token()
+        steps += 1
+        assert steps <= count, "generator did not stop at max_length"
+    seq = gen.get_sequence(0).tolist()
+    assert seq[: len(ids)] == ids
+    return seq[len(ids):]
+
+
 def genai_model(out, ep):
     import onnxruntime_genai as og
 
@@ -447,25 +467,10 @@ def test_genai_tokenizer(built, name, ep, dtype):
 @per_genai_build
 @pytest.mark.parametrize("name", NAMES)
 def test_genai_greedy(built, name, ep, dtype):
-    import onnxruntime_genai as og
-
     ref = load_reference(name)
-    ids = ref["input_ids"]
     want = ref["greedy_tokens"]
-    total = len(ids) + len(want)
     model = genai_model(built("fixture", name, dtype, ep), ep)
-    params = og.GeneratorParams(model)
-    params.set_search_options(do_sample=False, max_length=total, min_length=total)
-    gen = og.Generator(model, params)
-    gen.append_tokens(np.array(ids, dtype=np.int32))
-    steps = 0
-    while not gen.is_done():
-        gen.generate_next_token()
-        steps += 1
-        assert steps <= len(want), "generator did not stop at max_length"
-    seq = gen.get_sequence(0).tolist()
-    assert seq[: len(ids)] == ids
-    assert seq[len(ids):] == want
+    assert genai_greedy(model, ref["input_ids"], len(want)) == want
 
 
 F16_GENAI_BUILDS = [(None, "f16")] + [(ep, "f16") for ep in F16_EPS]
@@ -487,18 +492,9 @@ def test_genai_greedy_f16(built, name, ep, dtype, record_agreement):
 
     ref = load_reference(name)
     ids, want = ref["input_ids"], ref["greedy_tokens"]
-    total = len(ids) + len(want)
     config = og.Config(str(built("fixture", name, dtype, ep)))
     config.clear_providers()
-    model = og.Model(config)
-    params = og.GeneratorParams(model)
-    params.set_search_options(do_sample=False, max_length=total, min_length=total)
-    gen = og.Generator(model, params)
-    gen.append_tokens(np.array(ids, dtype=np.int32))
-    while not gen.is_done():
-        gen.generate_next_token()
-    got = gen.get_sequence(0).tolist()[len(ids):]
-    assert len(got) == len(want)
+    got = genai_greedy(og.Model(config), ids, len(want))
     prefix = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), len(want))
     equal = sum(a == b for a, b in zip(got, want))
     record_agreement(f"{name} {ep or 'noflag'} f16", prefix, equal, len(want))

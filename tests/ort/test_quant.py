@@ -26,7 +26,7 @@ import onnx
 import pytest
 
 from ort_helpers import DECODER_TASK, FIXTURES_DIR, fixture_names_for, load_config, load_reference
-from test_fixtures import F16_EPS, F32_EPS, dims_of, empty_past, genai_model, run
+from test_fixtures import F16_EPS, F32_EPS, dims_of, empty_past, genai_greedy, genai_model, run
 
 NAMES = fixture_names_for(DECODER_TASK)
 EXACT_TOL = 1e-3
@@ -218,23 +218,17 @@ def test_genai_greedy_from_int4(built, name):
     """onnxruntime-genai on the accuracy_level 0 int4 cpu build: the reference's greedy tokens.
     A token may differ only where the reference's top-2 margin is below the logits tolerance;
     from there on the sequences may diverge."""
-    import onnxruntime_genai as og
-
     ref = quant_reference(name)["settings"]["int4-b32-sym"]
-    ids = load_reference(name)["input_ids"]
-    want, gaps = ref["greedy_tokens"], ref["top2_gaps"]
-    total = len(ids) + len(want)
-    model = genai_model(built("fixture", name, "f32", "cpu", SETTINGS["int4-b32-sym"] + ("--accuracy-level", "0")), "cpu")
-    params = og.GeneratorParams(model)
-    params.set_search_options(do_sample=False, max_length=total, min_length=total)
-    gen = og.Generator(model, params)
-    gen.append_tokens(np.array(ids, dtype=np.int32))
-    while not gen.is_done():
-        gen.generate_next_token()
-    got = gen.get_sequence(0).tolist()[len(ids):]
-    assert len(got) == len(want)
-    # min_length keeps onnxruntime-genai from ending the sequence: it never emits a stop token,
-    # so the comparison ends where the reference emits one.
+    out = built("fixture", name, "f32", "cpu", SETTINGS["int4-b32-sym"] + ("--accuracy-level", "0"))
+    check_greedy(name, out, load_reference(name)["input_ids"], ref["greedy_tokens"], ref["top2_gaps"])
+
+
+def check_greedy(name: str, out, ids: list[int], want: list[int], gaps: list[float]) -> None:
+    """onnxruntime-genai on the cpu build `out` continues `ids` with `want`. A token may differ
+    only where the reference's top-2 margin `gaps` is below twice the logits tolerance; from
+    there on the sequences may diverge. genai's min_length keeps it from emitting a stop token,
+    so the comparison ends where the reference emits one."""
+    got = genai_greedy(genai_model(out, "cpu"), ids, len(want))
     stops = special_ids(name)
     end = next((i for i, t in enumerate(want) if t in stops), len(want))
     for step, (g, w) in enumerate(zip(got[:end], want[:end])):
