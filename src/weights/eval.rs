@@ -257,7 +257,7 @@ impl<'a> Evaluator<'a> {
                 }
                 // MatMulNBits' scales (or zero points) of a weight just quantized: transposed
                 // straight from the kept quantization.
-                if let Some((part, dtype, shape)) = self.kept_part(inner)? {
+                if let Some((part, dtype, shape)) = self.shared_part(inner)? {
                     if let [rows, cols] = shape[..] {
                         return stream_transposed(&part, rows, cols, dtype, target, sink);
                     }
@@ -270,9 +270,12 @@ impl<'a> Evaluator<'a> {
                 spec,
                 part: QuantPart::Values,
             } if target == DType::U8 && self.stream_nbits_by_columns(source, spec, sink)? => Ok(0),
+            TensorSource::Quantize { .. } => {
+                let (part, dtype, _) = self.shared_part(src)?.expect("a Quantize part");
+                stream_converted(&part, dtype, target, sink)
+            }
             TensorSource::Concat { .. }
             | TensorSource::AddScalar { .. }
-            | TensorSource::Quantize { .. }
             | TensorSource::NBits { .. }
             | TensorSource::FromNBits { .. }
             | TensorSource::Packed4 { .. }
@@ -493,12 +496,10 @@ impl<'a> Evaluator<'a> {
                 }
                 Ok((dtype, shape, out))
             }
-            TensorSource::Quantize {
-                source,
-                dtype,
-                spec,
-                part,
-            } => self.quantize_part(source, *dtype, spec, *part),
+            TensorSource::Quantize { .. } => {
+                let (part, dtype, shape) = self.shared_part(src)?.expect("a Quantize part");
+                Ok((dtype, shape, part.to_vec()))
+            }
             TensorSource::NBits { source, spec, part } => self.nbits_part(source, spec, *part),
             TensorSource::FromNBits {
                 source,

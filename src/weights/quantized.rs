@@ -455,10 +455,10 @@ impl Evaluator<'_> {
         Ok(true)
     }
 
-    /// The scales or zero points of `source` (a [`TensorSource::Quantize`] part) when its
-    /// weight is the one kept from the last quantization: the shared bytes, their dtype and
-    /// shape, without a copy. `None` otherwise (the caller evaluates it).
-    pub(super) fn kept_part(
+    /// The part `source` (a [`TensorSource::Quantize`] part) of its weight's quantization,
+    /// shared with the kept quantization (computed and kept when it is not the kept one), with
+    /// its dtype and shape: no copy. `None` when `source` is not a `Quantize` part.
+    pub(super) fn shared_part(
         &mut self,
         source: &TensorSource,
     ) -> Result<Option<(KeptPart, DType, Vec<usize>)>> {
@@ -466,21 +466,14 @@ impl Evaluator<'_> {
             source: weight,
             dtype,
             spec,
-            part: part @ (QuantPart::Scales | QuantPart::ZeroPoints),
+            part,
         } = source
         else {
             return Ok(None);
         };
-        let kept = self
-            .last_quantized
-            .as_ref()
-            .filter(|c| c.source == **weight && c.dtype == *dtype && c.spec == *spec)
-            .map(|c| Arc::clone(&c.result));
-        let Some(result) = kept else {
-            return Ok(None);
-        };
-        part_of(&result, *part)?;
         let info = describe_quantize(&self.describe(weight)?, *dtype, spec, *part)?;
+        let result = self.quantized(weight, *dtype, spec, *part == QuantPart::Values)?;
+        part_of(&result, *part)?;
         Ok(Some((
             KeptPart {
                 result,
@@ -491,20 +484,6 @@ impl Evaluator<'_> {
         )))
     }
 
-    /// One part of `source` quantized (see [`Evaluator::quantized`]).
-    pub(super) fn quantize_part(
-        &mut self,
-        source: &TensorSource,
-        dtype: DType,
-        spec: &QuantParams,
-        part: QuantPart,
-    ) -> Result<(DType, Vec<usize>, Vec<u8>)> {
-        let info = describe_quantize(&self.describe(source)?, dtype, spec, part)?;
-        let result = self.quantized(source, dtype, spec, part == QuantPart::Values)?;
-        let bytes = part_of(&result, part)?.to_vec();
-        Ok((info.dtype, info.shape, bytes))
-    }
-
     /// A [`TensorSource::NBits`] part of `source`; straight from the quantized weight when
     /// `source` is its [`TensorSource::Quantize`] part (no copy of the values).
     pub(super) fn nbits_part(
@@ -513,31 +492,21 @@ impl Evaluator<'_> {
         spec: &QuantParams,
         part: QuantPart,
     ) -> Result<(DType, Vec<usize>, Vec<u8>)> {
-        if let TensorSource::Quantize {
-            source: weight,
-            dtype,
-            spec: quantized_as,
-            part: quantized_part,
-        } = source
-        {
-            if quantized_part == &part {
-                let info = describe_quantize(&self.describe(weight)?, *dtype, quantized_as, part)?;
-                let result =
-                    self.quantized(weight, *dtype, quantized_as, part == QuantPart::Values)?;
-                let out = nbits(part_of(&result, part)?, info.dtype, &info.shape, spec, part);
-                if part == QuantPart::Values {
-                    // The values are written now; keep only the scales and zero points the
-                    // weight's other parts read next.
-                    drop(result);
-                    if let Some(cached) = &mut self.last_quantized {
-                        if let Some(q) = Arc::get_mut(&mut cached.result) {
-                            q.values = Vec::new();
-                            cached.values_dropped = true;
-                        }
+        if let Some((bytes, dtype, shape)) = self.shared_part(source)? {
+            let out = nbits(&bytes, dtype, &shape, spec, part);
+            let values_written = bytes.part == QuantPart::Values;
+            drop(bytes);
+            if values_written {
+                // The values are written now; keep only the scales and zero points the
+                // weight's other parts read next.
+                if let Some(cached) = &mut self.last_quantized {
+                    if let Some(q) = Arc::get_mut(&mut cached.result) {
+                        q.values = Vec::new();
+                        cached.values_dropped = true;
                     }
                 }
-                return out;
             }
+            return out;
         }
         let (dtype, shape, bytes) = self.materialize(source)?;
         nbits(&bytes, dtype, &shape, spec, part)
