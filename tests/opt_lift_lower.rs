@@ -200,3 +200,41 @@ fn symbolic_sums_in_another_order_are_the_same_dim() {
     let opts = optimize_options(DType::F32, mobius::opt::Role::Decoder);
     mobius::opt::optimize(&model, &mobius::get_ep("cpu").unwrap(), &opts).unwrap();
 }
+
+/// What the legacy (TorchScript) exporter writes for positions: `Constant` nodes for the
+/// bounds and `Gather(Shape(x))` for the limit, with no declared intermediate types. qnn has
+/// no `Range`: its lowering needs the bounds' dtypes, which come from the Constant nodes'
+/// attributes and from Shape/Gather/Squeeze inference.
+#[test]
+fn range_bounds_from_constant_nodes_and_shapes_lower_for_qnn() {
+    use mobius::ir::{Attr, Dim, GraphBuilder, Shape};
+    for squeeze in [false, true] {
+        let mut b = GraphBuilder::new("g");
+        let x = b.input("x", DType::F32, Shape::new(vec![Dim::sym("n")]));
+        b.output("y", DType::F32, Shape::new(vec![Dim::sym("n")]));
+        let zero = b.op("Constant", &[], vec![("value_int", Attr::Int(0))]);
+        let one = b.op("Constant", &[], vec![("value_int", Attr::Int(1))]);
+        let shape = b.op("Shape", &[&x], vec![]);
+        let limit = if squeeze {
+            b.op("Squeeze", &[&shape], vec![])
+        } else {
+            let first = b.op("Constant", &[], vec![("value_int", Attr::Int(0))]);
+            b.op("Gather", &[&shape, &first], vec![("axis", Attr::Int(0))])
+        };
+        let positions = b.op("Range", &[&zero, &limit, &one], vec![]);
+        let positions = b.op("Cast", &[&positions], vec![("to", Attr::Int(1))]);
+        b.op_into("Add", &[&x, &positions], vec![], "y");
+        let model = mobius::ir::Model {
+            graph: b.finish(),
+            opsets: std::collections::BTreeMap::from([(String::new(), 18)]),
+            ir_version: 8,
+            producer_name: "test".into(),
+            producer_version: "0".into(),
+        };
+        let opts = optimize_options(DType::F32, mobius::opt::Role::Decoder);
+        let (out, _) = mobius::opt::optimize(&model, &mobius::get_ep("qnn").unwrap(), &opts)
+            .unwrap_or_else(|e| panic!("squeeze={squeeze}: {e}"));
+        let ops: Vec<&str> = out.graph.nodes.iter().map(|n| n.op_type.as_str()).collect();
+        assert!(ops.contains(&"CumSum") && !ops.contains(&"Range"), "{ops:?}");
+    }
+}

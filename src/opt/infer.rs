@@ -89,6 +89,13 @@ pub fn infer(
         "Gather" => vec![gather(&ty(0), &ty(1), int("axis").unwrap_or(0))],
         "Shape" => vec![shape_of(&ty(0), int("start"), int("end"))],
         "Unsqueeze" => vec![unsqueeze(&ty(0), inputs.get(1).and_then(|v| v.konst))],
+        "Squeeze" => vec![squeeze(&ty(0), inputs.get(1).filter(|v| v.ty.is_some()))],
+        "Constant" => vec![
+            super::fold::constant(attr).map_or_else(TensorType::default, |c| TensorType {
+                dtype: Some(c.dtype),
+                shape: Some(c.shape.iter().map(|&d| SymDim::Known(d as i64)).collect()),
+            }),
+        ],
         "Concat" => vec![concat(inputs, int("axis").unwrap_or(0))],
         "Transpose" => vec![transpose(
             &ty(0),
@@ -412,6 +419,40 @@ fn unsqueeze(t: &TensorType, axes: Option<&Literal>) -> TensorType {
     }
 }
 
+/// Squeeze: the listed axes go; without axes, every dim of size 1 goes (only decidable when
+/// every dim is known).
+fn squeeze(t: &TensorType, axes: Option<&InputView<'_>>) -> TensorType {
+    let shape = dims(t).and_then(|d| match axes {
+        Some(axes) => {
+            let drop: Vec<usize> = literal_ints(axes.konst?)?
+                .iter()
+                .map(|&a| axis(a, d.len()))
+                .collect::<Option<_>>()?;
+            Some(
+                d.iter()
+                    .enumerate()
+                    .filter(|(i, _)| !drop.contains(i))
+                    .map(|(_, s)| s.clone())
+                    .collect(),
+            )
+        }
+        None => {
+            let known: Option<Vec<i64>> = d.iter().map(SymDim::known).collect();
+            Some(
+                known?
+                    .into_iter()
+                    .filter(|&k| k != 1)
+                    .map(SymDim::Known)
+                    .collect(),
+            )
+        }
+    });
+    TensorType {
+        dtype: t.dtype,
+        shape,
+    }
+}
+
 fn concat(inputs: &[InputView<'_>], ax: i64) -> TensorType {
     let types: Vec<TensorType> = (0..inputs.len()).map(|i| input_type(inputs, i)).collect();
     let dtype = types.first().and_then(|t| t.dtype);
@@ -712,6 +753,86 @@ mod tests {
             1,
         );
         assert_eq!(out[0].shape, Some(vec![SymDim::Unknown; 2]));
+    }
+
+    #[test]
+    fn squeeze_drops_listed_axes_or_known_ones_and_keeps_the_dtype() {
+        let x = TensorType {
+            dtype: Some(DType::I64),
+            shape: Some(vec![SymDim::Known(1), SymDim::Sym("n".into())]),
+        };
+        let axes = Literal::from(&TensorData::from_i64(vec![1], &[0]));
+        let listed = [
+            InputView {
+                ty: Some(&x),
+                konst: None,
+            },
+            InputView {
+                ty: Some(&tensor(&[1])),
+                konst: Some(&axes),
+            },
+        ];
+        let out = infer("Squeeze", &listed, &Attrs::default(), 1);
+        assert_eq!(out[0].dtype, Some(DType::I64));
+        assert_eq!(out[0].shape, Some(vec![SymDim::Sym("n".into())]));
+        // Without axes, a symbolic dim may be 1: only the dtype is known.
+        let out = infer("Squeeze", &listed[..1], &Attrs::default(), 1);
+        assert_eq!(
+            (out[0].dtype, out[0].shape.clone()),
+            (Some(DType::I64), None)
+        );
+        // Axes computed at run time: only the dtype.
+        let runtime = [
+            listed[0],
+            InputView {
+                ty: Some(&tensor(&[1])),
+                konst: None,
+            },
+        ];
+        let out = infer("Squeeze", &runtime, &Attrs::default(), 1);
+        assert_eq!(
+            (out[0].dtype, out[0].shape.clone()),
+            (Some(DType::I64), None)
+        );
+    }
+
+    #[test]
+    fn constant_nodes_have_the_type_and_value_of_their_attribute() {
+        let cases = [
+            ("value_int", AttrValue::Int(7), DType::I64, vec![]),
+            (
+                "value_ints",
+                AttrValue::Ints(vec![1, 2]),
+                DType::I64,
+                vec![SymDim::Known(2)],
+            ),
+            (
+                "value_float",
+                AttrValue::Float(1.5f32.to_bits()),
+                DType::F32,
+                vec![],
+            ),
+        ];
+        for (name, value, dtype, shape) in cases {
+            let attrs = Attrs::new([(name, &value)]);
+            let out = infer("Constant", &[], &attrs, 1);
+            assert_eq!(out[0].dtype, Some(dtype), "{name}");
+            assert_eq!(out[0].shape, Some(shape), "{name}");
+            let folded = super::super::fold::fold("Constant", &[], &attrs).expect(name);
+            assert_eq!(folded.dtype, dtype, "{name}");
+        }
+        let tensor_value = AttrValue::Tensor(Box::new(Literal::from(&TensorData::from_i64(
+            vec![3],
+            &[4, 5, 6],
+        ))));
+        let attrs = Attrs::new([("value", &tensor_value)]);
+        assert_eq!(
+            super::super::fold::fold("Constant", &[], &attrs).and_then(|l| literal_ints(&l)),
+            Some(vec![4, 5, 6])
+        );
+        let string = AttrValue::Str("s".into());
+        let attrs = Attrs::new([("value_string", &string)]);
+        assert_eq!(infer("Constant", &[], &attrs, 1)[0].dtype, None);
     }
 
     #[test]
