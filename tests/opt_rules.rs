@@ -84,6 +84,21 @@ fn malformed_rules_name_file_and_line() {
             "?y",
         ),
         (
+            GOOD.replace(" replace ?x\n", " when same-rank ?x\n replace ?x\n"),
+            "test.rules:1",
+            "condition `same-rank` takes 2 variables, not 1",
+        ),
+        (
+            GOOD.replace(" replace ?x\n", " when rank-2-or-3 ?y\n replace ?x\n"),
+            "test.rules:1",
+            "condition `rank-2-or-3` uses ?y, which the pattern does not bind",
+        ),
+        (
+            GOOD.replace(" replace ?x\n", " apply compose-transposes\n"),
+            "test.rules:1",
+            "applier `compose-transposes` reads ?p, which the pattern does not bind",
+        ),
+        (
             GOOD.replace("always", "supports_time_travel"),
             "test.rules:4",
             "unknown gate",

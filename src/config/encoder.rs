@@ -6,7 +6,7 @@ use super::{
     first_token, parse_dtype, token_list, ArchConfig, Fields, HfConfig, Rope, RopeScaling, Sign,
 };
 use crate::limits::config::{MAX_HEADS, MAX_LAYERS, MAX_POSITIONS, MAX_VOCAB, MAX_WIDTH};
-use crate::opt::Role;
+use crate::role::Role;
 use crate::Result;
 
 /// The `model_type`s built as encoders.

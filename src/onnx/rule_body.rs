@@ -240,11 +240,12 @@ fn read_rule(rule: &RuleSpec) -> std::result::Result<RuleOutput, String> {
     };
     let lhs = read_lhs(&rule.pattern.ast)?;
     let mut required = BTreeSet::new();
-    for (condition, vars) in &rule.conditions {
-        if condition != ATTR_IS_SET {
-            return Err(format!("condition `{condition}` has no ONNX function form"));
+    for when in &rule.conditions {
+        if when.name != ATTR_IS_SET {
+            let name = &when.name;
+            return Err(format!("condition `{name}` has no ONNX function form"));
         }
-        required.extend(vars.iter().copied());
+        required.extend(when.vars.iter().copied());
     }
     let reader = Reader {
         lhs: &lhs,

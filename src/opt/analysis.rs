@@ -124,10 +124,18 @@ fn op_data(egraph: &OnnxGraph, op: &OpNode) -> ClassData {
     } else {
         Kind::Tuple(types)
     };
-    let fingerprint = match &egraph.analysis.fingerprint_leaves {
-        Some(_) => fingerprint::of_op(egraph, op),
-        None => None,
-    };
+    let fingerprint = egraph
+        .analysis
+        .fingerprint_leaves
+        .as_ref()
+        .and_then(|leaves| {
+            let input = |id: Id| match (&data(id).kind, &data(id).fingerprint) {
+                (Kind::Absent, _) => Some(None),
+                (_, Some(Fingerprint::Tensor(t))) => Some(Some(t.clone())),
+                _ => None,
+            };
+            fingerprint::of_op(leaves, op, input, |id| data(id).attr()?.to_attr())
+        });
     ClassData {
         kind,
         konst,

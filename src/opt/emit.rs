@@ -1,7 +1,7 @@
 //! [`Emit`]: adds standard ops and constants to the e-graph, every attribute of an op's schema
 //! present (unset unless given), for the appliers of rewrite rules.
 
-use egg::{Id, Subst, Var};
+use egg::Id;
 use half::{bf16, f16};
 
 use super::analysis::OnnxGraph;
@@ -24,12 +24,6 @@ impl<'a> Emit<'a> {
     /// An emitter over `g`.
     pub(crate) fn new(g: &'a mut OnnxGraph) -> Emit<'a> {
         Emit { g }
-    }
-
-    /// The class bound to `?name` in `s`, if the pattern binds it.
-    pub(crate) fn bound(s: &Subst, name: &str) -> Option<Id> {
-        let v: Var = name.parse().ok()?;
-        s.get(v).copied()
     }
 
     /// The tensor type of class `id`, if it holds a tensor.

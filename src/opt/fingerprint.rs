@@ -14,7 +14,6 @@ use std::sync::Arc;
 
 use egg::{Id, Symbol};
 
-use super::analysis::{Kind, OnnxGraph};
 use super::lang::{Onnx, OpNode};
 use crate::interp::{eval_op, Tensor};
 use crate::limits::InterpLimits;
@@ -138,6 +137,11 @@ impl LeafValues {
     fn skip_class(&self) {
         self.budget.skipped_classes.fetch_add(1, Ordering::Relaxed);
     }
+
+    /// Counts a union allowed unchecked because one side has no fingerprint.
+    pub(crate) fn count_unchecked_union(&self) {
+        self.budget.unchecked_unions.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 impl From<HashMap<Symbol, Arc<Tensor>>> for LeafValues {
@@ -184,28 +188,31 @@ fn fingerprint_bytes(f: &Fingerprint) -> u64 {
     }
 }
 
-/// The fingerprint of an op e-node from its children's fingerprints (`None` when a child has
-/// none, the interpreter cannot evaluate the op, or the fingerprint memory budget is spent).
-pub fn of_op(egraph: &OnnxGraph, op: &OpNode) -> Option<Fingerprint> {
-    let leaves = egraph.analysis.fingerprint_leaves.as_ref()?;
+/// The fingerprint of an op e-node from its inputs' and attributes' classes: `input(id)` is
+/// `Some(None)` for an absent input, `Some(Some(value))` for a tensor fingerprint and `None`
+/// when the class has none; `attr(id)` is the attribute value of class `id` (`None`: unset).
+/// `None` when an input has no fingerprint, the interpreter cannot evaluate the op, or the
+/// fingerprint memory budget is spent.
+pub fn of_op(
+    leaves: &LeafValues,
+    op: &OpNode,
+    input: impl Fn(Id) -> Option<Option<Arc<Tensor>>>,
+    attr: impl Fn(Id) -> Option<crate::ir::Attr>,
+) -> Option<Fingerprint> {
     if leaves.exhausted() {
         leaves.skip_class();
         return None;
     }
-    let mut inputs: Vec<Option<Arc<Tensor>>> = Vec::new();
-    for &id in op.input_ids() {
-        let data = &egraph[id].data;
-        match (&data.kind, &data.fingerprint) {
-            (Kind::Absent, _) => inputs.push(None),
-            (_, Some(Fingerprint::Tensor(t))) => inputs.push(Some(t.clone())),
-            _ => return None,
-        }
-    }
+    let inputs: Vec<Option<Arc<Tensor>>> = op
+        .input_ids()
+        .iter()
+        .map(|&id| input(id))
+        .collect::<Option<_>>()?;
     let attrs: BTreeMap<String, crate::ir::Attr> = op
         .attr_names()
         .iter()
         .zip(op.attr_ids())
-        .filter_map(|(n, &id)| Some((n.to_string(), egraph[id].data.attr()?.to_attr()?)))
+        .filter_map(|(n, &id)| Some((n.to_string(), attr(id)?)))
         .collect();
     let (domain, kind) = op.domain_and_type();
     if domain == "ai.mobius" {
@@ -291,36 +298,6 @@ pub fn describe(f: &Fingerprint) -> String {
     }
 }
 
-/// Checks a rule's result class against the class it matched before they are united. A union
-/// where either side has no fingerprint is allowed and counted as unchecked.
-pub fn check_union(egraph: &mut OnnxGraph, matched: Id, result: Id, rule: &str) -> bool {
-    let (a, b) = (
-        &egraph[matched].data.fingerprint,
-        &egraph[result].data.fingerprint,
-    );
-    match (a, b) {
-        (Some(x), Some(y)) if !agree(x, y) => {
-            let violation = Violation {
-                rule: rule.to_string(),
-                before: describe(x),
-                after: describe(y),
-            };
-            egraph.analysis.violations.push(violation);
-            false
-        }
-        (Some(_), Some(_)) => true,
-        _ => {
-            if let Some(leaves) = &egraph.analysis.fingerprint_leaves {
-                leaves
-                    .budget
-                    .unchecked_unions
-                    .fetch_add(1, Ordering::Relaxed);
-            }
-            true
-        }
-    }
-}
-
 /// Whether this e-node is a leaf whose fingerprint comes from the leaf values.
 pub fn of_leaf(values: &LeafValues, node: &Onnx) -> Option<Fingerprint> {
     match node {
@@ -382,6 +359,7 @@ fn for_verify_rewrites(e: crate::Error) -> crate::Error {
 mod tests {
     use super::*;
     use crate::ir::{DType, Graph, Node, Shape, ValueInfo};
+    use crate::opt::checked_union::check_union;
     use crate::opt::lift::lift_with;
 
     /// `x → Neg → … → Neg` (`n` nodes) on f32[4] (16 bytes a value).

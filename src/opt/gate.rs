@@ -3,9 +3,9 @@
 use std::fmt;
 use std::str::FromStr;
 
-use super::pipeline::Role;
 use crate::ep::EpCapabilities;
 use crate::ir::DType;
+use crate::role::Role;
 
 /// A rule file's `gate` line: one or more conditions joined by `&`, all of which must hold.
 #[derive(Debug, Clone, PartialEq, Eq)]

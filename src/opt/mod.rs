@@ -3,26 +3,32 @@
 //! cost model, and lower it back to the IR.
 
 pub mod analysis;
+pub mod appliers;
+pub mod bind;
+pub mod checked_union;
 pub mod conditions;
 pub mod cost;
 mod emit;
 pub mod extract;
 pub mod fingerprint;
 pub mod fold;
-mod from_nbits;
 pub mod gate;
 pub mod infer;
 pub mod lang;
 pub mod lift;
 pub mod lower;
 mod lowering;
-mod nbits;
 mod nodeset;
 pub mod pipeline;
+mod query;
 pub mod rules;
 pub mod schema;
 pub mod trace;
 pub mod types;
 
-pub use pipeline::{optimize, optimize_with_rules, Limits, OptimizeOptions, Role};
+pub use crate::role::Role;
+pub use pipeline::{optimize, optimize_with_rules, Limits, OptimizeOptions};
 pub use trace::OptimizeReport;
+
+#[cfg(test)]
+mod acyclic;

@@ -5,16 +5,20 @@
 //! lowering), `gate` (a capability expression, see [`super::gate`]), `pattern` (one rooted
 //! pattern), any number of `when CONDITION ?var…`, and either `replace PATTERN` or
 //! `apply APPLIER`. `#` starts a comment. Conditions and appliers are Rust functions registered
-//! by name in [`super::conditions`].
+//! by name in [`super::conditions`] and [`super::appliers`]; their variables are resolved
+//! against the pattern when the rule is read ([`super::bind`]).
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use egg::{Applier, Id, Pattern, PatternAst, Rewrite, Subst, Symbol, Var};
 
 use super::analysis::{OnnxAnalysis, OnnxGraph};
-use super::conditions::{applier, condition, ApplierFn, ConditionFn};
-use super::fingerprint::check_union;
+use super::appliers::applier;
+use super::bind::{AnyApplier, AnyCondition, BoundApplier, BoundCondition, Site};
+use super::checked_union::check_union;
+use super::conditions::condition;
 use super::gate::Gate;
 use super::lang::Onnx;
 use crate::{Error, Result};
@@ -148,7 +152,23 @@ pub enum Replacement {
     /// A pattern over the match's variables.
     Pattern(Pattern<Onnx>),
     /// A registered Rust applier.
-    Applier(String),
+    Applier {
+        /// Its registered name.
+        name: String,
+        /// It, reading the variables of the rule's pattern.
+        bound: Arc<dyn BoundApplier>,
+    },
+}
+
+/// A side condition of a rule (`when NAME ?var…`).
+#[derive(Debug, Clone)]
+pub struct When {
+    /// The registered condition's name.
+    pub name: String,
+    /// The variables it is given, in order.
+    pub vars: Vec<Var>,
+    /// It, reading those variables of the rule's pattern.
+    bound: Arc<dyn BoundCondition>,
 }
 
 /// One rule as read from its file.
@@ -164,8 +184,8 @@ pub struct RuleSpec {
     pub gate: Gate,
     /// The rooted pattern it matches.
     pub pattern: Pattern<Onnx>,
-    /// Named side conditions with their variables.
-    pub conditions: Vec<(String, Vec<Var>)>,
+    /// Side conditions.
+    pub conditions: Vec<When>,
     /// The replacement.
     pub replacement: Replacement,
     /// `file:line` of the `rule` line.
@@ -233,15 +253,21 @@ pub fn all_rules() -> Result<Vec<RuleSpec>> {
 }
 
 /// A rule being read.
-#[derive(Debug, Default)]
+#[derive(Default)]
 struct Partial {
     name: String,
     group: Option<String>,
     stage: Option<Stage>,
     gate: Option<Gate>,
     pattern: Option<Pattern<Onnx>>,
-    conditions: Vec<(String, Vec<Var>)>,
-    replacement: Option<Replacement>,
+    conditions: Vec<(String, &'static dyn AnyCondition, Vec<Var>)>,
+    replacement: Option<PartialReplacement>,
+}
+
+/// A `replace` or `apply` line, before the pattern's variables are known.
+enum PartialReplacement {
+    Pattern(Pattern<Onnx>),
+    Applier(String, &'static dyn AnyApplier),
 }
 
 impl Partial {
@@ -288,24 +314,21 @@ impl Partial {
             "when" => {
                 let mut words = value.split_whitespace();
                 let name = words.next().ok_or("`when` needs a condition name")?;
-                if condition(name).is_none() {
-                    return Err(format!("unknown condition `{name}`"));
-                }
+                let check =
+                    condition(name).ok_or_else(|| format!("unknown condition `{name}`"))?;
                 let vars = words
                     .map(|w| w.parse::<Var>().map_err(|_| format!("`{w}` is not a ?variable")))
                     .collect::<std::result::Result<Vec<_>, _>>()?;
-                self.conditions.push((name.to_string(), vars));
+                self.conditions.push((name.to_string(), check, vars));
             }
             "replace" => {
                 once(self.replacement.is_some())?;
-                self.replacement = Some(Replacement::Pattern(pattern(value)?));
+                self.replacement = Some(PartialReplacement::Pattern(pattern(value)?));
             }
             "apply" => {
                 once(self.replacement.is_some())?;
-                if applier(value).is_none() {
-                    return Err(format!("unknown applier `{value}`"));
-                }
-                self.replacement = Some(Replacement::Applier(value.to_string()));
+                let body = applier(value).ok_or_else(|| format!("unknown applier `{value}`"))?;
+                self.replacement = Some(PartialReplacement::Applier(value.to_string(), body));
             }
             other => return Err(format!("unknown field `{other}` (expected group, stage, gate, pattern, when, replace or apply)")),
         }
@@ -316,33 +339,39 @@ impl Partial {
         let missing = |f: &str| format!("rule `{}` has no `{f}`", self.name);
         let pattern = self.pattern.ok_or_else(|| missing("pattern"))?;
         let bound = pattern.vars();
-        for (cond, vars) in &self.conditions {
-            if let Some(v) = vars.iter().find(|v| !bound.contains(v)) {
-                return Err(format!(
-                    "condition `{cond}` uses {v}, which the pattern does not bind"
-                ));
+        let conditions = self
+            .conditions
+            .into_iter()
+            .map(|(name, check, vars)| {
+                let bound = check
+                    .resolve(&vars, &bound)
+                    .map_err(|m| format!("condition `{name}` {m}"))?;
+                Ok(When { name, vars, bound })
+            })
+            .collect::<std::result::Result<Vec<_>, String>>()?;
+        let replacement = match self.replacement {
+            Some(PartialReplacement::Pattern(r)) => {
+                if let Some(v) = r.vars().into_iter().find(|v| !bound.contains(v)) {
+                    return Err(format!(
+                        "the replacement uses {v}, which the pattern does not bind"
+                    ));
+                }
+                Some(Replacement::Pattern(r))
             }
-        }
-        let needed: Vec<Var> = match &self.replacement {
-            Some(Replacement::Pattern(r)) => r.vars(),
-            Some(Replacement::Applier(name)) => applier(name)
-                .map(|(_, vars)| vars.iter().filter_map(|v| v.parse().ok()).collect())
-                .unwrap_or_default(),
-            None => Vec::new(),
+            Some(PartialReplacement::Applier(name, body)) => {
+                let bound = body
+                    .resolve(&bound)
+                    .map_err(|m| format!("applier `{name}` {m}"))?;
+                Some(Replacement::Applier { name, bound })
+            }
+            None => None,
         };
-        if let Some(v) = needed.into_iter().find(|v| !bound.contains(v)) {
-            return Err(format!(
-                "the replacement uses {v}, which the pattern does not bind"
-            ));
-        }
         Ok(RuleSpec {
             group: self.group.ok_or_else(|| missing("group"))?,
             stage: self.stage.ok_or_else(|| missing("stage"))?,
             gate: self.gate.ok_or_else(|| missing("gate"))?,
-            replacement: self
-                .replacement
-                .ok_or_else(|| missing("replace` or `apply"))?,
-            conditions: self.conditions,
+            replacement: replacement.ok_or_else(|| missing("replace` or `apply"))?,
+            conditions,
             origin: format!("rewrites/{file}:{line}"),
             name: self.name,
             pattern,
@@ -352,9 +381,8 @@ impl Partial {
 
 /// Conditions plus replacement, as an egg applier.
 struct RuleApplier {
-    conditions: Vec<(ConditionFn, Vec<Var>)>,
+    conditions: Vec<Arc<dyn BoundCondition>>,
     replacement: Replacement,
-    custom: Option<ApplierFn>,
 }
 
 impl Applier<Onnx, OnnxAnalysis> for RuleApplier {
@@ -366,23 +394,22 @@ impl Applier<Onnx, OnnxAnalysis> for RuleApplier {
         searcher_ast: Option<&PatternAst<Onnx>>,
         rule_name: Symbol,
     ) -> Vec<Id> {
-        if !self
-            .conditions
-            .iter()
-            .all(|(c, vars)| c(egraph, subst, vars))
-        {
+        if !self.conditions.iter().all(|c| c.holds(egraph, subst)) {
             return Vec::new();
         }
         let _ = searcher_ast;
-        let result = match (&self.replacement, self.custom) {
-            (Replacement::Pattern(p), _) => egraph.add_instantiation(&p.ast, subst),
-            (Replacement::Applier(_), Some(f)) => {
-                match f(egraph, eclass, subst, rule_name.as_str()) {
+        let result = match &self.replacement {
+            Replacement::Pattern(p) => egraph.add_instantiation(&p.ast, subst),
+            Replacement::Applier { bound, .. } => {
+                let site = Site {
+                    class: eclass,
+                    rule: rule_name.as_str(),
+                };
+                match bound.apply(egraph, site, subst) {
                     Some(id) => id,
                     None => return Vec::new(),
                 }
             }
-            (Replacement::Applier(_), None) => return Vec::new(),
         };
         if !check_union(egraph, eclass, result, rule_name.as_str()) {
             return Vec::new();
@@ -398,19 +425,9 @@ impl Applier<Onnx, OnnxAnalysis> for RuleApplier {
 impl RuleSpec {
     /// The egg rewrite of this rule.
     pub fn rewrite(&self) -> Result<Rewrite<Onnx, OnnxAnalysis>> {
-        let conditions = self
-            .conditions
-            .iter()
-            .map(|(name, vars)| (condition(name).expect("checked when parsed"), vars.clone()))
-            .collect();
-        let custom = match &self.replacement {
-            Replacement::Applier(name) => Some(applier(name).expect("checked when parsed").0),
-            Replacement::Pattern(_) => None,
-        };
         let applier = RuleApplier {
-            conditions,
+            conditions: self.conditions.iter().map(|w| w.bound.clone()).collect(),
             replacement: self.replacement.clone(),
-            custom,
         };
         Rewrite::new(self.name.clone(), self.pattern.clone(), applier)
             .map_err(|e| Error::Graph(format!("{}: {e}", self.origin)))

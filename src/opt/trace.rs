@@ -3,9 +3,9 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use super::pipeline::Role;
 use super::rules::Stage;
 use crate::ir::DType;
+use crate::role::Role;
 
 /// The op-count change of one rule group.
 #[derive(Debug, Clone, PartialEq)]

@@ -13,7 +13,7 @@ use crate::config::ArchConfig;
 use crate::ep::EpCapabilities;
 use crate::ir::Model;
 use crate::onnx::export::{self, SaveReport, MODEL_FILE};
-use crate::opt::Role;
+use crate::role::Role;
 use crate::weights::eval::Evaluator;
 use crate::{Error, Result};
 pub use copy::{copy_aux_file, MAX_AUX_FILE_BYTES};

@@ -10,13 +10,70 @@
 //!   no `Range`) select `scores` or the lowest finite value;
 //! - `Softmax`, rows with no visible key set to zero, `MatMul` with V, back to `[B, S, heads·Dv]`.
 
-use egg::{Id, Subst};
+use egg::Id;
 
 use super::Emit;
 use crate::ir::DType;
 use crate::opt::analysis::OnnxGraph;
+use crate::opt::bind::{Applier, Site};
 use crate::opt::lang::AttrValue;
 use crate::opt::types::SymDim;
+
+/// `attention-output`.
+pub(crate) const ATTENTION_OUTPUT: Applier<12> = Applier::new(
+    [
+        "?q", "?k", "?v", "?pk", "?pv", "?kvh", "?qnh", "?mode", "?mask", "?causal", "?scale",
+        "?softcap",
+    ],
+    attention_output,
+);
+
+/// `attention-output-without-cache`.
+pub(crate) const ATTENTION_OUTPUT_WITHOUT_CACHE: Applier<10> = Applier::new(
+    [
+        "?q", "?k", "?v", "?kvh", "?qnh", "?mode", "?mask", "?causal", "?scale", "?softcap",
+    ],
+    attention_output_without_cache,
+);
+
+/// `attention-present-key`.
+pub(crate) const ATTENTION_PRESENT_KEY: Applier<8> = Applier::new(
+    ["?q", "?k", "?v", "?pk", "?pv", "?kvh", "?qnh", "?mode"],
+    attention_present_key,
+);
+
+/// `attention-present-value`.
+pub(crate) const ATTENTION_PRESENT_VALUE: Applier<8> = Applier::new(
+    ["?q", "?k", "?v", "?pk", "?pv", "?kvh", "?qnh", "?mode"],
+    attention_present_value,
+);
+
+/// The matched Attention's classes every lowering reads.
+struct Matched {
+    q: Id,
+    k: Id,
+    v: Id,
+    /// The past key and value inputs, when the pattern has them (either may be absent).
+    past: Option<(Id, Id)>,
+    kv_heads: Id,
+    q_heads: Id,
+    mode: Id,
+}
+
+impl Matched {
+    /// From the variables `?q ?k ?v ?pk ?pv ?kvh ?qnh ?mode`.
+    fn with_cache([q, k, v, pk, pv, kv_heads, q_heads, mode]: [Id; 8]) -> Matched {
+        Matched {
+            q,
+            k,
+            v,
+            past: Some((pk, pv)),
+            kv_heads,
+            q_heads,
+            mode,
+        }
+    }
+}
 
 /// What every Attention lowering reads of the matched node.
 struct Parts {
@@ -34,15 +91,14 @@ struct Parts {
 /// The matched Attention's inputs and sizes: 3-D Q/K/V of one float dtype with known widths,
 /// head counts set with `q_num_heads % kv_num_heads == 0`, `qk_matmul_output_mode` 0, both
 /// caches or none.
-fn parts(e: &Emit<'_>, s: &Subst) -> Option<Parts> {
-    let var = |name: &str| Emit::bound(s, name);
-    let (q, k, v) = (var("?q")?, var("?k")?, var("?v")?);
-    let q_heads = e.int_or(var("?qnh")?, 0)?;
-    let kv_heads = e.int_or(var("?kvh")?, 0)?;
+fn parts(e: &Emit<'_>, m: &Matched) -> Option<Parts> {
+    let (q, k, v) = (m.q, m.k, m.v);
+    let q_heads = e.int_or(m.q_heads, 0)?;
+    let kv_heads = e.int_or(m.kv_heads, 0)?;
     if q_heads <= 0 || kv_heads <= 0 || q_heads % kv_heads != 0 {
         return None;
     }
-    if e.int_or(var("?mode")?, 0)? != 0 {
+    if e.int_or(m.mode, 0)? != 0 {
         return None;
     }
     let width = |id: Id| -> Option<(DType, i64)> {
@@ -59,13 +115,13 @@ fn parts(e: &Emit<'_>, s: &Subst) -> Option<Parts> {
     if qw / q_heads != head_size || vw % kv_heads != 0 {
         return None;
     }
-    let past = match (var("?pk"), var("?pv")) {
-        (Some(pk), Some(pv)) => match (e.is_absent(pk), e.is_absent(pv)) {
+    let past = match m.past {
+        Some((pk, pv)) => match (e.is_absent(pk), e.is_absent(pv)) {
             (true, true) => None,
             (false, false) => Some((pk, pv)),
             _ => return None,
         },
-        _ => None,
+        None => None,
     };
     Some(Parts {
         q,
@@ -100,17 +156,17 @@ fn present(e: &mut Emit<'_>, p: &Parts, value: bool) -> Id {
     }
 }
 
-/// Reads the Attention variables: its present key (`get1`).
-pub fn attention_present_key(g: &mut OnnxGraph, _m: Id, s: &Subst, _rule: &str) -> Option<Id> {
+/// Reads `?q ?k ?v ?pk ?pv ?kvh ?qnh ?mode` of the Attention: its present key (`get1`).
+fn attention_present_key(g: &mut OnnxGraph, _: Site<'_>, vars: [Id; 8]) -> Option<Id> {
     let mut e = Emit::new(g);
-    let p = parts(&e, s)?;
+    let p = parts(&e, &Matched::with_cache(vars))?;
     Some(present(&mut e, &p, false))
 }
 
-/// Reads the Attention variables: its present value (`get2`).
-pub fn attention_present_value(g: &mut OnnxGraph, _m: Id, s: &Subst, _rule: &str) -> Option<Id> {
+/// Reads `?q ?k ?v ?pk ?pv ?kvh ?qnh ?mode` of the Attention: its present value (`get2`).
+fn attention_present_value(g: &mut OnnxGraph, _: Site<'_>, vars: [Id; 8]) -> Option<Id> {
     let mut e = Emit::new(g);
-    let p = parts(&e, s)?;
+    let p = parts(&e, &Matched::with_cache(vars))?;
     Some(present(&mut e, &p, true))
 }
 
@@ -151,26 +207,54 @@ fn lowest(dtype: DType) -> f32 {
     }
 }
 
-/// Reads the Attention variables (`?q ?k ?v ?mask ?causal ?kvh ?qnh ?mode ?scale ?softcap`,
-/// and `?pk ?pv` when bound): its output Y (`get0`, or the op itself with one output).
-/// Declines for float masks of another dtype and, with `is_causal`, unless Q and K have the
-/// same (known) sequence length.
-pub fn attention_output(g: &mut OnnxGraph, _m: Id, s: &Subst, _rule: &str) -> Option<Id> {
-    let var = |name: &str| Emit::bound(s, name);
+/// Reads `?q ?k ?v ?pk ?pv ?kvh ?qnh ?mode ?mask ?causal ?scale ?softcap` of the Attention
+/// with caches: its output Y (`get0`), see [`output`].
+fn attention_output(g: &mut OnnxGraph, _: Site<'_>, vars: [Id; 12]) -> Option<Id> {
+    let [q, k, v, pk, pv, kvh, qnh, mode, rest @ ..] = vars;
+    output(
+        g,
+        &Matched::with_cache([q, k, v, pk, pv, kvh, qnh, mode]),
+        rest,
+    )
+}
+
+/// Reads `?q ?k ?v ?kvh ?qnh ?mode ?mask ?causal ?scale ?softcap` of the Attention without
+/// caches and with one output: its output Y, see [`output`].
+fn attention_output_without_cache(g: &mut OnnxGraph, _: Site<'_>, vars: [Id; 10]) -> Option<Id> {
+    let [q, k, v, kv_heads, q_heads, mode, rest @ ..] = vars;
+    let m = Matched {
+        q,
+        k,
+        v,
+        past: None,
+        kv_heads,
+        q_heads,
+        mode,
+    };
+    output(g, &m, rest)
+}
+
+/// The Attention's output Y in standard ops, given its mask input and the classes of its
+/// `is_causal`, `scale` and `softcap` attributes. Declines for float masks of another dtype
+/// and, with `is_causal`, unless Q and K have the same (known) sequence length.
+fn output(
+    g: &mut OnnxGraph,
+    m: &Matched,
+    [mask, is_causal, scale, softcap]: [Id; 4],
+) -> Option<Id> {
     let mut e = Emit::new(g);
-    let p = parts(&e, s)?;
-    let is_causal = e.int_or(var("?causal")?, 0)? != 0;
-    let scale = match e.attr(var("?scale")?)? {
+    let p = parts(&e, m)?;
+    let is_causal = e.int_or(is_causal, 0)? != 0;
+    let scale = match e.attr(scale)? {
         AttrValue::Unset => (p.head_size as f32).powf(-0.5),
         AttrValue::Float(bits) => f32::from_bits(*bits),
         _ => return None,
     };
-    let softcap = match e.attr(var("?softcap")?)? {
+    let softcap = match e.attr(softcap)? {
         AttrValue::Unset => 0.0,
         AttrValue::Float(bits) => f32::from_bits(*bits),
         _ => return None,
     };
-    let mask = var("?mask")?;
     let mask_dtype = if e.is_absent(mask) {
         None
     } else {

@@ -1,10 +1,11 @@
-//! Appliers of the lowering rules (`rewrites/lowering/`): standard-ONNX decompositions of ops
-//! an EP cannot run (RotaryEmbedding, Attention, rank-4 RMSNormalization), added to the
-//! e-graph as equivalent forms the cost model may pick; and `Range` as a running sum.
+//! Appliers of the lowering rules (`rewrites/lowering/`, registered in [`super::appliers`]):
+//! standard-ONNX decompositions of ops an EP cannot run (RotaryEmbedding, Attention, rank-4
+//! RMSNormalization), added to the e-graph as equivalent forms the cost model may pick; and
+//! `Range` as a running sum.
 
-pub mod attention;
-pub mod range;
-pub mod rms_norm;
-pub mod rotary;
+pub(crate) mod attention;
+pub(crate) mod range;
+pub(crate) mod rms_norm;
+pub(crate) mod rotary;
 
 pub(crate) use super::emit::{Emit, TO_END};

@@ -1,18 +1,21 @@
 //! RangeToCumSum: `Range(start, limit, 1)` over int64 → positions from a running sum of ones,
 //! for EPs without `Range`: `CumSum(Expand([1], [max(limit − start, 0)])) + (start − 1)`.
 
-use egg::{Id, Subst};
+use egg::Id;
 
 use super::Emit;
 use crate::ir::DType;
 use crate::opt::analysis::OnnxGraph;
+use crate::opt::bind::{Applier, Site};
 use crate::opt::infer::literal_ints;
+
+/// `range-to-cumsum`.
+pub(crate) const RANGE_TO_CUMSUM: Applier<3> =
+    Applier::new(["?start", "?limit", "?delta"], range_to_cumsum);
 
 /// Reads `?start ?limit ?delta` of `(Range ?start ?limit ?delta)`; declines unless the
 /// bounds are int64 and `delta` is the constant 1.
-pub fn range_to_cumsum(g: &mut OnnxGraph, _matched: Id, s: &Subst, _rule: &str) -> Option<Id> {
-    let var = |name: &str| Emit::bound(s, name);
-    let (start, limit, delta) = (var("?start")?, var("?limit")?, var("?delta")?);
+fn range_to_cumsum(g: &mut OnnxGraph, _: Site<'_>, [start, limit, delta]: [Id; 3]) -> Option<Id> {
     let step = g[delta].data.konst.as_ref().and_then(literal_ints)?;
     let mut e = Emit::new(g);
     let int64 = |e: &Emit<'_>, id: Id| e.tensor(id).and_then(|t| t.dtype) == Some(DType::I64);

@@ -2,24 +2,26 @@
 //! dims are static → Reshape to rank 3, the same norm, Reshape back (for EPs that run the
 //! norm on rank-3 inputs only).
 
-use egg::{Id, Subst};
+use egg::Id;
 
 use super::Emit;
 use crate::opt::analysis::OnnxGraph;
+use crate::opt::bind::{Applier, Site};
 use crate::opt::lang::{AttrValue, Onnx};
+
+/// `rank4-rms-norm-via-rank3`.
+pub(crate) const RANK4_RMS_NORM_VIA_RANK3: Applier<4> =
+    Applier::new(["?x", "?w", "?eps", "?stash"], rank4_rms_norm_via_rank3);
 
 /// Reads `?x ?w ?eps ?stash` of `(RMSNormalization ?x ?w ?axis ?eps ?stash)` (the rule checks
 /// that `?axis` is the last one): `Reshape(RMSNormalization(Reshape(x, [0, −1, D]), w;
 /// axis −1), [0, −1, H, D])`.
-pub fn rank4_rms_norm_via_rank3(
+fn rank4_rms_norm_via_rank3(
     g: &mut OnnxGraph,
-    _matched: Id,
-    s: &Subst,
-    _rule: &str,
+    _: Site<'_>,
+    [x, w, eps, stash]: [Id; 4],
 ) -> Option<Id> {
-    let var = |name: &str| Emit::bound(s, name);
     let mut e = Emit::new(g);
-    let (x, w, eps, stash) = (var("?x")?, var("?w")?, var("?eps")?, var("?stash")?);
     let shape = e.tensor(x)?.shape.clone()?;
     let [_, _, heads, size] = shape.as_slice() else {
         return None;

@@ -2,22 +2,58 @@
 //! Reshape / Slice / Mul / Sub / Add / Concat ("rotate half", or neighbour pairs when
 //! interleaved), rotating the first `rotary_embedding_dim` elements of each head.
 
-use egg::{Id, Subst};
+use egg::Id;
 
 use super::{Emit, TO_END};
 use crate::opt::analysis::OnnxGraph;
+use crate::opt::bind::{Applier, Site};
 
-/// Reads `?x ?cos ?sin ?inter ?heads ?rd` (and `?pos` when the pattern binds it) of
-/// `(RotaryEmbedding ?x ?cos ?sin [?pos] ?inter ?heads ?rd)`. Declines unless `x` is 3-D with
+/// `decompose-rotary`.
+pub(crate) const DECOMPOSE_ROTARY: Applier<6> = Applier::new(
+    ["?x", "?cos", "?sin", "?inter", "?heads", "?rd"],
+    decompose_rotary,
+);
+
+/// `decompose-rotary-with-positions`.
+pub(crate) const DECOMPOSE_ROTARY_WITH_POSITIONS: Applier<7> = Applier::new(
+    ["?x", "?cos", "?sin", "?pos", "?inter", "?heads", "?rd"],
+    decompose_rotary_with_positions,
+);
+
+/// Reads `?x ?cos ?sin ?inter ?heads ?rd` of `(RotaryEmbedding ?x ?cos ?sin ?inter ?heads ?rd)`:
+/// see [`decompose`].
+fn decompose_rotary(
+    g: &mut OnnxGraph,
+    _: Site<'_>,
+    [x, cos, sin, inter, heads, rd]: [Id; 6],
+) -> Option<Id> {
+    decompose(g, [x, cos, sin], None, [inter, heads, rd])
+}
+
+/// Reads `?x ?cos ?sin ?pos ?inter ?heads ?rd` of `(RotaryEmbedding ?x ?cos ?sin ?pos ?inter
+/// ?heads ?rd)` (`?pos` may be an absent input): see [`decompose`].
+fn decompose_rotary_with_positions(
+    g: &mut OnnxGraph,
+    _: Site<'_>,
+    [x, cos, sin, pos, inter, heads, rd]: [Id; 7],
+) -> Option<Id> {
+    decompose(g, [x, cos, sin], Some(pos), [inter, heads, rd])
+}
+
+/// `RotaryEmbedding(x, cos, sin[, pos]; interleaved, num_heads, rotary_embedding_dim)`
+/// (attribute classes `[inter, heads, rd]`) in standard ops. Declines unless `x` is 3-D with
 /// `num_heads` set and the rotary width is known and even.
-pub fn decompose_rotary(g: &mut OnnxGraph, _matched: Id, s: &Subst, _rule: &str) -> Option<Id> {
-    let var = |name: &str| Emit::bound(s, name);
+fn decompose(
+    g: &mut OnnxGraph,
+    [x, cos, sin]: [Id; 3],
+    pos: Option<Id>,
+    [inter, heads, rd]: [Id; 3],
+) -> Option<Id> {
     let mut e = Emit::new(g);
-    let (x, cos, sin) = (var("?x")?, var("?cos")?, var("?sin")?);
     let shape = e.tensor(x)?.shape.clone()?;
-    let heads = e.int_or(var("?heads")?, 0)?;
-    let interleaved = e.int_or(var("?inter")?, 0)?;
-    let requested = e.int_or(var("?rd")?, 0)?;
+    let heads = e.int_or(heads, 0)?;
+    let interleaved = e.int_or(inter, 0)?;
+    let requested = e.int_or(rd, 0)?;
     if shape.len() != 3 || heads <= 0 || !(0..=1).contains(&interleaved) || requested < 0 {
         return None;
     }
@@ -31,7 +67,7 @@ pub fn decompose_rotary(g: &mut OnnxGraph, _matched: Id, s: &Subst, _rule: &str)
     }
     let partial = head_size != Some(rotary);
     let half = rotary / 2;
-    let (cos, sin) = match var("?pos") {
+    let (cos, sin) = match pos {
         Some(pos) if !e.is_absent(pos) => {
             let axis0 = [("axis", crate::opt::lang::AttrValue::Int(0))];
             (

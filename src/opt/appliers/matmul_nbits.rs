@@ -1,18 +1,31 @@
-//! The applier of the MatMulNBits fusion: `MatMul(x, DequantizeLinear(q, scales[, zp]))` over
-//! a weight block-quantized along K becomes `com.microsoft::MatMulNBits`, its weight, scales
-//! and zero points re-laid out at save time (the `ai.mobius::NBits*` relayouts, folded into
-//! initializers when the graph is lowered).
+//! The appliers of the MatMulNBits fusion (`fusion/matmul_nbits.rules`): `MatMul(x,
+//! DequantizeLinear(q, scales[, zp]))` over a weight block-quantized along K becomes
+//! `com.microsoft::MatMulNBits`, its weight, scales and zero points re-laid out at save time
+//! (the `ai.mobius::NBits*` relayouts, folded into initializers when the graph is lowered).
 
-use egg::{Id, Subst};
+use egg::Id;
 
-use super::analysis::OnnxGraph;
-use super::emit::Emit;
-use super::lang::{AttrValue, Onnx};
 use crate::ir::DType;
+use crate::opt::analysis::OnnxGraph;
+use crate::opt::bind::{Applier, Site};
+use crate::opt::emit::Emit;
+use crate::opt::lang::{AttrValue, Onnx};
+
+/// `matmul-nbits`.
+pub(super) const MATMUL_NBITS: Applier<7> = Applier::new(
+    ["?x", "?q", "?s", "?zp", "?axis", "?block", "?odt"],
+    matmul_nbits,
+);
+
+/// `matmul-nbits-without-zero-points`.
+pub(super) const MATMUL_NBITS_WITHOUT_ZERO_POINTS: Applier<6> = Applier::new(
+    ["?x", "?q", "?s", "?axis", "?block", "?odt"],
+    matmul_nbits_without_zero_points,
+);
 
 /// Whether class `id` is an initializer, or a concatenation of initializers (folded into one
 /// when saved): what a weight relayout can be computed from.
-pub(crate) fn is_weight(g: &OnnxGraph, id: Id) -> bool {
+pub(super) fn is_weight(g: &OnnxGraph, id: Id) -> bool {
     g[id].nodes.iter().any(|n| match n {
         Onnx::Init(_) => true,
         Onnx::Op(op) if op.op.as_str() == "Concat" => op
@@ -31,23 +44,38 @@ fn matrix(g: &OnnxGraph, id: Id) -> Option<(i64, i64)> {
     }
 }
 
-/// Reads `?x ?q ?s [?zp] ?axis ?block ?odt` of `(MatMul ?x (DequantizeLinear ?q ?s [?zp] ?axis
-/// ?block ?odt))` (no `?zp`: the zero points are absent). Fires when the weight `q` `[K, N]` (int4/uint4/int8/uint8) is quantized in
-/// blocks of a power of two from 16 to 256 along axis 0, `scales` `[⌈K/B⌉, N]` have x's float
+/// Reads `?x ?q ?s ?zp ?axis ?block ?odt` of `(MatMul ?x (DequantizeLinear ?q ?s ?zp ?axis
+/// ?block ?odt))`: see [`fuse`].
+fn matmul_nbits(
+    g: &mut OnnxGraph,
+    _: Site<'_>,
+    [x, q, scales, zp, axis, block, odt]: [Id; 7],
+) -> Option<Id> {
+    fuse(g, [x, q, scales, zp], [axis, block, odt])
+}
+
+/// Reads `?x ?q ?s ?axis ?block ?odt` of `(MatMul ?x (DequantizeLinear ?q ?s ?axis ?block
+/// ?odt))`: [`fuse`] with the zero points absent.
+fn matmul_nbits_without_zero_points(
+    g: &mut OnnxGraph,
+    _: Site<'_>,
+    [x, q, scales, axis, block, odt]: [Id; 6],
+) -> Option<Id> {
+    let zp = g.add(Onnx::Absent);
+    fuse(g, [x, q, scales, zp], [axis, block, odt])
+}
+
+/// `MatMul(x, DequantizeLinear(q, scales, zp; axis, block_size, output_dtype))` (`zp` may be
+/// an absent input) → `com.microsoft::MatMulNBits`. Fires when the weight `q` `[K, N]`
+/// (int4/uint4/int8/uint8) is quantized in blocks of a power of two from 16 to 256 along axis 0, `scales` `[⌈K/B⌉, N]` have x's float
 /// dtype (f32 or f16), and the zero points are absent with signed values (MatMulNBits' default
 /// zero point then matches once the values are offset) or present with unsigned values. The
 /// `accuracy_level` is the one the optimizer was given.
-pub(crate) fn matmul_nbits(g: &mut OnnxGraph, _matched: Id, s: &Subst, _rule: &str) -> Option<Id> {
-    let v = |name: &str| Emit::bound(s, name);
-    let (x, q, scales) = (v("?x")?, v("?q")?, v("?s")?);
-    let zp = match v("?zp") {
-        Some(zp) => zp,
-        None => g.add(Onnx::Absent),
-    };
+fn fuse(g: &mut OnnxGraph, [x, q, scales, zp]: [Id; 4], [axis, block, odt]: [Id; 3]) -> Option<Id> {
     let e = Emit::new(g);
-    let axis = e.int_or(v("?axis")?, 1)?;
-    let block = e.int_or(v("?block")?, 0)?;
-    let out_dtype = e.int_or(v("?odt")?, 0)?;
+    let axis = e.int_or(axis, 1)?;
+    let block = e.int_or(block, 0)?;
+    let out_dtype = e.int_or(odt, 0)?;
     let x_dtype = e.tensor(x)?.dtype?;
     let q_dtype = e.tensor(q)?.dtype?;
     let has_zp = !e.is_absent(zp);

@@ -1,0 +1,194 @@
+//! A test that the modules of the optimizer import one another without a cycle: each
+//! top-level module of `src/opt/` (a file, or a folder with everything in it) and the modules
+//! of `src/opt/` it names (`crate::opt::m`, or `super::m` with one `super::` per level of
+//! nesting below `opt`) outside comments and test modules form an acyclic graph.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// The `.rs` files under `dir`, recursively.
+fn sources(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            files.extend(sources(&path));
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            files.push(path);
+        }
+    }
+    files
+}
+
+/// `text` without comments and test modules (`#[cfg(test)]` on a `mod`).
+fn code(text: &str) -> String {
+    let mut out = String::new();
+    let mut lines = text.lines().peekable();
+    while let Some(line) = lines.next() {
+        let trimmed = line.trim();
+        if trimmed == "#[cfg(test)]" && lines.peek().is_some_and(|l| l.trim().starts_with("mod ")) {
+            let mut depth = 0i64;
+            for line in lines.by_ref() {
+                depth += line.matches('{').count() as i64 - line.matches('}').count() as i64;
+                if depth <= 0 && (line.contains('}') || line.trim_end().ends_with(';')) {
+                    break;
+                }
+            }
+            continue;
+        }
+        if !trimmed.starts_with("//") {
+            out.push_str(line.split(" //").next().unwrap_or(""));
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// The first path segment after each occurrence of `prefix` in `code`; for a group
+/// (`prefix{a::x, b}`) the first segment of each member.
+fn named_after(code: &str, prefix: &str) -> Vec<String> {
+    let ident = |s: &str| -> String {
+        s.trim_start()
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect()
+    };
+    let mut names = Vec::new();
+    for (at, _) in code.match_indices(prefix) {
+        let before = code[..at].chars().next_back();
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
+            continue;
+        }
+        let rest = &code[at + prefix.len()..];
+        match rest.strip_prefix('{') {
+            Some(group) => {
+                let mut depth = 0;
+                let mut start = 0;
+                for (i, c) in group.char_indices() {
+                    match c {
+                        '{' => depth += 1,
+                        '}' if depth == 0 => {
+                            names.push(ident(&group[start..i]));
+                            break;
+                        }
+                        '}' => depth -= 1,
+                        ',' if depth == 0 => {
+                            names.push(ident(&group[start..i]));
+                            start = i + 1;
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            None => names.push(ident(rest)),
+        }
+    }
+    names
+}
+
+/// Module → the other modules of `src/opt/` it names.
+fn import_graph() -> BTreeMap<String, BTreeSet<String>> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/opt");
+    let module = |path: &Path| -> String {
+        let rel = path.strip_prefix(&root).unwrap();
+        let first = rel
+            .components()
+            .next()
+            .unwrap()
+            .as_os_str()
+            .to_string_lossy();
+        first.trim_end_matches(".rs").to_string()
+    };
+    let files: Vec<PathBuf> = sources(&root)
+        .into_iter()
+        .filter(|p| p != &root.join("mod.rs"))
+        .collect();
+    let modules: BTreeSet<String> = files.iter().map(|p| module(p)).collect();
+    let mut graph = BTreeMap::new();
+    for path in &files {
+        let from = module(path);
+        let text = code(&std::fs::read_to_string(path).unwrap());
+        // `super::` once per level of nesting below `opt` names a module of `opt`.
+        let rel = path.strip_prefix(&root).unwrap();
+        let folder_root = rel.file_name().is_some_and(|n| n == "mod.rs");
+        let level = rel.components().count() - usize::from(folder_root);
+        let mut named = named_after(&text, "crate::opt::");
+        named.extend(named_after(&text, &"super::".repeat(level)));
+        let targets: &mut BTreeSet<String> = graph.entry(from.clone()).or_default();
+        targets.extend(
+            named
+                .into_iter()
+                .filter(|m| *m != from && modules.contains(m)),
+        );
+    }
+    graph
+}
+
+/// A cycle of `graph`, if it has one.
+fn find_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit<'a>(
+        node: &'a str,
+        graph: &'a BTreeMap<String, BTreeSet<String>>,
+        path: &mut Vec<&'a str>,
+        done: &mut BTreeSet<&'a str>,
+    ) -> Option<Vec<String>> {
+        if let Some(at) = path.iter().position(|n| *n == node) {
+            let mut cycle: Vec<String> = path[at..].iter().map(|s| s.to_string()).collect();
+            cycle.push(node.to_string());
+            return Some(cycle);
+        }
+        if !done.insert(node) {
+            return None;
+        }
+        path.push(node);
+        for next in graph.get(node).into_iter().flatten() {
+            if let Some(cycle) = visit(next, graph, path, done) {
+                return Some(cycle);
+            }
+        }
+        path.pop();
+        None
+    }
+    let mut done = BTreeSet::new();
+    graph
+        .keys()
+        .find_map(|node| visit(node, graph, &mut Vec::new(), &mut done))
+}
+
+#[test]
+fn optimizer_modules_import_each_other_without_a_cycle() {
+    let graph = import_graph();
+    for (module, wanted) in [
+        ("rules", "gate"),
+        ("pipeline", "rules"),
+        ("analysis", "fingerprint"),
+        ("appliers", "lowering"),
+    ] {
+        assert!(
+            graph[module].contains(wanted),
+            "the scan lost the import {module} → {wanted}: {graph:?}"
+        );
+    }
+    assert_eq!(find_cycle(&graph), None, "{graph:?}");
+}
+
+#[test]
+fn the_scan_sees_grouped_imports_and_finds_cycles() {
+    let named = named_after(
+        "use super::{a::X, b};\nuse crate::opt::c::{D, E};\nx::super::no",
+        "super::",
+    );
+    assert_eq!(named, ["a", "b"]);
+    let graph: BTreeMap<String, BTreeSet<String>> = [
+        ("a", vec!["b"]),
+        ("b", vec!["c"]),
+        ("c", vec!["a"]),
+        ("d", vec![]),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.into_iter().map(String::from).collect()))
+    .collect();
+    assert_eq!(find_cycle(&graph).unwrap(), ["a", "b", "c", "a"]);
+    let text = "use x;\n// super::y\n#[cfg(test)]\nmod tests {\n    fn f() {\n    }\n}\nuse w;\n";
+    assert_eq!(code(text), "use x;\nuse w;\n");
+}

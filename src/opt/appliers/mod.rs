@@ -1,0 +1,93 @@
+//! The appliers rule files name (`apply NAME`): Rust that builds the replacement of a match in
+//! the e-graph, one file per rule group, registered here by name. Each declares the pattern
+//! variables it reads and takes their classes in that order (see [`super::bind`]). The
+//! appliers of the lowering rules are in `src/opt/lowering/`.
+
+mod from_nbits;
+mod gqa;
+mod gqa_mask;
+mod matmul_nbits;
+mod pack_qkv;
+mod skip_layer_norm;
+mod skip_norm;
+mod transpose;
+
+use super::bind::AnyApplier;
+use super::lowering::{attention, range, rms_norm, rotary};
+
+const APPLIERS: &[(&str, &dyn AnyApplier)] = &[
+    ("compose-transposes", &transpose::COMPOSE_TRANSPOSES),
+    ("skip-layer-norm", &skip_layer_norm::SKIP_LAYER_NORM),
+    (
+        "skip-layer-norm-with-bias",
+        &skip_layer_norm::SKIP_LAYER_NORM_WITH_BIAS,
+    ),
+    (
+        "skip-simplified-layer-norm",
+        &skip_norm::SKIP_SIMPLIFIED_LAYER_NORM,
+    ),
+    ("attention-to-gqa", &gqa::ATTENTION_TO_GQA),
+    ("rotary-attention-to-gqa", &gqa::ROTARY_ATTENTION_TO_GQA),
+    ("pack-qkv", &pack_qkv::PACK_QKV),
+    ("pack-qkv-with-bias", &pack_qkv::PACK_QKV_WITH_BIAS),
+    ("matmul-nbits", &matmul_nbits::MATMUL_NBITS),
+    (
+        "matmul-nbits-without-zero-points",
+        &matmul_nbits::MATMUL_NBITS_WITHOUT_ZERO_POINTS,
+    ),
+    (
+        "matmul-nbits-to-dequantize",
+        &from_nbits::MATMUL_NBITS_TO_DEQUANTIZE,
+    ),
+    (
+        "matmul-nbits-with-zero-points-to-dequantize",
+        &from_nbits::MATMUL_NBITS_WITH_ZERO_POINTS_TO_DEQUANTIZE,
+    ),
+    (
+        "matmul-nbits-with-bias-to-dequantize",
+        &from_nbits::MATMUL_NBITS_WITH_BIAS_TO_DEQUANTIZE,
+    ),
+    ("decompose-rotary", &rotary::DECOMPOSE_ROTARY),
+    (
+        "decompose-rotary-with-positions",
+        &rotary::DECOMPOSE_ROTARY_WITH_POSITIONS,
+    ),
+    ("attention-output", &attention::ATTENTION_OUTPUT),
+    (
+        "attention-output-without-cache",
+        &attention::ATTENTION_OUTPUT_WITHOUT_CACHE,
+    ),
+    ("attention-present-key", &attention::ATTENTION_PRESENT_KEY),
+    (
+        "attention-present-value",
+        &attention::ATTENTION_PRESENT_VALUE,
+    ),
+    (
+        "rank4-rms-norm-via-rank3",
+        &rms_norm::RANK4_RMS_NORM_VIA_RANK3,
+    ),
+    ("range-to-cumsum", &range::RANGE_TO_CUMSUM),
+];
+
+/// The applier registered under `name`.
+pub fn applier(name: &str) -> Option<&'static dyn AnyApplier> {
+    APPLIERS.iter().find(|(n, _)| *n == name).map(|(_, a)| *a)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::opt::rules::{all_rules, Replacement};
+
+    /// Loading the embedded rules resolves the variables of every applier they name; this
+    /// makes sure that is every registered one.
+    #[test]
+    fn every_registered_applier_is_named_by_a_rule() {
+        let rules = all_rules().unwrap();
+        for (name, _) in super::APPLIERS {
+            let named = rules.iter().any(
+                |r| matches!(&r.replacement, Replacement::Applier { name: n, .. } if n == name),
+            );
+            assert!(named, "no rule applies `{name}`");
+        }
+    }
+}

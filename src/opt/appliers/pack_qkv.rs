@@ -1,0 +1,108 @@
+//! The appliers of `fusion/pack_qkv.rules` (PackQKV): the q/k/v projections of a
+//! GroupQueryAttention, `MatMul(h, W)` (+ bias) over initializers, → one MatMul (+ Add) over
+//! the weights (and biases) concatenated along the output axis, read as packed q|k|v.
+
+use egg::Id;
+
+use crate::opt::analysis::OnnxGraph;
+use crate::opt::bind::{Applier, Site};
+use crate::opt::emit::Emit;
+use crate::opt::lang::{Onnx, OpNode};
+use crate::opt::query::find_op;
+
+/// `pack-qkv`.
+pub(super) const PACK_QKV: Applier<4> = Applier::new(["?h", "?wq", "?wk", "?wv"], pack_qkv);
+
+/// `pack-qkv-with-bias`.
+pub(super) const PACK_QKV_WITH_BIAS: Applier<7> = Applier::new(
+    ["?h", "?wq", "?wk", "?wv", "?bq", "?bk", "?bv"],
+    pack_qkv_with_bias,
+);
+
+/// The initializer name held by class `id`, if any.
+fn init_name(g: &OnnxGraph, id: Id) -> Option<egg::Symbol> {
+    g[id].nodes.iter().find_map(|n| match n {
+        Onnx::Init(s) => Some(*s),
+        _ => None,
+    })
+}
+
+/// `Concat(parts; axis)` of initializers (folded into one initializer when saved).
+fn concat_inits(g: &mut OnnxGraph, parts: [Id; 3], axis: i64) -> Option<Id> {
+    if parts.iter().any(|&p| init_name(g, p).is_none()) {
+        return None;
+    }
+    Some(Emit::new(g).concat(&parts, axis))
+}
+
+/// Three `[K, N_i]` projection weights joined along N: initializers concatenated, or weights
+/// block-quantized along K (`DequantizeLinear(q, scales[, zp]; axis 0)` of initializers, the
+/// same attributes and zero-point presence) as the dequantization of the concatenated values,
+/// scales and zero points — quantizing a column never looks at another column, so the two
+/// are equal.
+fn concat_weights(g: &mut OnnxGraph, parts: [Id; 3]) -> Option<Id> {
+    if parts.iter().all(|&p| init_name(g, p).is_some()) {
+        return concat_inits(g, parts, 1);
+    }
+    let nodes: Vec<OpNode> = parts
+        .iter()
+        .map(|&p| find_op(g, p, "DequantizeLinear"))
+        .collect::<Option<_>>()?;
+    let first = &nodes[0];
+    let same = nodes.iter().all(|n| {
+        n.inputs == first.inputs
+            && n.attr_ids() == first.attr_ids()
+            && n.input_ids().iter().all(|&i| init_name(g, i).is_some())
+    });
+    let axis = g[first.attr_id("axis")?].data.attr()?.int();
+    if !same || !matches!(axis, Some(0 | -2)) {
+        return None;
+    }
+    let joined: Vec<Id> = (0..first.inputs)
+        .map(|i| concat_inits(g, [0, 1, 2].map(|p| nodes[p].input_ids()[i]), 1))
+        .collect::<Option<_>>()?;
+    let mut node = first.clone();
+    node.children[..first.inputs].copy_from_slice(&joined);
+    Some(g.add(Onnx::Op(node)))
+}
+
+/// The GroupQueryAttention e-node of class `id` (children: 9 inputs, then its attributes).
+fn gqa_node(g: &OnnxGraph, id: Id) -> Option<OpNode> {
+    find_op(g, id, "com.microsoft::GroupQueryAttention").filter(|o| o.inputs == 9)
+}
+
+/// The same GroupQueryAttention reading one packed q|k|v input (key and value absent).
+fn packed_gqa(g: &mut OnnxGraph, gqa: &OpNode, packed: Id) -> Id {
+    let absent = g.add(Onnx::Absent);
+    let mut children = gqa.children.clone();
+    children[0] = packed;
+    children[1] = absent;
+    children[2] = absent;
+    let mut node = gqa.clone();
+    node.children = children;
+    g.add(Onnx::Op(node))
+}
+
+/// Reads `?h ?wq ?wk ?wv` of a GroupQueryAttention over `MatMul(?h, W)` projections of
+/// initializers: one MatMul with the weights concatenated along the output axis.
+fn pack_qkv(g: &mut OnnxGraph, site: Site<'_>, [h, wq, wk, wv]: [Id; 4]) -> Option<Id> {
+    let gqa = gqa_node(g, site.class)?;
+    let weights = concat_weights(g, [wq, wk, wv])?;
+    let packed = Emit::new(g).bin("MatMul", h, weights);
+    Some(packed_gqa(g, &gqa, packed))
+}
+
+/// [`pack_qkv`] with `Add(MatMul(?h, W), b)` projections: the biases are concatenated too.
+fn pack_qkv_with_bias(
+    g: &mut OnnxGraph,
+    site: Site<'_>,
+    [h, wq, wk, wv, bq, bk, bv]: [Id; 7],
+) -> Option<Id> {
+    let gqa = gqa_node(g, site.class)?;
+    let weights = concat_weights(g, [wq, wk, wv])?;
+    let biases = concat_inits(g, [bq, bk, bv], 0)?;
+    let mut e = Emit::new(g);
+    let product = e.bin("MatMul", h, weights);
+    let packed = e.bin("Add", product, biases);
+    Some(packed_gqa(g, &gqa, packed))
+}

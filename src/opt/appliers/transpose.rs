@@ -1,0 +1,37 @@
+//! The applier of `cleanup/algebraic.rules`' transpose∘transpose: one Transpose with the
+//! composed permutation, or nothing when the two cancel.
+
+use egg::Id;
+
+use crate::opt::analysis::OnnxGraph;
+use crate::opt::bind::{Applier, Site};
+use crate::opt::emit::Emit;
+use crate::opt::lang::AttrValue;
+
+/// `compose-transposes`.
+pub(super) const COMPOSE_TRANSPOSES: Applier<3> =
+    Applier::new(["?x", "?p", "?q"], compose_transposes);
+
+/// The permutation of a Transpose's `perm` attribute class (reversed axes when unset).
+fn perm_of(g: &OnnxGraph, attr: Id, rank: usize) -> Option<Vec<i64>> {
+    match g[attr].data.attr()? {
+        AttrValue::Ints(p) if p.len() == rank => Some(p.clone()),
+        AttrValue::Unset => Some((0..rank as i64).rev().collect()),
+        _ => None,
+    }
+}
+
+/// Reads `?x ?p ?q` of `(Transpose (Transpose ?x ?p) ?q)`: one Transpose with the composed
+/// permutation, or `?x` itself when the two cancel.
+fn compose_transposes(g: &mut OnnxGraph, _: Site<'_>, [x, p, q]: [Id; 3]) -> Option<Id> {
+    let rank = g[x].data.tensor()?.rank()?;
+    let (p, q) = (perm_of(g, p, rank)?, perm_of(g, q, rank)?);
+    let composed: Vec<i64> = q
+        .iter()
+        .map(|&i| p.get(i as usize).copied())
+        .collect::<Option<_>>()?;
+    if composed.iter().enumerate().all(|(i, &v)| v == i as i64) {
+        return Some(x);
+    }
+    Some(Emit::new(g).transpose(x, &composed))
+}
