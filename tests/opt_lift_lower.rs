@@ -235,6 +235,9 @@ fn range_bounds_from_constant_nodes_and_shapes_lower_for_qnn() {
         let (out, _) = mobius::opt::optimize(&model, &mobius::get_ep("qnn").unwrap(), &opts)
             .unwrap_or_else(|e| panic!("squeeze={squeeze}: {e}"));
         let ops: Vec<&str> = out.graph.nodes.iter().map(|n| n.op_type.as_str()).collect();
-        assert!(ops.contains(&"CumSum") && !ops.contains(&"Range"), "{ops:?}");
+        assert!(
+            ops.contains(&"CumSum") && !ops.contains(&"Range"),
+            "{ops:?}"
+        );
     }
 }

@@ -1,7 +1,7 @@
 //! Constant folding of small tensors (bounded like the peer: inputs of at most
 //! [`MAX_INPUT_ELEMS`] elements, outputs of at most [`MAX_OUTPUT_ELEMS`]).
 
-use super::infer::{literal_ints, Attrs};
+use super::infer::{constant_value, literal_ints, Attrs};
 use super::lang::Literal;
 use crate::ir::DType;
 
@@ -14,35 +14,6 @@ fn numel(shape: &[usize]) -> usize {
     shape.iter().product()
 }
 
-/// The value of a `Constant` node from whichever of its `value*` attributes is set (string
-/// constants are not folded).
-pub fn constant(attr: &Attrs<'_>) -> Option<Literal> {
-    use super::lang::AttrValue;
-    use crate::ir::TensorData;
-    let floats = |bits: &[u32]| bits.iter().map(|&b| f32::from_bits(b)).collect::<Vec<_>>();
-    Some(match attr.get("value") {
-        Some(AttrValue::Tensor(t)) => (**t).clone(),
-        _ => match (
-            attr.get("value_int"),
-            attr.get("value_ints"),
-            attr.get("value_float"),
-            attr.get("value_floats"),
-        ) {
-            (Some(AttrValue::Int(v)), ..) => Literal::from(&TensorData::from_i64(vec![], &[*v])),
-            (_, Some(AttrValue::Ints(v)), ..) => {
-                Literal::from(&TensorData::from_i64(vec![v.len()], v))
-            }
-            (_, _, Some(AttrValue::Float(b)), _) => {
-                Literal::from(&TensorData::from_f32(vec![], &floats(&[*b])))
-            }
-            (_, _, _, Some(AttrValue::Floats(b))) => {
-                Literal::from(&TensorData::from_f32(vec![b.len()], &floats(b)))
-            }
-            _ => return None,
-        },
-    })
-}
-
 /// The value of `op` applied to constant `inputs`, when mobius knows how to fold it.
 pub fn fold(op: &str, inputs: &[&Literal], attr: &Attrs<'_>) -> Option<Literal> {
     if inputs.iter().any(|l| numel(&l.shape) > MAX_INPUT_ELEMS) {
@@ -51,7 +22,7 @@ pub fn fold(op: &str, inputs: &[&Literal], attr: &Attrs<'_>) -> Option<Literal> 
     let int = |name: &str| attr.int(name);
     let out = match (op, inputs) {
         ("Identity", [x]) => (*x).clone(),
-        ("Constant", []) => constant(attr)?,
+        ("Constant", []) => constant_value(attr)?,
         ("Cast", [x]) => cast(x, DType::from_onnx_code(int("to")? as i32)?)?,
         ("Unsqueeze", [x, axes]) => {
             let axes = literal_ints(axes)?;

@@ -91,7 +91,7 @@ pub fn infer(
         "Unsqueeze" => vec![unsqueeze(&ty(0), inputs.get(1).and_then(|v| v.konst))],
         "Squeeze" => vec![squeeze(&ty(0), inputs.get(1).filter(|v| v.ty.is_some()))],
         "Constant" => vec![
-            super::fold::constant(attr).map_or_else(TensorType::default, |c| TensorType {
+            constant_value(attr).map_or_else(TensorType::default, |c| TensorType {
                 dtype: Some(c.dtype),
                 shape: Some(c.shape.iter().map(|&d| SymDim::Known(d as i64)).collect()),
             }),
@@ -417,6 +417,34 @@ fn unsqueeze(t: &TensorType, axes: Option<&Literal>) -> TensorType {
         dtype: t.dtype,
         shape,
     }
+}
+
+/// The value of a `Constant` node from whichever of its `value*` attributes is set (string
+/// constants are not folded).
+pub fn constant_value(attr: &Attrs<'_>) -> Option<Literal> {
+    use crate::ir::TensorData;
+    let floats = |bits: &[u32]| bits.iter().map(|&b| f32::from_bits(b)).collect::<Vec<_>>();
+    Some(match attr.get("value") {
+        Some(AttrValue::Tensor(t)) => (**t).clone(),
+        _ => match (
+            attr.get("value_int"),
+            attr.get("value_ints"),
+            attr.get("value_float"),
+            attr.get("value_floats"),
+        ) {
+            (Some(AttrValue::Int(v)), ..) => Literal::from(&TensorData::from_i64(vec![], &[*v])),
+            (_, Some(AttrValue::Ints(v)), ..) => {
+                Literal::from(&TensorData::from_i64(vec![v.len()], v))
+            }
+            (_, _, Some(AttrValue::Float(b)), _) => {
+                Literal::from(&TensorData::from_f32(vec![], &floats(&[*b])))
+            }
+            (_, _, _, Some(AttrValue::Floats(b))) => {
+                Literal::from(&TensorData::from_f32(vec![b.len()], &floats(b)))
+            }
+            _ => return None,
+        },
+    })
 }
 
 /// Squeeze: the listed axes go; without axes, every dim of size 1 goes (only decidable when
@@ -818,7 +846,7 @@ mod tests {
             let out = infer("Constant", &[], &attrs, 1);
             assert_eq!(out[0].dtype, Some(dtype), "{name}");
             assert_eq!(out[0].shape, Some(shape), "{name}");
-            let folded = super::super::fold::fold("Constant", &[], &attrs).expect(name);
+            let folded = crate::opt::fold::fold("Constant", &[], &attrs).expect(name);
             assert_eq!(folded.dtype, dtype, "{name}");
         }
         let tensor_value = AttrValue::Tensor(Box::new(Literal::from(&TensorData::from_i64(
@@ -827,7 +855,7 @@ mod tests {
         ))));
         let attrs = Attrs::new([("value", &tensor_value)]);
         assert_eq!(
-            super::super::fold::fold("Constant", &[], &attrs).and_then(|l| literal_ints(&l)),
+            crate::opt::fold::fold("Constant", &[], &attrs).and_then(|l| literal_ints(&l)),
             Some(vec![4, 5, 6])
         );
         let string = AttrValue::Str("s".into());
