@@ -20,6 +20,19 @@ pub type ApplierFn = fn(&mut OnnxGraph, Id, &Subst, &str) -> Option<Id>;
 
 const CONDITIONS: &[(&str, ConditionFn)] = &[
     ("attr-is-set", attr_is_set),
+    (
+        "centered-variance-plus-eps",
+        super::recognize::centered_variance_plus_eps,
+    ),
+    ("f32-round-trip", super::recognize::f32_round_trip),
+    ("is-one", super::recognize::is_one),
+    ("mean-over-last-axis", super::recognize::mean_over_last_axis),
+    (
+        "mean-square-plus-eps",
+        super::recognize::mean_square_plus_eps,
+    ),
+    ("scale-on-last-axis", super::recognize::scale_on_last_axis),
+    ("unit-scale", super::recognize::unit_scale),
     ("bias-on-last-axis", bias_on_last_axis),
     ("bias-of-width", bias_of_width),
     ("gelu-is-exact", gelu_is_exact),
@@ -35,6 +48,21 @@ const CONDITIONS: &[(&str, ConditionFn)] = &[
 
 /// Appliers with the pattern variables each reads.
 const APPLIERS: &[(&str, &[&str], ApplierFn)] = &[
+    (
+        "rms-norm-unit",
+        &["?x", "?v"],
+        super::recognize::rms_norm_unit,
+    ),
+    (
+        "layer-norm-unit",
+        &["?x", "?m", "?v"],
+        super::recognize::layer_norm_unit,
+    ),
+    (
+        "rms-norm-without-casts",
+        &["?x", "?eps"],
+        super::recognize::rms_norm_without_casts,
+    ),
     (
         "skip-layer-norm",
         &["?a", "?b", "?w", "?eps"],

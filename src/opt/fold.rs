@@ -3,7 +3,7 @@
 
 use super::infer::{literal_ints, Attrs};
 use super::lang::Literal;
-use crate::ir::DType;
+use crate::ir::{DType, TensorData};
 
 /// Largest constant input that is folded.
 pub const MAX_INPUT_ELEMS: usize = 8192;
@@ -77,9 +77,42 @@ pub fn fold(op: &str, inputs: &[&Literal], attr: &Attrs<'_>) -> Option<Literal> 
             }
         }
         ("Add" | "Sub" | "Mul" | "Div", [a, b]) => arith(op, a, b)?,
+        ("Constant", []) => constant(attr)?,
         _ => return None,
     };
     (numel(&out.shape) <= MAX_OUTPUT_ELEMS).then_some(out)
+}
+
+/// The value of a `Constant` node: its `value` tensor, or a `value_float(s)` / `value_int(s)`
+/// scalar or list (strings are not folded).
+fn constant(attr: &Attrs<'_>) -> Option<Literal> {
+    use super::lang::AttrValue;
+    let tensor = |data: TensorData| Literal::from(&data);
+    Some(match attr.get("value") {
+        Some(AttrValue::Tensor(t)) => (**t).clone(),
+        Some(_) => return None,
+        None => match (
+            attr.get("value_float"),
+            attr.get("value_floats"),
+            attr.get("value_int"),
+            attr.get("value_ints"),
+        ) {
+            (Some(AttrValue::Float(b)), None, None, None) => {
+                tensor(TensorData::from_f32(Vec::new(), &[f32::from_bits(*b)]))
+            }
+            (None, Some(AttrValue::Floats(v)), None, None) => {
+                let values: Vec<f32> = v.iter().map(|b| f32::from_bits(*b)).collect();
+                tensor(TensorData::from_f32(vec![values.len()], &values))
+            }
+            (None, None, Some(AttrValue::Int(v)), None) => {
+                tensor(TensorData::from_i64(Vec::new(), &[*v]))
+            }
+            (None, None, None, Some(AttrValue::Ints(v))) => {
+                tensor(TensorData::from_i64(vec![v.len()], v))
+            }
+            _ => return None,
+        },
+    })
 }
 
 fn norm_axis(a: i64, rank: usize) -> Option<usize> {

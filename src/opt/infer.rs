@@ -60,6 +60,7 @@ pub fn infer(
         | "Neg"
         | "Abs"
         | "Sqrt"
+        | "Reciprocal"
         | "Exp"
         | "Log"
         | "Erf"
@@ -109,6 +110,7 @@ pub fn infer(
             shape: Some(vec![SymDim::Unknown]),
         }],
         "Slice" => vec![slice(inputs)],
+        "ReduceMean" | "ReduceSum" | "ReduceMax" | "ReduceMin" => vec![reduce(inputs, attr)],
         "Attention" => attention(inputs, attr),
         "com.microsoft::GroupQueryAttention" => group_query_attention(inputs, attr),
         "com.microsoft::SkipSimplifiedLayerNormalization"
@@ -400,6 +402,46 @@ fn unsqueeze(t: &TensorType, axes: Option<&Literal>) -> TensorType {
                         } else {
                             rest.next().cloned().unwrap_or(SymDim::Unknown)
                         }
+                    })
+                    .collect()
+            })
+        }
+        _ => None,
+    };
+    TensorType {
+        dtype: t.dtype,
+        shape,
+    }
+}
+
+/// A reduction over constant `axes` (the second input since opset 18, an attribute before):
+/// those dims become 1 (`keepdims` 1, the default) or disappear. No axes reduce every dim,
+/// unless `noop_with_empty_axes` makes the op an identity.
+fn reduce(inputs: &[InputView<'_>], attr: &Attrs<'_>) -> TensorType {
+    let t = input_type(inputs, 0);
+    let axes = match (inputs.get(1), attr.get("axes")) {
+        (Some(v), None) => v.konst.and_then(literal_ints),
+        (None, Some(AttrValue::Ints(a))) => Some(a.clone()),
+        (None, None) => Some(Vec::new()),
+        _ => None,
+    };
+    let keep = attr.int("keepdims").unwrap_or(1) != 0;
+    let shape = match (dims(&t), axes) {
+        (Some(d), Some(axes)) if axes.is_empty() && attr.int("noop_with_empty_axes") == Some(1) => {
+            Some(d.to_vec())
+        }
+        (Some(d), Some(axes)) => {
+            let positions: Option<Vec<usize>> = match axes.is_empty() {
+                true => Some((0..d.len()).collect()),
+                false => axes.iter().map(|&a| axis(a, d.len())).collect(),
+            };
+            positions.map(|p| {
+                d.iter()
+                    .enumerate()
+                    .filter_map(|(i, dim)| match (p.contains(&i), keep) {
+                        (false, _) => Some(dim.clone()),
+                        (true, true) => Some(SymDim::Known(1)),
+                        (true, false) => None,
                     })
                     .collect()
             })
