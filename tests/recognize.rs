@@ -372,3 +372,45 @@ fn a_model_that_cannot_declare_opset_23_keeps_its_decomposed_norm() {
     );
     assert_eq!(mobius::opt::opset::ceiling(&model(g, 18)), 24);
 }
+
+/// The torch.onnx exports of `scripts/make_recognize_fixtures.py`: each becomes one norm on
+/// cpu and computes what the export computes.
+#[test]
+fn torch_exports_of_single_norms_become_one_norm() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/recognize");
+    for (file, dtype, op, opset, tol) in [
+        ("rms_norm_dynamo.onnx", DType::F32, "RMSNormalization", 23, 1e-5),
+        ("rms_norm_f16_legacy.onnx", DType::F16, "RMSNormalization", 23, 1e-2),
+        (
+            "layer_norm_manual_dynamo.onnx",
+            DType::F32,
+            "LayerNormalization",
+            18,
+            1e-5,
+        ),
+    ] {
+        let exported = mobius::onnx::import::load(&dir.join(file)).unwrap();
+        assert_eq!(exported.opsets[""], 18, "{file}");
+        let opts = OptimizeOptions {
+            dtype,
+            role: Role::Decoder,
+            limits: Limits::default(),
+            fingerprint_leaves: None,
+            accuracy_level: None,
+        };
+        let (out, _) = optimize(&exported, &get_ep("cpu").unwrap(), &opts).unwrap();
+        assert_eq!(ops(&out.graph), vec![op], "{file}");
+        assert_eq!(out.opsets[""], opset, "{file}");
+        // The graphs have symbolic batch and sequence: run them on [2, 3, 8].
+        let inputs = x_value(dtype, 11);
+        let a = run_graph(&exported.graph, &inputs, &mut Evaluator::new(None)).unwrap();
+        let b = run_graph(&out.graph, &inputs, &mut Evaluator::new(None)).unwrap();
+        let err = a["y"]
+            .as_f64()
+            .iter()
+            .zip(b["y"].as_f64())
+            .map(|(p, q)| (p - q).abs())
+            .fold(0f64, f64::max);
+        assert!(err <= tol, "{file}: {err}");
+    }
+}
