@@ -82,17 +82,22 @@ fn x_value(dtype: DType, seed: u64) -> HashMap<String, Tensor> {
     HashMap::from([("x".into(), Tensor::float(dtype, SHAPE.to_vec(), values))])
 }
 
-/// Both graphs compute the same `y` within `tol` through the interpreter.
-fn assert_same_values(before: &Graph, after: &Graph, dtype: DType, tol: f64) {
-    let inputs = x_value(dtype, 7);
-    let a = run_graph(before, &inputs, &mut Evaluator::new(None)).unwrap();
-    let b = run_graph(after, &inputs, &mut Evaluator::new(None)).unwrap();
-    let err = a["y"]
+/// The largest difference between the `y` the two graphs compute on `inputs` (interpreter).
+fn max_diff(before: &Graph, after: &Graph, inputs: &HashMap<String, Tensor>) -> f64 {
+    let a = run_graph(before, inputs, &mut Evaluator::new(None)).unwrap();
+    let b = run_graph(after, inputs, &mut Evaluator::new(None)).unwrap();
+    assert_eq!(a["y"].shape, b["y"].shape);
+    a["y"]
         .as_f64()
         .iter()
         .zip(b["y"].as_f64())
         .map(|(p, q)| (p - q).abs())
-        .fold(0f64, f64::max);
+        .fold(0f64, f64::max)
+}
+
+/// Both graphs compute the same `y` within `tol`.
+fn assert_same_values(before: &Graph, after: &Graph, dtype: DType, tol: f64) {
+    let err = max_diff(before, after, &x_value(dtype, 7));
     assert!(err <= tol, "outputs differ by {err}");
 }
 
@@ -265,7 +270,11 @@ fn a_weight_of_another_shape_stays_a_separate_mul() {
         let (out, _) = optimize_for(&g, "cpu", 18, DType::F32);
         // The normalization itself is recognised exactly (with a unit scale); the weight is not
         // folded into it.
-        assert_eq!(ops(&out.graph), vec!["RMSNormalization", "Mul"], "{shape:?}");
+        assert_eq!(
+            ops(&out.graph),
+            vec!["RMSNormalization", "Mul"],
+            "{shape:?}"
+        );
         let norm = &out.graph.nodes[0];
         let w = out
             .graph
@@ -330,15 +339,11 @@ fn eps_that_cannot_run_the_norm_keep_a_runnable_graph() {
         assert!(out.graph.nodes.iter().all(|n| n.domain.is_empty()));
         let mut rng = Rng::new(3);
         let values = (0..48).map(|_| (rng.unit() * 6.0 - 3.0) as f32).collect();
-        let inputs = HashMap::from([("x".into(), Tensor::float(DType::F32, shape.to_vec(), values))]);
-        let a = run_graph(&g, &inputs, &mut Evaluator::new(None)).unwrap();
-        let c = run_graph(&out.graph, &inputs, &mut Evaluator::new(None)).unwrap();
-        let err = a["y"]
-            .as_f64()
-            .iter()
-            .zip(c["y"].as_f64())
-            .map(|(p, q)| (p - q).abs())
-            .fold(0f64, f64::max);
+        let inputs = HashMap::from([(
+            "x".into(),
+            Tensor::float(DType::F32, shape.to_vec(), values),
+        )]);
+        let err = max_diff(&g, &out.graph, &inputs);
         assert!(err <= 1e-5, "{ep}: {err}");
     }
 }
@@ -379,8 +384,20 @@ fn a_model_that_cannot_declare_opset_23_keeps_its_decomposed_norm() {
 fn torch_exports_of_single_norms_become_one_norm() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/recognize");
     for (file, dtype, op, opset, tol) in [
-        ("rms_norm_dynamo.onnx", DType::F32, "RMSNormalization", 23, 1e-5),
-        ("rms_norm_f16_legacy.onnx", DType::F16, "RMSNormalization", 23, 1e-2),
+        (
+            "rms_norm_dynamo.onnx",
+            DType::F32,
+            "RMSNormalization",
+            23,
+            1e-5,
+        ),
+        (
+            "rms_norm_f16_legacy.onnx",
+            DType::F16,
+            "RMSNormalization",
+            23,
+            1e-2,
+        ),
         (
             "layer_norm_manual_dynamo.onnx",
             DType::F32,
@@ -402,15 +419,7 @@ fn torch_exports_of_single_norms_become_one_norm() {
         assert_eq!(ops(&out.graph), vec![op], "{file}");
         assert_eq!(out.opsets[""], opset, "{file}");
         // The graphs have symbolic batch and sequence: run them on [2, 3, 8].
-        let inputs = x_value(dtype, 11);
-        let a = run_graph(&exported.graph, &inputs, &mut Evaluator::new(None)).unwrap();
-        let b = run_graph(&out.graph, &inputs, &mut Evaluator::new(None)).unwrap();
-        let err = a["y"]
-            .as_f64()
-            .iter()
-            .zip(b["y"].as_f64())
-            .map(|(p, q)| (p - q).abs())
-            .fold(0f64, f64::max);
+        let err = max_diff(&exported.graph, &out.graph, &x_value(dtype, 11));
         assert!(err <= tol, "{file}: {err}");
     }
 }
