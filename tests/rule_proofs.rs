@@ -26,11 +26,39 @@ use proptest::prelude::*;
 
 #[path = "rule_proofs/lowering.rs"]
 mod lowering;
+#[path = "common/norm_spellings.rs"]
+mod norm_spellings;
 #[path = "rule_proofs/quant.rs"]
 mod quant;
+#[path = "rule_proofs/recognize.rs"]
+mod recognize;
 
 /// Every rule and the test that proves it (a test may prove several rules).
 const PROOFS: &[(&str, &str)] = &[
+    ("rms-norm-reciprocal", "recognize::rms_norm_recognition"),
+    (
+        "rms-norm-reciprocal-first",
+        "recognize::rms_norm_recognition",
+    ),
+    ("rms-norm-div-one", "recognize::rms_norm_recognition"),
+    ("rms-norm-div-one-first", "recognize::rms_norm_recognition"),
+    ("rms-norm-div", "recognize::rms_norm_recognition"),
+    ("layer-norm-div", "recognize::layer_norm_recognition"),
+    ("layer-norm-reciprocal", "recognize::layer_norm_recognition"),
+    (
+        "layer-norm-reciprocal-first",
+        "recognize::layer_norm_recognition",
+    ),
+    (
+        "rms-norm-f32-round-trip",
+        "recognize::rms_norm_f32_round_trip",
+    ),
+    ("rms-norm-weight", "recognize::norm_scale_folding"),
+    ("rms-norm-weight-second", "recognize::norm_scale_folding"),
+    ("layer-norm-weight", "recognize::norm_scale_folding"),
+    ("layer-norm-weight-second", "recognize::norm_scale_folding"),
+    ("layer-norm-bias", "recognize::norm_scale_folding"),
+    ("layer-norm-bias-first", "recognize::norm_scale_folding"),
     ("erf-gelu", "gelu_fusions"),
     ("erf-gelu-half-first", "gelu_fusions"),
     ("tanh-gelu", "gelu_fusions"),

@@ -27,6 +27,7 @@ pub const OPS: &[OpImpl] = &[
         unary_numeric(c, |x| if x < 0.0 { 0.0 } else { x }, |x| x.max(0))
     }),
     OpImpl::onnx("Sqrt", |c| unary_float(c, f64::sqrt)),
+    OpImpl::onnx("Reciprocal", |c| unary_float(c, f64::recip)),
     OpImpl::onnx("Exp", |c| unary_float(c, f64::exp)),
     OpImpl::onnx("Log", |c| unary_float(c, f64::ln)),
     OpImpl::onnx("Erf", |c| unary_float(c, erf)),

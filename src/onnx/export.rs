@@ -183,7 +183,13 @@ pub fn model_proto(
             .collect(),
         producer_name: model.producer_name.clone(),
         producer_version: model.producer_version.clone(),
-        functions: super::contrib_functions::bodies_for(g),
+        // A model must import the opset its functions import: an imported model kept at an
+        // older opset (see `opt::opset`) is written without the bodies, which onnxruntime does
+        // not need.
+        functions: match model.opsets.get("") {
+            Some(&super::rule_body::BODY_OPSET) => super::contrib_functions::bodies_for(g),
+            _ => Vec::new(),
+        },
         graph: Some(graph),
         ..Default::default()
     })

@@ -27,7 +27,7 @@ use crate::opt::rules::{Replacement, RuleSpec};
 use crate::{Error, Result};
 
 /// The default-domain opset the bodies import.
-pub const BODY_OPSET: i64 = 24;
+pub const BODY_OPSET: i64 = crate::opt::opset::NEWEST;
 
 /// The one condition a body can express: the attribute is set on the call (else the op's
 /// default stands in for it).

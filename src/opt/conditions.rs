@@ -8,10 +8,30 @@ use super::analysis::OnnxGraph;
 use super::bind::{AnyCondition, Condition};
 use super::lang::AttrValue;
 use super::query::{const_ints, int_attr};
+use super::recognize;
 use crate::ir::DType;
 
 const CONDITIONS: &[(&str, &dyn AnyCondition)] = &[
     ("attr-is-set", &Condition(attr_is_set)),
+    (
+        "centered-variance-plus-eps",
+        &Condition(recognize::centered_variance_plus_eps),
+    ),
+    ("f32-round-trip", &Condition(recognize::f32_round_trip)),
+    ("is-one", &Condition(recognize::is_one)),
+    (
+        "mean-over-last-axis",
+        &Condition(recognize::mean_over_last_axis),
+    ),
+    (
+        "mean-square-plus-eps",
+        &Condition(recognize::mean_square_plus_eps),
+    ),
+    (
+        "scale-on-last-axis",
+        &Condition(recognize::scale_on_last_axis),
+    ),
+    ("unit-scale", &Condition(recognize::unit_scale)),
     ("bias-on-last-axis", &Condition(bias_on_last_axis)),
     ("bias-of-width", &Condition(bias_of_width)),
     ("gelu-is-exact", &Condition(gelu_is_exact)),

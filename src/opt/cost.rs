@@ -65,6 +65,9 @@ impl Workload {
 pub struct CostModel<'a> {
     caps: &'a EpCapabilities,
     workload: Workload,
+    /// The newest default-domain opset the model may declare: standard ops introduced later
+    /// cost infinity.
+    opset_ceiling: i64,
     /// [`Workload::dim`] of the symbolic dims met so far (a graph has a handful, met on
     /// almost every node).
     sym_dims: RefCell<HashMap<Symbol, i64>>,
@@ -80,8 +83,16 @@ impl<'a> CostModel<'a> {
                 sequence: caps.cost.prefill_tokens as i64,
                 past: 0,
             },
+            opset_ceiling: super::opset::NEWEST,
             sym_dims: RefCell::default(),
         }
+    }
+
+    /// This model for a graph whose default-domain opset may rise to `ceiling` at most
+    /// ([`super::opset::ceiling`]).
+    pub fn with_opset_ceiling(mut self, ceiling: i64) -> CostModel<'a> {
+        self.opset_ceiling = ceiling;
+        self
     }
 
     /// [`Workload::dim`], remembered per symbol.
@@ -113,6 +124,11 @@ impl<'a> CostModel<'a> {
     pub fn supports(&self, op: &OpNode, dtype: Option<DType>, rank: Option<usize>) -> bool {
         let c = self.caps;
         let (domain, op_type) = op.domain_and_type();
+        if domain.is_empty()
+            && super::opset::introduced_in(op_type).is_some_and(|v| v > self.opset_ceiling)
+        {
+            return false;
+        }
         match (domain, op_type) {
             ("", "Attention") => c.supports_attention,
             ("", "RotaryEmbedding") => c.supports_rotary_embedding,

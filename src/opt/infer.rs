@@ -60,6 +60,7 @@ pub fn infer(
         | "Neg"
         | "Abs"
         | "Sqrt"
+        | "Reciprocal"
         | "Exp"
         | "Log"
         | "Erf"
@@ -116,6 +117,7 @@ pub fn infer(
             shape: Some(vec![SymDim::Unknown]),
         }],
         "Slice" => vec![slice(inputs)],
+        "ReduceMean" | "ReduceSum" | "ReduceMax" | "ReduceMin" => vec![reduce(inputs, attr)],
         "Attention" => attention(inputs, attr),
         "com.microsoft::GroupQueryAttention" => group_query_attention(inputs, attr),
         "com.microsoft::SkipSimplifiedLayerNormalization"
@@ -419,28 +421,32 @@ fn unsqueeze(t: &TensorType, axes: Option<&Literal>) -> TensorType {
     }
 }
 
-/// The value of a `Constant` node from whichever of its `value*` attributes is set (string
-/// constants are not folded).
+/// The value of a `Constant` node: its `value` tensor, or a `value_float(s)` / `value_int(s)`
+/// scalar or list (strings are not folded).
 pub fn constant_value(attr: &Attrs<'_>) -> Option<Literal> {
     use crate::ir::TensorData;
-    let floats = |bits: &[u32]| bits.iter().map(|&b| f32::from_bits(b)).collect::<Vec<_>>();
+    let tensor = |data: TensorData| Literal::from(&data);
     Some(match attr.get("value") {
         Some(AttrValue::Tensor(t)) => (**t).clone(),
-        _ => match (
-            attr.get("value_int"),
-            attr.get("value_ints"),
+        Some(_) => return None,
+        None => match (
             attr.get("value_float"),
             attr.get("value_floats"),
+            attr.get("value_int"),
+            attr.get("value_ints"),
         ) {
-            (Some(AttrValue::Int(v)), ..) => Literal::from(&TensorData::from_i64(vec![], &[*v])),
-            (_, Some(AttrValue::Ints(v)), ..) => {
-                Literal::from(&TensorData::from_i64(vec![v.len()], v))
+            (Some(AttrValue::Float(b)), None, None, None) => {
+                tensor(TensorData::from_f32(Vec::new(), &[f32::from_bits(*b)]))
             }
-            (_, _, Some(AttrValue::Float(b)), _) => {
-                Literal::from(&TensorData::from_f32(vec![], &floats(&[*b])))
+            (None, Some(AttrValue::Floats(v)), None, None) => {
+                let values: Vec<f32> = v.iter().map(|b| f32::from_bits(*b)).collect();
+                tensor(TensorData::from_f32(vec![values.len()], &values))
             }
-            (_, _, _, Some(AttrValue::Floats(b))) => {
-                Literal::from(&TensorData::from_f32(vec![b.len()], &floats(b)))
+            (None, None, Some(AttrValue::Int(v)), None) => {
+                tensor(TensorData::from_i64(Vec::new(), &[*v]))
+            }
+            (None, None, None, Some(AttrValue::Ints(v))) => {
+                tensor(TensorData::from_i64(vec![v.len()], v))
             }
             _ => return None,
         },
@@ -475,6 +481,46 @@ fn squeeze(t: &TensorType, axes: Option<&InputView<'_>>) -> TensorType {
             )
         }
     });
+    TensorType {
+        dtype: t.dtype,
+        shape,
+    }
+}
+
+/// A reduction over constant `axes` (the second input since opset 18, an attribute before):
+/// those dims become 1 (`keepdims` 1, the default) or disappear. No axes reduce every dim,
+/// unless `noop_with_empty_axes` makes the op an identity.
+fn reduce(inputs: &[InputView<'_>], attr: &Attrs<'_>) -> TensorType {
+    let t = input_type(inputs, 0);
+    let axes = match (inputs.get(1), attr.get("axes")) {
+        (Some(v), None) => v.konst.and_then(literal_ints),
+        (None, Some(AttrValue::Ints(a))) => Some(a.clone()),
+        (None, None) => Some(Vec::new()),
+        _ => None,
+    };
+    let keep = attr.int("keepdims").unwrap_or(1) != 0;
+    let shape = match (dims(&t), axes) {
+        (Some(d), Some(axes)) if axes.is_empty() && attr.int("noop_with_empty_axes") == Some(1) => {
+            Some(d.to_vec())
+        }
+        (Some(d), Some(axes)) => {
+            let positions: Option<Vec<usize>> = match axes.is_empty() {
+                true => Some((0..d.len()).collect()),
+                false => axes.iter().map(|&a| axis(a, d.len())).collect(),
+            };
+            positions.map(|p| {
+                d.iter()
+                    .enumerate()
+                    .filter_map(|(i, dim)| match (p.contains(&i), keep) {
+                        (false, _) => Some(dim.clone()),
+                        (true, true) => Some(SymDim::Known(1)),
+                        (true, false) => None,
+                    })
+                    .collect()
+            })
+        }
+        _ => None,
+    };
     TensorType {
         dtype: t.dtype,
         shape,

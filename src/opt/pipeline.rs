@@ -1,5 +1,5 @@
-//! The optimizer pipeline: lift → stages (cleanup → fusion → inline → lowering), each a run of
-//! the rule groups the EP enables → DAG extraction with the EP cost model → lower.
+//! The optimizer pipeline: lift → stages (cleanup → recognize → fusion → inline → lowering),
+//! each a run of the rule groups the EP enables → DAG extraction with the EP cost model → lower.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -13,6 +13,7 @@ use super::fingerprint::LeafValues;
 use super::lang::Onnx;
 use super::lift::{lift, lift_with, Lifted};
 use super::lower::lower;
+use super::opset;
 use super::rules::{all_rules, RuleSpec, Stage};
 use super::trace::{GroupReport, OptimizeReport, StageReport};
 use super::types::TensorType;
@@ -85,7 +86,8 @@ pub fn optimize_with_rules(
         opts.accuracy_level
             .unwrap_or(caps.default_int4_accuracy_level),
     );
-    let cost = CostModel::new(caps);
+    let ceiling = opset::ceiling(model);
+    let cost = CostModel::new(caps).with_opset_ceiling(ceiling);
     let mut report =
         OptimizeReport::new(&caps.name, opts.dtype, opts.role, model.graph.nodes.len());
     // Before rewriting, the graph may hold ops the EP cannot run (infinite cost) that later
@@ -133,6 +135,17 @@ pub fn optimize_with_rules(
                 .with_time_limit(opts.limits.time)
                 .run(&active);
             stage_report.iterations += runner.iterations.len();
+            let found: usize = runner
+                .iterations
+                .iter()
+                .flat_map(|i| &i.applied)
+                .filter(|(rule, _)| {
+                    enabled
+                        .iter()
+                        .any(|r| r.group == group && r.name == rule.as_str())
+                })
+                .map(|(_, n)| n)
+                .sum();
             tracing::debug!(
                 "{stage} / {group}: {} iterations, {} e-nodes, {:.1} ms",
                 runner.iterations.len(),
@@ -169,9 +182,9 @@ pub fn optimize_with_rules(
             } else {
                 counts.clone()
             };
-            stage_report
-                .groups
-                .push(GroupReport::new(group, &counts, &after));
+            let mut group_report = GroupReport::new(group, &counts, &after);
+            group_report.found = found;
+            stage_report.groups.push(group_report);
             counts = after;
         }
         stage_report.enodes = egraph.total_number_of_nodes();
@@ -214,6 +227,14 @@ pub fn optimize_with_rules(
     // Everything but the graph is copied from the input model (cloning it whole would copy
     // the input graph only to drop it).
     let mut opsets = model.opsets.clone();
+    let declared = opset::declared(model);
+    let needed = opset::required(&graph, declared, ceiling);
+    if needed > declared {
+        tracing::info!(
+            "the optimized graph uses ops of opset {needed}: declared instead of {declared}"
+        );
+        opsets.insert(String::new(), needed);
+    }
     opsets.remove("com.microsoft");
     if graph.nodes.iter().any(|n| n.domain == "com.microsoft") {
         opsets.insert("com.microsoft".into(), 1);
@@ -221,7 +242,7 @@ pub fn optimize_with_rules(
     let out = Model {
         graph,
         opsets,
-        ir_version: model.ir_version,
+        ir_version: model.ir_version.max(opset::min_ir_version(needed)),
         producer_name: model.producer_name.clone(),
         producer_version: model.producer_version.clone(),
     };

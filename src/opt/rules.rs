@@ -1,8 +1,8 @@
 //! The rule files in `rewrites/` (embedded at build time) → egg rewrites.
 //!
 //! Format (documented in `rewrites/README.md`): a rule starts with `rule NAME` and has one
-//! `key value` line per field: `group` (trace name), `stage` (cleanup, fusion, inline,
-//! lowering), `gate` (a capability expression, see [`super::gate`]), `pattern` (one rooted
+//! `key value` line per field: `group` (trace name), `stage` (cleanup, recognize, fusion,
+//! inline, lowering), `gate` (a capability expression, see [`super::gate`]), `pattern` (one rooted
 //! pattern), any number of `when CONDITION ?var…`, and either `replace PATTERN` or
 //! `apply APPLIER`. `#` starts a comment. Conditions and appliers are Rust functions registered
 //! by name in [`super::conditions`] and [`super::appliers`]; their variables are resolved
@@ -25,6 +25,22 @@ use crate::{Error, Result};
 
 /// The rule files, by path under `rewrites/`.
 pub const RULE_FILES: &[(&str, &str)] = &[
+    (
+        "recognize/rms_norm.rules",
+        include_str!("../../rewrites/recognize/rms_norm.rules"),
+    ),
+    (
+        "recognize/layer_norm.rules",
+        include_str!("../../rewrites/recognize/layer_norm.rules"),
+    ),
+    (
+        "recognize/norm_casts.rules",
+        include_str!("../../rewrites/recognize/norm_casts.rules"),
+    ),
+    (
+        "recognize/norm_scale.rules",
+        include_str!("../../rewrites/recognize/norm_scale.rules"),
+    ),
     (
         "fusion/gqa.rules",
         include_str!("../../rewrites/fusion/gqa.rules"),
@@ -100,6 +116,8 @@ pub const RULE_FILES: &[(&str, &str)] = &[
 pub enum Stage {
     /// Identity elimination, algebraic no-ops, constant folding.
     Cleanup,
+    /// Decomposed forms exporters emit → the standard ops the builder emits.
+    Recognize,
     /// Fusions into larger (contrib) ops.
     Fusion,
     /// Standard-ONNX bodies of contrib ops (equivalences).
@@ -110,8 +128,9 @@ pub enum Stage {
 
 impl Stage {
     /// All stages in order.
-    pub const ALL: [Stage; 4] = [
+    pub const ALL: [Stage; 5] = [
         Stage::Cleanup,
+        Stage::Recognize,
         Stage::Fusion,
         Stage::Inline,
         Stage::Lowering,
@@ -123,13 +142,14 @@ impl FromStr for Stage {
     fn from_str(s: &str) -> std::result::Result<Stage, String> {
         Ok(match s {
             "cleanup" => Stage::Cleanup,
+            "recognize" => Stage::Recognize,
             "fusion" => Stage::Fusion,
             "inline" => Stage::Inline,
             "lowering" => Stage::Lowering,
             other => {
                 return Err(format!(
-                    "unknown stage `{other}` (expected cleanup, fusion, inline or lowering)"
-                ))
+                "unknown stage `{other}` (expected cleanup, recognize, fusion, inline or lowering)"
+            ))
             }
         })
     }
@@ -139,6 +159,7 @@ impl fmt::Display for Stage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Stage::Cleanup => "Cleanup",
+            Stage::Recognize => "Recognize",
             Stage::Fusion => "Fusion",
             Stage::Inline => "InlinePass",
             Stage::Lowering => "Lowering",

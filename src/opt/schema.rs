@@ -63,6 +63,7 @@ const SCHEMAS: &[(&str, &[&str])] = &[
     ("Pow", &[]),
     ("RMSNormalization", &["axis", "epsilon", "stash_type"]),
     ("Range", &[]),
+    ("Reciprocal", &[]),
     ("ReduceMax", &["keepdims", "noop_with_empty_axes"]),
     ("ReduceMean", &["keepdims", "noop_with_empty_axes"]),
     ("ReduceMin", &["keepdims", "noop_with_empty_axes"]),

@@ -14,6 +14,9 @@ pub struct GroupReport {
     pub group: String,
     /// Op → count change (non-zero entries only).
     pub delta: BTreeMap<String, i64>,
+    /// Equalities the group's rules added (a recognition rule: the instances it recognised,
+    /// whether or not the EP's extraction then picks them).
+    pub found: usize,
 }
 
 impl GroupReport {
@@ -33,6 +36,7 @@ impl GroupReport {
         GroupReport {
             group: group.to_string(),
             delta,
+            found: 0,
         }
     }
 
@@ -150,6 +154,10 @@ impl fmt::Display for OptimizeReport {
         for (i, s) in self.stages.iter().enumerate() {
             let title = match s.stage {
                 Stage::Cleanup => format!("Stage 1: Cleanup ({} rule groups)", s.enabled_groups),
+                Stage::Recognize => format!(
+                    "Stage 1b: Recognize ({} rule groups, exported decompositions)",
+                    s.enabled_groups
+                ),
                 Stage::Fusion => format!("Stage 2: Fusion ({} rule groups)", s.enabled_groups),
                 Stage::Inline => "Stage 2b: InlinePass (expand unsupported custom ops)".to_string(),
                 Stage::Lowering => format!(
@@ -171,7 +179,18 @@ impl fmt::Display for OptimizeReport {
                 nodes = after;
             } else {
                 for g in &s.groups {
-                    if g.delta.is_empty() {
+                    if s.stage == Stage::Recognize {
+                        let changes: Vec<String> = g
+                            .delta
+                            .iter()
+                            .map(|(op, d)| format!("{d:+} {op}"))
+                            .collect();
+                        let changes = match changes.is_empty() {
+                            true => "graph unchanged".to_string(),
+                            false => changes.join(", "),
+                        };
+                        writeln!(f, "{P}   {:<25}: found {} ({changes})", g.group, g.found)?;
+                    } else if g.delta.is_empty() {
                         writeln!(f, "{P}   {:<25}: no matches (0 nodes affected)", g.group)?;
                     } else {
                         let added = g

@@ -7,6 +7,7 @@ mod from_nbits;
 mod gqa;
 mod gqa_mask;
 mod matmul_nbits;
+mod norm_recognize;
 mod pack_qkv;
 mod skip_layer_norm;
 mod skip_norm;
@@ -17,6 +18,12 @@ use super::lowering::{attention, range, rms_norm, rotary};
 
 const APPLIERS: &[(&str, &dyn AnyApplier)] = &[
     ("compose-transposes", &transpose::COMPOSE_TRANSPOSES),
+    ("rms-norm-unit", &norm_recognize::RMS_NORM_UNIT),
+    ("layer-norm-unit", &norm_recognize::LAYER_NORM_UNIT),
+    (
+        "rms-norm-without-casts",
+        &norm_recognize::RMS_NORM_WITHOUT_CASTS,
+    ),
     ("skip-layer-norm", &skip_layer_norm::SKIP_LAYER_NORM),
     (
         "skip-layer-norm-with-bias",
