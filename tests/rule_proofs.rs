@@ -54,6 +54,7 @@ const PROOFS: &[(&str, &str)] = &[
         "recognize::rms_norm_f32_round_trip",
     ),
     ("rms-norm-weight", "recognize::norm_scale_folding"),
+    ("bias-second", "recognize::bias_second"),
     ("rms-norm-weight-second", "recognize::norm_scale_folding"),
     ("layer-norm-weight", "recognize::norm_scale_folding"),
     ("layer-norm-weight-second", "recognize::norm_scale_folding"),
@@ -61,6 +62,8 @@ const PROOFS: &[(&str, &str)] = &[
     ("layer-norm-bias-first", "recognize::norm_scale_folding"),
     ("erf-gelu", "gelu_fusions"),
     ("erf-gelu-half-first", "gelu_fusions"),
+    ("erf-gelu-half-inside", "gelu_fusions"),
+    ("tanh-gelu-half-first", "gelu_fusions"),
     ("tanh-gelu", "gelu_fusions"),
     ("bias-gelu", "biased_gelu_fusions"),
     ("fast-gelu", "biased_gelu_fusions"),
@@ -1061,12 +1064,29 @@ fn scalar(b: &mut GraphBuilder, value: f32) -> String {
     b.constant(mobius::ir::TensorData::from_f32(vec![], &[value]))
 }
 
-/// A decomposed GELU of input `x`: `erf` (optionally with ½ first) or `tanh`.
+/// A decomposed GELU of input `x`: `erf` (with ½ last, first or inside), `tanh` or `tanh-half-first`.
 fn decomposed_gelu(shape: &[usize], form: &str) -> Graph {
     let mut b = GraphBuilder::new("g");
     let x = b.input("x", DType::F32, dims(shape));
     b.output("y", DType::F32, dims(shape));
     let (one, half) = (scalar(&mut b, 1.0), scalar(&mut b, 0.5));
+    if form == "tanh-half-first" {
+        // (x · ½) · (tanh((x + x³ · 0.044715) · √(2/π)) + 1), constants second.
+        let (c4, c5, c6) = (
+            scalar(&mut b, (2.0f32 / std::f32::consts::PI).sqrt()),
+            scalar(&mut b, 0.044715),
+            scalar(&mut b, 3.0),
+        );
+        let cube = b.op("Pow", &[&x, &c6], vec![]);
+        let scaled = b.op("Mul", &[&cube, &c5], vec![]);
+        let sum = b.op("Add", &[&x, &scaled], vec![]);
+        let arg = b.op("Mul", &[&sum, &c4], vec![]);
+        let t = b.op("Tanh", &[&arg], vec![]);
+        let plus = b.op("Add", &[&t, &one], vec![]);
+        let halved = b.op("Mul", &[&x, &half], vec![]);
+        b.op_into("Mul", &[&halved, &plus], vec![], "y");
+        return b.finish();
+    }
     let inner = if form == "tanh" {
         let (c4, c5, c6) = (
             scalar(&mut b, (2.0f32 / std::f32::consts::PI).sqrt()),
@@ -1084,6 +1104,12 @@ fn decomposed_gelu(shape: &[usize], form: &str) -> Graph {
         b.op("Erf", &[&div], vec![])
     };
     let plus = b.op("Add", &[&inner, &one], vec![]);
+    if form == "erf-half-inside" {
+        // x · (½ · (erf(x/√2) + 1)).
+        let halved = b.op("Mul", &[&half, &plus], vec![]);
+        b.op_into("Mul", &[&x, &halved], vec![], "y");
+        return b.finish();
+    }
     let prod = b.op("Mul", &[&x, &plus], vec![]);
     if form == "erf-half-first" {
         b.op_into("Mul", &[&half, &prod], vec![], "y");
@@ -1099,7 +1125,13 @@ proptest! {
     #[test]
     fn gelu_fusions(shape in shape_strategy(3), seed in any::<u64>()) {
         let x = random_tensor(DType::F32, &shape, &mut Rng::new(seed));
-        for (rule, form) in [("erf-gelu", "erf"), ("erf-gelu-half-first", "erf-half-first"), ("tanh-gelu", "tanh")] {
+        for (rule, form) in [
+            ("erf-gelu", "erf"),
+            ("erf-gelu-half-first", "erf-half-first"),
+            ("erf-gelu-half-inside", "erf-half-inside"),
+            ("tanh-gelu", "tanh"),
+            ("tanh-gelu-half-first", "tanh-half-first"),
+        ] {
             let inputs = HashMap::from([("x".to_string(), x.clone())]);
             prove_on(rule, "default", decomposed_gelu(&shape, form), inputs, 1e-5)?;
         }

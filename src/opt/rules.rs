@@ -42,6 +42,10 @@ pub const RULE_FILES: &[(&str, &str)] = &[
         include_str!("../../rewrites/recognize/norm_scale.rules"),
     ),
     (
+        "recognize/bias_order.rules",
+        include_str!("../../rewrites/recognize/bias_order.rules"),
+    ),
+    (
         "fusion/gqa.rules",
         include_str!("../../rewrites/fusion/gqa.rules"),
     ),

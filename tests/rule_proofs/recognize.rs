@@ -10,7 +10,7 @@ use mobius::verify::Rng;
 use proptest::prelude::*;
 
 use super::norm_spellings::{cast, layer_core, rms_core, scaled, Inverse, Spelling, Square};
-use super::{dims, prove_on, random_tensor};
+use super::{dims, prove_on, prove_with, random_tensor, rule, rules_for};
 
 /// `[batch, seq, hidden]`, epsilon, the square's spelling, the epsilon's operand order, seed.
 type Case = (Vec<usize>, f32, Square, bool, u64);
@@ -162,5 +162,28 @@ proptest! {
             let values = inputs(&g, &shape, DType::F32, seed);
             prove_on(rule, "cpu", g, values, 1e-4)?;
         }
+    }
+
+    /// `Add(bias, x)` → `Add(x, bias)` on its own changes no op, so it is proven through what
+    /// it enables: BiasGelu fuses the bias-first Add only with it (and the mutation test runs
+    /// BiasGelu alone, which must then leave the graph as it was).
+    #[test]
+    fn bias_second((shape, _eps, _square, _eps_first, seed) in case()) {
+        let hidden = shape[2];
+        let mut b = GraphBuilder::new("g");
+        let x = b.input("x", DType::F32, dims(&shape));
+        b.output("y", DType::F32, dims(&shape));
+        let values = random_tensor(DType::F32, &[hidden], &mut Rng::new(seed ^ 0xb1a5));
+        let bias = b.constant(TensorData::from_f32(
+            vec![hidden],
+            &values.as_f64().iter().map(|&v| v as f32).collect::<Vec<_>>(),
+        ));
+        let sum = b.op("Add", &[&bias, &x], vec![]);
+        b.op_into("Gelu", &[&sum], vec![], "y");
+        let g = b.finish();
+        let values = inputs(&g, &shape, DType::F32, seed);
+        let mut rules = rules_for("bias-second");
+        rules.push(rule("bias-gelu"));
+        prove_with(&rule("bias-second"), rules, "cpu", g, values, 1e-5)?;
     }
 }
