@@ -457,6 +457,17 @@ fn run_optimize(args: OptimizeArgs) -> mobius::Result<()> {
         report.ep,
         report.seconds
     );
+    if !args.ep.trace && !report.leftovers.is_empty() {
+        let kinds: Vec<String> = report
+            .leftovers
+            .iter()
+            .map(|l| format!("{} × {}", l.count, l.shape))
+            .collect();
+        tracing::info!(
+            "left as the input wrote them: {} (--trace shows where)",
+            kinds.join(", ")
+        );
+    }
     Ok(())
 }
 

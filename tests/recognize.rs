@@ -254,8 +254,17 @@ fn an_epsilon_that_is_not_a_constant_is_not_recognised() {
     let inv = b.op("Reciprocal", &[&root], vec![]);
     b.op_into("Mul", &[&x, &inv], vec![], "y");
     let g = b.finish();
-    let (out, _) = optimize_for(&g, "cpu", 18, DType::F32);
+    let (out, report) = optimize_for(&g, "cpu", 18, DType::F32);
     assert_eq!(ops(&out.graph), ops(&g));
+    // The trace says what was left and where.
+    assert_eq!(report.leftovers.len(), 1, "{:?}", report.leftovers);
+    assert_eq!(report.leftovers[0].count, 1);
+    assert!(report.leftovers[0].shape.starts_with("RMSNorm"));
+    let trace = report.to_string();
+    assert!(
+        trace.contains("1 × RMSNorm / LayerNorm (ReduceMean of a square)"),
+        "{trace}"
+    );
 }
 
 #[test]

@@ -15,6 +15,7 @@ pub mod fold;
 pub mod gate;
 pub mod infer;
 pub mod lang;
+pub mod leftovers;
 pub mod lift;
 pub mod lower;
 mod lowering;

@@ -11,6 +11,7 @@ use super::cost::CostModel;
 use super::extract::{greedy_dag, ExtractError, Extraction};
 use super::fingerprint::LeafValues;
 use super::lang::Onnx;
+use super::leftovers::leftovers;
 use super::lift::{lift, lift_with, Lifted};
 use super::lower::lower;
 use super::opset;
@@ -208,6 +209,7 @@ pub fn optimize_with_rules(
     check_supported(&graph, caps)?;
     check_output_types(&graph, "the optimized graph")?;
     report.nodes_after = graph.nodes.len();
+    report.leftovers = leftovers(&model.graph, &graph);
     let count = |op: &str| graph.nodes.iter().filter(|n| n.op_type == op).count();
     let attention = count("Attention");
     if opts.role == Role::Decoder

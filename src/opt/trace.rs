@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use super::leftovers::Leftover;
 use super::rules::Stage;
 use crate::ir::DType;
 use crate::role::Role;
@@ -102,6 +103,9 @@ pub struct OptimizeReport {
     pub cost_after: f64,
     /// The stages.
     pub stages: Vec<StageReport>,
+    /// Decomposed shapes of the input graph left as they were (none for a graph built by
+    /// mobius).
+    pub leftovers: Vec<Leftover>,
     /// Total wall time.
     pub seconds: f64,
 }
@@ -118,6 +122,7 @@ impl OptimizeReport {
             cost_before: 0.0,
             cost_after: 0.0,
             stages: Vec::new(),
+            leftovers: Vec::new(),
             seconds: 0.0,
         }
     }
@@ -224,6 +229,15 @@ impl fmt::Display for OptimizeReport {
             match &s.limit_hit {
                 Some(limit) => writeln!(f, ", stopped early: {limit}")?,
                 None => writeln!(f, ", saturated")?,
+            }
+        }
+        if !self.leftovers.is_empty() {
+            writeln!(
+                f,
+                "{P} Left as the input wrote them (no rule's conditions held):"
+            )?;
+            for l in &self.leftovers {
+                writeln!(f, "{P}   {} × {}, e.g. `{}`", l.count, l.shape, l.example)?;
             }
         }
         writeln!(
