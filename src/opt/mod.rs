@@ -23,6 +23,7 @@ pub mod pipeline;
 mod query;
 pub mod rules;
 pub mod schema;
+mod shape_value;
 pub mod trace;
 pub mod types;
 

@@ -21,6 +21,9 @@ use crate::ir::{DType, Graph, Model};
 use crate::role::Role;
 use crate::{Error, Result};
 
+/// The standard opset that introduced `Attention`.
+const ATTENTION_OPSET: i64 = 23;
+
 /// Bounds on one stage's equality saturation.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Limits {
@@ -217,6 +220,16 @@ pub fn optimize_with_rules(
     opsets.remove("com.microsoft");
     if graph.nodes.iter().any(|n| n.domain == "com.microsoft") {
         opsets.insert("com.microsoft".into(), 1);
+    }
+    // A recognised `Attention` is an opset-23 op: an older model's standard opset is raised
+    // (the standard ops changed between 18 and 23 only in the types they accept).
+    if graph
+        .nodes
+        .iter()
+        .any(|n| n.domain.is_empty() && n.op_type == "Attention")
+    {
+        let standard = opsets.entry(String::new()).or_insert(ATTENTION_OPSET);
+        *standard = (*standard).max(ATTENTION_OPSET);
     }
     let out = Model {
         graph,

@@ -26,6 +26,10 @@ use crate::{Error, Result};
 /// The rule files, by path under `rewrites/`.
 pub const RULE_FILES: &[(&str, &str)] = &[
     (
+        "recognize/attention.rules",
+        include_str!("../../rewrites/recognize/attention.rules"),
+    ),
+    (
         "fusion/gqa.rules",
         include_str!("../../rewrites/fusion/gqa.rules"),
     ),
@@ -100,6 +104,9 @@ pub const RULE_FILES: &[(&str, &str)] = &[
 pub enum Stage {
     /// Identity elimination, algebraic no-ops, constant folding.
     Cleanup,
+    /// What exporters decompose → the standard ops the builder emits (before fusion, so the
+    /// fusions apply to both).
+    Recognize,
     /// Fusions into larger (contrib) ops.
     Fusion,
     /// Standard-ONNX bodies of contrib ops (equivalences).
@@ -110,8 +117,9 @@ pub enum Stage {
 
 impl Stage {
     /// All stages in order.
-    pub const ALL: [Stage; 4] = [
+    pub const ALL: [Stage; 5] = [
         Stage::Cleanup,
+        Stage::Recognize,
         Stage::Fusion,
         Stage::Inline,
         Stage::Lowering,
@@ -123,14 +131,13 @@ impl FromStr for Stage {
     fn from_str(s: &str) -> std::result::Result<Stage, String> {
         Ok(match s {
             "cleanup" => Stage::Cleanup,
+            "recognize" => Stage::Recognize,
             "fusion" => Stage::Fusion,
             "inline" => Stage::Inline,
             "lowering" => Stage::Lowering,
-            other => {
-                return Err(format!(
-                    "unknown stage `{other}` (expected cleanup, fusion, inline or lowering)"
-                ))
-            }
+            other => return Err(format!(
+                "unknown stage `{other}` (expected cleanup, recognize, fusion, inline or lowering)"
+            )),
         })
     }
 }
@@ -139,6 +146,7 @@ impl fmt::Display for Stage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Stage::Cleanup => "Cleanup",
+            Stage::Recognize => "Recognize",
             Stage::Fusion => "Fusion",
             Stage::Inline => "InlinePass",
             Stage::Lowering => "Lowering",

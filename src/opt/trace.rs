@@ -150,6 +150,9 @@ impl fmt::Display for OptimizeReport {
         for (i, s) in self.stages.iter().enumerate() {
             let title = match s.stage {
                 Stage::Cleanup => format!("Stage 1: Cleanup ({} rule groups)", s.enabled_groups),
+                Stage::Recognize => {
+                    format!("Stage 1b: Recognize ({} rule groups)", s.enabled_groups)
+                }
                 Stage::Fusion => format!("Stage 2: Fusion ({} rule groups)", s.enabled_groups),
                 Stage::Inline => "Stage 2b: InlinePass (expand unsupported custom ops)".to_string(),
                 Stage::Lowering => format!(
