@@ -44,6 +44,7 @@ fn embedded_rules_load() {
     for r in &rules {
         let folder = match r.stage {
             Stage::Cleanup => "cleanup",
+            Stage::Recognize => "recognize",
             Stage::Fusion => "fusion",
             Stage::Inline => "inline",
             Stage::Lowering => "lowering",

@@ -135,9 +135,11 @@ impl FromStr for Stage {
             "fusion" => Stage::Fusion,
             "inline" => Stage::Inline,
             "lowering" => Stage::Lowering,
-            other => return Err(format!(
+            other => {
+                return Err(format!(
                 "unknown stage `{other}` (expected cleanup, recognize, fusion, inline or lowering)"
-            )),
+            ))
+            }
         })
     }
 }
