@@ -1,5 +1,5 @@
-//! The optimizer pipeline: lift → stages (cleanup → fusion → inline → lowering), each a run of
-//! the rule groups the EP enables → DAG extraction with the EP cost model → lower.
+//! The optimizer pipeline: lift → stages (cleanup → recognize → fusion → inline → lowering),
+//! each a run of the rule groups the EP enables → DAG extraction with the EP cost model → lower.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

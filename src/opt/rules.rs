@@ -1,8 +1,8 @@
 //! The rule files in `rewrites/` (embedded at build time) → egg rewrites.
 //!
 //! Format (documented in `rewrites/README.md`): a rule starts with `rule NAME` and has one
-//! `key value` line per field: `group` (trace name), `stage` (cleanup, fusion, inline,
-//! lowering), `gate` (a capability expression, see [`super::gate`]), `pattern` (one rooted
+//! `key value` line per field: `group` (trace name), `stage` (cleanup, recognize, fusion,
+//! inline, lowering), `gate` (a capability expression, see [`super::gate`]), `pattern` (one rooted
 //! pattern), any number of `when CONDITION ?var…`, and either `replace PATTERN` or
 //! `apply APPLIER`. `#` starts a comment. Conditions and appliers are Rust functions registered
 //! by name in [`super::conditions`] and [`super::appliers`]; their variables are resolved
