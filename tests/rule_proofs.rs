@@ -24,6 +24,8 @@ use mobius::verify::Rng;
 use mobius::weights::eval::Evaluator;
 use proptest::prelude::*;
 
+#[path = "rule_proofs/attention_recognize.rs"]
+mod attention_recognize;
 #[path = "rule_proofs/lowering.rs"]
 mod lowering;
 #[path = "common/norm_spellings.rs"]
@@ -114,6 +116,18 @@ const PROOFS: &[(&str, &str)] = &[
         "skip_simplified_layer_norm_statistics",
     ),
     ("identity-elimination", "identity_elimination"),
+    (
+        "sdpa-to-attention",
+        "attention_recognize::sdpa_to_attention",
+    ),
+    (
+        "guarded-sdpa-to-attention",
+        "attention_recognize::guarded_sdpa_to_attention",
+    ),
+    (
+        "transposed-key-through-3d",
+        "attention_recognize::transposed_key_through_3d",
+    ),
     ("transpose-of-transpose", "transpose_of_transpose"),
     ("cast-to-own-dtype", "cast_to_own_dtype"),
     ("reshape-to-own-shape", "reshape_to_own_shape"),

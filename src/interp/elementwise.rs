@@ -40,6 +40,7 @@ pub const OPS: &[OpImpl] = &[
     OpImpl::onnx("And", |c| logic(c, |p, q| p && q)),
     OpImpl::onnx("Or", |c| logic(c, |p, q| p || q)),
     OpImpl::onnx("Not", not),
+    OpImpl::onnx("IsNaN", is_nan),
     OpImpl::onnx("Where", where_op),
     OpImpl::onnx("Cast", cast_op),
     OpImpl::onnx("CastLike", |c| {
@@ -389,6 +390,18 @@ fn not(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
     Ok(vec![Tensor::bool(
         x.shape.clone(),
         v.iter().map(|&p| !p).collect(),
+    )])
+}
+
+/// `IsNaN(x)` of a float tensor.
+fn is_nan(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
+    let x = call.input(0)?;
+    if !x.dtype.is_float() {
+        return Err(call.error(format!("input must be a float tensor, got {}", x.dtype)));
+    }
+    Ok(vec![Tensor::bool(
+        x.shape.clone(),
+        x.as_f64().iter().map(|p| p.is_nan()).collect(),
     )])
 }
 

@@ -7,7 +7,7 @@ use egg::Id;
 use super::analysis::OnnxGraph;
 use super::bind::{AnyCondition, Condition};
 use super::lang::AttrValue;
-use super::query::{const_ints, int_attr};
+use super::query::{const_ints, int_attr, scalar_float};
 use super::recognize;
 use crate::ir::DType;
 
@@ -43,6 +43,8 @@ const CONDITIONS: &[(&str, &dyn AnyCondition)] = &[
     ("same-rank", &Condition(same_rank)),
     ("stash-is-float", &Condition(stash_is_float)),
     ("tanh-gelu-constants", &Condition(tanh_gelu_constants)),
+    ("softmax-over-last-axis", &Condition(softmax_over_last_axis)),
+    ("is-float-zero", &Condition(is_float_zero)),
 ];
 
 /// The condition registered under `name`.
@@ -166,6 +168,23 @@ fn bias_on_last_axis(g: &OnnxGraph, [x, bias]: [Id; 2]) -> bool {
         && xt.dtype == bt.dtype
         && last.is_some()
         && last == len.known()
+}
+
+/// `?axis ?x`: a Softmax `axis` that is set and names the last axis of `?x` (an unset axis
+/// means −1 from opset 13 on but axis 1 of a 2-D coercion before, and the e-graph does not know
+/// the opset).
+fn softmax_over_last_axis(g: &OnnxGraph, [axis, x]: [Id; 2]) -> bool {
+    let rank = g[x].data.tensor().and_then(|t| t.rank());
+    match (int_attr(g, axis), rank) {
+        (Some(-1), Some(_)) => true,
+        (Some(a), Some(r)) => a == r as i64 - 1,
+        _ => false,
+    }
+}
+
+/// `?c`: a one-element float constant equal to zero.
+fn is_float_zero(g: &OnnxGraph, [c]: [Id; 1]) -> bool {
+    scalar_float(g, c) == Some(0.0)
 }
 
 #[cfg(test)]

@@ -72,7 +72,7 @@ pub fn infer(
         | "RotaryEmbedding"
         | "com.microsoft::RotaryEmbedding"
         | "com.microsoft::FastGelu" => vec![ty(0)],
-        "Not" => vec![ty(0).with_dtype(Some(DType::Bool))],
+        "Not" | "IsNaN" => vec![ty(0).with_dtype(Some(DType::Bool))],
         "Add" | "Sub" | "Mul" | "Div" | "Pow" | "com.microsoft::BiasGelu" => {
             vec![broadcast(&ty(0), &ty(1)).with_dtype(ty(0).dtype)]
         }

@@ -26,6 +26,7 @@ mod query;
 mod recognize;
 pub mod rules;
 pub mod schema;
+mod shape_value;
 pub mod trace;
 pub mod types;
 

@@ -51,6 +51,7 @@ const SCHEMAS: &[(&str, &[&str])] = &[
     ("Gemm", &["alpha", "beta", "transA", "transB"]),
     ("Greater", &[]),
     ("Identity", &[]),
+    ("IsNaN", &[]),
     ("LayerNormalization", &["axis", "epsilon", "stash_type"]),
     ("Less", &[]),
     ("Log", &[]),

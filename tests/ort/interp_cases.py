@@ -412,6 +412,8 @@ def _shape_ops():
     r = rng_for("Not", "data")
     add("Not", "2d", [r.random((3, 4)) < 0.5], [("y", BOOL)])
     add("Not", "scalar", [np.array(True)], [("y", BOOL)])
+    add("IsNaN", "f32", [np.array([[np.nan, np.inf, -np.inf], [0.0, -0.0, 1.5]], np.float32)], [("y", BOOL)])
+    add("IsNaN", "f16_scalar", [np.array(np.nan, np.float16)], [("y", BOOL)])
 
     # Range (0-d graph inputs)
     for name, (s, l, d), dt in [("f32_half", (0.0, 5.0, 0.5), np.float32),

@@ -3,6 +3,7 @@
 //! variables it reads and takes their classes in that order (see [`super::bind`]). The
 //! appliers of the lowering rules are in `src/opt/lowering/`.
 
+mod attention_recognize;
 mod from_nbits;
 mod gqa;
 mod gqa_mask;
@@ -23,6 +24,11 @@ const APPLIERS: &[(&str, &dyn AnyApplier)] = &[
     (
         "rms-norm-without-casts",
         &norm_recognize::RMS_NORM_WITHOUT_CASTS,
+    ),
+    ("sdpa-to-attention", &attention_recognize::SDPA_TO_ATTENTION),
+    (
+        "transposed-key-through-3d",
+        &attention_recognize::TRANSPOSED_KEY_THROUGH_3D,
     ),
     ("skip-layer-norm", &skip_layer_norm::SKIP_LAYER_NORM),
     (
