@@ -3,7 +3,7 @@
 //!
 //! Run with `cargo bench --bench build` (or `scripts/bench.sh`). Criterion measures:
 //!
-//! - `graph/llama-3.2-1b`, `graph/llama-3-70b`: `ArchConfig::load` + `build_model` in f16, from
+//! - `graph/llama-3.2-1b`, `graph/llama-3-70b`: `models::load_config` + `build_model` in f16, from
 //!   the configs in `tests/data/configs/`;
 //! - `build_no_weights/llama-3.2-1b`: `mobius::build` without weights for `--ep cuda --dtype
 //!   f16` (config, graph, optimizer) plus `ModelPackage::save` into a fresh temporary folder;
@@ -25,7 +25,6 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use criterion::{BatchSize, Criterion, Throughput};
-use mobius::config::ArchConfig;
 use mobius::ir::{DType, Graph, Initializer, Model, TensorSource};
 use mobius::models::build_model;
 use mobius::source::{HubSettings, ModelSource, WeightFiles};
@@ -70,7 +69,7 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
-/// `ArchConfig::load` + `build_model` in f16 for each of [`GRAPH_CONFIGS`].
+/// `models::load_config` + `build_model` in f16 for each of [`GRAPH_CONFIGS`].
 fn bench_graphs(c: &mut Criterion, runs: usize) -> Vec<(String, Duration, usize)> {
     let mut group = c.benchmark_group("graph");
     group.sample_size(10);
@@ -81,14 +80,14 @@ fn bench_graphs(c: &mut Criterion, runs: usize) -> Vec<(String, Duration, usize)
         let path = config_path(name);
         group.bench_function(*name, |b| {
             b.iter(|| {
-                let cfg = ArchConfig::load(black_box(&path)).expect("config loads");
+                let cfg = mobius::models::load_config(black_box(&path)).expect("config loads");
                 build_model(&cfg, DType::F16).expect("graph builds")
             })
         });
         // Timed runs for the summary (criterion's own estimate is printed above it).
         let mut nodes = 0;
         let time = time_median(runs, || {
-            let cfg = ArchConfig::load(&path).expect("config loads");
+            let cfg = mobius::models::load_config(&path).expect("config loads");
             nodes = build_model(&cfg, DType::F16)
                 .expect("graph builds")
                 .graph

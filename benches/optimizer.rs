@@ -8,7 +8,6 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use mobius::config::ArchConfig;
 use mobius::ir::DType;
 use mobius::models::build_model;
 use mobius::opt::{optimize, Limits, OptimizeOptions, Role};
@@ -23,7 +22,7 @@ fn main() {
     let runs = if bench { 7 } else { 1 };
     let path =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/configs/llama-3-70b/config.json");
-    let base = ArchConfig::load(&path).expect("the 70B config loads");
+    let base = mobius::models::load_config(&path).expect("the 70B config loads");
     let cuda = mobius::get_ep("cuda").expect("cuda is built in");
     let opts = OptimizeOptions {
         dtype: DType::F16,

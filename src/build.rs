@@ -77,7 +77,7 @@ pub struct SaveOptions {
 pub fn build(opts: &BuildOptions) -> Result<ModelPackage> {
     let files = resolve(&opts.source, &opts.hub, opts.load_weights)?;
     tracing::info!("model files from {}", files.origin);
-    let mut config = ArchConfig::load(&files.config)?;
+    let mut config = crate::models::load_config(&files.config)?;
     let checkpoint_quant = CheckpointQuant::load(&files.config)?;
     let generation = files
         .tokenizer_files

@@ -6,11 +6,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use mobius::config::SUPPORTED_MODEL_TYPES;
 use mobius::ep::{ep_json, ep_registry, ep_table, get_ep, register_ep_file, EpCapabilities};
 use mobius::ir::DType;
 use mobius::ir::QuantParams;
 use mobius::limits::InterpLimits;
+use mobius::models::registry;
 use mobius::opt::Limits;
 use mobius::optimize_file::{optimize_file, OptimizeFileOptions};
 use mobius::quant::pass::QuantRequest;
@@ -173,8 +173,13 @@ enum ListWhat {
         #[arg(long, value_name = "FILE")]
         ep_file: Option<PathBuf>,
     },
-    /// The Hugging Face `model_type`s mobius builds.
-    Models,
+    /// The model families mobius builds: the Hugging Face `model_type`s each answers to and
+    /// the onnxruntime-genai `model.type` of each.
+    Models {
+        /// Print the Markdown table of the README instead.
+        #[arg(long)]
+        markdown: bool,
+    },
 }
 
 /// Execution provider selection, shared by `build` and `optimize`.
@@ -521,9 +526,11 @@ fn run_list(what: ListWhat) -> mobius::Result<()> {
                 print!("{}", ep_table(&eps));
             }
         }
-        ListWhat::Models => {
-            for model_type in SUPPORTED_MODEL_TYPES {
-                println!("{model_type}");
+        ListWhat::Models { markdown } => {
+            if markdown {
+                print!("{}", registry::markdown_table());
+            } else {
+                print!("{}", registry::text_table());
             }
         }
     }

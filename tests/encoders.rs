@@ -9,6 +9,7 @@ mod common;
 use std::collections::HashMap;
 
 use common::*;
+use mobius::config::EncoderConfig;
 use mobius::ep::{builtin_eps, get_ep};
 use mobius::interp::{run_graph, Tensor};
 use mobius::ir::{DType, Graph};
@@ -248,7 +249,10 @@ fn published_encoder_configs_build_for_every_ep_without_weights() {
     for (name, types) in [("bert-base-uncased", true), ("roberta-base", false)] {
         let cfg = published(name);
         assert_eq!(cfg.role(), Role::Encoder);
-        assert_eq!(cfg.encoder.as_ref().unwrap().type_vocab_size > 1, types);
+        assert_eq!(
+            cfg.knobs::<EncoderConfig>().unwrap().type_vocab_size > 1,
+            types
+        );
         assert_eq!((cfg.num_hidden_layers, cfg.hidden_size), (12, 768));
         for ep in builtin_eps().into_iter().filter(|e| e.name != "qnn") {
             let dtype = ep_dtype(&ep.name);

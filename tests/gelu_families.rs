@@ -5,6 +5,8 @@
 mod common;
 
 use common::*;
+use mobius::config::gpt2::Gpt2Config;
+use mobius::config::phi::PhiConfig;
 use mobius::config::Gelu;
 use mobius::ir::DType;
 
@@ -68,8 +70,14 @@ fn published_configs_get_the_expected_fusions() {
 
     let phi2 = load_config(&real_config("phi-2"));
     assert_eq!((phi2.head_dim, phi2.rope.rotary_dim), (80, 32));
-    assert!(phi2.lm_head_bias && !phi2.tie_word_embeddings);
+    assert!(!phi2.tie_word_embeddings);
+    let knobs = phi2.knobs::<PhiConfig>().unwrap();
+    assert_eq!((knobs.layer_norm_eps, knobs.gelu), (1e-5, Gelu::Tanh));
     let g = optimized(&phi2, "cuda", DType::F16);
+    assert!(
+        g.initializers.iter().any(|i| i.name == "lm_head.bias"),
+        "phi's LM head has a bias"
+    );
     assert_eq!(count(&g, SLN), 32);
     assert_eq!(count(&g, FAST_GELU), 32);
     assert_eq!(count(&g, GQA), 32);
@@ -92,8 +100,9 @@ fn gpt2_spellings_normalise_to_one_config() {
     assert_eq!(a, b);
     assert_eq!(a.intermediate_size, 256);
     assert_eq!((a.num_key_value_heads, a.head_dim), (4, 16));
-    assert_eq!(a.layer_norm_eps, Some(1e-5));
-    assert_eq!(a.gelu, Some(Gelu::Tanh));
+    let knobs = a.knobs::<Gpt2Config>().unwrap();
+    assert_eq!(knobs.layer_norm_eps, 1e-5);
+    assert_eq!(knobs.gelu, Gelu::Tanh);
     assert_eq!(a.dtype, Some(DType::F32));
 }
 

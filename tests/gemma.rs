@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use mobius::config::{Gelu, GemmaVersion, RopeScaling};
+use mobius::config::{Gelu, GemmaConfig, GemmaVersion, RopeScaling};
 use mobius::ir::{Attr, DType, Graph};
 use mobius::models::build_model;
 
@@ -55,7 +55,7 @@ fn gemma3_v4_and_v5_spellings_normalise_to_the_same_config() {
     assert_eq!(a.layer_windows, vec![Some(6), None, Some(6), None]);
     assert_eq!(a.rope.theta, 1e6);
     assert_eq!(a.rope.scaling, RopeScaling::Linear { factor: 8.0 });
-    let g = a.gemma.as_ref().unwrap();
+    let g = a.knobs::<GemmaConfig>().unwrap();
     assert_eq!(g.version, GemmaVersion::Gemma3);
     let local = g.local_rope.as_ref().unwrap();
     assert_eq!((local.theta, &local.scaling), (1e4, &RopeScaling::Default));
@@ -68,7 +68,7 @@ fn gemma3_v4_and_v5_spellings_normalise_to_the_same_config() {
 #[test]
 fn published_configs_parse_with_transformers_defaults() {
     let g1 = published("gemma-2b");
-    let k1 = g1.gemma.as_ref().unwrap();
+    let k1 = g1.knobs::<GemmaConfig>().unwrap();
     assert_eq!(k1.version, GemmaVersion::Gemma1);
     // Gemma 1's legacy hidden_act "gelu" is the tanh approximation (transformers rewrites it).
     assert_eq!(k1.gelu, Gelu::Tanh);
@@ -77,7 +77,7 @@ fn published_configs_parse_with_transformers_defaults() {
     assert!(g1.layer_windows.iter().all(Option::is_none));
 
     let g2 = published("gemma-2-2b");
-    let k2 = g2.gemma.as_ref().unwrap();
+    let k2 = g2.knobs::<GemmaConfig>().unwrap();
     assert_eq!(
         (k2.attn_softcap, k2.final_softcap),
         (Some(50.0), Some(30.0))
@@ -87,7 +87,7 @@ fn published_configs_parse_with_transformers_defaults() {
     assert_eq!(k2.embed_scale, (2304f32).sqrt());
 
     let g3 = published("gemma-3-1b-it");
-    let k3 = g3.gemma.as_ref().unwrap();
+    let k3 = g3.knobs::<GemmaConfig>().unwrap();
     let full: Vec<usize> = (0..26).filter(|&i| g3.layer_windows[i].is_none()).collect();
     assert_eq!(full, vec![5, 11, 17, 23], "every 6th layer is global");
     assert_eq!(g3.rope.theta, 1e6);
@@ -101,7 +101,7 @@ fn gemma2_softcap_defaults_differ_for_absent_and_null_fields() {
         "num_attention_heads": 4, "head_dim": 16, "num_hidden_layers": 2, "vocab_size": 300,
         "max_position_embeddings": 128"#;
     let absent = parse_config(&format!("{{{base}}}")).unwrap();
-    let k = absent.gemma.unwrap();
+    let k = absent.knobs::<GemmaConfig>().unwrap();
     assert_eq!((k.attn_softcap, k.final_softcap), (Some(50.0), Some(30.0)));
     assert_eq!(
         k.attn_scale,
@@ -113,7 +113,7 @@ fn gemma2_softcap_defaults_differ_for_absent_and_null_fields() {
             "hidden_activation": "gelu"}}"#
     ))
     .unwrap();
-    let k = null.gemma.unwrap();
+    let k = null.knobs::<GemmaConfig>().unwrap();
     assert_eq!((k.attn_softcap, k.final_softcap), (None, None));
     assert_eq!(k.gelu, Gelu::Exact, "Gemma 2's gelu is exact");
 }
@@ -181,7 +181,7 @@ fn published_configs_build_portable_graphs_with_the_family_structure() {
         assert_eq!(count(&g, "Tanh"), tanh, "{name}");
         // One window mask shared by every sliding layer.
         assert_eq!(count(&g, "CumSum"), usize::from(sliding > 0), "{name}");
-        let norms_per_layer = match cfg.gemma.as_ref().unwrap().version {
+        let norms_per_layer = match cfg.knobs::<GemmaConfig>().unwrap().version {
             GemmaVersion::Gemma1 => 2,
             GemmaVersion::Gemma2 => 4,
             GemmaVersion::Gemma3 => 6,
@@ -203,7 +203,7 @@ fn published_configs_build_portable_graphs_with_the_family_structure() {
             .iter()
             .filter(|i| i.name.ends_with("cos_cache"))
             .count();
-        let two_ropes = cfg.gemma.as_ref().unwrap().local_rope.is_some();
+        let two_ropes = cfg.knobs::<GemmaConfig>().unwrap().local_rope.is_some();
         assert_eq!(tables, 1 + usize::from(two_ropes), "{name}");
     }
 }

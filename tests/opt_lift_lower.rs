@@ -77,7 +77,7 @@ fn fixtures_and_published_configs_round_trip() {
             .map(|c| real_config(c)),
     );
     for dir in dirs {
-        let cfg = ArchConfig::load(&dir.join("config.json")).unwrap();
+        let cfg = mobius::models::load_config(&dir.join("config.json")).unwrap();
         for dtype in [DType::F32, DType::F16] {
             let model = build_model(&cfg, dtype).unwrap();
             let back = round_trip(&model.graph);
@@ -96,7 +96,7 @@ fn fixtures_and_published_configs_round_trip() {
 
 #[test]
 fn analysis_infers_the_declared_output_types() {
-    let cfg = ArchConfig::load(&fixture("qwen2").join("config.json")).unwrap();
+    let cfg = mobius::models::load_config(&fixture("qwen2").join("config.json")).unwrap();
     let model = build_model(&cfg, DType::F16).unwrap();
     let lifted = lift(&model.graph).unwrap();
     let eg = &lifted.egraph;

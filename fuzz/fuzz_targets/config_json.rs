@@ -1,4 +1,4 @@
-//! Fuzzes `config.json` parsing: [`mobius::config::ArchConfig::parse`] must return `Ok` or
+//! Fuzzes `config.json` parsing: [`mobius::models::parse_config`] must return `Ok` or
 //! `Err` for any bytes, never panic. Configs that parse and describe a small model are also
 //! built into a graph, which must not panic either.
 
@@ -30,7 +30,7 @@ fn small_enough(cfg: &ArchConfig) -> bool {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(cfg) = ArchConfig::parse(data, Path::new("config.json")) else {
+    let Ok(cfg) = mobius::models::parse_config(data, Path::new("config.json")) else {
         return;
     };
     if small_enough(&cfg) {

@@ -2,15 +2,13 @@
 //! [`EncoderConfig`]. Fields transformers defaults when a config omits them take the same
 //! defaults here (the `BertConfig` / `RobertaConfig` class defaults).
 
+use super::ModelType;
 use super::{
-    first_token, parse_dtype, token_list, ArchConfig, Fields, HfConfig, Rope, RopeScaling, Sign,
+    first_token, parse_dtype, token_list, ArchConfig, Fields, HfConfig, Knobs, Rope, RopeScaling,
+    Sign,
 };
 use crate::limits::config::{MAX_HEADS, MAX_LAYERS, MAX_POSITIONS, MAX_VOCAB, MAX_WIDTH};
-use crate::role::Role;
 use crate::Result;
-
-/// The `model_type`s built as encoders.
-pub const ENCODER_MODEL_TYPES: &[&str] = &["bert", "roberta"];
 
 /// How an encoder numbers the positions it looks up in its position embedding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,23 +33,37 @@ pub struct EncoderConfig {
     pub type_vocab_size: usize,
     /// Position numbering.
     pub positions: Positions,
+    /// Epsilon of every LayerNorm (`layer_norm_eps`).
+    pub layer_norm_eps: f32,
 }
 
-impl ArchConfig {
-    /// The model's role for the optimizer: [`Role::Encoder`] for encoders, else
-    /// [`Role::Decoder`].
-    pub fn role(&self) -> Role {
-        if self.encoder.is_some() {
-            Role::Encoder
-        } else {
-            Role::Decoder
-        }
-    }
+/// Normalises a `bert` config ([`Positions::Absolute`]); errors name the field and what was
+/// expected.
+pub fn read_bert(
+    raw: &HfConfig,
+    model_type: &'static ModelType,
+    f: &Fields<'_>,
+) -> Result<ArchConfig> {
+    read(raw, model_type, false, f)
 }
 
-/// Normalises a `bert` / `roberta` config; errors name the field and what was expected.
-pub(super) fn from_hf(raw: &HfConfig, model_type: String, f: &Fields<'_>) -> Result<ArchConfig> {
-    let roberta = model_type == "roberta";
+/// Normalises a `roberta` config ([`Positions::PaddingOffset`]); errors name the field and
+/// what was expected.
+pub fn read_roberta(
+    raw: &HfConfig,
+    model_type: &'static ModelType,
+    f: &Fields<'_>,
+) -> Result<ArchConfig> {
+    read(raw, model_type, true, f)
+}
+
+fn read(
+    raw: &HfConfig,
+    model_type: &'static ModelType,
+    roberta: bool,
+    f: &Fields<'_>,
+) -> Result<ArchConfig> {
+    let name = model_type.name;
     let hidden_size = f.positive("hidden_size", raw.hidden_size, MAX_WIDTH)?;
     let heads = f.positive("num_attention_heads", raw.num_attention_heads, MAX_HEADS)?;
     if hidden_size % heads != 0 {
@@ -72,7 +84,7 @@ pub(super) fn from_hf(raw: &HfConfig, model_type: String, f: &Fields<'_>) -> Res
     if act != "gelu" {
         return Err(f.err(
             "hidden_act",
-            &format!("`{act}` is not supported for {model_type} (expected \"gelu\")"),
+            &format!("`{act}` is not supported for {name} (expected \"gelu\")"),
         ));
     }
     if let Some(kind) = raw.position_embedding_type.as_deref() {
@@ -86,7 +98,7 @@ pub(super) fn from_hf(raw: &HfConfig, model_type: String, f: &Fields<'_>) -> Res
     if raw.is_decoder == Some(true) {
         return Err(f.err(
             "is_decoder",
-            &format!("true is not supported: mobius builds {model_type} as an encoder"),
+            &format!("true is not supported: mobius builds {name} as an encoder"),
         ));
     }
     let type_vocab_size = match raw.type_vocab_size {
@@ -151,14 +163,10 @@ pub(super) fn from_hf(raw: &HfConfig, model_type: String, f: &Fields<'_>) -> Res
         bos_token_id: first_token(f, "bos_token_id", raw.bos_token_id.as_ref())?,
         eos_token_ids: token_list(f, "eos_token_id", raw.eos_token_id.as_ref())?,
         pad_token_id,
-        layer_norm_eps: Some(layer_norm_eps),
-        gelu: None,
-        lm_head_bias: false,
-        gemma: None,
-        family: super::FamilyKnobs::default(),
-        encoder: Some(EncoderConfig {
+        family: Knobs::new(EncoderConfig {
             type_vocab_size,
             positions,
+            layer_norm_eps,
         }),
     })
 }
@@ -170,6 +178,7 @@ mod tests {
     use serde_json::{json, Value};
 
     use super::*;
+    use crate::role::Role;
     use crate::Error;
 
     /// A tiny BERT config with `changes` applied (null removes a field).
@@ -180,7 +189,7 @@ mod tests {
         for (k, v) in changes.as_object().unwrap() {
             cfg[k] = v.clone();
         }
-        ArchConfig::parse(cfg.to_string().as_bytes(), Path::new("config.json"))
+        crate::models::parse_config(cfg.to_string().as_bytes(), Path::new("config.json"))
     }
 
     #[test]
@@ -189,8 +198,8 @@ mod tests {
         assert_eq!(cfg.role(), Role::Encoder);
         assert_eq!((cfg.head_dim, cfg.num_key_value_heads), (16, 4));
         assert_eq!(cfg.pad_token_id, Some(0));
-        assert_eq!(cfg.layer_norm_eps, Some(1e-12));
-        let enc = cfg.encoder.unwrap();
+        let enc = cfg.knobs::<EncoderConfig>().unwrap();
+        assert_eq!(enc.layer_norm_eps, 1e-12);
         assert_eq!(enc.type_vocab_size, 2);
         assert_eq!(enc.positions, Positions::Absolute);
     }
@@ -200,14 +209,18 @@ mod tests {
         let roberta =
             json!({"model_type": "roberta", "layer_norm_eps": 1e-5, "type_vocab_size": 1});
         let cfg = config(roberta.clone()).unwrap();
-        assert_eq!(cfg.layer_norm_eps, Some(1e-5));
-        let enc = cfg.encoder.unwrap();
+        let enc = cfg.knobs::<EncoderConfig>().unwrap();
+        assert_eq!(enc.layer_norm_eps, 1e-5);
         assert_eq!(enc.positions, Positions::PaddingOffset { padding_idx: 1 });
         assert_eq!(enc.type_vocab_size, 1);
         let mut explicit = roberta;
         explicit["pad_token_id"] = 5.into();
         assert_eq!(
-            config(explicit).unwrap().encoder.unwrap().positions,
+            config(explicit)
+                .unwrap()
+                .knobs::<EncoderConfig>()
+                .unwrap()
+                .positions,
             Positions::PaddingOffset { padding_idx: 5 }
         );
     }
@@ -215,7 +228,8 @@ mod tests {
     #[test]
     fn decoders_keep_the_decoder_role() {
         let cfg = config(json!({"model_type": "llama"})).unwrap();
-        assert_eq!((cfg.role(), cfg.encoder), (Role::Decoder, None));
+        assert_eq!(cfg.role(), Role::Decoder);
+        assert!(cfg.knobs::<EncoderConfig>().is_none());
     }
 
     #[test]

@@ -1,170 +1,78 @@
-//! Per-family knobs of the Llama-like decoders (qwen3, smollm3, granite, olmo2, phi3) that
-//! the shared fields of [`super::ArchConfig`] do not describe.
+//! What only one family reads of a config: its typed knobs (Gemma's soft-caps, Granite's
+//! multipliers, an encoder's token types…), and the graph they build. Each family defines its
+//! knobs type in its own file and implements [`FamilyKnobs`] for it; [`super::ArchConfig`]
+//! carries it as [`Knobs`], so a builder reads its own knobs, typed, from `self`.
 
-use super::{Fields, HfConfig, Sign};
-use crate::limits::config::MAX_LAYERS;
-use crate::Result;
+use std::any::Any;
+use std::fmt::Debug;
+use std::ops::Deref;
+use std::sync::Arc;
 
-/// Family-specific parameters; the default is a plain Llama decoder.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct FamilyKnobs {
-    /// Granite's scalar multipliers (`None` for every other family).
-    pub multipliers: Option<Multipliers>,
-    /// SmolLM3: per layer, whether it applies RoPE (empty = every layer does).
-    pub rope_layers: Vec<bool>,
-}
+use super::ArchConfig;
+use crate::ir::{DType, Graph};
+use crate::role::Role;
 
-/// Granite's multipliers, as transformers applies them.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Multipliers {
-    /// Token embeddings are multiplied by it.
-    pub embedding: f32,
-    /// Attention and MLP outputs are multiplied by it before the residual add.
-    pub residual: f32,
-    /// The attention softmax scale (replaces `head_dim^-0.5`).
-    pub attention: f32,
-    /// Logits are divided by it.
-    pub logits: f32,
-}
+/// How checkpoint tensor names become the names a builder reads (`None`: the tensor is never
+/// read).
+pub type CheckpointRenaming = fn(&str) -> Option<String>;
 
-impl FamilyKnobs {
-    /// Whether layer `i` applies RoPE.
-    pub fn layer_uses_rope(&self, i: usize) -> bool {
-        self.rope_layers.get(i).copied().unwrap_or(true)
+/// A family's own part of one config, and what builds from it.
+pub trait FamilyKnobs: Debug + Send + Sync + AnyKnobs {
+    /// The portable graph of `cfg` (whose `family` is `self`) in `dtype`.
+    fn build(&self, cfg: &ArchConfig, dtype: DType) -> Graph;
+
+    /// The model's role for the optimizer.
+    fn role(&self) -> Role {
+        Role::Decoder
+    }
+
+    /// How the builder renames checkpoint tensors before reading them (`None`: it reads the
+    /// checkpoint's own names).
+    fn checkpoint_renaming(&self) -> Option<CheckpointRenaming> {
+        None
     }
 }
 
-/// Reads the knobs of `model_type` from `raw`.
-pub(super) fn parse(
-    raw: &HfConfig,
-    model_type: &str,
-    layers: usize,
-    f: &Fields<'_>,
-) -> Result<FamilyKnobs> {
-    Ok(FamilyKnobs {
-        multipliers: match model_type {
-            "granite" => Some(multipliers(raw, f)?),
-            _ => None,
-        },
-        rope_layers: match model_type {
-            "smollm3" => rope_layers(raw, layers, f)?,
-            _ => Vec::new(),
-        },
-    })
+/// Equality and downcasting of knobs behind `dyn FamilyKnobs`, for every `PartialEq` type.
+pub trait AnyKnobs: Any {
+    /// `self` as [`Any`], to read the concrete knobs back.
+    fn as_any(&self) -> &dyn Any;
+    /// Whether `other` holds knobs of the same type, equal to these.
+    fn same_knobs(&self, other: &dyn Any) -> bool;
 }
 
-fn multipliers(raw: &HfConfig, f: &Fields<'_>) -> Result<Multipliers> {
-    let get = |field: &str, value: Option<f64>| f.number(field, value, 1.0, Sign::NonZero);
-    Ok(Multipliers {
-        embedding: get("embedding_multiplier", raw.embedding_multiplier)?,
-        residual: get("residual_multiplier", raw.residual_multiplier)?,
-        attention: get("attention_multiplier", raw.attention_multiplier)?,
-        logits: get("logits_scaling", raw.logits_scaling)?,
-    })
+impl<T: PartialEq + Any> AnyKnobs for T {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn same_knobs(&self, other: &dyn Any) -> bool {
+        other.downcast_ref::<T>() == Some(self)
+    }
 }
 
-/// SmolLM3's `no_rope_layers` (1 = the layer uses RoPE), else one NoPE layer every
-/// `no_rope_layer_interval` layers (default 4), as transformers derives it.
-fn rope_layers(raw: &HfConfig, layers: usize, f: &Fields<'_>) -> Result<Vec<bool>> {
-    if let Some(list) = &raw.no_rope_layers {
-        if list.len() != layers {
-            return Err(f.err(
-                "no_rope_layers",
-                &format!(
-                    "has {} entries, expected num_hidden_layers = {layers}",
-                    list.len()
-                ),
-            ));
-        }
-        return list
-            .iter()
-            .map(|v| match v {
-                0 => Ok(false),
-                1 => Ok(true),
-                other => Err(f.err(
-                    "no_rope_layers",
-                    &format!("entry {other} (expected 0 = no RoPE or 1 = RoPE)"),
-                )),
-            })
-            .collect();
+/// A config's family knobs, shared between clones of the config.
+#[derive(Debug, Clone)]
+pub struct Knobs(Arc<dyn FamilyKnobs>);
+
+impl Knobs {
+    /// Wraps a family's knobs.
+    pub fn new(knobs: impl FamilyKnobs) -> Knobs {
+        Knobs(Arc::new(knobs))
     }
-    let interval = f.optional_count(
-        "no_rope_layer_interval",
-        raw.no_rope_layer_interval,
-        4,
-        MAX_LAYERS,
-    )?;
-    Ok((0..layers).map(|i| (i + 1) % interval != 0).collect())
 }
 
-#[cfg(test)]
-mod tests {
-    use crate::config::ArchConfig;
-    use std::path::Path;
+impl Deref for Knobs {
+    type Target = dyn FamilyKnobs;
 
-    fn parse(model_type: &str, extra: &str) -> crate::Result<ArchConfig> {
-        let json = format!(
-            r#"{{"model_type": "{model_type}", "hidden_size": 64, "intermediate_size": 128,
-            "num_attention_heads": 4, "num_hidden_layers": 4, "vocab_size": 300,
-            "max_position_embeddings": 128 {extra}}}"#
-        );
-        ArchConfig::parse(json.as_bytes(), Path::new("config.json"))
+    fn deref(&self) -> &Self::Target {
+        &*self.0
     }
+}
 
-    #[test]
-    fn smollm3_nope_layers_from_the_list_or_the_interval() {
-        let listed = parse("smollm3", r#", "no_rope_layers": [1, 0, 1, 1]"#).unwrap();
-        assert_eq!(listed.family.rope_layers, [true, false, true, true]);
-        let derived = parse("smollm3", "").unwrap();
-        assert_eq!(derived.family.rope_layers, [true, true, true, false]);
-        // Sliding windows (only when enabled) go to the NoPE layers, as in transformers.
-        let sliding = parse(
-            "smollm3",
-            r#", "use_sliding_window": true, "sliding_window": 8"#,
-        )
-        .unwrap();
-        assert_eq!(sliding.layer_windows, [None, None, None, Some(8)]);
-        let off = parse("smollm3", r#", "sliding_window": 8"#).unwrap();
-        assert_eq!(off.layer_windows, [None; 4]);
-        for (extra, want) in [
-            (r#", "no_rope_layers": [1, 0]"#, "has 2 entries"),
-            (r#", "no_rope_layers": [1, 2, 1, 1]"#, "entry 2"),
-            (r#", "no_rope_layer_interval": 0"#, "no_rope_layer_interval"),
-        ] {
-            let err = parse("smollm3", extra).unwrap_err().to_string();
-            assert!(err.contains(want), "{err}");
-        }
-    }
-
-    #[test]
-    fn granite_multipliers_default_to_one_and_reject_zero() {
-        let plain = parse("granite", "").unwrap();
-        let m = plain.family.multipliers.unwrap();
-        assert_eq!(
-            (m.embedding, m.residual, m.attention, m.logits),
-            (1.0, 1.0, 1.0, 1.0)
-        );
-        let err = parse("granite", r#", "logits_scaling": 0"#)
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("logits_scaling"), "{err}");
-        assert!(parse("llama", "").unwrap().family.multipliers.is_none());
-    }
-
-    #[test]
-    fn qwen3_windows_need_use_sliding_window_and_biases_follow_attention_bias() {
-        let c = parse(
-            "qwen3",
-            r#", "sliding_window": 8, "attention_bias": true, "max_window_layers": 2"#,
-        )
-        .unwrap();
-        assert_eq!(c.layer_windows, [None; 4]);
-        assert!(c.qkv_bias && c.o_bias && !c.mlp_bias);
-        let on = parse(
-            "qwen3",
-            r#", "sliding_window": 8, "use_sliding_window": true, "max_window_layers": 2"#,
-        )
-        .unwrap();
-        assert_eq!(on.layer_windows, [None, None, Some(8), Some(8)]);
+/// Knobs are equal when they are of one type and equal as that type.
+impl PartialEq for Knobs {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.same_knobs(other.0.as_any())
     }
 }

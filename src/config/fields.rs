@@ -9,7 +9,7 @@ use crate::{Error, Result};
 
 /// What a number field must be, besides finite (in f64 and in f32).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Sign {
+pub enum Sign {
     /// `> 0` (RoPE bases and factors, soft-caps, scalars).
     Positive,
     /// `>= 0` (normalisation epsilons).
@@ -36,14 +36,15 @@ impl Sign {
     }
 }
 
-/// Error helper bound to the config file.
-pub(super) struct Fields<'a> {
-    pub(super) path: &'a Path,
+/// Reads and checks config.json values, naming the file and the field in every error.
+pub struct Fields<'a> {
+    /// The config file.
+    pub path: &'a Path,
 }
 
 impl Fields<'_> {
     /// An error naming the config file and `field`.
-    pub(super) fn err(&self, field: &str, message: &str) -> Error {
+    pub fn err(&self, field: &str, message: &str) -> Error {
         Error::ConfigField {
             path: PathBuf::from(self.path),
             field: field.to_string(),
@@ -53,7 +54,7 @@ impl Fields<'_> {
 
     /// A required size or count: present, in `1..=max`. `max` comes from
     /// [`crate::limits::config`].
-    pub(super) fn positive(&self, field: &str, value: Option<i64>, max: usize) -> Result<usize> {
+    pub fn positive(&self, field: &str, value: Option<i64>, max: usize) -> Result<usize> {
         match value {
             None => Err(self.err(field, "missing (expected a positive integer)")),
             Some(v) => self.count(field, v, max),
@@ -61,7 +62,7 @@ impl Fields<'_> {
     }
 
     /// A size or count that is present: in `1..=max`.
-    pub(super) fn count(&self, field: &str, v: i64, max: usize) -> Result<usize> {
+    pub fn count(&self, field: &str, v: i64, max: usize) -> Result<usize> {
         if v <= 0 {
             return Err(self.err(field, &format!("must be a positive integer, found {v}")));
         }
@@ -75,7 +76,7 @@ impl Fields<'_> {
     }
 
     /// A layer index or other count that may be 0: in `0..=max`.
-    pub(super) fn index(&self, field: &str, v: i64, max: usize) -> Result<usize> {
+    pub fn index(&self, field: &str, v: i64, max: usize) -> Result<usize> {
         if v == 0 {
             Ok(0)
         } else if v < 0 {
@@ -87,7 +88,7 @@ impl Fields<'_> {
 
     /// An optional size or count: `default` when absent, else in `1..=max` (as
     /// [`Fields::count`] checks).
-    pub(super) fn optional_count(
+    pub fn optional_count(
         &self,
         field: &str,
         value: Option<i64>,
@@ -102,13 +103,7 @@ impl Fields<'_> {
 
     /// An optional number: `default` when absent, else finite (also once rounded to f32) and of
     /// the given sign.
-    pub(super) fn number(
-        &self,
-        field: &str,
-        value: Option<f64>,
-        default: f64,
-        sign: Sign,
-    ) -> Result<f32> {
+    pub fn number(&self, field: &str, value: Option<f64>, default: f64, sign: Sign) -> Result<f32> {
         let v = value.unwrap_or(default);
         let narrow = v as f32;
         if v.is_finite() && narrow.is_finite() && sign.holds(v) && sign.holds(narrow as f64) {
@@ -122,12 +117,7 @@ impl Fields<'_> {
     }
 
     /// A required number (RoPE scaling parameters): present and as [`Fields::number`] checks.
-    pub(super) fn required_number(
-        &self,
-        field: &str,
-        value: Option<f64>,
-        sign: Sign,
-    ) -> Result<f32> {
+    pub fn required_number(&self, field: &str, value: Option<f64>, sign: Sign) -> Result<f32> {
         match value {
             None => Err(self.err(field, &format!("missing (expected {})", sign.expected()))),
             Some(v) => self.number(field, Some(v), v, sign),
@@ -135,7 +125,7 @@ impl Fields<'_> {
     }
 
     /// A JSON value that must be a number when present (`null` counts as absent).
-    pub(super) fn json_number(&self, field: &str, value: Option<&Value>) -> Result<Option<f64>> {
+    pub fn json_number(&self, field: &str, value: Option<&Value>) -> Result<Option<f64>> {
         match value {
             None | Some(Value::Null) => Ok(None),
             Some(v) => v
@@ -146,7 +136,7 @@ impl Fields<'_> {
     }
 
     /// A JSON value that must be an integer when present (`null` counts as absent).
-    pub(super) fn json_integer(&self, field: &str, value: Option<&Value>) -> Result<Option<i64>> {
+    pub fn json_integer(&self, field: &str, value: Option<&Value>) -> Result<Option<i64>> {
         match value {
             None | Some(Value::Null) => Ok(None),
             Some(v) => v

@@ -3,12 +3,9 @@
 
 use serde_json::{Map, Value};
 
-use super::{parse_rope, Fields, Gelu, HfConfig, Rope, Sign};
+use super::{read_rope, Dims, Fields, Gelu, HfConfig, Rope, Sign};
 use crate::limits::config::MAX_LAYERS;
 use crate::{Error, Result};
-
-/// The `model_type`s of the Gemma family.
-pub const GEMMA_MODEL_TYPES: &[&str] = &["gemma", "gemma2", "gemma3_text"];
 
 /// Which Gemma generation a config describes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,20 +51,19 @@ impl GemmaConfig {
     }
 }
 
-/// The Gemma knobs of `raw`, `None` for a model type outside the family.
-pub(super) fn parse(
+/// The Gemma knobs of `raw`, a `version` config of model type `model_type`.
+pub fn read(
     raw: &HfConfig,
+    version: GemmaVersion,
     model_type: &str,
-    hidden_size: usize,
-    head_dim: usize,
+    dims: Dims,
     f: &Fields<'_>,
-) -> Result<Option<GemmaConfig>> {
-    let version = match model_type {
-        "gemma" => GemmaVersion::Gemma1,
-        "gemma2" => GemmaVersion::Gemma2,
-        "gemma3_text" => GemmaVersion::Gemma3,
-        _ => return Ok(None),
-    };
+) -> Result<GemmaConfig> {
+    let Dims {
+        hidden_size,
+        head_dim,
+        ..
+    } = dims;
     if raw.attention_bias == Some(true) {
         return Err(f.err(
             "attention_bias",
@@ -111,7 +107,7 @@ pub(super) fn parse(
         GemmaVersion::Gemma3 => Some(gemma3_rope(raw, head_dim, "sliding_attention", f)?),
         _ => None,
     };
-    Ok(Some(GemmaConfig {
+    Ok(GemmaConfig {
         version,
         gelu,
         embed_scale: (hidden_size as f64).sqrt() as f32,
@@ -119,7 +115,7 @@ pub(super) fn parse(
         attn_softcap,
         final_softcap,
         local_rope,
-    }))
+    })
 }
 
 /// Gemma 1 reads `hidden_act` (its legacy `"gelu"` means the tanh form); Gemma 2/3 read
@@ -170,12 +166,7 @@ fn softcap(
 /// `rope_parameters` entry per layer type; v4 has `rope_theta` + `rope_scaling` for full layers
 /// and `rope_local_base_freq` (default scaling) for sliding ones. Defaults as transformers:
 /// theta 1e6 (full) and 1e4 (sliding).
-pub(super) fn gemma3_rope(
-    raw: &HfConfig,
-    head_dim: usize,
-    kind: &str,
-    f: &Fields<'_>,
-) -> Result<Rope> {
+pub fn gemma3_rope(raw: &HfConfig, head_dim: usize, kind: &str, f: &Fields<'_>) -> Result<Rope> {
     let default_theta = if kind == "full_attention" { 1e6 } else { 1e4 };
     let nested = match &raw.rope_parameters {
         Some(Value::Object(map))
@@ -216,7 +207,7 @@ pub(super) fn gemma3_rope(
         one.rope_theta = Some(raw.rope_local_base_freq.unwrap_or(default_theta));
         prefix = "rope_local_base_freq".to_string();
     }
-    parse_rope(&one, head_dim, f).map_err(|e| match e {
+    read_rope(&one, head_dim, default_theta, f).map_err(|e| match e {
         Error::ConfigField {
             path,
             field,
@@ -242,29 +233,25 @@ pub(super) fn gemma3_rope(
     })
 }
 
-/// transformers' `sliding_window` for Gemma 2 and Gemma 3 configs that leave it out.
-pub(super) fn default_window(model_type: &str) -> Option<i64> {
-    matches!(model_type, "gemma2" | "gemma3_text").then_some(4096)
+/// Gemma 3's RoPE of full-attention layers.
+pub fn gemma3_global_rope(raw: &HfConfig, head_dim: usize, f: &Fields<'_>) -> Result<Rope> {
+    gemma3_rope(raw, head_dim, "full_attention", f)
 }
 
-/// Which layers slide when the config has no `layer_types`: Gemma 2 alternates, starting with
-/// a sliding layer; Gemma 3 makes every `sliding_window_pattern`-th layer (default 6, checked
-/// to be a positive count) full. `None` for the other families.
-pub(super) fn default_sliding_layers(
-    raw: &HfConfig,
-    model_type: &str,
-    layers: usize,
-    f: &Fields<'_>,
-) -> Result<Option<Vec<bool>>> {
-    let pattern = match model_type {
-        "gemma2" => 2,
-        "gemma3_text" => f.optional_count(
-            "sliding_window_pattern",
-            raw.sliding_window_pattern,
-            6,
-            MAX_LAYERS,
-        )?,
-        _ => return Ok(None),
-    };
-    Ok(Some((0..layers).map(|i| (i + 1) % pattern != 0).collect()))
+/// Gemma 2's sliding layers when the config has no `layer_types`: every other one, starting
+/// with a sliding layer.
+pub fn gemma2_sliding_layers(_raw: &HfConfig, layers: usize, _f: &Fields<'_>) -> Result<Vec<bool>> {
+    Ok((0..layers).map(|i| (i + 1) % 2 != 0).collect())
+}
+
+/// Gemma 3's sliding layers when the config has no `layer_types`: every
+/// `sliding_window_pattern`-th layer (default 6, checked to be a positive count) is full.
+pub fn gemma3_sliding_layers(raw: &HfConfig, layers: usize, f: &Fields<'_>) -> Result<Vec<bool>> {
+    let pattern = f.optional_count(
+        "sliding_window_pattern",
+        raw.sliding_window_pattern,
+        6,
+        MAX_LAYERS,
+    )?;
+    Ok((0..layers).map(|i| (i + 1) % pattern != 0).collect())
 }

@@ -2,13 +2,23 @@
 //! transformers v4 and v5), LayerNorm, a GELU MLP of width `n_inner` (null → 4·n_embd),
 //! multi-head attention, learned positions and (by default) a tied LM head.
 
-use super::{first_token, parse_dtype, token_list, ArchConfig, Fields, Gelu, HfConfig};
+use super::ModelType;
+use super::{first_token, parse_dtype, token_list, ArchConfig, Fields, Gelu, HfConfig, Knobs};
 use super::{Rope, RopeScaling, Sign};
 use crate::limits::config::{MAX_HEADS, MAX_LAYERS, MAX_POSITIONS, MAX_VOCAB, MAX_WIDTH};
 use crate::Result;
 
+/// GPT-2's knobs: its LayerNorm and GELU.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Gpt2Config {
+    /// Epsilon of every LayerNorm (`layer_norm_epsilon`).
+    pub layer_norm_eps: f32,
+    /// The MLP activation (`activation_function`).
+    pub gelu: Gelu,
+}
+
 /// Normalises a GPT-2 config; errors name the field and what was expected.
-pub(super) fn from_hf(raw: &HfConfig, f: &Fields<'_>) -> Result<ArchConfig> {
+pub fn read(raw: &HfConfig, model_type: &'static ModelType, f: &Fields<'_>) -> Result<ArchConfig> {
     let (hidden_field, hidden) = spelled("n_embd", raw.n_embd, "hidden_size", raw.hidden_size);
     let hidden_size = f.positive(hidden_field, hidden, MAX_WIDTH)?;
     let (heads_field, heads) = spelled(
@@ -68,7 +78,7 @@ pub(super) fn from_hf(raw: &HfConfig, f: &Fields<'_>) -> Result<ArchConfig> {
     }
     let head_dim = hidden_size / heads;
     Ok(ArchConfig {
-        model_type: "gpt2".into(),
+        model_type,
         hidden_size,
         intermediate_size,
         num_attention_heads: heads,
@@ -95,20 +105,18 @@ pub(super) fn from_hf(raw: &HfConfig, f: &Fields<'_>) -> Result<ArchConfig> {
         bos_token_id: first_token(f, "bos_token_id", raw.bos_token_id.as_ref())?,
         eos_token_ids: token_list(f, "eos_token_id", raw.eos_token_id.as_ref())?,
         pad_token_id: first_token(f, "pad_token_id", raw.pad_token_id.as_ref())?,
-        layer_norm_eps: Some(match raw.layer_norm_epsilon {
-            Some(e) => f.number("layer_norm_epsilon", Some(e), e, Sign::NonNegative)?,
-            None => f.number(
-                "layer_norm_eps",
-                raw.layer_norm_eps,
-                1e-5,
-                Sign::NonNegative,
-            )?,
+        family: Knobs::new(Gpt2Config {
+            layer_norm_eps: match raw.layer_norm_epsilon {
+                Some(e) => f.number("layer_norm_epsilon", Some(e), e, Sign::NonNegative)?,
+                None => f.number(
+                    "layer_norm_eps",
+                    raw.layer_norm_eps,
+                    1e-5,
+                    Sign::NonNegative,
+                )?,
+            },
+            gelu,
         }),
-        gelu: Some(gelu),
-        lm_head_bias: false,
-        gemma: None,
-        family: super::FamilyKnobs::default(),
-        encoder: None,
     })
 }
 

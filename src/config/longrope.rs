@@ -148,7 +148,7 @@ mod tests {
     use std::path::Path;
 
     fn parse(json: &str) -> crate::Result<ArchConfig> {
-        ArchConfig::parse(json.as_bytes(), Path::new("config.json"))
+        crate::models::parse_config(json.as_bytes(), Path::new("config.json"))
     }
 
     const DIMS: &str = r#""model_type": "phi3", "hidden_size": 64, "intermediate_size": 128,

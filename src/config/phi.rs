@@ -2,13 +2,24 @@
 //! partial rotary embedding (`partial_rotary_factor`), biases on every projection and on the
 //! LM head.
 
+use super::decoder::default_rope;
 use super::HfConfig;
-use super::{first_token, parse_dtype, parse_rope, token_list, ArchConfig, Fields, Gelu, Sign};
+use super::ModelType;
+use super::{first_token, parse_dtype, token_list, ArchConfig, Fields, Gelu, Knobs, Sign};
 use crate::limits::config::{MAX_HEADS, MAX_LAYERS, MAX_POSITIONS, MAX_VOCAB, MAX_WIDTH};
 use crate::Result;
 
+/// Phi's knobs: its LayerNorm and GELU (the LM head always has a bias).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PhiConfig {
+    /// Epsilon of every LayerNorm (`layer_norm_eps`).
+    pub layer_norm_eps: f32,
+    /// The MLP activation (`hidden_act`).
+    pub gelu: Gelu,
+}
+
 /// Normalises a Phi config; errors name the field and what was expected.
-pub(super) fn from_hf(raw: &HfConfig, f: &Fields<'_>) -> Result<ArchConfig> {
+pub fn read(raw: &HfConfig, model_type: &'static ModelType, f: &Fields<'_>) -> Result<ArchConfig> {
     let hidden_size = f.positive("hidden_size", raw.hidden_size, MAX_WIDTH)?;
     let heads = f.positive("num_attention_heads", raw.num_attention_heads, MAX_HEADS)?;
     let kv_heads = match raw.num_key_value_heads {
@@ -46,7 +57,7 @@ pub(super) fn from_hf(raw: &HfConfig, f: &Fields<'_>) -> Result<ArchConfig> {
     }
     let layers = f.positive("num_hidden_layers", raw.num_hidden_layers, MAX_LAYERS)?;
     Ok(ArchConfig {
-        model_type: "phi".into(),
+        model_type,
         hidden_size,
         intermediate_size: f.positive("intermediate_size", raw.intermediate_size, MAX_WIDTH)?,
         num_attention_heads: heads,
@@ -64,22 +75,20 @@ pub(super) fn from_hf(raw: &HfConfig, f: &Fields<'_>) -> Result<ArchConfig> {
         qkv_bias: true,
         o_bias: true,
         mlp_bias: true,
-        rope: parse_rope(raw, head_dim, f)?,
+        rope: default_rope(raw, head_dim, f)?,
         layer_windows: vec![None; layers],
         dtype: parse_dtype(raw, f)?,
         bos_token_id: first_token(f, "bos_token_id", raw.bos_token_id.as_ref())?,
         eos_token_ids: token_list(f, "eos_token_id", raw.eos_token_id.as_ref())?,
         pad_token_id: first_token(f, "pad_token_id", raw.pad_token_id.as_ref())?,
-        layer_norm_eps: Some(f.number(
-            "layer_norm_eps",
-            raw.layer_norm_eps,
-            1e-5,
-            Sign::NonNegative,
-        )?),
-        gelu: Some(gelu),
-        lm_head_bias: true,
-        gemma: None,
-        family: super::FamilyKnobs::default(),
-        encoder: None,
+        family: Knobs::new(PhiConfig {
+            layer_norm_eps: f.number(
+                "layer_norm_eps",
+                raw.layer_norm_eps,
+                1e-5,
+                Sign::NonNegative,
+            )?,
+            gelu,
+        }),
     })
 }

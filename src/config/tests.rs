@@ -1,7 +1,7 @@
 use super::*;
 
 fn parse(json: &str) -> Result<ArchConfig> {
-    ArchConfig::parse(json.as_bytes(), Path::new("config.json"))
+    crate::models::parse_config(json.as_bytes(), Path::new("config.json"))
 }
 
 const V4: &str = r#"{

@@ -13,8 +13,45 @@
 
 use super::components::decoder_io::{BATCH, SEQ};
 use super::components::{layer_norm, layer_norm_into, linear, padding_mask};
-use crate::config::{ArchConfig, EncoderConfig, Positions};
+use super::registry::{FamilySpec, ModelType};
+use crate::config::encoder::{read_bert, read_roberta};
+use crate::config::{ArchConfig, CheckpointRenaming, EncoderConfig, FamilyKnobs, Positions};
 use crate::ir::{Attr, DType, Dim, Graph, GraphBuilder, Initializer, Shape, TensorSource};
+use crate::role::Role;
+
+/// The family's registry entry. onnxruntime-genai runs generative models only: encoder
+/// packages have no genai_config.json.
+pub static FAMILY: FamilySpec = FamilySpec {
+    name: "bert",
+    summary: "encoders for feature extraction: bidirectional attention, post-norm LayerNorm \
+              layers, learned positions (RoBERTa: after the padding token)",
+    model_types: &[
+        ModelType {
+            name: "bert",
+            genai_type: None,
+            read: read_bert,
+        },
+        ModelType {
+            name: "roberta",
+            genai_type: None,
+            read: read_roberta,
+        },
+    ],
+};
+
+impl FamilyKnobs for EncoderConfig {
+    fn build(&self, cfg: &ArchConfig, dtype: DType) -> Graph {
+        build(cfg, self, dtype)
+    }
+
+    fn role(&self) -> Role {
+        Role::Encoder
+    }
+
+    fn checkpoint_renaming(&self) -> Option<CheckpointRenaming> {
+        Some(checkpoint_name)
+    }
+}
 
 /// Model-class prefixes of task checkpoints (`BertForMaskedLM` saves `bert.embeddings…`).
 const PREFIXES: &[&str] = &["bert.", "roberta."];
@@ -41,15 +78,9 @@ pub fn checkpoint_name(name: &str) -> Option<String> {
     })
 }
 
-/// Builds the encoder graph; `cfg.encoder` must be set.
-pub fn build(cfg: &ArchConfig, dtype: DType) -> Graph {
-    let enc = cfg
-        .encoder
-        .as_ref()
-        .expect("encoder configs always carry EncoderConfig");
-    let eps = cfg
-        .layer_norm_eps
-        .expect("encoder configs always carry a LayerNorm epsilon");
+/// Builds the encoder graph of `cfg`, whose knobs are `enc`.
+fn build(cfg: &ArchConfig, enc: &EncoderConfig, dtype: DType) -> Graph {
+    let eps = enc.layer_norm_eps;
     let mut b = GraphBuilder::new("main_graph");
     let h = cfg.hidden_size;
     let token_shape = || Shape::new([BATCH, SEQ]);

@@ -129,7 +129,7 @@ pub trait Family {
 
     /// The RoPE layer `i` applies: its parameters and the index of its tables in what
     /// [`Family::rotary`] returned; `None` for no rotation.
-    fn layer_rope<'c>(&self, cfg: &'c ArchConfig, _i: usize) -> Option<(&'c Rope, usize)> {
+    fn layer_rope<'c>(&'c self, cfg: &'c ArchConfig, _i: usize) -> Option<(&'c Rope, usize)> {
         Some((&cfg.rope, 0))
     }
 
@@ -216,20 +216,9 @@ pub trait Family {
     }
 
     /// Writes the graph output `logits` from the final hidden states `x` and the LM head
-    /// weight `head` (`[H, vocab]`): `x @ head`, plus `lm_head.bias` when the config has one.
-    fn logits(&self, b: &mut GraphBuilder, cfg: &ArchConfig, x: &str, head: &str, dtype: DType) {
-        if !cfg.lm_head_bias {
-            b.op_into("MatMul", &[x, head], vec![], "logits");
-            return;
-        }
-        let y = b.op("MatMul", &[x, head], vec![]);
-        let bias = b.initializer(Initializer {
-            name: "lm_head.bias".into(),
-            dtype,
-            shape: vec![cfg.vocab_size],
-            source: Some(TensorSource::Checkpoint("lm_head.bias".into())),
-        });
-        b.op_into("Add", &[&y, &bias], vec![], "logits");
+    /// weight `head` (`[H, vocab]`): `x @ head`.
+    fn logits(&self, b: &mut GraphBuilder, _cfg: &ArchConfig, x: &str, head: &str, _dtype: DType) {
+        b.op_into("MatMul", &[x, head], vec![], "logits");
     }
 }
 

@@ -11,15 +11,70 @@ use super::components::{
     NormKind, RopeTables,
 };
 use super::decoder::{self, Family, LayerNorms};
-use crate::config::{ArchConfig, GemmaConfig, Rope};
+use super::registry::{FamilySpec, ModelType};
+use crate::config::gemma::{gemma2_sliding_layers, gemma3_global_rope, gemma3_sliding_layers};
+use crate::config::{
+    gemma, read_decoder, ArchConfig, Biases, DecoderFields, FamilyKnobs, Fields, GemmaConfig,
+    GemmaVersion, HfConfig, Rope, SlidingLayers,
+};
 use crate::ir::{DType, Graph, GraphBuilder};
+use crate::Result;
 
-/// Gemma's hooks, reading the Gemma knobs of the config.
-pub struct Gemma<'a> {
-    knobs: &'a GemmaConfig,
+/// The family's registry entry.
+pub static FAMILY: FamilySpec = FamilySpec {
+    name: "gemma",
+    summary: "RMSNorm gain `1 + w`, scaled embeddings, GELU-gated MLP; Gemma 2/3: four norms \
+              per layer, `query_pre_attn_scalar`, attention and final-logit soft-capping, \
+              alternating sliding-window layers; Gemma 3: per-head q/k norms, local RoPE",
+    model_types: &[
+        ModelType::generative("gemma", "gemma", |raw, t, f| {
+            read(raw, t, f, GemmaVersion::Gemma1, &GEMMA1)
+        }),
+        ModelType::generative("gemma2", "gemma", |raw, t, f| {
+            read(raw, t, f, GemmaVersion::Gemma2, &GEMMA2)
+        }),
+        ModelType::generative("gemma3_text", "gemma3_text", |raw, t, f| {
+            read(raw, t, f, GemmaVersion::Gemma3, &GEMMA3)
+        }),
+    ],
+};
+
+/// transformers' GemmaConfig: head_dim 256, no biases, tied embeddings, its own activation.
+const GEMMA1: DecoderFields = DecoderFields {
+    head_dim: Some(256),
+    biases: Biases::None,
+    silu_mlp: false,
+    tie_word_embeddings: true,
+    ..DecoderFields::LLAMA
+};
+
+/// Gemma 2: a window of 4096 by default, on every other layer.
+const GEMMA2: DecoderFields = DecoderFields {
+    sliding_window: Some(4096),
+    sliding_layers: SlidingLayers::Pattern(gemma2_sliding_layers),
+    ..GEMMA1
+};
+
+/// Gemma 3: its own RoPE reading, full attention every `sliding_window_pattern` layers.
+const GEMMA3: DecoderFields = DecoderFields {
+    rope: gemma3_global_rope,
+    sliding_layers: SlidingLayers::Pattern(gemma3_sliding_layers),
+    ..GEMMA2
+};
+
+fn read(
+    raw: &HfConfig,
+    model_type: &'static ModelType,
+    f: &Fields<'_>,
+    version: GemmaVersion,
+    fields: &DecoderFields,
+) -> Result<ArchConfig> {
+    read_decoder(raw, model_type, f, fields, |dims| {
+        gemma::read(raw, version, model_type.name, dims, f)
+    })
 }
 
-impl Family for Gemma<'_> {
+impl Family for GemmaConfig {
     fn norm(&self, cfg: &ArchConfig) -> Norm {
         Norm {
             kind: NormKind::OffsetRms,
@@ -28,7 +83,7 @@ impl Family for Gemma<'_> {
     }
 
     fn layer_norms(&self) -> LayerNorms {
-        if self.knobs.sandwich_norms() {
+        if self.sandwich_norms() {
             LayerNorms::SANDWICH
         } else {
             LayerNorms::PRE
@@ -43,7 +98,7 @@ impl Family for Gemma<'_> {
         x: String,
         dtype: DType,
     ) -> String {
-        let scale = scalar(b, self.knobs.embed_scale, dtype);
+        let scale = scalar(b, self.embed_scale, dtype);
         b.op("Mul", &[&x, &scale], vec![])
     }
 
@@ -56,7 +111,7 @@ impl Family for Gemma<'_> {
         dtype: DType,
     ) -> Vec<RopeTables> {
         let mut tables = vec![decoder::plain_rotary(b, cfg, io, dtype)];
-        if let Some(rope) = &self.knobs.local_rope {
+        if let Some(rope) = &self.local_rope {
             let (prefix, positions) = ("model.rotary_emb_local", cfg.max_position_embeddings);
             let ids = &io.position_ids;
             tables.push(named_rope_tables(b, prefix, rope, positions, ids, dtype));
@@ -65,9 +120,8 @@ impl Family for Gemma<'_> {
     }
 
     /// Gemma 3's sliding layers rotate with the local RoPE.
-    fn layer_rope<'c>(&self, cfg: &'c ArchConfig, i: usize) -> Option<(&'c Rope, usize)> {
-        let local = cfg.gemma.as_ref().and_then(|g| g.local_rope.as_ref());
-        match (local, cfg.layer_windows[i]) {
+    fn layer_rope<'c>(&'c self, cfg: &'c ArchConfig, i: usize) -> Option<(&'c Rope, usize)> {
+        match (&self.local_rope, cfg.layer_windows[i]) {
             (Some(rope), Some(_)) => Some((rope, 1)),
             _ => Some((&cfg.rope, 0)),
         }
@@ -82,7 +136,7 @@ impl Family for Gemma<'_> {
         attn: &str,
         dtype: DType,
     ) -> (String, String) {
-        if !self.knobs.qk_norm() {
+        if !self.qk_norm() {
             return (q, k);
         }
         let (norm, d) = (self.norm(cfg), cfg.head_dim);
@@ -97,11 +151,11 @@ impl Family for Gemma<'_> {
     }
 
     fn attention_scale(&self, _cfg: &ArchConfig) -> f32 {
-        self.knobs.attn_scale
+        self.attn_scale
     }
 
     fn attention_softcap(&self, _cfg: &ArchConfig) -> f32 {
-        self.knobs.attn_softcap.unwrap_or(0.0)
+        self.attn_softcap.unwrap_or(0.0)
     }
 
     fn mlp(
@@ -112,14 +166,14 @@ impl Family for Gemma<'_> {
         mlp: &str,
         dtype: DType,
     ) -> String {
-        let act = GateActivation::Gelu(self.knobs.gelu);
+        let act = GateActivation::Gelu(self.gelu);
         let sizes = (cfg.hidden_size, cfg.intermediate_size);
         gated_mlp(b, x, mlp, sizes, false, act, dtype)
     }
 
     /// `cap · tanh(x @ head / cap)` when the final logits are soft-capped.
     fn logits(&self, b: &mut GraphBuilder, _cfg: &ArchConfig, x: &str, head: &str, dtype: DType) {
-        let Some(cap) = self.knobs.final_softcap else {
+        let Some(cap) = self.final_softcap else {
             b.op_into("MatMul", &[x, head], vec![], "logits");
             return;
         };
@@ -131,11 +185,8 @@ impl Family for Gemma<'_> {
     }
 }
 
-/// Builds the decoder graph of a Gemma-family config (`cfg.gemma` must be set).
-pub fn build(cfg: &ArchConfig, dtype: DType) -> Graph {
-    let knobs = cfg
-        .gemma
-        .as_ref()
-        .expect("config parsing sets the Gemma knobs for every Gemma model type");
-    decoder::build(cfg, dtype, &Gemma { knobs })
+impl FamilyKnobs for GemmaConfig {
+    fn build(&self, cfg: &ArchConfig, dtype: DType) -> Graph {
+        decoder::build(cfg, dtype, self)
+    }
 }

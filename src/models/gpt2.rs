@@ -7,13 +7,23 @@
 
 use super::components::{conv1d, gelu, Conv1dParams, DecoderInputs, Norm, NormKind, RopeTables};
 use super::decoder::{self, Family, LayerNorms, Names};
-use crate::config::{ArchConfig, Gelu, Rope};
+use super::registry::{FamilySpec, ModelType};
+use crate::config::gpt2::{self as config, Gpt2Config};
+use crate::config::{ArchConfig, CheckpointRenaming, FamilyKnobs, Rope};
 use crate::ir::{Attr, DType, Graph, GraphBuilder, Initializer, TensorSource};
 
-/// GPT-2's hooks: `transformer.*` names, LayerNorm, learned positions, Conv1D projections.
-pub struct Gpt2;
+/// The family's registry entry. onnxruntime-genai's own `gpt2` type expects one combined
+/// `past_%d` cache tensor per layer, not the separate key/value inputs of our graph contract,
+/// and refuses the package ("Model input was not found"); its generic `decoder` runs it.
+pub static FAMILY: FamilySpec = FamilySpec {
+    name: "gpt2",
+    summary: "learned positions, LayerNorm, Conv1D weights with the fused `c_attn` cut \
+              lazily into q/k/v, GELU MLP, tied head",
+    model_types: &[ModelType::generative("gpt2", "decoder", config::read)],
+};
 
-impl Family for Gpt2 {
+/// GPT-2's hooks: `transformer.*` names, LayerNorm, learned positions, Conv1D projections.
+impl Family for Gpt2Config {
     fn names(&self) -> Names {
         Names {
             root: "transformer",
@@ -24,10 +34,10 @@ impl Family for Gpt2 {
         }
     }
 
-    fn norm(&self, cfg: &ArchConfig) -> Norm {
+    fn norm(&self, _cfg: &ArchConfig) -> Norm {
         Norm {
             kind: NormKind::Layer,
-            eps: cfg.layer_norm_eps.unwrap_or(1e-5),
+            eps: self.layer_norm_eps,
         }
     }
 
@@ -74,7 +84,7 @@ impl Family for Gpt2 {
         vec![]
     }
 
-    fn layer_rope<'c>(&self, _cfg: &'c ArchConfig, _i: usize) -> Option<(&'c Rope, usize)> {
+    fn layer_rope<'c>(&'c self, _cfg: &'c ArchConfig, _i: usize) -> Option<(&'c Rope, usize)> {
         None
     }
 
@@ -122,7 +132,7 @@ impl Family for Gpt2 {
         let (h, inner) = (cfg.hidden_size, cfg.intermediate_size);
         let fc = format!("{mlp}.c_fc");
         let up = conv1d(b, x, &fc, &whole(&fc), h, inner, dtype);
-        let up = gelu(b, &up, cfg.gelu.unwrap_or(Gelu::Tanh));
+        let up = gelu(b, &up, self.gelu);
         let proj = format!("{mlp}.c_proj");
         conv1d(b, &up, &proj, &whole(&proj), inner, h, dtype)
     }
@@ -137,9 +147,14 @@ fn whole(prefix: &str) -> Conv1dParams {
     }
 }
 
-/// Builds the decoder graph.
-pub fn build(cfg: &ArchConfig, dtype: DType) -> Graph {
-    decoder::build(cfg, dtype, &Gpt2)
+impl FamilyKnobs for Gpt2Config {
+    fn build(&self, cfg: &ArchConfig, dtype: DType) -> Graph {
+        decoder::build(cfg, dtype, self)
+    }
+
+    fn checkpoint_renaming(&self) -> Option<CheckpointRenaming> {
+        Some(checkpoint_name)
+    }
 }
 
 /// Checkpoint names as the builder reads them: base-model checkpoints (`GPT2Model`, e.g. the

@@ -1,7 +1,9 @@
 //! Model builders: [`ArchConfig`] → portable, EP-agnostic ONNX graph (opset 24).
 //!
-//! Every decoder family is a set of [`decoder::Family`] hooks on the one skeleton of
-//! [`decoder`], in its own file; shared pieces live in [`components`].
+//! Every family is one file: its [`registry::FamilySpec`] (the `model_type`s it answers to,
+//! how their config.json reads, their onnxruntime-genai type) and its builder — for decoders a
+//! set of [`decoder::Family`] hooks on the one skeleton of [`decoder`]. [`registry::FAMILIES`]
+//! lists the families; shared pieces live in [`components`].
 
 pub mod bert;
 pub mod components;
@@ -14,11 +16,14 @@ pub mod olmo2;
 pub mod phi;
 pub mod phi3;
 pub mod qwen3;
+pub mod registry;
 pub mod smollm3;
+
+pub use registry::{load_config, parse_config};
 
 use std::collections::BTreeMap;
 
-use crate::config::ArchConfig;
+use crate::config::{ArchConfig, CheckpointRenaming};
 use crate::ir::{DType, Model};
 use crate::Result;
 
@@ -27,22 +32,9 @@ pub const IR_VERSION: i64 = 11;
 /// Default-domain opset the builders emit.
 pub const OPSET: i64 = 24;
 
-/// Builds the portable graph of `cfg` in `dtype`.
+/// Builds the portable graph of `cfg` in `dtype`, with its family's builder.
 pub fn build_model(cfg: &ArchConfig, dtype: DType) -> Result<Model> {
-    let graph = match cfg.model_type.as_str() {
-        // Plain pre-norm decoders share one builder.
-        "llama" | "mistral" | "qwen2" => llama::build(cfg, dtype),
-        "gemma" | "gemma2" | "gemma3_text" => gemma::build(cfg, dtype),
-        "gpt2" => gpt2::build(cfg, dtype),
-        "phi" => phi::build(cfg, dtype),
-        "bert" | "roberta" => bert::build(cfg, dtype),
-        "qwen3" => qwen3::build(cfg, dtype),
-        "smollm3" => smollm3::build(cfg, dtype),
-        "granite" => granite::build(cfg, dtype),
-        "olmo2" => olmo2::build(cfg, dtype),
-        "phi3" => phi3::build(cfg, dtype),
-        other => unreachable!("config validation admits only supported model types, got {other}"),
-    };
+    let graph = cfg.family.build(cfg, dtype);
     graph.validate()?;
     Ok(Model {
         graph,
@@ -55,10 +47,6 @@ pub fn build_model(cfg: &ArchConfig, dtype: DType) -> Result<Model> {
 
 /// How the builder of `cfg`'s family renames checkpoint tensors before reading them (`None`
 /// when it reads the checkpoint's own names); the function returns `None` for tensors it drops.
-pub fn checkpoint_renaming(cfg: &ArchConfig) -> Option<fn(&str) -> Option<String>> {
-    match cfg.model_type.as_str() {
-        "bert" | "roberta" => Some(bert::checkpoint_name),
-        "gpt2" => Some(gpt2::checkpoint_name),
-        _ => None,
-    }
+pub fn checkpoint_renaming(cfg: &ArchConfig) -> Option<CheckpointRenaming> {
+    cfg.family.checkpoint_renaming()
 }

@@ -3,10 +3,28 @@
 //! input norm) and RMSNorm of q and k over the whole projection width (not per head).
 
 use super::decoder::{self, Family, LayerNorms};
-use crate::config::ArchConfig;
+use super::registry::{FamilySpec, ModelType};
+use crate::config::{read_decoder, ArchConfig, Biases, DecoderFields, FamilyKnobs};
 use crate::ir::{DType, Graph, GraphBuilder};
 
+/// The family's registry entry. onnxruntime-genai 0.18 has no `olmo2` type; its `olmo` type
+/// is the same plain decoder loop, and the graph carries every OLMo 2 difference.
+pub static FAMILY: FamilySpec = FamilySpec {
+    name: "olmo2",
+    summary: "post-norm blocks, full-width q/k RMSNorm",
+    model_types: &[ModelType::generative("olmo2", "olmo", |raw, t, f| {
+        read_decoder(raw, t, f, &FIELDS, |_| Ok(Olmo2))
+    })],
+};
+
+/// `attention_bias` honoured, no MLP bias.
+const FIELDS: DecoderFields = DecoderFields {
+    biases: Biases::Configured { mlp_bias: false },
+    ..DecoderFields::LLAMA
+};
+
 /// OLMo 2's hooks: post-norm placement and full-width q/k norms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Olmo2;
 
 impl Family for Olmo2 {
@@ -31,7 +49,8 @@ impl Family for Olmo2 {
     }
 }
 
-/// Builds the decoder graph.
-pub fn build(cfg: &ArchConfig, dtype: DType) -> Graph {
-    decoder::build(cfg, dtype, &Olmo2)
+impl FamilyKnobs for Olmo2 {
+    fn build(&self, cfg: &ArchConfig, dtype: DType) -> Graph {
+        decoder::build(cfg, dtype, self)
+    }
 }

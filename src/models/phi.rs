@@ -4,13 +4,22 @@
 
 use super::components::{gelu, linear, Norm, NormKind};
 use super::decoder::{self, Family, LayerNorms, Names};
-use crate::config::{ArchConfig, Gelu};
-use crate::ir::{DType, Graph, GraphBuilder};
+use super::registry::{FamilySpec, ModelType};
+use crate::config::phi::{self as config, PhiConfig};
+use crate::config::{ArchConfig, FamilyKnobs};
+use crate::ir::{DType, Graph, GraphBuilder, Initializer, TensorSource};
 
-/// Phi's hooks: LayerNorm, parallel blocks, `dense` output projection, `fc1`/`fc2` GELU MLP.
-pub struct Phi;
+/// The family's registry entry.
+pub static FAMILY: FamilySpec = FamilySpec {
+    name: "phi",
+    summary: "phi-1.5/phi-2: attention and GELU MLP in parallel off one LayerNorm, partial \
+              RoPE, LM head with bias",
+    model_types: &[ModelType::generative("phi", "phi", config::read)],
+};
 
-impl Family for Phi {
+/// Phi's hooks: LayerNorm, parallel blocks, `dense` output projection, `fc1`/`fc2` GELU MLP,
+/// LM head with bias.
+impl Family for PhiConfig {
     fn names(&self) -> Names {
         Names {
             final_norm: "final_layernorm",
@@ -18,10 +27,10 @@ impl Family for Phi {
         }
     }
 
-    fn norm(&self, cfg: &ArchConfig) -> Norm {
+    fn norm(&self, _cfg: &ArchConfig) -> Norm {
         Norm {
             kind: NormKind::Layer,
-            eps: cfg.layer_norm_eps.unwrap_or(1e-5),
+            eps: self.layer_norm_eps,
         }
     }
 
@@ -59,12 +68,25 @@ impl Family for Phi {
     ) -> String {
         let (h, inner, bias) = (cfg.hidden_size, cfg.intermediate_size, cfg.mlp_bias);
         let up = linear(b, x, &format!("{mlp}.fc1"), h, inner, bias, dtype);
-        let up = gelu(b, &up, cfg.gelu.unwrap_or(Gelu::Tanh));
+        let up = gelu(b, &up, self.gelu);
         linear(b, &up, &format!("{mlp}.fc2"), inner, h, bias, dtype)
+    }
+
+    /// `x @ head + lm_head.bias`.
+    fn logits(&self, b: &mut GraphBuilder, cfg: &ArchConfig, x: &str, head: &str, dtype: DType) {
+        let y = b.op("MatMul", &[x, head], vec![]);
+        let bias = b.initializer(Initializer {
+            name: "lm_head.bias".into(),
+            dtype,
+            shape: vec![cfg.vocab_size],
+            source: Some(TensorSource::Checkpoint("lm_head.bias".into())),
+        });
+        b.op_into("Add", &[&y, &bias], vec![], "logits");
     }
 }
 
-/// Builds the decoder graph.
-pub fn build(cfg: &ArchConfig, dtype: DType) -> Graph {
-    decoder::build(cfg, dtype, &Phi)
+impl FamilyKnobs for PhiConfig {
+    fn build(&self, cfg: &ArchConfig, dtype: DType) -> Graph {
+        decoder::build(cfg, dtype, self)
+    }
 }

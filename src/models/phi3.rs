@@ -6,10 +6,27 @@
 use super::components::longrope::longrope_tables;
 use super::components::{linear, DecoderInputs, RopeTables};
 use super::decoder::{self, Family};
-use crate::config::{ArchConfig, RopeScaling};
+use super::registry::{FamilySpec, ModelType};
+use crate::config::{read_decoder, ArchConfig, Biases, DecoderFields, FamilyKnobs, RopeScaling};
 use crate::ir::{DType, Graph, GraphBuilder, Initializer, TensorSource};
 
+/// The family's registry entry.
+pub static FAMILY: FamilySpec = FamilySpec {
+    name: "phi3",
+    summary: "fused `qkv_proj`/`gate_up_proj` split at save time, LongRoPE",
+    model_types: &[ModelType::generative("phi3", "phi3", |raw, t, f| {
+        read_decoder(raw, t, f, &FIELDS, |_| Ok(Phi3))
+    })],
+};
+
+/// No biases.
+const FIELDS: DecoderFields = DecoderFields {
+    biases: Biases::None,
+    ..DecoderFields::LLAMA
+};
+
 /// Phi-3's hooks: fused projections and LongRoPE.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Phi3;
 
 impl Family for Phi3 {
@@ -114,7 +131,8 @@ impl Fused {
     }
 }
 
-/// Builds the decoder graph.
-pub fn build(cfg: &ArchConfig, dtype: DType) -> Graph {
-    decoder::build(cfg, dtype, &Phi3)
+impl FamilyKnobs for Phi3 {
+    fn build(&self, cfg: &ArchConfig, dtype: DType) -> Graph {
+        decoder::build(cfg, dtype, self)
+    }
 }

@@ -4,10 +4,30 @@
 
 use super::components::per_head_norm;
 use super::decoder::{self, Family};
-use crate::config::ArchConfig;
+use super::registry::{FamilySpec, ModelType};
+use crate::config::{read_decoder, ArchConfig, Biases, DecoderFields, FamilyKnobs, SlidingLayers};
 use crate::ir::{DType, Graph, GraphBuilder};
 
+/// The family's registry entry.
+pub static FAMILY: FamilySpec = FamilySpec {
+    name: "qwen3",
+    summary: "Llama with per-head q/k RMSNorm",
+    model_types: &[ModelType::generative("qwen3", "qwen2", |raw, t, f| {
+        read_decoder(raw, t, f, &FIELDS, |_| Ok(Qwen3))
+    })],
+};
+
+/// transformers' Qwen3Config: head_dim 128, no MLP bias, windows off unless enabled.
+const FIELDS: DecoderFields = DecoderFields {
+    head_dim: Some(128),
+    biases: Biases::Configured { mlp_bias: false },
+    use_sliding_window: false,
+    sliding_layers: SlidingLayers::FromMaxWindowLayers,
+    ..DecoderFields::LLAMA
+};
+
 /// Qwen3's hooks: per-head q/k norms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Qwen3;
 
 impl Family for Qwen3 {
@@ -28,7 +48,31 @@ impl Family for Qwen3 {
     }
 }
 
-/// Builds the decoder graph.
-pub fn build(cfg: &ArchConfig, dtype: DType) -> Graph {
-    decoder::build(cfg, dtype, &Qwen3)
+impl FamilyKnobs for Qwen3 {
+    fn build(&self, cfg: &ArchConfig, dtype: DType) -> Graph {
+        decoder::build(cfg, dtype, self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    #[test]
+    fn windows_need_use_sliding_window_and_biases_follow_attention_bias() {
+        let parse = |extra: &str| {
+            let json = format!(
+                r#"{{"model_type": "qwen3", "hidden_size": 64, "intermediate_size": 128,
+                "num_attention_heads": 4, "num_hidden_layers": 4, "vocab_size": 300,
+                "max_position_embeddings": 128, "sliding_window": 8,
+                "max_window_layers": 2 {extra}}}"#
+            );
+            crate::models::parse_config(json.as_bytes(), Path::new("config.json")).unwrap()
+        };
+        let c = parse(r#", "attention_bias": true"#);
+        assert_eq!(c.layer_windows, [None; 4]);
+        assert!(c.qkv_bias && c.o_bias && !c.mlp_bias);
+        let on = parse(r#", "use_sliding_window": true"#);
+        assert_eq!(on.layer_windows, [None, None, Some(8), Some(8)]);
+    }
 }

@@ -6,29 +6,14 @@ use crate::config::ArchConfig;
 use crate::ep::{genai_provider_options, genai_search_max_length, EpCapabilities};
 use crate::ir::Graph;
 
-/// onnxruntime-genai's `model.type` for an HF `model_type` (unknown types pass through).
-///
-/// `gpt2` becomes genai's generic `decoder`: genai's own `gpt2` model class expects one
-/// combined `past_%d` cache tensor per layer, not the separate key/value inputs of our graph
-/// contract, and refuses the package ("Model input was not found").
-pub fn genai_model_type(model_type: &str) -> &str {
-    match model_type {
-        "gpt2" => "decoder",
-        "qwen3" => "qwen2",
-        "gemma2" => "gemma",
-        // genai 0.18 has no olmo2 type; its olmo type is the same plain decoder loop, and the
-        // graph carries every OLMo 2 difference (tests/ort greedy parity).
-        "olmo2" => "olmo",
-        other => other,
-    }
-}
-
-/// The genai_config.json document for a decoder package whose graph is `graph`.
+/// The genai_config.json document for a decoder package whose graph is `graph`, run by
+/// onnxruntime-genai as `genai_type` (its model type's entry in the family registry).
 ///
 /// Decoder inputs are read from the graph, so a graph without `position_ids` lists none.
 /// `context_length` is `max_position_embeddings`: the RoPE tables hold no more positions.
 pub fn genai_config(
     cfg: &ArchConfig,
+    genai_type: &str,
     ep: &EpCapabilities,
     graph: &Graph,
     model_file: &str,
@@ -55,7 +40,7 @@ pub fn genai_config(
             .any(|n| n.domain.is_empty() && n.op_type == "Attention");
     let context_length = cfg.max_position_embeddings;
     let mut model = json!({
-        "type": genai_model_type(&cfg.model_type),
+        "type": genai_type,
         "vocab_size": cfg.vocab_size,
         "context_length": context_length,
         "decoder": {

@@ -1,6 +1,7 @@
 //! The saved package: `model.onnx`, `model.onnx.data`, `genai_config.json` and the
-//! checkpoint's tokenizer files, written atomically into the output folder. Encoders get no
-//! `genai_config.json`: onnxruntime-genai runs generative models only (spec §5.4).
+//! checkpoint's tokenizer files, written atomically into the output folder. Models without an
+//! onnxruntime-genai type (encoders) get no `genai_config.json`: onnxruntime-genai runs
+//! generative models only (spec §5.4).
 
 mod copy;
 pub mod genai_config;
@@ -13,7 +14,6 @@ use crate::config::ArchConfig;
 use crate::ep::EpCapabilities;
 use crate::ir::Model;
 use crate::onnx::export::{self, SaveReport, MODEL_FILE};
-use crate::role::Role;
 use crate::weights::eval::Evaluator;
 use crate::{Error, Result};
 pub use copy::{copy_aux_file, MAX_AUX_FILE_BYTES};
@@ -22,7 +22,8 @@ pub use output::{check_apart, check_not_over, check_target, StagedOutput};
 /// File name of the onnxruntime-genai configuration.
 pub const GENAI_CONFIG_FILE: &str = "genai_config.json";
 
-/// Saves `model` with its genai_config.json (decoders only) and `tokenizer_files` into `dir`.
+/// Saves `model` with its genai_config.json (when its model type has an onnxruntime-genai
+/// type) and `tokenizer_files` into `dir`.
 pub fn write_package(
     model: &Model,
     cfg: &ArchConfig,
@@ -33,8 +34,8 @@ pub fn write_package(
     progress: &indicatif::ProgressBar,
 ) -> Result<SaveReport> {
     let report = export::save(model, dir, evaluator, progress)?;
-    if cfg.role() == Role::Decoder {
-        let genai = genai_config::genai_config(cfg, ep, &model.graph, MODEL_FILE);
+    if let Some(genai_type) = cfg.model_type.genai_type {
+        let genai = genai_config::genai_config(cfg, genai_type, ep, &model.graph, MODEL_FILE);
         let path = dir.join(GENAI_CONFIG_FILE);
         std::fs::write(&path, genai_config::to_pretty_json(&genai))
             .map_err(|e| Error::io(&path, e))?;

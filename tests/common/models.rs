@@ -26,7 +26,7 @@ pub fn ep_dtype(ep: &str) -> DType {
 
 /// The config of checkpoint folder `dir`.
 pub fn load_config(dir: &Path) -> ArchConfig {
-    ArchConfig::load(&dir.join("config.json")).unwrap()
+    mobius::models::load_config(&dir.join("config.json")).unwrap()
 }
 
 /// The config of a published model (`tests/data/configs/{name}`).
@@ -74,7 +74,7 @@ pub fn fixture_task(dir: &Path) -> Option<String> {
 
 /// Parses config.json text.
 pub fn parse_config(json: &str) -> mobius::Result<ArchConfig> {
-    ArchConfig::parse(json.as_bytes(), Path::new("config.json"))
+    mobius::models::parse_config(json.as_bytes(), Path::new("config.json"))
 }
 
 /// Optimizer options for a `role` model in `dtype`, default limits.

@@ -1,0 +1,155 @@
+//! The family registry: the one list of the model types mobius builds.
+//!
+//! A family is one file in `src/models/` that declares a [`FamilySpec`]: the Hugging Face
+//! `model_type`s it answers to, and for each how its config.json reads (into an
+//! [`ArchConfig`] whose `family` knobs build the graph) and which onnxruntime-genai
+//! `model.type` runs it. [`FAMILIES`] lists them; config parsing, `mobius list models` and the
+//! README's table all read it.
+
+use super::{bert, gemma, gpt2, granite, llama, olmo2, phi, phi3, qwen3, smollm3};
+pub use crate::config::{ModelType, ReadConfig};
+use std::path::Path;
+
+use crate::config::{ArchConfig, HfConfig};
+use crate::Error;
+use crate::Result;
+
+/// Every family mobius builds, in the order `mobius list models` prints them.
+pub static FAMILIES: &[&FamilySpec] = &[
+    &llama::FAMILY,
+    &gemma::FAMILY,
+    &gpt2::FAMILY,
+    &phi::FAMILY,
+    &qwen3::FAMILY,
+    &smollm3::FAMILY,
+    &granite::FAMILY,
+    &olmo2::FAMILY,
+    &phi3::FAMILY,
+    &bert::FAMILY,
+];
+
+/// One architecture family: the model types one builder serves.
+#[derive(Debug)]
+pub struct FamilySpec {
+    /// The family's name (its file in `src/models/`).
+    pub name: &'static str,
+    /// What sets the family apart, in a few words (for `mobius list models` and the README).
+    pub summary: &'static str,
+    /// The Hugging Face `model_type`s it answers to.
+    pub model_types: &'static [ModelType],
+}
+
+/// The registry entry of `model_type`, if a family answers to it.
+pub fn model_type(name: &str) -> Option<&'static ModelType> {
+    model_types().find(|t| t.name == name)
+}
+
+/// Every registered model type, family by family.
+pub fn model_types() -> impl Iterator<Item = &'static ModelType> {
+    FAMILIES.iter().flat_map(|f| f.model_types.iter())
+}
+
+/// The registry as `mobius list models` prints it: one row per model type, with its family
+/// and its onnxruntime-genai `model.type` (`-` for none).
+pub fn text_table() -> String {
+    let rows: Vec<[&str; 3]> = FAMILIES
+        .iter()
+        .flat_map(|family| {
+            family
+                .model_types
+                .iter()
+                .map(|t| [family.name, t.name, t.genai_type.unwrap_or("-")])
+        })
+        .collect();
+    let header = ["FAMILY", "MODEL_TYPE", "GENAI_TYPE"];
+    let width = |c: usize| {
+        rows.iter()
+            .map(|r| r[c].len())
+            .chain([header[c].len()])
+            .max()
+            .unwrap_or(0)
+    };
+    let (w0, w1) = (width(0), width(1));
+    std::iter::once(header)
+        .chain(rows.iter().copied())
+        .map(|[family, name, genai]| format!("{family:w0$}  {name:w1$}  {genai}\n"))
+        .collect()
+}
+
+/// The registry as a Markdown table (family, model types with their genai `model.type`,
+/// summary): `mobius list models --markdown` prints it and the README holds it.
+pub fn markdown_table() -> String {
+    let mut out = String::from(
+        "| family | `model_type` → onnxruntime-genai `model.type` | what sets it apart |\n\
+         |---|---|---|\n",
+    );
+    for family in FAMILIES {
+        let types: Vec<String> = family
+            .model_types
+            .iter()
+            .map(|t| match t.genai_type {
+                Some(genai) => format!("`{}` → `{genai}`", t.name),
+                None => format!("`{}` (no genai_config.json)", t.name),
+            })
+            .collect();
+        out += &format!(
+            "| {} | {} | {} |\n",
+            family.name,
+            types.join(", "),
+            family.summary
+        );
+    }
+    out
+}
+
+/// Reads `path` (a config.json) and normalises it with the family its `model_type` names.
+pub fn load_config(path: &Path) -> Result<ArchConfig> {
+    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    parse_config(&bytes, path)
+}
+
+/// Parses config.json bytes and normalises them with the family their `model_type` names;
+/// `path` is used in error messages only (an unregistered type lists the registered ones).
+pub fn parse_config(bytes: &[u8], path: &Path) -> Result<ArchConfig> {
+    let raw = HfConfig::parse(bytes, path)?;
+    let name = raw.model_type_name(path)?;
+    let model_type = model_type(name).ok_or_else(|| Error::UnsupportedModelType {
+        path: path.to_path_buf(),
+        found: name.to_string(),
+        supported: model_types().map(|t| t.name.to_string()).collect(),
+    })?;
+    ArchConfig::from_hf(&raw, path, model_type)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+
+    #[test]
+    fn every_model_type_and_family_is_registered_once() {
+        let mut names = BTreeSet::new();
+        for t in model_types() {
+            assert!(
+                names.insert(t.name),
+                "model_type `{}` registered twice",
+                t.name
+            );
+        }
+        let families: BTreeSet<&str> = FAMILIES.iter().map(|f| f.name).collect();
+        assert_eq!(families.len(), FAMILIES.len(), "a family registered twice");
+        assert!(FAMILIES.iter().all(|f| !f.model_types.is_empty()));
+    }
+
+    #[test]
+    fn lookup_finds_registered_names_only() {
+        assert_eq!(
+            model_type("qwen2").map(|t| t.genai_type),
+            Some(Some("qwen2"))
+        );
+        assert_eq!(model_type("bert").map(|t| t.genai_type), Some(None));
+        assert!(model_type("mamba").is_none());
+        assert!(model_type("").is_none());
+    }
+}
