@@ -5,7 +5,6 @@ mod common;
 
 use common::*;
 use egg::Language;
-use mobius::config::ArchConfig;
 use mobius::ir::{DType, Graph};
 use mobius::models::build_model;
 use mobius::opt::lang::Onnx;
