@@ -9,6 +9,7 @@ mod gqa_mask;
 mod matmul_nbits;
 mod norm_recognize;
 mod pack_qkv;
+mod rotary_recognize;
 mod skip_layer_norm;
 mod skip_norm;
 mod transpose;
@@ -24,6 +25,8 @@ const APPLIERS: &[(&str, &dyn AnyApplier)] = &[
         "rms-norm-without-casts",
         &norm_recognize::RMS_NORM_WITHOUT_CASTS,
     ),
+    ("rotate-half", &rotary_recognize::ROTATE_HALF),
+    ("partial-rotation", &rotary_recognize::PARTIAL_ROTATION),
     ("skip-layer-norm", &skip_layer_norm::SKIP_LAYER_NORM),
     (
         "skip-layer-norm-with-bias",
