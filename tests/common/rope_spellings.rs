@@ -24,7 +24,8 @@ pub enum Fault {
     NegOnOtherHalf,
     /// The tables are `Cos(Concat(f, g))` with `g` another tensor (halves not equal).
     UnequalHalves,
-    /// The halves sliced on axis 2 (the sequence axis; `S` = `D` in such graphs).
+    /// The halves sliced and concatenated on axis 2 (the sequence axis; `S` = `D` in such
+    /// graphs).
     SliceOtherAxis,
 }
 
@@ -158,11 +159,7 @@ pub fn rope(
     let lo = slice(b, x, 0, d / 2, axis, s.steps);
     let hi = slice(b, x, d / 2, end, axis, s.steps);
     let concat = |b: &mut GraphBuilder, first: &str, second: &str| {
-        b.op(
-            "Concat",
-            &[first, second],
-            vec![("axis", Attr::Int(s.axis))],
-        )
+        b.op("Concat", &[first, second], vec![("axis", Attr::Int(axis))])
     };
     let rot = match s.fault {
         Some(Fault::SwappedHalves) => {
