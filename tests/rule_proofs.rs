@@ -34,6 +34,10 @@ mod norm_spellings;
 mod quant;
 #[path = "rule_proofs/recognize.rs"]
 mod recognize;
+#[path = "common/rope_spellings.rs"]
+mod rope_spellings;
+#[path = "rule_proofs/rotary.rs"]
+mod rotary;
 
 /// Every rule and the test that proves it (a test may prove several rules).
 const PROOFS: &[(&str, &str)] = &[
@@ -62,6 +66,30 @@ const PROOFS: &[(&str, &str)] = &[
     ("layer-norm-weight-second", "recognize::norm_scale_folding"),
     ("layer-norm-bias", "recognize::norm_scale_folding"),
     ("layer-norm-bias-first", "recognize::norm_scale_folding"),
+    ("rotate-half", "rotary::rotate_half_recognition"),
+    ("rotate-half-sin-first", "rotary::rotate_half_recognition"),
+    ("rotate-half-cos-first", "rotary::rotate_half_recognition"),
+    (
+        "rotate-half-cos-first-sin-first",
+        "rotary::rotate_half_recognition",
+    ),
+    (
+        "rotate-half-rotated-first",
+        "rotary::rotate_half_recognition",
+    ),
+    (
+        "rotate-half-rotated-first-sin-first",
+        "rotary::rotate_half_recognition",
+    ),
+    (
+        "rotate-half-rotated-first-cos-first",
+        "rotary::rotate_half_recognition",
+    ),
+    (
+        "rotate-half-rotated-first-cos-first-sin-first",
+        "rotary::rotate_half_recognition",
+    ),
+    ("rotary-partial", "rotary::partial_rotation_folding"),
     ("erf-gelu", "gelu_fusions"),
     ("erf-gelu-half-first", "gelu_fusions"),
     ("erf-gelu-half-inside", "gelu_fusions"),

@@ -32,6 +32,8 @@ pub const OPS: &[OpImpl] = &[
     OpImpl::onnx("Log", |c| unary_float(c, f64::ln)),
     OpImpl::onnx("Erf", |c| unary_float(c, erf)),
     OpImpl::onnx("Tanh", |c| unary_float(c, f64::tanh)),
+    OpImpl::onnx("Cos", |c| unary_float(c, f64::cos)),
+    OpImpl::onnx("Sin", |c| unary_float(c, f64::sin)),
     OpImpl::onnx("Sigmoid", |c| unary_float(c, |x| 1.0 / (1.0 + (-x).exp()))),
     OpImpl::onnx("Gelu", gelu),
     OpImpl::onnx("Equal", |c| compare(c, Cmp::Equal)),

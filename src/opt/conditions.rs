@@ -8,7 +8,7 @@ use super::analysis::OnnxGraph;
 use super::bind::{AnyCondition, Condition};
 use super::lang::AttrValue;
 use super::query::{const_ints, int_attr, scalar_float};
-use super::recognize;
+use super::{recognize, recognize_rotary};
 use crate::ir::DType;
 
 const CONDITIONS: &[(&str, &dyn AnyCondition)] = &[
@@ -32,6 +32,11 @@ const CONDITIONS: &[(&str, &dyn AnyCondition)] = &[
         &Condition(recognize::scale_on_last_axis),
     ),
     ("unit-scale", &Condition(recognize::unit_scale)),
+    ("rotate-half", &Condition(recognize_rotary::rotate_half)),
+    (
+        "partial-rotation",
+        &Condition(recognize_rotary::partial_rotation),
+    ),
     ("bias-on-last-axis", &Condition(bias_on_last_axis)),
     ("bias-of-width", &Condition(bias_of_width)),
     ("gelu-is-exact", &Condition(gelu_is_exact)),

@@ -64,6 +64,8 @@ pub fn infer(
         | "Exp"
         | "Log"
         | "Erf"
+        | "Cos"
+        | "Sin"
         | "Softmax"
         | "CumSum"
         | "Gelu"

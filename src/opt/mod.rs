@@ -24,6 +24,7 @@ pub mod opset;
 pub mod pipeline;
 mod query;
 mod recognize;
+mod recognize_rotary;
 pub mod rules;
 pub mod schema;
 mod shape_value;

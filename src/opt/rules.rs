@@ -50,6 +50,10 @@ pub const RULE_FILES: &[(&str, &str)] = &[
         include_str!("../../rewrites/recognize/attention.rules"),
     ),
     (
+        "recognize/rotary.rules",
+        include_str!("../../rewrites/recognize/rotary.rules"),
+    ),
+    (
         "fusion/gqa.rules",
         include_str!("../../rewrites/fusion/gqa.rules"),
     ),

@@ -182,6 +182,9 @@ def _unary():
         "Erf": [("f32", lambda r: unif(r, -3, 3, 3, 4)), ("f32_3d", lambda r: randn(r, 2, 3, 5, scale=0.5))],
         "Tanh": [("f32", lambda r: unif(r, -6, 6, 3, 4)), ("f32_3d", lambda r: randn(r, 2, 3, 5, scale=0.3))],
         "Sigmoid": [("f32", lambda r: unif(r, -20, 20, 3, 4)), ("f32_3d", lambda r: randn(r, 2, 3, 5))],
+        # RoPE angles: position × frequency, up to a few thousand radians
+        "Cos": [("f32", lambda r: unif(r, -7, 7, 3, 4)), ("f32_3d", lambda r: unif(r, -4000, 4000, 2, 3, 5))],
+        "Sin": [("f32", lambda r: unif(r, -7, 7, 3, 4)), ("f32_3d", lambda r: unif(r, -4000, 4000, 2, 3, 5))],
         "Relu": [("f32", lambda r: np.where(r.random((3, 4)) < 0.2, 0, randn(r, 3, 4)).astype(np.float32)),
                  ("f32_3d", lambda r: randn(r, 2, 3, 5))],
     }
@@ -194,6 +197,8 @@ def _unary():
         "Reciprocal": [0.0, -0.0, inf, -inf, nan, 3.0],
         "Tanh": [-20.0, 20.0, nan, -inf, inf, 1e-8],
         "Sigmoid": [-100.0, 100.0, nan, -inf, inf],
+        "Cos": [0.0, -0.0, nan, -inf, inf, 1e-8, 3.1415927, 1e6, -12345.678],
+        "Sin": [0.0, -0.0, nan, -inf, inf, 1e-8, 3.1415927, 1e6, -12345.678],
         "Relu": [nan, -inf, inf, -0.0],
         "Abs": [-inf, nan, -0.0],
         "Erf": [-inf, inf, nan, 10.0, -10.0],

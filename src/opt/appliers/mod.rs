@@ -10,6 +10,7 @@ mod gqa_mask;
 mod matmul_nbits;
 mod norm_recognize;
 mod pack_qkv;
+mod rotary_recognize;
 mod skip_layer_norm;
 mod skip_norm;
 mod transpose;
@@ -30,6 +31,8 @@ const APPLIERS: &[(&str, &dyn AnyApplier)] = &[
         "transposed-key-through-3d",
         &attention_recognize::TRANSPOSED_KEY_THROUGH_3D,
     ),
+    ("rotate-half", &rotary_recognize::ROTATE_HALF),
+    ("partial-rotation", &rotary_recognize::PARTIAL_ROTATION),
     ("skip-layer-norm", &skip_layer_norm::SKIP_LAYER_NORM),
     (
         "skip-layer-norm-with-bias",
