@@ -39,6 +39,13 @@
 # decode latency (one token after 128, 2 threads, median of 20) of the int4 cpu build against
 # the f32 cpu build. See scripts/bench_quant.py. Build time and memory of `--quant int4` against
 # the f16 build are in the weights benchmark.
+#
+# The exports benchmark (`scripts/bench.sh exports`, needs torch + transformers + onnxscript +
+# onnxruntime: MOBIUS_BENCH_TORCH_PYTHON, default python3): a random ~58M-parameter Llama exported
+# with torch.onnx (dynamo, KV cache), `mobius optimize --ep cpu` of it against `mobius build --ep
+# cpu` of the same checkpoint, the export itself and onnxruntime's transformers optimizer:
+# onnxruntime CPU latency of a 128-token prefill and one decode step after 128 (2 threads,
+# medians, interleaved). See scripts/bench_exports.py.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -124,6 +131,17 @@ fi
 
 if [[ "${1:-}" == "quant" ]]; then
   quant | tee target/bench-quant.log
+  exit 0
+fi
+
+exports() {
+  cargo build --release --quiet
+  "${MOBIUS_BENCH_TORCH_PYTHON:-python3}" scripts/bench_exports.py --bin target/release/mobius \
+    --work "${MOBIUS_BENCH_EXPORTS_DIR:-target/bench-exports}"
+}
+
+if [[ "${1:-}" == "exports" ]]; then
+  exports | tee target/bench-exports.log
   exit 0
 fi
 
