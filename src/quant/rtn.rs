@@ -68,11 +68,36 @@ pub fn quantize_with(
     spec: &QuantSpec,
     fill: &(dyn Fn(usize, &mut [u8]) + Sync),
 ) -> Result<Quantized> {
+    quantize_dispatch(dtype, k, n, spec, fill, true)
+}
+
+/// [`quantize_with`] without the values: only the scales (and zero points) are computed, and
+/// the result's `values` is empty. A block's parameters depend on its range alone, so they
+/// are bit for bit those of [`quantize_with`] — for a writer that needs them apart from the
+/// values and would rather read the weight again than keep them.
+pub fn quantize_parameters_with(
+    dtype: DType,
+    k: usize,
+    n: usize,
+    spec: &QuantSpec,
+    fill: &(dyn Fn(usize, &mut [u8]) + Sync),
+) -> Result<Quantized> {
+    quantize_dispatch(dtype, k, n, spec, fill, false)
+}
+
+fn quantize_dispatch(
+    dtype: DType,
+    k: usize,
+    n: usize,
+    spec: &QuantSpec,
+    fill: &(dyn Fn(usize, &mut [u8]) + Sync),
+    with_values: bool,
+) -> Result<Quantized> {
     spec.validate()?;
     match dtype {
-        DType::F32 => quantize_as::<f32>(fill, k, n, spec),
-        DType::F16 => quantize_as::<f16>(fill, k, n, spec),
-        DType::BF16 => quantize_as::<bf16>(fill, k, n, spec),
+        DType::F32 => quantize_as::<f32>(fill, k, n, spec, with_values),
+        DType::F16 => quantize_as::<f16>(fill, k, n, spec, with_values),
+        DType::BF16 => quantize_as::<bf16>(fill, k, n, spec, with_values),
         other => Err(error(format!(
             "its dtype is {other}; only f32, f16 and bf16 weights can be quantized"
         ))),
@@ -169,24 +194,32 @@ fn quantize_as<T: Weight>(
     k: usize,
     n: usize,
     spec: &QuantSpec,
+    with_values: bool,
 ) -> Result<Quantized> {
     let numel = k
         .checked_mul(n)
         .filter(|e| e.checked_mul(T::SIZE).is_some())
         .ok_or_else(|| error(format!("its shape [{k}, {n}] of {} is too large", T::DTYPE)))?;
     let k_blocks = spec.blocks(k);
-    let mut values = vec![0u8; numel];
+    let mut values = vec![0u8; if with_values { numel } else { 0 }];
     let mut scales = vec![0u8; k_blocks * n * T::SIZE];
     let mut zero_points = vec![0u8; k_blocks * n];
     if numel > 0 {
         let rows = spec.block_size;
-        let first_bad = values
-            .par_chunks_mut(rows * n)
+        // Each block row's values, or an empty slice each when they are not wanted.
+        let block_values: Vec<&mut [u8]> = if with_values {
+            values.chunks_mut(rows * n).collect()
+        } else {
+            (0..k_blocks).map(|_| &mut [][..]).collect()
+        };
+        let first_bad = block_values
+            .into_par_iter()
             .zip(scales.par_chunks_mut(n * T::SIZE))
             .zip(zero_points.par_chunks_mut(n))
             .enumerate()
             .map(|(block, ((values, scales), zero_points))| {
-                let mut input = vec![0u8; values.len() * T::SIZE];
+                let block_rows = rows.min(k - block * rows);
+                let mut input = vec![0u8; block_rows * n * T::SIZE];
                 fill(block * rows, &mut input);
                 let out = BlockRow {
                     values,
@@ -225,8 +258,9 @@ struct BlockRow<'a> {
     zero_points: &'a mut [u8],
 }
 
-/// Quantizes one block row (`input` is `[rows, n]` elements, `rows <= block_size`); returns
-/// the first non-finite element (row within the block, column), leaving the outputs partial.
+/// Quantizes one block row (`input` is `[rows, n]` elements, `rows <= block_size`; the codes
+/// are left out when `out.values` is empty); returns the first non-finite element (row within
+/// the block, column), leaving the outputs partial.
 fn quantize_block_row<T: Weight>(
     input: &[u8],
     n: usize,
@@ -280,6 +314,7 @@ fn quantize_block_row<T: Weight>(
         out.zero_points[column] = zero_point;
     }
     let signed_shift = if spec.symmetric { spec.midpoint() } else { 0 };
+    // (No codes are written when `out.values` is empty: the zip stops at once.)
     for (codes, values) in out.values.chunks_exact_mut(n).zip(weights.chunks_exact(n)) {
         for (((code, &w), &r), &o) in codes.iter_mut().zip(values).zip(&reciprocal).zip(&offset) {
             *code = round_and_clamp(w * r + o, top).wrapping_sub(signed_shift);
