@@ -35,7 +35,9 @@ pub use nbits::{
     nbits_shapes, nbits_weight, nbits_weight_into, nbits_zero_points, nbits_zero_points_into,
     NBitsShapes,
 };
-pub use rtn::{quantize, quantize_parameters_with, quantize_with, Quantized};
+pub use rtn::{
+    quantize, quantize_into, quantize_scratch_len, quantize_with, Quantized, QuantizedInto,
+};
 
 use crate::ir::QuantParams;
 use crate::{Error, Result};

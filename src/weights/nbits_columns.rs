@@ -5,12 +5,12 @@
 //! transpose of one stored `[N, K]` (how Hugging Face stores a Linear layer: column `n` of `W`
 //! is the stored row `n`). MatMulNBits' `B`, `scales` and `zero_points` are all column-major
 //! (`[N, …]`), so each is written as tiles of columns, each tile quantized from its columns of
-//! the stored tensor ([`quant::quantize_with`]) and laid out for MatMulNBits into the sink's
+//! the stored tensor ([`quant::quantize_into`]) and laid out for MatMulNBits into the sink's
 //! own buffer. Each input reads the weight again rather than keeping the quantization for the
 //! next: block quantization is deterministic, so the scales and zero points are bit for bit
-//! those the values were computed with (the scales and zero points pass skips the values,
-//! [`quant::quantize_parameters_with`]). Nothing outlives a tile: the memory is one tile per
-//! thread, whatever the weight's size.
+//! those the values were computed with (their pass skips the values). Nothing outlives a
+//! write, and the tiles' working memory is lent by the sink ([`Sink::lend`]: one of the
+//! writer's blocks), so quantizing takes no memory besides the writer's.
 
 use std::ops::Range;
 
@@ -25,8 +25,12 @@ use crate::ir::{DType, QuantParams, QuantPart, TensorSource};
 use crate::quant;
 use crate::{Error, Result};
 
-/// Columns per tile (one task).
+/// Columns per tile: the quantizer reads a tile block row by block row, each a transpose of
+/// `TILE` stored rows.
 const TILE: usize = 64;
+/// The most working memory the tiles in flight take, lent by the sink (the writer lends one of
+/// its blocks): fewer tiles run at once when one takes more than its share.
+const SCRATCH: usize = 4 << 20;
 
 /// A `[K, N]` weight read in place: `data` is `[K, N]`, or `[N, K]` when `transposed`.
 struct Columns<'a> {
@@ -46,9 +50,11 @@ impl Columns<'_> {
             let rows = &self.data[cols.start * self.k * size..cols.end * self.k * size];
             transpose_rows_into(rows, width, self.k, self.from, to, first, dst);
         } else {
+            let mut f32s = [0f32; TILE];
             for (r, row) in dst.chunks_exact_mut(width * to.size()).enumerate() {
                 let at = ((first + r) * self.n + cols.start) * size;
-                convert::convert_slice(&self.data[at..at + width * size], self.from, to, row);
+                let src = &self.data[at..at + width * size];
+                convert::convert_through(src, self.from, to, row, &mut f32s);
             }
         }
     }
@@ -142,70 +148,99 @@ impl Evaluator<'_> {
             // The general path names what does not fit.
             return Ok(false);
         }
+        if part == QuantPart::ZeroPoints && spec.symmetric {
+            return Ok(false);
+        }
         spec.validate()?;
         let (k, n) = (columns.k, columns.n);
         let shapes = quant::nbits_shapes(k, 1, &spec);
+        let blocks = shapes.scales[1];
         let column_bytes = match part {
             QuantPart::Values => shapes.weight[1] * shapes.weight[2],
-            QuantPart::Scales => shapes.scales[1] * dtype.size(),
+            QuantPart::Scales => blocks * dtype.size(),
             QuantPart::ZeroPoints => shapes.zero_points[1],
         };
         if column_bytes == 0 {
             return Ok(true);
         }
-        let tile = |cols: Range<usize>, out: &mut [u8]| -> Result<()> {
+        // One tile's quantization: its values (when they are written), scales, zero points
+        // and the quantizer's working memory.
+        let values_len = if part == QuantPart::Values {
+            k * TILE
+        } else {
+            0
+        };
+        let tile_len = values_len
+            + blocks * TILE * (dtype.size() + 1)
+            + quant::quantize_scratch_len(dtype, TILE, &spec);
+        let tile = |cols: Range<usize>, out: &mut [u8], scratch: &mut [u8]| -> Result<()> {
             let width = cols.len();
+            let (values, rest) = scratch.split_at_mut(values_len / TILE * width);
+            let (scales, rest) = rest.split_at_mut(blocks * width * dtype.size());
+            let (zero_points, work) = rest.split_at_mut(blocks * width);
             let fill = |first: usize, dst: &mut [u8]| columns.fill(&cols, dtype, first, dst);
-            let q = match part {
-                QuantPart::Values => quant::quantize_with(dtype, k, width, &spec, &fill),
-                _ => quant::quantize_parameters_with(dtype, k, width, &spec, &fill),
-            }
-            .map_err(|e| match e {
-                Error::Quantize {
-                    tensor: None,
-                    message,
-                } => Error::Quantize {
-                    tensor: Some(describe_source(input.weight)),
-                    message: columns.non_finite(&cols, dtype).unwrap_or(message),
+            let into = quant::QuantizedInto {
+                values: &mut *values,
+                scales: &mut *scales,
+                zero_points: &mut *zero_points,
+            };
+            quant::quantize_into(dtype, k, width, &spec, &fill, into, work).map_err(
+                |e| match e {
+                    Error::Quantize {
+                        tensor: None,
+                        message,
+                    } => Error::Quantize {
+                        tensor: Some(describe_source(input.weight)),
+                        message: columns.non_finite(&cols, dtype).unwrap_or(message),
+                    },
+                    other => other,
                 },
-                other => other,
-            })?;
-            match (part, &q.zero_points) {
-                (QuantPart::Values, _) => quant::nbits_weight_into(&q.values, k, width, &spec, out),
-                (QuantPart::Scales, _) => {
-                    transpose_rows_into(&q.scales, shapes.scales[1], width, dtype, dtype, 0, out);
+            )?;
+            match part {
+                QuantPart::Values => quant::nbits_weight_into(values, k, width, &spec, out),
+                QuantPart::Scales => {
+                    transpose_rows_into(scales, blocks, width, dtype, dtype, 0, out);
                 }
-                (QuantPart::ZeroPoints, Some(zero_points)) => {
+                QuantPart::ZeroPoints => {
                     quant::nbits_zero_points_into(zero_points, k, width, &spec, out)
-                }
-                (QuantPart::ZeroPoints, None) => {
-                    return Err(Error::Graph(
-                        "symmetric block quantization has no zero points".into(),
-                    ))
                 }
             }
             Ok(())
         };
+        // The columns of each write go to as many groups as there are threads (as fit in
+        // SCRATCH), each quantizing its tiles one after the other in its part of memory lent
+        // by the sink.
+        let threads = rayon::current_num_threads().min(SCRATCH / tile_len).max(1);
+        let mut scratch = sink.lend(threads * tile_len)?;
         let mut first = 0;
-        while first < n {
+        let mut written = Ok(());
+        while first < n && written.is_ok() {
             let count = (sink.room() / column_bytes).clamp(1, n - first);
+            let group = count.div_ceil(threads);
             let mut failure = None;
-            sink.write_with(count * column_bytes, &mut |dst| {
-                failure = dst
-                    .par_chunks_mut(TILE * column_bytes)
-                    .enumerate()
-                    .find_map_first(|(t, out)| {
-                        let start = first + t * TILE;
-                        tile(start..start + out.len() / column_bytes, out).err()
-                    });
-                0
-            })?;
-            if let Some(e) = failure {
-                return Err(e);
-            }
+            written = sink
+                .write_with(count * column_bytes, &mut |dst| {
+                    failure = dst
+                        .par_chunks_mut(group * column_bytes)
+                        .zip(scratch.par_chunks_mut(tile_len))
+                        .enumerate()
+                        .find_map_first(|(g, (out, scratch))| {
+                            let start = first + g * group;
+                            out.chunks_mut(TILE * column_bytes)
+                                .enumerate()
+                                .find_map(|(t, out)| {
+                                    let from = start + t * TILE;
+                                    let cols = from..from + out.len() / column_bytes;
+                                    tile(cols, out, scratch).err()
+                                })
+                        });
+                    0
+                })
+                .and_then(|_| failure.take().map_or(Ok(()), Err));
             first += count;
         }
-        Ok(true)
+        sink.give_back(scratch);
+        written.map(|()| true)
     }
 
     /// `weight` as a `[K, N]` matrix read in place: a 2-D stored tensor, or the transpose of
