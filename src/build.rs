@@ -11,6 +11,7 @@ use crate::onnx::export::SaveReport;
 use crate::opt::fingerprint::leaf_values;
 use crate::opt::{optimize, Limits, OptimizeOptions, OptimizeReport};
 use crate::package::{check_apart, check_target, write_package, StagedOutput};
+use crate::quant::narrow_tables;
 use crate::quant::pass::{quantize_graph, runs_gather_block_quantized, QuantRequest, QuantSummary};
 use crate::quant::prequantized::apply_checkpoint_quantization;
 use crate::source::{resolve, HubSettings, ModelSource};
@@ -103,11 +104,19 @@ pub fn build(opts: &BuildOptions) -> Result<ModelPackage> {
         tracing::info!("{summary}");
     }
     let quantization = match &opts.quant {
-        Some(request) => Some(quantize_graph(
-            &mut portable.graph,
-            request,
-            runs_gather_block_quantized(&opts.execution_provider, dtype),
-        )?),
+        Some(request) => {
+            let mut summary = quantize_graph(
+                &mut portable.graph,
+                request,
+                runs_gather_block_quantized(&opts.execution_provider, dtype),
+            )?;
+            if narrow_tables::gathers_narrow_floats(&opts.execution_provider) {
+                let stored = narrow_tables::stored_dtype(store.as_ref(), config.dtype);
+                summary.narrowed =
+                    narrow_tables::narrow_gathered_tables(&mut portable.graph, &stored);
+            }
+            Some(summary)
+        }
         None => None,
     };
     let fingerprint_leaves =

@@ -35,6 +35,8 @@ pub struct DataSink<'scope, 'p> {
     current: Block,
     queue: Option<SyncSender<Block>>,
     free: Receiver<Vec<u8>>,
+    /// Buffers given back after a [`Sink::lend`], used before any other.
+    spare: Vec<Vec<u8>>,
     allocated: usize,
     writer: Option<ScopedJoinHandle<'scope, Result<File>>>,
     path: &'p Path,
@@ -63,6 +65,7 @@ impl<'scope, 'p> DataSink<'scope, 'p> {
             },
             queue: Some(queue),
             free,
+            spare: Vec::new(),
             allocated: 0,
             writer: Some(writer),
             path,
@@ -131,22 +134,28 @@ impl<'scope, 'p> DataSink<'scope, 'p> {
         Ok(())
     }
 
-    /// Makes sure the current block has a buffer: a new one while the pool is not full, else
-    /// the next one the writer hands back.
+    /// Makes sure the current block has a buffer.
     fn ensure_buffer(&mut self) -> Result<()> {
-        if !self.current.data.is_empty() {
-            return Ok(());
+        if self.current.data.is_empty() {
+            self.current.data = self.take_buffer()?;
         }
-        self.current.data = if self.allocated < BLOCKS {
-            self.allocated += 1;
-            vec![0u8; BLOCK]
-        } else {
-            match self.free.recv() {
-                Ok(buffer) => buffer,
-                Err(_) => return Err(self.writer_failure()),
-            }
-        };
         Ok(())
+    }
+
+    /// A buffer of the pool: a spare one, a new one while the pool is not full, else the next
+    /// one the writer hands back.
+    fn take_buffer(&mut self) -> Result<Vec<u8>> {
+        if let Some(buffer) = self.spare.pop() {
+            return Ok(buffer);
+        }
+        if self.allocated < BLOCKS {
+            self.allocated += 1;
+            return Ok(vec![0u8; BLOCK]);
+        }
+        match self.free.recv() {
+            Ok(buffer) => Ok(buffer),
+            Err(_) => Err(self.writer_failure()),
+        }
     }
 
     /// The writer's result once it has stopped early.
@@ -222,6 +231,21 @@ impl Sink for DataSink<'_, '_> {
 
     fn room(&self) -> usize {
         BLOCK - self.current.len
+    }
+
+    /// One of the pool's blocks when `len` fits in one (the pool then has one block fewer
+    /// for writing until it is given back), else new memory.
+    fn lend(&mut self, len: usize) -> Result<Vec<u8>> {
+        if len > BLOCK {
+            return Ok(vec![0u8; len]);
+        }
+        self.take_buffer()
+    }
+
+    fn give_back(&mut self, buffer: Vec<u8>) {
+        if buffer.len() == BLOCK {
+            self.spare.push(buffer);
+        }
     }
 }
 
@@ -322,6 +346,33 @@ mod tests {
             file == want,
             "the file differs from the tensors at their offsets"
         );
+    }
+
+    #[test]
+    fn lent_memory_is_a_block_of_the_pool_and_writing_goes_on_around_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("data");
+        let file = File::create(&path).unwrap();
+        let progress = indicatif::ProgressBar::hidden();
+        let data: Vec<u8> = (0..6 * BLOCK + 17).map(|i| (i % 251) as u8).collect();
+        std::thread::scope(|scope| {
+            let mut sink = DataSink::start(scope, file, &path, &progress);
+            sink.write(&data[..BLOCK / 2]).unwrap();
+            let mut lent = sink.lend(1000).unwrap();
+            assert_eq!(lent.len(), BLOCK);
+            // Written while the block is lent: the pool turns over with one block fewer.
+            sink.write(&data[BLOCK / 2..5 * BLOCK]).unwrap();
+            lent[..3].copy_from_slice(b"abc");
+            sink.give_back(lent);
+            sink.write(&data[5 * BLOCK..]).unwrap();
+            assert_eq!(sink.allocated, BLOCKS);
+            let huge = sink.lend(BLOCK + 1).unwrap();
+            assert_eq!(huge.len(), BLOCK + 1);
+            sink.give_back(huge);
+            assert!(sink.spare.len() <= 1);
+            sink.finish().unwrap();
+        });
+        assert!(std::fs::read(&path).unwrap() == data);
     }
 
     #[test]

@@ -31,8 +31,13 @@
 pub mod nbits;
 pub mod rtn;
 
-pub use nbits::{nbits_shapes, nbits_weight, nbits_zero_points, NBitsShapes};
-pub use rtn::{quantize, quantize_with, Quantized};
+pub use nbits::{
+    nbits_shapes, nbits_weight, nbits_weight_into, nbits_zero_points, nbits_zero_points_into,
+    NBitsShapes,
+};
+pub use rtn::{
+    quantize, quantize_into, quantize_scratch_len, quantize_with, Quantized, QuantizedInto,
+};
 
 use crate::ir::QuantParams;
 use crate::{Error, Result};
@@ -138,5 +143,6 @@ mod tests {
 
 pub mod embeddings;
 pub mod from_nbits;
+pub mod narrow_tables;
 pub mod pass;
 pub mod prequantized;

@@ -43,6 +43,17 @@ pub fn nbits_shapes(k: usize, n: usize, spec: &QuantSpec) -> NBitsShapes {
 /// Panics if `values` does not hold `k * n` bytes (the output of [`super::quantize`] always
 /// does).
 pub fn nbits_weight(values: &[u8], k: usize, n: usize, spec: &QuantSpec) -> Vec<u8> {
+    let [_, k_blocks, blob] = nbits_shapes(k, n, spec).weight;
+    let mut out = vec![0u8; n * k_blocks * blob];
+    nbits_weight_into(values, k, n, spec, &mut out);
+    out
+}
+
+/// [`nbits_weight`] into `out`, which holds exactly its `N · ⌈K/B⌉ · B·bits/8` bytes (whatever
+/// they hold before: every byte is written).
+///
+/// Panics if `values` does not hold `k * n` bytes or `out` is not that size.
+pub fn nbits_weight_into(values: &[u8], k: usize, n: usize, spec: &QuantSpec, out: &mut [u8]) {
     assert_eq!(
         Some(values.len()),
         k.checked_mul(n),
@@ -50,9 +61,9 @@ pub fn nbits_weight(values: &[u8], k: usize, n: usize, spec: &QuantSpec) -> Vec<
     );
     let [_, k_blocks, blob] = nbits_shapes(k, n, spec).weight;
     let column_bytes = k_blocks * blob;
-    let mut out = vec![0u8; n * column_bytes];
+    assert_eq!(out.len(), n * column_bytes, "nbits_weight: output size");
     if column_bytes == 0 {
-        return out;
+        return;
     }
     let shift = if spec.symmetric { spec.midpoint() } else { 0 };
     // Tiles of columns: each row's values for the tile are contiguous in `values`, and each
@@ -61,6 +72,8 @@ pub fn nbits_weight(values: &[u8], k: usize, n: usize, spec: &QuantSpec) -> Vec<
     out.par_chunks_mut(column_bytes * TILE)
         .enumerate()
         .for_each(|(tile, bytes)| {
+            // Rows past K stay zero.
+            bytes.fill(0);
             let first = tile * TILE;
             let width = bytes.len() / column_bytes;
             let row_codes = |row: usize| &values[row * n + first..row * n + first + width];
@@ -95,7 +108,6 @@ pub fn nbits_weight(values: &[u8], k: usize, n: usize, spec: &QuantSpec) -> Vec<
                 }
             }
         });
-    out
 }
 
 /// MatMulNBits' `zero_points` (`[N, ceil(ceil(K/B) * bits/8)]` u8) from the `[ceil(K/B), n]`
@@ -105,6 +117,23 @@ pub fn nbits_weight(values: &[u8], k: usize, n: usize, spec: &QuantSpec) -> Vec<
 ///
 /// Panics if `zero_points` does not hold `ceil(K/B) * n` bytes.
 pub fn nbits_zero_points(zero_points: &[u8], k: usize, n: usize, spec: &QuantSpec) -> Vec<u8> {
+    let [_, row_bytes] = nbits_shapes(k, n, spec).zero_points;
+    let mut out = vec![0u8; n * row_bytes];
+    nbits_zero_points_into(zero_points, k, n, spec, &mut out);
+    out
+}
+
+/// [`nbits_zero_points`] into `out`, which holds exactly its `N · ⌈⌈K/B⌉·bits/8⌉` bytes
+/// (every byte is written).
+///
+/// Panics if `zero_points` does not hold `ceil(K/B) * n` bytes or `out` is not that size.
+pub fn nbits_zero_points_into(
+    zero_points: &[u8],
+    k: usize,
+    n: usize,
+    spec: &QuantSpec,
+    out: &mut [u8],
+) {
     let k_blocks = spec.blocks(k);
     assert_eq!(
         Some(zero_points.len()),
@@ -112,9 +141,9 @@ pub fn nbits_zero_points(zero_points: &[u8], k: usize, n: usize, spec: &QuantSpe
         "nbits_zero_points: zero points must be [{k_blocks}, {n}]"
     );
     let [_, row_bytes] = nbits_shapes(k, n, spec).zero_points;
-    let mut out = vec![0u8; n * row_bytes];
+    assert_eq!(out.len(), n * row_bytes, "nbits_zero_points: output size");
     if row_bytes == 0 {
-        return out;
+        return;
     }
     out.par_chunks_mut(row_bytes)
         .enumerate()
@@ -136,7 +165,6 @@ pub fn nbits_zero_points(zero_points: &[u8], k: usize, n: usize, spec: &QuantSpe
                 *byte = (low & 0x0f) | (high << 4);
             }
         });
-    out
 }
 
 #[cfg(test)]

@@ -64,6 +64,9 @@ pub struct QuantSummary {
     pub note: Option<String>,
     /// Whether a tied LM head and its embedding share one quantized table.
     pub shared: bool,
+    /// Float tables kept in their checkpoint's narrower type (see
+    /// [`super::narrow_tables`]), with that type.
+    pub narrowed: Vec<(String, DType)>,
 }
 
 impl QuantSummary {
@@ -99,6 +102,12 @@ impl std::fmt::Display for QuantSummary {
         }
         if self.shared {
             write!(f, " (the tied LM head and the embedding share one table)")?;
+        }
+        for (name, dtype) in &self.narrowed {
+            write!(
+                f,
+                "; {name} kept in {dtype} as in the checkpoint (its rows cast to f32)"
+            )?;
         }
         if let Some(note) = &self.note {
             write!(f, "; {note}")?;

@@ -73,10 +73,57 @@ pub fn quantize_with(
         DType::F32 => quantize_as::<f32>(fill, k, n, spec),
         DType::F16 => quantize_as::<f16>(fill, k, n, spec),
         DType::BF16 => quantize_as::<bf16>(fill, k, n, spec),
-        other => Err(error(format!(
-            "its dtype is {other}; only f32, f16 and bf16 weights can be quantized"
-        ))),
+        other => Err(unsupported(other)),
     }
+}
+
+/// The outputs of [`quantize_into`], in the layout of [`Quantized`]'s fields.
+pub struct QuantizedInto<'a> {
+    /// `[k, n]` values, or empty to compute only the scales and zero points (a block's
+    /// parameters depend on its range alone, so they are the same either way).
+    pub values: &'a mut [u8],
+    /// `[ceil(k/B), n]` scales.
+    pub scales: &'a mut [u8],
+    /// `[ceil(k/B), n]` zero points (written in the symmetric case too: the midpoint).
+    pub zero_points: &'a mut [u8],
+}
+
+/// Bytes of `scratch` that [`quantize_into`] needs for a weight of `n` columns of `dtype`.
+pub fn quantize_scratch_len(dtype: DType, n: usize, spec: &QuantSpec) -> usize {
+    let rows = spec.block_size;
+    // One block row of input, then (aligned) its f32 copy and four f32 per column.
+    rows * n * dtype.size() + 4 + (rows + 4) * n * 4
+}
+
+/// [`quantize_with`] on the calling thread, without allocating: into `out`, with the working
+/// memory taken from `scratch` (at least [`quantize_scratch_len`] bytes, any content) — for a
+/// caller that quantizes many small tiles in parallel itself and lends each its memory. Block
+/// rows are quantized one after the other, bit for bit as [`quantize_with`] does.
+///
+/// Fails as [`quantize_with`] does. Panics if `out`'s parts or `scratch` are smaller than
+/// their documented sizes.
+pub fn quantize_into(
+    dtype: DType,
+    k: usize,
+    n: usize,
+    spec: &QuantSpec,
+    fill: &dyn Fn(usize, &mut [u8]),
+    out: QuantizedInto<'_>,
+    scratch: &mut [u8],
+) -> Result<()> {
+    spec.validate()?;
+    match dtype {
+        DType::F32 => quantize_into_as::<f32>(fill, k, n, spec, out, scratch),
+        DType::F16 => quantize_into_as::<f16>(fill, k, n, spec, out, scratch),
+        DType::BF16 => quantize_into_as::<bf16>(fill, k, n, spec, out, scratch),
+        other => Err(unsupported(other)),
+    }
+}
+
+fn unsupported(dtype: DType) -> Error {
+    error(format!(
+        "its dtype is {dtype}; only f32, f16 and bf16 weights can be quantized"
+    ))
 }
 
 fn error(message: String) -> Error {
@@ -186,27 +233,22 @@ fn quantize_as<T: Weight>(
             .zip(zero_points.par_chunks_mut(n))
             .enumerate()
             .map(|(block, ((values, scales), zero_points))| {
-                let mut input = vec![0u8; values.len() * T::SIZE];
-                fill(block * rows, &mut input);
+                let block_rows = values.len() / n;
+                let mut input = vec![0u8; block_rows * n * T::SIZE];
+                let mut work = vec![0f32; (block_rows + 4) * n];
                 let out = BlockRow {
                     values,
                     scales,
                     zero_points,
                 };
-                quantize_block_row::<T>(&input, n, spec, out).map(|(row, column)| {
-                    let value = T::load(&input[(row * n + column) * T::SIZE..]);
-                    (block * rows + row, column, value)
-                })
+                quantize_block::<T>(fill, block, n, spec, &mut input, &mut work, out)
             })
             .collect::<Vec<_>>()
             .into_iter()
             .flatten()
             .next();
-        if let Some((row, column, value)) = first_bad {
-            return Err(error(format!(
-                "element ({row}, {column}) of the [{k}, {n}] weight is {value}, not a finite \
-                 number"
-            )));
+        if let Some(bad) = first_bad {
+            return Err(non_finite(bad, k, n));
         }
     }
     Ok(Quantized {
@@ -218,6 +260,64 @@ fn quantize_as<T: Weight>(
     })
 }
 
+fn quantize_into_as<T: Weight>(
+    fill: &dyn Fn(usize, &mut [u8]),
+    k: usize,
+    n: usize,
+    spec: &QuantSpec,
+    out: QuantizedInto<'_>,
+    scratch: &mut [u8],
+) -> Result<()> {
+    let rows = spec.block_size;
+    let (input, rest) = scratch.split_at_mut(rows * n * T::SIZE);
+    let (_, work, _) = bytemuck::pod_align_to_mut::<u8, f32>(rest);
+    for block in 0..spec.blocks(k) {
+        let block_rows = rows.min(k - block * rows);
+        let values = match out.values.is_empty() {
+            true => &mut [][..],
+            false => &mut out.values[block * rows * n..(block * rows + block_rows) * n],
+        };
+        let block_out = BlockRow {
+            values,
+            scales: &mut out.scales[block * n * T::SIZE..(block + 1) * n * T::SIZE],
+            zero_points: &mut out.zero_points[block * n..(block + 1) * n],
+        };
+        let input = &mut input[..block_rows * n * T::SIZE];
+        let work = &mut work[..(block_rows + 4) * n];
+        if let Some(bad) = quantize_block::<T>(fill, block, n, spec, input, work, block_out) {
+            return Err(non_finite(bad, k, n));
+        }
+    }
+    Ok(())
+}
+
+/// The error for the non-finite element `(row, column, value)` of a `[k, n]` weight.
+fn non_finite((row, column, value): (usize, usize, f32), k: usize, n: usize) -> Error {
+    error(format!(
+        "element ({row}, {column}) of the [{k}, {n}] weight is {value}, not a finite number"
+    ))
+}
+
+/// Fills block row `block` into `input` (its rows of `n` elements) and quantizes it into
+/// `out` with `work` (`(rows + 4) · n` floats, any content) as working memory; returns its
+/// first non-finite element (row and column in the weight, value).
+fn quantize_block<T: Weight>(
+    fill: &dyn Fn(usize, &mut [u8]),
+    block: usize,
+    n: usize,
+    spec: &QuantSpec,
+    input: &mut [u8],
+    work: &mut [f32],
+    out: BlockRow<'_>,
+) -> Option<(usize, usize, f32)> {
+    let first = block * spec.block_size;
+    fill(first, input);
+    quantize_block_row::<T>(input, n, spec, work, out).map(|(row, column)| {
+        let value = T::load(&input[(row * n + column) * T::SIZE..]);
+        (first + row, column, value)
+    })
+}
+
 /// The outputs of one block row: `values [rows, n]`, `scales [n]` (bytes), `zero_points [n]`.
 struct BlockRow<'a> {
     values: &'a mut [u8],
@@ -225,24 +325,30 @@ struct BlockRow<'a> {
     zero_points: &'a mut [u8],
 }
 
-/// Quantizes one block row (`input` is `[rows, n]` elements, `rows <= block_size`); returns
-/// the first non-finite element (row within the block, column), leaving the outputs partial.
+/// Quantizes one block row (`input` is `[rows, n]` elements, `rows <= block_size`; the codes
+/// are left out when `out.values` is empty) with `work` (`(rows + 4) · n` floats) as working
+/// memory; returns the first non-finite element (row within the block, column), leaving the
+/// outputs partial.
 fn quantize_block_row<T: Weight>(
     input: &[u8],
     n: usize,
     spec: &QuantSpec,
+    work: &mut [f32],
     out: BlockRow<'_>,
 ) -> Option<(usize, usize)> {
     let rows = input.len() / (n * T::SIZE);
-    let mut weights = vec![0f32; rows * n];
-    T::load_into(input, &mut weights);
+    let (weights, rest) = work.split_at_mut(rows * n);
+    let (min, rest) = rest.split_at_mut(n);
+    let (max, rest) = rest.split_at_mut(n);
+    let (reciprocal, offset) = rest.split_at_mut(n);
+    T::load_into(input, weights);
     // Range of each column, compared exactly as onnxruntime does (so -0.0 vs 0.0 and the
     // order of equal values come out the same).
-    let mut min = vec![f32::MAX; n];
-    let mut max = vec![f32::MIN; n];
+    min.fill(f32::MAX);
+    max.fill(f32::MIN);
     let mut finite = true;
     for values in weights.chunks_exact(n) {
-        for ((&v, lo), hi) in values.iter().zip(&mut min).zip(&mut max) {
+        for ((&v, lo), hi) in values.iter().zip(min.iter_mut()).zip(max.iter_mut()) {
             finite &= v.is_finite();
             *lo = if v < *lo { v } else { *lo };
             *hi = if v > *hi { v } else { *hi };
@@ -257,8 +363,6 @@ fn quantize_block_row<T: Weight>(
     }
     let top = f32::from(spec.top_code());
     let midpoint = f32::from(spec.midpoint());
-    let mut reciprocal = vec![0f32; n];
-    let mut offset = vec![0f32; n];
     for column in 0..n {
         let (scale, zero_point) = if spec.symmetric {
             let extreme = if max[column].abs() > min[column].abs() {
@@ -280,8 +384,14 @@ fn quantize_block_row<T: Weight>(
         out.zero_points[column] = zero_point;
     }
     let signed_shift = if spec.symmetric { spec.midpoint() } else { 0 };
+    // (No codes are written when `out.values` is empty: the zip stops at once.)
     for (codes, values) in out.values.chunks_exact_mut(n).zip(weights.chunks_exact(n)) {
-        for (((code, &w), &r), &o) in codes.iter_mut().zip(values).zip(&reciprocal).zip(&offset) {
+        for (((code, &w), &r), &o) in codes
+            .iter_mut()
+            .zip(values)
+            .zip(reciprocal.iter())
+            .zip(offset.iter())
+        {
             *code = round_and_clamp(w * r + o, top).wrapping_sub(signed_shift);
         }
     }
@@ -455,6 +565,48 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn quantize_into_matches_quantize_with_stale_memory(
+            w in prop::collection::vec(-4.0f32..4.0, 1..=150),
+            bits in prop::sample::select(vec![4u8, 8]),
+            block_size in prop::sample::select(vec![16usize, 32]),
+            symmetric in any::<bool>(),
+            dtype in prop::sample::select(vec![DType::F32, DType::F16, DType::BF16]),
+            n in 1usize..6,
+        ) {
+            let spec = QuantSpec::new(bits, block_size, symmetric);
+            let k = w.len().div_ceil(n);
+            let values: Vec<f32> = (0..k * n).map(|i| w[i % w.len()] * (1 + i % 3) as f32).collect();
+            let bytes = crate::weights::convert::convert(&f32_bytes(&values), DType::F32, dtype).0;
+            let want = quantize(&bytes, dtype, k, n, &spec).unwrap();
+            let row = n * dtype.size();
+            let fill = |first: usize, dst: &mut [u8]| {
+                dst.copy_from_slice(&bytes[first * row..first * row + dst.len()]);
+            };
+            let blocks = spec.blocks(k);
+            for with_values in [true, false] {
+                // Every buffer starts with garbage, as memory lent by a sink may.
+                let mut got = vec![0xa5u8; if with_values { k * n } else { 0 }];
+                let mut scales = vec![0x5au8; blocks * n * dtype.size()];
+                let mut zero_points = vec![0xeeu8; blocks * n];
+                let mut scratch = vec![0x7fu8; quantize_scratch_len(dtype, n, &spec) + 3];
+                let out = QuantizedInto {
+                    values: &mut got,
+                    scales: &mut scales,
+                    zero_points: &mut zero_points,
+                };
+                // An odd start: the scratch's floats are aligned inside it.
+                quantize_into(dtype, k, n, &spec, &fill, out, &mut scratch[3..]).unwrap();
+                if with_values {
+                    prop_assert_eq!(&got, &want.values);
+                }
+                prop_assert_eq!(&scales, &want.scales);
+                if let Some(zp) = &want.zero_points {
+                    prop_assert_eq!(&zero_points, zp);
+                }
+            }
+        }
+
         #[test]
         fn dequantized_values_stay_within_half_a_step(
             columns in prop::collection::vec(

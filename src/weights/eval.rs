@@ -10,7 +10,7 @@ use super::convert::{self, CHUNK_ELEMS};
 use super::sink::Sink;
 use super::store::TensorStore;
 use super::transpose;
-use crate::ir::{DType, QuantPart, TensorSource};
+use crate::ir::{DType, TensorSource};
 use crate::{Error, Result};
 
 /// What a source evaluates to, without reading data: element type and shape.
@@ -248,6 +248,9 @@ impl<'a> Evaluator<'a> {
         target: DType,
         sink: &mut dyn Sink,
     ) -> Result<usize> {
+        if self.stream_nbits_columns(src, target, sink)? {
+            return Ok(0);
+        }
         match src {
             TensorSource::Transpose(inner) => {
                 if let Some(leaf) = self.leaf(inner)? {
@@ -265,11 +268,6 @@ impl<'a> Evaluator<'a> {
                 let (dtype, _, bytes) = self.materialize(src)?;
                 stream_converted(&bytes, dtype, target, sink)
             }
-            TensorSource::NBits {
-                source,
-                spec,
-                part: QuantPart::Values,
-            } if target == DType::U8 && self.stream_nbits_by_columns(source, spec, sink)? => Ok(0),
             TensorSource::Quantize { .. } => {
                 let (part, dtype, _) = self.shared_part(src)?.expect("a Quantize part");
                 stream_converted(&part, dtype, target, sink)

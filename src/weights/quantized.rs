@@ -361,100 +361,6 @@ impl Evaluator<'_> {
         quant::quantize(&bytes, dtype, k, n, spec)
     }
 
-    /// Streams MatMulNBits' weight (`NBits` of the `Quantize` values of `quantize`) into
-    /// `sink` when the float weight is a transposed checkpoint tensor: by tiles of columns,
-    /// each quantized from its rows of the mapped checkpoint and written as its part of the
-    /// column-major weight, so neither the float weight nor its values are ever held whole.
-    /// The scales and zero points are kept for the weight's next parts. `false` when
-    /// `quantize` is not of that form (the caller evaluates it whole).
-    pub(super) fn stream_nbits_by_columns(
-        &mut self,
-        quantize: &TensorSource,
-        spec: &QuantParams,
-        sink: &mut dyn super::sink::Sink,
-    ) -> Result<bool> {
-        let TensorSource::Quantize {
-            source: weight,
-            dtype,
-            spec: quantized_as,
-            part: QuantPart::Values,
-        } = quantize
-        else {
-            return Ok(false);
-        };
-        let (dtype, quantized_as) = (*dtype, *quantized_as);
-        let TensorSource::Transpose(inner) = &**weight else {
-            return Ok(false);
-        };
-        let Some(leaf) = self.leaf(inner)? else {
-            return Ok(false);
-        };
-        // The checkpoint tensor is `[N, K]`: column n of the weight is its row n.
-        let (&[n, k], true) = (&leaf.shape[..], convert::can_convert(leaf.dtype, dtype)) else {
-            return Ok(false);
-        };
-        if spec.bits != quantized_as.bits || spec.block_size != quantized_as.block_size {
-            return Ok(false);
-        }
-        let (data, from) = (leaf.data, leaf.dtype);
-        let size = dtype.size();
-        let blocks = quantized_as.blocks(k);
-        let mut scales = vec![0u8; blocks * n * size];
-        let mut zero_points = (!quantized_as.symmetric).then(|| vec![0u8; blocks * n]);
-        // About 1 MiB of float weight per tile.
-        let tile = ((1usize << 20) / (k * size).max(1)).clamp(1, n.max(1));
-        let mut first = 0;
-        while first < n {
-            let width = tile.min(n - first);
-            let rows = &data[first * k * from.size()..(first + width) * k * from.size()];
-            let fill = |row: usize, dst: &mut [u8]| {
-                transpose_rows_into(rows, width, k, from, dtype, row, dst);
-            };
-            let q = quant::quantize_with(dtype, k, width, &quantized_as, &fill).map_err(
-                |e| match e {
-                    Error::Quantize {
-                        tensor: None,
-                        message,
-                    } => Error::Quantize {
-                        tensor: Some(describe_source(weight)),
-                        message: format!("{message} (columns {first}..{})", first + width),
-                    },
-                    other => other,
-                },
-            )?;
-            for b in 0..blocks {
-                let (to, from_tile) = ((b * n + first) * size, b * width * size);
-                scales[to..to + width * size]
-                    .copy_from_slice(&q.scales[from_tile..from_tile + width * size]);
-                if let (Some(all), Some(tile_zp)) = (&mut zero_points, &q.zero_points) {
-                    all[b * n + first..b * n + first + width]
-                        .copy_from_slice(&tile_zp[b * width..(b + 1) * width]);
-                }
-            }
-            sink.write(&quant::nbits::nbits_weight(
-                &q.values,
-                k,
-                width,
-                &quantized_as,
-            ))?;
-            first += width;
-        }
-        self.last_quantized = Some(Cached {
-            source: (**weight).clone(),
-            dtype,
-            spec: quantized_as,
-            result: Arc::new(Quantized {
-                k,
-                n,
-                values: Vec::new(),
-                scales,
-                zero_points,
-            }),
-            values_dropped: true,
-        });
-        Ok(true)
-    }
-
     /// The part `source` (a [`TensorSource::Quantize`] part) of its weight's quantization,
     /// shared with the kept quantization (computed and kept when it is not the kept one), with
     /// its dtype and shape: no copy. `None` when `source` is not a `Quantize` part.
@@ -539,7 +445,7 @@ fn part_of(q: &Quantized, part: QuantPart) -> Result<&[u8]> {
 }
 
 /// How a weight source reads in an error: the checkpoint tensor(s) it comes from and how.
-fn describe_source(src: &TensorSource) -> String {
+pub(super) fn describe_source(src: &TensorSource) -> String {
     match src {
         TensorSource::Checkpoint(name) => name.clone(),
         TensorSource::Transpose(inner) => format!("{} (transposed)", describe_source(inner)),

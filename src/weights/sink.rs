@@ -28,6 +28,18 @@ pub trait Sink {
     fn room(&self) -> usize {
         1 << 20
     }
+
+    /// Lends at least `len` bytes of working memory (any content) for the producer to use
+    /// between writes, taken back by [`Sink::give_back`]: a sink that keeps buffers of its own
+    /// lends one of them, so that the producer's working memory is not taken on top of them.
+    fn lend(&mut self, len: usize) -> Result<Vec<u8>> {
+        Ok(vec![0u8; len])
+    }
+
+    /// Takes back a buffer [`Sink::lend`] gave.
+    fn give_back(&mut self, buffer: Vec<u8>) {
+        let _ = buffer;
+    }
 }
 
 /// A closure receiving each piece.

@@ -241,6 +241,46 @@ def check_greedy(name: str, out, ids: list[int], want: list[int], gaps: list[flo
             break
 
 
+def checkpoint_dtype(name: str) -> str | None:
+    cfg = load_config(FIXTURES_DIR / name)
+    return cfg.get("dtype") or cfg.get("torch_dtype")
+
+
+BF16_NAMES = [n for n in NAMES if checkpoint_dtype(n) == "bfloat16"]
+
+
+@pytest.mark.parametrize("name", BF16_NAMES)
+def test_bf16_tables_of_f32_quantized_builds_compute_as_f32_tables(built, name, tmp_path):
+    """An f32 cpu build with --quant of a bf16 checkpoint keeps the embedding table in bf16 as
+    the checkpoint holds it and casts the gathered rows to f32 (mobius::quant::narrow_tables):
+    onnxruntime gives bit for bit the logits of the same model with the table widened to f32
+    and no Cast."""
+    assert BF16_NAMES, "no bf16 decoder fixture"
+    out = built("fixture", name, "f32", "cpu", SETTINGS["int4-b32-sym"] + ("--accuracy-level", "0"))
+    model = onnx.load(str(out / "model.onnx"))
+    tables = [t for t in model.graph.initializer if t.data_type == onnx.TensorProto.BFLOAT16]
+    assert tables, f"{name}: no table kept in bf16"
+    for table in tables:
+        readers = [n for n in model.graph.node if table.name in n.input]
+        assert readers and all(n.op_type == "Gather" and n.input[0] == table.name for n in readers), readers
+        halves = np.frombuffer(table.raw_data, dtype="<u2")
+        widened = onnx.numpy_helper.from_array(
+            (halves.astype(np.uint32) << 16).view(np.float32).reshape(tuple(table.dims)), table.name
+        )
+        table.CopyFrom(widened)
+        for gather in readers:
+            (cast,) = [n for n in model.graph.node if gather.output[0] in n.input]
+            assert cast.op_type == "Cast" and cast.attribute[0].i == onnx.TensorProto.FLOAT, cast
+            gather.output[0] = cast.output[0]
+            model.graph.node.remove(cast)
+    wide_dir = tmp_path / "wide"
+    wide_dir.mkdir()
+    onnx.save(model, str(wide_dir / "model.onnx"), save_as_external_data=True, location="model.onnx.data")
+    narrow = prefill(session(out), name, "f32")
+    wide = prefill(session(wide_dir), name, "f32")
+    assert np.array_equal(narrow.view(np.uint32), wide.view(np.uint32)), float(np.abs(narrow - wide).max())
+
+
 def _ort_quantized(path, block: int, symmetric: bool) -> dict[str, np.ndarray]:
     """onnxruntime's quantizer run on a float model: its MatMulNBits initializers by name."""
     from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig, MatMulNBitsQuantizer

@@ -1,0 +1,491 @@
+//! MatMulNBits' inputs of a weight read in place, quantized by tiles of columns straight into
+//! the sink.
+//!
+//! The weight `W [K, N]` is a stored tensor (checkpoint or external data) of that shape, or the
+//! transpose of one stored `[N, K]` (how Hugging Face stores a Linear layer: column `n` of `W`
+//! is the stored row `n`). MatMulNBits' `B`, `scales` and `zero_points` are all column-major
+//! (`[N, …]`), so each is written as tiles of columns, each tile quantized from its columns of
+//! the stored tensor ([`quant::quantize_into`]) and laid out for MatMulNBits into the sink's
+//! own buffer. Each input reads the weight again rather than keeping the quantization for the
+//! next: block quantization is deterministic, so the scales and zero points are bit for bit
+//! those the values were computed with (their pass skips the values). Nothing outlives a
+//! write, and the tiles' working memory is lent by the sink ([`Sink::lend`]: one of the
+//! writer's blocks), so quantizing takes no memory besides the writer's.
+
+use std::ops::Range;
+
+use rayon::prelude::*;
+
+use super::convert;
+use super::eval::Evaluator;
+use super::quantized::describe_source;
+use super::sink::Sink;
+use super::transpose::transpose_rows_into;
+use crate::ir::{DType, QuantParams, QuantPart, TensorSource};
+use crate::quant;
+use crate::{Error, Result};
+
+/// Columns per tile: the quantizer reads a tile block row by block row, each a transpose of
+/// `TILE` stored rows.
+const TILE: usize = 64;
+/// The most working memory the tiles in flight take, lent by the sink (the writer lends one of
+/// its blocks): fewer tiles run at once when one takes more than its share.
+const SCRATCH: usize = 4 << 20;
+
+/// A `[K, N]` weight read in place: `data` is `[K, N]`, or `[N, K]` when `transposed`.
+struct Columns<'a> {
+    data: &'a [u8],
+    from: DType,
+    k: usize,
+    n: usize,
+    transposed: bool,
+}
+
+impl Columns<'_> {
+    /// Writes rows `first..` of the weight's columns `cols`, converted to `to`, into `dst`
+    /// (whole rows of `cols.len()` elements).
+    fn fill(&self, cols: &Range<usize>, to: DType, first: usize, dst: &mut [u8]) {
+        let (size, width) = (self.from.size(), cols.len());
+        if self.transposed {
+            let rows = &self.data[cols.start * self.k * size..cols.end * self.k * size];
+            transpose_rows_into(rows, width, self.k, self.from, to, first, dst);
+        } else {
+            let mut f32s = [0f32; TILE];
+            for (r, row) in dst.chunks_exact_mut(width * to.size()).enumerate() {
+                let at = ((first + r) * self.n + cols.start) * size;
+                let src = &self.data[at..at + width * size];
+                convert::convert_through(src, self.from, to, row, &mut f32s);
+            }
+        }
+    }
+}
+
+impl Columns<'_> {
+    /// The first element of columns `cols` (in row-major order) that is not a finite number
+    /// once converted to `dtype`, described as the quantizer's error does but at its place in
+    /// the whole `[K, N]` weight.
+    fn non_finite(&self, cols: &Range<usize>, dtype: DType) -> Option<String> {
+        let mut tile = vec![0u8; self.k * cols.len() * dtype.size()];
+        self.fill(cols, dtype, 0, &mut tile);
+        let mut wide = vec![0u8; self.k * cols.len() * 4];
+        convert::convert_slice(&tile, dtype, DType::F32, &mut wide);
+        let values: Vec<f32> = wide
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        let at = values.iter().position(|v| !v.is_finite())?;
+        let (row, column) = (at / cols.len(), cols.start + at % cols.len());
+        Some(format!(
+            "element ({row}, {column}) of the [{}, {}] weight is {}, not a finite number",
+            self.k, self.n, values[at]
+        ))
+    }
+}
+
+/// What a MatMulNBits input of a block-quantized weight is made of: the float weight, the
+/// dtype and parameters it is quantized with, and the part.
+struct NBitsInput<'s> {
+    weight: &'s TensorSource,
+    dtype: DType,
+    spec: QuantParams,
+    part: QuantPart,
+}
+
+/// `src` as a MatMulNBits input of a [`TensorSource::Quantize`]d weight, written as `target`:
+/// the `NBits` values or zero points of its `Quantize` values or zero points (u8), or the
+/// transpose of its scales (in their own dtype). `None` for anything else.
+fn nbits_input(src: &TensorSource, target: DType) -> Option<NBitsInput<'_>> {
+    let (quantize, wanted) = match src {
+        TensorSource::NBits { source, spec, part } if target == DType::U8 => {
+            (&**source, Some((*spec, *part)))
+        }
+        TensorSource::Transpose(source) => (&**source, None),
+        _ => return None,
+    };
+    let TensorSource::Quantize {
+        source: weight,
+        dtype,
+        spec,
+        part,
+    } = quantize
+    else {
+        return None;
+    };
+    let fits = match wanted {
+        Some((nbits, nbits_part)) => {
+            nbits_part == *part
+                && *part != QuantPart::Scales
+                && (nbits.bits, nbits.block_size) == (spec.bits, spec.block_size)
+        }
+        None => *part == QuantPart::Scales && target == *dtype,
+    };
+    fits.then_some(NBitsInput {
+        weight,
+        dtype: *dtype,
+        spec: *spec,
+        part: *part,
+    })
+}
+
+impl Evaluator<'_> {
+    /// Streams `src` into `sink` as `target` when it is a MatMulNBits input of a weight read in
+    /// place (see the [module doc](self)); `false` when it is not (the caller evaluates it
+    /// otherwise).
+    pub(super) fn stream_nbits_columns(
+        &mut self,
+        src: &TensorSource,
+        target: DType,
+        sink: &mut dyn Sink,
+    ) -> Result<bool> {
+        let Some(input) = nbits_input(src, target) else {
+            return Ok(false);
+        };
+        let Some(columns) = self.columns(input.weight)? else {
+            return Ok(false);
+        };
+        let (dtype, spec, part) = (input.dtype, input.spec, input.part);
+        if !dtype.is_float() || !convert::can_convert(columns.from, dtype) {
+            // The general path names what does not fit.
+            return Ok(false);
+        }
+        if part == QuantPart::ZeroPoints && spec.symmetric {
+            return Ok(false);
+        }
+        spec.validate()?;
+        let (k, n) = (columns.k, columns.n);
+        let shapes = quant::nbits_shapes(k, 1, &spec);
+        let blocks = shapes.scales[1];
+        let column_bytes = match part {
+            QuantPart::Values => shapes.weight[1] * shapes.weight[2],
+            QuantPart::Scales => blocks * dtype.size(),
+            QuantPart::ZeroPoints => shapes.zero_points[1],
+        };
+        if column_bytes == 0 {
+            return Ok(true);
+        }
+        // One tile's quantization: its values (when they are written), scales, zero points
+        // and the quantizer's working memory.
+        let values_len = if part == QuantPart::Values {
+            k * TILE
+        } else {
+            0
+        };
+        let tile_len = values_len
+            + blocks * TILE * (dtype.size() + 1)
+            + quant::quantize_scratch_len(dtype, TILE, &spec);
+        let tile = |cols: Range<usize>, out: &mut [u8], scratch: &mut [u8]| -> Result<()> {
+            let width = cols.len();
+            let (values, rest) = scratch.split_at_mut(values_len / TILE * width);
+            let (scales, rest) = rest.split_at_mut(blocks * width * dtype.size());
+            let (zero_points, work) = rest.split_at_mut(blocks * width);
+            let fill = |first: usize, dst: &mut [u8]| columns.fill(&cols, dtype, first, dst);
+            let into = quant::QuantizedInto {
+                values: &mut *values,
+                scales: &mut *scales,
+                zero_points: &mut *zero_points,
+            };
+            quant::quantize_into(dtype, k, width, &spec, &fill, into, work).map_err(
+                |e| match e {
+                    Error::Quantize {
+                        tensor: None,
+                        message,
+                    } => Error::Quantize {
+                        tensor: Some(describe_source(input.weight)),
+                        message: columns.non_finite(&cols, dtype).unwrap_or(message),
+                    },
+                    other => other,
+                },
+            )?;
+            match part {
+                QuantPart::Values => quant::nbits_weight_into(values, k, width, &spec, out),
+                QuantPart::Scales => {
+                    transpose_rows_into(scales, blocks, width, dtype, dtype, 0, out);
+                }
+                QuantPart::ZeroPoints => {
+                    quant::nbits_zero_points_into(zero_points, k, width, &spec, out)
+                }
+            }
+            Ok(())
+        };
+        // The columns of each write go to as many groups as there are threads (as fit in
+        // SCRATCH), each quantizing its tiles one after the other in its part of memory lent
+        // by the sink.
+        let threads = rayon::current_num_threads().min(SCRATCH / tile_len).max(1);
+        let mut scratch = sink.lend(threads * tile_len)?;
+        let mut first = 0;
+        let mut written = Ok(());
+        while first < n && written.is_ok() {
+            let count = (sink.room() / column_bytes).clamp(1, n - first);
+            let group = count.div_ceil(threads);
+            let mut failure = None;
+            written = sink
+                .write_with(count * column_bytes, &mut |dst| {
+                    failure = dst
+                        .par_chunks_mut(group * column_bytes)
+                        .zip(scratch.par_chunks_mut(tile_len))
+                        .enumerate()
+                        .find_map_first(|(g, (out, scratch))| {
+                            let start = first + g * group;
+                            out.chunks_mut(TILE * column_bytes)
+                                .enumerate()
+                                .find_map(|(t, out)| {
+                                    let from = start + t * TILE;
+                                    let cols = from..from + out.len() / column_bytes;
+                                    tile(cols, out, scratch).err()
+                                })
+                        });
+                    0
+                })
+                .and_then(|_| failure.take().map_or(Ok(()), Err));
+            first += count;
+        }
+        sink.give_back(scratch);
+        written.map(|()| true)
+    }
+
+    /// `weight` as a `[K, N]` matrix read in place: a 2-D stored tensor, or the transpose of
+    /// one. `None` for anything else.
+    fn columns<'s>(&'s mut self, weight: &'s TensorSource) -> Result<Option<Columns<'s>>> {
+        let (stored, transposed) = match weight {
+            TensorSource::Transpose(inner) => (&**inner, true),
+            other => (other, false),
+        };
+        let Some(leaf) = self.leaf(stored)? else {
+            return Ok(None);
+        };
+        let [rows, cols] = leaf.shape[..] else {
+            return Ok(None);
+        };
+        if Some(leaf.data.len()) != rows.checked_mul(cols * leaf.dtype.size()) {
+            return Ok(None);
+        }
+        let (k, n) = if transposed {
+            (cols, rows)
+        } else {
+            (rows, cols)
+        };
+        Ok(Some(Columns {
+            data: leaf.data,
+            from: leaf.dtype,
+            k,
+            n,
+            transposed,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::TensorData;
+    use half::{bf16, f16};
+
+    /// A sink whose buffers end every `every` bytes, so that tensors arrive in odd pieces.
+    struct Uneven {
+        bytes: Vec<u8>,
+        every: usize,
+    }
+
+    impl Sink for Uneven {
+        fn write(&mut self, bytes: &[u8]) -> Result<()> {
+            self.bytes.extend_from_slice(bytes);
+            Ok(())
+        }
+
+        fn room(&self) -> usize {
+            self.every - self.bytes.len() % self.every
+        }
+    }
+
+    /// `count` values of varied magnitude, with zeros of both signs, ties in magnitude and an
+    /// all-zero stretch (a block with scale 0).
+    fn values(count: usize, seed: u32) -> Vec<f32> {
+        let mut state = seed.wrapping_mul(2_654_435_761) | 1;
+        (0..count)
+            .map(|i| {
+                state ^= state << 13;
+                state ^= state >> 17;
+                state ^= state << 5;
+                match (i % 97, state % 11) {
+                    (0..=40, _) if i % 3 == 0 && (i / 97) % 4 == 1 => 0.0,
+                    (_, 0) => -0.0,
+                    (_, 1) => 0.5,
+                    (_, 2) => -0.5,
+                    _ => (state as f32 / u32::MAX as f32 - 0.5) * (1 + i % 7) as f32,
+                }
+            })
+            .collect()
+    }
+
+    fn stored(values: &[f32], dtype: DType, shape: Vec<usize>) -> TensorSource {
+        let bytes: Vec<u8> = match dtype {
+            DType::F32 => values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            DType::F16 => values
+                .iter()
+                .flat_map(|&v| f16::from_f32(v).to_le_bytes())
+                .collect(),
+            _ => values
+                .iter()
+                .flat_map(|&v| bf16::from_f32(v).to_le_bytes())
+                .collect(),
+        };
+        TensorSource::Inline(TensorData {
+            dtype,
+            shape,
+            bytes,
+        })
+    }
+
+    /// The three MatMulNBits inputs of `weight` quantized as `dtype`/`spec`, with their dtype.
+    fn inputs(
+        weight: &TensorSource,
+        dtype: DType,
+        spec: QuantParams,
+    ) -> Vec<(TensorSource, DType)> {
+        let quantize = |part| {
+            Box::new(TensorSource::Quantize {
+                source: Box::new(weight.clone()),
+                dtype,
+                spec,
+                part,
+            })
+        };
+        let mut out = vec![
+            (
+                TensorSource::NBits {
+                    source: quantize(QuantPart::Values),
+                    spec,
+                    part: QuantPart::Values,
+                },
+                DType::U8,
+            ),
+            (TensorSource::Transpose(quantize(QuantPart::Scales)), dtype),
+        ];
+        if !spec.symmetric {
+            out.push((
+                TensorSource::NBits {
+                    source: quantize(QuantPart::ZeroPoints),
+                    spec,
+                    part: QuantPart::ZeroPoints,
+                },
+                DType::U8,
+            ));
+        }
+        out
+    }
+
+    #[test]
+    fn streamed_columns_equal_the_whole_weight_quantized_and_relaid_out() {
+        let cases = [
+            // (K, N, stored dtype, quantized as, bits, block size, symmetric)
+            (64, 200, DType::BF16, DType::F16, 4, 32, true),
+            (77, 130, DType::F32, DType::F32, 4, 16, false),
+            (33, 65, DType::F16, DType::F16, 4, 16, true),
+            (40, 129, DType::BF16, DType::F32, 8, 16, false),
+            (256, 70, DType::BF16, DType::BF16, 4, 128, false),
+            (5, 3, DType::F32, DType::F16, 8, 32, true),
+        ];
+        for (case, &(k, n, stored_as, dtype, bits, block_size, symmetric)) in
+            cases.iter().enumerate()
+        {
+            let spec = QuantParams::new(bits, block_size, symmetric);
+            let w = values(k * n, case as u32 + 1);
+            // The same `[K, N]` weight stored as it is and stored transposed.
+            let t: Vec<f32> = (0..k * n).map(|i| w[(i % k) * n + i / k]).collect();
+            let weights = [
+                stored(&w, stored_as, vec![k, n]),
+                TensorSource::Transpose(Box::new(stored(&t, stored_as, vec![n, k]))),
+            ];
+            for weight in &weights {
+                for (src, target) in inputs(weight, dtype, spec) {
+                    let mut ev = Evaluator::new(None);
+                    let (_, _, whole) = ev.materialize(&src).unwrap();
+                    for every in [usize::MAX, 1000, 7] {
+                        let mut sink = Uneven {
+                            bytes: Vec::new(),
+                            every,
+                        };
+                        let mut ev = Evaluator::new(None);
+                        assert!(ev.stream_nbits_columns(&src, target, &mut sink).unwrap());
+                        assert!(
+                            sink.bytes == whole,
+                            "case {case}, {src:?}, pieces of {every}: streamed bytes differ"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn other_sources_are_left_to_the_general_path() {
+        let w = stored(&values(64 * 8, 3), DType::F32, vec![64, 8]);
+        let spec = QuantParams::new(4, 32, true);
+        let mut ev = Evaluator::new(None);
+        let mut sink = Vec::new();
+        // The DequantizeLinear layout's values, a relayout of a computed weight, scales wanted
+        // in another dtype.
+        let values_part = TensorSource::Quantize {
+            source: Box::new(w.clone()),
+            dtype: DType::F32,
+            spec,
+            part: QuantPart::Values,
+        };
+        let computed = TensorSource::NBits {
+            source: Box::new(TensorSource::Quantize {
+                source: Box::new(TensorSource::AddScalar {
+                    source: Box::new(w.clone()),
+                    value: 1.0,
+                }),
+                dtype: DType::F32,
+                spec,
+                part: QuantPart::Values,
+            }),
+            spec,
+            part: QuantPart::Values,
+        };
+        let scales = TensorSource::Transpose(Box::new(TensorSource::Quantize {
+            source: Box::new(w),
+            dtype: DType::F32,
+            spec,
+            part: QuantPart::Scales,
+        }));
+        for (src, target) in [
+            (&values_part, DType::I4),
+            (&computed, DType::U8),
+            (&scales, DType::F16),
+        ] {
+            assert!(!ev.stream_nbits_columns(src, target, &mut sink).unwrap());
+        }
+        assert!(sink.is_empty());
+    }
+
+    #[test]
+    fn a_non_finite_element_is_named_with_its_tensor_and_columns() {
+        let (k, n) = (40, 150);
+        let mut w = values(k * n, 9);
+        w[37 * n + 140] = f32::INFINITY;
+        w[38 * n + 3] = f32::NAN;
+        let t: Vec<f32> = (0..k * n).map(|i| w[(i % k) * n + i / k]).collect();
+        let spec = QuantParams::new(4, 16, false);
+        for weight in [
+            stored(&w, DType::F32, vec![k, n]),
+            TensorSource::Transpose(Box::new(stored(&t, DType::BF16, vec![n, k]))),
+        ] {
+            for (src, target) in inputs(&weight, DType::F16, spec) {
+                let mut ev = Evaluator::new(None);
+                let err = ev
+                    .stream_nbits_columns(&src, target, &mut Vec::new())
+                    .unwrap_err();
+                let Error::Quantize { tensor, message } = err else {
+                    panic!("expected a quantization error, got {err}");
+                };
+                assert_eq!(tensor, Some(describe_source(&weight)));
+                assert_eq!(
+                    message,
+                    "element (38, 3) of the [40, 150] weight is NaN, not a finite number"
+                );
+            }
+        }
+    }
+}
