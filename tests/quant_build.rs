@@ -208,6 +208,44 @@ fn excluded_weights_stay_float_and_embeddings_share_the_tied_head() {
     verify_equivalent(&standard, &shared);
 }
 
+/// A block larger than the hidden size pads the LM head's MatMulNBits rows: the embedding then
+/// keeps its own table (it crashed the optimizer with a 128-wide GatherBlockQuantized output
+/// for a 64-wide hidden state).
+#[test]
+fn embeddings_do_not_share_a_head_padded_to_the_block() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (fused, standard) = (tmp.path().join("fused"), tmp.path().join("standard"));
+    let flags = [
+        "--quant",
+        "int4",
+        "--quant-block-size",
+        "128",
+        "--quant-embeddings",
+    ];
+    build(
+        &fixture("llama"),
+        &fused,
+        &[&["--ep", "cpu"][..], &flags].concat(),
+    );
+    build(
+        &fixture("llama"),
+        &standard,
+        &[&["--ep", "onnx-standard"][..], &flags].concat(),
+    );
+    let m = load(&fused);
+    let gbq = m
+        .graph
+        .nodes
+        .iter()
+        .find(|n| n.op_type == "GatherBlockQuantized")
+        .expect("the embedding is GatherBlockQuantized");
+    assert!(
+        m.graph.initializers.iter().any(|i| i.name == gbq.inputs[0]),
+        "its own table, not the head's reshaped weight"
+    );
+    verify_equivalent(&standard, &fused);
+}
+
 #[test]
 fn graph_only_builds_declare_the_quantized_initializers() {
     let tmp = tempfile::tempdir().unwrap();

@@ -11,7 +11,7 @@
 //!   dequantized.
 //!
 //! A table whose transpose is also a quantized MatMul weight (a tied LM head) on an EP with
-//! both kernels is stored once, as onnxruntime-genai's builder shares it: the embedding's
+//! both kernels, of a width D that is a multiple of the block size, is stored once, as onnxruntime-genai's builder shares it: the embedding's
 //! GatherBlockQuantized reads the LM head's MatMulNBits weight (`[V, ⌈D/B⌉, B/2]` bytes, through
 //! a `Reshape` to `[V, ⌈D/B⌉·B/2]`), scales and zero points — the same initializers (the
 //! `ai.mobius::NBits*` relayouts the MatMulNBits fusion creates for the LM head; onnxruntime may
@@ -81,7 +81,10 @@ pub fn quantize_embeddings(
             summary.exclude(name.to_string(), pattern);
             continue;
         }
-        if let (true, Some(parts)) = (fused, tied.get(name)) {
+        // The LM head's MatMulNBits weight pads each row to whole blocks: it is the table's
+        // layout only when D is a multiple of the block size.
+        let shareable = fused && d % p.block_size == 0;
+        if let (true, Some(parts)) = (shareable, tied.get(name)) {
             if shared_nodes.is_empty() {
                 summary.embeddings += 1;
                 summary.shared = true;
