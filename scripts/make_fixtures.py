@@ -61,6 +61,12 @@ from transformers import (
     GPT2LMHeadModel,
     GraniteConfig,
     GraniteForCausalLM,
+    HeliumConfig,
+    HeliumForCausalLM,
+    MinistralConfig,
+    MinistralForCausalLM,
+    Starcoder2Config,
+    Starcoder2ForCausalLM,
     Olmo2Config,
     Olmo2ForCausalLM,
     Phi3Config,
@@ -206,6 +212,38 @@ def make_config(kind: str, vocab: int, ids: dict):
                 "factor": 4.0,
                 "original_max_position_embeddings": YARN_ORIGINAL_MAX,
             },
+        )
+    if kind == "ministral":
+        # Layer 0 slides (window 5 < prompt + generated), layer 1 is global.
+        return MinistralForCausalLM, MinistralConfig(
+            **common,
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=False,
+            sliding_window=5,
+            layer_types=["sliding_attention", "full_attention"],
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+        )
+    if kind == "helium":
+        # Interleaved RoPE; q/k/v and MLP biases (o has none).
+        return HeliumForCausalLM, HeliumConfig(
+            **common,
+            rms_norm_eps=1e-8,
+            tie_word_embeddings=False,
+            attention_bias=True,
+            mlp_bias=True,
+            rope_parameters={"rope_type": "default", "rope_theta": 100000.0},
+        )
+    if kind == "starcoder2":
+        # LayerNorm with bias, GELU MLP, biases everywhere, window 6 on every layer, tied.
+        dims = {k: v for k, v in common.items() if k != "head_dim"}
+        return Starcoder2ForCausalLM, Starcoder2Config(
+            **dims,
+            norm_epsilon=1e-5,
+            hidden_act="gelu_pytorch_tanh",
+            use_bias=True,
+            sliding_window=6,
+            tie_word_embeddings=True,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
         )
     if kind == "mistral":
         return MistralForCausalLM, MistralConfig(
@@ -422,6 +460,9 @@ FIXTURES = {
     "olmo2": (8000, "f32", "v5", None),
     "phi3": (9000, "f32", "v4", None),
     "qwen2-yarn": (3100, "f32", "v5", None),
+    "ministral": (4100, "f32", "v5", None),
+    "helium": (4200, "f32", "v5", None),
+    "starcoder2": (4300, "f32", "v5", None),
 }
 
 
