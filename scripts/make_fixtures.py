@@ -61,6 +61,12 @@ from transformers import (
     GPT2LMHeadModel,
     GraniteConfig,
     GraniteForCausalLM,
+    HeliumConfig,
+    HeliumForCausalLM,
+    MinistralConfig,
+    MinistralForCausalLM,
+    Starcoder2Config,
+    Starcoder2ForCausalLM,
     Olmo2Config,
     Olmo2ForCausalLM,
     Phi3Config,
@@ -104,6 +110,7 @@ N_NEW = 32
 MIN_GAP = 1e-2  # stricter than the 1e-3 floor, for margin against f32 reorderings
 
 PHI3_ORIGINAL_MAX = 8  # phi3: shorter than the prompt, so its reference uses the long factors
+YARN_ORIGINAL_MAX = 32  # qwen2-yarn: shorter than prompt + generation
 
 DIMS = dict(
     hidden_size=64,
@@ -188,6 +195,55 @@ def make_config(kind: str, vocab: int, ids: dict):
             sliding_window=None,
             max_window_layers=DIMS["num_hidden_layers"],
             rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+        )
+    if kind == "qwen2-yarn":
+        # YaRN over an original context of 32: the greedy continuation (and reference.json's
+        # long_prompt) runs past it.
+        return Qwen2ForCausalLM, Qwen2Config(
+            **common,
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=False,
+            use_sliding_window=False,
+            sliding_window=None,
+            max_window_layers=DIMS["num_hidden_layers"],
+            rope_parameters={
+                "rope_type": "yarn",
+                "rope_theta": 1000000.0,
+                "factor": 4.0,
+                "original_max_position_embeddings": YARN_ORIGINAL_MAX,
+            },
+        )
+    if kind == "ministral":
+        # Layer 0 slides (window 5 < prompt + generated), layer 1 is global.
+        return MinistralForCausalLM, MinistralConfig(
+            **common,
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=False,
+            sliding_window=5,
+            layer_types=["sliding_attention", "full_attention"],
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+        )
+    if kind == "helium":
+        # Interleaved RoPE; q/k/v and MLP biases (o has none).
+        return HeliumForCausalLM, HeliumConfig(
+            **common,
+            rms_norm_eps=1e-8,
+            tie_word_embeddings=False,
+            attention_bias=True,
+            mlp_bias=True,
+            rope_parameters={"rope_type": "default", "rope_theta": 100000.0},
+        )
+    if kind == "starcoder2":
+        # LayerNorm with bias, GELU MLP, biases everywhere, window 6 on every layer, tied.
+        dims = {k: v for k, v in common.items() if k != "head_dim"}
+        return Starcoder2ForCausalLM, Starcoder2Config(
+            **dims,
+            norm_epsilon=1e-5,
+            hidden_act="gelu_pytorch_tanh",
+            use_bias=True,
+            sliding_window=6,
+            tie_word_embeddings=True,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
         )
     if kind == "mistral":
         return MistralForCausalLM, MistralConfig(
@@ -403,6 +459,10 @@ FIXTURES = {
     "granite": (7000, "f32", "v5", None),
     "olmo2": (8000, "f32", "v5", None),
     "phi3": (9000, "f32", "v4", None),
+    "qwen2-yarn": (3100, "f32", "v5", None),
+    "ministral": (4100, "f32", "v5", None),
+    "helium": (4200, "f32", "v5", None),
+    "starcoder2": (4300, "f32", "v5", None),
 }
 
 
@@ -483,6 +543,17 @@ def make_fixture(name: str, out_root: Path, tok: PreTrainedTokenizerFast) -> Non
         ref["short_prompt"] = {
             "input_ids": short_ids,
             "logits": [[rnd(v) for v in row] for row in short_logits.tolist()],
+        }
+    if name == "qwen2-yarn":
+        # The prompt and its greedy continuation in one pass: positions beyond the original
+        # context.
+        long_ids = input_ids + greedy
+        assert len(long_ids) > YARN_ORIGINAL_MAX
+        with torch.no_grad():
+            long_logits = model(torch.tensor([long_ids])).logits[0]
+        ref["long_prompt"] = {
+            "input_ids": long_ids,
+            "logits": [[rnd(v) for v in row] for row in long_logits.tolist()],
         }
     (d / "reference.json").write_text(json.dumps(ref, separators=(",", ":")) + "\n")
 

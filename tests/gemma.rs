@@ -137,7 +137,7 @@ fn bad_gemma_fields_are_named() {
             "use_bidirectional_attention",
         ),
         (
-            r#""rope_parameters": {"full_attention": {"rope_type": "yarn"}}"#,
+            r#""rope_parameters": {"full_attention": {"rope_type": "ntk-by-parts"}}"#,
             "rope_parameters.full_attention.rope_type",
         ),
         (

@@ -209,7 +209,8 @@ fn layer_windows(
     f: &Fields<'_>,
 ) -> Result<Vec<Option<usize>>> {
     let enabled = raw.use_sliding_window.unwrap_or(fields.use_sliding_window);
-    let window = match raw.sliding_window.or(fields.sliding_window) {
+    // An explicit `null` turns the window off; an absent field takes the family's default.
+    let window = match raw.sliding_window.unwrap_or(fields.sliding_window) {
         Some(w) if w > 0 && enabled => Some(w as usize),
         Some(w) if w <= 0 => {
             return Err(f.err(

@@ -44,8 +44,10 @@ pub struct HfConfig {
     pub rope_parameters: Option<Value>,
     /// `partial_rotary_factor`.
     pub partial_rotary_factor: Option<f64>,
-    /// `sliding_window`.
-    pub sliding_window: Option<i64>,
+    /// `sliding_window`: `Some(None)` when written as `null` (no window), `None` when absent
+    /// (the family's default).
+    #[serde(default, deserialize_with = "nullable")]
+    pub sliding_window: Option<Option<i64>>,
     /// `use_sliding_window` (Qwen2: false disables the window).
     pub use_sliding_window: Option<bool>,
     /// `max_window_layers` (Qwen2).
@@ -120,6 +122,10 @@ pub struct HfConfig {
     pub no_rope_layers: Option<Vec<i64>>,
     /// `no_rope_layer_interval` (SmolLM3: every n-th layer skips RoPE when `no_rope_layers` is absent).
     pub no_rope_layer_interval: Option<i64>,
+    /// `norm_epsilon` (StarCoder2: the LayerNorm epsilon).
+    pub norm_epsilon: Option<f64>,
+    /// `use_bias` (StarCoder2: biases on every projection).
+    pub use_bias: Option<bool>,
     /// transformers v4 top-level `original_max_position_embeddings` (Phi-3 LongRoPE).
     pub original_max_position_embeddings: Option<i64>,
 }
@@ -128,4 +134,10 @@ pub struct HfConfig {
 /// differs from an absent field (`None`, by `#[serde(default)]`).
 fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
     Value::deserialize(d).map(Some)
+}
+
+/// Deserializes a field that may be `null` as `Some(None)`, so that an explicit null differs
+/// from an absent field (`None`, by `#[serde(default)]`).
+fn nullable<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<i64>>, D::Error> {
+    Option::<i64>::deserialize(d).map(Some)
 }

@@ -13,6 +13,7 @@ mod model_type;
 pub mod phi;
 pub mod quantization;
 pub mod rope;
+pub mod yarn;
 
 use std::any::Any;
 use std::path::Path;
@@ -213,6 +214,16 @@ pub fn read_rope(
             raw.max_position_embeddings.unwrap_or(0).max(0) as usize,
             f,
         )?),
+        "yarn" => RopeScaling::Yarn(yarn::parse(
+            raw,
+            field,
+            params.unwrap_or(&Value::Null),
+            raw.max_position_embeddings.unwrap_or(0).max(0) as usize,
+            f,
+        )?),
+        "dynamic" => RopeScaling::Dynamic {
+            factor: num("factor")?,
+        },
         "llama3" => {
             let low_freq_factor = num("low_freq_factor")?;
             let high_freq_factor = num("high_freq_factor")?;
@@ -237,8 +248,9 @@ pub fn read_rope(
             return Err(f.err(
                 &name("rope_type"),
                 &format!(
-                    "`{other}` is not supported (expected default, linear, llama3 or longrope)"
-                ),
+                "`{other}` is not supported (expected default, linear, llama3, longrope, yarn or \
+                     dynamic)"
+            ),
             ))
         }
     };

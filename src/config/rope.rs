@@ -28,6 +28,16 @@ pub enum RopeScaling {
     /// `original_max_position_embeddings` positions and the long set beyond, with cos/sin
     /// scaled by `attention_factor` (see [`super::longrope`]).
     LongRope(super::longrope::LongRope),
+    /// YaRN: frequencies blended between plain and `factor`-divided over a ramp of channel
+    /// pairs, cos/sin scaled by an attention factor (see [`super::yarn`]).
+    Yarn(super::yarn::Yarn),
+    /// Dynamic NTK (`dynamic`): transformers raises the base once a forward pass holds more
+    /// than `max_position_embeddings` positions. The tables hold exactly that many rows, so
+    /// every sequence the model accepts uses the plain frequencies, as transformers does.
+    Dynamic {
+        /// The NTK factor (applies beyond the tables only).
+        factor: f32,
+    },
 }
 
 /// RoPE as the model uses it.
@@ -44,6 +54,15 @@ pub struct Rope {
 }
 
 impl Rope {
+    /// The multiplier of every cos/sin value (YaRN's attention factor; 1 for the others,
+    /// LongRoPE's being applied with its table switch).
+    pub fn cos_sin_scale(&self) -> f32 {
+        match &self.scaling {
+            RopeScaling::Yarn(y) => y.attention_factor,
+            _ => 1.0,
+        }
+    }
+
     /// The inverse frequencies, `rotary_dim / 2` of them, scaled.
     pub fn inv_freq(&self) -> Vec<f32> {
         let dim = self.rotary_dim as f32;
@@ -51,7 +70,8 @@ impl Rope {
             .map(|j| 1.0 / self.theta.powf((2 * j) as f32 / dim))
             .collect();
         match &self.scaling {
-            RopeScaling::Default => base,
+            RopeScaling::Default | RopeScaling::Dynamic { .. } => base,
+            RopeScaling::Yarn(y) => y.inv_freq(self.theta, self.rotary_dim),
             RopeScaling::Linear { factor } => base.iter().map(|f| f / factor).collect(),
             RopeScaling::LongRope(l) => l.inv_freq(self.theta, self.rotary_dim, false),
             RopeScaling::Llama3 {

@@ -95,11 +95,11 @@ fn bad_fields_are_named() {
         msg.contains("hidden_size") && msg.contains("missing"),
         "{msg}"
     );
-    let msg = parse(&V4.replace("llama3", "yarn"))
+    let msg = parse(&V4.replace("llama3", "ntk-by-parts"))
         .unwrap_err()
         .to_string();
     assert!(
-        msg.contains("rope_scaling.rope_type") && msg.contains("yarn"),
+        msg.contains("rope_scaling.rope_type") && msg.contains("ntk-by-parts"),
         "{msg}"
     );
     let msg = parse(&V4.replace("\"torch_dtype\": \"bfloat16\"", "\"torch_dtype\": \"int4\""))

@@ -13,7 +13,8 @@ use crate::Result;
 /// The family's registry entry.
 pub static FAMILY: FamilySpec = FamilySpec {
     name: "llama",
-    summary: "pre-norm RMSNorm decoder, SiLU-gated MLP, RoPE (`default`, `linear`, `llama3`), \
+    summary: "pre-norm RMSNorm decoder, SiLU-gated MLP, RoPE (`default`, `linear`, `llama3`, \
+              `yarn`, `dynamic`), \
               GQA/MQA, optional biases (qwen2: q/k/v), sliding-window layers",
     model_types: &[
         ModelType::generative("llama", "llama", |raw, t, f| {

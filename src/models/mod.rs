@@ -11,13 +11,16 @@ pub mod decoder;
 pub mod gemma;
 pub mod gpt2;
 pub mod granite;
+pub mod helium;
 pub mod llama;
+pub mod ministral;
 pub mod olmo2;
 pub mod phi;
 pub mod phi3;
 pub mod qwen3;
 pub mod registry;
 pub mod smollm3;
+pub mod starcoder2;
 
 pub use registry::{load_config, parse_config};
 

@@ -6,7 +6,10 @@
 //! `model.type` runs it. [`FAMILIES`] lists them; config parsing, `mobius list models` and the
 //! README's table all read it.
 
-use super::{bert, gemma, gpt2, granite, llama, olmo2, phi, phi3, qwen3, smollm3};
+use super::{
+    bert, gemma, gpt2, granite, helium, llama, ministral, olmo2, phi, phi3, qwen3, smollm3,
+    starcoder2,
+};
 pub use crate::config::{ModelType, ReadConfig};
 use std::path::Path;
 
@@ -25,6 +28,9 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &granite::FAMILY,
     &olmo2::FAMILY,
     &phi3::FAMILY,
+    &ministral::FAMILY,
+    &helium::FAMILY,
+    &starcoder2::FAMILY,
     &bert::FAMILY,
 ];
 

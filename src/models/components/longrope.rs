@@ -7,7 +7,7 @@
 //! `generate` drops the cache), while the cache holds keys and values computed under the short
 //! factors; the new tokens use the long factors.
 
-use super::{scalar, RopeTables};
+use super::{scaled, RopeTables};
 use crate::config::longrope::LongRope;
 use crate::config::Rope;
 use crate::ir::{Attr, DType, GraphBuilder, Initializer, TensorSource};
@@ -44,7 +44,7 @@ pub fn longrope_tables(
             cos: gather(b, &short_cos, position_ids),
             sin: gather(b, &short_sin, position_ids),
         };
-        return scale(b, tables, l, dtype);
+        return scaled(b, tables, l.attention_factor, dtype);
     }
     let long_cos = table("long_cos_cache", &long, false);
     let long_sin = table("long_sin_cache", &long, true);
@@ -63,21 +63,9 @@ pub fn longrope_tables(
     };
     let cos = pick(&long_cos, &short_cos);
     let sin = pick(&long_sin, &short_sin);
-    scale(b, RopeTables { cos, sin }, l, dtype)
+    scaled(b, RopeTables { cos, sin }, l.attention_factor, dtype)
 }
 
 fn gather(b: &mut GraphBuilder, table: &str, positions: &str) -> String {
     b.op("Gather", &[table, positions], vec![("axis", Attr::Int(0))])
-}
-
-/// cos/sin times the attention factor (no op when it is 1).
-fn scale(b: &mut GraphBuilder, t: RopeTables, l: &LongRope, dtype: DType) -> RopeTables {
-    if l.attention_factor == 1.0 {
-        return t;
-    }
-    let factor = scalar(b, l.attention_factor, dtype);
-    RopeTables {
-        cos: b.op("Mul", &[&t.cos, &factor], vec![]),
-        sin: b.op("Mul", &[&t.sin, &factor], vec![]),
-    }
 }

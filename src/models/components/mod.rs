@@ -22,5 +22,5 @@ pub use mlp::{gated_mlp, GateActivation};
 pub use norm::{
     layer_norm, layer_norm_into, offset_rms_norm, per_head_norm, rms_norm, Norm, NormKind,
 };
-pub use rope::{named_rope_tables, rope_tables, rotary_embedding, RopeTables};
+pub use rope::{named_rope_tables, rope_tables, rotary_embedding, scaled, RopeTables};
 pub use scalar::scalar;

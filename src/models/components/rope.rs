@@ -1,6 +1,7 @@
 //! Rotary position embedding: cos/sin caches gathered by position, and the opset-23
 //! `RotaryEmbedding` op on 3-D `[B, S, heads·D]` inputs.
 
+use super::scalar;
 use crate::config::Rope;
 use crate::ir::{Attr, DType, GraphBuilder, Initializer, TensorSource};
 
@@ -14,7 +15,8 @@ pub struct RopeTables {
 }
 
 /// Declares `model.rotary_emb.{cos,sin}_cache` (`[positions, rotary_dim/2]`, computed in f32
-/// and stored in `dtype`) and gathers them by `position_ids`.
+/// and stored in `dtype`) and gathers them by `position_ids`; the gathered values are scaled
+/// by the RoPE's cos/sin factor when it is not 1 (YaRN).
 pub fn rope_tables(
     b: &mut GraphBuilder,
     rope: &Rope,
@@ -54,9 +56,23 @@ pub fn named_rope_tables(
             vec![("axis", Attr::Int(0))],
         )
     };
-    RopeTables {
+    let tables = RopeTables {
         cos: cache(&format!("{prefix}.cos_cache"), false),
         sin: cache(&format!("{prefix}.sin_cache"), true),
+    };
+    scaled(b, tables, rope.cos_sin_scale(), dtype)
+}
+
+/// cos/sin times `factor` (no op when it is 1), as transformers scales them after the table
+/// lookup.
+pub fn scaled(b: &mut GraphBuilder, t: RopeTables, factor: f32, dtype: DType) -> RopeTables {
+    if factor == 1.0 {
+        return t;
+    }
+    let factor = scalar(b, factor, dtype);
+    RopeTables {
+        cos: b.op("Mul", &[&t.cos, &factor], vec![]),
+        sin: b.op("Mul", &[&t.sin, &factor], vec![]),
     }
 }
 
