@@ -102,6 +102,7 @@ const PROOFS: &[(&str, &str)] = &[
         "head_layout::attention_on_3d_heads_without_cache",
     ),
     ("heads-merged-back", "head_layout::heads_merged_back"),
+    ("split-then-reshaped", "head_layout::split_then_reshaped"),
     ("erf-gelu", "gelu_fusions"),
     ("erf-gelu-half-first", "gelu_fusions"),
     ("erf-gelu-half-inside", "gelu_fusions"),

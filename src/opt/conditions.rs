@@ -41,6 +41,10 @@ const CONDITIONS: &[(&str, &dyn AnyCondition)] = &[
         "heads-merged-back",
         &Condition(head_layout::heads_merged_back),
     ),
+    (
+        "split-then-reshaped",
+        &Condition(head_layout::split_then_reshaped),
+    ),
     ("bias-on-last-axis", &Condition(bias_on_last_axis)),
     ("bias-of-width", &Condition(bias_of_width)),
     ("gelu-is-exact", &Condition(gelu_is_exact)),

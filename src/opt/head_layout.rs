@@ -43,9 +43,10 @@ fn zero_copies(g: &OnnxGraph, allowzero: Id) -> Option<bool> {
 
 /// The dims `Reshape(input, shape; allowzero)` gives an input of dims `input` (all known, maybe
 /// symbolic), when the target `shape` is read ([`shape_value`]) and provably keeps the element
-/// count: equal dims of input and target cancel, and what is left on both sides is numbers
-/// whose products agree (a single −1 taking the quotient). A 0 copies the input's dim unless
-/// `allowzero` is set.
+/// count: equal dims of input and target cancel, and what is left of the target (but a −1) is
+/// numbers; what is left of the input is then numbers with the same product, or, for a single
+/// −1, anything whose numbers that product divides (the −1 is the quotient, `batch*seq` for
+/// named dims). A 0 copies the input's dim unless `allowzero` is set.
 pub fn reshaped_dims(
     g: &OnnxGraph,
     input: &[SymDim],
@@ -83,15 +84,50 @@ pub fn reshaped_dims(
             None => others = others.checked_mul(d.known()?)?,
         }
     }
-    let left = rest
-        .iter()
-        .try_fold(1i64, |p, d| p.checked_mul(d.known()?))?;
     match inferred {
-        Some(i) if others > 0 && left % others == 0 => out[i] = SymDim::Known(left / others),
-        None if left == others => {}
+        Some(i) if others > 0 => out[i] = quotient(&rest, others)?,
+        None if rest.iter().try_fold(1i64, |p, d| p.checked_mul(d.known()?)) == Some(others) => {}
         _ => return None,
     }
     Some(out)
+}
+
+/// The product of `dims` divided by `divisor`, when the numbers among them are divisible by it:
+/// a number, or a product of names (`batch*seq`; a factor that is not a plain name is
+/// parenthesised, and such a product only equals itself).
+fn quotient(dims: &[&SymDim], divisor: i64) -> Option<SymDim> {
+    let mut known = 1i64;
+    let mut names = Vec::new();
+    for d in dims {
+        match d {
+            SymDim::Known(v) => known = known.checked_mul(*v)?,
+            SymDim::Sym(s) => names.push(s.as_str()),
+            SymDim::Unknown => return None,
+        }
+    }
+    if known % divisor != 0 {
+        return None;
+    }
+    let known = known / divisor;
+    if names.is_empty() {
+        return Some(SymDim::Known(known));
+    }
+    let plain = |n: &str| {
+        n.chars()
+            .all(|c| c.is_alphanumeric() || c == '_' || c == '.')
+    };
+    let factors = names.iter().map(|n| {
+        if plain(n) {
+            n.to_string()
+        } else {
+            format!("({n})")
+        }
+    });
+    let text = std::iter::once(known.to_string())
+        .chain(factors)
+        .collect::<Vec<_>>()
+        .join("*");
+    Some(SymDim::expr(&text))
 }
 
 /// The permutation of a `Transpose`'s `perm` attribute class, when it is set.
@@ -120,27 +156,40 @@ pub fn head_view(g: &OnnxGraph, x: Id, shape: Id, allowzero: Id, p: Id) -> Optio
     ok.then_some(HeadView { heads, head_dim })
 }
 
-/// `?x ?split ?split_zero ?p1 ?p2 ?merge ?merge_zero` of
-/// `Reshape(Transpose(Transpose(Reshape(x, split), p1), p2), merge)`: the two transposes cancel
-/// (`p1` then `p2` is the identity) and the outer Reshape gives back `x`'s own dims (all
-/// known), so the whole chain is `x`.
-pub fn heads_merged_back(
+/// For `Reshape(Transpose(Transpose(Reshape(x, split), p1), p2), merge)` whose transposes
+/// cancel (`p1` then `p2` is the identity): `x`'s dims (all known) and the dims of the whole
+/// chain, which is then `Reshape(x, merge)` reshaped to those dims.
+fn cancelled_split(
     g: &OnnxGraph,
     [x, split, split_zero, p1, p2, merge, merge_zero]: [Id; 7],
-) -> bool {
-    let merged = || {
-        let xd = g[x].data.tensor()?.shape.clone()?;
-        let inner = reshaped_dims(g, &xd, split, split_zero)?;
-        let (p1, p2) = (perm(g, p1)?, perm(g, p2)?);
-        let n = inner.len();
-        let mut sorted = p1.clone();
-        sorted.sort_unstable();
-        let cancel = p2.len() == n
-            && sorted.iter().copied().eq(0..n as i64)
-            && (0..n).all(|i| usize::try_from(p2[i]).is_ok_and(|j| j < n && p1[j] == i as i64));
-        // Transpose gives out[i] = in[perm[i]]: p1 then p2 reads in[p1[p2[i]]] = in[i].
-        let outer = reshaped_dims(g, &inner, merge, merge_zero)?;
-        Some(cancel && outer == xd)
-    };
-    merged().unwrap_or(false)
+) -> Option<(Vec<SymDim>, Vec<SymDim>)> {
+    let xd = g[x].data.tensor()?.shape.clone()?;
+    let inner = reshaped_dims(g, &xd, split, split_zero)?;
+    let (p1, p2) = (perm(g, p1)?, perm(g, p2)?);
+    let n = inner.len();
+    let mut sorted = p1.clone();
+    sorted.sort_unstable();
+    // Transpose gives out[i] = in[perm[i]]: p1 then p2 reads in[p1[p2[i]]], which must be in[i].
+    let cancel = p2.len() == n
+        && sorted.iter().copied().eq(0..n as i64)
+        && (0..n).all(|i| usize::try_from(p2[i]).is_ok_and(|j| j < n && p1[j] == i as i64));
+    let outer = reshaped_dims(g, &inner, merge, merge_zero)?;
+    cancel.then_some((xd, outer))
+}
+
+/// `?x ?split ?split_zero ?p1 ?p2 ?merge ?merge_zero` of
+/// `Reshape(Transpose(Transpose(Reshape(x, split), p1), p2), merge)`: the transposes cancel and
+/// the outer Reshape gives back `x`'s own dims, so the whole chain is `x`.
+pub fn heads_merged_back(g: &OnnxGraph, vars: [Id; 7]) -> bool {
+    cancelled_split(g, vars).is_some_and(|(xd, outer)| outer == xd)
+}
+
+/// The variables of [`heads_merged_back`]: the transposes cancel, and `Reshape(x, merge)` gives
+/// the chain's dims (a 0 in `merge` copies the same dim from `x` as from the split), so the
+/// whole chain is `Reshape(x, merge)`.
+pub fn split_then_reshaped(g: &OnnxGraph, vars: [Id; 7]) -> bool {
+    let [.., merge, merge_zero] = vars;
+    cancelled_split(g, vars).is_some_and(|(xd, outer)| {
+        outer != xd && reshaped_dims(g, &xd, merge, merge_zero).is_some_and(|d| d == outer)
+    })
 }

@@ -558,6 +558,35 @@ proptest! {
         let values = inputs(&g, rows, 0, seed);
         prove_with(&rule("heads-merged-back"), rules_for("heads-merged-back"), "default", g, values, 0.0)?;
     }
+
+    #[test]
+    fn split_then_reshaped((rows, h, d, perm, split, _how, minus, seed) in merge_case(), flat in 0usize..3) {
+        // Split, transposed and back, then reshaped to [B·S, H·D] ([−1, H·D]), [B, S·H·D]
+        // ([0, −1], 0 copying B) or [B·S·H·D] ([−1]); named rows give named products.
+        let mut b = GraphBuilder::new("g");
+        let x = b.input("x", DType::F32, rows.shape(&[h * d]));
+        let viewed = view(&mut b, &x, split, rows, h, minus, d, &perm);
+        let mut inverse = vec![0i64; 4];
+        for (i, &p) in perm.iter().enumerate() {
+            inverse[p as usize] = i as i64;
+        }
+        let back = b.op("Transpose", &[&viewed], vec![("perm", Attr::Ints(inverse))]);
+        let n = (h * d) as i64;
+        let [batch, seq] = [rows.batch, rows.seq].map(|v| v as i64);
+        let dim = |v: i64, name: String| if rows.symbolic { Dim::Sym(name) } else { Dim::Fixed(v) };
+        let (target, out) = match flat {
+            0 => (vec![-1, n], vec![dim(batch * seq, "batch*seq".into()), Dim::Fixed(n)]),
+            1 => (vec![0, -1], vec![rows.shape(&[]).0[0].clone(), dim(seq * n, format!("{n}*seq"))]),
+            _ => (vec![-1], vec![dim(batch * seq * n, format!("{n}*batch*seq"))]),
+        };
+        let out = Shape(out);
+        let shape = b.const_i64(&target);
+        b.output("y", DType::F32, out);
+        b.op_into("Reshape", &[&back, &shape], vec![], "y");
+        let g = b.finish();
+        let values = inputs(&g, rows, 0, seed);
+        prove_with(&rule("split-then-reshaped"), rules_for("split-then-reshaped"), "default", g, values, 0.0)?;
+    }
 }
 
 /// `g` optimized with all rules for the default EP.
