@@ -26,6 +26,8 @@ use proptest::prelude::*;
 
 #[path = "rule_proofs/attention_recognize.rs"]
 mod attention_recognize;
+#[path = "rule_proofs/head_layout.rs"]
+mod head_layout;
 #[path = "rule_proofs/lowering.rs"]
 mod lowering;
 #[path = "common/norm_spellings.rs"]
@@ -90,6 +92,17 @@ const PROOFS: &[(&str, &str)] = &[
         "rotary::rotate_half_recognition",
     ),
     ("rotary-partial", "rotary::partial_rotation_folding"),
+    ("rotary-on-3d-heads", "head_layout::rotary_on_3d_heads"),
+    (
+        "attention-on-3d-heads",
+        "head_layout::attention_on_3d_heads",
+    ),
+    (
+        "attention-on-3d-heads-without-cache",
+        "head_layout::attention_on_3d_heads_without_cache",
+    ),
+    ("heads-merged-back", "head_layout::heads_merged_back"),
+    ("split-then-reshaped", "head_layout::split_then_reshaped"),
     ("erf-gelu", "gelu_fusions"),
     ("erf-gelu-half-first", "gelu_fusions"),
     ("erf-gelu-half-inside", "gelu_fusions"),

@@ -8,7 +8,7 @@ use super::analysis::OnnxGraph;
 use super::bind::{AnyCondition, Condition};
 use super::lang::AttrValue;
 use super::query::{const_ints, int_attr, scalar_float};
-use super::{recognize, recognize_rotary};
+use super::{head_layout, recognize, recognize_rotary};
 use crate::ir::DType;
 
 const CONDITIONS: &[(&str, &dyn AnyCondition)] = &[
@@ -36,6 +36,14 @@ const CONDITIONS: &[(&str, &dyn AnyCondition)] = &[
     (
         "partial-rotation",
         &Condition(recognize_rotary::partial_rotation),
+    ),
+    (
+        "heads-merged-back",
+        &Condition(head_layout::heads_merged_back),
+    ),
+    (
+        "split-then-reshaped",
+        &Condition(head_layout::split_then_reshaped),
     ),
     ("bias-on-last-axis", &Condition(bias_on_last_axis)),
     ("bias-of-width", &Condition(bias_of_width)),

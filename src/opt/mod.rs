@@ -13,6 +13,7 @@ pub mod extract;
 pub mod fingerprint;
 pub mod fold;
 pub mod gate;
+mod head_layout;
 pub mod infer;
 pub mod lang;
 pub mod leftovers;

@@ -54,6 +54,10 @@ pub const RULE_FILES: &[(&str, &str)] = &[
         include_str!("../../rewrites/recognize/rotary.rules"),
     ),
     (
+        "recognize/head_layout.rules",
+        include_str!("../../rewrites/recognize/head_layout.rules"),
+    ),
+    (
         "fusion/gqa.rules",
         include_str!("../../rewrites/fusion/gqa.rules"),
     ),

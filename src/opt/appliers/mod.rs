@@ -7,6 +7,7 @@ mod attention_recognize;
 mod from_nbits;
 mod gqa;
 mod gqa_mask;
+mod head_layout;
 mod matmul_nbits;
 mod norm_recognize;
 mod pack_qkv;
@@ -33,6 +34,12 @@ const APPLIERS: &[(&str, &dyn AnyApplier)] = &[
     ),
     ("rotate-half", &rotary_recognize::ROTATE_HALF),
     ("partial-rotation", &rotary_recognize::PARTIAL_ROTATION),
+    ("rotary-on-3d-heads", &head_layout::ROTARY_ON_3D_HEADS),
+    ("attention-on-3d-heads", &head_layout::ATTENTION_ON_3D_HEADS),
+    (
+        "attention-on-3d-heads-without-cache",
+        &head_layout::ATTENTION_ON_3D_HEADS_WITHOUT_CACHE,
+    ),
     ("skip-layer-norm", &skip_layer_norm::SKIP_LAYER_NORM),
     (
         "skip-layer-norm-with-bias",
