@@ -10,6 +10,7 @@ use super::fingerprint::{self, Fingerprint, LeafValues, Violation};
 use super::fold::{fold, MAX_OUTPUT_ELEMS};
 use super::infer::{infer, Attrs, InputView};
 use super::lang::{AttrValue, Literal, Onnx, OpNode};
+use super::shape_value::{literal_elements, op_value, value_literal};
 use super::types::{SymDim, TensorType};
 
 /// What an e-class holds.
@@ -34,6 +35,9 @@ pub struct ClassData {
     pub kind: Kind,
     /// Its value, when it is a small constant.
     pub konst: Option<Literal>,
+    /// Its value as dims, when it is a small shape tensor that is not constant but computed
+    /// from dims (see [`super::shape_value`]); `None` whenever `konst` is set.
+    pub value: Option<Vec<SymDim>>,
     /// Whether it depends only on initializers (and so can be computed at save time).
     pub init_only: bool,
     /// Its value on the fingerprint input (verification mode only).
@@ -98,6 +102,7 @@ fn op_data(egraph: &OnnxGraph, op: &OpNode) -> ClassData {
         .map(|&id| InputView {
             ty: data(id).tensor(),
             konst: data(id).konst.as_ref(),
+            value: data(id).value.as_deref(),
         })
         .collect();
     let mut types = infer(op.op.as_str(), &views, &attr, op.outputs);
@@ -114,10 +119,18 @@ fn op_data(egraph: &OnnxGraph, op: &OpNode) -> ClassData {
         .input_ids()
         .iter()
         .all(|&id| data(id).init_only || matches!(data(id).kind, Kind::Absent));
-    let konst = if op.outputs == 1 {
-        fold_op(op, &views, &types[0], &attr)
-    } else {
-        None
+    let (konst, value) = match op.outputs {
+        1 => {
+            let value = op_value(op.op.as_str(), &views, &attr, &types[0]);
+            // A value known in full is a constant.
+            match fold_op(op, &views, &attr)
+                .or_else(|| value.as_deref().and_then(|v| value_literal(v, &types[0])))
+            {
+                Some(k) => (Some(k), None),
+                None => (None, value),
+            }
+        }
+        _ => (None, None),
     };
     let kind = if op.outputs == 1 {
         Kind::Tensor(types.remove(0))
@@ -139,36 +152,13 @@ fn op_data(egraph: &OnnxGraph, op: &OpNode) -> ClassData {
     ClassData {
         kind,
         konst,
+        value,
         init_only,
         fingerprint,
     }
 }
 
-fn fold_op(
-    op: &OpNode,
-    views: &[InputView<'_>],
-    out: &TensorType,
-    attr: &Attrs<'_>,
-) -> Option<Literal> {
-    if op.op.as_str() == "Shape" {
-        // Shape folds from the type alone when every selected dim is known.
-        let dims = out.static_shape()?;
-        let input = views.first()?.ty?.shape.as_ref()?;
-        let start = attr.int("start").unwrap_or(0);
-        let rank = input.len() as i64;
-        let start = if start < 0 { start + rank } else { start }.clamp(0, rank) as usize;
-        let len = *dims.first()? as usize;
-        let values: Option<Vec<i64>> = input
-            .iter()
-            .skip(start)
-            .take(len)
-            .map(SymDim::known)
-            .collect();
-        return Some(Literal::from(&crate::ir::TensorData::from_i64(
-            vec![len],
-            &values?,
-        )));
-    }
+fn fold_op(op: &OpNode, views: &[InputView<'_>], attr: &Attrs<'_>) -> Option<Literal> {
     let consts: Option<Vec<&Literal>> = views.iter().map(|v| v.konst).collect();
     let lit = fold(op.op.as_str(), &consts?, attr)?;
     (lit.shape.iter().product::<usize>() <= MAX_OUTPUT_ELEMS).then_some(lit)
@@ -204,6 +194,7 @@ impl Analysis<Onnx> for OnnxAnalysis {
                 return ClassData {
                     kind: Kind::Tensor(ty),
                     konst: None,
+                    value: None,
                     init_only: t.init_only,
                     fingerprint,
                 };
@@ -234,6 +225,7 @@ impl Analysis<Onnx> for OnnxAnalysis {
         ClassData {
             kind,
             konst,
+            value: None,
             init_only,
             fingerprint,
         }
@@ -279,6 +271,9 @@ impl Analysis<Onnx> for OnnxAnalysis {
             (Some(_), None) => changed_b = true,
             _ => {}
         }
+        let (value_a, value_b) = merge_values(&mut a.value, b.value, a.konst.as_ref());
+        changed_a |= value_a;
+        changed_b |= value_b;
         match (&a.fingerprint, b.fingerprint) {
             (None, Some(f)) => {
                 a.fingerprint = Some(f);
@@ -303,5 +298,50 @@ impl Analysis<Onnx> for OnnxAnalysis {
             let c = egraph.add(Onnx::Const(Box::new(lit)));
             egraph.union(id, c);
         }
+    }
+}
+
+/// Merges the symbolic value `b` into `a` (element by element, the better-known of each), or
+/// drops both when the merged class is a constant (`konst`); an element known differently on
+/// the two sides means an unsound union. Returns whether the result differs from `a` and `b`.
+fn merge_values(
+    a: &mut Option<Vec<SymDim>>,
+    b: Option<Vec<SymDim>>,
+    konst: Option<&Literal>,
+) -> (bool, bool) {
+    let agree = |x: &[SymDim], y: &[SymDim]| {
+        x.len() == y.len() && x.iter().zip(y).all(|(p, q)| p.compatible(q))
+    };
+    if let Some(k) = konst {
+        let known = literal_elements(k);
+        for v in a.iter().chain(b.iter()) {
+            debug_assert!(
+                known.as_deref().is_none_or(|k| agree(k, v)),
+                "unsound rewrite: merged a constant {known:?} with a class of value {v:?}"
+            );
+        }
+        // `a` had a constant already when it had no value; `b`'s value is then not kept.
+        return (a.take().is_some(), b.is_some());
+    }
+    match (a.as_mut(), b) {
+        (Some(x), Some(y)) => {
+            debug_assert!(
+                agree(x, &y),
+                "unsound rewrite: merged e-classes of values {x:?} and {y:?}"
+            );
+            if x.len() != y.len() {
+                return (false, true);
+            }
+            let joined: Vec<SymDim> = x.iter().zip(&y).map(|(p, q)| p.join(q)).collect();
+            let changed = (joined != *x, joined != y);
+            *x = joined;
+            changed
+        }
+        (None, Some(y)) => {
+            *a = Some(y);
+            (true, false)
+        }
+        (Some(_), None) => (false, true),
+        (None, None) => (false, false),
     }
 }

@@ -1,112 +1,253 @@
-//! Shape tensors read symbolically: the values of a small int64 class that exporters compute
-//! for `Reshape`/`Expand` from `Shape`, constants, `Slice`, `Concat`, `Gather`,
-//! `Squeeze`/`Unsqueeze`/`Reshape` of one element, `Cast`, and `Add` of one-element values, as
-//! [`SymDim`]s that appliers compare with inferred dims (`Shape(x)` gives `x`'s inferred dims).
+//! Symbolic values of small shape tensors: the elements of a 0-D or 1-D int64 (or bool) tensor
+//! of at most [`MAX_VALUE_LEN`] elements as [`SymDim`]s, as exporters compute them for
+//! `Reshape`/`Expand` targets from `Shape`, `Gather`, `Concat`, `Slice`, `Unsqueeze`,
+//! `Squeeze`, `Reshape`, `Cast`, `Add`/`Sub`/`Mul`/`Div`, `ConstantOfShape` and the
+//! `Where(Equal(x, -1), 1, x)` guard. The analysis keeps these values per e-class (beside the
+//! constant value; a fully known value is a constant) and type inference reads them.
+//!
+//! Elements may be unknown; names in symbolic elements are dims, never negative (so a symbolic
+//! element that is a sum of names with positive coefficients is never `-1`).
 
 use egg::Id;
 
 use super::analysis::OnnxGraph;
-use super::lang::{AttrValue, OpNode};
-use super::query::const_ints;
-use super::types::SymDim;
+use super::infer::{literal_ints, Attrs, InputView};
+use super::lang::{AttrValue, Literal};
+use super::types::{SymDim, TensorType};
 use crate::ir::DType;
 
-/// How many ops deep [`shape_value`] follows a value (the e-graph may be cyclic).
-const MAX_DEPTH: usize = 16;
+/// Largest tensor given a symbolic value (shape tensors have one element per axis).
+pub const MAX_VALUE_LEN: usize = 16;
 
-/// The values of class `id` (a 0-D or 1-D integer tensor) as dims, when every one is read.
+/// The values of class `id` (an integer tensor) as dims, when every one is known or symbolic.
 pub fn shape_value(g: &OnnxGraph, id: Id) -> Option<Vec<SymDim>> {
-    value(g, id, MAX_DEPTH)
-}
-
-fn value(g: &OnnxGraph, id: Id, depth: usize) -> Option<Vec<SymDim>> {
-    if let Some(ints) = const_ints(g, id) {
-        return Some(ints.into_iter().map(SymDim::Known).collect());
-    }
-    let depth = depth.checked_sub(1)?;
-    g[id]
-        .nodes
+    let data = &g[id].data;
+    let values = match &data.konst {
+        Some(k) => literal_ints(k)?.into_iter().map(SymDim::Known).collect(),
+        None => data.value.clone()?,
+    };
+    values
         .iter()
-        .filter_map(|n| n.as_op())
-        .find_map(|op| op_value(g, op, depth))
+        .all(|d| *d != SymDim::Unknown)
+        .then_some(values)
 }
 
-/// The value `op` computes, for the ops listed in the module doc.
-fn op_value(g: &OnnxGraph, op: &OpNode, depth: usize) -> Option<Vec<SymDim>> {
-    let inputs = op.input_ids();
-    let arg = |i: usize| value(g, *inputs.get(i)?, depth);
-    let attr = |name: &str| g[op.attr_id(name)?].data.attr().cloned();
-    let one = |v: Vec<SymDim>| (v.len() == 1).then_some(v);
-    match op.op.as_str() {
+/// The elements of a small constant of rank ≤ 1 (int64, int32 or bool) as known dims.
+pub fn literal_elements(lit: &Literal) -> Option<Vec<SymDim>> {
+    if lit.shape.len() > 1 || lit.shape.iter().product::<usize>() > MAX_VALUE_LEN {
+        return None;
+    }
+    let ints = match lit.dtype {
+        DType::Bool => lit.bytes.iter().map(|&b| i64::from(b != 0)).collect(),
+        _ => literal_ints(lit)?,
+    };
+    Some(ints.into_iter().map(SymDim::Known).collect())
+}
+
+/// The constant of type `out` (int64 or bool, rank ≤ 1) whose elements are `values`, when
+/// every one is known.
+pub fn value_literal(values: &[SymDim], out: &TensorType) -> Option<Literal> {
+    let ints: Vec<i64> = values.iter().map(SymDim::known).collect::<Option<_>>()?;
+    let shape: Vec<usize> = match out.static_shape()?.as_slice() {
+        [] if ints.len() == 1 => Vec::new(),
+        [n] if *n as usize == ints.len() => vec![ints.len()],
+        _ => return None,
+    };
+    let bytes = match out.dtype? {
+        DType::I64 => ints.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        DType::Bool if ints.iter().all(|&v| v == 0 || v == 1) => {
+            ints.iter().map(|&v| v as u8).collect()
+        }
+        _ => return None,
+    };
+    Some(Literal {
+        dtype: out.dtype?,
+        shape,
+        bytes,
+    })
+}
+
+/// The value `op` computes (output type `out`) from its inputs' values, for the ops listed in
+/// the module doc; `None` when not a small int64/bool tensor or nothing of it is known.
+pub fn op_value(
+    op: &str,
+    inputs: &[InputView<'_>],
+    attr: &Attrs<'_>,
+    out: &TensorType,
+) -> Option<Vec<SymDim>> {
+    let small =
+        matches!(out.dtype, Some(DType::I64 | DType::Bool)) && out.rank().is_some_and(|r| r <= 1);
+    if !small {
+        return None;
+    }
+    let arg = |i: usize| inputs.get(i)?.elements();
+    let values = match op {
         "Shape" => {
-            let dims = g[inputs[0]].data.tensor()?.shape.clone()?;
-            let bound = |name: &str, default: i64| match attr(name)? {
-                AttrValue::Unset => Some(default),
-                AttrValue::Int(v) => Some(v),
-                _ => None,
-            };
+            let dims = inputs.first()?.ty?.shape.as_ref()?;
             let rank = dims.len() as i64;
-            let (start, end) = (bound("start", 0)?, bound("end", rank)?);
-            let part = dims[clamp(start, rank)..clamp(end, rank).max(clamp(start, rank))].to_vec();
-            part.iter().all(|d| *d != SymDim::Unknown).then_some(part)
+            let start = clamp(attr.int("start").unwrap_or(0), rank);
+            let end = clamp(attr.int("end").unwrap_or(rank), rank);
+            dims[start..end.max(start)].to_vec()
         }
-        "Slice" => {
+        "Gather" if inputs.first()?.ty?.rank() == Some(1) => {
             let data = arg(0)?;
+            let axis_ok = matches!(attr.int("axis").unwrap_or(0), 0 | -1);
+            let indices = literal_ints(inputs.get(1)?.konst?)?;
             let len = data.len() as i64;
-            let at = |i: usize| -> Option<Option<Vec<i64>>> {
-                match inputs.get(i) {
-                    None => Some(None),
-                    Some(&c) => const_ints(g, c).map(Some),
-                }
-            };
-            let (starts, ends) = (at(1)??, at(2)??);
-            let ([start], [end]) = (starts.as_slice(), ends.as_slice()) else {
-                return None;
-            };
-            let axes_ok = at(3)?.is_none_or(|a| a == [0] || a == [-1]);
-            let steps_ok = at(4)?.is_none_or(|s| s == [1]);
-            let (s, e) = (clamp(*start, len), clamp(*end, len));
-            (axes_ok && steps_ok).then(|| data[s..e.max(s)].to_vec())
+            let picked: Option<Vec<SymDim>> = indices
+                .iter()
+                .map(|&i| {
+                    let i = if i < 0 { i + len } else { i };
+                    (0..len).contains(&i).then(|| data[i as usize].clone())
+                })
+                .collect();
+            picked.filter(|_| axis_ok)?
         }
+        "Identity" | "Unsqueeze" | "Squeeze" | "Reshape" => arg(0)?,
         "Concat" => {
-            let axis = attr("axis")?.int()?;
-            if axis != 0 && axis != -1 {
-                return None;
-            }
-            let mut out = Vec::new();
+            let mut all = Vec::new();
             for i in 0..inputs.len() {
-                out.extend(arg(i)?);
+                all.extend(arg(i)?);
             }
-            Some(out)
+            all
         }
-        "Gather" => {
-            let axis_ok = matches!(attr("axis")?, AttrValue::Unset | AttrValue::Int(0));
-            let data = arg(0)?;
-            let [index] = const_ints(g, inputs[1])?[..] else {
-                return None;
-            };
-            let len = data.len() as i64;
-            let i = if index < 0 { index + len } else { index };
-            (axis_ok && (0..len).contains(&i)).then(|| vec![data[i as usize].clone()])
-        }
-        "Squeeze" | "Unsqueeze" | "Reshape" => one(arg(0)?),
-        "Identity" => arg(0),
         "Cast" => {
-            let to = attr("to")?.int()?;
-            (to == DType::I64.onnx_code() as i64)
-                .then(|| arg(0))
-                .flatten()
+            let to = DType::from_onnx_code(attr.int("to")? as i32)?;
+            let from = inputs.first()?.ty?.dtype?;
+            let integral = |d: DType| matches!(d, DType::I64 | DType::I32 | DType::Bool);
+            match to {
+                DType::I64 if integral(from) => arg(0)?,
+                DType::Bool if integral(from) => arg(0)?
+                    .into_iter()
+                    .map(|d| match d {
+                        SymDim::Known(v) => SymDim::Known(i64::from(v != 0)),
+                        _ => SymDim::Unknown,
+                    })
+                    .collect(),
+                _ => return None,
+            }
         }
-        "Add" => {
-            let (a, b) = (one(arg(0)?)?, one(arg(1)?)?);
-            let sum = a[0].add(&b[0]);
-            (sum != SymDim::Unknown).then(|| vec![sum])
+        "Slice" => slice(inputs)?,
+        "Add" | "Sub" | "Mul" | "Div" => elementwise(&[arg(0)?, arg(1)?], |d| {
+            let (a, b) = (&d[0], &d[1]);
+            match op {
+                "Add" => a.add(b),
+                "Sub" => a.sub(b),
+                "Mul" => a.mul(b),
+                _ => match (a, b) {
+                    // ONNX integer division truncates toward zero, as Rust's does.
+                    (SymDim::Known(x), SymDim::Known(y)) => {
+                        x.checked_div(*y).map_or(SymDim::Unknown, SymDim::Known)
+                    }
+                    _ => a.div_exact(b),
+                },
+            }
+        })?,
+        "Equal" => elementwise(&[arg(0)?, arg(1)?], |d| equal(&d[0], &d[1]))?,
+        "Where" => elementwise(&[arg(0)?, arg(1)?, arg(2)?], |d| match &d[0] {
+            SymDim::Known(0) => d[2].clone(),
+            SymDim::Known(_) => d[1].clone(),
+            _ if d[1] == d[2] => d[1].clone(),
+            _ => SymDim::Unknown,
+        })?,
+        "ConstantOfShape" => {
+            let count: i64 = arg(0)?.iter().map(SymDim::known).product::<Option<i64>>()?;
+            let fill = match attr.get("value") {
+                Some(AttrValue::Tensor(value)) => literal_elements(value)?,
+                _ => return None,
+            };
+            match fill.as_slice() {
+                [v] if (0..=MAX_VALUE_LEN as i64).contains(&count) => {
+                    vec![v.clone(); count as usize]
+                }
+                _ => return None,
+            }
         }
-        _ => None,
+        _ => return None,
+    };
+    let fits = values.len() <= MAX_VALUE_LEN && (out.rank() == Some(1) || values.len() == 1);
+    (fits && values.iter().any(|d| *d != SymDim::Unknown)).then_some(values)
+}
+
+/// Whether two elements are equal, as 1 or 0, when decidable: equal dims are equal, different
+/// numbers differ, and a never-negative dim differs from a negative number.
+fn equal(a: &SymDim, b: &SymDim) -> SymDim {
+    let differ = |x: &SymDim, y: &SymDim| match (x, y) {
+        (SymDim::Known(p), SymDim::Known(q)) => p != q,
+        (SymDim::Known(p), d) | (d, SymDim::Known(p)) => *p < 0 && d.is_nonnegative(),
+        _ => false,
+    };
+    match (a, b) {
+        (SymDim::Unknown, _) | (_, SymDim::Unknown) => SymDim::Unknown,
+        _ if a == b => SymDim::Known(1),
+        _ if differ(a, b) => SymDim::Known(0),
+        _ => SymDim::Unknown,
     }
 }
 
-/// A Slice/Shape bound `v` on a length `len` (negative counts from the end), clamped to it.
+/// `f` applied element by element to `args` of equal lengths or one element (broadcast).
+fn elementwise(args: &[Vec<SymDim>], f: impl Fn(&[SymDim]) -> SymDim) -> Option<Vec<SymDim>> {
+    let len = args.iter().map(Vec::len).max()?;
+    if args.iter().any(|a| a.len() != len && a.len() != 1) {
+        return None;
+    }
+    let at = |a: &Vec<SymDim>, i: usize| a[if a.len() == 1 { 0 } else { i }].clone();
+    Some(
+        (0..len)
+            .map(|i| {
+                let row: Vec<SymDim> = args.iter().map(|a| at(a, i)).collect();
+                f(&row)
+            })
+            .collect(),
+    )
+}
+
+/// `Slice` of a 1-D value along its axis with constant starts, ends and steps (ONNX clamping,
+/// negative steps included).
+fn slice(inputs: &[InputView<'_>]) -> Option<Vec<SymDim>> {
+    let data = inputs.first()?.elements()?;
+    // An absent optional input has no type.
+    let konst = |i: usize| -> Option<Option<Vec<i64>>> {
+        match inputs.get(i).filter(|v| v.ty.is_some()) {
+            None => Some(None),
+            Some(v) => literal_ints(v.konst?).map(Some),
+        }
+    };
+    let (Some(starts), Some(ends)) = (konst(1)?, konst(2)?) else {
+        return None;
+    };
+    let axes_ok = konst(3)?.is_none_or(|a| a == [0] || a == [-1]);
+    let step = match konst(4)?.as_deref() {
+        None => 1,
+        Some(&[s]) if s != 0 => s,
+        _ => return None,
+    };
+    let ([start], [end], true) = (starts.as_slice(), ends.as_slice(), axes_ok) else {
+        return None;
+    };
+    let len = data.len() as i64;
+    let from_end = |v: i64| if v < 0 { v.saturating_add(len) } else { v };
+    let mut picked = Vec::new();
+    if step > 0 {
+        let (mut i, e) = (from_end(*start).clamp(0, len), from_end(*end).clamp(0, len));
+        while i < e {
+            picked.push(data[i as usize].clone());
+            i = i.saturating_add(step);
+        }
+    } else if len > 0 {
+        let (mut i, e) = (
+            from_end(*start).clamp(0, len - 1),
+            from_end(*end).clamp(-1, len - 1),
+        );
+        while i > e {
+            picked.push(data[i as usize].clone());
+            i = i.saturating_add(step);
+        }
+    }
+    Some(picked)
+}
+
+/// A `Shape` bound `v` on a rank (negative counts from the end), clamped to it.
 fn clamp(v: i64, len: i64) -> usize {
     let v = if v < 0 { v.saturating_add(len) } else { v };
     v.clamp(0, len) as usize
