@@ -8,9 +8,9 @@ use egg::{merge_max, Analysis, DidMerge, EGraph, Id, Symbol};
 
 use super::fingerprint::{self, Fingerprint, LeafValues, Violation};
 use super::fold::{fold, MAX_OUTPUT_ELEMS};
-use super::infer::{infer, Attrs, InputView};
+use super::infer::{infer, literal_elements, Attrs, InputView};
 use super::lang::{AttrValue, Literal, Onnx, OpNode};
-use super::shape_value::{literal_elements, op_value, value_literal};
+use super::sym_value::{op_value, value_literal};
 use super::types::{SymDim, TensorType};
 
 /// What an e-class holds.
@@ -36,7 +36,7 @@ pub struct ClassData {
     /// Its value, when it is a small constant.
     pub konst: Option<Literal>,
     /// Its value as dims, when it is a small shape tensor that is not constant but computed
-    /// from dims (see [`super::shape_value`]); `None` whenever `konst` is set.
+    /// from dims (see [`super::sym_value`]); `None` whenever `konst` is set.
     pub value: Option<Vec<SymDim>>,
     /// Whether it depends only on initializers (and so can be computed at save time).
     pub init_only: bool,

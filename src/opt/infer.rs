@@ -3,7 +3,6 @@
 //! rules that need a shape do not fire on them.
 
 use super::lang::{AttrValue, Literal};
-use super::shape_value::literal_elements;
 use super::types::{SymDim, TensorType};
 use crate::ir::DType;
 
@@ -15,7 +14,7 @@ pub struct InputView<'a> {
     /// Its constant value, when known.
     pub konst: Option<&'a Literal>,
     /// Its symbolic value, when a small shape tensor that is not constant (see
-    /// [`super::shape_value`]).
+    /// [`super::sym_value`]).
     pub value: Option<&'a [SymDim]>,
 }
 
@@ -468,6 +467,22 @@ fn shape_of(t: &TensorType, start: Option<i64>, end: Option<i64>) -> TensorType 
     }
 }
 
+/// Largest tensor given a symbolic value (shape tensors have one element per axis; see
+/// [`super::sym_value`]).
+pub const MAX_VALUE_LEN: usize = 16;
+
+/// The elements of a small constant of rank ≤ 1 (int64, int32 or bool) as known dims.
+pub fn literal_elements(lit: &Literal) -> Option<Vec<SymDim>> {
+    if lit.shape.len() > 1 || lit.shape.iter().product::<usize>() > MAX_VALUE_LEN {
+        return None;
+    }
+    let ints = match lit.dtype {
+        DType::Bool => lit.bytes.iter().map(|&b| i64::from(b != 0)).collect(),
+        _ => literal_ints(lit)?,
+    };
+    Some(ints.into_iter().map(SymDim::Known).collect())
+}
+
 /// Integer values of a small constant (i64 or i32).
 pub fn literal_ints(lit: &Literal) -> Option<Vec<i64>> {
     match lit.dtype {
@@ -681,7 +696,7 @@ fn target_dim(d: &SymDim) -> SymDim {
 }
 
 /// Expand / Reshape / ConstantOfShape: the output shape comes from a shape tensor, constant or
-/// symbolic (see [`super::shape_value`]); else only the rank, from the shape tensor's length.
+/// symbolic (see [`super::sym_value`]); else only the rank, from the shape tensor's length.
 fn from_shape_input(op: &str, data: &TensorType, shape: Option<InputView<'_>>) -> TensorType {
     let rank = shape
         .and_then(|s| s.ty)
