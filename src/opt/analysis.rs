@@ -345,3 +345,189 @@ fn merge_values(
         (None, None) => (false, false),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::{Attr, DType, Dim, Graph, GraphBuilder, Shape, TensorData};
+    use crate::opt::lift::{lift, Lifted};
+
+    fn sym(s: &str) -> SymDim {
+        SymDim::expr(s)
+    }
+
+    /// A legacy (TorchScript) export's `Constant` node.
+    fn constant(b: &mut GraphBuilder, values: &[i64], shape: Vec<usize>) -> String {
+        let data = TensorData::from_i64(shape, values);
+        b.op("Constant", &[], vec![("value", Attr::Tensor(data))])
+    }
+
+    /// `Unsqueeze(Gather(Shape(x), i), [0])`: dim `i` of `x` as a 1-element shape tensor.
+    fn dim_of(b: &mut GraphBuilder, x: &str, i: i64) -> String {
+        let shape = b.op("Shape", &[x], vec![]);
+        let index = constant(b, &[i], vec![]);
+        let gather = b.op("Gather", &[&shape, &index], vec![("axis", Attr::Int(0))]);
+        let axes = constant(b, &[0], vec![1]);
+        b.op("Unsqueeze", &[&gather, &axes], vec![])
+    }
+
+    /// `x` `[batch, past + seq, 64]` f32 → `y` built by `body` (its type left unknown).
+    fn legacy(body: impl FnOnce(&mut GraphBuilder, &str) -> String) -> (Graph, Lifted) {
+        let mut b = GraphBuilder::new("g");
+        let x = b.input(
+            "x",
+            DType::F32,
+            Shape(vec![
+                Dim::Sym("batch".into()),
+                Dim::Sym("past + seq".into()),
+                Dim::Fixed(64),
+            ]),
+        );
+        let y = body(&mut b, &x);
+        b.output("y", DType::F32, Shape(Vec::new()));
+        b.op_into("Identity", &[&y], vec![], "y");
+        let graph = b.finish();
+        let lifted = lift(&graph).unwrap();
+        (graph, lifted)
+    }
+
+    fn class_of(l: &Lifted, name: &str) -> Id {
+        l.names.iter().find(|(n, _)| n == name).unwrap().1
+    }
+
+    fn type_of(l: &Lifted, name: &str) -> TensorType {
+        l.egraph[class_of(l, name)].data.tensor().unwrap().clone()
+    }
+
+    #[test]
+    fn a_legacy_reshape_target_gives_the_symbolic_heads_shape() {
+        let (_, l) = legacy(|b, x| {
+            let (batch, seq) = (dim_of(b, x, 0), dim_of(b, x, 1));
+            let heads = constant(b, &[-1], vec![1]);
+            let head_dim = constant(b, &[16], vec![1]);
+            let target = b.op(
+                "Concat",
+                &[&batch, &seq, &heads, &head_dim],
+                vec![("axis", Attr::Int(0))],
+            );
+            b.op_into("Reshape", &[x, &target], vec![], "heads");
+            b.op("Identity", &["heads"], vec![])
+        });
+        let target = l
+            .names
+            .iter()
+            .find(|(n, _)| n.starts_with("Concat"))
+            .unwrap()
+            .1;
+        assert_eq!(
+            l.egraph[target].data.value,
+            Some(vec![
+                sym("batch"),
+                sym("seq + past"),
+                SymDim::Known(-1),
+                SymDim::Known(16)
+            ])
+        );
+        assert_eq!(
+            type_of(&l, "heads").shape,
+            Some(vec![
+                sym("batch"),
+                sym("past + seq"),
+                SymDim::Known(4),
+                SymDim::Known(16)
+            ])
+        );
+    }
+
+    #[test]
+    fn a_fully_known_value_is_a_constant_with_a_const_node() {
+        let (_, l) = legacy(|b, x| {
+            let shape = b.op("Shape", &[x], vec![]);
+            let index = constant(b, &[2], vec![]);
+            let width = b.op("Gather", &[&shape, &index], vec![]);
+            let two = constant(b, &[2], vec![]);
+            b.op_into("Div", &[&width, &two], vec![], "half");
+            x.to_string()
+        });
+        let half = class_of(&l, "half");
+        let data = &l.egraph[half].data;
+        assert_eq!(
+            data.konst
+                .as_ref()
+                .and_then(crate::opt::infer::literal_ints),
+            Some(vec![32])
+        );
+        assert_eq!(data.value, None);
+        assert!(l.egraph[half]
+            .nodes
+            .iter()
+            .any(|n| matches!(n, Onnx::Const(_))));
+    }
+
+    #[test]
+    fn the_minus_one_guard_of_repeat_kv_folds_away_for_dims() {
+        // Where(Equal(t, -1 · ConstantOfShape(Shape(t), 1)), ConstantOfShape(…), t) is `t`
+        // when no element of `t` can be -1; Expand then has t's dims.
+        let (_, l) = legacy(|b, x| {
+            let (batch, seq) = (dim_of(b, x, 0), dim_of(b, x, 1));
+            let two = constant(b, &[2], vec![1]);
+            let width = constant(b, &[64], vec![1]);
+            let t = b.op(
+                "Concat",
+                &[&batch, &two, &seq, &width],
+                vec![("axis", Attr::Int(0))],
+            );
+            let len = b.op("Shape", &[&t], vec![]);
+            let ones = b.op(
+                "ConstantOfShape",
+                &[&len],
+                vec![("value", Attr::Tensor(TensorData::from_i64(vec![1], &[1])))],
+            );
+            let minus = constant(b, &[-1], vec![]);
+            let minus_ones = b.op("Mul", &[&ones, &minus], vec![]);
+            let is_minus = b.op("Equal", &[&t, &minus_ones], vec![]);
+            let guarded = b.op("Where", &[&is_minus, &ones, &t], vec![]);
+            let axes = constant(b, &[1], vec![1]);
+            let x4 = b.op("Unsqueeze", &[x, &axes], vec![]);
+            b.op_into("Expand", &[&x4, &guarded], vec![], "expanded");
+            b.op("Identity", &["expanded"], vec![])
+        });
+        assert_eq!(
+            type_of(&l, "expanded").shape,
+            Some(vec![
+                sym("batch"),
+                SymDim::Known(2),
+                sym("past + seq"),
+                SymDim::Known(64)
+            ])
+        );
+    }
+
+    #[test]
+    fn values_merge_to_the_better_known_and_a_constant_drops_them() {
+        let mut a = Some(vec![sym("batch"), SymDim::Unknown]);
+        let b = Some(vec![SymDim::Unknown, SymDim::Known(4)]);
+        assert_eq!(merge_values(&mut a, b, None), (true, true));
+        assert_eq!(a, Some(vec![sym("batch"), SymDim::Known(4)]));
+        let same = a.clone();
+        assert_eq!(merge_values(&mut a, same, None), (false, false));
+        assert_eq!(merge_values(&mut a, None, None), (false, true));
+        let mut none = None;
+        assert_eq!(
+            merge_values(&mut none, Some(vec![sym("seq")]), None),
+            (true, false)
+        );
+        let four = Literal::from(&TensorData::from_i64(vec![1], &[4]));
+        let mut partial = Some(vec![SymDim::Unknown]);
+        assert_eq!(merge_values(&mut partial, None, Some(&four)), (true, false));
+        assert_eq!(partial, None);
+    }
+
+    #[test]
+    #[should_panic(expected = "unsound rewrite")]
+    #[cfg(debug_assertions)]
+    fn merging_different_values_is_reported() {
+        let mut a = Some(vec![sym("batch")]);
+        merge_values(&mut a, Some(vec![sym("seq")]), None);
+    }
+}

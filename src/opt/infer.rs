@@ -1151,4 +1151,194 @@ mod tests {
         );
         assert_eq!(out[0].shape, Some(vec![SymDim::Known(2), SymDim::Known(3)]));
     }
+
+    fn sym(s: &str) -> SymDim {
+        SymDim::expr(s)
+    }
+
+    fn typed(dtype: DType, shape: Vec<SymDim>) -> TensorType {
+        TensorType::new(dtype, shape)
+    }
+
+    fn valued<'a>(t: &'a TensorType, value: &'a [SymDim]) -> InputView<'a> {
+        InputView {
+            ty: Some(t),
+            konst: None,
+            value: Some(value),
+        }
+    }
+
+    fn plain(t: &TensorType) -> InputView<'_> {
+        InputView {
+            ty: Some(t),
+            konst: None,
+            value: None,
+        }
+    }
+
+    #[test]
+    fn reshape_to_a_symbolic_target_copies_zeros_and_cancels_factors_for_minus_one() {
+        let x = typed(
+            DType::F32,
+            vec![sym("batch"), sym("past + seq"), SymDim::Known(64)],
+        );
+        let t4 = tensor(&[4]);
+        let run = |target: &[SymDim], allowzero: i64| {
+            let az = AttrValue::Int(allowzero);
+            let out = infer(
+                "Reshape",
+                &[plain(&x), valued(&t4, target)],
+                &Attrs::new([("allowzero", &az)]),
+                1,
+            );
+            out[0].shape.clone().unwrap()
+        };
+        let (k, u) = (SymDim::Known, SymDim::Unknown);
+        assert_eq!(
+            run(&[sym("batch"), sym("seq + past"), k(-1), k(16)], 0),
+            [sym("batch"), sym("past + seq"), k(4), k(16)]
+        );
+        assert_eq!(
+            run(&[k(0), k(0), k(4), k(-1)], 0),
+            [sym("batch"), sym("past + seq"), k(4), k(16)]
+        );
+        // Heads merged: [batch, past + seq, 64] → [-1, past + seq, 16] leaves 4·batch.
+        assert_eq!(
+            run(&[k(-1), sym("past + seq"), k(16), k(1)], 0)[0],
+            sym("4*batch")
+        );
+        // A factor that does not cancel, an unknown or a possibly negative element.
+        assert_eq!(run(&[sym("batch"), sym("seq"), k(-1), k(16)], 0)[2], u);
+        assert_eq!(run(&[u.clone(), sym("past + seq"), k(-1), k(16)], 0)[2], u);
+        assert_eq!(run(&[sym("seq + -1"), k(1), k(1), k(1)], 0)[0], u);
+        // allowzero keeps 0 as a dim (and then -1 is not computed).
+        assert_eq!(run(&[k(0), k(0), k(4), k(-1)], 1), [k(0), k(0), k(4), u]);
+    }
+
+    #[test]
+    fn expand_and_constant_of_shape_take_symbolic_shapes() {
+        let x = typed(
+            DType::F32,
+            vec![SymDim::Known(1), SymDim::Known(1), sym("seq")],
+        );
+        let t3 = tensor(&[3]);
+        let target = [sym("batch"), SymDim::Known(4), SymDim::Known(1)];
+        let out = infer(
+            "Expand",
+            &[plain(&x), valued(&t3, &target)],
+            &Attrs::default(),
+            1,
+        );
+        assert_eq!(
+            out[0].shape,
+            Some(vec![sym("batch"), SymDim::Known(4), sym("seq")])
+        );
+        let fill = AttrValue::Tensor(Box::new(Literal::from(&TensorData::from_i64(
+            vec![1],
+            &[0],
+        ))));
+        let out = infer(
+            "ConstantOfShape",
+            &[valued(&t3, &target)],
+            &Attrs::new([("value", &fill)]),
+            1,
+        );
+        assert_eq!(out[0], typed(DType::I64, target.to_vec()));
+    }
+
+    #[test]
+    fn range_and_slice_lengths_from_symbolic_bounds() {
+        let scalar = tensor(&[]);
+        let (zero, seq, one) = ([SymDim::Known(0)], [sym("seq")], [SymDim::Known(1)]);
+        let (past, three) = ([sym("past")], [SymDim::Known(3)]);
+        let range = |start: &[SymDim], limit: &[SymDim], delta: &[SymDim]| {
+            infer(
+                "Range",
+                &[
+                    valued(&scalar, start),
+                    valued(&scalar, limit),
+                    valued(&scalar, delta),
+                ],
+                &Attrs::default(),
+                1,
+            )[0]
+            .shape
+            .clone()
+            .unwrap()[0]
+                .clone()
+        };
+        assert_eq!(range(&zero, &seq, &one), sym("seq"));
+        assert_eq!(range(&past, &[sym("past + seq")], &one), sym("seq"));
+        // seq − past may be negative; a step other than 1 on symbols is not computed.
+        assert_eq!(range(&past, &seq, &one), SymDim::Unknown);
+        assert_eq!(range(&zero, &seq, &three), SymDim::Unknown);
+        let ten = [SymDim::Known(10)];
+        assert_eq!(range(&one, &ten, &three), SymDim::Known(3));
+        assert_eq!(range(&ten, &one, &[SymDim::Known(-4)]), SymDim::Known(3));
+        assert_eq!(range(&ten, &one, &one), SymDim::Known(0));
+
+        let x = typed(DType::F32, vec![sym("batch"), sym("seq")]);
+        let t1 = tensor(&[1]);
+        let slice = |start: &[SymDim], end: &[SymDim]| {
+            infer(
+                "Slice",
+                &[plain(&x), valued(&t1, start), valued(&t1, end)],
+                &Attrs::default(),
+                1,
+            )[0]
+            .shape
+            .clone()
+            .unwrap()[0]
+                .clone()
+        };
+        assert_eq!(slice(&zero, &[SymDim::Known(i64::MAX)]), sym("batch"));
+        assert_eq!(slice(&zero, &[sym("batch")]), sym("batch"));
+        assert_eq!(slice(&zero, &[sym("seq")]), SymDim::Unknown);
+        assert_eq!(slice(&one, &[SymDim::Known(i64::MAX)]), SymDim::Unknown);
+    }
+
+    #[test]
+    fn flatten_gemm_and_split_shapes() {
+        let x = typed(
+            DType::F32,
+            vec![sym("batch"), sym("seq"), SymDim::Known(64)],
+        );
+        let two = AttrValue::Int(2);
+        let out = infer("Flatten", &[plain(&x)], &Attrs::new([("axis", &two)]), 1);
+        assert_eq!(
+            out[0].shape,
+            Some(vec![sym("batch*seq"), SymDim::Known(64)])
+        );
+        let a = typed(DType::F32, vec![sym("n"), SymDim::Known(64)]);
+        let b = typed(DType::F32, vec![SymDim::Known(192), SymDim::Known(64)]);
+        let one = AttrValue::Int(1);
+        let out = infer(
+            "Gemm",
+            &[plain(&a), plain(&b)],
+            &Attrs::new([("transB", &one)]),
+            1,
+        );
+        assert_eq!(out[0].shape, Some(vec![sym("n"), SymDim::Known(192)]));
+        let wide = typed(DType::F32, vec![sym("n"), SymDim::Known(10), sym("3*h")]);
+        let out = infer("Split", &[plain(&wide)], &Attrs::new([("axis", &one)]), 3);
+        let widths: Vec<SymDim> = out
+            .iter()
+            .map(|t| t.shape.clone().unwrap()[1].clone())
+            .collect();
+        assert_eq!(
+            widths,
+            [SymDim::Known(4), SymDim::Known(4), SymDim::Known(2)]
+        );
+        let last = AttrValue::Int(-1);
+        let out = infer("Split", &[plain(&wide)], &Attrs::new([("axis", &last)]), 3);
+        assert_eq!(out[2].shape.clone().unwrap()[2], sym("h"));
+        let sizes = AttrValue::Ints(vec![7, 3]);
+        let out = infer(
+            "Split",
+            &[plain(&wide)],
+            &Attrs::new([("axis", &one), ("split", &sizes)]),
+            2,
+        );
+        assert_eq!(out[1].shape.clone().unwrap()[1], SymDim::Known(3));
+    }
 }

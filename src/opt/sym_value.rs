@@ -222,3 +222,228 @@ fn clamp(v: i64, len: i64) -> usize {
     let v = if v < 0 { v.saturating_add(len) } else { v };
     v.clamp(0, len) as usize
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::TensorData;
+
+    fn sym(s: &str) -> SymDim {
+        SymDim::expr(s)
+    }
+
+    fn ty(dtype: DType, shape: &[usize]) -> TensorType {
+        TensorType::new(
+            dtype,
+            shape.iter().map(|&d| SymDim::Known(d as i64)).collect(),
+        )
+    }
+
+    fn ints(shape: Vec<usize>, v: &[i64]) -> Literal {
+        Literal::from(&TensorData::from_i64(shape, v))
+    }
+
+    /// An input with a type and a constant or a symbolic value.
+    fn view<'a>(
+        t: &'a TensorType,
+        konst: Option<&'a Literal>,
+        value: Option<&'a [SymDim]>,
+    ) -> InputView<'a> {
+        InputView {
+            ty: Some(t),
+            konst,
+            value,
+        }
+    }
+
+    #[test]
+    fn shape_gather_and_concat_read_the_dims() {
+        let x = TensorType::new(
+            DType::F32,
+            vec![sym("batch"), SymDim::Unknown, SymDim::Known(64)],
+        );
+        let i64_3 = ty(DType::I64, &[3]);
+        let shape = op_value("Shape", &[view(&x, None, None)], &Attrs::default(), &i64_3).unwrap();
+        assert_eq!(shape, [sym("batch"), SymDim::Unknown, SymDim::Known(64)]);
+        let start = AttrValue::Int(-1);
+        let tail = op_value(
+            "Shape",
+            &[view(&x, None, None)],
+            &Attrs::new([("start", &start)]),
+            &ty(DType::I64, &[1]),
+        );
+        assert_eq!(tail, Some(vec![SymDim::Known(64)]));
+        let (index, scalar) = (ints(vec![], &[0]), ty(DType::I64, &[]));
+        let gathered = op_value(
+            "Gather",
+            &[
+                view(&i64_3, None, Some(&shape)),
+                view(&scalar, Some(&index), None),
+            ],
+            &Attrs::default(),
+            &scalar,
+        );
+        assert_eq!(gathered, Some(vec![sym("batch")]));
+        // Only an unknown element: no value.
+        let index1 = ints(vec![], &[1]);
+        let gathered = op_value(
+            "Gather",
+            &[
+                view(&i64_3, None, Some(&shape)),
+                view(&scalar, Some(&index1), None),
+            ],
+            &Attrs::default(),
+            &scalar,
+        );
+        assert_eq!(gathered, None);
+        let (minus, one) = (ints(vec![1], &[-1]), ty(DType::I64, &[1]));
+        let head = [sym("batch")];
+        let concat = op_value(
+            "Concat",
+            &[
+                view(&one, None, Some(&head)),
+                view(&one, Some(&minus), None),
+            ],
+            &Attrs::default(),
+            &ty(DType::I64, &[2]),
+        );
+        assert_eq!(concat, Some(vec![sym("batch"), SymDim::Known(-1)]));
+        // Not a small int64 tensor: no value.
+        let float = ty(DType::F32, &[3]);
+        assert_eq!(
+            op_value("Shape", &[view(&x, None, None)], &Attrs::default(), &float),
+            None
+        );
+    }
+
+    #[test]
+    fn arithmetic_is_symbolic_and_division_exact() {
+        let scalar = ty(DType::I64, &[]);
+        let (seq, past, two) = ([sym("seq")], [sym("past")], ints(vec![], &[2]));
+        let run = |op: &str, a: InputView<'_>, b: InputView<'_>| {
+            op_value(op, &[a, b], &Attrs::default(), &scalar)
+        };
+        let (s, p, c) = (
+            view(&scalar, None, Some(&seq)),
+            view(&scalar, None, Some(&past)),
+            view(&scalar, Some(&two), None),
+        );
+        assert_eq!(run("Add", s, p), Some(vec![sym("past + seq")]));
+        assert_eq!(run("Sub", s, p), Some(vec![sym("seq + -1*past")]));
+        assert_eq!(run("Mul", s, c), Some(vec![sym("2*seq")]));
+        assert_eq!(run("Div", s, c), None);
+        let double = [sym("2*seq")];
+        let d = view(&scalar, None, Some(&double));
+        assert_eq!(run("Div", d, c), Some(vec![sym("seq")]));
+        // Integer division of numbers truncates toward zero (as onnxruntime's does).
+        let (m7, k2) = (ints(vec![], &[-7]), ints(vec![], &[2]));
+        let known = op_value(
+            "Div",
+            &[
+                view(&scalar, Some(&m7), None),
+                view(&scalar, Some(&k2), None),
+            ],
+            &Attrs::default(),
+            &scalar,
+        );
+        assert_eq!(known, Some(vec![SymDim::Known(-3)]));
+    }
+
+    #[test]
+    fn equal_decides_what_it_can_and_where_follows() {
+        let (v4, b4) = (ty(DType::I64, &[4]), ty(DType::Bool, &[4]));
+        let t = [
+            sym("batch"),
+            SymDim::Known(2),
+            sym("seq + -1"),
+            SymDim::Unknown,
+        ];
+        let minus = ints(vec![4], &[-1, -1, -1, -1]);
+        let eq = op_value(
+            "Equal",
+            &[view(&v4, None, Some(&t)), view(&v4, Some(&minus), None)],
+            &Attrs::default(),
+            &b4,
+        )
+        .unwrap();
+        // `seq + -1` may be -1; an unknown element may be anything.
+        assert_eq!(
+            eq,
+            [
+                SymDim::Known(0),
+                SymDim::Known(0),
+                SymDim::Unknown,
+                SymDim::Unknown
+            ]
+        );
+        let ones = ints(vec![4], &[1, 1, 1, 1]);
+        let guarded = op_value(
+            "Where",
+            &[
+                view(&b4, None, Some(&eq)),
+                view(&v4, Some(&ones), None),
+                view(&v4, None, Some(&t)),
+            ],
+            &Attrs::default(),
+            &v4,
+        );
+        assert_eq!(
+            guarded,
+            Some(vec![
+                sym("batch"),
+                SymDim::Known(2),
+                SymDim::Unknown,
+                SymDim::Unknown
+            ])
+        );
+    }
+
+    #[test]
+    fn slices_of_values_follow_onnx_clamping() {
+        let v4 = ty(DType::I64, &[4]);
+        let t = [sym("a"), sym("b"), sym("c"), sym("d")];
+        let one = ty(DType::I64, &[1]);
+        let slice = |start: i64, end: i64, step: Option<i64>| {
+            let (s, e) = (ints(vec![1], &[start]), ints(vec![1], &[end]));
+            let (axes, st) = (ints(vec![1], &[0]), ints(vec![1], &[step.unwrap_or(1)]));
+            let mut inputs = vec![
+                view(&v4, None, Some(&t)),
+                view(&one, Some(&s), None),
+                view(&one, Some(&e), None),
+            ];
+            if step.is_some() {
+                inputs.push(view(&one, Some(&axes), None));
+                inputs.push(view(&one, Some(&st), None));
+            }
+            op_value("Slice", &inputs, &Attrs::default(), &ty(DType::I64, &[2]))
+        };
+        assert_eq!(slice(1, 3, None), Some(vec![sym("b"), sym("c")]));
+        assert_eq!(slice(-2, i64::MAX, None), Some(vec![sym("c"), sym("d")]));
+        assert_eq!(
+            slice(-1, i64::MIN, Some(-2)),
+            Some(vec![sym("d"), sym("b")])
+        );
+        assert_eq!(slice(3, 1, None), None);
+    }
+
+    #[test]
+    fn constant_of_shape_and_a_known_value_give_a_constant() {
+        let (one, v3) = (ty(DType::I64, &[1]), ty(DType::I64, &[3]));
+        let three = ints(vec![1], &[3]);
+        let fill = AttrValue::Tensor(Box::new(ints(vec![1], &[1])));
+        let ones = op_value(
+            "ConstantOfShape",
+            &[view(&one, Some(&three), None)],
+            &Attrs::new([("value", &fill)]),
+            &v3,
+        )
+        .unwrap();
+        assert_eq!(ones, vec![SymDim::Known(1); 3]);
+        assert_eq!(value_literal(&ones, &v3), Some(ints(vec![3], &[1, 1, 1])));
+        assert_eq!(value_literal(&[sym("a")], &one), None);
+        assert_eq!(
+            value_literal(&[SymDim::Known(5)], &ty(DType::I64, &[])),
+            Some(ints(vec![], &[5]))
+        );
+    }
+}

@@ -386,6 +386,68 @@ mod tests {
     }
 
     #[test]
+    fn like_terms_combine_and_arithmetic_stays_canonical() {
+        assert_eq!(d("seq + seq + 1").to_string(), "2*seq + 1");
+        assert_eq!(d("seq + -1*seq + 3"), SymDim::Known(3));
+        let (b, s, p) = (d("batch"), d("seq"), d("past"));
+        assert_eq!(p.add(&s).sub(&s), p);
+        assert_eq!(s.sub(&p).to_string(), "-1*past + seq");
+        assert_eq!(b.mul(&p.add(&s)), d("batch*seq + batch*past"));
+        assert_eq!(SymDim::Known(3).sub(&SymDim::Known(5)), SymDim::Known(-2));
+        assert_eq!(d("(a+b)").sub(&s), SymDim::Unknown);
+        assert_eq!(SymDim::Unknown.mul(&s), SymDim::Unknown);
+        assert_eq!(
+            SymDim::Known(i64::MAX).add(&SymDim::Known(1)),
+            SymDim::Unknown
+        );
+    }
+
+    #[test]
+    fn only_exact_divisions_are_computed() {
+        let (b, s) = (d("batch"), d("seq"));
+        let bs64 = b.mul(&s).mul(&SymDim::Known(64));
+        assert_eq!(
+            bs64.div_exact(&b.mul(&s).mul(&SymDim::Known(16))),
+            SymDim::Known(4)
+        );
+        assert_eq!(bs64.div_exact(&SymDim::Known(2)), d("32*batch*seq"));
+        assert_eq!(
+            d("past + seq").div_exact(&d("seq + past")),
+            SymDim::Known(1)
+        );
+        assert_eq!(
+            d("2*past + 2*seq").div_exact(&SymDim::Known(2)),
+            d("past + seq")
+        );
+        assert_eq!(
+            d("2*past + seq").div_exact(&SymDim::Known(2)),
+            SymDim::Unknown
+        );
+        assert_eq!(d("batch*seq").div_exact(&d("past")), SymDim::Unknown);
+        assert_eq!(d("batch*seq").div_exact(&d("past + seq")), SymDim::Unknown);
+        assert_eq!(
+            SymDim::Known(7).div_exact(&SymDim::Known(2)),
+            SymDim::Unknown
+        );
+        assert_eq!(s.div_exact(&SymDim::Known(0)), SymDim::Unknown);
+        assert_eq!(
+            SymDim::Known(i64::MIN).div_exact(&SymDim::Known(-1)),
+            SymDim::Unknown
+        );
+    }
+
+    #[test]
+    fn sums_of_names_with_positive_coefficients_are_never_negative() {
+        assert!(d("past + seq + 1").is_nonnegative());
+        assert!(SymDim::Known(0).is_nonnegative());
+        assert!(!SymDim::Known(-1).is_nonnegative());
+        assert!(!d("seq + -1").is_nonnegative());
+        assert!(!d("-2*seq").is_nonnegative());
+        assert!(!d("seq - 1").is_nonnegative());
+        assert!(!SymDim::Unknown.is_nonnegative());
+    }
+
+    #[test]
     fn other_expressions_are_kept_as_written() {
         assert_eq!(d(" seq - 1 ").to_string(), "seq - 1");
         assert_eq!(d("(a+b)").to_string(), "(a+b)");
