@@ -8,8 +8,9 @@ use egg::{merge_max, Analysis, DidMerge, EGraph, Id, Symbol};
 
 use super::fingerprint::{self, Fingerprint, LeafValues, Violation};
 use super::fold::{fold, MAX_OUTPUT_ELEMS};
-use super::infer::{infer, Attrs, InputView};
+use super::infer::{infer, literal_elements, Attrs, InputView};
 use super::lang::{AttrValue, Literal, Onnx, OpNode};
+use super::sym_value::{op_value, value_literal};
 use super::types::{SymDim, TensorType};
 
 /// What an e-class holds.
@@ -34,6 +35,9 @@ pub struct ClassData {
     pub kind: Kind,
     /// Its value, when it is a small constant.
     pub konst: Option<Literal>,
+    /// Its value as dims, when it is a small shape tensor that is not constant but computed
+    /// from dims (see [`super::sym_value`]); `None` whenever `konst` is set.
+    pub value: Option<Vec<SymDim>>,
     /// Whether it depends only on initializers (and so can be computed at save time).
     pub init_only: bool,
     /// Its value on the fingerprint input (verification mode only).
@@ -98,6 +102,7 @@ fn op_data(egraph: &OnnxGraph, op: &OpNode) -> ClassData {
         .map(|&id| InputView {
             ty: data(id).tensor(),
             konst: data(id).konst.as_ref(),
+            value: data(id).value.as_deref(),
         })
         .collect();
     let mut types = infer(op.op.as_str(), &views, &attr, op.outputs);
@@ -114,10 +119,18 @@ fn op_data(egraph: &OnnxGraph, op: &OpNode) -> ClassData {
         .input_ids()
         .iter()
         .all(|&id| data(id).init_only || matches!(data(id).kind, Kind::Absent));
-    let konst = if op.outputs == 1 {
-        fold_op(op, &views, &types[0], &attr)
-    } else {
-        None
+    let (konst, value) = match op.outputs {
+        1 => {
+            let value = op_value(op.op.as_str(), &views, &attr, &types[0]);
+            // A value known in full is a constant.
+            match fold_op(op, &views, &attr)
+                .or_else(|| value.as_deref().and_then(|v| value_literal(v, &types[0])))
+            {
+                Some(k) => (Some(k), None),
+                None => (None, value),
+            }
+        }
+        _ => (None, None),
     };
     let kind = if op.outputs == 1 {
         Kind::Tensor(types.remove(0))
@@ -139,36 +152,13 @@ fn op_data(egraph: &OnnxGraph, op: &OpNode) -> ClassData {
     ClassData {
         kind,
         konst,
+        value,
         init_only,
         fingerprint,
     }
 }
 
-fn fold_op(
-    op: &OpNode,
-    views: &[InputView<'_>],
-    out: &TensorType,
-    attr: &Attrs<'_>,
-) -> Option<Literal> {
-    if op.op.as_str() == "Shape" {
-        // Shape folds from the type alone when every selected dim is known.
-        let dims = out.static_shape()?;
-        let input = views.first()?.ty?.shape.as_ref()?;
-        let start = attr.int("start").unwrap_or(0);
-        let rank = input.len() as i64;
-        let start = if start < 0 { start + rank } else { start }.clamp(0, rank) as usize;
-        let len = *dims.first()? as usize;
-        let values: Option<Vec<i64>> = input
-            .iter()
-            .skip(start)
-            .take(len)
-            .map(SymDim::known)
-            .collect();
-        return Some(Literal::from(&crate::ir::TensorData::from_i64(
-            vec![len],
-            &values?,
-        )));
-    }
+fn fold_op(op: &OpNode, views: &[InputView<'_>], attr: &Attrs<'_>) -> Option<Literal> {
     let consts: Option<Vec<&Literal>> = views.iter().map(|v| v.konst).collect();
     let lit = fold(op.op.as_str(), &consts?, attr)?;
     (lit.shape.iter().product::<usize>() <= MAX_OUTPUT_ELEMS).then_some(lit)
@@ -204,6 +194,7 @@ impl Analysis<Onnx> for OnnxAnalysis {
                 return ClassData {
                     kind: Kind::Tensor(ty),
                     konst: None,
+                    value: None,
                     init_only: t.init_only,
                     fingerprint,
                 };
@@ -234,6 +225,7 @@ impl Analysis<Onnx> for OnnxAnalysis {
         ClassData {
             kind,
             konst,
+            value: None,
             init_only,
             fingerprint,
         }
@@ -279,6 +271,9 @@ impl Analysis<Onnx> for OnnxAnalysis {
             (Some(_), None) => changed_b = true,
             _ => {}
         }
+        let (value_a, value_b) = merge_values(&mut a.value, b.value, a.konst.as_ref());
+        changed_a |= value_a;
+        changed_b |= value_b;
         match (&a.fingerprint, b.fingerprint) {
             (None, Some(f)) => {
                 a.fingerprint = Some(f);
@@ -303,5 +298,236 @@ impl Analysis<Onnx> for OnnxAnalysis {
             let c = egraph.add(Onnx::Const(Box::new(lit)));
             egraph.union(id, c);
         }
+    }
+}
+
+/// Merges the symbolic value `b` into `a` (element by element, the better-known of each), or
+/// drops both when the merged class is a constant (`konst`); an element known differently on
+/// the two sides means an unsound union. Returns whether the result differs from `a` and `b`.
+fn merge_values(
+    a: &mut Option<Vec<SymDim>>,
+    b: Option<Vec<SymDim>>,
+    konst: Option<&Literal>,
+) -> (bool, bool) {
+    let agree = |x: &[SymDim], y: &[SymDim]| {
+        x.len() == y.len() && x.iter().zip(y).all(|(p, q)| p.compatible(q))
+    };
+    if let Some(k) = konst {
+        let known = literal_elements(k);
+        for v in a.iter().chain(b.iter()) {
+            debug_assert!(
+                known.as_deref().is_none_or(|k| agree(k, v)),
+                "unsound rewrite: merged a constant {known:?} with a class of value {v:?}"
+            );
+        }
+        // `a` had a constant already when it had no value; `b`'s value is then not kept.
+        return (a.take().is_some(), b.is_some());
+    }
+    match (a.as_mut(), b) {
+        (Some(x), Some(y)) => {
+            debug_assert!(
+                agree(x, &y),
+                "unsound rewrite: merged e-classes of values {x:?} and {y:?}"
+            );
+            if x.len() != y.len() {
+                return (false, true);
+            }
+            let joined: Vec<SymDim> = x.iter().zip(&y).map(|(p, q)| p.join(q)).collect();
+            let changed = (joined != *x, joined != y);
+            *x = joined;
+            changed
+        }
+        (None, Some(y)) => {
+            *a = Some(y);
+            (true, false)
+        }
+        (Some(_), None) => (false, true),
+        (None, None) => (false, false),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::{Attr, DType, Dim, Graph, GraphBuilder, Shape, TensorData};
+    use crate::opt::lift::{lift, Lifted};
+
+    fn sym(s: &str) -> SymDim {
+        SymDim::expr(s)
+    }
+
+    /// A legacy (TorchScript) export's `Constant` node.
+    fn constant(b: &mut GraphBuilder, values: &[i64], shape: Vec<usize>) -> String {
+        let data = TensorData::from_i64(shape, values);
+        b.op("Constant", &[], vec![("value", Attr::Tensor(data))])
+    }
+
+    /// `Unsqueeze(Gather(Shape(x), i), [0])`: dim `i` of `x` as a 1-element shape tensor.
+    fn dim_of(b: &mut GraphBuilder, x: &str, i: i64) -> String {
+        let shape = b.op("Shape", &[x], vec![]);
+        let index = constant(b, &[i], vec![]);
+        let gather = b.op("Gather", &[&shape, &index], vec![("axis", Attr::Int(0))]);
+        let axes = constant(b, &[0], vec![1]);
+        b.op("Unsqueeze", &[&gather, &axes], vec![])
+    }
+
+    /// `x` `[batch, past + seq, 64]` f32 → `y` built by `body` (its type left unknown).
+    fn legacy(body: impl FnOnce(&mut GraphBuilder, &str) -> String) -> (Graph, Lifted) {
+        let mut b = GraphBuilder::new("g");
+        let x = b.input(
+            "x",
+            DType::F32,
+            Shape(vec![
+                Dim::Sym("batch".into()),
+                Dim::Sym("past + seq".into()),
+                Dim::Fixed(64),
+            ]),
+        );
+        let y = body(&mut b, &x);
+        b.output("y", DType::F32, Shape(Vec::new()));
+        b.op_into("Identity", &[&y], vec![], "y");
+        let graph = b.finish();
+        let lifted = lift(&graph).unwrap();
+        (graph, lifted)
+    }
+
+    fn class_of(l: &Lifted, name: &str) -> Id {
+        l.names.iter().find(|(n, _)| n == name).unwrap().1
+    }
+
+    fn type_of(l: &Lifted, name: &str) -> TensorType {
+        l.egraph[class_of(l, name)].data.tensor().unwrap().clone()
+    }
+
+    #[test]
+    fn a_legacy_reshape_target_gives_the_symbolic_heads_shape() {
+        let (_, l) = legacy(|b, x| {
+            let (batch, seq) = (dim_of(b, x, 0), dim_of(b, x, 1));
+            let heads = constant(b, &[-1], vec![1]);
+            let head_dim = constant(b, &[16], vec![1]);
+            let target = b.op(
+                "Concat",
+                &[&batch, &seq, &heads, &head_dim],
+                vec![("axis", Attr::Int(0))],
+            );
+            b.op_into("Reshape", &[x, &target], vec![], "heads");
+            b.op("Identity", &["heads"], vec![])
+        });
+        let target = l
+            .names
+            .iter()
+            .find(|(n, _)| n.starts_with("Concat"))
+            .unwrap()
+            .1;
+        assert_eq!(
+            l.egraph[target].data.value,
+            Some(vec![
+                sym("batch"),
+                sym("seq + past"),
+                SymDim::Known(-1),
+                SymDim::Known(16)
+            ])
+        );
+        assert_eq!(
+            type_of(&l, "heads").shape,
+            Some(vec![
+                sym("batch"),
+                sym("past + seq"),
+                SymDim::Known(4),
+                SymDim::Known(16)
+            ])
+        );
+    }
+
+    #[test]
+    fn a_fully_known_value_is_a_constant_with_a_const_node() {
+        let (_, l) = legacy(|b, x| {
+            let shape = b.op("Shape", &[x], vec![]);
+            let index = constant(b, &[2], vec![]);
+            let width = b.op("Gather", &[&shape, &index], vec![]);
+            let two = constant(b, &[2], vec![]);
+            b.op_into("Div", &[&width, &two], vec![], "half");
+            x.to_string()
+        });
+        let half = class_of(&l, "half");
+        let data = &l.egraph[half].data;
+        assert_eq!(
+            data.konst
+                .as_ref()
+                .and_then(crate::opt::infer::literal_ints),
+            Some(vec![32])
+        );
+        assert_eq!(data.value, None);
+        assert!(l.egraph[half]
+            .nodes
+            .iter()
+            .any(|n| matches!(n, Onnx::Const(_))));
+    }
+
+    #[test]
+    fn the_minus_one_guard_of_repeat_kv_folds_away_for_dims() {
+        // Where(Equal(t, -1 · ConstantOfShape(Shape(t), 1)), ConstantOfShape(…), t) is `t`
+        // when no element of `t` can be -1; Expand then has t's dims.
+        let (_, l) = legacy(|b, x| {
+            let (batch, seq) = (dim_of(b, x, 0), dim_of(b, x, 1));
+            let two = constant(b, &[2], vec![1]);
+            let width = constant(b, &[64], vec![1]);
+            let t = b.op(
+                "Concat",
+                &[&batch, &two, &seq, &width],
+                vec![("axis", Attr::Int(0))],
+            );
+            let len = b.op("Shape", &[&t], vec![]);
+            let ones = b.op(
+                "ConstantOfShape",
+                &[&len],
+                vec![("value", Attr::Tensor(TensorData::from_i64(vec![1], &[1])))],
+            );
+            let minus = constant(b, &[-1], vec![]);
+            let minus_ones = b.op("Mul", &[&ones, &minus], vec![]);
+            let is_minus = b.op("Equal", &[&t, &minus_ones], vec![]);
+            let guarded = b.op("Where", &[&is_minus, &ones, &t], vec![]);
+            let axes = constant(b, &[1], vec![1]);
+            let x4 = b.op("Unsqueeze", &[x, &axes], vec![]);
+            b.op_into("Expand", &[&x4, &guarded], vec![], "expanded");
+            b.op("Identity", &["expanded"], vec![])
+        });
+        assert_eq!(
+            type_of(&l, "expanded").shape,
+            Some(vec![
+                sym("batch"),
+                SymDim::Known(2),
+                sym("past + seq"),
+                SymDim::Known(64)
+            ])
+        );
+    }
+
+    #[test]
+    fn values_merge_to_the_better_known_and_a_constant_drops_them() {
+        let mut a = Some(vec![sym("batch"), SymDim::Unknown]);
+        let b = Some(vec![SymDim::Unknown, SymDim::Known(4)]);
+        assert_eq!(merge_values(&mut a, b, None), (true, true));
+        assert_eq!(a, Some(vec![sym("batch"), SymDim::Known(4)]));
+        let same = a.clone();
+        assert_eq!(merge_values(&mut a, same, None), (false, false));
+        assert_eq!(merge_values(&mut a, None, None), (false, true));
+        let mut none = None;
+        assert_eq!(
+            merge_values(&mut none, Some(vec![sym("seq")]), None),
+            (true, false)
+        );
+        let four = Literal::from(&TensorData::from_i64(vec![1], &[4]));
+        let mut partial = Some(vec![SymDim::Unknown]);
+        assert_eq!(merge_values(&mut partial, None, Some(&four)), (true, false));
+        assert_eq!(partial, None);
+    }
+
+    #[test]
+    #[should_panic(expected = "unsound rewrite")]
+    #[cfg(debug_assertions)]
+    fn merging_different_values_is_reported() {
+        let mut a = Some(vec![sym("batch")]);
+        merge_values(&mut a, Some(vec![sym("seq")]), None);
     }
 }

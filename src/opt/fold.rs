@@ -196,7 +196,8 @@ fn arith(op: &str, a: &Literal, b: &Literal) -> Option<Literal> {
                 "Sub" => Some(p - q),
                 "Mul" => Some(p * q),
                 _ if int && q == 0.0 => None,
-                _ if int => Some((p / q).floor()),
+                // Integer division truncates toward zero (as onnxruntime's does).
+                _ if int => Some((p / q).trunc()),
                 _ => Some(p / q),
             }
         })
@@ -266,6 +267,13 @@ mod tests {
         .unwrap();
         assert_eq!((literal_ints(&g).unwrap(), g.shape), (vec![9], vec![]));
         assert!(fold("Div", &[&ints(vec![1], &[4]), &ints(vec![1], &[0])], &none).is_none());
+        let d = fold(
+            "Div",
+            &[&ints(vec![2], &[-7, 7]), &ints(vec![2], &[2, -2])],
+            &none,
+        )
+        .unwrap();
+        assert_eq!(literal_ints(&d).unwrap(), vec![-3, -3]);
         let one = AttrValue::Int(1);
         let to_f32 = Attrs::new([("to", &one)]);
         let f = fold("Cast", &[&ints(vec![1], &[3])], &to_f32).unwrap();

@@ -13,6 +13,19 @@ pub struct InputView<'a> {
     pub ty: Option<&'a TensorType>,
     /// Its constant value, when known.
     pub konst: Option<&'a Literal>,
+    /// Its symbolic value, when a small shape tensor that is not constant (see
+    /// [`super::sym_value`]).
+    pub value: Option<&'a [SymDim]>,
+}
+
+impl InputView<'_> {
+    /// The elements of a small rank ≤ 1 integer input: its constant value or its symbolic one.
+    pub fn elements(&self) -> Option<Vec<SymDim>> {
+        match self.konst {
+            Some(k) => literal_elements(k),
+            None => self.value.map(<[SymDim]>::to_vec),
+        }
+    }
 }
 
 /// The set attributes of the op being inferred or folded, by name.
@@ -82,13 +95,15 @@ pub fn infer(
             let all = (1..inputs.len()).fold(ty(0), |acc, i| broadcast(&acc, &ty(i)));
             vec![all]
         }
-        "And" | "Or" | "Equal" | "Less" | "Greater" => {
+        "And" | "Or" | "Xor" | "Equal" | "Less" | "Greater" | "LessOrEqual" | "GreaterOrEqual" => {
             vec![broadcast(&ty(0), &ty(1)).with_dtype(Some(DType::Bool))]
         }
         "Where" => vec![broadcast(&broadcast(&ty(0), &ty(1)), &ty(2)).with_dtype(ty(1).dtype)],
         "Cast" => vec![ty(0).with_dtype(int("to").and_then(|c| DType::from_onnx_code(c as i32)))],
         "CastLike" => vec![ty(0).with_dtype(ty(1).dtype)],
         "MatMul" => vec![matmul(&ty(0), &ty(1))],
+        "Gemm" => vec![gemm(&ty(0), &ty(1), int("transA"), int("transB"))],
+        "Split" => split(inputs, attr, outputs),
         "Gather" => vec![gather(&ty(0), &ty(1), int("axis").unwrap_or(0))],
         "Shape" => vec![shape_of(&ty(0), int("start"), int("end"))],
         "Unsqueeze" => vec![unsqueeze(&ty(0), inputs.get(1).and_then(|v| v.konst))],
@@ -100,6 +115,7 @@ pub fn infer(
             }),
         ],
         "Concat" => vec![concat(inputs, int("axis").unwrap_or(0))],
+        "Flatten" => vec![flatten(&ty(0), int("axis").unwrap_or(1))],
         "Transpose" => vec![transpose(
             &ty(0),
             attr.get("perm").and_then(AttrValue::ints),
@@ -116,7 +132,7 @@ pub fn infer(
         "Reshape" => vec![reshape(&ty(0), inputs.get(1).copied(), int("allowzero"))],
         "Range" => vec![TensorType {
             dtype: ty(0).dtype,
-            shape: Some(vec![SymDim::Unknown]),
+            shape: Some(vec![range_len(inputs)]),
         }],
         "Slice" => vec![slice(inputs)],
         "ReduceMean" | "ReduceSum" | "ReduceMax" | "ReduceMin" => vec![reduce(inputs, attr)],
@@ -214,6 +230,80 @@ fn matmul(a: &TensorType, b: &TensorType) -> TensorType {
         dtype: a.dtype,
         shape,
     }
+}
+
+/// Gemm: `A [M, K]` (or `[K, M]` with `transA`) times `B [K, N]` (or `[N, K]` with `transB`)
+/// gives `[M, N]` in A's dtype.
+fn gemm(a: &TensorType, b: &TensorType, trans_a: Option<i64>, trans_b: Option<i64>) -> TensorType {
+    let shape = match (dims(a), dims(b)) {
+        (Some([a0, a1]), Some([b0, b1])) => {
+            let m = if trans_a == Some(1) { a1 } else { a0 };
+            let n = if trans_b == Some(1) { b0 } else { b1 };
+            Some(vec![m.clone(), n.clone()])
+        }
+        _ => None,
+    };
+    TensorType {
+        dtype: a.dtype,
+        shape,
+    }
+}
+
+/// Split along `axis` into constant sizes (the second input, or the `split` attribute before
+/// opset 13), or into `outputs` equal
+/// parts (the last one smaller when the dim does not divide; a symbolic dim only when the
+/// parts are exact).
+fn split(inputs: &[InputView<'_>], attr: &Attrs<'_>, outputs: usize) -> Vec<TensorType> {
+    let x = input_type(inputs, 0);
+    let unknown_axis = |d: &[SymDim], a: usize| {
+        let mut s = d.to_vec();
+        s[a] = SymDim::Unknown;
+        s
+    };
+    let Some((d, a)) =
+        dims(&x).and_then(|d| Some((d, axis(attr.int("axis").unwrap_or(0), d.len())?)))
+    else {
+        return vec![x.with_dtype(x.dtype); outputs];
+    };
+    // The sizes: the second input (opset ≥ 13) or the `split` attribute (before).
+    let listed = match (inputs.get(1).filter(|v| v.ty.is_some()), attr.get("split")) {
+        (Some(v), _) => Some(v.konst.and_then(literal_ints)),
+        (None, Some(AttrValue::Ints(s))) => Some(Some(s.clone())),
+        _ => None,
+    };
+    let sizes: Option<Vec<SymDim>> = match listed {
+        Some(sizes) => sizes
+            .filter(|s| s.len() == outputs)
+            .map(|s| s.into_iter().map(SymDim::Known).collect()),
+        None if outputs == 0 => None,
+        None => match &d[a] {
+            SymDim::Known(n) => {
+                let n = *n;
+                let part = (n + outputs as i64 - 1) / outputs as i64;
+                Some(
+                    (0..outputs as i64)
+                        .map(|i| SymDim::Known(n.saturating_sub(i * part).clamp(0, part)))
+                        .collect(),
+                )
+            }
+            dim => match dim.div_exact(&SymDim::Known(outputs as i64)) {
+                SymDim::Unknown => None,
+                part => Some(vec![part; outputs]),
+            },
+        },
+    };
+    (0..outputs)
+        .map(|i| {
+            let mut s = unknown_axis(d, a);
+            if let Some(sizes) = &sizes {
+                s[a] = sizes[i].clone();
+            }
+            TensorType {
+                dtype: x.dtype,
+                shape: Some(s),
+            }
+        })
+        .collect()
 }
 
 /// `MatMulNBits(A [.., K]) → [.., N]` in A's dtype.
@@ -375,6 +465,22 @@ fn shape_of(t: &TensorType, start: Option<i64>, end: Option<i64>) -> TensorType 
         dtype: Some(DType::I64),
         shape: Some(vec![len.map_or(SymDim::Unknown, SymDim::Known)]),
     }
+}
+
+/// Largest tensor given a symbolic value (shape tensors have one element per axis; see
+/// [`super::sym_value`]).
+pub const MAX_VALUE_LEN: usize = 16;
+
+/// The elements of a small constant of rank ≤ 1 (int64, int32 or bool) as known dims.
+pub fn literal_elements(lit: &Literal) -> Option<Vec<SymDim>> {
+    if lit.shape.len() > 1 || lit.shape.iter().product::<usize>() > MAX_VALUE_LEN {
+        return None;
+    }
+    let ints = match lit.dtype {
+        DType::Bool => lit.bytes.iter().map(|&b| i64::from(b != 0)).collect(),
+        _ => literal_ints(lit)?,
+    };
+    Some(ints.into_iter().map(SymDim::Known).collect())
 }
 
 /// Integer values of a small constant (i64 or i32).
@@ -550,6 +656,21 @@ fn concat(inputs: &[InputView<'_>], ax: i64) -> TensorType {
     TensorType { dtype, shape }
 }
 
+/// Flatten: `[d0 … d(axis−1), d(axis) … dn]` → `[d0·…·d(axis−1), d(axis)·…·dn]`.
+fn flatten(t: &TensorType, ax: i64) -> TensorType {
+    let shape = dims(t).and_then(|d| {
+        let r = d.len() as i64;
+        let a = if ax < 0 { ax + r } else { ax };
+        let a = usize::try_from(a).ok().filter(|&a| a <= d.len())?;
+        let product = |f: &[SymDim]| f.iter().fold(SymDim::Known(1), |acc, x| acc.mul(x));
+        Some(vec![product(&d[..a]), product(&d[a..])])
+    });
+    TensorType {
+        dtype: t.dtype,
+        shape,
+    }
+}
+
 fn transpose(t: &TensorType, perm: Option<&[i64]>) -> TensorType {
     let shape = dims(t).map(|d| match perm {
         Some(p) if p.len() == d.len() => p
@@ -564,23 +685,36 @@ fn transpose(t: &TensorType, perm: Option<&[i64]>) -> TensorType {
     }
 }
 
-/// Expand / Reshape / ConstantOfShape: the output shape comes from a shape tensor.
+/// The dims a shape tensor's element stands for: a number ≥ 0 or a never-negative symbolic
+/// dim (taken as positive, as exporters declare them), else unknown.
+fn target_dim(d: &SymDim) -> SymDim {
+    match d {
+        SymDim::Known(v) if *v >= 0 => d.clone(),
+        SymDim::Sym(_) if d.is_nonnegative() => d.clone(),
+        _ => SymDim::Unknown,
+    }
+}
+
+/// Expand / Reshape / ConstantOfShape: the output shape comes from a shape tensor, constant or
+/// symbolic (see [`super::sym_value`]); else only the rank, from the shape tensor's length.
 fn from_shape_input(op: &str, data: &TensorType, shape: Option<InputView<'_>>) -> TensorType {
     let rank = shape
         .and_then(|s| s.ty)
         .and_then(|t| t.static_shape())
         .and_then(|s| s.first().copied());
-    let values = shape.and_then(|s| s.konst).and_then(literal_ints);
+    let values: Option<Vec<SymDim>> = shape
+        .and_then(|s| s.elements())
+        .map(|v| v.iter().map(target_dim).collect());
     // ConstantOfShape's dtype comes from its attribute (set by the caller).
     let dtype = data.dtype;
     let out = match (values, rank) {
-        (Some(v), _) if op == "ConstantOfShape" => Some(v.into_iter().map(SymDim::Known).collect()),
+        (Some(v), _) if op == "ConstantOfShape" => Some(v),
         (Some(v), _) if op == "Expand" => Some(
             broadcast(
                 data,
                 &TensorType {
                     dtype: None,
-                    shape: Some(v.into_iter().map(SymDim::Known).collect()),
+                    shape: Some(v),
                 },
             )
             .shape
@@ -592,48 +726,35 @@ fn from_shape_input(op: &str, data: &TensorType, shape: Option<InputView<'_>>) -
     TensorType { dtype, shape: out }
 }
 
-/// Reshape: a constant target shape gives its positive dims, the input's dim for each 0 (unless
-/// `allowzero`), and for a single −1 the input size divided by the others when all are known;
-/// otherwise only the rank (from the shape input's length).
+/// Reshape: the target shape (constant or symbolic) gives its dims, the input's dim for each 0
+/// (unless `allowzero`), and for a single −1 the input's size divided by the other dims, equal
+/// factors cancelled first (`[batch, seq, 64]` → `[batch, seq, -1, 16]` gives 4); otherwise
+/// only the rank (from the shape input's length).
 fn reshape(data: &TensorType, shape: Option<InputView<'_>>, allowzero: Option<i64>) -> TensorType {
-    let Some(target) = shape.and_then(|s| s.konst).and_then(literal_ints) else {
+    let Some(target) = shape.and_then(|s| s.elements()) else {
         return from_shape_input("Reshape", data, shape);
     };
     let input = dims(data);
+    let copy_zero = allowzero.unwrap_or(0) == 0;
     let mut out: Vec<SymDim> = target
         .iter()
         .enumerate()
-        .map(|(i, &v)| match v {
-            0 if allowzero.unwrap_or(0) == 0 => input
+        .map(|(i, v)| match v {
+            SymDim::Known(0) if copy_zero => input
                 .and_then(|d| d.get(i).cloned())
                 .unwrap_or(SymDim::Unknown),
-            v if v >= 0 => SymDim::Known(v),
-            _ => SymDim::Unknown,
+            v => target_dim(v),
         })
         .collect();
-    if let Some(minus) = target.iter().position(|&v| v == -1) {
-        // Dims copied from the input cancel out; the rest must be known.
-        let copied: Vec<usize> = (0..target.len())
-            .filter(|&i| target[i] == 0 && allowzero.unwrap_or(0) == 0)
+    let minus: Vec<usize> = (0..target.len())
+        .filter(|&i| target[i] == SymDim::Known(-1))
+        .collect();
+    if let ([minus], Some(input)) = (minus.as_slice(), input) {
+        let others: Vec<SymDim> = (0..out.len())
+            .filter(|i| i != minus)
+            .map(|i| out[i].clone())
             .collect();
-        let rest_in: Option<i64> = input.and_then(|d| {
-            d.iter()
-                .enumerate()
-                .filter(|(i, _)| !copied.contains(i))
-                .map(|(_, x)| x.known())
-                .product()
-        });
-        let rest_out: Option<i64> = out
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| *i != minus && !copied.contains(i))
-            .map(|(_, x)| x.known())
-            .product();
-        if let (Some(a), Some(b)) = (rest_in, rest_out) {
-            if b > 0 && a % b == 0 {
-                out[minus] = SymDim::Known(a / b);
-            }
-        }
+        out[*minus] = quotient(input, &others);
     }
     TensorType {
         dtype: data.dtype,
@@ -641,13 +762,61 @@ fn reshape(data: &TensorType, shape: Option<InputView<'_>>, allowzero: Option<i6
     }
 }
 
-/// Slice: the input's rank and dtype; a sliced dim is computed when it and the constant
-/// starts/ends/steps are known, unknown otherwise.
+/// The product of `num` divided by the product of `den`, equal factors cancelled first, when
+/// the division is exact (unknown otherwise).
+fn quotient(num: &[SymDim], den: &[SymDim]) -> SymDim {
+    let mut num: Vec<SymDim> = num.to_vec();
+    let mut rest = Vec::new();
+    for d in den {
+        match num.iter().position(|n| n == d && *n != SymDim::Unknown) {
+            Some(i) => {
+                num.swap_remove(i);
+            }
+            None => rest.push(d.clone()),
+        }
+    }
+    let product = |f: &[SymDim]| f.iter().fold(SymDim::Known(1), |acc, d| acc.mul(d));
+    product(&num).div_exact(&product(&rest))
+}
+
+/// Range's length when its start, limit and delta are read: `max(⌈(limit − start) / delta⌉,
+/// 0)` for numbers, `limit − start` for a delta of 1 when that is never negative.
+fn range_len(inputs: &[InputView<'_>]) -> SymDim {
+    let scalar = |i: usize| match inputs.get(i).and_then(InputView::elements).as_deref() {
+        Some([d]) => d.clone(),
+        _ => SymDim::Unknown,
+    };
+    match (scalar(0), scalar(1), scalar(2)) {
+        (SymDim::Known(s), SymDim::Known(l), SymDim::Known(d)) if d != 0 => l
+            .checked_sub(s)
+            .and_then(|span| {
+                let (q, r) = (span / d, span % d);
+                q.checked_add(i64::from(r != 0 && (r < 0) == (d < 0)))
+            })
+            .map_or(SymDim::Unknown, |n| SymDim::Known(n.max(0))),
+        (s, l, SymDim::Known(1)) => {
+            let span = l.sub(&s);
+            match span.is_nonnegative() {
+                true => span,
+                false => SymDim::Unknown,
+            }
+        }
+        _ => SymDim::Unknown,
+    }
+}
+
+/// At least this large, a Slice end is past the end of any dim (exporters write `i64::MAX`).
+const SLICE_TO_END: i64 = 1 << 62;
+
+/// Slice: the input's rank and dtype; a sliced dim is computed when the starts/ends (constant
+/// or symbolic) and steps are read with a step of 1: from numbers on a known dim, or as the
+/// whole dim when it starts at 0 and ends at the dim itself or past any end; unknown otherwise.
 fn slice(inputs: &[InputView<'_>]) -> TensorType {
     let data = input_type(inputs, 0);
     let konst = |i: usize| inputs.get(i).and_then(|v| v.konst).and_then(literal_ints);
+    let bound = |i: usize| inputs.get(i).and_then(InputView::elements);
     let shape = dims(&data).map(|d| {
-        let (starts, ends) = (konst(1), konst(2));
+        let (starts, ends) = (bound(1), bound(2));
         // How many axes are sliced: the length of `starts`, from its value or its static type.
         let count = match (&starts, inputs.get(1).and_then(|v| v.ty)) {
             (Some(s), _) => s.len(),
@@ -673,15 +842,18 @@ fn slice(inputs: &[InputView<'_>]) -> TensorType {
             let Some(a) = axis(a, d.len()) else {
                 return vec![SymDim::Unknown; d.len()];
             };
-            let bounds = (starts.as_ref(), ends.as_ref(), steps.as_ref(), d[a].known());
-            out[a] = match bounds {
-                (Some(s), Some(e), Some(st), Some(n)) if st.get(i) == Some(&1) => {
-                    let clamp = |v: i64| if v < 0 { v + n } else { v }.clamp(0, n);
-                    match (s.get(i), e.get(i)) {
-                        (Some(&s), Some(&e)) => SymDim::Known((clamp(e) - clamp(s)).max(0)),
-                        _ => SymDim::Unknown,
-                    }
+            let at = |v: &Option<Vec<SymDim>>| v.as_ref().and_then(|v| v.get(i).cloned());
+            let step_one = steps.as_ref().and_then(|st| st.get(i)) == Some(&1);
+            out[a] = match (at(&starts), at(&ends), &d[a]) {
+                (Some(SymDim::Known(s)), Some(SymDim::Known(e)), SymDim::Known(n)) if step_one => {
+                    let clamp = |v: i64| if v < 0 { v + n } else { v }.clamp(0, *n);
+                    SymDim::Known((clamp(e) - clamp(s)).max(0))
                 }
+                (Some(SymDim::Known(0)), Some(e), n) if step_one => match e {
+                    SymDim::Known(e) if e >= SLICE_TO_END => n.clone(),
+                    e if e == *n => n.clone(),
+                    _ => SymDim::Unknown,
+                },
                 _ => SymDim::Unknown,
             };
         }
@@ -821,6 +993,7 @@ mod tests {
         let view = |ty| InputView {
             ty: Some(ty),
             konst: None,
+            value: None,
         };
         let out = infer(
             "Slice",
@@ -842,10 +1015,12 @@ mod tests {
             InputView {
                 ty: Some(&x),
                 konst: None,
+                value: None,
             },
             InputView {
                 ty: Some(&tensor(&[1])),
                 konst: Some(&axes),
+                value: None,
             },
         ];
         let out = infer("Squeeze", &listed, &Attrs::default(), 1);
@@ -863,6 +1038,7 @@ mod tests {
             InputView {
                 ty: Some(&tensor(&[1])),
                 konst: None,
+                value: None,
             },
         ];
         let out = infer("Squeeze", &runtime, &Attrs::default(), 1);
@@ -917,6 +1093,7 @@ mod tests {
         let view = |ty| InputView {
             ty: Some(ty),
             konst: None,
+            value: None,
         };
         for op in ["Max", "Min"] {
             let out = infer(op, &[view(&a), view(&b), view(&c)], &Attrs::default(), 1);
@@ -933,6 +1110,7 @@ mod tests {
         let view = [InputView {
             ty: Some(&shape),
             konst: Some(&dims),
+            value: None,
         }];
         let one = AttrValue::Tensor(Box::new(Literal::from(&TensorData::from_i64(
             vec![1],
@@ -955,19 +1133,212 @@ mod tests {
                 InputView {
                     ty: Some(&x),
                     konst: None,
+                    value: None,
                 },
                 InputView {
                     ty: Some(&bounds),
                     konst: Some(&starts),
+                    value: None,
                 },
                 InputView {
                     ty: Some(&bounds),
                     konst: Some(&ends),
+                    value: None,
                 },
             ],
             &Attrs::default(),
             1,
         );
         assert_eq!(out[0].shape, Some(vec![SymDim::Known(2), SymDim::Known(3)]));
+    }
+
+    fn sym(s: &str) -> SymDim {
+        SymDim::expr(s)
+    }
+
+    fn typed(dtype: DType, shape: Vec<SymDim>) -> TensorType {
+        TensorType::new(dtype, shape)
+    }
+
+    fn valued<'a>(t: &'a TensorType, value: &'a [SymDim]) -> InputView<'a> {
+        InputView {
+            ty: Some(t),
+            konst: None,
+            value: Some(value),
+        }
+    }
+
+    fn plain(t: &TensorType) -> InputView<'_> {
+        InputView {
+            ty: Some(t),
+            konst: None,
+            value: None,
+        }
+    }
+
+    #[test]
+    fn reshape_to_a_symbolic_target_copies_zeros_and_cancels_factors_for_minus_one() {
+        let x = typed(
+            DType::F32,
+            vec![sym("batch"), sym("past + seq"), SymDim::Known(64)],
+        );
+        let t4 = tensor(&[4]);
+        let run = |target: &[SymDim], allowzero: i64| {
+            let az = AttrValue::Int(allowzero);
+            let out = infer(
+                "Reshape",
+                &[plain(&x), valued(&t4, target)],
+                &Attrs::new([("allowzero", &az)]),
+                1,
+            );
+            out[0].shape.clone().unwrap()
+        };
+        let (k, u) = (SymDim::Known, SymDim::Unknown);
+        assert_eq!(
+            run(&[sym("batch"), sym("seq + past"), k(-1), k(16)], 0),
+            [sym("batch"), sym("past + seq"), k(4), k(16)]
+        );
+        assert_eq!(
+            run(&[k(0), k(0), k(4), k(-1)], 0),
+            [sym("batch"), sym("past + seq"), k(4), k(16)]
+        );
+        // Heads merged: [batch, past + seq, 64] → [-1, past + seq, 16] leaves 4·batch.
+        assert_eq!(
+            run(&[k(-1), sym("past + seq"), k(16), k(1)], 0)[0],
+            sym("4*batch")
+        );
+        // A factor that does not cancel, an unknown or a possibly negative element.
+        assert_eq!(run(&[sym("batch"), sym("seq"), k(-1), k(16)], 0)[2], u);
+        assert_eq!(run(&[u.clone(), sym("past + seq"), k(-1), k(16)], 0)[2], u);
+        assert_eq!(run(&[sym("seq + -1"), k(1), k(1), k(1)], 0)[0], u);
+        // allowzero keeps 0 as a dim (and then -1 is not computed).
+        assert_eq!(run(&[k(0), k(0), k(4), k(-1)], 1), [k(0), k(0), k(4), u]);
+    }
+
+    #[test]
+    fn expand_and_constant_of_shape_take_symbolic_shapes() {
+        let x = typed(
+            DType::F32,
+            vec![SymDim::Known(1), SymDim::Known(1), sym("seq")],
+        );
+        let t3 = tensor(&[3]);
+        let target = [sym("batch"), SymDim::Known(4), SymDim::Known(1)];
+        let out = infer(
+            "Expand",
+            &[plain(&x), valued(&t3, &target)],
+            &Attrs::default(),
+            1,
+        );
+        assert_eq!(
+            out[0].shape,
+            Some(vec![sym("batch"), SymDim::Known(4), sym("seq")])
+        );
+        let fill = AttrValue::Tensor(Box::new(Literal::from(&TensorData::from_i64(
+            vec![1],
+            &[0],
+        ))));
+        let out = infer(
+            "ConstantOfShape",
+            &[valued(&t3, &target)],
+            &Attrs::new([("value", &fill)]),
+            1,
+        );
+        assert_eq!(out[0], typed(DType::I64, target.to_vec()));
+    }
+
+    #[test]
+    fn range_and_slice_lengths_from_symbolic_bounds() {
+        let scalar = tensor(&[]);
+        let (zero, seq, one) = ([SymDim::Known(0)], [sym("seq")], [SymDim::Known(1)]);
+        let (past, three) = ([sym("past")], [SymDim::Known(3)]);
+        let range = |start: &[SymDim], limit: &[SymDim], delta: &[SymDim]| {
+            infer(
+                "Range",
+                &[
+                    valued(&scalar, start),
+                    valued(&scalar, limit),
+                    valued(&scalar, delta),
+                ],
+                &Attrs::default(),
+                1,
+            )[0]
+            .shape
+            .clone()
+            .unwrap()[0]
+                .clone()
+        };
+        assert_eq!(range(&zero, &seq, &one), sym("seq"));
+        assert_eq!(range(&past, &[sym("past + seq")], &one), sym("seq"));
+        // seq − past may be negative; a step other than 1 on symbols is not computed.
+        assert_eq!(range(&past, &seq, &one), SymDim::Unknown);
+        assert_eq!(range(&zero, &seq, &three), SymDim::Unknown);
+        let ten = [SymDim::Known(10)];
+        assert_eq!(range(&one, &ten, &three), SymDim::Known(3));
+        assert_eq!(range(&ten, &one, &[SymDim::Known(-4)]), SymDim::Known(3));
+        assert_eq!(range(&ten, &one, &one), SymDim::Known(0));
+
+        let x = typed(DType::F32, vec![sym("batch"), sym("seq")]);
+        let t1 = tensor(&[1]);
+        let slice = |start: &[SymDim], end: &[SymDim]| {
+            infer(
+                "Slice",
+                &[plain(&x), valued(&t1, start), valued(&t1, end)],
+                &Attrs::default(),
+                1,
+            )[0]
+            .shape
+            .clone()
+            .unwrap()[0]
+                .clone()
+        };
+        assert_eq!(slice(&zero, &[SymDim::Known(i64::MAX)]), sym("batch"));
+        assert_eq!(slice(&zero, &[sym("batch")]), sym("batch"));
+        assert_eq!(slice(&zero, &[sym("seq")]), SymDim::Unknown);
+        assert_eq!(slice(&one, &[SymDim::Known(i64::MAX)]), SymDim::Unknown);
+    }
+
+    #[test]
+    fn flatten_gemm_and_split_shapes() {
+        let x = typed(
+            DType::F32,
+            vec![sym("batch"), sym("seq"), SymDim::Known(64)],
+        );
+        let two = AttrValue::Int(2);
+        let out = infer("Flatten", &[plain(&x)], &Attrs::new([("axis", &two)]), 1);
+        assert_eq!(
+            out[0].shape,
+            Some(vec![sym("batch*seq"), SymDim::Known(64)])
+        );
+        let a = typed(DType::F32, vec![sym("n"), SymDim::Known(64)]);
+        let b = typed(DType::F32, vec![SymDim::Known(192), SymDim::Known(64)]);
+        let one = AttrValue::Int(1);
+        let out = infer(
+            "Gemm",
+            &[plain(&a), plain(&b)],
+            &Attrs::new([("transB", &one)]),
+            1,
+        );
+        assert_eq!(out[0].shape, Some(vec![sym("n"), SymDim::Known(192)]));
+        let wide = typed(DType::F32, vec![sym("n"), SymDim::Known(10), sym("3*h")]);
+        let out = infer("Split", &[plain(&wide)], &Attrs::new([("axis", &one)]), 3);
+        let widths: Vec<SymDim> = out
+            .iter()
+            .map(|t| t.shape.clone().unwrap()[1].clone())
+            .collect();
+        assert_eq!(
+            widths,
+            [SymDim::Known(4), SymDim::Known(4), SymDim::Known(2)]
+        );
+        let last = AttrValue::Int(-1);
+        let out = infer("Split", &[plain(&wide)], &Attrs::new([("axis", &last)]), 3);
+        assert_eq!(out[2].shape.clone().unwrap()[2], sym("h"));
+        let sizes = AttrValue::Ints(vec![7, 3]);
+        let out = infer(
+            "Split",
+            &[plain(&wide)],
+            &Attrs::new([("axis", &one), ("split", &sizes)]),
+            2,
+        );
+        assert_eq!(out[1].shape.clone().unwrap()[1], SymDim::Known(3));
     }
 }

@@ -29,6 +29,7 @@ mod recognize_rotary;
 pub mod rules;
 pub mod schema;
 mod shape_value;
+mod sym_value;
 pub mod trace;
 pub mod types;
 

@@ -1,6 +1,7 @@
 //! Tensor types as the analysis knows them: dtype and a shape whose dims may be symbolic or
 //! unknown.
 
+use std::collections::BTreeMap;
 use std::fmt;
 
 use egg::Symbol;
@@ -31,17 +32,54 @@ impl SymDim {
     /// `self + other`, symbolically (`a + b`) when not both known.
     pub fn add(&self, other: &SymDim) -> SymDim {
         match (self, other) {
-            (SymDim::Known(a), SymDim::Known(b)) => SymDim::Known(a + b),
+            (SymDim::Known(a), SymDim::Known(b)) => {
+                a.checked_add(*b).map_or(SymDim::Unknown, SymDim::Known)
+            }
             (SymDim::Known(0), x) | (x, SymDim::Known(0)) => x.clone(),
             (SymDim::Unknown, _) | (_, SymDim::Unknown) => SymDim::Unknown,
             (a, b) => SymDim::expr(&format!("{a} + {b}")),
         }
     }
 
+    /// `self - other`: a canonical sum when both are sums of products, else unknown.
+    pub fn sub(&self, other: &SymDim) -> SymDim {
+        Self::arith(self, other, |a, b| a.plus(b, -1))
+    }
+
+    /// `self * other`: a canonical sum when both are sums of products (and the product has
+    /// at most a few terms), else unknown.
+    pub fn mul(&self, other: &SymDim) -> SymDim {
+        Self::arith(self, other, Poly::times)
+    }
+
+    /// `self / other` when the division is exact whatever the (nonzero) names stand for: `other` a
+    /// nonzero number or a single term dividing every term of `self`, or equal to `self`
+    /// (`4*batch*seq / 2*seq` is `2*batch`); unknown otherwise.
+    pub fn div_exact(&self, other: &SymDim) -> SymDim {
+        Self::arith(self, other, Poly::divided)
+    }
+
+    /// Whether the dim is certainly not negative: a number ≥ 0, or a sum of products whose
+    /// coefficients are all ≥ 0 (names are dims, never negative).
+    pub fn is_nonnegative(&self) -> bool {
+        match self {
+            SymDim::Known(v) => *v >= 0,
+            SymDim::Sym(_) => Poly::of(self).is_some_and(|p| p.terms.values().all(|&c| c > 0)),
+            SymDim::Unknown => false,
+        }
+    }
+
+    fn arith(a: &SymDim, b: &SymDim, f: impl Fn(&Poly, &Poly) -> Option<Poly>) -> SymDim {
+        match (Poly::of(a), Poly::of(b)) {
+            (Some(x), Some(y)) => f(&x, &y).map_or(SymDim::Unknown, |p| p.to_dim()),
+            _ => SymDim::Unknown,
+        }
+    }
+
     /// A symbolic dim from its expression, in canonical form so that equal sums and products
     /// compare equal whatever their order: `seq + past` and `past + seq` are one dim. A sum of
-    /// products of names and integers (`+`, `*`) has its integer factors multiplied and its
-    /// integer terms added, factors and terms sorted (`2*batch + seq + 1` →
+    /// products of names and integers (`+`, `*`) has its integer factors multiplied, its
+    /// integer terms added and its like terms combined, factors and terms sorted (`2*batch + seq + 1` →
     /// `2*batch + seq + 1`, `seq + batch*2 + 1` → the same); it becomes known when no name is
     /// left. Anything else (`-`, `/`, parentheses) is kept as written, trimmed.
     pub fn expr(text: &str) -> SymDim {
@@ -87,56 +125,150 @@ impl From<&Dim> for SymDim {
     }
 }
 
+/// Most terms a product of dims may have before it is given up on (unknown).
+const MAX_TERMS: usize = 16;
+
+/// A dim as a polynomial over dim names with integer coefficients: a sum of terms, each an
+/// integer times a product of names (the empty product is the constant term). Names stand for
+/// dims: never negative, and taken as nonzero where they divide (as in a Reshape's `-1`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Poly {
+    /// Coefficient of each product of names (sorted names; never 0).
+    terms: BTreeMap<Vec<String>, i64>,
+}
+
+impl Poly {
+    fn constant(v: i64) -> Poly {
+        let mut terms = BTreeMap::new();
+        if v != 0 {
+            terms.insert(Vec::new(), v);
+        }
+        Poly { terms }
+    }
+
+    /// The polynomial of a dim; `None` when unknown or not a sum of products.
+    fn of(d: &SymDim) -> Option<Poly> {
+        match d {
+            SymDim::Known(v) => Some(Poly::constant(*v)),
+            SymDim::Sym(s) => Poly::parse(s.as_str()),
+            SymDim::Unknown => None,
+        }
+    }
+
+    /// A sum (`+`) of products (`*`) of names and integers; `None` for anything else.
+    fn parse(text: &str) -> Option<Poly> {
+        let is_name = |f: &str| {
+            !f.is_empty()
+                && f.chars()
+                    .all(|c| c.is_alphanumeric() || c == '_' || c == '.')
+                && !f.starts_with(|c: char| c.is_ascii_digit())
+        };
+        let mut sum = Poly::constant(0);
+        for term in text.split('+') {
+            let mut coefficient: i64 = 1;
+            let mut names: Vec<String> = Vec::new();
+            for factor in term.split('*').map(str::trim) {
+                if let Ok(v) = factor.parse::<i64>() {
+                    coefficient = coefficient.checked_mul(v)?;
+                } else if is_name(factor) {
+                    names.push(factor.to_string());
+                } else {
+                    return None;
+                }
+            }
+            names.sort_unstable();
+            sum.add_term(names, coefficient)?;
+        }
+        Some(sum)
+    }
+
+    fn add_term(&mut self, names: Vec<String>, coefficient: i64) -> Option<()> {
+        let c = self.terms.entry(names.clone()).or_insert(0);
+        *c = c.checked_add(coefficient)?;
+        if *c == 0 {
+            self.terms.remove(&names);
+        }
+        Some(())
+    }
+
+    fn plus(&self, other: &Poly, sign: i64) -> Option<Poly> {
+        let mut sum = self.clone();
+        for (names, &c) in &other.terms {
+            sum.add_term(names.clone(), c.checked_mul(sign)?)?;
+        }
+        Some(sum)
+    }
+
+    fn times(&self, other: &Poly) -> Option<Poly> {
+        let mut product = Poly::constant(0);
+        for (a, &x) in &self.terms {
+            for (b, &y) in &other.terms {
+                let mut names: Vec<String> = a.iter().chain(b).cloned().collect();
+                names.sort_unstable();
+                product.add_term(names, x.checked_mul(y)?)?;
+            }
+        }
+        (product.terms.len() <= MAX_TERMS).then_some(product)
+    }
+
+    /// `self / other` when `other` divides every term exactly: a nonzero constant, a single
+    /// term whose names every term of `self` contains, or `self` itself.
+    fn divided(&self, other: &Poly) -> Option<Poly> {
+        if self == other && !self.terms.is_empty() {
+            return Some(Poly::constant(1));
+        }
+        let [(divisor_names, &divisor)] = other.terms.iter().collect::<Vec<_>>()[..] else {
+            return None;
+        };
+        let mut quotient = Poly::constant(0);
+        for (names, &c) in &self.terms {
+            if c.checked_rem(divisor)? != 0 {
+                return None;
+            }
+            let mut rest = names.clone();
+            for n in divisor_names {
+                let at = rest.iter().position(|r| r == n)?;
+                rest.remove(at);
+            }
+            quotient.add_term(rest, c.checked_div(divisor)?)?;
+        }
+        Some(quotient)
+    }
+
+    /// The canonical form: the number when no name is left, else its text (terms sorted by
+    /// their names, the constant last).
+    fn canonical(&self) -> Result<i64, String> {
+        let constant = self.terms.get(&Vec::new()).copied().unwrap_or(0);
+        let mut parts: Vec<String> = self
+            .terms
+            .iter()
+            .filter(|(names, _)| !names.is_empty())
+            .map(|(names, &c)| match c {
+                1 => names.join("*"),
+                c => format!("{c}*{}", names.join("*")),
+            })
+            .collect();
+        if parts.is_empty() {
+            return Ok(constant);
+        }
+        if constant != 0 {
+            parts.push(constant.to_string());
+        }
+        Err(parts.join(" + "))
+    }
+
+    fn to_dim(&self) -> SymDim {
+        match self.canonical() {
+            Ok(v) => SymDim::Known(v),
+            Err(form) => SymDim::Sym(Symbol::from(form)),
+        }
+    }
+}
+
 /// The canonical form of a sum of products (see [`SymDim::expr`]): `Ok(n)` when it is a
 /// number, `Err(form)` for the canonical text, `None` when `text` is not such a sum.
 fn canonical_sum(text: &str) -> Option<Result<i64, String>> {
-    let is_name = |f: &str| {
-        !f.is_empty()
-            && f.chars()
-                .all(|c| c.is_alphanumeric() || c == '_' || c == '.')
-            && !f.starts_with(|c: char| c.is_ascii_digit())
-    };
-    let mut constant: i64 = 0;
-    let mut terms: Vec<String> = Vec::new();
-    for term in text.split('+') {
-        let mut coefficient: i64 = 1;
-        let mut names: Vec<&str> = Vec::new();
-        for factor in term.split('*').map(str::trim) {
-            if let Ok(v) = factor.parse::<i64>() {
-                coefficient = coefficient.checked_mul(v)?;
-            } else if is_name(factor) {
-                names.push(factor);
-            } else {
-                return None;
-            }
-        }
-        if names.is_empty() {
-            constant = constant.checked_add(coefficient)?;
-        } else if coefficient != 0 {
-            names.sort_unstable();
-            let product = names.join("*");
-            terms.push(if coefficient == 1 {
-                product
-            } else {
-                format!("{coefficient}*{product}")
-            });
-        }
-    }
-    if terms.is_empty() {
-        return Some(Ok(constant));
-    }
-    // Sorted by their names (a coefficient does not move a term).
-    terms.sort_by(|a, b| {
-        let key = |t: &str| {
-            t.trim_start_matches(|c: char| c.is_ascii_digit() || c == '*')
-                .to_string()
-        };
-        key(a).cmp(&key(b)).then(a.cmp(b))
-    });
-    if constant != 0 {
-        terms.push(constant.to_string());
-    }
-    Some(Err(terms.join(" + ")))
+    Poly::parse(text).map(|p| p.canonical())
 }
 
 /// A tensor's dtype and shape; either may be unknown.
@@ -251,6 +383,68 @@ mod tests {
             SymDim::expr("sequence_len").add(&SymDim::expr("past_sequence_len")),
             d("past_sequence_len + sequence_len")
         );
+    }
+
+    #[test]
+    fn like_terms_combine_and_arithmetic_stays_canonical() {
+        assert_eq!(d("seq + seq + 1").to_string(), "2*seq + 1");
+        assert_eq!(d("seq + -1*seq + 3"), SymDim::Known(3));
+        let (b, s, p) = (d("batch"), d("seq"), d("past"));
+        assert_eq!(p.add(&s).sub(&s), p);
+        assert_eq!(s.sub(&p).to_string(), "-1*past + seq");
+        assert_eq!(b.mul(&p.add(&s)), d("batch*seq + batch*past"));
+        assert_eq!(SymDim::Known(3).sub(&SymDim::Known(5)), SymDim::Known(-2));
+        assert_eq!(d("(a+b)").sub(&s), SymDim::Unknown);
+        assert_eq!(SymDim::Unknown.mul(&s), SymDim::Unknown);
+        assert_eq!(
+            SymDim::Known(i64::MAX).add(&SymDim::Known(1)),
+            SymDim::Unknown
+        );
+    }
+
+    #[test]
+    fn only_exact_divisions_are_computed() {
+        let (b, s) = (d("batch"), d("seq"));
+        let bs64 = b.mul(&s).mul(&SymDim::Known(64));
+        assert_eq!(
+            bs64.div_exact(&b.mul(&s).mul(&SymDim::Known(16))),
+            SymDim::Known(4)
+        );
+        assert_eq!(bs64.div_exact(&SymDim::Known(2)), d("32*batch*seq"));
+        assert_eq!(
+            d("past + seq").div_exact(&d("seq + past")),
+            SymDim::Known(1)
+        );
+        assert_eq!(
+            d("2*past + 2*seq").div_exact(&SymDim::Known(2)),
+            d("past + seq")
+        );
+        assert_eq!(
+            d("2*past + seq").div_exact(&SymDim::Known(2)),
+            SymDim::Unknown
+        );
+        assert_eq!(d("batch*seq").div_exact(&d("past")), SymDim::Unknown);
+        assert_eq!(d("batch*seq").div_exact(&d("past + seq")), SymDim::Unknown);
+        assert_eq!(
+            SymDim::Known(7).div_exact(&SymDim::Known(2)),
+            SymDim::Unknown
+        );
+        assert_eq!(s.div_exact(&SymDim::Known(0)), SymDim::Unknown);
+        assert_eq!(
+            SymDim::Known(i64::MIN).div_exact(&SymDim::Known(-1)),
+            SymDim::Unknown
+        );
+    }
+
+    #[test]
+    fn sums_of_names_with_positive_coefficients_are_never_negative() {
+        assert!(d("past + seq + 1").is_nonnegative());
+        assert!(SymDim::Known(0).is_nonnegative());
+        assert!(!SymDim::Known(-1).is_nonnegative());
+        assert!(!d("seq + -1").is_nonnegative());
+        assert!(!d("-2*seq").is_nonnegative());
+        assert!(!d("seq - 1").is_nonnegative());
+        assert!(!SymDim::Unknown.is_nonnegative());
     }
 
     #[test]
