@@ -112,6 +112,7 @@ fn bench_full_build(c: &mut Criterion, runs: usize) -> Duration {
         verify_rewrites: false,
         quant: None,
         accuracy_level: None,
+        assume_llama: false,
     };
     let build_and_save = |out: PathBuf| {
         let package = mobius::build(&opts).expect("build succeeds");

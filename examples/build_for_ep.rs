@@ -27,6 +27,7 @@ fn main() -> mobius::Result<()> {
         verify_rewrites: false,
         quant: None,
         accuracy_level: None,
+        assume_llama: false,
     };
     let package = build(&options)?;
     print!("{}", package.optimization);

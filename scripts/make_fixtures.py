@@ -52,7 +52,9 @@ from transformers import (
     BertModel,
     Gemma2Config,
     Gemma2ForCausalLM,
+    Gemma3Config,
     Gemma3ForCausalLM,
+    Gemma3ForConditionalGeneration,
     Gemma3TextConfig,
     GemmaConfig,
     GemmaForCausalLM,
@@ -77,7 +79,11 @@ from transformers import (
     SmolLM3ForCausalLM,
     LlamaConfig,
     LlamaForCausalLM,
+    Mistral3Config,
+    Mistral3ForConditionalGeneration,
     MistralConfig,
+    PixtralVisionConfig,
+    SiglipVisionConfig,
     MistralForCausalLM,
     PhiConfig,
     PhiForCausalLM,
@@ -288,6 +294,30 @@ def make_config(kind: str, vocab: int, ids: dict):
                 "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
             },
         )
+    if kind == "gemma3":
+        # Gemma3ForConditionalGeneration: the gemma3_text fixture's text model (tied) with a
+        # one-layer SigLIP tower; the image token id is outside the text vocabulary, so no
+        # prompt or generated id stands for an image.
+        _, text = make_config("gemma3_text", vocab, ids)
+        return Gemma3ForConditionalGeneration, Gemma3Config(
+            text_config=text,
+            vision_config=SiglipVisionConfig(**TINY_VISION),
+            mm_tokens_per_image=4,
+            image_token_index=vocab,
+            boi_token_index=vocab + 1,
+            eoi_token_index=vocab + 2,
+            **ids,
+        )
+    if kind == "mistral3":
+        # Mistral3ForConditionalGeneration (Mistral-Small-3.x): the mistral fixture's text model,
+        # its head untied (stored as language_model.lm_head), with a one-layer Pixtral tower.
+        _, text = make_config("mistral", vocab, ids)
+        return Mistral3ForConditionalGeneration, Mistral3Config(
+            text_config=text,
+            vision_config=PixtralVisionConfig(**TINY_VISION, head_dim=16),
+            image_token_index=vocab,
+            tie_word_embeddings=False,
+        )
     if kind == "gpt2":
         return GPT2LMHeadModel, GPT2Config(
             n_embd=DIMS["hidden_size"],
@@ -372,6 +402,28 @@ def make_config(kind: str, vocab: int, ids: dict):
             },
         )
     raise ValueError(kind)
+
+
+# The vision tower of the image-text fixtures: as small as transformers builds one (mobius
+# does not export it; it only has to be in the checkpoint).
+TINY_VISION = dict(
+    hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+    image_size=28, patch_size=14,
+)
+
+# Image-text fixtures: the class of their text model alone, whose logits on a text prompt must
+# be the image-text model's.
+TEXT_MODELS = {"gemma3": Gemma3ForCausalLM, "mistral3": MistralForCausalLM}
+
+
+@torch.no_grad()
+def check_text_model(name: str, model, input_ids: list[int], logits) -> None:
+    """The image-text model's logits on a text prompt are those of its text model alone."""
+    text = TEXT_MODELS[name]._from_config(model.config.text_config, attn_implementation="eager")
+    text.model.load_state_dict(model.model.language_model.state_dict())
+    text.lm_head.weight.copy_(model.lm_head.weight)
+    alone = text.eval()(torch.tensor([input_ids])).logits[0].float()
+    assert torch.equal(alone, logits), (name, float((alone - logits).abs().max()))
 
 
 def perturb(model, seed: int) -> None:
@@ -463,6 +515,8 @@ FIXTURES = {
     "ministral": (4100, "f32", "v5", None),
     "helium": (4200, "f32", "v5", None),
     "starcoder2": (4300, "f32", "v5", None),
+    "gemma3": (7100, "f32", "v5", None),
+    "mistral3": (4400, "f32", "v5", None),
 }
 
 
@@ -506,6 +560,8 @@ def make_fixture(name: str, out_root: Path, tok: PreTrainedTokenizerFast) -> Non
         pad_token_id=ids["pad_token_id"],
     )[0, len(input_ids):].tolist()
     assert gen == greedy, (name, gen, greedy)
+    if name in TEXT_MODELS:
+        check_text_model(name, model, input_ids, logits)
 
     d = out_root / name
     if d.exists():

@@ -88,7 +88,10 @@ def fake_quantize(w_kn: np.ndarray, bits: int, block: int, symmetric: bool, dtyp
 
 @torch.no_grad()
 def quantized_model(path: Path, bits: int, block: int, symmetric: bool, embeddings: bool, dtype):
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager")
+    # Image-text fixtures load as their own class (AutoModelForCausalLM does not take every one).
+    arch = json.loads((path / "config.json").read_text())["architectures"][0]
+    cls = getattr(transformers, arch) if arch.endswith("ForConditionalGeneration") else AutoModelForCausalLM
+    model = cls.from_pretrained(path, dtype=torch.float32, attn_implementation="eager")
     model.eval()
     head = model.get_output_embeddings()
     if head is not None and head.weight is model.get_input_embeddings().weight:
@@ -100,7 +103,9 @@ def quantized_model(path: Path, bits: int, block: int, symmetric: bool, embeddin
         deq = fake_quantize(table.weight.detach().numpy().T, bits, block, symmetric, dtype).T.copy()
         table.weight.copy_(torch.from_numpy(deq))
         count += 1
-    for module in model.modules():
+    for name, module in model.named_modules():
+        if "vision_tower" in name or "multi_modal_projector" in name:
+            continue  # image-text fixtures: mobius builds the text decoder only
         if isinstance(module, torch.nn.Linear):
             w_kn = module.weight.detach().numpy().T  # [out, in] -> [K, N]
             module.weight.copy_(torch.from_numpy(fake_quantize(w_kn, bits, block, symmetric, dtype).T.copy()))

@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 use crate::config::{ArchConfig, CheckpointQuant};
 use crate::ep::EpCapabilities;
 use crate::ir::{DType, Graph, Model, TensorSource};
-use crate::models::{build_model, checkpoint_renaming};
+use crate::models::assume_llama::{check_tensors, ASSUMED_LLAMA};
+use crate::models::{build_model, checkpoint_renaming, load_config_with, Unregistered};
 use crate::onnx::export::SaveReport;
 use crate::opt::fingerprint::leaf_values;
 use crate::opt::{optimize, Limits, OptimizeOptions, OptimizeReport};
@@ -41,6 +42,9 @@ pub struct BuildOptions {
     pub quant: Option<QuantRequest>,
     /// `accuracy_level` of fused `MatMulNBits` (`None`: the EP's default).
     pub accuracy_level: Option<u8>,
+    /// Build an unregistered `*ForCausalLM` as llama (`--assume-llama`), once its config.json
+    /// and every checkpoint tensor match the Llama layout.
+    pub assume_llama: bool,
 }
 
 /// A built model, ready to be saved.
@@ -78,7 +82,12 @@ pub struct SaveOptions {
 pub fn build(opts: &BuildOptions) -> Result<ModelPackage> {
     let files = resolve(&opts.source, &opts.hub, opts.load_weights)?;
     tracing::info!("model files from {}", files.origin);
-    let mut config = crate::models::load_config(&files.config)?;
+    let unregistered = match opts.assume_llama {
+        true => Unregistered::AssumeLlama,
+        false => Unregistered::Refuse,
+    };
+    let mut config = load_config_with(&files.config, unregistered)?;
+    let assumed = *config.model_type == ASSUMED_LLAMA;
     let checkpoint_quant = CheckpointQuant::load(&files.config)?;
     let generation = files
         .tokenizer_files
@@ -99,6 +108,16 @@ pub fn build(opts: &BuildOptions) -> Result<ModelPackage> {
         }
         _ => None,
     };
+    if assumed {
+        let store = store.as_ref().ok_or_else(|| {
+            crate::Error::Usage(
+                "--assume-llama checks every checkpoint tensor against the Llama layout and \
+                 needs the weights (drop --no-weights)"
+                    .into(),
+            )
+        })?;
+        check_tensors(&portable.graph, store)?;
+    }
     if let Some(quant) = &checkpoint_quant {
         let summary = apply_checkpoint_quantization(&mut portable.graph, quant, store.as_ref())?;
         tracing::info!("{summary}");

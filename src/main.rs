@@ -272,6 +272,14 @@ struct BuildArgs {
     /// Replace an existing, non-empty output folder.
     #[arg(long)]
     overwrite: bool,
+    /// Build a model whose model_type mobius does not know, but whose config.json names
+    /// `*ForCausalLM` architectures, as llama. Refused unless config.json holds no field another
+    /// family computes with (soft-caps, multipliers, LayerNorm epsilons, parallel blocks,
+    /// experts…) and the checkpoint holds exactly the tensors, of exactly the shapes, a llama
+    /// of that config reads (checked tensor by tensor before anything is written). Needs the
+    /// weights (not with --no-weights).
+    #[arg(long)]
+    assume_llama: bool,
     #[command(flatten)]
     ep: EpArgs,
     #[command(flatten)]
@@ -407,6 +415,7 @@ fn run_build(args: BuildArgs, quiet: bool) -> mobius::Result<()> {
         verify_rewrites: args.ep.verify_rewrites,
         quant: args.quant.request(),
         accuracy_level: args.quant.accuracy_level,
+        assume_llama: args.assume_llama,
     };
     let package = build(&opts)?;
     if let Some(summary) = &package.quantization {

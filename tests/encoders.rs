@@ -13,7 +13,7 @@ use mobius::config::EncoderConfig;
 use mobius::ep::{builtin_eps, get_ep};
 use mobius::interp::{run_graph, Tensor};
 use mobius::ir::{DType, Graph};
-use mobius::models::{bert, build_model};
+use mobius::models::build_model;
 use mobius::onnx::import;
 use mobius::opt::{optimize, Role};
 use mobius::weights::eval::Evaluator;
@@ -23,7 +23,7 @@ use serde_json::Value;
 const ENCODERS: &[&str] = &["bert", "roberta"];
 
 fn store(name: &str) -> TensorStore {
-    fixture_store(name).renamed(bert::checkpoint_name).unwrap()
+    fixture_store(name)
 }
 
 fn reference(name: &str) -> Value {

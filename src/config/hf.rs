@@ -10,6 +10,10 @@ use serde_json::Value;
 pub struct HfConfig {
     /// `model_type`.
     pub model_type: Option<String>,
+    /// `architectures` (the transformers classes the checkpoint was saved from).
+    pub architectures: Option<Value>,
+    /// `text_config` (image-text models: the config of their text decoder).
+    pub text_config: Option<Value>,
     /// `hidden_size`.
     pub hidden_size: Option<i64>,
     /// `intermediate_size`.

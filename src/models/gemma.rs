@@ -11,11 +11,12 @@ use super::components::{
     NormKind, RopeTables,
 };
 use super::decoder::{self, Family, LayerNorms};
+use super::multimodal::{read_text_part, TextPart, TextType};
 use super::registry::{FamilySpec, ModelType};
 use crate::config::gemma::{gemma2_sliding_layers, gemma3_global_rope, gemma3_sliding_layers};
 use crate::config::{
     gemma, read_decoder, ArchConfig, Biases, DecoderFields, FamilyKnobs, Fields, GemmaConfig,
-    GemmaVersion, HfConfig, Rope, SlidingLayers,
+    GemmaVersion, HfConfig, Knobs, Rope, SlidingLayers,
 };
 use crate::ir::{DType, Graph, GraphBuilder};
 use crate::Result;
@@ -25,7 +26,8 @@ pub static FAMILY: FamilySpec = FamilySpec {
     name: "gemma",
     summary: "RMSNorm gain `1 + w`, scaled embeddings, GELU-gated MLP; Gemma 2/3: four norms \
               per layer, `query_pre_attn_scalar`, attention and final-logit soft-capping, \
-              alternating sliding-window layers; Gemma 3: per-head q/k norms, local RoPE",
+              alternating sliding-window layers; Gemma 3: per-head q/k norms, local RoPE; \
+              `gemma3`: the text decoder of Gemma3ForConditionalGeneration (no vision part)",
     model_types: &[
         ModelType::generative("gemma", "gemma", |raw, t, f| {
             read(raw, t, f, GemmaVersion::Gemma1, &GEMMA1)
@@ -36,7 +38,31 @@ pub static FAMILY: FamilySpec = FamilySpec {
         ModelType::generative("gemma3_text", "gemma3_text", |raw, t, f| {
             read(raw, t, f, GemmaVersion::Gemma3, &GEMMA3)
         }),
+        ModelType::generative("gemma3", "gemma3_text", |raw, t, f| {
+            read_text_part(raw, t, f, &GEMMA3_IMAGE_TEXT)
+        }),
     ],
+};
+
+/// Gemma3ForConditionalGeneration's text decoder: a `gemma3_text` config, whose head never
+/// soft-caps the logits (whatever `final_logit_softcapping` says).
+const GEMMA3_IMAGE_TEXT: TextPart = TextPart {
+    default_type: "gemma3_text",
+    text_types: &[TextType {
+        name: "gemma3_text",
+        // transformers' Gemma3TextConfig defaults the reader does not hold itself.
+        defaults: r#"{"vocab_size": 262208, "hidden_size": 2304, "intermediate_size": 9216,
+            "num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4,
+            "head_dim": 256, "max_position_embeddings": 131072, "bos_token_id": 2,
+            "eos_token_id": 1, "pad_token_id": 0}"#,
+    }],
+    decoder: |knobs| match knobs.as_any().downcast_ref::<GemmaConfig>() {
+        Some(gemma) => Knobs::new(GemmaConfig {
+            final_softcap: None,
+            ..gemma.clone()
+        }),
+        None => knobs.clone(),
+    },
 };
 
 /// transformers' GemmaConfig: head_dim 256, no biases, tied embeddings, its own activation.

@@ -5,6 +5,7 @@
 //! set of [`decoder::Family`] hooks on the one skeleton of [`decoder`]. [`registry::FAMILIES`]
 //! lists the families; shared pieces live in [`components`].
 
+pub mod assume_llama;
 pub mod bert;
 pub mod components;
 pub mod decoder;
@@ -14,6 +15,7 @@ pub mod granite;
 pub mod helium;
 pub mod llama;
 pub mod ministral;
+pub mod multimodal;
 pub mod olmo2;
 pub mod phi;
 pub mod phi3;
@@ -22,7 +24,7 @@ pub mod registry;
 pub mod smollm3;
 pub mod starcoder2;
 
-pub use registry::{load_config, parse_config};
+pub use registry::{load_config, load_config_with, parse_config, parse_config_with, Unregistered};
 
 use std::collections::BTreeMap;
 

@@ -7,15 +7,16 @@
 //! README's table all read it.
 
 use super::{
-    bert, gemma, gpt2, granite, helium, llama, ministral, olmo2, phi, phi3, qwen3, smollm3,
-    starcoder2,
+    assume_llama, bert, gemma, gpt2, granite, helium, llama, ministral, olmo2, phi, phi3, qwen3,
+    smollm3, starcoder2,
 };
 pub use crate::config::{ModelType, ReadConfig};
 use std::path::Path;
 
-use crate::config::{ArchConfig, HfConfig};
+use crate::config::{ArchConfig, Fields, HfConfig};
 use crate::Error;
 use crate::Result;
+use serde_json::Value;
 
 /// Every family mobius builds, in the order `mobius list models` prints them.
 pub static FAMILIES: &[&FamilySpec] = &[
@@ -108,22 +109,63 @@ pub fn markdown_table() -> String {
     out
 }
 
+/// What config reading does with a `model_type` no family answers to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unregistered {
+    /// Refuse it; for a `*ForCausalLM` the error names `--assume-llama`.
+    Refuse,
+    /// Read a `*ForCausalLM` as llama ([`assume_llama::ASSUMED_LLAMA`], `--assume-llama`);
+    /// config.json must hold no field of another family's computation, and the build checks
+    /// the checkpoint tensor by tensor against the Llama layout.
+    AssumeLlama,
+}
+
 /// Reads `path` (a config.json) and normalises it with the family its `model_type` names.
 pub fn load_config(path: &Path) -> Result<ArchConfig> {
+    load_config_with(path, Unregistered::Refuse)
+}
+
+/// [`load_config`], with `unregistered` saying what an unregistered `model_type` does.
+pub fn load_config_with(path: &Path, unregistered: Unregistered) -> Result<ArchConfig> {
     let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
-    parse_config(&bytes, path)
+    parse_config_with(&bytes, path, unregistered)
 }
 
 /// Parses config.json bytes and normalises them with the family their `model_type` names;
 /// `path` is used in error messages only (an unregistered type lists the registered ones).
 pub fn parse_config(bytes: &[u8], path: &Path) -> Result<ArchConfig> {
+    parse_config_with(bytes, path, Unregistered::Refuse)
+}
+
+/// [`parse_config`], with `unregistered` saying what an unregistered `model_type` does.
+pub fn parse_config_with(
+    bytes: &[u8],
+    path: &Path,
+    unregistered: Unregistered,
+) -> Result<ArchConfig> {
     let raw = HfConfig::parse(bytes, path)?;
     let name = raw.model_type_name(path)?;
-    let model_type = model_type(name).ok_or_else(|| Error::UnsupportedModelType {
-        path: path.to_path_buf(),
-        found: name.to_string(),
-        supported: model_types().map(|t| t.name.to_string()).collect(),
-    })?;
+    let f = Fields { path };
+    let model_type = match (model_type(name), unregistered) {
+        (Some(t), _) => t,
+        (None, _) if !assume_llama::is_causal_lm(&raw) => {
+            return Err(Error::UnsupportedModelType {
+                path: path.to_path_buf(),
+                found: name.to_string(),
+                supported: model_types().map(|t| t.name.to_string()).collect(),
+            })
+        }
+        (None, Unregistered::Refuse) => return Err(assume_llama::needs_the_flag(&raw, name, &f)),
+        (None, Unregistered::AssumeLlama) => {
+            let json: Value = serde_json::from_slice(bytes).map_err(|e| Error::json(path, &e))?;
+            assume_llama::check_fields(&json, name, &f)?;
+            tracing::info!(
+                "{}: model_type `{name}` is read and built as llama (--assume-llama)",
+                path.display()
+            );
+            &assume_llama::ASSUMED_LLAMA
+        }
+    };
     ArchConfig::from_hf(&raw, path, model_type)
 }
 

@@ -103,7 +103,8 @@ pub fn count(g: &Graph, op: &str) -> usize {
     g.op_counts().get(op).copied().unwrap_or(0)
 }
 
-/// The weights of a bundled fixture (single file or sharded).
+/// The weights of a bundled fixture (single file or sharded), renamed as its family reads them
+/// (as `mobius build` does).
 pub fn fixture_store(name: &str) -> TensorStore {
     let dir = fixture(name);
     let files = if dir.join("model.safetensors.index.json").exists() {
@@ -114,5 +115,9 @@ pub fn fixture_store(name: &str) -> TensorStore {
     } else {
         WeightFiles::Single(dir.join("model.safetensors"))
     };
-    TensorStore::open(&files).unwrap()
+    let store = TensorStore::open(&files).unwrap();
+    match mobius::models::checkpoint_renaming(&fixture_config(name)) {
+        Some(rename) => store.renamed(rename).unwrap(),
+        None => store,
+    }
 }

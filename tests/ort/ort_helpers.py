@@ -53,6 +53,8 @@ def load_config(path: Path) -> dict:
 
 def model_dims(cfg: dict) -> dict:
     """Dimensions the exported graph must expose, from an HF config.json."""
+    if "text_config" in cfg:  # an image-text model: the graph is its text decoder
+        cfg = cfg["text_config"]
     if cfg.get("model_type") == "gpt2":  # GPT-2 spellings (transformers v4 and v5)
         cfg = {**cfg, "num_attention_heads": cfg["n_head"], "hidden_size": cfg["n_embd"], "num_hidden_layers": cfg["n_layer"]}
     heads = cfg["num_attention_heads"]

@@ -105,8 +105,15 @@ def dims_of(name: str) -> dict:
     return model_dims(load_config(FIXTURES_DIR / name))
 
 
-def pad_id(name: str) -> int:
+def token_config(name: str) -> dict:
+    """config.json's fields as transformers reads token ids: the outer config's over an image-text
+    model's text_config."""
     cfg = load_config(FIXTURES_DIR / name)
+    return {**cfg.get("text_config", {}), **cfg}
+
+
+def pad_id(name: str) -> int:
+    cfg = token_config(name)
     p = cfg.get("pad_token_id")
     return 0 if p is None else int(p)
 
@@ -234,7 +241,7 @@ def test_package_files(built, name, ep, dtype):
             assert (out / f).read_bytes() == (FIXTURES_DIR / name / f).read_bytes(), f"{f} differs from the fixture's"
     gc = genai_config(out)
     dims = dims_of(name)
-    cfg = load_config(FIXTURES_DIR / name)
+    cfg = token_config(name)
     dec = gc["model"]["decoder"]
     assert dec["filename"] == "model.onnx"
     assert dec["num_hidden_layers"] == dims["layers"]
@@ -507,7 +514,7 @@ def test_genai_greedy_f16(built, name, ep, dtype, record_agreement):
 # HF model_type -> onnxruntime-genai model.type where they differ (spec 5.4); gpt2 uses genai's
 # generic decoder class, whose cache layout (separate key/value per layer) is ours.
 GENAI_TYPES = {"gpt2": "decoder", "qwen3": "qwen2", "gemma2": "gemma", "olmo2": "olmo", "ministral": "mistral",
-               "helium": "decoder", "starcoder2": "decoder"}
+               "helium": "decoder", "starcoder2": "decoder", "gemma3": "gemma3_text", "mistral3": "mistral"}
 
 
 @pytest.mark.parametrize("name", NAMES)
