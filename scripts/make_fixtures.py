@@ -79,6 +79,8 @@ from transformers import (
     LlamaForCausalLM,
     MistralConfig,
     MistralForCausalLM,
+    MixtralConfig,
+    MixtralForCausalLM,
     PhiConfig,
     PhiForCausalLM,
     PreTrainedTokenizerFast,
@@ -371,6 +373,18 @@ def make_config(kind: str, vocab: int, ids: dict):
                 "original_max_position_embeddings": PHI3_ORIGINAL_MAX,
             },
         )
+    if kind == "mixtral":
+        # 4 experts of width 64 (keeps the checkpoint under 1 MB), each token routed to 2
+        # (renormalised), in both layers.
+        return MixtralForCausalLM, MixtralConfig(
+            **dict(common, intermediate_size=64),
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=False,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            sliding_window=None,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+        )
     raise ValueError(kind)
 
 
@@ -463,6 +477,7 @@ FIXTURES = {
     "ministral": (4100, "f32", "v5", None),
     "helium": (4200, "f32", "v5", None),
     "starcoder2": (4300, "f32", "v5", None),
+    "mixtral": (4400, "f32", "v5", None),
 }
 
 

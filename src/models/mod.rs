@@ -14,6 +14,7 @@ pub mod granite;
 pub mod helium;
 pub mod llama;
 pub mod ministral;
+pub mod mixtral;
 pub mod olmo2;
 pub mod phi;
 pub mod phi3;
