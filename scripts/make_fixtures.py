@@ -86,6 +86,10 @@ from transformers import (
     PreTrainedTokenizerFast,
     Qwen2Config,
     Qwen2ForCausalLM,
+    Qwen2MoeConfig,
+    Qwen2MoeForCausalLM,
+    Qwen3MoeConfig,
+    Qwen3MoeForCausalLM,
     RobertaConfig,
     RobertaModel,
 )
@@ -385,6 +389,38 @@ def make_config(kind: str, vocab: int, ids: dict):
             sliding_window=None,
             rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
         )
+    if kind == "qwen2_moe":
+        # 3 layers: 0 and 2 MoE (4 experts of width 32, top-2 without renormalisation, a
+        # shared expert of width 48 behind its sigmoid gate), 1 dense (mlp_only_layers).
+        return Qwen2MoeForCausalLM, Qwen2MoeConfig(
+            **dict(common, num_hidden_layers=3, intermediate_size=96),
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=False,
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            shared_expert_intermediate_size=48,
+            norm_topk_prob=False,
+            decoder_sparse_step=1,
+            mlp_only_layers=[1],
+            use_sliding_window=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+        )
+    if kind == "qwen3_moe":
+        # decoder_sparse_step 2: layer 1 MoE (4 experts of width 32, top-2 renormalised),
+        # layer 0 dense; per-head q/k norms.
+        return Qwen3MoeForCausalLM, Qwen3MoeConfig(
+            **dict(common, intermediate_size=96),
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=False,
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            norm_topk_prob=True,
+            decoder_sparse_step=2,
+            use_sliding_window=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+        )
     raise ValueError(kind)
 
 
@@ -478,6 +514,8 @@ FIXTURES = {
     "helium": (4200, "f32", "v5", None),
     "starcoder2": (4300, "f32", "v5", None),
     "mixtral": (4400, "f32", "v5", None),
+    "qwen2_moe": (4500, "f32", "v5", None),
+    "qwen3_moe": (4600, "f32", "v5", None),
 }
 
 

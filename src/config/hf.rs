@@ -144,6 +144,8 @@ pub struct HfConfig {
     pub decoder_sparse_step: Option<i64>,
     /// `mlp_only_layers` (Qwen2/3-MoE: layers with a dense MLP instead of experts).
     pub mlp_only_layers: Option<Vec<i64>>,
+    /// `qkv_bias` (Qwen2-MoE: biases on q, k and v).
+    pub qkv_bias: Option<bool>,
 }
 
 /// Deserializes a field that may be `null` as `Some(Value::Null)`, so that an explicit null

@@ -7,10 +7,9 @@ use super::components::{sparse_moe, ExpertNames, MoeSpec};
 use super::decoder::{self, Family};
 use super::registry::{FamilySpec, ModelType};
 use crate::config::{
-    read_decoder, ArchConfig, Biases, DecoderFields, FamilyKnobs, Fields, HfConfig,
+    read_decoder, read_routing, ArchConfig, Biases, DecoderFields, FamilyKnobs, Fields, HfConfig,
 };
 use crate::ir::{DType, Graph, GraphBuilder};
-use crate::limits::config::MAX_EXPERTS;
 use crate::Result;
 
 /// The family's registry entry.
@@ -39,24 +38,10 @@ pub struct Mixtral {
     pub top_k: usize,
 }
 
-/// `num_local_experts` (default 8) and `num_experts_per_tok` (default 2, at most the experts).
+/// `num_local_experts` (default 8) and `num_experts_per_tok` (default 2).
 fn experts(raw: &HfConfig, f: &Fields<'_>) -> Result<Mixtral> {
-    let experts = f.optional_count("num_local_experts", raw.num_local_experts, 8, MAX_EXPERTS)?;
-    let top_k = top_k(raw, f, 2, experts)?;
+    let (experts, top_k) = read_routing(raw, f, (8, 2))?;
     Ok(Mixtral { experts, top_k })
-}
-
-/// `num_experts_per_tok` (`default` when absent), which must not exceed `experts`.
-pub fn top_k(raw: &HfConfig, f: &Fields<'_>, default: usize, experts: usize) -> Result<usize> {
-    let field = "num_experts_per_tok";
-    let k = f.optional_count(field, raw.num_experts_per_tok, default, MAX_EXPERTS)?;
-    if k > experts {
-        return Err(f.err(
-            field,
-            &format!("{k} is more than the {experts} experts of a layer"),
-        ));
-    }
-    Ok(k)
 }
 
 impl Family for Mixtral {
@@ -120,6 +105,10 @@ mod tests {
             ),
             (r#", "num_local_experts": 0"#, "num_local_experts"),
             (r#", "num_experts_per_tok": -1"#, "num_experts_per_tok"),
+            (
+                r#", "num_local_experts": 4, "num_experts": 8"#,
+                "num_experts",
+            ),
         ] {
             let err = parse(bad).unwrap_err().to_string();
             assert!(err.contains(field), "{bad}: {err}");

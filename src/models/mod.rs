@@ -19,6 +19,7 @@ pub mod olmo2;
 pub mod phi;
 pub mod phi3;
 pub mod qwen3;
+pub mod qwen_moe;
 pub mod registry;
 pub mod smollm3;
 pub mod starcoder2;

@@ -8,7 +8,7 @@
 
 use super::{
     bert, gemma, gpt2, granite, helium, llama, ministral, mixtral, olmo2, phi, phi3, qwen3,
-    smollm3, starcoder2,
+    qwen_moe, smollm3, starcoder2,
 };
 pub use crate::config::{ModelType, ReadConfig};
 use std::path::Path;
@@ -32,6 +32,7 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &helium::FAMILY,
     &starcoder2::FAMILY,
     &mixtral::FAMILY,
+    &qwen_moe::FAMILY,
     &bert::FAMILY,
 ];
 
