@@ -85,11 +85,17 @@ from transformers import (
     PixtralVisionConfig,
     SiglipVisionConfig,
     MistralForCausalLM,
+    MixtralConfig,
+    MixtralForCausalLM,
     PhiConfig,
     PhiForCausalLM,
     PreTrainedTokenizerFast,
     Qwen2Config,
     Qwen2ForCausalLM,
+    Qwen2MoeConfig,
+    Qwen2MoeForCausalLM,
+    Qwen3MoeConfig,
+    Qwen3MoeForCausalLM,
     RobertaConfig,
     RobertaModel,
 )
@@ -401,6 +407,50 @@ def make_config(kind: str, vocab: int, ids: dict):
                 "original_max_position_embeddings": PHI3_ORIGINAL_MAX,
             },
         )
+    if kind == "mixtral":
+        # 4 experts of width 64 (keeps the checkpoint under 1 MB), each token routed to 2
+        # (renormalised), in both layers.
+        return MixtralForCausalLM, MixtralConfig(
+            **dict(common, intermediate_size=64),
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=False,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            sliding_window=None,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+        )
+    if kind == "qwen2_moe":
+        # 3 layers: 0 and 2 MoE (4 experts of width 32, top-2 without renormalisation, a
+        # shared expert of width 48 behind its sigmoid gate), 1 dense (mlp_only_layers).
+        return Qwen2MoeForCausalLM, Qwen2MoeConfig(
+            **dict(common, num_hidden_layers=3, intermediate_size=96),
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=False,
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            shared_expert_intermediate_size=48,
+            norm_topk_prob=False,
+            decoder_sparse_step=1,
+            mlp_only_layers=[1],
+            use_sliding_window=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+        )
+    if kind == "qwen3_moe":
+        # decoder_sparse_step 2: layer 1 MoE (4 experts of width 32, top-2 renormalised),
+        # layer 0 dense; per-head q/k norms.
+        return Qwen3MoeForCausalLM, Qwen3MoeConfig(
+            **dict(common, intermediate_size=96),
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=False,
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            norm_topk_prob=True,
+            decoder_sparse_step=2,
+            use_sliding_window=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+        )
     raise ValueError(kind)
 
 
@@ -517,6 +567,9 @@ FIXTURES = {
     "starcoder2": (4300, "f32", "v5", None),
     "gemma3": (7100, "f32", "v5", None),
     "mistral3": (4400, "f32", "v5", None),
+    "mixtral": (4400, "f32", "v5", None),
+    "qwen2_moe": (4500, "f32", "v5", None),
+    "qwen3_moe": (4600, "f32", "v5", None),
 }
 
 

@@ -114,6 +114,19 @@ def quantized_model(path: Path, bits: int, block: int, symmetric: bool, embeddin
             w_kn = module.weight.detach().numpy()
             module.weight.copy_(torch.from_numpy(fake_quantize(w_kn, bits, block, symmetric, dtype)))
             count += 1
+        elif type(module).__name__.endswith("TopKRouter"):  # MoE router: a Linear's [E, H] weight
+            w_kn = module.weight.detach().numpy().T
+            module.weight.copy_(torch.from_numpy(fake_quantize(w_kn, bits, block, symmetric, dtype).T.copy()))
+            count += 1
+        elif isinstance(getattr(module, "gate_up_proj", None), torch.nn.Parameter):
+            # MoE experts, [E, out, in] stacks: each expert's matrix quantized as its Linear
+            # would be (mobius' stacked [H, E*I] / [E*I, H] weights quantize to the same blocks
+            # when the expert width is a multiple of the block size).
+            for stack in (module.gate_up_proj, module.down_proj):
+                for e in range(stack.shape[0]):
+                    w_kn = stack[e].detach().numpy().T
+                    stack[e].copy_(torch.from_numpy(fake_quantize(w_kn, bits, block, symmetric, dtype).T.copy()))
+                    count += 1
     return model, count
 
 

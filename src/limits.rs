@@ -15,6 +15,8 @@ pub mod config {
     pub const MAX_LAYERS: usize = 2048;
     /// `num_attention_heads` and `num_key_value_heads`.
     pub const MAX_HEADS: usize = 4096;
+    /// `num_local_experts` / `num_experts` of a mixture-of-experts decoder (and its top-k).
+    pub const MAX_EXPERTS: usize = 4096;
     /// `hidden_size`, `intermediate_size`, `head_dim`.
     pub const MAX_WIDTH: usize = 1 << 20;
     /// `vocab_size`.

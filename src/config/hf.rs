@@ -132,6 +132,24 @@ pub struct HfConfig {
     pub use_bias: Option<bool>,
     /// transformers v4 top-level `original_max_position_embeddings` (Phi-3 LongRoPE).
     pub original_max_position_embeddings: Option<i64>,
+    /// `num_local_experts` (Mixtral: experts per MoE layer).
+    pub num_local_experts: Option<i64>,
+    /// `num_experts` (Qwen2/3-MoE, OLMoE: experts per MoE layer).
+    pub num_experts: Option<i64>,
+    /// `num_experts_per_tok` (MoE: experts each token is routed to).
+    pub num_experts_per_tok: Option<i64>,
+    /// `norm_topk_prob` (Qwen2/3-MoE: the top-k routing weights are renormalised to sum to 1).
+    pub norm_topk_prob: Option<bool>,
+    /// `moe_intermediate_size` (Qwen2/3-MoE: width of each routed expert).
+    pub moe_intermediate_size: Option<i64>,
+    /// `shared_expert_intermediate_size` (Qwen2-MoE: width of the shared expert).
+    pub shared_expert_intermediate_size: Option<i64>,
+    /// `decoder_sparse_step` (Qwen2/3-MoE: every n-th layer is a MoE layer).
+    pub decoder_sparse_step: Option<i64>,
+    /// `mlp_only_layers` (Qwen2/3-MoE: layers with a dense MLP instead of experts).
+    pub mlp_only_layers: Option<Vec<i64>>,
+    /// `qkv_bias` (Qwen2-MoE: biases on q, k and v).
+    pub qkv_bias: Option<bool>,
 }
 
 /// Deserializes a field that may be `null` as `Some(Value::Null)`, so that an explicit null

@@ -10,6 +10,7 @@ pub mod gpt2;
 pub mod hf;
 pub mod longrope;
 mod model_type;
+pub mod moe;
 pub mod phi;
 pub mod quantization;
 pub mod rope;
@@ -31,6 +32,7 @@ pub use gelu::Gelu;
 pub use gemma::{GemmaConfig, GemmaVersion};
 pub use hf::HfConfig;
 pub use model_type::{ModelType, ReadConfig};
+pub use moe::read_routing;
 pub use quantization::{CheckpointQuant, QuantMethod};
 pub use rope::{Rope, RopeScaling};
 

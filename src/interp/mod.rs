@@ -13,6 +13,7 @@ pub mod rope;
 pub mod run;
 pub mod shape;
 pub mod tensor;
+pub mod topk;
 
 use std::collections::BTreeMap;
 
@@ -181,7 +182,7 @@ impl OpImpl {
 }
 
 /// The dispatch table, one slice per op family.
-const FAMILIES: [&[OpImpl]; 8] = [
+const FAMILIES: [&[OpImpl]; 9] = [
     elementwise::OPS,
     matmul::OPS,
     reduce::OPS,
@@ -190,6 +191,7 @@ const FAMILIES: [&[OpImpl]; 8] = [
     rope::OPS,
     attention::OPS,
     quant::OPS,
+    topk::OPS,
 ];
 
 /// Every op the interpreter implements, as `(domain, op type)` (domain `""` for ONNX's

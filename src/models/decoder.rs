@@ -204,6 +204,20 @@ pub trait Family {
         gated_mlp(b, x, mlp, sizes, cfg.mlp_bias, act, dtype)
     }
 
+    /// The feed-forward block of layer `i` (module `layer`, `….layers.{i}`): by default the
+    /// [`Family::mlp`] of `{layer}.mlp`; mixture-of-experts families pick per layer.
+    fn layer_mlp(
+        &self,
+        b: &mut GraphBuilder,
+        cfg: &ArchConfig,
+        x: &str,
+        layer: &str,
+        _i: usize,
+        dtype: DType,
+    ) -> String {
+        self.mlp(b, cfg, x, &format!("{layer}.mlp"), dtype)
+    }
+
     /// A block output `y` as it enters the residual add.
     fn residual_branch(
         &self,
@@ -329,9 +343,8 @@ impl Layer<'_> {
         };
         let attn = format!("{p}.{}", family.names().attn);
         let o = self.attention(b, &attn_in, &attn, i, &spec);
-        let mlp = format!("{p}.mlp");
         if family.parallel_blocks() {
-            let m = family.mlp(b, cfg, &attn_in, &mlp, dtype);
+            let m = family.layer_mlp(b, cfg, &attn_in, p, i, dtype);
             let branches = b.op("Add", &[&o, &m], vec![]);
             return b.op("Add", &[&branches, x], vec![]);
         }
@@ -339,7 +352,7 @@ impl Layer<'_> {
         let o = family.residual_branch(b, cfg, o, dtype);
         let x = b.op("Add", &[x, &o], vec![]);
         let mlp_in = self.norm_at(b, &x, p, norms.pre_mlp);
-        let m = family.mlp(b, cfg, &mlp_in, &mlp, dtype);
+        let m = family.layer_mlp(b, cfg, &mlp_in, p, i, dtype);
         let m = self.norm_at(b, &m, p, norms.post_mlp);
         let m = family.residual_branch(b, cfg, m, dtype);
         b.op("Add", &[&x, &m], vec![])

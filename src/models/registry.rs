@@ -7,8 +7,8 @@
 //! README's table all read it.
 
 use super::{
-    assume_llama, bert, gemma, gpt2, granite, helium, llama, ministral, olmo2, phi, phi3, qwen3,
-    smollm3, starcoder2,
+    assume_llama, bert, gemma, gpt2, granite, helium, llama, ministral, mixtral, olmo2, phi, phi3,
+    qwen3, qwen_moe, smollm3, starcoder2,
 };
 pub use crate::config::{ModelType, ReadConfig};
 use std::path::Path;
@@ -32,6 +32,8 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &ministral::FAMILY,
     &helium::FAMILY,
     &starcoder2::FAMILY,
+    &mixtral::FAMILY,
+    &qwen_moe::FAMILY,
     &bert::FAMILY,
 ];
 

@@ -136,6 +136,7 @@ pub fn infer(
         }],
         "Slice" => vec![slice(inputs)],
         "ReduceMean" | "ReduceSum" | "ReduceMax" | "ReduceMin" => vec![reduce(inputs, attr)],
+        "TopK" => top_k(inputs, int("axis").unwrap_or(-1)),
         "Attention" => attention(inputs, attr),
         "com.microsoft::GroupQueryAttention" => group_query_attention(inputs, attr),
         "com.microsoft::SkipSimplifiedLayerNormalization"
@@ -598,6 +599,34 @@ fn squeeze(t: &TensorType, axes: Option<&InputView<'_>>) -> TensorType {
 /// A reduction over constant `axes` (the second input since opset 18, an attribute before):
 /// those dims become 1 (`keepdims` 1, the default) or disappear. No axes reduce every dim,
 /// unless `noop_with_empty_axes` makes the op an identity.
+/// TopK's values (the input's dtype) and int64 indices: the input shape with `k` (the
+/// constant input 1) along `axis`.
+fn top_k(inputs: &[InputView<'_>], axis_attr: i64) -> Vec<TensorType> {
+    let t = input_type(inputs, 0);
+    let k = inputs
+        .get(1)
+        .and_then(|v| v.konst)
+        .and_then(literal_ints)
+        .and_then(|k| (k.len() == 1).then(|| k[0]));
+    let shape = dims(&t).map(|d| {
+        let at = axis(axis_attr, d.len());
+        d.iter()
+            .enumerate()
+            .map(|(i, dim)| match (Some(i) == at, k) {
+                (false, _) => dim.clone(),
+                (true, Some(k)) => SymDim::Known(k),
+                (true, None) => SymDim::Unknown,
+            })
+            .collect()
+    });
+    let values = TensorType {
+        dtype: t.dtype,
+        shape,
+    };
+    let indices = values.with_dtype(Some(DType::I64));
+    vec![values, indices]
+}
+
 fn reduce(inputs: &[InputView<'_>], attr: &Attrs<'_>) -> TensorType {
     let t = input_type(inputs, 0);
     let axes = match (inputs.get(1), attr.get("axes")) {
@@ -1002,6 +1031,40 @@ mod tests {
             1,
         );
         assert_eq!(out[0].shape, Some(vec![SymDim::Unknown; 2]));
+    }
+
+    #[test]
+    fn top_k_puts_k_on_its_axis_with_int64_indices() {
+        let x = TensorType {
+            dtype: Some(DType::F16),
+            shape: Some(vec![SymDim::Sym("b".into()), SymDim::Known(8)]),
+        };
+        let k = Literal::from(&TensorData::from_i64(vec![1], &[2]));
+        let k_ty = tensor(&[1]);
+        let inputs = [
+            InputView {
+                ty: Some(&x),
+                konst: None,
+            },
+            InputView {
+                ty: Some(&k_ty),
+                konst: Some(&k),
+            },
+        ];
+        let out = infer("TopK", &inputs, &Attrs::default(), 2);
+        let shape = Some(vec![SymDim::Sym("b".into()), SymDim::Known(2)]);
+        assert_eq!((out[0].dtype, &out[0].shape), (Some(DType::F16), &shape));
+        assert_eq!((out[1].dtype, &out[1].shape), (Some(DType::I64), &shape));
+        let runtime_k = [
+            inputs[0],
+            InputView {
+                konst: None,
+                ..inputs[1]
+            },
+        ];
+        let out = infer("TopK", &runtime_k, &Attrs::default(), 2);
+        let unknown = Some(vec![SymDim::Sym("b".into()), SymDim::Unknown]);
+        assert_eq!(out[0].shape, unknown);
     }
 
     #[test]

@@ -88,6 +88,7 @@ const SCHEMAS: &[(&str, &[&str])] = &[
     ("Sub", &[]),
     ("Tanh", &[]),
     ("Tile", &[]),
+    ("TopK", &["axis", "largest", "sorted"]),
     ("Transpose", &["perm"]),
     ("Unsqueeze", &[]),
     ("Where", &[]),

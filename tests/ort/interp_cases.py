@@ -496,6 +496,18 @@ def _reduce():
     sm[0, 1, 7] = nan
     sm[2, :, 0] = nan
     add("Softmax", "nan_axis1", [sm], [("y", F32)], axis=1)
+    r = rng_for("TopK", "data")
+    k2, k3 = init("k", np.array([2], np.int64)), init("k", np.array([3], np.int64))
+    outs = [("values", F32), ("indices", I64)]
+    add("TopK", "default_axis", [randn(r, 2, 3, 5), k2], outs)
+    add("TopK", "axis1_smallest", [randn(r, 2, 4, 3), k3], outs, axis=1, largest=0)
+    # ties (few distinct values): equal values come out in index order, largest and smallest
+    ties = ints(r, 0, 3, 4, 8).astype(np.float32)
+    add("TopK", "ties", [ties, k3], outs)
+    add("TopK", "ties_smallest", [ties, k3], outs, largest=0)
+    add("TopK", "k_equals_axis", [randn(r, 3, 4), init("k", np.array([4], np.int64))], outs, axis=-1)
+    add("TopK", "f16", [randn(r, 2, 6, dtype=np.float16), k2], [("values", F16), ("indices", I64)])
+    add("TopK", "i64_axis0", [ints(r, -9, 9, 5, 3), k2], [("values", I64), ("indices", I64)], axis=0)
     for op in ["ReduceMax"]:
         # a NaN propagates only when it comes first in its group (onnxruntime's Eigen reduction
         # also drops the lane of a NaN that starts one, e.g. [1, NaN, 2, 3] -> 2: such rows

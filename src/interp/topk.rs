@@ -1,0 +1,143 @@
+//! `TopK` (opset 11+): the `k` largest (or smallest) elements along an axis, with their
+//! int64 indices.
+
+use super::tensor::axis;
+use super::{OpCall, OpImpl, Tensor, Values};
+use crate::ir::DType;
+use crate::Result;
+
+/// The ops of this family.
+pub const OPS: &[OpImpl] = &[OpImpl::onnx("TopK", top_k)];
+
+/// `TopK(X, K; axis = -1, largest = 1, sorted = 1)`: along `axis`, the `K` (a one-element
+/// int64 input, `0 ≤ K ≤` the axis' extent) largest elements (smallest with `largest = 0`),
+/// best first, equal values in index order, as onnxruntime orders them. Output order is
+/// always sorted (`sorted = 0` leaves it unspecified). NaN ranks above every number when
+/// taking the largest and below when taking the smallest.
+fn top_k(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
+    let x = call.input(0)?;
+    let ks = call.input(1)?.ints().map_err(|e| call.error(e))?;
+    let &[k] = ks else {
+        return Err(call.error(format!("input K must hold one value, found {}", ks.len())));
+    };
+    let ax = axis(call.int("axis", -1), x.shape.len()).map_err(|e| call.error(e))?;
+    let n = x.shape[ax];
+    let k = usize::try_from(k)
+        .ok()
+        .filter(|&k| k <= n)
+        .ok_or_else(|| call.error(format!("K = {k} is outside 0..={n} (axis {ax})")))?;
+    let largest = call.int("largest", 1) != 0;
+    let mut shape = x.shape.clone();
+    shape[ax] = k;
+    call.alloc(&shape)?;
+    let inner: usize = x.shape[ax + 1..].iter().product();
+    let outer: usize = x.shape[..ax].iter().product();
+    let keys = x.as_f64();
+    // Whether element `a` ranks before element `b` (by value, then index).
+    let before = |a: f64, b: f64| match (a.is_nan(), b.is_nan()) {
+        (true, true) => false,
+        (true, false) => largest,
+        (false, true) => !largest,
+        _ if largest => a > b,
+        _ => a < b,
+    };
+    let mut picked = Vec::with_capacity(outer * k * inner);
+    let mut order: Vec<usize> = Vec::with_capacity(n);
+    for o in 0..outer {
+        for i in 0..inner {
+            let at = |j: usize| o * n * inner + j * inner + i;
+            order.clear();
+            order.extend(0..n);
+            // A stable sort keeps equal values in index order.
+            order.sort_by(|&a, &b| {
+                let (va, vb) = (keys[at(a)], keys[at(b)]);
+                if before(va, vb) {
+                    std::cmp::Ordering::Less
+                } else if before(vb, va) {
+                    std::cmp::Ordering::Greater
+                } else {
+                    std::cmp::Ordering::Equal
+                }
+            });
+            picked.push(order[..k].to_vec());
+        }
+    }
+    // Output element (o, j, i) is the j-th pick of row (o, i).
+    let flat = |o: usize, j: usize, i: usize| picked[o * inner + i][j];
+    let mut index = Vec::with_capacity(outer * k * inner);
+    let mut position = Vec::with_capacity(outer * k * inner);
+    for o in 0..outer {
+        for j in 0..k {
+            for i in 0..inner {
+                let src = flat(o, j, i);
+                index.push(src as i64);
+                position.push(o * n * inner + src * inner + i);
+            }
+        }
+    }
+    let values = match &x.values {
+        Values::Float(v) => Tensor::float(
+            x.dtype,
+            shape.clone(),
+            position.iter().map(|&p| v[p]).collect(),
+        ),
+        Values::Int(v) => Tensor::int(
+            x.dtype,
+            shape.clone(),
+            position.iter().map(|&p| v[p]).collect(),
+        ),
+        Values::Bool(_) => return Err(call.error("takes a numeric input, not bool")),
+    };
+    Ok(vec![values, Tensor::int(DType::I64, shape, index)])
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use crate::interp::{eval_op, Tensor};
+    use crate::ir::{Attr, DType};
+    use crate::limits::InterpLimits;
+
+    fn run(x: &Tensor, k: i64, attrs: &[(&str, i64)]) -> crate::Result<Vec<Tensor>> {
+        let attrs: BTreeMap<String, Attr> = attrs
+            .iter()
+            .map(|(n, v)| (n.to_string(), Attr::Int(*v)))
+            .collect();
+        let k = Tensor::int(DType::I64, vec![1], vec![k]);
+        let limits = InterpLimits::default();
+        eval_op(
+            "t",
+            ("", "TopK"),
+            attrs,
+            &[Some(x), Some(&k)],
+            &["v", "i"],
+            &limits,
+        )
+    }
+
+    #[test]
+    fn picks_along_the_axis_ties_in_index_order() {
+        let x = Tensor::float(
+            DType::F32,
+            vec![2, 4],
+            vec![1., 3., 3., 0., 5., -1., 2., 5.],
+        );
+        let out = run(&x, 2, &[]).unwrap();
+        assert_eq!(out[0].floats().unwrap(), [3., 3., 5., 5.]);
+        assert_eq!(out[1].ints().unwrap(), [1, 2, 0, 3]);
+        let out = run(&x, 1, &[("axis", 0), ("largest", 0)]).unwrap();
+        assert_eq!(out[0].shape, [1, 4]);
+        assert_eq!(out[0].floats().unwrap(), [1., -1., 2., 0.]);
+        assert_eq!(out[1].ints().unwrap(), [0, 1, 1, 0]);
+    }
+
+    #[test]
+    fn rejects_k_out_of_range() {
+        let x = Tensor::float(DType::F32, vec![3], vec![1., 2., 3.]);
+        for k in [-1, 4] {
+            let err = run(&x, k, &[]).unwrap_err().to_string();
+            assert!(err.contains("K = "), "{err}");
+        }
+    }
+}

@@ -1,0 +1,212 @@
+//! The sparse mixture-of-experts block in standard ONNX: a router picks `top_k` of `experts`
+//! SwiGLU MLPs per token and the block returns their outputs weighted by the routing weights.
+//!
+//! # Form and cost
+//!
+//! Every expert is computed for every token and the experts a token did not pick are weighted
+//! by exactly 0 (a dense "routing matrix" `[B, S, E]` that holds the top-k weights at the
+//! picked experts' columns). With the expert weights stacked at save time, the whole block is
+//! three plain 2-D weight MatMuls:
+//!
+//! ```text
+//! g = x @ Wg          Wg = [gate_0ᵀ | … | gate_{E-1}ᵀ]  [H, E·I]
+//! u = x @ Wu          Wu = [up_0ᵀ   | … | up_{E-1}ᵀ]    [H, E·I]
+//! a = (g·σ(g)·u)[B, S, E, I] · R[B, S, E, 1]            (R: routing matrix)
+//! y = a[B, S, E·I] @ Wd   Wd = [down_0ᵀ; …; down_{E-1}ᵀ] [E·I, H]
+//! ```
+//!
+//! The trade-off: compute and weight traffic grow with the number of experts (E/k times a
+//! sparse implementation: 4× for Mixtral's 2 of 8, 16× for 8 of 128), in exchange for an exact
+//! result (an unpicked expert adds exact zeros), static shapes (NPU-class EPs), a fixed handful
+//! of ops per layer whatever E is, and weights that every weight rewrite (int4 MatMulNBits,
+//! packing) already handles. The alternatives in standard ONNX either gather each token's
+//! k expert matrices (`Gather` of `[E, H, I]` stacks by the top-k indices: cost ∝ k, but it
+//! materialises `T·k` weight matrices, prohibitive for a prefill of T tokens) or unroll one
+//! `NonZero`/`Gather`/`ScatterND` branch per expert (cost ∝ k for every T, but data-dependent
+//! shapes and E branches per layer). Where the EP has a fused kernel
+//! (`com.microsoft::MoE`), that kernel is the sparse implementation.
+//!
+//! # Routing
+//!
+//! As transformers computes it: router logits `x @ Wrᵀ` in the model dtype, then in f32
+//! (a Cast around it in f16/bf16 builds, as transformers' `router_logits.float()`) Softmax over
+//! the experts, TopK, and the top-k weights divided by their sum when `normalize` is set.
+
+use super::{gated_mlp, linear, GateActivation};
+use crate::ir::{Attr, DType, GraphBuilder, Initializer, TensorSource};
+
+/// The shape of a sparse MoE block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MoeSpec {
+    /// Width of the residual stream (H).
+    pub hidden: usize,
+    /// Width of each expert's MLP (I).
+    pub intermediate: usize,
+    /// Number of experts (E).
+    pub experts: usize,
+    /// Experts picked per token (k).
+    pub top_k: usize,
+    /// Whether the top-k weights are divided by their sum (`norm_topk_prob`; Mixtral always).
+    pub normalize: bool,
+    /// The checkpoint names of each expert's projections.
+    pub names: ExpertNames,
+}
+
+/// The module names of an expert's gate, up and down projections
+/// (`{prefix}.experts.{e}.{gate}.weight`…).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExpertNames {
+    /// The gate projection (SiLU side).
+    pub gate: &'static str,
+    /// The up projection.
+    pub up: &'static str,
+    /// The down projection.
+    pub down: &'static str,
+}
+
+impl ExpertNames {
+    /// `gate_proj`, `up_proj`, `down_proj` (Qwen2/3-MoE, OLMoE).
+    pub const PROJ: ExpertNames = ExpertNames {
+        gate: "gate_proj",
+        up: "up_proj",
+        down: "down_proj",
+    };
+    /// Mixtral's `w1` (gate), `w3` (up), `w2` (down).
+    pub const MIXTRAL: ExpertNames = ExpertNames {
+        gate: "w1",
+        up: "w3",
+        down: "w2",
+    };
+}
+
+/// The MoE block of checkpoint module `prefix` on `x` (`[B, S, H]`): router
+/// `{prefix}.gate.weight` (`[E, H]`) and experts `{prefix}.experts.{e}.{proj}.weight` (HF
+/// `[out, in]`, `proj` as `spec.names` says). Returns the block output `[B, S, H]`.
+pub fn sparse_moe(
+    b: &mut GraphBuilder,
+    x: &str,
+    prefix: &str,
+    spec: &MoeSpec,
+    dtype: DType,
+) -> String {
+    let (h, i, e) = (spec.hidden, spec.intermediate, spec.experts);
+    let routing = routing_matrix(b, x, prefix, spec, dtype);
+
+    let stack = |b: &mut GraphBuilder, proj: &str, shape: Vec<usize>, axis: usize| {
+        let parts = (0..e)
+            .map(|j| {
+                TensorSource::Transpose(Box::new(TensorSource::Checkpoint(format!(
+                    "{prefix}.experts.{j}.{proj}.weight"
+                ))))
+            })
+            .collect();
+        b.initializer(Initializer {
+            name: format!("{prefix}.experts.{proj}.weight_t"),
+            dtype,
+            shape,
+            source: Some(TensorSource::Concat { parts, axis }),
+        })
+    };
+    let names = spec.names;
+    let gate_w = stack(b, names.gate, vec![h, e * i], 1);
+    let up_w = stack(b, names.up, vec![h, e * i], 1);
+    let down_w = stack(b, names.down, vec![e * i, h], 0);
+
+    let gate = b.op("MatMul", &[x, &gate_w], vec![]);
+    let sig = b.op("Sigmoid", &[&gate], vec![]);
+    let gate = b.op("Mul", &[&gate, &sig], vec![]);
+    let up = b.op("MatMul", &[x, &up_w], vec![]);
+    let act = b.op("Mul", &[&gate, &up], vec![]);
+    let per_expert = b.const_i64(&[0, 0, e as i64, i as i64]);
+    let act = b.op("Reshape", &[&act, &per_expert], vec![]);
+    let weighted = b.op("Mul", &[&act, &routing], vec![]);
+    let merged = b.const_i64(&[0, 0, (e * i) as i64]);
+    let weighted = b.op("Reshape", &[&weighted, &merged], vec![]);
+    b.op("MatMul", &[&weighted, &down_w], vec![])
+}
+
+/// The routing matrix `[B, S, E, 1]` in `dtype`: each token's top-k routing weights at the
+/// columns of its picked experts, 0 elsewhere.
+fn routing_matrix(
+    b: &mut GraphBuilder,
+    x: &str,
+    prefix: &str,
+    spec: &MoeSpec,
+    dtype: DType,
+) -> String {
+    let cast = |b: &mut GraphBuilder, v: &str, to: DType| {
+        b.op("Cast", &[v], vec![("to", Attr::Int(to.onnx_code() as i64))])
+    };
+    let gate = format!("{prefix}.gate");
+    let logits = linear(b, x, &gate, spec.hidden, spec.experts, false, dtype);
+    let logits = match dtype {
+        DType::F32 => logits,
+        _ => cast(b, &logits, DType::F32),
+    };
+    let probs = b.op("Softmax", &[&logits], vec![("axis", Attr::Int(-1))]);
+    let k = b.const_i64(&[spec.top_k as i64]);
+    let (weights, picked) = (b.fresh_name("TopK"), b.fresh_name("TopK"));
+    b.node(
+        "",
+        "TopK",
+        &[&probs, &k],
+        vec![("axis", Attr::Int(-1))],
+        vec![weights.clone(), picked.clone()],
+    );
+    let weights = if spec.normalize {
+        let last = b.const_i64(&[-1]);
+        let sum = b.op("ReduceSum", &[&weights, &last], vec![]);
+        b.op("Div", &[&weights, &sum], vec![])
+    } else {
+        weights
+    };
+    // [B, S, k, 1] == [E] → one-hot rows [B, S, k, E], weighted and summed over k.
+    let last = b.const_i64(&[-1]);
+    let picked = b.op("Unsqueeze", &[&picked, &last], vec![]);
+    let ids: Vec<i64> = (0..spec.experts as i64).collect();
+    let ids = b.const_i64(&ids);
+    let one_hot = b.op("Equal", &[&picked, &ids], vec![]);
+    let one_hot = cast(b, &one_hot, DType::F32);
+    let weights = b.op("Unsqueeze", &[&weights, &last], vec![]);
+    let spread = b.op("Mul", &[&one_hot, &weights], vec![]);
+    let over_k = b.const_i64(&[-2]);
+    let routing = b.op("ReduceSum", &[&spread, &over_k], vec![]);
+    let routing = match dtype {
+        DType::F32 => routing,
+        _ => cast(b, &routing, dtype),
+    };
+    // ReduceSum keeps the reduced axis: [B, S, 1, E] → [B, S, E, 1].
+    let column = b.const_i64(&[0, 0, spec.experts as i64, 1]);
+    b.op("Reshape", &[&routing, &column], vec![])
+}
+
+/// `y · σ(x @ wᵀ)`: a block output `y` scaled by the sigmoid of a one-column linear gate of
+/// `x` (checkpoint `{gate}.weight`, `[1, H]`), as Qwen2-MoE gates its shared expert.
+fn sigmoid_gated(
+    b: &mut GraphBuilder,
+    x: &str,
+    y: &str,
+    gate: &str,
+    hidden: usize,
+    dtype: DType,
+) -> String {
+    let g = linear(b, x, gate, hidden, 1, false, dtype);
+    let g = b.op("Sigmoid", &[&g], vec![]);
+    b.op("Mul", &[y, &g], vec![])
+}
+
+/// The shared expert of module `{prefix}.shared_expert` (a SwiGLU MLP of width
+/// `intermediate`) gated by `{prefix}.shared_expert_gate`.
+pub fn gated_shared_expert(
+    b: &mut GraphBuilder,
+    x: &str,
+    prefix: &str,
+    (hidden, intermediate): (usize, usize),
+    dtype: DType,
+) -> String {
+    let shared = format!("{prefix}.shared_expert");
+    let sizes = (hidden, intermediate);
+    let y = gated_mlp(b, x, &shared, sizes, false, GateActivation::Silu, dtype);
+    let gate = format!("{prefix}.shared_expert_gate");
+    sigmoid_gated(b, x, &y, &gate, hidden, dtype)
+}

@@ -1,0 +1,117 @@
+//! Mixtral: the Mistral decoder whose every MLP is a sparse mixture of SwiGLU experts
+//! (`block_sparse_moe`: router `gate`, experts `experts.{e}.w1/w3/w2`), each token routed to
+//! `num_experts_per_tok` of `num_local_experts` by softmax → top-k → renormalised weights.
+//! The block is [`sparse_moe`] (its docs say how its cost grows).
+
+use super::components::{sparse_moe, ExpertNames, MoeSpec};
+use super::decoder::{self, Family};
+use super::registry::{FamilySpec, ModelType};
+use crate::config::{
+    read_decoder, read_routing, ArchConfig, Biases, DecoderFields, FamilyKnobs, Fields, HfConfig,
+};
+use crate::ir::{DType, Graph, GraphBuilder};
+use crate::Result;
+
+/// The family's registry entry.
+pub static FAMILY: FamilySpec = FamilySpec {
+    name: "mixtral",
+    summary: "Mistral with a sparse mixture of SwiGLU experts in every layer (softmax → top-k → \
+              renormalised routing)",
+    model_types: &[ModelType::generative("mixtral", "mistral", |raw, t, f| {
+        read_decoder(raw, t, f, &FIELDS, |_| experts(raw, f))
+    })],
+};
+
+/// transformers' MixtralConfig: no biases, RoPE theta 1e6.
+const FIELDS: DecoderFields = DecoderFields {
+    biases: Biases::None,
+    rope: |raw, head_dim, f| crate::config::read_rope(raw, head_dim, 1_000_000.0, f),
+    ..DecoderFields::LLAMA
+};
+
+/// Mixtral's knobs: how many experts each MoE layer has and how many a token uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mixtral {
+    /// `num_local_experts`.
+    pub experts: usize,
+    /// `num_experts_per_tok`.
+    pub top_k: usize,
+}
+
+/// `num_local_experts` (default 8) and `num_experts_per_tok` (default 2).
+fn experts(raw: &HfConfig, f: &Fields<'_>) -> Result<Mixtral> {
+    let (experts, top_k) = read_routing(raw, f, (8, 2))?;
+    Ok(Mixtral { experts, top_k })
+}
+
+impl Family for Mixtral {
+    fn layer_mlp(
+        &self,
+        b: &mut GraphBuilder,
+        cfg: &ArchConfig,
+        x: &str,
+        layer: &str,
+        _i: usize,
+        dtype: DType,
+    ) -> String {
+        let spec = MoeSpec {
+            hidden: cfg.hidden_size,
+            intermediate: cfg.intermediate_size,
+            experts: self.experts,
+            top_k: self.top_k,
+            normalize: true,
+            names: ExpertNames::MIXTRAL,
+        };
+        sparse_moe(b, x, &format!("{layer}.block_sparse_moe"), &spec, dtype)
+    }
+}
+
+impl FamilyKnobs for Mixtral {
+    fn build(&self, cfg: &ArchConfig, dtype: DType) -> Graph {
+        decoder::build(cfg, dtype, self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Mixtral;
+    use std::path::Path;
+
+    fn parse(extra: &str) -> crate::Result<crate::config::ArchConfig> {
+        let json = format!(
+            r#"{{"model_type": "mixtral", "hidden_size": 64, "intermediate_size": 128,
+            "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 300,
+            "max_position_embeddings": 128 {extra}}}"#
+        );
+        crate::models::parse_config(json.as_bytes(), Path::new("config.json"))
+    }
+
+    #[test]
+    fn experts_default_as_transformers_and_top_k_is_checked() {
+        let m = *parse("").unwrap().knobs::<Mixtral>().unwrap();
+        assert_eq!(
+            m,
+            Mixtral {
+                experts: 8,
+                top_k: 2
+            }
+        );
+        let c = parse(r#", "num_local_experts": 4, "num_experts_per_tok": 3"#).unwrap();
+        assert_eq!(c.knobs::<Mixtral>().unwrap().top_k, 3);
+        for (bad, field) in [
+            (
+                r#", "num_local_experts": 4, "num_experts_per_tok": 5"#,
+                "num_experts_per_tok",
+            ),
+            (r#", "num_local_experts": 0"#, "num_local_experts"),
+            (r#", "num_experts_per_tok": -1"#, "num_experts_per_tok"),
+            (
+                r#", "num_local_experts": 4, "num_experts": 8"#,
+                "num_experts",
+            ),
+        ] {
+            let err = parse(bad).unwrap_err().to_string();
+            assert!(err.contains(field), "{bad}: {err}");
+        }
+    }
+}
