@@ -1045,10 +1045,12 @@ mod tests {
             InputView {
                 ty: Some(&x),
                 konst: None,
+                value: None,
             },
             InputView {
                 ty: Some(&k_ty),
                 konst: Some(&k),
+                value: None,
             },
         ];
         let out = infer("TopK", &inputs, &Attrs::default(), 2);
