@@ -434,3 +434,37 @@ fn torch_exports_of_single_norms_become_one_norm() {
         assert!(err <= tol, "{file}: {err}");
     }
 }
+
+/// The torch.onnx exports of the Llama-like fixtures: every residual Add and the norm after it
+/// become one SkipSimplifiedLayerNormalization on cpu (4 per 2-layer model), including the
+/// first residual sums, which the extraction can only fuse by switching the Add's class and the
+/// norm's class together (`greedy_dag`'s co-switch of a fused op's outputs).
+#[test]
+fn every_residual_norm_of_the_exports_fuses_on_cpu() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/exports");
+    for name in [
+        "llama-dynamo-cache",
+        "llama-legacy-cache",
+        "mistral-dynamo",
+        "qwen2-dynamo-cache",
+    ] {
+        let exported = mobius::onnx::import::load(&dir.join(name).join("model.onnx")).unwrap();
+        let opts = OptimizeOptions {
+            dtype: DType::F32,
+            role: Role::Decoder,
+            limits: Limits::default(),
+            fingerprint_leaves: None,
+            accuracy_level: None,
+        };
+        let (out, _) = optimize(&exported, &get_ep("cpu").unwrap(), &opts).unwrap();
+        let count = |op: &str| out.graph.nodes.iter().filter(|n| n.op_type == op).count();
+        assert_eq!(
+            (
+                count("SkipSimplifiedLayerNormalization"),
+                count("RMSNormalization")
+            ),
+            (4, 1),
+            "{name}"
+        );
+    }
+}

@@ -114,7 +114,10 @@ pub fn dag_cost<L: Language>(
 ///    choices acyclic and makes the fixpoint terminate.
 /// 2. **Local search.** Each needed class tries each alternative node; the switch is kept when
 ///    it keeps the choices acyclic and lowers the exact DAG cost (computed incrementally with
-///    reference counts). Sweeps repeat until none helps (at most 16).
+///    reference counts). A switch that does not pay alone is completed by switching the other
+///    needed classes that can read what it newly made needed (the other outputs of a fused
+///    multi-output op) and kept when the whole move pays. Sweeps repeat until none helps (at
+///    most 16).
 ///
 /// Infinite-cost nodes are never chosen, and the result is checked to be acyclic. Ties go to the
 /// node listed first in its class, so the same e-graph always gives the same choices.
@@ -210,6 +213,10 @@ impl IdIndex {
 
 /// Most local-search sweeps over the needed classes.
 const MAX_SWEEPS: usize = 16;
+
+/// Co-switches ([`Problem::co_switch`]) only try the readers of a newly needed class read by at
+/// most this many classes (a multi-output op's projections).
+const MAX_CO_READERS: usize = 8;
 
 /// NaN → +∞, negative → 0.
 fn sanitize(cost: f64) -> f64 {
@@ -487,6 +494,10 @@ impl<'a, L: Language> Problem<'a, L> {
             search.stack.push(r);
             self.retain(choice, &mut search.refs, &mut search.stack);
         }
+        // Single switches until none helps; then one sweep that also tries co-switches (dearer:
+        // each failed switch tries the classes around it), and single switches again after a
+        // co-switch changed something.
+        let mut co = false;
         for _ in 0..MAX_SWEEPS {
             let mut changed = false;
             for c in 0..n {
@@ -502,6 +513,17 @@ impl<'a, L: Language> Problem<'a, L> {
                     {
                         continue;
                     }
+                    // Children that only this switch makes needed (a multi-output op's
+                    // tuple, say): other classes may then read them for free.
+                    let newly: Vec<usize> = match co {
+                        true => self
+                            .children(k)
+                            .iter()
+                            .copied()
+                            .filter(|&d| search.refs[d] == 0)
+                            .collect(),
+                        false => Vec::new(),
+                    };
                     let (added, removed) = self.switch(choice, &mut search, c, k);
                     // A relative margin keeps rounding noise from flip-flopping between ties.
                     if added < removed * (1.0 - 1e-9) {
@@ -513,15 +535,106 @@ impl<'a, L: Language> Problem<'a, L> {
                         {
                             search.pos = self.positions(choice);
                         }
+                    } else if co && self.co_switch(choice, &mut search, c, &newly, added, removed) {
+                        changed = true;
                     } else {
                         self.switch(choice, &mut search, c, old);
                     }
                 }
             }
-            if !changed {
-                break;
+            match (changed, co) {
+                (false, true) => break,
+                (false, false) => co = true,
+                (true, _) => co = false,
             }
         }
+    }
+
+    /// Completes a tentative switch of class `c` (which added `added` and removed `removed`,
+    /// not a saving alone) by switching other needed classes to nodes that read a class the
+    /// switch newly made needed (`newly`): the other outputs of a fused multi-output op, which
+    /// then cost nothing more. Each such class takes its best saving, if any; the whole move is
+    /// kept (true) when it lowers the DAG cost, else those switches are undone (false, and the
+    /// caller undoes `c`'s). This finds what single switches cannot: a fused op whose outputs
+    /// replace two classes at once (a residual Add and its norm).
+    fn co_switch(
+        &self,
+        choice: &mut [usize],
+        search: &mut LocalSearch,
+        c: usize,
+        newly: &[usize],
+        mut added: f64,
+        mut removed: f64,
+    ) -> bool {
+        let reads = |k: usize, d: usize| self.children(k).contains(&d);
+        // A fused op's outputs are read by a few classes (one per output); a value many classes
+        // read (a shared mask, the sequence lengths) is no such op, and trying all its readers
+        // at every failed switch would make the search quadratic in the layer count.
+        let candidates: Vec<(usize, usize)> = newly
+            .iter()
+            .filter(|&&d| self.parents[d].len() <= MAX_CO_READERS)
+            .flat_map(|&d| self.parents[d].iter().map(move |&p| (p, d)))
+            .filter(|&(p, d)| p != c && search.refs[p] > 0 && !reads(choice[p], d))
+            .collect();
+        if candidates.is_empty() {
+            return false;
+        }
+        // Positions stay a topological order unless a new child sits above its parent; then
+        // they are recomputed for the tentative choice, so the acyclicity checks below hold.
+        let stale =
+            |pos: &[usize], c: usize| self.children(choice[c]).iter().any(|&d| pos[d] > pos[c]);
+        let before = match stale(&search.pos, c) {
+            true => Some(std::mem::replace(&mut search.pos, self.positions(choice))),
+            false => None,
+        };
+        let mut done: Vec<(usize, usize)> = Vec::new();
+        for (p, d) in candidates {
+            let old = choice[p];
+            if reads(old, d) {
+                continue;
+            }
+            let mut best: Option<(f64, usize)> = None;
+            for k in self.node_range(p) {
+                if !reads(k, d)
+                    || !self.cost[k].is_finite()
+                    || self.children(k).iter().any(|&x| choice[x] == NONE)
+                    || !self.switch_is_acyclic(choice, search, p, k)
+                {
+                    continue;
+                }
+                let (a, r) = self.switch(choice, search, p, k);
+                self.switch(choice, search, p, old);
+                if r - a > best.map_or(0.0, |(gain, _)| gain) {
+                    best = Some((r - a, k));
+                }
+            }
+            if let Some((_, k)) = best {
+                let (a, r) = self.switch(choice, search, p, k);
+                added += a;
+                removed += r;
+                done.push((p, old));
+                if self
+                    .children(k)
+                    .iter()
+                    .any(|&x| search.pos[x] > search.pos[p])
+                {
+                    search.pos = self.positions(choice);
+                }
+            }
+        }
+        if added < removed * (1.0 - 1e-9) {
+            return true;
+        }
+        for &(p, old) in done.iter().rev() {
+            self.switch(choice, search, p, old);
+        }
+        match before {
+            Some(pos) => search.pos = pos,
+            // Positions valid for the tentative choices stay valid once they are undone.
+            None if done.is_empty() => {}
+            None => search.pos = self.positions(choice),
+        }
+        false
     }
 
     /// Switches class `c` to node `k`, updating reference counts; returns the own costs of the
