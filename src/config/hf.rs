@@ -128,6 +128,15 @@ pub struct HfConfig {
     pub use_bias: Option<bool>,
     /// transformers v4 top-level `original_max_position_embeddings` (Phi-3 LongRoPE).
     pub original_max_position_embeddings: Option<i64>,
+    /// `use_parallel_residual` (GPT-NeoX, StableLM: attention and MLP both read the layer
+    /// input and are added to the residual together).
+    pub use_parallel_residual: Option<bool>,
+    /// `use_qkv_bias` (StableLM: biases on q, k and v).
+    pub use_qkv_bias: Option<bool>,
+    /// `rotary_pct` (GPT-NeoX, transformers v4: the fraction of each head RoPE rotates).
+    pub rotary_pct: Option<f64>,
+    /// `rotary_emb_base` (GPT-NeoX, transformers v4: the RoPE theta).
+    pub rotary_emb_base: Option<f64>,
 }
 
 /// Deserializes a field that may be `null` as `Some(Value::Null)`, so that an explicit null

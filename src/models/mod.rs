@@ -10,6 +10,7 @@ pub mod components;
 pub mod decoder;
 pub mod gemma;
 pub mod gpt2;
+pub mod gpt_neox;
 pub mod granite;
 pub mod helium;
 pub mod llama;
@@ -20,6 +21,7 @@ pub mod phi3;
 pub mod qwen3;
 pub mod registry;
 pub mod smollm3;
+pub mod stablelm;
 pub mod starcoder2;
 
 pub use registry::{load_config, parse_config};

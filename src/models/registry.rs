@@ -7,8 +7,8 @@
 //! README's table all read it.
 
 use super::{
-    bert, gemma, gpt2, granite, helium, llama, ministral, olmo2, phi, phi3, qwen3, smollm3,
-    starcoder2,
+    bert, gemma, gpt2, gpt_neox, granite, helium, llama, ministral, olmo2, phi, phi3, qwen3,
+    smollm3, stablelm, starcoder2,
 };
 pub use crate::config::{ModelType, ReadConfig};
 use std::path::Path;
@@ -31,6 +31,8 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &ministral::FAMILY,
     &helium::FAMILY,
     &starcoder2::FAMILY,
+    &stablelm::FAMILY,
+    &gpt_neox::FAMILY,
     &bert::FAMILY,
 ];
 

@@ -507,7 +507,7 @@ def test_genai_greedy_f16(built, name, ep, dtype, record_agreement):
 # HF model_type -> onnxruntime-genai model.type where they differ (spec 5.4); gpt2 uses genai's
 # generic decoder class, whose cache layout (separate key/value per layer) is ours.
 GENAI_TYPES = {"gpt2": "decoder", "qwen3": "qwen2", "gemma2": "gemma", "olmo2": "olmo", "ministral": "mistral",
-               "helium": "decoder", "starcoder2": "decoder"}
+               "helium": "decoder", "starcoder2": "decoder", "stablelm": "decoder", "gpt_neox": "decoder"}
 
 
 @pytest.mark.parametrize("name", NAMES)
