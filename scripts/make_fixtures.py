@@ -71,6 +71,8 @@ from transformers import (
     StableLmForCausalLM,
     Starcoder2Config,
     Starcoder2ForCausalLM,
+    OlmoConfig,
+    OlmoForCausalLM,
     Olmo2Config,
     Olmo2ForCausalLM,
     Phi3Config,
@@ -375,6 +377,15 @@ def make_config(kind: str, vocab: int, ids: dict):
             logits_scaling=2.0,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
         )
+    if kind == "olmo":
+        # LayerNorms without parameters; clip_qkv small enough to clamp many q/k/v values.
+        return OlmoForCausalLM, OlmoConfig(
+            **common,
+            clip_qkv=1.5,
+            attention_bias=False,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
     if kind == "olmo2":
         return Olmo2ForCausalLM, Olmo2Config(
             **common,
@@ -501,6 +512,7 @@ FIXTURES = {
     "starcoder2": (4300, "f32", "v5", None),
     "stablelm": (4400, "f32", "v5", None),
     "gpt_neox": (4500, "f32", "v4", None),
+    "olmo": (4600, "f32", "v5", None),
 }
 
 

@@ -137,6 +137,8 @@ pub struct HfConfig {
     pub rotary_pct: Option<f64>,
     /// `rotary_emb_base` (GPT-NeoX, transformers v4: the RoPE theta).
     pub rotary_emb_base: Option<f64>,
+    /// `clip_qkv` (OLMo: q, k and v clamped to `[-clip_qkv, clip_qkv]`; null for none).
+    pub clip_qkv: Option<f64>,
 }
 
 /// Deserializes a field that may be `null` as `Some(Value::Null)`, so that an explicit null

@@ -64,10 +64,9 @@ fn neox_rope(raw: &HfConfig, head_dim: usize, f: &Fields<'_>) -> Result<crate::c
 }
 
 fn read(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>) -> Result<ArchConfig> {
-    // GPTNeoXConfig has no head_dim, key/value heads or sliding windows: transformers runs
-    // multi-head attention over hidden_size / heads channels, whatever else config.json holds.
+    // GPTNeoXConfig has no key/value heads or sliding windows: transformers runs multi-head
+    // attention without a window, whatever else config.json holds.
     let raw = HfConfig {
-        head_dim: None,
         num_key_value_heads: None,
         sliding_window: None,
         use_sliding_window: None,
@@ -98,6 +97,18 @@ fn read(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>) -> Result<ArchCon
     })?;
     let attention_bias = raw.attention_bias.unwrap_or(true);
     (cfg.qkv_bias, cfg.o_bias, cfg.mlp_bias) = (attention_bias, attention_bias, true);
+    // transformers derives the head width from hidden_size; a different head_dim would
+    // not be the model transformers runs.
+    if cfg.q_size() != cfg.hidden_size {
+        return Err(f.err(
+            "head_dim",
+            &format!(
+                "{} (transformers' GPT-NeoX uses hidden_size / num_attention_heads = {})",
+                cfg.head_dim,
+                cfg.hidden_size / cfg.num_attention_heads
+            ),
+        ));
+    }
     cfg.rms_norm_eps = 0.0;
     Ok(cfg)
 }
@@ -284,7 +295,7 @@ mod tests {
 
     #[test]
     fn reads_transformers_defaults() {
-        let cfg = parse(r#", "num_key_value_heads": 2, "head_dim": 8, "rope_theta": 5"#).unwrap();
+        let cfg = parse(r#", "num_key_value_heads": 2, "head_dim": 16, "rope_theta": 5"#).unwrap();
         assert_eq!((cfg.num_key_value_heads, cfg.head_dim), (4, 16));
         assert_eq!((cfg.rope.rotary_dim, cfg.rope.theta), (4, 1e4));
         assert!(cfg.qkv_bias && cfg.o_bias && cfg.mlp_bias && !cfg.tie_word_embeddings);
@@ -318,6 +329,7 @@ mod tests {
             (r#", "rotary_emb_base": -1"#, "rotary_emb_base"),
             (r#", "hidden_act": "relu""#, "hidden_act"),
             (r#", "layer_norm_eps": -1"#, "layer_norm_eps"),
+            (r#", "head_dim": 8"#, "head_dim"),
         ] {
             let err = parse(extra).unwrap_err().to_string();
             assert!(

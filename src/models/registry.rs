@@ -7,7 +7,7 @@
 //! README's table all read it.
 
 use super::{
-    bert, gemma, gpt2, gpt_neox, granite, helium, llama, ministral, olmo2, phi, phi3, qwen3,
+    bert, gemma, gpt2, gpt_neox, granite, helium, llama, ministral, olmo, olmo2, phi, phi3, qwen3,
     smollm3, stablelm, starcoder2,
 };
 pub use crate::config::{ModelType, ReadConfig};
@@ -26,6 +26,7 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &qwen3::FAMILY,
     &smollm3::FAMILY,
     &granite::FAMILY,
+    &olmo::FAMILY,
     &olmo2::FAMILY,
     &phi3::FAMILY,
     &ministral::FAMILY,

@@ -57,10 +57,9 @@ fn read(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>) -> Result<ArchCon
             ));
         }
     }
-    // StableLmConfig has no head_dim, key/value sliding or layer types: transformers derives
-    // the head width from hidden_size and never slides, whatever else config.json holds.
+    // StableLmConfig has no sliding window or layer types: transformers never slides,
+    // whatever else config.json holds.
     let raw = HfConfig {
-        head_dim: None,
         sliding_window: None,
         use_sliding_window: None,
         layer_types: None,
@@ -77,6 +76,18 @@ fn read(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>) -> Result<ArchCon
         })
     })?;
     cfg.qkv_bias = raw.use_qkv_bias.unwrap_or(false);
+    // transformers derives the head width from hidden_size; a different head_dim would
+    // not be the model transformers runs.
+    if cfg.q_size() != cfg.hidden_size {
+        return Err(f.err(
+            "head_dim",
+            &format!(
+                "{} (transformers' StableLM uses hidden_size / num_attention_heads = {})",
+                cfg.head_dim,
+                cfg.hidden_size / cfg.num_attention_heads
+            ),
+        ));
+    }
     cfg.rms_norm_eps = 0.0;
     Ok(cfg)
 }
@@ -120,8 +131,8 @@ mod tests {
 
     #[test]
     fn reads_transformers_defaults() {
-        let cfg = parse(r#", "head_dim": 8, "sliding_window": 4"#).unwrap();
-        assert_eq!(cfg.head_dim, 16, "head_dim is hidden_size / heads");
+        let cfg = parse(r#", "head_dim": 16, "sliding_window": 4"#).unwrap();
+        assert_eq!(cfg.head_dim, 16);
         assert_eq!(cfg.rope.rotary_dim, 4, "a quarter of the head rotates");
         assert_eq!(cfg.rope.theta, 1e4);
         assert_eq!(cfg.layer_windows, [None, None]);

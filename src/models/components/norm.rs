@@ -1,7 +1,8 @@
-//! Normalisation layers: RMSNorm (HF `weight`, or Gemma's `1 + weight`) and LayerNorm, and
+//! Normalisation layers: RMSNorm (HF `weight`, or Gemma's `1 + weight`) and LayerNorm (with
+//! or without learned parameters), and
 //! the per-head form used on queries and keys.
 
-use crate::ir::{Attr, DType, GraphBuilder, Initializer, TensorSource};
+use crate::ir::{Attr, DType, GraphBuilder, Initializer, TensorData, TensorSource};
 
 /// Which normalisation a model applies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -12,6 +13,8 @@ pub enum NormKind {
     OffsetRms,
     /// `LayerNormalization` with `{module}.weight` and `{module}.bias`.
     Layer,
+    /// `LayerNormalization` without learned parameters (OLMo): unit scale, no bias.
+    PlainLayer,
 }
 
 /// A normalisation kind and its epsilon.
@@ -38,6 +41,7 @@ impl Norm {
             NormKind::Rms => rms_norm(b, x, &weight, width, self.eps, dtype),
             NormKind::OffsetRms => offset_rms_norm(b, x, &weight, width, self.eps, dtype),
             NormKind::Layer => layer_norm(b, x, module, width, self.eps, dtype),
+            NormKind::PlainLayer => plain_layer_norm(b, x, width, self.eps, dtype),
         }
     }
 }
@@ -138,6 +142,36 @@ pub fn layer_norm_into(
         vec![("axis", Attr::Int(-1)), ("epsilon", Attr::Float(eps))],
         out,
     );
+}
+
+/// `LayerNormalization(x, ones; axis=-1, epsilon)` over the last axis (`width` channels):
+/// normalised, neither scaled nor shifted. The unit scale is one constant shared by every such
+/// norm.
+pub fn plain_layer_norm(
+    b: &mut GraphBuilder,
+    x: &str,
+    width: usize,
+    eps: f32,
+    dtype: DType,
+) -> String {
+    let mut bytes = Vec::new();
+    let ones = vec![1.0f32; width];
+    crate::weights::convert::convert_into(
+        bytemuck::cast_slice(&ones),
+        DType::F32,
+        dtype,
+        &mut bytes,
+    );
+    let scale = b.constant(TensorData {
+        dtype,
+        shape: vec![width],
+        bytes,
+    });
+    b.op(
+        "LayerNormalization",
+        &[x, &scale],
+        vec![("axis", Attr::Int(-1)), ("epsilon", Attr::Float(eps))],
+    )
 }
 
 /// [`layer_norm_into`] a fresh value, which it returns.
