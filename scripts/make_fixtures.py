@@ -85,6 +85,8 @@ from transformers import (
     LlamaForCausalLM,
     MistralConfig,
     MistralForCausalLM,
+    NemotronConfig,
+    NemotronForCausalLM,
     PhiConfig,
     PhiForCausalLM,
     PreTrainedTokenizerFast,
@@ -377,6 +379,17 @@ def make_config(kind: str, vocab: int, ids: dict):
             logits_scaling=2.0,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
         )
+    if kind == "nemotron":
+        # LayerNorm1P (scale 1 + w), RoPE on half of each head, relu2 MLP without a gate.
+        return NemotronForCausalLM, NemotronConfig(
+            **common,
+            norm_eps=1e-5,
+            hidden_act="relu2",
+            attention_bias=False,
+            mlp_bias=False,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+        )
     if kind == "olmo":
         # LayerNorms without parameters; clip_qkv small enough to clamp many q/k/v values.
         return OlmoForCausalLM, OlmoConfig(
@@ -417,8 +430,9 @@ def make_config(kind: str, vocab: int, ids: dict):
 def perturb(model, seed: int) -> None:
     """Replace the default (near-flat) init with larger random weights."""
     g = torch.Generator().manual_seed(seed)
-    # Gemma's RMSNorm scales by (1 + weight): keep its effective gain near 1 as well.
-    norm_offset = 0.0 if model.config.model_type.startswith("gemma") else 1.0
+    # Gemma's RMSNorm and Nemotron's LayerNorm1P scale by (1 + weight): keep their effective
+    # gain near 1 as well.
+    norm_offset = 0.0 if model.config.model_type.startswith(("gemma", "nemotron")) else 1.0
     with torch.no_grad():
         for name, p in model.named_parameters():
             r = torch.randn(p.shape, generator=g, dtype=torch.float32)
@@ -513,6 +527,7 @@ FIXTURES = {
     "stablelm": (4400, "f32", "v5", None),
     "gpt_neox": (4500, "f32", "v4", None),
     "olmo": (4600, "f32", "v5", None),
+    "nemotron": (4700, "f32", "v4", None),
 }
 
 

@@ -137,6 +137,8 @@ pub struct HfConfig {
     pub rotary_pct: Option<f64>,
     /// `rotary_emb_base` (GPT-NeoX, transformers v4: the RoPE theta).
     pub rotary_emb_base: Option<f64>,
+    /// `norm_eps` (Nemotron: the LayerNorm epsilon).
+    pub norm_eps: Option<f64>,
     /// `clip_qkv` (OLMo: q, k and v clamped to `[-clip_qkv, clip_qkv]`; null for none).
     pub clip_qkv: Option<f64>,
 }

@@ -15,6 +15,7 @@ pub mod granite;
 pub mod helium;
 pub mod llama;
 pub mod ministral;
+pub mod nemotron;
 pub mod olmo;
 pub mod olmo2;
 pub mod phi;

@@ -7,8 +7,8 @@
 //! README's table all read it.
 
 use super::{
-    bert, gemma, gpt2, gpt_neox, granite, helium, llama, ministral, olmo, olmo2, phi, phi3, qwen3,
-    smollm3, stablelm, starcoder2,
+    bert, gemma, gpt2, gpt_neox, granite, helium, llama, ministral, nemotron, olmo, olmo2, phi,
+    phi3, qwen3, smollm3, stablelm, starcoder2,
 };
 pub use crate::config::{ModelType, ReadConfig};
 use std::path::Path;
@@ -34,6 +34,7 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &starcoder2::FAMILY,
     &stablelm::FAMILY,
     &gpt_neox::FAMILY,
+    &nemotron::FAMILY,
     &bert::FAMILY,
 ];
 

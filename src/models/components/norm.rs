@@ -1,6 +1,6 @@
-//! Normalisation layers: RMSNorm (HF `weight`, or Gemma's `1 + weight`) and LayerNorm (with
-//! or without learned parameters), and
-//! the per-head form used on queries and keys.
+//! Normalisation layers: RMSNorm (HF `weight`, or Gemma's `1 + weight`) and LayerNorm (HF
+//! `weight` and `bias`, Nemotron's `1 + weight`, or OLMo's without parameters), and the
+//! per-head form used on queries and keys.
 
 use crate::ir::{Attr, DType, GraphBuilder, Initializer, TensorData, TensorSource};
 
@@ -15,6 +15,9 @@ pub enum NormKind {
     Layer,
     /// `LayerNormalization` without learned parameters (OLMo): unit scale, no bias.
     PlainLayer,
+    /// `LayerNormalization` scaled by `1 + {module}.weight`, with `{module}.bias` (Nemotron's
+    /// LayerNorm1P).
+    OffsetLayer,
 }
 
 /// A normalisation kind and its epsilon.
@@ -42,6 +45,7 @@ impl Norm {
             NormKind::OffsetRms => offset_rms_norm(b, x, &weight, width, self.eps, dtype),
             NormKind::Layer => layer_norm(b, x, module, width, self.eps, dtype),
             NormKind::PlainLayer => plain_layer_norm(b, x, width, self.eps, dtype),
+            NormKind::OffsetLayer => offset_layer_norm(b, x, module, width, self.eps, dtype),
         }
     }
 }
@@ -170,6 +174,39 @@ pub fn plain_layer_norm(
     b.op(
         "LayerNormalization",
         &[x, &scale],
+        vec![("axis", Attr::Int(-1)), ("epsilon", Attr::Float(eps))],
+    )
+}
+
+/// `LayerNormalization(x, 1 + {prefix}.weight, {prefix}.bias; axis=-1, epsilon)` over the last
+/// axis (`width` channels): the scale `1 + w` is an initializer computed in f32 when the model
+/// is saved, named `{prefix}.weight_plus_one`.
+pub fn offset_layer_norm(
+    b: &mut GraphBuilder,
+    x: &str,
+    prefix: &str,
+    width: usize,
+    eps: f32,
+    dtype: DType,
+) -> String {
+    let scale = b.initializer(Initializer {
+        name: format!("{prefix}.weight_plus_one"),
+        dtype,
+        shape: vec![width],
+        source: Some(TensorSource::AddScalar {
+            source: Box::new(TensorSource::Checkpoint(format!("{prefix}.weight"))),
+            value: 1.0,
+        }),
+    });
+    let bias = b.initializer(Initializer {
+        name: format!("{prefix}.bias"),
+        dtype,
+        shape: vec![width],
+        source: Some(TensorSource::Checkpoint(format!("{prefix}.bias"))),
+    });
+    b.op(
+        "LayerNormalization",
+        &[x, &scale, &bias],
         vec![("axis", Attr::Int(-1)), ("epsilon", Attr::Float(eps))],
     )
 }
