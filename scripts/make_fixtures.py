@@ -265,6 +265,19 @@ def make_config(kind: str, vocab: int, ids: dict):
             tie_word_embeddings=False,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
         )
+    if kind == "stablelm-parallel":
+        # StableLM 2 12B's layout: a LayerNorm per head on q and k (weight only), attention and
+        # MLP in parallel off the one input LayerNorm.
+        dims = {k: v for k, v in common.items() if k != "head_dim"}
+        return StableLmForCausalLM, StableLmConfig(
+            **dims,
+            layer_norm_eps=1e-5,
+            use_qkv_bias=False,
+            qk_layernorm=True,
+            use_parallel_residual=True,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
+        )
     if kind == "gpt_neox":
         # Pythia's layout: fused head-interleaved query_key_value, parallel residual with two
         # LayerNorms, RoPE on a quarter of each head, exact GELU, biases everywhere, untied.
@@ -525,6 +538,7 @@ FIXTURES = {
     "helium": (4200, "f32", "v5", None),
     "starcoder2": (4300, "f32", "v5", None),
     "stablelm": (4400, "f32", "v5", None),
+    "stablelm-parallel": (4410, "f32", "v5", None),
     "gpt_neox": (4500, "f32", "v4", None),
     "olmo": (4600, "f32", "v5", None),
     "nemotron": (4700, "f32", "v4", None),

@@ -1,16 +1,17 @@
 //! StableLM (Stability AI): the Llama decoder with LayerNorm (weight and bias,
 //! `layer_norm_eps`), RoPE on the first `partial_rotary_factor` (0.25 by default) of each
 //! head, and biases on q, k and v when `use_qkv_bias` is set (never on o or the MLP).
-//! Per-head q/k LayerNorms (`qk_layernorm`) and parallel residual blocks
-//! (`use_parallel_residual`, StableLM 2 12B) are refused.
+//! StableLM 2 12B adds a LayerNorm per head on queries and keys (`qk_layernorm`: weight only,
+//! one per head) and parallel blocks off the one input norm (`use_parallel_residual`:
+//! `x + attn(ln(x)) + mlp(ln(x))`).
 
-use super::components::{Norm, NormKind};
-use super::decoder::{self, Family};
+use super::components::{per_head_norm, Norm, NormKind};
+use super::decoder::{self, Family, LayerNorms};
 use super::registry::{FamilySpec, ModelType};
 use crate::config::{
     read_decoder, read_rope, ArchConfig, Biases, DecoderFields, FamilyKnobs, Fields, HfConfig, Sign,
 };
-use crate::ir::{DType, Graph};
+use crate::ir::{DType, Graph, GraphBuilder, Initializer, TensorSource};
 use crate::Result;
 
 /// The family's registry entry. onnxruntime-genai 0.18 has no `stablelm` type: its generic
@@ -18,7 +19,8 @@ use crate::Result;
 pub static FAMILY: FamilySpec = FamilySpec {
     name: "stablelm",
     summary: "LayerNorm with bias, partial RoPE (`partial_rotary_factor`), optional q/k/v \
-              biases (`use_qkv_bias`)",
+              biases (`use_qkv_bias`), per-head q/k LayerNorms (`qk_layernorm`), parallel \
+              blocks (`use_parallel_residual`)",
     model_types: &[ModelType::generative("stablelm", "decoder", read)],
 };
 
@@ -38,25 +40,6 @@ const FIELDS: DecoderFields = DecoderFields {
 };
 
 fn read(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>) -> Result<ArchConfig> {
-    for (field, value, what) in [
-        (
-            "qk_layernorm",
-            raw.qk_layernorm,
-            "per-head LayerNorms on queries and keys",
-        ),
-        (
-            "use_parallel_residual",
-            raw.use_parallel_residual,
-            "attention and MLP added to the residual together",
-        ),
-    ] {
-        if value == Some(true) {
-            return Err(f.err(
-                field,
-                &format!("true ({what}) is not supported for stablelm (expected false)"),
-            ));
-        }
-    }
     // StableLmConfig has no sliding window or layer types: transformers never slides,
     // whatever else config.json holds.
     let raw = HfConfig {
@@ -73,6 +56,8 @@ fn read(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>) -> Result<ArchCon
                 1e-5,
                 Sign::NonNegative,
             )?,
+            qk_layernorm: raw.qk_layernorm.unwrap_or(false),
+            parallel_residual: raw.use_parallel_residual.unwrap_or(false),
         })
     })?;
     cfg.qkv_bias = raw.use_qkv_bias.unwrap_or(false);
@@ -92,11 +77,16 @@ fn read(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>) -> Result<ArchCon
     Ok(cfg)
 }
 
-/// StableLM's knobs: its LayerNorm epsilon.
+/// StableLM's knobs.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct StableLm {
-    /// Epsilon of every LayerNorm (`layer_norm_eps`).
+    /// Epsilon of every LayerNorm (`layer_norm_eps`), the per-head ones included.
     pub layer_norm_eps: f32,
+    /// A LayerNorm per head on queries and keys (`qk_layernorm`).
+    pub qk_layernorm: bool,
+    /// `x + attn(ln(x)) + mlp(ln(x))` instead of sequential blocks (`use_parallel_residual`;
+    /// the layer then has no `post_attention_layernorm`).
+    pub parallel_residual: bool,
 }
 
 impl Family for StableLm {
@@ -105,6 +95,63 @@ impl Family for StableLm {
             kind: NormKind::Layer,
             eps: self.layer_norm_eps,
         }
+    }
+
+    fn layer_norms(&self) -> LayerNorms {
+        if self.parallel_residual {
+            LayerNorms {
+                pre_mlp: None,
+                ..LayerNorms::PRE
+            }
+        } else {
+            LayerNorms::PRE
+        }
+    }
+
+    fn parallel_blocks(&self) -> bool {
+        self.parallel_residual
+    }
+
+    /// With `qk_layernorm`, every head of q (k) normalised over its channels and scaled by
+    /// that head's own weight (`{attn}.q_layernorm.norms.{h}.weight`, no bias).
+    fn qk_norm(
+        &self,
+        b: &mut GraphBuilder,
+        cfg: &ArchConfig,
+        q: String,
+        k: String,
+        attn: &str,
+        dtype: DType,
+    ) -> (String, String) {
+        if !self.qk_layernorm {
+            return (q, k);
+        }
+        let mut norm = |x: &str, module: &str, heads: usize| {
+            let d = cfg.head_dim;
+            let plain = Norm {
+                kind: NormKind::PlainLayer,
+                eps: self.layer_norm_eps,
+            };
+            let module = format!("{attn}.{module}");
+            let normed = per_head_norm(b, plain, x, &module, heads as i64, d, dtype);
+            // The heads' weights side by side, `[heads · D]`, as the heads lie in `x`.
+            let weights = b.initializer(Initializer {
+                name: format!("{module}.weight"),
+                dtype,
+                shape: vec![heads * d],
+                source: Some(TensorSource::Concat {
+                    parts: (0..heads)
+                        .map(|h| TensorSource::Checkpoint(format!("{module}.norms.{h}.weight")))
+                        .collect(),
+                    axis: 0,
+                }),
+            });
+            b.op("Mul", &[&normed, &weights], vec![])
+        };
+        (
+            norm(&q, "q_layernorm", cfg.num_attention_heads),
+            norm(&k, "k_layernorm", cfg.num_key_value_heads),
+        )
     }
 }
 
@@ -155,19 +202,28 @@ mod tests {
     }
 
     #[test]
-    fn unsupported_variants_are_refused_by_field() {
+    fn reads_stablelm_2_12b_variants() {
+        let cfg = parse(r#", "qk_layernorm": true, "use_parallel_residual": true"#).unwrap();
+        let knobs = cfg.knobs::<StableLm>().unwrap();
+        assert!(knobs.qk_layernorm && knobs.parallel_residual);
+        assert!(knobs.parallel_blocks() && knobs.layer_norms().pre_mlp.is_none());
+        let plain = parse("").unwrap();
+        let knobs = plain.knobs::<StableLm>().unwrap();
+        assert!(!knobs.qk_layernorm && !knobs.parallel_residual);
+        assert_eq!(knobs.layer_norms(), LayerNorms::PRE);
+    }
+
+    #[test]
+    fn bad_fields_are_named() {
         for (extra, want) in [
-            (r#", "qk_layernorm": true"#, "qk_layernorm"),
-            (
-                r#", "use_parallel_residual": true"#,
-                "use_parallel_residual",
-            ),
+            (r#", "qk_layernorm": 1"#, "qk_layernorm"),
             (r#", "layer_norm_eps": -1"#, "layer_norm_eps"),
             (r#", "hidden_act": "gelu""#, "hidden_act"),
             (
                 r#", "partial_rotary_factor": 0.01"#,
                 "partial_rotary_factor",
             ),
+            (r#", "head_dim": 8"#, "head_dim"),
         ] {
             let err = parse(extra).unwrap_err().to_string();
             assert!(
@@ -175,6 +231,5 @@ mod tests {
                 "{extra}: {err}"
             );
         }
-        assert!(parse(r#", "qk_layernorm": false, "use_parallel_residual": false"#).is_ok());
     }
 }
