@@ -291,6 +291,19 @@ def make_config(kind: str, vocab: int, ids: dict):
             tie_word_embeddings=False,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
         )
+    if kind == "gpt_neox-sequential":
+        # Sequential blocks (use_parallel_residual false: the MLP norms the attention's sum),
+        # RoPE over the whole head, no attention biases.
+        dims = {k: v for k, v in common.items() if k not in ("head_dim", "num_key_value_heads")}
+        return GPTNeoXForCausalLM, GPTNeoXConfig(
+            **dims,
+            layer_norm_eps=1e-5,
+            hidden_act="gelu",
+            use_parallel_residual=False,
+            attention_bias=False,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 1.0},
+        )
     if kind == "mistral":
         return MistralForCausalLM, MistralConfig(
             **common,
@@ -540,6 +553,7 @@ FIXTURES = {
     "stablelm": (4400, "f32", "v5", None),
     "stablelm-parallel": (4410, "f32", "v5", None),
     "gpt_neox": (4500, "f32", "v4", None),
+    "gpt_neox-sequential": (4510, "f32", "v4", None),
     "olmo": (4600, "f32", "v5", None),
     "nemotron": (4700, "f32", "v4", None),
 }
