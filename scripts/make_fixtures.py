@@ -61,14 +61,20 @@ from transformers import (
     GenerationConfig,
     GPT2Config,
     GPT2LMHeadModel,
+    GPTNeoXConfig,
+    GPTNeoXForCausalLM,
     GraniteConfig,
     GraniteForCausalLM,
     HeliumConfig,
     HeliumForCausalLM,
     MinistralConfig,
     MinistralForCausalLM,
+    StableLmConfig,
+    StableLmForCausalLM,
     Starcoder2Config,
     Starcoder2ForCausalLM,
+    OlmoConfig,
+    OlmoForCausalLM,
     Olmo2Config,
     Olmo2ForCausalLM,
     Phi3Config,
@@ -87,6 +93,8 @@ from transformers import (
     MistralForCausalLM,
     MixtralConfig,
     MixtralForCausalLM,
+    NemotronConfig,
+    NemotronForCausalLM,
     PhiConfig,
     PhiForCausalLM,
     PreTrainedTokenizerFast,
@@ -257,6 +265,57 @@ def make_config(kind: str, vocab: int, ids: dict):
             tie_word_embeddings=True,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
         )
+    if kind == "stablelm":
+        # LayerNorm with bias, RoPE on a quarter of each head (4 of 16 channels), q/k/v biases.
+        dims = {k: v for k, v in common.items() if k != "head_dim"}
+        return StableLmForCausalLM, StableLmConfig(
+            **dims,
+            layer_norm_eps=1e-5,
+            use_qkv_bias=True,
+            qk_layernorm=False,
+            use_parallel_residual=False,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
+        )
+    if kind == "stablelm-parallel":
+        # StableLM 2 12B's layout: a LayerNorm per head on q and k (weight only), attention and
+        # MLP in parallel off the one input LayerNorm.
+        dims = {k: v for k, v in common.items() if k != "head_dim"}
+        return StableLmForCausalLM, StableLmConfig(
+            **dims,
+            layer_norm_eps=1e-5,
+            use_qkv_bias=False,
+            qk_layernorm=True,
+            use_parallel_residual=True,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
+        )
+    if kind == "gpt_neox":
+        # Pythia's layout: fused head-interleaved query_key_value, parallel residual with two
+        # LayerNorms, RoPE on a quarter of each head, exact GELU, biases everywhere, untied.
+        dims = {k: v for k, v in common.items() if k not in ("head_dim", "num_key_value_heads")}
+        return GPTNeoXForCausalLM, GPTNeoXConfig(
+            **dims,
+            layer_norm_eps=1e-5,
+            hidden_act="gelu",
+            use_parallel_residual=True,
+            attention_bias=True,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
+        )
+    if kind == "gpt_neox-sequential":
+        # Sequential blocks (use_parallel_residual false: the MLP norms the attention's sum),
+        # RoPE over the whole head, no attention biases.
+        dims = {k: v for k, v in common.items() if k not in ("head_dim", "num_key_value_heads")}
+        return GPTNeoXForCausalLM, GPTNeoXConfig(
+            **dims,
+            layer_norm_eps=1e-5,
+            hidden_act="gelu",
+            use_parallel_residual=False,
+            attention_bias=False,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 1.0},
+        )
     if kind == "mistral":
         return MistralForCausalLM, MistralConfig(
             **common,
@@ -382,6 +441,26 @@ def make_config(kind: str, vocab: int, ids: dict):
             logits_scaling=2.0,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
         )
+    if kind == "nemotron":
+        # LayerNorm1P (scale 1 + w), RoPE on half of each head, relu2 MLP without a gate.
+        return NemotronForCausalLM, NemotronConfig(
+            **common,
+            norm_eps=1e-5,
+            hidden_act="relu2",
+            attention_bias=False,
+            mlp_bias=False,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+        )
+    if kind == "olmo":
+        # LayerNorms without parameters; clip_qkv small enough to clamp many q/k/v values.
+        return OlmoForCausalLM, OlmoConfig(
+            **common,
+            clip_qkv=1.5,
+            attention_bias=False,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
     if kind == "olmo2":
         return Olmo2ForCausalLM, Olmo2Config(
             **common,
@@ -479,8 +558,9 @@ def check_text_model(name: str, model, input_ids: list[int], logits) -> None:
 def perturb(model, seed: int) -> None:
     """Replace the default (near-flat) init with larger random weights."""
     g = torch.Generator().manual_seed(seed)
-    # Gemma's RMSNorm scales by (1 + weight): keep its effective gain near 1 as well.
-    norm_offset = 0.0 if model.config.model_type.startswith("gemma") else 1.0
+    # Gemma's RMSNorm and Nemotron's LayerNorm1P scale by (1 + weight): keep their effective
+    # gain near 1 as well.
+    norm_offset = 0.0 if model.config.model_type.startswith(("gemma", "nemotron")) else 1.0
     with torch.no_grad():
         for name, p in model.named_parameters():
             r = torch.randn(p.shape, generator=g, dtype=torch.float32)
@@ -489,7 +569,7 @@ def perturb(model, seed: int) -> None:
                 v = norm_offset + 0.2 * r if not name.endswith(".bias") else 0.1 * r
             elif name.endswith(".bias"):
                 v = 0.1 * r
-            elif "embed_tokens" in name or "lm_head" in name or ".wte." in name or ".wpe." in name:
+            elif "embed_tokens" in name or "embed_in" in name or "lm_head" in name or ".wte." in name or ".wpe." in name:
                 # logits of a few units: not flat, yet small enough that f16
                 # rounding (ulp 2^-8 at 4) keeps f16 builds well inside 2e-2.
                 v = 0.1 * r
@@ -531,6 +611,13 @@ def rewrite_config_v4(path: Path) -> None:
             out["torch_dtype"] = v
         elif k == "layer_types" and cfg.get("model_type") == "gemma2":
             continue  # transformers 4 derived Gemma 2's alternation (even layers slide)
+        elif k == "rope_parameters" and cfg.get("model_type") == "gpt_neox":
+            # GPT-NeoX's own v4 names (as on the hub's Pythia checkpoints).
+            rp = dict(v)
+            out["rotary_emb_base"] = rp.pop("rope_theta")
+            out["rotary_pct"] = rp.pop("partial_rotary_factor")
+            assert rp.get("rope_type", "default") == "default", rp
+            out["rope_scaling"] = None
         elif k == "rope_parameters":
             rp = dict(v)
             out["rope_theta"] = rp.pop("rope_theta")
@@ -570,6 +657,12 @@ FIXTURES = {
     "mixtral": (4400, "f32", "v5", None),
     "qwen2_moe": (4500, "f32", "v5", None),
     "qwen3_moe": (4600, "f32", "v5", None),
+    "stablelm": (4400, "f32", "v5", None),
+    "stablelm-parallel": (4410, "f32", "v5", None),
+    "gpt_neox": (4500, "f32", "v4", None),
+    "gpt_neox-sequential": (4510, "f32", "v4", None),
+    "olmo": (4600, "f32", "v5", None),
+    "nemotron": (4700, "f32", "v4", None),
 }
 
 
@@ -630,6 +723,11 @@ def make_fixture(name: str, out_root: Path, tok: PreTrainedTokenizerFast) -> Non
     tok.save_pretrained(d)
     if spelling == "v4":
         rewrite_config_v4(d / "config.json")
+        # transformers reads the rewritten config back into the same model.
+        reloaded = cls.from_pretrained(d, attn_implementation="eager", dtype=torch.float32).eval()
+        with torch.no_grad():
+            again = reloaded(torch.tensor([input_ids])).logits[0].float()
+        assert torch.equal(again, logits), (name, float((again - logits).abs().max()))
 
     ref = {
         "prompt": PROMPT,

@@ -150,6 +150,19 @@ pub struct HfConfig {
     pub mlp_only_layers: Option<Vec<i64>>,
     /// `qkv_bias` (Qwen2-MoE: biases on q, k and v).
     pub qkv_bias: Option<bool>,
+    /// `use_parallel_residual` (GPT-NeoX, StableLM: attention and MLP both read the layer
+    /// input and are added to the residual together).
+    pub use_parallel_residual: Option<bool>,
+    /// `use_qkv_bias` (StableLM: biases on q, k and v).
+    pub use_qkv_bias: Option<bool>,
+    /// `rotary_pct` (GPT-NeoX, transformers v4: the fraction of each head RoPE rotates).
+    pub rotary_pct: Option<f64>,
+    /// `rotary_emb_base` (GPT-NeoX, transformers v4: the RoPE theta).
+    pub rotary_emb_base: Option<f64>,
+    /// `norm_eps` (Nemotron: the LayerNorm epsilon).
+    pub norm_eps: Option<f64>,
+    /// `clip_qkv` (OLMo: q, k and v clamped to `[-clip_qkv, clip_qkv]`; null for none).
+    pub clip_qkv: Option<f64>,
 }
 
 /// Deserializes a field that may be `null` as `Some(Value::Null)`, so that an explicit null

@@ -96,8 +96,10 @@ pub trait Family {
         LayerNorms::PRE
     }
 
-    /// Whether attention and MLP read the same normed input and are added to the residual
-    /// together, `x + (attn(norm(x)) + mlp(norm(x)))` (Phi), instead of one after the other.
+    /// Whether attention and MLP both read the layer input and are added to the residual
+    /// together, `x + (attn(norm(x)) + mlp(norm'(x)))`, instead of one after the other: the
+    /// MLP reads the attention's normed input when [`LayerNorms::pre_mlp`] is `None` (Phi),
+    /// else its own norm of `x` (GPT-NeoX).
     fn parallel_blocks(&self) -> bool {
         false
     }
@@ -344,7 +346,11 @@ impl Layer<'_> {
         let attn = format!("{p}.{}", family.names().attn);
         let o = self.attention(b, &attn_in, &attn, i, &spec);
         if family.parallel_blocks() {
-            let m = family.layer_mlp(b, cfg, &attn_in, p, i, dtype);
+            let mlp_in = match norms.pre_mlp {
+                Some(_) => self.norm_at(b, x, p, norms.pre_mlp),
+                None => attn_in,
+            };
+            let m = family.layer_mlp(b, cfg, &mlp_in, p, i, dtype);
             let branches = b.op("Add", &[&o, &m], vec![]);
             return b.op("Add", &[&branches, x], vec![]);
         }

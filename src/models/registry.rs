@@ -7,8 +7,8 @@
 //! README's table all read it.
 
 use super::{
-    assume_llama, bert, gemma, gpt2, granite, helium, llama, ministral, mixtral, olmo2, phi, phi3,
-    qwen3, qwen_moe, smollm3, starcoder2,
+    assume_llama, bert, gemma, gpt2, gpt_neox, granite, helium, llama, ministral, mixtral,
+    nemotron, olmo, olmo2, phi, phi3, qwen3, qwen_moe, smollm3, stablelm, starcoder2,
 };
 pub use crate::config::{ModelType, ReadConfig};
 use std::path::Path;
@@ -27,6 +27,7 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &qwen3::FAMILY,
     &smollm3::FAMILY,
     &granite::FAMILY,
+    &olmo::FAMILY,
     &olmo2::FAMILY,
     &phi3::FAMILY,
     &ministral::FAMILY,
@@ -34,6 +35,9 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &starcoder2::FAMILY,
     &mixtral::FAMILY,
     &qwen_moe::FAMILY,
+    &stablelm::FAMILY,
+    &gpt_neox::FAMILY,
+    &nemotron::FAMILY,
     &bert::FAMILY,
 ];
 

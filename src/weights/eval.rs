@@ -483,6 +483,11 @@ impl<'a> Evaluator<'a> {
                 len,
                 total,
             } => {
+                // Row blocks of a stored tensor are copied alone (e.g. one head's rows of a
+                // fused projection), not after a copy of the whole tensor.
+                if let Some(leaf) = self.leaf(src)? {
+                    return Ok((leaf.dtype, leaf.shape, leaf.data.to_vec()));
+                }
                 let (dtype, mut shape, bytes) = self.materialize(source)?;
                 let (outer, whole, inner) = split_at_axis(&shape, *axis);
                 slice_shape(&mut shape, *axis, *start, *len, *total, source)?;

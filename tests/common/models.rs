@@ -121,3 +121,13 @@ pub fn fixture_store(name: &str) -> TensorStore {
         None => store,
     }
 }
+
+/// The weights of a bundled fixture under the names its family's builder reads (renamed as
+/// `mobius build` renames them, e.g. GPT-NeoX's `embed_out` head).
+pub fn fixture_weights(name: &str) -> TensorStore {
+    let store = fixture_store(name);
+    match mobius::models::checkpoint_renaming(&fixture_config(name)) {
+        Some(rename) => store.renamed(rename).unwrap(),
+        None => store,
+    }
+}

@@ -1,7 +1,8 @@
-//! Normalisation layers: RMSNorm (HF `weight`, or Gemma's `1 + weight`) and LayerNorm, and
-//! the per-head form used on queries and keys.
+//! Normalisation layers: RMSNorm (HF `weight`, or Gemma's `1 + weight`) and LayerNorm (HF
+//! `weight` and `bias`, Nemotron's `1 + weight`, or OLMo's without parameters), and the
+//! per-head form used on queries and keys.
 
-use crate::ir::{Attr, DType, GraphBuilder, Initializer, TensorSource};
+use crate::ir::{Attr, DType, GraphBuilder, Initializer, TensorData, TensorSource};
 
 /// Which normalisation a model applies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -12,6 +13,11 @@ pub enum NormKind {
     OffsetRms,
     /// `LayerNormalization` with `{module}.weight` and `{module}.bias`.
     Layer,
+    /// `LayerNormalization` without learned parameters (OLMo): unit scale, no bias.
+    PlainLayer,
+    /// `LayerNormalization` scaled by `1 + {module}.weight`, with `{module}.bias` (Nemotron's
+    /// LayerNorm1P).
+    OffsetLayer,
 }
 
 /// A normalisation kind and its epsilon.
@@ -38,6 +44,8 @@ impl Norm {
             NormKind::Rms => rms_norm(b, x, &weight, width, self.eps, dtype),
             NormKind::OffsetRms => offset_rms_norm(b, x, &weight, width, self.eps, dtype),
             NormKind::Layer => layer_norm(b, x, module, width, self.eps, dtype),
+            NormKind::PlainLayer => plain_layer_norm(b, x, width, self.eps, dtype),
+            NormKind::OffsetLayer => offset_layer_norm(b, x, module, width, self.eps, dtype),
         }
     }
 }
@@ -138,6 +146,69 @@ pub fn layer_norm_into(
         vec![("axis", Attr::Int(-1)), ("epsilon", Attr::Float(eps))],
         out,
     );
+}
+
+/// `LayerNormalization(x, ones; axis=-1, epsilon)` over the last axis (`width` channels):
+/// normalised, neither scaled nor shifted. The unit scale is one constant shared by every such
+/// norm.
+pub fn plain_layer_norm(
+    b: &mut GraphBuilder,
+    x: &str,
+    width: usize,
+    eps: f32,
+    dtype: DType,
+) -> String {
+    let mut bytes = Vec::new();
+    let ones = vec![1.0f32; width];
+    crate::weights::convert::convert_into(
+        bytemuck::cast_slice(&ones),
+        DType::F32,
+        dtype,
+        &mut bytes,
+    );
+    let scale = b.constant(TensorData {
+        dtype,
+        shape: vec![width],
+        bytes,
+    });
+    b.op(
+        "LayerNormalization",
+        &[x, &scale],
+        vec![("axis", Attr::Int(-1)), ("epsilon", Attr::Float(eps))],
+    )
+}
+
+/// `LayerNormalization(x, 1 + {prefix}.weight, {prefix}.bias; axis=-1, epsilon)` over the last
+/// axis (`width` channels): the scale `1 + w` is an initializer computed in f32 when the model
+/// is saved, named `{prefix}.weight_plus_one`.
+pub fn offset_layer_norm(
+    b: &mut GraphBuilder,
+    x: &str,
+    prefix: &str,
+    width: usize,
+    eps: f32,
+    dtype: DType,
+) -> String {
+    let scale = b.initializer(Initializer {
+        name: format!("{prefix}.weight_plus_one"),
+        dtype,
+        shape: vec![width],
+        source: Some(TensorSource::AddScalar {
+            source: Box::new(TensorSource::Checkpoint(format!("{prefix}.weight"))),
+            value: 1.0,
+        }),
+    });
+    let bias = b.initializer(Initializer {
+        name: format!("{prefix}.bias"),
+        dtype,
+        shape: vec![width],
+        source: Some(TensorSource::Checkpoint(format!("{prefix}.bias"))),
+    });
+    b.op(
+        "LayerNormalization",
+        &[x, &scale, &bias],
+        vec![("axis", Attr::Int(-1)), ("epsilon", Attr::Float(eps))],
+    )
 }
 
 /// [`layer_norm_into`] a fresh value, which it returns.

@@ -1,0 +1,375 @@
+//! GPT-NeoX (EleutherAI: Pythia, GPT-NeoX-20B…): LayerNorm with bias, one fused
+//! `query_key_value` projection whose rows are grouped by head (`[heads, 3, head_dim]`: each
+//! head's q, k and v rows together), RoPE on the first `rotary_pct` (0.25 by default) of each
+//! head, a GELU MLP `dense_4h_to_h(gelu(dense_h_to_4h(x)))`, biases on every projection, and
+//! by default parallel residual blocks with a norm each,
+//! `x + attn(ln1(x)) + mlp(ln2(x))` (`use_parallel_residual`).
+
+use super::components::{gelu, linear, Norm, NormKind};
+use super::decoder::{self, Family, Names};
+use super::registry::{FamilySpec, ModelType};
+use crate::config::{
+    read_decoder, read_rope, ArchConfig, Biases, CheckpointRenaming, DecoderFields, FamilyKnobs,
+    Fields, Gelu, HfConfig, Sign,
+};
+use crate::ir::{DType, Graph, GraphBuilder, Initializer, TensorSource};
+use crate::{Error, Result};
+
+/// The family's registry entry. onnxruntime-genai 0.18 has no `gpt_neox` type: its generic
+/// `decoder` runs the graph (whose q, k and v are separate projections, split at save time).
+pub static FAMILY: FamilySpec = FamilySpec {
+    name: "gpt_neox",
+    summary: "fused head-interleaved `query_key_value` (split at save time), parallel residual \
+              with two LayerNorms, partial RoPE (`rotary_pct`), GELU MLP, biases everywhere",
+    model_types: &[ModelType::generative("gpt_neox", "decoder", read)],
+};
+
+/// transformers' GPTNeoXConfig: GELU read by the knobs, biases set below, RoPE theta
+/// `rotary_emb_base` (1e4) on `rotary_pct` (0.25) of each head, untied.
+const FIELDS: DecoderFields = DecoderFields {
+    biases: Biases::None,
+    silu_mlp: false,
+    rope: neox_rope,
+    ..DecoderFields::LLAMA
+};
+
+/// The RoPE as transformers reads a GPT-NeoX config: `rope_parameters` (or `rope_scaling`)
+/// first, else `rotary_emb_base` and `rotary_pct`; the top-level `rope_theta` and
+/// `partial_rotary_factor` of other families are ignored. Errors name the field read.
+fn neox_rope(raw: &HfConfig, head_dim: usize, f: &Fields<'_>) -> Result<crate::config::Rope> {
+    let neox = HfConfig {
+        rope_theta: raw.rotary_emb_base,
+        partial_rotary_factor: Some(raw.rotary_pct.unwrap_or(0.25)),
+        ..raw.clone()
+    };
+    read_rope(&neox, head_dim, 10_000.0, f).map_err(|e| match e {
+        Error::ConfigField {
+            path,
+            field,
+            message,
+        } => {
+            let field = match field.as_str() {
+                "partial_rotary_factor" => "rotary_pct".to_string(),
+                "rope_theta" => "rotary_emb_base".to_string(),
+                _ => field,
+            };
+            Error::ConfigField {
+                path,
+                field,
+                message,
+            }
+        }
+        e => e,
+    })
+}
+
+fn read(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>) -> Result<ArchConfig> {
+    // GPTNeoXConfig has no key/value heads or sliding windows: transformers runs multi-head
+    // attention without a window, whatever else config.json holds.
+    let raw = HfConfig {
+        num_key_value_heads: None,
+        sliding_window: None,
+        use_sliding_window: None,
+        layer_types: None,
+        ..raw.clone()
+    };
+    let mut cfg = read_decoder(&raw, t, f, &FIELDS, |_| {
+        let act = raw.hidden_act.as_deref().unwrap_or("gelu");
+        let gelu = Gelu::from_hf_name(act).ok_or_else(|| {
+            f.err(
+                "hidden_act",
+                &format!(
+                    "`{act}` is not supported for gpt_neox (expected {})",
+                    Gelu::NAMES
+                ),
+            )
+        })?;
+        Ok(GptNeox {
+            layer_norm_eps: f.number(
+                "layer_norm_eps",
+                raw.layer_norm_eps,
+                1e-5,
+                Sign::NonNegative,
+            )?,
+            gelu,
+            parallel_residual: raw.use_parallel_residual.unwrap_or(true),
+        })
+    })?;
+    let attention_bias = raw.attention_bias.unwrap_or(true);
+    (cfg.qkv_bias, cfg.o_bias, cfg.mlp_bias) = (attention_bias, attention_bias, true);
+    // transformers derives the head width from hidden_size; a different head_dim would
+    // not be the model transformers runs.
+    if cfg.q_size() != cfg.hidden_size {
+        return Err(f.err(
+            "head_dim",
+            &format!(
+                "{} (transformers' GPT-NeoX uses hidden_size / num_attention_heads = {})",
+                cfg.head_dim,
+                cfg.hidden_size / cfg.num_attention_heads
+            ),
+        ));
+    }
+    cfg.rms_norm_eps = 0.0;
+    Ok(cfg)
+}
+
+/// GPT-NeoX's knobs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GptNeox {
+    /// Epsilon of every LayerNorm (`layer_norm_eps`).
+    pub layer_norm_eps: f32,
+    /// The MLP activation (`hidden_act`).
+    pub gelu: Gelu,
+    /// `x + attn(ln1(x)) + mlp(ln2(x))` instead of sequential blocks
+    /// (`use_parallel_residual`).
+    pub parallel_residual: bool,
+}
+
+impl Family for GptNeox {
+    fn names(&self) -> Names {
+        Names {
+            root: "gpt_neox",
+            embed: "embed_in",
+            layers: "layers",
+            attn: "attention",
+            final_norm: "final_layer_norm",
+        }
+    }
+
+    fn norm(&self, _cfg: &ArchConfig) -> Norm {
+        Norm {
+            kind: NormKind::Layer,
+            eps: self.layer_norm_eps,
+        }
+    }
+
+    fn parallel_blocks(&self) -> bool {
+        self.parallel_residual
+    }
+
+    /// q, k and v as three projections, their rows gathered from the fused
+    /// `query_key_value` when the model is saved.
+    fn qkv(
+        &self,
+        b: &mut GraphBuilder,
+        cfg: &ArchConfig,
+        x: &str,
+        attn: &str,
+        dtype: DType,
+    ) -> [String; 3] {
+        let fused = format!("{attn}.query_key_value");
+        let heads = HeadRows {
+            heads: cfg.num_attention_heads,
+            head_dim: cfg.head_dim,
+        };
+        let (h, q) = (cfg.hidden_size, cfg.q_size());
+        ["q_proj", "k_proj", "v_proj"]
+            .into_iter()
+            .enumerate()
+            .map(|(part, name)| {
+                let prefix = format!("{attn}.{name}");
+                let w = b.initializer(Initializer {
+                    name: format!("{prefix}.weight_t"),
+                    dtype,
+                    shape: vec![h, q],
+                    source: Some(TensorSource::Transpose(Box::new(
+                        heads.of(&format!("{fused}.weight"), part),
+                    ))),
+                });
+                let y = b.op("MatMul", &[x, &w], vec![]);
+                if !cfg.qkv_bias {
+                    return y;
+                }
+                let bias = b.initializer(Initializer {
+                    name: format!("{prefix}.bias"),
+                    dtype,
+                    shape: vec![q],
+                    source: Some(heads.of(&format!("{fused}.bias"), part)),
+                });
+                b.op("Add", &[&y, &bias], vec![])
+            })
+            .collect::<Vec<_>>()
+            .try_into()
+            .expect("three projections")
+    }
+
+    fn o_proj(
+        &self,
+        b: &mut GraphBuilder,
+        cfg: &ArchConfig,
+        y: &str,
+        attn: &str,
+        dtype: DType,
+    ) -> String {
+        let (q, h) = (cfg.q_size(), cfg.hidden_size);
+        linear(b, y, &format!("{attn}.dense"), q, h, cfg.o_bias, dtype)
+    }
+
+    /// `dense_4h_to_h(gelu(dense_h_to_4h(x)))`.
+    fn mlp(
+        &self,
+        b: &mut GraphBuilder,
+        cfg: &ArchConfig,
+        x: &str,
+        mlp: &str,
+        dtype: DType,
+    ) -> String {
+        let (h, inner, bias) = (cfg.hidden_size, cfg.intermediate_size, cfg.mlp_bias);
+        let up = linear(b, x, &format!("{mlp}.dense_h_to_4h"), h, inner, bias, dtype);
+        let up = gelu(b, &up, self.gelu);
+        linear(
+            b,
+            &up,
+            &format!("{mlp}.dense_4h_to_h"),
+            inner,
+            h,
+            bias,
+            dtype,
+        )
+    }
+}
+
+/// The head-interleaved rows of a fused q/k/v tensor: `[heads, 3, head_dim]` along axis 0.
+struct HeadRows {
+    heads: usize,
+    head_dim: usize,
+}
+
+impl HeadRows {
+    /// Part `part` (0 q, 1 k, 2 v) of checkpoint tensor `name`: every head's `head_dim` rows
+    /// of that part, in head order (a strided gather, evaluated when the model is saved).
+    fn of(&self, name: &str, part: usize) -> TensorSource {
+        let d = self.head_dim;
+        TensorSource::Concat {
+            parts: (0..self.heads)
+                .map(|head| TensorSource::Slice {
+                    source: Box::new(TensorSource::Checkpoint(name.to_string())),
+                    axis: 0,
+                    start: (3 * head + part) * d,
+                    len: d,
+                    total: 3 * self.heads * d,
+                })
+                .collect(),
+            axis: 0,
+        }
+    }
+}
+
+impl FamilyKnobs for GptNeox {
+    fn build(&self, cfg: &ArchConfig, dtype: DType) -> Graph {
+        decoder::build(cfg, dtype, self)
+    }
+
+    fn checkpoint_renaming(&self) -> Option<CheckpointRenaming> {
+        Some(checkpoint_name)
+    }
+}
+
+/// Checkpoint names as the builder reads them: checkpoints written before transformers 5
+/// (the hub's Pythia models) call the LM head `embed_out`; transformers 5 `lm_head`.
+pub fn checkpoint_name(name: &str) -> Option<String> {
+    Some(match name.strip_prefix("embed_out.") {
+        Some(rest) => format!("lm_head.{rest}"),
+        None => name.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    fn parse(extra: &str) -> crate::Result<ArchConfig> {
+        parse_sized(64, extra)
+    }
+
+    fn parse_sized(hidden_size: usize, extra: &str) -> crate::Result<ArchConfig> {
+        let json = format!(
+            r#"{{"model_type": "gpt_neox", "intermediate_size": 128, "num_attention_heads": 4, "num_hidden_layers": 2,
+            "vocab_size": 300, "max_position_embeddings": 128,
+            "hidden_size": {hidden_size} {extra}}}"#
+        );
+        crate::models::parse_config(json.as_bytes(), Path::new("config.json"))
+    }
+
+    #[test]
+    fn reads_transformers_defaults() {
+        let cfg = parse(r#", "num_key_value_heads": 2, "head_dim": 16, "rope_theta": 5"#).unwrap();
+        assert_eq!((cfg.num_key_value_heads, cfg.head_dim), (4, 16));
+        assert_eq!((cfg.rope.rotary_dim, cfg.rope.theta), (4, 1e4));
+        assert!(cfg.qkv_bias && cfg.o_bias && cfg.mlp_bias && !cfg.tie_word_embeddings);
+        let knobs = cfg.knobs::<GptNeox>().unwrap();
+        assert_eq!(knobs.gelu, Gelu::Exact);
+        assert!(knobs.parallel_residual);
+        assert_eq!(knobs.layer_norm_eps, 1e-5);
+        let v4 = parse(
+            r#", "rotary_pct": 0.5, "rotary_emb_base": 500, "use_parallel_residual": false,
+            "attention_bias": false, "hidden_act": "gelu_new""#,
+        )
+        .unwrap();
+        assert_eq!((v4.rope.rotary_dim, v4.rope.theta), (8, 500.0));
+        assert!(!v4.qkv_bias && !v4.o_bias && v4.mlp_bias);
+        let knobs = v4.knobs::<GptNeox>().unwrap();
+        assert!(!knobs.parallel_residual);
+        assert_eq!(knobs.gelu, Gelu::Tanh);
+        let v5 = parse(
+            r#", "rotary_pct": 0.5, "rope_parameters": {"rope_type": "default",
+            "rope_theta": 1000, "partial_rotary_factor": 1.0}"#,
+        )
+        .unwrap();
+        assert_eq!((v5.rope.rotary_dim, v5.rope.theta), (16, 1000.0));
+    }
+
+    #[test]
+    fn bad_fields_are_named() {
+        for (extra, want) in [
+            (r#", "rotary_pct": 0.01"#, "rotary_pct"),
+            (r#", "rotary_pct": 1.5"#, "rotary_pct"),
+            (r#", "rotary_emb_base": -1"#, "rotary_emb_base"),
+            (r#", "hidden_act": "relu""#, "hidden_act"),
+            (r#", "layer_norm_eps": -1"#, "layer_norm_eps"),
+            (r#", "head_dim": 8"#, "head_dim"),
+        ] {
+            let err = parse(extra).unwrap_err().to_string();
+            assert!(
+                err.contains(want) && err.contains("config.json"),
+                "{extra}: {err}"
+            );
+        }
+        let err = parse_sized(66, "").unwrap_err().to_string();
+        assert!(err.contains("hidden_size (66)"), "{err}");
+    }
+
+    #[test]
+    fn head_rows_gather_each_heads_block() {
+        let rows = HeadRows {
+            heads: 2,
+            head_dim: 3,
+        };
+        let TensorSource::Concat { parts, axis: 0 } = rows.of("w", 1) else {
+            panic!("a concatenation along rows");
+        };
+        let starts: Vec<(usize, usize, usize)> = parts
+            .iter()
+            .map(|p| match p {
+                TensorSource::Slice {
+                    start, len, total, ..
+                } => (*start, *len, *total),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        // [head 0: q 0..3, k 3..6, v 6..9; head 1: q 9..12, k 12..15, v 15..18]
+        assert_eq!(starts, [(3, 3, 18), (12, 3, 18)]);
+    }
+
+    #[test]
+    fn legacy_head_name_is_renamed() {
+        assert_eq!(
+            checkpoint_name("embed_out.weight").as_deref(),
+            Some("lm_head.weight")
+        );
+        let layer = "gpt_neox.layers.0.attention.dense.weight";
+        assert_eq!(checkpoint_name(layer).as_deref(), Some(layer));
+    }
+}

@@ -1,0 +1,161 @@
+//! Nemotron (NVIDIA: Nemotron-4, Minitron): the Llama decoder with LayerNorm1P (LayerNorm
+//! scaled by `1 + weight`, with bias, `norm_eps`), RoPE on the first `partial_rotary_factor`
+//! (0.5 by default) of each head, and an ungated MLP `down_proj(relu(up_proj(x))²)`.
+
+use super::components::{linear, Norm, NormKind};
+use super::decoder::{self, Family};
+use super::registry::{FamilySpec, ModelType};
+use crate::config::{
+    read_decoder, read_rope, ArchConfig, Biases, DecoderFields, FamilyKnobs, Fields, HfConfig, Sign,
+};
+use crate::ir::{DType, Graph, GraphBuilder};
+use crate::Result;
+
+/// The family's registry entry.
+pub static FAMILY: FamilySpec = FamilySpec {
+    name: "nemotron",
+    summary: "LayerNorm1P (scale `1 + weight`), partial RoPE (0.5 by default), squared-ReLU MLP \
+              without a gate",
+    model_types: &[ModelType::generative("nemotron", "nemotron", read)],
+};
+
+/// transformers' NemotronConfig: `attention_bias` on q, k, v and o, `mlp_bias` on the MLP,
+/// RoPE theta 1e4 on half of each head by default, untied; the activation is read below.
+const FIELDS: DecoderFields = DecoderFields {
+    biases: Biases::Configured { mlp_bias: true },
+    silu_mlp: false,
+    rope: |raw, head_dim, f| {
+        let partial = raw.partial_rotary_factor.or(Some(0.5));
+        let raw = HfConfig {
+            partial_rotary_factor: partial,
+            ..raw.clone()
+        };
+        read_rope(&raw, head_dim, 10_000.0, f)
+    },
+    ..DecoderFields::LLAMA
+};
+
+fn read(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>) -> Result<ArchConfig> {
+    let act = raw.hidden_act.as_deref().unwrap_or("relu2");
+    if act != "relu2" {
+        return Err(f.err(
+            "hidden_act",
+            &format!("`{act}` is not supported for nemotron (expected \"relu2\")"),
+        ));
+    }
+    // NemotronConfig has no sliding window or layer types: transformers never slides,
+    // whatever else config.json holds.
+    let raw = HfConfig {
+        sliding_window: None,
+        use_sliding_window: None,
+        layer_types: None,
+        ..raw.clone()
+    };
+    let mut cfg = read_decoder(&raw, t, f, &FIELDS, |_| {
+        Ok(Nemotron {
+            norm_eps: f.number("norm_eps", raw.norm_eps, 1e-5, Sign::NonNegative)?,
+        })
+    })?;
+    cfg.rms_norm_eps = 0.0;
+    Ok(cfg)
+}
+
+/// Nemotron's knobs: its LayerNorm1P epsilon.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Nemotron {
+    /// Epsilon of every LayerNorm1P (`norm_eps`).
+    pub norm_eps: f32,
+}
+
+impl Family for Nemotron {
+    fn norm(&self, _cfg: &ArchConfig) -> Norm {
+        Norm {
+            kind: NormKind::OffsetLayer,
+            eps: self.norm_eps,
+        }
+    }
+
+    /// `down_proj(relu(up_proj(x))²)`.
+    fn mlp(
+        &self,
+        b: &mut GraphBuilder,
+        cfg: &ArchConfig,
+        x: &str,
+        mlp: &str,
+        dtype: DType,
+    ) -> String {
+        let (h, inner, bias) = (cfg.hidden_size, cfg.intermediate_size, cfg.mlp_bias);
+        let up = linear(b, x, &format!("{mlp}.up_proj"), h, inner, bias, dtype);
+        let relu = b.op("Relu", &[&up], vec![]);
+        let squared = b.op("Mul", &[&relu, &relu], vec![]);
+        linear(
+            b,
+            &squared,
+            &format!("{mlp}.down_proj"),
+            inner,
+            h,
+            bias,
+            dtype,
+        )
+    }
+}
+
+impl FamilyKnobs for Nemotron {
+    fn build(&self, cfg: &ArchConfig, dtype: DType) -> Graph {
+        decoder::build(cfg, dtype, self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    fn parse(extra: &str) -> crate::Result<ArchConfig> {
+        let json = format!(
+            r#"{{"model_type": "nemotron", "hidden_size": 64, "intermediate_size": 128,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
+            "vocab_size": 300, "max_position_embeddings": 128 {extra}}}"#
+        );
+        crate::models::parse_config(json.as_bytes(), Path::new("config.json"))
+    }
+
+    #[test]
+    fn reads_transformers_defaults() {
+        let cfg = parse(r#", "sliding_window": 4"#).unwrap();
+        assert_eq!((cfg.head_dim, cfg.rope.rotary_dim), (16, 8));
+        assert_eq!(cfg.layer_windows, [None, None]);
+        assert!(!cfg.qkv_bias && !cfg.o_bias && !cfg.mlp_bias && !cfg.tie_word_embeddings);
+        assert_eq!(cfg.knobs::<Nemotron>().unwrap().norm_eps, 1e-5);
+        let v4 = parse(
+            r#", "partial_rotary_factor": 0.25, "rope_theta": 500, "head_dim": 32,
+            "attention_bias": true, "mlp_bias": true, "norm_eps": 1e-6, "hidden_act": "relu2""#,
+        )
+        .unwrap();
+        assert_eq!(
+            (v4.head_dim, v4.rope.rotary_dim, v4.rope.theta),
+            (32, 8, 500.0)
+        );
+        assert!(v4.qkv_bias && v4.o_bias && v4.mlp_bias);
+        assert_eq!(v4.knobs::<Nemotron>().unwrap().norm_eps, 1e-6);
+    }
+
+    #[test]
+    fn bad_fields_are_named() {
+        for (extra, want) in [
+            (r#", "hidden_act": "silu""#, "hidden_act"),
+            (r#", "norm_eps": -1"#, "norm_eps"),
+            (
+                r#", "partial_rotary_factor": 0.05"#,
+                "partial_rotary_factor",
+            ),
+        ] {
+            let err = parse(extra).unwrap_err().to_string();
+            assert!(
+                err.contains(want) && err.contains("config.json"),
+                "{extra}: {err}"
+            );
+        }
+    }
+}
