@@ -5,6 +5,7 @@
 pub mod attention;
 pub mod elementwise;
 pub mod matmul;
+pub mod moe;
 pub mod norm;
 pub mod npy;
 pub mod quant;
@@ -182,7 +183,7 @@ impl OpImpl {
 }
 
 /// The dispatch table, one slice per op family.
-const FAMILIES: [&[OpImpl]; 9] = [
+const FAMILIES: [&[OpImpl]; 10] = [
     elementwise::OPS,
     matmul::OPS,
     reduce::OPS,
@@ -192,6 +193,7 @@ const FAMILIES: [&[OpImpl]; 9] = [
     attention::OPS,
     quant::OPS,
     topk::OPS,
+    moe::OPS,
 ];
 
 /// Every op the interpreter implements, as `(domain, op type)` (domain `""` for ONNX's

@@ -1286,3 +1286,66 @@ def _quant():
 
 
 _quant()
+
+
+# --------------------------------------------------------------------------- com.microsoft MoE
+def _moe():
+    """com.microsoft MoE as onnxruntime's CPU kernel takes it: interleaved SwiGLU experts
+    (swiglu_fusion = 1), fc1 [E, 2*I, H] (gate row 2i, up row 2i+1), fc2 [E, H, I]."""
+    op = "MoE"
+
+    def moe(name, *, T=6, H=8, I=4, E=4, k=2, dtype=np.float32, three_d=False, bias=False,
+            logits=None, x=None, **attrs):
+        r = rng_for(op, name)
+        x = randn(r, T, H, dtype=dtype) if x is None else x.astype(dtype)
+        if three_d:
+            x = x.reshape(2, T // 2, H)
+        lg = randn(r, T, E, dtype=dtype) if logits is None else logits.astype(dtype)
+        ins = [inp("input", x), inp("router_probs", lg),
+               init("fc1", randn(r, E, 2 * I, H, dtype=dtype, scale=0.5)),
+               init("fc1_bias", randn(r, E, 2 * I, dtype=dtype, scale=0.1)) if bias else None,
+               init("fc2", randn(r, E, H, I, dtype=dtype, scale=0.5))]
+        if bias:
+            ins.append(init("fc2_bias", randn(r, E, H, dtype=dtype, scale=0.1)))
+        out = F16 if dtype == np.float16 else F32
+        attrs = {"activation_type": "swiglu", "swiglu_fusion": 1, **attrs}
+        add(op, name, ins, [("y", out)], domain=MS, k=k, **attrs)
+
+    moe("top2_normalized", normalize_routing_weights=1)
+    moe("top2_unnormalized", normalize_routing_weights=0)
+    moe("top1", k=1, normalize_routing_weights=1)
+    moe("top_all", k=4, normalize_routing_weights=0)
+    moe("three_d_input", three_d=True, normalize_routing_weights=1)
+    moe("many_experts", E=16, k=4, T=5, normalize_routing_weights=1)
+    moe("biases_alpha_beta_limit", bias=True, normalize_routing_weights=0,
+        activation_alpha=1.702, activation_beta=1.0, swiglu_limit=0.8)
+    moe("f16_normalized", dtype=np.float16, normalize_routing_weights=1)
+    moe("f16_unnormalized_bias", dtype=np.float16, bias=True, normalize_routing_weights=0)
+    # equal probabilities: onnxruntime picks the higher expert index first
+    ties = np.zeros((6, 4), np.float32)
+    ties[1] = [1, 1, 1, 0]
+    ties[2] = [0, 2, 2, 2]
+    ties[3] = [5, 0, 5, 0]
+    ties[4] = [3, 3, 3, 3]
+    moe("tied_logits", logits=ties, normalize_routing_weights=1)
+    moe("tied_logits_top1", logits=ties, k=1, normalize_routing_weights=0)
+    # a NaN or +inf logit, or all -inf: every probability NaN, the token's output 0; a -inf
+    # logit among finite ones: probability 0; a non-finite input: NaN/inf through the experts
+    r = rng_for(op, "special")
+    lg = randn(r, 6, 4)
+    lg[0, 1] = np.nan
+    lg[1, 2] = np.inf
+    lg[2, 0] = -np.inf
+    lg[3, :] = -np.inf
+    lg[5, 0] = np.nan
+    x = randn(r, 6, 8)
+    x[4, 3] = np.inf
+    moe("nan_inf_normalized", logits=lg, x=x, normalize_routing_weights=1)
+    moe("nan_inf_unnormalized", logits=lg, x=x, normalize_routing_weights=0)
+    # a probability that underflows to 0 within the top k: skipped
+    lg = randn(r, 6, 4)
+    lg[:, 1] = 200.0
+    moe("underflowed_pick", logits=lg, x=x, k=2, normalize_routing_weights=1)
+
+
+_moe()
