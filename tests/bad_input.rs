@@ -59,13 +59,16 @@ fn invalid_config_json_names_line_and_column() {
 }
 
 #[test]
+/// An unknown model_type whose architecture is no causal LM (one that is gets the
+/// `--assume-llama` offer instead: tests/assume_llama.rs).
 fn unsupported_model_type_lists_supported_ones() {
     let t = tempfile::tempdir().unwrap();
     let src = copy_fixture("llama", &t.path().join("ckpt"));
     let cfg = std::fs::read_to_string(src.join("config.json")).unwrap();
     std::fs::write(
         src.join("config.json"),
-        cfg.replace("\"llama\"", "\"mamba\""),
+        cfg.replace("\"llama\"", "\"mamba\"")
+            .replace("LlamaForCausalLM", "MambaModel"),
     )
     .unwrap();
     fails(
