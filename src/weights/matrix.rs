@@ -239,3 +239,187 @@ fn fits(data: &[u8], dtype: DType, rows: usize, cols: usize) -> bool {
         .and_then(|n| n.checked_mul(dtype.size()))
         .is_some_and(|len| len == data.len())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// How a test matrix is laid out: `[rows, cols]` stored row-major, `[rows, cols]` stored
+    /// transposed, or parts concatenated along axis 0 or 1.
+    enum Shape {
+        RowMajor(usize, usize),
+        Transposed(usize, usize),
+        Stacked(Vec<Shape>),
+        Joined(Vec<Shape>),
+    }
+
+    /// Deterministic `dtype` elements (finite; some outside the f16 range), different per seed.
+    fn elements(n: usize, dtype: DType, seed: usize) -> Vec<u8> {
+        let f = |i: usize| {
+            let j = i + 1000 * seed;
+            ((j * 7919 % 1000) as f32 - 500.0) * if j % 89 == 0 { 1e3 } else { 0.37 }
+        };
+        match dtype {
+            DType::F32 => (0..n).flat_map(|i| f(i).to_le_bytes()).collect(),
+            DType::F16 => (0..n)
+                .flat_map(|i| half::f16::from_f32(f(i).clamp(-6e4, 6e4)).to_le_bytes())
+                .collect(),
+            _ => (0..n)
+                .flat_map(|i| half::bf16::from_f32(f(i)).to_le_bytes())
+                .collect(),
+        }
+    }
+
+    /// The stored bytes of every leaf of `shape`, in order.
+    fn stored(shape: &Shape, dtype: DType, out: &mut Vec<Vec<u8>>) {
+        match shape {
+            Shape::RowMajor(r, c) | Shape::Transposed(r, c) => {
+                out.push(elements(r * c, dtype, out.len()));
+            }
+            Shape::Stacked(parts) | Shape::Joined(parts) => {
+                parts.iter().for_each(|p| stored(p, dtype, out));
+            }
+        }
+    }
+
+    /// The matrix of `shape` over the leaves `data` (taken in order), with its rows computed
+    /// element by element (each row `cols · size` bytes).
+    fn build<'a>(
+        shape: &Shape,
+        dtype: DType,
+        data: &mut std::slice::Iter<'a, Vec<u8>>,
+    ) -> (Matrix<'a>, Vec<Vec<u8>>) {
+        let e = dtype.size();
+        match shape {
+            Shape::RowMajor(r, c) => {
+                let bytes = data.next().unwrap();
+                let rows = bytes.chunks(c * e).map(<[u8]>::to_vec).collect();
+                (Matrix::row_major(bytes, dtype, *r, *c).unwrap(), rows)
+            }
+            Shape::Transposed(r, c) => {
+                let bytes = data.next().unwrap();
+                let rows = (0..*r)
+                    .map(|i| {
+                        (0..*c)
+                            .flat_map(|j| bytes[(j * r + i) * e..(j * r + i + 1) * e].to_vec())
+                            .collect()
+                    })
+                    .collect();
+                (Matrix::transposed(bytes, dtype, *c, *r).unwrap(), rows)
+            }
+            Shape::Stacked(parts) | Shape::Joined(parts) => {
+                let built: Vec<_> = parts.iter().map(|p| build(p, dtype, data)).collect();
+                let axis = usize::from(matches!(shape, Shape::Joined(_)));
+                let mut rows: Vec<Vec<u8>> = Vec::new();
+                for (_, part_rows) in &built {
+                    if axis == 0 {
+                        rows.extend(part_rows.iter().cloned());
+                    } else {
+                        rows.resize(part_rows.len(), Vec::new());
+                        for (row, part_row) in rows.iter_mut().zip(part_rows) {
+                            row.extend_from_slice(part_row);
+                        }
+                    }
+                }
+                let matrices = built.into_iter().map(|(m, _)| m).collect();
+                (Matrix::concat(matrices, axis).unwrap(), rows)
+            }
+        }
+    }
+
+    /// Mixture-of-experts stacks (odd sizes, more rows than a strip of the transpose) and
+    /// nested concatenations of every layout.
+    fn shapes() -> Vec<Shape> {
+        use Shape::*;
+        vec![
+            RowMajor(5, 7),
+            Transposed(70, 9),
+            // Gate/up stack: [H, E·I] of transposed [I, H] experts.
+            Joined(vec![
+                Transposed(70, 13),
+                Transposed(70, 13),
+                Transposed(70, 13),
+            ]),
+            // Down stack: [E·I, H] of transposed [H, I] experts.
+            Stacked(vec![
+                Transposed(11, 37),
+                Transposed(11, 37),
+                Transposed(11, 37),
+            ]),
+            Joined(vec![
+                Transposed(67, 3),
+                RowMajor(67, 40),
+                Stacked(vec![RowMajor(30, 2), Transposed(37, 2)]),
+                Transposed(67, 1),
+            ]),
+            Stacked(vec![
+                RowMajor(1, 20),
+                Joined(vec![Transposed(33, 19), RowMajor(33, 1)]),
+                Transposed(40, 20),
+            ]),
+        ]
+    }
+
+    #[test]
+    fn blocks_equal_the_matrix_built_element_by_element_then_converted() {
+        let floats = [DType::F32, DType::F16, DType::BF16];
+        let mut clamped_somewhere = false;
+        for shape in shapes() {
+            for from in floats {
+                let mut leaves = Vec::new();
+                stored(&shape, from, &mut leaves);
+                let (matrix, rows) = build(&shape, from, &mut leaves.iter());
+                let (r, c) = (matrix.rows(), matrix.cols());
+                assert_eq!((rows.len(), rows[0].len()), (r, c * from.size()));
+                let blocks = [
+                    (0..r, 0..c),
+                    (1..r, 2..c - 1),
+                    (r / 3..r / 3 + 1, 0..c),
+                    (r - 1..r, c / 2..c),
+                    (r / 2..r, c / 3..c / 3 + 5),
+                ];
+                for to in floats {
+                    for (block_rows, cols) in blocks.clone() {
+                        let e = from.size();
+                        let naive: Vec<u8> = rows[block_rows.clone()]
+                            .iter()
+                            .flat_map(|row| row[cols.start * e..cols.end * e].to_vec())
+                            .collect();
+                        let mut want = Vec::new();
+                        let want_clamped = convert::convert_into(&naive, from, to, &mut want);
+                        clamped_somewhere |= want_clamped > 0;
+                        let mut got = vec![0xAA; want.len()];
+                        let clamped = matrix.fill(block_rows.start, cols.clone(), to, &mut got);
+                        let what = format!("{from} -> {to}, [{r}, {c}], {block_rows:?} × {cols:?}");
+                        assert!(got == want, "{what}: bytes differ");
+                        assert_eq!(clamped, want_clamped, "{what}");
+                    }
+                }
+            }
+        }
+        assert!(
+            clamped_somewhere,
+            "no block clamped a value: the count went untested"
+        );
+    }
+
+    #[test]
+    fn parts_that_do_not_fit_are_refused() {
+        let bytes = elements(12, DType::F32, 0);
+        let a = || Matrix::row_major(&bytes, DType::F32, 3, 4).unwrap();
+        let b = || Matrix::transposed(&bytes, DType::F32, 3, 4).unwrap(); // [4, 3]
+        assert!(Matrix::row_major(&bytes, DType::F32, 3, 5).is_none());
+        assert!(Matrix::transposed(&bytes[1..], DType::F32, 3, 4).is_none());
+        assert!(Matrix::concat(vec![a(), b()], 0).is_none());
+        assert!(Matrix::concat(vec![a(), b()], 1).is_none());
+        assert!(Matrix::concat(vec![a(), a()], 2).is_none());
+        assert!(Matrix::concat(Vec::new(), 0).is_none());
+        let halves = elements(12, DType::F16, 0);
+        let h = Matrix::row_major(&halves, DType::F16, 3, 4).unwrap();
+        assert!(Matrix::concat(vec![a(), h], 0).is_none());
+        let joined = Matrix::concat(vec![a(), a(), a()], 1).unwrap();
+        assert_eq!((joined.rows(), joined.cols()), (3, 12));
+        let stacked = Matrix::concat(vec![b(), b()], 0).unwrap();
+        assert_eq!((stacked.rows(), stacked.cols()), (8, 3));
+    }
+}
