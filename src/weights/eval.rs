@@ -917,6 +917,99 @@ mod tests {
         assert!(err.contains("4..7 along axis 1"), "{err}");
     }
 
+    /// `[rows, cols]` of `dtype` (f32 or bf16) from a seed: varied values, some outside the
+    /// f16 range.
+    fn matrix(dtype: DType, shape: Vec<usize>, seed: usize) -> TensorSource {
+        let n: usize = shape.iter().product();
+        let values: Vec<f32> = (0..n)
+            .map(|i| {
+                let j = i * 31 + seed * 1009;
+                ((j % 997) as f32 - 498.0) * if j % 61 == 0 { 1e3 } else { 0.21 }
+            })
+            .collect();
+        let (data, _) = convert::convert(bytemuck::cast_slice(&values), DType::F32, dtype);
+        TensorSource::Inline(TensorData {
+            dtype,
+            shape,
+            bytes: data,
+        })
+    }
+
+    #[test]
+    fn concatenations_stream_as_they_materialize_converted() {
+        for from in [DType::F32, DType::BF16] {
+            let m = |shape: Vec<usize>, seed| matrix(from, shape, seed);
+            let t = |shape: Vec<usize>, seed| TensorSource::Transpose(Box::new(m(shape, seed)));
+            // Columns 2..6 of a stored matrix: not read in place, materialised alone.
+            let computed = |rows: usize, seed| TensorSource::Slice {
+                source: Box::new(m(vec![rows, 9], seed)),
+                axis: 1,
+                start: 2,
+                len: 4,
+                total: 9,
+            };
+            let concat = |parts, axis| TensorSource::Concat { parts, axis };
+            let sources = [
+                // A gate/up stack [H, E·I] of transposed [I, H] experts, H = 70.
+                concat(
+                    vec![t(vec![13, 70], 1), t(vec![13, 70], 2), t(vec![13, 70], 3)],
+                    1,
+                ),
+                // A down stack [E·I, H] of transposed [H, I] experts.
+                concat(vec![t(vec![70, 13], 4), t(vec![70, 13], 5)], 0),
+                // Side by side: transposed, stored, computed and nested parts.
+                concat(
+                    vec![
+                        t(vec![3, 70], 6),
+                        m(vec![70, 5], 7),
+                        computed(70, 8),
+                        concat(vec![m(vec![30, 2], 9), t(vec![2, 40], 10)], 0),
+                        t(vec![1, 70], 11),
+                    ],
+                    1,
+                ),
+                // One above the other: transposed, stored, computed, side-by-side parts.
+                concat(
+                    vec![
+                        t(vec![4, 33], 12),
+                        m(vec![2, 4], 13),
+                        computed(3, 14),
+                        concat(vec![t(vec![1, 40], 15), m(vec![40, 3], 16)], 1),
+                    ],
+                    0,
+                ),
+                // Rank 3: along axis 0 part by part, along an inner axis materialised.
+                concat(vec![m(vec![2, 3, 5], 17), m(vec![1, 3, 5], 18)], 0),
+                concat(vec![m(vec![2, 3, 5], 19), m(vec![2, 1, 5], 20)], 1),
+                concat(vec![m(vec![2, 3, 5], 21), m(vec![2, 3, 1], 22)], 2),
+            ];
+            let mut clamped_somewhere = false;
+            for src in &sources {
+                let mut ev = Evaluator::new(None);
+                let (dtype, _, whole) = ev.materialize(src).unwrap();
+                assert_eq!(dtype, from);
+                for to in [DType::F32, DType::F16, DType::BF16] {
+                    let (want, want_clamped) = convert::convert(&whole, from, to);
+                    clamped_somewhere |= want_clamped > 0;
+                    for every in [usize::MAX, 4000, 1000, 7] {
+                        let mut sink = super::super::sink::Uneven {
+                            bytes: Vec::new(),
+                            every,
+                        };
+                        let clamped = ev.stream(src, to, &mut sink).unwrap();
+                        let what = format!("{from} -> {to}, pieces of {every}, {src:?}");
+                        assert!(sink.bytes == want, "{what}: bytes differ");
+                        assert_eq!(clamped, want_clamped, "{what}");
+                    }
+                }
+            }
+            assert!(
+                clamped_somewhere,
+                "no value was clamped: the count went untested"
+            );
+        }
+    }
+
     #[test]
     fn concat_rejects_mismatched_parts() {
         let a = TensorSource::Inline(TensorData::from_f32(vec![2, 3], &[0.; 6]));

@@ -223,26 +223,10 @@ impl Evaluator<'_> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::sink::Uneven;
     use super::*;
     use crate::ir::TensorData;
     use half::{bf16, f16};
-
-    /// A sink whose buffers end every `every` bytes, so that tensors arrive in odd pieces.
-    struct Uneven {
-        bytes: Vec<u8>,
-        every: usize,
-    }
-
-    impl Sink for Uneven {
-        fn write(&mut self, bytes: &[u8]) -> Result<()> {
-            self.bytes.extend_from_slice(bytes);
-            Ok(())
-        }
-
-        fn room(&self) -> usize {
-            self.every - self.bytes.len() % self.every
-        }
-    }
 
     /// `count` values of varied magnitude, with zeros of both signs, ties in magnitude and an
     /// all-zero stretch (a block with scale 0).
@@ -337,25 +321,76 @@ mod tests {
         {
             let spec = QuantParams::new(bits, block_size, symmetric);
             let w = values(k * n, case as u32 + 1);
-            // The same `[K, N]` weight stored as it is and stored transposed.
-            let t: Vec<f32> = (0..k * n).map(|i| w[(i % k) * n + i / k]).collect();
+            // Rows `rows` × columns `cols` of `w`, row-major or transposed.
+            let block = |rows: Range<usize>, cols: Range<usize>, transposed: bool| {
+                let shape = [rows.len(), cols.len()];
+                let at = |r: usize, c: usize| w[(rows.start + r) * n + cols.start + c];
+                let stored_as_shape =
+                    |v: Vec<f32>, s: [usize; 2]| stored(&v, stored_as, s.to_vec());
+                match transposed {
+                    false => stored_as_shape(
+                        (0..shape[0] * shape[1])
+                            .map(|i| at(i / shape[1], i % shape[1]))
+                            .collect(),
+                        shape,
+                    ),
+                    true => TensorSource::Transpose(Box::new(stored_as_shape(
+                        (0..shape[0] * shape[1])
+                            .map(|i| at(i % shape[0], i / shape[0]))
+                            .collect(),
+                        [shape[1], shape[0]],
+                    ))),
+                }
+            };
+            // The same `[K, N]` weight stored as it is, stored transposed, as experts side by
+            // side and one above the other (split where tiles of columns cross parts).
+            let (a, b, c) = (n / 3, 2 * n / 3, k / 2);
             let weights = [
-                stored(&w, stored_as, vec![k, n]),
-                TensorSource::Transpose(Box::new(stored(&t, stored_as, vec![n, k]))),
+                block(0..k, 0..n, false),
+                block(0..k, 0..n, true),
+                TensorSource::Concat {
+                    parts: vec![
+                        block(0..k, 0..a, true),
+                        block(0..k, a..b, false),
+                        block(0..k, b..n, true),
+                    ],
+                    axis: 1,
+                },
+                TensorSource::Concat {
+                    parts: vec![block(0..c, 0..n, true), block(c..k, 0..n, false)],
+                    axis: 0,
+                },
             ];
+            // The reference: the plain weight quantized whole.
+            let mut ev = Evaluator::new(None);
+            let plain = inputs(&weights[0], dtype, spec);
+            let wholes: Vec<Vec<u8>> = plain
+                .iter()
+                .map(|(src, _)| ev.materialize(src).unwrap().2)
+                .collect();
+            let converted = ev.read(&weights[0], dtype).unwrap();
+            let quantized = quant::quantize(&converted, dtype, k, n, &spec).unwrap();
+            let values_part = TensorSource::Quantize {
+                source: Box::new(weights[0].clone()),
+                dtype,
+                spec,
+                part: QuantPart::Values,
+            };
+            assert_eq!(ev.materialize(&values_part).unwrap().2, quantized.values);
             for weight in &weights {
-                for (src, target) in inputs(weight, dtype, spec) {
+                for ((src, target), whole) in inputs(weight, dtype, spec).iter().zip(&wholes) {
                     let mut ev = Evaluator::new(None);
-                    let (_, _, whole) = ev.materialize(&src).unwrap();
+                    let (_, _, materialized) = ev.materialize(src).unwrap();
+                    assert!(&materialized == whole, "case {case}, {src:?}: materialized");
                     for every in [usize::MAX, 1000, 7] {
                         let mut sink = Uneven {
                             bytes: Vec::new(),
                             every,
                         };
                         let mut ev = Evaluator::new(None);
-                        assert!(ev.stream_nbits_columns(&src, target, &mut sink).unwrap());
+                        assert!(ev.stream_nbits_columns(src, *target, &mut sink).unwrap());
                         assert!(
-                            sink.bytes == whole,
+                            &sink.bytes == whole,
                             "case {case}, {src:?}, pieces of {every}: streamed bytes differ"
                         );
                     }
@@ -415,9 +450,19 @@ mod tests {
         w[38 * n + 3] = f32::NAN;
         let t: Vec<f32> = (0..k * n).map(|i| w[(i % k) * n + i / k]).collect();
         let spec = QuantParams::new(4, 16, false);
+        // Columns 0..75 and 75..150 as two transposed experts side by side.
+        let (first, second) = t.split_at(75 * k);
+        let experts = TensorSource::Concat {
+            parts: vec![
+                TensorSource::Transpose(Box::new(stored(first, DType::BF16, vec![75, k]))),
+                TensorSource::Transpose(Box::new(stored(second, DType::BF16, vec![75, k]))),
+            ],
+            axis: 1,
+        };
         for weight in [
             stored(&w, DType::F32, vec![k, n]),
             TensorSource::Transpose(Box::new(stored(&t, DType::BF16, vec![n, k]))),
+            experts,
         ] {
             for (src, target) in inputs(&weight, DType::F16, spec) {
                 let mut ev = Evaluator::new(None);

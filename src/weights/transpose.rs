@@ -325,6 +325,34 @@ mod tests {
     }
 
     #[test]
+    fn rows_written_into_slices_of_wider_rows_leave_the_rest_alone() {
+        // Output rows 3..3 + 40 of the transpose (each 70 values) into columns 5..75 of a
+        // `[40, 80]` f16 buffer, as one part of a wider matrix is written beside others.
+        let (rows, cols, first, n) = (70, 50, 3, 40);
+        let src = values(rows * cols, DType::F32);
+        let (want, _) = naive(&src, rows, cols, DType::F32, DType::F16);
+        // The values clamped in the rows written.
+        let (as_f32, _) = naive(&src, rows, cols, DType::F32, DType::F32);
+        let written = &as_f32[first * rows * 4..(first + n) * rows * 4];
+        let want_clamped = convert::convert_into(written, DType::F32, DType::F16, &mut Vec::new());
+        let mut wide = vec![0xEEu8; n * 80 * 2];
+        let mut slices: Vec<&mut [u8]> = wide
+            .chunks_exact_mut(80 * 2)
+            .map(|row| &mut row[5 * 2..75 * 2])
+            .collect();
+        let clamped =
+            transpose_rows_to(&src, rows, cols, DType::F32, DType::F16, first, &mut slices);
+        for (i, row) in wide.chunks_exact(80 * 2).enumerate() {
+            let out_row = &want[(first + i) * rows * 2..(first + i + 1) * rows * 2];
+            assert_eq!(&row[10..150], out_row, "row {i}");
+            assert!(row[..10].iter().chain(&row[150..]).all(|&b| b == 0xEE));
+        }
+        assert!(want_clamped > 0);
+        assert_eq!(clamped, want_clamped);
+        assert_eq!(strip_rows(DType::F16), 32);
+    }
+
+    #[test]
     fn unaligned_sources_transpose_like_aligned_ones() {
         let (rows, cols) = (9, 11);
         let src = values(rows * cols, DType::F32);
