@@ -269,8 +269,9 @@ impl<'a> Evaluator<'a> {
     }
 
     /// Streams `src` converted to `target` into `sink`, block by block where no transform
-    /// needs the whole tensor (checkpoint tensors, their row slices and transposes are read in
-    /// place). Returns the number of values clamped to the f16 range.
+    /// needs the whole tensor (checkpoint tensors, their row slices and transposes, and
+    /// concatenations of these, are read in place). Returns the number of values clamped to
+    /// the f16 range.
     pub fn stream(
         &mut self,
         src: &TensorSource,
@@ -358,9 +359,9 @@ impl<'a> Evaluator<'a> {
     /// where its layout allows: along axis 0 the parts one after the other, each streamed as
     /// it would be alone; along the last axis of 2-D parts, blocks of whole rows, each
     /// assembled from the same rows of every part ([`Matrix`]: read in place where the part
-    /// is a stored matrix, its transpose or a concatenation of such; a part that is none of
-    /// these is materialised alone). A concatenation along an inner axis of higher-rank
-    /// tensors is materialised whole.
+    /// is a stored matrix, its transpose or a concatenation of such; the parts that are none
+    /// of these are materialised first, each on its own). A concatenation along an inner axis
+    /// of higher-rank tensors is materialised whole.
     fn stream_concat(
         &mut self,
         src: &TensorSource,
@@ -730,19 +731,17 @@ fn rotary_rows(inv_freq: &[f32], sine: bool, rows: std::ops::Range<usize>, out: 
 }
 
 /// Streams `matrix` converted to `to`, in blocks of whole rows that fill the sink's buffer,
-/// each at least one strip of the tiled transpose ([`transpose::strip_rows`]: transposed
-/// parts then read each cache line of their source once), filled in place ([`Matrix::fill`]:
-/// tiled, conversion fused, in parallel).
+/// each filled in place ([`Matrix::fill`]: transposed parts tiled, conversion fused, in
+/// parallel).
 fn stream_matrix(matrix: &Matrix<'_>, to: DType, sink: &mut dyn Sink) -> Result<usize> {
     let (rows, cols) = (matrix.rows(), matrix.cols());
     let out_row = cols * to.size();
     if out_row == 0 {
         return Ok(0);
     }
-    let least = transpose::strip_rows(matrix.dtype());
     let (mut clamped, mut first) = (0, 0);
     while first < rows {
-        let n = (sink.room() / out_row).max(least).min(rows - first);
+        let n = (sink.room() / out_row).clamp(1, rows - first);
         clamped += sink.write_with(n * out_row, &mut |dst| matrix.fill(first, 0..cols, to, dst))?;
         first += n;
     }

@@ -98,13 +98,6 @@ pub fn transpose_rows_to(
     }
 }
 
-/// Output rows one task of the transpose writes: as many as one cache line holds source
-/// elements of `dtype`. A transpose written in pieces of whole strips reads every cache line
-/// of its source once.
-pub fn strip_rows(dtype: DType) -> usize {
-    STRIP_BYTES / dtype.size()
-}
-
 /// One call of [`transpose_rows_into`]: the matrix and the output rows wanted.
 struct Job {
     rows: usize,
@@ -349,7 +342,6 @@ mod tests {
         }
         assert!(want_clamped > 0);
         assert_eq!(clamped, want_clamped);
-        assert_eq!(strip_rows(DType::F16), 32);
     }
 
     #[test]
