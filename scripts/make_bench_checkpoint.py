@@ -1,13 +1,17 @@
 #!/usr/bin/env python3
-"""Writes a random bf16 Llama checkpoint for `scripts/bench.sh weights` (numpy only).
+"""Writes a random bf16 Llama (or Mixtral) checkpoint for `scripts/bench.sh weights` (numpy only).
 
-    make_bench_checkpoint.py OUT_DIR [--shards N] [--layers L]
+    make_bench_checkpoint.py OUT_DIR [--shards N] [--layers L] [--moe]
 
 OUT_DIR gets config.json and either model.safetensors (--shards 1, the default) or N shards
 model-0000i-of-0000N.safetensors plus model.safetensors.index.json, as Hugging Face saves them.
 The default shape (hidden 1024, 16 heads, 8 KV heads, intermediate 2816, 20 layers, vocab 32768,
 untied head) has about 303M parameters: 606 MB of bf16. Weights are 0.02 * N(0, 1) (norms 1),
 rounded to bf16 by truncation, from a fixed seed, so every run writes the same bytes.
+
+With --moe the checkpoint is a Mixtral (the same attention, and in each layer a router over
+8 experts of intermediate 3584, 2 picked per token, instead of the MLP); with --layers 4 it has
+about 420M parameters: 0.84 GB of bf16, 0.70 GB of it expert weights that a build stacks.
 """
 
 import argparse
@@ -22,9 +26,11 @@ HEADS = 16
 KV_HEADS = 8
 INTERMEDIATE = 2816
 VOCAB = 32768
+EXPERTS = 8
+EXPERT_INTERMEDIATE = 3584
 
 
-def tensors(layers):
+def tensors(layers, moe):
     """(name, shape) of every tensor, in the order Hugging Face lists them."""
     head_dim = HIDDEN // HEADS
     out = [("model.embed_tokens.weight", (VOCAB, HIDDEN))]
@@ -37,10 +43,22 @@ def tensors(layers):
             (p + "self_attn.v_proj.weight", (KV_HEADS * head_dim, HIDDEN)),
             (p + "self_attn.o_proj.weight", (HIDDEN, HEADS * head_dim)),
             (p + "post_attention_layernorm.weight", (HIDDEN,)),
-            (p + "mlp.gate_proj.weight", (INTERMEDIATE, HIDDEN)),
-            (p + "mlp.up_proj.weight", (INTERMEDIATE, HIDDEN)),
-            (p + "mlp.down_proj.weight", (HIDDEN, INTERMEDIATE)),
         ]
+        if moe:
+            m = p + "block_sparse_moe."
+            out.append((m + "gate.weight", (EXPERTS, HIDDEN)))
+            for e in range(EXPERTS):
+                out += [
+                    (m + f"experts.{e}.w1.weight", (EXPERT_INTERMEDIATE, HIDDEN)),
+                    (m + f"experts.{e}.w2.weight", (HIDDEN, EXPERT_INTERMEDIATE)),
+                    (m + f"experts.{e}.w3.weight", (EXPERT_INTERMEDIATE, HIDDEN)),
+                ]
+        else:
+            out += [
+                (p + "mlp.gate_proj.weight", (INTERMEDIATE, HIDDEN)),
+                (p + "mlp.up_proj.weight", (INTERMEDIATE, HIDDEN)),
+                (p + "mlp.down_proj.weight", (HIDDEN, INTERMEDIATE)),
+            ]
     out += [("model.norm.weight", (HIDDEN,)), ("lm_head.weight", (VOCAB, HIDDEN))]
     return out
 
@@ -77,6 +95,7 @@ def main():
     parser.add_argument("out")
     parser.add_argument("--shards", type=int, default=1)
     parser.add_argument("--layers", type=int, default=20)
+    parser.add_argument("--moe", action="store_true", help="a Mixtral: 8 experts per layer")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     config = {
@@ -98,10 +117,19 @@ def main():
         "bos_token_id": 1,
         "eos_token_id": 2,
     }
+    if args.moe:
+        config.update(
+            architectures=["MixtralForCausalLM"],
+            model_type="mixtral",
+            intermediate_size=EXPERT_INTERMEDIATE,
+            num_local_experts=EXPERTS,
+            num_experts_per_tok=2,
+            sliding_window=None,
+        )
     with open(os.path.join(args.out, "config.json"), "w") as f:
         json.dump(config, f, indent=2)
     rng = np.random.default_rng(13)
-    items = tensors(args.layers)
+    items = tensors(args.layers, args.moe)
     if args.shards <= 1:
         write_safetensors(os.path.join(args.out, "model.safetensors"), items, rng)
         return

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use memmap2::Mmap;
 
 use super::convert::{self, CHUNK_ELEMS};
+use super::matrix::Matrix;
 use super::sink::Sink;
 use super::store::TensorStore;
 use super::transpose;
@@ -216,6 +217,12 @@ impl<'a> Evaluator<'a> {
     }
 
     fn external(&mut self, path: &Path, offset: u64, length: u64) -> Result<&[u8]> {
+        self.map_file(path)?;
+        self.mapped(path, offset, length)
+    }
+
+    /// Maps the external data file `path` (once).
+    fn map_file(&mut self, path: &Path) -> Result<()> {
         if !self.files.contains_key(path) {
             let file = File::open(path).map_err(|e| Error::io(path, e))?;
             // SAFETY: the file is opened read-only and mobius never writes to an input file while
@@ -223,7 +230,29 @@ impl<'a> Evaluator<'a> {
             let map = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(path, e))?;
             self.files.insert(path.to_path_buf(), map);
         }
-        let map = &self.files[path];
+        Ok(())
+    }
+
+    /// Maps the external data files of the stored tensors that `src` reads in place (its
+    /// leaves, through transposes, slices and concatenations), so that [`Evaluator::stored_leaf`]
+    /// can borrow several of them at once.
+    fn map_files(&mut self, src: &TensorSource) -> Result<()> {
+        match src {
+            TensorSource::External { path, .. } => self.map_file(path),
+            TensorSource::Transpose(inner) | TensorSource::Slice { source: inner, .. } => {
+                self.map_files(inner)
+            }
+            TensorSource::Concat { parts, .. } => parts.iter().try_for_each(|p| self.map_files(p)),
+            _ => Ok(()),
+        }
+    }
+
+    /// Bytes `offset..offset + length` of the mapped external data file `path`.
+    fn mapped(&self, path: &Path, offset: u64, length: u64) -> Result<&[u8]> {
+        let map = self.files.get(path).ok_or_else(|| Error::Onnx {
+            path: path.to_path_buf(),
+            message: "external data file read before it was opened".into(),
+        })?;
         let end = offset
             .checked_add(length)
             .filter(|&e| e <= map.len() as u64);
@@ -240,8 +269,9 @@ impl<'a> Evaluator<'a> {
     }
 
     /// Streams `src` converted to `target` into `sink`, block by block where no transform
-    /// needs the whole tensor (checkpoint tensors, their row slices and transposes are read in
-    /// place). Returns the number of values clamped to the f16 range.
+    /// needs the whole tensor (checkpoint tensors, their row slices and transposes, and
+    /// concatenations of these, are read in place). Returns the number of values clamped to
+    /// the f16 range.
     pub fn stream(
         &mut self,
         src: &TensorSource,
@@ -253,16 +283,17 @@ impl<'a> Evaluator<'a> {
         }
         match src {
             TensorSource::Transpose(inner) => {
-                if let Some(leaf) = self.leaf(inner)? {
-                    if let [rows, cols] = leaf.shape[..] {
-                        return stream_transposed(leaf.data, rows, cols, leaf.dtype, target, sink);
-                    }
+                if let Some(matrix) = self.matrix(src)? {
+                    return stream_matrix(&matrix, target, sink);
                 }
                 // MatMulNBits' scales (or zero points) of a weight just quantized: transposed
                 // straight from the kept quantization.
                 if let Some((part, dtype, shape)) = self.shared_part(inner)? {
-                    if let [rows, cols] = shape[..] {
-                        return stream_transposed(&part, rows, cols, dtype, target, sink);
+                    if let Some(matrix) = match shape[..] {
+                        [rows, cols] => Matrix::transposed(&part, dtype, rows, cols),
+                        _ => None,
+                    } {
+                        return stream_matrix(&matrix, target, sink);
                     }
                 }
                 let (dtype, _, bytes) = self.materialize(src)?;
@@ -272,8 +303,10 @@ impl<'a> Evaluator<'a> {
                 let (part, dtype, _) = self.shared_part(src)?.expect("a Quantize part");
                 stream_converted(&part, dtype, target, sink)
             }
-            TensorSource::Concat { .. }
-            | TensorSource::AddScalar { .. }
+            TensorSource::Concat { parts, axis } => {
+                self.stream_concat(src, parts, *axis, target, sink)
+            }
+            TensorSource::AddScalar { .. }
             | TensorSource::NBits { .. }
             | TensorSource::FromNBits { .. }
             | TensorSource::Packed4 { .. }
@@ -322,9 +355,72 @@ impl<'a> Evaluator<'a> {
         }
     }
 
+    /// Streams `src`, the concatenation of `parts` along `axis`, without materialising it
+    /// where its layout allows: along axis 0 the parts one after the other, each streamed as
+    /// it would be alone; along the last axis of 2-D parts, blocks of whole rows, each
+    /// assembled from the same rows of every part ([`Matrix`]: read in place where the part
+    /// is a stored matrix, its transpose or a concatenation of such; the parts that are none
+    /// of these are materialised first, each on its own). A concatenation along an inner axis
+    /// of higher-rank tensors is materialised whole.
+    fn stream_concat(
+        &mut self,
+        src: &TensorSource,
+        parts: &[TensorSource],
+        axis: usize,
+        target: DType,
+        sink: &mut dyn Sink,
+    ) -> Result<usize> {
+        let info = self.describe(src)?;
+        if axis == 0 {
+            let mut clamped = 0;
+            for part in parts {
+                clamped += self.stream(part, target, sink)?;
+            }
+            return Ok(clamped);
+        }
+        if info.shape.len() == 2 {
+            self.map_files(src)?;
+            let mut owned = Vec::with_capacity(parts.len());
+            for part in parts {
+                let in_place = self.stored_matrix(part)?.is_some();
+                owned.push(match in_place {
+                    true => None,
+                    false => Some(self.materialize(part)?),
+                });
+            }
+            let this = &*self;
+            let mut matrices = Vec::with_capacity(parts.len());
+            for (part, owned) in parts.iter().zip(&owned) {
+                matrices.push(match owned {
+                    None => this.stored_matrix(part)?,
+                    Some((dtype, shape, bytes)) => match shape[..] {
+                        [rows, cols] => Matrix::row_major(bytes, *dtype, rows, cols),
+                        _ => None,
+                    },
+                });
+            }
+            let joined = matrices
+                .into_iter()
+                .collect::<Option<Vec<_>>>()
+                .and_then(|m| Matrix::concat(m, 1));
+            if let Some(matrix) = joined {
+                return stream_matrix(&matrix, target, sink);
+            }
+        }
+        let (dtype, _, bytes) = self.materialize(src)?;
+        stream_converted(&bytes, dtype, target, sink)
+    }
+
     /// The stored bytes of a leaf source (checkpoint, inline or external), without copying;
     /// `None` for transforms and for packed 4-bit external data (see [`Evaluator::materialize`]).
     pub(super) fn leaf<'s>(&'s mut self, src: &'s TensorSource) -> Result<Option<Leaf<'s>>> {
+        self.map_files(src)?;
+        self.stored_leaf(src)
+    }
+
+    /// [`Evaluator::leaf`] of a source whose external data files are mapped
+    /// ([`Evaluator::map_files`]).
+    fn stored_leaf<'s>(&'s self, src: &'s TensorSource) -> Result<Option<Leaf<'s>>> {
         let (dtype, shape, data) = match src {
             TensorSource::Checkpoint(name) => {
                 let t = self.checkpoint(name)?;
@@ -343,7 +439,7 @@ impl<'a> Evaluator<'a> {
                     return Ok(None);
                 }
                 let (dtype, shape) = (*dtype, shape.clone());
-                (dtype, shape, self.external(path, *offset, *length)?)
+                (dtype, shape, self.mapped(path, *offset, *length)?)
             }
             TensorSource::Slice {
                 source,
@@ -352,7 +448,7 @@ impl<'a> Evaluator<'a> {
                 len,
                 total,
             } => {
-                let Some(leaf) = self.leaf(source)? else {
+                let Some(leaf) = self.stored_leaf(source)? else {
                     return Ok(None);
                 };
                 let mut shape = leaf.shape.clone();
@@ -376,6 +472,42 @@ impl<'a> Evaluator<'a> {
             | TensorSource::Fp8Blocks { .. } => return Ok(None),
         };
         Ok(Some(Leaf { dtype, shape, data }))
+    }
+
+    /// `src` as a 2-D matrix read in place ([`Matrix`]): a 2-D stored tensor (or a row slice
+    /// of one), the transpose of one, or a concatenation of such along axis 0 or 1. `None` for
+    /// anything else.
+    pub(super) fn matrix<'s>(&'s mut self, src: &'s TensorSource) -> Result<Option<Matrix<'s>>> {
+        self.map_files(src)?;
+        self.stored_matrix(src)
+    }
+
+    /// [`Evaluator::matrix`] of a source whose external data files are mapped.
+    fn stored_matrix<'s>(&'s self, src: &'s TensorSource) -> Result<Option<Matrix<'s>>> {
+        match src {
+            TensorSource::Transpose(inner) => Ok(self.stored_leaf(inner)?.and_then(|leaf| {
+                let [rows, cols] = leaf.shape[..] else {
+                    return None;
+                };
+                Matrix::transposed(leaf.data, leaf.dtype, rows, cols)
+            })),
+            TensorSource::Concat { parts, axis } => {
+                let mut matrices = Vec::with_capacity(parts.len());
+                for part in parts {
+                    match self.stored_matrix(part)? {
+                        Some(m) => matrices.push(m),
+                        None => return Ok(None),
+                    }
+                }
+                Ok(Matrix::concat(matrices, *axis))
+            }
+            other => Ok(self.stored_leaf(other)?.and_then(|leaf| {
+                let [rows, cols] = leaf.shape[..] else {
+                    return None;
+                };
+                Matrix::row_major(leaf.data, leaf.dtype, rows, cols)
+            })),
+        }
     }
 
     /// The bytes of `src` converted to `target`, collected in memory (small tensors, or when
@@ -603,27 +735,19 @@ fn rotary_rows(inv_freq: &[f32], sine: bool, rows: std::ops::Range<usize>, out: 
     });
 }
 
-/// Streams the transpose of a row-major `[rows, cols]` matrix, converted to `to`, in blocks of
-/// whole output rows that fill the sink's buffer, reading the source in place
-/// ([`transpose::transpose_rows_into`]: tiled, conversion fused, in parallel).
-fn stream_transposed(
-    data: &[u8],
-    rows: usize,
-    cols: usize,
-    from: DType,
-    to: DType,
-    sink: &mut dyn Sink,
-) -> Result<usize> {
-    let out_row = rows * to.size();
+/// Streams `matrix` converted to `to`, in blocks of whole rows that fill the sink's buffer,
+/// each filled in place ([`Matrix::fill`]: transposed parts tiled, conversion fused, in
+/// parallel).
+fn stream_matrix(matrix: &Matrix<'_>, to: DType, sink: &mut dyn Sink) -> Result<usize> {
+    let (rows, cols) = (matrix.rows(), matrix.cols());
+    let out_row = cols * to.size();
     if out_row == 0 {
         return Ok(0);
     }
     let (mut clamped, mut first) = (0, 0);
-    while first < cols {
-        let n = (sink.room() / out_row).clamp(1, cols - first);
-        clamped += sink.write_with(n * out_row, &mut |dst| {
-            transpose::transpose_rows_into(data, rows, cols, from, to, first, dst)
-        })?;
+    while first < rows {
+        let n = (sink.room() / out_row).clamp(1, rows - first);
+        clamped += sink.write_with(n * out_row, &mut |dst| matrix.fill(first, 0..cols, to, dst))?;
         first += n;
     }
     Ok(clamped)
@@ -795,6 +919,99 @@ mod tests {
         };
         let err = ev.describe(&outside).unwrap_err().to_string();
         assert!(err.contains("4..7 along axis 1"), "{err}");
+    }
+
+    /// `[rows, cols]` of `dtype` (f32 or bf16) from a seed: varied values, some outside the
+    /// f16 range.
+    fn matrix(dtype: DType, shape: Vec<usize>, seed: usize) -> TensorSource {
+        let n: usize = shape.iter().product();
+        let values: Vec<f32> = (0..n)
+            .map(|i| {
+                let j = i * 31 + seed * 1009;
+                ((j % 997) as f32 - 498.0) * if j % 61 == 0 { 1e3 } else { 0.21 }
+            })
+            .collect();
+        let (data, _) = convert::convert(bytemuck::cast_slice(&values), DType::F32, dtype);
+        TensorSource::Inline(TensorData {
+            dtype,
+            shape,
+            bytes: data,
+        })
+    }
+
+    #[test]
+    fn concatenations_stream_as_they_materialize_converted() {
+        for from in [DType::F32, DType::BF16] {
+            let m = |shape: Vec<usize>, seed| matrix(from, shape, seed);
+            let t = |shape: Vec<usize>, seed| TensorSource::Transpose(Box::new(m(shape, seed)));
+            // Columns 2..6 of a stored matrix: not read in place, materialised alone.
+            let computed = |rows: usize, seed| TensorSource::Slice {
+                source: Box::new(m(vec![rows, 9], seed)),
+                axis: 1,
+                start: 2,
+                len: 4,
+                total: 9,
+            };
+            let concat = |parts, axis| TensorSource::Concat { parts, axis };
+            let sources = [
+                // A gate/up stack [H, E·I] of transposed [I, H] experts, H = 70.
+                concat(
+                    vec![t(vec![13, 70], 1), t(vec![13, 70], 2), t(vec![13, 70], 3)],
+                    1,
+                ),
+                // A down stack [E·I, H] of transposed [H, I] experts.
+                concat(vec![t(vec![70, 13], 4), t(vec![70, 13], 5)], 0),
+                // Side by side: transposed, stored, computed and nested parts.
+                concat(
+                    vec![
+                        t(vec![3, 70], 6),
+                        m(vec![70, 5], 7),
+                        computed(70, 8),
+                        concat(vec![m(vec![30, 2], 9), t(vec![2, 40], 10)], 0),
+                        t(vec![1, 70], 11),
+                    ],
+                    1,
+                ),
+                // One above the other: transposed, stored, computed, side-by-side parts.
+                concat(
+                    vec![
+                        t(vec![4, 33], 12),
+                        m(vec![2, 4], 13),
+                        computed(3, 14),
+                        concat(vec![t(vec![1, 40], 15), m(vec![40, 3], 16)], 1),
+                    ],
+                    0,
+                ),
+                // Rank 3: along axis 0 part by part, along an inner axis materialised.
+                concat(vec![m(vec![2, 3, 5], 17), m(vec![1, 3, 5], 18)], 0),
+                concat(vec![m(vec![2, 3, 5], 19), m(vec![2, 1, 5], 20)], 1),
+                concat(vec![m(vec![2, 3, 5], 21), m(vec![2, 3, 1], 22)], 2),
+            ];
+            let mut clamped_somewhere = false;
+            for src in &sources {
+                let mut ev = Evaluator::new(None);
+                let (dtype, _, whole) = ev.materialize(src).unwrap();
+                assert_eq!(dtype, from);
+                for to in [DType::F32, DType::F16, DType::BF16] {
+                    let (want, want_clamped) = convert::convert(&whole, from, to);
+                    clamped_somewhere |= want_clamped > 0;
+                    for every in [usize::MAX, 4000, 1000, 7] {
+                        let mut sink = super::super::sink::Uneven {
+                            bytes: Vec::new(),
+                            every,
+                        };
+                        let clamped = ev.stream(src, to, &mut sink).unwrap();
+                        let what = format!("{from} -> {to}, pieces of {every}, {src:?}");
+                        assert!(sink.bytes == want, "{what}: bytes differ");
+                        assert_eq!(clamped, want_clamped, "{what}");
+                    }
+                }
+            }
+            assert!(
+                clamped_somewhere,
+                "no value was clamped: the count went untested"
+            );
+        }
     }
 
     #[test]

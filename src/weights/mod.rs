@@ -4,6 +4,7 @@
 pub mod convert;
 pub mod eval;
 pub mod index;
+mod matrix;
 mod nbits_columns;
 pub mod prequantized;
 mod quantized;

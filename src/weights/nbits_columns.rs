@@ -1,16 +1,18 @@
 //! MatMulNBits' inputs of a weight read in place, quantized by tiles of columns straight into
 //! the sink.
 //!
-//! The weight `W [K, N]` is a stored tensor (checkpoint or external data) of that shape, or the
+//! The weight `W [K, N]` is a stored tensor (checkpoint or external data) of that shape, the
 //! transpose of one stored `[N, K]` (how Hugging Face stores a Linear layer: column `n` of `W`
-//! is the stored row `n`). MatMulNBits' `B`, `scales` and `zero_points` are all column-major
-//! (`[N, …]`), so each is written as tiles of columns, each tile quantized from its columns of
-//! the stored tensor ([`quant::quantize_into`]) and laid out for MatMulNBits into the sink's
-//! own buffer. Each input reads the weight again rather than keeping the quantization for the
-//! next: block quantization is deterministic, so the scales and zero points are bit for bit
-//! those the values were computed with (their pass skips the values). Nothing outlives a
-//! write, and the tiles' working memory is lent by the sink ([`Sink::lend`]: one of the
-//! writer's blocks), so quantizing takes no memory besides the writer's.
+//! is the stored row `n`), or a concatenation of such along either axis (experts' weights
+//! stacked side by side or one above the other): a [`Matrix`]. MatMulNBits' `B`, `scales` and
+//! `zero_points` are all column-major (`[N, …]`), so each is written as tiles of columns, each
+//! tile quantized from its columns of the stored tensors ([`quant::quantize_into`]) and laid
+//! out for MatMulNBits into the sink's own buffer. Each input reads the weight again rather
+//! than keeping the quantization for the next: block quantization is deterministic, so the
+//! scales and zero points are bit for bit those the values were computed with (their pass
+//! skips the values). Nothing outlives a write, and the tiles' working memory is lent by the
+//! sink ([`Sink::lend`]: one of the writer's blocks), so quantizing takes no memory besides
+//! the writer's.
 
 use std::ops::Range;
 
@@ -18,6 +20,7 @@ use rayon::prelude::*;
 
 use super::convert;
 use super::eval::Evaluator;
+use super::matrix::Matrix;
 use super::quantized::describe_source;
 use super::sink::Sink;
 use super::transpose::transpose_rows_into;
@@ -32,54 +35,26 @@ const TILE: usize = 64;
 /// its blocks): fewer tiles run at once when one takes more than its share.
 const SCRATCH: usize = 4 << 20;
 
-/// A `[K, N]` weight read in place: `data` is `[K, N]`, or `[N, K]` when `transposed`.
-struct Columns<'a> {
-    data: &'a [u8],
-    from: DType,
-    k: usize,
-    n: usize,
-    transposed: bool,
-}
-
-impl Columns<'_> {
-    /// Writes rows `first..` of the weight's columns `cols`, converted to `to`, into `dst`
-    /// (whole rows of `cols.len()` elements).
-    fn fill(&self, cols: &Range<usize>, to: DType, first: usize, dst: &mut [u8]) {
-        let (size, width) = (self.from.size(), cols.len());
-        if self.transposed {
-            let rows = &self.data[cols.start * self.k * size..cols.end * self.k * size];
-            transpose_rows_into(rows, width, self.k, self.from, to, first, dst);
-        } else {
-            let mut f32s = [0f32; TILE];
-            for (r, row) in dst.chunks_exact_mut(width * to.size()).enumerate() {
-                let at = ((first + r) * self.n + cols.start) * size;
-                let src = &self.data[at..at + width * size];
-                convert::convert_through(src, self.from, to, row, &mut f32s);
-            }
-        }
-    }
-}
-
-impl Columns<'_> {
-    /// The first element of columns `cols` (in row-major order) that is not a finite number
-    /// once converted to `dtype`, described as the quantizer's error does but at its place in
-    /// the whole `[K, N]` weight.
-    fn non_finite(&self, cols: &Range<usize>, dtype: DType) -> Option<String> {
-        let mut tile = vec![0u8; self.k * cols.len() * dtype.size()];
-        self.fill(cols, dtype, 0, &mut tile);
-        let mut wide = vec![0u8; self.k * cols.len() * 4];
-        convert::convert_slice(&tile, dtype, DType::F32, &mut wide);
-        let values: Vec<f32> = wide
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect();
-        let at = values.iter().position(|v| !v.is_finite())?;
-        let (row, column) = (at / cols.len(), cols.start + at % cols.len());
-        Some(format!(
-            "element ({row}, {column}) of the [{}, {}] weight is {}, not a finite number",
-            self.k, self.n, values[at]
-        ))
-    }
+/// The first element of columns `cols` (in row-major order) of the `[K, N]` `weight` that is
+/// not a finite number once converted to `dtype`, described as the quantizer's error does but
+/// at its place in the whole weight.
+fn non_finite(weight: &Matrix<'_>, cols: &Range<usize>, dtype: DType) -> Option<String> {
+    let k = weight.rows();
+    let mut tile = vec![0u8; k * cols.len() * dtype.size()];
+    weight.fill(0, cols.clone(), dtype, &mut tile);
+    let mut wide = vec![0u8; k * cols.len() * 4];
+    convert::convert_slice(&tile, dtype, DType::F32, &mut wide);
+    let values: Vec<f32> = wide
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    let at = values.iter().position(|v| !v.is_finite())?;
+    let (row, column) = (at / cols.len(), cols.start + at % cols.len());
+    Some(format!(
+        "element ({row}, {column}) of the [{k}, {}] weight is {}, not a finite number",
+        weight.cols(),
+        values[at]
+    ))
 }
 
 /// What a MatMulNBits input of a block-quantized weight is made of: the float weight, the
@@ -140,11 +115,11 @@ impl Evaluator<'_> {
         let Some(input) = nbits_input(src, target) else {
             return Ok(false);
         };
-        let Some(columns) = self.columns(input.weight)? else {
+        let Some(weight) = self.matrix(input.weight)? else {
             return Ok(false);
         };
         let (dtype, spec, part) = (input.dtype, input.spec, input.part);
-        if !dtype.is_float() || !convert::can_convert(columns.from, dtype) {
+        if !dtype.is_float() || !convert::can_convert(weight.dtype(), dtype) {
             // The general path names what does not fit.
             return Ok(false);
         }
@@ -152,7 +127,7 @@ impl Evaluator<'_> {
             return Ok(false);
         }
         spec.validate()?;
-        let (k, n) = (columns.k, columns.n);
+        let (k, n) = (weight.rows(), weight.cols());
         let shapes = quant::nbits_shapes(k, 1, &spec);
         let blocks = shapes.scales[1];
         let column_bytes = match part {
@@ -178,7 +153,9 @@ impl Evaluator<'_> {
             let (values, rest) = scratch.split_at_mut(values_len / TILE * width);
             let (scales, rest) = rest.split_at_mut(blocks * width * dtype.size());
             let (zero_points, work) = rest.split_at_mut(blocks * width);
-            let fill = |first: usize, dst: &mut [u8]| columns.fill(&cols, dtype, first, dst);
+            let fill = |first: usize, dst: &mut [u8]| {
+                weight.fill(first, cols.clone(), dtype, dst);
+            };
             let into = quant::QuantizedInto {
                 values: &mut *values,
                 scales: &mut *scales,
@@ -191,7 +168,7 @@ impl Evaluator<'_> {
                         message,
                     } => Error::Quantize {
                         tensor: Some(describe_source(input.weight)),
-                        message: columns.non_finite(&cols, dtype).unwrap_or(message),
+                        message: non_finite(&weight, &cols, dtype).unwrap_or(message),
                     },
                     other => other,
                 },
@@ -242,60 +219,14 @@ impl Evaluator<'_> {
         sink.give_back(scratch);
         written.map(|()| true)
     }
-
-    /// `weight` as a `[K, N]` matrix read in place: a 2-D stored tensor, or the transpose of
-    /// one. `None` for anything else.
-    fn columns<'s>(&'s mut self, weight: &'s TensorSource) -> Result<Option<Columns<'s>>> {
-        let (stored, transposed) = match weight {
-            TensorSource::Transpose(inner) => (&**inner, true),
-            other => (other, false),
-        };
-        let Some(leaf) = self.leaf(stored)? else {
-            return Ok(None);
-        };
-        let [rows, cols] = leaf.shape[..] else {
-            return Ok(None);
-        };
-        if Some(leaf.data.len()) != rows.checked_mul(cols * leaf.dtype.size()) {
-            return Ok(None);
-        }
-        let (k, n) = if transposed {
-            (cols, rows)
-        } else {
-            (rows, cols)
-        };
-        Ok(Some(Columns {
-            data: leaf.data,
-            from: leaf.dtype,
-            k,
-            n,
-            transposed,
-        }))
-    }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::sink::Uneven;
     use super::*;
     use crate::ir::TensorData;
     use half::{bf16, f16};
-
-    /// A sink whose buffers end every `every` bytes, so that tensors arrive in odd pieces.
-    struct Uneven {
-        bytes: Vec<u8>,
-        every: usize,
-    }
-
-    impl Sink for Uneven {
-        fn write(&mut self, bytes: &[u8]) -> Result<()> {
-            self.bytes.extend_from_slice(bytes);
-            Ok(())
-        }
-
-        fn room(&self) -> usize {
-            self.every - self.bytes.len() % self.every
-        }
-    }
 
     /// `count` values of varied magnitude, with zeros of both signs, ties in magnitude and an
     /// all-zero stretch (a block with scale 0).
@@ -390,25 +321,76 @@ mod tests {
         {
             let spec = QuantParams::new(bits, block_size, symmetric);
             let w = values(k * n, case as u32 + 1);
-            // The same `[K, N]` weight stored as it is and stored transposed.
-            let t: Vec<f32> = (0..k * n).map(|i| w[(i % k) * n + i / k]).collect();
+            // Rows `rows` × columns `cols` of `w`, row-major or transposed.
+            let block = |rows: Range<usize>, cols: Range<usize>, transposed: bool| {
+                let shape = [rows.len(), cols.len()];
+                let at = |r: usize, c: usize| w[(rows.start + r) * n + cols.start + c];
+                let stored_as_shape =
+                    |v: Vec<f32>, s: [usize; 2]| stored(&v, stored_as, s.to_vec());
+                match transposed {
+                    false => stored_as_shape(
+                        (0..shape[0] * shape[1])
+                            .map(|i| at(i / shape[1], i % shape[1]))
+                            .collect(),
+                        shape,
+                    ),
+                    true => TensorSource::Transpose(Box::new(stored_as_shape(
+                        (0..shape[0] * shape[1])
+                            .map(|i| at(i % shape[0], i / shape[0]))
+                            .collect(),
+                        [shape[1], shape[0]],
+                    ))),
+                }
+            };
+            // The same `[K, N]` weight stored as it is, stored transposed, as experts side by
+            // side and one above the other (split where tiles of columns cross parts).
+            let (a, b, c) = (n / 3, 2 * n / 3, k / 2);
             let weights = [
-                stored(&w, stored_as, vec![k, n]),
-                TensorSource::Transpose(Box::new(stored(&t, stored_as, vec![n, k]))),
+                block(0..k, 0..n, false),
+                block(0..k, 0..n, true),
+                TensorSource::Concat {
+                    parts: vec![
+                        block(0..k, 0..a, true),
+                        block(0..k, a..b, false),
+                        block(0..k, b..n, true),
+                    ],
+                    axis: 1,
+                },
+                TensorSource::Concat {
+                    parts: vec![block(0..c, 0..n, true), block(c..k, 0..n, false)],
+                    axis: 0,
+                },
             ];
+            // The reference: the plain weight quantized whole.
+            let mut ev = Evaluator::new(None);
+            let plain = inputs(&weights[0], dtype, spec);
+            let wholes: Vec<Vec<u8>> = plain
+                .iter()
+                .map(|(src, _)| ev.materialize(src).unwrap().2)
+                .collect();
+            let converted = ev.read(&weights[0], dtype).unwrap();
+            let quantized = quant::quantize(&converted, dtype, k, n, &spec).unwrap();
+            let values_part = TensorSource::Quantize {
+                source: Box::new(weights[0].clone()),
+                dtype,
+                spec,
+                part: QuantPart::Values,
+            };
+            assert_eq!(ev.materialize(&values_part).unwrap().2, quantized.values);
             for weight in &weights {
-                for (src, target) in inputs(weight, dtype, spec) {
+                for ((src, target), whole) in inputs(weight, dtype, spec).iter().zip(&wholes) {
                     let mut ev = Evaluator::new(None);
-                    let (_, _, whole) = ev.materialize(&src).unwrap();
+                    let (_, _, materialized) = ev.materialize(src).unwrap();
+                    assert!(&materialized == whole, "case {case}, {src:?}: materialized");
                     for every in [usize::MAX, 1000, 7] {
                         let mut sink = Uneven {
                             bytes: Vec::new(),
                             every,
                         };
                         let mut ev = Evaluator::new(None);
-                        assert!(ev.stream_nbits_columns(&src, target, &mut sink).unwrap());
+                        assert!(ev.stream_nbits_columns(src, *target, &mut sink).unwrap());
                         assert!(
-                            sink.bytes == whole,
+                            &sink.bytes == whole,
                             "case {case}, {src:?}, pieces of {every}: streamed bytes differ"
                         );
                     }
@@ -468,9 +450,19 @@ mod tests {
         w[38 * n + 3] = f32::NAN;
         let t: Vec<f32> = (0..k * n).map(|i| w[(i % k) * n + i / k]).collect();
         let spec = QuantParams::new(4, 16, false);
+        // Columns 0..75 and 75..150 as two transposed experts side by side.
+        let (first, second) = t.split_at(75 * k);
+        let experts = TensorSource::Concat {
+            parts: vec![
+                TensorSource::Transpose(Box::new(stored(first, DType::BF16, vec![75, k]))),
+                TensorSource::Transpose(Box::new(stored(second, DType::BF16, vec![75, k]))),
+            ],
+            axis: 1,
+        };
         for weight in [
             stored(&w, DType::F32, vec![k, n]),
             TensorSource::Transpose(Box::new(stored(&t, DType::BF16, vec![n, k]))),
+            experts,
         ] {
             for (src, target) in inputs(&weight, DType::F16, spec) {
                 let mut ev = Evaluator::new(None);

@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use super::convert;
 use super::eval::{Evaluator, SourceInfo};
-use super::transpose::transpose_rows_into;
 use crate::ir::{DType, QuantParams, QuantPart, TensorData, TensorSource};
 use crate::quant::{self, Quantized};
 use crate::{Error, Result};
@@ -329,26 +328,23 @@ impl Evaluator<'_> {
         Ok(result)
     }
 
-    /// Quantizes the `[K, N]` weight `source` (converted to `dtype` first): a transposed
-    /// checkpoint tensor is transposed and converted block row by block row straight from the
-    /// mapped file, so the float weight is never held whole.
+    /// Quantizes the `[K, N]` weight `source` (converted to `dtype` first): a weight read in
+    /// place (a stored matrix, its transpose or a concatenation of such: a
+    /// [`Matrix`](super::matrix::Matrix)) is read, transposed and converted block row by block
+    /// row straight from the mapped files, so the float weight is never held whole.
     fn quantize_weight(
         &mut self,
         source: &TensorSource,
         dtype: DType,
         spec: &QuantParams,
     ) -> Result<Quantized> {
-        if let TensorSource::Transpose(inner) = source {
-            if let Some(leaf) = self.leaf(inner)? {
-                if let (&[rows, cols], true) =
-                    (&leaf.shape[..], convert::can_convert(leaf.dtype, dtype))
-                {
-                    let (data, from) = (leaf.data, leaf.dtype);
-                    let fill = |first: usize, dst: &mut [u8]| {
-                        transpose_rows_into(data, rows, cols, from, dtype, first, dst);
-                    };
-                    return quant::quantize_with(dtype, cols, rows, spec, &fill);
-                }
+        if let Some(weight) = self.matrix(source)? {
+            if convert::can_convert(weight.dtype(), dtype) {
+                let (k, n) = (weight.rows(), weight.cols());
+                let fill = |first: usize, dst: &mut [u8]| {
+                    weight.fill(first, 0..n, dtype, dst);
+                };
+                return quant::quantize_with(dtype, k, n, spec, &fill);
             }
         }
         let (from, shape, bytes) = self.materialize(source)?;

@@ -70,3 +70,24 @@ impl Sink for Vec<u8> {
         usize::MAX
     }
 }
+
+/// A sink whose buffers end every `every` bytes, so that tensors arrive in odd pieces.
+#[cfg(test)]
+pub(super) struct Uneven {
+    /// What was written.
+    pub(super) bytes: Vec<u8>,
+    /// The size of the buffers.
+    pub(super) every: usize,
+}
+
+#[cfg(test)]
+impl Sink for Uneven {
+    fn write(&mut self, bytes: &[u8]) -> Result<()> {
+        self.bytes.extend_from_slice(bytes);
+        Ok(())
+    }
+
+    fn room(&self) -> usize {
+        self.every - self.bytes.len() % self.every
+    }
+}

@@ -43,19 +43,45 @@ pub fn transpose_rows_into(
     first: usize,
     dst: &mut [u8],
 ) -> usize {
+    let out_row = rows * to.size();
+    if dst.is_empty() {
+        return 0;
+    }
+    assert!(
+        dst.len() % out_row == 0,
+        "destination is not whole output rows of the transpose"
+    );
+    let mut out: Vec<&mut [u8]> = dst.chunks_exact_mut(out_row).collect();
+    transpose_rows_to(src, rows, cols, from, to, first, &mut out)
+}
+
+/// [`transpose_rows_into`] with each output row in a slice of its own (`dst[i]` receives
+/// output row `first + i`, `rows` elements of `to`), e.g. one part of the rows of a wider
+/// matrix that other tensors fill beside it.
+///
+/// Panics as [`transpose_rows_into`] does, or if a slice is not one output row long.
+pub fn transpose_rows_to(
+    src: &[u8],
+    rows: usize,
+    cols: usize,
+    from: DType,
+    to: DType,
+    first: usize,
+    dst: &mut [&mut [u8]],
+) -> usize {
     assert_eq!(
         src.len(),
         rows * cols * from.size(),
         "source is not [rows, cols]"
     );
     let out_row = rows * to.size();
-    if dst.is_empty() {
-        return 0;
-    }
     assert!(
-        dst.len() % out_row == 0 && first + dst.len() / out_row <= cols,
+        first + dst.len() <= cols && dst.iter().all(|row| row.len() == out_row),
         "destination is not whole output rows of the transpose"
     );
+    if dst.is_empty() || out_row == 0 {
+        return 0;
+    }
     let job = Job {
         rows,
         cols,
@@ -82,20 +108,20 @@ struct Job {
 }
 
 impl Job {
-    /// Splits `dst` into strips of `S` output rows, transposed in parallel; `N` is the source
-    /// element size and `S · N` one cache line.
-    fn run<const N: usize, const S: usize>(&self, src: &[u8], dst: &mut [u8]) -> usize
+    /// Splits the output rows `dst` into strips of `S`, transposed in parallel; `N` is the
+    /// source element size and `S · N` one cache line.
+    fn run<const N: usize, const S: usize>(&self, src: &[u8], dst: &mut [&mut [u8]]) -> usize
     where
         [u8; N]: bytemuck::Pod,
     {
         let src: &[[u8; N]] = bytemuck::cast_slice(src);
-        dst.par_chunks_mut(S * self.rows * self.to.size())
+        dst.par_chunks_mut(S)
             .enumerate()
             .map(|(i, block)| self.strip::<N, S>(src, self.first + i * S, block))
             .sum()
     }
 
-    /// Output rows `c0..` (as many as `out` holds, at most `S`), tile by tile: each tile of
+    /// Output rows `c0..` (one per slice of `out`, at most `S`), tile by tile: each tile of
     /// source rows is copied line by line into a local buffer, transposed there, converted
     /// when the type changes, and each of its output rows copied into place. Every cache line
     /// of the source and of `out` is touched once per tile, whatever the power-of-two strides
@@ -104,13 +130,13 @@ impl Job {
         &self,
         src: &[[u8; N]],
         c0: usize,
-        out: &mut [u8],
+        out: &mut [&mut [u8]],
     ) -> usize
     where
         [u8; N]: bytemuck::Pod,
     {
         let (rows, cols, size) = (self.rows, self.cols, self.to.size());
-        let width = out.len() / (rows * size);
+        let width = out.len();
         let mut lines = [[[0u8; N]; S]; TILE_ROWS];
         let mut transposed = [[[0u8; N]; TILE_ROWS]; S];
         let mut converted = [0u8; 4 * CONVERTED_ELEMS];
@@ -136,7 +162,7 @@ impl Job {
             let columns = transposed[..width]
                 .iter()
                 .map(|c| bytemuck::cast_slice(&c[..height]));
-            let rows_out = out.chunks_exact_mut(rows * size);
+            let rows_out = out.iter_mut();
             if self.from == self.to {
                 for (row, column) in rows_out.zip(columns) {
                     row[r0 * size..r1 * size].copy_from_slice(column);
@@ -289,6 +315,33 @@ mod tests {
         }
         assert_eq!(first, cols);
         assert_eq!(got, want);
+    }
+
+    #[test]
+    fn rows_written_into_slices_of_wider_rows_leave_the_rest_alone() {
+        // Output rows 3..3 + 40 of the transpose (each 70 values) into columns 5..75 of a
+        // `[40, 80]` f16 buffer, as one part of a wider matrix is written beside others.
+        let (rows, cols, first, n) = (70, 50, 3, 40);
+        let src = values(rows * cols, DType::F32);
+        let (want, _) = naive(&src, rows, cols, DType::F32, DType::F16);
+        // The values clamped in the rows written.
+        let (as_f32, _) = naive(&src, rows, cols, DType::F32, DType::F32);
+        let written = &as_f32[first * rows * 4..(first + n) * rows * 4];
+        let want_clamped = convert::convert_into(written, DType::F32, DType::F16, &mut Vec::new());
+        let mut wide = vec![0xEEu8; n * 80 * 2];
+        let mut slices: Vec<&mut [u8]> = wide
+            .chunks_exact_mut(80 * 2)
+            .map(|row| &mut row[5 * 2..75 * 2])
+            .collect();
+        let clamped =
+            transpose_rows_to(&src, rows, cols, DType::F32, DType::F16, first, &mut slices);
+        for (i, row) in wide.chunks_exact(80 * 2).enumerate() {
+            let out_row = &want[(first + i) * rows * 2..(first + i + 1) * rows * 2];
+            assert_eq!(&row[10..150], out_row, "row {i}");
+            assert!(row[..10].iter().chain(&row[150..]).all(|&b| b == 0xEE));
+        }
+        assert!(want_clamped > 0);
+        assert_eq!(clamped, want_clamped);
     }
 
     #[test]
