@@ -72,7 +72,7 @@ fn head_matmul(graph: &Graph) -> crate::Result<usize> {
         let i = graph
             .nodes
             .iter()
-            .position(|n| n.outputs.iter().any(|o| *o == value))
+            .position(|n| n.outputs.contains(&value))
             .ok_or_else(|| {
                 Error::Graph(format!("prune-lm-head: `{value}` has no producing node"))
             })?;
