@@ -28,6 +28,7 @@ fn main() -> mobius::Result<()> {
         quant: None,
         accuracy_level: None,
         assume_llama: false,
+        prune_lm_head: false,
     };
     let package = build(&options)?;
     print!("{}", package.optimization);

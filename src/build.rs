@@ -7,6 +7,7 @@ use crate::config::{ArchConfig, CheckpointQuant};
 use crate::ep::EpCapabilities;
 use crate::ir::{DType, Graph, Model, TensorSource};
 use crate::models::assume_llama::{check_tensors, ASSUMED_LLAMA};
+use crate::models::prune_lm_head::prune_lm_head;
 use crate::models::{build_model, checkpoint_renaming, load_config_with, Unregistered};
 use crate::onnx::export::SaveReport;
 use crate::opt::fingerprint::leaf_values;
@@ -45,6 +46,9 @@ pub struct BuildOptions {
     /// Build an unregistered `*ForCausalLM` as llama (`--assume-llama`), once its config.json
     /// and every checkpoint tensor match the Llama layout.
     pub assume_llama: bool,
+    /// Compute the logits of the last position only (`--features prune-lm-head`):
+    /// `logits` is `[batch, 1, vocab]`, see [`crate::models::prune_lm_head`].
+    pub prune_lm_head: bool,
 }
 
 /// A built model, ready to be saved.
@@ -98,6 +102,9 @@ pub fn build(opts: &BuildOptions) -> Result<ModelPackage> {
     }
     let dtype = opts.dtype.or(config.dtype).unwrap_or(DType::F32);
     let mut portable = build_model(&config, dtype)?;
+    if opts.prune_lm_head {
+        prune_lm_head(&mut portable.graph)?;
+    }
     let store = match &files.weights {
         Some(w) if opts.load_weights => {
             let store = TensorStore::open(w)?;

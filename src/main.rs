@@ -280,6 +280,13 @@ struct BuildArgs {
     /// weights (not with --no-weights).
     #[arg(long)]
     assume_llama: bool,
+    /// Build features, comma-separated. `prune-lm-head`: the LM head computes the logits of
+    /// the last position only (`logits` is `[batch, 1, vocab]`, not `[batch, sequence_len,
+    /// vocab]`; the final norm still runs on every position). A batch's rows must then be
+    /// left-padded, as onnxruntime-genai feeds them: with right padding the last position of
+    /// a shorter row is a pad and its logits are not that row's next-token logits.
+    #[arg(long, value_enum, value_delimiter = ',', value_name = "FEATURE,...")]
+    features: Vec<FeatureArg>,
     #[command(flatten)]
     ep: EpArgs,
     #[command(flatten)]
@@ -317,6 +324,13 @@ struct QuantArgs {
     /// EP's `default_int4_accuracy_level` (`mobius list eps` shows it).
     #[arg(long, value_name = "LEVEL", value_parser = clap::value_parser!(u8).range(0..=4))]
     accuracy_level: Option<u8>,
+}
+
+/// `--features` values.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum FeatureArg {
+    /// Logits of the last position only.
+    PruneLmHead,
 }
 
 /// `--quant` values.
@@ -416,6 +430,7 @@ fn run_build(args: BuildArgs, quiet: bool) -> mobius::Result<()> {
         quant: args.quant.request(),
         accuracy_level: args.quant.accuracy_level,
         assume_llama: args.assume_llama,
+        prune_lm_head: args.features.contains(&FeatureArg::PruneLmHead),
     };
     let package = build(&opts)?;
     if let Some(summary) = &package.quantization {

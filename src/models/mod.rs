@@ -23,6 +23,7 @@ pub mod olmo;
 pub mod olmo2;
 pub mod phi;
 pub mod phi3;
+pub mod prune_lm_head;
 pub mod qwen3;
 pub mod qwen_moe;
 pub mod registry;
