@@ -5,7 +5,7 @@
 //! by default parallel residual blocks with a norm each,
 //! `x + attn(ln1(x)) + mlp(ln2(x))` (`use_parallel_residual`).
 
-use super::components::{gelu, linear, Norm, NormKind};
+use super::components::{gelu_mlp, linear, Norm, NormKind};
 use super::decoder::{self, Family, Names};
 use super::registry::{FamilySpec, ModelType};
 use crate::config::{
@@ -214,16 +214,12 @@ impl Family for GptNeox {
         mlp: &str,
         dtype: DType,
     ) -> String {
-        let (h, inner, bias) = (cfg.hidden_size, cfg.intermediate_size, cfg.mlp_bias);
-        let up = linear(b, x, &format!("{mlp}.dense_h_to_4h"), h, inner, bias, dtype);
-        let up = gelu(b, &up, self.gelu);
-        linear(
+        gelu_mlp(
             b,
-            &up,
-            &format!("{mlp}.dense_4h_to_h"),
-            inner,
-            h,
-            bias,
+            cfg,
+            x,
+            (mlp, "dense_h_to_4h", "dense_4h_to_h"),
+            self.gelu,
             dtype,
         )
     }

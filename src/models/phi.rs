@@ -2,7 +2,7 @@
 //! LayerNorm of the residual stream, `x + (attn(ln(x)) + mlp(ln(x)))`; then a final LayerNorm
 //! and an LM head with bias. Every projection has a bias.
 
-use super::components::{gelu, linear, Norm, NormKind};
+use super::components::{gelu_mlp, linear, Norm, NormKind};
 use super::decoder::{self, Family, LayerNorms, Names};
 use super::registry::{FamilySpec, ModelType};
 use crate::config::phi::{self as config, PhiConfig};
@@ -66,10 +66,7 @@ impl Family for PhiConfig {
         mlp: &str,
         dtype: DType,
     ) -> String {
-        let (h, inner, bias) = (cfg.hidden_size, cfg.intermediate_size, cfg.mlp_bias);
-        let up = linear(b, x, &format!("{mlp}.fc1"), h, inner, bias, dtype);
-        let up = gelu(b, &up, self.gelu);
-        linear(b, &up, &format!("{mlp}.fc2"), inner, h, bias, dtype)
+        gelu_mlp(b, cfg, x, (mlp, "fc1", "fc2"), self.gelu, dtype)
     }
 
     /// `x @ head + lm_head.bias`.

@@ -2,7 +2,7 @@
 //! `c_proj(gelu(c_fc(x)))`, biases on every projection (`use_bias`), a sliding window on
 //! every layer when `sliding_window` is set, and tied embeddings by default.
 
-use super::components::{gelu, linear, Norm, NormKind};
+use super::components::{gelu_mlp, Norm, NormKind};
 use super::decoder::{self, Family};
 use super::registry::{FamilySpec, ModelType};
 use crate::config::{
@@ -78,10 +78,7 @@ impl Family for Starcoder2 {
         mlp: &str,
         dtype: DType,
     ) -> String {
-        let (h, inner, bias) = (cfg.hidden_size, cfg.intermediate_size, cfg.mlp_bias);
-        let up = linear(b, x, &format!("{mlp}.c_fc"), h, inner, bias, dtype);
-        let up = gelu(b, &up, self.gelu);
-        linear(b, &up, &format!("{mlp}.c_proj"), inner, h, bias, dtype)
+        gelu_mlp(b, cfg, x, (mlp, "c_fc", "c_proj"), self.gelu, dtype)
     }
 }
 

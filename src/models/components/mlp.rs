@@ -1,4 +1,4 @@
-//! Gated feed-forward blocks: `down(act(gate(x)) · up(x))`.
+//! Feed-forward blocks: gated `down(act(gate(x)) · up(x))` and plain GELU `down(gelu(up(x)))`.
 
 use super::linear;
 use crate::config::Gelu;
@@ -43,4 +43,28 @@ pub fn gated_mlp(
     let up = proj(b, x, "up_proj", hidden, intermediate);
     let prod = b.op("Mul", &[&gate, &up], vec![]);
     proj(b, &prod, "down_proj", intermediate, hidden)
+}
+
+/// `{prefix}.{down}(gelu({prefix}.{up}(x)))` with the config's hidden and intermediate sizes
+/// and MLP biases: the ungated MLP of GPT-2-like families (the names are the checkpoint's).
+pub fn gelu_mlp(
+    b: &mut GraphBuilder,
+    cfg: &crate::config::ArchConfig,
+    x: &str,
+    (prefix, up, down): (&str, &str, &str),
+    variant: Gelu,
+    dtype: DType,
+) -> String {
+    let (h, inner, bias) = (cfg.hidden_size, cfg.intermediate_size, cfg.mlp_bias);
+    let hidden = linear(b, x, &format!("{prefix}.{up}"), h, inner, bias, dtype);
+    let hidden = super::gelu(b, &hidden, variant);
+    linear(
+        b,
+        &hidden,
+        &format!("{prefix}.{down}"),
+        inner,
+        h,
+        bias,
+        dtype,
+    )
 }
