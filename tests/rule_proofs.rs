@@ -26,6 +26,8 @@ use proptest::prelude::*;
 
 #[path = "rule_proofs/attention_recognize.rs"]
 mod attention_recognize;
+#[path = "rule_proofs/gemm.rs"]
+mod gemm;
 #[path = "rule_proofs/head_layout.rs"]
 mod head_layout;
 #[path = "rule_proofs/lowering.rs"]
@@ -103,6 +105,7 @@ const PROOFS: &[(&str, &str)] = &[
     ),
     ("heads-merged-back", "head_layout::heads_merged_back"),
     ("split-then-reshaped", "head_layout::split_then_reshaped"),
+    ("gemm-as-matmul-add", "gemm::gemm_as_matmul_add"),
     ("erf-gelu", "gelu_fusions"),
     ("erf-gelu-half-first", "gelu_fusions"),
     ("erf-gelu-half-inside", "gelu_fusions"),

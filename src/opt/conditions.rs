@@ -8,7 +8,7 @@ use super::analysis::OnnxGraph;
 use super::bind::{AnyCondition, Condition};
 use super::lang::AttrValue;
 use super::query::{const_ints, int_attr, scalar_float};
-use super::{head_layout, recognize, recognize_rotary};
+use super::{head_layout, recognize, recognize_gemm, recognize_rotary};
 use crate::ir::DType;
 
 const CONDITIONS: &[(&str, &dyn AnyCondition)] = &[
@@ -44,6 +44,10 @@ const CONDITIONS: &[(&str, &dyn AnyCondition)] = &[
     (
         "split-then-reshaped",
         &Condition(head_layout::split_then_reshaped),
+    ),
+    (
+        "gemm-is-matmul-add",
+        &Condition(recognize_gemm::gemm_is_matmul_add),
     ),
     ("bias-on-last-axis", &Condition(bias_on_last_axis)),
     ("bias-of-width", &Condition(bias_of_width)),

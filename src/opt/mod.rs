@@ -25,6 +25,7 @@ pub mod opset;
 pub mod pipeline;
 mod query;
 mod recognize;
+mod recognize_gemm;
 mod recognize_rotary;
 pub mod rules;
 pub mod schema;

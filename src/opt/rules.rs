@@ -46,6 +46,10 @@ pub const RULE_FILES: &[(&str, &str)] = &[
         include_str!("../../rewrites/recognize/bias_order.rules"),
     ),
     (
+        "recognize/gemm.rules",
+        include_str!("../../rewrites/recognize/gemm.rules"),
+    ),
+    (
         "recognize/attention.rules",
         include_str!("../../rewrites/recognize/attention.rules"),
     ),

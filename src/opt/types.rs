@@ -155,8 +155,30 @@ impl Poly {
         }
     }
 
-    /// A sum (`+`) of products (`*`) of names and integers; `None` for anything else.
+    /// A sum (`+`) of products (`*`) of names and integers, or a floor division `a//b` (either
+    /// side in parentheses, as torch.onnx writes `((batch*seq)//batch)`) that is exact: `b`
+    /// divides every term of `a` ([`Poly::divided`]), so the floor is the quotient. `None` for
+    /// anything else.
     fn parse(text: &str) -> Option<Poly> {
+        let inner = unparenthesized(text.trim());
+        if let Some(at) = top_level_floor_div(inner) {
+            let text = inner;
+            let divisor = text[at + 2..].trim();
+            // `//` binds like `*` and tighter than `+`: `a + b//c` and `a//b*c` are not
+            // `(…)//(…)` of the two sides.
+            let whole = unparenthesized(divisor) != divisor || !divisor.contains(['*', '+']);
+            if top_level(text, '+') || !whole {
+                return None;
+            }
+            let operand = |t: &str| Poly::parse(unparenthesized(t.trim()));
+            let (a, b) = (operand(&text[..at])?, operand(divisor)?);
+            return a.divided(&b);
+        }
+        Poly::parse_sum(text)
+    }
+
+    /// [`Poly::parse`] of a sum of products (no parentheses, no division).
+    fn parse_sum(text: &str) -> Option<Poly> {
         let is_name = |f: &str| {
             !f.is_empty()
                 && f.chars()
@@ -267,6 +289,70 @@ impl Poly {
 
 /// The canonical form of a sum of products (see [`SymDim::expr`]): `Ok(n)` when it is a
 /// number, `Err(form)` for the canonical text, `None` when `text` is not such a sum.
+/// `text` without parentheses that enclose all of it.
+fn unparenthesized(mut text: &str) -> &str {
+    while let Some(inner) = text.strip_prefix('(').and_then(|t| t.strip_suffix(')')) {
+        // `(a)//(b)` starts and ends with parentheses that do not enclose all of it.
+        if depth_never_zero(inner) {
+            text = inner.trim();
+        } else {
+            break;
+        }
+    }
+    text
+}
+
+/// Whether parentheses in `text` stay balanced (never close more than they opened).
+fn depth_never_zero(text: &str) -> bool {
+    let mut depth = 0i64;
+    for c in text.chars() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            _ => {}
+        }
+        if depth < 0 {
+            return false;
+        }
+    }
+    depth == 0
+}
+
+/// Whether `c` occurs in `text` outside parentheses.
+fn top_level(text: &str, c: char) -> bool {
+    let mut depth = 0i64;
+    text.chars().any(|x| {
+        match x {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            _ => {}
+        }
+        depth == 0 && x == c
+    })
+}
+
+/// The byte offset of the last `//` outside parentheses in `text` (floor division groups to
+/// the left, so the last one is applied last), if any.
+fn top_level_floor_div(text: &str) -> Option<usize> {
+    let bytes = text.as_bytes();
+    let mut depth = 0i64;
+    let mut found = None;
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'(' => depth += 1,
+            b')' => depth -= 1,
+            b'/' if depth == 0 && bytes.get(i + 1) == Some(&b'/') => {
+                found = Some(i);
+                i += 1;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    found
+}
+
 fn canonical_sum(text: &str) -> Option<Result<i64, String>> {
     Poly::parse(text).map(|p| p.canonical())
 }
@@ -445,6 +531,26 @@ mod tests {
         assert!(!d("-2*seq").is_nonnegative());
         assert!(!d("seq - 1").is_nonnegative());
         assert!(!SymDim::Unknown.is_nonnegative());
+    }
+
+    #[test]
+    fn exact_floor_divisions_are_quotients() {
+        // torch.onnx declares a view's dim as `((batch*seq)//batch)`.
+        assert_eq!(d("((batch*seq)//batch)"), d("seq"));
+        assert_eq!(d("(6*batch*seq)//(2*seq)"), d("3*batch"));
+        assert_eq!(d("(2*a + 4*b)//2"), d("b*2 + a"));
+        assert_eq!(d("a*b//a"), d("b"));
+        assert_eq!(d("batch//batch"), SymDim::Known(1));
+        // Not exact, or not a division of the two sides: kept as written.
+        for kept in [
+            "(batch*seq)//2",
+            "(a + b)//a",
+            "a + b//b",
+            "a//b*c",
+            "seq//batch",
+        ] {
+            assert_eq!(d(kept).to_string(), kept, "{kept}");
+        }
     }
 
     #[test]
