@@ -7,6 +7,7 @@
 
 pub mod assume_llama;
 pub mod bert;
+pub mod cohere;
 pub mod components;
 pub mod decoder;
 pub mod gemma;

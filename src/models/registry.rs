@@ -7,7 +7,7 @@
 //! README's table all read it.
 
 use super::{
-    assume_llama, bert, gemma, gpt2, gpt_neox, granite, helium, llama, ministral, mixtral,
+    assume_llama, bert, cohere, gemma, gpt2, gpt_neox, granite, helium, llama, ministral, mixtral,
     nemotron, olmo, olmo2, phi, phi3, qwen3, qwen_moe, smollm3, stablelm, starcoder2,
 };
 pub use crate::config::{ModelType, ReadConfig};
@@ -38,6 +38,7 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &stablelm::FAMILY,
     &gpt_neox::FAMILY,
     &nemotron::FAMILY,
+    &cohere::FAMILY,
     &bert::FAMILY,
 ];
 
