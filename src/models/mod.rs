@@ -11,6 +11,7 @@ pub mod cohere;
 pub mod components;
 pub mod decoder;
 pub mod gemma;
+pub mod glm;
 pub mod gpt2;
 pub mod gpt_neox;
 pub mod granite;
