@@ -50,6 +50,8 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (
     BertConfig,
     BertModel,
+    GlmConfig,
+    GlmForCausalLM,
     Gemma2Config,
     Gemma2ForCausalLM,
     Gemma3Config,
@@ -93,6 +95,8 @@ from transformers import (
     MistralForCausalLM,
     MixtralConfig,
     MixtralForCausalLM,
+    CohereConfig,
+    CohereForCausalLM,
     NemotronConfig,
     NemotronForCausalLM,
     PhiConfig,
@@ -452,6 +456,28 @@ def make_config(kind: str, vocab: int, ids: dict):
             tie_word_embeddings=False,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
         )
+    if kind == "cohere":
+        # Parallel blocks off one LayerNorm without bias, interleaved RoPE over whole heads,
+        # logits times logit_scale (0.5: not 1, yet the logits keep a usable top-2 gap), tied.
+        return CohereForCausalLM, CohereConfig(
+            **{k: v for k, v in common.items() if k != "head_dim"},
+            layer_norm_eps=1e-5,
+            logit_scale=0.5,
+            attention_bias=False,
+            use_qk_norm=False,
+            tie_word_embeddings=True,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
+    if kind == "glm":
+        # Interleaved RoPE on half of each head (8 of 16 channels), q/k/v biases, fused
+        # gate_up_proj, untied.
+        return GlmForCausalLM, GlmConfig(
+            **common,
+            rms_norm_eps=1e-5,
+            attention_bias=True,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+        )
     if kind == "olmo":
         # LayerNorms without parameters; clip_qkv small enough to clamp many q/k/v values.
         return OlmoForCausalLM, OlmoConfig(
@@ -663,6 +689,8 @@ FIXTURES = {
     "gpt_neox-sequential": (4510, "f32", "v4", None),
     "olmo": (4600, "f32", "v5", None),
     "nemotron": (4700, "f32", "v4", None),
+    "cohere": (4800, "f32", "v5", None),
+    "glm": (4920, "f32", "v5", None),
 }
 
 

@@ -163,6 +163,10 @@ pub struct HfConfig {
     pub norm_eps: Option<f64>,
     /// `clip_qkv` (OLMo: q, k and v clamped to `[-clip_qkv, clip_qkv]`; null for none).
     pub clip_qkv: Option<f64>,
+    /// `logit_scale` (Cohere: the logits are multiplied by it).
+    pub logit_scale: Option<f64>,
+    /// `use_qk_norm` (Cohere: a LayerNorm per head on queries and keys).
+    pub use_qk_norm: Option<bool>,
 }
 
 /// Deserializes a field that may be `null` as `Some(Value::Null)`, so that an explicit null

@@ -7,9 +7,11 @@
 
 pub mod assume_llama;
 pub mod bert;
+pub mod cohere;
 pub mod components;
 pub mod decoder;
 pub mod gemma;
+pub mod glm;
 pub mod gpt2;
 pub mod gpt_neox;
 pub mod granite;

@@ -7,8 +7,8 @@
 //! README's table all read it.
 
 use super::{
-    assume_llama, bert, gemma, gpt2, gpt_neox, granite, helium, llama, ministral, mixtral,
-    nemotron, olmo, olmo2, phi, phi3, qwen3, qwen_moe, smollm3, stablelm, starcoder2,
+    assume_llama, bert, cohere, gemma, glm, gpt2, gpt_neox, granite, helium, llama, ministral,
+    mixtral, nemotron, olmo, olmo2, phi, phi3, qwen3, qwen_moe, smollm3, stablelm, starcoder2,
 };
 pub use crate::config::{ModelType, ReadConfig};
 use std::path::Path;
@@ -38,6 +38,8 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &stablelm::FAMILY,
     &gpt_neox::FAMILY,
     &nemotron::FAMILY,
+    &cohere::FAMILY,
+    &glm::FAMILY,
     &bert::FAMILY,
 ];
 

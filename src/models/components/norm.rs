@@ -15,6 +15,8 @@ pub enum NormKind {
     Layer,
     /// `LayerNormalization` without learned parameters (OLMo): unit scale, no bias.
     PlainLayer,
+    /// `LayerNormalization` scaled by `{module}.weight`, without a bias (Cohere).
+    UnbiasedLayer,
     /// `LayerNormalization` scaled by `1 + {module}.weight`, with `{module}.bias` (Nemotron's
     /// LayerNorm1P).
     OffsetLayer,
@@ -45,6 +47,7 @@ impl Norm {
             NormKind::OffsetRms => offset_rms_norm(b, x, &weight, width, self.eps, dtype),
             NormKind::Layer => layer_norm(b, x, module, width, self.eps, dtype),
             NormKind::PlainLayer => plain_layer_norm(b, x, width, self.eps, dtype),
+            NormKind::UnbiasedLayer => unbiased_layer_norm(b, x, &weight, width, self.eps, dtype),
             NormKind::OffsetLayer => offset_layer_norm(b, x, module, width, self.eps, dtype),
         }
     }
@@ -170,6 +173,29 @@ pub fn plain_layer_norm(
         dtype,
         shape: vec![width],
         bytes,
+    });
+    b.op(
+        "LayerNormalization",
+        &[x, &scale],
+        vec![("axis", Attr::Int(-1)), ("epsilon", Attr::Float(eps))],
+    )
+}
+
+/// `LayerNormalization(x, {weight}; axis=-1, epsilon)` over the last axis (`width`
+/// channels): scaled by the checkpoint's `weight`, not shifted.
+pub fn unbiased_layer_norm(
+    b: &mut GraphBuilder,
+    x: &str,
+    weight: &str,
+    width: usize,
+    eps: f32,
+    dtype: DType,
+) -> String {
+    let scale = b.initializer(Initializer {
+        name: weight.to_string(),
+        dtype,
+        shape: vec![width],
+        source: Some(TensorSource::Checkpoint(weight.to_string())),
     });
     b.op(
         "LayerNormalization",
