@@ -283,8 +283,8 @@ struct BuildArgs {
     /// Build features, comma-separated. `prune-lm-head`: the LM head computes the logits of
     /// the last position only (`logits` is `[batch, 1, vocab]`, not `[batch, sequence_len,
     /// vocab]`; the final norm still runs on every position). A batch's rows must then be
-    /// left-padded, as onnxruntime-genai feeds them: with right padding the last position of
-    /// a shorter row is a pad and its logits are not that row's next-token logits.
+    /// left-padded: with right padding the last position of a shorter row is a pad and its
+    /// logits are not that row's next-token logits.
     #[arg(long, value_enum, value_delimiter = ',', value_name = "FEATURE,...")]
     features: Vec<FeatureArg>,
     #[command(flatten)]

@@ -6,7 +6,7 @@
 //! `[batch, 1, vocab]`. The final norm stays on every position, where the optimizer fuses it
 //! with the last residual add; it is per position, so the gathered logits are exactly the
 //! full build's logits at position `seq - 1`. With right-padded batches that position is a
-//! pad for the shorter rows: prompts must be left-padded (as onnxruntime-genai feeds them).
+//! pad for the shorter rows: prompts must be left-padded.
 
 use crate::ir::{Attr, Dim, Graph, Initializer, Node, TensorData, TensorSource};
 use crate::Error;
