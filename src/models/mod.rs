@@ -64,3 +64,19 @@ pub fn build_model(cfg: &ArchConfig, dtype: DType) -> Result<Model> {
 pub fn checkpoint_renaming(cfg: &ArchConfig) -> Option<CheckpointRenaming> {
     cfg.family.checkpoint_renaming()
 }
+
+/// A tiny config.json of `model_type` (hidden 64, 4 heads, 2 KV heads, 2 layers, vocabulary
+/// 300, 128 positions) with the JSON fields `extra` (`, "field": value…`), read by the registry:
+/// the families' config tests.
+#[cfg(test)]
+pub(crate) fn tiny_config(
+    model_type: &str,
+    extra: &str,
+) -> crate::Result<crate::config::ArchConfig> {
+    let json = format!(
+        r#"{{"model_type": "{model_type}", "hidden_size": 64, "intermediate_size": 128,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
+        "vocab_size": 300, "max_position_embeddings": 128 {extra}}}"#
+    );
+    parse_config(json.as_bytes(), std::path::Path::new("config.json"))
+}

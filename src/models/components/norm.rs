@@ -62,12 +62,7 @@ pub fn rms_norm(
     eps: f32,
     dtype: DType,
 ) -> String {
-    let gamma = b.initializer(Initializer {
-        name: weight.to_string(),
-        dtype,
-        shape: vec![width],
-        source: Some(TensorSource::Checkpoint(weight.to_string())),
-    });
+    let gamma = checkpoint_vector(b, weight, width, dtype);
     rms_normalization(b, x, &gamma, eps)
 }
 
@@ -83,15 +78,7 @@ pub fn offset_rms_norm(
     eps: f32,
     dtype: DType,
 ) -> String {
-    let gamma = b.initializer(Initializer {
-        name: format!("{weight}_plus_one"),
-        dtype,
-        shape: vec![width],
-        source: Some(TensorSource::AddScalar {
-            source: Box::new(TensorSource::Checkpoint(weight.to_string())),
-            value: 1.0,
-        }),
-    });
+    let gamma = plus_one(b, weight, format!("{weight}_plus_one"), width, dtype);
     rms_normalization(b, x, &gamma, eps)
 }
 
@@ -101,6 +88,48 @@ fn rms_normalization(b: &mut GraphBuilder, x: &str, gamma: &str, eps: f32) -> St
         &[x, gamma],
         vec![("axis", Attr::Int(-1)), ("epsilon", Attr::Float(eps))],
     )
+}
+
+/// A `[width]` initializer named `name`, evaluated from `source` when the model is saved.
+fn vector(
+    b: &mut GraphBuilder,
+    name: String,
+    width: usize,
+    dtype: DType,
+    source: TensorSource,
+) -> String {
+    b.initializer(Initializer {
+        name,
+        dtype,
+        shape: vec![width],
+        source: Some(source),
+    })
+}
+
+/// The checkpoint's `[width]` tensor `name`, as an initializer of the same name.
+fn checkpoint_vector(b: &mut GraphBuilder, name: &str, width: usize, dtype: DType) -> String {
+    let source = TensorSource::Checkpoint(name.to_string());
+    vector(b, name.to_string(), width, dtype, source)
+}
+
+/// `1 + {weight}` (computed in f32 when the model is saved) as the initializer `name`.
+fn plus_one(
+    b: &mut GraphBuilder,
+    weight: &str,
+    name: String,
+    width: usize,
+    dtype: DType,
+) -> String {
+    let source = TensorSource::AddScalar {
+        source: Box::new(TensorSource::Checkpoint(weight.to_string())),
+        value: 1.0,
+    };
+    vector(b, name, width, dtype, source)
+}
+
+/// The attributes of a last-axis `LayerNormalization`.
+fn last_axis(eps: f32) -> Vec<(&'static str, Attr)> {
+    vec![("axis", Attr::Int(-1)), ("epsilon", Attr::Float(eps))]
 }
 
 /// `norm` of every head vector of `x` (`[B, S, heads·D]`) with the `[D]` weights of `module`:
@@ -133,22 +162,9 @@ pub fn layer_norm_into(
     dtype: DType,
     out: &str,
 ) {
-    let mut param = |suffix: &str| {
-        let name = format!("{prefix}.{suffix}");
-        b.initializer(Initializer {
-            name: name.clone(),
-            dtype,
-            shape: vec![width],
-            source: Some(TensorSource::Checkpoint(name)),
-        })
-    };
-    let (w, bias) = (param("weight"), param("bias"));
-    b.op_into(
-        "LayerNormalization",
-        &[x, &w, &bias],
-        vec![("axis", Attr::Int(-1)), ("epsilon", Attr::Float(eps))],
-        out,
-    );
+    let w = checkpoint_vector(b, &format!("{prefix}.weight"), width, dtype);
+    let bias = checkpoint_vector(b, &format!("{prefix}.bias"), width, dtype);
+    b.op_into("LayerNormalization", &[x, &w, &bias], last_axis(eps), out);
 }
 
 /// `LayerNormalization(x, ones; axis=-1, epsilon)` over the last axis (`width` channels):
@@ -174,11 +190,7 @@ pub fn plain_layer_norm(
         shape: vec![width],
         bytes,
     });
-    b.op(
-        "LayerNormalization",
-        &[x, &scale],
-        vec![("axis", Attr::Int(-1)), ("epsilon", Attr::Float(eps))],
-    )
+    b.op("LayerNormalization", &[x, &scale], last_axis(eps))
 }
 
 /// `LayerNormalization(x, {weight}; axis=-1, epsilon)` over the last axis (`width`
@@ -191,17 +203,8 @@ pub fn unbiased_layer_norm(
     eps: f32,
     dtype: DType,
 ) -> String {
-    let scale = b.initializer(Initializer {
-        name: weight.to_string(),
-        dtype,
-        shape: vec![width],
-        source: Some(TensorSource::Checkpoint(weight.to_string())),
-    });
-    b.op(
-        "LayerNormalization",
-        &[x, &scale],
-        vec![("axis", Attr::Int(-1)), ("epsilon", Attr::Float(eps))],
-    )
+    let scale = checkpoint_vector(b, weight, width, dtype);
+    b.op("LayerNormalization", &[x, &scale], last_axis(eps))
 }
 
 /// `LayerNormalization(x, 1 + {prefix}.weight, {prefix}.bias; axis=-1, epsilon)` over the last
@@ -215,26 +218,10 @@ pub fn offset_layer_norm(
     eps: f32,
     dtype: DType,
 ) -> String {
-    let scale = b.initializer(Initializer {
-        name: format!("{prefix}.weight_plus_one"),
-        dtype,
-        shape: vec![width],
-        source: Some(TensorSource::AddScalar {
-            source: Box::new(TensorSource::Checkpoint(format!("{prefix}.weight"))),
-            value: 1.0,
-        }),
-    });
-    let bias = b.initializer(Initializer {
-        name: format!("{prefix}.bias"),
-        dtype,
-        shape: vec![width],
-        source: Some(TensorSource::Checkpoint(format!("{prefix}.bias"))),
-    });
-    b.op(
-        "LayerNormalization",
-        &[x, &scale, &bias],
-        vec![("axis", Attr::Int(-1)), ("epsilon", Attr::Float(eps))],
-    )
+    let weight = format!("{prefix}.weight");
+    let scale = plus_one(b, &weight, format!("{weight}_plus_one"), width, dtype);
+    let bias = checkpoint_vector(b, &format!("{prefix}.bias"), width, dtype);
+    b.op("LayerNormalization", &[x, &scale, &bias], last_axis(eps))
 }
 
 /// [`layer_norm_into`] a fresh value, which it returns.
