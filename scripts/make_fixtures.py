@@ -52,6 +52,8 @@ from transformers import (
     BertModel,
     GlmConfig,
     GlmForCausalLM,
+    Glm4Config,
+    Glm4ForCausalLM,
     Gemma2Config,
     Gemma2ForCausalLM,
     Gemma3Config,
@@ -478,6 +480,16 @@ def make_config(kind: str, vocab: int, ids: dict):
             tie_word_embeddings=False,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
         )
+    if kind == "glm4":
+        # GLM's layout (interleaved RoPE on half of each head, q/k/v biases, fused gate_up_proj)
+        # with a norm on each block's output as well as its input, untied.
+        return Glm4ForCausalLM, Glm4Config(
+            **common,
+            rms_norm_eps=1e-5,
+            attention_bias=True,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+        )
     if kind == "olmo":
         # LayerNorms without parameters; clip_qkv small enough to clamp many q/k/v values.
         return OlmoForCausalLM, OlmoConfig(
@@ -691,6 +703,7 @@ FIXTURES = {
     "nemotron": (4700, "f32", "v4", None),
     "cohere": (4800, "f32", "v5", None),
     "glm": (4920, "f32", "v5", None),
+    "glm4": (4930, "f32", "v5", None),
 }
 
 

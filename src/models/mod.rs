@@ -12,6 +12,7 @@ pub mod components;
 pub mod decoder;
 pub mod gemma;
 pub mod glm;
+pub mod glm4;
 pub mod gpt2;
 pub mod gpt_neox;
 pub mod granite;

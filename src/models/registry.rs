@@ -7,8 +7,9 @@
 //! README's table all read it.
 
 use super::{
-    assume_llama, bert, cohere, gemma, glm, gpt2, gpt_neox, granite, helium, llama, ministral,
-    mixtral, nemotron, olmo, olmo2, phi, phi3, qwen3, qwen_moe, smollm3, stablelm, starcoder2,
+    assume_llama, bert, cohere, gemma, glm, glm4, gpt2, gpt_neox, granite, helium, llama,
+    ministral, mixtral, nemotron, olmo, olmo2, phi, phi3, qwen3, qwen_moe, smollm3, stablelm,
+    starcoder2,
 };
 pub use crate::config::{ModelType, ReadConfig};
 use std::path::Path;
@@ -40,6 +41,7 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &nemotron::FAMILY,
     &cohere::FAMILY,
     &glm::FAMILY,
+    &glm4::FAMILY,
     &bert::FAMILY,
 ];
 
