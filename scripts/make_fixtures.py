@@ -81,6 +81,8 @@ from transformers import (
     OlmoForCausalLM,
     Olmo2Config,
     Olmo2ForCausalLM,
+    Olmo3Config,
+    Olmo3ForCausalLM,
     Phi3Config,
     Phi3ForCausalLM,
     Qwen3Config,
@@ -506,6 +508,25 @@ def make_config(kind: str, vocab: int, ids: dict):
             tie_word_embeddings=False,
             rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
         )
+    if kind == "olmo3":
+        # Layer 0 slides (window 5 < prompt + generated) and rotates with theta 1e4; layer 1 is
+        # global with YaRN (factor 4 over an original context of 32) on theta 5e5.
+        return Olmo3ForCausalLM, Olmo3Config(
+            **common,
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=False,
+            sliding_window=5,
+            layer_types=["sliding_attention", "full_attention"],
+            rope_parameters={
+                "full_attention": {
+                    "rope_type": "yarn",
+                    "rope_theta": 500000.0,
+                    "factor": 4.0,
+                    "original_max_position_embeddings": 32,
+                },
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+            },
+        )
     if kind == "phi3":
         # LongRoPE with a small original context: the 12-token prompt (and generation) use
         # the long factors; reference.json's short_prompt (the first 8 tokens) the short ones.
@@ -704,6 +725,7 @@ FIXTURES = {
     "cohere": (4800, "f32", "v5", None),
     "glm": (4920, "f32", "v5", None),
     "glm4": (4930, "f32", "v5", None),
+    "olmo3": (4940, "f32", "v5", None),
 }
 
 

@@ -220,27 +220,8 @@ fn layer_windows(
         }
         _ => None,
     };
-    if let Some(types) = &raw.layer_types {
-        if types.len() != layers {
-            return Err(f.err(
-                "layer_types",
-                &format!(
-                    "has {} entries, expected num_hidden_layers = {layers}",
-                    types.len()
-                ),
-            ));
-        }
-        return types
-            .iter()
-            .map(|t| match t.as_str() {
-                "full_attention" => Ok(None),
-                "sliding_attention" => Ok(window),
-                other => Err(f.err(
-                    "layer_types",
-                    &format!("`{other}` (expected full_attention or sliding_attention)"),
-                )),
-            })
-            .collect();
+    if let Some(sliding) = sliding_layer_types(raw, layers, f)? {
+        return Ok(sliding.into_iter().map(|s| window.filter(|_| s)).collect());
     }
     let first_sliding = match fields.sliding_layers {
         SlidingLayers::Pattern(pattern) => {
@@ -256,4 +237,39 @@ fn layer_windows(
     Ok((0..layers)
         .map(|i| if i >= first_sliding { window } else { None })
         .collect())
+}
+
+/// Per layer, whether config.json's `layer_types` (transformers v5) names it a
+/// `sliding_attention` layer; `None` when the config has no `layer_types`. Errors name the
+/// field: a list of another length than `layers`, or an entry other than `full_attention` and
+/// `sliding_attention`.
+pub fn sliding_layer_types(
+    raw: &HfConfig,
+    layers: usize,
+    f: &Fields<'_>,
+) -> Result<Option<Vec<bool>>> {
+    let Some(types) = &raw.layer_types else {
+        return Ok(None);
+    };
+    if types.len() != layers {
+        return Err(f.err(
+            "layer_types",
+            &format!(
+                "has {} entries, expected num_hidden_layers = {layers}",
+                types.len()
+            ),
+        ));
+    }
+    types
+        .iter()
+        .map(|t| match t.as_str() {
+            "full_attention" => Ok(false),
+            "sliding_attention" => Ok(true),
+            other => Err(f.err(
+                "layer_types",
+                &format!("`{other}` (expected full_attention or sliding_attention)"),
+            )),
+        })
+        .collect::<Result<Vec<bool>>>()
+        .map(Some)
 }

@@ -24,6 +24,7 @@ pub mod multimodal;
 pub mod nemotron;
 pub mod olmo;
 pub mod olmo2;
+pub mod olmo3;
 pub mod phi;
 pub mod phi3;
 pub mod prune_lm_head;

@@ -8,8 +8,8 @@
 
 use super::{
     assume_llama, bert, cohere, gemma, glm, glm4, gpt2, gpt_neox, granite, helium, llama,
-    ministral, mixtral, nemotron, olmo, olmo2, phi, phi3, qwen3, qwen_moe, smollm3, stablelm,
-    starcoder2,
+    ministral, mixtral, nemotron, olmo, olmo2, olmo3, phi, phi3, qwen3, qwen_moe, smollm3,
+    stablelm, starcoder2,
 };
 pub use crate::config::{ModelType, ReadConfig};
 use std::path::Path;
@@ -30,6 +30,7 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &granite::FAMILY,
     &olmo::FAMILY,
     &olmo2::FAMILY,
+    &olmo3::FAMILY,
     &phi3::FAMILY,
     &ministral::FAMILY,
     &helium::FAMILY,
