@@ -31,11 +31,14 @@ pub struct DecoderFields {
     pub use_sliding_window: bool,
     /// Which layers slide when the config has no `layer_types`.
     pub sliding_layers: SlidingLayers,
+    /// `rms_norm_eps` when absent.
+    pub rms_norm_eps: f64,
 }
 
 impl DecoderFields {
     /// Llama's reading: no fixed head dim, `attention_bias` and `mlp_bias` honoured, SiLU
-    /// MLP, RoPE with theta 1e4 by default, untied, every layer sliding when a window is set.
+    /// MLP, RoPE with theta 1e4 by default, untied, every layer sliding when a window is set,
+    /// `rms_norm_eps` 1e-6.
     pub const LLAMA: DecoderFields = DecoderFields {
         head_dim: None,
         biases: Biases::Configured { mlp_bias: true },
@@ -45,6 +48,7 @@ impl DecoderFields {
         sliding_window: None,
         use_sliding_window: true,
         sliding_layers: SlidingLayers::All,
+        rms_norm_eps: 1e-6,
     };
 }
 
@@ -180,7 +184,12 @@ pub fn read_decoder<K: FamilyKnobs>(
         num_hidden_layers,
         vocab_size: f.positive("vocab_size", raw.vocab_size, MAX_VOCAB)?,
         max_position_embeddings,
-        rms_norm_eps: f.number("rms_norm_eps", raw.rms_norm_eps, 1e-6, Sign::NonNegative)?,
+        rms_norm_eps: f.number(
+            "rms_norm_eps",
+            raw.rms_norm_eps,
+            fields.rms_norm_eps,
+            Sign::NonNegative,
+        )?,
         tie_word_embeddings: raw
             .tie_word_embeddings
             .unwrap_or(fields.tie_word_embeddings),

@@ -27,12 +27,13 @@ pub static FAMILY: FamilySpec = FamilySpec {
 };
 
 /// transformers' Olmo3Config: `attention_bias` on q, k, v and o, no MLP bias, window 4096 on
-/// every layer but each fourth, untied.
+/// every layer but each fourth, `rms_norm_eps` 1e-5, untied.
 const FIELDS: DecoderFields = DecoderFields {
     biases: Biases::Configured { mlp_bias: false },
     rope: |raw, head_dim, f| rope_of(raw, head_dim, FULL, f),
     sliding_window: Some(4096),
     sliding_layers: SlidingLayers::Pattern(default_sliding_layers),
+    rms_norm_eps: 1e-5,
     ..DecoderFields::LLAMA
 };
 
@@ -249,6 +250,7 @@ mod tests {
         assert_eq!((cfg.rope.theta, cfg.rope.rotary_dim), (5e5, 16));
         assert_eq!(knobs(&cfg).sliding_rope, None);
         assert!(!cfg.qkv_bias && !cfg.mlp_bias && !cfg.tie_word_embeddings);
+        assert_eq!(cfg.rms_norm_eps, 1e-5);
         let biased = parse(r#", "attention_bias": true, "mlp_bias": true"#).unwrap();
         assert!(biased.qkv_bias && biased.o_bias && !biased.mlp_bias);
         // A window as long as the RoPE tables never takes effect, but the layer stays a
