@@ -101,6 +101,8 @@ from transformers import (
     MixtralForCausalLM,
     CohereConfig,
     CohereForCausalLM,
+    Exaone4Config,
+    Exaone4ForCausalLM,
     NemotronConfig,
     NemotronForCausalLM,
     PhiConfig,
@@ -492,6 +494,27 @@ def make_config(kind: str, vocab: int, ids: dict):
             tie_word_embeddings=False,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
         )
+    if kind == "exaone4":
+        # Layer 0 slides (window 5 < prompt + generated) with RoPE (llama3 scaling), layer 1 is
+        # global without position embedding; post-norm blocks, per-head q/k norms, tied. The
+        # string sliding_window_pattern (as EXAONE 4 checkpoints spell it) rides along with
+        # layer_types, which transformers reads instead.
+        return Exaone4ForCausalLM, Exaone4Config(
+            **common,
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=True,
+            sliding_window=5,
+            sliding_window_pattern="LG",
+            layer_types=["sliding_attention", "full_attention"],
+            rope_parameters={
+                "rope_type": "llama3",
+                "rope_theta": 1000000.0,
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 32,
+            },
+        )
     if kind == "olmo":
         # LayerNorms without parameters; clip_qkv small enough to clamp many q/k/v values.
         return OlmoForCausalLM, OlmoConfig(
@@ -726,6 +749,7 @@ FIXTURES = {
     "glm": (4920, "f32", "v5", None),
     "glm4": (4930, "f32", "v5", None),
     "olmo3": (4940, "f32", "v5", None),
+    "exaone4": (4950, "f32", "v4", None),
 }
 
 

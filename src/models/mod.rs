@@ -10,6 +10,7 @@ pub mod bert;
 pub mod cohere;
 pub mod components;
 pub mod decoder;
+pub mod exaone4;
 pub mod gemma;
 pub mod glm;
 pub mod glm4;

@@ -7,7 +7,7 @@
 //! README's table all read it.
 
 use super::{
-    assume_llama, bert, cohere, gemma, glm, glm4, gpt2, gpt_neox, granite, helium, llama,
+    assume_llama, bert, cohere, exaone4, gemma, glm, glm4, gpt2, gpt_neox, granite, helium, llama,
     ministral, mixtral, nemotron, olmo, olmo2, olmo3, phi, phi3, qwen3, qwen_moe, smollm3,
     stablelm, starcoder2,
 };
@@ -43,6 +43,7 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &cohere::FAMILY,
     &glm::FAMILY,
     &glm4::FAMILY,
+    &exaone4::FAMILY,
     &bert::FAMILY,
 ];
 
