@@ -101,6 +101,8 @@ from transformers import (
     MixtralForCausalLM,
     CohereConfig,
     CohereForCausalLM,
+    Cohere2Config,
+    Cohere2ForCausalLM,
     Exaone4Config,
     Exaone4ForCausalLM,
     NemotronConfig,
@@ -474,6 +476,20 @@ def make_config(kind: str, vocab: int, ids: dict):
             tie_word_embeddings=True,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
         )
+    if kind == "cohere2":
+        # Cohere's parallel blocks and logit scale; layer 0 slides (window 5 < prompt +
+        # generated) with interleaved RoPE, layer 1 is global without position embedding
+        # (sliding_window_pattern 2, written out as layer_types), tied.
+        return Cohere2ForCausalLM, Cohere2Config(
+            **{k: v for k, v in common.items() if k != "head_dim"},
+            layer_norm_eps=1e-5,
+            logit_scale=0.5,
+            attention_bias=False,
+            sliding_window=5,
+            sliding_window_pattern=2,
+            tie_word_embeddings=True,
+            rope_parameters={"rope_type": "default", "rope_theta": 50000.0},
+        )
     if kind == "glm":
         # Interleaved RoPE on half of each head (8 of 16 channels), q/k/v biases, fused
         # gate_up_proj, untied.
@@ -750,6 +766,7 @@ FIXTURES = {
     "glm4": (4930, "f32", "v5", None),
     "olmo3": (4940, "f32", "v5", None),
     "exaone4": (4950, "f32", "v4", None),
+    "cohere2": (4960, "f32", "v5", None),
 }
 
 

@@ -8,6 +8,7 @@
 pub mod assume_llama;
 pub mod bert;
 pub mod cohere;
+pub mod cohere2;
 pub mod components;
 pub mod decoder;
 pub mod exaone4;
