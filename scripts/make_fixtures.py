@@ -101,6 +101,8 @@ from transformers import (
     MixtralForCausalLM,
     CohereConfig,
     CohereForCausalLM,
+    Ernie4_5Config,
+    Ernie4_5ForCausalLM,
     Cohere2Config,
     Cohere2ForCausalLM,
     Exaone4Config,
@@ -490,6 +492,15 @@ def make_config(kind: str, vocab: int, ids: dict):
             tie_word_embeddings=True,
             rope_parameters={"rope_type": "default", "rope_theta": 50000.0},
         )
+    if kind == "ernie4_5":
+        # Interleaved RoPE over whole heads (theta 5e5), use_bias on q/k/v/o and the MLP, tied.
+        return Ernie4_5ForCausalLM, Ernie4_5Config(
+            **common,
+            rms_norm_eps=1e-5,
+            use_bias=True,
+            tie_word_embeddings=True,
+            rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+        )
     if kind == "glm":
         # Interleaved RoPE on half of each head (8 of 16 channels), q/k/v biases, fused
         # gate_up_proj, untied.
@@ -767,6 +778,7 @@ FIXTURES = {
     "olmo3": (4940, "f32", "v5", None),
     "exaone4": (4950, "f32", "v4", None),
     "cohere2": (4960, "f32", "v5", None),
+    "ernie4_5": (4970, "f32", "v4", None),
 }
 
 

@@ -11,6 +11,7 @@ pub mod cohere;
 pub mod cohere2;
 pub mod components;
 pub mod decoder;
+pub mod ernie4_5;
 pub mod exaone4;
 pub mod gemma;
 pub mod glm;
