@@ -48,6 +48,8 @@ import torch
 import transformers
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (
+    ApertusConfig,
+    ApertusForCausalLM,
     BertConfig,
     BertModel,
     GlmConfig,
@@ -501,6 +503,23 @@ def make_config(kind: str, vocab: int, ids: dict):
             tie_word_embeddings=True,
             rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
         )
+    if kind == "apertus":
+        # Per-head q/k norms, ungated xIELU MLP (its alpha_p/alpha_n perturbed as weights, its
+        # beta buffer moved off 0.5 by perturb), llama3 RoPE with theta 1.2e7, untied.
+        return ApertusForCausalLM, ApertusConfig(
+            **common,
+            rms_norm_eps=1e-5,
+            attention_bias=False,
+            tie_word_embeddings=False,
+            rope_parameters={
+                "rope_type": "llama3",
+                "rope_theta": 12000000.0,
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 32,
+            },
+        )
     if kind == "glm":
         # Interleaved RoPE on half of each head (8 of 16 channels), q/k/v biases, fused
         # gate_up_proj, untied.
@@ -685,6 +704,11 @@ def perturb(model, seed: int) -> None:
             else:
                 v = 0.15 * r
             p.copy_(v.to(p.dtype))
+        # xIELU's beta is a buffer (Apertus): move it off its default 0.5, so that a build
+        # reading the constant instead of the checkpoint's value fails.
+        for name, buf in model.named_buffers():
+            if name.endswith("act_fn.beta"):
+                buf.copy_(0.5 + 0.1 * torch.randn(buf.shape, generator=g, dtype=torch.float32))
 
 
 @torch.no_grad()
@@ -779,6 +803,7 @@ FIXTURES = {
     "exaone4": (4950, "f32", "v4", None),
     "cohere2": (4960, "f32", "v5", None),
     "ernie4_5": (4970, "f32", "v4", None),
+    "apertus": (4980, "f32", "v5", None),
 }
 
 

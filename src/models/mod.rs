@@ -5,6 +5,7 @@
 //! set of [`decoder::Family`] hooks on the one skeleton of [`decoder`]. [`registry::FAMILIES`]
 //! lists the families; shared pieces live in [`components`].
 
+pub mod apertus;
 pub mod assume_llama;
 pub mod bert;
 pub mod cohere;

@@ -7,9 +7,9 @@
 //! README's table all read it.
 
 use super::{
-    assume_llama, bert, cohere, cohere2, ernie4_5, exaone4, gemma, glm, glm4, gpt2, gpt_neox,
-    granite, helium, llama, ministral, mixtral, nemotron, olmo, olmo2, olmo3, phi, phi3, qwen3,
-    qwen_moe, smollm3, stablelm, starcoder2,
+    apertus, assume_llama, bert, cohere, cohere2, ernie4_5, exaone4, gemma, glm, glm4, gpt2,
+    gpt_neox, granite, helium, llama, ministral, mixtral, nemotron, olmo, olmo2, olmo3, phi, phi3,
+    qwen3, qwen_moe, smollm3, stablelm, starcoder2,
 };
 pub use crate::config::{ModelType, ReadConfig};
 use std::path::Path;
@@ -46,6 +46,7 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &glm4::FAMILY,
     &exaone4::FAMILY,
     &ernie4_5::FAMILY,
+    &apertus::FAMILY,
     &bert::FAMILY,
 ];
 

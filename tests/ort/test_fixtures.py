@@ -517,7 +517,8 @@ GENAI_TYPES = {"gpt2": "decoder", "qwen3": "qwen2", "gemma2": "gemma", "olmo2": 
                "helium": "decoder", "starcoder2": "decoder", "gemma3": "gemma3_text", "mistral3": "mistral",
                "mixtral": "mistral", "qwen2_moe": "qwen2", "qwen3_moe": "qwen2", "stablelm": "decoder",
                "gpt_neox": "decoder", "cohere": "decoder", "glm": "decoder", "glm4": "decoder",
-               "olmo3": "olmo", "exaone4": "decoder", "cohere2": "decoder"}
+               "olmo3": "olmo", "exaone4": "decoder", "cohere2": "decoder",
+               "apertus": "decoder"}
 
 
 @pytest.mark.parametrize("name", NAMES)
