@@ -26,8 +26,9 @@
 use std::collections::{BTreeSet, HashSet};
 
 use crate::config::ArchConfig;
-use crate::ir::ValueInfo;
-use crate::ir::{Attr, DType, Dim, Graph, Initializer, Node, Shape, TensorData, TensorSource};
+use crate::ir::{
+    Attr, DType, Dim, Graph, Initializer, Node, Shape, TensorData, TensorSource, ValueInfo,
+};
 use crate::models::components::decoder_io::BATCH;
 use crate::Error;
 
@@ -65,17 +66,17 @@ struct LayerAttention {
 /// (usage), `max_seq_len` beyond the positions the model has tables for (usage), and a graph
 /// whose attention over the cache is not the builders' 3-D opset-24 `Attention`.
 pub fn static_cache(graph: &mut Graph, cfg: &ArchConfig, max_seq_len: usize) -> crate::Result<()> {
-    if !graph
+    let first_cache = graph
         .inputs
         .iter()
-        .any(|v| v.name == "past_key_values.0.key")
-    {
+        .find(|v| v.name == "past_key_values.0.key");
+    let Some(dtype) = first_cache.map(|v| v.dtype) else {
         return Err(Error::Usage(
             "--features static-cache applies to decoders with a KV cache: the graph has no \
              `past_key_values.*` inputs"
                 .into(),
         ));
-    }
+    };
     if max_seq_len == 0 || max_seq_len > cfg.max_position_embeddings {
         return Err(Error::Usage(format!(
             "--max-seq-len {max_seq_len} must be from 1 to max_position_embeddings ({}) of \
@@ -86,12 +87,6 @@ pub fn static_cache(graph: &mut Graph, cfg: &ArchConfig, max_seq_len: usize) -> 
     let layers: Vec<LayerAttention> = (0..cfg.num_hidden_layers)
         .map(|i| layer_attention(graph, i))
         .collect::<crate::Result<_>>()?;
-    let dtype = graph
-        .inputs
-        .iter()
-        .find(|v| v.name == "past_key_values.0.key")
-        .map(|v| v.dtype)
-        .expect("checked above");
 
     let windows: BTreeSet<usize> = cfg
         .layer_windows
