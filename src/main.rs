@@ -284,9 +284,18 @@ struct BuildArgs {
     /// the last position only (`logits` is `[batch, 1, vocab]`, not `[batch, sequence_len,
     /// vocab]`; the final norm still runs on every position). A batch's rows must then be
     /// left-padded: with right padding the last position of a shorter row is a pad and its
-    /// logits are not that row's next-token logits.
+    /// logits are not that row's next-token logits. `static-cache` (with --max-seq-len): a KV
+    /// cache of N slots, written in place: inputs `key_cache.{i}`/`value_cache.{i}`
+    /// `[batch, N, kv_heads·head_dim]`, `write_indices` and `nonpad_kv_seqlen` (int64 `[batch]`:
+    /// the first slot written, and that plus sequence_len), no attention_mask; outputs
+    /// `updated_key_cache.{i}`/`updated_value_cache.{i}`. The attention is opset-24 Attention
+    /// on every EP (no GroupQueryAttention); no genai_config.json is written.
     #[arg(long, value_enum, value_delimiter = ',', value_name = "FEATURE,...")]
     features: Vec<FeatureArg>,
+    /// Cache slots of a static-cache build (required with `--features static-cache`, at most
+    /// the model's max_position_embeddings).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    max_seq_len: Option<u64>,
     #[command(flatten)]
     ep: EpArgs,
     #[command(flatten)]
@@ -331,6 +340,8 @@ struct QuantArgs {
 enum FeatureArg {
     /// Logits of the last position only.
     PruneLmHead,
+    /// A KV cache of --max-seq-len slots updated with TensorScatter.
+    StaticCache,
 }
 
 /// `--quant` values.
@@ -400,7 +411,26 @@ fn init_logging(verbose: u8, quiet: bool) {
         .init();
 }
 
+/// The static cache's slot count: `--max-seq-len`, which `--features static-cache` requires
+/// and which means nothing without it.
+fn static_cache_slots(args: &BuildArgs) -> mobius::Result<Option<usize>> {
+    let wanted = args.features.contains(&FeatureArg::StaticCache);
+    match (wanted, args.max_seq_len) {
+        (true, Some(n)) => usize::try_from(n).map(Some).map_err(|_| {
+            mobius::Error::Usage(format!("--max-seq-len {n} does not fit this platform"))
+        }),
+        (true, None) => Err(mobius::Error::Usage(
+            "--features static-cache needs --max-seq-len N (the cache slots)".into(),
+        )),
+        (false, Some(_)) => Err(mobius::Error::Usage(
+            "--max-seq-len sets the slots of a static cache: add --features static-cache".into(),
+        )),
+        (false, None) => Ok(None),
+    }
+}
+
 fn run_build(args: BuildArgs, quiet: bool) -> mobius::Result<()> {
+    let static_cache = static_cache_slots(&args)?;
     let ep = args.ep.resolve()?;
     let source = match (args.model, args.config) {
         (Some(id), _) => ModelSource::Hub {
@@ -431,6 +461,7 @@ fn run_build(args: BuildArgs, quiet: bool) -> mobius::Result<()> {
         accuracy_level: args.quant.accuracy_level,
         assume_llama: args.assume_llama,
         prune_lm_head: args.features.contains(&FeatureArg::PruneLmHead),
+        static_cache,
     };
     let package = build(&opts)?;
     if let Some(summary) = &package.quantization {

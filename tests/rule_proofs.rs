@@ -200,8 +200,16 @@ const PROOFS: &[(&str, &str)] = &[
         "decompose-attention-without-cache",
         "lowering::decompose_attention_without_cache",
     ),
+    (
+        "decompose-attention-nonpad",
+        "lowering::decompose_attention_nonpad",
+    ),
     ("htp-rank4-rmsnorm", "lowering::htp_rank4_rmsnorm"),
     ("range-to-cumsum", "lowering::range_to_cumsum"),
+    (
+        "tensor-scatter-to-scatternd",
+        "lowering::tensor_scatter_to_scatternd",
+    ),
     ("matmul-nbits", "quant::matmul_nbits"),
     ("matmul-nbits-without-zero-points", "quant::matmul_nbits"),
     ("matmul-nbits-bias", "quant::matmul_nbits_bias"),

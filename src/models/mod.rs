@@ -32,6 +32,7 @@ pub mod registry;
 pub mod smollm3;
 pub mod stablelm;
 pub mod starcoder2;
+pub mod static_cache;
 
 pub use registry::{load_config, load_config_with, parse_config, parse_config_with, Unregistered};
 

@@ -86,7 +86,9 @@ pub fn infer(
         | "LayerNormalization"
         | "RotaryEmbedding"
         | "com.microsoft::RotaryEmbedding"
-        | "com.microsoft::FastGelu" => vec![ty(0)],
+        | "com.microsoft::FastGelu"
+        | "ScatterND"
+        | "TensorScatter" => vec![ty(0)],
         "Not" | "IsNaN" => vec![ty(0).with_dtype(Some(DType::Bool))],
         "Add" | "Sub" | "Mul" | "Div" | "Pow" | "com.microsoft::BiasGelu" => {
             vec![broadcast(&ty(0), &ty(1)).with_dtype(ty(0).dtype)]

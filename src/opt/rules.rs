@@ -129,6 +129,10 @@ pub const RULE_FILES: &[(&str, &str)] = &[
         "lowering/range.rules",
         include_str!("../../rewrites/lowering/range.rules"),
     ),
+    (
+        "lowering/tensor_scatter.rules",
+        include_str!("../../rewrites/lowering/tensor_scatter.rules"),
+    ),
 ];
 
 /// The optimizer stages, in the order they run.

@@ -891,6 +891,64 @@ _rope()
 _attention()
 
 
+# --------------------------------------------------------------------------- scatter
+def _scatter():
+    """TensorScatter (opset 24, the static KV-cache update) and ScatterND (its lowering)."""
+    op = "TensorScatter"
+
+    def ts(name, *, shape=(2, 6, 4), S=3, w=(0, 2), axis=None, dtype=np.float32, mode=None,
+           special=False):
+        r = rng_for(op, name)
+        cache = randn(r, *shape, dtype=dtype)
+        ax = (axis if axis is not None else -2) % len(shape)
+        upd_shape = list(shape)
+        upd_shape[ax] = S
+        update = randn(r, *upd_shape, dtype=dtype)
+        if special:  # NaN/inf written from the update, and kept in the cache where not written
+            update.flat[0], update.flat[-1] = np.nan, np.inf
+            cache.flat[-1], cache.flat[1] = -np.inf, np.nan
+        ins = [inp("past_cache", cache), inp("update", update)]
+        if w is not None:
+            ins.append(inp("write_indices", np.array(w, np.int64)))
+        attrs = {k: v for k, v in (("axis", axis), ("mode", mode)) if v is not None}
+        add(op, name, ins, [("present_cache", helper.np_dtype_to_tensor_dtype(np.dtype(dtype)))], **attrs)
+
+    ts("axis1_3d", axis=1)
+    ts("default_axis_3d")
+    ts("default_axis_4d", shape=(2, 3, 5, 4), S=2, w=(3, 0))
+    ts("axis2_4d_one_step", shape=(2, 3, 5, 4), S=1, w=(4, 1), axis=2)
+    ts("without_write_indices", w=None)
+    ts("full_length", S=6, w=(0, 0), axis=1)
+    ts("circular_wraps", S=3, w=(4, 5), mode="circular")
+    ts("circular_beyond_length", S=2, w=(13, 6), mode="circular")
+    ts("linear_mode_named", S=2, w=(4, 1), mode="linear")
+    ts("f16", dtype=np.float16, w=(1, 3))
+    ts("nan_inf", special=True, w=(0, 1))
+    ts("batch1_decode", shape=(1, 8, 6), S=1, w=(5,), axis=1)
+
+    op = "ScatterND"
+
+    def snd(name, data, idx, updates):
+        add(op, name, [inp("data", data), inp("indices", np.array(idx, np.int64)), inp("updates", updates)],
+            [("output", helper.np_dtype_to_tensor_dtype(data.dtype))])
+
+    r = rng_for(op, "rows")
+    snd("rows", randn(r, 4, 3), [[2], [0]], randn(r, 2, 3))
+    snd("negative_index", randn(r, 4, 3), [[-1], [1]], randn(r, 2, 3))
+    snd("elements", randn(r, 2, 3, 4), [[0, 1, 2], [1, 2, 3], [1, 0, 0]], randn(r, 3))
+    # the TensorScatter lowering's form: (b, slot) pairs [B, S, 2] into [B, N, W]
+    idx = [[[0, 2], [0, 3]], [[1, 0], [1, 1]]]
+    snd("cache_slots", randn(r, 2, 5, 4), idx, randn(r, 2, 2, 4))
+    snd("int64", ints(r, -9, 9, 3, 4), [[1], [2]], ints(r, -9, 9, 2, 4))
+    snd("f16", randn(r, 4, 3, dtype=np.float16), [[3], [1]], randn(r, 2, 3, dtype=np.float16))
+    data, upd = randn(r, 4, 3), randn(r, 2, 3)
+    data[0, 1], data[3, 0], upd[0, 2], upd[1, 0] = np.nan, np.inf, -np.inf, np.nan
+    snd("nan_inf", data, [[1], [3]], upd)
+
+
+_scatter()
+
+
 # --------------------------------------------------------------------------- Max / Min / ReduceMin
 def _extrema():
     nan, inf = np.nan, np.inf

@@ -17,7 +17,7 @@ mod skip_norm;
 mod transpose;
 
 use super::bind::AnyApplier;
-use super::lowering::{attention, range, rms_norm, rotary};
+use super::lowering::{attention, range, rms_norm, rotary, scatter};
 
 const APPLIERS: &[(&str, &dyn AnyApplier)] = &[
     ("compose-transposes", &transpose::COMPOSE_TRANSPOSES),
@@ -80,6 +80,10 @@ const APPLIERS: &[(&str, &dyn AnyApplier)] = &[
         "attention-output-without-cache",
         &attention::ATTENTION_OUTPUT_WITHOUT_CACHE,
     ),
+    (
+        "attention-output-nonpad",
+        &attention::ATTENTION_OUTPUT_NONPAD,
+    ),
     ("attention-present-key", &attention::ATTENTION_PRESENT_KEY),
     (
         "attention-present-value",
@@ -90,6 +94,10 @@ const APPLIERS: &[(&str, &dyn AnyApplier)] = &[
         &rms_norm::RANK4_RMS_NORM_VIA_RANK3,
     ),
     ("range-to-cumsum", &range::RANGE_TO_CUMSUM),
+    (
+        "tensor-scatter-to-scatternd",
+        &scatter::TENSOR_SCATTER_TO_SCATTER_ND,
+    ),
 ];
 
 /// The applier registered under `name`.
