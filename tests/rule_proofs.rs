@@ -45,6 +45,8 @@ mod recognize;
 mod rope_spellings;
 #[path = "rule_proofs/rotary.rs"]
 mod rotary;
+#[path = "rule_proofs/split_qkv.rs"]
+mod split_qkv;
 
 /// Every rule and the test that proves it (a test may prove several rules).
 const PROOFS: &[(&str, &str)] = &[
@@ -141,6 +143,11 @@ const PROOFS: &[(&str, &str)] = &[
     ("attention-to-gqa", "attention_to_gqa"),
     ("pack-qkv-for-gqa", "pack_qkv_for_gqa"),
     ("pack-qkv-with-bias-for-gqa", "pack_qkv_with_bias_for_gqa"),
+    ("split-qkv-for-gqa", "split_qkv::split_qkv_for_gqa"),
+    (
+        "split-qkv-with-sizes-for-gqa",
+        "split_qkv::split_qkv_with_sizes_for_gqa",
+    ),
     ("rotary-attention-to-gqa", "rotary_attention_to_gqa"),
     (
         "export-attention-to-gqa",

@@ -373,9 +373,12 @@ impl Reader<'_> {
                 let to = DType::from_onnx_code(int_attr(self.g, op.attr_id("to")?)? as i32)?;
                 let from = self.g[ins[0]].data.tensor()?.dtype?;
                 let integral = |d: DType| matches!(d, DType::I64 | DType::I32);
-                if to == DType::Bool && is_input(self.g, ins[0], None) {
+                if let Some(input) = (to == DType::Bool)
+                    .then(|| graph_input(self.g, ins[0]))
+                    .flatten()
+                {
                     // attention_mask ≠ 0, a 2-D graph input.
-                    let dims = self.g[ins[0]].data.tensor()?.shape.clone()?;
+                    let dims = self.g[input].data.tensor()?.shape.clone()?;
                     if dims.len() != 2 || !integral(from) || dims.contains(&SymDim::Unknown) {
                         return None;
                     }
@@ -388,7 +391,7 @@ impl Reader<'_> {
                     };
                     return Some(Sym {
                         value: Value::Bool(vec![Atom::Mask {
-                            mask: self.g.find(ins[0]),
+                            mask: self.g.find(input),
                             row: pos(0),
                             col: pos(1),
                         }]),
@@ -484,6 +487,24 @@ impl Reader<'_> {
         };
         (!values.contains(&SymDim::Unknown)).then_some(values)
     }
+}
+
+/// The graph input class `id` holds: the input itself, or a `Reshape` of it to its own dims
+/// (GPT-2's `attention_mask.view(batch, −1)`), which leaves every element where it was.
+fn graph_input(g: &OnnxGraph, id: Id) -> Option<Id> {
+    if is_input(g, id, None) {
+        return Some(g.find(id));
+    }
+    let dims = g[id].data.tensor()?.shape.clone()?;
+    if dims.contains(&SymDim::Unknown) {
+        return None;
+    }
+    g[id].nodes.iter().find_map(|n| {
+        let reshape = n.as_op().filter(|o| o.op.as_str() == "Reshape")?;
+        let x = *reshape.input_ids().first()?;
+        let same = g[x].data.tensor()?.shape.as_ref() == Some(&dims);
+        (same && is_input(g, x, None)).then(|| g.find(x))
+    })
 }
 
 /// `x` over `rank` axes, its own axes at positions `keep` (new axes of extent 1).

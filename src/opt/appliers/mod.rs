@@ -62,6 +62,8 @@ const APPLIERS: &[(&str, &dyn AnyApplier)] = &[
     ),
     ("pack-qkv", &pack_qkv::PACK_QKV),
     ("pack-qkv-with-bias", &pack_qkv::PACK_QKV_WITH_BIAS),
+    ("split-qkv", &pack_qkv::SPLIT_QKV),
+    ("split-qkv-with-sizes", &pack_qkv::SPLIT_QKV_WITH_SIZES),
     ("matmul-nbits", &matmul_nbits::MATMUL_NBITS),
     (
         "matmul-nbits-without-zero-points",
