@@ -220,10 +220,17 @@ pub fn optimize_with_rules(
         && count("GroupQueryAttention") == 0
         && attention > 0
     {
+        let hint = match opts.kv_cache {
+            KvCache::AsIs => {
+                "; an exported graph's attention mask becomes GroupQueryAttention only when you \
+                 declare onnxruntime-genai's KV-cache contract (mobius optimize --kv-cache genai)"
+            }
+            KvCache::Genai => "",
+        };
         tracing::warn!(
             "GQA fusion expected for ep='{}'/dtype={} but found 0 GroupQueryAttention and {attention} \
              Attention nodes; the model may run slower than expected on this EP (the attention \
-             pattern did not meet the GroupQueryAttention conditions)",
+             pattern did not meet the GroupQueryAttention conditions){hint}",
             caps.name,
             opts.dtype
         );
