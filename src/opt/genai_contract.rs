@@ -95,14 +95,14 @@ impl Affine {
         self
     }
 
-    /// Whether this is exactly the position along axis `axis`.
-    fn is_position(&self, axis: usize) -> bool {
-        self.offset == SymDim::Known(0)
-            && self
-                .coef
-                .iter()
-                .enumerate()
-                .all(|(a, &c)| c == i64::from(a == axis))
+    /// Whether this is exactly the position along axis `axis` of a tensor of extents `dims`
+    /// (always 0 along an axis of extent 1).
+    fn is_position(&self, axis: usize, dims: &[SymDim]) -> bool {
+        let position = Affine {
+            coef: (0..dims.len()).map(|a| i64::from(a == axis)).collect(),
+            offset: SymDim::Known(0),
+        };
+        *self == position.normalized(dims)
     }
 }
 
@@ -429,7 +429,7 @@ impl Reader<'_> {
         let [Atom::Mask { mask, row, col }] = data.atoms()? else {
             return None;
         };
-        if data.dims.len() != 2 || !row.is_position(0) || !col.is_position(1) {
+        if data.dims.len() != 2 || !row.is_position(0, &data.dims) || !col.is_position(1, &data.dims) {
             return None;
         }
         let mask = *mask;
@@ -622,10 +622,19 @@ pub fn export_mask(g: &OnnxGraph, mask: Id, q: Id, past_key: Id) -> Option<Expor
 /// The mask the conjunction `atoms` over `[B, 1, S, T]` encodes (see [`export_mask`]).
 fn predicate(g: &OnnxGraph, atoms: &[Atom], p: &SymDim, dims: &[SymDim]) -> Option<ExportMask> {
     let (mut causal, mut attention_mask, mut window) = (false, None, None);
+    let coef = |c: [i64; 4]| {
+        Affine {
+            coef: c.to_vec(),
+            offset: SymDim::Known(0),
+        }
+        .normalized(dims)
+        .coef
+    };
+    let (causal_coef, window_coef) = (coef([0, 0, -1, 1]), coef([0, 0, 1, -1]));
     for atom in atoms {
         match atom {
             Atom::Mask { mask, row, col } => {
-                if !row.is_position(0) || !col.is_position(3) {
+                if !row.is_position(0, dims) || !col.is_position(3, dims) {
                     return None;
                 }
                 let mask_dims = g[*mask].data.tensor()?.shape.clone()?;
@@ -637,21 +646,25 @@ fn predicate(g: &OnnxGraph, atoms: &[Atom], p: &SymDim, dims: &[SymDim]) -> Opti
                 }
                 attention_mask = Some(*mask);
             }
-            Atom::NonPositive(a) => match (a.coef.as_slice(), &a.offset) {
-                // A constant ≤ 0: always true.
-                ([0, 0, 0, 0], SymDim::Known(v)) if *v <= 0 => {}
-                // j − i − P ≤ 0: causal (the query's cache position is P + i).
-                ([0, 0, -1, 1], off) if off.add(p) == SymDim::Known(0) => causal = true,
-                // i + P − j − (W − 1) ≤ 0: the key is less than W positions behind.
-                ([0, 0, 1, -1], off) => {
-                    let w = 1 - off.sub(p).known()?;
-                    if w <= 0 || window.is_some_and(|v| v != w) {
-                        return None;
-                    }
-                    window = Some(w);
+            // A constant ≤ 0: always true (a constant > 0, always false, is not read).
+            Atom::NonPositive(a) if a.coef.iter().all(|&c| c == 0) => {
+                if !a.offset.known().is_some_and(|v| v <= 0) {
+                    return None;
                 }
-                _ => return None,
-            },
+            }
+            // j − i − P ≤ 0: causal (the query's cache position is P + i).
+            Atom::NonPositive(a) if a.coef == causal_coef && a.offset.add(p) == SymDim::Known(0) => {
+                causal = true;
+            }
+            // i + P − j − (W − 1) ≤ 0: the key is less than W positions behind.
+            Atom::NonPositive(a) if a.coef == window_coef => {
+                let w = 1 - a.offset.sub(p).known()?;
+                if w <= 0 || window.is_some_and(|v| v != w) {
+                    return None;
+                }
+                window = Some(w);
+            }
+            Atom::NonPositive(_) => return None,
         }
     }
     let attention_mask = attention_mask.filter(|_| causal)?;
@@ -800,12 +813,13 @@ mod tests {
         let le = key.plus(&query, -1).unwrap();
         assert_eq!(le.coef, vec![-1, 1]);
         assert_eq!(le.offset.add(&p), SymDim::Known(0));
-        assert!(key.is_position(1) && !query.is_position(0));
+        let two = dims(&["s", "t"]);
+        assert!(key.is_position(1, &two) && !query.is_position(0, &two));
         let n = Affine {
             coef: vec![3, 1],
             offset: SymDim::Known(0),
         }
         .normalized(&dims(&["1", "t"]));
-        assert!(n.is_position(1));
+        assert!(n.is_position(1, &dims(&["1", "t"])));
     }
 }

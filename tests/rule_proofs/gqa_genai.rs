@@ -49,6 +49,11 @@ enum Miss {
 /// optionally RoPE computed from `position_ids`, the opset-23 Attention on 3-D q/k/v with the
 /// cache, outputs `y`, `present.0.key`, `present.0.value`; dims as a decoder's.
 fn export_block(c: &Case, miss: Miss) -> Graph {
+    decoder_dims(export_graph(c, miss))
+}
+
+/// [`export_block`] with the case's sizes as static dims.
+fn export_graph(c: &Case, miss: Miss) -> Graph {
     let (bsz, s, p, d) = (c.batch, c.seq, c.past, c.head_dim);
     let (kvh, h) = (c.kv_heads, c.kv_heads * c.group);
     let t = p + s;
@@ -173,7 +178,7 @@ fn export_block(c: &Case, miss: Miss) -> Graph {
         ],
         vec!["y".into(), "present.0.key".into(), "present.0.value".into()],
     );
-    decoder_dims(b.finish())
+    b.finish()
 }
 
 /// Inputs of `c`'s block (`lengths`: each row's valid tokens, past included; positions are
@@ -379,4 +384,26 @@ fn other_masks_are_not_rewritten() {
         .gate
         .0
         .contains(&mobius::opt::gate::GateAtom::GenaiKvCache));
+}
+
+/// An export with static dims (batch 1: the batch positions are all 0) is read too.
+#[test]
+fn static_dims_are_read() {
+    for (past, seq, window) in [(0, 4, None), (3, 2, Some(2))] {
+        let c = Case {
+            batch: 1,
+            seq,
+            past,
+            window,
+            ..base()
+        };
+        let g = export_graph(&c, Miss::None);
+        let out = optimized(&g, KvCache::Genai);
+        assert_eq!(gqa_count(&out), 1, "{c:?}: {:?}", out.op_counts());
+        let lengths = [if past == 0 { seq - 1 } else { past + seq }];
+        let inputs = feeds(&c, &lengths, 3);
+        for name in ["y", "present.0.key", "present.0.value"] {
+            assert!(difference(&g, &out, &inputs, name) <= 1e-4, "{c:?} {name}");
+        }
+    }
 }
