@@ -14,8 +14,16 @@ pub struct Gate(pub Vec<GateAtom>);
 impl Gate {
     /// Whether every condition holds for `caps` building a `role` model in `dtype` that will
     /// run under the KV-cache contract `kv_cache`.
-    pub fn enabled(&self, caps: &EpCapabilities, dtype: DType, role: Role, kv_cache: KvCache) -> bool {
-        self.0.iter().all(|a| a.enabled(caps, dtype, role, kv_cache))
+    pub fn enabled(
+        &self,
+        caps: &EpCapabilities,
+        dtype: DType,
+        role: Role,
+        kv_cache: KvCache,
+    ) -> bool {
+        self.0
+            .iter()
+            .all(|a| a.enabled(caps, dtype, role, kv_cache))
     }
 }
 
@@ -133,7 +141,13 @@ const FLAGS: &[(&str, Flag)] = &[
 impl GateAtom {
     /// Whether the condition holds for `caps` building a `role` model in `dtype` run under
     /// `kv_cache`.
-    pub fn enabled(&self, caps: &EpCapabilities, dtype: DType, role: Role, kv_cache: KvCache) -> bool {
+    pub fn enabled(
+        &self,
+        caps: &EpCapabilities,
+        dtype: DType,
+        role: Role,
+        kv_cache: KvCache,
+    ) -> bool {
         let decoder = role == Role::Decoder;
         match self {
             GateAtom::Always => true,
@@ -217,7 +231,8 @@ mod tests {
         let as_is = KvCache::AsIs;
         let gqa: Gate = "gqa_dtypes".parse().unwrap();
         assert!(
-            gqa.enabled(&cuda, DType::F16, dec, as_is) && !gqa.enabled(&cuda, DType::F32, dec, as_is)
+            gqa.enabled(&cuda, DType::F16, dec, as_is)
+                && !gqa.enabled(&cuda, DType::F32, dec, as_is)
         );
         let unfused: Gate = "!supports_fused_rope".parse().unwrap();
         assert!(
@@ -244,7 +259,10 @@ mod tests {
         assert!(!genai.enabled(&cuda, DType::F16, Role::Encoder, KvCache::Genai));
         assert_eq!("genai".parse::<KvCache>(), Ok(KvCache::Genai));
         assert_eq!(KvCache::default(), as_is);
-        assert!("hf".parse::<KvCache>().unwrap_err().contains("as-is or genai"));
+        assert!("hf"
+            .parse::<KvCache>()
+            .unwrap_err()
+            .contains("as-is or genai"));
         assert!("supports_teleportation"
             .parse::<Gate>()
             .unwrap_err()

@@ -26,7 +26,7 @@ use egg::Id;
 
 use super::analysis::OnnxGraph;
 use super::lang::{AttrValue, OpNode};
-use super::query::{const_ints, int_attr, is_input, scalar_float};
+use super::query::{const_ints, find_op, int_attr, is_input, scalar_float};
 use super::types::SymDim;
 use crate::ir::DType;
 
@@ -219,7 +219,7 @@ impl Reader<'_> {
                 .iter()
                 .filter_map(|n| n.as_op().cloned())
                 .collect();
-            ops.iter().find_map(|op| self.op(id, op, depth - 1))
+            ops.iter().find_map(|op| self.op(op, depth - 1))
         });
         self.memo.insert(id, got.clone());
         got
@@ -259,10 +259,9 @@ impl Reader<'_> {
         }
     }
 
-    /// The value of the op e-node `op` of class `id`.
-    fn op(&mut self, id: Id, op: &OpNode, depth: usize) -> Option<Sym> {
+    /// The value of the op e-node `op`.
+    fn op(&mut self, op: &OpNode, depth: usize) -> Option<Sym> {
         let ins = op.input_ids();
-        let attr = |name: &str| op.attr_id(name).and_then(|a| self.g[a].data.attr().cloned());
         match op.op.as_str() {
             "Identity" => self.read(ins[0], depth),
             "Range" => {
@@ -405,21 +404,19 @@ impl Reader<'_> {
                 };
                 same_kind.then_some(x)
             }
-            "GatherND" => self.gather_nd(id, op, &attr, depth),
+            "GatherND" => self.gather_nd(op, depth),
             _ => None,
         }
     }
 
     /// `GatherND(attention_mask ≠ 0, Concat(Unsqueeze(row, −1), Unsqueeze(col, −1)))`
     /// (batch_dims 0): `attention_mask[row, col]` over the index tensors' axes.
-    fn gather_nd(
-        &mut self,
-        _id: Id,
-        op: &OpNode,
-        attr: &dyn Fn(&str) -> Option<AttrValue>,
-        depth: usize,
-    ) -> Option<Sym> {
-        if !matches!(attr("batch_dims"), None | Some(AttrValue::Unset | AttrValue::Int(0))) {
+    fn gather_nd(&mut self, op: &OpNode, depth: usize) -> Option<Sym> {
+        let batch_dims = op.attr_id("batch_dims").and_then(|a| self.g[a].data.attr());
+        if !matches!(
+            batch_dims,
+            None | Some(AttrValue::Unset | AttrValue::Int(0))
+        ) {
             return None;
         }
         let [data, indices] = op.input_ids() else {
@@ -429,7 +426,10 @@ impl Reader<'_> {
         let [Atom::Mask { mask, row, col }] = data.atoms()? else {
             return None;
         };
-        if data.dims.len() != 2 || !row.is_position(0, &data.dims) || !col.is_position(1, &data.dims) {
+        if data.dims.len() != 2
+            || !row.is_position(0, &data.dims)
+            || !col.is_position(1, &data.dims)
+        {
             return None;
         }
         let mask = *mask;
@@ -648,12 +648,14 @@ fn predicate(g: &OnnxGraph, atoms: &[Atom], p: &SymDim, dims: &[SymDim]) -> Opti
             }
             // A constant ≤ 0: always true (a constant > 0, always false, is not read).
             Atom::NonPositive(a) if a.coef.iter().all(|&c| c == 0) => {
-                if !a.offset.known().is_some_and(|v| v <= 0) {
+                if a.offset.known().is_none_or(|v| v > 0) {
                     return None;
                 }
             }
             // j − i − P ≤ 0: causal (the query's cache position is P + i).
-            Atom::NonPositive(a) if a.coef == causal_coef && a.offset.add(p) == SymDim::Known(0) => {
+            Atom::NonPositive(a)
+                if a.coef == causal_coef && a.offset.add(p) == SymDim::Known(0) =>
+            {
                 causal = true;
             }
             // i + P − j − (W − 1) ≤ 0: the key is less than W positions behind.
@@ -754,14 +756,15 @@ fn angles(g: &OnnxGraph, mul: &OpNode) -> Option<PositionTable> {
     g[positions].nodes.iter().find_map(|n| {
         let cast = n.as_op().filter(|o| o.op.as_str() == "Cast")?;
         let to = DType::from_onnx_code(int_attr(g, cast.attr_id("to")?)? as i32)?;
-        let unsqueeze = super::query::find_op(g, cast.input_ids()[0], "Unsqueeze")?;
+        let unsqueeze = find_op(g, cast.input_ids()[0], "Unsqueeze")?;
         let [ids, axes] = unsqueeze.input_ids() else {
             return None;
         };
         let ids_ok = is_input(g, *ids, Some("position_ids"))
-            && g[*ids].data.tensor().is_some_and(|t| {
-                t.rank() == Some(2) && t.dtype == Some(DType::I64)
-            });
+            && g[*ids]
+                .data
+                .tensor()
+                .is_some_and(|t| t.rank() == Some(2) && t.dtype == Some(DType::I64));
         (to == dtype && ids_ok && matches!(const_ints(g, *axes)?.as_slice(), [2] | [-1])).then(
             || PositionTable {
                 positions: g.find(*ids),

@@ -116,7 +116,9 @@ pub fn optimize_with_rules(
         let stage_start = Instant::now();
         let enabled: Vec<_> = rules
             .iter()
-            .filter(|r| r.stage == stage && r.gate.enabled(caps, opts.dtype, opts.role, opts.kv_cache))
+            .filter(|r| {
+                r.stage == stage && r.gate.enabled(caps, opts.dtype, opts.role, opts.kv_cache)
+            })
             .collect();
         let mut groups: Vec<&str> = Vec::new();
         for r in &enabled {

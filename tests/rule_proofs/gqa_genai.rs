@@ -65,7 +65,11 @@ fn export_graph(c: &Case, miss: Miss) -> Graph {
     let k = b.input("k", DType::F32, dims(&[bsz, s, kvh * d]));
     let v = b.input("v", DType::F32, dims(&[bsz, s, kvh * d]));
     let pk = b.input("past_key_values.0.key", DType::F32, dims(&[bsz, kvh, p, d]));
-    let pv = b.input("past_key_values.0.value", DType::F32, dims(&[bsz, kvh, p, d]));
+    let pv = b.input(
+        "past_key_values.0.value",
+        DType::F32,
+        dims(&[bsz, kvh, p, d]),
+    );
     b.output("y", DType::F32, dims(&[bsz, s, h * d]));
     b.output("present.0.key", DType::F32, dims(&[bsz, kvh, t, d]));
     b.output("present.0.value", DType::F32, dims(&[bsz, kvh, t, d]));
@@ -78,9 +82,17 @@ fn export_graph(c: &Case, miss: Miss) -> Graph {
             vec![("start", Attr::Int(start)), ("end", Attr::Int(start + 1))],
         )
     };
-    let (batch1, past1, seq1) = (shape(&mut b, &pv, 0), shape(&mut b, &pk, 2), shape(&mut b, &ids, 1));
+    let (batch1, past1, seq1) = (
+        shape(&mut b, &pv, 0),
+        shape(&mut b, &pk, 2),
+        shape(&mut b, &ids, 1),
+    );
     let squeeze = |b: &mut GraphBuilder, x: &str| b.op("Squeeze", &[x], vec![]);
-    let (batch0, past0, seq0) = (squeeze(&mut b, &batch1), squeeze(&mut b, &past1), squeeze(&mut b, &seq1));
+    let (batch0, past0, seq0) = (
+        squeeze(&mut b, &batch1),
+        squeeze(&mut b, &past1),
+        squeeze(&mut b, &seq1),
+    );
     let total0 = b.op("Add", &[&past0, &seq0], vec![]);
     let (zero, one) = (b.scalar_i64(0), b.scalar_i64(1));
     let unsqueeze = |b: &mut GraphBuilder, x: &str, axes: &[i64]| {
@@ -99,7 +111,11 @@ fn export_graph(c: &Case, miss: Miss) -> Graph {
     };
     let rows = unsqueeze(&mut b, &rows, &[0, 1]);
     let rows = unsqueeze(&mut b, &rows, &[3]);
-    let compare = if miss == Miss::StrictlyCausal { "Less" } else { "LessOrEqual" };
+    let compare = if miss == Miss::StrictlyCausal {
+        "Less"
+    } else {
+        "LessOrEqual"
+    };
     let causal = b.op(compare, &[&keys, &rows], vec![]);
     let yes = b.constant(TensorData {
         dtype: DType::Bool,
@@ -117,7 +133,11 @@ fn export_graph(c: &Case, miss: Miss) -> Graph {
     let batch = b.op("Range", &[&zero, &batch0, &one], vec![]);
     let batch = unsqueeze(&mut b, &batch, &[1, 2]);
     let batch = unsqueeze(&mut b, &batch, &[3]);
-    let column = if miss == Miss::PaddingOfQueries { &rows } else { &keys };
+    let column = if miss == Miss::PaddingOfQueries {
+        &rows
+    } else {
+        &keys
+    };
     let widest = b.op("Max", &[&batch, column], vec![]);
     let widest = b.op("Shape", &[&widest], vec![]);
     let index = |b: &mut GraphBuilder, x: &str| {
@@ -126,8 +146,16 @@ fn export_graph(c: &Case, miss: Miss) -> Graph {
     };
     let (bi, ki) = (index(&mut b, &batch), index(&mut b, column));
     let pairs = b.op("Concat", &[&bi, &ki], vec![("axis", Attr::Int(-1))]);
-    let flags = b.op("Cast", &[&mask], vec![("to", Attr::Int(DType::Bool.onnx_code() as i64))]);
-    let padding = b.op("GatherND", &[&flags, &pairs], vec![("batch_dims", Attr::Int(0))]);
+    let flags = b.op(
+        "Cast",
+        &[&mask],
+        vec![("to", Attr::Int(DType::Bool.onnx_code() as i64))],
+    );
+    let padding = b.op(
+        "GatherND",
+        &[&flags, &pairs],
+        vec![("batch_dims", Attr::Int(0))],
+    );
     let allowed = b.op("And", &[&allowed, &padding], vec![]);
     let one1 = b.const_i64(&[1]);
     let minus1 = b.const_i64(&[-1]);
@@ -140,7 +168,14 @@ fn export_graph(c: &Case, miss: Miss) -> Graph {
     let allowed = b.op("Expand", &[&allowed, &full], vec![]);
     let (keep, masked) = (
         scalar(&mut b, 0.0),
-        scalar(&mut b, if miss == Miss::SoftBias { -1e4 } else { -f32::MAX }),
+        scalar(
+            &mut b,
+            if miss == Miss::SoftBias {
+                -1e4
+            } else {
+                -f32::MAX
+            },
+        ),
     );
     let bias = b.op("Where", &[&allowed, &keep, &masked], vec![]);
 
@@ -152,7 +187,11 @@ fn export_graph(c: &Case, miss: Miss) -> Graph {
                 .collect();
             let inv = b.constant(TensorData::from_f32(vec![r / 2], &inv));
             let at = unsqueeze(&mut b, &pos, &[2]);
-            let at = b.op("Cast", &[&at], vec![("to", Attr::Int(DType::F32.onnx_code() as i64))]);
+            let at = b.op(
+                "Cast",
+                &[&at],
+                vec![("to", Attr::Int(DType::F32.onnx_code() as i64))],
+            );
             let angles = b.op("Mul", &[&at, &inv], vec![]);
             let cos = b.op("Cos", &[&angles], vec![]);
             let sin = b.op("Sin", &[&angles], vec![]);
@@ -193,11 +232,22 @@ fn feeds(c: &Case, lengths: &[usize], seed: u64) -> HashMap<String, Tensor> {
         .iter()
         .flat_map(|&l| (0..t).map(move |j| i64::from(j < l)))
         .collect();
-    let positions: Vec<i64> = (0..bsz).flat_map(|_| (p..p + s).map(|x| x as i64)).collect();
+    let positions: Vec<i64> = (0..bsz)
+        .flat_map(|_| (p..p + s).map(|x| x as i64))
+        .collect();
     HashMap::from([
-        ("input_ids".into(), Tensor::int(DType::I64, vec![bsz, s], vec![0; bsz * s])),
-        ("attention_mask".into(), Tensor::int(DType::I64, vec![bsz, t], mask)),
-        ("position_ids".into(), Tensor::int(DType::I64, vec![bsz, s], positions)),
+        (
+            "input_ids".into(),
+            Tensor::int(DType::I64, vec![bsz, s], vec![0; bsz * s]),
+        ),
+        (
+            "attention_mask".into(),
+            Tensor::int(DType::I64, vec![bsz, t], mask),
+        ),
+        (
+            "position_ids".into(),
+            Tensor::int(DType::I64, vec![bsz, s], positions),
+        ),
         ("q".into(), f(&[bsz, s, h * d])),
         ("k".into(), f(&[bsz, s, kvh * d])),
         ("v".into(), f(&[bsz, s, kvh * d])),
@@ -217,8 +267,18 @@ fn contract_case(rope: bool) -> impl Strategy<Value = (Case, Vec<usize>, u64)> {
         any::<u64>(),
     )
         .prop_map(
-            move |((batch, seq, past), (kv_heads, group, head_dim), (partial, window), lens, seed)| {
-                let rotary = if partial && head_dim == 32 { 16 } else { head_dim };
+            move |(
+                (batch, seq, past),
+                (kv_heads, group, head_dim),
+                (partial, window),
+                lens,
+                seed,
+            )| {
+                let rotary = if partial && head_dim == 32 {
+                    16
+                } else {
+                    head_dim
+                };
                 let c = Case {
                     batch,
                     seq,
@@ -230,7 +290,13 @@ fn contract_case(rope: bool) -> impl Strategy<Value = (Case, Vec<usize>, u64)> {
                     window,
                 };
                 let lengths = (0..batch)
-                    .map(|r| if past == 0 { 1 + lens[r] % seq } else { past + seq })
+                    .map(|r| {
+                        if past == 0 {
+                            1 + lens[r] % seq
+                        } else {
+                            past + seq
+                        }
+                    })
                     .collect();
                 (c, lengths, seed)
             },
@@ -344,7 +410,11 @@ fn the_rewrite_needs_the_declared_contract() {
     let mut hf = feeds(&step, &[6, 6], 2);
     hf.insert(
         "attention_mask".into(),
-        Tensor::int(DType::I64, vec![2, 6], vec![1, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1, 1]),
+        Tensor::int(
+            DType::I64,
+            vec![2, 6],
+            vec![1, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1, 1],
+        ),
     );
     hf.insert(
         "position_ids".into(),
@@ -376,7 +446,12 @@ fn other_masks_are_not_rewritten() {
         ] {
             let g = export_block(&case, miss);
             let out = optimized(&g, KvCache::Genai);
-            assert_eq!(gqa_count(&out), 0, "{miss:?} {case:?}: {:?}", out.op_counts());
+            assert_eq!(
+                gqa_count(&out),
+                0,
+                "{miss:?} {case:?}: {:?}",
+                out.op_counts()
+            );
         }
     }
     // The rule is the one the gate holds back.

@@ -9,7 +9,7 @@ use mobius::ir::{Attr, DType, Graph, GraphBuilder, Shape};
 use mobius::verify::Rng;
 use proptest::prelude::*;
 
-use super::{dims, model, options, optimize_with_rules, prove_on, random_tensor};
+use super::{dims, model, optimize_with_rules, options, prove_on, random_tensor};
 
 /// GroupQueryAttention over the three last-axis parts of `Split(x)` (`sizes`: the split
 /// input, else `num_outputs` 3), seqlens_k and total_sequence_length graph inputs.
@@ -29,7 +29,11 @@ fn split_gqa(
     let pk = b.input("past_key", DType::F32, dims(&[batch, kv_heads, past, d]));
     let pv = b.input("past_value", DType::F32, dims(&[batch, kv_heads, past, d]));
     let seqlens = b.input("seqlens_k", DType::I32, dims(&[batch]));
-    let total = b.input("total_sequence_length", DType::I32, Shape::new(Vec::<i64>::new()));
+    let total = b.input(
+        "total_sequence_length",
+        DType::I32,
+        Shape::new(Vec::<i64>::new()),
+    );
     b.output("y", DType::F32, dims(&[batch, seq, heads * d]));
     for name in ["present_key", "present_value"] {
         b.output(name, DType::F32, dims(&[batch, kv_heads, past + seq, d]));
@@ -38,7 +42,13 @@ fn split_gqa(
     match sizes {
         Some(s) => {
             let s = b.const_i64(&s.map(|v| v as i64));
-            b.node("", "Split", &[&x, &s], vec![("axis", Attr::Int(-1))], parts.clone());
+            b.node(
+                "",
+                "Split",
+                &[&x, &s],
+                vec![("axis", Attr::Int(-1))],
+                parts.clone(),
+            );
         }
         None => b.node(
             "",
@@ -51,7 +61,9 @@ fn split_gqa(
     b.node(
         "com.microsoft",
         "GroupQueryAttention",
-        &[&parts[0], &parts[1], &parts[2], &pk, &pv, &seqlens, &total, "", ""],
+        &[
+            &parts[0], &parts[1], &parts[2], &pk, &pv, &seqlens, &total, "", "",
+        ],
         vec![
             ("kv_num_heads", Attr::Int(kv_heads as i64)),
             ("num_heads", Attr::Int(heads as i64)),
@@ -60,12 +72,25 @@ fn split_gqa(
     );
     let mut rng = Rng::new(seed);
     let inputs = HashMap::from([
-        ("x".to_string(), random_tensor(DType::F32, &[batch, seq, width], &mut rng)),
-        ("past_key".to_string(), random_tensor(DType::F32, &[batch, kv_heads, past, d], &mut rng)),
-        ("past_value".to_string(), random_tensor(DType::F32, &[batch, kv_heads, past, d], &mut rng)),
+        (
+            "x".to_string(),
+            random_tensor(DType::F32, &[batch, seq, width], &mut rng),
+        ),
+        (
+            "past_key".to_string(),
+            random_tensor(DType::F32, &[batch, kv_heads, past, d], &mut rng),
+        ),
+        (
+            "past_value".to_string(),
+            random_tensor(DType::F32, &[batch, kv_heads, past, d], &mut rng),
+        ),
         (
             "seqlens_k".to_string(),
-            Tensor::int(DType::I32, vec![batch], vec![(past + seq - 1) as i64; batch]),
+            Tensor::int(
+                DType::I32,
+                vec![batch],
+                vec![(past + seq - 1) as i64; batch],
+            ),
         ),
         (
             "total_sequence_length".to_string(),
@@ -100,7 +125,8 @@ fn other_splits_are_not_packed() {
     let rules = mobius::opt::rules::all_rules().unwrap();
     let cpu = mobius::ep::get_ep("cpu").unwrap();
     let packed = |g: &Graph| {
-        let (out, _) = optimize_with_rules(&model(g.clone()), &cpu, &options(None), &rules).unwrap();
+        let (out, _) =
+            optimize_with_rules(&model(g.clone()), &cpu, &options(None), &rules).unwrap();
         !out.graph.op_counts().contains_key("Split")
     };
     assert!(packed(&split_gqa(1, 2, 1, 2, 1, None, 0).0));

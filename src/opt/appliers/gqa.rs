@@ -253,7 +253,12 @@ pub(super) fn rotations_agree(
 /// Whether tables of half-width `width` give the rotary width of RotaryEmbedding(q)'s
 /// `rotary_embedding_dim` (`qrd`; unset or 0: the whole head) and ORT accepts it (at most the
 /// head, a multiple of 16).
-pub(super) fn rotary_width_ok(g: &OnnxGraph, extras: &GqaExtras, qrd: Id, width: i64) -> Option<()> {
+pub(super) fn rotary_width_ok(
+    g: &OnnxGraph,
+    extras: &GqaExtras,
+    qrd: Id,
+    width: i64,
+) -> Option<()> {
     let head_dim = extras.head_dim;
     let rotary = match int_attr(g, qrd) {
         None | Some(0) => head_dim,

@@ -77,7 +77,12 @@ fn export_rotary_attention_to_gqa(g: &mut OnnxGraph, _: Site<'_>, vars: [Id; 18]
     if !same_angles {
         return None;
     }
-    let width = g[cos.frequencies].data.tensor()?.static_shape()?.first().copied()?;
+    let width = g[cos.frequencies]
+        .data
+        .tensor()?
+        .static_shape()?
+        .first()
+        .copied()?;
     rotary_width_ok(g, &extras, qrd, width)?;
     let (cos, sin) = (
         table(g, &cos, attention_mask),

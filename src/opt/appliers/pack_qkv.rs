@@ -18,16 +18,44 @@ pub(super) const PACK_QKV: Applier<4> = Applier::new(["?h", "?wq", "?wk", "?wv"]
 /// The variables of `split-qkv` after `?x ?axis ?n`: the GroupQueryAttention's inputs from
 /// past_key on, then its attributes.
 const GQA_REST: [&str; 15] = [
-    "?pk", "?pv", "?seqlens", "?total", "?cos", "?sin", "?rotary", "?kvh", "?window", "?heads",
-    "?qk", "?interleaved", "?scale", "?smooth", "?softcap",
+    "?pk",
+    "?pv",
+    "?seqlens",
+    "?total",
+    "?cos",
+    "?sin",
+    "?rotary",
+    "?kvh",
+    "?window",
+    "?heads",
+    "?qk",
+    "?interleaved",
+    "?scale",
+    "?smooth",
+    "?softcap",
 ];
 
 /// `split-qkv`.
 pub(super) const SPLIT_QKV: Applier<18> = Applier::new(
     [
-        "?x", "?axis", "?n", GQA_REST[0], GQA_REST[1], GQA_REST[2], GQA_REST[3], GQA_REST[4],
-        GQA_REST[5], GQA_REST[6], GQA_REST[7], GQA_REST[8], GQA_REST[9], GQA_REST[10],
-        GQA_REST[11], GQA_REST[12], GQA_REST[13], GQA_REST[14],
+        "?x",
+        "?axis",
+        "?n",
+        GQA_REST[0],
+        GQA_REST[1],
+        GQA_REST[2],
+        GQA_REST[3],
+        GQA_REST[4],
+        GQA_REST[5],
+        GQA_REST[6],
+        GQA_REST[7],
+        GQA_REST[8],
+        GQA_REST[9],
+        GQA_REST[10],
+        GQA_REST[11],
+        GQA_REST[12],
+        GQA_REST[13],
+        GQA_REST[14],
     ],
     split_qkv,
 );
@@ -35,9 +63,25 @@ pub(super) const SPLIT_QKV: Applier<18> = Applier::new(
 /// `split-qkv-with-sizes`.
 pub(super) const SPLIT_QKV_WITH_SIZES: Applier<19> = Applier::new(
     [
-        "?x", "?sizes", "?axis", "?n", GQA_REST[0], GQA_REST[1], GQA_REST[2], GQA_REST[3],
-        GQA_REST[4], GQA_REST[5], GQA_REST[6], GQA_REST[7], GQA_REST[8], GQA_REST[9],
-        GQA_REST[10], GQA_REST[11], GQA_REST[12], GQA_REST[13], GQA_REST[14],
+        "?x",
+        "?sizes",
+        "?axis",
+        "?n",
+        GQA_REST[0],
+        GQA_REST[1],
+        GQA_REST[2],
+        GQA_REST[3],
+        GQA_REST[4],
+        GQA_REST[5],
+        GQA_REST[6],
+        GQA_REST[7],
+        GQA_REST[8],
+        GQA_REST[9],
+        GQA_REST[10],
+        GQA_REST[11],
+        GQA_REST[12],
+        GQA_REST[13],
+        GQA_REST[14],
     ],
     split_qkv_with_sizes,
 );
