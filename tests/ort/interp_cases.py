@@ -335,7 +335,9 @@ def _shape_ops():
     r = rng_for("Gather", "scalar_index")
     add("Gather", "scalar_index", [inp("x", randn(r, 4, 5)), inp("idx", np.array(-2, np.int64))], [("y", F32)])
     r = rng_for("GatherND", "pairs")
-    add("GatherND", "pairs", [inp("x", randn(r, 3, 4)),
+    x = randn(r, 3, 4)
+    x[0, 1], x[2, 0] = np.nan, -np.inf  # gathered as they are
+    add("GatherND", "pairs", [inp("x", x),
                               inp("idx", np.array([[[0, 1], [-1, 3]], [[2, -4], [1, 0]]], np.int64))], [("y", F32)])
     r = rng_for("GatherND", "rows_bool")
     add("GatherND", "rows_bool", [inp("x", r.random((3, 2, 4)) < 0.5), inp("idx", np.array([[2], [0], [-2]], np.int64))],
