@@ -170,6 +170,7 @@ pub fn build(opts: &BuildOptions) -> Result<ModelPackage> {
         limits: opts.limits,
         fingerprint_leaves,
         accuracy_level: opts.accuracy_level,
+        kv_cache: crate::opt::KvCache::AsIs,
     };
     let (mut model, optimization) = optimize(&portable, &opts.execution_provider, &options)?;
     if opts.static_cache.is_some() && options.role == crate::Role::Decoder {

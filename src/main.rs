@@ -241,6 +241,16 @@ struct OptimizeArgs {
     /// Replace an existing, non-empty output folder.
     #[arg(long)]
     overwrite: bool,
+    /// How the model will be run with its KV cache. as-is: no promise, every rewrite keeps
+    /// the graph's outputs for every input it accepts. genai: you declare onnxruntime-genai's
+    /// contract (padding on the right; each row's valid keys contiguous from cache index 0, the
+    /// mask 0/1 over past + new tokens; position_ids each row's valid length so far plus the
+    /// token's offset; cache entries at and beyond a row's length never read), under which an
+    /// exported causal/padding (and sliding-window) attention mask becomes GroupQueryAttention
+    /// with packed QKV, as `mobius build` emits. Inputs outside the contract (left padding, a
+    /// cache written by the export itself after a padded prompt) then give other results.
+    #[arg(long, value_name = "CONTRACT", default_value = "as-is", value_parser = ["as-is", "genai"])]
+    kv_cache: String,
     #[command(flatten)]
     quant: QuantArgs,
 }
@@ -501,6 +511,7 @@ fn run_optimize(args: OptimizeArgs) -> mobius::Result<()> {
         verify_rewrites: args.ep.verify_rewrites,
         quant: args.quant.request(),
         accuracy_level: args.quant.accuracy_level,
+        kv_cache: args.kv_cache.parse().map_err(mobius::Error::Graph)?,
     };
     let (report, quantization) = optimize_file(&opts)?;
     if let Some(summary) = &quantization {

@@ -3,11 +3,11 @@
 use std::path::{Path, PathBuf};
 
 use crate::ep::EpCapabilities;
-use crate::ir::DType;
+use crate::ir::{DType, Graph};
 use crate::onnx::{export, import};
 use crate::opt::fingerprint::leaf_values;
 use crate::opt::pipeline::check_output_types;
-use crate::opt::{optimize, Limits, OptimizeOptions, OptimizeReport, Role};
+use crate::opt::{optimize, KvCache, Limits, OptimizeOptions, OptimizeReport, Role};
 use crate::package::{check_not_over, check_target, StagedOutput};
 use crate::quant::pass::{quantize_graph, runs_gather_block_quantized, QuantRequest, QuantSummary};
 use crate::weights::eval::Evaluator;
@@ -36,6 +36,8 @@ pub struct OptimizeFileOptions {
     pub quant: Option<QuantRequest>,
     /// `accuracy_level` of fused `MatMulNBits` (`None`: the EP's default).
     pub accuracy_level: Option<u8>,
+    /// The KV-cache contract the model will run under (`--kv-cache`).
+    pub kv_cache: KvCache,
 }
 
 /// Optimizes `opts.input` into `opts.out`; on error nothing is left in `opts.out`. An output
@@ -95,8 +97,10 @@ fn optimize_checked(opts: &OptimizeFileOptions) -> Result<(OptimizeReport, Optio
             None
         },
         accuracy_level: opts.accuracy_level,
+        kv_cache: opts.kv_cache,
     };
-    let (optimized, report) = optimize(&model, &opts.ep, &options)?;
+    let (mut optimized, report) = optimize(&model, &opts.ep, &options)?;
+    keep_inputs(&model.graph, &mut optimized.graph);
     let opset = optimized.opsets.get("").copied().unwrap_or(0);
     let blocked = optimized
         .graph
@@ -125,4 +129,24 @@ fn optimize_checked(opts: &OptimizeFileOptions) -> Result<(OptimizeReport, Optio
     )?;
     staged.commit()?;
     Ok((report, quantization))
+}
+
+/// `mobius optimize` keeps the input model's graph inputs, read or not (a rewrite may leave one
+/// unread, as `position_ids` under `--kv-cache genai`): callers feed what the model declares,
+/// and onnxruntime refuses a feed the model does not declare. Inputs that are also
+/// initializers (defaults) stay dropped when unread.
+fn keep_inputs(original: &Graph, optimized: &mut Graph) {
+    let kept: std::collections::HashSet<&str> =
+        optimized.inputs.iter().map(|v| v.name.as_str()).collect();
+    let defaults: std::collections::HashSet<&str> = original
+        .initializers
+        .iter()
+        .map(|i| i.name.as_str())
+        .collect();
+    optimized.inputs = original
+        .inputs
+        .iter()
+        .filter(|v| kept.contains(v.name.as_str()) || !defaults.contains(v.name.as_str()))
+        .cloned()
+        .collect();
 }

@@ -18,8 +18,9 @@ use mobius::ep::get_ep;
 use mobius::interp::{run_graph, Tensor};
 use mobius::ir::{Attr, DType, Graph, GraphBuilder, Model, Shape};
 use mobius::opt::fingerprint::LeafValues;
+use mobius::opt::gate::GateAtom;
 use mobius::opt::rules::{all_rules, parse_rules, RuleSpec};
-use mobius::opt::{optimize_with_rules, Limits, OptimizeOptions, Role};
+use mobius::opt::{optimize_with_rules, KvCache, Limits, OptimizeOptions, Role};
 use mobius::verify::Rng;
 use mobius::weights::eval::Evaluator;
 use proptest::prelude::*;
@@ -28,6 +29,8 @@ use proptest::prelude::*;
 mod attention_recognize;
 #[path = "rule_proofs/gemm.rs"]
 mod gemm;
+#[path = "rule_proofs/gqa_genai.rs"]
+mod gqa_genai;
 #[path = "rule_proofs/head_layout.rs"]
 mod head_layout;
 #[path = "rule_proofs/lowering.rs"]
@@ -42,6 +45,8 @@ mod recognize;
 mod rope_spellings;
 #[path = "rule_proofs/rotary.rs"]
 mod rotary;
+#[path = "rule_proofs/split_qkv.rs"]
+mod split_qkv;
 
 /// Every rule and the test that proves it (a test may prove several rules).
 const PROOFS: &[(&str, &str)] = &[
@@ -138,7 +143,20 @@ const PROOFS: &[(&str, &str)] = &[
     ("attention-to-gqa", "attention_to_gqa"),
     ("pack-qkv-for-gqa", "pack_qkv_for_gqa"),
     ("pack-qkv-with-bias-for-gqa", "pack_qkv_with_bias_for_gqa"),
+    ("split-qkv-for-gqa", "split_qkv::split_qkv_for_gqa"),
+    (
+        "split-qkv-with-sizes-for-gqa",
+        "split_qkv::split_qkv_with_sizes_for_gqa",
+    ),
     ("rotary-attention-to-gqa", "rotary_attention_to_gqa"),
+    (
+        "export-attention-to-gqa",
+        "gqa_genai::export_attention_to_gqa",
+    ),
+    (
+        "export-rotary-attention-to-gqa",
+        "gqa_genai::export_rotary_attention_to_gqa",
+    ),
     (
         "add-rmsnorm-to-skip-simplified-layer-norm",
         "add_rmsnorm_to_skip_simplified_layer_norm",
@@ -333,6 +351,7 @@ fn options_for(dtype: DType, leaves: Option<LeafValues>) -> OptimizeOptions {
         limits: Limits::default(),
         fingerprint_leaves: leaves,
         accuracy_level: None,
+        kv_cache: mobius::opt::KvCache::AsIs,
     }
 }
 
@@ -405,13 +424,18 @@ fn prove_with(
         .map(|o| o.dtype)
         .find(|d| d.is_float())
         .unwrap_or(DType::F32);
+    // A rule gated on a declared contract is proven under it (on inputs that follow it).
+    let contract = if spec.gate.0.contains(&GateAtom::GenaiKvCache) {
+        KvCache::Genai
+    } else {
+        KvCache::AsIs
+    };
     let run = |rules: &[RuleSpec]| {
-        optimize_with_rules(
-            &model(graph.clone()),
-            &caps,
-            &options_for(dtype, Some(leaves.clone())),
-            rules,
-        )
+        let options = OptimizeOptions {
+            kv_cache: contract,
+            ..options_for(dtype, Some(leaves.clone()))
+        };
+        optimize_with_rules(&model(graph.clone()), &caps, &options, rules)
     };
     let (rewritten, _) = run(&rules).map_err(fail)?;
     let after = rewritten.graph.op_counts();

@@ -66,6 +66,10 @@ pub const RULE_FILES: &[(&str, &str)] = &[
         include_str!("../../rewrites/fusion/gqa.rules"),
     ),
     (
+        "fusion/gqa_genai.rules",
+        include_str!("../../rewrites/fusion/gqa_genai.rules"),
+    ),
+    (
         "fusion/gelu.rules",
         include_str!("../../rewrites/fusion/gelu.rules"),
     ),

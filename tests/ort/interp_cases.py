@@ -334,6 +334,17 @@ def _shape_ops():
         [("y", F32)], axis=1)
     r = rng_for("Gather", "scalar_index")
     add("Gather", "scalar_index", [inp("x", randn(r, 4, 5)), inp("idx", np.array(-2, np.int64))], [("y", F32)])
+    r = rng_for("GatherND", "pairs")
+    x = randn(r, 3, 4)
+    x[0, 1], x[2, 0] = np.nan, -np.inf  # gathered as they are
+    add("GatherND", "pairs", [inp("x", x),
+                              inp("idx", np.array([[[0, 1], [-1, 3]], [[2, -4], [1, 0]]], np.int64))], [("y", F32)])
+    r = rng_for("GatherND", "rows_bool")
+    add("GatherND", "rows_bool", [inp("x", r.random((3, 2, 4)) < 0.5), inp("idx", np.array([[2], [0], [-2]], np.int64))],
+        [("y", BOOL)])
+    r = rng_for("GatherND", "batch_dims1")
+    add("GatherND", "batch_dims1", [inp("x", ints(r, -9, 9, 2, 3, 4)), inp("idx", np.array([[[1, 2], [0, 0]], [[2, 3], [1, -1]]], np.int64))],
+        [("y", I64)], batch_dims=1)
     r = rng_for("Gather", "i64_data_i32_idx_axis_neg1")
     add("Gather", "i64_data_i32_idx_axis_neg1",
         [inp("x", ints(r, -9, 9, 3, 4)), inp("idx", np.array([3, -4, 1], np.int32))], [("y", I64)], axis=-1)
@@ -399,7 +410,7 @@ def _shape_ops():
     add("Where", "bcast_y", [r.random((3, 4)) < 0.5, randn(r, 3, 4), randn(r, 4)], [("y", F32)])
     add("Where", "bcast_all", [r.random((2, 1, 4)) < 0.5, np.array(1.5, np.float32), randn(r, 3, 1)], [("y", F32)])
     add("Where", "i64", [r.random((3,)) < 0.5, ints(r, -9, 9, 2, 3), ints(r, -9, 9, 3)], [("y", I64)])
-    for op in ["Equal", "Less", "Greater"]:
+    for op in ["Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"]:
         r = rng_for(op, "data")
         # small integers as floats so that ties occur
         add(op, "f32", [ints(r, -2, 2, 3, 4).astype(np.float32), ints(r, -2, 2, 3, 4).astype(np.float32)],
@@ -409,6 +420,9 @@ def _shape_ops():
                                  np.array([np.nan, np.inf, np.inf, -0.0], np.float32)], [("y", BOOL)])
     add("Less", "f32_nan_inf", [np.array([np.nan, -np.inf, 1.0, 0.0], np.float32),
                                 np.array([1.0, np.inf, np.nan, -0.0], np.float32)], [("y", BOOL)])
+    for op in ["LessOrEqual", "GreaterOrEqual"]:
+        add(op, "f32_nan_inf", [np.array([np.nan, -np.inf, 1.0, 0.0, np.inf], np.float32),
+                                np.array([1.0, np.inf, np.nan, -0.0, np.inf], np.float32)], [("y", BOOL)])
     r = rng_for("Equal", "bool")
     add("Equal", "bool", [r.random((3, 4)) < 0.5, r.random((4,)) < 0.5], [("y", BOOL)])
     r = rng_for("And", "data")
@@ -1106,7 +1120,7 @@ def _special_values():
     # comparisons, Where, logic
     p = np.array([nan, nan, inf, -inf, inf, 0.0, -0.0, 1.0, -inf], np.float32)
     q = np.array([nan, 1.0, inf, -inf, -inf, -0.0, 0.0, nan, 1.0], np.float32)
-    for op in ["Equal", "Less", "Greater"]:
+    for op in ["Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"]:
         add(op, "nan_inf_pairs", [p, q], [("y", BOOL)])
         add(op, "nan_inf_pairs_f16", [p.astype(np.float16), q.astype(np.float16)], [("y", BOOL)])
     add("Where", "nan_inf", [np.array([True, False, True, False, True, False, True, False, True]), p, q],

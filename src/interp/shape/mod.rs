@@ -28,6 +28,7 @@ pub const OPS: &[OpImpl] = &[
     OpImpl::onnx("Split", select::split),
     OpImpl::onnx("Slice", |c| select::slice(c).map(|t| vec![t])),
     OpImpl::onnx("Gather", |c| select::gather(c).map(|t| vec![t])),
+    OpImpl::onnx("GatherND", |c| select::gather_nd(c).map(|t| vec![t])),
     OpImpl::onnx("Shape", |c| make::shape(c).map(|t| vec![t])),
     OpImpl::onnx("Size", |c| make::size(c).map(|t| vec![t])),
     OpImpl::onnx("Range", |c| make::range(c).map(|t| vec![t])),

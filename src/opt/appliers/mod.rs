@@ -6,6 +6,7 @@
 mod attention_recognize;
 mod from_nbits;
 mod gqa;
+mod gqa_genai;
 mod gqa_mask;
 mod head_layout;
 mod matmul_nbits;
@@ -51,8 +52,18 @@ const APPLIERS: &[(&str, &dyn AnyApplier)] = &[
     ),
     ("attention-to-gqa", &gqa::ATTENTION_TO_GQA),
     ("rotary-attention-to-gqa", &gqa::ROTARY_ATTENTION_TO_GQA),
+    (
+        "export-attention-to-gqa",
+        &gqa_genai::EXPORT_ATTENTION_TO_GQA,
+    ),
+    (
+        "export-rotary-attention-to-gqa",
+        &gqa_genai::EXPORT_ROTARY_ATTENTION_TO_GQA,
+    ),
     ("pack-qkv", &pack_qkv::PACK_QKV),
     ("pack-qkv-with-bias", &pack_qkv::PACK_QKV_WITH_BIAS),
+    ("split-qkv", &pack_qkv::SPLIT_QKV),
+    ("split-qkv-with-sizes", &pack_qkv::SPLIT_QKV_WITH_SIZES),
     ("matmul-nbits", &matmul_nbits::MATMUL_NBITS),
     (
         "matmul-nbits-without-zero-points",
