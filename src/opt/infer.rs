@@ -149,6 +149,8 @@ pub fn infer(
             vec![ty(0).with_dtype(out)]
         }
         "com.microsoft::MatMulNBits" => vec![matmul_nbits(&ty(0), int("N"))],
+        "com.microsoft::MoE" => vec![ty(0)],
+        "ai.mobius::MoEFc1" | "ai.mobius::MoEFc2" => vec![moe_layout(op, &ty(0), int("experts"))],
         "com.microsoft::GatherBlockQuantized" => vec![gather_block_quantized(inputs, attr)],
         "ai.mobius::NBitsWeight" | "ai.mobius::NBitsScales" | "ai.mobius::NBitsZeroPoints" => {
             vec![nbits_layout(op, &ty(0), int("bits"), int("block_size"))]
@@ -350,6 +352,28 @@ fn gather_block_quantized(inputs: &[InputView<'_>], attr: &Attrs<'_>) -> TensorT
     TensorType {
         dtype: scales.dtype,
         shape,
+    }
+}
+
+/// The type of a MoE expert-weight relayout of `experts` experts: `MoEFc1` `[H, 2·E·I]` →
+/// `[E, 2·I, H]`, `MoEFc2` `[E·I, H]` → `[E, H, I]` (unknown unless the stack divides evenly).
+fn moe_layout(op: &str, t: &TensorType, experts: Option<i64>) -> TensorType {
+    let [rows, cols] = dims(t).unwrap_or(&[]) else {
+        return TensorType::default();
+    };
+    let (Some(r), Some(c), Some(e)) = (rows.known(), cols.known(), experts.filter(|&e| e > 0))
+    else {
+        return TensorType::default();
+    };
+    let known = |v: i64| SymDim::Known(v);
+    let shape = match op {
+        "ai.mobius::MoEFc1" if c % (2 * e) == 0 => vec![known(e), known(c / e), known(r)],
+        "ai.mobius::MoEFc2" if r % e == 0 => vec![known(e), known(c), known(r / e)],
+        _ => return TensorType::default(),
+    };
+    TensorType {
+        dtype: t.dtype,
+        shape: Some(shape),
     }
 }
 

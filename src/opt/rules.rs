@@ -78,6 +78,10 @@ pub const RULE_FILES: &[(&str, &str)] = &[
         include_str!("../../rewrites/fusion/matmul_nbits.rules"),
     ),
     (
+        "fusion/moe.rules",
+        include_str!("../../rewrites/fusion/moe.rules"),
+    ),
+    (
         "fusion/skip_norm.rules",
         include_str!("../../rewrites/fusion/skip_norm.rules"),
     ),

@@ -173,6 +173,11 @@ impl<'a> Evaluator<'a> {
                 scales,
                 block,
             } => super::prequantized::describe_fp8(self, weight, scales, *block),
+            TensorSource::MoeExperts {
+                source,
+                experts,
+                layer,
+            } => super::moe_experts::describe(&self.describe(source)?, *experts, *layer),
         }
     }
 
@@ -313,6 +318,10 @@ impl<'a> Evaluator<'a> {
             | TensorSource::Fp8Blocks { .. } => {
                 let (dtype, _, bytes) = self.materialize(src)?;
                 stream_converted(&bytes, dtype, target, sink)
+            }
+            TensorSource::MoeExperts { .. } => {
+                let blocks = self.moe_blocks(src)?;
+                self.stream(&blocks, target, sink)
             }
             TensorSource::Slice { .. } => match self.leaf(src)? {
                 Some(leaf) => stream_converted(leaf.data, leaf.dtype, target, sink),
@@ -469,7 +478,8 @@ impl<'a> Evaluator<'a> {
             | TensorSource::NBits { .. }
             | TensorSource::FromNBits { .. }
             | TensorSource::Packed4 { .. }
-            | TensorSource::Fp8Blocks { .. } => return Ok(None),
+            | TensorSource::Fp8Blocks { .. }
+            | TensorSource::MoeExperts { .. } => return Ok(None),
         };
         Ok(Some(Leaf { dtype, shape, data }))
     }
@@ -656,7 +666,30 @@ impl<'a> Evaluator<'a> {
                 scales,
                 block,
             } => super::prequantized::fp8_blocks(self, weight, scales, *block),
+            TensorSource::MoeExperts { .. } => {
+                let info = self.describe(src)?;
+                let blocks = self.moe_blocks(src)?;
+                let (dtype, _, bytes) = self.materialize(&blocks)?;
+                Ok((dtype, info.shape, bytes))
+            }
         }
+    }
+
+    /// A [`TensorSource::MoeExperts`] relayout as the blocks of its stack it is made of, with
+    /// the same bytes, simplified against the stack's source so that checkpoint tensors are
+    /// read in place (see [`super::moe_experts`]).
+    fn moe_blocks(&self, src: &TensorSource) -> Result<TensorSource> {
+        let TensorSource::MoeExperts {
+            source,
+            experts,
+            layer,
+        } = src
+        else {
+            return Err(Error::Graph("not an MoE expert relayout".into()));
+        };
+        let info = self.describe(source)?;
+        let blocks = super::moe_experts::expand(source, &info, *experts, *layer)?;
+        super::moe_experts::simplify(self, blocks)
     }
 }
 

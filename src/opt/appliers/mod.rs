@@ -9,6 +9,7 @@ mod gqa;
 mod gqa_mask;
 mod head_layout;
 mod matmul_nbits;
+mod moe;
 mod norm_recognize;
 mod pack_qkv;
 mod rotary_recognize;
@@ -70,6 +71,7 @@ const APPLIERS: &[(&str, &dyn AnyApplier)] = &[
         "matmul-nbits-with-bias-to-dequantize",
         &from_nbits::MATMUL_NBITS_WITH_BIAS_TO_DEQUANTIZE,
     ),
+    ("dense-moe", &moe::DENSE_MOE),
     ("decompose-rotary", &rotary::DECOMPOSE_ROTARY),
     (
         "decompose-rotary-with-positions",
