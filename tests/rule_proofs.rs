@@ -32,6 +32,8 @@ mod gemm;
 mod head_layout;
 #[path = "rule_proofs/lowering.rs"]
 mod lowering;
+#[path = "rule_proofs/moe.rs"]
+mod moe;
 #[path = "common/norm_spellings.rs"]
 mod norm_spellings;
 #[path = "rule_proofs/quant.rs"]
@@ -221,6 +223,7 @@ const PROOFS: &[(&str, &str)] = &[
         "matmul-nbits-with-bias-to-dequantize",
         "quant::matmul_nbits_to_dequantize",
     ),
+    ("dense-moe", "moe::dense_moe_fusion"),
 ];
 
 #[test]
