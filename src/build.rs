@@ -251,6 +251,7 @@ fn is_weight_data(src: &TensorSource) -> bool {
         | TensorSource::Quantize { source, .. }
         | TensorSource::NBits { source, .. }
         | TensorSource::FromNBits { source, .. }
-        | TensorSource::MoeExperts { source, .. } => is_weight_data(source),
+        | TensorSource::MoeExperts { source, .. }
+        | TensorSource::Reshape { source, .. } => is_weight_data(source),
     }
 }

@@ -175,7 +175,13 @@ fn optimizing_never_raises_the_estimated_cost() {
 #[test]
 fn moe_blocks_run_as_the_fused_kernel_where_it_takes_their_dtype() {
     const MOE: &str = "com.microsoft::MoE";
-    for (name, layers) in [("mixtral", 2), ("qwen2_moe", 2), ("qwen3_moe", 1)] {
+    for (name, layers) in [
+        ("mixtral", 2),
+        ("qwen2_moe", 2),
+        ("qwen3_moe", 1),
+        ("olmoe", 2),
+        ("granitemoe", 2),
+    ] {
         let cfg = fixture_config(name);
         for (ep, dtype, fused) in [
             ("cpu", DType::F32, true),

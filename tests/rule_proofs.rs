@@ -224,6 +224,7 @@ const PROOFS: &[(&str, &str)] = &[
         "quant::matmul_nbits_to_dequantize",
     ),
     ("dense-moe", "moe::dense_moe_fusion"),
+    ("moe-to-dense", "moe::moe_to_dense_inline"),
 ];
 
 #[test]

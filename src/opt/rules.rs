@@ -102,6 +102,10 @@ pub const RULE_FILES: &[(&str, &str)] = &[
         include_str!("../../rewrites/inline/matmul_nbits.rules"),
     ),
     (
+        "inline/moe.rules",
+        include_str!("../../rewrites/inline/moe.rules"),
+    ),
+    (
         "inline/skip_layer_norm.rules",
         include_str!("../../rewrites/inline/skip_layer_norm.rules"),
     ),

@@ -178,6 +178,14 @@ impl<'a> Evaluator<'a> {
                 experts,
                 layer,
             } => super::moe_experts::describe(&self.describe(source)?, *experts, *layer),
+            TensorSource::Reshape { source, shape } => {
+                let info = self.describe(source)?;
+                reshaped(&info.shape, shape)?;
+                Ok(SourceInfo {
+                    dtype: info.dtype,
+                    shape: shape.clone(),
+                })
+            }
         }
     }
 
@@ -244,9 +252,9 @@ impl<'a> Evaluator<'a> {
     fn map_files(&mut self, src: &TensorSource) -> Result<()> {
         match src {
             TensorSource::External { path, .. } => self.map_file(path),
-            TensorSource::Transpose(inner) | TensorSource::Slice { source: inner, .. } => {
-                self.map_files(inner)
-            }
+            TensorSource::Transpose(inner)
+            | TensorSource::Slice { source: inner, .. }
+            | TensorSource::Reshape { source: inner, .. } => self.map_files(inner),
             TensorSource::Concat { parts, .. } => parts.iter().try_for_each(|p| self.map_files(p)),
             _ => Ok(()),
         }
@@ -322,6 +330,10 @@ impl<'a> Evaluator<'a> {
             TensorSource::MoeExperts { .. } => {
                 let blocks = self.moe_blocks(src)?;
                 self.stream(&blocks, target, sink)
+            }
+            TensorSource::Reshape { source, .. } => {
+                self.describe(src)?;
+                self.stream(source, target, sink)
             }
             TensorSource::Slice { .. } => match self.leaf(src)? {
                 Some(leaf) => stream_converted(leaf.data, leaf.dtype, target, sink),
@@ -468,6 +480,13 @@ impl<'a> Evaluator<'a> {
                     shape,
                     &leaf.data[start * row..(start + len) * row],
                 )
+            }
+            TensorSource::Reshape { source, shape } => {
+                let Some(leaf) = self.stored_leaf(source)? else {
+                    return Ok(None);
+                };
+                reshaped(&leaf.shape, shape)?;
+                (leaf.dtype, shape.clone(), leaf.data)
             }
             TensorSource::Transpose(_)
             | TensorSource::Concat { .. }
@@ -666,6 +685,11 @@ impl<'a> Evaluator<'a> {
                 scales,
                 block,
             } => super::prequantized::fp8_blocks(self, weight, scales, *block),
+            TensorSource::Reshape { source, shape } => {
+                let (dtype, from, bytes) = self.materialize(source)?;
+                reshaped(&from, shape)?;
+                Ok((dtype, shape.clone(), bytes))
+            }
             TensorSource::MoeExperts { .. } => {
                 let info = self.describe(src)?;
                 let blocks = self.moe_blocks(src)?;
@@ -702,6 +726,17 @@ fn split_at_axis(shape: &[usize], axis: usize) -> (usize, usize, usize) {
 }
 
 /// Narrows `shape` to `start..start + len` along `axis`, or says why the slice does not fit.
+/// Checks that a tensor of shape `from` can be read with shape `to` (the same size).
+fn reshaped(from: &[usize], to: &[usize]) -> Result<()> {
+    if from.iter().product::<usize>() == to.iter().product::<usize>() {
+        Ok(())
+    } else {
+        Err(Error::Graph(format!(
+            "cannot read a tensor of shape {from:?} with shape {to:?} (another size)"
+        )))
+    }
+}
+
 fn slice_shape(
     shape: &mut [usize],
     axis: usize,

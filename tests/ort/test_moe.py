@@ -1,7 +1,7 @@
 """Mixture-of-experts blocks as `com.microsoft::MoE` (rewrites/fusion/moe.rules).
 
 The EPs whose capabilities run the kernel get the fused op for every MoE layer of the
-mixtral, qwen2_moe and qwen3_moe fixtures (their transformers parity, decode and
+mixtral, qwen2_moe, qwen3_moe, olmoe and granitemoe fixtures (their transformers parity, decode and
 onnxruntime-genai greedy runs are test_fixtures.py's, on these same builds); onnx-standard
 keeps the dense block of standard ops.  Here the two forms are compared with each other on
 the prompt and transformers' greedy continuation (44 routed tokens per layer), and the
@@ -19,7 +19,7 @@ import pytest
 
 from ort_helpers import FIXTURES_DIR, NP_DTYPES, load_config, load_reference, model_dims
 
-NAMES = ["mixtral", "qwen2_moe", "qwen3_moe"]
+NAMES = ["mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granitemoe"]
 FUSED = [("cpu", "f32"), ("cpu", "f16"), ("cuda", "f16"), ("cuda", "f32"), (None, "f32"), ("webgpu", "f16")]
 TOL = {"f32": 1e-4, "f16": 2e-2}
 
@@ -28,7 +28,7 @@ def moe_layers(name: str) -> int:
     """MoE layers of the fixture, as its family selects them."""
     cfg = load_config(FIXTURES_DIR / name)
     layers = cfg["num_hidden_layers"]
-    if cfg["model_type"] == "mixtral":
+    if cfg["model_type"] in ("mixtral", "olmoe", "granitemoe"):
         return layers
     step, dense = cfg.get("decoder_sparse_step", 1), set(cfg.get("mlp_only_layers", []))
     return sum(1 for i in range(layers) if i not in dense and (i + 1) % step == 0)

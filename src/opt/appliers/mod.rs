@@ -72,6 +72,7 @@ const APPLIERS: &[(&str, &dyn AnyApplier)] = &[
         &from_nbits::MATMUL_NBITS_WITH_BIAS_TO_DEQUANTIZE,
     ),
     ("dense-moe", &moe::DENSE_MOE),
+    ("moe-to-dense", &moe::MOE_TO_DENSE),
     ("decompose-rotary", &rotary::DECOMPOSE_ROTARY),
     (
         "decompose-rotary-with-positions",

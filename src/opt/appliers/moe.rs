@@ -4,7 +4,9 @@
 //! renormalised weights) → one `com.microsoft::MoE` over the router logits, its expert weights
 //! re-laid out at save time (`ai.mobius::MoEFc1` of the gate and up stacks joined along their
 //! columns, `ai.mobius::MoEFc2` of the down stack, folded into initializers when the graph is
-//! lowered).
+//! lowered). And the inverse (`inline/moe.rules`): a MoE call over initializers → that dense
+//! block over the stacks read back from its weights (`ai.mobius::MoEGateStack`, `MoEUpStack`,
+//! `MoEDownStack`), for EPs without the kernel.
 
 use egg::Id;
 
@@ -257,4 +259,169 @@ fn dense_moe(
             ("swiglu_limit", AttrValue::Float(f32::INFINITY.to_bits())),
         ],
     ))
+}
+
+/// `moe-to-dense`.
+pub(super) const MOE_TO_DENSE: Applier<12> = Applier::new(
+    [
+        "?x",
+        "?router",
+        "?fc1",
+        "?fc2",
+        "?alpha",
+        "?beta",
+        "?activation",
+        "?k",
+        "?normalize",
+        "?fusion",
+        "?limit",
+        "?sparse_mixer",
+    ],
+    moe_to_dense,
+);
+
+/// The float attribute of class `id`: `Some(default)` when unset.
+fn float_or(g: &OnnxGraph, id: Id, default: f32) -> Option<f32> {
+    match g[id].data.attr()? {
+        AttrValue::Unset => Some(default),
+        AttrValue::Float(bits) => Some(f32::from_bits(*bits)),
+        _ => None,
+    }
+}
+
+/// The static shape of class `id` when it is an initializer of `dtype`.
+fn init_shape(g: &OnnxGraph, id: Id, dtype: DType) -> Option<Vec<i64>> {
+    let t = g[id].data.tensor()?;
+    (is_init(g, id) && t.dtype? == dtype).then(|| t.static_shape())?
+}
+
+/// `com.microsoft::MoE(x, router, fc1, none, fc2)` as onnxruntime's CPU kernel computes it
+/// (interleaved SwiGLU experts, α = 1, β = 0, no limit: set so or unset, the CPU kernel's
+/// defaults; no sparse mixer) → the dense block [`dense_moe`] reads, over the gate, up and
+/// down stacks read back from the initializers `fc1` `[E, 2·I, H]` and `fc2` `[E, H, I]`
+/// (`ai.mobius::MoEGateStack`, `MoEUpStack`, `MoEDownStack`) and the router logits
+/// `[B·S, E]` read as `[B, S, E]`. Fires for a 3-D f32 or f16 `x` `[B, S, H]`; exact but for
+/// the rule's ties and non-finite logits (`fusion/moe.rules`).
+fn moe_to_dense(
+    g: &mut OnnxGraph,
+    _: Site<'_>,
+    [x, router, fc1, fc2, alpha, beta, activation, k, normalize, fusion, limit, sparse_mixer]: [Id;
+        12],
+) -> Option<Id> {
+    let t = g[x].data.tensor()?;
+    let dtype = t.dtype?;
+    let dims = t.shape.as_ref()?;
+    if !matches!(dtype, DType::F32 | DType::F16) || dims.len() != 3 {
+        return None;
+    }
+    let h = dims[2].known()?;
+    let swiglu = matches!(g[activation].data.attr(), Some(AttrValue::Str(s)) if s.as_str() == "swiglu");
+    let plain = float_or(g, alpha, 1.0)? == 1.0
+        && float_or(g, beta, 0.0)? == 0.0
+        && float_or(g, limit, f32::INFINITY)? == f32::INFINITY;
+    let int = |id: Id, default: i64| match g[id].data.attr() {
+        Some(AttrValue::Unset) => Some(default),
+        Some(AttrValue::Int(v)) => Some(*v),
+        _ => None,
+    };
+    let (k, normalize) = (int(k, 1)?, int(normalize, 0)?);
+    if !swiglu || !plain || int(fusion, 0)? != 1 || int(sparse_mixer, 0)? != 0 {
+        return None;
+    }
+    let [e, rows, fc1_h] = init_shape(g, fc1, dtype)?[..] else {
+        return None;
+    };
+    let [fc2_e, fc2_h, i] = init_shape(g, fc2, dtype)?[..] else {
+        return None;
+    };
+    let r = g[router].data.tensor()?;
+    let router_ok = r.dtype? == dtype
+        && matches!(r.shape.as_deref(), Some([_, n]) if n.known() == Some(e));
+    if !router_ok
+        || fc1_h != h
+        || rows != 2 * i
+        || (fc2_e, fc2_h) != (e, h)
+        || !(1..=e).contains(&k)
+        || !matches!(normalize, 0 | 1)
+    {
+        return None;
+    }
+    let mut em = Emit::new(g);
+    let experts = [("experts", AttrValue::Int(e))];
+    let wg = em.op("ai.mobius::MoEGateStack", &[fc1], &experts);
+    let wu = em.op("ai.mobius::MoEUpStack", &[fc1], &experts);
+    let wd = em.op("ai.mobius::MoEDownStack", &[fc2], &experts);
+    let tokens = em.shape(x, 0, 2);
+    let width = em.ints(&[e]);
+    let shape = em.concat(&[tokens, width], 0);
+    let logits = em.op("Reshape", &[router, shape], &[]);
+    let routing = routing_matrix(&mut em, logits, (e, k), normalize == 1, dtype)?;
+    let gate = em.bin("MatMul", x, wg);
+    let sig = em.op("Sigmoid", &[gate], &[]);
+    let gate = em.bin("Mul", gate, sig);
+    let up = em.bin("MatMul", x, wu);
+    let act = em.bin("Mul", gate, up);
+    let act = em.reshape(act, &[0, 0, e, i]);
+    let weighted = em.bin("Mul", act, routing);
+    let weighted = em.reshape(weighted, &[0, 0, e * i]);
+    Some(em.bin("MatMul", weighted, wd))
+}
+
+/// The routing matrix `[B, S, E, 1]` in `dtype` of router `logits` `[B, S, E]` (in `dtype`),
+/// as [`crate::models::components::sparse_moe`] builds it (the form [`routing`] reads).
+fn routing_matrix(
+    em: &mut Emit<'_>,
+    logits: Id,
+    (experts, k): (i64, i64),
+    normalize: bool,
+    dtype: DType,
+) -> Option<Id> {
+    let cast = |em: &mut Emit<'_>, v: Id, to: DType| {
+        em.op("Cast", &[v], &[("to", AttrValue::Int(to.onnx_code() as i64))])
+    };
+    let logits = match dtype {
+        DType::F32 => logits,
+        _ => cast(em, logits, DType::F32),
+    };
+    let probs = em.op("Softmax", &[logits], &[("axis", AttrValue::Int(-1))]);
+    let k = em.ints(&[k]);
+    let axis = em.g.add(Onnx::Attr(AttrValue::Int(-1)));
+    let unset = em.g.add(Onnx::Attr(AttrValue::Unset));
+    let names = crate::opt::schema::schema("TopK")?;
+    let top = em.g.add(Onnx::op(
+        "TopK",
+        names,
+        2,
+        2,
+        vec![probs, k, axis, unset, unset],
+    ));
+    let weights = em.g.add(Onnx::Get {
+        index: 0,
+        tuple: [top],
+    });
+    let picked = em.g.add(Onnx::Get {
+        index: 1,
+        tuple: [top],
+    });
+    let weights = if normalize {
+        let last = em.ints(&[-1]);
+        let sum = em.op("ReduceSum", &[weights, last], &[]);
+        em.bin("Div", weights, sum)
+    } else {
+        weights
+    };
+    let picked = em.unsqueeze(picked, &[-1]);
+    let ids: Vec<i64> = (0..experts).collect();
+    let ids = em.ints(&ids);
+    let one_hot = em.bin("Equal", picked, ids);
+    let one_hot = cast(em, one_hot, DType::F32);
+    let weights = em.unsqueeze(weights, &[-1]);
+    let spread = em.bin("Mul", one_hot, weights);
+    let over_k = em.ints(&[-2]);
+    let routing = em.op("ReduceSum", &[spread, over_k], &[]);
+    let routing = match dtype {
+        DType::F32 => routing,
+        _ => cast(em, routing, dtype),
+    };
+    Some(em.reshape(routing, &[0, 0, experts, 1]))
 }
