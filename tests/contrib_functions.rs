@@ -157,7 +157,10 @@ fn every_emitted_contrib_op_has_a_body_exactly_when_it_has_inline_rules() {
     bodies.extend(HAND_WRITTEN.iter().map(|op| op.to_string()));
     let inline = ops_with_inline_rules();
     let without_body: BTreeSet<String> = NO_BODY.iter().map(|op| op.to_string()).collect();
-    assert!(without_body.is_subset(&inline), "{without_body:?} vs {inline:?}");
+    assert!(
+        without_body.is_subset(&inline),
+        "{without_body:?} vs {inline:?}"
+    );
     assert_eq!(bodies, &inline - &without_body);
     let t = tempfile::tempdir().unwrap();
     let mut emitted = BTreeSet::new();

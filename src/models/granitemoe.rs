@@ -132,7 +132,10 @@ mod tests {
         let k = *c.knobs::<GraniteMoe>().unwrap();
         assert_eq!((k.experts, k.multipliers.residual), (4, 0.5));
         for (bad, field) in [
-            (r#", "num_local_experts": 2, "num_experts_per_tok": 3"#, "num_experts_per_tok"),
+            (
+                r#", "num_local_experts": 2, "num_experts_per_tok": 3"#,
+                "num_experts_per_tok",
+            ),
             (r#", "embedding_multiplier": 0"#, "embedding_multiplier"),
         ] {
             let err = parse(bad).unwrap_err().to_string();

@@ -89,7 +89,15 @@ impl Family for Olmoe {
     ) -> [String; 3] {
         let h = cfg.hidden_size;
         let proj = |b: &mut GraphBuilder, name: &str, width: usize| {
-            linear(b, x, &format!("{attn}.{name}"), h, width, cfg.qkv_bias, dtype)
+            linear(
+                b,
+                x,
+                &format!("{attn}.{name}"),
+                h,
+                width,
+                cfg.qkv_bias,
+                dtype,
+            )
         };
         let q = proj(b, "q_proj", cfg.q_size());
         let k = proj(b, "k_proj", cfg.kv_size());
@@ -172,9 +180,15 @@ mod tests {
         let c = parse(r#", "num_experts": 4, "num_experts_per_tok": 2, "clip_qkv": 8, "norm_topk_prob": true"#)
             .unwrap();
         let k = *c.knobs::<Olmoe>().unwrap();
-        assert_eq!((k.experts, k.top_k, k.normalize, k.clip_qkv), (4, 2, true, Some(8.0)));
+        assert_eq!(
+            (k.experts, k.top_k, k.normalize, k.clip_qkv),
+            (4, 2, true, Some(8.0))
+        );
         for (bad, field) in [
-            (r#", "num_experts": 4, "num_experts_per_tok": 5"#, "num_experts_per_tok"),
+            (
+                r#", "num_experts": 4, "num_experts_per_tok": 5"#,
+                "num_experts_per_tok",
+            ),
             (r#", "clip_qkv": 0"#, "clip_qkv"),
         ] {
             let err = parse(bad).unwrap_err().to_string();

@@ -43,11 +43,7 @@ fn sizes(shape: &[usize], experts: usize, layer: MoeLayer) -> Result<(usize, usi
 
 /// Type and shape of the relayout over a tensor described by `info`: `[E, 2·I, H]` (fc1),
 /// `[E, H, I]` (fc2), `[H, E·I]` (gate and up stacks) or `[E·I, H]` (down stack).
-pub(super) fn describe(
-    info: &SourceInfo,
-    experts: usize,
-    layer: MoeLayer,
-) -> Result<SourceInfo> {
+pub(super) fn describe(info: &SourceInfo, experts: usize, layer: MoeLayer) -> Result<SourceInfo> {
     let (e, h, i) = sizes(&info.shape, experts, layer)?;
     let shape = match layer {
         MoeLayer::Fc1 => vec![e, 2 * i, h],
@@ -96,10 +92,7 @@ pub(super) fn expand(
         MoeLayer::Fc1 => (
             (0..e)
                 .map(|j| TensorSource::Concat {
-                    parts: vec![
-                        block(1, j * i, 2 * e * i),
-                        block(1, (e + j) * i, 2 * e * i),
-                    ],
+                    parts: vec![block(1, j * i, 2 * e * i), block(1, (e + j) * i, 2 * e * i)],
                     axis: 1,
                 })
                 .collect(),
@@ -115,7 +108,10 @@ pub(super) fn expand(
                 1,
             )
         }
-        MoeLayer::DownStack => ((0..e).map(|j| transpose(expert(j, vec![h, i]))).collect(), 0),
+        MoeLayer::DownStack => (
+            (0..e).map(|j| transpose(expert(j, vec![h, i]))).collect(),
+            0,
+        ),
     };
     Ok(TensorSource::Concat { parts, axis })
 }
@@ -225,7 +221,11 @@ mod tests {
     fn stacks() -> (Vec<Vec<f32>>, Vec<Vec<f32>>, Vec<Vec<f32>>) {
         let m = |base: f32| -> Vec<f32> { (0..6).map(|v| base + v as f32).collect() };
         // HF [out, in]: gate/up [I, H], down [H, I], per expert.
-        (vec![m(0.0), m(10.0)], vec![m(100.0), m(110.0)], vec![m(200.0), m(210.0)])
+        (
+            vec![m(0.0), m(10.0)],
+            vec![m(100.0), m(110.0)],
+            vec![m(200.0), m(210.0)],
+        )
     }
 
     fn checkpoint_like(parts: &[Vec<f32>], shape: Vec<usize>, axis: usize) -> TensorSource {
@@ -356,7 +356,10 @@ mod tests {
             panic!("a concatenation over experts");
         };
         for part in parts {
-            assert!(ev.matrix(part).unwrap().is_some(), "{part:?} is not read in place");
+            assert!(
+                ev.matrix(part).unwrap().is_some(),
+                "{part:?} is not read in place"
+            );
         }
         let src = TensorSource::MoeExperts {
             source: Box::new(joined),
@@ -402,7 +405,10 @@ mod tests {
             (up_stack, relayout(fc1, MoeLayer::UpStack)),
             (down_stack, relayout(fc2, MoeLayer::DownStack)),
         ] {
-            assert_eq!(ev.materialize(&back).unwrap(), ev.materialize(&stack).unwrap());
+            assert_eq!(
+                ev.materialize(&back).unwrap(),
+                ev.materialize(&stack).unwrap()
+            );
         }
     }
 
@@ -414,6 +420,9 @@ mod tests {
             layer: MoeLayer::Fc1,
         };
         let err = Evaluator::new(None).describe(&src).unwrap_err().to_string();
-        assert!(err.contains("[H, 2·E·I]") && err.contains("[3, 5]"), "{err}");
+        assert!(
+            err.contains("[H, 2·E·I]") && err.contains("[3, 5]"),
+            "{err}"
+        );
     }
 }

@@ -111,3 +111,24 @@ def test_router_margin(built, record_moe_margin, tmp_path, name, dtype):
     margin = min(float((t[..., k - 1] - t[..., k]).min()) for t in top)
     record_moe_margin(f"{name} {dtype}", margin)
     assert margin > 0, f"{name} {dtype}: a tie at the k-th router probability"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_optimize_moves_between_the_forms(built, tmp_path, name):
+    """`mobius optimize` of saved models: the default build's MoE calls for onnx-standard become
+    the dense block (no contrib op left), and the onnx-standard build's dense blocks for cpu become
+    MoE calls; both give the source's logits on the 44 tokens."""
+    from ort_helpers import run_mobius
+
+    for source_ep, target_ep, want_moe in [("default", "onnx-standard", 0), ("onnx-standard", "cpu", moe_layers(name))]:
+        source = built("fixture", name, "f32", source_ep)
+        out = tmp_path / f"{source_ep}-to-{target_ep}"
+        run_mobius(["optimize", str(source / "model.onnx"), str(out), "--ep", target_ep])
+        got = ops(out)
+        assert got.count("com.microsoft::MoE") == want_moe, got
+        if target_ep == "onnx-standard":
+            assert all(not o.startswith("com.microsoft::") for o in got), got
+        a = prefill(source / "model.onnx", name, "f32")["logits"]
+        b = prefill(out / "model.onnx", name, "f32")["logits"]
+        err = float(np.abs(a - b).max())
+        assert err <= TOL["f32"], f"{name} {source_ep} -> {target_ep}: max abs error {err:.3g}"

@@ -26,9 +26,8 @@ use super::{dims, prove_on};
 type Sizes = (usize, usize, usize, usize, usize, usize);
 
 fn sizes() -> impl Strategy<Value = Sizes> {
-    (1usize..3, 1usize..4, 2usize..9, 1usize..5, 1usize..7).prop_flat_map(|(b, s, h, i, e)| {
-        (Just(b), Just(s), Just(h), Just(i), Just(e), 1..=e)
-    })
+    (1usize..3, 1usize..4, 2usize..9, 1usize..5, 1usize..7)
+        .prop_flat_map(|(b, s, h, i, e)| (Just(b), Just(s), Just(h), Just(i), Just(e), 1..=e))
 }
 
 /// Values in `[-scale, scale)` rounded to `dtype`.
@@ -195,11 +194,20 @@ fn moe_call(
             ("swiglu_limit", Attr::Float(f32::INFINITY)),
         ]);
     }
-    b.node("com.microsoft", "MoE", &[&x, &router, &fc1, "", &fc2], attrs, vec!["y".into()]);
+    b.node(
+        "com.microsoft",
+        "MoE",
+        &[&x, &router, &fc1, "", &fc2],
+        attrs,
+        vec!["y".into()],
+    );
     let xs = values(batch * seq * h, 1.0, dtype, &mut rng);
     let logits = values(batch * seq * e, 2.0, dtype, &mut rng);
     let inputs = HashMap::from([
-        ("x".to_string(), Tensor::float(dtype, vec![batch, seq, h], xs)),
+        (
+            "x".to_string(),
+            Tensor::float(dtype, vec![batch, seq, h], xs),
+        ),
         (
             "router".to_string(),
             Tensor::float(dtype, vec![batch * seq, e], logits.clone()),

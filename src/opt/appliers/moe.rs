@@ -315,7 +315,8 @@ fn moe_to_dense(
         return None;
     }
     let h = dims[2].known()?;
-    let swiglu = matches!(g[activation].data.attr(), Some(AttrValue::Str(s)) if s.as_str() == "swiglu");
+    let swiglu =
+        matches!(g[activation].data.attr(), Some(AttrValue::Str(s)) if s.as_str() == "swiglu");
     let plain = float_or(g, alpha, 1.0)? == 1.0
         && float_or(g, beta, 0.0)? == 0.0
         && float_or(g, limit, f32::INFINITY)? == f32::INFINITY;
@@ -335,8 +336,8 @@ fn moe_to_dense(
         return None;
     };
     let r = g[router].data.tensor()?;
-    let router_ok = r.dtype? == dtype
-        && matches!(r.shape.as_deref(), Some([_, n]) if n.known() == Some(e));
+    let router_ok =
+        r.dtype? == dtype && matches!(r.shape.as_deref(), Some([_, n]) if n.known() == Some(e));
     if !router_ok
         || fc1_h != h
         || rows != 2 * i
@@ -377,7 +378,11 @@ fn routing_matrix(
     dtype: DType,
 ) -> Option<Id> {
     let cast = |em: &mut Emit<'_>, v: Id, to: DType| {
-        em.op("Cast", &[v], &[("to", AttrValue::Int(to.onnx_code() as i64))])
+        em.op(
+            "Cast",
+            &[v],
+            &[("to", AttrValue::Int(to.onnx_code() as i64))],
+        )
     };
     let logits = match dtype {
         DType::F32 => logits,
