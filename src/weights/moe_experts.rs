@@ -217,8 +217,11 @@ mod tests {
         bytemuck::cast_slice::<u8, f32>(bytes).to_vec()
     }
 
+    /// Each expert's values of one projection.
+    type PerExpert = Vec<Vec<f32>>;
+
     /// Two experts of width I = 2 on H = 3: the stacks as the block builder writes them.
-    fn stacks() -> (Vec<Vec<f32>>, Vec<Vec<f32>>, Vec<Vec<f32>>) {
+    fn stacks() -> (PerExpert, PerExpert, PerExpert) {
         let m = |base: f32| -> Vec<f32> { (0..6).map(|v| base + v as f32).collect() };
         // HF [out, in]: gate/up [I, H], down [H, I], per expert.
         (
