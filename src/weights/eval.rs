@@ -180,7 +180,7 @@ impl<'a> Evaluator<'a> {
             } => super::moe_experts::describe(&self.describe(source)?, *experts, *layer),
             TensorSource::Reshape { source, shape } => {
                 let info = self.describe(source)?;
-                reshaped(&info.shape, shape)?;
+                reshaped(&info.shape, shape, source)?;
                 Ok(SourceInfo {
                     dtype: info.dtype,
                     shape: shape.clone(),
@@ -485,7 +485,7 @@ impl<'a> Evaluator<'a> {
                 let Some(leaf) = self.stored_leaf(source)? else {
                     return Ok(None);
                 };
-                reshaped(&leaf.shape, shape)?;
+                reshaped(&leaf.shape, shape, source)?;
                 (leaf.dtype, shape.clone(), leaf.data)
             }
             TensorSource::Transpose(_)
@@ -687,7 +687,7 @@ impl<'a> Evaluator<'a> {
             } => super::prequantized::fp8_blocks(self, weight, scales, *block),
             TensorSource::Reshape { source, shape } => {
                 let (dtype, from, bytes) = self.materialize(source)?;
-                reshaped(&from, shape)?;
+                reshaped(&from, shape, source)?;
                 Ok((dtype, shape.clone(), bytes))
             }
             TensorSource::MoeExperts { .. } => {
@@ -726,15 +726,25 @@ fn split_at_axis(shape: &[usize], axis: usize) -> (usize, usize, usize) {
 }
 
 /// Narrows `shape` to `start..start + len` along `axis`, or says why the slice does not fit.
-/// Checks that a tensor of shape `from` can be read with shape `to` (the same size).
-fn reshaped(from: &[usize], to: &[usize]) -> Result<()> {
-    if from.iter().product::<usize>() == to.iter().product::<usize>() {
-        Ok(())
-    } else {
-        Err(Error::Graph(format!(
-            "cannot read a tensor of shape {from:?} with shape {to:?} (another size)"
-        )))
+/// Checks that `source`, of shape `from`, can be read with shape `to` (the same size).
+fn reshaped(from: &[usize], to: &[usize], source: &TensorSource) -> Result<()> {
+    let (have, want) = (from.iter().product::<usize>(), to.iter().product::<usize>());
+    if have == want {
+        return Ok(());
     }
+    // The checkpoint tensor the values come from, through blocks and reshapes.
+    let mut leaf = source;
+    while let TensorSource::Slice { source, .. } | TensorSource::Reshape { source, .. } = leaf {
+        leaf = source;
+    }
+    let what = match leaf {
+        TensorSource::Checkpoint(name) => format!("a {from:?} part of checkpoint tensor `{name}`"),
+        _ => format!("a tensor of shape {from:?}"),
+    };
+    Err(Error::Graph(format!(
+        "cannot read {what} as {to:?} ({have} values, not {want}): the config's sizes do not \
+         fit the checkpoint"
+    )))
 }
 
 fn slice_shape(
