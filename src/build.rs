@@ -279,6 +279,8 @@ fn is_weight_data(src: &TensorSource) -> bool {
         TensorSource::Slice { source, .. }
         | TensorSource::Quantize { source, .. }
         | TensorSource::NBits { source, .. }
-        | TensorSource::FromNBits { source, .. } => is_weight_data(source),
+        | TensorSource::FromNBits { source, .. }
+        | TensorSource::MoeExperts { source, .. }
+        | TensorSource::Reshape { source, .. } => is_weight_data(source),
     }
 }

@@ -3,11 +3,14 @@
 use std::path::{Path, PathBuf};
 
 use crate::ep::EpCapabilities;
-use crate::ir::{DType, Graph};
+use crate::ir::{DType, Graph, Model};
 use crate::onnx::{export, import};
 use crate::opt::fingerprint::leaf_values;
 use crate::opt::pipeline::check_output_types;
-use crate::opt::{optimize, KvCache, Limits, OptimizeOptions, OptimizeReport, Role};
+use crate::opt::rules::all_rules;
+use crate::opt::{
+    optimize, optimize_with_rules, KvCache, Limits, OptimizeOptions, OptimizeReport, Role,
+};
 use crate::package::{check_not_over, check_target, StagedOutput};
 use crate::quant::pass::{quantize_graph, runs_gather_block_quantized, QuantRequest, QuantSummary};
 use crate::weights::eval::Evaluator;
@@ -55,6 +58,38 @@ pub fn optimize_file(opts: &OptimizeFileOptions) -> Result<(OptimizeReport, Opti
     })
 }
 
+/// `model` with its `com.microsoft::MoE` calls (if any) replaced by their standard form, the
+/// dense block whose expert weights are plain MatMul weights (`inline/moe.rules`), so that
+/// `--quant` quantizes the experts as `mobius build --quant` does; the optimizer fuses what
+/// the target runs afterwards. Only the MoE rule runs, for an EP that runs every op but MoE.
+fn dense_moe_blocks(model: Model, dtype: DType, opts: &OptimizeFileOptions) -> Result<Model> {
+    if !model
+        .graph
+        .nodes
+        .iter()
+        .any(|n| n.domain == "com.microsoft" && n.op_type == "MoE")
+    {
+        return Ok(model);
+    }
+    let caps = EpCapabilities {
+        supports_fused_moe: false,
+        ..EpCapabilities::new("default")
+    };
+    let rules: Vec<_> = all_rules()?
+        .into_iter()
+        .filter(|r| r.name == "moe-to-dense")
+        .collect();
+    let options = OptimizeOptions {
+        dtype,
+        role: opts.role,
+        limits: opts.limits,
+        fingerprint_leaves: None,
+        accuracy_level: None,
+        kv_cache: KvCache::AsIs,
+    };
+    Ok(optimize_with_rules(&model, &caps, &options, &rules)?.0)
+}
+
 fn optimize_checked(opts: &OptimizeFileOptions) -> Result<(OptimizeReport, Option<QuantSummary>)> {
     check_target(&opts.out, opts.overwrite)?;
     let mut model = import::load(&opts.input)?;
@@ -79,6 +114,9 @@ fn optimize_checked(opts: &OptimizeFileOptions) -> Result<(OptimizeReport, Optio
                         .into(),
             })?,
     };
+    if opts.quant.is_some() {
+        model = dense_moe_blocks(model, dtype, opts)?;
+    }
     let quantization = match &opts.quant {
         Some(request) => Some(quantize_graph(
             &mut model.graph,

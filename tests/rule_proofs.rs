@@ -35,6 +35,8 @@ mod gqa_genai;
 mod head_layout;
 #[path = "rule_proofs/lowering.rs"]
 mod lowering;
+#[path = "rule_proofs/moe.rs"]
+mod moe;
 #[path = "common/norm_spellings.rs"]
 mod norm_spellings;
 #[path = "rule_proofs/quant.rs"]
@@ -247,6 +249,8 @@ const PROOFS: &[(&str, &str)] = &[
         "matmul-nbits-with-bias-to-dequantize",
         "quant::matmul_nbits_to_dequantize",
     ),
+    ("dense-moe", "moe::dense_moe_fusion"),
+    ("moe-to-dense", "moe::moe_to_dense_inline"),
 ];
 
 #[test]

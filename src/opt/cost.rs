@@ -151,7 +151,10 @@ impl<'a> CostModel<'a> {
                 c.supports_matmul_nbits && matches!(dtype, Some(DType::F32 | DType::F16))
             }
             ("com.microsoft", "PackedMultiHeadAttention") => c.supports_packed_multi_head_attention,
-            ("com.microsoft", "MoE") => c.supports_fused_moe,
+            // onnxruntime's CPU kernel takes f32 and f16 only (the CUDA one bf16 too, unverified).
+            ("com.microsoft", "MoE") => {
+                c.supports_fused_moe && matches!(dtype, Some(DType::F32 | DType::F16))
+            }
             // The fused elementwise kernels come with the Skip*Normalization ones.
             ("com.microsoft", "BiasGelu" | "FastGelu") => c.supports_skip_layer_norm,
             _ => true,
@@ -215,6 +218,19 @@ impl<'a> CostModel<'a> {
                     .and_then(|t| t.shape.as_ref()?.last().map(|d| self.dim(d)))
                     .unwrap_or(1) as f64;
                 2.0 * out_elems * k
+            }
+            // Each token runs k experts of two projections to 2·I and one back to H.
+            "com.microsoft::MoE" => {
+                let k = op
+                    .attr_id("k")
+                    .and_then(|a| egraph[a].data.attr()?.int())
+                    .unwrap_or(1) as f64;
+                let inter = op
+                    .input_ids()
+                    .get(4)
+                    .and_then(|&i| egraph[i].data.tensor()?.shape.as_ref()?.last().cloned())
+                    .map_or(1, |d| self.dim(&d)) as f64;
+                6.0 * k * inter * out_elems
             }
             "Attention" | "com.microsoft::GroupQueryAttention" => {
                 let total = outputs

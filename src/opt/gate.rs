@@ -124,6 +124,8 @@ pub enum Flag {
     ContribOps,
     /// `supports_matmul_nbits`.
     MatMulNBits,
+    /// `supports_fused_moe`.
+    FusedMoe,
 }
 
 const FLAGS: &[(&str, Flag)] = &[
@@ -136,6 +138,7 @@ const FLAGS: &[(&str, Flag)] = &[
     ("supports_range", Flag::Range),
     ("supports_contrib_ops", Flag::ContribOps),
     ("supports_matmul_nbits", Flag::MatMulNBits),
+    ("supports_fused_moe", Flag::FusedMoe),
 ];
 
 impl GateAtom {
@@ -165,6 +168,7 @@ impl GateAtom {
                     Flag::Range => caps.supports_range,
                     Flag::ContribOps => caps.supports_contrib_ops,
                     Flag::MatMulNBits => caps.supports_matmul_nbits,
+                    Flag::FusedMoe => caps.supports_fused_moe,
                 };
                 value != *negated
             }

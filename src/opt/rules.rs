@@ -82,6 +82,10 @@ pub const RULE_FILES: &[(&str, &str)] = &[
         include_str!("../../rewrites/fusion/matmul_nbits.rules"),
     ),
     (
+        "fusion/moe.rules",
+        include_str!("../../rewrites/fusion/moe.rules"),
+    ),
+    (
         "fusion/skip_norm.rules",
         include_str!("../../rewrites/fusion/skip_norm.rules"),
     ),
@@ -100,6 +104,10 @@ pub const RULE_FILES: &[(&str, &str)] = &[
     (
         "inline/matmul_nbits.rules",
         include_str!("../../rewrites/inline/matmul_nbits.rules"),
+    ),
+    (
+        "inline/moe.rules",
+        include_str!("../../rewrites/inline/moe.rules"),
     ),
     (
         "inline/skip_layer_norm.rules",

@@ -106,6 +106,11 @@ const SCHEMAS: &[(&str, &[&str])] = &[
         "ai.mobius::FromNBitsZeroPoints",
         &["K", "bits", "block_size", "signed"],
     ),
+    ("ai.mobius::MoEDownStack", &["experts"]),
+    ("ai.mobius::MoEFc1", &["experts"]),
+    ("ai.mobius::MoEFc2", &["experts"]),
+    ("ai.mobius::MoEGateStack", &["experts"]),
+    ("ai.mobius::MoEUpStack", &["experts"]),
     ("ai.mobius::NBitsScales", &[]),
     ("ai.mobius::NBitsWeight", &["bits", "block_size"]),
     ("ai.mobius::NBitsZeroPoints", &["bits", "block_size"]),
@@ -132,6 +137,19 @@ const SCHEMAS: &[(&str, &[&str])] = &[
     (
         "com.microsoft::MatMulNBits",
         &["K", "N", "accuracy_level", "bits", "block_size"],
+    ),
+    (
+        "com.microsoft::MoE",
+        &[
+            "activation_alpha",
+            "activation_beta",
+            "activation_type",
+            "k",
+            "normalize_routing_weights",
+            "swiglu_fusion",
+            "swiglu_limit",
+            "use_sparse_mixer",
+        ],
     ),
     (
         "com.microsoft::RotaryEmbedding",

@@ -517,6 +517,7 @@ GENAI_TYPES = {"gpt2": "decoder", "qwen3": "qwen2", "gemma2": "gemma", "olmo2": 
                "helium": "decoder", "starcoder2": "decoder", "gemma3": "gemma3_text", "mistral3": "mistral",
                "mixtral": "mistral", "qwen2_moe": "qwen2", "qwen3_moe": "qwen2", "stablelm": "decoder",
                "gpt_neox": "decoder", "cohere": "decoder", "glm": "decoder"}
+GENAI_TYPES.update({"olmoe": "olmo", "granitemoe": "granite"})
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -10,6 +10,7 @@ mod gqa_genai;
 mod gqa_mask;
 mod head_layout;
 mod matmul_nbits;
+mod moe;
 mod norm_recognize;
 mod pack_qkv;
 mod rotary_recognize;
@@ -81,6 +82,8 @@ const APPLIERS: &[(&str, &dyn AnyApplier)] = &[
         "matmul-nbits-with-bias-to-dequantize",
         &from_nbits::MATMUL_NBITS_WITH_BIAS_TO_DEQUANTIZE,
     ),
+    ("dense-moe", &moe::DENSE_MOE),
+    ("moe-to-dense", &moe::MOE_TO_DENSE),
     ("decompose-rotary", &rotary::DECOMPOSE_ROTARY),
     (
         "decompose-rotary-with-positions",
