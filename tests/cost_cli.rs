@@ -176,3 +176,69 @@ fn bad_input_is_refused_clearly() {
         .code(1)
         .stderr(contains("junk.onnx"));
 }
+
+#[test]
+fn ep_file_op_corrections_load_and_apply() {
+    let t = tempfile::tempdir().unwrap();
+    let file = t.path().join("cal.toml");
+    std::fs::write(
+        &file,
+        "name = \"cal\"\nbase = \"cpu\"\n[cost]\nlaunch_overhead_us = 10.0\n\
+         memory_bandwidth_gbps = 1e6\npeak_tflops_f32 = 1e6\n\
+         [cost.ops.\"com.microsoft::GroupQueryAttention\"]\noverhead_us = 7.0\n\
+         [cost.ops.MatMul]\nscale = 2.0\n",
+    )
+    .unwrap();
+    let caps = mobius::ep::load_ep_file(&file).unwrap();
+    let gqa = caps.cost_ops["com.microsoft::GroupQueryAttention"];
+    assert_eq!((gqa.overhead_us, gqa.scale), (7.0, 1.0));
+    assert_eq!(caps.cost_ops["MatMul"].scale, 2.0);
+    let model = build(t.path(), "cpu");
+    let r = cost_json(&model, &["--ep-file", file.to_str().unwrap()]);
+    let node = |op: &str| {
+        r["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["op"] == op)
+            .unwrap()
+            .clone()
+    };
+    // Launch-bound at this bandwidth: the GQA overhead adds to the launch, the MatMul scale
+    // only doubles a roofline time far below it.
+    assert!((time(&node("com.microsoft::GroupQueryAttention")["prefill"]) - 17.0).abs() < 1e-2);
+    assert!((time(&node("MatMul")["prefill"]) - 10.0).abs() < 1e-2);
+}
+
+#[test]
+fn ep_file_bad_op_corrections_name_the_field() {
+    let t = tempfile::tempdir().unwrap();
+    let cases = [
+        (
+            "[cost.ops.MatMul]\nscale = 0.0\n",
+            "`cost.ops.\"MatMul\".scale`",
+        ),
+        (
+            "[cost.ops.MatMul]\noverhead_us = -1.0\n",
+            "`cost.ops.\"MatMul\".overhead_us`",
+        ),
+        ("[cost.ops.MatMul]\nscale = nan\n", "got NaN"),
+        ("[cost.ops.MatMul]\nfixed = 1.0\n", "unknown field `fixed`"),
+        (
+            "[cost.ops.\"Mat Mul\"]\nscale = 1.0\n",
+            "`Mat Mul` is not an op key",
+        ),
+        ("[cost.ops]\nMatMul = 1.0\n", "field `cost.ops.MatMul`"),
+    ];
+    for (i, (body, expected)) in cases.into_iter().enumerate() {
+        let file = t.path().join(format!("bad{i}.toml"));
+        std::fs::write(&file, format!("name = \"bad\"\nbase = \"cpu\"\n{body}")).unwrap();
+        mobius()
+            .args(["list", "eps", "--ep-file"])
+            .arg(&file)
+            .assert()
+            .code(1)
+            .stderr(contains(format!("bad{i}.toml:")))
+            .stderr(contains(expected));
+    }
+}

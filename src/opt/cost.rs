@@ -347,7 +347,14 @@ impl<'a> CostModel<'a> {
         };
         let memory_us = bytes / (p.memory_bandwidth_gbps * 1e3);
         let compute_us = flops / (peak * 1e6);
-        let bound = if p.launch_overhead_us >= memory_us.max(compute_us) {
+        let (fixed_us, roofline_us) = match self.caps.cost_ops.get(name) {
+            Some(c) => (
+                p.launch_overhead_us + c.overhead_us,
+                c.scale * memory_us.max(compute_us),
+            ),
+            None => (p.launch_overhead_us, memory_us.max(compute_us)),
+        };
+        let bound = if fixed_us >= roofline_us {
             Bound::Launch
         } else if memory_us >= compute_us {
             Bound::Memory
@@ -355,7 +362,7 @@ impl<'a> CostModel<'a> {
             Bound::Compute
         };
         Estimate {
-            time_us: p.launch_overhead_us + memory_us.max(compute_us),
+            time_us: fixed_us + roofline_us,
             bytes,
             flops,
             bound,
