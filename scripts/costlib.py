@@ -189,19 +189,27 @@ def feeds(sess: ort.InferenceSession, seq: int, past: int) -> dict:
     return out
 
 
-def latency(model: Path, workload, runs: int, warmup: int = 3) -> float:
-    """Median wall time of one run, µs."""
-    _, seq, past = workload
-    sess = session(model)
-    f = feeds(sess, seq, past)
-    for _ in range(warmup):
-        sess.run(None, f)
-    times = []
+def latencies(models: dict, runs: int, warmup: int = 3, seed: int = 0) -> dict:
+    """The wall time of one run, µs, round by round, of every (model key, workload): all
+    sessions open at once and measured in `runs` rounds, each round visiting every pair once in a fresh random
+    order, so drift of a shared machine's load spreads over all variants alike."""
+    rng = np.random.default_rng(seed)
+    pairs = []
+    for key, model in models.items():
+        sess = session(model)
+        for wl in WORKLOADS:
+            f = feeds(sess, wl[1], wl[2])
+            for _ in range(warmup):
+                sess.run(None, f)
+            pairs.append((key + (wl[0],), sess, f))
+    times: dict = {k: [] for k, _, _ in pairs}
     for _ in range(runs):
-        t = time.perf_counter()
-        sess.run(None, f)
-        times.append((time.perf_counter() - t) * 1e6)
-    return statistics.median(times)
+        for i in rng.permutation(len(pairs)):
+            k, sess, f = pairs[i]
+            t = time.perf_counter()
+            sess.run(None, f)
+            times[k].append((time.perf_counter() - t) * 1e6)
+    return times
 
 
 def kernel_times(model: Path, workload, runs: int, warmup: int = 3) -> dict[str, float]:

@@ -242,3 +242,12 @@ fn ep_file_bad_op_corrections_name_the_field() {
             .stderr(contains(expected));
     }
 }
+
+#[test]
+fn the_calibrated_example_loads() {
+    // examples/cpu-calibrated.toml: what scripts/calibrate.py wrote on the development machine.
+    let caps = mobius::ep::load_ep_file(&root().join("examples/cpu-calibrated.toml")).unwrap();
+    assert_eq!(caps.name, "cpu-calibrated");
+    assert!(!caps.cost_ops.is_empty());
+    assert_ne!(caps.cost, mobius::get_ep("cpu").unwrap().cost);
+}
