@@ -24,6 +24,10 @@ use crate::opt::opset;
 use crate::opt::types::SymDim;
 use crate::{Error, Result};
 
+/// The largest `--dims` size: 2^40 (sums of a few such dims and products with element sizes
+/// stay far from overflowing).
+pub const MAX_DIM: usize = 1 << 40;
+
 /// Options of [`cost_file`].
 #[derive(Debug, Clone)]
 pub struct CostOptions {
@@ -120,8 +124,12 @@ pub fn cost_file(opts: &CostOptions) -> Result<CostReport> {
                 }
             )));
         }
-        let n = i64::try_from(n)
-            .map_err(|_| Error::Usage(format!("--dims {name}={n}: the size is too large")))?;
+        if n > MAX_DIM {
+            return Err(Error::Usage(format!(
+                "--dims {name}={n}: a size may be at most {MAX_DIM} (2^40)"
+            )));
+        }
+        let n = n as i64;
         dims.insert(name.clone(), n);
     }
     let ceiling = opset::ceiling(&model);

@@ -160,6 +160,20 @@ fn bad_input_is_refused_clearly() {
         .args(["--ep", "cpu", "--dims", "batch"])
         .assert()
         .code(2);
+    for huge in ["9223372036854775807", "18446744073709551615"] {
+        mobius()
+            .arg("cost")
+            .arg(&model)
+            .args([
+                "--ep",
+                "cpu",
+                "--dims",
+                &format!("past_sequence_len={huge}"),
+            ])
+            .assert()
+            .code(2)
+            .stderr(contains("at most 1099511627776"));
+    }
     mobius()
         .arg("cost")
         .arg(&model)
