@@ -48,8 +48,9 @@ enum Command {
     Verify(VerifyArgs),
     /// Run a model with mobius' reference interpreter on .npy inputs, writing .npy outputs.
     Run(RunArgs),
-    /// Estimate a model with an EP's cost model (the one extraction minimizes): per node and
-    /// per op type, the predicted time of a prefill (`prefill_tokens` of the EP's cost
+    /// Estimate a model with an EP's cost model (the one extraction minimizes).
+    ///
+    /// Per node and per op type, the predicted time of a prefill (`prefill_tokens` of the EP's cost
     /// parameters, batch 1, empty cache) and of one decoding step after it, bytes moved,
     /// FLOPs, and the roofline term that decides (launch, memory, compute; host: small shape
     /// arithmetic; folded: constants). The graph is costed as written: no rewrite runs.
