@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use mobius::cost_file::{cost_file, CostOptions};
 use mobius::ep::{ep_json, ep_registry, ep_table, get_ep, register_ep_file, EpCapabilities};
 use mobius::ir::DType;
 use mobius::ir::QuantParams;
@@ -47,6 +48,13 @@ enum Command {
     Verify(VerifyArgs),
     /// Run a model with mobius' reference interpreter on .npy inputs, writing .npy outputs.
     Run(RunArgs),
+    /// Estimate a model with an EP's cost model (the one extraction minimizes).
+    ///
+    /// Per node and per op type, the predicted time of a prefill (`prefill_tokens` of the EP's cost
+    /// parameters, batch 1, empty cache) and of one decoding step after it, bytes moved,
+    /// FLOPs, and the roofline term that decides (launch, memory, compute; host: small shape
+    /// arithmetic; folded: constants). The graph is costed as written: no rewrite runs.
+    Cost(CostArgs),
     /// List what mobius supports.
     List {
         #[command(subcommand)]
@@ -160,6 +168,28 @@ struct RunArgs {
     overwrite: bool,
     #[command(flatten)]
     limits: InterpLimitArgs,
+}
+
+#[derive(Args)]
+struct CostArgs {
+    /// The model (its external data is not read).
+    model: PathBuf,
+    /// The execution provider whose cost model estimates it (`mobius list eps`); default: the
+    /// EP of --ep-file, else `default`.
+    #[arg(long, visible_alias = "execution-provider", value_name = "EP")]
+    ep: Option<String>,
+    /// Register a custom EP from a TOML file (its `[cost]` table sets the parameters, e.g. one
+    /// written by scripts/calibrate.py); it is the one used unless --ep names another.
+    #[arg(long, value_name = "FILE")]
+    ep_file: Option<PathBuf>,
+    /// Sizes of symbolic dims in both workloads, e.g. `past_sequence_len=1024,batch=4` (a name
+    /// is a whole dim or one term of a sum such as `past_sequence_len + sequence_len`; others
+    /// follow the workload: names with "past" → cache length, "batch" → 1, "seq" → tokens).
+    #[arg(long, value_name = "NAME=N,...", value_parser = parse_dims)]
+    dims: Option<BTreeMap<String, usize>>,
+    /// Print JSON (nodes, op types, totals; infinite times as null) instead of tables.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Subcommand)]
@@ -573,6 +603,30 @@ fn run_model(args: RunArgs) -> mobius::Result<()> {
     Ok(())
 }
 
+fn run_cost(args: CostArgs) -> mobius::Result<()> {
+    let ep = EpArgs {
+        ep: args.ep,
+        ep_file: args.ep_file,
+        trace: false,
+        verify_rewrites: false,
+    }
+    .resolve()?;
+    let report = cost_file(&CostOptions {
+        model: args.model,
+        ep,
+        dims: args.dims.unwrap_or_default(),
+    })?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report.to_json()).expect("JSON values serialise")
+        );
+    } else {
+        print!("{report}");
+    }
+    Ok(())
+}
+
 fn run_list(what: ListWhat) -> mobius::Result<()> {
     match what {
         ListWhat::Eps { json, ep_file } => {
@@ -630,6 +684,7 @@ fn main() -> ExitCode {
             };
         }
         Command::Run(args) => run_model(args),
+        Command::Cost(args) => run_cost(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
