@@ -18,7 +18,7 @@ use mobius::opt::extract::{dag_cost, greedy_dag};
 use mobius::opt::lang::Onnx;
 use mobius::opt::lift::lift;
 use mobius::opt::rules::{all_rules, Stage};
-use mobius::opt::{opset, optimize, Limits, Role};
+use mobius::opt::{opset, optimize, KvCache, Limits, Role};
 
 /// The lifted graph of `model` after every stage's enabled rule groups ran, as the pipeline
 /// runs them (groups in order, each adding its rules to the stage's active set).
@@ -32,7 +32,9 @@ fn saturate(model: &Model, caps: &EpCapabilities, dtype: DType) -> (OnnxGraph, I
     for stage in Stage::ALL {
         let enabled: Vec<_> = rules
             .iter()
-            .filter(|r| r.stage == stage && r.gate.enabled(caps, dtype, Role::Decoder))
+            .filter(|r| {
+                r.stage == stage && r.gate.enabled(caps, dtype, Role::Decoder, KvCache::AsIs)
+            })
             .collect();
         let mut groups: Vec<&str> = Vec::new();
         for r in &enabled {
