@@ -30,6 +30,7 @@ fn main() {
         limits: Limits::default(),
         fingerprint_leaves: None,
         accuracy_level: None,
+        kv_cache: mobius::opt::KvCache::AsIs,
     };
     println!("summary: optimizer scaling, Llama-3-70B config, cuda f16");
     println!(

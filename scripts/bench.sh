@@ -40,6 +40,14 @@
 # the f32 cpu build. See scripts/bench_quant.py. Build time and memory of `--quant int4` against
 # the f16 build are in the weights benchmark.
 #
+# The mixture-of-experts benchmark (`scripts/bench.sh moe`, needs onnxruntime: the .venv of
+# scripts/ort_tests.sh): a generated ~1B-parameter bf16 Mixtral (10 layers of 8 experts of 3584,
+# 2 per token; scripts/make_bench_checkpoint.py --moe --layers 10, 2 GB) built f32 for the cpu
+# EP with its MoE blocks fused (com.microsoft::MoE) and with the dense standard-ONNX block (an
+# EP file: cpu with supports_fused_moe = false): onnxruntime's CPU latency of one decode step
+# after 128 tokens and of the 128-token prefill (2 threads, medians of 10, interleaved). Needs
+# ~10 GB of disk and ~9 GB of memory. See scripts/bench_moe.py.
+#
 # The exports benchmark (`scripts/bench.sh exports`, needs torch + transformers + onnxscript +
 # onnxruntime: MOBIUS_BENCH_TORCH_PYTHON, default python3): a random ~58M-parameter Llama exported
 # with torch.onnx (dynamo, KV cache), `mobius optimize --ep cpu` of it against `mobius build --ep
@@ -126,6 +134,20 @@ quant() {
 
 if [[ "${1:-}" == "weights" ]]; then
   weights | tee target/bench-weights.log
+  exit 0
+fi
+
+moe() {
+  cargo build --release --quiet
+  local dir="${MOBIUS_BENCH_WEIGHTS_DIR:-target/bench-weights}"
+  if [[ ! -f "$dir/moe-1b/config.json" ]]; then
+    .venv/bin/python scripts/make_bench_checkpoint.py "$dir/moe-1b" --moe --layers 10
+  fi
+  .venv/bin/python scripts/bench_moe.py "$dir/moe-1b" target/release/mobius "$dir/moe"
+}
+
+if [[ "${1:-}" == "moe" ]]; then
+  moe | tee target/bench-moe.log
   exit 0
 fi
 

@@ -1,6 +1,6 @@
-"""onnxruntime CPU latency of a torch.onnx export optimized by `mobius optimize --ep cpu`,
-against `mobius build --ep cpu` of the same checkpoint, the export itself and onnxruntime's
-transformers optimizer (issue 12's benchmark).
+"""onnxruntime CPU latency of a torch.onnx export optimized by `mobius optimize --ep cpu` (with
+and without `--kv-cache genai`), against `mobius build --ep cpu` of the same checkpoint, the
+export itself and onnxruntime's transformers optimizer (issue 12's benchmark).
 
 A random Llama of realistic layer shapes (hidden 512, 8 heads, 4 KV heads, 8 layers, vocab 32000,
 f32, ~58M parameters; made with transformers, no download) is exported with torch.onnx
@@ -121,11 +121,13 @@ def main() -> int:
     models = {"export": exported / "model.onnx"}
     for name, cmd in [
         ("mobius optimize --ep cpu", [str(args.bin), "optimize", str(exported / "model.onnx"), str(work / "optimized"), "--ep", "cpu", "--overwrite", "-q"]),
+        ("mobius optimize --ep cpu --kv-cache genai", [str(args.bin), "optimize", str(exported / "model.onnx"), str(work / "optimized-genai"), "--ep", "cpu", "--kv-cache", "genai", "--overwrite", "-q"]),
         ("mobius build --ep cpu", [str(args.bin), "build", "--config", str(ckpt), str(work / "built"), "--ep", "cpu", "--overwrite", "-q"]),
     ]:
         took = run(cmd)
         print(f"{name}: {took:.2f} s", file=sys.stderr)
     models["mobius optimize"] = work / "optimized" / "model.onnx"
+    models["mobius optimize --kv-cache genai"] = work / "optimized-genai" / "model.onnx"
     models["mobius build"] = work / "built" / "model.onnx"
     start = time.perf_counter()
     ort_optimized(exported / "model.onnx", work / "ort-optimized", cfg)

@@ -71,6 +71,8 @@ from transformers import (
     GPTNeoXForCausalLM,
     GraniteConfig,
     GraniteForCausalLM,
+    GraniteMoeConfig,
+    GraniteMoeForCausalLM,
     HeliumConfig,
     HeliumForCausalLM,
     MinistralConfig,
@@ -85,6 +87,8 @@ from transformers import (
     Olmo2ForCausalLM,
     Olmo3Config,
     Olmo3ForCausalLM,
+    OlmoeConfig,
+    OlmoeForCausalLM,
     Phi3Config,
     Phi3ForCausalLM,
     Qwen3Config,
@@ -658,6 +662,35 @@ def make_config(kind: str, vocab: int, ids: dict):
             use_sliding_window=False,
             rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
         )
+    if kind == "olmoe":
+        # 4 experts of width 32 (intermediate_size is the expert width), top-2 without
+        # renormalisation; full-width q/k RMSNorm, q/k/v clamped to clip_qkv (small enough to
+        # bite on random weights).
+        return OlmoeForCausalLM, OlmoeConfig(
+            **dict(common, intermediate_size=32),
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=False,
+            num_experts=4,
+            num_experts_per_tok=2,
+            norm_topk_prob=False,
+            clip_qkv=0.5,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
+    if kind == "granitemoe":
+        # Granite's multipliers around 4 experts of width 32 stored stacked (input_linear
+        # [E, 2I, H], output_linear [E, H, I]), top-2 (softmax of the top-k logits).
+        return GraniteMoeForCausalLM, GraniteMoeConfig(
+            **dict(common, intermediate_size=32),
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=True,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            embedding_multiplier=3.0,
+            residual_multiplier=0.5,
+            attention_multiplier=0.125,
+            logits_scaling=2.0,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
     raise ValueError(kind)
 
 
@@ -804,6 +837,8 @@ FIXTURES = {
     "cohere2": (4960, "f32", "v5", None),
     "ernie4_5": (4970, "f32", "v4", None),
     "apertus": (4980, "f32", "v5", None),
+    "olmoe": (5100, "f32", "v5", None),
+    "granitemoe": (5200, "f32", "v5", None),
 }
 
 

@@ -8,6 +8,7 @@ use crate::ep::EpCapabilities;
 use crate::ir::{DType, Graph, Model, TensorSource};
 use crate::models::assume_llama::{check_tensors, ASSUMED_LLAMA};
 use crate::models::prune_lm_head::prune_lm_head;
+use crate::models::static_cache::static_cache;
 use crate::models::{build_model, checkpoint_renaming, load_config_with, Unregistered};
 use crate::onnx::export::SaveReport;
 use crate::opt::fingerprint::leaf_values;
@@ -49,6 +50,9 @@ pub struct BuildOptions {
     /// Compute the logits of the last position only (`--features prune-lm-head`):
     /// `logits` is `[batch, 1, vocab]`, see [`crate::models::prune_lm_head`].
     pub prune_lm_head: bool,
+    /// A KV cache of this many slots (`--features static-cache --max-seq-len N`): the I/O
+    /// contract of [`crate::models::static_cache`]; `None` for the growing cache.
+    pub static_cache: Option<usize>,
 }
 
 /// A built model, ready to be saved.
@@ -104,6 +108,9 @@ pub fn build(opts: &BuildOptions) -> Result<ModelPackage> {
     let mut portable = build_model(&config, dtype)?;
     if opts.prune_lm_head {
         prune_lm_head(&mut portable.graph)?;
+    }
+    if let Some(max_seq_len) = opts.static_cache {
+        static_cache(&mut portable.graph, &config, max_seq_len)?;
     }
     let store = match &files.weights {
         Some(w) if opts.load_weights => {
@@ -163,8 +170,12 @@ pub fn build(opts: &BuildOptions) -> Result<ModelPackage> {
         limits: opts.limits,
         fingerprint_leaves,
         accuracy_level: opts.accuracy_level,
+        kv_cache: crate::opt::KvCache::AsIs,
     };
     let (mut model, optimization) = optimize(&portable, &opts.execution_provider, &options)?;
+    if opts.static_cache.is_some() && options.role == crate::Role::Decoder {
+        static_cache_notice(&opts.execution_provider, dtype);
+    }
     if store.is_none() {
         strip_weight_data(&mut model.graph);
     }
@@ -213,6 +224,24 @@ impl ModelPackage {
     }
 }
 
+/// Says what a static-cache build runs on an EP that would run GroupQueryAttention for
+/// `dtype`: GroupQueryAttention has no write-index input and keeps its cache as
+/// `[batch, kv_heads, slots, head_dim]`, so the static cache's `[batch, slots, kv_heads·head_dim]`
+/// caches keep the opset-24 Attention. Silent elsewhere (their attention is Attention anyway).
+fn static_cache_notice(ep: &EpCapabilities, dtype: DType) {
+    if ep.gqa_dtypes.contains(&dtype) {
+        tracing::warn!(
+            "static-cache: the attention runs as opset-24 Attention over the fixed caches, not \
+             as com.microsoft::GroupQueryAttention, which {} otherwise runs for {dtype} \
+             decoders (GroupQueryAttention takes no write indices and keeps its cache as \
+             [batch, kv_heads, slots, head_dim]); for GroupQueryAttention over a fixed buffer, \
+             build without static-cache: onnxruntime-genai then shares one past/present buffer \
+             of max_length slots (past_present_share_buffer)",
+            ep.name
+        );
+    }
+}
+
 fn progress_bar(visible: bool) -> indicatif::ProgressBar {
     if !visible {
         return indicatif::ProgressBar::hidden();
@@ -250,6 +279,8 @@ fn is_weight_data(src: &TensorSource) -> bool {
         TensorSource::Slice { source, .. }
         | TensorSource::Quantize { source, .. }
         | TensorSource::NBits { source, .. }
-        | TensorSource::FromNBits { source, .. } => is_weight_data(source),
+        | TensorSource::FromNBits { source, .. }
+        | TensorSource::MoeExperts { source, .. }
+        | TensorSource::Reshape { source, .. } => is_weight_data(source),
     }
 }

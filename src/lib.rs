@@ -12,6 +12,7 @@
 
 pub mod build;
 pub mod config;
+pub mod cost_file;
 pub mod ep;
 pub mod error;
 pub mod interp;

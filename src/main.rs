@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use mobius::cost_file::{cost_file, CostOptions};
 use mobius::ep::{ep_json, ep_registry, ep_table, get_ep, register_ep_file, EpCapabilities};
 use mobius::ir::DType;
 use mobius::ir::QuantParams;
@@ -47,6 +48,13 @@ enum Command {
     Verify(VerifyArgs),
     /// Run a model with mobius' reference interpreter on .npy inputs, writing .npy outputs.
     Run(RunArgs),
+    /// Estimate a model with an EP's cost model (the one extraction minimizes).
+    ///
+    /// Per node and per op type, the predicted time of a prefill (`prefill_tokens` of the EP's cost
+    /// parameters, batch 1, empty cache) and of one decoding step after it, bytes moved,
+    /// FLOPs, and the roofline term that decides (launch, memory, compute; host: small shape
+    /// arithmetic; folded: constants). The graph is costed as written: no rewrite runs.
+    Cost(CostArgs),
     /// List what mobius supports.
     List {
         #[command(subcommand)]
@@ -162,6 +170,28 @@ struct RunArgs {
     limits: InterpLimitArgs,
 }
 
+#[derive(Args)]
+struct CostArgs {
+    /// The model (its external data is not read).
+    model: PathBuf,
+    /// The execution provider whose cost model estimates it (`mobius list eps`); default: the
+    /// EP of --ep-file, else `default`.
+    #[arg(long, visible_alias = "execution-provider", value_name = "EP")]
+    ep: Option<String>,
+    /// Register a custom EP from a TOML file (its `[cost]` table sets the parameters, e.g. one
+    /// written by scripts/calibrate.py); it is the one used unless --ep names another.
+    #[arg(long, value_name = "FILE")]
+    ep_file: Option<PathBuf>,
+    /// Sizes of symbolic dims in both workloads, e.g. `past_sequence_len=1024,batch=4` (a name
+    /// is a whole dim or one term of a sum such as `past_sequence_len + sequence_len`; others
+    /// follow the workload: names with "past" → cache length, "batch" → 1, "seq" → tokens).
+    #[arg(long, value_name = "NAME=N,...", value_parser = parse_dims)]
+    dims: Option<BTreeMap<String, usize>>,
+    /// Print JSON (nodes, op types, totals; infinite times as null) instead of tables.
+    #[arg(long)]
+    json: bool,
+}
+
 #[derive(Subcommand)]
 enum ListWhat {
     /// Registered execution providers and their capabilities.
@@ -241,6 +271,16 @@ struct OptimizeArgs {
     /// Replace an existing, non-empty output folder.
     #[arg(long)]
     overwrite: bool,
+    /// How the model will be run with its KV cache. as-is: no promise, every rewrite keeps
+    /// the graph's outputs for every input it accepts. genai: you declare onnxruntime-genai's
+    /// contract (padding on the right; each row's valid keys contiguous from cache index 0, the
+    /// mask 0/1 over past + new tokens; position_ids each row's valid length so far plus the
+    /// token's offset; cache entries at and beyond a row's length never read), under which an
+    /// exported causal/padding (and sliding-window) attention mask becomes GroupQueryAttention
+    /// with packed QKV, as `mobius build` emits. Inputs outside the contract (left padding, a
+    /// cache written by the export itself after a padded prompt) then give other results.
+    #[arg(long, value_name = "CONTRACT", default_value = "as-is", value_parser = ["as-is", "genai"])]
+    kv_cache: String,
     #[command(flatten)]
     quant: QuantArgs,
 }
@@ -284,9 +324,18 @@ struct BuildArgs {
     /// the last position only (`logits` is `[batch, 1, vocab]`, not `[batch, sequence_len,
     /// vocab]`; the final norm still runs on every position). A batch's rows must then be
     /// left-padded: with right padding the last position of a shorter row is a pad and its
-    /// logits are not that row's next-token logits.
+    /// logits are not that row's next-token logits. `static-cache` (with --max-seq-len): a KV
+    /// cache of N slots, written in place: inputs `key_cache.{i}`/`value_cache.{i}`
+    /// `[batch, N, kv_heads·head_dim]`, `write_indices` and `nonpad_kv_seqlen` (int64 `[batch]`:
+    /// the first slot written, and that plus sequence_len), no attention_mask; outputs
+    /// `updated_key_cache.{i}`/`updated_value_cache.{i}`. The attention is opset-24 Attention
+    /// on every EP (no GroupQueryAttention); no genai_config.json is written.
     #[arg(long, value_enum, value_delimiter = ',', value_name = "FEATURE,...")]
     features: Vec<FeatureArg>,
+    /// Cache slots of a static-cache build (required with `--features static-cache`, at most
+    /// the model's max_position_embeddings).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    max_seq_len: Option<u64>,
     #[command(flatten)]
     ep: EpArgs,
     #[command(flatten)]
@@ -331,6 +380,8 @@ struct QuantArgs {
 enum FeatureArg {
     /// Logits of the last position only.
     PruneLmHead,
+    /// A KV cache of --max-seq-len slots updated with TensorScatter.
+    StaticCache,
 }
 
 /// `--quant` values.
@@ -400,7 +451,26 @@ fn init_logging(verbose: u8, quiet: bool) {
         .init();
 }
 
+/// The static cache's slot count: `--max-seq-len`, which `--features static-cache` requires
+/// and which means nothing without it.
+fn static_cache_slots(args: &BuildArgs) -> mobius::Result<Option<usize>> {
+    let wanted = args.features.contains(&FeatureArg::StaticCache);
+    match (wanted, args.max_seq_len) {
+        (true, Some(n)) => usize::try_from(n).map(Some).map_err(|_| {
+            mobius::Error::Usage(format!("--max-seq-len {n} does not fit this platform"))
+        }),
+        (true, None) => Err(mobius::Error::Usage(
+            "--features static-cache needs --max-seq-len N (the cache slots)".into(),
+        )),
+        (false, Some(_)) => Err(mobius::Error::Usage(
+            "--max-seq-len sets the slots of a static cache: add --features static-cache".into(),
+        )),
+        (false, None) => Ok(None),
+    }
+}
+
 fn run_build(args: BuildArgs, quiet: bool) -> mobius::Result<()> {
+    let static_cache = static_cache_slots(&args)?;
     let ep = args.ep.resolve()?;
     let source = match (args.model, args.config) {
         (Some(id), _) => ModelSource::Hub {
@@ -431,6 +501,7 @@ fn run_build(args: BuildArgs, quiet: bool) -> mobius::Result<()> {
         accuracy_level: args.quant.accuracy_level,
         assume_llama: args.assume_llama,
         prune_lm_head: args.features.contains(&FeatureArg::PruneLmHead),
+        static_cache,
     };
     let package = build(&opts)?;
     if let Some(summary) = &package.quantization {
@@ -470,6 +541,7 @@ fn run_optimize(args: OptimizeArgs) -> mobius::Result<()> {
         verify_rewrites: args.ep.verify_rewrites,
         quant: args.quant.request(),
         accuracy_level: args.quant.accuracy_level,
+        kv_cache: args.kv_cache.parse().map_err(mobius::Error::Graph)?,
     };
     let (report, quantization) = optimize_file(&opts)?;
     if let Some(summary) = &quantization {
@@ -531,6 +603,30 @@ fn run_model(args: RunArgs) -> mobius::Result<()> {
     Ok(())
 }
 
+fn run_cost(args: CostArgs) -> mobius::Result<()> {
+    let ep = EpArgs {
+        ep: args.ep,
+        ep_file: args.ep_file,
+        trace: false,
+        verify_rewrites: false,
+    }
+    .resolve()?;
+    let report = cost_file(&CostOptions {
+        model: args.model,
+        ep,
+        dims: args.dims.unwrap_or_default(),
+    })?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report.to_json()).expect("JSON values serialise")
+        );
+    } else {
+        print!("{report}");
+    }
+    Ok(())
+}
+
 fn run_list(what: ListWhat) -> mobius::Result<()> {
     match what {
         ListWhat::Eps { json, ep_file } => {
@@ -588,6 +684,7 @@ fn main() -> ExitCode {
             };
         }
         Command::Run(args) => run_model(args),
+        Command::Cost(args) => run_cost(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -3,11 +3,14 @@
 use std::path::{Path, PathBuf};
 
 use crate::ep::EpCapabilities;
-use crate::ir::DType;
+use crate::ir::{DType, Graph, Model};
 use crate::onnx::{export, import};
 use crate::opt::fingerprint::leaf_values;
 use crate::opt::pipeline::check_output_types;
-use crate::opt::{optimize, Limits, OptimizeOptions, OptimizeReport, Role};
+use crate::opt::rules::all_rules;
+use crate::opt::{
+    optimize, optimize_with_rules, KvCache, Limits, OptimizeOptions, OptimizeReport, Role,
+};
 use crate::package::{check_not_over, check_target, StagedOutput};
 use crate::quant::pass::{quantize_graph, runs_gather_block_quantized, QuantRequest, QuantSummary};
 use crate::weights::eval::Evaluator;
@@ -36,6 +39,8 @@ pub struct OptimizeFileOptions {
     pub quant: Option<QuantRequest>,
     /// `accuracy_level` of fused `MatMulNBits` (`None`: the EP's default).
     pub accuracy_level: Option<u8>,
+    /// The KV-cache contract the model will run under (`--kv-cache`).
+    pub kv_cache: KvCache,
 }
 
 /// Optimizes `opts.input` into `opts.out`; on error nothing is left in `opts.out`. An output
@@ -51,6 +56,38 @@ pub fn optimize_file(opts: &OptimizeFileOptions) -> Result<(OptimizeReport, Opti
         },
         other => other,
     })
+}
+
+/// `model` with its `com.microsoft::MoE` calls (if any) replaced by their standard form, the
+/// dense block whose expert weights are plain MatMul weights (`inline/moe.rules`), so that
+/// `--quant` quantizes the experts as `mobius build --quant` does; the optimizer fuses what
+/// the target runs afterwards. Only the MoE rule runs, for an EP that runs every op but MoE.
+fn dense_moe_blocks(model: Model, dtype: DType, opts: &OptimizeFileOptions) -> Result<Model> {
+    if !model
+        .graph
+        .nodes
+        .iter()
+        .any(|n| n.domain == "com.microsoft" && n.op_type == "MoE")
+    {
+        return Ok(model);
+    }
+    let caps = EpCapabilities {
+        supports_fused_moe: false,
+        ..EpCapabilities::new("default")
+    };
+    let rules: Vec<_> = all_rules()?
+        .into_iter()
+        .filter(|r| r.name == "moe-to-dense")
+        .collect();
+    let options = OptimizeOptions {
+        dtype,
+        role: opts.role,
+        limits: opts.limits,
+        fingerprint_leaves: None,
+        accuracy_level: None,
+        kv_cache: KvCache::AsIs,
+    };
+    Ok(optimize_with_rules(&model, &caps, &options, &rules)?.0)
 }
 
 fn optimize_checked(opts: &OptimizeFileOptions) -> Result<(OptimizeReport, Option<QuantSummary>)> {
@@ -77,6 +114,9 @@ fn optimize_checked(opts: &OptimizeFileOptions) -> Result<(OptimizeReport, Optio
                         .into(),
             })?,
     };
+    if opts.quant.is_some() {
+        model = dense_moe_blocks(model, dtype, opts)?;
+    }
     let quantization = match &opts.quant {
         Some(request) => Some(quantize_graph(
             &mut model.graph,
@@ -95,8 +135,10 @@ fn optimize_checked(opts: &OptimizeFileOptions) -> Result<(OptimizeReport, Optio
             None
         },
         accuracy_level: opts.accuracy_level,
+        kv_cache: opts.kv_cache,
     };
-    let (optimized, report) = optimize(&model, &opts.ep, &options)?;
+    let (mut optimized, report) = optimize(&model, &opts.ep, &options)?;
+    keep_inputs(&model.graph, &mut optimized.graph);
     let opset = optimized.opsets.get("").copied().unwrap_or(0);
     let blocked = optimized
         .graph
@@ -125,4 +167,24 @@ fn optimize_checked(opts: &OptimizeFileOptions) -> Result<(OptimizeReport, Optio
     )?;
     staged.commit()?;
     Ok((report, quantization))
+}
+
+/// `mobius optimize` keeps the input model's graph inputs, read or not (a rewrite may leave one
+/// unread, as `position_ids` under `--kv-cache genai`): callers feed what the model declares,
+/// and onnxruntime refuses a feed the model does not declare. Inputs that are also
+/// initializers (defaults) stay dropped when unread.
+fn keep_inputs(original: &Graph, optimized: &mut Graph) {
+    let kept: std::collections::HashSet<&str> =
+        optimized.inputs.iter().map(|v| v.name.as_str()).collect();
+    let defaults: std::collections::HashSet<&str> = original
+        .initializers
+        .iter()
+        .map(|i| i.name.as_str())
+        .collect();
+    optimized.inputs = original
+        .inputs
+        .iter()
+        .filter(|v| kept.contains(v.name.as_str()) || !defaults.contains(v.name.as_str()))
+        .cloned()
+        .collect();
 }

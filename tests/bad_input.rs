@@ -203,3 +203,35 @@ fn unknown_dtype_is_rejected_by_the_cli() {
         .stderr(contains("f32"));
     assert!(!t.path().join("out").exists());
 }
+
+#[test]
+fn stacked_experts_that_do_not_fit_the_config_are_named() {
+    let t = tempfile::tempdir().unwrap();
+    for (field, to, needles) in [
+        (
+            "\"intermediate_size\": 32",
+            "\"intermediate_size\": 48",
+            &["block_sparse_moe.input_linear.weight", "as [96, 64]"][..],
+        ),
+        (
+            "\"num_local_experts\": 4",
+            "\"num_local_experts\": 8",
+            &[
+                "router.layer.weight",
+                "expected shape [8, 64]",
+                "found [4, 64]",
+            ][..],
+        ),
+    ] {
+        let src = copy_fixture(
+            "granitemoe",
+            &t.path().join(to.replace(['"', ':', ' '], "")),
+        );
+        let config = std::fs::read_to_string(src.join("config.json")).unwrap();
+        assert!(config.contains(field), "{field}");
+        std::fs::write(src.join("config.json"), config.replace(field, to)).unwrap();
+        let work = src.parent().unwrap().join(format!("work-{}", to.len()));
+        std::fs::create_dir_all(&work).unwrap();
+        fails(&src, &work, needles);
+    }
+}

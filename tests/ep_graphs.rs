@@ -171,3 +171,42 @@ fn optimizing_never_raises_the_estimated_cost() {
         }
     }
 }
+
+#[test]
+fn moe_blocks_run_as_the_fused_kernel_where_it_takes_their_dtype() {
+    const MOE: &str = "com.microsoft::MoE";
+    for (name, layers) in [
+        ("mixtral", 2),
+        ("qwen2_moe", 2),
+        ("qwen3_moe", 1),
+        ("olmoe", 2),
+        ("granitemoe", 2),
+    ] {
+        let cfg = fixture_config(name);
+        for (ep, dtype, fused) in [
+            ("cpu", DType::F32, true),
+            ("cpu", DType::F16, true),
+            ("cuda", DType::F16, true),
+            ("cuda", DType::F32, true),
+            // onnxruntime's CPU kernel, the reference here, takes f32 and f16 only.
+            ("cuda", DType::BF16, false),
+            ("onnx-standard", DType::F32, false),
+        ] {
+            let g = optimized(&cfg, ep, dtype);
+            let what = format!("{name} --ep {ep} {dtype}");
+            assert_eq!(count(&g, MOE), if fused { layers } else { 0 }, "{what}");
+            // The routing and the stacked experts are gone with the dense block.
+            assert_eq!(count(&g, "TopK"), if fused { 0 } else { layers }, "{what}");
+            let stacks = g
+                .initializers
+                .iter()
+                .filter(|i| i.name.ends_with(".weight_t") && i.name.contains(".experts."))
+                .count();
+            assert_eq!(stacks, if fused { 0 } else { 3 * layers }, "{what}");
+            for n in g.nodes.iter().filter(|n| n.op_type == "MoE") {
+                assert_eq!(n.inputs.len(), 5, "{what}");
+                assert!(n.inputs[3].is_empty(), "{what}: no fc1 bias");
+            }
+        }
+    }
+}

@@ -18,8 +18,9 @@ use mobius::ep::get_ep;
 use mobius::interp::{run_graph, Tensor};
 use mobius::ir::{Attr, DType, Graph, GraphBuilder, Model, Shape};
 use mobius::opt::fingerprint::LeafValues;
+use mobius::opt::gate::GateAtom;
 use mobius::opt::rules::{all_rules, parse_rules, RuleSpec};
-use mobius::opt::{optimize_with_rules, Limits, OptimizeOptions, Role};
+use mobius::opt::{optimize_with_rules, KvCache, Limits, OptimizeOptions, Role};
 use mobius::verify::Rng;
 use mobius::weights::eval::Evaluator;
 use proptest::prelude::*;
@@ -28,10 +29,14 @@ use proptest::prelude::*;
 mod attention_recognize;
 #[path = "rule_proofs/gemm.rs"]
 mod gemm;
+#[path = "rule_proofs/gqa_genai.rs"]
+mod gqa_genai;
 #[path = "rule_proofs/head_layout.rs"]
 mod head_layout;
 #[path = "rule_proofs/lowering.rs"]
 mod lowering;
+#[path = "rule_proofs/moe.rs"]
+mod moe;
 #[path = "common/norm_spellings.rs"]
 mod norm_spellings;
 #[path = "rule_proofs/quant.rs"]
@@ -42,6 +47,8 @@ mod recognize;
 mod rope_spellings;
 #[path = "rule_proofs/rotary.rs"]
 mod rotary;
+#[path = "rule_proofs/split_qkv.rs"]
+mod split_qkv;
 
 /// Every rule and the test that proves it (a test may prove several rules).
 const PROOFS: &[(&str, &str)] = &[
@@ -138,7 +145,20 @@ const PROOFS: &[(&str, &str)] = &[
     ("attention-to-gqa", "attention_to_gqa"),
     ("pack-qkv-for-gqa", "pack_qkv_for_gqa"),
     ("pack-qkv-with-bias-for-gqa", "pack_qkv_with_bias_for_gqa"),
+    ("split-qkv-for-gqa", "split_qkv::split_qkv_for_gqa"),
+    (
+        "split-qkv-with-sizes-for-gqa",
+        "split_qkv::split_qkv_with_sizes_for_gqa",
+    ),
     ("rotary-attention-to-gqa", "rotary_attention_to_gqa"),
+    (
+        "export-attention-to-gqa",
+        "gqa_genai::export_attention_to_gqa",
+    ),
+    (
+        "export-rotary-attention-to-gqa",
+        "gqa_genai::export_rotary_attention_to_gqa",
+    ),
     (
         "add-rmsnorm-to-skip-simplified-layer-norm",
         "add_rmsnorm_to_skip_simplified_layer_norm",
@@ -200,8 +220,16 @@ const PROOFS: &[(&str, &str)] = &[
         "decompose-attention-without-cache",
         "lowering::decompose_attention_without_cache",
     ),
+    (
+        "decompose-attention-nonpad",
+        "lowering::decompose_attention_nonpad",
+    ),
     ("htp-rank4-rmsnorm", "lowering::htp_rank4_rmsnorm"),
     ("range-to-cumsum", "lowering::range_to_cumsum"),
+    (
+        "tensor-scatter-to-scatternd",
+        "lowering::tensor_scatter_to_scatternd",
+    ),
     ("matmul-nbits", "quant::matmul_nbits"),
     ("matmul-nbits-without-zero-points", "quant::matmul_nbits"),
     ("matmul-nbits-bias", "quant::matmul_nbits_bias"),
@@ -221,6 +249,8 @@ const PROOFS: &[(&str, &str)] = &[
         "matmul-nbits-with-bias-to-dequantize",
         "quant::matmul_nbits_to_dequantize",
     ),
+    ("dense-moe", "moe::dense_moe_fusion"),
+    ("moe-to-dense", "moe::moe_to_dense_inline"),
 ];
 
 #[test]
@@ -325,6 +355,7 @@ fn options_for(dtype: DType, leaves: Option<LeafValues>) -> OptimizeOptions {
         limits: Limits::default(),
         fingerprint_leaves: leaves,
         accuracy_level: None,
+        kv_cache: mobius::opt::KvCache::AsIs,
     }
 }
 
@@ -397,13 +428,18 @@ fn prove_with(
         .map(|o| o.dtype)
         .find(|d| d.is_float())
         .unwrap_or(DType::F32);
+    // A rule gated on a declared contract is proven under it (on inputs that follow it).
+    let contract = if spec.gate.0.contains(&GateAtom::GenaiKvCache) {
+        KvCache::Genai
+    } else {
+        KvCache::AsIs
+    };
     let run = |rules: &[RuleSpec]| {
-        optimize_with_rules(
-            &model(graph.clone()),
-            &caps,
-            &options_for(dtype, Some(leaves.clone())),
-            rules,
-        )
+        let options = OptimizeOptions {
+            kv_cache: contract,
+            ..options_for(dtype, Some(leaves.clone()))
+        };
+        optimize_with_rules(&model(graph.clone()), &caps, &options, rules)
     };
     let (rewritten, _) = run(&rules).map_err(fail)?;
     let after = rewritten.graph.op_counts();

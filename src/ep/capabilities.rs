@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
-use super::cost_params::CostParams;
+use super::cost_params::{CostParams, OpCostCorrection};
 use super::dtype_names;
 use crate::ir::DType;
 
@@ -67,6 +67,11 @@ pub struct EpCapabilities {
     pub requires_graph_capture_rewrite: bool,
     /// Roofline parameters for the cost model.
     pub cost: CostParams,
+    /// Per-op corrections of the roofline (`[cost.ops."domain::Op"]` in an EP file, e.g.
+    /// written by `scripts/calibrate.py`), keyed by op as the cost model names it (`MatMul`,
+    /// `com.microsoft::GroupQueryAttention`). None for the built-in EPs.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub cost_ops: BTreeMap<String, OpCostCorrection>,
 }
 
 impl EpCapabilities {
@@ -96,6 +101,7 @@ impl EpCapabilities {
             max_buffer_size: None,
             requires_graph_capture_rewrite: false,
             cost: CostParams::default(),
+            cost_ops: BTreeMap::new(),
         }
     }
 }

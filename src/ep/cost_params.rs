@@ -124,6 +124,69 @@ impl CostParams {
     }
 }
 
+/// A correction of the roofline for one op type: its kernels are estimated as
+/// `launch_overhead_us + overhead_us + scale × max(memory time, compute time)`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OpCostCorrection {
+    /// Fixed time added to every kernel of the op, in µs (0..=1e6).
+    #[serde(default)]
+    pub overhead_us: f64,
+    /// Factor on the op's roofline time (1e-3..=1e3).
+    #[serde(default = "one")]
+    pub scale: f64,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+impl OpCostCorrection {
+    /// The longest op key accepted.
+    pub const MAX_OP_LEN: usize = 128;
+
+    /// The first thing wrong with the correction of `op` (its key or a field), if any:
+    /// `(field, what is wrong)`, the field being `overhead_us`, `scale` or empty for the key.
+    pub fn violation(&self, op: &str) -> Option<(&'static str, String)> {
+        let (domain, name) = op.rsplit_once("::").unwrap_or(("", op));
+        let word = |s: &str, extra: char| {
+            !s.is_empty()
+                && s.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == extra)
+        };
+        if op.len() > Self::MAX_OP_LEN
+            || !word(name, '_')
+            || !(domain.is_empty() || word(domain, '.'))
+        {
+            return Some((
+                "",
+                format!(
+                    "`{}` is not an op key (`Op` or `domain::Op`: letters, digits, `_`, a \
+                     domain may hold `.`; at most {} characters)",
+                    op.escape_debug(),
+                    Self::MAX_OP_LEN
+                ),
+            ));
+        }
+        if !(0.0..=1e6).contains(&self.overhead_us) {
+            return Some((
+                "overhead_us",
+                format!(
+                    "must be between 0 and 1000000 µs, got {}",
+                    show(self.overhead_us)
+                ),
+            ));
+        }
+        if !(1e-3..=1e3).contains(&self.scale) {
+            return Some((
+                "scale",
+                format!("must be between 0.001 and 1000, got {}", show(self.scale)),
+            ));
+        }
+        None
+    }
+}
+
 /// `v` plainly for everyday magnitudes, with an exponent for huge or tiny ones (`1e-320`, not
 /// three hundred zeros).
 fn show(v: f64) -> String {

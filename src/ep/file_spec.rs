@@ -6,7 +6,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::capabilities::EpCapabilities;
-use super::cost_params::CostParams;
+use super::cost_params::{CostParams, OpCostCorrection};
 use super::dtype_names;
 use crate::ir::DType;
 
@@ -52,6 +52,8 @@ struct CostSpec {
     peak_tflops_f32: Option<f64>,
     peak_tflops_f16: Option<f64>,
     prefill_tokens: Option<u32>,
+    /// Per-op corrections (`[cost.ops."domain::Op"]`); replaces the starting ones whole.
+    ops: Option<BTreeMap<String, OpCostCorrection>>,
 }
 
 /// Replaces `slot` with `value` when the file sets it.
@@ -112,7 +114,10 @@ impl EpFileSpec {
             &mut c.requires_graph_capture_rewrite,
             self.requires_graph_capture_rewrite,
         );
-        if let Some(cost) = self.cost {
+        if let Some(mut cost) = self.cost {
+            if let Some(ops) = cost.ops.take() {
+                c.cost_ops = ops;
+            }
             cost.apply(&mut c.cost);
         }
         c

@@ -136,9 +136,22 @@ impl EpCapabilities {
                 "`max_buffer_size` must be positive (omit it for no limit)".into(),
             ));
         }
-        self.cost.violation().map(|(field, why)| {
+        if let Some(v) = self.cost.violation().map(|(field, why)| {
             let path = format!("cost.{field}");
             Violation::new(&[&path, "cost"], format!("`{path}` {why}"))
+        }) {
+            return Some(v);
+        }
+        self.cost_ops.iter().find_map(|(op, c)| {
+            c.violation(op).map(|(field, why)| {
+                let path = if field.is_empty() {
+                    "cost.ops".to_string()
+                } else {
+                    format!("cost.ops.\"{}\".{field}", op.escape_debug())
+                };
+                let key = format!("cost.ops.{op}.{field}");
+                Violation::new(&[&key, "cost.ops", "cost"], format!("`{path}`: {why}"))
+            })
         })
     }
 }

@@ -39,6 +39,8 @@ pub const OPS: &[OpImpl] = &[
     OpImpl::onnx("Equal", |c| compare(c, Cmp::Equal)),
     OpImpl::onnx("Less", |c| compare(c, Cmp::Less)),
     OpImpl::onnx("Greater", |c| compare(c, Cmp::Greater)),
+    OpImpl::onnx("LessOrEqual", |c| compare(c, Cmp::LessOrEqual)),
+    OpImpl::onnx("GreaterOrEqual", |c| compare(c, Cmp::GreaterOrEqual)),
     OpImpl::onnx("And", |c| logic(c, |p, q| p && q)),
     OpImpl::onnx("Or", |c| logic(c, |p, q| p || q)),
     OpImpl::onnx("Not", not),
@@ -348,6 +350,8 @@ enum Cmp {
     Equal,
     Less,
     Greater,
+    LessOrEqual,
+    GreaterOrEqual,
 }
 
 impl Cmp {
@@ -357,11 +361,14 @@ impl Cmp {
             Cmp::Equal => p == q,
             Cmp::Less => p < q,
             Cmp::Greater => p > q,
+            Cmp::LessOrEqual => p <= q,
+            Cmp::GreaterOrEqual => p >= q,
         }
     }
 }
 
-/// `Equal` (any dtype), `Less`, `Greater` (numeric dtypes): a bool tensor.
+/// `Equal` (any dtype), `Less`, `Greater`, `LessOrEqual`, `GreaterOrEqual` (numeric dtypes):
+/// a bool tensor.
 fn compare(call: &OpCall<'_>, op: Cmp) -> Result<Vec<Tensor>> {
     let (a, b) = same_dtype_pair(call)?;
     let (shape, index) = broadcast(call, &[a, b])?;

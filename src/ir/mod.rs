@@ -16,4 +16,4 @@ pub use builder::GraphBuilder;
 pub use dtype::{pack_4bit, unpack_4bit, DType};
 pub use graph::{Graph, Initializer, Model, Node, ValueInfo};
 pub use shape::{Dim, Shape};
-pub use tensor::{PackedFormat, QuantParams, QuantPart, TensorData, TensorSource};
+pub use tensor::{MoeLayer, PackedFormat, QuantParams, QuantPart, TensorData, TensorSource};

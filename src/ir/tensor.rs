@@ -165,6 +165,46 @@ pub enum TensorSource {
         /// Block extent along N and along K.
         block: [usize; 2],
     },
+    /// Another source's elements read with another shape of the same size (row-major order
+    /// unchanged; e.g. one expert `[1, r, c]` of a stacked `[E, r, c]` tensor as `[r, c]`).
+    Reshape {
+        /// The reshaped source.
+        source: Box<TensorSource>,
+        /// The shape it is read with.
+        shape: Vec<usize>,
+    },
+    /// Stacked expert weights of a dense mixture-of-experts block re-laid out per expert for
+    /// `com.microsoft::MoE` (see [`MoeLayer`]).
+    MoeExperts {
+        /// The stacked weights.
+        source: Box<TensorSource>,
+        /// Number of experts E.
+        experts: usize,
+        /// Which of the op's weight inputs this is.
+        layer: MoeLayer,
+    },
+}
+
+/// A weight input of `com.microsoft::MoE` made from a dense block's stacked expert weights, or
+/// a stack read back from one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MoeLayer {
+    /// `fc1_experts_weights` `[E, 2·I, H]` from the gate and up stacks joined along their
+    /// columns, `[H, 2·E·I]` (gate columns `e·I..(e+1)·I`, then up columns): per expert the gate
+    /// and up rows interleaved (row `2i` gate row `i`, row `2i + 1` up row `i`,
+    /// `swiglu_fusion = 1`).
+    Fc1,
+    /// `fc2_experts_weights` `[E, H, I]` from the down stack `[E·I, H]`: per expert its rows
+    /// transposed.
+    Fc2,
+    /// The inverse of [`MoeLayer::Fc1`] for the gate: the gate stack `[H, E·I]` of
+    /// `fc1_experts_weights` `[E, 2·I, H]` (each expert's even rows, transposed).
+    GateStack,
+    /// The up stack `[H, E·I]` of `fc1_experts_weights` (each expert's odd rows, transposed).
+    UpStack,
+    /// The inverse of [`MoeLayer::Fc2`]: the down stack `[E·I, H]` of `fc2_experts_weights`
+    /// `[E, H, I]`.
+    DownStack,
 }
 
 /// How a pre-quantized checkpoint packs its 4-bit weights into `int32` words.

@@ -192,7 +192,9 @@ fn read_by(
         TensorSource::Slice { source, .. }
         | TensorSource::Quantize { source, .. }
         | TensorSource::NBits { source, .. }
-        | TensorSource::FromNBits { source, .. } => read_by(source, None, out),
+        | TensorSource::FromNBits { source, .. }
+        | TensorSource::MoeExperts { source, .. }
+        | TensorSource::Reshape { source, .. } => read_by(source, None, out),
         // Computed tables and constants read no tensor; packed and fp8 checkpoint sources only
         // appear once checkpoint quantization has run, after this check.
         TensorSource::Inline(_)

@@ -33,7 +33,7 @@ pub struct Multipliers {
 }
 
 /// The multipliers of config.json, 1 when absent; none may be 0.
-fn multipliers(raw: &HfConfig, f: &Fields<'_>) -> Result<Multipliers> {
+pub(super) fn multipliers(raw: &HfConfig, f: &Fields<'_>) -> Result<Multipliers> {
     let get = |field: &str, value: Option<f64>| f.number(field, value, 1.0, Sign::NonZero);
     Ok(Multipliers {
         embedding: get("embedding_multiplier", raw.embedding_multiplier)?,

@@ -3,7 +3,7 @@
 //! `num_experts_per_tok` of `num_local_experts` by softmax → top-k → renormalised weights.
 //! The block is [`sparse_moe`] (its docs say how its cost grows).
 
-use super::components::{sparse_moe, ExpertNames, MoeSpec};
+use super::components::{sparse_moe, ExpertNames, ExpertWeights, MoeSpec};
 use super::decoder::{self, Family};
 use super::registry::{FamilySpec, ModelType};
 use crate::config::{
@@ -61,7 +61,7 @@ impl Family for Mixtral {
             experts: self.experts,
             top_k: self.top_k,
             normalize: true,
-            names: ExpertNames::MIXTRAL,
+            weights: ExpertWeights::PerExpert(ExpertNames::MIXTRAL),
         };
         sparse_moe(b, x, &format!("{layer}.block_sparse_moe"), &spec, dtype)
     }

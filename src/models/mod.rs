@@ -20,6 +20,7 @@ pub mod glm4;
 pub mod gpt2;
 pub mod gpt_neox;
 pub mod granite;
+pub mod granitemoe;
 pub mod helium;
 pub mod llama;
 pub mod ministral;
@@ -29,6 +30,7 @@ pub mod nemotron;
 pub mod olmo;
 pub mod olmo2;
 pub mod olmo3;
+pub mod olmoe;
 pub mod phi;
 pub mod phi3;
 pub mod prune_lm_head;
@@ -38,6 +40,7 @@ pub mod registry;
 pub mod smollm3;
 pub mod stablelm;
 pub mod starcoder2;
+pub mod static_cache;
 
 pub use registry::{load_config, load_config_with, parse_config, parse_config_with, Unregistered};
 

@@ -5,7 +5,9 @@
 //! `norm_topk_prob`. Qwen2-MoE adds a shared expert to every MoE block, gated by the sigmoid of
 //! a one-column linear (`shared_expert_gate`). The block is [`sparse_moe`].
 
-use super::components::{gated_shared_expert, per_head_norm, sparse_moe, ExpertNames, MoeSpec};
+use super::components::{
+    gated_shared_expert, per_head_norm, sparse_moe, ExpertNames, ExpertWeights, MoeSpec,
+};
 use super::decoder::{self, Family};
 use super::registry::{FamilySpec, ModelType};
 use crate::config::{
@@ -193,7 +195,7 @@ impl Family for QwenMoe {
             experts: self.experts,
             top_k: self.top_k,
             normalize: self.normalize,
-            names: ExpertNames::PROJ,
+            weights: ExpertWeights::PerExpert(ExpertNames::PROJ),
         };
         let routed = sparse_moe(b, x, &mlp, &spec, dtype);
         match self.shared_expert {

@@ -37,6 +37,8 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &starcoder2::FAMILY,
     &mixtral::FAMILY,
     &qwen_moe::FAMILY,
+    &super::olmoe::FAMILY,
+    &super::granitemoe::FAMILY,
     &stablelm::FAMILY,
     &gpt_neox::FAMILY,
     &nemotron::FAMILY,

@@ -26,6 +26,12 @@ use crate::Result;
 /// their inline rules (those rules are not function bodies).
 pub const HAND_WRITTEN: &[&str] = &["com.microsoft::MatMulNBits"];
 
+/// The contrib ops (`domain::Op`) with inline rules but no body: the rules re-lay out
+/// initializers (`com.microsoft::MoE`'s expert weights back into the dense block's stacks),
+/// and no body is written by hand yet, so a saved model's calls carry none (as
+/// GroupQueryAttention's); the optimizer still inlines them for EPs without the kernel.
+pub const NO_BODY: &[&str] = &["com.microsoft::MoE"];
+
 /// The contrib op (`domain::Op`) a rule's pattern is rooted at.
 fn rule_op(rule: &RuleSpec) -> Option<String> {
     rule.pattern.ast.as_ref().iter().find_map(|n| match n {
@@ -49,13 +55,15 @@ const ATTRIBUTE_DEFAULTS: &[(&str, &str, Attr)] = &[
     ),
 ];
 
-/// The bodies of every contrib op with inline rules but those [`HAND_WRITTEN`], derived from
-/// those rules (in op order); an error names the rule that has no function form.
+/// The bodies of every contrib op with inline rules but those [`HAND_WRITTEN`] and
+/// [`NO_BODY`], derived from those rules (in op order); an error names the rule that has no function form.
 pub fn derived_bodies() -> Result<Vec<RuleBody>> {
     let inline: Vec<_> = all_rules()?
         .into_iter()
         .filter(|r| r.stage == Stage::Inline)
-        .filter(|r| rule_op(r).is_none_or(|op| !HAND_WRITTEN.contains(&op.as_str())))
+        .filter(|r| {
+            rule_op(r).is_none_or(|op| ![HAND_WRITTEN, NO_BODY].concat().contains(&op.as_str()))
+        })
         .collect();
     derive(&inline, |op, attr| {
         ATTRIBUTE_DEFAULTS

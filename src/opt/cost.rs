@@ -1,9 +1,14 @@
 //! The EP cost model: which ops the EP can run (others cost infinity) and a roofline estimate
 //! of each op's time for a stated workload (prefill of `prefill_tokens` tokens, batch 1, empty
 //! cache): `launch + max(bytes / bandwidth, flops / peak)` in microseconds.
+//!
+//! Extraction weighs the prefill workload only; `mobius cost` reports the same estimate
+//! ([`CostModel::estimate`]) under the prefill and the decode workload ([`Workload::decode`]).
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+
+use serde::Serialize;
 
 use egg::{Id, Symbol};
 
@@ -29,26 +34,43 @@ pub struct Workload {
 }
 
 impl Workload {
+    /// The workload extraction weighs: a prompt of `prefill_tokens` tokens, batch 1, no cache.
+    pub fn prefill(p: &crate::ep::CostParams) -> Workload {
+        Workload {
+            batch: 1,
+            sequence: i64::from(p.prefill_tokens),
+            past: 0,
+        }
+    }
+
+    /// One decoding step after that prompt: one new token, `prefill_tokens` in the cache.
+    pub fn decode(p: &crate::ep::CostParams) -> Workload {
+        Workload {
+            batch: 1,
+            sequence: 1,
+            past: i64::from(p.prefill_tokens),
+        }
+    }
+
+    /// The size of one term of a symbolic dim (`past_sequence_len`, `batch`, …) by its name.
+    fn term(&self, term: &str) -> i64 {
+        if term.contains("past") {
+            self.past
+        } else if term.contains("batch") {
+            self.batch
+        } else if term.contains("seq") {
+            self.sequence
+        } else {
+            1
+        }
+    }
+
     /// The size of one dim under this workload (unknown dims count 1).
     pub fn dim(&self, d: &SymDim) -> i64 {
         match d {
             SymDim::Known(v) => *v,
             SymDim::Unknown => 1,
-            SymDim::Sym(s) => s
-                .as_str()
-                .split(" + ")
-                .map(|term| {
-                    if term.contains("past") {
-                        self.past
-                    } else if term.contains("batch") {
-                        self.batch
-                    } else if term.contains("seq") {
-                        self.sequence
-                    } else {
-                        1
-                    }
-                })
-                .sum(),
+            SymDim::Sym(s) => s.as_str().split(" + ").map(|t| self.term(t)).sum(),
         }
     }
 
@@ -60,6 +82,66 @@ impl Workload {
     }
 }
 
+/// Which term of the roofline decides an estimate ([`Estimate::bound`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Bound {
+    /// The kernel's fixed launch overhead exceeds its memory and compute time.
+    Launch,
+    /// Bytes moved ÷ bandwidth exceeds launch overhead and compute time.
+    Memory,
+    /// FLOPs ÷ peak throughput exceeds launch overhead and memory time.
+    Compute,
+    /// Small integer shape arithmetic, run on the host (a tenth of a launch).
+    Host,
+    /// A constant or initializer-only value, folded into an initializer when saved.
+    Folded,
+    /// Not a kernel: a graph input, initializer, attribute or output projection.
+    Leaf,
+    /// The EP cannot run the op (infinite cost).
+    Unsupported,
+}
+
+impl Bound {
+    /// The lowercase name (`launch`, `memory`, …).
+    pub fn name(self) -> &'static str {
+        match self {
+            Bound::Launch => "launch",
+            Bound::Memory => "memory",
+            Bound::Compute => "compute",
+            Bound::Host => "host",
+            Bound::Folded => "folded",
+            Bound::Leaf => "leaf",
+            Bound::Unsupported => "unsupported",
+        }
+    }
+}
+
+/// The cost model's estimate of one e-node under one workload.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Estimate {
+    /// Predicted time, in microseconds (what extraction minimizes; infinite: unsupported).
+    pub time_us: f64,
+    /// Bytes read and written (0 when no kernel runs).
+    pub bytes: f64,
+    /// Floating-point operations (0 when no kernel runs).
+    pub flops: f64,
+    /// The term that decides `time_us`.
+    pub bound: Bound,
+}
+
+impl Estimate {
+    /// An estimate of `time_us` with no kernel traffic.
+    fn fixed(time_us: f64, bound: Bound) -> Estimate {
+        Estimate {
+            time_us,
+            bytes: 0.0,
+            flops: 0.0,
+            bound,
+        }
+    }
+}
+
 /// The cost model of one EP.
 #[derive(Debug, Clone)]
 pub struct CostModel<'a> {
@@ -68,6 +150,8 @@ pub struct CostModel<'a> {
     /// The newest default-domain opset the model may declare: standard ops introduced later
     /// cost infinity.
     opset_ceiling: i64,
+    /// Sizes of named dims that replace the workload's ([`CostModel::with_dims`]).
+    dims: BTreeMap<String, i64>,
     /// [`Workload::dim`] of the symbolic dims met so far (a graph has a handful, met on
     /// almost every node).
     sym_dims: RefCell<HashMap<Symbol, i64>>,
@@ -78,14 +162,27 @@ impl<'a> CostModel<'a> {
     pub fn new(caps: &'a EpCapabilities) -> CostModel<'a> {
         CostModel {
             caps,
-            workload: Workload {
-                batch: 1,
-                sequence: caps.cost.prefill_tokens as i64,
-                past: 0,
-            },
+            workload: Workload::prefill(&caps.cost),
             opset_ceiling: super::opset::NEWEST,
+            dims: BTreeMap::new(),
             sym_dims: RefCell::default(),
         }
+    }
+
+    /// This model under `workload` instead of the prefill one.
+    pub fn with_workload(mut self, workload: Workload) -> CostModel<'a> {
+        self.workload = workload;
+        self.sym_dims = RefCell::default();
+        self
+    }
+
+    /// This model with the named dims (a whole symbol such as `total_sequence_len`, or one
+    /// term of a sum such as `past_sequence_len`) fixed to the given sizes; other dims follow
+    /// the workload.
+    pub fn with_dims(mut self, dims: BTreeMap<String, i64>) -> CostModel<'a> {
+        self.dims = dims;
+        self.sym_dims = RefCell::default();
+        self
     }
 
     /// This model for a graph whose default-domain opset may rise to `ceiling` at most
@@ -98,11 +195,22 @@ impl<'a> CostModel<'a> {
     /// [`Workload::dim`], remembered per symbol.
     fn dim(&self, d: &SymDim) -> i64 {
         match d {
-            SymDim::Sym(s) => *self
-                .sym_dims
-                .borrow_mut()
-                .entry(*s)
-                .or_insert_with(|| self.workload.dim(d)),
+            SymDim::Sym(s) => *self.sym_dims.borrow_mut().entry(*s).or_insert_with(|| {
+                if self.dims.is_empty() {
+                    return self.workload.dim(d);
+                }
+                let name = s.as_str();
+                self.dims.get(name).copied().unwrap_or_else(|| {
+                    name.split(" + ")
+                        .map(|t| {
+                            self.dims
+                                .get(t)
+                                .copied()
+                                .unwrap_or_else(|| self.workload.term(t))
+                        })
+                        .sum()
+                })
+            }),
             _ => self.workload.dim(d),
         }
     }
@@ -151,16 +259,27 @@ impl<'a> CostModel<'a> {
                 c.supports_matmul_nbits && matches!(dtype, Some(DType::F32 | DType::F16))
             }
             ("com.microsoft", "PackedMultiHeadAttention") => c.supports_packed_multi_head_attention,
-            ("com.microsoft", "MoE") => c.supports_fused_moe,
+            // onnxruntime's CPU kernel takes f32 and f16 only (the CUDA one bf16 too, unverified).
+            ("com.microsoft", "MoE") => {
+                c.supports_fused_moe && matches!(dtype, Some(DType::F32 | DType::F16))
+            }
             // The fused elementwise kernels come with the Skip*Normalization ones.
             ("com.microsoft", "BiasGelu" | "FastGelu") => c.supports_skip_layer_norm,
             _ => true,
         }
     }
 
-    /// The cost of choosing `node` for `class` (children not included).
+    /// The cost of choosing `node` for `class` (children not included): the time of
+    /// [`CostModel::estimate`].
     pub fn node_cost(&self, egraph: &OnnxGraph, class: Id, node: &Onnx) -> f64 {
-        let Onnx::Op(op) = node else { return EPSILON };
+        self.estimate(egraph, class, node).time_us
+    }
+
+    /// The estimate of choosing `node` for `class` (children not included).
+    pub fn estimate(&self, egraph: &OnnxGraph, class: Id, node: &Onnx) -> Estimate {
+        let Onnx::Op(op) = node else {
+            return Estimate::fixed(EPSILON, Bound::Leaf);
+        };
         let data = &egraph[class].data;
         let outputs: &[TensorType] = match &data.kind {
             Kind::Tensor(t) => std::slice::from_ref(t),
@@ -174,13 +293,13 @@ impl<'a> CostModel<'a> {
         };
         let dtype = outputs.first().and_then(|t| t.dtype);
         if !self.supports(op, dtype, inputs().next().and_then(|t| t.rank())) {
-            return f64::INFINITY;
+            return Estimate::fixed(f64::INFINITY, Bound::Unsupported);
         }
         let name = op.op.as_str();
         if data.konst.is_some()
             || (data.init_only && (name == "Concat" || name.starts_with("ai.mobius::")))
         {
-            return EPSILON; // folded into an initializer when saved
+            return Estimate::fixed(EPSILON, Bound::Folded); // folded into an initializer when saved
         }
         let w = &self.workload;
         let p = &self.caps.cost;
@@ -190,7 +309,7 @@ impl<'a> CostModel<'a> {
             matches!(t.dtype, Some(DType::I64 | DType::I32 | DType::Bool)) && self.numel(t) <= 64.0
         });
         if small_index_math && !outputs.is_empty() {
-            return p.launch_overhead_us * 0.1;
+            return Estimate::fixed(p.launch_overhead_us * 0.1, Bound::Host);
         }
         let size = |t: &TensorType| self.numel(t) * t.dtype.map_or(4, DType::size) as f64;
         // Lookups read only the rows they need: a Gather reads what it writes (plus indices),
@@ -216,6 +335,19 @@ impl<'a> CostModel<'a> {
                     .unwrap_or(1) as f64;
                 2.0 * out_elems * k
             }
+            // Each token runs k experts of two projections to 2·I and one back to H.
+            "com.microsoft::MoE" => {
+                let k = op
+                    .attr_id("k")
+                    .and_then(|a| egraph[a].data.attr()?.int())
+                    .unwrap_or(1) as f64;
+                let inter = op
+                    .input_ids()
+                    .get(4)
+                    .and_then(|&i| egraph[i].data.tensor()?.shape.as_ref()?.last().cloned())
+                    .map_or(1, |d| self.dim(&d)) as f64;
+                6.0 * k * inter * out_elems
+            }
             "Attention" | "com.microsoft::GroupQueryAttention" => {
                 let total = outputs
                     .get(1)
@@ -231,6 +363,25 @@ impl<'a> CostModel<'a> {
         };
         let memory_us = bytes / (p.memory_bandwidth_gbps * 1e3);
         let compute_us = flops / (peak * 1e6);
-        p.launch_overhead_us + memory_us.max(compute_us)
+        let (fixed_us, roofline_us) = match self.caps.cost_ops.get(name) {
+            Some(c) => (
+                p.launch_overhead_us + c.overhead_us,
+                c.scale * memory_us.max(compute_us),
+            ),
+            None => (p.launch_overhead_us, memory_us.max(compute_us)),
+        };
+        let bound = if fixed_us >= roofline_us {
+            Bound::Launch
+        } else if memory_us >= compute_us {
+            Bound::Memory
+        } else {
+            Bound::Compute
+        };
+        Estimate {
+            time_us: fixed_us + roofline_us,
+            bytes,
+            flops,
+            bound,
+        }
     }
 }

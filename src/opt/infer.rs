@@ -86,7 +86,9 @@ pub fn infer(
         | "LayerNormalization"
         | "RotaryEmbedding"
         | "com.microsoft::RotaryEmbedding"
-        | "com.microsoft::FastGelu" => vec![ty(0)],
+        | "com.microsoft::FastGelu"
+        | "ScatterND"
+        | "TensorScatter" => vec![ty(0)],
         "Not" | "IsNaN" => vec![ty(0).with_dtype(Some(DType::Bool))],
         "Add" | "Sub" | "Mul" | "Div" | "Pow" | "com.microsoft::BiasGelu" => {
             vec![broadcast(&ty(0), &ty(1)).with_dtype(ty(0).dtype)]
@@ -149,6 +151,12 @@ pub fn infer(
             vec![ty(0).with_dtype(out)]
         }
         "com.microsoft::MatMulNBits" => vec![matmul_nbits(&ty(0), int("N"))],
+        "com.microsoft::MoE" => vec![ty(0)],
+        "ai.mobius::MoEFc1"
+        | "ai.mobius::MoEFc2"
+        | "ai.mobius::MoEGateStack"
+        | "ai.mobius::MoEUpStack"
+        | "ai.mobius::MoEDownStack" => vec![moe_layout(op, &ty(0), int("experts"))],
         "com.microsoft::GatherBlockQuantized" => vec![gather_block_quantized(inputs, attr)],
         "ai.mobius::NBitsWeight" | "ai.mobius::NBitsScales" | "ai.mobius::NBitsZeroPoints" => {
             vec![nbits_layout(op, &ty(0), int("bits"), int("block_size"))]
@@ -350,6 +358,33 @@ fn gather_block_quantized(inputs: &[InputView<'_>], attr: &Attrs<'_>) -> TensorT
     TensorType {
         dtype: scales.dtype,
         shape,
+    }
+}
+
+/// The type of a MoE expert-weight relayout of `experts` experts: `MoEFc1` `[H, 2·E·I]` →
+/// `[E, 2·I, H]`, `MoEFc2` `[E·I, H]` → `[E, H, I]`, `MoEGateStack` / `MoEUpStack`
+/// `[E, 2·I, H]` → `[H, E·I]`, `MoEDownStack` `[E, H, I]` → `[E·I, H]` (unknown unless the
+/// shapes fit).
+fn moe_layout(op: &str, t: &TensorType, experts: Option<i64>) -> TensorType {
+    let sizes: Option<Vec<i64>> = dims(t).and_then(|d| d.iter().map(SymDim::known).collect());
+    let (Some(sizes), Some(e)) = (sizes, experts.filter(|&e| e > 0)) else {
+        return TensorType::default();
+    };
+    let known = |v: &[i64]| v.iter().map(|&d| SymDim::Known(d)).collect::<Vec<_>>();
+    let shape = match (op, sizes.as_slice()) {
+        ("ai.mobius::MoEFc1", &[r, c]) if c % (2 * e) == 0 => known(&[e, c / e, r]),
+        ("ai.mobius::MoEFc2", &[r, c]) if r % e == 0 => known(&[e, c, r / e]),
+        ("ai.mobius::MoEGateStack" | "ai.mobius::MoEUpStack", &[n, r, h])
+            if n == e && r % 2 == 0 =>
+        {
+            known(&[h, e * r / 2])
+        }
+        ("ai.mobius::MoEDownStack", &[n, h, i]) if n == e => known(&[e * i, h]),
+        _ => return TensorType::default(),
+    };
+    TensorType {
+        dtype: t.dtype,
+        shape: Some(shape),
     }
 }
 

@@ -198,8 +198,10 @@ const RELAYOUT_DOMAIN: &str = "ai.mobius::";
 
 /// A weight relayout of an initializer (original or folded) becomes one initializer,
 /// computed lazily when saved: `<name>__nbits` (the MatMulNBits weight), `<name>__nbits_scales`
-/// or `<name>__nbits_zero_points`, or `<name>__from_nbits` (a MatMulNBits input read back into
-/// the `DequantizeLinear` layout).
+/// or `<name>__nbits_zero_points`, `<name>__from_nbits` (a MatMulNBits input read back into
+/// the `DequantizeLinear` layout), `<name>__moe_fc1` / `<name>__moe_fc2` (MoE expert
+/// weights of a dense block's stacks) or `<name>__moe_gate` / `__moe_up` / `__moe_down` (the
+/// stacks read back from them).
 fn fold_relayout(
     initializers: &InitializerIndex<'_>,
     folded: &Folded,
@@ -235,6 +237,11 @@ fn fold_relayout(
         "NBitsWeight" => "nbits",
         "NBitsScales" => "nbits_scales",
         "NBitsZeroPoints" => "nbits_zero_points",
+        "MoEFc1" => "moe_fc1",
+        "MoEFc2" => "moe_fc2",
+        "MoEGateStack" => "moe_gate",
+        "MoEUpStack" => "moe_up",
+        "MoEDownStack" => "moe_down",
         _ => "from_nbits",
     };
     let source = match &base.source {

@@ -13,6 +13,7 @@ pub mod extract;
 pub mod fingerprint;
 pub mod fold;
 pub mod gate;
+mod genai_contract;
 mod head_layout;
 pub mod infer;
 pub mod lang;
@@ -35,6 +36,7 @@ pub mod trace;
 pub mod types;
 
 pub use crate::role::Role;
+pub use gate::KvCache;
 pub use pipeline::{optimize, optimize_with_rules, Limits, OptimizeOptions};
 pub use trace::OptimizeReport;
 

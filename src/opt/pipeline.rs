@@ -10,6 +10,7 @@ use super::analysis::{OnnxAnalysis, OnnxGraph};
 use super::cost::CostModel;
 use super::extract::{greedy_dag, ExtractError, Extraction};
 use super::fingerprint::LeafValues;
+use super::gate::KvCache;
 use super::lang::Onnx;
 use super::leftovers::leftovers;
 use super::lift::{lift, lift_with, Lifted};
@@ -59,6 +60,8 @@ pub struct OptimizeOptions {
     /// The `accuracy_level` of the `MatMulNBits` ops fused from block-quantized weights
     /// (`None`: the EP's `default_int4_accuracy_level`).
     pub accuracy_level: Option<u8>,
+    /// The KV-cache contract the model will run under (gates the `genai_kv_cache` rules).
+    pub kv_cache: KvCache,
 }
 
 /// Optimizes `model` for the EP `caps`; returns the new model and what each stage did.
@@ -113,7 +116,9 @@ pub fn optimize_with_rules(
         let stage_start = Instant::now();
         let enabled: Vec<_> = rules
             .iter()
-            .filter(|r| r.stage == stage && r.gate.enabled(caps, opts.dtype, opts.role))
+            .filter(|r| {
+                r.stage == stage && r.gate.enabled(caps, opts.dtype, opts.role, opts.kv_cache)
+            })
             .collect();
         let mut groups: Vec<&str> = Vec::new();
         for r in &enabled {
@@ -217,10 +222,17 @@ pub fn optimize_with_rules(
         && count("GroupQueryAttention") == 0
         && attention > 0
     {
+        let hint = match opts.kv_cache {
+            KvCache::AsIs => {
+                "; an exported graph's attention mask becomes GroupQueryAttention only when you \
+                 declare onnxruntime-genai's KV-cache contract (mobius optimize --kv-cache genai)"
+            }
+            KvCache::Genai => "",
+        };
         tracing::warn!(
             "GQA fusion expected for ep='{}'/dtype={} but found 0 GroupQueryAttention and {attention} \
              Attention nodes; the model may run slower than expected on this EP (the attention \
-             pattern did not meet the GroupQueryAttention conditions)",
+             pattern did not meet the GroupQueryAttention conditions){hint}",
             caps.name,
             opts.dtype
         );

@@ -66,6 +66,10 @@ pub const RULE_FILES: &[(&str, &str)] = &[
         include_str!("../../rewrites/fusion/gqa.rules"),
     ),
     (
+        "fusion/gqa_genai.rules",
+        include_str!("../../rewrites/fusion/gqa_genai.rules"),
+    ),
+    (
         "fusion/gelu.rules",
         include_str!("../../rewrites/fusion/gelu.rules"),
     ),
@@ -76,6 +80,10 @@ pub const RULE_FILES: &[(&str, &str)] = &[
     (
         "fusion/matmul_nbits.rules",
         include_str!("../../rewrites/fusion/matmul_nbits.rules"),
+    ),
+    (
+        "fusion/moe.rules",
+        include_str!("../../rewrites/fusion/moe.rules"),
     ),
     (
         "fusion/skip_norm.rules",
@@ -96,6 +104,10 @@ pub const RULE_FILES: &[(&str, &str)] = &[
     (
         "inline/matmul_nbits.rules",
         include_str!("../../rewrites/inline/matmul_nbits.rules"),
+    ),
+    (
+        "inline/moe.rules",
+        include_str!("../../rewrites/inline/moe.rules"),
     ),
     (
         "inline/skip_layer_norm.rules",
@@ -128,6 +140,10 @@ pub const RULE_FILES: &[(&str, &str)] = &[
     (
         "lowering/range.rules",
         include_str!("../../rewrites/lowering/range.rules"),
+    ),
+    (
+        "lowering/tensor_scatter.rules",
+        include_str!("../../rewrites/lowering/tensor_scatter.rules"),
     ),
 ];
 

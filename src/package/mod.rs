@@ -23,7 +23,8 @@ pub use output::{check_apart, check_not_over, check_target, StagedOutput};
 pub const GENAI_CONFIG_FILE: &str = "genai_config.json";
 
 /// Saves `model` with its genai_config.json (when its model type has an onnxruntime-genai
-/// type) and `tokenizer_files` into `dir`.
+/// type and the graph has the growing-cache contract onnxruntime-genai feeds) and
+/// `tokenizer_files` into `dir`.
 pub fn write_package(
     model: &Model,
     cfg: &ArchConfig,
@@ -34,7 +35,15 @@ pub fn write_package(
     progress: &indicatif::ProgressBar,
 ) -> Result<SaveReport> {
     let report = export::save(model, dir, evaluator, progress)?;
-    if let Some(genai_type) = cfg.model_type.genai_type {
+    let static_cache = crate::models::static_cache::is_static_cache(&model.graph);
+    if static_cache && cfg.model_type.genai_type.is_some() {
+        tracing::info!(
+            "no {GENAI_CONFIG_FILE}: onnxruntime-genai 0.18 cannot run a static-cache model (it \
+             allocates 4-D [batch, kv_heads, length, head_dim] caches and feeds no write_indices \
+             or nonpad_kv_seqlen)"
+        );
+    }
+    if let Some(genai_type) = cfg.model_type.genai_type.filter(|_| !static_cache) {
         let genai = genai_config::genai_config(cfg, genai_type, ep, &model.graph, MODEL_FILE);
         let path = dir.join(GENAI_CONFIG_FILE);
         std::fs::write(&path, genai_config::to_pretty_json(&genai))

@@ -96,7 +96,9 @@ fn dequantize_fp8(source: &mut TensorSource, store: &TensorStore, block: [usize;
         | TensorSource::Slice { source: inner, .. }
         | TensorSource::Quantize { source: inner, .. }
         | TensorSource::NBits { source: inner, .. }
-        | TensorSource::FromNBits { source: inner, .. } => dequantize_fp8(inner, store, block),
+        | TensorSource::FromNBits { source: inner, .. }
+        | TensorSource::MoeExperts { source: inner, .. }
+        | TensorSource::Reshape { source: inner, .. } => dequantize_fp8(inner, store, block),
         TensorSource::Concat { parts, .. } => parts
             .iter_mut()
             .map(|p| dequantize_fp8(p, store, block))

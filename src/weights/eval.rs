@@ -173,6 +173,19 @@ impl<'a> Evaluator<'a> {
                 scales,
                 block,
             } => super::prequantized::describe_fp8(self, weight, scales, *block),
+            TensorSource::MoeExperts {
+                source,
+                experts,
+                layer,
+            } => super::moe_experts::describe(&self.describe(source)?, *experts, *layer),
+            TensorSource::Reshape { source, shape } => {
+                let info = self.describe(source)?;
+                reshaped(&info.shape, shape, source)?;
+                Ok(SourceInfo {
+                    dtype: info.dtype,
+                    shape: shape.clone(),
+                })
+            }
         }
     }
 
@@ -239,9 +252,9 @@ impl<'a> Evaluator<'a> {
     fn map_files(&mut self, src: &TensorSource) -> Result<()> {
         match src {
             TensorSource::External { path, .. } => self.map_file(path),
-            TensorSource::Transpose(inner) | TensorSource::Slice { source: inner, .. } => {
-                self.map_files(inner)
-            }
+            TensorSource::Transpose(inner)
+            | TensorSource::Slice { source: inner, .. }
+            | TensorSource::Reshape { source: inner, .. } => self.map_files(inner),
             TensorSource::Concat { parts, .. } => parts.iter().try_for_each(|p| self.map_files(p)),
             _ => Ok(()),
         }
@@ -313,6 +326,14 @@ impl<'a> Evaluator<'a> {
             | TensorSource::Fp8Blocks { .. } => {
                 let (dtype, _, bytes) = self.materialize(src)?;
                 stream_converted(&bytes, dtype, target, sink)
+            }
+            TensorSource::MoeExperts { .. } => {
+                let blocks = self.moe_blocks(src)?;
+                self.stream(&blocks, target, sink)
+            }
+            TensorSource::Reshape { source, .. } => {
+                self.describe(src)?;
+                self.stream(source, target, sink)
             }
             TensorSource::Slice { .. } => match self.leaf(src)? {
                 Some(leaf) => stream_converted(leaf.data, leaf.dtype, target, sink),
@@ -460,6 +481,13 @@ impl<'a> Evaluator<'a> {
                     &leaf.data[start * row..(start + len) * row],
                 )
             }
+            TensorSource::Reshape { source, shape } => {
+                let Some(leaf) = self.stored_leaf(source)? else {
+                    return Ok(None);
+                };
+                reshaped(&leaf.shape, shape, source)?;
+                (leaf.dtype, shape.clone(), leaf.data)
+            }
             TensorSource::Transpose(_)
             | TensorSource::Concat { .. }
             | TensorSource::AddScalar { .. }
@@ -469,7 +497,8 @@ impl<'a> Evaluator<'a> {
             | TensorSource::NBits { .. }
             | TensorSource::FromNBits { .. }
             | TensorSource::Packed4 { .. }
-            | TensorSource::Fp8Blocks { .. } => return Ok(None),
+            | TensorSource::Fp8Blocks { .. }
+            | TensorSource::MoeExperts { .. } => return Ok(None),
         };
         Ok(Some(Leaf { dtype, shape, data }))
     }
@@ -656,7 +685,35 @@ impl<'a> Evaluator<'a> {
                 scales,
                 block,
             } => super::prequantized::fp8_blocks(self, weight, scales, *block),
+            TensorSource::Reshape { source, shape } => {
+                let (dtype, from, bytes) = self.materialize(source)?;
+                reshaped(&from, shape, source)?;
+                Ok((dtype, shape.clone(), bytes))
+            }
+            TensorSource::MoeExperts { .. } => {
+                let info = self.describe(src)?;
+                let blocks = self.moe_blocks(src)?;
+                let (dtype, _, bytes) = self.materialize(&blocks)?;
+                Ok((dtype, info.shape, bytes))
+            }
         }
+    }
+
+    /// A [`TensorSource::MoeExperts`] relayout as the blocks of its stack it is made of, with
+    /// the same bytes, simplified against the stack's source so that checkpoint tensors are
+    /// read in place (see [`super::moe_experts`]).
+    fn moe_blocks(&self, src: &TensorSource) -> Result<TensorSource> {
+        let TensorSource::MoeExperts {
+            source,
+            experts,
+            layer,
+        } = src
+        else {
+            return Err(Error::Graph("not an MoE expert relayout".into()));
+        };
+        let info = self.describe(source)?;
+        let blocks = super::moe_experts::expand(source, &info, *experts, *layer)?;
+        super::moe_experts::simplify(self, blocks)
     }
 }
 
@@ -669,6 +726,27 @@ fn split_at_axis(shape: &[usize], axis: usize) -> (usize, usize, usize) {
 }
 
 /// Narrows `shape` to `start..start + len` along `axis`, or says why the slice does not fit.
+/// Checks that `source`, of shape `from`, can be read with shape `to` (the same size).
+fn reshaped(from: &[usize], to: &[usize], source: &TensorSource) -> Result<()> {
+    let (have, want) = (from.iter().product::<usize>(), to.iter().product::<usize>());
+    if have == want {
+        return Ok(());
+    }
+    // The checkpoint tensor the values come from, through blocks and reshapes.
+    let mut leaf = source;
+    while let TensorSource::Slice { source, .. } | TensorSource::Reshape { source, .. } = leaf {
+        leaf = source;
+    }
+    let what = match leaf {
+        TensorSource::Checkpoint(name) => format!("a {from:?} part of checkpoint tensor `{name}`"),
+        _ => format!("a tensor of shape {from:?}"),
+    };
+    Err(Error::Graph(format!(
+        "cannot read {what} as {to:?} ({have} values, not {want}): the config's sizes do not \
+         fit the checkpoint"
+    )))
+}
+
 fn slice_shape(
     shape: &mut [usize],
     axis: usize,

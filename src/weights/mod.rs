@@ -5,6 +5,7 @@ pub mod convert;
 pub mod eval;
 pub mod index;
 mod matrix;
+mod moe_experts;
 mod nbits_columns;
 pub mod prequantized;
 mod quantized;

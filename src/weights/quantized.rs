@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::convert;
 use super::eval::{Evaluator, SourceInfo};
-use crate::ir::{DType, QuantParams, QuantPart, TensorData, TensorSource};
+use crate::ir::{DType, MoeLayer, QuantParams, QuantPart, TensorData, TensorSource};
 use crate::quant::{self, Quantized};
 use crate::{Error, Result};
 
@@ -133,9 +133,12 @@ pub(super) fn nbits(
 
 /// The lazy source of the optimizer's weight relayout `op` (`ai.mobius::NBitsWeight`,
 /// `NBitsScales`, `NBitsZeroPoints` — MatMulNBits' layouts of a `DequantizeLinear`-layout
-/// weight, attributes `bits`, `block_size` — and their inverses `FromNBits*`, attributes `K`,
-/// `bits`, `block_size`, `signed`, read through `attr`) applied to `source`, a tensor of
-/// `dtype`: one definition for the saved initializer and for verification mode.
+/// weight, attributes `bits`, `block_size` — their inverses `FromNBits*`, attributes `K`,
+/// `bits`, `block_size`, `signed`, and `MoEFc1`, `MoEFc2` — `com.microsoft::MoE`'s expert
+/// weights of a dense block's stacks — and their inverses `MoEGateStack`, `MoEUpStack`,
+/// `MoEDownStack`, attribute `experts`, read through `attr`) applied to
+/// `source`, a tensor of `dtype`: one definition for the saved initializer and for
+/// verification mode.
 pub fn relayout_source(
     op: &str,
     source: TensorSource,
@@ -177,6 +180,24 @@ pub fn relayout_source(
         "FromNBitsWeight" => from_nbits(QuantPart::Values),
         "FromNBitsScales" => from_nbits(QuantPart::Scales),
         "FromNBitsZeroPoints" => from_nbits(QuantPart::ZeroPoints),
+        "MoEFc1" | "MoEFc2" | "MoEGateStack" | "MoEUpStack" | "MoEDownStack" => {
+            let experts = attr("experts")
+                .and_then(|e| usize::try_from(e).ok())
+                .filter(|&e| e > 0)
+                .ok_or_else(|| Error::Graph(format!("{op} without a positive `experts`")))?;
+            let layer = match op {
+                "MoEFc1" => MoeLayer::Fc1,
+                "MoEFc2" => MoeLayer::Fc2,
+                "MoEGateStack" => MoeLayer::GateStack,
+                "MoEUpStack" => MoeLayer::UpStack,
+                _ => MoeLayer::DownStack,
+            };
+            Ok(TensorSource::MoeExperts {
+                source,
+                experts,
+                layer,
+            })
+        }
         other => Err(Error::Graph(format!("unknown weight relayout {other}"))),
     }
 }
@@ -464,7 +485,9 @@ pub(super) fn describe_source(src: &TensorSource) -> String {
         TensorSource::AddScalar { source, .. }
         | TensorSource::Quantize { source, .. }
         | TensorSource::NBits { source, .. }
-        | TensorSource::FromNBits { source, .. } => describe_source(source),
+        | TensorSource::FromNBits { source, .. }
+        | TensorSource::MoeExperts { source, .. }
+        | TensorSource::Reshape { source, .. } => describe_source(source),
         TensorSource::External { path, offset, .. } => {
             format!("the weight at byte {offset} of {}", path.display())
         }

@@ -164,3 +164,22 @@ fn verify_rewrites_limit_errors_do_not_suggest_flags_optimize_lacks() {
         "{stderr}"
     );
 }
+
+#[test]
+fn an_unknown_kv_cache_contract_is_a_usage_error() {
+    let t = tempfile::tempdir().unwrap();
+    let model = write(
+        t.path(),
+        (&[2, 3], &[2, 3]),
+        vec![node("Neg", "", "x", "y")],
+        vec![],
+    );
+    let before = listing(t.path());
+    let mut cmd = mobius();
+    cmd.arg("optimize")
+        .arg(&model)
+        .arg(t.path().join("opt"))
+        .args(["--kv-cache", "hf"]);
+    fails_with(cmd, 2, &["--kv-cache", "hf", "as-is", "genai"]);
+    unchanged(t.path(), &before);
+}

@@ -104,8 +104,26 @@ def record_agreement():
     return record
 
 
+_MOE_MARGINS: list[tuple[str, float]] = []
+
+
+@pytest.fixture
+def record_moe_margin():
+    """Records (build, smallest router margin) of a MoE fixture (test_moe.py)."""
+
+    def record(build: str, margin: float) -> None:
+        _MOE_MARGINS.append((build, margin))
+
+    return record
+
+
 def pytest_terminal_summary(terminalreporter):
-    """Prints the f16 greedy agreement table (test_genai_greedy_f16)."""
+    """Prints the f16 greedy agreement table (test_genai_greedy_f16) and the MoE router
+    margins (test_moe.py)."""
+    if _MOE_MARGINS:
+        terminalreporter.section("MoE router margins: smallest k-th minus (k+1)-th probability")
+        for build, margin in sorted(_MOE_MARGINS):
+            terminalreporter.write_line(f"{build:40s} {margin:.3e}")
     if not _AGREEMENT:
         return
     terminalreporter.section("f16 builds: onnxruntime-genai greedy agreement with transformers (f32)")

@@ -334,6 +334,17 @@ def _shape_ops():
         [("y", F32)], axis=1)
     r = rng_for("Gather", "scalar_index")
     add("Gather", "scalar_index", [inp("x", randn(r, 4, 5)), inp("idx", np.array(-2, np.int64))], [("y", F32)])
+    r = rng_for("GatherND", "pairs")
+    x = randn(r, 3, 4)
+    x[0, 1], x[2, 0] = np.nan, -np.inf  # gathered as they are
+    add("GatherND", "pairs", [inp("x", x),
+                              inp("idx", np.array([[[0, 1], [-1, 3]], [[2, -4], [1, 0]]], np.int64))], [("y", F32)])
+    r = rng_for("GatherND", "rows_bool")
+    add("GatherND", "rows_bool", [inp("x", r.random((3, 2, 4)) < 0.5), inp("idx", np.array([[2], [0], [-2]], np.int64))],
+        [("y", BOOL)])
+    r = rng_for("GatherND", "batch_dims1")
+    add("GatherND", "batch_dims1", [inp("x", ints(r, -9, 9, 2, 3, 4)), inp("idx", np.array([[[1, 2], [0, 0]], [[2, 3], [1, -1]]], np.int64))],
+        [("y", I64)], batch_dims=1)
     r = rng_for("Gather", "i64_data_i32_idx_axis_neg1")
     add("Gather", "i64_data_i32_idx_axis_neg1",
         [inp("x", ints(r, -9, 9, 3, 4)), inp("idx", np.array([3, -4, 1], np.int32))], [("y", I64)], axis=-1)
@@ -399,7 +410,7 @@ def _shape_ops():
     add("Where", "bcast_y", [r.random((3, 4)) < 0.5, randn(r, 3, 4), randn(r, 4)], [("y", F32)])
     add("Where", "bcast_all", [r.random((2, 1, 4)) < 0.5, np.array(1.5, np.float32), randn(r, 3, 1)], [("y", F32)])
     add("Where", "i64", [r.random((3,)) < 0.5, ints(r, -9, 9, 2, 3), ints(r, -9, 9, 3)], [("y", I64)])
-    for op in ["Equal", "Less", "Greater"]:
+    for op in ["Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"]:
         r = rng_for(op, "data")
         # small integers as floats so that ties occur
         add(op, "f32", [ints(r, -2, 2, 3, 4).astype(np.float32), ints(r, -2, 2, 3, 4).astype(np.float32)],
@@ -409,6 +420,9 @@ def _shape_ops():
                                  np.array([np.nan, np.inf, np.inf, -0.0], np.float32)], [("y", BOOL)])
     add("Less", "f32_nan_inf", [np.array([np.nan, -np.inf, 1.0, 0.0], np.float32),
                                 np.array([1.0, np.inf, np.nan, -0.0], np.float32)], [("y", BOOL)])
+    for op in ["LessOrEqual", "GreaterOrEqual"]:
+        add(op, "f32_nan_inf", [np.array([np.nan, -np.inf, 1.0, 0.0, np.inf], np.float32),
+                                np.array([1.0, np.inf, np.nan, -0.0, np.inf], np.float32)], [("y", BOOL)])
     r = rng_for("Equal", "bool")
     add("Equal", "bool", [r.random((3, 4)) < 0.5, r.random((4,)) < 0.5], [("y", BOOL)])
     r = rng_for("And", "data")
@@ -891,6 +905,64 @@ _rope()
 _attention()
 
 
+# --------------------------------------------------------------------------- scatter
+def _scatter():
+    """TensorScatter (opset 24, the static KV-cache update) and ScatterND (its lowering)."""
+    op = "TensorScatter"
+
+    def ts(name, *, shape=(2, 6, 4), S=3, w=(0, 2), axis=None, dtype=np.float32, mode=None,
+           special=False):
+        r = rng_for(op, name)
+        cache = randn(r, *shape, dtype=dtype)
+        ax = (axis if axis is not None else -2) % len(shape)
+        upd_shape = list(shape)
+        upd_shape[ax] = S
+        update = randn(r, *upd_shape, dtype=dtype)
+        if special:  # NaN/inf written from the update, and kept in the cache where not written
+            update.flat[0], update.flat[-1] = np.nan, np.inf
+            cache.flat[-1], cache.flat[1] = -np.inf, np.nan
+        ins = [inp("past_cache", cache), inp("update", update)]
+        if w is not None:
+            ins.append(inp("write_indices", np.array(w, np.int64)))
+        attrs = {k: v for k, v in (("axis", axis), ("mode", mode)) if v is not None}
+        add(op, name, ins, [("present_cache", helper.np_dtype_to_tensor_dtype(np.dtype(dtype)))], **attrs)
+
+    ts("axis1_3d", axis=1)
+    ts("default_axis_3d")
+    ts("default_axis_4d", shape=(2, 3, 5, 4), S=2, w=(3, 0))
+    ts("axis2_4d_one_step", shape=(2, 3, 5, 4), S=1, w=(4, 1), axis=2)
+    ts("without_write_indices", w=None)
+    ts("full_length", S=6, w=(0, 0), axis=1)
+    ts("circular_wraps", S=3, w=(4, 5), mode="circular")
+    ts("circular_beyond_length", S=2, w=(13, 6), mode="circular")
+    ts("linear_mode_named", S=2, w=(4, 1), mode="linear")
+    ts("f16", dtype=np.float16, w=(1, 3))
+    ts("nan_inf", special=True, w=(0, 1))
+    ts("batch1_decode", shape=(1, 8, 6), S=1, w=(5,), axis=1)
+
+    op = "ScatterND"
+
+    def snd(name, data, idx, updates):
+        add(op, name, [inp("data", data), inp("indices", np.array(idx, np.int64)), inp("updates", updates)],
+            [("output", helper.np_dtype_to_tensor_dtype(data.dtype))])
+
+    r = rng_for(op, "rows")
+    snd("rows", randn(r, 4, 3), [[2], [0]], randn(r, 2, 3))
+    snd("negative_index", randn(r, 4, 3), [[-1], [1]], randn(r, 2, 3))
+    snd("elements", randn(r, 2, 3, 4), [[0, 1, 2], [1, 2, 3], [1, 0, 0]], randn(r, 3))
+    # the TensorScatter lowering's form: (b, slot) pairs [B, S, 2] into [B, N, W]
+    idx = [[[0, 2], [0, 3]], [[1, 0], [1, 1]]]
+    snd("cache_slots", randn(r, 2, 5, 4), idx, randn(r, 2, 2, 4))
+    snd("int64", ints(r, -9, 9, 3, 4), [[1], [2]], ints(r, -9, 9, 2, 4))
+    snd("f16", randn(r, 4, 3, dtype=np.float16), [[3], [1]], randn(r, 2, 3, dtype=np.float16))
+    data, upd = randn(r, 4, 3), randn(r, 2, 3)
+    data[0, 1], data[3, 0], upd[0, 2], upd[1, 0] = np.nan, np.inf, -np.inf, np.nan
+    snd("nan_inf", data, [[1], [3]], upd)
+
+
+_scatter()
+
+
 # --------------------------------------------------------------------------- Max / Min / ReduceMin
 def _extrema():
     nan, inf = np.nan, np.inf
@@ -1048,7 +1120,7 @@ def _special_values():
     # comparisons, Where, logic
     p = np.array([nan, nan, inf, -inf, inf, 0.0, -0.0, 1.0, -inf], np.float32)
     q = np.array([nan, 1.0, inf, -inf, -inf, -0.0, 0.0, nan, 1.0], np.float32)
-    for op in ["Equal", "Less", "Greater"]:
+    for op in ["Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"]:
         add(op, "nan_inf_pairs", [p, q], [("y", BOOL)])
         add(op, "nan_inf_pairs_f16", [p.astype(np.float16), q.astype(np.float16)], [("y", BOOL)])
     add("Where", "nan_inf", [np.array([True, False, True, False, True, False, True, False, True]), p, q],

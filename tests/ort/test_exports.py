@@ -9,10 +9,19 @@ error <= 1e-4:
            at the positions whose attention_mask is 1 (padded positions carry no meaning);
   decode   cache exports only: one token per row fed with the model's OWN prefill presents as
            past; logits of both rows and the presents at the positions whose mask is 1.
+
+`--kv-cache genai` (decoder cache exports, genai.npz from scripts/make_genai_references.py): the
+optimized export runs in onnxruntime-genai's layout (a right-padded prompt, then decode steps
+that write each row's new token after its own valid keys, the mask 1 over them, position_ids
+the row's length) and its logits at every valid position match transformers run on each row
+alone (f32, <= 1e-4); the export itself, fed the same, does not (which is why the flag is
+opt-in); onnxruntime-genai's greedy tokens on it match transformers'.
 """
 
 from __future__ import annotations
 
+import json
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -116,18 +125,20 @@ def compare(sess, name: str, label: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def optimized(tmp_path_factory):
-    """optimized(name, ep) -> folder of `mobius optimize --ep ep` of the export (cached; a
-    failure is cached too and re-raised for the test that asks)."""
+    """optimized(name, ep[, kv_cache]) -> folder of `mobius optimize --ep ep [--kv-cache
+    kv_cache]` of the export (cached; a failure is cached too and re-raised for the test that
+    asks)."""
     root = tmp_path_factory.mktemp("exports")
-    cache: dict[tuple[str, str], Path | AssertionError] = {}
+    cache: dict[tuple[str, str, str], Path | AssertionError] = {}
 
-    def get(name: str, ep: str) -> Path:
-        key = (name, ep)
+    def get(name: str, ep: str, kv_cache: str = "as-is") -> Path:
+        key = (name, ep, kv_cache)
         if key not in cache:
-            out = root / f"{name}-{ep}"
+            out = root / f"{name}-{ep}-{kv_cache}"
             role = "encoder" if name.startswith("bert-") else "decoder"
+            flags = [] if kv_cache == "as-is" else ["--kv-cache", kv_cache]
             try:
-                run_mobius(["optimize", str(EXPORTS_DIR / name / "model.onnx"), str(out), "--ep", ep, "--role", role, "-q"])
+                run_mobius(["optimize", str(EXPORTS_DIR / name / "model.onnx"), str(out), "--ep", ep, "--role", role, "-q", *flags])
                 cache[key] = out
             except (AssertionError, subprocess.TimeoutExpired) as e:
                 cache[key] = AssertionError(str(e))
@@ -161,3 +172,146 @@ def test_optimized_matches_transformers(optimized, name, ep):
     assert [o.name for o in after.graph.output] == [o.name for o in before.graph.output]
     failures = compare(session(path), name, f"{name} --ep {ep}")
     assert not failures, "\n".join(failures)
+
+
+# ---------------------------------------------------------------- --kv-cache genai
+# EPs whose gqa_dtypes hold f32 (the exports' dtype): the export's attention becomes
+# GroupQueryAttention there. Run on onnxruntime CPU, as every graph here.
+GENAI_EPS = ["cpu", "webgpu"]
+PAD_ROW_LEN, SEQ = 3, 5  # reference.npz's prompt rows (scripts/make_export_fixtures.py)
+GENAI_NAMES = [n for n in NAMES if (EXPORTS_DIR / n / "genai.npz").is_file()]
+# Exports whose mask the GroupQueryAttention rules read (torch.onnx dynamo's spelling); the
+# TorchScript exporter gathers attention_mask through Flatten and a computed flat index,
+# which the reading does not follow: the flag leaves those graphs as they were.
+GENAI_READ = [n for n in GENAI_NAMES if n.endswith("-dynamo-cache")]
+GENAI_UNREAD = [n for n in GENAI_NAMES if n not in GENAI_READ]
+
+
+def test_genai_references_present():
+    """Every decoder cache export has its genai.npz (scripts/make_genai_references.py)."""
+    want = {n for n in NAMES if n.endswith("-cache")}
+    assert set(GENAI_NAMES) == want, sorted(want - set(GENAI_NAMES))
+    assert GENAI_READ, "no dynamo cache export"
+
+
+def genai_reference(name: str) -> dict[str, np.ndarray]:
+    with np.load(EXPORTS_DIR / name / "genai.npz") as npz:
+        return {k: npz[k] for k in npz.files}
+
+
+def genai_layout_errors(sess, name: str) -> list[tuple[str, float]]:
+    """Runs the two rows of genai.npz batched in onnxruntime-genai's layout — the prompts
+    right-padded (row 0: PAD_ROW_LEN tokens + pads), then one token per row per step, written
+    after the row's own valid keys (mask 1 over them, 0 after; position_ids the row's length),
+    past = the session's own presents — and returns (position, max abs error of the logits
+    against transformers' unpadded forward of the row) for every valid position."""
+    ref = genai_reference(name)
+    pre = reference(name)["prefill"]
+    rows = [ref["row0.input_ids"], ref["row1.input_ids"]]
+    lengths = [PAD_ROW_LEN, SEQ]
+    ids = pre["input_ids"].copy()
+    assert ids[0, :PAD_ROW_LEN].tolist() == rows[0][:PAD_ROW_LEN].tolist()
+    assert ids[1].tolist() == rows[1][:SEQ].tolist()
+    past = {n: v for n, v in pre.items() if n.startswith("past_key_values.")}
+    feeds = {"input_ids": ids, "attention_mask": pre["attention_mask"], "position_ids": pre["position_ids"], **past}
+    errors = []
+    got = run(sess, feeds)
+    for b in range(2):
+        err = np.abs(got["logits"][b, : lengths[b]] - ref[f"row{b}.logits"][: lengths[b]]).max()
+        errors.append((f"prefill row {b}", float(err)))
+    steps = len(rows[0]) - PAD_ROW_LEN
+    for step in range(steps):
+        total = SEQ + step + 1
+        mask = np.zeros((2, total), dtype=np.int64)
+        for b in range(2):
+            mask[b, : lengths[b] + 1] = 1
+        feeds = {
+            "input_ids": np.array([[rows[0][lengths[0]]], [rows[1][lengths[1]]]], dtype=np.int64),
+            "attention_mask": mask,
+            "position_ids": np.array([[lengths[0]], [lengths[1]]], dtype=np.int64),
+            **{n: got[n.replace("past_key_values.", "present.")] for n in past},
+        }
+        got = run(sess, feeds)
+        for b in range(2):
+            err = np.abs(got["logits"][b, 0] - ref[f"row{b}.logits"][lengths[b]]).max()
+            errors.append((f"step {step} row {b}", float(err)))
+        lengths = [n + 1 for n in lengths]
+    return errors
+
+
+@pytest.mark.parametrize("ep", GENAI_EPS)
+@pytest.mark.parametrize("name", GENAI_READ)
+def test_genai_contract_matches_transformers(optimized, name, ep):
+    """`--kv-cache genai`: GroupQueryAttention in every layer, the export's I/O, and the
+    logits of a right-padded prompt and 3 decode steps in genai's layout equal transformers'
+    at every valid position; the export itself, fed the same, differs on the padded row."""
+    out = optimized(name, ep, "genai")
+    path = out / "model.onnx"
+    check_model_file(path)
+    before = onnx.load(str(EXPORTS_DIR / name / "model.onnx"), load_external_data=False)
+    after = onnx.load(str(path), load_external_data=False)
+    layers = sum(1 for i in before.graph.input if i.name.endswith(".key"))
+    ops = [n.op_type for n in after.graph.node]
+    assert ops.count("GroupQueryAttention") == layers and "Attention" not in ops, sorted(set(ops))
+    inits = {t.name for t in after.graph.initializer}
+    assert [(i.name, i.type) for i in after.graph.input if i.name not in inits] == [(i.name, i.type) for i in before.graph.input]
+    assert [(o.name, o.type) for o in after.graph.output] == [(o.name, o.type) for o in before.graph.output]
+    errors = genai_layout_errors(session(path), name)
+    bad = [f"{where}: {err:.3g}" for where, err in errors if not err <= TOL]
+    assert not bad, f"{name} --ep {ep} --kv-cache genai vs transformers: " + ", ".join(bad)
+    # The export's own contract differs: its first decode step writes row 0's new key at
+    # cache index SEQ and reads the stale key at index PAD_ROW_LEN.
+    export_errors = dict(genai_layout_errors(session(EXPORTS_DIR / name / "model.onnx"), name))
+    assert export_errors["prefill row 0"] <= TOL
+    assert export_errors["step 0 row 0"] > 1e-2, export_errors
+
+
+@pytest.mark.parametrize("name", GENAI_UNREAD)
+def test_genai_flag_leaves_unread_masks_alone(optimized, name):
+    """Where the mask is not read (TorchScript exports), --kv-cache genai changes nothing: the
+    same bytes as without it."""
+    for ep in GENAI_EPS:
+        a, b = optimized(name, ep), optimized(name, ep, "genai")
+        for f in ("model.onnx", "model.onnx.data"):
+            assert (a / f).read_bytes() == (b / f).read_bytes(), f"{name} --ep {ep}: {f} differs"
+
+
+def genai_config_for(name: str, out: Path, tmp: Path) -> Path:
+    """A package for onnxruntime-genai: the optimized export (model.onnx) with the
+    genai_config.json `mobius build --ep cpu` writes for the same checkpoint, its decoder
+    inputs naming the export's position_ids too, the cache not shared (the export declares
+    presents of past + seq)."""
+    family = name.split("-", 1)[0]
+    build = tmp / f"build-{family}"
+    if not build.exists():
+        run_mobius(["build", "--config", str(FIXTURES_DIR / family), str(build), "--ep", "cpu", "-q"])
+    pkg = tmp / f"genai-{name}"
+    shutil.copytree(out, pkg)
+    cfg = json.loads((build / "genai_config.json").read_text())
+    cfg["model"]["decoder"]["inputs"]["position_ids"] = "position_ids"
+    cfg["search"]["past_present_share_buffer"] = False
+    (pkg / "genai_config.json").write_text(json.dumps(cfg, indent=2))
+    return pkg
+
+
+@pytest.mark.parametrize("name", GENAI_READ)
+def test_genai_greedy_on_optimized_export(optimized, tmp_path_factory, name):
+    """onnxruntime-genai runs the `--kv-cache genai` export (its I/O names are genai's
+    defaults) and its greedy tokens are transformers'."""
+    import onnxruntime_genai as og
+
+    ref = genai_reference(name)
+    pkg = genai_config_for(name, optimized(name, "cpu", "genai"), tmp_path_factory.mktemp("genai"))
+    config = og.Config(str(pkg))
+    config.clear_providers()
+    model = og.Model(config)
+    prompt = ref["greedy.prompt"].tolist()
+    count = len(ref["greedy.tokens"])
+    params = og.GeneratorParams(model)
+    params.set_search_options(do_sample=False, max_length=len(prompt) + count, min_length=len(prompt) + count)
+    gen = og.Generator(model, params)
+    gen.append_tokens(np.array(prompt, dtype=np.int32))
+    while not gen.is_done():
+        gen.generate_next_token()
+    got = gen.get_sequence(0).tolist()[len(prompt):]
+    assert got == ref["greedy.tokens"].tolist(), (got, ref["greedy.tokens"].tolist(), ref["greedy.margins"].tolist())

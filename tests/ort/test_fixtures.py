@@ -519,6 +519,7 @@ GENAI_TYPES = {"gpt2": "decoder", "qwen3": "qwen2", "gemma2": "gemma", "olmo2": 
                "gpt_neox": "decoder", "cohere": "decoder", "glm": "decoder", "glm4": "decoder",
                "olmo3": "olmo", "exaone4": "decoder", "cohere2": "decoder",
                "apertus": "decoder"}
+GENAI_TYPES.update({"olmoe": "olmo", "granitemoe": "granite"})
 
 
 @pytest.mark.parametrize("name", NAMES)

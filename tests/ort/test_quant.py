@@ -161,7 +161,7 @@ def check_quality(built, name: str, dtype: str, ep: str, level: int, got, want, 
         return
     from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig, MatMulNBitsQuantizer
 
-    float_model = onnx.load(str(built("fixture", name, dtype, ep) / "model.onnx"))
+    float_model = onnx.load(str(float_build(built, name, dtype, ep, tmp_path) / "model.onnx"))
     config = DefaultWeightOnlyQuantConfig(block_size=32, is_symmetric=True, accuracy_level=level or None)
     quantizer = MatMulNBitsQuantizer(float_model, algo_config=config)
     quantizer.process()
@@ -175,6 +175,19 @@ def check_quality(built, name: str, dtype: str, ep: str, level: int, got, want, 
         assert ours <= theirs + 1e-4, f"{name} --ep {ep} {dtype}: {metric} {ours:.6f} > {TOL[dtype]} and worse than onnxruntime's quantizer ({theirs:.6f})"
     else:
         assert ours >= theirs - 1e-6, f"{name} --ep {ep} {dtype}: {metric} {ours:.6f} < {MIN_COSINE} and worse than onnxruntime's quantizer ({theirs:.6f})"
+
+
+def float_build(built, name: str, dtype: str, ep: str, tmp_path):
+    """The float build of `name` for `ep` whose MatMul weights are those `--quant` quantizes: as
+    built, or where the EP fuses MoE blocks into com.microsoft::MoE (whose experts onnxruntime's
+    quantizer leaves in float, while `--quant` quantizes them in the dense block), the same EP
+    without the fusion (an EP file with supports_fused_moe = false)."""
+    out = built("fixture", name, dtype, ep)
+    if not any(n.op_type == "MoE" for n in onnx.load(str(out / "model.onnx"), load_external_data=False).graph.node):
+        return out
+    spec = tmp_path / f"{ep}-dense-moe.toml"
+    spec.write_text(f'name = "{ep}-dense-moe"\nbase = "{ep}"\nsupports_fused_moe = false\n')
+    return built("fixture", name, dtype, None, ("--ep-file", str(spec)))
 
 
 def cosines(got: np.ndarray, want: np.ndarray) -> np.ndarray:

@@ -347,4 +347,118 @@ fn lowerings_decline_what_they_cannot_rewrite() {
         "y",
     );
     refused("decompose-rotary-embedding", b.finish(), "RotaryEmbedding");
+    // TensorScatterToScatterND: linear mode on the sequence axis of a 3-D cache only.
+    let sizes = (2, 5, 2, 3);
+    refused(
+        "tensor-scatter-to-scatternd",
+        tensor_scatter_graph(sizes, Some(1), Some("circular")),
+        "TensorScatter",
+    );
+    let mut written_without_indices = tensor_scatter_graph(sizes, None, None);
+    written_without_indices.nodes[0].inputs.truncate(2);
+    written_without_indices.inputs.truncate(2);
+    refused(
+        "tensor-scatter-to-scatternd",
+        written_without_indices,
+        "TensorScatter",
+    );
+}
+
+/// `TensorScatter(cache [B, N, W], update [B, S, W], write_indices; axis)` as a graph, `axis`
+/// and `mode` set only when given.
+fn tensor_scatter_graph(
+    (batch, slots, seq, width): (usize, usize, usize, usize),
+    axis: Option<i64>,
+    mode: Option<&str>,
+) -> Graph {
+    let mut b = GraphBuilder::new("g");
+    let cache = b.input("cache", DType::F32, dims(&[batch, slots, width]));
+    let update = b.input("update", DType::F32, dims(&[batch, seq, width]));
+    let write = b.input("write_indices", DType::I64, dims(&[batch]));
+    b.output("y", DType::F32, dims(&[batch, slots, width]));
+    let mut attrs = Vec::new();
+    if let Some(axis) = axis {
+        attrs.push(("axis", Attr::Int(axis)));
+    }
+    if let Some(mode) = mode {
+        attrs.push(("mode", Attr::String(mode.into())));
+    }
+    b.op_into("TensorScatter", &[&cache, &update, &write], attrs, "y");
+    b.finish()
+}
+
+/// A static-cache attention: `Attention(q, k, v, mask?, -, -, nonpad_kv_seqlen)` with Y only,
+/// over `total` cache slots.
+fn nonpad_attention_graph(c: AttentionCase, total: usize) -> Graph {
+    let heads = c.kv_heads * c.group;
+    let mut b = GraphBuilder::new("g");
+    let q = b.input("q", DType::F32, dims(&[c.batch, c.seq, heads * c.head]));
+    let k = b.input(
+        "k",
+        DType::F32,
+        dims(&[c.batch, total, c.kv_heads * c.head]),
+    );
+    let v = b.input(
+        "v",
+        DType::F32,
+        dims(&[c.batch, total, c.kv_heads * c.value]),
+    );
+    let mask = match c.mask {
+        1 | 2 => b.input("mask", DType::Bool, dims(&[c.batch, 1, c.seq, total])),
+        _ => String::new(),
+    };
+    let nonpad = b.input("nonpad_kv_seqlen", DType::I64, dims(&[c.batch]));
+    b.output("y", DType::F32, dims(&[c.batch, c.seq, heads * c.value]));
+    let mut attrs = vec![
+        ("is_causal", Attr::Int(c.causal as i64)),
+        ("kv_num_heads", Attr::Int(c.kv_heads as i64)),
+        ("q_num_heads", Attr::Int(heads as i64)),
+    ];
+    if c.softcap {
+        attrs.push(("softcap", Attr::Float(2.5)));
+    }
+    if c.scale {
+        attrs.push(("scale", Attr::Float(0.3)));
+    }
+    let ins = [&q, &k, &v, &mask, "", "", &nonpad];
+    b.node("", "Attention", &ins, attrs, vec!["y".into()]);
+    b.finish()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+    #[test]
+    fn tensor_scatter_to_scatternd(
+        sizes in (1usize..3, 1usize..7, 1usize..4)
+            .prop_flat_map(|(b, n, w)| (Just(b), Just(n), 1..=n, Just(w))),
+        axis in prop_oneof![Just(None), Just(Some(1i64)), Just(Some(-2))],
+        mode in prop_oneof![Just(None), Just(Some("linear"))],
+        seed in any::<u64>(),
+    ) {
+        let (batch, slots, seq, _) = sizes;
+        let graph = tensor_scatter_graph(sizes, axis, mode);
+        let mut rng = Rng::new(seed);
+        let mut inputs = inputs_for(&graph, 1, &mut rng);
+        // Every row's write index keeps its update inside the cache.
+        let starts = (0..batch).map(|_| rng.below((slots - seq + 1) as u64) as i64).collect();
+        inputs.insert("write_indices".into(), Tensor::int(DType::I64, vec![batch], starts));
+        prove_on("tensor-scatter-to-scatternd", "qnn", graph, inputs, 0.0)?;
+    }
+
+    #[test]
+    fn decompose_attention_nonpad(
+        case in attention_case(),
+        total in 1usize..7,
+        seed in any::<u64>(),
+    ) {
+        let case = AttentionCase { past: None, ..case };
+        let graph = nonpad_attention_graph(case, total);
+        let mut rng = Rng::new(seed);
+        let mut inputs = inputs_for(&graph, 1, &mut rng);
+        // Any number of valid slots, none included (a row then attends to nothing).
+        let valid = (0..case.batch).map(|_| rng.below(total as u64 + 1) as i64).collect();
+        inputs.insert("nonpad_kv_seqlen".into(), Tensor::int(DType::I64, vec![case.batch], valid));
+        prove_on("decompose-attention-nonpad", "qnn", graph, inputs, 1e-5)?;
+    }
 }

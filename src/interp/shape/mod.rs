@@ -1,6 +1,6 @@
 //! Shape and data-movement ops (ONNX opset 24): Transpose, Reshape, Flatten, Squeeze,
 //! Unsqueeze, Expand, Tile (`layout`); Concat, Split, Slice, Gather (`select`); Shape, Size,
-//! Range, ConstantOfShape, Constant (`make`).
+//! Range, ConstantOfShape, Constant (`make`); ScatterND, TensorScatter (`scatter`).
 //!
 //! Every op that only moves elements is a gather: it computes, for each output element, the
 //! flat position of the input element it copies, so one code path serves float, integer and
@@ -8,6 +8,7 @@
 
 mod layout;
 mod make;
+mod scatter;
 mod select;
 
 use super::tensor::axis;
@@ -27,6 +28,7 @@ pub const OPS: &[OpImpl] = &[
     OpImpl::onnx("Split", select::split),
     OpImpl::onnx("Slice", |c| select::slice(c).map(|t| vec![t])),
     OpImpl::onnx("Gather", |c| select::gather(c).map(|t| vec![t])),
+    OpImpl::onnx("GatherND", |c| select::gather_nd(c).map(|t| vec![t])),
     OpImpl::onnx("Shape", |c| make::shape(c).map(|t| vec![t])),
     OpImpl::onnx("Size", |c| make::size(c).map(|t| vec![t])),
     OpImpl::onnx("Range", |c| make::range(c).map(|t| vec![t])),
@@ -34,6 +36,10 @@ pub const OPS: &[OpImpl] = &[
         make::constant_of_shape(c).map(|t| vec![t])
     }),
     OpImpl::onnx("Constant", |c| make::constant(c).map(|t| vec![t])),
+    OpImpl::onnx("ScatterND", |c| scatter::scatter_nd(c).map(|t| vec![t])),
+    OpImpl::onnx("TensorScatter", |c| {
+        scatter::tensor_scatter(c).map(|t| vec![t])
+    }),
 ];
 
 /// A tensor of `t`'s dtype and the given shape holding `t`'s elements at flat positions `idx`.

@@ -1,4 +1,4 @@
-//! Ops that join or pick parts of tensors: Concat, Split, Slice, Gather.
+//! Ops that join or pick parts of tensors: Concat, Split, Slice, Gather, GatherND.
 
 use super::{dims, index_map, int_input, norm_axes, norm_axis, take};
 use crate::interp::tensor::strides;
@@ -215,6 +215,54 @@ pub(super) fn gather(call: &OpCall<'_>) -> Result<Tensor> {
             let base = (o * d + p) * inner;
             idx.extend(base..base + inner);
         }
+    }
+    Ok(take(x, shape, &idx))
+}
+
+/// `GatherND`: slices of `data` at the index tuples of the last axis of `indices` (negative
+/// indices count from the end), the first `batch_dims` dims shared by both.
+pub(super) fn gather_nd(call: &OpCall<'_>) -> Result<Tensor> {
+    let (x, indices) = (call.input(0)?, call.input(1)?);
+    let batch = usize::try_from(call.int("batch_dims", 0))
+        .map_err(|_| call.error("batch_dims must not be negative"))?;
+    let picks = indices
+        .ints()
+        .map_err(|_| call.error(format!("indices must be integers, found {}", indices.dtype)))?;
+    let (r, q) = (x.shape.len(), indices.shape.len());
+    let k = indices.shape.last().copied().unwrap_or(0);
+    if q < 1 || batch >= q || batch > r || k < 1 || batch + k > r {
+        return Err(call.error(format!(
+            "indices {:?} with batch_dims {batch} do not index data {:?}",
+            indices.shape, x.shape
+        )));
+    }
+    if x.shape[..batch] != indices.shape[..batch] {
+        return Err(call.error(format!(
+            "the first {batch} dims of data {:?} and indices {:?} differ",
+            x.shape, indices.shape
+        )));
+    }
+    let shape = [&indices.shape[..q - 1], &x.shape[batch + k..]].concat();
+    let inner: usize = x.shape[batch + k..].iter().product();
+    let per_batch: usize = x.shape[batch..].iter().product();
+    let tuples_per_batch: usize = indices.shape[batch..q - 1].iter().product();
+    let x_strides = strides(&x.shape[batch..batch + k]);
+    let n = call.alloc(&shape)?;
+    let mut idx = Vec::with_capacity(n);
+    for (t, tuple) in picks.chunks_exact(k).enumerate() {
+        let b = t.checked_div(tuples_per_batch).unwrap_or(0);
+        let mut offset = 0;
+        for (axis, &i) in tuple.iter().enumerate() {
+            let d = x.shape[batch + axis];
+            let v = if i < 0 { i + d as i64 } else { i };
+            let v = usize::try_from(v)
+                .ok()
+                .filter(|&v| v < d)
+                .ok_or_else(|| call.error(format!("index {i} is out of range for dim {d}")))?;
+            offset += v * x_strides[axis] * inner;
+        }
+        let base = b * per_batch + offset;
+        idx.extend(base..base + inner);
     }
     Ok(take(x, shape, &idx))
 }

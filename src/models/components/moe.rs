@@ -30,7 +30,8 @@
 //!
 //! As transformers computes it: router logits `x @ Wrᵀ` in the model dtype, then in f32
 //! (a Cast around it in f16/bf16 builds, as transformers' `router_logits.float()`) Softmax over
-//! the experts, TopK, and the top-k weights divided by their sum when `normalize` is set.
+//! the experts, TopK, and the top-k weights divided by their sum when `normalize` is set (the
+//! softmax of the top-k logits, Granite-MoE's order, is the same).
 
 use super::{gated_mlp, linear, GateActivation};
 use crate::ir::{Attr, DType, GraphBuilder, Initializer, TensorSource};
@@ -48,8 +49,45 @@ pub struct MoeSpec {
     pub top_k: usize,
     /// Whether the top-k weights are divided by their sum (`norm_topk_prob`; Mixtral always).
     pub normalize: bool,
-    /// The checkpoint names of each expert's projections.
-    pub names: ExpertNames,
+    /// How the checkpoint stores the router and the experts.
+    pub weights: ExpertWeights,
+}
+
+/// How a checkpoint stores a MoE block's router and experts (module names relative to the
+/// block's prefix).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExpertWeights {
+    /// Router `gate.weight` `[E, H]`, one tensor per expert and projection:
+    /// `experts.{e}.{proj}.weight` (HF `[out, in]`).
+    PerExpert(ExpertNames),
+    /// Every expert in one tensor per layer: `{gate_up}.weight` `[E, 2·I, H]` (each expert's
+    /// gate rows, then its up rows) and `{down}.weight` `[E, H, I]`; router `{router}.weight`
+    /// `[E, H]` (Granite-MoE's `input_linear`, `output_linear`, `router.layer`).
+    Stacked {
+        /// The router module.
+        router: &'static str,
+        /// The gate and up projections of every expert.
+        gate_up: &'static str,
+        /// The down projections of every expert.
+        down: &'static str,
+    },
+}
+
+impl ExpertWeights {
+    /// Granite-MoE's stacked experts.
+    pub const GRANITE_MOE: ExpertWeights = ExpertWeights::Stacked {
+        router: "router.layer",
+        gate_up: "input_linear",
+        down: "output_linear",
+    };
+
+    /// The router's module name.
+    fn router(&self) -> &'static str {
+        match self {
+            ExpertWeights::PerExpert(_) => "gate",
+            ExpertWeights::Stacked { router, .. } => router,
+        }
+    }
 }
 
 /// The module names of an expert's gate, up and down projections
@@ -79,9 +117,8 @@ impl ExpertNames {
     };
 }
 
-/// The MoE block of checkpoint module `prefix` on `x` (`[B, S, H]`): router
-/// `{prefix}.gate.weight` (`[E, H]`) and experts `{prefix}.experts.{e}.{proj}.weight` (HF
-/// `[out, in]`, `proj` as `spec.names` says). Returns the block output `[B, S, H]`.
+/// The MoE block of checkpoint module `prefix` on `x` (`[B, S, H]`), its router and experts
+/// read as `spec.weights` says. Returns the block output `[B, S, H]`.
 pub fn sparse_moe(
     b: &mut GraphBuilder,
     x: &str,
@@ -92,25 +129,61 @@ pub fn sparse_moe(
     let (h, i, e) = (spec.hidden, spec.intermediate, spec.experts);
     let routing = routing_matrix(b, x, prefix, spec, dtype);
 
-    let stack = |b: &mut GraphBuilder, proj: &str, shape: Vec<usize>, axis: usize| {
+    // Expert j's projection `which` (0 gate, 1 up, 2 down), HF `[out, in]`.
+    let expert = |j: usize, which: usize| -> TensorSource {
+        match spec.weights {
+            ExpertWeights::PerExpert(names) => {
+                let proj = [names.gate, names.up, names.down][which];
+                TensorSource::Checkpoint(format!("{prefix}.experts.{j}.{proj}.weight"))
+            }
+            ExpertWeights::Stacked { gate_up, down, .. } => {
+                let stacked = if which == 2 { down } else { gate_up };
+                let one = TensorSource::Slice {
+                    source: Box::new(TensorSource::Checkpoint(format!(
+                        "{prefix}.{stacked}.weight"
+                    ))),
+                    axis: 0,
+                    start: j,
+                    len: 1,
+                    total: e,
+                };
+                let rows = if which == 2 { h } else { 2 * i };
+                let cols = if which == 2 { i } else { h };
+                let matrix = TensorSource::Reshape {
+                    source: Box::new(one),
+                    shape: vec![rows, cols],
+                };
+                match which {
+                    2 => matrix,
+                    _ => TensorSource::Slice {
+                        source: Box::new(matrix),
+                        axis: 0,
+                        start: which * i,
+                        len: i,
+                        total: 2 * i,
+                    },
+                }
+            }
+        }
+    };
+    let stack = |b: &mut GraphBuilder, which: usize, shape: Vec<usize>, axis: usize| {
         let parts = (0..e)
-            .map(|j| {
-                TensorSource::Transpose(Box::new(TensorSource::Checkpoint(format!(
-                    "{prefix}.experts.{j}.{proj}.weight"
-                ))))
-            })
+            .map(|j| TensorSource::Transpose(Box::new(expert(j, which))))
             .collect();
+        let name = match spec.weights {
+            ExpertWeights::PerExpert(names) => [names.gate, names.up, names.down][which],
+            ExpertWeights::Stacked { .. } => ["gate", "up", "down"][which],
+        };
         b.initializer(Initializer {
-            name: format!("{prefix}.experts.{proj}.weight_t"),
+            name: format!("{prefix}.experts.{name}.weight_t"),
             dtype,
             shape,
             source: Some(TensorSource::Concat { parts, axis }),
         })
     };
-    let names = spec.names;
-    let gate_w = stack(b, names.gate, vec![h, e * i], 1);
-    let up_w = stack(b, names.up, vec![h, e * i], 1);
-    let down_w = stack(b, names.down, vec![e * i, h], 0);
+    let gate_w = stack(b, 0, vec![h, e * i], 1);
+    let up_w = stack(b, 1, vec![h, e * i], 1);
+    let down_w = stack(b, 2, vec![e * i, h], 0);
 
     let gate = b.op("MatMul", &[x, &gate_w], vec![]);
     let sig = b.op("Sigmoid", &[&gate], vec![]);
@@ -137,7 +210,7 @@ fn routing_matrix(
     let cast = |b: &mut GraphBuilder, v: &str, to: DType| {
         b.op("Cast", &[v], vec![("to", Attr::Int(to.onnx_code() as i64))])
     };
-    let gate = format!("{prefix}.gate");
+    let gate = format!("{prefix}.{}", spec.weights.router());
     let logits = linear(b, x, &gate, spec.hidden, spec.experts, false, dtype);
     let logits = match dtype {
         DType::F32 => logits,

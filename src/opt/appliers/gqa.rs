@@ -33,14 +33,14 @@ pub(super) const ROTARY_ATTENTION_TO_GQA: Applier<18> = Applier::new(
 
 /// The matched Attention's classes that GroupQueryAttention takes over: its inputs (q and k
 /// before any RotaryEmbedding) and attributes.
-struct Attention {
-    q: Id,
+pub(super) struct Attention {
+    pub(super) q: Id,
     k: Id,
     v: Id,
-    mask: Id,
-    past_key: Id,
+    pub(super) mask: Id,
+    pub(super) past_key: Id,
     past_value: Id,
-    causal: Id,
+    pub(super) causal: Id,
     kv_heads: Id,
     q_heads: Id,
     scale: Id,
@@ -49,7 +49,7 @@ struct Attention {
 
 impl Attention {
     /// From the variables `?q ?k ?v ?mask ?pk ?pv ?causal ?kvh ?qnh ?scale ?softcap`.
-    fn new(
+    pub(super) fn new(
         [q, k, v, mask, past_key, past_value, causal, kv_heads, q_heads, scale, softcap]: [Id; 11],
     ) -> Attention {
         Attention {
@@ -89,7 +89,7 @@ fn gqa_lengths(g: &mut OnnxGraph, mask: Id) -> (Id, Id) {
 }
 
 /// What the matched Attention carries into GroupQueryAttention besides its inputs.
-struct GqaExtras {
+pub(super) struct GqaExtras {
     /// Channels per head.
     head_dim: i64,
     /// `local_window_size`: keys a query sees, counting itself (`None` = all).
@@ -99,15 +99,25 @@ struct GqaExtras {
 }
 
 /// What both attention → GroupQueryAttention rules require of the matched Attention: causal,
-/// the padding mask of `attention_mask` (or it restricted to a sliding window), caches that
-/// are graph inputs, a head size ORT accepts (a multiple of 16). Soft-capping and the window
-/// are carried over.
+/// the padding mask of `attention_mask` (or it restricted to a sliding window), and
+/// [`cache_preconditions`].
 fn gqa_preconditions(g: &OnnxGraph, a: &Attention) -> Option<GqaExtras> {
-    let (mask, pk, pv) = (a.mask, a.past_key, a.past_value);
     if int_attr(g, a.causal) != Some(1) {
         return None;
     }
-    let window = attention_window(g, mask)?;
+    let window = attention_window(g, a.mask)?;
+    cache_preconditions(g, a, window)
+}
+
+/// What every attention → GroupQueryAttention rule requires of the matched Attention besides
+/// its mask (which gave `window`): caches that are graph inputs, head counts, a head size ORT
+/// accepts (a multiple of 16). Soft-capping and the window are carried over.
+pub(super) fn cache_preconditions(
+    g: &OnnxGraph,
+    a: &Attention,
+    window: Option<i64>,
+) -> Option<GqaExtras> {
+    let (pk, pv) = (a.past_key, a.past_value);
     if !is_input(g, pk, None) || !is_input(g, pv, None) {
         return None;
     }
@@ -140,14 +150,15 @@ fn gathered_table(g: &OnnxGraph, id: Id) -> Option<Id> {
 
 /// `com.microsoft::GroupQueryAttention(q, k, v, past k/v, seqlens_k, total, cos, sin)` with the
 /// matched Attention's head counts and scale, `seqlens_k`/`total_sequence_length` from the
-/// `attention_mask` input; `rotary` is `(interleaved attr, cos, sin)` for do_rotary=1.
-fn gqa_op(
+/// graph input `attention_mask` (class); `rotary` is `(interleaved attr, cos, sin)` for
+/// do_rotary=1.
+pub(super) fn gqa_op(
     g: &mut OnnxGraph,
     a: &Attention,
     extras: &GqaExtras,
+    attention_mask: Id,
     rotary: Option<(AttrValue, Id, Id)>,
 ) -> Option<Id> {
-    let attention_mask = g.lookup(Onnx::Input(egg::Symbol::from("attention_mask")))?;
     let (seqlens, total) = gqa_lengths(g, attention_mask);
     let unset = g.add(Onnx::Attr(AttrValue::Unset));
     let absent = g.add(Onnx::Absent);
@@ -211,25 +222,49 @@ fn rotary_attention_to_gqa(g: &mut OnnxGraph, _: Site<'_>, vars: [Id; 18]) -> Op
         vars;
     let attention = Attention::new([q, k, v, mask, pk, pv, causal, kvh, qnh, scale, softcap]);
     let extras = gqa_preconditions(g, &attention)?;
-    let head_dim = extras.head_dim;
+    let interleaved = rotations_agree(g, [kvh, qnh, qi, ki, qh, kh])?;
+    let (cos, sin) = (gathered_table(g, cos)?, gathered_table(g, sin)?);
+    let width = g[cos].data.tensor()?.static_shape()?.get(1).copied()?;
+    rotary_width_ok(g, &extras, qrd, width)?;
+    let attention_mask = g.lookup(Onnx::Input(egg::Symbol::from("attention_mask")))?;
+    gqa_op(
+        g,
+        &attention,
+        &extras,
+        attention_mask,
+        Some((interleaved, cos, sin)),
+    )
+}
+
+/// The interleaving of RotaryEmbedding(q) and RotaryEmbedding(k) (variables `?kvh ?qnh ?qi ?ki
+/// ?qh ?kh`) when they agree with each other and rotate the Attention's head counts.
+pub(super) fn rotations_agree(
+    g: &OnnxGraph,
+    [kvh, qnh, qi, ki, qh, kh]: [Id; 6],
+) -> Option<AttrValue> {
     let (heads, kv_heads) = (int_attr(g, qnh)?, int_attr(g, kvh)?);
     if int_attr(g, qh) != Some(heads) || int_attr(g, kh) != Some(kv_heads) {
         return None;
     }
     let interleaved = g[qi].data.attr().cloned()?;
-    if g[ki].data.attr() != Some(&interleaved) {
-        return None;
-    }
-    let (cos, sin) = (gathered_table(g, cos)?, gathered_table(g, sin)?);
-    let width = g[cos].data.tensor()?.static_shape()?.get(1).copied()?;
+    (g[ki].data.attr() == Some(&interleaved)).then_some(interleaved)
+}
+
+/// Whether tables of half-width `width` give the rotary width of RotaryEmbedding(q)'s
+/// `rotary_embedding_dim` (`qrd`; unset or 0: the whole head) and ORT accepts it (at most the
+/// head, a multiple of 16).
+pub(super) fn rotary_width_ok(
+    g: &OnnxGraph,
+    extras: &GqaExtras,
+    qrd: Id,
+    width: i64,
+) -> Option<()> {
+    let head_dim = extras.head_dim;
     let rotary = match int_attr(g, qrd) {
         None | Some(0) => head_dim,
         Some(r) => r,
     };
-    if 2 * width != rotary || rotary > head_dim || rotary % 16 != 0 {
-        return None;
-    }
-    gqa_op(g, &attention, &extras, Some((interleaved, cos, sin)))
+    (2 * width == rotary && rotary <= head_dim && rotary % 16 == 0).then_some(())
 }
 
 /// Reads the variables of `attention-to-gqa`: an Attention that meets [`gqa_preconditions`]
@@ -241,5 +276,6 @@ fn attention_to_gqa(g: &mut OnnxGraph, _: Site<'_>, vars: [Id; 11]) -> Option<Id
     if g[attention.q].data.tensor()?.rank()? != 3 {
         return None;
     }
-    gqa_op(g, &attention, &extras, None)
+    let attention_mask = g.lookup(Onnx::Input(egg::Symbol::from("attention_mask")))?;
+    gqa_op(g, &attention, &extras, attention_mask, None)
 }

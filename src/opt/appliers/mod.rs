@@ -6,9 +6,11 @@
 mod attention_recognize;
 mod from_nbits;
 mod gqa;
+mod gqa_genai;
 mod gqa_mask;
 mod head_layout;
 mod matmul_nbits;
+mod moe;
 mod norm_recognize;
 mod pack_qkv;
 mod rotary_recognize;
@@ -17,7 +19,7 @@ mod skip_norm;
 mod transpose;
 
 use super::bind::AnyApplier;
-use super::lowering::{attention, range, rms_norm, rotary};
+use super::lowering::{attention, range, rms_norm, rotary, scatter};
 
 const APPLIERS: &[(&str, &dyn AnyApplier)] = &[
     ("compose-transposes", &transpose::COMPOSE_TRANSPOSES),
@@ -51,8 +53,18 @@ const APPLIERS: &[(&str, &dyn AnyApplier)] = &[
     ),
     ("attention-to-gqa", &gqa::ATTENTION_TO_GQA),
     ("rotary-attention-to-gqa", &gqa::ROTARY_ATTENTION_TO_GQA),
+    (
+        "export-attention-to-gqa",
+        &gqa_genai::EXPORT_ATTENTION_TO_GQA,
+    ),
+    (
+        "export-rotary-attention-to-gqa",
+        &gqa_genai::EXPORT_ROTARY_ATTENTION_TO_GQA,
+    ),
     ("pack-qkv", &pack_qkv::PACK_QKV),
     ("pack-qkv-with-bias", &pack_qkv::PACK_QKV_WITH_BIAS),
+    ("split-qkv", &pack_qkv::SPLIT_QKV),
+    ("split-qkv-with-sizes", &pack_qkv::SPLIT_QKV_WITH_SIZES),
     ("matmul-nbits", &matmul_nbits::MATMUL_NBITS),
     (
         "matmul-nbits-without-zero-points",
@@ -70,6 +82,8 @@ const APPLIERS: &[(&str, &dyn AnyApplier)] = &[
         "matmul-nbits-with-bias-to-dequantize",
         &from_nbits::MATMUL_NBITS_WITH_BIAS_TO_DEQUANTIZE,
     ),
+    ("dense-moe", &moe::DENSE_MOE),
+    ("moe-to-dense", &moe::MOE_TO_DENSE),
     ("decompose-rotary", &rotary::DECOMPOSE_ROTARY),
     (
         "decompose-rotary-with-positions",
@@ -79,6 +93,10 @@ const APPLIERS: &[(&str, &dyn AnyApplier)] = &[
     (
         "attention-output-without-cache",
         &attention::ATTENTION_OUTPUT_WITHOUT_CACHE,
+    ),
+    (
+        "attention-output-nonpad",
+        &attention::ATTENTION_OUTPUT_NONPAD,
     ),
     ("attention-present-key", &attention::ATTENTION_PRESENT_KEY),
     (
@@ -90,6 +108,10 @@ const APPLIERS: &[(&str, &dyn AnyApplier)] = &[
         &rms_norm::RANK4_RMS_NORM_VIA_RANK3,
     ),
     ("range-to-cumsum", &range::RANGE_TO_CUMSUM),
+    (
+        "tensor-scatter-to-scatternd",
+        &scatter::TENSOR_SCATTER_TO_SCATTER_ND,
+    ),
 ];
 
 /// The applier registered under `name`.

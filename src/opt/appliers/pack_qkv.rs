@@ -1,17 +1,90 @@
 //! The appliers of `fusion/pack_qkv.rules` (PackQKV): the q/k/v projections of a
 //! GroupQueryAttention, `MatMul(h, W)` (+ bias) over initializers, → one MatMul (+ Add) over
-//! the weights (and biases) concatenated along the output axis, read as packed q|k|v.
+//! the weights (and biases) concatenated along the output axis, read as packed q|k|v; and
+//! q/k/v that are the parts of one Split → the tensor split, read as packed q|k|v.
 
 use egg::Id;
 
 use crate::opt::analysis::OnnxGraph;
 use crate::opt::bind::{Applier, Site};
 use crate::opt::emit::Emit;
-use crate::opt::lang::{Onnx, OpNode};
-use crate::opt::query::find_op;
+use crate::opt::lang::{AttrValue, Onnx, OpNode};
+use crate::opt::query::{const_ints, find_op, int_attr};
+use crate::opt::schema::schema;
 
 /// `pack-qkv`.
 pub(super) const PACK_QKV: Applier<4> = Applier::new(["?h", "?wq", "?wk", "?wv"], pack_qkv);
+
+/// The variables of `split-qkv` after `?x ?axis ?n`: the GroupQueryAttention's inputs from
+/// past_key on, then its attributes.
+const GQA_REST: [&str; 15] = [
+    "?pk",
+    "?pv",
+    "?seqlens",
+    "?total",
+    "?cos",
+    "?sin",
+    "?rotary",
+    "?kvh",
+    "?window",
+    "?heads",
+    "?qk",
+    "?interleaved",
+    "?scale",
+    "?smooth",
+    "?softcap",
+];
+
+/// `split-qkv`.
+pub(super) const SPLIT_QKV: Applier<18> = Applier::new(
+    [
+        "?x",
+        "?axis",
+        "?n",
+        GQA_REST[0],
+        GQA_REST[1],
+        GQA_REST[2],
+        GQA_REST[3],
+        GQA_REST[4],
+        GQA_REST[5],
+        GQA_REST[6],
+        GQA_REST[7],
+        GQA_REST[8],
+        GQA_REST[9],
+        GQA_REST[10],
+        GQA_REST[11],
+        GQA_REST[12],
+        GQA_REST[13],
+        GQA_REST[14],
+    ],
+    split_qkv,
+);
+
+/// `split-qkv-with-sizes`.
+pub(super) const SPLIT_QKV_WITH_SIZES: Applier<19> = Applier::new(
+    [
+        "?x",
+        "?sizes",
+        "?axis",
+        "?n",
+        GQA_REST[0],
+        GQA_REST[1],
+        GQA_REST[2],
+        GQA_REST[3],
+        GQA_REST[4],
+        GQA_REST[5],
+        GQA_REST[6],
+        GQA_REST[7],
+        GQA_REST[8],
+        GQA_REST[9],
+        GQA_REST[10],
+        GQA_REST[11],
+        GQA_REST[12],
+        GQA_REST[13],
+        GQA_REST[14],
+    ],
+    split_qkv_with_sizes,
+);
 
 /// `pack-qkv-with-bias`.
 pub(super) const PACK_QKV_WITH_BIAS: Applier<7> = Applier::new(
@@ -105,4 +178,65 @@ fn pack_qkv_with_bias(
     let product = e.bin("MatMul", h, weights);
     let packed = e.bin("Add", product, biases);
     Some(packed_gqa(g, &gqa, packed))
+}
+
+/// The GroupQueryAttention of `rest` (its inputs from past_key on and attributes, as
+/// [`GQA_REST`] lists them) over packed q|k|v `x`, when `x` `[B, S, (Hq + 2·Hkv)·D]` is split
+/// on its last axis (`axis`) into the widths `sizes` (`None`: equal parts, `num_outputs` `n`
+/// 3 or unset) that are exactly Hq·D, Hkv·D, Hkv·D.
+fn split_packed(
+    g: &mut OnnxGraph,
+    x: Id,
+    sizes: Option<Id>,
+    axis: Id,
+    n: Id,
+    rest: &[Id],
+) -> Option<Id> {
+    let [pk, _, _, _, _, _, _, kvh, _, heads, ..] = rest else {
+        return None;
+    };
+    let d = g[*pk].data.tensor()?.shape.as_ref()?.get(3)?.known()?;
+    let (hq, hkv) = (int_attr(g, *heads)?, int_attr(g, *kvh)?);
+    let dims = g[x].data.tensor()?.shape.clone()?;
+    let width = match dims.as_slice() {
+        [_, _, w] => w.known()?,
+        _ => return None,
+    };
+    let last = matches!(g[axis].data.attr(), Some(AttrValue::Int(2 | -1)));
+    let parts = match sizes {
+        Some(sizes) => const_ints(g, sizes)?,
+        None => {
+            let three = matches!(g[n].data.attr(), Some(AttrValue::Unset | AttrValue::Int(3)));
+            if !three || width % 3 != 0 {
+                return None;
+            }
+            vec![width / 3; 3]
+        }
+    };
+    if !last || parts != [hq * d, hkv * d, hkv * d] || width != (hq + 2 * hkv) * d {
+        return None;
+    }
+    let absent = g.add(Onnx::Absent);
+    let mut children = vec![x, absent, absent];
+    children.extend_from_slice(rest);
+    let attrs = schema("com.microsoft::GroupQueryAttention")?;
+    Some(g.add(Onnx::op(
+        "com.microsoft::GroupQueryAttention",
+        attrs,
+        9,
+        3,
+        children,
+    )))
+}
+
+/// Reads `split-qkv`: q, k, v the equal parts of `Split(x; axis, num_outputs)`.
+fn split_qkv(g: &mut OnnxGraph, _: Site<'_>, vars: [Id; 18]) -> Option<Id> {
+    let [x, axis, n, rest @ ..] = vars;
+    split_packed(g, x, None, axis, n, &rest)
+}
+
+/// Reads `split-qkv-with-sizes`: q, k, v the parts of `Split(x, sizes; axis)`.
+fn split_qkv_with_sizes(g: &mut OnnxGraph, _: Site<'_>, vars: [Id; 19]) -> Option<Id> {
+    let [x, sizes, axis, n, rest @ ..] = vars;
+    split_packed(g, x, Some(sizes), axis, n, &rest)
 }

@@ -7,7 +7,9 @@
 //! - `scores = MatMul(Q, Kᵀ) · scale`, soft-capped as `c · tanh(scores / c)` when `softcap > 0`,
 //!   plus a float mask;
 //! - a boolean mask and `is_causal` (query `i` sees key `j ≤ i + T − S`, from CumSum positions:
-//!   no `Range`) select `scores` or the lowest finite value;
+//!   no `Range`) select `scores` or the lowest finite value; with `nonpad_kv_seqlen` (opset 24,
+//!   no past: a static cache) keys at or beyond `nonpad_kv_seqlen[b]` are hidden too and the
+//!   causal limit is `j ≤ i + nonpad_kv_seqlen[b] − S`;
 //! - `Softmax`, rows with no visible key set to zero, `MatMul` with V, back to `[B, S, heads·Dv]`.
 
 use egg::Id;
@@ -34,6 +36,15 @@ pub(crate) const ATTENTION_OUTPUT_WITHOUT_CACHE: Applier<10> = Applier::new(
         "?q", "?k", "?v", "?kvh", "?qnh", "?mode", "?mask", "?causal", "?scale", "?softcap",
     ],
     attention_output_without_cache,
+);
+
+/// `attention-output-nonpad`.
+pub(crate) const ATTENTION_OUTPUT_NONPAD: Applier<13> = Applier::new(
+    [
+        "?q", "?k", "?v", "?pk", "?pv", "?kvh", "?qnh", "?mode", "?nonpad", "?mask", "?causal",
+        "?scale", "?softcap",
+    ],
+    attention_output_nonpad,
 );
 
 /// `attention-present-key`.
@@ -198,6 +209,35 @@ fn causal(e: &mut Emit<'_>, q: Id, keys: Id) -> Id {
     e.bin("Less", row, col)
 }
 
+/// `0, 1, …, n − 1` for the 1-D int64 count `n` (`[1]`).
+fn counting(e: &mut Emit<'_>, n: Id) -> Id {
+    let one = e.ints(&[1]);
+    let ones = e.bin("Expand", one, n);
+    let axis = e.ints(&[0]);
+    let counts = e.op("CumSum", &[ones, axis], &[]);
+    e.bin("Sub", counts, one)
+}
+
+/// The boolean `[B, 1, S, T]` masks of `nonpad_kv_seqlen` (`[B]`): keys before
+/// `nonpad[b]`, and (`causal`) query `i` seeing key `j ≤ i + nonpad[b] − S`.
+fn nonpad_masks(e: &mut Emit<'_>, q: Id, keys: Id, nonpad: Id, causal: bool) -> (Id, Option<Id>) {
+    let total = e.shape(keys, 2, 3);
+    let key_pos = counting(e, total); // [T]
+    let limit = e.reshape(nonpad, &[-1, 1, 1, 1]); // [B, 1, 1, 1]
+    let valid = e.bin("Less", key_pos, limit);
+    if !causal {
+        return (valid, None);
+    }
+    let queries = e.shape(q, 1, 2);
+    let query_pos = counting(e, queries); // [S]
+    let one = e.ints(&[1]);
+    let next = e.bin("Add", query_pos, one);
+    let shifted = e.bin("Sub", next, queries); // i + 1 − S
+    let column = e.unsqueeze(shifted, &[1]); // [S, 1]
+    let bound = e.bin("Add", column, limit); // [B, 1, S, 1]: i + 1 + nonpad − S
+    (valid, Some(e.bin("Less", key_pos, bound)))
+}
+
 /// The lowest finite value of `dtype`.
 fn lowest(dtype: DType) -> f32 {
     match dtype {
@@ -214,8 +254,35 @@ fn attention_output(g: &mut OnnxGraph, _: Site<'_>, vars: [Id; 12]) -> Option<Id
     output(
         g,
         &Matched::with_cache([q, k, v, pk, pv, kvh, qnh, mode]),
+        None,
         rest,
     )
+}
+
+/// Reads `?q ?k ?v ?pk ?pv ?kvh ?qnh ?mode ?nonpad ?mask ?causal ?scale ?softcap` of the
+/// one-output Attention with `nonpad_kv_seqlen` and no caches (a static cache's attention):
+/// its output Y, see [`output`]. Declines unless the past inputs are absent and
+/// `nonpad_kv_seqlen` is int64 `[B]`.
+fn attention_output_nonpad(g: &mut OnnxGraph, _: Site<'_>, vars: [Id; 13]) -> Option<Id> {
+    let [q, k, v, pk, pv, kvh, qnh, mode, nonpad, rest @ ..] = vars;
+    let e = Emit::new(g);
+    if !e.is_absent(pk) || !e.is_absent(pv) || e.is_absent(nonpad) {
+        return None;
+    }
+    let t = e.tensor(nonpad)?;
+    if t.dtype? != DType::I64 || t.rank()? != 1 {
+        return None;
+    }
+    let m = Matched {
+        q,
+        k,
+        v,
+        past: None,
+        kv_heads: kvh,
+        q_heads: qnh,
+        mode,
+    };
+    output(g, &m, Some(nonpad), rest)
 }
 
 /// Reads `?q ?k ?v ?kvh ?qnh ?mode ?mask ?causal ?scale ?softcap` of the Attention without
@@ -231,15 +298,17 @@ fn attention_output_without_cache(g: &mut OnnxGraph, _: Site<'_>, vars: [Id; 10]
         q_heads,
         mode,
     };
-    output(g, &m, rest)
+    output(g, &m, None, rest)
 }
 
-/// The Attention's output Y in standard ops, given its mask input and the classes of its
-/// `is_causal`, `scale` and `softcap` attributes. Declines for float masks of another dtype
-/// and, with `is_causal`, unless Q and K have the same (known) sequence length.
+/// The Attention's output Y in standard ops, given its `nonpad_kv_seqlen` input (if any), its
+/// mask input and the classes of its `is_causal`, `scale` and `softcap` attributes. Declines
+/// for float masks of another dtype and, with `is_causal` and no `nonpad_kv_seqlen`, unless Q
+/// and K have the same (known) sequence length.
 fn output(
     g: &mut OnnxGraph,
     m: &Matched,
+    nonpad: Option<Id>,
     [mask, is_causal, scale, softcap]: [Id; 4],
 ) -> Option<Id> {
     let mut e = Emit::new(g);
@@ -263,7 +332,7 @@ fn output(
     if mask_dtype.is_some_and(|d| d != DType::Bool && d != p.dtype) {
         return None;
     }
-    if is_causal {
+    if is_causal && nonpad.is_none() {
         let seq = |id: Id| e.tensor(id)?.shape.as_ref()?.get(1).cloned();
         let (sq, sk) = (seq(p.q)?, seq(p.k)?);
         if sq == SymDim::Unknown || sq != sk {
@@ -291,15 +360,19 @@ fn output(
     if float_mask {
         scores = e.bin("Add", scores, mask);
     }
-    let visible = match (mask_dtype == Some(DType::Bool), is_causal) {
-        (true, true) => {
-            let c = causal(&mut e, p.q, keys);
-            Some(e.bin("And", mask, c))
+    let (valid, causal_mask) = match nonpad {
+        Some(n) => {
+            let (valid, c) = nonpad_masks(&mut e, p.q, keys, n, is_causal);
+            (Some(valid), c)
         }
-        (true, false) => Some(mask),
-        (false, true) => Some(causal(&mut e, p.q, keys)),
-        (false, false) => None,
+        None if is_causal => (None, Some(causal(&mut e, p.q, keys))),
+        None => (None, None),
     };
+    let bool_mask = (mask_dtype == Some(DType::Bool)).then_some(mask);
+    let visible = [bool_mask, causal_mask, valid]
+        .into_iter()
+        .flatten()
+        .reduce(|a, b| e.bin("And", a, b));
     let floor = e.float(p.dtype, lowest(p.dtype))?;
     let zero = e.float(p.dtype, 0.0)?;
     if let Some(visible) = visible {

@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""Fit the cost model's roofline parameters to onnxruntime CPU on this machine (issue 17).
+
+    .venv/bin/python scripts/calibrate.py --ep cpu --out cpu-cost.toml [--runs 10]
+
+What it measures: every kernel of llama-shaped decoders (two sizes, six variants: GQA or
+Attention, packed or separate QKV, SkipSimplifiedLayerNormalization or Add+RMSNormalization,
+MatMulNBits or DequantizeLinear+MatMul; see scripts/costlib.py) under four workloads (prefill of
+16 and 128 tokens, a decoding step after 128 and 512), timed by onnxruntime's profiler (one
+thread, median of --runs). Each kernel is paired with what `mobius cost` says it moves and
+computes (bytes, FLOPs: the cost model's own counts, so the fit cannot drift from it).
+
+How it fits: least squares on log time. The global parameters (launch overhead, bandwidth, f32
+peak) minimise the mean squared log error of `launch + max(bytes/bandwidth, flops/peak)` over
+every kernel the cost model does not count as host shape arithmetic or folded, by a grid search
+in log space refined twice around the best point. Then, with those fixed, each op type with at
+least two kernels gets an `overhead_us`/`scale` correction (same loss, grid search) when that
+lowers its own error by at least a quarter. The f16 peak is set to the f32 one (onnxruntime's
+CPU kernels run f16 no faster). `prefill_tokens` stays 128, the built-in cpu value.
+
+The file starts from `base = "cpu"` and is named `cpu-calibrated`; load it with
+`mobius build|optimize|cost --ep-file cpu-cost.toml`. The built-in cpu parameters are not
+changed by this script.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import costlib  # noqa: E402
+
+FITTED_BOUNDS = {"launch", "memory", "compute"}
+
+
+def collect(work: Path, runs: int) -> list[tuple[str, float, float, float]]:
+    """(op, bytes, flops, measured µs) of every kernel of every model and workload."""
+    models = costlib.build_variants(work)
+    rows = []
+    builtin = costlib.load_params(None)
+    for (size, variant), model in models.items():
+        for wl in costlib.WORKLOADS:
+            predicted = costlib.cost(model, work, wl, builtin)["nodes"]
+            measured = costlib.kernel_times(model, wl, runs)
+            for name, t in measured.items():
+                p = predicted.get(name)
+                if p is None or p["bound"] not in FITTED_BOUNDS:
+                    continue
+                rows.append((p["op"], p["bytes"], p["flops"], max(t, 0.5)))
+        print(f"  measured {size} {variant}", file=sys.stderr)
+    return rows
+
+
+def loss(pred: np.ndarray, meas: np.ndarray) -> np.ndarray:
+    """Mean squared log error along the last axis."""
+    return np.mean((np.log(pred) - np.log(meas)) ** 2, axis=-1)
+
+
+def fit_global(b, f, t):
+    """(launch µs, GB/s, TFLOP/s) minimising the log error: grid, then two finer grids."""
+    lo = np.log10([0.05, 0.5, 0.005])
+    hi = np.log10([200.0, 2000.0, 20.0])
+    best = None
+    for step in range(3):
+        n = 25
+        axes = [np.linspace(lo[i], hi[i], n) for i in range(3)]
+        L, BW, P = np.meshgrid(*[10 ** a for a in axes], indexing="ij")
+        L, BW, P = L.ravel()[:, None], BW.ravel()[:, None], P.ravel()[:, None]
+        pred = L + np.maximum(b[None] / (BW * 1e3), f[None] / (P * 1e6))
+        e = loss(pred, t[None])
+        i = int(np.argmin(e))
+        best = (float(L[i, 0]), float(BW[i, 0]), float(P[i, 0]), float(e[i]))
+        width = (hi - lo) / (n - 1) * 2
+        centre = np.log10(best[:3])
+        lo, hi = centre - width, centre + width
+    return best
+
+
+def fit_op(b, f, t, launch, bw, peak):
+    """(overhead µs, scale, error) of one op type's correction."""
+    roof = np.maximum(b / (bw * 1e3), f / (peak * 1e6))
+    O = np.concatenate([[0.0], np.logspace(-2, 3, 41)])[:, None, None]
+    S = np.logspace(-2, 2, 49)[None, :, None]
+    pred = launch + O + S * roof[None, None, :]
+    e = loss(pred, t[None, None, :])
+    i, j = np.unravel_index(int(np.argmin(e)), e.shape)
+    return float(O[i, 0, 0]), float(S[0, j, 0]), float(e[i, j])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--ep", required=True, choices=["cpu"],
+                    help="the EP to calibrate (onnxruntime CPU is the one measurable here)")
+    ap.add_argument("--out", required=True, type=Path, help="the EP file to write")
+    ap.add_argument("--runs", type=int, default=10, help="timed runs per model and workload")
+    ap.add_argument("--work", type=Path, help="keep the built models here (default: a temp dir)")
+    a = ap.parse_args()
+    if a.runs < 1:
+        ap.error("--runs must be at least 1")
+    started = time.time()
+    with tempfile.TemporaryDirectory() as tmp:
+        work = a.work or Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        rows = collect(work, a.runs)
+    ops = np.array([r[0] for r in rows])
+    b, f, t = (np.array([r[i] for r in rows], dtype=float) for i in (1, 2, 3))
+    launch, bw, peak, err = fit_global(b, f, t)
+    base_err = float(loss(1.0 + np.maximum(b / 60e3, f / 1e6), t))
+    print(f"{len(rows)} kernels; built-in cpu RMS log error {np.sqrt(base_err):.3f}, "
+          f"fitted {np.sqrt(err):.3f}: launch {launch:.3g} µs, {bw:.3g} GB/s, "
+          f"{peak:.3g} TFLOP/s", file=sys.stderr)
+    corrections = {}
+    for op in sorted(set(ops)):
+        m = ops == op
+        if m.sum() < 2:
+            continue
+        roof = np.maximum(b[m] / (bw * 1e3), f[m] / (peak * 1e6))
+        before = float(loss(launch + roof, t[m]))
+        o, s, after = fit_op(b[m], f[m], t[m], launch, bw, peak)
+        if after < 0.75 * before and (o > 0 or s != 1.0):
+            corrections[op] = {"overhead_us": round(o, 4), "scale": round(s, 4)}
+            print(f"  {op}: {m.sum()} kernels, RMS log error {np.sqrt(before):.3f} -> "
+                  f"{np.sqrt(after):.3f} with overhead {o:.3g} µs, scale {s:.3g}",
+                  file=sys.stderr)
+    header = [
+        f"# Written by scripts/calibrate.py --ep {a.ep} on "
+        f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC from {len(rows)} "
+        "kernel timings",
+        "# (onnxruntime CPU, 1 thread, optimization level BASIC). Global parameters: least",
+        "# squares on log time; [cost.ops.*]: per-op corrections where they cut that op's",
+        f"# error by a quarter. RMS log error: built-in cpu {np.sqrt(base_err):.3f}, "
+        f"calibrated {np.sqrt(err):.3f} before corrections.",
+    ]
+    path = costlib.ep_file(
+        a.out, "cpu-calibrated", [],
+        {"launch_overhead_us": round(launch, 4), "memory_bandwidth_gbps": round(bw, 4),
+         "peak_tflops_f32": round(peak, 5), "peak_tflops_f16": round(peak, 5),
+         "prefill_tokens": 128},
+        corrections,
+    )
+    path.write_text("\n".join(header) + "\n" + path.read_text())
+    costlib.run([costlib.mobius_bin(), "list", "eps", "--ep-file", str(path)])
+    print(f"wrote {path} in {time.time() - started:.0f}s", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

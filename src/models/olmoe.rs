@@ -1,0 +1,198 @@
+//! OLMoE (AllenAI): the pre-norm Llama decoder with RMSNorm of q and k over the whole
+//! projection width (as OLMo 2), q, k and v then clamped to `[-clip_qkv, clip_qkv]` when
+//! `clip_qkv` is set, and in every layer a sparse mixture of SwiGLU experts (router
+//! `mlp.gate`, experts `mlp.experts.{e}.*_proj` of width `intermediate_size`), each token
+//! routed to `num_experts_per_tok` of `num_experts` by softmax → top-k, renormalised only with
+//! `norm_topk_prob`. The block is [`sparse_moe`].
+
+use super::components::{linear, scalar, sparse_moe, ExpertNames, ExpertWeights, MoeSpec};
+use super::decoder::{self, Family};
+use super::registry::{FamilySpec, ModelType};
+use crate::config::{
+    read_decoder, read_routing, ArchConfig, Biases, DecoderFields, FamilyKnobs, Fields, HfConfig,
+    Sign,
+};
+use crate::ir::{DType, Graph, GraphBuilder};
+use crate::Result;
+
+/// The family's registry entry. onnxruntime-genai 0.18 has no `olmoe` type; its `olmo` type
+/// is the same plain decoder loop (as for OLMo 2), and the graph carries the rest.
+pub static FAMILY: FamilySpec = FamilySpec {
+    name: "olmoe",
+    summary: "full-width q/k RMSNorm, q/k/v clamped to `clip_qkv`, sparse SwiGLU experts in every \
+              layer (softmax → top-k, optional renormalisation `norm_topk_prob`)",
+    model_types: &[ModelType::generative("olmoe", "olmo", read)],
+};
+
+/// transformers' OlmoeConfig: `attention_bias` on q, k, v and o, no MLP bias, RoPE theta 1e4,
+/// untied.
+const FIELDS: DecoderFields = DecoderFields {
+    biases: Biases::Configured { mlp_bias: false },
+    ..DecoderFields::LLAMA
+};
+
+fn read(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>) -> Result<ArchConfig> {
+    // OlmoeConfig has no sliding window or layer types: transformers never slides.
+    let raw = HfConfig {
+        sliding_window: None,
+        use_sliding_window: None,
+        layer_types: None,
+        ..raw.clone()
+    };
+    let clip_qkv = match raw.clip_qkv {
+        Some(c) => Some(f.number("clip_qkv", Some(c), c, Sign::Positive)?),
+        None => None,
+    };
+    read_decoder(&raw, t, f, &FIELDS, |_| {
+        let (experts, top_k) = read_routing(&raw, f, (64, 8))?;
+        Ok(Olmoe {
+            experts,
+            top_k,
+            normalize: raw.norm_topk_prob.unwrap_or(false),
+            clip_qkv,
+        })
+    })
+}
+
+/// OLMoE's knobs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Olmoe {
+    /// `num_experts` per layer.
+    pub experts: usize,
+    /// `num_experts_per_tok`.
+    pub top_k: usize,
+    /// `norm_topk_prob`.
+    pub normalize: bool,
+    /// The bound q, k and v are clamped to (`clip_qkv`), if any.
+    pub clip_qkv: Option<f32>,
+}
+
+impl Olmoe {
+    /// `Min(Max(y, -c), c)` with `c` the `clip_qkv` bound, as torch's clamp; `y` without one.
+    fn clamped(&self, b: &mut GraphBuilder, y: String, dtype: DType) -> String {
+        let Some(c) = self.clip_qkv else { return y };
+        let (lo, hi) = (scalar(b, -c, dtype), scalar(b, c, dtype));
+        let floored = b.op("Max", &[&y, &lo], vec![]);
+        b.op("Min", &[&floored, &hi], vec![])
+    }
+}
+
+impl Family for Olmoe {
+    /// The Llama projections, v clamped (q and k are clamped after their norms).
+    fn qkv(
+        &self,
+        b: &mut GraphBuilder,
+        cfg: &ArchConfig,
+        x: &str,
+        attn: &str,
+        dtype: DType,
+    ) -> [String; 3] {
+        let h = cfg.hidden_size;
+        let proj = |b: &mut GraphBuilder, name: &str, width: usize| {
+            linear(
+                b,
+                x,
+                &format!("{attn}.{name}"),
+                h,
+                width,
+                cfg.qkv_bias,
+                dtype,
+            )
+        };
+        let q = proj(b, "q_proj", cfg.q_size());
+        let k = proj(b, "k_proj", cfg.kv_size());
+        let v = proj(b, "v_proj", cfg.kv_size());
+        let v = self.clamped(b, v, dtype);
+        [q, k, v]
+    }
+
+    fn qk_norm(
+        &self,
+        b: &mut GraphBuilder,
+        cfg: &ArchConfig,
+        q: String,
+        k: String,
+        attn: &str,
+        dtype: DType,
+    ) -> (String, String) {
+        let norm = self.norm(cfg);
+        let q = norm.apply(b, &q, &format!("{attn}.q_norm"), cfg.q_size(), dtype);
+        let k = norm.apply(b, &k, &format!("{attn}.k_norm"), cfg.kv_size(), dtype);
+        (self.clamped(b, q, dtype), self.clamped(b, k, dtype))
+    }
+
+    fn layer_mlp(
+        &self,
+        b: &mut GraphBuilder,
+        cfg: &ArchConfig,
+        x: &str,
+        layer: &str,
+        _i: usize,
+        dtype: DType,
+    ) -> String {
+        let spec = MoeSpec {
+            hidden: cfg.hidden_size,
+            intermediate: cfg.intermediate_size,
+            experts: self.experts,
+            top_k: self.top_k,
+            normalize: self.normalize,
+            weights: ExpertWeights::PerExpert(ExpertNames::PROJ),
+        };
+        sparse_moe(b, x, &format!("{layer}.mlp"), &spec, dtype)
+    }
+}
+
+impl FamilyKnobs for Olmoe {
+    fn build(&self, cfg: &ArchConfig, dtype: DType) -> Graph {
+        decoder::build(cfg, dtype, self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Olmoe;
+    use std::path::Path;
+
+    fn parse(extra: &str) -> crate::Result<crate::config::ArchConfig> {
+        let json = format!(
+            r#"{{"model_type": "olmoe", "hidden_size": 64, "intermediate_size": 32,
+            "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 300,
+            "max_position_embeddings": 128 {extra}}}"#
+        );
+        crate::models::parse_config(json.as_bytes(), Path::new("config.json"))
+    }
+
+    #[test]
+    fn reads_transformers_defaults_and_checks_routing() {
+        let cfg = parse(r#", "sliding_window": 4"#).unwrap();
+        let k = *cfg.knobs::<Olmoe>().unwrap();
+        assert_eq!(
+            k,
+            Olmoe {
+                experts: 64,
+                top_k: 8,
+                normalize: false,
+                clip_qkv: None
+            }
+        );
+        assert_eq!(cfg.layer_windows, [None, None]);
+        assert!(!cfg.qkv_bias && !cfg.mlp_bias && !cfg.tie_word_embeddings);
+        let c = parse(r#", "num_experts": 4, "num_experts_per_tok": 2, "clip_qkv": 8, "norm_topk_prob": true"#)
+            .unwrap();
+        let k = *c.knobs::<Olmoe>().unwrap();
+        assert_eq!(
+            (k.experts, k.top_k, k.normalize, k.clip_qkv),
+            (4, 2, true, Some(8.0))
+        );
+        for (bad, field) in [
+            (
+                r#", "num_experts": 4, "num_experts_per_tok": 5"#,
+                "num_experts_per_tok",
+            ),
+            (r#", "clip_qkv": 0"#, "clip_qkv"),
+        ] {
+            let err = parse(bad).unwrap_err().to_string();
+            assert!(err.contains(field), "{bad}: {err}");
+        }
+    }
+}

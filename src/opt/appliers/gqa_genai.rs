@@ -1,0 +1,122 @@
+//! The appliers of `fusion/gqa_genai.rules` (enabled by `--kv-cache genai`): an Attention
+//! over the causal padding (or sliding-window) mask an exporter builds from `attention_mask`
+//! → `com.microsoft::GroupQueryAttention`, as [`super::gqa`] does for the builder's mask,
+//! taking in the RotaryEmbeddings of q and k (`do_rotary=1`) when their caches are computed
+//! from `position_ids`: the caches become tables over positions `0 … T−1` computed by the
+//! same ops. The readings are in [`crate::opt::genai_contract`].
+
+use egg::Id;
+
+use super::gqa::{
+    cache_preconditions, gqa_op, rotary_width_ok, rotations_agree, Attention, GqaExtras,
+};
+use crate::opt::analysis::OnnxGraph;
+use crate::opt::bind::{Applier, Site};
+use crate::opt::emit::Emit;
+use crate::opt::genai_contract::{export_mask, position_table, PositionTable};
+use crate::opt::lang::{AttrValue, Onnx};
+
+/// `export-attention-to-gqa`.
+pub(super) const EXPORT_ATTENTION_TO_GQA: Applier<11> = Applier::new(
+    [
+        "?q", "?k", "?v", "?mask", "?pk", "?pv", "?causal", "?kvh", "?qnh", "?scale", "?softcap",
+    ],
+    export_attention_to_gqa,
+);
+
+/// `export-rotary-attention-to-gqa`.
+pub(super) const EXPORT_ROTARY_ATTENTION_TO_GQA: Applier<18> = Applier::new(
+    [
+        "?q", "?k", "?v", "?mask", "?pk", "?pv", "?causal", "?kvh", "?qnh", "?scale", "?softcap",
+        "?cos", "?sin", "?qi", "?ki", "?qh", "?kh", "?qrd",
+    ],
+    export_rotary_attention_to_gqa,
+);
+
+/// The matched Attention, on 3-D q/k/v, without `is_causal` (the mask is causal), its mask
+/// the export's ([`export_mask`]), and [`cache_preconditions`]: the GroupQueryAttention extras
+/// and the `attention_mask` class.
+fn preconditions(g: &OnnxGraph, a: &Attention) -> Option<(GqaExtras, Id)> {
+    if !matches!(
+        g[a.causal].data.attr(),
+        Some(AttrValue::Unset | AttrValue::Int(0))
+    ) {
+        return None;
+    }
+    if g[a.q].data.tensor()?.rank()? != 3 {
+        return None;
+    }
+    let mask = export_mask(g, a.mask, a.q, a.past_key)?;
+    let extras = cache_preconditions(g, a, mask.window)?;
+    Some((extras, mask.attention_mask))
+}
+
+/// Reads the variables of `export-attention-to-gqa`: GroupQueryAttention(do_rotary=0) on the
+/// same q/k/v (RoPE, if any, stays in front of it).
+fn export_attention_to_gqa(g: &mut OnnxGraph, _: Site<'_>, vars: [Id; 11]) -> Option<Id> {
+    let attention = Attention::new(vars);
+    let (extras, attention_mask) = preconditions(g, &attention)?;
+    gqa_op(g, &attention, &extras, attention_mask, None)
+}
+
+/// Reads the variables of `export-rotary-attention-to-gqa`: RotaryEmbedding(q) and
+/// RotaryEmbedding(k) over caches computed from `position_ids` by the same ops
+/// ([`position_table`]) → GroupQueryAttention(do_rotary=1) over those ops applied to
+/// positions `0 … T−1` (`T` = the `attention_mask` width, the total length).
+fn export_rotary_attention_to_gqa(g: &mut OnnxGraph, _: Site<'_>, vars: [Id; 18]) -> Option<Id> {
+    let [q, k, v, mask, pk, pv, causal, kvh, qnh, scale, softcap, cos, sin, qi, ki, qh, kh, qrd] =
+        vars;
+    let attention = Attention::new([q, k, v, mask, pk, pv, causal, kvh, qnh, scale, softcap]);
+    let (extras, attention_mask) = preconditions(g, &attention)?;
+    let interleaved = rotations_agree(g, [kvh, qnh, qi, ki, qh, kh])?;
+    let (cos, sin) = (position_table(g, cos)?, position_table(g, sin)?);
+    let same_angles = cos.positions == sin.positions
+        && cos.frequencies == sin.frequencies
+        && cos.frequencies_first == sin.frequencies_first
+        && cos.dtype == sin.dtype;
+    if !same_angles {
+        return None;
+    }
+    let width = g[cos.frequencies]
+        .data
+        .tensor()?
+        .static_shape()?
+        .first()
+        .copied()?;
+    rotary_width_ok(g, &extras, qrd, width)?;
+    let (cos, sin) = (
+        table(g, &cos, attention_mask),
+        table(g, &sin, attention_mask),
+    );
+    gqa_op(
+        g,
+        &attention,
+        &extras,
+        attention_mask,
+        Some((interleaved, cos, sin)),
+    )
+}
+
+/// The cache `read` describes, over positions `Range(0, T)` (`T` read from
+/// `attention_mask`'s shape as GroupQueryAttention's total length is) instead of
+/// `position_ids`: `[T, D/2]`.
+fn table(g: &mut OnnxGraph, read: &PositionTable, attention_mask: Id) -> Id {
+    let mut e = Emit::new(g);
+    let (zero, one) = (e.int(0), e.int(1));
+    let shape = e.op("Shape", &[attention_mask], &[]);
+    let total = e.op("Gather", &[shape, one], &[("axis", AttrValue::Int(0))]);
+    let positions = e.op("Range", &[zero, total, one], &[]);
+    let column = e.unsqueeze(positions, &[1]);
+    let to = ("to", AttrValue::Int(read.dtype.onnx_code() as i64));
+    let column = e.op("Cast", &[column], &[to]);
+    let angles = if read.frequencies_first {
+        e.bin("Mul", read.frequencies, column)
+    } else {
+        e.bin("Mul", column, read.frequencies)
+    };
+    read.steps.iter().fold(angles, |inner, (node, carrier)| {
+        let mut node = node.clone();
+        node.children[*carrier] = inner;
+        g.add(Onnx::Op(node))
+    })
+}

@@ -1,0 +1,134 @@
+"""Mixture-of-experts blocks as `com.microsoft::MoE` (rewrites/fusion/moe.rules).
+
+The EPs whose capabilities run the kernel get the fused op for every MoE layer of the
+mixtral, qwen2_moe, qwen3_moe, olmoe and granitemoe fixtures (their transformers parity, decode and
+onnxruntime-genai greedy runs are test_fixtures.py's, on these same builds); onnx-standard
+keeps the dense block of standard ops.  Here the two forms are compared with each other on
+the prompt and transformers' greedy continuation (44 routed tokens per layer), and the
+router's margin is measured: the kernel and TopK order equal probabilities differently (the
+higher expert index first, the lower), so the forms agree exactly when no token's k-th and
+(k+1)-th router probability are equal.  The margins are printed in the session summary.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+from ort_helpers import FIXTURES_DIR, NP_DTYPES, load_config, load_reference, model_dims
+
+NAMES = ["mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granitemoe"]
+FUSED = [("cpu", "f32"), ("cpu", "f16"), ("cuda", "f16"), ("cuda", "f32"), (None, "f32"), ("webgpu", "f16")]
+TOL = {"f32": 1e-4, "f16": 2e-2}
+
+
+def moe_layers(name: str) -> int:
+    """MoE layers of the fixture, as its family selects them."""
+    cfg = load_config(FIXTURES_DIR / name)
+    layers = cfg["num_hidden_layers"]
+    if cfg["model_type"] in ("mixtral", "olmoe", "granitemoe"):
+        return layers
+    step, dense = cfg.get("decoder_sparse_step", 1), set(cfg.get("mlp_only_layers", []))
+    return sum(1 for i in range(layers) if i not in dense and (i + 1) % step == 0)
+
+
+def ops(out) -> list[str]:
+    model = onnx.load(str(out / "model.onnx"), load_external_data=False)
+    return [f"{n.domain or 'ai.onnx'}::{n.op_type}" for n in model.graph.node]
+
+
+def sequence(name: str) -> list[int]:
+    ref = load_reference(name)
+    return ref["input_ids"] + ref["greedy_tokens"]
+
+
+def prefill(path, name: str, dtype: str, outputs=None):
+    """Outputs of one prefill of the prompt and its greedy continuation on onnxruntime CPU."""
+    dims = model_dims(load_config(FIXTURES_DIR / name))
+    ids = np.array([sequence(name)], dtype=np.int64)
+    n = ids.shape[1]
+    z = np.zeros((1, dims["kv_heads"], 0, dims["head_dim"]), dtype=NP_DTYPES[dtype])
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    feed = {"input_ids": ids, "attention_mask": np.ones((1, n), dtype=np.int64)}
+    feed.update({f"past_key_values.{i}.{kv}": z for i in range(dims["layers"]) for kv in ("key", "value")})
+    if any(i.name == "position_ids" for i in sess.get_inputs()):
+        feed["position_ids"] = np.arange(n, dtype=np.int64)[None]
+    names = outputs or [o.name for o in sess.get_outputs()]
+    return dict(zip(names, sess.run(names, feed)))
+
+
+@pytest.mark.parametrize("ep,dtype", FUSED, ids=[f"{e or 'noflag'}-{d}" for e, d in FUSED])
+@pytest.mark.parametrize("name", NAMES)
+def test_moe_blocks_are_fused(built, ep_caps, name, ep, dtype):
+    caps = ep_caps[ep or "default"]
+    assert caps["supports_fused_moe"] and caps["supports_contrib_ops"], ep
+    got = ops(built("fixture", name, dtype, ep))
+    assert got.count("com.microsoft::MoE") == moe_layers(name), got
+    assert "ai.onnx::TopK" not in got, got
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_onnx_standard_keeps_the_dense_block(built, name):
+    got = ops(built("fixture", name, "f32", "onnx-standard"))
+    assert got.count("ai.onnx::TopK") == moe_layers(name), got
+    assert all(not o.startswith("com.microsoft::") for o in got), got
+
+
+@pytest.mark.parametrize("fused_ep,dtype", [("cpu", "f32"), ("cuda", "f16")])
+@pytest.mark.parametrize("name", NAMES)
+def test_fused_and_dense_blocks_agree(built, name, fused_ep, dtype):
+    fused = built("fixture", name, dtype, fused_ep)
+    dense = built("fixture", name, dtype, "onnx-standard")
+    a = prefill(fused / "model.onnx", name, dtype)["logits"].astype(np.float32)
+    b = prefill(dense / "model.onnx", name, dtype)["logits"].astype(np.float32)
+    err = float(np.abs(a - b).max())
+    assert err <= TOL[dtype], f"{name} --ep {fused_ep} {dtype}: fused vs dense max abs error {err:.3g}"
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16"])
+@pytest.mark.parametrize("name", NAMES)
+def test_router_margin(built, record_moe_margin, tmp_path, name, dtype):
+    """The smallest gap between a token's k-th and (k+1)-th router probability, over every
+    MoE layer and token of the sequence (read from the dense build's Softmax before TopK):
+    positive, so the kernel's tie order never applies."""
+    out = built("fixture", name, dtype, "onnx-standard")
+    model = onnx.load(str(out / "model.onnx"), load_external_data=False)
+    feeds_topk = {n.input[0] for n in model.graph.node if n.op_type == "TopK"}
+    probs = [n.output[0] for n in model.graph.node if n.op_type == "Softmax" and n.output[0] in feeds_topk]
+    assert len(probs) == moe_layers(name)
+    for p in probs:
+        model.graph.output.append(onnx.helper.make_tensor_value_info(p, onnx.TensorProto.FLOAT, None))
+    path = out / f"router-probs-{tmp_path.name}.onnx"
+    onnx.save(model, str(path))
+    try:
+        got = prefill(path, name, dtype, probs)
+    finally:
+        path.unlink()
+    k = load_config(FIXTURES_DIR / name)["num_experts_per_tok"]
+    top = [-np.sort(-got[p], axis=-1) for p in probs]
+    margin = min(float((t[..., k - 1] - t[..., k]).min()) for t in top)
+    record_moe_margin(f"{name} {dtype}", margin)
+    assert margin > 0, f"{name} {dtype}: a tie at the k-th router probability"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_optimize_moves_between_the_forms(built, tmp_path, name):
+    """`mobius optimize` of saved models: the default build's MoE calls for onnx-standard become
+    the dense block (no contrib op left), and the onnx-standard build's dense blocks for cpu become
+    MoE calls; both give the source's logits on the 44 tokens."""
+    from ort_helpers import run_mobius
+
+    for source_ep, target_ep, want_moe in [("default", "onnx-standard", 0), ("onnx-standard", "cpu", moe_layers(name))]:
+        source = built("fixture", name, "f32", source_ep)
+        out = tmp_path / f"{source_ep}-to-{target_ep}"
+        run_mobius(["optimize", str(source / "model.onnx"), str(out), "--ep", target_ep])
+        got = ops(out)
+        assert got.count("com.microsoft::MoE") == want_moe, got
+        if target_ep == "onnx-standard":
+            assert all(not o.startswith("com.microsoft::") for o in got), got
+        a = prefill(source / "model.onnx", name, "f32")["logits"]
+        b = prefill(out / "model.onnx", name, "f32")["logits"]
+        err = float(np.abs(a - b).max())
+        assert err <= TOL["f32"], f"{name} {source_ep} -> {target_ep}: max abs error {err:.3g}"

@@ -1,0 +1,484 @@
+//! Proofs of the GroupQueryAttention rules for exports (`rewrites/fusion/gqa_genai.rules`),
+//! which hold under onnxruntime-genai's KV-cache contract only (`--kv-cache genai`): on
+//! inputs that follow it (a right-padded prompt without past, or a step whose rows are all
+//! full), the rewritten graph computes what the export does; outside it (a left-padded prompt,
+//! a step after a right-padded prompt in the export's own cache layout) it does not, which is
+//! why the rules are opt-in. The graphs spell the mask as torch.onnx (dynamo) exports write it.
+
+use std::collections::HashMap;
+
+use mobius::interp::{run_graph, Tensor};
+use mobius::ir::{Attr, DType, Graph, GraphBuilder, TensorData};
+use mobius::opt::{optimize_with_rules, KvCache, OptimizeOptions};
+use mobius::verify::Rng;
+use mobius::weights::eval::Evaluator;
+use proptest::prelude::*;
+
+use super::{decoder_dims, dims, model, options, prove_on, random_tensor, rule, scalar};
+
+/// One exported attention block.
+#[derive(Debug, Clone)]
+struct Case {
+    batch: usize,
+    seq: usize,
+    past: usize,
+    kv_heads: usize,
+    group: usize,
+    head_dim: usize,
+    /// RoPE on q and k from `position_ids` (`Some(rotary width)`), or none.
+    rope: Option<usize>,
+    /// The sliding window of the mask (`Greater(key, position − W)`).
+    window: Option<usize>,
+}
+
+/// How a near miss differs from the export's mask.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Miss {
+    None,
+    /// `Less` instead of `LessOrEqual`: a query does not see itself.
+    StrictlyCausal,
+    /// The query positions without the past length.
+    NoPastOffset,
+    /// The padding gathered at (batch, query) instead of (batch, key) (index pair swapped).
+    PaddingOfQueries,
+    /// Masked with −1e4, not −FLT_MAX (an additive bias, not a mask).
+    SoftBias,
+}
+
+/// The export's attention block: the mask subgraph of `attention_mask` (dynamo's spelling),
+/// optionally RoPE computed from `position_ids`, the opset-23 Attention on 3-D q/k/v with the
+/// cache, outputs `y`, `present.0.key`, `present.0.value`; dims as a decoder's.
+fn export_block(c: &Case, miss: Miss) -> Graph {
+    decoder_dims(export_graph(c, miss))
+}
+
+/// [`export_block`] with the case's sizes as static dims.
+fn export_graph(c: &Case, miss: Miss) -> Graph {
+    let (bsz, s, p, d) = (c.batch, c.seq, c.past, c.head_dim);
+    let (kvh, h) = (c.kv_heads, c.kv_heads * c.group);
+    let t = p + s;
+    let mut b = GraphBuilder::new("g");
+    let ids = b.input("input_ids", DType::I64, dims(&[bsz, s]));
+    let mask = b.input("attention_mask", DType::I64, dims(&[bsz, t]));
+    let pos = b.input("position_ids", DType::I64, dims(&[bsz, s]));
+    let q = b.input("q", DType::F32, dims(&[bsz, s, h * d]));
+    let k = b.input("k", DType::F32, dims(&[bsz, s, kvh * d]));
+    let v = b.input("v", DType::F32, dims(&[bsz, s, kvh * d]));
+    let pk = b.input("past_key_values.0.key", DType::F32, dims(&[bsz, kvh, p, d]));
+    let pv = b.input(
+        "past_key_values.0.value",
+        DType::F32,
+        dims(&[bsz, kvh, p, d]),
+    );
+    b.output("y", DType::F32, dims(&[bsz, s, h * d]));
+    b.output("present.0.key", DType::F32, dims(&[bsz, kvh, t, d]));
+    b.output("present.0.value", DType::F32, dims(&[bsz, kvh, t, d]));
+
+    // Sizes as the export reads them: batch and past from the cache, seq from input_ids.
+    let shape = |b: &mut GraphBuilder, x: &str, start: i64| {
+        b.op(
+            "Shape",
+            &[x],
+            vec![("start", Attr::Int(start)), ("end", Attr::Int(start + 1))],
+        )
+    };
+    let (batch1, past1, seq1) = (
+        shape(&mut b, &pv, 0),
+        shape(&mut b, &pk, 2),
+        shape(&mut b, &ids, 1),
+    );
+    let squeeze = |b: &mut GraphBuilder, x: &str| b.op("Squeeze", &[x], vec![]);
+    let (batch0, past0, seq0) = (
+        squeeze(&mut b, &batch1),
+        squeeze(&mut b, &past1),
+        squeeze(&mut b, &seq1),
+    );
+    let total0 = b.op("Add", &[&past0, &seq0], vec![]);
+    let (zero, one) = (b.scalar_i64(0), b.scalar_i64(1));
+    let unsqueeze = |b: &mut GraphBuilder, x: &str, axes: &[i64]| {
+        let axes = b.const_i64(axes);
+        b.op("Unsqueeze", &[x, &axes], vec![])
+    };
+    // Keys [1, 1, 1, T]; query positions (past + i) [1, 1, S, 1]; batch rows [B, 1, 1, 1].
+    let keys = b.op("Range", &[&zero, &total0, &one], vec![]);
+    let keys = unsqueeze(&mut b, &keys, &[0, 1]);
+    let keys = unsqueeze(&mut b, &keys, &[2]);
+    let rows = b.op("Range", &[&zero, &seq0, &one], vec![]);
+    let rows = if miss == Miss::NoPastOffset {
+        rows
+    } else {
+        b.op("Add", &[&rows, &past0], vec![])
+    };
+    let rows = unsqueeze(&mut b, &rows, &[0, 1]);
+    let rows = unsqueeze(&mut b, &rows, &[3]);
+    let compare = if miss == Miss::StrictlyCausal {
+        "Less"
+    } else {
+        "LessOrEqual"
+    };
+    let causal = b.op(compare, &[&keys, &rows], vec![]);
+    let yes = b.constant(TensorData {
+        dtype: DType::Bool,
+        shape: vec![],
+        bytes: vec![1],
+    });
+    let mut allowed = b.op("And", &[&yes, &causal], vec![]);
+    if let Some(w) = c.window {
+        let w = b.scalar_i64(w as i64);
+        let lowest = b.op("Sub", &[&rows, &w], vec![]);
+        let inside = b.op("Greater", &[&keys, &lowest], vec![]);
+        let inside = b.op("And", &[&yes, &inside], vec![]);
+        allowed = b.op("And", &[&inside, &allowed], vec![]);
+    }
+    let batch = b.op("Range", &[&zero, &batch0, &one], vec![]);
+    let batch = unsqueeze(&mut b, &batch, &[1, 2]);
+    let batch = unsqueeze(&mut b, &batch, &[3]);
+    let column = if miss == Miss::PaddingOfQueries {
+        &rows
+    } else {
+        &keys
+    };
+    let widest = b.op("Max", &[&batch, column], vec![]);
+    let widest = b.op("Shape", &[&widest], vec![]);
+    let index = |b: &mut GraphBuilder, x: &str| {
+        let e = b.op("Expand", &[x, &widest], vec![]);
+        unsqueeze(b, &e, &[-1])
+    };
+    let (bi, ki) = (index(&mut b, &batch), index(&mut b, column));
+    let pairs = b.op("Concat", &[&bi, &ki], vec![("axis", Attr::Int(-1))]);
+    let flags = b.op(
+        "Cast",
+        &[&mask],
+        vec![("to", Attr::Int(DType::Bool.onnx_code() as i64))],
+    );
+    let padding = b.op(
+        "GatherND",
+        &[&flags, &pairs],
+        vec![("batch_dims", Attr::Int(0))],
+    );
+    let allowed = b.op("And", &[&allowed, &padding], vec![]);
+    let one1 = b.const_i64(&[1]);
+    let minus1 = b.const_i64(&[-1]);
+    let total1 = b.op("Reshape", &[&total0, &minus1], vec![]);
+    let full = b.op(
+        "Concat",
+        &[&batch1, &one1, &seq1, &total1],
+        vec![("axis", Attr::Int(0))],
+    );
+    let allowed = b.op("Expand", &[&allowed, &full], vec![]);
+    let (keep, masked) = (
+        scalar(&mut b, 0.0),
+        scalar(
+            &mut b,
+            if miss == Miss::SoftBias {
+                -1e4
+            } else {
+                -f32::MAX
+            },
+        ),
+    );
+    let bias = b.op("Where", &[&allowed, &keep, &masked], vec![]);
+
+    let (q, k) = match c.rope {
+        Some(r) => {
+            // Angles Cast(Unsqueeze(position_ids, [2])) · inv_freq [B, S, r/2].
+            let inv: Vec<f32> = (0..r / 2)
+                .map(|i| 10000f32.powf(-(2.0 * i as f32) / r as f32))
+                .collect();
+            let inv = b.constant(TensorData::from_f32(vec![r / 2], &inv));
+            let at = unsqueeze(&mut b, &pos, &[2]);
+            let at = b.op(
+                "Cast",
+                &[&at],
+                vec![("to", Attr::Int(DType::F32.onnx_code() as i64))],
+            );
+            let angles = b.op("Mul", &[&at, &inv], vec![]);
+            let cos = b.op("Cos", &[&angles], vec![]);
+            let sin = b.op("Sin", &[&angles], vec![]);
+            let rotate = |b: &mut GraphBuilder, x: &str, heads: usize| {
+                let mut attrs = vec![("num_heads", Attr::Int(heads as i64))];
+                if r < d {
+                    attrs.push(("rotary_embedding_dim", Attr::Int(r as i64)));
+                }
+                b.op("RotaryEmbedding", &[x, &cos, &sin], attrs)
+            };
+            (rotate(&mut b, &q, h), rotate(&mut b, &k, kvh))
+        }
+        None => (q, k),
+    };
+    b.node(
+        "",
+        "Attention",
+        &[&q, &k, &v, &bias, &pk, &pv],
+        vec![
+            ("kv_num_heads", Attr::Int(kvh as i64)),
+            ("q_num_heads", Attr::Int(h as i64)),
+            ("scale", Attr::Float((d as f32).powf(-0.5))),
+        ],
+        vec!["y".into(), "present.0.key".into(), "present.0.value".into()],
+    );
+    b.finish()
+}
+
+/// Inputs of `c`'s block (`lengths`: each row's valid tokens, past included; positions are
+/// each row's past length + offset, as the contract has them).
+fn feeds(c: &Case, lengths: &[usize], seed: u64) -> HashMap<String, Tensor> {
+    let (bsz, s, p, d) = (c.batch, c.seq, c.past, c.head_dim);
+    let (kvh, h) = (c.kv_heads, c.kv_heads * c.group);
+    let t = p + s;
+    let mut rng = Rng::new(seed);
+    let mut f = |shape: &[usize]| random_tensor(DType::F32, shape, &mut rng);
+    let mask: Vec<i64> = lengths
+        .iter()
+        .flat_map(|&l| (0..t).map(move |j| i64::from(j < l)))
+        .collect();
+    let positions: Vec<i64> = (0..bsz)
+        .flat_map(|_| (p..p + s).map(|x| x as i64))
+        .collect();
+    HashMap::from([
+        (
+            "input_ids".into(),
+            Tensor::int(DType::I64, vec![bsz, s], vec![0; bsz * s]),
+        ),
+        (
+            "attention_mask".into(),
+            Tensor::int(DType::I64, vec![bsz, t], mask),
+        ),
+        (
+            "position_ids".into(),
+            Tensor::int(DType::I64, vec![bsz, s], positions),
+        ),
+        ("q".into(), f(&[bsz, s, h * d])),
+        ("k".into(), f(&[bsz, s, kvh * d])),
+        ("v".into(), f(&[bsz, s, kvh * d])),
+        ("past_key_values.0.key".into(), f(&[bsz, kvh, p, d])),
+        ("past_key_values.0.value".into(), f(&[bsz, kvh, p, d])),
+    ])
+}
+
+/// A block and the row lengths of inputs that follow the contract: without past, rows
+/// right-padded to any length from 1 to `seq`; with past, every row full.
+fn contract_case(rope: bool) -> impl Strategy<Value = (Case, Vec<usize>, u64)> {
+    (
+        (1usize..3, 1usize..5, 0usize..4),
+        (1usize..3, 1usize..3, prop_oneof![Just(16usize), Just(32)]),
+        (any::<bool>(), prop::option::of(1usize..6)),
+        prop::collection::vec(0usize..8, 2),
+        any::<u64>(),
+    )
+        .prop_map(
+            move |(
+                (batch, seq, past),
+                (kv_heads, group, head_dim),
+                (partial, window),
+                lens,
+                seed,
+            )| {
+                let rotary = if partial && head_dim == 32 {
+                    16
+                } else {
+                    head_dim
+                };
+                let c = Case {
+                    batch,
+                    seq,
+                    past,
+                    kv_heads,
+                    group,
+                    head_dim,
+                    rope: rope.then_some(rotary),
+                    window,
+                };
+                let lengths = (0..batch)
+                    .map(|r| {
+                        if past == 0 {
+                            1 + lens[r] % seq
+                        } else {
+                            past + seq
+                        }
+                    })
+                    .collect();
+                (c, lengths, seed)
+            },
+        )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// GroupQueryAttention(do_rotary=0) equals the export on inputs that follow the contract.
+    #[test]
+    fn export_attention_to_gqa((c, lengths, seed) in contract_case(false)) {
+        let g = export_block(&c, Miss::None);
+        prove_on("export-attention-to-gqa", "cpu", g, feeds(&c, &lengths, seed), 1e-4)?;
+    }
+
+    /// GroupQueryAttention(do_rotary=1) over tables of the export's own angle ops, partial
+    /// rotary included.
+    #[test]
+    fn export_rotary_attention_to_gqa((c, lengths, seed) in contract_case(true)) {
+        let g = export_block(&c, Miss::None);
+        prove_on("export-rotary-attention-to-gqa", "cpu", g, feeds(&c, &lengths, seed), 1e-4)?;
+    }
+}
+
+fn base() -> Case {
+    Case {
+        batch: 2,
+        seq: 5,
+        past: 0,
+        kv_heads: 2,
+        group: 2,
+        head_dim: 16,
+        rope: Some(16),
+        window: None,
+    }
+}
+
+/// `g` optimized for cpu with every rule, under `contract`.
+fn optimized(g: &Graph, contract: KvCache) -> Graph {
+    let opts = OptimizeOptions {
+        kv_cache: contract,
+        ..options(None)
+    };
+    let rules = mobius::opt::rules::all_rules().unwrap();
+    let cpu = mobius::ep::get_ep("cpu").unwrap();
+    optimize_with_rules(&model(g.clone()), &cpu, &opts, &rules)
+        .unwrap()
+        .0
+        .graph
+}
+
+fn gqa_count(g: &Graph) -> usize {
+    g.op_counts()
+        .get("com.microsoft::GroupQueryAttention")
+        .copied()
+        .unwrap_or(0)
+}
+
+/// The largest difference of output `name` between `a` and `b` on `inputs`.
+fn difference(a: &Graph, b: &Graph, inputs: &HashMap<String, Tensor>, name: &str) -> f64 {
+    let run = |g: &Graph| run_graph(g, inputs, &mut Evaluator::new(None)).unwrap();
+    let (x, y) = (run(a), run(b));
+    x[name]
+        .as_f64()
+        .iter()
+        .zip(y[name].as_f64())
+        .map(|(p, q)| (p - q).abs())
+        .fold(0f64, f64::max)
+}
+
+/// Without `--kv-cache genai` the export keeps its Attention; with it, GroupQueryAttention
+/// (rotary fused) replaces it, and only inputs that follow the contract give the export's
+/// outputs.
+#[test]
+fn the_rewrite_needs_the_declared_contract() {
+    let c = base();
+    let g = export_block(&c, Miss::None);
+    let as_is = optimized(&g, KvCache::AsIs);
+    assert_eq!(gqa_count(&as_is), 0, "{:?}", as_is.op_counts());
+    let genai = optimized(&g, KvCache::Genai);
+    assert_eq!(gqa_count(&genai), 1, "{:?}", genai.op_counts());
+    assert!(!genai.op_counts().contains_key("RotaryEmbedding"));
+    // The export's inputs stay the graph's; position_ids is no longer read (the positions
+    // come from seqlens_k), mobius optimize keeps it declared.
+    // Right-padded prompt: the same outputs.
+    let right = feeds(&c, &[3, 5], 1);
+    for out in ["y", "present.0.key", "present.0.value"] {
+        assert!(difference(&g, &genai, &right, out) <= 1e-4, "{out}");
+    }
+    // Counterexample 1, a left-padded prompt (mask 0 0 1 1 1): GroupQueryAttention reads the
+    // row's length only, so its first three queries see other keys than the export's.
+    let mut left = right.clone();
+    left.insert(
+        "attention_mask".into(),
+        Tensor::int(DType::I64, vec![2, 5], vec![0, 0, 1, 1, 1, 1, 1, 1, 1, 1]),
+    );
+    assert!(difference(&g, &genai, &left, "y") > 1e-2);
+    // Counterexample 2, the decode step after a right-padded prompt in the export's layout
+    // (keys 0 1 2 valid, 3 4 padding, the new key at index 5, mask 1 1 1 0 0 1): the export
+    // writes the new key at index 5, GroupQueryAttention at the row's length, index 3. The
+    // step's output is the same (the same keys are seen), the present cache is not.
+    let step = Case {
+        seq: 1,
+        past: 5,
+        ..c
+    };
+    let g = export_block(&step, Miss::None);
+    let genai = optimized(&g, KvCache::Genai);
+    assert_eq!(gqa_count(&genai), 1);
+    let mut hf = feeds(&step, &[6, 6], 2);
+    hf.insert(
+        "attention_mask".into(),
+        Tensor::int(
+            DType::I64,
+            vec![2, 6],
+            vec![1, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1, 1],
+        ),
+    );
+    hf.insert(
+        "position_ids".into(),
+        Tensor::int(DType::I64, vec![2, 1], vec![3, 5]),
+    );
+    assert!(difference(&g, &genai, &hf, "y") <= 1e-4);
+    assert!(difference(&g, &genai, &hf, "present.0.key") > 1e-2);
+}
+
+/// Masks that are not the export's causal padding mask are left alone, under the contract too.
+#[test]
+fn other_masks_are_not_rewritten() {
+    let c = base();
+    for miss in [
+        Miss::StrictlyCausal,
+        Miss::NoPastOffset,
+        Miss::PaddingOfQueries,
+        Miss::SoftBias,
+    ] {
+        for case in [
+            c.clone(),
+            Case {
+                seq: 2,
+                past: 3,
+                rope: None,
+                window: Some(2),
+                ..c.clone()
+            },
+        ] {
+            let g = export_block(&case, miss);
+            let out = optimized(&g, KvCache::Genai);
+            assert_eq!(
+                gqa_count(&out),
+                0,
+                "{miss:?} {case:?}: {:?}",
+                out.op_counts()
+            );
+        }
+    }
+    // The rule is the one the gate holds back.
+    assert!(rule("export-attention-to-gqa")
+        .gate
+        .0
+        .contains(&mobius::opt::gate::GateAtom::GenaiKvCache));
+}
+
+/// An export with static dims (batch 1: the batch positions are all 0) is read too.
+#[test]
+fn static_dims_are_read() {
+    for (past, seq, window) in [(0, 4, None), (3, 2, Some(2))] {
+        let c = Case {
+            batch: 1,
+            seq,
+            past,
+            window,
+            ..base()
+        };
+        let g = export_graph(&c, Miss::None);
+        let out = optimized(&g, KvCache::Genai);
+        assert_eq!(gqa_count(&out), 1, "{c:?}: {:?}", out.op_counts());
+        let lengths = [if past == 0 { seq - 1 } else { past + seq }];
+        let inputs = feeds(&c, &lengths, 3);
+        for name in ["y", "present.0.key", "present.0.value"] {
+            assert!(difference(&g, &out, &inputs, name) <= 1e-4, "{c:?} {name}");
+        }
+    }
+}

@@ -1,0 +1,236 @@
+//! Proofs of the MoE fusion (`rewrites/fusion/moe.rules`) and of its inverse
+//! (`rewrites/inline/moe.rules`: random MoE calls over random weights, rewritten into the dense
+//! block for onnx-standard). The fusion: the dense mixture-of-experts block
+//! exactly as the model builder writes it ([`sparse_moe`]: random batch, sequence, width,
+//! expert width, number of experts, top-k, renormalisation, f32 or f16), its checkpoint
+//! weights replaced by random values, is rewritten into `com.microsoft::MoE` over re-laid-out
+//! expert weights and compared with the dense block through the reference interpreter (whose
+//! MoE is cross-checked against onnxruntime's CPU kernel in tests/ort).
+//!
+//! The kernel and TopK break ties of the k-th and (k+1)-th router probability differently
+//! (the higher expert index, the lower), a difference the rule documents: cases with such a
+//! tie (only equal f16 logits give one here) are rejected.
+
+use std::collections::HashMap;
+
+use half::f16;
+use mobius::interp::Tensor;
+use mobius::ir::{Attr, DType, Graph, GraphBuilder, TensorData, TensorSource};
+use mobius::models::components::{sparse_moe, ExpertNames, ExpertWeights, MoeSpec};
+use mobius::verify::Rng;
+use proptest::prelude::*;
+
+use super::{dims, prove_on};
+
+/// Sizes of one case: batch, sequence, hidden, expert width, experts, top-k.
+type Sizes = (usize, usize, usize, usize, usize, usize);
+
+fn sizes() -> impl Strategy<Value = Sizes> {
+    (1usize..3, 1usize..4, 2usize..9, 1usize..5, 1usize..7)
+        .prop_flat_map(|(b, s, h, i, e)| (Just(b), Just(s), Just(h), Just(i), Just(e), 1..=e))
+}
+
+/// Values in `[-scale, scale)` rounded to `dtype`.
+fn values(n: usize, scale: f64, dtype: DType, rng: &mut Rng) -> Vec<f32> {
+    (0..n)
+        .map(|_| {
+            let v = ((rng.unit() * 2.0 - 1.0) * scale) as f32;
+            match dtype {
+                DType::F16 => f16::from_f32(v).to_f32(),
+                _ => v,
+            }
+        })
+        .collect()
+}
+
+fn bytes(v: &[f32], dtype: DType) -> Vec<u8> {
+    match dtype {
+        DType::F16 => v
+            .iter()
+            .flat_map(|&x| f16::from_f32(x).to_le_bytes())
+            .collect(),
+        _ => bytemuck::cast_slice(v).to_vec(),
+    }
+}
+
+/// The block of `sizes` in `dtype` (`y = sparse_moe(x)`), its weights random, with an input x
+/// and the router's weight `[H, E]` (as the graph holds it).
+fn dense_block(
+    (batch, seq, h, i, e, k): Sizes,
+    normalize: bool,
+    dtype: DType,
+    seed: u64,
+) -> (Graph, HashMap<String, Tensor>, Vec<f32>) {
+    let mut rng = Rng::new(seed);
+    let mut b = GraphBuilder::new("g");
+    let x = b.input("x", dtype, dims(&[batch, seq, h]));
+    b.output("y", dtype, dims(&[batch, seq, h]));
+    let spec = MoeSpec {
+        hidden: h,
+        intermediate: i,
+        experts: e,
+        top_k: k,
+        normalize,
+        weights: ExpertWeights::PerExpert(ExpertNames::PROJ),
+    };
+    let y = sparse_moe(&mut b, &x, "moe", &spec, dtype);
+    b.op_into("Identity", &[&y], vec![], "y");
+    let mut g = b.finish();
+    let mut router = Vec::new();
+    for init in &mut g.initializers {
+        if matches!(init.source, Some(TensorSource::Inline(_))) {
+            continue;
+        }
+        let n = init.shape.iter().product();
+        // Outputs of order 1 (their f16 rounding is then what the tolerance bounds).
+        let router_weight = init.name == "moe.gate.weight_t";
+        let v = values(n, if router_weight { 2.0 } else { 1.2 }, dtype, &mut rng);
+        if router_weight {
+            router = v.clone();
+        }
+        init.source = Some(TensorSource::Inline(TensorData {
+            dtype,
+            shape: init.shape.clone(),
+            bytes: bytes(&v, dtype),
+        }));
+    }
+    let xs = values(batch * seq * h, 1.0, dtype, &mut rng);
+    let input = Tensor::float(dtype, vec![batch, seq, h], xs);
+    (g, HashMap::from([("x".to_string(), input)]), router)
+}
+
+/// Whether some token's k-th and (k+1)-th router logits are equal once rounded to `dtype`
+/// (then so are their probabilities, and the kernel and TopK pick different experts), or so
+/// close that the rounding of the products could make them so.
+fn boundary_tie(x: &Tensor, router: &[f32], (_, _, h, _, e, k): Sizes, dtype: DType) -> bool {
+    if k == e {
+        return false;
+    }
+    let xs = x.as_f64();
+    xs.chunks(h).any(|token| {
+        let mut logits: Vec<f64> = (0..e)
+            .map(|j| (0..h).map(|c| token[c] * router[c * e + j] as f64).sum())
+            .collect();
+        logits.sort_by(|a, b| b.partial_cmp(a).unwrap());
+        let gap = logits[k - 1] - logits[k];
+        let scale = logits[0].abs().max(logits[e - 1].abs()).max(1e-3);
+        let eps = match dtype {
+            DType::F16 => 4.0 * 2f64.powi(-10),
+            _ => 1e-5,
+        };
+        gap <= eps * scale
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn dense_moe_fusion(
+        sizes in sizes(),
+        normalize in any::<bool>(),
+        half in any::<bool>(),
+        seed in any::<u64>(),
+    ) {
+        let dtype = if half { DType::F16 } else { DType::F32 };
+        let (graph, inputs, router) = dense_block(sizes, normalize, dtype, seed);
+        prop_assume!(!boundary_tie(&inputs["x"], &router, sizes, dtype));
+        let tol = if half { 2e-2 } else { 1e-5 };
+        prove_on("dense-moe", "cpu", graph, inputs, tol)?;
+    }
+}
+
+/// Whether some row of `router` (`[T, E]`) has its k-th and (k+1)-th largest values within
+/// `eps` of each other (the k-th of equal ones is where the kernel and TopK differ).
+fn router_tie(router: &[f32], e: usize, k: usize, eps: f64) -> bool {
+    k < e
+        && router.chunks(e).any(|row| {
+            let mut row: Vec<f64> = row.iter().map(|&v| v as f64).collect();
+            row.sort_by(|a, b| b.partial_cmp(a).unwrap());
+            row[k - 1] - row[k] <= eps
+        })
+}
+
+/// One `com.microsoft::MoE` call as onnxruntime's CPU kernel takes it: x `[B, S, H]` and router
+/// logits `[B·S, E]` inputs, random fc1 `[E, 2·I, H]` and fc2 `[E, H, I]` initializers, SwiGLU
+/// parameters written out (α = 1, β = 0, no limit) or left unset.
+fn moe_call(
+    (batch, seq, h, i, e, k): Sizes,
+    normalize: bool,
+    explicit: bool,
+    dtype: DType,
+    seed: u64,
+) -> (Graph, HashMap<String, Tensor>, Vec<f32>) {
+    let mut rng = Rng::new(seed);
+    let mut b = GraphBuilder::new("g");
+    let x = b.input("x", dtype, dims(&[batch, seq, h]));
+    let router = b.input("router", dtype, dims(&[batch * seq, e]));
+    b.output("y", dtype, dims(&[batch, seq, h]));
+    let mut weight = |b: &mut GraphBuilder, name: &str, shape: Vec<usize>| {
+        let v = values(shape.iter().product(), 1.2, dtype, &mut rng);
+        b.initializer(mobius::ir::Initializer {
+            name: name.into(),
+            dtype,
+            shape: shape.clone(),
+            source: Some(TensorSource::Inline(TensorData {
+                dtype,
+                shape,
+                bytes: bytes(&v, dtype),
+            })),
+        })
+    };
+    let fc1 = weight(&mut b, "fc1", vec![e, 2 * i, h]);
+    let fc2 = weight(&mut b, "fc2", vec![e, h, i]);
+    let mut attrs = vec![
+        ("activation_type", Attr::String("swiglu".into())),
+        ("swiglu_fusion", Attr::Int(1)),
+        ("k", Attr::Int(k as i64)),
+        ("normalize_routing_weights", Attr::Int(i64::from(normalize))),
+    ];
+    if explicit {
+        attrs.extend([
+            ("activation_alpha", Attr::Float(1.0)),
+            ("activation_beta", Attr::Float(0.0)),
+            ("swiglu_limit", Attr::Float(f32::INFINITY)),
+        ]);
+    }
+    b.node(
+        "com.microsoft",
+        "MoE",
+        &[&x, &router, &fc1, "", &fc2],
+        attrs,
+        vec!["y".into()],
+    );
+    let xs = values(batch * seq * h, 1.0, dtype, &mut rng);
+    let logits = values(batch * seq * e, 2.0, dtype, &mut rng);
+    let inputs = HashMap::from([
+        (
+            "x".to_string(),
+            Tensor::float(dtype, vec![batch, seq, h], xs),
+        ),
+        (
+            "router".to_string(),
+            Tensor::float(dtype, vec![batch * seq, e], logits.clone()),
+        ),
+    ]);
+    (b.finish(), inputs, logits)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn moe_to_dense_inline(
+        sizes in sizes(),
+        normalize in any::<bool>(),
+        explicit in any::<bool>(),
+        half in any::<bool>(),
+        seed in any::<u64>(),
+    ) {
+        let dtype = if half { DType::F16 } else { DType::F32 };
+        let (graph, inputs, logits) = moe_call(sizes, normalize, explicit, dtype, seed);
+        prop_assume!(!router_tie(&logits, sizes.4, sizes.5, 1e-6));
+        let tol = if half { 2e-2 } else { 1e-5 };
+        prove_on("moe-to-dense", "onnx-standard", graph, inputs, tol)?;
+    }
+}
