@@ -510,6 +510,8 @@ fn rms_norm_eps_defaults_to_each_config_class() {
         ("olmo2", 1e-5),
         ("phi3", 1e-5),
         ("mixtral", 1e-5),
+        ("olmoe", 1e-5),
+        ("granitemoe", 1e-6),
     ] {
         let cfg = crate::models::tiny_config(model_type, "").unwrap();
         assert_eq!(cfg.rms_norm_eps, eps, "{model_type}");
