@@ -48,10 +48,14 @@ import torch
 import transformers
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (
+    ApertusConfig,
+    ApertusForCausalLM,
     BertConfig,
     BertModel,
     GlmConfig,
     GlmForCausalLM,
+    Glm4Config,
+    Glm4ForCausalLM,
     Gemma2Config,
     Gemma2ForCausalLM,
     Gemma3Config,
@@ -81,6 +85,8 @@ from transformers import (
     OlmoForCausalLM,
     Olmo2Config,
     Olmo2ForCausalLM,
+    Olmo3Config,
+    Olmo3ForCausalLM,
     OlmoeConfig,
     OlmoeForCausalLM,
     Phi3Config,
@@ -101,6 +107,12 @@ from transformers import (
     MixtralForCausalLM,
     CohereConfig,
     CohereForCausalLM,
+    Ernie4_5Config,
+    Ernie4_5ForCausalLM,
+    Cohere2Config,
+    Cohere2ForCausalLM,
+    Exaone4Config,
+    Exaone4ForCausalLM,
     NemotronConfig,
     NemotronForCausalLM,
     PhiConfig,
@@ -472,6 +484,46 @@ def make_config(kind: str, vocab: int, ids: dict):
             tie_word_embeddings=True,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
         )
+    if kind == "cohere2":
+        # Cohere's parallel blocks and logit scale; layer 0 slides (window 5 < prompt +
+        # generated) with interleaved RoPE, layer 1 is global without position embedding
+        # (sliding_window_pattern 2, written out as layer_types), tied.
+        return Cohere2ForCausalLM, Cohere2Config(
+            **{k: v for k, v in common.items() if k != "head_dim"},
+            layer_norm_eps=1e-5,
+            logit_scale=0.5,
+            attention_bias=False,
+            sliding_window=5,
+            sliding_window_pattern=2,
+            tie_word_embeddings=True,
+            rope_parameters={"rope_type": "default", "rope_theta": 50000.0},
+        )
+    if kind == "ernie4_5":
+        # Interleaved RoPE over whole heads (theta 5e5), use_bias on q/k/v/o and the MLP, tied.
+        return Ernie4_5ForCausalLM, Ernie4_5Config(
+            **common,
+            rms_norm_eps=1e-5,
+            use_bias=True,
+            tie_word_embeddings=True,
+            rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+        )
+    if kind == "apertus":
+        # Per-head q/k norms, ungated xIELU MLP (its alpha_p/alpha_n perturbed as weights, its
+        # beta buffer moved off 0.5 by perturb), llama3 RoPE with theta 1.2e7, untied.
+        return ApertusForCausalLM, ApertusConfig(
+            **common,
+            rms_norm_eps=1e-5,
+            attention_bias=False,
+            tie_word_embeddings=False,
+            rope_parameters={
+                "rope_type": "llama3",
+                "rope_theta": 12000000.0,
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 32,
+            },
+        )
     if kind == "glm":
         # Interleaved RoPE on half of each head (8 of 16 channels), q/k/v biases, fused
         # gate_up_proj, untied.
@@ -481,6 +533,37 @@ def make_config(kind: str, vocab: int, ids: dict):
             attention_bias=True,
             tie_word_embeddings=False,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+        )
+    if kind == "glm4":
+        # GLM's layout (interleaved RoPE on half of each head, q/k/v biases, fused gate_up_proj)
+        # with a norm on each block's output as well as its input, untied.
+        return Glm4ForCausalLM, Glm4Config(
+            **common,
+            rms_norm_eps=1e-5,
+            attention_bias=True,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+        )
+    if kind == "exaone4":
+        # Layer 0 slides (window 5 < prompt + generated) with RoPE (llama3 scaling), layer 1 is
+        # global without position embedding; post-norm blocks, per-head q/k norms, tied. The
+        # string sliding_window_pattern (as EXAONE 4 checkpoints spell it) rides along with
+        # layer_types, which transformers reads instead.
+        return Exaone4ForCausalLM, Exaone4Config(
+            **common,
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=True,
+            sliding_window=5,
+            sliding_window_pattern="LG",
+            layer_types=["sliding_attention", "full_attention"],
+            rope_parameters={
+                "rope_type": "llama3",
+                "rope_theta": 1000000.0,
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 32,
+            },
         )
     if kind == "olmo":
         # LayerNorms without parameters; clip_qkv small enough to clamp many q/k/v values.
@@ -497,6 +580,25 @@ def make_config(kind: str, vocab: int, ids: dict):
             rms_norm_eps=1e-6,
             tie_word_embeddings=False,
             rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+        )
+    if kind == "olmo3":
+        # Layer 0 slides (window 5 < prompt + generated) and rotates with theta 1e4; layer 1 is
+        # global with YaRN (factor 4 over an original context of 32) on theta 5e5.
+        return Olmo3ForCausalLM, Olmo3Config(
+            **common,
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=False,
+            sliding_window=5,
+            layer_types=["sliding_attention", "full_attention"],
+            rope_parameters={
+                "full_attention": {
+                    "rope_type": "yarn",
+                    "rope_theta": 500000.0,
+                    "factor": 4.0,
+                    "original_max_position_embeddings": 32,
+                },
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+            },
         )
     if kind == "phi3":
         # LongRoPE with a small original context: the 12-token prompt (and generation) use
@@ -635,6 +737,11 @@ def perturb(model, seed: int) -> None:
             else:
                 v = 0.15 * r
             p.copy_(v.to(p.dtype))
+        # xIELU's beta is a buffer (Apertus): move it off its default 0.5, so that a build
+        # reading the constant instead of the checkpoint's value fails.
+        for name, buf in model.named_buffers():
+            if name.endswith("act_fn.beta"):
+                buf.copy_(0.5 + 0.1 * torch.randn(buf.shape, generator=g, dtype=torch.float32))
 
 
 @torch.no_grad()
@@ -724,6 +831,12 @@ FIXTURES = {
     "nemotron": (4700, "f32", "v4", None),
     "cohere": (4800, "f32", "v5", None),
     "glm": (4920, "f32", "v5", None),
+    "glm4": (4930, "f32", "v5", None),
+    "olmo3": (4940, "f32", "v5", None),
+    "exaone4": (4950, "f32", "v4", None),
+    "cohere2": (4960, "f32", "v5", None),
+    "ernie4_5": (4970, "f32", "v4", None),
+    "apertus": (4980, "f32", "v5", None),
     "olmoe": (5100, "f32", "v5", None),
     "granitemoe": (5200, "f32", "v5", None),
 }

@@ -31,11 +31,14 @@ pub struct DecoderFields {
     pub use_sliding_window: bool,
     /// Which layers slide when the config has no `layer_types`.
     pub sliding_layers: SlidingLayers,
+    /// `rms_norm_eps` when absent.
+    pub rms_norm_eps: f64,
 }
 
 impl DecoderFields {
     /// Llama's reading: no fixed head dim, `attention_bias` and `mlp_bias` honoured, SiLU
-    /// MLP, RoPE with theta 1e4 by default, untied, every layer sliding when a window is set.
+    /// MLP, RoPE with theta 1e4 by default, untied, every layer sliding when a window is set,
+    /// `rms_norm_eps` 1e-6.
     pub const LLAMA: DecoderFields = DecoderFields {
         head_dim: None,
         biases: Biases::Configured { mlp_bias: true },
@@ -45,6 +48,7 @@ impl DecoderFields {
         sliding_window: None,
         use_sliding_window: true,
         sliding_layers: SlidingLayers::All,
+        rms_norm_eps: 1e-6,
     };
 }
 
@@ -180,7 +184,12 @@ pub fn read_decoder<K: FamilyKnobs>(
         num_hidden_layers,
         vocab_size: f.positive("vocab_size", raw.vocab_size, MAX_VOCAB)?,
         max_position_embeddings,
-        rms_norm_eps: f.number("rms_norm_eps", raw.rms_norm_eps, 1e-6, Sign::NonNegative)?,
+        rms_norm_eps: f.number(
+            "rms_norm_eps",
+            raw.rms_norm_eps,
+            fields.rms_norm_eps,
+            Sign::NonNegative,
+        )?,
         tie_word_embeddings: raw
             .tie_word_embeddings
             .unwrap_or(fields.tie_word_embeddings),
@@ -220,27 +229,8 @@ fn layer_windows(
         }
         _ => None,
     };
-    if let Some(types) = &raw.layer_types {
-        if types.len() != layers {
-            return Err(f.err(
-                "layer_types",
-                &format!(
-                    "has {} entries, expected num_hidden_layers = {layers}",
-                    types.len()
-                ),
-            ));
-        }
-        return types
-            .iter()
-            .map(|t| match t.as_str() {
-                "full_attention" => Ok(None),
-                "sliding_attention" => Ok(window),
-                other => Err(f.err(
-                    "layer_types",
-                    &format!("`{other}` (expected full_attention or sliding_attention)"),
-                )),
-            })
-            .collect();
+    if let Some(sliding) = sliding_layer_types(raw, layers, f)? {
+        return Ok(sliding.into_iter().map(|s| window.filter(|_| s)).collect());
     }
     let first_sliding = match fields.sliding_layers {
         SlidingLayers::Pattern(pattern) => {
@@ -256,4 +246,39 @@ fn layer_windows(
     Ok((0..layers)
         .map(|i| if i >= first_sliding { window } else { None })
         .collect())
+}
+
+/// Per layer, whether config.json's `layer_types` (transformers v5) names it a
+/// `sliding_attention` layer; `None` when the config has no `layer_types`. Errors name the
+/// field: a list of another length than `layers`, or an entry other than `full_attention` and
+/// `sliding_attention`.
+pub fn sliding_layer_types(
+    raw: &HfConfig,
+    layers: usize,
+    f: &Fields<'_>,
+) -> Result<Option<Vec<bool>>> {
+    let Some(types) = &raw.layer_types else {
+        return Ok(None);
+    };
+    if types.len() != layers {
+        return Err(f.err(
+            "layer_types",
+            &format!(
+                "has {} entries, expected num_hidden_layers = {layers}",
+                types.len()
+            ),
+        ));
+    }
+    types
+        .iter()
+        .map(|t| match t.as_str() {
+            "full_attention" => Ok(false),
+            "sliding_attention" => Ok(true),
+            other => Err(f.err(
+                "layer_types",
+                &format!("`{other}` (expected full_attention or sliding_attention)"),
+            )),
+        })
+        .collect::<Result<Vec<bool>>>()
+        .map(Some)
 }

@@ -247,11 +247,8 @@ pub fn gemma2_sliding_layers(_raw: &HfConfig, layers: usize, _f: &Fields<'_>) ->
 /// Gemma 3's sliding layers when the config has no `layer_types`: every
 /// `sliding_window_pattern`-th layer (default 6, checked to be a positive count) is full.
 pub fn gemma3_sliding_layers(raw: &HfConfig, layers: usize, f: &Fields<'_>) -> Result<Vec<bool>> {
-    let pattern = f.optional_count(
-        "sliding_window_pattern",
-        raw.sliding_window_pattern,
-        6,
-        MAX_LAYERS,
-    )?;
+    let field = "sliding_window_pattern";
+    let value = f.json_integer(field, raw.sliding_window_pattern.as_ref())?;
+    let pattern = f.optional_count(field, value, 6, MAX_LAYERS)?;
     Ok((0..layers).map(|i| (i + 1) % pattern != 0).collect())
 }

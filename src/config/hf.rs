@@ -78,8 +78,9 @@ pub struct HfConfig {
     /// `final_logit_softcapping` (Gemma 2/3); absent and null differ (absent = the default).
     #[serde(default, deserialize_with = "present")]
     pub final_logit_softcapping: Option<Value>,
-    /// `sliding_window_pattern` (Gemma 3, transformers v4: every n-th layer is full).
-    pub sliding_window_pattern: Option<i64>,
+    /// `sliding_window_pattern` (Gemma 3, transformers v4, Cohere 2, EXAONE 4: every n-th
+    /// layer is full; EXAONE 4 configs may spell it as a string, e.g. `"LLLG"`).
+    pub sliding_window_pattern: Option<Value>,
     /// `rope_local_base_freq` (Gemma 3, transformers v4: RoPE theta of sliding layers).
     pub rope_local_base_freq: Option<f64>,
     /// `use_bidirectional_attention` (Gemma 3 encoders).

@@ -24,7 +24,7 @@ use serde_json::Value;
 use crate::ir::DType;
 use crate::role::Role;
 use crate::{Error, Result};
-pub use decoder::{read_decoder, Biases, DecoderFields, Dims, SlidingLayers};
+pub use decoder::{read_decoder, sliding_layer_types, Biases, DecoderFields, Dims, SlidingLayers};
 pub use encoder::{EncoderConfig, Positions};
 pub use family::{CheckpointRenaming, FamilyKnobs, Knobs};
 pub use fields::{Fields, Sign};

@@ -501,3 +501,35 @@ fn generation_config_token_ids_must_be_integers_inside_the_vocabulary() {
         );
     }
 }
+
+#[test]
+fn rms_norm_eps_defaults_to_each_config_class() {
+    for (model_type, eps) in [
+        ("llama", 1e-6),
+        ("qwen2", 1e-6),
+        ("olmo2", 1e-5),
+        ("phi3", 1e-5),
+        ("mixtral", 1e-5),
+        ("olmoe", 1e-5),
+        ("granitemoe", 1e-6),
+    ] {
+        let cfg = crate::models::tiny_config(model_type, "").unwrap();
+        assert_eq!(cfg.rms_norm_eps, eps, "{model_type}");
+        let set = crate::models::tiny_config(model_type, r#", "rms_norm_eps": 1e-3"#).unwrap();
+        assert_eq!(set.rms_norm_eps, 1e-3, "{model_type}");
+    }
+}
+
+#[test]
+fn a_sliding_window_pattern_that_is_no_count_is_named() {
+    for pattern in [r#""LLLG""#, "0", "1.5"] {
+        let extra = format!(r#", "sliding_window_pattern": {pattern}"#);
+        let err = crate::models::tiny_config("gemma3_text", &extra)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("config.json: field `sliding_window_pattern`"),
+            "{err}"
+        );
+    }
+}

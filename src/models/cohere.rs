@@ -7,7 +7,8 @@ use super::components::{scalar, Norm, NormKind};
 use super::decoder::{self, Family, LayerNorms};
 use super::registry::{FamilySpec, ModelType};
 use crate::config::{
-    read_decoder, read_rope, ArchConfig, DecoderFields, FamilyKnobs, Fields, HfConfig, Rope, Sign,
+    read_decoder, read_rope, ArchConfig, DecoderFields, Dims, FamilyKnobs, Fields, HfConfig, Rope,
+    Sign,
 };
 use crate::ir::{DType, Graph, GraphBuilder};
 use crate::Result;
@@ -23,7 +24,7 @@ pub static FAMILY: FamilySpec = FamilySpec {
 
 /// transformers' CohereConfig: `attention_bias` on q, k, v and o (no MLP bias), SiLU-gated
 /// MLP, interleaved RoPE with theta 1e4, tied.
-const FIELDS: DecoderFields = DecoderFields {
+pub(super) const FIELDS: DecoderFields = DecoderFields {
     rope: |raw, head_dim, f| {
         let rope = read_rope(raw, head_dim, 10_000.0, f)?;
         Ok(Rope {
@@ -50,8 +51,20 @@ fn read(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>) -> Result<ArchCon
         mlp_bias: None,
         ..raw.clone()
     };
-    let mut cfg = read_decoder(&raw, t, f, &FIELDS, |_| {
-        Ok(Cohere {
+    read_cohere(&raw, t, f, &FIELDS, |cohere, _| Ok(cohere))
+}
+
+/// A Cohere-like config read as `fields` says, with the family's knobs made by `knobs` from
+/// the [`Cohere`] ones and the dimensions (Cohere 2 shares them).
+pub(super) fn read_cohere<K: FamilyKnobs>(
+    raw: &HfConfig,
+    t: &'static ModelType,
+    f: &Fields<'_>,
+    fields: &DecoderFields,
+    knobs: impl FnOnce(Cohere, Dims) -> Result<K>,
+) -> Result<ArchConfig> {
+    let mut cfg = read_decoder(raw, t, f, fields, |dims| {
+        let cohere = Cohere {
             layer_norm_eps: f.number(
                 "layer_norm_eps",
                 raw.layer_norm_eps,
@@ -59,7 +72,8 @@ fn read(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>) -> Result<ArchCon
                 Sign::NonNegative,
             )?,
             logit_scale: f.number("logit_scale", raw.logit_scale, 0.0625, Sign::NonZero)?,
-        })
+        };
+        knobs(cohere, dims)
     })?;
     // transformers' default Cohere RoPE rotates whole heads, whatever the config says.
     if cfg.rope.rotary_dim != cfg.head_dim {

@@ -19,7 +19,9 @@ pub static FAMILY: FamilySpec = FamilySpec {
     name: "glm",
     summary: "partial interleaved RoPE (0.5 by default), q/k/v biases, fused `gate_up_proj` \
               split at save time",
-    model_types: &[ModelType::generative("glm", "decoder", read)],
+    model_types: &[ModelType::generative("glm", "decoder", |raw, t, f| {
+        read_glm(raw, t, f, Glm)
+    })],
 };
 
 /// transformers' GlmConfig: head_dim 128, biases set below, SiLU-gated MLP, interleaved RoPE
@@ -45,7 +47,13 @@ const FIELDS: DecoderFields = DecoderFields {
 /// transformers' GlmConfig default `rms_norm_eps`.
 const RMS_NORM_EPS: f32 = 1.5625e-7;
 
-fn read(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>) -> Result<ArchConfig> {
+/// A GlmConfig (GLM and GLM-4 share it) read with the family's `knobs`.
+pub(super) fn read_glm<K: FamilyKnobs>(
+    raw: &HfConfig,
+    t: &'static ModelType,
+    f: &Fields<'_>,
+    knobs: K,
+) -> Result<ArchConfig> {
     // GlmConfig has no sliding window or layer types: transformers never slides, whatever
     // else config.json holds.
     let raw = HfConfig {
@@ -54,7 +62,7 @@ fn read(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>) -> Result<ArchCon
         layer_types: None,
         ..raw.clone()
     };
-    let mut cfg = read_decoder(&raw, t, f, &FIELDS, |_| Ok(Glm))?;
+    let mut cfg = read_decoder(&raw, t, f, &FIELDS, |_| Ok(knobs))?;
     cfg.qkv_bias = raw.attention_bias.unwrap_or(true);
     if raw.rms_norm_eps.is_none() {
         cfg.rms_norm_eps = RMS_NORM_EPS;

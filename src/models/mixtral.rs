@@ -22,10 +22,11 @@ pub static FAMILY: FamilySpec = FamilySpec {
     })],
 };
 
-/// transformers' MixtralConfig: no biases, RoPE theta 1e6.
+/// transformers' MixtralConfig: no biases, RoPE theta 1e6, `rms_norm_eps` 1e-5.
 const FIELDS: DecoderFields = DecoderFields {
     biases: Biases::None,
     rope: |raw, head_dim, f| crate::config::read_rope(raw, head_dim, 1_000_000.0, f),
+    rms_norm_eps: 1e-5,
     ..DecoderFields::LLAMA
 };
 

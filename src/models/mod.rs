@@ -5,13 +5,18 @@
 //! set of [`decoder::Family`] hooks on the one skeleton of [`decoder`]. [`registry::FAMILIES`]
 //! lists the families; shared pieces live in [`components`].
 
+pub mod apertus;
 pub mod assume_llama;
 pub mod bert;
 pub mod cohere;
+pub mod cohere2;
 pub mod components;
 pub mod decoder;
+pub mod ernie4_5;
+pub mod exaone4;
 pub mod gemma;
 pub mod glm;
+pub mod glm4;
 pub mod gpt2;
 pub mod gpt_neox;
 pub mod granite;
@@ -24,6 +29,7 @@ pub mod multimodal;
 pub mod nemotron;
 pub mod olmo;
 pub mod olmo2;
+pub mod olmo3;
 pub mod olmoe;
 pub mod phi;
 pub mod phi3;

@@ -17,9 +17,10 @@ pub static FAMILY: FamilySpec = FamilySpec {
     })],
 };
 
-/// `attention_bias` honoured, no MLP bias.
+/// `attention_bias` honoured, no MLP bias, `rms_norm_eps` 1e-5 by default (Olmo2Config's).
 const FIELDS: DecoderFields = DecoderFields {
     biases: Biases::Configured { mlp_bias: false },
+    rms_norm_eps: 1e-5,
     ..DecoderFields::LLAMA
 };
 

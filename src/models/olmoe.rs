@@ -25,9 +25,10 @@ pub static FAMILY: FamilySpec = FamilySpec {
 };
 
 /// transformers' OlmoeConfig: `attention_bias` on q, k, v and o, no MLP bias, RoPE theta 1e4,
-/// untied.
+/// `rms_norm_eps` 1e-5, untied.
 const FIELDS: DecoderFields = DecoderFields {
     biases: Biases::Configured { mlp_bias: false },
+    rms_norm_eps: 1e-5,
     ..DecoderFields::LLAMA
 };
 

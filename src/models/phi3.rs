@@ -19,9 +19,10 @@ pub static FAMILY: FamilySpec = FamilySpec {
     })],
 };
 
-/// No biases.
+/// No biases, `rms_norm_eps` 1e-5 by default (Phi3Config's).
 const FIELDS: DecoderFields = DecoderFields {
     biases: Biases::None,
+    rms_norm_eps: 1e-5,
     ..DecoderFields::LLAMA
 };
 

@@ -7,8 +7,9 @@
 //! README's table all read it.
 
 use super::{
-    assume_llama, bert, cohere, gemma, glm, gpt2, gpt_neox, granite, helium, llama, ministral,
-    mixtral, nemotron, olmo, olmo2, phi, phi3, qwen3, qwen_moe, smollm3, stablelm, starcoder2,
+    apertus, assume_llama, bert, cohere, cohere2, ernie4_5, exaone4, gemma, glm, glm4, gpt2,
+    gpt_neox, granite, helium, llama, ministral, mixtral, nemotron, olmo, olmo2, olmo3, phi, phi3,
+    qwen3, qwen_moe, smollm3, stablelm, starcoder2,
 };
 pub use crate::config::{ModelType, ReadConfig};
 use std::path::Path;
@@ -29,6 +30,7 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &granite::FAMILY,
     &olmo::FAMILY,
     &olmo2::FAMILY,
+    &olmo3::FAMILY,
     &phi3::FAMILY,
     &ministral::FAMILY,
     &helium::FAMILY,
@@ -41,7 +43,12 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &gpt_neox::FAMILY,
     &nemotron::FAMILY,
     &cohere::FAMILY,
+    &cohere2::FAMILY,
     &glm::FAMILY,
+    &glm4::FAMILY,
+    &exaone4::FAMILY,
+    &ernie4_5::FAMILY,
+    &apertus::FAMILY,
     &bert::FAMILY,
 ];
 

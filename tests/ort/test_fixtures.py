@@ -516,7 +516,9 @@ def test_genai_greedy_f16(built, name, ep, dtype, record_agreement):
 GENAI_TYPES = {"gpt2": "decoder", "qwen3": "qwen2", "gemma2": "gemma", "olmo2": "olmo", "ministral": "mistral",
                "helium": "decoder", "starcoder2": "decoder", "gemma3": "gemma3_text", "mistral3": "mistral",
                "mixtral": "mistral", "qwen2_moe": "qwen2", "qwen3_moe": "qwen2", "stablelm": "decoder",
-               "gpt_neox": "decoder", "cohere": "decoder", "glm": "decoder"}
+               "gpt_neox": "decoder", "cohere": "decoder", "glm": "decoder", "glm4": "decoder",
+               "olmo3": "olmo", "exaone4": "decoder", "cohere2": "decoder",
+               "apertus": "decoder"}
 GENAI_TYPES.update({"olmoe": "olmo", "granitemoe": "granite"})
 
 
