@@ -180,6 +180,8 @@ pub fn build(opts: &BuildOptions) -> Result<ModelPackage> {
         strip_weight_data(&mut model.graph);
     }
     crate::weights::check_sources(&model.graph, &Evaluator::new(store.as_ref()))?;
+    drop(portable);
+    release_freed_heap();
     Ok(ModelPackage {
         model,
         config,
@@ -241,6 +243,26 @@ fn static_cache_notice(ep: &EpCapabilities, dtype: DType) {
         );
     }
 }
+
+/// Hands the heap memory the graph phase freed (the portable graph, the optimizer's e-graphs)
+/// back to the system before the weights are streamed. glibc keeps freed heap pages mapped for
+/// reuse, but the weight writer's blocks are fresh mappings, and the freed pages lie between the
+/// few allocations that stay (the optimized graph, interned names): kept, they would add to the
+/// peak, by more for a larger e-graph (a `--quant` build's).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn release_freed_heap() {
+    extern "C" {
+        fn malloc_trim(pad: usize) -> std::os::raw::c_int;
+    }
+    // SAFETY: malloc_trim takes no pointer; it only returns free pages of glibc's own heaps.
+    unsafe {
+        malloc_trim(0);
+    }
+}
+
+/// Elsewhere the allocator keeps its own policy.
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn release_freed_heap() {}
 
 fn progress_bar(visible: bool) -> indicatif::ProgressBar {
     if !visible {
