@@ -431,12 +431,12 @@ BIT_IDENTITY = [("f32", 32, True), ("f32", 128, True), ("f32", 32, False), ("f32
 
 @pytest.mark.parametrize("dtype,block,symmetric", BIT_IDENTITY, ids=[f"{d}-b{b}-{'sym' if s else 'asym'}" for d, b, s in BIT_IDENTITY])
 @pytest.mark.parametrize("name", NAMES)
-def test_weights_are_bit_identical_to_onnxruntimes_quantizer(built, name, dtype, block, symmetric):
+def test_weights_are_bit_identical_to_onnxruntimes_quantizer(built, name, dtype, block, symmetric, tmp_path):
     """The same float model quantized by onnxruntime and by `mobius build --quant int4` (on
     the default EP, which packs nothing; a tied LM head read as an initializer, see
     fold_head_transposes): every MatMulNBits weight, scale and zero point onnxruntime writes,
-    mobius writes byte for byte."""
-    float_model = built("fixture", name, dtype, "default")
+    mobius writes byte for byte (MoE experts included: see float_build)."""
+    float_model = float_build(built, name, dtype, "default", tmp_path)
     flags = ("--quant", "int4", "--quant-block-size", str(block)) + (() if symmetric else ("--quant-asymmetric",))
     ours_dir = built("fixture", name, dtype, "default", flags)
     theirs = _ort_quantized(float_model, block, symmetric)
