@@ -114,6 +114,7 @@ fn bench_full_build(c: &mut Criterion, runs: usize) -> Duration {
         accuracy_level: None,
         assume_llama: false,
         prune_lm_head: false,
+        trace: false,
     };
     let build_and_save = |out: PathBuf| {
         let package = mobius::build(&opts).expect("build succeeds");

@@ -30,6 +30,7 @@ fn main() {
         limits: Limits::default(),
         fingerprint_leaves: None,
         accuracy_level: None,
+        trace: false,
     };
     println!("summary: optimizer scaling, Llama-3-70B config, cuda f16");
     println!(

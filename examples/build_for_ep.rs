@@ -29,6 +29,7 @@ fn main() -> mobius::Result<()> {
         accuracy_level: None,
         assume_llama: false,
         prune_lm_head: false,
+        trace: true,
     };
     let package = build(&options)?;
     print!("{}", package.optimization);

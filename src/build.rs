@@ -49,6 +49,9 @@ pub struct BuildOptions {
     /// Compute the logits of the last position only (`--features prune-lm-head`):
     /// `logits` is `[batch, 1, vocab]`, see [`crate::models::prune_lm_head`].
     pub prune_lm_head: bool,
+    /// Measure what each rule group changed, for printing the report (`--trace`; see
+    /// [`OptimizeOptions::trace`]).
+    pub trace: bool,
 }
 
 /// A built model, ready to be saved.
@@ -163,6 +166,7 @@ pub fn build(opts: &BuildOptions) -> Result<ModelPackage> {
         limits: opts.limits,
         fingerprint_leaves,
         accuracy_level: opts.accuracy_level,
+        trace: opts.trace,
     };
     let (mut model, optimization) = optimize(&portable, &opts.execution_provider, &options)?;
     if store.is_none() {

@@ -431,6 +431,7 @@ fn run_build(args: BuildArgs, quiet: bool) -> mobius::Result<()> {
         accuracy_level: args.quant.accuracy_level,
         assume_llama: args.assume_llama,
         prune_lm_head: args.features.contains(&FeatureArg::PruneLmHead),
+        trace: args.ep.trace,
     };
     let package = build(&opts)?;
     if let Some(summary) = &package.quantization {
@@ -470,6 +471,7 @@ fn run_optimize(args: OptimizeArgs) -> mobius::Result<()> {
         verify_rewrites: args.ep.verify_rewrites,
         quant: args.quant.request(),
         accuracy_level: args.quant.accuracy_level,
+        trace: args.ep.trace,
     };
     let (report, quantization) = optimize_file(&opts)?;
     if let Some(summary) = &quantization {

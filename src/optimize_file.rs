@@ -36,6 +36,9 @@ pub struct OptimizeFileOptions {
     pub quant: Option<QuantRequest>,
     /// `accuracy_level` of fused `MatMulNBits` (`None`: the EP's default).
     pub accuracy_level: Option<u8>,
+    /// Measure what each rule group changed, for printing the report (`--trace`; see
+    /// [`OptimizeOptions::trace`](crate::opt::OptimizeOptions::trace)).
+    pub trace: bool,
 }
 
 /// Optimizes `opts.input` into `opts.out`; on error nothing is left in `opts.out`. An output
@@ -95,6 +98,7 @@ fn optimize_checked(opts: &OptimizeFileOptions) -> Result<(OptimizeReport, Optio
             None
         },
         accuracy_level: opts.accuracy_level,
+        trace: opts.trace,
     };
     let (optimized, report) = optimize(&model, &opts.ep, &options)?;
     let opset = optimized.opsets.get("").copied().unwrap_or(0);

@@ -25,6 +25,7 @@ fn run(graph: Graph, limits: Limits) -> (Graph, mobius::opt::OptimizeReport) {
         limits,
         fingerprint_leaves: None,
         accuracy_level: None,
+        trace: true,
     };
     let (m, report) = optimize(&model(graph), &get_ep("default").unwrap(), &opts).unwrap();
     (m.graph, report)
@@ -279,6 +280,7 @@ fn onnx_standard_refuses_contrib_ops_it_cannot_expand() {
         limits: Limits::default(),
         fingerprint_leaves: None,
         accuracy_level: None,
+        trace: false,
     };
     let graph = b.finish();
     let err = optimize(

@@ -38,6 +38,7 @@ fn optimize_for(graph: &Graph, ep: &str, opset: i64, dtype: DType) -> (Model, Op
         limits: Limits::default(),
         fingerprint_leaves: None,
         accuracy_level: None,
+        trace: true,
     };
     optimize(&model(graph.clone(), opset), &get_ep(ep).unwrap(), &opts).unwrap()
 }
@@ -425,6 +426,7 @@ fn torch_exports_of_single_norms_become_one_norm() {
             limits: Limits::default(),
             fingerprint_leaves: None,
             accuracy_level: None,
+            trace: false,
         };
         let (out, _) = optimize(&exported, &get_ep("cpu").unwrap(), &opts).unwrap();
         assert_eq!(ops(&out.graph), vec![op], "{file}");
@@ -455,6 +457,7 @@ fn every_residual_norm_of_the_exports_fuses_on_cpu() {
             limits: Limits::default(),
             fingerprint_leaves: None,
             accuracy_level: None,
+            trace: false,
         };
         let (out, _) = optimize(&exported, &get_ep("cpu").unwrap(), &opts).unwrap();
         let count = |op: &str| out.graph.nodes.iter().filter(|n| n.op_type == op).count();

@@ -35,6 +35,7 @@ fn optimized(graph: &Graph, ep: &str) -> Model {
         limits: Limits::default(),
         fingerprint_leaves: None,
         accuracy_level: None,
+        trace: false,
     };
     optimize(&model, &get_ep(ep).unwrap(), &opts).unwrap().0
 }

@@ -325,6 +325,7 @@ fn options_for(dtype: DType, leaves: Option<LeafValues>) -> OptimizeOptions {
         limits: Limits::default(),
         fingerprint_leaves: leaves,
         accuracy_level: None,
+        trace: false,
     }
 }
 

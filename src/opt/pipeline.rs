@@ -59,6 +59,12 @@ pub struct OptimizeOptions {
     /// The `accuracy_level` of the `MatMulNBits` ops fused from block-quantized weights
     /// (`None`: the EP's `default_int4_accuracy_level`).
     pub accuracy_level: Option<u8>,
+    /// Measure what each rule group changed (`--trace`): the input graph's cost and every
+    /// group's op-count change, at the price of one extraction of the e-graph per group that
+    /// changed it. Off, only the final graph is extracted (the same graph): the report's
+    /// [`cost_before`](OptimizeReport::cost_before) and group
+    /// [`delta`](super::trace::GroupReport::delta)s are `None`.
+    pub trace: bool,
 }
 
 /// Optimizes `model` for the EP `caps`; returns the new model and what each stage did.
@@ -95,18 +101,22 @@ pub fn optimize_with_rules(
     // stages rewrite; the trace then starts from the input graph's counts.
     // The extraction of the e-graph as it is now, when one was made and nothing changed since.
     let mut current: Option<Extraction<Onnx>> = None;
-    let mut counts = match extract(&egraph, root, &cost) {
-        Ok(first) => {
-            report.cost_before = first.cost;
-            let counts = op_counts(&egraph, root, &first);
-            current = Some(first);
-            counts
-        }
-        Err(_) => {
-            report.cost_before = f64::INFINITY;
-            model.graph.op_counts()
-        }
-    };
+    // The op counts of the graph as it is now (traced runs only).
+    let mut counts = None;
+    if opts.trace {
+        counts = Some(match extract(&egraph, root, &cost) {
+            Ok(first) => {
+                report.cost_before = Some(first.cost);
+                let counts = op_counts(&egraph, root, &first);
+                current = Some(first);
+                counts
+            }
+            Err(_) => {
+                report.cost_before = Some(f64::INFINITY);
+                model.graph.op_counts()
+            }
+        });
+    }
     let node_limit = (egraph.total_number_of_nodes() * opts.limits.node_factor).max(10_000);
 
     for stage in Stage::ALL {
@@ -170,23 +180,36 @@ pub fn optimize_with_rules(
             }
             // A group that neither added a class nor merged two leaves the e-graph, and so the
             // extraction, as it was.
-            let after = if egraph.analysis.changes != changes_before {
+            let changed = egraph.analysis.changes != changes_before;
+            if changed {
                 current = None;
-                match extract(&egraph, root, &cost) {
-                    Ok(extraction) => {
-                        let after = op_counts(&egraph, root, &extraction);
-                        current = Some(extraction);
-                        after
-                    }
-                    Err(_) => counts.clone(),
+            }
+            let delta = match &mut counts {
+                Some(counts) => {
+                    let after = if changed {
+                        match extract(&egraph, root, &cost) {
+                            Ok(extraction) => {
+                                let after = op_counts(&egraph, root, &extraction);
+                                current = Some(extraction);
+                                after
+                            }
+                            Err(_) => counts.clone(),
+                        }
+                    } else {
+                        counts.clone()
+                    };
+                    let delta = GroupReport::delta(counts, &after);
+                    *counts = after;
+                    Some(delta)
                 }
-            } else {
-                counts.clone()
+                None => None,
             };
-            let mut group_report = GroupReport::new(group, &counts, &after);
-            group_report.found = found;
+            let group_report = GroupReport {
+                group: group.to_string(),
+                delta,
+                found,
+            };
             stage_report.groups.push(group_report);
-            counts = after;
         }
         stage_report.enodes = egraph.total_number_of_nodes();
         stage_report.eclasses = egraph.number_of_classes();

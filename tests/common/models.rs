@@ -85,6 +85,7 @@ pub fn optimize_options(dtype: DType, role: Role) -> OptimizeOptions {
         limits: Limits::default(),
         fingerprint_leaves: None,
         accuracy_level: None,
+        trace: false,
     }
 }
 
