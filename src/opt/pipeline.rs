@@ -133,9 +133,30 @@ pub fn optimize_with_rules(
         }
         let mut stage_report = StageReport::new(stage, groups.len());
         let mut active: Vec<Rewrite<Onnx, OnnxAnalysis>> = Vec::new();
+        // Whether the e-graph is a fixpoint of `active`: applying those rules to it would
+        // change nothing (true of no rules; after a run, when it saturated).
+        let mut fixpoint = true;
         for group in groups {
+            let new_rules = active.len();
             for r in enabled.iter().filter(|r| r.group == group) {
                 active.push(r.rewrite()?);
+            }
+            // A run would apply the rules before this group's to no effect, and this group's
+            // rules to nothing when they match nothing: it would end saturated after one
+            // iteration with the e-graph as it is (two full rebuilds and a search and
+            // re-application of every rule of the stage saved per group that does not apply).
+            if fixpoint
+                && within_limits(&egraph, node_limit, &opts.limits)
+                && active[new_rules..]
+                    .iter()
+                    .all(|rule| rule.search(&egraph).is_empty())
+            {
+                stage_report.groups.push(GroupReport {
+                    group: group.to_string(),
+                    delta: counts.as_ref().map(|_| BTreeMap::new()),
+                    found: 0,
+                });
+                continue;
             }
             let changes_before = egraph.analysis.changes;
             let runner = Runner::<Onnx, OnnxAnalysis>::new(OnnxAnalysis::default())
@@ -170,6 +191,7 @@ pub fn optimize_with_rules(
                 );
                 stage_report.limit_hit = Some(reason);
             }
+            fixpoint = matches!(runner.stop_reason, Some(StopReason::Saturated));
             egraph = runner.egraph;
             if let Some(v) = egraph.analysis.violations.first() {
                 return Err(Error::UnsoundRewrite {
@@ -272,6 +294,12 @@ pub fn optimize_with_rules(
         producer_version: model.producer_version.clone(),
     };
     Ok((out, report))
+}
+
+/// Whether a run's first iteration would start: it stops before searching when the e-graph
+/// is over the node limit or a limit allows no iteration at all.
+fn within_limits(egraph: &OnnxGraph, node_limit: usize, limits: &Limits) -> bool {
+    egraph.total_size() <= node_limit && limits.iterations > 0 && !limits.time.is_zero()
 }
 
 fn extract(egraph: &OnnxGraph, root: Id, cost: &CostModel<'_>) -> Result<Extraction<Onnx>> {
