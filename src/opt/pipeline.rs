@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use egg::{Id, Rewrite, Runner, SimpleScheduler, StopReason};
+use egg::{Id, Rewrite, StopReason};
 
 use super::analysis::{OnnxAnalysis, OnnxGraph};
 use super::cost::CostModel;
@@ -16,6 +16,7 @@ use super::lift::{lift, lift_with, Lifted};
 use super::lower::lower;
 use super::opset;
 use super::rules::{all_rules, RuleSpec, Stage};
+use super::saturate::{saturate, RunLimits};
 use super::trace::{GroupReport, OptimizeReport, StageReport};
 use super::types::TensorType;
 use crate::ep::EpCapabilities;
@@ -117,7 +118,11 @@ pub fn optimize_with_rules(
             }
         });
     }
-    let node_limit = (egraph.total_number_of_nodes() * opts.limits.node_factor).max(10_000);
+    let run_limits = RunLimits {
+        iterations: opts.limits.iterations,
+        nodes: (egraph.total_number_of_nodes() * opts.limits.node_factor).max(10_000),
+        time: opts.limits.time,
+    };
 
     for stage in Stage::ALL {
         let stage_start = Instant::now();
@@ -143,10 +148,10 @@ pub fn optimize_with_rules(
             }
             // A run would apply the rules before this group's to no effect, and this group's
             // rules to nothing when they match nothing: it would end saturated after one
-            // iteration with the e-graph as it is (two full rebuilds and a search and
-            // re-application of every rule of the stage saved per group that does not apply).
+            // iteration with the e-graph as it is. Skipping it saves a search and a
+            // re-application of every rule of the stage so far.
             if fixpoint
-                && within_limits(&egraph, node_limit, &opts.limits)
+                && within_limits(&egraph, &run_limits)
                 && active[new_rules..]
                     .iter()
                     .all(|rule| rule.search(&egraph).is_empty())
@@ -159,18 +164,12 @@ pub fn optimize_with_rules(
                 continue;
             }
             let changes_before = egraph.analysis.changes;
-            let runner = Runner::<Onnx, OnnxAnalysis>::new(OnnxAnalysis::default())
-                .with_egraph(egraph)
-                .with_scheduler(SimpleScheduler)
-                .with_iter_limit(opts.limits.iterations)
-                .with_node_limit(node_limit)
-                .with_time_limit(opts.limits.time)
-                .run(&active);
-            stage_report.iterations += runner.iterations.len();
-            let found: usize = runner
-                .iterations
+            let group_start = Instant::now();
+            let run = saturate(&mut egraph, &active, run_limits);
+            stage_report.iterations += run.iterations;
+            let found: usize = run
+                .applied
                 .iter()
-                .flat_map(|i| &i.applied)
                 .filter(|(rule, _)| {
                     enabled
                         .iter()
@@ -180,19 +179,18 @@ pub fn optimize_with_rules(
                 .sum();
             tracing::debug!(
                 "{stage} / {group}: {} iterations, {} e-nodes, {:.1} ms",
-                runner.iterations.len(),
-                runner.egraph.total_number_of_nodes(),
-                runner.iterations.iter().map(|i| i.total_time).sum::<f64>() * 1e3
+                run.iterations,
+                egraph.total_number_of_nodes(),
+                group_start.elapsed().as_secs_f64() * 1e3
             );
-            if !matches!(runner.stop_reason, Some(StopReason::Saturated) | None) {
-                let reason = format!("{:?}", runner.stop_reason.as_ref().expect("checked"));
+            if !matches!(run.stop, StopReason::Saturated) {
+                let reason = format!("{:?}", run.stop);
                 tracing::warn!(
                     "{stage} stopped early ({reason}); using the best graph found so far"
                 );
                 stage_report.limit_hit = Some(reason);
             }
-            fixpoint = matches!(runner.stop_reason, Some(StopReason::Saturated));
-            egraph = runner.egraph;
+            fixpoint = matches!(run.stop, StopReason::Saturated);
             if let Some(v) = egraph.analysis.violations.first() {
                 return Err(Error::UnsoundRewrite {
                     rule: v.rule.clone(),
@@ -298,8 +296,8 @@ pub fn optimize_with_rules(
 
 /// Whether a run's first iteration would start: it stops before searching when the e-graph
 /// is over the node limit or a limit allows no iteration at all.
-fn within_limits(egraph: &OnnxGraph, node_limit: usize, limits: &Limits) -> bool {
-    egraph.total_size() <= node_limit && limits.iterations > 0 && !limits.time.is_zero()
+fn within_limits(egraph: &OnnxGraph, limits: &RunLimits) -> bool {
+    egraph.total_size() <= limits.nodes && limits.iterations > 0 && !limits.time.is_zero()
 }
 
 fn extract(egraph: &OnnxGraph, root: Id, cost: &CostModel<'_>) -> Result<Extraction<Onnx>> {
