@@ -87,6 +87,16 @@ pub struct OnnxAnalysis {
 /// The e-graph type of the optimizer.
 pub type OnnxGraph = EGraph<Onnx, OnnxAnalysis>;
 
+/// [`EGraph::rebuild`] without calibrating egg's timer. egg times every rebuild with `quanta`,
+/// whose first reading on a machine with an invariant TSC calibrates the TSC against the OS
+/// clock in a busy loop of up to 200 ms (1–30 ms on a loaded 2-vCPU VM: up to as long as a
+/// whole 100-layer build takes otherwise). egg only logs that time, so the rebuild reads a mock
+/// clock instead. Returns what [`EGraph::rebuild`] returns (the unions it made).
+pub fn rebuild(egraph: &mut OnnxGraph) -> usize {
+    let (clock, _) = quanta::Clock::mock();
+    quanta::with_clock(&clock, || egraph.rebuild())
+}
+
 fn op_data(egraph: &OnnxGraph, op: &OpNode) -> ClassData {
     let data = |id: Id| &egraph[id].data;
     let names = op.attr_names();

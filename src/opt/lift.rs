@@ -3,7 +3,7 @@
 use egg::{Id, Symbol};
 use rustc_hash::FxHashMap;
 
-use super::analysis::{OnnxAnalysis, OnnxGraph};
+use super::analysis::{rebuild, OnnxAnalysis, OnnxGraph};
 use super::fingerprint::LeafValues;
 use super::fold::MAX_INPUT_ELEMS;
 use super::lang::{AttrValue, Literal, Onnx};
@@ -149,7 +149,7 @@ pub fn lift_with(graph: &Graph, fingerprints: Option<LeafValues>) -> Result<Lift
         })
         .collect::<Result<Vec<Id>>>()?;
     let root = egraph.add(Onnx::Root(outs));
-    egraph.rebuild();
+    rebuild(&mut egraph);
     Ok(Lifted {
         egraph,
         root,

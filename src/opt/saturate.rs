@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use egg::{Rewrite, StopReason, Symbol};
 
-use super::analysis::{OnnxAnalysis, OnnxGraph};
+use super::analysis::{rebuild, OnnxAnalysis, OnnxGraph};
 use super::lang::Onnx;
 
 /// The limits of one run (those of `egg::Runner`).
@@ -70,7 +70,7 @@ pub(super) fn saturate(
 ) -> Run {
     let start = Instant::now();
     if !egraph.clean {
-        egraph.rebuild();
+        rebuild(egraph);
     }
     let mut applied: Vec<(Symbol, usize)> = Vec::new();
     let mut iteration = 0;
@@ -140,7 +140,7 @@ fn iterate(
     if egraph.analysis.changes == changes {
         egraph.clean = true;
     } else {
-        egraph.rebuild();
+        rebuild(egraph);
     }
     let saturated =
         applied.is_empty() && nodes == egraph.total_size() && classes == egraph.number_of_classes();
