@@ -97,8 +97,11 @@ pub fn rebuild(egraph: &mut OnnxGraph) -> usize {
     quanta::with_clock(&clock, || egraph.rebuild())
 }
 
-fn op_data(egraph: &OnnxGraph, op: &OpNode) -> ClassData {
-    let data = |id: Id| &egraph[id].data;
+fn op_data<'a>(
+    analysis: &OnnxAnalysis,
+    op: &OpNode,
+    data: impl Fn(Id) -> &'a ClassData,
+) -> ClassData {
     let names = op.attr_names();
     let attr = Attrs::new(
         names
@@ -118,9 +121,9 @@ fn op_data(egraph: &OnnxGraph, op: &OpNode) -> ClassData {
     let mut types = infer(op.op.as_str(), &views, &attr, op.outputs);
     // Most graphs declare no intermediate types: skip building the lookup key (a copy of
     // the node) then.
-    let declared = match egraph.analysis.declared.is_empty() {
+    let declared = match analysis.declared.is_empty() {
         true => None,
-        false => egraph.analysis.declared.get(&Onnx::Op(op.clone())),
+        false => analysis.declared.get(&Onnx::Op(op.clone())),
     };
     if let Some(declared) = declared {
         types = types.iter().zip(declared).map(|(t, d)| t.join(d)).collect();
@@ -147,22 +150,80 @@ fn op_data(egraph: &OnnxGraph, op: &OpNode) -> ClassData {
     } else {
         Kind::Tuple(types)
     };
-    let fingerprint = egraph
-        .analysis
-        .fingerprint_leaves
-        .as_ref()
-        .and_then(|leaves| {
-            let input = |id: Id| match (&data(id).kind, &data(id).fingerprint) {
-                (Kind::Absent, _) => Some(None),
-                (_, Some(Fingerprint::Tensor(t))) => Some(Some(t.clone())),
-                _ => None,
-            };
-            fingerprint::of_op(leaves, op, input, |id| data(id).attr()?.to_attr())
-        });
+    let fingerprint = analysis.fingerprint_leaves.as_ref().and_then(|leaves| {
+        let input = |id: Id| match (&data(id).kind, &data(id).fingerprint) {
+            (Kind::Absent, _) => Some(None),
+            (_, Some(Fingerprint::Tensor(t))) => Some(Some(t.clone())),
+            _ => None,
+        };
+        fingerprint::of_op(leaves, op, input, |id| data(id).attr()?.to_attr())
+    });
     ClassData {
         kind,
         konst,
         value,
+        init_only,
+        fingerprint,
+    }
+}
+
+/// The type of a constant: its dtype and shape, all dims known.
+pub(super) fn literal_type(lit: &Literal) -> TensorType {
+    TensorType::new(
+        lit.dtype,
+        lit.shape.iter().map(|&d| SymDim::Known(d as i64)).collect(),
+    )
+}
+
+/// The data of a class made of `enode` alone, `data` giving its children's: what
+/// [`Analysis::make`] computes, for the e-graph and for [`crate::opt::lift::output_types`].
+pub(super) fn class_data<'a>(
+    analysis: &OnnxAnalysis,
+    enode: &Onnx,
+    data: impl Fn(Id) -> &'a ClassData,
+) -> ClassData {
+    let leaf_type = |name: &Symbol| analysis.leaf_types.get(name).cloned().unwrap_or_default();
+    let (kind, konst, init_only) = match enode {
+        Onnx::Op(op) => return op_data(analysis, op, data),
+        Onnx::Get { index, tuple } => {
+            let t = data(tuple[0]);
+            let ty = match &t.kind {
+                Kind::Tuple(types) => types.get(*index).cloned().unwrap_or_default(),
+                _ => TensorType::default(),
+            };
+            let fingerprint = match &t.fingerprint {
+                Some(Fingerprint::Tuple(values)) => {
+                    values.get(*index).cloned().map(Fingerprint::Tensor)
+                }
+                _ => None,
+            };
+            return ClassData {
+                kind: Kind::Tensor(ty),
+                konst: None,
+                value: None,
+                init_only: t.init_only,
+                fingerprint,
+            };
+        }
+        Onnx::Input(name) => (Kind::Tensor(leaf_type(name)), None, false),
+        Onnx::Init(name) => (
+            Kind::Tensor(leaf_type(name)),
+            analysis.leaf_values.get(name).cloned(),
+            true,
+        ),
+        Onnx::Const(lit) => (Kind::Tensor(literal_type(lit)), Some((**lit).clone()), true),
+        Onnx::Attr(a) => (Kind::Attr(a.clone()), None, false),
+        Onnx::Absent => (Kind::Absent, None, false),
+        Onnx::Root(_) => (Kind::Root, None, false),
+    };
+    let fingerprint = analysis
+        .fingerprint_leaves
+        .as_ref()
+        .and_then(|leaves| fingerprint::of_leaf(leaves, enode));
+    ClassData {
+        kind,
+        konst,
+        value: None,
         init_only,
         fingerprint,
     }
@@ -179,66 +240,7 @@ impl Analysis<Onnx> for OnnxAnalysis {
 
     fn make(egraph: &mut OnnxGraph, enode: &Onnx, _id: Id) -> ClassData {
         egraph.analysis.changes += 1;
-        let leaf_type = |name: &Symbol| {
-            egraph
-                .analysis
-                .leaf_types
-                .get(name)
-                .cloned()
-                .unwrap_or_default()
-        };
-        let (kind, konst, init_only) = match enode {
-            Onnx::Op(op) => return op_data(egraph, op),
-            Onnx::Get { index, tuple } => {
-                let t = &egraph[tuple[0]].data;
-                let ty = match &t.kind {
-                    Kind::Tuple(types) => types.get(*index).cloned().unwrap_or_default(),
-                    _ => TensorType::default(),
-                };
-                let fingerprint = match &t.fingerprint {
-                    Some(Fingerprint::Tuple(values)) => {
-                        values.get(*index).cloned().map(Fingerprint::Tensor)
-                    }
-                    _ => None,
-                };
-                return ClassData {
-                    kind: Kind::Tensor(ty),
-                    konst: None,
-                    value: None,
-                    init_only: t.init_only,
-                    fingerprint,
-                };
-            }
-            Onnx::Input(name) => (Kind::Tensor(leaf_type(name)), None, false),
-            Onnx::Init(name) => (
-                Kind::Tensor(leaf_type(name)),
-                egraph.analysis.leaf_values.get(name).cloned(),
-                true,
-            ),
-            Onnx::Const(lit) => (
-                Kind::Tensor(TensorType::new(
-                    lit.dtype,
-                    lit.shape.iter().map(|&d| SymDim::Known(d as i64)).collect(),
-                )),
-                Some((**lit).clone()),
-                true,
-            ),
-            Onnx::Attr(a) => (Kind::Attr(a.clone()), None, false),
-            Onnx::Absent => (Kind::Absent, None, false),
-            Onnx::Root(_) => (Kind::Root, None, false),
-        };
-        let fingerprint = egraph
-            .analysis
-            .fingerprint_leaves
-            .as_ref()
-            .and_then(|leaves| fingerprint::of_leaf(leaves, enode));
-        ClassData {
-            kind,
-            konst,
-            value: None,
-            init_only,
-            fingerprint,
-        }
+        class_data(&egraph.analysis, enode, |id| &egraph[id].data)
     }
 
     fn merge(&mut self, a: &mut ClassData, b: ClassData) -> DidMerge {

@@ -12,7 +12,7 @@ use super::extract::{greedy_dag, ExtractError, Extraction};
 use super::fingerprint::LeafValues;
 use super::lang::Onnx;
 use super::leftovers::leftovers;
-use super::lift::{lift, lift_with, Lifted};
+use super::lift::{lift_with, output_types, Lifted};
 use super::lower::lower;
 use super::opset;
 use super::rules::{all_rules, RuleSpec, Stage};
@@ -249,6 +249,8 @@ pub fn optimize_with_rules(
     report.cost_after = extraction.cost;
     let chosen = |class: Id| extraction.node(class).clone();
     let graph = lower(&model.graph, &egraph, root, &names, &chosen)?;
+    // Done with the e-graph: free it before the checks allocate (a lower peak of memory).
+    drop((egraph, extraction, names));
     check_supported(&graph, caps)?;
     check_output_types(&graph, "the optimized graph")?;
     report.nodes_after = graph.nodes.len();
@@ -354,13 +356,10 @@ fn op_counts(
 /// Types inferred on `graph` (called `what` in errors) agree with its declared outputs: after
 /// lowering, and on an imported graph before optimizing it.
 pub fn check_output_types(graph: &Graph, what: &str) -> Result<()> {
-    let lifted = lift(graph)?;
-    let Some(Onnx::Root(outs)) = lifted.egraph[lifted.root].nodes.first() else {
-        return Err(Error::Graph(format!("{what} has no root")));
-    };
-    for (declared, &class) in graph.outputs.iter().zip(outs) {
+    let inferred = output_types(graph)?;
+    for (declared, got) in graph.outputs.iter().zip(inferred) {
         let want = TensorType::of(declared.dtype, &declared.shape);
-        if let Some(got) = lifted.egraph[class].data.tensor() {
+        if let Some(got) = got {
             if !got.compatible(&want) {
                 return Err(Error::Graph(format!(
                     "output `{}` is declared {want} but {what} computes {got}",
