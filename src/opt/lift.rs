@@ -1,6 +1,6 @@
 //! IR → e-graph.
 
-use egg::{Id, Symbol};
+use egg::{Id, Language, Symbol};
 use rustc_hash::FxHashMap;
 
 use super::analysis::{
@@ -56,6 +56,7 @@ pub fn output_types(graph: &Graph) -> Result<Vec<Option<TensorType>>> {
     let mut pass = Pass {
         analysis: leaf_analysis(graph, None),
         data: Vec::new(),
+        leaves: FxHashMap::default(),
     };
     let outs = walk(graph, &mut pass, None)?;
     Ok(outs
@@ -82,14 +83,21 @@ impl Sink for OnnxGraph {
     }
 }
 
-/// [`output_types`]' sink: the data of every added node, by id.
+/// [`output_types`]' sink: the data of every added node, by id (leaves added once: most
+/// nodes share their attribute values).
 struct Pass {
     analysis: OnnxAnalysis,
     data: Vec<ClassData>,
+    leaves: FxHashMap<Onnx, Id>,
 }
 
 impl Sink for Pass {
     fn add(&mut self, node: Onnx) -> Id {
+        if node.is_leaf() {
+            if let Some(&id) = self.leaves.get(&node) {
+                return id;
+            }
+        }
         let data = &self.data;
         let mut made = class_data(&self.analysis, &node, |id| &data[usize::from(id)]);
         // Lifting merges an op class that folds to a constant with the constant's leaf.
@@ -97,7 +105,11 @@ impl Sink for Pass {
             *ty = ty.join(&literal_type(k));
         }
         self.data.push(made);
-        Id::from(self.data.len() - 1)
+        let id = Id::from(self.data.len() - 1);
+        if node.is_leaf() {
+            self.leaves.insert(node, id);
+        }
+        id
     }
 
     fn analysis(&mut self) -> &mut OnnxAnalysis {
