@@ -33,8 +33,9 @@ pub enum Kind {
 pub struct ClassData {
     /// What the class holds.
     pub kind: Kind,
-    /// Its value, when it is a small constant.
-    pub konst: Option<Literal>,
+    /// Its value, when it is a small constant (boxed: most classes have none, and every class
+    /// carries the field).
+    pub konst: Option<Box<Literal>>,
     /// Its value as dims, when it is a small shape tensor that is not constant but computed
     /// from dims (see [`super::sym_value`]); `None` whenever `konst` is set.
     pub value: Option<Vec<SymDim>>,
@@ -114,7 +115,7 @@ fn op_data<'a>(
         .iter()
         .map(|&id| InputView {
             ty: data(id).tensor(),
-            konst: data(id).konst.as_ref(),
+            konst: data(id).konst.as_deref(),
             value: data(id).value.as_deref(),
         })
         .collect();
@@ -160,7 +161,7 @@ fn op_data<'a>(
     });
     ClassData {
         kind,
-        konst,
+        konst: konst.map(Box::new),
         value,
         init_only,
         fingerprint,
@@ -208,10 +209,10 @@ pub(super) fn class_data<'a>(
         Onnx::Input(name) => (Kind::Tensor(leaf_type(name)), None, false),
         Onnx::Init(name) => (
             Kind::Tensor(leaf_type(name)),
-            analysis.leaf_values.get(name).cloned(),
+            analysis.leaf_values.get(name).cloned().map(Box::new),
             true,
         ),
-        Onnx::Const(lit) => (Kind::Tensor(literal_type(lit)), Some((**lit).clone()), true),
+        Onnx::Const(lit) => (Kind::Tensor(literal_type(lit)), Some(lit.clone()), true),
         Onnx::Attr(a) => (Kind::Attr(a.clone()), None, false),
         Onnx::Absent => (Kind::Absent, None, false),
         Onnx::Root(_) => (Kind::Root, None, false),
@@ -283,7 +284,7 @@ impl Analysis<Onnx> for OnnxAnalysis {
             (Some(_), None) => changed_b = true,
             _ => {}
         }
-        let (value_a, value_b) = merge_values(&mut a.value, b.value, a.konst.as_ref());
+        let (value_a, value_b) = merge_values(&mut a.value, b.value, a.konst.as_deref());
         changed_a |= value_a;
         changed_b |= value_b;
         match (&a.fingerprint, b.fingerprint) {
@@ -307,7 +308,7 @@ impl Analysis<Onnx> for OnnxAnalysis {
             .iter()
             .any(|n| matches!(n, Onnx::Init(_) | Onnx::Const(_) | Onnx::Input(_)));
         if !has_leaf {
-            let c = egraph.add(Onnx::Const(Box::new(lit)));
+            let c = egraph.add(Onnx::Const(lit));
             egraph.union(id, c);
         }
     }
