@@ -466,7 +466,7 @@ mod tests {
         let data = &l.egraph[half].data;
         assert_eq!(
             data.konst
-                .as_ref()
+                .as_deref()
                 .and_then(crate::opt::infer::literal_ints),
             Some(vec![32])
         );
