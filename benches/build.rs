@@ -115,6 +115,7 @@ fn bench_full_build(c: &mut Criterion, runs: usize) -> Duration {
         assume_llama: false,
         prune_lm_head: false,
         static_cache: None,
+        trace: false,
     };
     let build_and_save = |out: PathBuf| {
         let package = mobius::build(&opts).expect("build succeeds");

@@ -31,6 +31,7 @@ fn main() {
         fingerprint_leaves: None,
         accuracy_level: None,
         kv_cache: mobius::opt::KvCache::AsIs,
+        trace: false,
     };
     println!("summary: optimizer scaling, Llama-3-70B config, cuda f16");
     println!(

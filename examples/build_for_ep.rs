@@ -30,6 +30,7 @@ fn main() -> mobius::Result<()> {
         assume_llama: false,
         prune_lm_head: false,
         static_cache: None,
+        trace: true,
     };
     let package = build(&options)?;
     print!("{}", package.optimization);

@@ -53,6 +53,9 @@ pub struct BuildOptions {
     /// A KV cache of this many slots (`--features static-cache --max-seq-len N`): the I/O
     /// contract of [`crate::models::static_cache`]; `None` for the growing cache.
     pub static_cache: Option<usize>,
+    /// Measure what each rule group changed, for printing the report (`--trace`; see
+    /// [`OptimizeOptions::trace`]).
+    pub trace: bool,
 }
 
 /// A built model, ready to be saved.
@@ -171,6 +174,7 @@ pub fn build(opts: &BuildOptions) -> Result<ModelPackage> {
         fingerprint_leaves,
         accuracy_level: opts.accuracy_level,
         kv_cache: crate::opt::KvCache::AsIs,
+        trace: opts.trace,
     };
     let (mut model, optimization) = optimize(&portable, &opts.execution_provider, &options)?;
     if opts.static_cache.is_some() && options.role == crate::Role::Decoder {

@@ -41,6 +41,9 @@ pub struct OptimizeFileOptions {
     pub accuracy_level: Option<u8>,
     /// The KV-cache contract the model will run under (`--kv-cache`).
     pub kv_cache: KvCache,
+    /// Measure what each rule group changed, for printing the report (`--trace`; see
+    /// [`OptimizeOptions::trace`](crate::opt::OptimizeOptions::trace)).
+    pub trace: bool,
 }
 
 /// Optimizes `opts.input` into `opts.out`; on error nothing is left in `opts.out`. An output
@@ -86,6 +89,7 @@ fn dense_moe_blocks(model: Model, dtype: DType, opts: &OptimizeFileOptions) -> R
         fingerprint_leaves: None,
         accuracy_level: None,
         kv_cache: KvCache::AsIs,
+        trace: false,
     };
     Ok(optimize_with_rules(&model, &caps, &options, &rules)?.0)
 }
@@ -136,6 +140,7 @@ fn optimize_checked(opts: &OptimizeFileOptions) -> Result<(OptimizeReport, Optio
         },
         accuracy_level: opts.accuracy_level,
         kv_cache: opts.kv_cache,
+        trace: opts.trace,
     };
     let (mut optimized, report) = optimize(&model, &opts.ep, &options)?;
     keep_inputs(&model.graph, &mut optimized.graph);

@@ -7,7 +7,7 @@ use common::*;
 use mobius::config::ArchConfig;
 use mobius::ir::{DType, Graph};
 use mobius::models::build_model;
-use mobius::opt::{optimize, Role};
+use mobius::opt::{optimize, OptimizeOptions, Role};
 
 const GQA: &str = "com.microsoft::GroupQueryAttention";
 const SSLN: &str = "com.microsoft::SkipSimplifiedLayerNormalization";
@@ -154,18 +154,37 @@ fn sliding_window_layers_carry_their_window_into_gqa() {
 }
 
 #[test]
-fn optimizing_never_raises_the_estimated_cost() {
+fn optimizing_never_raises_the_estimated_cost_and_tracing_changes_nothing() {
     let cfg = llama_1b();
     for ep in mobius::ep::builtin_eps() {
         for dtype in [DType::F32, DType::F16] {
             let portable = build_model(&cfg, dtype).unwrap();
-            let opts = optimize_options(dtype, Role::Decoder);
-            let (_, report) = optimize(&portable, &ep, &opts).unwrap();
+            let opts = OptimizeOptions {
+                trace: true,
+                ..optimize_options(dtype, Role::Decoder)
+            };
+            let (traced, report) = optimize(&portable, &ep, &opts).unwrap();
+            let before = report
+                .cost_before
+                .expect("traced runs cost the input graph");
+            // Tracing only measures: an untraced run extracts the same graph.
+            let untraced = OptimizeOptions {
+                trace: false,
+                ..opts
+            };
+            let (model, quiet) = optimize(&portable, &ep, &untraced).unwrap();
             assert!(
-                report.cost_after <= report.cost_before * (1.0 + 1e-9),
+                model == traced,
+                "{} {dtype}: tracing changed the graph",
+                ep.name
+            );
+            assert_eq!(quiet.cost_before, None);
+            assert_eq!(quiet.cost_after, report.cost_after);
+            assert!(
+                report.cost_after <= before * (1.0 + 1e-9),
                 "{} {dtype}: {} → {}",
                 ep.name,
-                report.cost_before,
+                before,
                 report.cost_after
             );
         }

@@ -240,3 +240,62 @@ fn range_bounds_from_constant_nodes_and_shapes_lower_for_qnn() {
         );
     }
 }
+
+/// The root classes' types of the lifted graph.
+fn lifted_output_types(graph: &Graph) -> Vec<Option<mobius::opt::types::TensorType>> {
+    let lifted = lift(graph).unwrap();
+    let eg = &lifted.egraph;
+    let Onnx::Root(outs) = eg[lifted.root].nodes[0].clone() else {
+        panic!("root")
+    };
+    outs.iter()
+        .map(|&class| eg[class].data.tensor().cloned())
+        .collect()
+}
+
+#[test]
+fn one_inference_pass_gives_the_output_types_lifting_gives() {
+    use mobius::opt::lift::output_types;
+    let mut graphs: Vec<(String, Graph)> = Vec::new();
+    for name in decoder_fixtures() {
+        let cfg = fixture_config(&name);
+        graphs.push((
+            format!("{name} f32"),
+            build_model(&cfg, DType::F32).unwrap().graph,
+        ));
+        graphs.push((
+            format!("{name} cuda f16"),
+            optimized(&cfg, "cuda", DType::F16),
+        ));
+    }
+    for name in ["llama", "qwen2"] {
+        for ep in ["cpu", "qnn", "onnx-standard"] {
+            graphs.push((
+                format!("{name} {ep}"),
+                optimized(&fixture_config(name), ep, DType::F32),
+            ));
+        }
+    }
+    let exports = fixture("exports");
+    let mut exported: Vec<_> = std::fs::read_dir(&exports)
+        .unwrap()
+        .map(|e| e.unwrap().path().join("model.onnx"))
+        .filter(|p| p.exists())
+        .collect();
+    exported.extend(
+        std::fs::read_dir(fixture("recognize"))
+            .unwrap()
+            .map(|e| e.unwrap().path()),
+    );
+    exported.sort();
+    assert!(exported.len() >= 10, "{exported:?}");
+    for path in exported {
+        let model = mobius::onnx::import::load(&path).unwrap();
+        graphs.push((path.display().to_string(), model.graph));
+    }
+    for (what, graph) in &graphs {
+        let types = output_types(graph).unwrap();
+        assert_eq!(types, lifted_output_types(graph), "{what}");
+        assert!(types.iter().all(Option::is_some), "{what}: {types:?}");
+    }
+}

@@ -26,6 +26,7 @@ fn run(graph: Graph, limits: Limits) -> (Graph, mobius::opt::OptimizeReport) {
         fingerprint_leaves: None,
         accuracy_level: None,
         kv_cache: mobius::opt::KvCache::AsIs,
+        trace: true,
     };
     let (m, report) = optimize(&model(graph), &get_ep("default").unwrap(), &opts).unwrap();
     (m.graph, report)
@@ -281,6 +282,7 @@ fn onnx_standard_refuses_contrib_ops_it_cannot_expand() {
         fingerprint_leaves: None,
         accuracy_level: None,
         kv_cache: mobius::opt::KvCache::AsIs,
+        trace: false,
     };
     let graph = b.finish();
     let err = optimize(

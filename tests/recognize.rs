@@ -39,6 +39,7 @@ fn optimize_for(graph: &Graph, ep: &str, opset: i64, dtype: DType) -> (Model, Op
         fingerprint_leaves: None,
         accuracy_level: None,
         kv_cache: mobius::opt::KvCache::AsIs,
+        trace: true,
     };
     optimize(&model(graph.clone(), opset), &get_ep(ep).unwrap(), &opts).unwrap()
 }
@@ -427,6 +428,7 @@ fn torch_exports_of_single_norms_become_one_norm() {
             fingerprint_leaves: None,
             accuracy_level: None,
             kv_cache: mobius::opt::KvCache::AsIs,
+            trace: false,
         };
         let (out, _) = optimize(&exported, &get_ep("cpu").unwrap(), &opts).unwrap();
         assert_eq!(ops(&out.graph), vec![op], "{file}");
@@ -458,6 +460,7 @@ fn every_residual_norm_of_the_exports_fuses_on_cpu() {
             fingerprint_leaves: None,
             accuracy_level: None,
             kv_cache: mobius::opt::KvCache::AsIs,
+            trace: false,
         };
         let (out, _) = optimize(&exported, &get_ep("cpu").unwrap(), &opts).unwrap();
         let count = |op: &str| out.graph.nodes.iter().filter(|n| n.op_type == op).count();

@@ -36,6 +36,7 @@ fn optimized(graph: &Graph, ep: &str) -> Model {
         fingerprint_leaves: None,
         accuracy_level: None,
         kv_cache: mobius::opt::KvCache::AsIs,
+        trace: false,
     };
     optimize(&model, &get_ep(ep).unwrap(), &opts).unwrap().0
 }

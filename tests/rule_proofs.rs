@@ -356,6 +356,7 @@ fn options_for(dtype: DType, leaves: Option<LeafValues>) -> OptimizeOptions {
         fingerprint_leaves: leaves,
         accuracy_level: None,
         kv_cache: mobius::opt::KvCache::AsIs,
+        trace: false,
     }
 }
 

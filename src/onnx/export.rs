@@ -7,6 +7,7 @@
 //! far below protobuf's 2 GiB limit whatever the model size (checked before writing).
 
 use std::fs::File;
+use std::io::Write;
 use std::path::Path;
 
 use prost::Message;
@@ -136,20 +137,162 @@ pub fn save(
         );
     }
 
-    let proto = model_proto(model, &placements, evaluator)?;
-    let len = proto.encoded_len();
+    let encoded = encode_model(model, &placements, evaluator)?;
+    let len = encoded.len();
     if len > PROTOBUF_LIMIT {
         return Err(Error::Graph(format!(
             "model protobuf would be {len} bytes, above protobuf's 2 GiB limit"
         )));
     }
     let model_path = dir.join(MODEL_FILE);
-    std::fs::write(&model_path, proto.encode_to_vec()).map_err(|e| Error::io(&model_path, e))?;
+    encoded
+        .write_to(&model_path)
+        .map_err(|e| Error::io(&model_path, e))?;
     report.model_bytes = len as u64;
     Ok(report)
 }
 
-/// Builds the `ModelProto` for `model` with the given placements (inline tensors evaluated).
+/// The bytes of an encoded `ModelProto`, in pieces (see [`encode_model`]).
+pub struct EncodedModel {
+    /// The model's fields before `graph`, the `graph` key and the graph's length.
+    head: Vec<u8>,
+    /// The graph's fields.
+    graph: Vec<u8>,
+    /// The model's fields after `graph`.
+    tail: Vec<u8>,
+}
+
+impl EncodedModel {
+    /// Total length in bytes.
+    pub fn len(&self) -> usize {
+        self.head.len() + self.graph.len() + self.tail.len()
+    }
+
+    /// Whether there are no bytes (never: a model has a graph).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The bytes, in one buffer.
+    pub fn to_vec(&self) -> Vec<u8> {
+        [&self.head[..], &self.graph, &self.tail].concat()
+    }
+
+    /// Writes the bytes to a new file at `path` (as [`std::fs::write`] would).
+    pub fn write_to(&self, path: &Path) -> std::io::Result<()> {
+        let mut file = File::create(path)?;
+        for part in [&self.head, &self.graph, &self.tail] {
+            file.write_all(part)?;
+        }
+        Ok(())
+    }
+}
+
+/// The key byte of a length-delimited field (wire type 2) numbered below 16.
+const fn message_key(field: u8) -> u8 {
+    field << 3 | 2
+}
+
+/// The `ModelProto` of `model` with the given placements (inline tensors evaluated), encoded:
+/// the bytes of `model_proto(..).encode_to_vec()`. Each node and initializer becomes its
+/// message and is encoded at once, so the messages of a large graph never all exist together:
+/// walking them three times (lengths, encoding, freeing), scattered over the heap, cost more
+/// than making them. prost writes a message's fields in tag order and leaves out default
+/// values, so messages holding disjoint runs of the fields concatenate to the whole.
+pub fn encode_model(
+    model: &Model,
+    placements: &[Placement],
+    evaluator: &mut Evaluator<'_>,
+) -> Result<EncodedModel> {
+    let g = &model.graph;
+    // GraphProto: node = 1, name = 2, initializer = 5, then doc_string, input, output and
+    // value_info (10 to 13).
+    let mut graph = Vec::new();
+    for node in &g.nodes {
+        graph.push(message_key(1));
+        encode_into(&node_proto(node), &mut graph, true);
+    }
+    let name = proto::GraphProto {
+        name: g.name.clone(),
+        ..Default::default()
+    };
+    encode_into(&name, &mut graph, false);
+    for (init, placement) in g.initializers.iter().zip(placements) {
+        graph.push(message_key(5));
+        encode_into(
+            &initializer_proto(init, *placement, evaluator)?,
+            &mut graph,
+            true,
+        );
+    }
+    let values = proto::GraphProto {
+        input: g.inputs.iter().map(value_info_proto).collect(),
+        output: g.outputs.iter().map(value_info_proto).collect(),
+        value_info: g.value_info.iter().map(value_info_proto).collect(),
+        ..Default::default()
+    };
+    encode_into(&values, &mut graph, false);
+    // ModelProto: ir_version = 1 to doc_string = 6, graph = 7, then opset_import = 8,
+    // metadata_props = 14 and functions = 25.
+    let model_fields = model_fields(model);
+    let mut head = Vec::new();
+    let before = proto::ModelProto {
+        ir_version: model_fields.ir_version,
+        producer_name: model_fields.producer_name,
+        producer_version: model_fields.producer_version,
+        ..Default::default()
+    };
+    encode_into(&before, &mut head, false);
+    head.push(message_key(7));
+    prost::encode_length_delimiter(graph.len(), &mut head).expect("a Vec grows");
+    let mut tail = Vec::new();
+    let after = proto::ModelProto {
+        opset_import: model_fields.opset_import,
+        functions: model_fields.functions,
+        ..Default::default()
+    };
+    encode_into(&after, &mut tail, false);
+    Ok(EncodedModel { head, graph, tail })
+}
+
+/// Appends `message` to `buf`, preceded by its length when `delimited`.
+fn encode_into(message: &impl Message, buf: &mut Vec<u8>, delimited: bool) {
+    let done = match delimited {
+        true => message.encode_length_delimited(buf),
+        false => message.encode(buf),
+    };
+    done.expect("a Vec grows as needed");
+}
+
+/// The fields of `model`'s `ModelProto` but its graph.
+fn model_fields(model: &Model) -> proto::ModelProto {
+    proto::ModelProto {
+        ir_version: model.ir_version,
+        opset_import: model
+            .opsets
+            .iter()
+            .map(|(domain, version)| proto::OperatorSetIdProto {
+                domain: domain.clone(),
+                version: *version,
+            })
+            .collect(),
+        producer_name: model.producer_name.clone(),
+        producer_version: model.producer_version.clone(),
+        // A model must import the opset its functions import: an imported model kept at an
+        // older opset (see `opt::opset`) is written without the bodies, which onnxruntime does
+        // not need.
+        functions: match model.opsets.get("") {
+            Some(&super::rule_body::BODY_OPSET) => {
+                super::contrib_functions::bodies_for(&model.graph)
+            }
+            _ => Vec::new(),
+        },
+        ..Default::default()
+    }
+}
+
+/// Builds the `ModelProto` for `model` with the given placements (inline tensors evaluated);
+/// [`encode_model`] encodes it without holding all of it.
 pub fn model_proto(
     model: &Model,
     placements: &[Placement],
@@ -172,26 +315,8 @@ pub fn model_proto(
         ..Default::default()
     };
     Ok(proto::ModelProto {
-        ir_version: model.ir_version,
-        opset_import: model
-            .opsets
-            .iter()
-            .map(|(domain, version)| proto::OperatorSetIdProto {
-                domain: domain.clone(),
-                version: *version,
-            })
-            .collect(),
-        producer_name: model.producer_name.clone(),
-        producer_version: model.producer_version.clone(),
-        // A model must import the opset its functions import: an imported model kept at an
-        // older opset (see `opt::opset`) is written without the bodies, which onnxruntime does
-        // not need.
-        functions: match model.opsets.get("") {
-            Some(&super::rule_body::BODY_OPSET) => super::contrib_functions::bodies_for(g),
-            _ => Vec::new(),
-        },
         graph: Some(graph),
-        ..Default::default()
+        ..model_fields(model)
     })
 }
 
@@ -350,6 +475,60 @@ fn shape_proto(shape: &Shape) -> proto::TensorShapeProto {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_model_encoded_in_pieces_is_the_encoded_model_proto() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+        let mut models = Vec::new();
+        for (fixture, dtype) in [
+            ("llama", crate::ir::DType::F32),
+            ("phi3", crate::ir::DType::F16),
+        ] {
+            let config =
+                crate::models::load_config(&dir.join(fixture).join("config.json")).unwrap();
+            let portable = crate::models::build_model(&config, dtype).unwrap();
+            for ep in ["cuda", "cpu", "webgpu"] {
+                let opts = crate::opt::OptimizeOptions {
+                    dtype,
+                    role: config.role(),
+                    limits: crate::opt::Limits::default(),
+                    fingerprint_leaves: None,
+                    accuracy_level: None,
+                    kv_cache: crate::opt::KvCache::AsIs,
+                    trace: false,
+                };
+                let caps = crate::ep::get_ep(ep).unwrap();
+                models.push(crate::opt::optimize(&portable, &caps, &opts).unwrap().0);
+            }
+            models.push(portable);
+        }
+        let exported = dir.join("exports/llama-dynamo-cache/model.onnx");
+        models.push(crate::onnx::import::load(&exported).unwrap());
+        // Functions, inline and external tensors, value_info, all present somewhere.
+        assert!(models.iter().any(|m| m.opsets.get("")
+            == Some(&super::super::rule_body::BODY_OPSET)
+            && !super::super::contrib_functions::bodies_for(&m.graph).is_empty()));
+        assert!(models.iter().any(|m| !m.graph.value_info.is_empty()));
+        for model in &mut models {
+            // Without weights (as --no-weights): inline constants stay inline.
+            for init in &mut model.graph.initializers {
+                if !matches!(init.source, Some(crate::ir::TensorSource::Inline(_))) {
+                    init.source = None;
+                }
+            }
+            let (placements, _) = plan_layout(&model.graph);
+            assert!(placements.contains(&Placement::Inline));
+            assert!(placements
+                .iter()
+                .any(|p| matches!(p, Placement::External { .. })));
+            let whole = model_proto(model, &placements, &mut Evaluator::new(None))
+                .unwrap()
+                .encode_to_vec();
+            let pieces = encode_model(model, &placements, &mut Evaluator::new(None)).unwrap();
+            assert_eq!(pieces.len(), whole.len());
+            assert!(pieces.to_vec() == whole, "{}", model.graph.name);
+        }
+    }
 
     #[test]
     fn nibble_packer_carries_a_value_across_odd_chunks() {

@@ -33,8 +33,9 @@ pub enum Kind {
 pub struct ClassData {
     /// What the class holds.
     pub kind: Kind,
-    /// Its value, when it is a small constant.
-    pub konst: Option<Literal>,
+    /// Its value, when it is a small constant (boxed: most classes have none, and every class
+    /// carries the field).
+    pub konst: Option<Box<Literal>>,
     /// Its value as dims, when it is a small shape tensor that is not constant but computed
     /// from dims (see [`super::sym_value`]); `None` whenever `konst` is set.
     pub value: Option<Vec<SymDim>>,
@@ -87,8 +88,21 @@ pub struct OnnxAnalysis {
 /// The e-graph type of the optimizer.
 pub type OnnxGraph = EGraph<Onnx, OnnxAnalysis>;
 
-fn op_data(egraph: &OnnxGraph, op: &OpNode) -> ClassData {
-    let data = |id: Id| &egraph[id].data;
+/// [`EGraph::rebuild`] without calibrating egg's timer. egg times every rebuild with `quanta`,
+/// whose first reading on a machine with an invariant TSC calibrates the TSC against the OS
+/// clock in a busy loop of up to 200 ms (1–30 ms on a loaded 2-vCPU VM: up to as long as a
+/// whole 100-layer build takes otherwise). egg only logs that time, so the rebuild reads a mock
+/// clock instead. Returns what [`EGraph::rebuild`] returns (the unions it made).
+pub fn rebuild(egraph: &mut OnnxGraph) -> usize {
+    let (clock, _) = quanta::Clock::mock();
+    quanta::with_clock(&clock, || egraph.rebuild())
+}
+
+fn op_data<'a>(
+    analysis: &OnnxAnalysis,
+    op: &OpNode,
+    data: impl Fn(Id) -> &'a ClassData,
+) -> ClassData {
     let names = op.attr_names();
     let attr = Attrs::new(
         names
@@ -101,16 +115,16 @@ fn op_data(egraph: &OnnxGraph, op: &OpNode) -> ClassData {
         .iter()
         .map(|&id| InputView {
             ty: data(id).tensor(),
-            konst: data(id).konst.as_ref(),
+            konst: data(id).konst.as_deref(),
             value: data(id).value.as_deref(),
         })
         .collect();
     let mut types = infer(op.op.as_str(), &views, &attr, op.outputs);
     // Most graphs declare no intermediate types: skip building the lookup key (a copy of
     // the node) then.
-    let declared = match egraph.analysis.declared.is_empty() {
+    let declared = match analysis.declared.is_empty() {
         true => None,
-        false => egraph.analysis.declared.get(&Onnx::Op(op.clone())),
+        false => analysis.declared.get(&Onnx::Op(op.clone())),
     };
     if let Some(declared) = declared {
         types = types.iter().zip(declared).map(|(t, d)| t.join(d)).collect();
@@ -137,22 +151,80 @@ fn op_data(egraph: &OnnxGraph, op: &OpNode) -> ClassData {
     } else {
         Kind::Tuple(types)
     };
-    let fingerprint = egraph
-        .analysis
-        .fingerprint_leaves
-        .as_ref()
-        .and_then(|leaves| {
-            let input = |id: Id| match (&data(id).kind, &data(id).fingerprint) {
-                (Kind::Absent, _) => Some(None),
-                (_, Some(Fingerprint::Tensor(t))) => Some(Some(t.clone())),
+    let fingerprint = analysis.fingerprint_leaves.as_ref().and_then(|leaves| {
+        let input = |id: Id| match (&data(id).kind, &data(id).fingerprint) {
+            (Kind::Absent, _) => Some(None),
+            (_, Some(Fingerprint::Tensor(t))) => Some(Some(t.clone())),
+            _ => None,
+        };
+        fingerprint::of_op(leaves, op, input, |id| data(id).attr()?.to_attr())
+    });
+    ClassData {
+        kind,
+        konst: konst.map(Box::new),
+        value,
+        init_only,
+        fingerprint,
+    }
+}
+
+/// The type of a constant: its dtype and shape, all dims known.
+pub(super) fn literal_type(lit: &Literal) -> TensorType {
+    TensorType::new(
+        lit.dtype,
+        lit.shape.iter().map(|&d| SymDim::Known(d as i64)).collect(),
+    )
+}
+
+/// The data of a class made of `enode` alone, `data` giving its children's: what
+/// [`Analysis::make`] computes, for the e-graph and for [`crate::opt::lift::output_types`].
+pub(super) fn class_data<'a>(
+    analysis: &OnnxAnalysis,
+    enode: &Onnx,
+    data: impl Fn(Id) -> &'a ClassData,
+) -> ClassData {
+    let leaf_type = |name: &Symbol| analysis.leaf_types.get(name).cloned().unwrap_or_default();
+    let (kind, konst, init_only) = match enode {
+        Onnx::Op(op) => return op_data(analysis, op, data),
+        Onnx::Get { index, tuple } => {
+            let t = data(tuple[0]);
+            let ty = match &t.kind {
+                Kind::Tuple(types) => types.get(*index).cloned().unwrap_or_default(),
+                _ => TensorType::default(),
+            };
+            let fingerprint = match &t.fingerprint {
+                Some(Fingerprint::Tuple(values)) => {
+                    values.get(*index).cloned().map(Fingerprint::Tensor)
+                }
                 _ => None,
             };
-            fingerprint::of_op(leaves, op, input, |id| data(id).attr()?.to_attr())
-        });
+            return ClassData {
+                kind: Kind::Tensor(ty),
+                konst: None,
+                value: None,
+                init_only: t.init_only,
+                fingerprint,
+            };
+        }
+        Onnx::Input(name) => (Kind::Tensor(leaf_type(name)), None, false),
+        Onnx::Init(name) => (
+            Kind::Tensor(leaf_type(name)),
+            analysis.leaf_values.get(name).cloned().map(Box::new),
+            true,
+        ),
+        Onnx::Const(lit) => (Kind::Tensor(literal_type(lit)), Some(lit.clone()), true),
+        Onnx::Attr(a) => (Kind::Attr(a.clone()), None, false),
+        Onnx::Absent => (Kind::Absent, None, false),
+        Onnx::Root(_) => (Kind::Root, None, false),
+    };
+    let fingerprint = analysis
+        .fingerprint_leaves
+        .as_ref()
+        .and_then(|leaves| fingerprint::of_leaf(leaves, enode));
     ClassData {
         kind,
         konst,
-        value,
+        value: None,
         init_only,
         fingerprint,
     }
@@ -169,66 +241,7 @@ impl Analysis<Onnx> for OnnxAnalysis {
 
     fn make(egraph: &mut OnnxGraph, enode: &Onnx, _id: Id) -> ClassData {
         egraph.analysis.changes += 1;
-        let leaf_type = |name: &Symbol| {
-            egraph
-                .analysis
-                .leaf_types
-                .get(name)
-                .cloned()
-                .unwrap_or_default()
-        };
-        let (kind, konst, init_only) = match enode {
-            Onnx::Op(op) => return op_data(egraph, op),
-            Onnx::Get { index, tuple } => {
-                let t = &egraph[tuple[0]].data;
-                let ty = match &t.kind {
-                    Kind::Tuple(types) => types.get(*index).cloned().unwrap_or_default(),
-                    _ => TensorType::default(),
-                };
-                let fingerprint = match &t.fingerprint {
-                    Some(Fingerprint::Tuple(values)) => {
-                        values.get(*index).cloned().map(Fingerprint::Tensor)
-                    }
-                    _ => None,
-                };
-                return ClassData {
-                    kind: Kind::Tensor(ty),
-                    konst: None,
-                    value: None,
-                    init_only: t.init_only,
-                    fingerprint,
-                };
-            }
-            Onnx::Input(name) => (Kind::Tensor(leaf_type(name)), None, false),
-            Onnx::Init(name) => (
-                Kind::Tensor(leaf_type(name)),
-                egraph.analysis.leaf_values.get(name).cloned(),
-                true,
-            ),
-            Onnx::Const(lit) => (
-                Kind::Tensor(TensorType::new(
-                    lit.dtype,
-                    lit.shape.iter().map(|&d| SymDim::Known(d as i64)).collect(),
-                )),
-                Some((**lit).clone()),
-                true,
-            ),
-            Onnx::Attr(a) => (Kind::Attr(a.clone()), None, false),
-            Onnx::Absent => (Kind::Absent, None, false),
-            Onnx::Root(_) => (Kind::Root, None, false),
-        };
-        let fingerprint = egraph
-            .analysis
-            .fingerprint_leaves
-            .as_ref()
-            .and_then(|leaves| fingerprint::of_leaf(leaves, enode));
-        ClassData {
-            kind,
-            konst,
-            value: None,
-            init_only,
-            fingerprint,
-        }
+        class_data(&egraph.analysis, enode, |id| &egraph[id].data)
     }
 
     fn merge(&mut self, a: &mut ClassData, b: ClassData) -> DidMerge {
@@ -271,7 +284,7 @@ impl Analysis<Onnx> for OnnxAnalysis {
             (Some(_), None) => changed_b = true,
             _ => {}
         }
-        let (value_a, value_b) = merge_values(&mut a.value, b.value, a.konst.as_ref());
+        let (value_a, value_b) = merge_values(&mut a.value, b.value, a.konst.as_deref());
         changed_a |= value_a;
         changed_b |= value_b;
         match (&a.fingerprint, b.fingerprint) {
@@ -295,7 +308,7 @@ impl Analysis<Onnx> for OnnxAnalysis {
             .iter()
             .any(|n| matches!(n, Onnx::Init(_) | Onnx::Const(_) | Onnx::Input(_)));
         if !has_leaf {
-            let c = egraph.add(Onnx::Const(Box::new(lit)));
+            let c = egraph.add(Onnx::Const(lit));
             egraph.union(id, c);
         }
     }
@@ -453,7 +466,7 @@ mod tests {
         let data = &l.egraph[half].data;
         assert_eq!(
             data.konst
-                .as_ref()
+                .as_deref()
                 .and_then(crate::opt::infer::literal_ints),
             Some(vec![32])
         );

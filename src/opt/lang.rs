@@ -12,6 +12,7 @@
 use std::fmt;
 
 use egg::{Id, Language, Symbol};
+use smallvec::SmallVec;
 
 use super::schema::schema;
 use crate::ir::{Attr, DType, TensorData};
@@ -128,8 +129,13 @@ pub struct OpNode {
     /// Number of outputs; more than one makes the node tuple-valued (read through `get<i>`).
     pub outputs: usize,
     /// Inputs, then one attribute leaf per attribute name.
-    pub children: Vec<Id>,
+    pub children: Children,
 }
+
+/// The children of an op e-node, inline up to 8 (most ops: their inputs and attributes): an
+/// e-node is copied into the hash-cons table, its class and egg's node list, and a search or an
+/// analysis visiting it then reads its children where it reads the node.
+pub type Children = SmallVec<[Id; 8]>;
 
 impl OpNode {
     /// The input children.
@@ -198,13 +204,19 @@ pub enum Onnx {
 
 impl Onnx {
     /// A new op node; `attrs` are the attribute names matching the attribute children.
-    pub fn op(op: &str, attrs: &[&str], inputs: usize, outputs: usize, children: Vec<Id>) -> Onnx {
+    pub fn op(
+        op: &str,
+        attrs: &[&str],
+        inputs: usize,
+        outputs: usize,
+        children: impl Into<Children>,
+    ) -> Onnx {
         Onnx::Op(OpNode {
             op: Symbol::from(op),
             attrs: Symbol::from(attrs.join(",")),
             inputs,
             outputs,
-            children,
+            children: children.into(),
         })
     }
 

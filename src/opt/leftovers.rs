@@ -23,18 +23,32 @@ pub struct Leftover {
     pub example: String,
 }
 
-/// A shape: its description and a test on its root node (with the graph's producers).
-type Signature = (&'static str, fn(&Node, &Producers<'_>) -> bool);
+/// A shape: its description, the ops of its root node, and a test on a root node (with the
+/// graph's producers).
+type Signature = (
+    &'static str,
+    &'static [&'static str],
+    fn(&Node, &Producers<'_>) -> bool,
+);
 
 /// The shapes looked for, by their root node.
 const SIGNATURES: &[Signature] = &[
     (
         "RMSNorm / LayerNorm (ReduceMean of a square)",
+        &["ReduceMean"],
         mean_of_square,
     ),
-    ("GELU (Erf or Tanh of x)", gelu_core),
-    ("rotate-half RoPE (Concat of a Neg half)", rotate_half),
-    ("attention (Softmax of MatMul scores)", softmax_of_scores),
+    ("GELU (Erf or Tanh of x)", &["Erf", "Tanh"], gelu_core),
+    (
+        "rotate-half RoPE (Concat of a Neg half)",
+        &["Concat"],
+        rotate_half,
+    ),
+    (
+        "attention (Softmax of MatMul scores)",
+        &["Softmax"],
+        softmax_of_scores,
+    ),
 ];
 
 /// The producer of each value of a graph.
@@ -93,17 +107,27 @@ fn scores(value: &str, p: &Producers<'_>, depth: usize) -> bool {
 /// The decomposed shapes of `input` that are still in `output`, by kind (kinds with none left
 /// are omitted), in [`SIGNATURES`] order.
 pub fn leftovers(input: &Graph, output: &Graph) -> Vec<Leftover> {
+    let is_root = |n: &&Node| {
+        SIGNATURES
+            .iter()
+            .any(|(_, ops, _)| ops.contains(&n.op_type.as_str()))
+    };
+    let roots: Vec<&Node> = output.nodes.iter().filter(is_root).collect();
+    if roots.is_empty() {
+        // Most optimized graphs: nothing to index the producers of both graphs for.
+        return Vec::new();
+    }
     let (before, after) = (Producers::of(input), Producers::of(output));
     let mut found: BTreeMap<usize, Leftover> = BTreeMap::new();
-    for node in &output.nodes {
+    for node in roots {
         let Some(out) = node.outputs.first() else {
             continue;
         };
         if before.op(out) != Some(node.op_type.as_str()) {
             continue;
         }
-        for (i, (shape, matches)) in SIGNATURES.iter().enumerate() {
-            if matches(node, &after) {
+        for (i, (shape, ops, matches)) in SIGNATURES.iter().enumerate() {
+            if ops.contains(&node.op_type.as_str()) && matches(node, &after) {
                 found
                     .entry(i)
                     .or_insert_with(|| Leftover {

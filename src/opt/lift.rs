@@ -1,9 +1,11 @@
 //! IR → e-graph.
 
-use egg::{Id, Symbol};
+use egg::{Id, Language, Symbol};
 use rustc_hash::FxHashMap;
 
-use super::analysis::{OnnxAnalysis, OnnxGraph};
+use super::analysis::{
+    class_data, literal_type, rebuild, ClassData, Kind, OnnxAnalysis, OnnxGraph,
+};
 use super::fingerprint::LeafValues;
 use super::fold::MAX_INPUT_ELEMS;
 use super::lang::{AttrValue, Literal, Onnx};
@@ -31,6 +33,93 @@ pub fn lift(graph: &Graph) -> Result<Lifted> {
 /// Lifts `graph`; with `fingerprints`, every class also carries its value on those leaf
 /// values (verification mode).
 pub fn lift_with(graph: &Graph, fingerprints: Option<LeafValues>) -> Result<Lifted> {
+    let mut egraph = OnnxGraph::new(leaf_analysis(graph, fingerprints));
+    let outputs: usize = graph.nodes.iter().map(|n| n.outputs.len()).sum();
+    let mut names = Vec::with_capacity(outputs);
+    let outs = walk(graph, &mut egraph, Some(&mut names))?;
+    let root = egraph.add(Onnx::Root(outs));
+    rebuild(&mut egraph);
+    Ok(Lifted {
+        egraph,
+        root,
+        names,
+    })
+}
+
+/// The types of `graph`'s outputs as lifting infers them (`None` for an output that is no
+/// tensor), without building the e-graph: one pass of the analysis over the nodes in order.
+///
+/// It infers what [`lift`] does. Lifting also merges classes: identical nodes (which have
+/// identical data), and a class that folds to a constant with that constant's leaf, whose type
+/// (the constant's, fully known) joins the class's; this pass joins that type in too.
+pub fn output_types(graph: &Graph) -> Result<Vec<Option<TensorType>>> {
+    let mut pass = Pass {
+        analysis: leaf_analysis(graph, None),
+        data: Vec::new(),
+        leaves: FxHashMap::default(),
+    };
+    let outs = walk(graph, &mut pass, None)?;
+    Ok(outs
+        .iter()
+        .map(|&id| pass.data[usize::from(id)].tensor().cloned())
+        .collect())
+}
+
+/// Where [`walk`] puts the nodes of a graph.
+trait Sink {
+    /// Adds `node` (its children added before), returning its class.
+    fn add(&mut self, node: Onnx) -> Id;
+    /// The analysis the classes are made with.
+    fn analysis(&mut self) -> &mut OnnxAnalysis;
+}
+
+impl Sink for OnnxGraph {
+    fn add(&mut self, node: Onnx) -> Id {
+        OnnxGraph::add(self, node)
+    }
+
+    fn analysis(&mut self) -> &mut OnnxAnalysis {
+        &mut self.analysis
+    }
+}
+
+/// [`output_types`]' sink: the data of every added node, by id (leaves added once: most
+/// nodes share their attribute values).
+struct Pass {
+    analysis: OnnxAnalysis,
+    data: Vec<ClassData>,
+    leaves: FxHashMap<Onnx, Id>,
+}
+
+impl Sink for Pass {
+    fn add(&mut self, node: Onnx) -> Id {
+        if node.is_leaf() {
+            if let Some(&id) = self.leaves.get(&node) {
+                return id;
+            }
+        }
+        let data = &self.data;
+        let mut made = class_data(&self.analysis, &node, |id| &data[usize::from(id)]);
+        // Lifting merges an op class that folds to a constant with the constant's leaf.
+        if let (Onnx::Op(_), Kind::Tensor(ty), Some(k)) = (&node, &mut made.kind, &made.konst) {
+            *ty = ty.join(&literal_type(k));
+        }
+        self.data.push(made);
+        let id = Id::from(self.data.len() - 1);
+        if node.is_leaf() {
+            self.leaves.insert(node, id);
+        }
+        id
+    }
+
+    fn analysis(&mut self) -> &mut OnnxAnalysis {
+        &mut self.analysis
+    }
+}
+
+/// The analysis of `graph`'s leaves: the types of its inputs and initializers, and the values
+/// of its small inline initializers.
+fn leaf_analysis(graph: &Graph, fingerprints: Option<LeafValues>) -> OnnxAnalysis {
     let mut analysis = OnnxAnalysis {
         fingerprint_leaves: fingerprints,
         ..OnnxAnalysis::default()
@@ -57,7 +146,16 @@ pub fn lift_with(graph: &Graph, fingerprints: Option<LeafValues>) -> Result<Lift
             }
         }
     }
-    let mut egraph = OnnxGraph::new(analysis);
+    analysis
+}
+
+/// Adds `graph`'s inputs, initializers and nodes (in order) to `sink`; pushes every node
+/// output's name and class to `names`, in node order. Returns the classes of the graph outputs.
+fn walk(
+    graph: &Graph,
+    sink: &mut impl Sink,
+    mut names: Option<&mut Vec<(String, Id)>>,
+) -> Result<Vec<Id>> {
     let outputs: usize = graph.nodes.iter().map(|n| n.outputs.len()).sum();
     let mut values: FxHashMap<&str, Id> = FxHashMap::with_capacity_and_hasher(
         graph.inputs.len() + graph.initializers.len() + outputs,
@@ -66,22 +164,21 @@ pub fn lift_with(graph: &Graph, fingerprints: Option<LeafValues>) -> Result<Lift
     for v in &graph.inputs {
         values.insert(
             &v.name,
-            egraph.add(Onnx::Input(Symbol::from(v.name.as_str()))),
+            sink.add(Onnx::Input(Symbol::from(v.name.as_str()))),
         );
     }
     for init in &graph.initializers {
         values.insert(
             &init.name,
-            egraph.add(Onnx::Init(Symbol::from(init.name.as_str()))),
+            sink.add(Onnx::Init(Symbol::from(init.name.as_str()))),
         );
     }
-    let absent = egraph.add(Onnx::Absent);
+    let absent = sink.add(Onnx::Absent);
     let declared_types: FxHashMap<&str, TensorType> = graph
         .value_info
         .iter()
         .map(|v| (v.name.as_str(), TensorType::of(v.dtype, &v.shape)))
         .collect();
-    let mut names = Vec::with_capacity(outputs);
     for node in &graph.nodes {
         let mut children = node
             .inputs
@@ -109,7 +206,7 @@ pub fn lift_with(graph: &Graph, fingerprints: Option<LeafValues>) -> Result<Lift
                 .attrs
                 .get(*name)
                 .map_or(AttrValue::Unset, AttrValue::from_attr);
-            children.push(egraph.add(Onnx::Attr(value)));
+            children.push(sink.add(Onnx::Attr(value)));
         }
         let outputs = node.outputs.len().max(1);
         let enode = Onnx::op(&key, &attr_names, node.inputs.len(), outputs, children);
@@ -119,9 +216,9 @@ pub fn lift_with(graph: &Graph, fingerprints: Option<LeafValues>) -> Result<Lift
             .map(|o| declared_types.get(o.as_str()).cloned().unwrap_or_default())
             .collect();
         if declared.iter().any(|t| *t != TensorType::default()) {
-            egraph.analysis.declared.insert(enode.clone(), declared);
+            sink.analysis().declared.insert(enode.clone(), declared);
         }
-        let op = egraph.add(enode);
+        let op = sink.add(enode);
         for (i, out) in node.outputs.iter().enumerate() {
             if out.is_empty() {
                 continue;
@@ -129,13 +226,15 @@ pub fn lift_with(graph: &Graph, fingerprints: Option<LeafValues>) -> Result<Lift
             let id = if outputs == 1 {
                 op
             } else {
-                egraph.add(Onnx::Get {
+                sink.add(Onnx::Get {
                     index: i,
                     tuple: [op],
                 })
             };
             values.insert(out, id);
-            names.push((out.clone(), id));
+            if let Some(names) = names.as_deref_mut() {
+                names.push((out.clone(), id));
+            }
         }
     }
     let outs = graph
@@ -148,11 +247,5 @@ pub fn lift_with(graph: &Graph, fingerprints: Option<LeafValues>) -> Result<Lift
                 .ok_or_else(|| Error::Graph(format!("graph output `{}` is never produced", o.name)))
         })
         .collect::<Result<Vec<Id>>>()?;
-    let root = egraph.add(Onnx::Root(outs));
-    egraph.rebuild();
-    Ok(Lifted {
-        egraph,
-        root,
-        names,
-    })
+    Ok(outs)
 }

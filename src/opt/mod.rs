@@ -29,6 +29,7 @@ mod recognize;
 mod recognize_gemm;
 mod recognize_rotary;
 pub mod rules;
+mod saturate;
 pub mod schema;
 mod shape_value;
 mod sym_value;

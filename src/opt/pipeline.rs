@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use egg::{Id, Rewrite, Runner, SimpleScheduler, StopReason};
+use egg::{Id, Rewrite, StopReason};
 
 use super::analysis::{OnnxAnalysis, OnnxGraph};
 use super::cost::CostModel;
@@ -13,10 +13,11 @@ use super::fingerprint::LeafValues;
 use super::gate::KvCache;
 use super::lang::Onnx;
 use super::leftovers::leftovers;
-use super::lift::{lift, lift_with, Lifted};
+use super::lift::{lift_with, output_types, Lifted};
 use super::lower::lower;
 use super::opset;
 use super::rules::{all_rules, RuleSpec, Stage};
+use super::saturate::{saturate, RunLimits};
 use super::trace::{GroupReport, OptimizeReport, StageReport};
 use super::types::TensorType;
 use crate::ep::EpCapabilities;
@@ -62,6 +63,12 @@ pub struct OptimizeOptions {
     pub accuracy_level: Option<u8>,
     /// The KV-cache contract the model will run under (gates the `genai_kv_cache` rules).
     pub kv_cache: KvCache,
+    /// Measure what each rule group changed (`--trace`): the input graph's cost and every
+    /// group's op-count change, at the price of one extraction of the e-graph per group that
+    /// changed it. Off, only the final graph is extracted (the same graph): the report's
+    /// [`cost_before`](OptimizeReport::cost_before) and group
+    /// [`delta`](super::trace::GroupReport::delta)s are `None`.
+    pub trace: bool,
 }
 
 /// Optimizes `model` for the EP `caps`; returns the new model and what each stage did.
@@ -98,19 +105,27 @@ pub fn optimize_with_rules(
     // stages rewrite; the trace then starts from the input graph's counts.
     // The extraction of the e-graph as it is now, when one was made and nothing changed since.
     let mut current: Option<Extraction<Onnx>> = None;
-    let mut counts = match extract(&egraph, root, &cost) {
-        Ok(first) => {
-            report.cost_before = first.cost;
-            let counts = op_counts(&egraph, root, &first);
-            current = Some(first);
-            counts
-        }
-        Err(_) => {
-            report.cost_before = f64::INFINITY;
-            model.graph.op_counts()
-        }
+    // The op counts of the graph as it is now (traced runs only).
+    let mut counts = None;
+    if opts.trace {
+        counts = Some(match extract(&egraph, root, &cost) {
+            Ok(first) => {
+                report.cost_before = Some(first.cost);
+                let counts = op_counts(&egraph, root, &first);
+                current = Some(first);
+                counts
+            }
+            Err(_) => {
+                report.cost_before = Some(f64::INFINITY);
+                model.graph.op_counts()
+            }
+        });
+    }
+    let run_limits = RunLimits {
+        iterations: opts.limits.iterations,
+        nodes: (egraph.total_number_of_nodes() * opts.limits.node_factor).max(10_000),
+        time: opts.limits.time,
     };
-    let node_limit = (egraph.total_number_of_nodes() * opts.limits.node_factor).max(10_000);
 
     for stage in Stage::ALL {
         let stage_start = Instant::now();
@@ -128,23 +143,38 @@ pub fn optimize_with_rules(
         }
         let mut stage_report = StageReport::new(stage, groups.len());
         let mut active: Vec<Rewrite<Onnx, OnnxAnalysis>> = Vec::new();
+        // Whether the e-graph is a fixpoint of `active`: applying those rules to it would
+        // change nothing (true of no rules; after a run, when it saturated).
+        let mut fixpoint = true;
         for group in groups {
+            let new_rules = active.len();
             for r in enabled.iter().filter(|r| r.group == group) {
                 active.push(r.rewrite()?);
             }
+            // A run would apply the rules before this group's to no effect, and this group's
+            // rules to nothing when they match nothing: it would end saturated after one
+            // iteration with the e-graph as it is. Skipping it saves a search and a
+            // re-application of every rule of the stage so far.
+            if fixpoint
+                && within_limits(&egraph, &run_limits)
+                && active[new_rules..]
+                    .iter()
+                    .all(|rule| rule.search(&egraph).is_empty())
+            {
+                stage_report.groups.push(GroupReport {
+                    group: group.to_string(),
+                    delta: counts.as_ref().map(|_| BTreeMap::new()),
+                    found: 0,
+                });
+                continue;
+            }
             let changes_before = egraph.analysis.changes;
-            let runner = Runner::<Onnx, OnnxAnalysis>::new(OnnxAnalysis::default())
-                .with_egraph(egraph)
-                .with_scheduler(SimpleScheduler)
-                .with_iter_limit(opts.limits.iterations)
-                .with_node_limit(node_limit)
-                .with_time_limit(opts.limits.time)
-                .run(&active);
-            stage_report.iterations += runner.iterations.len();
-            let found: usize = runner
-                .iterations
+            let group_start = Instant::now();
+            let run = saturate(&mut egraph, &active, run_limits);
+            stage_report.iterations += run.iterations;
+            let found: usize = run
+                .applied
                 .iter()
-                .flat_map(|i| &i.applied)
                 .filter(|(rule, _)| {
                     enabled
                         .iter()
@@ -154,18 +184,18 @@ pub fn optimize_with_rules(
                 .sum();
             tracing::debug!(
                 "{stage} / {group}: {} iterations, {} e-nodes, {:.1} ms",
-                runner.iterations.len(),
-                runner.egraph.total_number_of_nodes(),
-                runner.iterations.iter().map(|i| i.total_time).sum::<f64>() * 1e3
+                run.iterations,
+                egraph.total_number_of_nodes(),
+                group_start.elapsed().as_secs_f64() * 1e3
             );
-            if !matches!(runner.stop_reason, Some(StopReason::Saturated) | None) {
-                let reason = format!("{:?}", runner.stop_reason.as_ref().expect("checked"));
+            if !matches!(run.stop, StopReason::Saturated) {
+                let reason = format!("{:?}", run.stop);
                 tracing::warn!(
                     "{stage} stopped early ({reason}); using the best graph found so far"
                 );
                 stage_report.limit_hit = Some(reason);
             }
-            egraph = runner.egraph;
+            fixpoint = matches!(run.stop, StopReason::Saturated);
             if let Some(v) = egraph.analysis.violations.first() {
                 return Err(Error::UnsoundRewrite {
                     rule: v.rule.clone(),
@@ -175,23 +205,36 @@ pub fn optimize_with_rules(
             }
             // A group that neither added a class nor merged two leaves the e-graph, and so the
             // extraction, as it was.
-            let after = if egraph.analysis.changes != changes_before {
+            let changed = egraph.analysis.changes != changes_before;
+            if changed {
                 current = None;
-                match extract(&egraph, root, &cost) {
-                    Ok(extraction) => {
-                        let after = op_counts(&egraph, root, &extraction);
-                        current = Some(extraction);
-                        after
-                    }
-                    Err(_) => counts.clone(),
+            }
+            let delta = match &mut counts {
+                Some(counts) => {
+                    let after = if changed {
+                        match extract(&egraph, root, &cost) {
+                            Ok(extraction) => {
+                                let after = op_counts(&egraph, root, &extraction);
+                                current = Some(extraction);
+                                after
+                            }
+                            Err(_) => counts.clone(),
+                        }
+                    } else {
+                        counts.clone()
+                    };
+                    let delta = GroupReport::delta(counts, &after);
+                    *counts = after;
+                    Some(delta)
                 }
-            } else {
-                counts.clone()
+                None => None,
             };
-            let mut group_report = GroupReport::new(group, &counts, &after);
-            group_report.found = found;
+            let group_report = GroupReport {
+                group: group.to_string(),
+                delta,
+                found,
+            };
             stage_report.groups.push(group_report);
-            counts = after;
         }
         stage_report.enodes = egraph.total_number_of_nodes();
         stage_report.eclasses = egraph.number_of_classes();
@@ -211,6 +254,8 @@ pub fn optimize_with_rules(
     report.cost_after = extraction.cost;
     let chosen = |class: Id| extraction.node(class).clone();
     let graph = lower(&model.graph, &egraph, root, &names, &chosen)?;
+    // Done with the e-graph: free it before the checks allocate (a lower peak of memory).
+    drop((egraph, extraction, names));
     check_supported(&graph, caps)?;
     check_output_types(&graph, "the optimized graph")?;
     report.nodes_after = graph.nodes.len();
@@ -261,6 +306,12 @@ pub fn optimize_with_rules(
         producer_version: model.producer_version.clone(),
     };
     Ok((out, report))
+}
+
+/// Whether a run's first iteration would start: it stops before searching when the e-graph
+/// is over the node limit or a limit allows no iteration at all.
+fn within_limits(egraph: &OnnxGraph, limits: &RunLimits) -> bool {
+    egraph.total_size() <= limits.nodes && limits.iterations > 0 && !limits.time.is_zero()
 }
 
 fn extract(egraph: &OnnxGraph, root: Id, cost: &CostModel<'_>) -> Result<Extraction<Onnx>> {
@@ -317,13 +368,10 @@ fn op_counts(
 /// Types inferred on `graph` (called `what` in errors) agree with its declared outputs: after
 /// lowering, and on an imported graph before optimizing it.
 pub fn check_output_types(graph: &Graph, what: &str) -> Result<()> {
-    let lifted = lift(graph)?;
-    let Some(Onnx::Root(outs)) = lifted.egraph[lifted.root].nodes.first() else {
-        return Err(Error::Graph(format!("{what} has no root")));
-    };
-    for (declared, &class) in graph.outputs.iter().zip(outs) {
+    let inferred = output_types(graph)?;
+    for (declared, got) in graph.outputs.iter().zip(inferred) {
         let want = TensorType::of(declared.dtype, &declared.shape);
-        if let Some(got) = lifted.egraph[class].data.tensor() {
+        if let Some(got) = got {
             if !got.compatible(&want) {
                 return Err(Error::Graph(format!(
                     "output `{}` is declared {want} but {what} computes {got}",

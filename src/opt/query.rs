@@ -42,12 +42,12 @@ pub fn int_attr(g: &OnnxGraph, id: Id) -> Option<i64> {
 
 /// The values of an integer constant class.
 pub fn const_ints(g: &OnnxGraph, id: Id) -> Option<Vec<i64>> {
-    g[id].data.konst.as_ref().and_then(literal_ints)
+    g[id].data.konst.as_deref().and_then(literal_ints)
 }
 
 /// The values of a float (f32, f16, bf16) constant class, widened to f64.
 pub fn const_floats(g: &OnnxGraph, id: Id) -> Option<Vec<f64>> {
-    let lit = g[id].data.konst.as_ref()?;
+    let lit = g[id].data.konst.as_deref()?;
     let bytes = &lit.bytes;
     Some(match lit.dtype {
         DType::F32 => bytes

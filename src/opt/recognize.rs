@@ -34,7 +34,7 @@ fn single_float(lit: &Literal) -> Option<f64> {
 /// The value of class `c` when it is a single-element float constant of `x`'s dtype whose rank
 /// is at most `x`'s (so adding it broadcasts nothing into `x`'s shape).
 fn scalar_like(g: &OnnxGraph, c: Id, x: Id) -> Option<f64> {
-    let lit = g[c].data.konst.as_ref()?;
+    let lit = g[c].data.konst.as_deref()?;
     let xt = g[x].data.tensor()?;
     (Some(lit.dtype) == xt.dtype && lit.shape.len() <= xt.rank()?).then_some(())?;
     single_float(lit)
@@ -71,7 +71,7 @@ fn means_last_axis(g: &OnnxGraph, reduce: &OpNode, x: Id) -> bool {
     );
     let axes = match (reduce.input_ids(), attr("axes")) {
         ([_, axes], None | Some(AttrValue::Unset)) => {
-            g[*axes].data.konst.as_ref().and_then(literal_ints)
+            g[*axes].data.konst.as_deref().and_then(literal_ints)
         }
         ([_], Some(AttrValue::Ints(axes))) => Some(axes.clone()),
         _ => None,

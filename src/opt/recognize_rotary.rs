@@ -96,7 +96,7 @@ fn is_last_axis(g: &OnnxGraph, axis: Id) -> bool {
 /// Whether class `k` is a float constant of one element and rank at most `rank` (a scale
 /// that broadcasts nothing into the table's shape).
 fn single_scale(g: &OnnxGraph, k: Id, rank: usize) -> bool {
-    g[k].data.konst.as_ref().is_some_and(|lit| {
+    g[k].data.konst.as_deref().is_some_and(|lit| {
         matches!(
             lit.dtype,
             DType::F32 | DType::F16 | DType::BF16 | DType::F64
@@ -152,7 +152,7 @@ pub fn rotary_table(g: &OnnxGraph, c4: Id, x: Id) -> Option<HalfTable> {
         let [c, axes] = u.input_ids() else {
             return None;
         };
-        let axes = g[*axes].data.konst.as_ref().and_then(literal_ints)?;
+        let axes = g[*axes].data.konst.as_deref().and_then(literal_ints)?;
         let ct = g[*c].data.tensor()?;
         (matches!(axes[..], [1] | [-3]) && ct.rank() == Some(3) && ct.dtype == dtype)
             .then_some(())?;

@@ -8,25 +8,25 @@ use super::rules::Stage;
 use crate::ir::DType;
 use crate::role::Role;
 
-/// The op-count change of one rule group.
+/// What one rule group did.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GroupReport {
     /// The group name.
     pub group: String,
-    /// Op → count change (non-zero entries only).
-    pub delta: BTreeMap<String, i64>,
+    /// Op → count change of the extracted graph (non-zero entries only); `None` when the run
+    /// was not traced ([`OptimizeOptions::trace`](super::OptimizeOptions::trace)).
+    pub delta: Option<BTreeMap<String, i64>>,
     /// Equalities the group's rules added (a recognition rule: the instances it recognised,
     /// whether or not the EP's extraction then picks them).
     pub found: usize,
 }
 
 impl GroupReport {
-    /// The change from `before` to `after`.
-    pub fn new(
-        group: &str,
+    /// The non-zero op-count changes from `before` to `after`.
+    pub fn delta(
         before: &BTreeMap<String, usize>,
         after: &BTreeMap<String, usize>,
-    ) -> GroupReport {
+    ) -> BTreeMap<String, i64> {
         let mut delta = BTreeMap::new();
         for op in before.keys().chain(after.keys()) {
             let d = *after.get(op).unwrap_or(&0) as i64 - *before.get(op).unwrap_or(&0) as i64;
@@ -34,16 +34,12 @@ impl GroupReport {
                 delta.insert(op.clone(), d);
             }
         }
-        GroupReport {
-            group: group.to_string(),
-            delta,
-            found: 0,
-        }
+        delta
     }
 
-    /// Net change in node count.
+    /// Net change in node count (0 when not measured).
     pub fn net(&self) -> i64 {
-        self.delta.values().sum()
+        self.delta.iter().flat_map(|d| d.values()).sum()
     }
 }
 
@@ -97,8 +93,9 @@ pub struct OptimizeReport {
     pub nodes_before: usize,
     /// Nodes of the output graph.
     pub nodes_after: usize,
-    /// DAG cost of the input graph under the EP cost model (µs).
-    pub cost_before: f64,
+    /// DAG cost of the input graph under the EP cost model (µs); `None` when the run was not
+    /// traced ([`OptimizeOptions::trace`](super::OptimizeOptions::trace)).
+    pub cost_before: Option<f64>,
     /// DAG cost of the output graph (µs).
     pub cost_after: f64,
     /// The stages.
@@ -119,7 +116,7 @@ impl OptimizeReport {
             role,
             nodes_before,
             nodes_after: nodes_before,
-            cost_before: 0.0,
+            cost_before: None,
             cost_after: 0.0,
             stages: Vec::new(),
             leftovers: Vec::new(),
@@ -171,7 +168,8 @@ impl fmt::Display for OptimizeReport {
                 ),
             };
             writeln!(f, "{P} {title}")?;
-            if i == 0 {
+            let traced = s.groups.iter().all(|g| g.delta.is_some());
+            if i == 0 && traced {
                 // Cleanup also counts what lifting did (CSE by hash-consing, constant folding).
                 let after = nodes + s.groups.iter().map(GroupReport::net).sum::<i64>();
                 writeln!(
@@ -184,27 +182,30 @@ impl fmt::Display for OptimizeReport {
                 nodes = after;
             } else {
                 for g in &s.groups {
+                    let Some(delta) = &g.delta else {
+                        writeln!(
+                            f,
+                            "{P}   {:<25}: found {} (op counts not traced)",
+                            g.group, g.found
+                        )?;
+                        continue;
+                    };
                     if s.stage == Stage::Recognize {
-                        let changes: Vec<String> = g
-                            .delta
-                            .iter()
-                            .map(|(op, d)| format!("{d:+} {op}"))
-                            .collect();
+                        let changes: Vec<String> =
+                            delta.iter().map(|(op, d)| format!("{d:+} {op}")).collect();
                         let changes = match changes.is_empty() {
                             true => "graph unchanged".to_string(),
                             false => changes.join(", "),
                         };
                         writeln!(f, "{P}   {:<25}: found {} ({changes})", g.group, g.found)?;
-                    } else if g.delta.is_empty() {
+                    } else if delta.is_empty() {
                         writeln!(f, "{P}   {:<25}: no matches (0 nodes affected)", g.group)?;
                     } else {
-                        let added = g
-                            .delta
+                        let added = delta
                             .iter()
                             .filter(|(_, d)| **d > 0)
                             .map(|(op, d)| format!("+{d} {op}"));
-                        let removed = g
-                            .delta
+                        let removed = delta
                             .iter()
                             .filter(|(_, d)| **d < 0)
                             .map(|(op, d)| format!("-{} {op}", -d));
@@ -240,14 +241,16 @@ impl fmt::Display for OptimizeReport {
                 writeln!(f, "{P}   {} × {}, e.g. `{}`", l.count, l.shape, l.example)?;
             }
         }
+        let cost = match self.cost_before {
+            Some(before) => format!("{before:.1} → {:.1}", self.cost_after),
+            None => format!("{:.1}", self.cost_after),
+        };
         writeln!(
             f,
-            "{P} Summary: {} nodes total, ep={}, dtype={}, cost {:.1} → {:.1} µs (prefill), {:.1} ms",
+            "{P} Summary: {} nodes total, ep={}, dtype={}, cost {cost} µs (prefill), {:.1} ms",
             self.nodes_after,
             self.ep,
             onnx_name(self.dtype),
-            self.cost_before,
-            self.cost_after,
             self.seconds * 1e3
         )
     }

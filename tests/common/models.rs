@@ -86,6 +86,7 @@ pub fn optimize_options(dtype: DType, role: Role) -> OptimizeOptions {
         fingerprint_leaves: None,
         accuracy_level: None,
         kv_cache: mobius::opt::KvCache::AsIs,
+        trace: false,
     }
 }
 

@@ -16,7 +16,7 @@ pub(crate) const RANGE_TO_CUMSUM: Applier<3> =
 /// Reads `?start ?limit ?delta` of `(Range ?start ?limit ?delta)`; declines unless the
 /// bounds are int64 and `delta` is the constant 1.
 fn range_to_cumsum(g: &mut OnnxGraph, _: Site<'_>, [start, limit, delta]: [Id; 3]) -> Option<Id> {
-    let step = g[delta].data.konst.as_ref().and_then(literal_ints)?;
+    let step = g[delta].data.konst.as_deref().and_then(literal_ints)?;
     let mut e = Emit::new(g);
     let int64 = |e: &Emit<'_>, id: Id| e.tensor(id).and_then(|t| t.dtype) == Some(DType::I64);
     if step != [1] || !int64(&e, start) || !int64(&e, limit) || !int64(&e, delta) {
