@@ -14,7 +14,7 @@ use super::{
 pub use crate::config::{ModelType, ReadConfig};
 use std::path::Path;
 
-use crate::config::{ArchConfig, Fields, HfConfig};
+use crate::config::{ArchConfig, Fields, HfConfig, RopeScaling};
 use crate::Error;
 use crate::Result;
 use serde_json::Value;
@@ -183,7 +183,28 @@ pub fn parse_config_with(
             &assume_llama::ASSUMED_LLAMA
         }
     };
-    ArchConfig::from_hf(&raw, path, model_type)
+    let cfg = ArchConfig::from_hf(&raw, path, model_type)?;
+    refuse_unbuilt_longrope(&cfg, model_type.name, &f)?;
+    Ok(cfg)
+}
+
+/// The model types whose builders switch LongRoPE's short and long factors (and scale by its
+/// attention factor); every other family would rotate with the short factors alone.
+const LONGROPE_TYPES: &[&str] = &["phi3"];
+
+/// Refuses a LongRoPE config (`rope_type` `longrope`/`su`) for a family that does not build it.
+fn refuse_unbuilt_longrope(cfg: &ArchConfig, name: &str, f: &Fields) -> Result<()> {
+    if matches!(cfg.rope.scaling, RopeScaling::LongRope(_)) && !LONGROPE_TYPES.contains(&name) {
+        return Err(f.err(
+            "rope_scaling",
+            &format!(
+                "`longrope` is built for {} only, not for model_type `{name}` (its graph would \
+                 rotate with the short factors alone)",
+                LONGROPE_TYPES.join(", ")
+            ),
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -205,6 +226,28 @@ mod tests {
         let families: BTreeSet<&str> = FAMILIES.iter().map(|f| f.name).collect();
         assert_eq!(families.len(), FAMILIES.len(), "a family registered twice");
         assert!(FAMILIES.iter().all(|f| !f.model_types.is_empty()));
+    }
+
+    #[test]
+    fn longrope_is_refused_where_it_is_not_built() {
+        let json = |model_type: &str| {
+            format!(
+                r#"{{"model_type": "{model_type}", "hidden_size": 64, "intermediate_size": 128,
+                "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 300,
+                "max_position_embeddings": 256, "original_max_position_embeddings": 64,
+                "rope_scaling": {{"type": "longrope", "short_factor": [1,1,1,1,1,1,1,1],
+                "long_factor": [2,2,2,2,2,2,2,2]}}}}"#
+            )
+        };
+        let path = Path::new("config.json");
+        assert!(parse_config(json("phi3").as_bytes(), path).is_ok());
+        let err = parse_config(json("llama").as_bytes(), path)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("rope_scaling") && err.contains("`longrope` is built for phi3 only"),
+            "{err}"
+        );
     }
 
     #[test]
