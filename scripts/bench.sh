@@ -10,14 +10,22 @@
 # Needs ~2x that size free in the temporary folder ($TMPDIR or /tmp); takes about a minute once
 # built. The full log is kept in target/bench-build.log.
 #
-# Then the scale benchmark: the release CLI builds `--no-weights` Llama-3.2-1B configs with more
-# layers (default EP, and --ep cuda --dtype f16), reporting wall time and max RSS (best of
-# MOBIUS_BENCH_SCALE_RUNS runs, default 3) and the ratio of each size to the smallest. Build time
-# should grow linearly with the layer count.
+# Then the scale benchmark (scripts/bench_scale.py): the release CLI builds `--no-weights`
+# Llama-3.2-1B configs with more layers (default EP, and --ep cuda --dtype f16), runs of the
+# sizes interleaved, reporting the best wall time, the best CPU time (user + system), the
+# largest max RSS and, when they can be counted, the instructions of one run; then each size's
+# ratios to the smallest. Instructions are what scales linearly (a fixed cost of about 10
+# layers' worth keeps the 100 -> 1,000 ratio just under 10); time grows faster once the working
+# set leaves the CPU caches (see the README's Performance section).
 #
 #   scripts/bench.sh scale                 only the scale benchmark
 #   MOBIUS_BENCH_SCALE_LAYERS="100 1000"   layer counts (default "100 1000 2000"; at most
 #                                          limits::config::MAX_LAYERS)
+#   MOBIUS_BENCH_SCALE_RUNS=N              runs per size (default 3)
+#   MOBIUS_BENCH_SCALE_INSTRUCTIONS=M      how to count instructions: `auto` (default: perf
+#                                          where the CPU's counters can be read, else none),
+#                                          `perf` (perf stat -e instructions:u), `valgrind`
+#                                          (cachegrind: exact, ~30x slower) or `none`
 #
 # The weights benchmark (not part of the default run: it needs ~4 GB of disk and a few
 # minutes): the release CLI's whole `mobius build` (f16, bf16, f32, --quant int4) of a generated
@@ -61,54 +69,11 @@ cd "$ROOT"
 mkdir -p target
 log="target/bench-build.log"
 
-# One `mobius build --no-weights` of $1 (a config folder) with flags $2...: prints
-# "<wall seconds> <max RSS KiB>", the best wall time and the largest RSS of the runs.
-time_build() {
-  local dir="$1"
-  shift
-  local best="" rss=0 line wall kb
-  for _ in $(seq "${MOBIUS_BENCH_SCALE_RUNS:-3}"); do
-    rm -rf "$scratch/out"
-    local t0 t1
-    t0=$(date +%s%N)
-    line=$(/usr/bin/time -f "%M" target/release/mobius build --config "$dir" "$scratch/out" \
-      --no-weights -q "$@" 2>&1 >/dev/null | tail -n 1)
-    t1=$(date +%s%N)
-    kb="$line"
-    wall=$(awk "BEGIN{printf \"%.3f\", ($t1 - $t0) / 1e9}")
-    if [[ -z "$best" ]] || awk "BEGIN{exit !($wall < $best)}"; then best="$wall"; fi
-    if ((kb > rss)); then rss="$kb"; fi
-  done
-  echo "$best $rss"
-}
-
 scale() {
-  if [[ ! -x /usr/bin/time ]]; then
-    echo "error: the scale benchmark needs GNU time (/usr/bin/time)" >&2
-    exit 1
-  fi
-  cargo build --release --quiet
-  scratch=$(mktemp -d)
-  trap 'rm -rf "$scratch"' EXIT
+  cargo build --release --quiet --bin mobius
   local layers=(${MOBIUS_BENCH_SCALE_LAYERS:-100 1000 2000})
-  for n in "${layers[@]}"; do
-    mkdir -p "$scratch/l$n"
-    sed -E "s/\"num_hidden_layers\": *[0-9]+/\"num_hidden_layers\": $n/" \
-      tests/data/configs/llama-3.2-1b/config.json >"$scratch/l$n/config.json"
-  done
-  echo "== scale: mobius build --no-weights, Llama-3.2-1B with more layers (best of ${MOBIUS_BENCH_SCALE_RUNS:-3})"
-  local target
-  for target in "default" "cuda f16"; do
-    local flags=()
-    [[ "$target" == "cuda f16" ]] && flags=(--ep cuda --dtype f16)
-    local base=""
-    for n in "${layers[@]}"; do
-      read -r wall kb <<<"$(time_build "$scratch/l$n" "${flags[@]}")"
-      [[ -z "$base" ]] && base="$wall"
-      printf 'summary: scale %-8s %5d layers: %7.3f s, max RSS %6d MiB, time ratio to %d layers %.1f\n' \
-        "$target" "$n" "$wall" $((kb / 1024)) "${layers[0]}" "$(awk "BEGIN{print $wall / ($base > 0 ? $base : 0.01)}")"
-    done
-  done
+  python3 scripts/bench_scale.py --bin target/release/mobius --layers "${layers[@]}" \
+    --runs "${MOBIUS_BENCH_SCALE_RUNS:-3}" --instructions "${MOBIUS_BENCH_SCALE_INSTRUCTIONS:-auto}"
 }
 
 weights() {

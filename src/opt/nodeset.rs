@@ -48,75 +48,113 @@ impl Universe {
     }
 }
 
-/// A persistent set of node indices: a trie of a [`Sets`] arena (copying it is O(1)).
+/// A persistent set of node indices: a trie of a [`Sets`] arena (copying it is O(1)). The
+/// index is into the arena's leaves for a trie at the leaf level, into its branches otherwise.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(super) struct NodeSet(u32);
 
-/// The empty set (arena slot 0 is never a trie).
+/// The empty set (slot 0 of both arenas is never a trie).
 const EMPTY: NodeSet = NodeSet(0);
 
-#[derive(Debug)]
-enum Trie {
-    Leaf {
-        bits: u64,
-        cost: f64,
-        count: usize,
-    },
-    Branch {
-        children: [NodeSet; FANOUT],
-        cost: f64,
-        count: usize,
-    },
+/// The members of a set among 64 consecutive indices.
+#[derive(Debug, Clone, Copy)]
+struct Leaf {
+    bits: u64,
+    cost: f64,
+    count: u32,
 }
 
-impl Trie {
-    fn totals(&self) -> (f64, usize) {
-        match self {
-            Trie::Leaf { cost, count, .. } | Trie::Branch { cost, count, .. } => (*cost, *count),
-        }
-    }
+/// A set's subtrees over 16 consecutive spans.
+#[derive(Debug, Clone, Copy)]
+struct Branch {
+    children: [NodeSet; FANOUT],
+    cost: f64,
+    count: u32,
 }
 
-/// The arena holding the tries of the sets over one [`Universe`].
+/// What a union or difference of two tries compares.
+enum Pair<'a> {
+    Leaves(&'a Leaf, &'a Leaf),
+    Branches(&'a Branch, &'a Branch),
+}
+
+/// The arena holding the tries of the sets over one [`Universe`]: leaves and branches apart
+/// (a leaf takes a third of a branch's room), a trie's level telling which one it is.
 #[derive(Debug)]
 pub(super) struct Sets {
     universe: Universe,
-    tries: Vec<Trie>,
+    leaves: Vec<Leaf>,
+    branches: Vec<Branch>,
+}
+
+/// A point of a [`Sets`] arena to give back the sets made after it ([`Sets::release`]).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Mark {
+    leaves: usize,
+    branches: usize,
 }
 
 impl Sets {
     /// An arena for sets over `universe`.
     pub(super) fn new(universe: Universe) -> Sets {
+        // Slot 0 of each stands for the empty set and is never read.
         Sets {
             universe,
-            // Slot 0 stands for the empty set and is never read.
-            tries: vec![Trie::Leaf {
+            leaves: vec![Leaf {
                 bits: 0,
+                cost: 0.0,
+                count: 0,
+            }],
+            branches: vec![Branch {
+                children: [EMPTY; FANOUT],
                 cost: 0.0,
                 count: 0,
             }],
         }
     }
 
-    fn get(&self, s: NodeSet) -> Option<&Trie> {
-        (s != EMPTY).then(|| &self.tries[s.0 as usize])
+    /// The totals of the trie `s` at `level`.
+    fn totals(&self, s: NodeSet, level: u32) -> (f64, usize) {
+        if s == EMPTY {
+            return (0.0, 0);
+        }
+        if level == self.universe.depth {
+            let leaf = &self.leaves[s.0 as usize];
+            (leaf.cost, leaf.count as usize)
+        } else {
+            let branch = &self.branches[s.0 as usize];
+            (branch.cost, branch.count as usize)
+        }
     }
 
-    fn push(&mut self, trie: Trie) -> NodeSet {
-        let index = u32::try_from(self.tries.len()).expect("fewer than 2^32 set tries");
-        self.tries.push(trie);
+    /// The tries `a` and `b` (neither empty) at `level`.
+    fn pair(&self, a: NodeSet, b: NodeSet, level: u32) -> Pair<'_> {
+        if level == self.universe.depth {
+            Pair::Leaves(&self.leaves[a.0 as usize], &self.leaves[b.0 as usize])
+        } else {
+            Pair::Branches(&self.branches[a.0 as usize], &self.branches[b.0 as usize])
+        }
+    }
+
+    fn push_leaf(&mut self, leaf: Leaf) -> NodeSet {
+        let index = u32::try_from(self.leaves.len()).expect("fewer than 2^32 set leaves");
+        self.leaves.push(leaf);
         NodeSet(index)
     }
 
     /// The current end of the arena: sets made after it can be given back with
     /// [`Sets::release`].
-    pub(super) fn mark(&self) -> usize {
-        self.tries.len()
+    pub(super) fn mark(&self) -> Mark {
+        Mark {
+            leaves: self.leaves.len(),
+            branches: self.branches.len(),
+        }
     }
 
     /// Frees every set made since `mark`; none of them may be used afterwards.
-    pub(super) fn release(&mut self, mark: usize) {
-        self.tries.truncate(mark.max(1));
+    pub(super) fn release(&mut self, mark: Mark) {
+        self.leaves.truncate(mark.leaves.max(1));
+        self.branches.truncate(mark.branches.max(1));
     }
 
     /// Whether `k` is a member of `s`.
@@ -124,15 +162,12 @@ impl Sets {
         let u = self.universe;
         let mut at = s;
         for level in 0..u.depth {
-            match self.get(at) {
-                Some(Trie::Branch { children, .. }) => at = children[u.slot(k, level)],
-                _ => return false,
+            if at == EMPTY {
+                return false;
             }
+            at = self.branches[at.0 as usize].children[u.slot(k, level)];
         }
-        match self.get(at) {
-            Some(Trie::Leaf { bits, .. }) => bits & (1 << (k % 64)) != 0,
-            _ => false,
-        }
+        at != EMPTY && self.leaves[at.0 as usize].bits & (1 << (k % 64)) != 0
     }
 
     /// `s` plus `k` (own cost `cost[k]`).
@@ -143,40 +178,46 @@ impl Sets {
     fn insert(&mut self, s: NodeSet, level: u32, k: usize, cost: &[f64]) -> NodeSet {
         let u = self.universe;
         if level == u.depth {
-            let old = match self.get(s) {
-                Some(Trie::Leaf { bits, cost, count }) => (*bits, *cost, *count),
-                _ => (0, 0.0, 0),
+            let old = match s {
+                EMPTY => (0, 0.0, 0),
+                _ => {
+                    let leaf = &self.leaves[s.0 as usize];
+                    (leaf.bits, leaf.cost, leaf.count)
+                }
             };
             let bit = 1 << (k % 64);
             if old.0 & bit != 0 {
                 return s;
             }
-            return self.push(Trie::Leaf {
+            return self.push_leaf(Leaf {
                 bits: old.0 | bit,
                 cost: old.1 + cost[k],
                 count: old.2 + 1,
             });
         }
-        let mut children = match self.get(s) {
-            Some(Trie::Branch { children, .. }) => *children,
-            _ => [EMPTY; FANOUT],
+        let mut children = match s {
+            EMPTY => [EMPTY; FANOUT],
+            _ => self.branches[s.0 as usize].children,
         };
         let slot = u.slot(k, level);
         children[slot] = self.insert(children[slot], level + 1, k, cost);
-        self.branch(children)
+        self.branch(children, level)
     }
 
-    fn branch(&mut self, children: [NodeSet; FANOUT]) -> NodeSet {
+    /// A new branch at `level` over `children`.
+    fn branch(&mut self, children: [NodeSet; FANOUT], level: u32) -> NodeSet {
         let (cost, count) = children
             .iter()
-            .filter_map(|&c| self.get(c))
-            .map(Trie::totals)
+            .filter(|&&c| c != EMPTY)
+            .map(|&c| self.totals(c, level + 1))
             .fold((0.0, 0), |(c, n), (dc, dn)| (c + dc, n + dn));
-        self.push(Trie::Branch {
+        let index = u32::try_from(self.branches.len()).expect("fewer than 2^32 set branches");
+        self.branches.push(Branch {
             children,
             cost,
-            count,
-        })
+            count: u32::try_from(count).expect("fewer than 2^32 nodes"),
+        });
+        NodeSet(index)
     }
 
     /// The union of both sets; subtrees the two share are reused, not visited.
@@ -199,14 +240,14 @@ impl Sets {
         if b == EMPTY {
             return a;
         }
-        match (&self.tries[a.0 as usize], &self.tries[b.0 as usize]) {
-            (
-                &Trie::Leaf {
+        match self.pair(a, b, level) {
+            Pair::Leaves(
+                &Leaf {
                     bits: x,
                     cost: c,
                     count,
                 },
-                &Trie::Leaf { bits: y, .. },
+                &Leaf { bits: y, .. },
             ) => {
                 if x | y == x {
                     return a;
@@ -215,13 +256,13 @@ impl Sets {
                     return b;
                 }
                 let (extra, n) = bit_costs(y & !x, base, cost);
-                self.push(Trie::Leaf {
+                self.push_leaf(Leaf {
                     bits: x | y,
                     cost: c + extra,
-                    count: count + n,
+                    count: count + n as u32,
                 })
             }
-            (&Trie::Branch { children: xs, .. }, &Trie::Branch { children: ys, .. }) => {
+            Pair::Branches(&Branch { children: xs, .. }, &Branch { children: ys, .. }) => {
                 let span = self.universe.span(level);
                 let mut merged = [EMPTY; FANOUT];
                 for i in 0..FANOUT {
@@ -233,9 +274,8 @@ impl Sets {
                 if merged == ys {
                     return b;
                 }
-                self.branch(merged)
+                self.branch(merged, level)
             }
-            _ => unreachable!("sets of one universe have the same depth"),
         }
     }
 
@@ -253,27 +293,23 @@ impl Sets {
         base: usize,
         cost: &[f64],
     ) -> (f64, usize) {
-        let Some(tb) = self.get(b) else {
+        if b == EMPTY || a == b {
             return (0.0, 0);
-        };
-        let ta = match self.get(a) {
-            None => return tb.totals(),
-            Some(_) if a == b => return (0.0, 0),
-            Some(ta) => ta,
-        };
-        match (ta, tb) {
-            (Trie::Leaf { bits: x, .. }, Trie::Leaf { bits: y, .. }) => {
-                bit_costs(y & !x, base, cost)
-            }
-            (Trie::Branch { children: xs, .. }, Trie::Branch { children: ys, .. }) => {
+        }
+        if a == EMPTY {
+            return self.totals(b, level);
+        }
+        match self.pair(a, b, level) {
+            Pair::Leaves(x, y) => bit_costs(y.bits & !x.bits, base, cost),
+            Pair::Branches(xs, ys) => {
                 let span = self.universe.span(level);
-                xs.iter()
-                    .zip(ys)
+                xs.children
+                    .iter()
+                    .zip(&ys.children)
                     .enumerate()
                     .map(|(i, (&x, &y))| self.missing_at(x, y, level + 1, base + i * span, cost))
                     .fold((0.0, 0), |(c, n), (dc, dn)| (c + dc, n + dn))
             }
-            _ => unreachable!("sets of one universe have the same depth"),
         }
     }
 }
