@@ -3,9 +3,9 @@
 //! experts stored stacked per layer (`block_sparse_moe.input_linear` `[E, 2·I, H]`,
 //! `output_linear` `[E, H, I]`, router `router.layer`), each token routed to
 //! `num_experts_per_tok` of `num_local_experts` by the softmax of its top-k router logits
-//! (the same weights as softmax → top-k → renormalised). The block is [`sparse_moe`].
+//! (the same weights as softmax → top-k → renormalised). The block is [`MoeSpec::build`].
 
-use super::components::{sparse_moe, DecoderInputs, ExpertWeights, MoeSpec};
+use super::components::{DecoderInputs, ExpertWeights, MoeSpec, Router};
 use super::decoder::{self, Family};
 use super::granite::{multipliers, Multipliers};
 use super::registry::{FamilySpec, ModelType};
@@ -92,15 +92,13 @@ impl Family for GraniteMoe {
         _i: usize,
         dtype: DType,
     ) -> String {
-        let spec = MoeSpec {
-            hidden: cfg.hidden_size,
-            intermediate: cfg.intermediate_size,
-            experts: self.experts,
-            top_k: self.top_k,
-            normalize: true,
-            weights: ExpertWeights::GRANITE_MOE,
-        };
-        sparse_moe(b, x, &format!("{layer}.block_sparse_moe"), &spec, dtype)
+        let (routing, router) = (
+            (self.experts, self.top_k),
+            Router::Softmax { normalize: true },
+        );
+        let weights = ExpertWeights::GRANITE_MOE;
+        let spec = MoeSpec::new(cfg, cfg.intermediate_size, routing, router, weights);
+        spec.build(b, x, &format!("{layer}.block_sparse_moe"), dtype)
     }
 }
 

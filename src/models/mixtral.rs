@@ -1,9 +1,9 @@
 //! Mixtral: the Mistral decoder whose every MLP is a sparse mixture of SwiGLU experts
 //! (`block_sparse_moe`: router `gate`, experts `experts.{e}.w1/w3/w2`), each token routed to
 //! `num_experts_per_tok` of `num_local_experts` by softmax → top-k → renormalised weights.
-//! The block is [`sparse_moe`] (its docs say how its cost grows).
+//! The block is [`MoeSpec::build`] (its docs say how its cost grows).
 
-use super::components::{sparse_moe, ExpertNames, ExpertWeights, MoeSpec};
+use super::components::{ExpertWeights, MoeSpec, Router};
 use super::decoder::{self, Family};
 use super::registry::{FamilySpec, ModelType};
 use crate::config::{
@@ -55,15 +55,18 @@ impl Family for Mixtral {
         _i: usize,
         dtype: DType,
     ) -> String {
-        let spec = MoeSpec {
-            hidden: cfg.hidden_size,
-            intermediate: cfg.intermediate_size,
-            experts: self.experts,
-            top_k: self.top_k,
-            normalize: true,
-            weights: ExpertWeights::PerExpert(ExpertNames::MIXTRAL),
-        };
-        sparse_moe(b, x, &format!("{layer}.block_sparse_moe"), &spec, dtype)
+        let (routing, router) = (
+            (self.experts, self.top_k),
+            Router::Softmax { normalize: true },
+        );
+        let spec = MoeSpec::new(
+            cfg,
+            cfg.intermediate_size,
+            routing,
+            router,
+            ExpertWeights::MIXTRAL,
+        );
+        spec.build(b, x, &format!("{layer}.block_sparse_moe"), dtype)
     }
 }
 

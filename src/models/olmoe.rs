@@ -3,9 +3,9 @@
 //! `clip_qkv` is set, and in every layer a sparse mixture of SwiGLU experts (router
 //! `mlp.gate`, experts `mlp.experts.{e}.*_proj` of width `intermediate_size`), each token
 //! routed to `num_experts_per_tok` of `num_experts` by softmax → top-k, renormalised only with
-//! `norm_topk_prob`. The block is [`sparse_moe`].
+//! `norm_topk_prob`. The block is [`MoeSpec::build`].
 
-use super::components::{linear, scalar, sparse_moe, ExpertNames, ExpertWeights, MoeSpec};
+use super::components::{linear, scalar, ExpertWeights, MoeSpec, Router};
 use super::decoder::{self, Family};
 use super::registry::{FamilySpec, ModelType};
 use crate::config::{
@@ -131,15 +131,18 @@ impl Family for Olmoe {
         _i: usize,
         dtype: DType,
     ) -> String {
-        let spec = MoeSpec {
-            hidden: cfg.hidden_size,
-            intermediate: cfg.intermediate_size,
-            experts: self.experts,
-            top_k: self.top_k,
+        let routing = (self.experts, self.top_k);
+        let router = Router::Softmax {
             normalize: self.normalize,
-            weights: ExpertWeights::PerExpert(ExpertNames::PROJ),
         };
-        sparse_moe(b, x, &format!("{layer}.mlp"), &spec, dtype)
+        let spec = MoeSpec::new(
+            cfg,
+            cfg.intermediate_size,
+            routing,
+            router,
+            ExpertWeights::PROJ,
+        );
+        spec.build(b, x, &format!("{layer}.mlp"), dtype)
     }
 }
 

@@ -3,11 +3,9 @@
 //! the layers `decoder_sparse_step` selects and `mlp_only_layers` does not name; the others
 //! keep a dense MLP of `intermediate_size`. Routing is softmax → top-k, renormalised only with
 //! `norm_topk_prob`. Qwen2-MoE adds a shared expert to every MoE block, gated by the sigmoid of
-//! a one-column linear (`shared_expert_gate`). The block is [`sparse_moe`].
+//! a one-column linear (`shared_expert_gate`). The block is [`MoeSpec::build`].
 
-use super::components::{
-    gated_shared_expert, per_head_norm, sparse_moe, ExpertNames, ExpertWeights, MoeSpec,
-};
+use super::components::{gated_shared_expert, per_head_norm, ExpertWeights, MoeSpec, Router};
 use super::decoder::{self, Family};
 use super::registry::{FamilySpec, ModelType};
 use crate::config::{
@@ -189,15 +187,12 @@ impl Family for QwenMoe {
         if !self.moe_layers.get(i).copied().unwrap_or(false) {
             return self.mlp(b, cfg, x, &mlp, dtype);
         }
-        let spec = MoeSpec {
-            hidden: cfg.hidden_size,
-            intermediate: self.expert_width,
-            experts: self.experts,
-            top_k: self.top_k,
+        let routing = (self.experts, self.top_k);
+        let router = Router::Softmax {
             normalize: self.normalize,
-            weights: ExpertWeights::PerExpert(ExpertNames::PROJ),
         };
-        let routed = sparse_moe(b, x, &mlp, &spec, dtype);
+        let spec = MoeSpec::new(cfg, self.expert_width, routing, router, ExpertWeights::PROJ);
+        let routed = spec.build(b, x, &mlp, dtype);
         match self.shared_expert {
             None => routed,
             Some(width) => {

@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use half::f16;
 use mobius::interp::Tensor;
 use mobius::ir::{Attr, DType, Graph, GraphBuilder, TensorData, TensorSource};
-use mobius::models::components::{sparse_moe, ExpertNames, ExpertWeights, MoeSpec};
+use mobius::models::components::{sparse_moe, ExpertWeights, MoeSpec, Router};
 use mobius::verify::Rng;
 use proptest::prelude::*;
 
@@ -70,8 +70,8 @@ fn dense_block(
         intermediate: i,
         experts: e,
         top_k: k,
-        normalize,
-        weights: ExpertWeights::PerExpert(ExpertNames::PROJ),
+        router: Router::Softmax { normalize },
+        weights: ExpertWeights::PROJ,
     };
     let y = sparse_moe(&mut b, &x, "moe", &spec, dtype);
     b.op_into("Identity", &[&y], vec![], "y");

@@ -29,15 +29,38 @@
 //! # Routing
 //!
 //! As transformers computes it: router logits `x @ Wrᵀ` in the model dtype, then in f32
-//! (a Cast around it in f16/bf16 builds, as transformers' `router_logits.float()`) Softmax over
-//! the experts, TopK, and the top-k weights divided by their sum when `normalize` is set (the
-//! softmax of the top-k logits, Granite-MoE's order, is the same).
+//! (a Cast around it in f16/bf16 builds, as transformers' `router_logits.float()`) the
+//! [`Router`]'s weights: Softmax over the experts, TopK, and the top-k weights divided by their
+//! sum when `normalize` is set (the softmax of the top-k logits, Granite-MoE's order, is the
+//! same); or Phi-3.5-MoE's sparsemixer (see [`Router::SparseMixer`]).
 
-use super::{gated_mlp, linear, GateActivation};
+use super::{gated_mlp, linear, scalar, GateActivation};
+use crate::config::ArchConfig;
 use crate::ir::{Attr, DType, GraphBuilder, Initializer, TensorSource};
 
+/// How a MoE block's router turns its logits into each token's expert weights.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Router {
+    /// Softmax over the experts, then the top-k probabilities, divided by their sum when
+    /// `normalize` is set (`norm_topk_prob`; Mixtral always).
+    Softmax {
+        /// Whether the top-k weights are renormalised.
+        normalize: bool,
+    },
+    /// Phi-3.5-MoE's sparsemixer at inference (always 2 experts): the first pick is the
+    /// top logit `m₁`, weighted by the softmax of the logits with every logit `s` for which
+    /// `(m₁ − s) / max(|s|, m₁) > 2·jitter_eps` masked to −∞; the second pick is the top
+    /// logit `m₂` once the first is masked, weighted by the softmax of those logits with the
+    /// same test against `m₂` (`max(|s|, m₂)` on the unmasked `s`). The weights are not
+    /// renormalised.
+    SparseMixer {
+        /// `router_jitter_noise`.
+        jitter_eps: f32,
+    },
+}
+
 /// The shape of a sparse MoE block.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct MoeSpec {
     /// Width of the residual stream (H).
     pub hidden: usize,
@@ -47,10 +70,37 @@ pub struct MoeSpec {
     pub experts: usize,
     /// Experts picked per token (k).
     pub top_k: usize,
-    /// Whether the top-k weights are divided by their sum (`norm_topk_prob`; Mixtral always).
-    pub normalize: bool,
+    /// How the router weights the picked experts.
+    pub router: Router,
     /// How the checkpoint stores the router and the experts.
     pub weights: ExpertWeights,
+}
+
+impl MoeSpec {
+    /// A block on `cfg`'s residual stream (`hidden_size`) with experts of width
+    /// `intermediate`, each token routed to `top_k` of `experts` by `router`, the weights
+    /// stored as `weights`: what a family states about its MoE layers.
+    pub fn new(
+        cfg: &ArchConfig,
+        intermediate: usize,
+        (experts, top_k): (usize, usize),
+        router: Router,
+        weights: ExpertWeights,
+    ) -> MoeSpec {
+        MoeSpec {
+            hidden: cfg.hidden_size,
+            intermediate,
+            experts,
+            top_k,
+            router,
+            weights,
+        }
+    }
+
+    /// This block on `x` (`[B, S, H]`), checkpoint module `prefix`: [`sparse_moe`].
+    pub fn build(&self, b: &mut GraphBuilder, x: &str, prefix: &str, dtype: DType) -> String {
+        sparse_moe(b, x, prefix, self, dtype)
+    }
 }
 
 /// How a checkpoint stores a MoE block's router and experts (module names relative to the
@@ -74,6 +124,10 @@ pub enum ExpertWeights {
 }
 
 impl ExpertWeights {
+    /// One tensor per expert named `gate_proj`, `up_proj`, `down_proj` (Qwen2/3-MoE, OLMoE).
+    pub const PROJ: ExpertWeights = ExpertWeights::PerExpert(ExpertNames::PROJ);
+    /// One tensor per expert named as Mixtral's (also Phi-3.5-MoE's).
+    pub const MIXTRAL: ExpertWeights = ExpertWeights::PerExpert(ExpertNames::MIXTRAL);
     /// Granite-MoE's stacked experts.
     pub const GRANITE_MOE: ExpertWeights = ExpertWeights::Stacked {
         router: "router.layer",
@@ -216,22 +270,9 @@ fn routing_matrix(
         DType::F32 => logits,
         _ => cast(b, &logits, DType::F32),
     };
-    let probs = b.op("Softmax", &[&logits], vec![("axis", Attr::Int(-1))]);
-    let k = b.const_i64(&[spec.top_k as i64]);
-    let (weights, picked) = (b.fresh_name("TopK"), b.fresh_name("TopK"));
-    b.node(
-        "",
-        "TopK",
-        &[&probs, &k],
-        vec![("axis", Attr::Int(-1))],
-        vec![weights.clone(), picked.clone()],
-    );
-    let weights = if spec.normalize {
-        let last = b.const_i64(&[-1]);
-        let sum = b.op("ReduceSum", &[&weights, &last], vec![]);
-        b.op("Div", &[&weights, &sum], vec![])
-    } else {
-        weights
+    let (weights, picked) = match spec.router {
+        Router::Softmax { normalize } => softmax_top_k(b, &logits, spec.top_k, normalize),
+        Router::SparseMixer { jitter_eps } => sparse_mixer(b, &logits, spec.experts, jitter_eps),
     };
     // [B, S, k, 1] == [E] → one-hot rows [B, S, k, E], weighted and summed over k.
     let last = b.const_i64(&[-1]);
@@ -251,6 +292,85 @@ fn routing_matrix(
     // ReduceSum keeps the reduced axis: [B, S, 1, E] → [B, S, E, 1].
     let column = b.const_i64(&[0, 0, spec.experts as i64, 1]);
     b.op("Reshape", &[&routing, &column], vec![])
+}
+
+/// Softmax → TopK of the f32 router `logits`, renormalised when `normalize` is set: the
+/// top-k weights and expert indices (`[B, S, k]`).
+fn softmax_top_k(
+    b: &mut GraphBuilder,
+    logits: &str,
+    top_k: usize,
+    normalize: bool,
+) -> (String, String) {
+    let probs = b.op("Softmax", &[logits], vec![("axis", Attr::Int(-1))]);
+    let k = b.const_i64(&[top_k as i64]);
+    let (weights, picked) = (b.fresh_name("TopK"), b.fresh_name("TopK"));
+    b.node(
+        "",
+        "TopK",
+        &[&probs, &k],
+        vec![("axis", Attr::Int(-1))],
+        vec![weights.clone(), picked.clone()],
+    );
+    let weights = if normalize {
+        let last = b.const_i64(&[-1]);
+        let sum = b.op("ReduceSum", &[&weights, &last], vec![]);
+        b.op("Div", &[&weights, &sum], vec![])
+    } else {
+        weights
+    };
+    (weights, picked)
+}
+
+/// [`Router::SparseMixer`] on the f32 router `logits` (`[B, S, E]`): the two weights and
+/// expert indices (`[B, S, 2]`), as transformers' `sparsemixer` computes them in eval mode.
+fn sparse_mixer(
+    b: &mut GraphBuilder,
+    logits: &str,
+    experts: usize,
+    jitter_eps: f32,
+) -> (String, String) {
+    let last = b.const_i64(&[-1]);
+    let one = b.const_i64(&[1]);
+    let abs = b.op("Abs", &[logits], vec![]);
+    let threshold = scalar(b, 2.0 * jitter_eps, DType::F32);
+    let neg_inf = scalar(b, f32::NEG_INFINITY, DType::F32);
+    // One pick from `scores` (the logits with the earlier pick at −∞): the index of its top
+    // `m` (TopK 1: the lowest index among ties, as torch's max) and the softmax weight there,
+    // every logit with (m − s) / max(|s|, m) above the threshold masked out. The pick is
+    // never masked, and softmax keeps the order: its weight is the largest probability.
+    let pick = |b: &mut GraphBuilder, scores: &str| {
+        let (top, index) = (b.fresh_name("TopK"), b.fresh_name("TopK"));
+        b.node(
+            "",
+            "TopK",
+            &[scores, &one],
+            vec![("axis", Attr::Int(-1))],
+            vec![top.clone(), index.clone()],
+        );
+        let factor = b.op("Max", &[&abs, &top], vec![]);
+        let gap = b.op("Sub", &[&top, logits], vec![]);
+        let ratio = b.op("Div", &[&gap, &factor], vec![]);
+        let masked = b.op("Greater", &[&ratio, &threshold], vec![]);
+        let gates = b.op("Where", &[&masked, &neg_inf, scores], vec![]);
+        let probs = b.op("Softmax", &[&gates], vec![("axis", Attr::Int(-1))]);
+        let weight = b.op(
+            "ReduceMax",
+            &[&probs, &last],
+            vec![("keepdims", Attr::Int(1))],
+        );
+        (weight, index)
+    };
+    let (w1, i1) = pick(b, logits);
+    let ids: Vec<i64> = (0..experts as i64).collect();
+    let ids = b.const_i64(&ids);
+    let first = b.op("Equal", &[&i1, &ids], vec![]);
+    let rest = b.op("Where", &[&first, &neg_inf, logits], vec![]);
+    let (w2, i2) = pick(b, &rest);
+    let concat = vec![("axis", Attr::Int(-1))];
+    let weights = b.op("Concat", &[&w1, &w2], concat.clone());
+    let picked = b.op("Concat", &[&i1, &i2], concat);
+    (weights, picked)
 }
 
 /// `y · σ(x @ wᵀ)`: a block output `y` scaled by the sigmoid of a one-column linear gate of
