@@ -105,6 +105,8 @@ from transformers import (
     MistralForCausalLM,
     MixtralConfig,
     MixtralForCausalLM,
+    PhimoeConfig,
+    PhimoeForCausalLM,
     CohereConfig,
     CohereForCausalLM,
     Ernie4_5Config,
@@ -151,6 +153,7 @@ MIN_GAP = 1e-2  # stricter than the 1e-3 floor, for margin against f32 reorderin
 
 PHI3_ORIGINAL_MAX = 8  # phi3: shorter than the prompt, so its reference uses the long factors
 YARN_ORIGINAL_MAX = 32  # qwen2-yarn: shorter than prompt + generation
+PHIMOE_ORIGINAL_MAX = 64  # phimoe: longer than prompt + generation (short LongRoPE factors)
 
 DIMS = dict(
     hidden_size=64,
@@ -691,6 +694,33 @@ def make_config(kind: str, vocab: int, ids: dict):
             logits_scaling=2.0,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
         )
+    if kind == "phimoe":
+        # 4 experts of width 32 (stored per expert, w1/w3/w2), sparsemixer top-2 routing with a
+        # jitter eps of 0.2 (Phi-3.5-MoE: 0.01) so that its masks keep several experts; LayerNorm
+        # with bias, q/k/v/o and LM head biases; LongRoPE whose original context (64) holds the
+        # prompt and its generation (short factors), its mscale (1.2) differing from the
+        # attention factor transformers would compute.
+        half = DIMS["head_dim"] // 2
+        return PhimoeForCausalLM, PhimoeConfig(
+            **dict(common, intermediate_size=32),
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=False,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            router_jitter_noise=0.2,
+            attention_bias=True,
+            lm_head_bias=True,
+            sliding_window=None,
+            rope_parameters={
+                "rope_type": "longrope",
+                "rope_theta": 10000.0,
+                "short_factor": [1.0 + 0.1 * j for j in range(half)],
+                "long_factor": [1.5 + 2.0 * j for j in range(half)],
+                "short_mscale": 1.2,
+                "long_mscale": 1.2,
+                "original_max_position_embeddings": PHIMOE_ORIGINAL_MAX,
+            },
+        )
     raise ValueError(kind)
 
 
@@ -839,6 +869,7 @@ FIXTURES = {
     "apertus": (4980, "f32", "v5", None),
     "olmoe": (5100, "f32", "v5", None),
     "granitemoe": (5200, "f32", "v5", None),
+    "phimoe": (5300, "f32", "v5", None),
 }
 
 

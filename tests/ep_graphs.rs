@@ -229,3 +229,22 @@ fn moe_blocks_run_as_the_fused_kernel_where_it_takes_their_dtype() {
         }
     }
 }
+
+#[test]
+fn sparsemixer_blocks_stay_standard_ops_on_every_ep() {
+    // onnxruntime's CPU MoE ignores `use_sparse_mixer` (tests/ort/test_moe.py shows it): a
+    // phimoe block keeps its two TopK picks and its stacked experts wherever MoE would run.
+    let cfg = fixture_config("phimoe");
+    for (ep, dtype) in [
+        ("cpu", DType::F32),
+        ("cpu", DType::F16),
+        ("cuda", DType::F16),
+        ("cuda", DType::F32),
+        ("onnx-standard", DType::F32),
+    ] {
+        let g = optimized(&cfg, ep, dtype);
+        let what = format!("phimoe --ep {ep} {dtype}");
+        assert_eq!(count(&g, "com.microsoft::MoE"), 0, "{what}");
+        assert_eq!(count(&g, "TopK"), 2 * 2, "{what}");
+    }
+}

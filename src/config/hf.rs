@@ -168,6 +168,10 @@ pub struct HfConfig {
     pub logit_scale: Option<f64>,
     /// `use_qk_norm` (Cohere: a LayerNorm per head on queries and keys).
     pub use_qk_norm: Option<bool>,
+    /// `router_jitter_noise` (Phi-3.5-MoE: the sparsemixer's jitter epsilon).
+    pub router_jitter_noise: Option<f64>,
+    /// `lm_head_bias` (Phi-3.5-MoE: the LM head has a bias).
+    pub lm_head_bias: Option<bool>,
 }
 
 /// Deserializes a field that may be `null` as `Some(Value::Null)`, so that an explicit null

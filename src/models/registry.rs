@@ -39,6 +39,7 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &qwen_moe::FAMILY,
     &super::olmoe::FAMILY,
     &super::granitemoe::FAMILY,
+    &super::phimoe::FAMILY,
     &stablelm::FAMILY,
     &gpt_neox::FAMILY,
     &nemotron::FAMILY,
@@ -190,7 +191,7 @@ pub fn parse_config_with(
 
 /// The model types whose builders switch LongRoPE's short and long factors (and scale by its
 /// attention factor); every other family would rotate with the short factors alone.
-const LONGROPE_TYPES: &[&str] = &["phi3"];
+const LONGROPE_TYPES: &[&str] = &["phi3", "phimoe"];
 
 /// Refuses a LongRoPE config (`rope_type` `longrope`/`su`) for a family that does not build it.
 fn refuse_unbuilt_longrope(cfg: &ArchConfig, name: &str, f: &Fields) -> Result<()> {
@@ -245,7 +246,8 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            err.contains("rope_scaling") && err.contains("`longrope` is built for phi3 only"),
+            err.contains("rope_scaling")
+                && err.contains("`longrope` is built for phi3, phimoe only"),
             "{err}"
         );
     }

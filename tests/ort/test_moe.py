@@ -8,6 +8,7 @@ the prompt and transformers' greedy continuation (44 routed tokens per layer), a
 router's margin is measured: the kernel and TopK order equal probabilities differently (the
 higher expert index first, the lower), so the forms agree exactly when no token's k-th and
 (k+1)-th router probability are equal.  The margins are printed in the session summary.
+phimoe's sparsemixer routing is not what the kernel computes: its blocks stay standard ops.
 """
 
 from __future__ import annotations
@@ -132,3 +133,57 @@ def test_optimize_moves_between_the_forms(built, tmp_path, name):
         b = prefill(out / "model.onnx", name, "f32")["logits"]
         err = float(np.abs(a - b).max())
         assert err <= TOL["f32"], f"{name} {source_ep} -> {target_ep}: max abs error {err:.3g}"
+
+
+# phimoe routes by the sparsemixer; its blocks stay standard ops on every EP (below).
+@pytest.mark.parametrize("ep,dtype", FUSED, ids=[f"{e or 'noflag'}-{d}" for e, d in FUSED])
+def test_sparsemixer_blocks_stay_standard(built, ep, dtype):
+    """Two TopK (one per pick) per phimoe layer and no MoE, where the kernel would run."""
+    got = ops(built("fixture", "phimoe", dtype, ep))
+    layers = load_config(FIXTURES_DIR / "phimoe")["num_hidden_layers"]
+    assert "com.microsoft::MoE" not in got, got
+    assert got.count("ai.onnx::TopK") == 2 * layers, got
+
+
+def test_cpu_moe_ignores_use_sparse_mixer():
+    """Why phimoe is not fused: onnxruntime's CPU MoE gives the same output with and without
+    `use_sparse_mixer`, the softmax → top-k routing's (when this fails, the kernel has changed:
+    check it against transformers' sparsemixer before fusing phimoe)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    r = np.random.default_rng(15)
+    e, h, i, t = 4, 8, 4, 6
+    fc1 = r.standard_normal((e, 2 * i, h)).astype(np.float32)
+    fc2 = r.standard_normal((e, h, i)).astype(np.float32)
+    x = r.standard_normal((t, h)).astype(np.float32)
+    # close logits, so that the sparsemixer's masks keep several experts
+    logits = (1.0 + 0.05 * r.standard_normal((t, e))).astype(np.float32)
+
+    def run(sparse_mixer: int) -> np.ndarray:
+        node = helper.make_node(
+            "MoE", ["x", "logits", "fc1", "", "fc2"], ["y"], domain="com.microsoft", k=2,
+            activation_type="swiglu", swiglu_fusion=1, normalize_routing_weights=0,
+            use_sparse_mixer=sparse_mixer)
+        graph = helper.make_graph(
+            [node], "moe",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [t, h]),
+             helper.make_tensor_value_info("logits", TensorProto.FLOAT, [t, e])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+            [numpy_helper.from_array(fc1, "fc1"), numpy_helper.from_array(fc2, "fc2")])
+        model = helper.make_model(
+            graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)])
+        sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        return sess.run(None, {"x": x, "logits": logits})[0]
+
+    def expert(j: int, v: np.ndarray) -> np.ndarray:
+        a = fc1[j] @ v
+        gate, up = a[0::2], a[1::2]
+        return fc2[j] @ (gate / (1 + np.exp(-gate)) * up)
+
+    p = np.exp(logits - logits.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    top = np.argsort(-p, axis=-1, kind="stable")[:, :2]
+    softmax_top2 = np.stack([sum(p[n, j] * expert(j, x[n]) for j in top[n]) for n in range(t)])
+    plain, mixer = run(0), run(1)
+    assert np.abs(plain - softmax_top2).max() <= 1e-4
+    assert np.array_equal(mixer, plain)
