@@ -33,6 +33,7 @@ pub mod olmo3;
 pub mod olmoe;
 pub mod phi;
 pub mod phi3;
+pub mod fp8_kv_cache;
 pub mod prune_lm_head;
 pub mod qwen3;
 pub mod qwen_moe;
