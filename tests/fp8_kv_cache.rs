@@ -77,7 +77,7 @@ fn cuda_f16_builds_store_the_cache_as_float8_with_the_file_scales() {
         assert_eq!(i.len(), 14);
         assert!(i[9..12].iter().all(String::is_empty), "{i:?}");
         assert_eq!(i[12], format!("{}.fp8_scale", i[3]));
-        assert_eq!(i[13], format!("{}.fp8_scale", i[4]));
+        assert_eq!(i[13], format!("{}.fp8_scale", i[4]), "k and v scales differ here");
         for side in ["k_quant_type", "v_quant_type"] {
             assert_eq!(node.attrs[side], Attr::String("PER_TENSOR".into()));
         }
@@ -92,11 +92,15 @@ fn cuda_f16_builds_store_the_cache_as_float8_with_the_file_scales() {
     build_args(&plain, &flags[..4]).success();
     let config = |d: &Path| std::fs::read_to_string(d.join("genai_config.json")).unwrap();
     assert_eq!(config(&out), config(&plain));
-    // Without a file every scale is 1.0.
+    // Without a file every scale is 1.0, one initializer for both (equal scales are shared).
     let ones = t.path().join("ones");
     build_args(&ones, &flags).success();
     let m = import::load(&ones.join("model.onnx")).unwrap();
-    assert_eq!(scale_of(&m, "past_key_values.0.value.fp8_scale"), 1.0);
+    assert_eq!(scale_of(&m, "past_key_values.0.key.fp8_scale"), 1.0);
+    let node = m.graph.nodes.iter().find(|n| n.op_type == "GroupQueryAttention").unwrap();
+    assert_eq!(node.inputs[12], node.inputs[13]);
+    let scales = m.graph.initializers.iter().filter(|i| i.name.ends_with(".fp8_scale"));
+    assert_eq!(scales.count(), 2);
 }
 
 #[test]

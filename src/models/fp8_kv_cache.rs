@@ -7,7 +7,9 @@
 //! - its past inputs and present outputs retyped to `FLOAT8E4M3FN` (same `[batch, kv_heads,
 //!   sequence, head_size]` shapes: one byte per element, half an f16 cache);
 //! - inputs 12/13 `k_scale`/`v_scale`: f32 initializers of shape `[1]` named
-//!   `<past_key>.fp8_scale` / `<past_value>.fp8_scale` (inputs 9–11 left empty);
+//!   `<past_key>.fp8_scale` / `<past_value>.fp8_scale`, one `<past_key>.fp8_scale` for both
+//!   when they are equal (onnxruntime's fused decode kernel, XQA, needs k_scale and v_scale to
+//!   be one tensor); inputs 9–11 left empty;
 //! - attributes `k_quant_type = v_quant_type = "PER_TENSOR"`, `kv_cache_bit_width = 8`.
 //!
 //! The kernel stores a new key `x` as `e4m3(clamp(x / k_scale, ±448))` and attends over
@@ -227,11 +229,15 @@ pub fn fp8_kv_cache(graph: &mut Graph, scales: Option<&KvCacheScales>) -> Result
     }
     for cache in caches {
         let (k, v) = scales.map_or((1.0, 1.0), |s| s.layers[&cache.layer]);
-        let names = [
-            format!("{}.fp8_scale", cache.past[0]),
-            format!("{}.fp8_scale", cache.past[1]),
-        ];
-        for (name, value) in names.iter().zip([k, v]) {
+        // Equal scales share one initializer: onnxruntime's fused float8 decode (XQA) needs
+        // k_scale and v_scale to be the same tensor.
+        let key_name = format!("{}.fp8_scale", cache.past[0]);
+        let names = match k == v {
+            true => [key_name.clone(), key_name],
+            false => [key_name, format!("{}.fp8_scale", cache.past[1])],
+        };
+        let distinct = if k == v { 1 } else { 2 };
+        for (name, value) in names.iter().zip([k, v]).take(distinct) {
             graph.initializers.push(Initializer {
                 name: name.clone(),
                 dtype: DType::F32,
@@ -348,7 +354,7 @@ mod tests {
     #[test]
     fn hostile_scale_files_are_refused_naming_the_field() {
         refused("[1, 2]", "`scales`");
-        refused("{", "not valid JSON");
+        refused("{", "expected a KV-cache scale file");
         refused(r#"{"scales": {"k_scales": [1]}}"#, "scales.v_scales");
         refused(r#"{"scales": {"k_scales": [0], "v_scales": [1]}}"#, "scales.k_scales[0]");
         refused(r#"{"scales": {"k_scales": [1], "v_scales": [-2]}}"#, "scales.v_scales[0]");
