@@ -298,7 +298,11 @@ fn float8_cache(
         tracing::warn!(
             "fp8-kv-cache ignored: no GroupQueryAttention of this model can read a float8 \
              cache ({}); the KV cache stays {dtype}",
-            if skipped.is_empty() { "there is none" } else { &skipped }
+            if skipped.is_empty() {
+                "there is none"
+            } else {
+                &skipped
+            }
         );
     } else {
         let scales = match &request.scales {

@@ -134,7 +134,11 @@ fn check_regular_input(file: &Path) -> Result<()> {
 
 /// A float8 e4m3fn tensor from a `u8` tensor of its raw bytes.
 fn float8_from_bytes(t: &Tensor) -> Tensor {
-    let bytes = t.as_f64().iter().map(|&b| f8e4m3::to_f32(b as u8)).collect();
+    let bytes = t
+        .as_f64()
+        .iter()
+        .map(|&b| f8e4m3::to_f32(b as u8))
+        .collect();
     Tensor::float(DType::F8E4M3FN, t.shape.clone(), bytes)
 }
 

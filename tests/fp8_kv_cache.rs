@@ -32,8 +32,16 @@ fn dtype_of(m: &Model, name: &str) -> DType {
 }
 
 fn scale_of(m: &Model, name: &str) -> f32 {
-    let init = m.graph.initializers.iter().find(|i| i.name == name).unwrap();
-    assert_eq!((init.dtype, init.shape.as_slice()), (DType::F32, &[1usize][..]));
+    let init = m
+        .graph
+        .initializers
+        .iter()
+        .find(|i| i.name == name)
+        .unwrap();
+    assert_eq!(
+        (init.dtype, init.shape.as_slice()),
+        (DType::F32, &[1usize][..])
+    );
     match init.source.as_ref().unwrap() {
         mobius::ir::TensorSource::Inline(d) => f32::from_le_bytes(d.bytes[..4].try_into().unwrap()),
         s => panic!("{name}: {s:?}"),
@@ -53,15 +61,31 @@ fn cuda_f16_builds_store_the_cache_as_float8_with_the_file_scales() {
     .unwrap();
     let out = t.path().join("fp8");
     let file = scales.to_str().unwrap();
-    let flags = ["--ep", "cuda", "--dtype", "f16", "--features", "fp8-kv-cache"];
-    let assert = build_args(&out, &[&flags[..], &["--kv-cache-scale-file", file]].concat());
+    let flags = [
+        "--ep",
+        "cuda",
+        "--dtype",
+        "f16",
+        "--features",
+        "fp8-kv-cache",
+    ];
+    let assert = build_args(
+        &out,
+        &[&flags[..], &["--kv-cache-scale-file", file]].concat(),
+    );
     let stderr = String::from_utf8_lossy(&assert.success().get_output().stderr).into_owned();
     assert!(!stderr.contains("WARN"), "{stderr}");
     let m = import::load(&out.join("model.onnx")).unwrap();
     for i in 0..2 {
         for part in ["key", "value"] {
-            assert_eq!(dtype_of(&m, &format!("past_key_values.{i}.{part}")), DType::F8E4M3FN);
-            assert_eq!(dtype_of(&m, &format!("present.{i}.{part}")), DType::F8E4M3FN);
+            assert_eq!(
+                dtype_of(&m, &format!("past_key_values.{i}.{part}")),
+                DType::F8E4M3FN
+            );
+            assert_eq!(
+                dtype_of(&m, &format!("present.{i}.{part}")),
+                DType::F8E4M3FN
+            );
         }
     }
     assert_eq!(dtype_of(&m, "logits"), DType::F16);
@@ -77,7 +101,11 @@ fn cuda_f16_builds_store_the_cache_as_float8_with_the_file_scales() {
         assert_eq!(i.len(), 14);
         assert!(i[9..12].iter().all(String::is_empty), "{i:?}");
         assert_eq!(i[12], format!("{}.fp8_scale", i[3]));
-        assert_eq!(i[13], format!("{}.fp8_scale", i[4]), "k and v scales differ here");
+        assert_eq!(
+            i[13],
+            format!("{}.fp8_scale", i[4]),
+            "k and v scales differ here"
+        );
         for side in ["k_quant_type", "v_quant_type"] {
             assert_eq!(node.attrs[side], Attr::String("PER_TENSOR".into()));
         }
@@ -97,9 +125,18 @@ fn cuda_f16_builds_store_the_cache_as_float8_with_the_file_scales() {
     build_args(&ones, &flags).success();
     let m = import::load(&ones.join("model.onnx")).unwrap();
     assert_eq!(scale_of(&m, "past_key_values.0.key.fp8_scale"), 1.0);
-    let node = m.graph.nodes.iter().find(|n| n.op_type == "GroupQueryAttention").unwrap();
+    let node = m
+        .graph
+        .nodes
+        .iter()
+        .find(|n| n.op_type == "GroupQueryAttention")
+        .unwrap();
     assert_eq!(node.inputs[12], node.inputs[13]);
-    let scales = m.graph.initializers.iter().filter(|i| i.name.ends_with(".fp8_scale"));
+    let scales = m
+        .graph
+        .initializers
+        .iter()
+        .filter(|i| i.name.ends_with(".fp8_scale"));
     assert_eq!(scales.count(), 2);
 }
 
@@ -114,14 +151,22 @@ fn other_eps_dtypes_and_static_caches_get_one_warning_and_the_plain_build() {
     ];
     for (n, flags) in builds.iter().enumerate() {
         let static_cache = flags.contains(&"--max-seq-len");
-        let feature = if static_cache { "static-cache" } else { "prune-lm-head" };
+        let feature = if static_cache {
+            "static-cache"
+        } else {
+            "prune-lm-head"
+        };
         let plain = t.path().join(format!("{n}-plain"));
         build_args(&plain, &[*flags, &["--features", feature]].concat()).success();
         let fp8 = t.path().join(format!("{n}-fp8"));
         let features = format!("{feature},fp8-kv-cache");
         let assert = build_args(&fp8, &[*flags, &["--features", &features]].concat()).success();
         let stderr = String::from_utf8_lossy(&assert.get_output().stderr).into_owned();
-        assert_eq!(stderr.matches("fp8-kv-cache ignored").count(), 1, "{flags:?}: {stderr}");
+        assert_eq!(
+            stderr.matches("fp8-kv-cache ignored").count(),
+            1,
+            "{flags:?}: {stderr}"
+        );
         let bytes = |d: &Path| std::fs::read(d.join("model.onnx")).unwrap();
         assert!(bytes(&plain) == bytes(&fp8), "{flags:?}: the model differs");
     }
@@ -132,19 +177,45 @@ fn scale_files_need_the_feature_and_bad_ones_are_named() {
     let t = tempfile::tempdir().unwrap();
     let out = t.path().join("out");
     let file = t.path().join("scales.json");
-    std::fs::write(&file, r#"{"scales": {"k_scales": [1, 1], "v_scales": [1, 1]}}"#).unwrap();
+    std::fs::write(
+        &file,
+        r#"{"scales": {"k_scales": [1, 1], "v_scales": [1, 1]}}"#,
+    )
+    .unwrap();
     build_args(
         &out,
-        &["--ep", "cuda", "--dtype", "f16", "--kv-cache-scale-file", file.to_str().unwrap()],
+        &[
+            "--ep",
+            "cuda",
+            "--dtype",
+            "f16",
+            "--kv-cache-scale-file",
+            file.to_str().unwrap(),
+        ],
     )
     .code(2)
     .stderr(contains("add --features fp8-kv-cache"));
     let bad = [
-        (r#"{"scales": {"k_scales": [1, 1], "v_scales": [1, NaN]}}"#, "line 1"),
-        (r#"{"scales": {"k_scales": [1, 1], "v_scales": [1, 0]}}"#, "scales.v_scales[1]"),
-        (r#"{"scales": {"k_scales": [1, 1], "v_scales": [1, -1e-3]}}"#, "finite positive"),
-        (r#"{"scales": {"k_scales": [1], "v_scales": [1]}}"#, "layers {0, 1}"),
-        (r#"{"scales": {"k_scales": [1, 1], "v_scales": [1, 1]}, "layer_ids": [0, 5]}"#, "{0, 5}"),
+        (
+            r#"{"scales": {"k_scales": [1, 1], "v_scales": [1, NaN]}}"#,
+            "line 1",
+        ),
+        (
+            r#"{"scales": {"k_scales": [1, 1], "v_scales": [1, 0]}}"#,
+            "scales.v_scales[1]",
+        ),
+        (
+            r#"{"scales": {"k_scales": [1, 1], "v_scales": [1, -1e-3]}}"#,
+            "finite positive",
+        ),
+        (
+            r#"{"scales": {"k_scales": [1], "v_scales": [1]}}"#,
+            "layers {0, 1}",
+        ),
+        (
+            r#"{"scales": {"k_scales": [1, 1], "v_scales": [1, 1]}, "layer_ids": [0, 5]}"#,
+            "{0, 5}",
+        ),
     ];
     for (text, needle) in bad {
         std::fs::write(&file, text).unwrap();
@@ -198,15 +269,24 @@ fn the_interpreter_writes_the_plain_cache_quantized() {
     )
     .unwrap();
     let scales = KvCacheScales::read(&file).unwrap();
-    assert_eq!(fp8_kv_cache(&mut fp8, Some(&scales)).unwrap().layers, [0, 1]);
+    assert_eq!(
+        fp8_kv_cache(&mut fp8, Some(&scales)).unwrap().layers,
+        [0, 1]
+    );
     let (kv, d) = (cfg.num_key_value_heads, cfg.head_dim);
     let names: Vec<String> = (0..cfg.num_hidden_layers)
         .flat_map(|i| ["key", "value"].map(|p| format!("past_key_values.{i}.{p}")))
         .collect();
     let empty = |dtype| Tensor::float(dtype, vec![1, kv, 0, d], vec![]);
     let mut past: [HashMap<String, Tensor>; 2] = [
-        names.iter().map(|n| (n.clone(), empty(DType::F16))).collect(),
-        names.iter().map(|n| (n.clone(), empty(DType::F8E4M3FN))).collect(),
+        names
+            .iter()
+            .map(|n| (n.clone(), empty(DType::F16)))
+            .collect(),
+        names
+            .iter()
+            .map(|n| (n.clone(), empty(DType::F8E4M3FN)))
+            .collect(),
     ];
     let mut len = 0;
     let mut saturated = 0;
@@ -216,16 +296,24 @@ fn the_interpreter_writes_the_plain_cache_quantized() {
         let mut got = Vec::new();
         for (graph, past) in [&plain, &fp8].iter().zip(&past) {
             let mut feed = past.clone();
-            feed.insert("input_ids".into(), Tensor::int(DType::I64, vec![1, s], ids.to_vec()));
+            feed.insert(
+                "input_ids".into(),
+                Tensor::int(DType::I64, vec![1, s], ids.to_vec()),
+            );
             let mask = Tensor::int(DType::I64, vec![1, len + s], vec![1; len + s]);
             feed.insert("attention_mask".into(), mask);
             got.push(run_graph(graph, &feed, &mut Evaluator::new(Some(&store))).unwrap());
         }
         for (part, scale) in [("key", k_scale), ("value", v_scale)] {
             let name = format!("present.0.{part}");
-            let (want, have) = (got[0][&name].floats().unwrap(), got[1][&name].floats().unwrap());
+            let (want, have) = (
+                got[0][&name].floats().unwrap(),
+                got[1][&name].floats().unwrap(),
+            );
             assert_eq!(got[1][&name].dtype, DType::F8E4M3FN);
-            let given = past[1][&format!("past_key_values.0.{part}")].floats().unwrap();
+            let given = past[1][&format!("past_key_values.0.{part}")]
+                .floats()
+                .unwrap();
             for h in 0..kv {
                 for t in 0..len + s {
                     for j in 0..d {
@@ -238,7 +326,11 @@ fn the_interpreter_writes_the_plain_cache_quantized() {
                             nonzero += (x != 0.0) as usize;
                             f8e4m3::round(x, true)
                         };
-                        assert_eq!(have[at].to_bits(), expected.to_bits(), "{name}[{h},{t},{j}]");
+                        assert_eq!(
+                            have[at].to_bits(),
+                            expected.to_bits(),
+                            "{name}[{h},{t},{j}]"
+                        );
                     }
                 }
             }
@@ -248,11 +340,19 @@ fn the_interpreter_writes_the_plain_cache_quantized() {
         for (i, p) in [&got[0], &got[1]].iter().enumerate() {
             past[i] = names
                 .iter()
-                .map(|n| (n.clone(), p[&n.replace("past_key_values", "present")].clone()))
+                .map(|n| {
+                    (
+                        n.clone(),
+                        p[&n.replace("past_key_values", "present")].clone(),
+                    )
+                })
                 .collect();
         }
         len += s;
     }
     // The scales put the values across the float8 range, some beyond it.
-    assert!(saturated > 0 && nonzero > 100, "{saturated} saturated, {nonzero} nonzero");
+    assert!(
+        saturated > 0 && nonzero > 100,
+        "{saturated} saturated, {nonzero} nonzero"
+    );
 }

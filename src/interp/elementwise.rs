@@ -458,7 +458,11 @@ fn cast_op(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
     // `saturate` (opset 19+) only concerns float8 targets: 0 turns what lies beyond the
     // largest finite value (and ±inf) into NaN instead of ±448.
     if to == DType::F8E4M3FN && call.int("saturate", 1) == 0 {
-        let v = x.as_f64().iter().map(|&p| f8e4m3::round(p as f32, false)).collect();
+        let v = x
+            .as_f64()
+            .iter()
+            .map(|&p| f8e4m3::round(p as f32, false))
+            .collect();
         return Ok(vec![Tensor::float(to, x.shape.clone(), v)]);
     }
     Ok(vec![cast(x, to)])

@@ -74,9 +74,9 @@ impl KvCacheScales {
             column: e.column(),
             message: format!("{e} (expected a KV-cache scale file)"),
         })?;
-        let top = json.as_object().ok_or_else(|| {
-            err("scales", "expected a JSON object with `scales`".into())
-        })?;
+        let top = json
+            .as_object()
+            .ok_or_else(|| err("scales", "expected a JSON object with `scales`".into()))?;
         if let Some(k) = top
             .keys()
             .find(|k| !["scales", "layer_ids", "qmax"].contains(&k.as_str()))
@@ -89,7 +89,12 @@ impl KvCacheScales {
         let scales = top
             .get("scales")
             .and_then(Value::as_object)
-            .ok_or_else(|| err("scales", "expected an object with `k_scales` and `v_scales`".into()))?;
+            .ok_or_else(|| {
+                err(
+                    "scales",
+                    "expected an object with `k_scales` and `v_scales`".into(),
+                )
+            })?;
         let factor = match top.get("qmax") {
             None => 1.0,
             Some(q) => match q.as_f64() {
@@ -242,7 +247,10 @@ pub fn fp8_kv_cache(graph: &mut Graph, scales: Option<&KvCacheScales>) -> Result
                 name: name.clone(),
                 dtype: DType::F32,
                 shape: vec![1],
-                source: Some(TensorSource::Inline(TensorData::from_f32(vec![1], &[value]))),
+                source: Some(TensorSource::Inline(TensorData::from_f32(
+                    vec![1],
+                    &[value],
+                ))),
             });
         }
         let node = &mut graph.nodes[cache.node];
@@ -284,11 +292,15 @@ fn cache_of(graph: &Graph, i: usize) -> std::result::Result<Cache, String> {
         if !matches!(declared.dtype, DType::F16 | DType::BF16) {
             return Err(format!("`{past}` is {}, not f16/bf16", declared.dtype));
         }
-        let other = graph.nodes.iter().enumerate().find(|(j, n)| {
-            *j != i && n.op_type != "Shape" && n.inputs.iter().any(|x| x == past)
-        });
+        let other =
+            graph.nodes.iter().enumerate().find(|(j, n)| {
+                *j != i && n.op_type != "Shape" && n.inputs.iter().any(|x| x == past)
+            });
         if let Some((_, n)) = other {
-            return Err(format!("`{past}` is read by {} `{}` too", n.op_type, n.name));
+            return Err(format!(
+                "`{past}` is read by {} `{}` too",
+                n.op_type, n.name
+            ));
         }
     }
     for present in [&ok, &ov] {
@@ -332,7 +344,9 @@ mod tests {
 
     fn refused(text: &str, needle: &str) {
         let dir = tempfile::tempdir().unwrap();
-        let e = KvCacheScales::read(&write(dir.path(), text)).unwrap_err().to_string();
+        let e = KvCacheScales::read(&write(dir.path(), text))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("scales.json") && e.contains(needle), "{e}");
     }
 
@@ -347,7 +361,10 @@ mod tests {
         let s = KvCacheScales::read(&p).unwrap();
         assert_eq!(s.layers[&3], (0.25, 0.125));
         assert_eq!(s.layers[&1], (1.0, 0.5));
-        let p = write(dir.path(), r#"{"scales": {"k_scales": [1.5], "v_scales": [2.5]}}"#);
+        let p = write(
+            dir.path(),
+            r#"{"scales": {"k_scales": [1.5], "v_scales": [2.5]}}"#,
+        );
         assert_eq!(KvCacheScales::read(&p).unwrap().layers[&0], (1.5, 2.5));
     }
 
@@ -356,13 +373,34 @@ mod tests {
         refused("[1, 2]", "`scales`");
         refused("{", "expected a KV-cache scale file");
         refused(r#"{"scales": {"k_scales": [1]}}"#, "scales.v_scales");
-        refused(r#"{"scales": {"k_scales": [0], "v_scales": [1]}}"#, "scales.k_scales[0]");
-        refused(r#"{"scales": {"k_scales": [1], "v_scales": [-2]}}"#, "scales.v_scales[0]");
-        refused(r#"{"scales": {"k_scales": ["x"], "v_scales": [1]}}"#, "scales.k_scales[0]");
-        refused(r#"{"scales": {"k_scales": [1e39], "v_scales": [1]}}"#, "finite");
-        refused(r#"{"scales": {"k_scales": [[1, 2]], "v_scales": [1]}}"#, "PER_TENSOR");
-        refused(r#"{"scales": {"k_scales": [1, 2], "v_scales": [1]}}"#, "2 entries");
-        refused(r#"{"scales": {"k_scales": [1], "v_scales": [1]}, "qmax": 0}"#, "`qmax`");
+        refused(
+            r#"{"scales": {"k_scales": [0], "v_scales": [1]}}"#,
+            "scales.k_scales[0]",
+        );
+        refused(
+            r#"{"scales": {"k_scales": [1], "v_scales": [-2]}}"#,
+            "scales.v_scales[0]",
+        );
+        refused(
+            r#"{"scales": {"k_scales": ["x"], "v_scales": [1]}}"#,
+            "scales.k_scales[0]",
+        );
+        refused(
+            r#"{"scales": {"k_scales": [1e39], "v_scales": [1]}}"#,
+            "finite",
+        );
+        refused(
+            r#"{"scales": {"k_scales": [[1, 2]], "v_scales": [1]}}"#,
+            "PER_TENSOR",
+        );
+        refused(
+            r#"{"scales": {"k_scales": [1, 2], "v_scales": [1]}}"#,
+            "2 entries",
+        );
+        refused(
+            r#"{"scales": {"k_scales": [1], "v_scales": [1]}, "qmax": 0}"#,
+            "`qmax`",
+        );
         refused(
             r#"{"scales": {"k_scales": [1, 1], "v_scales": [1, 1]}, "layer_ids": [0, 0]}"#,
             "twice",
@@ -371,7 +409,10 @@ mod tests {
             r#"{"scales": {"k_scales": [1], "v_scales": [1]}, "layer_ids": [-1]}"#,
             "`layer_ids`",
         );
-        refused(r#"{"scales": {"k_scales": [1], "v_scales": [1]}, "model": {}}"#, "`model`");
+        refused(
+            r#"{"scales": {"k_scales": [1], "v_scales": [1]}, "model": {}}"#,
+            "`model`",
+        );
     }
 
     #[test]

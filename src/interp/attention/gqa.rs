@@ -251,7 +251,12 @@ pub fn group_query_attention(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
             }
             if let Some((ks, vs)) = scales {
                 let rows = base..base + present_len * dim;
-                dequantize(&present_k[rows.clone()], ks, query.dtype, &mut read_k[rows.clone()]);
+                dequantize(
+                    &present_k[rows.clone()],
+                    ks,
+                    query.dtype,
+                    &mut read_k[rows.clone()],
+                );
                 dequantize(&present_v[rows.clone()], vs, query.dtype, &mut read_v[rows]);
             }
         }
