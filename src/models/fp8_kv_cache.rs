@@ -32,6 +32,8 @@ use crate::{Error, Result};
 const K_SCALE: usize = 12;
 /// See [`K_SCALE`].
 const V_SCALE: usize = 13;
+/// The largest scale file read (per-layer scales take a few bytes a layer).
+const MAX_SCALE_FILE_BYTES: u64 = 16 << 20;
 /// The `qmax` a scale is the threshold over, for float8 e4m3fn.
 const QMAX: f64 = f8e4m3::MAX as f64;
 
@@ -64,10 +66,22 @@ impl KvCacheScales {
             field: field.into(),
             message,
         };
-        let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
+        let io = |source| Error::Io {
             path: path.to_path_buf(),
             source,
-        })?;
+        };
+        // Checked before reading: a FIFO or device is never read, a huge file never loaded.
+        let meta = std::fs::metadata(path).map_err(io)?;
+        if !meta.is_file() || meta.len() > MAX_SCALE_FILE_BYTES {
+            return Err(err(
+                "scales",
+                format!(
+                    "expected a regular JSON file of at most {MAX_SCALE_FILE_BYTES} bytes \
+                     (per-layer scales)"
+                ),
+            ));
+        }
+        let text = std::fs::read_to_string(path).map_err(io)?;
         let json: Value = serde_json::from_str(&text).map_err(|e| Error::Json {
             path: path.to_path_buf(),
             line: e.line(),
