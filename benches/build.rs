@@ -114,6 +114,7 @@ fn bench_full_build(c: &mut Criterion, runs: usize) -> Duration {
         accuracy_level: None,
         assume_llama: false,
         prune_lm_head: false,
+        fp8_kv_cache: None,
         static_cache: None,
         trace: false,
     };

@@ -29,6 +29,7 @@ fn main() -> mobius::Result<()> {
         accuracy_level: None,
         assume_llama: false,
         prune_lm_head: false,
+        fp8_kv_cache: None,
         static_cache: None,
         trace: true,
     };

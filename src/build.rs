@@ -7,6 +7,7 @@ use crate::config::{ArchConfig, CheckpointQuant};
 use crate::ep::EpCapabilities;
 use crate::ir::{DType, Graph, Model, TensorSource};
 use crate::models::assume_llama::{check_tensors, ASSUMED_LLAMA};
+use crate::models::fp8_kv_cache::{fp8_kv_cache, Fp8KvCacheRequest};
 use crate::models::prune_lm_head::prune_lm_head;
 use crate::models::static_cache::static_cache;
 use crate::models::{build_model, checkpoint_renaming, load_config_with, Unregistered};
@@ -53,6 +54,10 @@ pub struct BuildOptions {
     /// A KV cache of this many slots (`--features static-cache --max-seq-len N`): the I/O
     /// contract of [`crate::models::static_cache`]; `None` for the growing cache.
     pub static_cache: Option<usize>,
+    /// Store the KV cache as float8 e4m3fn (`--features fp8-kv-cache`): applied to
+    /// GroupQueryAttention decoders on EPs with `supports_fp8_kv_cache` for f16/bf16 builds,
+    /// a warning and a plain build elsewhere; see [`crate::models::fp8_kv_cache`].
+    pub fp8_kv_cache: Option<Fp8KvCacheRequest>,
     /// Measure what each rule group changed, for printing the report (`--trace`; see
     /// [`OptimizeOptions::trace`]).
     pub trace: bool,
@@ -180,6 +185,9 @@ pub fn build(opts: &BuildOptions) -> Result<ModelPackage> {
     if opts.static_cache.is_some() && options.role == crate::Role::Decoder {
         static_cache_notice(&opts.execution_provider, dtype);
     }
+    if let Some(request) = &opts.fp8_kv_cache {
+        float8_cache(&mut model.graph, request, opts, options.role, dtype)?;
+    }
     if store.is_none() {
         strip_weight_data(&mut model.graph);
     }
@@ -246,6 +254,70 @@ fn static_cache_notice(ep: &EpCapabilities, dtype: DType) {
             ep.name
         );
     }
+}
+
+/// Applies `--features fp8-kv-cache` to the optimized graph where onnxruntime has a kernel for
+/// it (CUDA GroupQueryAttention of an f16/bf16 model with a growing cache); elsewhere, and
+/// when no GroupQueryAttention reads a cache input, one warning says why the cache stays in
+/// the model dtype.
+fn float8_cache(
+    graph: &mut Graph,
+    request: &Fp8KvCacheRequest,
+    opts: &BuildOptions,
+    role: crate::Role,
+    dtype: DType,
+) -> Result<()> {
+    let ep = &opts.execution_provider;
+    let why_not = if role != crate::Role::Decoder {
+        Some("the model is not a decoder".to_string())
+    } else if opts.static_cache.is_some() {
+        Some("a static-cache build runs opset-24 Attention, not GroupQueryAttention".into())
+    } else if !ep.supports_fp8_kv_cache {
+        Some(format!(
+            "execution provider {} has no float8 KV cache (supports_fp8_kv_cache; cuda has)",
+            ep.name
+        ))
+    } else if !matches!(dtype, DType::F16 | DType::BF16) || !ep.gqa_dtypes.contains(&dtype) {
+        Some(format!(
+            "the float8 cache of {}'s GroupQueryAttention takes f16/bf16 models, this one is \
+             {dtype}",
+            ep.name
+        ))
+    } else {
+        None
+    };
+    let summary = match why_not {
+        Some(why) => {
+            tracing::warn!("fp8-kv-cache ignored: {why}; the KV cache stays {dtype}");
+            return Ok(());
+        }
+        None => fp8_kv_cache(graph, request.scales.as_ref())?,
+    };
+    let skipped = summary.skipped.join("; ");
+    if summary.layers.is_empty() {
+        tracing::warn!(
+            "fp8-kv-cache ignored: no GroupQueryAttention of this model can read a float8 \
+             cache ({}); the KV cache stays {dtype}",
+            if skipped.is_empty() {
+                "there is none"
+            } else {
+                &skipped
+            }
+        );
+    } else {
+        let scales = match &request.scales {
+            Some(s) => format!("scales from {}", s.file.display()),
+            None => "scales 1.0 (no --kv-cache-scale-file)".into(),
+        };
+        tracing::info!(
+            "fp8-kv-cache: the KV cache of {} layers is float8 e4m3fn, {scales}",
+            summary.layers.len()
+        );
+        if !skipped.is_empty() {
+            tracing::warn!("fp8-kv-cache: these caches stay {dtype}: {skipped}");
+        }
+    }
+    Ok(())
 }
 
 /// Hands the heap memory the graph phase freed (the portable graph, the optimizer's e-graphs)

@@ -11,6 +11,7 @@ use mobius::ep::{ep_json, ep_registry, ep_table, get_ep, register_ep_file, EpCap
 use mobius::ir::DType;
 use mobius::ir::QuantParams;
 use mobius::limits::InterpLimits;
+use mobius::models::fp8_kv_cache::{Fp8KvCacheRequest, KvCacheScales};
 use mobius::models::registry;
 use mobius::opt::Limits;
 use mobius::optimize_file::{optimize_file, OptimizeFileOptions};
@@ -329,9 +330,17 @@ struct BuildArgs {
     /// `[batch, N, kv_heads·head_dim]`, `write_indices` and `nonpad_kv_seqlen` (int64 `[batch]`:
     /// the first slot written, and that plus sequence_len), no attention_mask; outputs
     /// `updated_key_cache.{i}`/`updated_value_cache.{i}`. The attention is opset-24 Attention
-    /// on every EP (no GroupQueryAttention); no genai_config.json is written.
+    /// on every EP (no GroupQueryAttention); no genai_config.json is written. `fp8-kv-cache`:
+    /// past_key_values.*/present.* as FLOAT8E4M3FN with per-layer, per-tensor scales, for
+    /// GroupQueryAttention on EPs with a float8 cache (cuda) and f16/bf16 models; elsewhere a
+    /// warning and a plain build.
     #[arg(long, value_enum, value_delimiter = ',', value_name = "FEATURE,...")]
     features: Vec<FeatureArg>,
+    /// The per-layer scales of an fp8-kv-cache build: JSON `{"scales": {"k_scales": [...],
+    /// "v_scales": [...]}}` with optional `layer_ids` and `qmax`, as onnxruntime-genai's
+    /// KV-cache calibration writes it (per-tensor scales). Default: 1.0 for every layer.
+    #[arg(long, value_name = "FILE")]
+    kv_cache_scale_file: Option<PathBuf>,
     /// Cache slots of a static-cache build (required with `--features static-cache`, at most
     /// the model's max_position_embeddings).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
@@ -382,6 +391,8 @@ enum FeatureArg {
     PruneLmHead,
     /// A KV cache of --max-seq-len slots updated with TensorScatter.
     StaticCache,
+    /// A float8 (e4m3) KV cache for GroupQueryAttention on cuda.
+    Fp8KvCache,
 }
 
 /// `--quant` values.
@@ -469,8 +480,26 @@ fn static_cache_slots(args: &BuildArgs) -> mobius::Result<Option<usize>> {
     }
 }
 
+/// The float8 cache request: `--kv-cache-scale-file` needs `--features fp8-kv-cache` (usage
+/// error otherwise); the file is read and checked before anything is built.
+fn fp8_kv_cache_request(args: &BuildArgs) -> mobius::Result<Option<Fp8KvCacheRequest>> {
+    let wanted = args.features.contains(&FeatureArg::Fp8KvCache);
+    match (wanted, &args.kv_cache_scale_file) {
+        (false, Some(_)) => Err(mobius::Error::Usage(
+            "--kv-cache-scale-file sets the scales of a float8 KV cache: add --features \
+             fp8-kv-cache"
+                .into(),
+        )),
+        (false, None) => Ok(None),
+        (true, file) => Ok(Some(Fp8KvCacheRequest {
+            scales: file.as_deref().map(KvCacheScales::read).transpose()?,
+        })),
+    }
+}
+
 fn run_build(args: BuildArgs, quiet: bool) -> mobius::Result<()> {
     let static_cache = static_cache_slots(&args)?;
+    let fp8_kv_cache = fp8_kv_cache_request(&args)?;
     let ep = args.ep.resolve()?;
     let source = match (args.model, args.config) {
         (Some(id), _) => ModelSource::Hub {
@@ -502,6 +531,7 @@ fn run_build(args: BuildArgs, quiet: bool) -> mobius::Result<()> {
         assume_llama: args.assume_llama,
         prune_lm_head: args.features.contains(&FeatureArg::PruneLmHead),
         static_cache,
+        fp8_kv_cache,
         trace: args.ep.trace,
     };
     let package = build(&opts)?;

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 
 use crate::interp::npy::{read_npy_within, to_npy};
 use crate::interp::{run_graph_with, Tensor};
-use crate::ir::{Dim, Graph, ValueInfo};
+use crate::ir::{f8e4m3, DType, Dim, Graph, ValueInfo};
 use crate::limits::InterpLimits;
 use crate::onnx::import;
 use crate::package::interrupt::{remove_entry, staging};
@@ -130,6 +130,16 @@ fn check_regular_input(file: &Path) -> Result<()> {
                 .into(),
         })
     }
+}
+
+/// A float8 e4m3fn tensor from a `u8` tensor of its raw bytes.
+fn float8_from_bytes(t: &Tensor) -> Tensor {
+    let bytes = t
+        .as_f64()
+        .iter()
+        .map(|&b| f8e4m3::to_f32(b as u8))
+        .collect();
+    Tensor::float(DType::F8E4M3FN, t.shape.clone(), bytes)
 }
 
 /// Named sizes seen so far: size and the input that fixed it.
@@ -441,7 +451,11 @@ pub fn run_file(opts: &RunOptions) -> Result<RunReport> {
         check_regular_input(file)?;
     }
     for (v, file) in graph.inputs.iter().zip(&paths) {
-        let t = read_npy_within(file, &opts.limits, &mut held)?;
+        let mut t = read_npy_within(file, &opts.limits, &mut held)?;
+        if v.dtype == DType::F8E4M3FN && t.dtype == DType::U8 {
+            // numpy has no float8: such inputs come as their raw bytes (see `to_npy`).
+            t = float8_from_bytes(&t);
+        }
         check_input(v, &t, file, &mut bound)?;
         tensors.push(t);
     }

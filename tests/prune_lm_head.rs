@@ -64,7 +64,7 @@ fn pruned_logits_are_one_position_on_every_attention_form() {
 #[test]
 fn unknown_features_are_a_usage_error_naming_the_accepted_ones() {
     let t = tempfile::tempdir().unwrap();
-    for value in ["fp8-kv-cache", "prune-lm-head,nope", "prune_lm_head"] {
+    for value in ["text-only", "prune-lm-head,nope", "prune_lm_head"] {
         mobius()
             .args(["build", "--config"])
             .arg(fixture("llama"))
@@ -87,7 +87,7 @@ fn help_lists_only_the_finished_features() {
         .stdout(contains("--features"))
         .stdout(contains("prune-lm-head"))
         .stdout(contains("left-padded"))
-        .stdout(contains("fp8-kv-cache").not());
+        .stdout(contains("text-only").not());
 }
 
 #[test]

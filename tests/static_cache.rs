@@ -84,15 +84,14 @@ fn encoders_have_no_cache_to_fix() {
 }
 
 #[test]
-fn help_lists_static_cache_and_not_fp8() {
+fn help_lists_static_cache() {
     mobius()
         .args(["build", "--help"])
         .assert()
         .success()
         .stdout(contains("static-cache"))
         .stdout(contains("--max-seq-len"))
-        .stdout(contains("write_indices"))
-        .stdout(contains("fp8-kv-cache").not());
+        .stdout(contains("write_indices"));
 }
 
 /// Every EP form: the §1.3 contract, TensorScatter + Attention (ScatterND and decomposed

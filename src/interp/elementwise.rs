@@ -8,7 +8,7 @@ use std::f64::consts::{FRAC_1_SQRT_2, FRAC_2_SQRT_PI};
 
 use super::tensor::{broadcast_index, broadcast_shape};
 use super::{OpCall, OpImpl, Tensor, Values};
-use crate::ir::DType;
+use crate::ir::{f8e4m3, DType};
 use crate::Result;
 
 /// The ops of this family.
@@ -455,6 +455,16 @@ fn cast_op(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
         .ok()
         .and_then(DType::from_onnx_code)
         .ok_or_else(|| call.error(format!("unsupported target type {code}")))?;
+    // `saturate` (opset 19+) only concerns float8 targets: 0 turns what lies beyond the
+    // largest finite value (and ±inf) into NaN instead of ±448.
+    if to == DType::F8E4M3FN && call.int("saturate", 1) == 0 {
+        let v = x
+            .as_f64()
+            .iter()
+            .map(|&p| f8e4m3::round(p as f32, false))
+            .collect();
+        return Ok(vec![Tensor::float(to, x.shape.clone(), v)]);
+    }
     Ok(vec![cast(x, to)])
 }
 

@@ -54,13 +54,17 @@ fn dtype_of(text: &str) -> std::result::Result<DType, String> {
     }
 }
 
-/// Serialises a tensor as `.npy` bytes (bf16 is written as f32: numpy has no bf16).
+/// Serialises a tensor as `.npy` bytes (bf16 is written as f32 and float8 e4m3fn as its raw
+/// bytes, `u1`: numpy has neither).
 pub fn to_npy(t: &Tensor) -> Vec<u8> {
     let mut t = t.clone();
     if t.dtype == DType::BF16 {
         t.dtype = DType::F32;
     }
-    let data = t.to_data();
+    let mut data = t.to_data();
+    if data.dtype == DType::F8E4M3FN {
+        data.dtype = DType::U8;
+    }
     let shape = match data.shape.len() {
         1 => format!("({},)", data.shape[0]),
         _ => format!(
@@ -74,7 +78,7 @@ pub fn to_npy(t: &Tensor) -> Vec<u8> {
     };
     let mut header = format!(
         "{{'descr': '{}', 'fortran_order': False, 'shape': {shape}, }}",
-        descr(data.dtype).expect("bf16 was widened")
+        descr(data.dtype).expect("bf16 was widened, float8 is bytes")
     );
     let unpadded = MAGIC.len() + 2 + 2 + header.len() + 1;
     header.push_str(&" ".repeat((64 - unpadded % 64) % 64));

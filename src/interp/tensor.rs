@@ -4,7 +4,7 @@
 
 use half::{bf16, f16};
 
-use crate::ir::{DType, TensorData};
+use crate::ir::{f8e4m3, DType, TensorData};
 use crate::{Error, Result};
 
 /// Element storage.
@@ -106,12 +106,14 @@ impl Tensor {
         }
     }
 
-    /// Rounds float values to the precision of the logical dtype (f16, bf16).
+    /// Rounds float values to the precision of the logical dtype (f16, bf16; float8 e4m3fn
+    /// saturating to ±448, the `Cast` default).
     pub fn round_to_dtype(&mut self) {
         if let Values::Float(v) = &mut self.values {
             match self.dtype {
                 DType::F16 => v.iter_mut().for_each(|x| *x = f16::from_f32(*x).to_f32()),
                 DType::BF16 => v.iter_mut().for_each(|x| *x = bf16::from_f32(*x).to_f32()),
+                DType::F8E4M3FN => v.iter_mut().for_each(|x| *x = f8e4m3::round(*x, true)),
                 _ => {}
             }
         }
@@ -189,6 +191,11 @@ impl Tensor {
                 b.iter().map(|&x| x as i8 as i64).collect(),
             ),
             DType::Bool => Tensor::bool(shape, b.iter().map(|&x| x != 0).collect()),
+            DType::F8E4M3FN => Tensor::float(
+                DType::F8E4M3FN,
+                shape,
+                b.iter().map(|&x| f8e4m3::to_f32(x)).collect(),
+            ),
         })
     }
 
@@ -203,6 +210,9 @@ impl Tensor {
                 .iter()
                 .flat_map(|x| bf16::from_f32(*x).to_bits().to_le_bytes())
                 .collect(),
+            (Values::Float(v), DType::F8E4M3FN) => {
+                v.iter().map(|x| f8e4m3::from_f32(*x, true)).collect()
+            }
             (Values::Float(v), DType::F64) => {
                 v.iter().flat_map(|x| (*x as f64).to_le_bytes()).collect()
             }

@@ -28,6 +28,9 @@ pub enum DType {
     I4,
     /// Unsigned 4-bit integer (0..=15), one value per byte in memory (see [`DType::I4`]).
     U4,
+    /// 8-bit float e4m3fn (ONNX `FLOAT8E4M3FN`: 4 exponent bits, 3 mantissa bits, no
+    /// infinities, ±448 at most, NaN `0x7f`/`0xff`), one byte per value; see [`f8e4m3`].
+    F8E4M3FN,
 }
 
 impl DType {
@@ -45,6 +48,7 @@ impl DType {
             DType::BF16 => 16,
             DType::U4 => 21,
             DType::I4 => 22,
+            DType::F8E4M3FN => 17,
         }
     }
 
@@ -62,6 +66,7 @@ impl DType {
             16 => DType::BF16,
             21 => DType::U4,
             22 => DType::I4,
+            17 => DType::F8E4M3FN,
             _ => return None,
         })
     }
@@ -89,7 +94,7 @@ impl DType {
             DType::F64 | DType::I64 => 8,
             DType::F32 | DType::I32 => 4,
             DType::F16 | DType::BF16 => 2,
-            DType::I8 | DType::U8 | DType::Bool | DType::I4 | DType::U4 => 1,
+            DType::I8 | DType::U8 | DType::Bool | DType::I4 | DType::U4 | DType::F8E4M3FN => 1,
         }
     }
 
@@ -116,7 +121,10 @@ impl DType {
 
     /// Whether this is a floating-point type.
     pub fn is_float(self) -> bool {
-        matches!(self, DType::F32 | DType::F16 | DType::BF16 | DType::F64)
+        matches!(
+            self,
+            DType::F32 | DType::F16 | DType::BF16 | DType::F64 | DType::F8E4M3FN
+        )
     }
 
     /// Parses a user-facing dtype name (`f32`, `float32`, `f16`, `float16`, `bf16`, `bfloat16`).
@@ -143,6 +151,7 @@ impl DType {
             DType::Bool => "bool",
             DType::I4 => "i4",
             DType::U4 => "u4",
+            DType::F8E4M3FN => "f8e4m3fn",
         }
     }
 }
@@ -171,6 +180,63 @@ pub fn pack_4bit(values: &[u8]) -> Vec<u8> {
         .collect()
 }
 
+/// Conversions between f32 and float8 e4m3fn bytes ([`DType::F8E4M3FN`]), with the ONNX
+/// `Cast` semantics of opset 19 and later.
+pub mod f8e4m3 {
+    /// The largest finite magnitude, `0x7e`.
+    pub const MAX: f32 = 448.0;
+
+    /// The value of an e4m3fn byte (`0x7f`/`0xff` are NaN; there are no infinities).
+    pub fn to_f32(byte: u8) -> f32 {
+        let magnitude = match (byte >> 3) & 0x0f {
+            _ if byte & 0x7f == 0x7f => f32::NAN,
+            0 => f32::from(byte & 7) * 2f32.powi(-9),
+            e => (8.0 + f32::from(byte & 7)) * 2f32.powi(i32::from(e) - 10),
+        };
+        if byte & 0x80 != 0 {
+            -magnitude
+        } else {
+            magnitude
+        }
+    }
+
+    /// The e4m3fn byte of `x`, rounded to nearest, ties to even. Out of range (beyond 464,
+    /// the midpoint between 448 and the next power's first step): ±448 when `saturate` (the
+    /// attribute's default), NaN otherwise; ±inf likewise; NaN stays NaN (sign kept).
+    pub fn from_f32(x: f32, saturate: bool) -> u8 {
+        let sign = if x.is_sign_negative() { 0x80 } else { 0 };
+        let overflow = sign | if saturate { 0x7e } else { 0x7f };
+        if x.is_nan() {
+            return sign | 0x7f;
+        }
+        if x.is_infinite() {
+            return overflow;
+        }
+        let a = f64::from(x.abs());
+        if a < 2f64.powi(-6) {
+            // Subnormals step by 2^-9; 8 steps is the smallest normal, byte 0x08.
+            return sign | (a * 512.0).round_ties_even() as u8;
+        }
+        // a is a normal f32 here: its exponent is exact.
+        let mut exponent = ((x.abs().to_bits() >> 23) & 0xff) as i32 - 127;
+        let mut steps = (a * 2f64.powi(3 - exponent)).round_ties_even() as i32;
+        if steps == 16 {
+            exponent += 1;
+            steps = 8;
+        }
+        let field = exponent + 7;
+        if field > 15 || (field == 15 && steps == 15) {
+            return overflow;
+        }
+        sign | ((field as u8) << 3) | (steps - 8) as u8
+    }
+
+    /// `x` rounded to the nearest e4m3fn value (see [`from_f32`]).
+    pub fn round(x: f32, saturate: bool) -> f32 {
+        to_f32(from_f32(x, saturate))
+    }
+}
+
 impl fmt::Display for DType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
@@ -191,6 +257,31 @@ mod tests {
         assert_eq!(unpack_4bit(&pack_4bit(&unsigned), 3, false), unsigned);
         assert_eq!(DType::I4.stored_bytes(5), 3);
         assert_eq!(DType::F16.stored_bytes(5), 10);
+    }
+
+    #[test]
+    fn float8_bytes_round_trip_and_round_to_nearest_even() {
+        for b in 0..=255u8 {
+            let v = f8e4m3::to_f32(b);
+            if v.is_nan() {
+                assert_eq!(b & 0x7f, 0x7f);
+            } else if v != 0.0 {
+                assert_eq!(f8e4m3::from_f32(v, false), b, "{b:#x}");
+            }
+        }
+        assert_eq!(f8e4m3::to_f32(0x7e), 448.0);
+        assert_eq!(f8e4m3::to_f32(0x01), 2f32.powi(-9));
+        assert_eq!(f8e4m3::round(1.0625, true), 1.0); // tie, to even
+        assert_eq!(f8e4m3::round(1.1875, true), 1.25); // tie, to even
+        assert_eq!(f8e4m3::round(2f32.powi(-10), true), 0.0); // half the smallest step
+        assert_eq!(f8e4m3::round(3.0 * 2f32.powi(-10), true), 2f32.powi(-8));
+        assert_eq!(f8e4m3::round(463.9, false), 448.0);
+        assert_eq!(f8e4m3::round(464.0, false), 448.0); // tie, to even
+        assert!(f8e4m3::round(464.5, false).is_nan());
+        assert_eq!(f8e4m3::round(-1e30, true), -448.0);
+        assert_eq!(f8e4m3::round(f32::INFINITY, true), 448.0);
+        assert!(f8e4m3::round(f32::NEG_INFINITY, false).is_nan());
+        assert!(f8e4m3::round(f32::NAN, true).is_nan());
     }
 
     #[test]

@@ -13,7 +13,7 @@ pub mod tensor;
 
 pub use attr::Attr;
 pub use builder::GraphBuilder;
-pub use dtype::{pack_4bit, unpack_4bit, DType};
+pub use dtype::{f8e4m3, pack_4bit, unpack_4bit, DType};
 pub use graph::{Graph, Initializer, Model, Node, ValueInfo};
 pub use shape::{Dim, Shape};
 pub use tensor::{MoeLayer, PackedFormat, QuantParams, QuantPart, TensorData, TensorSource};

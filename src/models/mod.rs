@@ -14,6 +14,7 @@ pub mod components;
 pub mod decoder;
 pub mod ernie4_5;
 pub mod exaone4;
+pub mod fp8_kv_cache;
 pub mod gemma;
 pub mod glm;
 pub mod glm4;

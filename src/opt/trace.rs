@@ -139,6 +139,7 @@ fn onnx_name(d: DType) -> &'static str {
         DType::Bool => "BOOL",
         DType::I4 => "INT4",
         DType::U4 => "UINT4",
+        DType::F8E4M3FN => "FLOAT8E4M3FN",
     }
 }
 

@@ -3,9 +3,11 @@
 //! Inputs: query `[B, S, Hq·D]` (or packed QKV `[B, S, (Hq + 2·Hkv)·D]` when key/value are
 //! absent), key/value `[B, S, Hkv·D]`, past_key/past_value `[B, Hkv, P, D]` (P may be 0 or the
 //! inputs absent), seqlens_k `[B]` (valid total length − 1 per batch), total_sequence_length
-//! (scalar), cos_cache/sin_cache `[max_pos, rd/2]` when `do_rotary`. Inputs beyond sin_cache
-//! (position_ids, attention_bias, head_sink, KV quantization, QK norms, query_seqlens) and the
-//! attributes `causal = 0`, `sliding_window_cache`, `qk_output` are not supported.
+//! (scalar), cos_cache/sin_cache `[max_pos, rd/2]` when `do_rotary`, and k_scale/v_scale
+//! (inputs 12/13) for a float8 cache. Other inputs beyond sin_cache (position_ids,
+//! attention_bias, head_sink, QK norms, query_seqlens), KV quantization other than per-tensor
+//! float8 and the attributes `causal = 0`, `sliding_window_cache`, `qk_output` are not
+//! supported.
 //!
 //! Semantics:
 //! - first prompt when `S == total_sequence_length`: every batch starts at position 0;
@@ -28,17 +30,25 @@
 //! - the output is `probs · V` over keys `[0, seqlens_k[b] + 1)`, so a NaN value under a key
 //!   outside `[lo, hi)` still gives NaN (`0 · NaN`), as in onnxruntime;
 //! - score = `softcap(scale · q·k)`, scale 0 meaning `1/sqrt(D)`; `smooth_softmax` adds a zero
-//!   logit to the softmax denominator.
+//!   logit to the softmax denominator;
+//! - float8 cache (`k_quant_type = v_quant_type = "PER_TENSOR"`, `kv_cache_bit_width = 8`,
+//!   past and present `FLOAT8E4M3FN`, one f32 scale each in k_scale/v_scale), as onnxruntime's
+//!   CUDA kernel defines it: a new (rotated) key `x` is stored as
+//!   `e4m3(clamp(x · (1/k_scale), ±448))` (f32 product, round to nearest even; NaN clamps to
+//!   448 as `fminf` does), values likewise with v_scale; the attention reads every cached row,
+//!   the new ones included, as `e4m3 · scale` rounded to the query dtype.
 
 use super::{dot, head_count, round_to, soft_cap, softmax, weighted_sum};
 use crate::interp::rope::rotate;
 use crate::interp::{OpCall, Tensor};
-use crate::ir::DType;
+use crate::ir::{f8e4m3, DType};
 use crate::Result;
 
 /// Evaluates `com.microsoft` `GroupQueryAttention`.
 pub fn group_query_attention(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
-    if let Some(i) = (9..call.inputs.len()).find(|&i| call.optional(i).is_some()) {
+    let scales = float8_scales(call)?;
+    let supported = |i: usize| scales.is_some() && (i == 12 || i == 13);
+    if let Some(i) = (9..call.inputs.len()).find(|&i| call.optional(i).is_some() && !supported(i)) {
         return Err(call.error(format!("input {i} is not supported")));
     }
     for (name, default) in [("causal", 1), ("sliding_window_cache", 0), ("qk_output", 0)] {
@@ -106,7 +116,19 @@ pub fn group_query_attention(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
         }
     };
 
+    let cache_dtype = match scales {
+        Some(_) => DType::F8E4M3FN,
+        None => query.dtype,
+    };
     let (past_k, past_v) = match (call.optional(3), call.optional(4)) {
+        (Some(k), Some(v)) if k.dtype != cache_dtype || v.dtype != cache_dtype => {
+            return Err(call.error(format!(
+                "past_key/past_value are {}/{}, expected {cache_dtype} (k_quant_type {})",
+                k.dtype,
+                v.dtype,
+                call.string("k_quant_type").unwrap_or("NONE")
+            )))
+        }
         (Some(k), Some(v)) => (Some(k.floats()?), Some(v.floats()?)),
         (None, None) => (None, None),
         _ => return Err(call.error("past_key and past_value must be given together")),
@@ -187,6 +209,11 @@ pub fn group_query_attention(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
     call.alloc(&[batch, s_len, hq, dim])?;
     let mut present_k = vec![0f32; call.alloc(&[batch, hkv, present_len, dim])?];
     let mut present_v = present_k.clone();
+    // What the attention reads of a float8 cache: its rows dequantized.
+    let (mut read_k, mut read_v) = match scales {
+        Some(_) => (present_k.clone(), present_v.clone()),
+        None => (Vec::new(), Vec::new()),
+    };
     let mut out = vec![0f32; batch * s_len * hq * dim];
     for (b, &seqlen) in seqlens.iter().enumerate() {
         let valid = seqlen
@@ -217,8 +244,26 @@ pub fn group_query_attention(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
                 let o = base + (past_b + s) * dim;
                 present_k[o..o + dim].copy_from_slice(&rotated(kv_at(b, s, h, false), past_b + s)?);
                 present_v[o..o + dim].copy_from_slice(kv_at(b, s, h, true));
+                if let Some((ks, vs)) = scales {
+                    quantize(&mut present_k[o..o + dim], ks);
+                    quantize(&mut present_v[o..o + dim], vs);
+                }
+            }
+            if let Some((ks, vs)) = scales {
+                let rows = base..base + present_len * dim;
+                dequantize(
+                    &present_k[rows.clone()],
+                    ks,
+                    query.dtype,
+                    &mut read_k[rows.clone()],
+                );
+                dequantize(&present_v[rows.clone()], vs, query.dtype, &mut read_v[rows]);
             }
         }
+        let (keys, values) = match scales {
+            Some(_) => (&read_k, &read_v),
+            None => (&present_k, &present_v),
+        };
         for h in 0..hq {
             let base = (b * hkv + h / group) * present_len * dim;
             for s in 0..s_len {
@@ -236,14 +281,14 @@ pub fn group_query_attention(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
                 if lo < hi {
                     let row = &mut probs[lo..hi];
                     for (t, p) in (lo..hi).zip(row.iter_mut()) {
-                        let raw = dot(&q, &present_k[base + t * dim..base + (t + 1) * dim]);
+                        let raw = dot(&q, &keys[base + t * dim..base + (t + 1) * dim]);
                         *p = soft_cap(raw * scale, softcap);
                     }
                     softmax(row, smooth, DType::F32);
                 }
                 weighted_sum(
                     &probs,
-                    &present_v[base..base + valid * dim],
+                    &values[base..base + valid * dim],
                     &mut out[o..o + dim],
                 );
             }
@@ -252,9 +297,58 @@ pub fn group_query_attention(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
     let cache_shape = vec![batch, hkv, present_len, dim];
     let mut outputs = vec![
         Tensor::float(query.dtype, vec![batch, s_len, hq * dim], out),
-        Tensor::float(query.dtype, cache_shape.clone(), present_k),
-        Tensor::float(query.dtype, cache_shape, present_v),
+        Tensor::float(cache_dtype, cache_shape.clone(), present_k),
+        Tensor::float(cache_dtype, cache_shape, present_v),
     ];
     outputs.truncate(call.node.outputs.len().max(1));
     Ok(outputs)
+}
+
+/// The per-tensor (k_scale, v_scale) of a float8 cache, `None` for a cache in the query dtype
+/// (both quant types `NONE`); an error for any other quantization.
+fn float8_scales(call: &OpCall<'_>) -> Result<Option<(f32, f32)>> {
+    let k_type = call.string("k_quant_type").unwrap_or("NONE");
+    let v_type = call.string("v_quant_type").unwrap_or("NONE");
+    match (k_type, v_type) {
+        ("NONE", "NONE") => return Ok(None),
+        ("PER_TENSOR", "PER_TENSOR") => {}
+        _ => {
+            return Err(call.error(format!(
+                "k_quant_type {k_type} / v_quant_type {v_type} is not supported (only both \
+                 NONE or both PER_TENSOR)"
+            )))
+        }
+    }
+    if call.int("kv_cache_bit_width", 0) != 8 {
+        return Err(call.error("a PER_TENSOR cache needs kv_cache_bit_width = 8 (float8)"));
+    }
+    let scale = |i: usize, name: &str| -> Result<f32> {
+        let t = call
+            .optional(i)
+            .ok_or_else(|| call.error(format!("{name} (input {i}) is required")))?;
+        match (t.dtype, t.floats()?) {
+            (DType::F32, [s]) => Ok(*s),
+            _ => Err(call.error(format!(
+                "{name} must hold one f32 value, got {} of shape {:?}",
+                t.dtype, t.shape
+            ))),
+        }
+    };
+    Ok(Some((scale(12, "k_scale")?, scale(13, "v_scale")?)))
+}
+
+/// Stores `row` as float8 e4m3fn values of `row / scale` (see the module documentation).
+fn quantize(row: &mut [f32], scale: f32) {
+    let inverse = if scale == 0.0 { 0.0 } else { 1.0 / scale };
+    for x in row {
+        let clamped = (-f8e4m3::MAX).max(f8e4m3::MAX.min(*x * inverse));
+        *x = f8e4m3::round(clamped, true);
+    }
+}
+
+/// `out = float8 · scale`, rounded to `dtype`.
+fn dequantize(stored: &[f32], scale: f32, dtype: DType, out: &mut [f32]) {
+    for (o, &x) in out.iter_mut().zip(stored) {
+        *o = round_to(dtype, x * scale);
+    }
 }
