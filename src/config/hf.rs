@@ -168,6 +168,10 @@ pub struct HfConfig {
     pub logit_scale: Option<f64>,
     /// `use_qk_norm` (Cohere: a LayerNorm per head on queries and keys).
     pub use_qk_norm: Option<bool>,
+    /// `swiglu_alpha` (gpt-oss: the sigmoid gain of the experts' clamped SwiGLU).
+    pub swiglu_alpha: Option<f64>,
+    /// `swiglu_limit` (gpt-oss: the clamp of the experts' gate and up projections).
+    pub swiglu_limit: Option<f64>,
 }
 
 /// Deserializes a field that may be `null` as `Some(Value::Null)`, so that an explicit null

@@ -39,6 +39,7 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &qwen_moe::FAMILY,
     &super::olmoe::FAMILY,
     &super::granitemoe::FAMILY,
+    &super::gpt_oss::FAMILY,
     &stablelm::FAMILY,
     &gpt_neox::FAMILY,
     &nemotron::FAMILY,

@@ -12,6 +12,7 @@ pub mod moe;
 pub mod norm;
 pub mod rope;
 pub mod scalar;
+pub mod sink_attention;
 
 pub use attention::{attention, soft_capped_attention, AttentionSpec};
 pub use conv1d::{conv1d, Conv1dParams};
@@ -26,3 +27,4 @@ pub use norm::{
 };
 pub use rope::{named_rope_tables, rope_tables, rotary_embedding, scaled, RopeTables};
 pub use scalar::scalar;
+pub use sink_attention::sink_attention;
