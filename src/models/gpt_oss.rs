@@ -15,21 +15,17 @@
 //!
 //! # Form
 //!
-//! Attention is [`sink_attention`] (standard ops; opset-24 `Attention` has no sink input).
-//! The MoE block takes the dense form of [`crate::models::components::sparse_moe`] (every
-//! expert on every token, the unpicked ones weighted by exactly 0; its docs state the
-//! trade-off), with the clamped SwiGLU and the biases: the down bias enters as the routing
-//! weights times the stacked biases, `Σₑ rₑ·bₑ` (a Mul and a ReduceSum, so that no weight
-//! quantization takes the biases for a weight).
+//! Attention is [`sink_attention`] (standard ops; opset-24 `Attention` has no sink input), the
+//! MoE block [`clamped_moe`].
 
-use super::components::{linear, scalar, sink_attention, AttentionSpec, DecoderInputs};
+use super::components::{clamped_moe, sink_attention, AttentionSpec, ClampedMoe, DecoderInputs};
 use super::decoder::{self, Family};
 use super::registry::{FamilySpec, ModelType};
 use crate::config::{
     read_decoder, read_routing, ArchConfig, Biases, DecoderFields, FamilyKnobs, Fields, HfConfig,
     Sign, SlidingLayers,
 };
-use crate::ir::{Attr, DType, Graph, GraphBuilder, Initializer, TensorSource};
+use crate::ir::{DType, Graph, GraphBuilder, Initializer, TensorSource};
 use crate::Result;
 
 /// The family's registry entry (onnxruntime-genai's `gptoss` type).
@@ -128,164 +124,15 @@ impl Family for GptOss {
         _i: usize,
         dtype: DType,
     ) -> String {
-        self.moe(b, cfg, x, &format!("{layer}.mlp"), dtype)
-    }
-}
-
-impl GptOss {
-    /// The MoE block of module `p` (`….layers.{i}.mlp`) on `x` `[B, S, H]`.
-    fn moe(
-        &self,
-        b: &mut GraphBuilder,
-        cfg: &ArchConfig,
-        x: &str,
-        p: &str,
-        dtype: DType,
-    ) -> String {
-        let (h, i, e) = (cfg.hidden_size, cfg.intermediate_size, self.experts);
-        let routing = self.routing(b, x, p, h, dtype);
-        let experts = format!("{p}.experts");
-        let checkpoint =
-            |name: &str| Box::new(TensorSource::Checkpoint(format!("{experts}.{name}")));
-        // Column `half` (0 gate, 1 up) of every interleaved pair of a `[rows, 2·cols]` source.
-        let deinterleave = |source: Box<TensorSource>, rows: usize, cols: usize, half: usize| {
-            let pairs = TensorSource::Reshape {
-                source,
-                shape: vec![rows * cols, 2],
-            };
-            let picked = TensorSource::Slice {
-                source: Box::new(pairs),
-                axis: 1,
-                start: half,
-                len: 1,
-                total: 2,
-            };
-            TensorSource::Reshape {
-                source: Box::new(picked),
-                shape: vec![rows, cols],
-            }
+        let spec = ClampedMoe {
+            hidden: cfg.hidden_size,
+            intermediate: cfg.intermediate_size,
+            experts: self.experts,
+            top_k: self.top_k,
+            alpha: self.alpha,
+            limit: self.limit,
         };
-        // `[H, E·I]`: expert j's gate (or up) columns at j·I.
-        let stacked = |b: &mut GraphBuilder, half: usize| {
-            let parts = (0..e)
-                .map(|j| {
-                    let one = TensorSource::Slice {
-                        source: checkpoint("gate_up_proj"),
-                        axis: 0,
-                        start: j,
-                        len: 1,
-                        total: e,
-                    };
-                    deinterleave(Box::new(one), h, i, half)
-                })
-                .collect();
-            b.initializer(Initializer {
-                name: format!("{experts}.{}_proj.weight", ["gate", "up"][half]),
-                dtype,
-                shape: vec![h, e * i],
-                source: Some(TensorSource::Concat { parts, axis: 1 }),
-            })
-        };
-        let bias = |b: &mut GraphBuilder, half: usize| {
-            let source = deinterleave(checkpoint("gate_up_proj_bias"), e, i, half);
-            b.initializer(Initializer {
-                name: format!("{experts}.{}_proj.bias", ["gate", "up"][half]),
-                dtype,
-                shape: vec![e * i],
-                source: Some(TensorSource::Reshape {
-                    source: Box::new(source),
-                    shape: vec![e * i],
-                }),
-            })
-        };
-        let (gate_w, up_w) = (stacked(b, 0), stacked(b, 1));
-        let (gate_b, up_b) = (bias(b, 0), bias(b, 1));
-        let down_w = b.initializer(Initializer {
-            name: format!("{experts}.down_proj.weight"),
-            dtype,
-            shape: vec![e * i, h],
-            source: Some(TensorSource::Reshape {
-                source: checkpoint("down_proj"),
-                shape: vec![e * i, h],
-            }),
-        });
-        let down_b = b.initializer(Initializer {
-            name: format!("{experts}.down_proj_bias"),
-            dtype,
-            shape: vec![e, h],
-            source: Some(TensorSource::Checkpoint(format!(
-                "{experts}.down_proj_bias"
-            ))),
-        });
-
-        let gate = b.op("MatMul", &[x, &gate_w], vec![]);
-        let gate = b.op("Add", &[&gate, &gate_b], vec![]);
-        let up = b.op("MatMul", &[x, &up_w], vec![]);
-        let up = b.op("Add", &[&up, &up_b], vec![]);
-        let (lo, hi) = (scalar(b, -self.limit, dtype), scalar(b, self.limit, dtype));
-        let gate = b.op("Min", &[&gate, &hi], vec![]);
-        let up = b.op("Max", &[&up, &lo], vec![]);
-        let up = b.op("Min", &[&up, &hi], vec![]);
-        let alpha = scalar(b, self.alpha, dtype);
-        let scaled = b.op("Mul", &[&gate, &alpha], vec![]);
-        let sig = b.op("Sigmoid", &[&scaled], vec![]);
-        let glu = b.op("Mul", &[&gate, &sig], vec![]);
-        let one = scalar(b, 1.0, dtype);
-        let up = b.op("Add", &[&up, &one], vec![]);
-        let act = b.op("Mul", &[&up, &glu], vec![]);
-        let per_expert = b.const_i64(&[0, 0, e as i64, i as i64]);
-        let act = b.op("Reshape", &[&act, &per_expert], vec![]);
-        let column = b.const_i64(&[0, 0, e as i64, 1]);
-        let routing_col = b.op("Reshape", &[&routing, &column], vec![]);
-        let weighted = b.op("Mul", &[&act, &routing_col], vec![]);
-        let merged = b.const_i64(&[0, 0, (e * i) as i64]);
-        let weighted = b.op("Reshape", &[&weighted, &merged], vec![]);
-        let y = b.op("MatMul", &[&weighted, &down_w], vec![]);
-        // Σₑ rₑ·bₑ as a weighted sum, not a MatMul: the biases are no weight to quantize.
-        let biases = b.op("Mul", &[&routing_col, &down_b], vec![]);
-        let over_e = b.const_i64(&[2]);
-        let biases = b.op(
-            "ReduceSum",
-            &[&biases, &over_e],
-            vec![("keepdims", Attr::Int(0))],
-        );
-        b.op("Add", &[&y, &biases], vec![])
-    }
-
-    /// The routing weights `[B, S, E]` in `dtype`, as transformers computes them: router
-    /// logits (with bias), TopK, Softmax of the picked logits, each weight at its expert's
-    /// column and 0 elsewhere.
-    fn routing(&self, b: &mut GraphBuilder, x: &str, p: &str, h: usize, dtype: DType) -> String {
-        let e = self.experts;
-        let logits = linear(b, x, &format!("{p}.router"), h, e, true, dtype);
-        let k = b.const_i64(&[self.top_k as i64]);
-        let (values, picked) = (b.fresh_name("TopK"), b.fresh_name("TopK"));
-        b.node(
-            "",
-            "TopK",
-            &[&logits, &k],
-            vec![("axis", Attr::Int(-1))],
-            vec![values.clone(), picked.clone()],
-        );
-        let weights = b.op("Softmax", &[&values], vec![("axis", Attr::Int(-1))]);
-        // [B, S, k, 1] == [E] → one-hot rows [B, S, k, E], weighted and summed over k.
-        let last = b.const_i64(&[-1]);
-        let picked = b.op("Unsqueeze", &[&picked, &last], vec![]);
-        let ids: Vec<i64> = (0..e as i64).collect();
-        let ids = b.const_i64(&ids);
-        let one_hot = b.op("Equal", &[&picked, &ids], vec![]);
-        let one_hot = b.op(
-            "Cast",
-            &[&one_hot],
-            vec![("to", Attr::Int(dtype.onnx_code() as i64))],
-        );
-        let weights = b.op("Unsqueeze", &[&weights, &last], vec![]);
-        let spread = b.op("Mul", &[&one_hot, &weights], vec![]);
-        let over_k = b.const_i64(&[-2]);
-        let routing = b.op("ReduceSum", &[&spread, &over_k], vec![]);
-        // ReduceSum keeps the reduced axis: [B, S, 1, E] → [B, S, E].
-        let rows = b.const_i64(&[0, 0, e as i64]);
-        b.op("Reshape", &[&routing, &rows], vec![])
+        clamped_moe(b, x, &format!("{layer}.mlp"), &spec, dtype)
     }
 }
 
