@@ -4,8 +4,9 @@
 //! absent), key/value `[B, S, Hkv·D]`, past_key/past_value `[B, Hkv, P, D]` (P may be 0 or the
 //! inputs absent), seqlens_k `[B]` (valid total length − 1 per batch), total_sequence_length
 //! (scalar), cos_cache/sin_cache `[max_pos, rd/2]` when `do_rotary`. Inputs beyond sin_cache
-//! (position_ids, attention_bias, head_sink, KV quantization, QK norms, query_seqlens) and the
-//! attributes `causal = 0`, `sliding_window_cache`, `qk_output` are not supported.
+//! (position_ids, attention_bias, KV quantization, QK norms, query_seqlens) but head_sink
+//! `[Hq]` and the attributes `causal = 0`, `sliding_window_cache`, `qk_output` are not
+//! supported.
 //!
 //! Semantics:
 //! - first prompt when `S == total_sequence_length`: every batch starts at position 0;
@@ -28,9 +29,13 @@
 //! - the output is `probs · V` over keys `[0, seqlens_k[b] + 1)`, so a NaN value under a key
 //!   outside `[lo, hi)` still gives NaN (`0 · NaN`), as in onnxruntime;
 //! - score = `softcap(scale · q·k)`, scale 0 meaning `1/sqrt(D)`; `smooth_softmax` adds a zero
-//!   logit to the softmax denominator.
+//!   logit to the softmax denominator; `head_sink` (taking precedence over it) makes head
+//!   `h`'s sink logit join every softmax of that head (the maximum taken over the sink too),
+//!   so the attended keys share `1 − p_sink` of the weight; a NaN or `+inf` sink makes the
+//!   head's rows NaN, a `-inf` one is no sink, and with every attended score `-inf` (or an
+//!   empty range) the sink takes the whole weight (output 0).
 
-use super::{dot, head_count, round_to, soft_cap, softmax, weighted_sum};
+use super::{dot, head_count, round_to, soft_cap, softmax, softmax_with_sink, weighted_sum};
 use crate::interp::rope::rotate;
 use crate::interp::{OpCall, Tensor};
 use crate::ir::DType;
@@ -38,7 +43,8 @@ use crate::Result;
 
 /// Evaluates `com.microsoft` `GroupQueryAttention`.
 pub fn group_query_attention(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
-    if let Some(i) = (9..call.inputs.len()).find(|&i| call.optional(i).is_some()) {
+    // head_sink (input 11) is the one input beyond sin_cache this implementation takes.
+    if let Some(i) = (9..call.inputs.len()).find(|&i| i != 11 && call.optional(i).is_some()) {
         return Err(call.error(format!("input {i} is not supported")));
     }
     for (name, default) in [("causal", 1), ("sliding_window_cache", 0), ("qk_output", 0)] {
@@ -182,6 +188,16 @@ pub fn group_query_attention(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
     let softcap = call.float("softcap", 0.0);
     let window = call.int("local_window_size", -1);
     let smooth = call.int("smooth_softmax", -1) == 1;
+    let sinks = match call.optional(11) {
+        Some(t) if t.shape == [hq] => Some(t.floats()?),
+        Some(t) => {
+            return Err(call.error(format!(
+                "head_sink of shape {:?} must be [{hq}] (one per query head)",
+                t.shape
+            )))
+        }
+        None => None,
+    };
     let group = hq / hkv;
 
     call.alloc(&[batch, s_len, hq, dim])?;
@@ -239,7 +255,10 @@ pub fn group_query_attention(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
                         let raw = dot(&q, &present_k[base + t * dim..base + (t + 1) * dim]);
                         *p = soft_cap(raw * scale, softcap);
                     }
-                    softmax(row, smooth, DType::F32);
+                    match &sinks {
+                        Some(sinks) => softmax_with_sink(row, sinks[h]),
+                        None => softmax(row, smooth, DType::F32),
+                    }
                 }
                 weighted_sum(
                     &probs,
