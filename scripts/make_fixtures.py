@@ -73,6 +73,8 @@ from transformers import (
     GraniteForCausalLM,
     GraniteMoeConfig,
     GraniteMoeForCausalLM,
+    GptOssConfig,
+    GptOssForCausalLM,
     HeliumConfig,
     HeliumForCausalLM,
     MinistralConfig,
@@ -721,6 +723,31 @@ def make_config(kind: str, vocab: int, ids: dict):
                 "original_max_position_embeddings": PHIMOE_ORIGINAL_MAX,
             },
         )
+    if kind == "gpt_oss":
+        # 2 layers, sliding (window 4, shorter than the prompt) then full; attention sinks and
+        # biases; YaRN (factor 8 over an original context of 16, not truncated); 4 experts of
+        # width 32 with biases, top-2 (softmax of the top-k logits); a SwiGLU clamp of 1.0 so
+        # that the clamps bite on random weights.
+        return GptOssForCausalLM, GptOssConfig(
+            **dict(common, intermediate_size=32),
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=False,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            sliding_window=4,
+            layer_types=["sliding_attention", "full_attention"],
+            attention_bias=True,
+            swiglu_limit=1.0,
+            rope_parameters={
+                "rope_type": "yarn",
+                "rope_theta": 150000.0,
+                "factor": 8.0,
+                "beta_fast": 32.0,
+                "beta_slow": 1.0,
+                "truncate": False,
+                "original_max_position_embeddings": 16,
+            },
+        )
     raise ValueError(kind)
 
 
@@ -870,6 +897,7 @@ FIXTURES = {
     "olmoe": (5100, "f32", "v5", None),
     "granitemoe": (5200, "f32", "v5", None),
     "phimoe": (5300, "f32", "v5", None),
+    "gpt_oss": (5300, "f32", "v5", None),
 }
 
 

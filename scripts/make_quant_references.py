@@ -119,13 +119,18 @@ def quantized_model(path: Path, bits: int, block: int, symmetric: bool, embeddin
             module.weight.copy_(torch.from_numpy(fake_quantize(w_kn, bits, block, symmetric, dtype).T.copy()))
             count += 1
         elif isinstance(getattr(module, "gate_up_proj", None), torch.nn.Parameter):
-            # MoE experts, [E, out, in] stacks: each expert's matrix quantized as its Linear
-            # would be (mobius' stacked [H, E*I] / [E*I, H] weights quantize to the same blocks
-            # when the expert width is a multiple of the block size).
+            # MoE experts, [E, out, in] stacks ([E, in, out] where the experts say
+            # is_transposed: gpt-oss): each expert's matrix quantized as its Linear would be
+            # (mobius' stacked [H, E*I] / [E*I, H] weights quantize to the same blocks when the
+            # expert width is a multiple of the block size; columns quantize independently, so
+            # gpt-oss' interleaved gate/up columns do too).
+            transposed = getattr(module, "is_transposed", False)
             for stack in (module.gate_up_proj, module.down_proj):
                 for e in range(stack.shape[0]):
-                    w_kn = stack[e].detach().numpy().T
-                    stack[e].copy_(torch.from_numpy(fake_quantize(w_kn, bits, block, symmetric, dtype).T.copy()))
+                    w_kn = stack[e].detach().numpy()
+                    w_kn = w_kn if transposed else w_kn.T
+                    deq = fake_quantize(w_kn, bits, block, symmetric, dtype)
+                    stack[e].copy_(torch.from_numpy(deq if transposed else deq.T.copy()))
                     count += 1
     return model, count
 

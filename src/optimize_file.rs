@@ -62,9 +62,10 @@ pub fn optimize_file(opts: &OptimizeFileOptions) -> Result<(OptimizeReport, Opti
 }
 
 /// `model` with its `com.microsoft::MoE` calls (if any) replaced by their standard form, the
-/// dense block whose expert weights are plain MatMul weights (`inline/moe.rules`), so that
+/// dense block whose expert weights are plain MatMul weights (`inline/moe.rules`,
+/// `inline/moe_clamped.rules`), so that
 /// `--quant` quantizes the experts as `mobius build --quant` does; the optimizer fuses what
-/// the target runs afterwards. Only the MoE rule runs, for an EP that runs every op but MoE.
+/// the target runs afterwards. Only the MoE rules run, for an EP that runs every op but MoE.
 fn dense_moe_blocks(model: Model, dtype: DType, opts: &OptimizeFileOptions) -> Result<Model> {
     if !model
         .graph
@@ -80,7 +81,7 @@ fn dense_moe_blocks(model: Model, dtype: DType, opts: &OptimizeFileOptions) -> R
     };
     let rules: Vec<_> = all_rules()?
         .into_iter()
-        .filter(|r| r.name == "moe-to-dense")
+        .filter(|r| matches!(r.name.as_str(), "moe-to-dense" | "moe-clamped-to-dense"))
         .collect();
     let options = OptimizeOptions {
         dtype,

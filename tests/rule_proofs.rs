@@ -37,6 +37,8 @@ mod head_layout;
 mod lowering;
 #[path = "rule_proofs/moe.rs"]
 mod moe;
+#[path = "rule_proofs/moe_clamped.rs"]
+mod moe_clamped;
 #[path = "common/norm_spellings.rs"]
 mod norm_spellings;
 #[path = "rule_proofs/quant.rs"]
@@ -251,6 +253,11 @@ const PROOFS: &[(&str, &str)] = &[
     ),
     ("dense-moe", "moe::dense_moe_fusion"),
     ("moe-to-dense", "moe::moe_to_dense_inline"),
+    ("dense-moe-clamped", "moe_clamped::dense_moe_clamped_fusion"),
+    (
+        "moe-clamped-to-dense",
+        "moe_clamped::moe_clamped_to_dense_inline",
+    ),
 ];
 
 #[test]

@@ -172,6 +172,10 @@ pub struct HfConfig {
     pub router_jitter_noise: Option<f64>,
     /// `lm_head_bias` (Phi-3.5-MoE: the LM head has a bias).
     pub lm_head_bias: Option<bool>,
+    /// `swiglu_alpha` (gpt-oss: the sigmoid gain of the experts' clamped SwiGLU).
+    pub swiglu_alpha: Option<f64>,
+    /// `swiglu_limit` (gpt-oss: the clamp of the experts' gate and up projections).
+    pub swiglu_limit: Option<f64>,
 }
 
 /// Deserializes a field that may be `null` as `Some(Value::Null)`, so that an explicit null

@@ -179,6 +179,22 @@ pub trait Family {
         0.0
     }
 
+    /// The attention of the projected, rotated `q`, `k`, `v` (3-D) in attention module
+    /// `attn`: by default opset-24 `Attention` with [`Family::attention_softcap`].
+    #[allow(clippy::too_many_arguments)]
+    fn attention_core(
+        &self,
+        b: &mut GraphBuilder,
+        cfg: &ArchConfig,
+        _io: &DecoderInputs,
+        [q, k, v]: [&str; 3],
+        spec: &AttentionSpec<'_>,
+        _attn: &str,
+        _dtype: DType,
+    ) -> String {
+        soft_capped_attention(b, q, k, v, spec, self.attention_softcap(cfg))
+    }
+
     /// The output projection of the attention result `y` in attention module `attn`.
     fn o_proj(
         &self,
@@ -394,8 +410,7 @@ impl Layer<'_> {
             q = rotary_embedding(b, &q, tables, rope, spec.q_heads, d);
             k = rotary_embedding(b, &k, tables, rope, spec.kv_heads, d);
         }
-        let softcap = family.attention_softcap(cfg);
-        let y = soft_capped_attention(b, &q, &k, &v, spec, softcap);
+        let y = family.attention_core(b, cfg, self.io, [&q, &k, &v], spec, attn, dtype);
         family.o_proj(b, cfg, &y, attn, dtype)
     }
 }

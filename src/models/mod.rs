@@ -20,6 +20,7 @@ pub mod glm;
 pub mod glm4;
 pub mod gpt2;
 pub mod gpt_neox;
+pub mod gpt_oss;
 pub mod granite;
 pub mod granitemoe;
 pub mod helium;

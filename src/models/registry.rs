@@ -40,6 +40,7 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &super::olmoe::FAMILY,
     &super::granitemoe::FAMILY,
     &super::phimoe::FAMILY,
+    &super::gpt_oss::FAMILY,
     &stablelm::FAMILY,
     &gpt_neox::FAMILY,
     &nemotron::FAMILY,

@@ -86,6 +86,10 @@ pub const RULE_FILES: &[(&str, &str)] = &[
         include_str!("../../rewrites/fusion/moe.rules"),
     ),
     (
+        "fusion/moe_clamped.rules",
+        include_str!("../../rewrites/fusion/moe_clamped.rules"),
+    ),
+    (
         "fusion/skip_norm.rules",
         include_str!("../../rewrites/fusion/skip_norm.rules"),
     ),
@@ -108,6 +112,10 @@ pub const RULE_FILES: &[(&str, &str)] = &[
     (
         "inline/moe.rules",
         include_str!("../../rewrites/inline/moe.rules"),
+    ),
+    (
+        "inline/moe_clamped.rules",
+        include_str!("../../rewrites/inline/moe_clamped.rules"),
     ),
     (
         "inline/skip_layer_norm.rules",

@@ -794,10 +794,17 @@ def _attention():
     # ---- com.microsoft GroupQueryAttention (BSNH inputs, BNSH caches)
     op_g = "GroupQueryAttention"
 
+    def with_sink(ins, sink):
+        """ins with the head_sink input (slot 11) when sink is given."""
+        if sink is None:
+            return ins
+        return ins + [None] * (11 - len(ins)) + [inp("head_sink", np.asarray(sink, np.float32))]
+
     def gqa(name, *, B=1, S=4, P=0, N=4, Nkv=2, D=8, packed=False, rotary=False, seqlens=None, interleaved=0,
-            present_valid=None, out_valid=None, **attrs):
+            present_valid=None, out_valid=None, sink=None, **attrs):
         """seqlens: per-batch total lengths (defaults to P + S for all); present_valid and
-        out_valid: per-batch numbers of defined present / output positions."""
+        out_valid: per-batch numbers of defined present / output positions; sink: head_sink
+        values (one per query head)."""
         r = rng_for(op_g, name)
         total = P + S
         seqlens = [total] * B if seqlens is None else seqlens
@@ -815,6 +822,7 @@ def _attention():
             cos, sin = _caches(r, 32, D // 2)
             ins += [init("cos", cos), init("sin", sin)]
             attrs.update(do_rotary=1, rotary_interleaved=interleaved)
+        ins = with_sink(ins, sink)
         regions = {}
         if out_valid is not None:
             regions["y"] = lambda a, ov=out_valid: np.concatenate([a[b, :n].ravel() for b, n in enumerate(ov)])
@@ -845,13 +853,23 @@ def _attention():
     gqa("decode_padded_local_window", B=2, S=1, P=6, seqlens=[7, 4], present_valid=[7, 4], local_window_size=2)
     # a chunk of 3 new tokens after 4 cached ones (onnxruntime allows this for batch 1 only)
     gqa("continuation_chunk", S=3, P=4, N=2, Nkv=1)
+    # head_sink (gpt-oss's attention sinks): a logit per query head joins every softmax
+    sinks = [1.5, -0.5, 0.0, 3.0]
+    gqa("prompt_head_sink", S=5, sink=sinks)
+    gqa("decode_head_sink", S=1, P=5, B=2, sink=sinks)
+    gqa("prompt_head_sink_rotary_window", S=6, D=16, rotary=True, local_window_size=3, sink=sinks)
+    gqa("decode_head_sink_local_window", S=1, P=7, local_window_size=4, sink=sinks)
+    gqa("decode_head_sink_over_smooth_softmax", S=1, P=3, smooth_softmax=1, sink=sinks)
+    gqa("prompt_head_sink_padded_batch2", B=2, S=5, seqlens=[5, 3], out_valid=[5, 3], present_valid=[5, 3],
+        sink=sinks)
+    gqa("decode_head_sink_dominant", S=1, P=4, sink=[40.0, -40.0, 0.0, 10.0])
 
     # NaN and infinity. Decoding: a NaN score in the attended window makes the row NaN, an
     # all-NaN query too; a NaN value under any key of the valid length reaches every output
     # (0 * NaN), beyond it none. (onnxruntime's prompt kernel drops a NaN on the diagonal of
     # every row but the last, depending on its tiling: prompt cases keep NaN off it.)
     def gqa_nan(name, *, S=1, P=5, B=1, seqlens=None, q_nan=None, k_nan=None, v_nan=None, pk_nan=None,
-                pv_nan=None, present_valid=None, y_regions=None, fill=np.nan, **attrs):
+                pv_nan=None, present_valid=None, y_regions=None, fill=np.nan, sink=None, **attrs):
         r = rng_for(op_g, name)
         N, Nkv, D = 2, 1, 8
         total = P + S
@@ -864,6 +882,7 @@ def _attention():
         ins = [inp("q", q), inp("k", k), inp("v", v), inp("past_key", pk), inp("past_value", pv),
                inp("seqlens_k", np.array(seqlens, np.int32) - 1),
                inp("total_sequence_length", np.array(max(seqlens), np.int32))]
+        ins = with_sink(ins, sink)
         regions = {} if y_regions is None else {"y": y_regions}
         if present_valid is not None:
             for o in ("present_key", "present_value"):
@@ -892,6 +911,14 @@ def _attention():
     gqa_nan("decode_inf_past_value", pv_nan=(0, 0, 2, 4), fill=np.inf)
     gqa_nan("decode_inf_past_key_outside_window", pk_nan=(0, 0, 0, 3), fill=np.inf, local_window_size=2)
     gqa_nan("prompt_inf_value", S=4, P=0, v_nan=(0, 1, 2), fill=-np.inf)
+    # head_sink: a NaN or +inf sink makes its head's rows NaN, a -inf sink is no sink; with
+    # every score -inf (an -inf query element against keys of both signs is not that: use
+    # +-inf keys) the sink takes the whole weight
+    gqa_nan("decode_nan_head_sink", sink=[np.nan, 0.5])
+    gqa_nan("decode_inf_head_sink", sink=[0.5, np.inf])
+    gqa_nan("decode_neg_inf_head_sink", sink=[-np.inf, 0.5])
+    gqa_nan("decode_nan_past_key_head_sink", pk_nan=(0, 0, 2, 3), sink=[1.0, -1.0])
+    gqa_nan("decode_inf_query_element_head_sink", q_nan=(0, 0, 3), fill=np.inf, sink=[1.0, -1.0])
 
 
 _binary()

@@ -1,7 +1,7 @@
 """Mixture-of-experts blocks as `com.microsoft::MoE` (rewrites/fusion/moe.rules).
 
 The EPs whose capabilities run the kernel get the fused op for every MoE layer of the
-mixtral, qwen2_moe, qwen3_moe, olmoe and granitemoe fixtures (their transformers parity, decode and
+mixtral, qwen2_moe, qwen3_moe, olmoe, granitemoe and gpt_oss fixtures (their transformers parity, decode and
 onnxruntime-genai greedy runs are test_fixtures.py's, on these same builds); onnx-standard
 keeps the dense block of standard ops.  Here the two forms are compared with each other on
 the prompt and transformers' greedy continuation (44 routed tokens per layer), and the
@@ -20,7 +20,7 @@ import pytest
 
 from ort_helpers import FIXTURES_DIR, NP_DTYPES, load_config, load_reference, model_dims
 
-NAMES = ["mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granitemoe"]
+NAMES = ["mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granitemoe", "gpt_oss"]
 FUSED = [("cpu", "f32"), ("cpu", "f16"), ("cuda", "f16"), ("cuda", "f32"), (None, "f32"), ("webgpu", "f16")]
 TOL = {"f32": 1e-4, "f16": 2e-2}
 
@@ -29,7 +29,7 @@ def moe_layers(name: str) -> int:
     """MoE layers of the fixture, as its family selects them."""
     cfg = load_config(FIXTURES_DIR / name)
     layers = cfg["num_hidden_layers"]
-    if cfg["model_type"] in ("mixtral", "olmoe", "granitemoe"):
+    if cfg["model_type"] in ("mixtral", "olmoe", "granitemoe", "gpt_oss"):
         return layers
     step, dense = cfg.get("decoder_sparse_step", 1), set(cfg.get("mlp_only_layers", []))
     return sum(1 for i in range(layers) if i not in dense and (i + 1) % step == 0)
@@ -91,16 +91,17 @@ def test_fused_and_dense_blocks_agree(built, name, fused_ep, dtype):
 @pytest.mark.parametrize("dtype", ["f32", "f16"])
 @pytest.mark.parametrize("name", NAMES)
 def test_router_margin(built, record_moe_margin, tmp_path, name, dtype):
-    """The smallest gap between a token's k-th and (k+1)-th router probability, over every
-    MoE layer and token of the sequence (read from the dense build's Softmax before TopK):
-    positive, so the kernel's tie order never applies."""
+    """The smallest gap between a token's k-th and (k+1)-th router probability (gpt_oss: router
+    logit, which its TopK ranks), over every MoE layer and token of the sequence (read from the
+    dense build's TopK input): positive, so the kernel's tie order never applies."""
     out = built("fixture", name, dtype, "onnx-standard")
     model = onnx.load(str(out / "model.onnx"), load_external_data=False)
-    feeds_topk = {n.input[0] for n in model.graph.node if n.op_type == "TopK"}
-    probs = [n.output[0] for n in model.graph.node if n.op_type == "Softmax" and n.output[0] in feeds_topk]
+    probs = [n.input[0] for n in model.graph.node if n.op_type == "TopK"]
     assert len(probs) == moe_layers(name)
+    # The softmax runs in f32; gpt_oss ranks its logits in the model dtype.
+    ranked = onnx.TensorProto.FLOAT16 if name == "gpt_oss" and dtype == "f16" else onnx.TensorProto.FLOAT
     for p in probs:
-        model.graph.output.append(onnx.helper.make_tensor_value_info(p, onnx.TensorProto.FLOAT, None))
+        model.graph.output.append(onnx.helper.make_tensor_value_info(p, ranked, None))
     path = out / f"router-probs-{tmp_path.name}.onnx"
     onnx.save(model, str(path))
     try:
@@ -108,7 +109,7 @@ def test_router_margin(built, record_moe_margin, tmp_path, name, dtype):
     finally:
         path.unlink()
     k = load_config(FIXTURES_DIR / name)["num_experts_per_tok"]
-    top = [-np.sort(-got[p], axis=-1) for p in probs]
+    top = [-np.sort(-got[p].astype(np.float32), axis=-1) for p in probs]
     margin = min(float((t[..., k - 1] - t[..., k]).min()) for t in top)
     record_moe_margin(f"{name} {dtype}", margin)
     assert margin > 0, f"{name} {dtype}: a tie at the k-th router probability"

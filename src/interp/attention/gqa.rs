@@ -3,11 +3,11 @@
 //! Inputs: query `[B, S, Hq·D]` (or packed QKV `[B, S, (Hq + 2·Hkv)·D]` when key/value are
 //! absent), key/value `[B, S, Hkv·D]`, past_key/past_value `[B, Hkv, P, D]` (P may be 0 or the
 //! inputs absent), seqlens_k `[B]` (valid total length − 1 per batch), total_sequence_length
-//! (scalar), cos_cache/sin_cache `[max_pos, rd/2]` when `do_rotary`, and k_scale/v_scale
-//! (inputs 12/13) for a float8 cache. Other inputs beyond sin_cache (position_ids,
-//! attention_bias, head_sink, QK norms, query_seqlens), KV quantization other than per-tensor
-//! float8 and the attributes `causal = 0`, `sliding_window_cache`, `qk_output` are not
-//! supported.
+//! (scalar), cos_cache/sin_cache `[max_pos, rd/2]` when `do_rotary`, head_sink `[Hq]`, and
+//! k_scale/v_scale (inputs 12/13) for a float8 cache. Other inputs beyond sin_cache
+//! (position_ids, attention_bias, QK norms, query_seqlens), KV quantization other than
+//! per-tensor float8 and the attributes `causal = 0`, `sliding_window_cache`, `qk_output` are
+//! not supported.
 //!
 //! Semantics:
 //! - first prompt when `S == total_sequence_length`: every batch starts at position 0;
@@ -30,7 +30,11 @@
 //! - the output is `probs · V` over keys `[0, seqlens_k[b] + 1)`, so a NaN value under a key
 //!   outside `[lo, hi)` still gives NaN (`0 · NaN`), as in onnxruntime;
 //! - score = `softcap(scale · q·k)`, scale 0 meaning `1/sqrt(D)`; `smooth_softmax` adds a zero
-//!   logit to the softmax denominator;
+//!   logit to the softmax denominator; `head_sink` (taking precedence over it) makes head
+//!   `h`'s sink logit join every softmax of that head (the maximum taken over the sink too),
+//!   so the attended keys share `1 − p_sink` of the weight; a NaN or `+inf` sink makes the
+//!   head's rows NaN, a `-inf` one is no sink, and with every attended score `-inf` (or an
+//!   empty range) the sink takes the whole weight (output 0);
 //! - float8 cache (`k_quant_type = v_quant_type = "PER_TENSOR"`, `kv_cache_bit_width = 8`,
 //!   past and present `FLOAT8E4M3FN`, one f32 scale each in k_scale/v_scale), as onnxruntime's
 //!   CUDA kernel defines it: a new (rotated) key `x` is stored as
@@ -38,7 +42,7 @@
 //!   448 as `fminf` does), values likewise with v_scale; the attention reads every cached row,
 //!   the new ones included, as `e4m3 · scale` rounded to the query dtype.
 
-use super::{dot, head_count, round_to, soft_cap, softmax, weighted_sum};
+use super::{dot, head_count, round_to, soft_cap, softmax, softmax_with_sink, weighted_sum};
 use crate::interp::rope::rotate;
 use crate::interp::{OpCall, Tensor};
 use crate::ir::{f8e4m3, DType};
@@ -47,7 +51,9 @@ use crate::Result;
 /// Evaluates `com.microsoft` `GroupQueryAttention`.
 pub fn group_query_attention(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
     let scales = float8_scales(call)?;
-    let supported = |i: usize| scales.is_some() && (i == 12 || i == 13);
+    // head_sink (input 11) and, for a float8 cache, k_scale/v_scale (12/13) are the inputs
+    // beyond sin_cache this implementation takes.
+    let supported = |i: usize| i == 11 || (scales.is_some() && (i == 12 || i == 13));
     if let Some(i) = (9..call.inputs.len()).find(|&i| call.optional(i).is_some() && !supported(i)) {
         return Err(call.error(format!("input {i} is not supported")));
     }
@@ -204,6 +210,16 @@ pub fn group_query_attention(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
     let softcap = call.float("softcap", 0.0);
     let window = call.int("local_window_size", -1);
     let smooth = call.int("smooth_softmax", -1) == 1;
+    let sinks = match call.optional(11) {
+        Some(t) if t.shape == [hq] => Some(t.floats()?),
+        Some(t) => {
+            return Err(call.error(format!(
+                "head_sink of shape {:?} must be [{hq}] (one per query head)",
+                t.shape
+            )))
+        }
+        None => None,
+    };
     let group = hq / hkv;
 
     call.alloc(&[batch, s_len, hq, dim])?;
@@ -284,7 +300,10 @@ pub fn group_query_attention(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
                         let raw = dot(&q, &keys[base + t * dim..base + (t + 1) * dim]);
                         *p = soft_cap(raw * scale, softcap);
                     }
-                    softmax(row, smooth, DType::F32);
+                    match &sinks {
+                        Some(sinks) => softmax_with_sink(row, sinks[h]),
+                        None => softmax(row, smooth, DType::F32),
+                    }
                 }
                 weighted_sum(
                     &probs,

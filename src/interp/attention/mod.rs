@@ -97,6 +97,24 @@ fn softmax(row: &mut [f32], smooth: bool, dtype: DType) {
         .for_each(|p| *p = round_to(dtype, (*p as f64 / sum) as f32));
 }
 
+/// [`softmax`] in f32 of a row joined by one more logit, `sink`, whose probability is dropped
+/// (GroupQueryAttention's `head_sink`), as onnxruntime computes it: the maximum is taken over
+/// the row and the sink, so a row holding a NaN, a NaN sink or a `+inf` sink (`inf − inf`)
+/// becomes all NaN, and a row of `-inf` scores gets zeros (the sink takes the weight).
+fn softmax_with_sink(row: &mut [f32], sink: f32) {
+    if sink.is_nan() || row.iter().any(|p| p.is_nan()) {
+        row.fill(f32::NAN);
+        return;
+    }
+    let max = row.iter().copied().fold(sink, f32::max);
+    let mut sum = ((sink - max).exp()) as f64;
+    for p in row.iter_mut() {
+        *p = (*p - max).exp();
+        sum += *p as f64;
+    }
+    row.iter_mut().for_each(|p| *p = (*p as f64 / sum) as f32);
+}
+
 /// Writes `Σ_t probs[t] · values[t]` to `out` (`values` rows of `out.len()` elements). Every
 /// row takes part, zero probabilities included: as in onnxruntime's matrix product, a NaN or
 /// infinite value under a masked key still makes that output element NaN (`0 · inf`).

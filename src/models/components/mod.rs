@@ -1,6 +1,7 @@
 //! Building blocks shared by the model builders; each emits standard ONNX (opset 24) ops.
 
 pub mod attention;
+pub mod clamped_moe;
 pub mod conv1d;
 pub mod decoder_io;
 pub mod gelu;
@@ -12,8 +13,10 @@ pub mod moe;
 pub mod norm;
 pub mod rope;
 pub mod scalar;
+pub mod sink_attention;
 
 pub use attention::{attention, soft_capped_attention, AttentionSpec};
+pub use clamped_moe::{clamped_moe, ClampedMoe};
 pub use conv1d::{conv1d, Conv1dParams};
 pub use decoder_io::{decoder_io, DecoderDims, DecoderInputs};
 pub use gelu::gelu;
@@ -26,3 +29,4 @@ pub use norm::{
 };
 pub use rope::{named_rope_tables, rope_tables, rotary_embedding, scaled, RopeTables};
 pub use scalar::scalar;
+pub use sink_attention::sink_attention;

@@ -11,6 +11,7 @@ mod gqa_mask;
 mod head_layout;
 mod matmul_nbits;
 mod moe;
+mod moe_clamped;
 mod norm_recognize;
 mod pack_qkv;
 mod rotary_recognize;
@@ -84,6 +85,8 @@ const APPLIERS: &[(&str, &dyn AnyApplier)] = &[
     ),
     ("dense-moe", &moe::DENSE_MOE),
     ("moe-to-dense", &moe::MOE_TO_DENSE),
+    ("dense-moe-clamped", &moe_clamped::DENSE_MOE_CLAMPED),
+    ("moe-clamped-to-dense", &moe_clamped::MOE_CLAMPED_TO_DENSE),
     ("decompose-rotary", &rotary::DECOMPOSE_ROTARY),
     (
         "decompose-rotary-with-positions",

@@ -44,7 +44,7 @@ struct Routing {
 }
 
 /// Whether the attribute class `id` is unset or holds `value`.
-fn unset_or(g: &OnnxGraph, id: Option<Id>, value: i64) -> bool {
+pub(super) fn unset_or(g: &OnnxGraph, id: Option<Id>, value: i64) -> bool {
     id.is_some_and(|a| match g[a].data.attr() {
         Some(AttrValue::Unset) => true,
         Some(AttrValue::Int(v)) => *v == value,
@@ -54,7 +54,7 @@ fn unset_or(g: &OnnxGraph, id: Option<Id>, value: i64) -> bool {
 
 /// The input of class `id` when it is `Unsqueeze(x, [-1])` of a rank-`rank` x (or the axis
 /// spelled `rank`).
-fn unsqueezed_last(g: &OnnxGraph, id: Id, rank: i64) -> Option<Id> {
+pub(super) fn unsqueezed_last(g: &OnnxGraph, id: Id, rank: i64) -> Option<Id> {
     find_op(g, id, "Unsqueeze").and_then(|u| match u.input_ids() {
         [x, axes] if matches!(const_ints(g, *axes)?.as_slice(), [a] if *a == -1 || *a == rank) => {
             Some(*x)
@@ -64,14 +64,14 @@ fn unsqueezed_last(g: &OnnxGraph, id: Id, rank: i64) -> Option<Id> {
 }
 
 /// The input of class `id` when it is `Cast(x → to)`.
-fn cast_to(g: &OnnxGraph, id: Id, to: DType) -> Option<Id> {
+pub(super) fn cast_to(g: &OnnxGraph, id: Id, to: DType) -> Option<Id> {
     find_op(g, id, "Cast").and_then(|c| {
         (int_attr(g, c.attr_id("to")?)? == to.onnx_code() as i64).then(|| c.input_ids()[0])
     })
 }
 
 /// `ReduceSum(x, [axis])` in class `id` with the axis one of `axes` and the axis kept: x.
-fn summed_over(g: &OnnxGraph, id: Id, axes: [i64; 2]) -> Option<Id> {
+pub(super) fn summed_over(g: &OnnxGraph, id: Id, axes: [i64; 2]) -> Option<Id> {
     find_op(g, id, "ReduceSum").and_then(|r| match r.input_ids() {
         [x, a]
             if matches!(const_ints(g, *a)?.as_slice(), [v] if axes.contains(v))
@@ -85,7 +85,7 @@ fn summed_over(g: &OnnxGraph, id: Id, axes: [i64; 2]) -> Option<Id> {
 }
 
 /// The tuple class whose output `index` class `id` projects.
-fn projected(g: &OnnxGraph, id: Id, index: usize) -> Option<Id> {
+pub(super) fn projected(g: &OnnxGraph, id: Id, index: usize) -> Option<Id> {
     g[id].nodes.iter().find_map(|n| match n {
         Onnx::Get { index: i, tuple } if *i == index => Some(tuple[0]),
         _ => None,
@@ -93,7 +93,7 @@ fn projected(g: &OnnxGraph, id: Id, index: usize) -> Option<Id> {
 }
 
 /// The TopK e-node of class `tuple` over the last axis of a rank-3 input, largest first.
-fn top_k(g: &OnnxGraph, tuple: Id) -> Option<OpNode> {
+pub(super) fn top_k(g: &OnnxGraph, tuple: Id) -> Option<OpNode> {
     let node = find_op(g, tuple, "TopK")?;
     let axis = int_attr(g, node.attr_id("axis")?).unwrap_or(-1);
     (matches!(axis, -1 | 2) && unset_or(g, node.attr_id("largest"), 1)).then_some(node)
@@ -182,12 +182,12 @@ fn routing(g: &OnnxGraph, routing: Id, dtype: DType, experts: i64) -> Option<Rou
 }
 
 /// Whether class `id` is an initializer.
-fn is_init(g: &OnnxGraph, id: Id) -> bool {
+pub(super) fn is_init(g: &OnnxGraph, id: Id) -> bool {
     g[id].nodes.iter().any(|n| matches!(n, Onnx::Init(_)))
 }
 
 /// The static 2-D shape of class `id`.
-fn matrix(g: &OnnxGraph, id: Id) -> Option<(i64, i64)> {
+pub(super) fn matrix(g: &OnnxGraph, id: Id) -> Option<(i64, i64)> {
     match g[id].data.tensor()?.static_shape()?[..] {
         [r, c] => Some((r, c)),
         _ => None,
@@ -281,7 +281,7 @@ pub(super) const MOE_TO_DENSE: Applier<12> = Applier::new(
 );
 
 /// The float attribute of class `id`: `Some(default)` when unset.
-fn float_or(g: &OnnxGraph, id: Id, default: f32) -> Option<f32> {
+pub(super) fn float_or(g: &OnnxGraph, id: Id, default: f32) -> Option<f32> {
     match g[id].data.attr()? {
         AttrValue::Unset => Some(default),
         AttrValue::Float(bits) => Some(f32::from_bits(*bits)),
@@ -290,7 +290,7 @@ fn float_or(g: &OnnxGraph, id: Id, default: f32) -> Option<f32> {
 }
 
 /// The static shape of class `id` when it is an initializer of `dtype`.
-fn init_shape(g: &OnnxGraph, id: Id, dtype: DType) -> Option<Vec<i64>> {
+pub(super) fn init_shape(g: &OnnxGraph, id: Id, dtype: DType) -> Option<Vec<i64>> {
     let t = g[id].data.tensor()?;
     (is_init(g, id) && t.dtype? == dtype).then(|| t.static_shape())?
 }
