@@ -19,7 +19,8 @@ Memory, per build: peak RSS is the process's ru_maxrss (getrusage of the child, 
 counts the pages of the memory-mapped checkpoint that were touched, so it grows with the
 checkpoint. Peak anonymous memory (heap, stacks, buffers: what the process allocates, without
 the mapped checkpoint's page-cache pages) is the largest RssAnon of /proc/PID/status, sampled
-every millisecond during one extra, untimed run.
+every millisecond during --runs extra, untimed runs (interleaved); the median is printed, and
+the int4 build's difference to the f16 build's in KiB with every run's value.
 
 Prints one `summary:` line per command and checkpoint.
 """
@@ -140,10 +141,12 @@ def main():
                 wall, kb = timed(cmd)
                 times[k].append(wall)
                 rss[k] = max(rss[k], kb)
-        anon = {}
-        for k in ("f16", "bf16", "f32", "int4"):
-            fresh()
-            anon[k] = peak_anon(commands[k])
+        anon_runs = {k: [] for k in ("f16", "bf16", "f32", "int4")}
+        for _ in range(args.runs):
+            for k in anon_runs:
+                fresh()
+                anon_runs[k].append(peak_anon(commands[k]))
+        anon = {k: statistics.median(v) for k, v in anon_runs.items()}
         shutil.rmtree(out, ignore_errors=True)
 
         med = {k: statistics.median(v) for k, v in times.items()}
@@ -155,7 +158,10 @@ def main():
             base = "cp2x" if k == "f32" else "cp"
             extra = f", {med[k] / med['f16']:.2f}x f16" if k == "int4" else ""
             print(f"summary: weights {name} {k:>4}: {med[k]:.3f} s, {med[k] / med[base]:.2f}x {base}"
-                  f"{extra}, peak RSS {rss[k] // 1024} MiB, peak anon {anon[k] // 1024} MiB")
+                  f"{extra}, peak RSS {rss[k] // 1024} MiB, peak anon {anon[k] / 1024:.2f} MiB")
+        print(f"summary: weights {name} peak anon int4 - f16: {anon['int4'] - anon['f16']:+.0f} KiB "
+              f"(medians of {args.runs}; int4 runs {sorted(anon_runs['int4'])} KiB, "
+              f"f16 runs {sorted(anon_runs['f16'])} KiB)")
 
 
 if __name__ == "__main__":

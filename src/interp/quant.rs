@@ -37,7 +37,7 @@ fn required_int(call: &OpCall<'_>, name: &str) -> Result<i64> {
 }
 
 /// Attribute `block_size` of the contrib ops: a power of two, at least 16.
-fn contrib_block_size(call: &OpCall<'_>, value: i64) -> Result<usize> {
+pub(super) fn contrib_block_size(call: &OpCall<'_>, value: i64) -> Result<usize> {
     if value < 16 || value & (value - 1) != 0 {
         return Err(call.error(format!(
             "attribute block_size is {value}; expected a power of two of at least 16"
@@ -47,7 +47,7 @@ fn contrib_block_size(call: &OpCall<'_>, value: i64) -> Result<usize> {
 }
 
 /// Value `i` of a bit-packed uint8 buffer of `bits`-bit values (2, 4 or 8), lowest bits first.
-fn packed_value(bytes: &[i64], i: usize, bits: usize) -> i64 {
+pub(super) fn packed_value(bytes: &[i64], i: usize, bits: usize) -> i64 {
     let per_byte = 8 / bits;
     (bytes[i / per_byte] >> ((i % per_byte) * bits)) & ((1 << bits) - 1)
 }

@@ -1448,3 +1448,85 @@ def _moe():
 
 
 _moe()
+
+
+# --------------------------------------------------------------------------- com.microsoft QMoE
+def _qmoe():
+    """com.microsoft QMoE with integer experts as onnxruntime's CPU kernel takes it: MoE's
+    interleaved SwiGLU layout, fc1 uint8 [E, 2*I, H*bits/8], fc2 uint8 [E, H, I*bits/8] (each
+    row packed lowest bits first), scales [E, N] or, with block_size, [E, N, K/block_size],
+    optional packed zero points (absent: 2^(bits-1)); accuracy_level 0. Every case
+    renormalises the top-k weights (onnxruntime 1.32's CPU QMoE does so whatever
+    normalize_routing_weights says; the interpreter refuses 0), and 8-bit experts are
+    column-wise (block-wise, the kernel quantizes the activations to int8)."""
+    op = "QMoE"
+
+    def qmoe(name, *, T=6, H=32, I=16, E=4, k=2, bits=4, block=16, zp=False, bias=False,
+             dtype=np.float32, three_d=False, logits=None, x=None, s1=None, **attrs):
+        r = rng_for(op, name)
+        x = randn(r, T, H, dtype=dtype) if x is None else x.astype(dtype)
+        if three_d:
+            x = x.reshape(2, T // 2, H)
+        lg = randn(r, T, E, dtype=dtype) if logits is None else logits.astype(dtype)
+        top = (1 << bits) - 1
+
+        def proj(n, kk, scales=None):
+            q = ints(r, 0, top, E, n, kk)
+            groups = kk // block if block else None
+            shape = (E, n, groups) if block else (E, n)
+            sc = unif(r, 0.01, 0.1, *shape, dtype=dtype) if scales is None else scales.astype(dtype)
+            z = None
+            if zp:
+                if block:
+                    per = 8 // bits
+                    zv = ints(r, 0, top, E, n, -(-groups // per) * per)
+                    z = _pack_bits(zv, bits)
+                else:
+                    zv = ints(r, 0, top, E, n)
+                    z = _pack_bits(zv, bits)
+            return _pack_bits(q, bits), sc, z
+
+        w1, sc1, z1 = proj(2 * I, H, s1)
+        w2, sc2, z2 = proj(H, I)
+        ins = [inp("input", x), inp("router_probs", lg), init("fc1", w1), init("fc1_scales", sc1),
+               init("fc1_bias", randn(r, E, 2 * I, dtype=dtype, scale=0.1)) if bias else None,
+               init("fc2", w2), init("fc2_scales", sc2),
+               init("fc2_bias", randn(r, E, H, dtype=dtype, scale=0.1)) if bias else None]
+        if zp:
+            ins += [None, None, None, init("fc1_zp", z1), init("fc2_zp", z2)]
+        out = F16 if dtype == np.float16 else F32
+        attrs = {"activation_type": "swiglu", "swiglu_fusion": 1, "expert_weight_bits": bits,
+                 "accuracy_level": 0, **attrs}
+        if block:
+            attrs["block_size"] = block
+        add(op, name, ins, [("y", out)], domain=MS, k=k, **attrs)
+
+    qmoe("b4_block16_top2", normalize_routing_weights=1)
+    qmoe("b4_block32_top1", block=32, H=64, I=32, k=1, normalize_routing_weights=1)
+    qmoe("b4_columnwise", block=None, normalize_routing_weights=1)
+    qmoe("b4_block16_zero_points", zp=True, normalize_routing_weights=1)
+    qmoe("b4_columnwise_zero_points", block=None, zp=True, normalize_routing_weights=1)
+    qmoe("b8_columnwise_bias", bits=8, block=None, bias=True, normalize_routing_weights=1)
+    qmoe("b8_columnwise_zero_points", bits=8, block=None, zp=True, normalize_routing_weights=1)
+    qmoe("b4_three_d_alpha_beta_limit", three_d=True, normalize_routing_weights=1,
+         activation_alpha=1.702, activation_beta=1.0, swiglu_limit=0.8)
+    qmoe("b4_f16_block16", dtype=np.float16, normalize_routing_weights=1)
+    qmoe("b4_f16_columnwise_bias", dtype=np.float16, block=None, bias=True, normalize_routing_weights=1)
+    # every expert picked: the renormalisation divides by 1
+    qmoe("b4_top_all", k=4, normalize_routing_weights=1)
+    # a NaN or +inf logit: the token's output 0; an infinite input and an infinite or NaN
+    # scale: NaN / inf through the picked experts
+    r = rng_for(op, "special")
+    lg = randn(r, 6, 4)
+    lg[0, 1] = np.nan
+    lg[1, 2] = np.inf
+    lg[3, :] = -np.inf
+    x = randn(r, 6, 32)
+    x[4, 3] = np.inf
+    s1 = unif(r, 0.01, 0.1, 4, 32, 2)
+    s1[2, 5, 1] = np.inf
+    s1[1, 0, 0] = np.nan
+    qmoe("b4_nan_inf", logits=lg, x=x, s1=s1, normalize_routing_weights=1)
+
+
+_qmoe()
