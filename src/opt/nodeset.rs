@@ -111,8 +111,10 @@ impl Sets {
         // reservation costs address space, not memory.
         let room = universe.nodes.saturating_mul(2);
         let mut leaves = Vec::with_capacity(room.saturating_add(1));
-        let mut branches =
-            Vec::with_capacity(room.saturating_mul(universe.depth as usize).saturating_add(1));
+        let mut branches = Vec::with_capacity(
+            room.saturating_mul(universe.depth as usize)
+                .saturating_add(1),
+        );
         // Slot 0 of each stands for the empty set and is never read.
         leaves.push(Leaf {
             bits: [0; WORDS],
@@ -338,11 +340,9 @@ impl Sets {
             return self.totals(b, level);
         }
         match self.pair(a, b, level) {
-            Pair::Leaves(x, y) => bit_costs(
-                &std::array::from_fn(|w| y.bits[w] & !x.bits[w]),
-                base,
-                cost,
-            ),
+            Pair::Leaves(x, y) => {
+                bit_costs(&std::array::from_fn(|w| y.bits[w] & !x.bits[w]), base, cost)
+            }
             Pair::Branches(xs, ys) => {
                 let span = self.universe.span(level);
                 // As in `union_at`, the children `missing_at` answers at once (nothing

@@ -85,7 +85,10 @@ pub(super) fn saturate<'r>(
 ) -> Run {
     let start = Instant::now();
     if !egraph.clean {
-        debug_assert!(first.is_none(), "matches searched in an e-graph not rebuilt");
+        debug_assert!(
+            first.is_none(),
+            "matches searched in an e-graph not rebuilt"
+        );
         first = None;
         rebuild(egraph);
     }
