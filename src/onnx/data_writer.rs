@@ -482,6 +482,21 @@ mod tests {
     }
 
     #[test]
+    fn huge_page_advice_keeps_the_contents_of_any_buffer() {
+        // Fresh, already written, shorter than a huge page, and at an odd start.
+        let mut fresh = vec![0u8; BLOCK];
+        advise_huge_pages(&mut fresh);
+        fresh[BLOCK - 1] = 9;
+        assert!(fresh[..BLOCK - 1].iter().all(|&b| b == 0) && fresh[BLOCK - 1] == 9);
+        let mut written: Vec<u8> = (0..3 * BLOCK + 7).map(|i| (i % 253) as u8).collect();
+        let want = written.clone();
+        advise_huge_pages(&mut written[1..]);
+        advise_huge_pages(&mut written[..100]);
+        advise_huge_pages(&mut []);
+        assert!(written == want);
+    }
+
+    #[test]
     fn offsets_going_backwards_are_refused() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("data");
