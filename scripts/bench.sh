@@ -30,8 +30,9 @@
 #
 # The weights benchmark (not part of the default run: it needs ~4 GB of disk and a few
 # minutes): the release CLI's whole `mobius build` (f16, bf16, f32, --quant int4) of a generated
-# ~300M-parameter bf16 Llama (606 MB; one file, then 4 shards) against `cp` of the same files,
-# warm page cache, medians of 5, interleaved; peak RSS (getrusage) and peak anonymous memory
+# ~300M-parameter bf16 Llama (606 MB; one file, then 4 shards) against `cp` of the same files
+# (an in-kernel copy_file_range) and `cat SRC > DST` (a read + write copy), warm page cache,
+# medians of 5, interleaved; peak RSS (getrusage) and peak anonymous memory
 # (RssAnon of /proc/PID/status, sampled every millisecond). See scripts/bench_weights.py.
 #
 #   scripts/bench.sh weights               only the weights benchmark
