@@ -18,9 +18,10 @@ lies wholly on its side of 1. Otherwise the decision is a *tie* (no measurable w
 are counted and listed apart, never as right or wrong.
 
 It prints, for the built-in cpu parameters and (with --calibrated) the calibrated ones: what
-extraction picks (`mobius build --ep cpu` / `--ep-file`, one pick per size and decision, made
-for the prefill workload extraction weighs), how many decisions with a measured winner that
-pick is, whether the cost model orders each decided pair as measured, and the Spearman rank
+extraction picks (one pick per size and decision: the variant the cost model rates cheaper
+under the prefill of 128 tokens extraction weighs, checked against what `mobius build --ep cpu`
+/ `--ep-file` built where its graph holds that decision), how many decisions with a measured
+winner that pick is, whether the cost model orders each decided pair as measured, and the Spearman rank
 correlation between `mobius cost`'s total and the measured latency (median of all of a
 model's runs) over every model and workload.
 """
@@ -43,10 +44,14 @@ import costlib  # noqa: E402
 # The confidence level of the paired ratio's interval (48 decisions: about 0.5 false
 # winners expected among true ties).
 LEVEL = 0.99
+# The workload extraction weighs: a prefill of `prefill_tokens` = 128 tokens (both the
+# built-in cpu parameters and calibrate.py's files).
+EXTRACTION_WORKLOAD = "prefill-128"
 
 
-def choice(model: Path, decision: tuple[str, str]) -> str:
-    """Which variant of `decision` the built `model` is, by its ops."""
+def choice(model: Path, decision: tuple[str, str]) -> str | None:
+    """Which variant of `decision` the built `model` is, by its ops; None when the model does
+    not hold that decision (packed or separate QKV when extraction chose Attention)."""
     nodes = onnx.load(str(model), load_external_data=False).graph.node
     ops = {n.op_type for n in nodes}
     chosen, alt = decision
@@ -55,7 +60,7 @@ def choice(model: Path, decision: tuple[str, str]) -> str:
     if alt == "unpacked":
         gqa = [n for n in nodes if n.op_type == "GroupQueryAttention"]
         packed = all(len(n.input) < 2 or n.input[1] == "" for n in gqa)
-        return chosen if gqa and packed else alt
+        return None if not gqa else chosen if packed else alt
     if alt == "no-skip-norm":
         return chosen if "SkipSimplifiedLayerNormalization" in ops else alt
     if alt == "int4-dq":
@@ -140,8 +145,18 @@ def main() -> None:
                 for wl in costlib.WORKLOADS:
                     predicted[key + (wl[0],)] = costlib.cost(model, work, wl, params)["total"]
             rho = costlib.spearman([predicted[k] for k in keys], [measured[k] for k in keys])
-            picks = extraction_choices(work, path)
-            results.append((label, rho, predicted, picks))
+            # The pick of a decision: the variant the cost model rates cheaper under the
+            # workload extraction weighs (what extraction picks in that e-class, the rest of
+            # the graph as in the two variants), checked against `mobius build`'s graph.
+            picks = {}
+            for size in costlib.SIZES:
+                for d in costlib.DECISIONS:
+                    ta, tb = (predicted[(size[0], v, EXTRACTION_WORKLOAD)] for v in d)
+                    picks[(size[0], d)] = d[0] if ta <= tb else d[1]
+            built = extraction_choices(work, path)
+            differ = [(k, built[k]) for k in picks
+                      if built[k] is not None and built[k] != picks[k]]
+            results.append((label, rho, predicted, picks, built, differ))
         print(f"\nPer decision: measured time ratio (first ÷ second variant; median of the "
               f"paired rounds, bootstrap {LEVEL:.0%} CI), the measured winner ('tie' when the "
               "CI holds 1), and each parameter set's pick (* = the measured winner).")
@@ -152,7 +167,7 @@ def main() -> None:
                 for w in costlib.WORKLOADS:
                     med, lo, hi, winner = verdict[(size[0], d, w[0])]
                     cells = []
-                    for _, _, _, picks in results:
+                    for _, _, _, picks, _, _ in results:
                         pick = picks[(size[0], d)]
                         cells.append(f"{pick}{'*' if pick == winner else ''}")
                     print(f"  {size[0]:<6}{d[0] + ' vs ' + d[1]:<26}{w[0]:<13}{med:>7.3f} "
@@ -162,9 +177,9 @@ def main() -> None:
         won = [k for k, v in verdict.items() if v[3] is not None]
         print(f"\n{len(won)} of {n} decisions have a measured winner; {n - len(won)} are ties "
               f"(the {LEVEL:.0%} CI of the ratio holds 1: not counted as right or wrong).")
-        for label, rho, predicted, picks in results:
+        for label, rho, predicted, picks, built, differ in results:
             right = sum(picks[(k[0], k[1])] == verdict[k][3] for k in won)
-            won_p = [k for k in won if k[2] == "prefill-128"]
+            won_p = [k for k in won if k[2] == EXTRACTION_WORKLOAD]
             right_p = sum(picks[(k[0], k[1])] == verdict[k][3] for k in won_p)
             # The cost model's own ordering of each decided pair, per workload.
             order = sum((predicted[(k[0], k[1][0], k[2])] < predicted[(k[0], k[1][1], k[2])])
@@ -176,10 +191,16 @@ def main() -> None:
                 for w in costlib.WORKLOADS
             }
             print(f"\n== {label}")
-            print(f"extraction picked the measured winner: {right}/{len(won)}"
+            print(f"extraction's pick is the measured winner: {right}/{len(won)}"
                   f"{f' = {right / len(won):.0%}' if won else ''} of the decisions with one "
                   f"({right_p}/{len(won_p)} on prefill-128, the workload extraction weighs)")
-            print(f"cost model orders the decided pairs as measured: {order}/{len(won)}")
+            print(f"cost model orders the decided pairs as measured (each under its own "
+                  f"workload): {order}/{len(won)}")
+            held = sum(v is not None for v in built.values())
+            print(f"`mobius build` holds {held} of the {len(built)} decisions in its graph and "
+                  f"picks as the cost comparison there in {held - len(differ)}"
+                  + "".join(f"; differs on {k[0]} {k[1][0]} vs {k[1][1]} ({v})"
+                            for k, v in differ))
             print(f"Spearman rank correlation, predicted vs measured: {rho:.3f} "
                   f"(all {len(keys)}); per workload: "
                   + ", ".join(f"{k} {v:.3f}" for k, v in per_wl.items()))
