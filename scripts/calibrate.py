@@ -110,9 +110,8 @@ def profiler_bias(work: Path, runs: int) -> float:
     return kernel - slope
 
 
-def collect(work: Path, runs: int) -> list[tuple[str, float, float, float]]:
+def collect(work: Path, models: dict, runs: int) -> list[tuple[str, float, float, float]]:
     """(op, bytes, flops, measured µs) of every kernel of every model and workload."""
-    models = costlib.build_variants(work, CAL_SIZES)
     rows = []
     builtin = costlib.load_params(None)
     for (size, variant), model in models.items():
@@ -164,22 +163,8 @@ def fit_op(b, f, t, launch, bw, peak):
     return float(O[i, 0, 0]), float(S[0, j, 0]), float(e[i, j])
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--ep", required=True, choices=["cpu"],
-                    help="the EP to calibrate (onnxruntime CPU is the one measurable here)")
-    ap.add_argument("--out", required=True, type=Path, help="the EP file to write")
-    ap.add_argument("--runs", type=int, default=10, help="timed runs per model and workload")
-    ap.add_argument("--work", type=Path, help="keep the built models here (default: a temp dir)")
-    a = ap.parse_args()
-    if a.runs < 1:
-        ap.error("--runs must be at least 1")
-    started = time.time()
-    with tempfile.TemporaryDirectory() as tmp:
-        work = a.work or Path(tmp)
-        work.mkdir(parents=True, exist_ok=True)
-        rows = collect(work, a.runs)
-        bias = profiler_bias(work, a.runs)
+def fit_and_write(a, rows, bias) -> Path:
+    """Fit the parameters to the kernel timings `rows` and write the EP file `a.out`."""
     ops = np.array([r[0] for r in rows])
     b, f, t = (np.array([r[i] for r in rows], dtype=float) for i in (1, 2, 3))
     launch, bw, peak, err = fit_global(b, f, t)
@@ -221,6 +206,63 @@ def main() -> None:
     )
     path.write_text("\n".join(header) + "\n" + path.read_text())
     costlib.run([costlib.mobius_bin(), "list", "eps", "--ep-file", str(path)])
+    return path
+
+
+def check(work: Path, models: dict, path: Path, runs: int) -> None:
+    """Validation on the calibration data: each decision (the two variants extraction chooses
+    between) at the calibration sizes and workloads, measured as scripts/cost_report.py does
+    (paired rounds, bootstrap 99% CI of the ratio; a tie when it holds 1), and how often the
+    built-in and the fitted parameters order the decided pairs as measured."""
+    pairs = [((s[0], d[0]), (s[0], d[1]), w[0])
+             for s in CAL_SIZES for d in costlib.DECISIONS for w in CAL_WORKLOADS]
+    rounds = costlib.paired_latencies(models, pairs, runs, workloads=CAL_WORKLOADS)
+    wls = {w[0]: w for w in CAL_WORKLOADS}
+    sets = {"built-in cpu": costlib.load_params(None), "fitted": costlib.load_params(path)}
+    right = dict.fromkeys(sets, 0)
+    won = 0
+    for (ka, kb, wl), ts in rounds.items():
+        _, lo, hi = costlib.ratio_ci(ts, level=0.99)
+        if lo <= 1.0 <= hi:
+            continue
+        won += 1
+        line = []
+        for name, params in sets.items():
+            ta, tb = (costlib.cost(models[k], work, wls[wl], params)["total"] for k in (ka, kb))
+            right[name] += (ta < tb) == (hi < 1.0)
+            line.append(f"{name} {ta / tb:.3f}{'' if (ta < tb) == (hi < 1.0) else ' (wrong)'}")
+        print(f"  {ka[0]} {ka[1]} vs {kb[1]} {wl}: measured ratio [{lo:.3f}, {hi:.3f}], "
+              "predicted " + ", ".join(line), file=sys.stderr)
+    print(f"check on the calibration models: {won} of {len(rounds)} decisions have a measured "
+          "winner; the cost model orders them as measured with "
+          + ", ".join(f"{n} parameters {r}/{won}" for n, r in right.items()), file=sys.stderr)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--ep", required=True, choices=["cpu"],
+                    help="the EP to calibrate (onnxruntime CPU is the one measurable here)")
+    ap.add_argument("--out", required=True, type=Path, help="the EP file to write")
+    ap.add_argument("--runs", type=int, default=10, help="timed runs per model and workload")
+    ap.add_argument("--check-runs", type=int, default=20,
+                    help="paired rounds of the decision check on the calibration models "
+                    "(0: no check)")
+    ap.add_argument("--work", type=Path, help="keep the built models here (default: a temp dir)")
+    a = ap.parse_args()
+    if a.runs < 1:
+        ap.error("--runs must be at least 1")
+    if a.check_runs < 0:
+        ap.error("--check-runs must be at least 0")
+    started = time.time()
+    with tempfile.TemporaryDirectory() as tmp:
+        work = a.work or Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        models = costlib.build_variants(work, CAL_SIZES)
+        rows = collect(work, models, a.runs)
+        bias = profiler_bias(work, a.runs)
+        path = fit_and_write(a, rows, bias)
+        if a.check_runs:
+            check(work, models, path, a.check_runs)
     print(f"wrote {path} in {time.time() - started:.0f}s", file=sys.stderr)
 
 

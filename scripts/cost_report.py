@@ -18,17 +18,18 @@ lies wholly on its side of 1. Otherwise the decision is a *tie* (no measurable w
 are counted and listed apart, never as right or wrong.
 
 It prints, for the built-in cpu parameters and (with --calibrated) the calibrated ones: what
-extraction picks (one pick per size and decision: the variant the cost model rates cheaper
-under the prefill of 128 tokens extraction weighs, checked against what `mobius build --ep cpu`
-/ `--ep-file` built where its graph holds that decision), how many decisions with a measured
-winner that pick is, whether the cost model orders each decided pair as measured, and the Spearman rank
-correlation between `mobius cost`'s total and the measured latency (median of all of a
-model's runs) over every model and workload.
+extraction picks (one pick per size and decision: the variant the cost model rates cheaper under
+the prefill of 128 tokens extraction weighs, checked against what `mobius build --ep cpu` /
+`--ep-file` built where its graph holds that decision), how many decisions with a measured
+winner that pick is, whether the cost model orders each decided pair as measured, and the
+Spearman rank correlation between `mobius cost`'s total and the measured latency (median of all
+of a model's runs) over every model and workload.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import tempfile
@@ -94,6 +95,8 @@ def main() -> None:
     ap.add_argument("--sizes", default=",".join(s[0] for s in costlib.SIZES),
                     help="model sizes to build (comma list of "
                     + ", ".join(s[0] for s in costlib.ALL_SIZES) + ")")
+    ap.add_argument("--save", type=Path,
+                    help="write the paired rounds (µs) of every decision here as JSON")
     ap.add_argument("--work", type=Path, help="keep the built models here (default: a temp dir)")
     a = ap.parse_args()
     if a.runs < 5:
@@ -113,6 +116,10 @@ def main() -> None:
         pairs = [((size[0], d[0]), (size[0], d[1]), w[0])
                  for size in costlib.SIZES for d in costlib.DECISIONS for w in costlib.WORKLOADS]
         rounds = costlib.paired_latencies(models, pairs, a.runs, a.reps)
+        if a.save:
+            a.save.write_text(json.dumps([
+                {"size": ka[0], "first": ka[1], "second": kb[1], "workload": wl,
+                 "rounds_us": ts} for (ka, kb, wl), ts in rounds.items()], indent=1))
         # Whole-model latency of each (model, workload): the median of all its runs.
         runs: dict = {}
         for (ka, kb, wl), ts in rounds.items():

@@ -193,18 +193,19 @@ def feeds(sess: ort.InferenceSession, seq: int, past: int) -> dict:
 
 
 def paired_latencies(models: dict, pairs: list, runs: int, reps: int = 3,
-                     warmup: int = 3, seed: int = 0) -> dict:
+                     warmup: int = 3, seed: int = 0, workloads: list | None = None) -> dict:
     """Paired wall times, µs: {(key a, key b, workload name): [(a µs, b µs), ...]}, one pair
     per round. `pairs` lists (model key a, model key b, workload); every round visits every
     pair once, in a fresh random order, and runs its two models alternately `reps` times
     each (which one starts is random), keeping each model's fastest run: the two sides of a
     pair see the same machine load, and the minimum drops runs another job preempted (the
-    machine is shared; preemption only ever adds time)."""
+    machine is shared; preemption only ever adds time). Workload names are looked up in
+    `workloads` (default WORKLOADS)."""
     rng = np.random.default_rng(seed)
     sessions, inputs = {}, {}
     for key, model in models.items():
         sessions[key] = session(model)
-    wls = {w[0]: w for w in WORKLOADS}
+    wls = {w[0]: w for w in workloads or WORKLOADS}
     for a, b, wl in pairs:
         for key in (a, b):
             if (key, wl) not in inputs:
