@@ -153,6 +153,7 @@ const PROOFS: &[(&str, &str)] = &[
         "split_qkv::split_qkv_with_sizes_for_gqa",
     ),
     ("rotary-attention-to-gqa", "rotary_attention_to_gqa"),
+    ("sink-attention-to-gqa", "sink_attention_to_gqa"),
     (
         "export-attention-to-gqa",
         "gqa_genai::export_attention_to_gqa",
@@ -936,6 +937,110 @@ proptest! {
         let inputs = shrink_floats(contract_inputs(&graph, batch, seq, past, seed), 0.25);
         let graph = decoder_dims(graph);
         prove_on("attention-to-gqa", "dml", graph, inputs, 2e-2)?;
+    }
+}
+
+/// gpt-oss's attention block: RoPE on q and k from tables gathered by `position_ids` (scaled
+/// by `factor` when given, as YaRN's attention factor scales them), sink attention in standard
+/// ops ([`mobius::models::components::sink_attention`]) over the padding mask (restricted to
+/// `window` when given) and a KV cache, random sink logits.
+fn sink_attention_block(
+    (batch, seq, past): (usize, usize, usize),
+    (heads, kv_heads): (usize, usize),
+    window: Option<usize>,
+    factor: Option<f32>,
+    seed: u64,
+) -> Graph {
+    use mobius::ir::{Initializer, TensorData, TensorSource};
+    use mobius::models::components::{
+        padding_mask, sink_attention, sliding_window_mask, AttentionSpec, DecoderInputs,
+    };
+    let (d, max_pos) = (16usize, 32usize);
+    let mut b = GraphBuilder::new("g");
+    let ids = b.input("input_ids", DType::I64, dims(&[batch, seq]));
+    let mask = b.input("attention_mask", DType::I64, dims(&[batch, past + seq]));
+    let pos = b.input("position_ids", DType::I64, dims(&[batch, seq]));
+    let q = b.input("q", DType::F32, dims(&[batch, seq, heads * d]));
+    let k = b.input("k", DType::F32, dims(&[batch, seq, kv_heads * d]));
+    let v = b.input("v", DType::F32, dims(&[batch, seq, kv_heads * d]));
+    let cache = dims(&[batch, kv_heads, past, d]);
+    let pk = b.input("past_key_values.0.key", DType::F32, cache.clone());
+    let pv = b.input("past_key_values.0.value", DType::F32, cache);
+    b.output("y", DType::F32, dims(&[batch, seq, heads * d]));
+    let present = dims(&[batch, kv_heads, past + seq, d]);
+    b.output("present.0.key", DType::F32, present.clone());
+    b.output("present.0.value", DType::F32, present);
+    let mut rng = Rng::new(seed);
+    let mut constant = |b: &mut GraphBuilder, name: &str, shape: Vec<usize>, scale: f64| {
+        let n = shape.iter().product();
+        let values: Vec<f32> = (0..n)
+            .map(|_| ((rng.unit() * 2.0 - 1.0) * scale) as f32)
+            .collect();
+        b.initializer(Initializer {
+            name: name.into(),
+            dtype: DType::F32,
+            shape: shape.clone(),
+            source: Some(TensorSource::Inline(TensorData::from_f32(shape, &values))),
+        })
+    };
+    let sinks = constant(&mut b, "sinks", vec![1, heads, 1, 1], 4.0);
+    let mut table = |b: &mut GraphBuilder, name: &str| {
+        let t = constant(b, name, vec![max_pos, d / 2], 1.0);
+        let t = b.op("Gather", &[&t, &pos], vec![("axis", Attr::Int(0))]);
+        match factor {
+            Some(f) => {
+                let f = mobius::models::components::scalar(b, f, DType::F32);
+                b.op("Mul", &[&t, &f], vec![])
+            }
+            None => t,
+        }
+    };
+    let (cos, sin) = (table(&mut b, "cos_cache"), table(&mut b, "sin_cache"));
+    let rotate = |b: &mut GraphBuilder, x: &str, n: usize| {
+        b.op(
+            "RotaryEmbedding",
+            &[x, &cos, &sin],
+            vec![
+                ("interleaved", Attr::Int(0)),
+                ("num_heads", Attr::Int(n as i64)),
+                ("rotary_embedding_dim", Attr::Int(0)),
+            ],
+        )
+    };
+    let (qr, kr) = (rotate(&mut b, &q, heads), rotate(&mut b, &k, kv_heads));
+    let mut padding = padding_mask(&mut b, &ids, &mask);
+    if let Some(w) = window {
+        padding = sliding_window_mask(&mut b, &padding, &ids, &mask, w);
+    }
+    let io = DecoderInputs {
+        input_ids: ids,
+        attention_mask: mask,
+        position_ids: pos.clone(),
+        past: vec![(pk.clone(), pv.clone())],
+    };
+    let spec = AttentionSpec {
+        q_heads: heads,
+        kv_heads,
+        scale: (d as f32).powf(-0.5),
+        mask: &padding,
+        past: (&pk, &pv),
+        present: ("present.0.key", "present.0.value"),
+    };
+    let y = sink_attention(&mut b, &io, [&qr, &kr, &v], &sinks, &spec, (d, DType::F32));
+    b.op_into("Identity", &[&y], vec![], "y");
+    b.finish()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// Equal on inputs that follow the decoder contract (no padding, positions continuing the
+    /// cache), with and without a sliding window and YaRN's table factor.
+    #[test]
+    fn sink_attention_to_gqa(batch in 1usize..3, seq in 1usize..5, past in 0usize..5, kv_heads in 1usize..3, group in 1usize..3, window in prop::option::of(1usize..5), factor in prop::option::of(0.5f32..2.0), seed in any::<u64>()) {
+        let graph = sink_attention_block((batch, seq, past), (kv_heads * group, kv_heads), window, factor, seed);
+        let inputs = contract_inputs(&graph, batch, seq, past, seed);
+        prove_on("sink-attention-to-gqa", "cpu", graph, inputs, 1e-4)?;
     }
 }
 
