@@ -248,3 +248,47 @@ fn sparsemixer_blocks_stay_standard_ops_on_every_ep() {
         assert_eq!(count(&g, "TopK"), 2 * 2, "{what}");
     }
 }
+
+#[test]
+fn gpt_oss_sink_attention_runs_as_gqa_with_head_sink() {
+    let cfg = fixture_config("gpt_oss");
+    for (ep, dtype) in [
+        ("cpu", DType::F32),
+        ("cuda", DType::F16),
+        ("webgpu", DType::F16),
+    ] {
+        let g = optimized(&cfg, ep, dtype);
+        let gqa: Vec<_> = g
+            .nodes
+            .iter()
+            .filter(|n| n.op_type == "GroupQueryAttention")
+            .collect();
+        assert_eq!(gqa.len(), 2, "{ep}: one per layer");
+        assert_eq!(sink_columns(&g), 0, "{ep}: no sink attention left");
+        for n in &gqa {
+            assert_eq!(n.inputs.len(), 12, "{ep}: head_sink is input 11");
+            assert!(!n.inputs[11].is_empty(), "{ep}: head_sink set");
+            assert!(n.inputs[9].is_empty() && n.inputs[10].is_empty(), "{ep}");
+            assert_eq!(n.attrs["do_rotary"], mobius::ir::Attr::Int(1), "{ep}");
+        }
+        let windows: Vec<_> = gqa
+            .iter()
+            .map(|n| n.attrs.get("local_window_size"))
+            .collect();
+        assert_eq!(windows, [Some(&mobius::ir::Attr::Int(4)), None], "{ep}");
+    }
+    // Standard ops where the EP has no GroupQueryAttention (or no fused rotary for it).
+    for (ep, dtype) in [("onnx-standard", DType::F32), ("dml", DType::F16)] {
+        let g = optimized(&cfg, ep, dtype);
+        assert_eq!(count(&g, GQA), 0, "{ep}");
+        assert_eq!(sink_columns(&g), 2, "{ep}");
+    }
+}
+
+/// The sink columns of standard-op sink attention: Expands of a layer's `sinks`.
+fn sink_columns(g: &Graph) -> usize {
+    g.nodes
+        .iter()
+        .filter(|n| n.op_type == "Expand" && n.inputs[0].ends_with(".sinks"))
+        .count()
+}

@@ -129,10 +129,7 @@ fn sink_attention_to_gqa(g: &mut OnnxGraph, site: Site<'_>, vars: [Id; 21]) -> O
         attr_id(g, AttrValue::Int(hq)),
     );
     let scale = attr_id(g, AttrValue::Float((scale as f32).to_bits()));
-    let (causal, softcap) = (
-        attr_id(g, AttrValue::Int(1)),
-        attr_id(g, AttrValue::Unset),
-    );
+    let (causal, softcap) = (attr_id(g, AttrValue::Int(1)), attr_id(g, AttrValue::Unset));
     let attention = Attention::new([q, *k, v, mask, pk, pv, causal, kvh, qnh, scale, softcap]);
     let extras = cache_preconditions(g, &attention, window)?;
     let interleaved = rotations_agree(g, [kvh, qnh, qi, ki, qh, kh])?;
@@ -187,7 +184,7 @@ fn sink_logits(g: &OnnxGraph, id: Id, hq: i64) -> Option<Id> {
     let dims = g[*sinks].data.tensor()?.static_shape()?;
     let ok = int_attr(g, concat.attr_id("axis")?) == Some(0)
         && ones == [1]
-        && dims.iter().map(|d| *d as i64).eq([1, hq, 1, 1]);
+        && dims == [1, hq, 1, 1];
     ok.then_some(*sinks)
 }
 
