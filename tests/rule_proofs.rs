@@ -1632,3 +1632,37 @@ fn gqa_rules_decline_a_mask_cast_to_float() {
         );
     }
 }
+
+/// `sink-attention-to-gqa` declines for a causal mask that is not GroupQueryAttention's: a
+/// strict one (queries do not see themselves) or one counting tokens with an exclusive CumSum
+/// (checked on the unmodified block first, so the refusal is the rule's).
+#[test]
+fn sink_attention_to_gqa_declines_other_causal_masks() {
+    let graph = sink_attention_block((1, 2, 1), (2, 1), Some(2), None, 7);
+    let gqa = |g: &Graph| {
+        let (out, _) = optimize_with_rules(
+            &model(g.clone()),
+            &get_ep("cpu").unwrap(),
+            &options_for(DType::F32, None),
+            &[rule("sink-attention-to-gqa")],
+        )
+        .unwrap();
+        out.graph
+            .op_counts()
+            .get("com.microsoft::GroupQueryAttention")
+            .copied()
+    };
+    assert_eq!(gqa(&graph), Some(1));
+    let mut strict = graph.clone();
+    let ge = strict
+        .nodes
+        .iter_mut()
+        .find(|n| n.op_type == "GreaterOrEqual");
+    ge.expect("the causal mask compares distances").op_type = "Greater".into();
+    assert_eq!(gqa(&strict), None, "strict causal mask");
+    let mut exclusive = graph.clone();
+    let cumsum = exclusive.nodes.iter_mut().find(|n| n.op_type == "CumSum");
+    let cumsum = cumsum.expect("tokens are counted by CumSum");
+    cumsum.attrs.insert("exclusive".into(), Attr::Int(1));
+    assert_eq!(gqa(&exclusive), None, "exclusive token count");
+}

@@ -182,9 +182,8 @@ fn sink_logits(g: &OnnxGraph, id: Id, hq: i64) -> Option<Id> {
     let concat = find_op(g, *shape, "Concat")?;
     let ones = const_ints(g, *concat.input_ids().last()?)?;
     let dims = g[*sinks].data.tensor()?.static_shape()?;
-    let ok = int_attr(g, concat.attr_id("axis")?) == Some(0)
-        && ones == [1]
-        && dims == [1, hq, 1, 1];
+    let ok =
+        int_attr(g, concat.attr_id("axis")?) == Some(0) && ones == [1] && dims == [1, hq, 1, 1];
     ok.then_some(*sinks)
 }
 
