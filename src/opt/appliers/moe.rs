@@ -328,7 +328,11 @@ fn dequantized_int4(g: &OnnxGraph, id: Id, dtype: DType) -> Option<(Id, Id, i64)
         Some(AttrValue::Int(v)) => Some(*v),
         _ => None,
     };
-    let (axis, block, odt) = (int("axis", 1)?, int("block_size", 0)?, int("output_dtype", 0)?);
+    let (axis, block, odt) = (
+        int("axis", 1)?,
+        int("block_size", 0)?,
+        int("output_dtype", 0)?,
+    );
     let (k, n) = matrix(g, q)?;
     let ok = matches!(axis, 0 | -2)
         && (16..=256).contains(&block)
