@@ -14,9 +14,10 @@
 # Llama-3.2-1B configs with more layers (default EP, and --ep cuda --dtype f16), runs of the
 # sizes interleaved, reporting the best wall time, the best CPU time (user + system), the
 # largest max RSS and, when they can be counted, the instructions of one run; then each size's
-# ratios to the smallest. Instructions are what scales linearly (a fixed cost of about 10
-# layers' worth keeps the 100 -> 1,000 ratio just under 10); time grows faster once the working
-# set leaves the CPU caches (see the README's Performance section).
+# ratios to the smallest. Instructions are what scales linearly (a fixed cost of a few layers'
+# worth keeps the 100 -> 1,000 ratio under 10); time also pays for the working set leaving the
+# CPU caches, and on a loaded machine best-of-3 is noisy: 20 runs settle it (see the README's
+# Performance section).
 #
 #   scripts/bench.sh scale                 only the scale benchmark
 #   MOBIUS_BENCH_SCALE_LAYERS="100 1000"   layer counts (default "100 1000 2000"; at most
@@ -29,8 +30,9 @@
 #
 # The weights benchmark (not part of the default run: it needs ~4 GB of disk and a few
 # minutes): the release CLI's whole `mobius build` (f16, bf16, f32, --quant int4) of a generated
-# ~300M-parameter bf16 Llama (606 MB; one file, then 4 shards) against `cp` of the same files,
-# warm page cache, medians of 5, interleaved; peak RSS (getrusage) and peak anonymous memory
+# ~300M-parameter bf16 Llama (606 MB; one file, then 4 shards) against `cp` of the same files
+# (an in-kernel copy_file_range) and `cat SRC > DST` (a read + write copy), warm page cache,
+# medians of 5, interleaved; peak RSS (getrusage) and peak anonymous memory
 # (RssAnon of /proc/PID/status, sampled every millisecond). See scripts/bench_weights.py.
 #
 #   scripts/bench.sh weights               only the weights benchmark

@@ -7,9 +7,13 @@
 For each checkpoint, in one run, interleaved (run 1 of every command, then run 2, ...):
   cp       `cp` of the safetensors files into an empty folder
   cp2x     `cp` of a file twice the checkpoint's size (the size of an f32 build's data file)
+  cat, cat2x  the same copies through user space (`cat SRC > DST`: read and write): GNU cp
+           copies in the kernel (copy_file_range), which no process writing data it computed
+           can do, so the ratios are given against both
   f16, bf16, f32, int4   `mobius build --config CKPT OUT -q --dtype D` (int4: `--dtype f16
            --quant int4`)
-Times are wall times of the whole process (fork to exit), median of --runs; the page cache is
+Times are wall times of the whole process (fork to exit), median of --runs, and its CPU time
+(user + system, all threads, from wait4; median), which a loaded machine inflates less; the page cache is
 warm (every input is read once and every command runs once untimed first), and `sync` runs
 (untimed) before each timed run. With --cold, the
 page cache is dropped (echo 1 > /proc/sys/vm/drop_caches, needs root) before every timed run
@@ -27,6 +31,7 @@ Prints one `summary:` line per command and checkpoint.
 
 import argparse
 import os
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -35,14 +40,14 @@ import time
 
 
 def timed(cmd):
-    """Runs `cmd`; returns (wall seconds, peak RSS in KiB)."""
+    """Runs `cmd`; returns (wall seconds, CPU seconds (user + system), peak RSS in KiB)."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
     if os.waitstatus_to_exitcode(status) != 0:
         sys.exit(f"error: {' '.join(cmd)} failed")
-    return wall, usage.ru_maxrss
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss
 
 
 def peak_anon(cmd):
@@ -114,6 +119,10 @@ def main():
         commands = {
             "cp": ["cp", *files, out],
             "cp2x": ["cp", double, out],
+            "cat": ["sh", "-c", "; ".join(
+                f"cat {shlex.quote(f)} > {shlex.quote(os.path.join(out, os.path.basename(f)))}"
+                for f in files)],
+            "cat2x": ["sh", "-c", f"cat {shlex.quote(double)} > {shlex.quote(os.path.join(out, 'x'))}"],
             "f16": build + ["--dtype", "f16"],
             "bf16": build + ["--dtype", "bf16"],
             "f32": build + ["--dtype", "f32"],
@@ -129,6 +138,7 @@ def main():
 
         read_all(files + [double])
         times = {k: [] for k in commands}
+        cpu = {k: [] for k in commands}
         rss = {k: 0 for k in commands}
         for k, cmd in commands.items():  # warm-up
             fresh()
@@ -138,8 +148,9 @@ def main():
                 fresh()
                 if args.cold:
                     drop_caches()
-                wall, kb = timed(cmd)
+                wall, used, kb = timed(cmd)
                 times[k].append(wall)
+                cpu[k].append(used)
                 rss[k] = max(rss[k], kb)
         anon_runs = {k: [] for k in ("f16", "bf16", "f32", "int4")}
         for _ in range(args.runs):
@@ -150,15 +161,21 @@ def main():
         shutil.rmtree(out, ignore_errors=True)
 
         med = {k: statistics.median(v) for k, v in times.items()}
+        mcpu = {k: statistics.median(v) for k, v in cpu.items()}
         cache = "cold" if args.cold else "warm"
         mib = size / (1 << 20)
         print(f"summary: weights {name} ({mib:.0f} MiB bf16, {len(files)} file(s), {cache} cache, "
-              f"median of {args.runs}): cp {med['cp']:.3f} s, cp of a 2x file {med['cp2x']:.3f} s")
+              f"median of {args.runs}): cp {med['cp']:.3f} s, cp of a 2x file {med['cp2x']:.3f} s, "
+              f"cat {med['cat']:.3f} s, cat of the 2x file {med['cat2x']:.3f} s; CPU (user + "
+              f"system): cp {mcpu['cp']:.3f} s, cp2x {mcpu['cp2x']:.3f} s, cat {mcpu['cat']:.3f} s, "
+              f"cat2x {mcpu['cat2x']:.3f} s")
         for k in ("f16", "bf16", "f32", "int4"):
-            base = "cp2x" if k == "f32" else "cp"
+            base, user = ("cp2x", "cat2x") if k == "f32" else ("cp", "cat")
             extra = f", {med[k] / med['f16']:.2f}x f16" if k == "int4" else ""
-            print(f"summary: weights {name} {k:>4}: {med[k]:.3f} s, {med[k] / med[base]:.2f}x {base}"
-                  f"{extra}, peak RSS {rss[k] // 1024} MiB, peak anon {anon[k] / 1024:.2f} MiB")
+            print(f"summary: weights {name} {k:>4}: {med[k]:.3f} s, {med[k] / med[base]:.2f}x {base}, "
+                  f"{med[k] / med[user]:.2f}x {user}{extra}; CPU {mcpu[k]:.3f} s, "
+                  f"{mcpu[k] / mcpu[base]:.2f}x {base}'s; peak RSS {rss[k] // 1024} MiB, "
+                  f"peak anon {anon[k] / 1024:.2f} MiB")
         print(f"summary: weights {name} peak anon int4 - f16: {anon['int4'] - anon['f16']:+.0f} KiB "
               f"(medians of {args.runs}; int4 runs {sorted(anon_runs['int4'])} KiB, "
               f"f16 runs {sorted(anon_runs['f16'])} KiB)")

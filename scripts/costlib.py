@@ -33,10 +33,13 @@ import onnxruntime as ort
 ROOT = Path(__file__).resolve().parent.parent
 
 # Model sizes: (tag, hidden, intermediate, heads, kv heads, head dim, vocab).
-SIZES = [
+ALL_SIZES = [
     ("h128", 128, 384, 4, 2, 32, 1000),
     ("h512", 512, 1536, 8, 4, 64, 4000),
+    ("h1024", 1024, 2816, 16, 4, 64, 8000),
 ]
+# The sizes built (scripts/cost_report.py --sizes replaces them).
+SIZES = list(ALL_SIZES)
 
 # Variants: name -> (EP-file lines after `base = "cpu"`, extra build args, what it turns off).
 VARIANTS = {
@@ -105,10 +108,10 @@ def ep_file(path: Path, name: str, lines: list[str], cost: dict | None = None,
     return path
 
 
-def build_variants(work: Path) -> dict[tuple[str, str], Path]:
-    """Every size × variant built; {(size tag, variant): model.onnx}."""
+def build_variants(work: Path, sizes: list | None = None) -> dict[tuple[str, str], Path]:
+    """Every size (default: SIZES) × variant built; {(size tag, variant): model.onnx}."""
     models = {}
-    for size in SIZES:
+    for size in sizes or SIZES:
         cfg = make_config(work, size)
         for variant, (lines, args, _) in VARIANTS.items():
             out = work / f"{size[0]}-{variant}"
@@ -189,34 +192,58 @@ def feeds(sess: ort.InferenceSession, seq: int, past: int) -> dict:
     return out
 
 
-def latencies(models: dict, runs: int, warmup: int = 3, seed: int = 0) -> dict:
-    """The wall time of one run, µs, round by round, of every (model key, workload): all
-    sessions open at once and measured in `runs` rounds, each round visiting every pair once in a fresh random
-    order, so drift of a shared machine's load spreads over all variants alike."""
+def paired_latencies(models: dict, pairs: list, runs: int, reps: int = 3,
+                     warmup: int = 3, seed: int = 0, workloads: list | None = None) -> dict:
+    """Paired wall times, µs: {(key a, key b, workload name): [(a µs, b µs), ...]}, one pair
+    per round. `pairs` lists (model key a, model key b, workload); every round visits every
+    pair once, in a fresh random order, and runs its two models alternately `reps` times
+    each (which one starts is random), keeping each model's fastest run: the two sides of a
+    pair see the same machine load, and the minimum drops runs another job preempted (the
+    machine is shared; preemption only ever adds time). Workload names are looked up in
+    `workloads` (default WORKLOADS)."""
     rng = np.random.default_rng(seed)
-    pairs = []
+    sessions, inputs = {}, {}
     for key, model in models.items():
-        sess = session(model)
-        for wl in WORKLOADS:
-            f = feeds(sess, wl[1], wl[2])
-            for _ in range(warmup):
-                sess.run(None, f)
-            pairs.append((key + (wl[0],), sess, f))
-    times: dict = {k: [] for k, _, _ in pairs}
+        sessions[key] = session(model)
+    wls = {w[0]: w for w in workloads or WORKLOADS}
+    for a, b, wl in pairs:
+        for key in (a, b):
+            if (key, wl) not in inputs:
+                inputs[(key, wl)] = feeds(sessions[key], wls[wl][1], wls[wl][2])
+                for _ in range(warmup):
+                    sessions[key].run(None, inputs[(key, wl)])
+    out: dict = {(a, b, wl): [] for a, b, wl in pairs}
     for _ in range(runs):
         for i in rng.permutation(len(pairs)):
-            k, sess, f = pairs[i]
-            t = time.perf_counter()
-            sess.run(None, f)
-            times[k].append((time.perf_counter() - t) * 1e6)
-    return times
+            a, b, wl = pairs[i]
+            t = {a: float("inf"), b: float("inf")}
+            order = (a, b) if rng.random() < 0.5 else (b, a)
+            for _ in range(reps):
+                for key in order:
+                    s0 = time.perf_counter()
+                    sessions[key].run(None, inputs[(key, wl)])
+                    t[key] = min(t[key], (time.perf_counter() - s0) * 1e6)
+            out[(a, b, wl)].append((t[a], t[b]))
+    return out
+
+
+def ratio_ci(pairs: list[tuple[float, float]], resamples: int = 4000, level: float = 0.95,
+             seed: int = 1) -> tuple[float, float, float]:
+    """The median of the paired ratios a/b and its bootstrap confidence interval
+    (percentile, `level`): (median, low, high)."""
+    r = np.log(np.array([a / b for a, b in pairs]))
+    rng = np.random.default_rng(seed)
+    boot = np.median(rng.choice(r, size=(resamples, len(r)), replace=True), axis=1)
+    lo, hi = np.quantile(boot, [(1 - level) / 2, (1 + level) / 2])
+    return float(np.exp(np.median(r))), float(np.exp(lo)), float(np.exp(hi))
 
 
 def kernel_times(model: Path, workload, runs: int, warmup: int = 3) -> dict[str, float]:
     """Median kernel time of each node (onnxruntime's profiler), µs, keyed by the node's first
     output name (how `mobius cost` names nodes)."""
     _, seq, past = workload
-    outputs = {n.name: n.output[0] for n in onnx.load(str(model), load_external_data=False).graph.node}
+    graph = onnx.load(str(model), load_external_data=False).graph
+    outputs = {n.name: n.output[0] for n in graph.node}
     with tempfile.TemporaryDirectory() as d:
         sess = session(model, Path(d))
         f = feeds(sess, seq, past)

@@ -248,3 +248,74 @@ fn sparsemixer_blocks_stay_standard_ops_on_every_ep() {
         assert_eq!(count(&g, "TopK"), 2 * 2, "{what}");
     }
 }
+
+#[test]
+fn gpt_oss_sink_attention_runs_as_gqa_with_head_sink() {
+    let cfg = fixture_config("gpt_oss");
+    for (ep, dtype) in [
+        ("cpu", DType::F32),
+        ("cuda", DType::F16),
+        ("webgpu", DType::F16),
+    ] {
+        let g = optimized(&cfg, ep, dtype);
+        let gqa: Vec<_> = g
+            .nodes
+            .iter()
+            .filter(|n| n.op_type == "GroupQueryAttention")
+            .collect();
+        assert_eq!(gqa.len(), 2, "{ep}: one per layer");
+        assert_eq!(sink_columns(&g), 0, "{ep}: no sink attention left");
+        for n in &gqa {
+            assert_eq!(n.inputs.len(), 12, "{ep}: head_sink is input 11");
+            assert!(!n.inputs[11].is_empty(), "{ep}: head_sink set");
+            assert!(n.inputs[9].is_empty() && n.inputs[10].is_empty(), "{ep}");
+            assert_eq!(n.attrs["do_rotary"], mobius::ir::Attr::Int(1), "{ep}");
+        }
+        let windows: Vec<_> = gqa
+            .iter()
+            .map(|n| n.attrs.get("local_window_size"))
+            .collect();
+        assert_eq!(windows, [Some(&mobius::ir::Attr::Int(4)), None], "{ep}");
+    }
+    // Standard ops where the EP has no GroupQueryAttention (or no fused rotary for it).
+    for (ep, dtype) in [("onnx-standard", DType::F32), ("dml", DType::F16)] {
+        let g = optimized(&cfg, ep, dtype);
+        assert_eq!(count(&g, GQA), 0, "{ep}");
+        assert_eq!(sink_columns(&g), 2, "{ep}");
+    }
+}
+
+/// gpt-oss-20b's attention shapes (64 query heads, 8 kv heads of 64, window 128, YaRN) in two
+/// layers: both run as GroupQueryAttention with head_sink on cuda f16.
+#[test]
+fn gpt_oss_20b_shapes_fuse_to_gqa() {
+    let json = r#"{"model_type": "gpt_oss", "hidden_size": 2880, "intermediate_size": 2880,
+        "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64,
+        "num_hidden_layers": 2, "layer_types": ["sliding_attention", "full_attention"],
+        "sliding_window": 128, "num_local_experts": 4, "num_experts_per_tok": 2,
+        "vocab_size": 1000, "max_position_embeddings": 131072, "rope_theta": 150000,
+        "rope_scaling": {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0,
+        "beta_slow": 1.0, "truncate": false, "original_max_position_embeddings": 4096}}"#;
+    let cfg =
+        mobius::models::parse_config(json.as_bytes(), std::path::Path::new("config.json")).unwrap();
+    let g = optimized(&cfg, "cuda", DType::F16);
+    let windows: Vec<_> = g
+        .nodes
+        .iter()
+        .filter(|n| n.op_type == "GroupQueryAttention")
+        .map(|n| (n.inputs.len(), n.attrs.get("local_window_size")))
+        .collect();
+    assert_eq!(
+        windows,
+        [(12, Some(&mobius::ir::Attr::Int(128))), (12, None)]
+    );
+    assert_eq!(sink_columns(&g), 0);
+}
+
+/// The sink columns of standard-op sink attention: Expands of a layer's `sinks`.
+fn sink_columns(g: &Graph) -> usize {
+    g.nodes
+        .iter()
+        .filter(|n| n.op_type == "Expand" && n.inputs[0].ends_with(".sinks"))
+        .count()
+}

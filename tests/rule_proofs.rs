@@ -153,6 +153,7 @@ const PROOFS: &[(&str, &str)] = &[
         "split_qkv::split_qkv_with_sizes_for_gqa",
     ),
     ("rotary-attention-to-gqa", "rotary_attention_to_gqa"),
+    ("sink-attention-to-gqa", "sink_attention_to_gqa"),
     (
         "export-attention-to-gqa",
         "gqa_genai::export_attention_to_gqa",
@@ -939,6 +940,110 @@ proptest! {
     }
 }
 
+/// gpt-oss's attention block: RoPE on q and k from tables gathered by `position_ids` (scaled
+/// by `factor` when given, as YaRN's attention factor scales them), sink attention in standard
+/// ops ([`mobius::models::components::sink_attention`]) over the padding mask (restricted to
+/// `window` when given) and a KV cache, random sink logits.
+fn sink_attention_block(
+    (batch, seq, past): (usize, usize, usize),
+    (heads, kv_heads): (usize, usize),
+    window: Option<usize>,
+    factor: Option<f32>,
+    seed: u64,
+) -> Graph {
+    use mobius::ir::{Initializer, TensorData, TensorSource};
+    use mobius::models::components::{
+        padding_mask, sink_attention, sliding_window_mask, AttentionSpec, DecoderInputs,
+    };
+    let (d, max_pos) = (16usize, 32usize);
+    let mut b = GraphBuilder::new("g");
+    let ids = b.input("input_ids", DType::I64, dims(&[batch, seq]));
+    let mask = b.input("attention_mask", DType::I64, dims(&[batch, past + seq]));
+    let pos = b.input("position_ids", DType::I64, dims(&[batch, seq]));
+    let q = b.input("q", DType::F32, dims(&[batch, seq, heads * d]));
+    let k = b.input("k", DType::F32, dims(&[batch, seq, kv_heads * d]));
+    let v = b.input("v", DType::F32, dims(&[batch, seq, kv_heads * d]));
+    let cache = dims(&[batch, kv_heads, past, d]);
+    let pk = b.input("past_key_values.0.key", DType::F32, cache.clone());
+    let pv = b.input("past_key_values.0.value", DType::F32, cache);
+    b.output("y", DType::F32, dims(&[batch, seq, heads * d]));
+    let present = dims(&[batch, kv_heads, past + seq, d]);
+    b.output("present.0.key", DType::F32, present.clone());
+    b.output("present.0.value", DType::F32, present);
+    let mut rng = Rng::new(seed);
+    let mut constant = |b: &mut GraphBuilder, name: &str, shape: Vec<usize>, scale: f64| {
+        let n = shape.iter().product();
+        let values: Vec<f32> = (0..n)
+            .map(|_| ((rng.unit() * 2.0 - 1.0) * scale) as f32)
+            .collect();
+        b.initializer(Initializer {
+            name: name.into(),
+            dtype: DType::F32,
+            shape: shape.clone(),
+            source: Some(TensorSource::Inline(TensorData::from_f32(shape, &values))),
+        })
+    };
+    let sinks = constant(&mut b, "sinks", vec![1, heads, 1, 1], 4.0);
+    let mut table = |b: &mut GraphBuilder, name: &str| {
+        let t = constant(b, name, vec![max_pos, d / 2], 1.0);
+        let t = b.op("Gather", &[&t, &pos], vec![("axis", Attr::Int(0))]);
+        match factor {
+            Some(f) => {
+                let f = mobius::models::components::scalar(b, f, DType::F32);
+                b.op("Mul", &[&t, &f], vec![])
+            }
+            None => t,
+        }
+    };
+    let (cos, sin) = (table(&mut b, "cos_cache"), table(&mut b, "sin_cache"));
+    let rotate = |b: &mut GraphBuilder, x: &str, n: usize| {
+        b.op(
+            "RotaryEmbedding",
+            &[x, &cos, &sin],
+            vec![
+                ("interleaved", Attr::Int(0)),
+                ("num_heads", Attr::Int(n as i64)),
+                ("rotary_embedding_dim", Attr::Int(0)),
+            ],
+        )
+    };
+    let (qr, kr) = (rotate(&mut b, &q, heads), rotate(&mut b, &k, kv_heads));
+    let mut padding = padding_mask(&mut b, &ids, &mask);
+    if let Some(w) = window {
+        padding = sliding_window_mask(&mut b, &padding, &ids, &mask, w);
+    }
+    let io = DecoderInputs {
+        input_ids: ids,
+        attention_mask: mask,
+        position_ids: pos.clone(),
+        past: vec![(pk.clone(), pv.clone())],
+    };
+    let spec = AttentionSpec {
+        q_heads: heads,
+        kv_heads,
+        scale: (d as f32).powf(-0.5),
+        mask: &padding,
+        past: (&pk, &pv),
+        present: ("present.0.key", "present.0.value"),
+    };
+    let y = sink_attention(&mut b, &io, [&qr, &kr, &v], &sinks, &spec, (d, DType::F32));
+    b.op_into("Identity", &[&y], vec![], "y");
+    b.finish()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// Equal on inputs that follow the decoder contract (no padding, positions continuing the
+    /// cache), with and without a sliding window and YaRN's table factor.
+    #[test]
+    fn sink_attention_to_gqa(batch in 1usize..3, seq in 1usize..5, past in 0usize..5, kv_heads in 1usize..3, group in 1usize..3, window in prop::option::of(1usize..5), factor in prop::option::of(0.5f32..2.0), seed in any::<u64>()) {
+        let graph = sink_attention_block((batch, seq, past), (kv_heads * group, kv_heads), window, factor, seed);
+        let inputs = contract_inputs(&graph, batch, seq, past, seed);
+        prove_on("sink-attention-to-gqa", "cpu", graph, inputs, 1e-4)?;
+    }
+}
+
 /// `graph` with the symbolic dims of a decoder's inputs and outputs (`batch`, `sequence_len`,
 /// `past_sequence_len`, and their sum for the mask and the present cache), so the cost model
 /// prices it at its prefill workload as it does a built model (not at the proof's tiny sizes).
@@ -1526,4 +1631,38 @@ fn gqa_rules_decline_a_mask_cast_to_float() {
             "{name}: {counts:?}"
         );
     }
+}
+
+/// `sink-attention-to-gqa` declines for a causal mask that is not GroupQueryAttention's: a
+/// strict one (queries do not see themselves) or one counting tokens with an exclusive CumSum
+/// (checked on the unmodified block first, so the refusal is the rule's).
+#[test]
+fn sink_attention_to_gqa_declines_other_causal_masks() {
+    let graph = sink_attention_block((1, 2, 1), (2, 1), Some(2), None, 7);
+    let gqa = |g: &Graph| {
+        let (out, _) = optimize_with_rules(
+            &model(g.clone()),
+            &get_ep("cpu").unwrap(),
+            &options_for(DType::F32, None),
+            &[rule("sink-attention-to-gqa")],
+        )
+        .unwrap();
+        out.graph
+            .op_counts()
+            .get("com.microsoft::GroupQueryAttention")
+            .copied()
+    };
+    assert_eq!(gqa(&graph), Some(1));
+    let mut strict = graph.clone();
+    let ge = strict
+        .nodes
+        .iter_mut()
+        .find(|n| n.op_type == "GreaterOrEqual");
+    ge.expect("the causal mask compares distances").op_type = "Greater".into();
+    assert_eq!(gqa(&strict), None, "strict causal mask");
+    let mut exclusive = graph.clone();
+    let cumsum = exclusive.nodes.iter_mut().find(|n| n.op_type == "CumSum");
+    let cumsum = cumsum.expect("tokens are counted by CumSum");
+    cumsum.attrs.insert("exclusive".into(), Attr::Int(1));
+    assert_eq!(gqa(&exclusive), None, "exclusive token count");
 }

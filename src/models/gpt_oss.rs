@@ -15,8 +15,10 @@
 //!
 //! # Form
 //!
-//! Attention is [`sink_attention`] (standard ops; opset-24 `Attention` has no sink input), the
-//! MoE block [`clamped_moe`].
+//! Attention is [`sink_attention`] (standard ops; opset-24 `Attention` has no sink input),
+//! which the EPs with GroupQueryAttention and fused rotary run as GroupQueryAttention with
+//! `head_sink` (`sink-attention-to-gqa` in `rewrites/fusion/gqa.rules`); the MoE block
+//! [`clamped_moe`].
 
 use super::components::{clamped_moe, sink_attention, AttentionSpec, ClampedMoe, DecoderInputs};
 use super::decoder::{self, Family};

@@ -424,6 +424,12 @@ impl<'a, L: Language> Problem<'a, L> {
                 }
             }
         }
+        let (leaves, branches) = state.arena.len();
+        tracing::debug!(
+            "extraction: {} classes, {} nodes, node sets of {leaves} leaves and {branches} branches",
+            n,
+            self.nodes.len()
+        );
         state.choice
     }
 

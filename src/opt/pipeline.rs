@@ -17,7 +17,7 @@ use super::lift::{lift_with, output_types, Lifted};
 use super::lower::lower;
 use super::opset;
 use super::rules::{all_rules, RuleSpec, Stage};
-use super::saturate::{saturate, RunLimits};
+use super::saturate::{saturate, FirstIteration, RunLimits};
 use super::trace::{GroupReport, OptimizeReport, StageReport};
 use super::types::TensorType;
 use crate::ep::EpCapabilities;
@@ -154,13 +154,29 @@ pub fn optimize_with_rules(
             // A run would apply the rules before this group's to no effect, and this group's
             // rules to nothing when they match nothing: it would end saturated after one
             // iteration with the e-graph as it is. Skipping it saves a search and a
-            // re-application of every rule of the stage so far.
-            if fixpoint
-                && within_limits(&egraph, &run_limits)
-                && active[new_rules..]
+            // re-application of every rule of the stage so far. When they match, the run's
+            // first iteration only applies these matches (a clean e-graph: they are the ones
+            // its search would find).
+            let mut first = None;
+            let idle = if !fixpoint || !within_limits(&egraph, &run_limits) {
+                false
+            } else if egraph.clean {
+                let matches: Vec<_> = active[new_rules..]
+                    .iter()
+                    .map(|rule| rule.search(&egraph))
+                    .collect();
+                let idle = matches.iter().all(Vec::is_empty);
+                first = Some(FirstIteration {
+                    known: new_rules,
+                    matches,
+                });
+                idle
+            } else {
+                active[new_rules..]
                     .iter()
                     .all(|rule| rule.search(&egraph).is_empty())
-            {
+            };
+            if idle {
                 stage_report.groups.push(GroupReport {
                     group: group.to_string(),
                     delta: counts.as_ref().map(|_| BTreeMap::new()),
@@ -170,7 +186,7 @@ pub fn optimize_with_rules(
             }
             let changes_before = egraph.analysis.changes;
             let group_start = Instant::now();
-            let run = saturate(&mut egraph, &active, run_limits);
+            let run = saturate(&mut egraph, &active, run_limits, first);
             stage_report.iterations += run.iterations;
             let found: usize = run
                 .applied

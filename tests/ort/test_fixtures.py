@@ -348,10 +348,11 @@ def skip_left_padding_where_gqa(built, ep_caps, name: str, ep, dtype: str, see: 
     where the EP's capabilities put GroupQueryAttention on this dtype (no --ep flag: the
     `default` EP), after checking that the build agrees: GroupQueryAttention present exactly
     then, so an unintended fusion fails instead of turning into a skip."""
-    # Attention with sinks (gpt_oss) is built in standard ops and not fused into
-    # GroupQueryAttention (its head_sink input is not used yet).
+    # Attention with sinks (gpt_oss) becomes GroupQueryAttention with head_sink only through
+    # the fused-rotary rule (sink-attention-to-gqa); elsewhere it stays in standard ops.
+    caps = ep_caps[ep or "default"]
     sinks = load_config(FIXTURES_DIR / name)["model_type"] in SINK_ATTENTION
-    expected = dtype in ep_caps[ep or "default"]["gqa_dtypes"] and not sinks
+    expected = dtype in caps["gqa_dtypes"] and (not sinks or caps["supports_fused_rope"])
     got = uses_gqa(built, name, ep, dtype)
     assert got == expected, (f"{name} --ep {ep} {dtype}: GroupQueryAttention {'present' if got else 'absent'}, "
                              f"but the EP's gqa_dtypes {ep_caps[ep or 'default']['gqa_dtypes']} say "

@@ -138,7 +138,7 @@ pub(super) fn cache_preconditions(
 }
 
 /// The table of `Gather(table, position_ids; axis 0)` in class `id`.
-fn gathered_table(g: &OnnxGraph, id: Id) -> Option<Id> {
+pub(super) fn gathered_table(g: &OnnxGraph, id: Id) -> Option<Id> {
     let gather = find_op(g, id, "Gather")?;
     let axis = g[gather.attr_id("axis")?].data.attr()?;
     let axis_ok = matches!(axis, AttrValue::Unset | AttrValue::Int(0));
@@ -158,6 +158,19 @@ pub(super) fn gqa_op(
     extras: &GqaExtras,
     attention_mask: Id,
     rotary: Option<(AttrValue, Id, Id)>,
+) -> Option<Id> {
+    gqa_op_with_sink(g, a, extras, attention_mask, rotary, None)
+}
+
+/// [`gqa_op`], with the per-head sink logits `head_sink` (`[Hq]`, input 11; position_ids and
+/// attention_bias absent) when given.
+pub(super) fn gqa_op_with_sink(
+    g: &mut OnnxGraph,
+    a: &Attention,
+    extras: &GqaExtras,
+    attention_mask: Id,
+    rotary: Option<(AttrValue, Id, Id)>,
+    head_sink: Option<Id>,
 ) -> Option<Id> {
     let (seqlens, total) = gqa_lengths(g, attention_mask);
     let unset = g.add(Onnx::Attr(AttrValue::Unset));
@@ -202,11 +215,15 @@ pub(super) fn gqa_op(
         cos,
         sin,
     ];
+    if let Some(sink) = head_sink {
+        children.extend([absent, absent, sink]);
+    }
+    let inputs = children.len();
     children.extend(attr_children);
     Some(g.add(Onnx::op(
         "com.microsoft::GroupQueryAttention",
         attrs,
-        9,
+        inputs,
         3,
         children,
     )))

@@ -52,18 +52,42 @@ pub(super) fn attention_window(g: &OnnxGraph, mask: Id) -> Option<Option<i64>> {
         [w] if *w > 0 => *w,
         _ => return None,
     };
-    let sub = find_op(g, *distance, "Sub")?;
+    is_token_distance(g, *distance).then_some(Some(window))
+}
+
+/// The input of class `id` when it is `Unsqueeze(x, [axis])`.
+fn unsqueezed(g: &OnnxGraph, id: Id, axis: i64) -> Option<Id> {
+    find_op(g, id, "Unsqueeze").and_then(|u| match u.input_ids() {
+        [x, axes] if const_ints(g, *axes) == Some(vec![axis]) => Some(*x),
+        _ => None,
+    })
+}
+
+/// Whether `distance` is `Sub(Unsqueeze(Slice(o, −S, ∞, [1]), [2]), Unsqueeze(o, [1]))` with
+/// `o = CumSum(attention_mask, 1)` and `S = Shape(input_ids)[1:2]`: how many valid tokens
+/// key `j` lies behind query `i` (`[B, S, T]`).
+fn is_token_distance(g: &OnnxGraph, distance: Id) -> bool {
+    let Some(sub) = find_op(g, distance, "Sub") else {
+        return false;
+    };
     let [query_col, key_row] = sub.input_ids() else {
-        return None;
+        return false;
     };
-    let ordinal = unsqueezed(g, *key_row, 1)?;
-    let slice = find_op(g, unsqueezed(g, *query_col, 2)?, "Slice")?;
+    let Some(ordinal) = unsqueezed(g, *key_row, 1) else {
+        return false;
+    };
+    let slice = unsqueezed(g, *query_col, 2).and_then(|x| find_op(g, x, "Slice"));
+    let Some(slice) = slice else {
+        return false;
+    };
     let [sliced, start, end, axes] = slice.input_ids() else {
-        return None;
+        return false;
     };
-    let cumsum = find_op(g, ordinal, "CumSum")?;
+    let Some(cumsum) = find_op(g, ordinal, "CumSum") else {
+        return false;
+    };
     let [summed, cumsum_axis] = cumsum.input_ids() else {
-        return None;
+        return false;
     };
     let seq = find_op(g, *start, "Neg").and_then(|n| find_op(g, n.input_ids()[0], "Shape"));
     let seq_ok = seq.is_some_and(|shape| {
@@ -77,20 +101,29 @@ pub(super) fn attention_window(g: &OnnxGraph, mask: Id) -> Option<Option<i64>> {
             .attr_id(name)
             .is_none_or(|a| matches!(g[a].data.attr(), Some(AttrValue::Unset | AttrValue::Int(0))))
     });
-    let ok = g.find(*sliced) == g.find(ordinal)
+    g.find(*sliced) == g.find(ordinal)
         && is_input(g, *summed, Some("attention_mask"))
         && const_ints(g, *cumsum_axis) == Some(vec![1])
         && cumsum_plain
         && seq_ok
         && const_ints(g, *end) == Some(vec![i64::MAX])
-        && const_ints(g, *axes) == Some(vec![1]);
-    ok.then_some(Some(window))
+        && const_ints(g, *axes) == Some(vec![1])
 }
 
-/// The input of class `id` when it is `Unsqueeze(x, [axis])`.
-fn unsqueezed(g: &OnnxGraph, id: Id, axis: i64) -> Option<Id> {
-    find_op(g, id, "Unsqueeze").and_then(|u| match u.input_ids() {
-        [x, axes] if const_ints(g, *axes) == Some(vec![axis]) => Some(*x),
-        _ => None,
-    })
+/// The window of an attention mask that is a mask [`attention_window`] reads restricted to
+/// keys at or behind each query in valid tokens (`And(mask, Unsqueeze(distance ≥ 0, [1]))`,
+/// [`crate::models::components::sink_attention`]'s causal mask): under the padding mask the
+/// causal mask GroupQueryAttention applies.
+pub(super) fn causal_attention_window(g: &OnnxGraph, mask: Id) -> Option<Option<i64>> {
+    let and = find_op(g, mask, "And")?;
+    let [inner, behind] = and.input_ids() else {
+        return None;
+    };
+    let ge = find_op(g, unsqueezed(g, *behind, 1)?, "GreaterOrEqual")?;
+    let [distance, zero] = ge.input_ids() else {
+        return None;
+    };
+    let zero_ok = const_ints(g, *zero) == Some(vec![0]);
+    (zero_ok && is_token_distance(g, *distance)).then_some(())?;
+    attention_window(g, *inner)
 }

@@ -8,6 +8,7 @@ mod from_nbits;
 mod gqa;
 mod gqa_genai;
 mod gqa_mask;
+mod gqa_sink;
 mod head_layout;
 mod matmul_nbits;
 mod moe;
@@ -54,6 +55,7 @@ const APPLIERS: &[(&str, &dyn AnyApplier)] = &[
     ),
     ("attention-to-gqa", &gqa::ATTENTION_TO_GQA),
     ("rotary-attention-to-gqa", &gqa::ROTARY_ATTENTION_TO_GQA),
+    ("sink-attention-to-gqa", &gqa_sink::SINK_ATTENTION_TO_GQA),
     (
         "export-attention-to-gqa",
         &gqa_genai::EXPORT_ATTENTION_TO_GQA,
