@@ -620,3 +620,38 @@ def test_qmoe_experts_are_onnxruntimes_quantizer_per_expert(built, name, dtype, 
             packed, scales = ort_packing(wd[cols])
             same(fc2[e], packed, f"{name} {node.input[5]} expert {e}")
             same(fc2_scales[e], scales, f"{name} {node.input[6]} expert {e}")
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16"])
+@pytest.mark.parametrize("name", QMOE_NAMES)
+def test_optimize_moves_qmoe_between_the_forms(built, name, dtype, tmp_path):
+    """`mobius optimize` of saved int4 models: the default build's QMoE calls for onnx-standard
+    become the dense block over DequantizeLinear (qmoe-to-dense: no contrib op left), whose
+    logits are the default build's (within 1e-5 in f32, the f16 tolerance in f16;
+    accuracy_level 0 for the rest of the model); optimized for cpu, the QMoE experts' bytes
+    come back exactly. (A cpu build's GroupQueryAttention has no standard form to go back to.)"""
+    from ort_helpers import run_mobius
+
+    source = built("fixture", name, dtype, "default", SETTINGS["int4-b32-sym"] + ("--accuracy-level", "0"))
+    layers = op_counts(source).get("QMoE", 0)
+    assert layers > 0, op_counts(source)
+    standard = tmp_path / "standard"
+    run_mobius(["optimize", str(source / "model.onnx"), str(standard), "--ep", "onnx-standard"])
+    model = onnx.load(str(standard / "model.onnx"), load_external_data=False)
+    contrib = sorted({n.op_type for n in model.graph.node if n.domain not in ("", "ai.onnx")})
+    assert not contrib, contrib
+    a, b = prefill(session(source), name, dtype), prefill(session(standard), name, dtype)
+    err = float(np.abs(a - b).max())
+    assert err <= (1e-5 if dtype == "f32" else TOL["f16"]), f"{name} {dtype}: max abs error {err:.3g}"
+    back = tmp_path / "back"
+    run_mobius(["optimize", str(standard / "model.onnx"), str(back), "--ep", "cpu", "--accuracy-level", "0"])
+    assert op_counts(back).get("QMoE") == layers, op_counts(back)
+
+    def experts(path):
+        model = onnx.load(str(path / "model.onnx"))
+        inits = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
+        return [[inits[n.input[i]] for i in (2, 3, 5, 6)] for n in model.graph.node if n.op_type == "QMoE"]
+
+    for before, after in zip(experts(source), experts(back)):
+        for x, y in zip(before, after):
+            assert x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes()
