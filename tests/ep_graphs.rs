@@ -5,7 +5,7 @@ mod common;
 
 use common::*;
 use mobius::config::ArchConfig;
-use mobius::ir::{DType, Graph};
+use mobius::ir::{Attr, DType, Graph};
 use mobius::models::build_model;
 use mobius::opt::{optimize, OptimizeOptions, Role};
 
@@ -225,6 +225,77 @@ fn moe_blocks_run_as_the_fused_kernel_where_it_takes_their_dtype() {
             for n in g.nodes.iter().filter(|n| n.op_type == "MoE") {
                 assert_eq!(n.inputs.len(), 5, "{what}");
                 assert!(n.inputs[3].is_empty(), "{what}: no fc1 bias");
+            }
+        }
+    }
+}
+
+/// The decoder graph of `cfg` in `dtype` quantized as `--quant int4` quantizes it (signed,
+/// block 32), optimized for EP `ep`.
+fn optimized_int4(cfg: &ArchConfig, ep: &str, dtype: DType) -> Graph {
+    use mobius::ir::QuantParams;
+    use mobius::quant::pass::{quantize_graph, QuantRequest};
+    let mut portable = build_model(cfg, dtype).unwrap();
+    let request = QuantRequest {
+        params: QuantParams::new(4, 32, true),
+        exclude: Vec::new(),
+        embeddings: false,
+    };
+    quantize_graph(&mut portable.graph, &request, false).unwrap();
+    let opts = optimize_options(dtype, Role::Decoder);
+    optimize(&portable, &mobius::ep::get_ep(ep).unwrap(), &opts)
+        .unwrap()
+        .0
+        .graph
+}
+
+#[test]
+fn int4_moe_blocks_that_renormalise_run_as_qmoe() {
+    const QMOE: &str = "com.microsoft::QMoE";
+    const MOE: &str = "com.microsoft::MoE";
+    // (fixture, layers, whether its blocks renormalise their top-k weights)
+    for (name, layers, renormalise) in [
+        ("mixtral", 2, true),
+        ("qwen3_moe", 1, true),
+        ("granitemoe", 2, true),
+        ("qwen2_moe", 2, false),
+        ("olmoe", 2, false),
+    ] {
+        let cfg = fixture_config(name);
+        for (ep, dtype, fused) in [
+            ("cpu", DType::F32, renormalise),
+            ("cpu", DType::F16, renormalise),
+            ("cuda", DType::F16, renormalise),
+            ("onnx-standard", DType::F32, false),
+        ] {
+            let g = optimized_int4(&cfg, ep, dtype);
+            let what = format!("{name} --ep {ep} {dtype} --quant int4");
+            assert_eq!(count(&g, QMOE), if fused { layers } else { 0 }, "{what}");
+            assert_eq!(count(&g, MOE), 0, "{what}");
+            // The routing is gone with the dense block; the dense block keeps it.
+            assert_eq!(count(&g, "TopK"), if fused { 0 } else { layers }, "{what}");
+            for n in g.nodes.iter().filter(|n| n.op_type == "QMoE") {
+                assert_eq!(n.inputs.len(), 7, "{what}");
+                assert!(n.inputs[4].is_empty(), "{what}: no fc1 bias");
+                let attr = |a: &str| n.attrs.get(a).cloned();
+                assert_eq!(attr("block_size"), Some(Attr::Int(32)), "{what}");
+                assert_eq!(attr("expert_weight_bits"), Some(Attr::Int(4)), "{what}");
+                assert_eq!(attr("accuracy_level"), Some(Attr::Int(0)), "{what}");
+                assert_eq!(
+                    attr("normalize_routing_weights"),
+                    Some(Attr::Int(1)),
+                    "{what}"
+                );
+            }
+            if ep == "onnx-standard" {
+                // The experts stay DequantizeLinear stacks: three per layer.
+                let stacks = g
+                    .nodes
+                    .iter()
+                    .filter(|n| n.op_type == "DequantizeLinear")
+                    .filter(|n| n.inputs[0].contains(".experts."))
+                    .count();
+                assert_eq!(stacks, 3 * layers, "{what}");
             }
         }
     }

@@ -254,6 +254,8 @@ const PROOFS: &[(&str, &str)] = &[
     ),
     ("dense-moe", "moe::dense_moe_fusion"),
     ("moe-to-dense", "moe::moe_to_dense_inline"),
+    ("dense-qmoe", "moe::dense_qmoe_fusion"),
+    ("qmoe-to-dense", "moe::qmoe_to_dense_inline"),
     ("dense-moe-clamped", "moe_clamped::dense_moe_clamped_fusion"),
     (
         "moe-clamped-to-dense",

@@ -27,10 +27,11 @@ use crate::Result;
 pub const HAND_WRITTEN: &[&str] = &["com.microsoft::MatMulNBits"];
 
 /// The contrib ops (`domain::Op`) with inline rules but no body: the rules re-lay out
-/// initializers (`com.microsoft::MoE`'s expert weights back into the dense block's stacks),
+/// initializers (`com.microsoft::MoE`'s and `QMoE`'s expert weights back into the dense
+/// block's stacks),
 /// and no body is written by hand yet, so a saved model's calls carry none (as
 /// GroupQueryAttention's); the optimizer still inlines them for EPs without the kernel.
-pub const NO_BODY: &[&str] = &["com.microsoft::MoE"];
+pub const NO_BODY: &[&str] = &["com.microsoft::MoE", "com.microsoft::QMoE"];
 
 /// The contrib op (`domain::Op`) a rule's pattern is rooted at.
 fn rule_op(rule: &RuleSpec) -> Option<String> {

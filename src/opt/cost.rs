@@ -260,7 +260,7 @@ impl<'a> CostModel<'a> {
             }
             ("com.microsoft", "PackedMultiHeadAttention") => c.supports_packed_multi_head_attention,
             // onnxruntime's CPU kernel takes f32 and f16 only (the CUDA one bf16 too, unverified).
-            ("com.microsoft", "MoE") => {
+            ("com.microsoft", "MoE" | "QMoE") => {
                 c.supports_fused_moe && matches!(dtype, Some(DType::F32 | DType::F16))
             }
             // The fused elementwise kernels come with the Skip*Normalization ones.
@@ -347,6 +347,21 @@ impl<'a> CostModel<'a> {
                     .and_then(|&i| egraph[i].data.tensor()?.shape.as_ref()?.last().cloned())
                     .map_or(1, |d| self.dim(&d)) as f64;
                 6.0 * k * inter * out_elems
+            }
+            // The same with each expert's values packed `bits` to a byte (fc2 `[E, H, I·bits/8]`).
+            "com.microsoft::QMoE" => {
+                let int = |name: &str, default: i64| {
+                    op.attr_id(name)
+                        .and_then(|a| egraph[a].data.attr()?.int())
+                        .unwrap_or(default)
+                };
+                let packed = op
+                    .input_ids()
+                    .get(5)
+                    .and_then(|&i| egraph[i].data.tensor()?.shape.as_ref()?.last().cloned())
+                    .map_or(1, |d| self.dim(&d)) as f64;
+                let bits = int("expert_weight_bits", 4).clamp(1, 8) as f64;
+                6.0 * int("k", 1) as f64 * packed * 8.0 / bits * out_elems
             }
             "Attention" | "com.microsoft::GroupQueryAttention" => {
                 let total = outputs

@@ -151,7 +151,14 @@ pub fn infer(
             vec![ty(0).with_dtype(out)]
         }
         "com.microsoft::MatMulNBits" => vec![matmul_nbits(&ty(0), int("N"))],
-        "com.microsoft::MoE" => vec![ty(0)],
+        "com.microsoft::MoE" | "com.microsoft::QMoE" => vec![ty(0)],
+        "ai.mobius::QMoEFc1Weight"
+        | "ai.mobius::QMoEFc2Weight"
+        | "ai.mobius::QMoEGateValues"
+        | "ai.mobius::QMoEUpValues"
+        | "ai.mobius::QMoEDownValues" => {
+            vec![qmoe_weight_layout(op, &ty(0), int("experts"), int("bits"))]
+        }
         "ai.mobius::MoEFc1"
         | "ai.mobius::MoEFc2"
         | "ai.mobius::MoEGateStack"
@@ -385,6 +392,48 @@ fn moe_layout(op: &str, t: &TensorType, experts: Option<i64>) -> TensorType {
     TensorType {
         dtype: t.dtype,
         shape: Some(shape),
+    }
+}
+
+/// The type of QMoE's packed expert values from a stack of `experts` experts' values
+/// (DequantizeLinear layout): `QMoEFc1Weight` `[H, 2·E·I]` → u8 `[E, 2·I, H·bits/8]`,
+/// `QMoEFc2Weight` `[E·I, H]` → u8 `[E, H, I·bits/8]`, and back: `QMoEGateValues` /
+/// `QMoEUpValues` u8 `[E, 2·I, H·bits/8]` → `[H, E·I]`, `QMoEDownValues` u8 `[E, H,
+/// I·bits/8]` → `[E·I, H]` (I4 or I8; unknown unless the shapes fit).
+fn qmoe_weight_layout(
+    op: &str,
+    t: &TensorType,
+    experts: Option<i64>,
+    bits: Option<i64>,
+) -> TensorType {
+    let sizes: Option<Vec<i64>> = dims(t).and_then(|d| d.iter().map(SymDim::known).collect());
+    let (Some(sizes), Some(e), Some(bits @ (4 | 8))) = (sizes, experts.filter(|&e| e > 0), bits)
+    else {
+        return TensorType::default();
+    };
+    let shape = match (op, sizes.as_slice()) {
+        ("ai.mobius::QMoEFc1Weight", &[h, c]) if c % e == 0 && h * bits % 8 == 0 => {
+            [e, c / e, h * bits / 8]
+        }
+        ("ai.mobius::QMoEFc2Weight", &[r, h]) if r % e == 0 && (r / e) * bits % 8 == 0 => {
+            [e, h, r / e * bits / 8]
+        }
+        ("ai.mobius::QMoEGateValues" | "ai.mobius::QMoEUpValues", &[n, rows, packed])
+            if n == e && rows % 2 == 0 =>
+        {
+            [packed * 8 / bits, e * rows / 2, 0]
+        }
+        ("ai.mobius::QMoEDownValues", &[n, h, packed]) if n == e => [e * packed * 8 / bits, h, 0],
+        _ => return TensorType::default(),
+    };
+    let (dtype, rank) = match op {
+        "ai.mobius::QMoEFc1Weight" | "ai.mobius::QMoEFc2Weight" => (DType::U8, 3),
+        _ if bits == 4 => (DType::I4, 2),
+        _ => (DType::I8, 2),
+    };
+    TensorType {
+        dtype: Some(dtype),
+        shape: Some(shape[..rank].iter().map(|&d| SymDim::Known(d)).collect()),
     }
 }
 

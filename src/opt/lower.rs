@@ -200,8 +200,9 @@ const RELAYOUT_DOMAIN: &str = "ai.mobius::";
 /// computed lazily when saved: `<name>__nbits` (the MatMulNBits weight), `<name>__nbits_scales`
 /// or `<name>__nbits_zero_points`, `<name>__from_nbits` (a MatMulNBits input read back into
 /// the `DequantizeLinear` layout), `<name>__moe_fc1` / `<name>__moe_fc2` (MoE expert
-/// weights of a dense block's stacks) or `<name>__moe_gate` / `__moe_up` / `__moe_down` (the
-/// stacks read back from them).
+/// weights of a dense block's stacks), `<name>__moe_gate` / `__moe_up` / `__moe_down` (the
+/// stacks read back from them), `<name>__qmoe_fc1` / `__qmoe_fc2` (QMoE's packed expert
+/// values) or `<name>__qmoe_gate` / `__qmoe_up` / `__qmoe_down` (the values read back).
 fn fold_relayout(
     initializers: &InitializerIndex<'_>,
     folded: &Folded,
@@ -242,6 +243,11 @@ fn fold_relayout(
         "MoEGateStack" => "moe_gate",
         "MoEUpStack" => "moe_up",
         "MoEDownStack" => "moe_down",
+        "QMoEFc1Weight" => "qmoe_fc1",
+        "QMoEFc2Weight" => "qmoe_fc2",
+        "QMoEGateValues" => "qmoe_gate",
+        "QMoEUpValues" => "qmoe_up",
+        "QMoEDownValues" => "qmoe_down",
         _ => "from_nbits",
     };
     let source = match &base.source {

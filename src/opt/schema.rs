@@ -114,6 +114,26 @@ const SCHEMAS: &[(&str, &[&str])] = &[
     ("ai.mobius::NBitsScales", &[]),
     ("ai.mobius::NBitsWeight", &["bits", "block_size"]),
     ("ai.mobius::NBitsZeroPoints", &["bits", "block_size"]),
+    (
+        "ai.mobius::QMoEDownValues",
+        &["K", "N", "bits", "block_size", "experts"],
+    ),
+    (
+        "ai.mobius::QMoEFc1Weight",
+        &["K", "N", "bits", "block_size", "experts"],
+    ),
+    (
+        "ai.mobius::QMoEFc2Weight",
+        &["K", "N", "bits", "block_size", "experts"],
+    ),
+    (
+        "ai.mobius::QMoEGateValues",
+        &["K", "N", "bits", "block_size", "experts"],
+    ),
+    (
+        "ai.mobius::QMoEUpValues",
+        &["K", "N", "bits", "block_size", "experts"],
+    ),
     ("com.microsoft::BiasGelu", &[]),
     ("com.microsoft::FastGelu", &[]),
     (
@@ -149,6 +169,24 @@ const SCHEMAS: &[(&str, &[&str])] = &[
             "swiglu_fusion",
             "swiglu_limit",
             "use_sparse_mixer",
+        ],
+    ),
+    (
+        "com.microsoft::QMoE",
+        &[
+            "accuracy_level",
+            "activation_alpha",
+            "activation_beta",
+            "activation_type",
+            "block_size",
+            "expert_weight_bits",
+            "k",
+            "normalize_routing_weights",
+            "quant_type",
+            "swiglu_fusion",
+            "swiglu_limit",
+            "use_sparse_mixer",
+            "weights_prepacked",
         ],
     ),
     (

@@ -136,7 +136,10 @@ pub(super) fn nbits(
 /// weight, attributes `bits`, `block_size` — their inverses `FromNBits*`, attributes `K`,
 /// `bits`, `block_size`, `signed`, and `MoEFc1`, `MoEFc2` — `com.microsoft::MoE`'s expert
 /// weights of a dense block's stacks — and their inverses `MoEGateStack`, `MoEUpStack`,
-/// `MoEDownStack`, attribute `experts`, read through `attr`) applied to
+/// `MoEDownStack`, attribute `experts`, and `QMoEFc1Weight`, `QMoEFc2Weight` —
+/// `com.microsoft::QMoE`'s packed expert values of a stack's `DequantizeLinear`-layout
+/// values — and their inverses `QMoEGateValues`, `QMoEUpValues`, `QMoEDownValues` (signed),
+/// attributes `experts`, `K`, `N`, `bits`, `block_size`, read through `attr`) applied to
 /// `source`, a tensor of `dtype`: one definition for the saved initializer and for
 /// verification mode.
 pub fn relayout_source(
@@ -194,6 +197,82 @@ pub fn relayout_source(
             };
             Ok(TensorSource::MoeExperts {
                 source,
+                experts,
+                layer,
+            })
+        }
+        "QMoEFc1Weight" | "QMoEFc2Weight" => {
+            // Per expert `[K, N]` (transposed from the MoE layout `[E, N, K]`), packed as
+            // MatMulNBits packs it: `[E·N, K/B, B·bits/8]`, read as `[E, N, K·bits/8]`.
+            let size = |name: &str| attr(name).and_then(|v| usize::try_from(v).ok());
+            let (Some(experts), Some(k), Some(n)) = (size("experts"), size("K"), size("N")) else {
+                return Err(Error::Graph(format!("{op} without experts, K and N")));
+            };
+            let spec = spec(matches!(dtype, DType::I4 | DType::I8))?;
+            if experts == 0 || k % spec.block_size != 0 {
+                return Err(Error::Graph(format!(
+                    "{op} of {experts} experts needs K = {k} a multiple of block_size {}",
+                    spec.block_size
+                )));
+            }
+            let layer = match op {
+                "QMoEFc1Weight" => MoeLayer::Fc1,
+                _ => MoeLayer::Fc2,
+            };
+            let per_expert = TensorSource::Reshape {
+                source: Box::new(TensorSource::MoeExperts {
+                    source,
+                    experts,
+                    layer,
+                }),
+                shape: vec![experts * n, k],
+            };
+            let packed = TensorSource::NBits {
+                source: Box::new(TensorSource::Transpose(Box::new(per_expert))),
+                spec,
+                part: QuantPart::Values,
+            };
+            Ok(TensorSource::Reshape {
+                source: Box::new(packed),
+                shape: vec![experts, n, k * spec.bits as usize / 8],
+            })
+        }
+        "QMoEGateValues" | "QMoEUpValues" | "QMoEDownValues" => {
+            // The inverse: QMoE's `[E, N, K·bits/8]` read as MatMulNBits' `B` of `[K, E·N]`,
+            // unpacked, per expert `[N, K]` again, then the stack.
+            let size = |name: &str| attr(name).and_then(|v| usize::try_from(v).ok());
+            let (Some(experts), Some(k), Some(n)) = (size("experts"), size("K"), size("N")) else {
+                return Err(Error::Graph(format!("{op} without experts, K and N")));
+            };
+            let spec = spec(true)?;
+            if experts == 0 || k % spec.block_size != 0 {
+                return Err(Error::Graph(format!(
+                    "{op} of {experts} experts needs K = {k} a multiple of block_size {}",
+                    spec.block_size
+                )));
+            }
+            let blocks = k / spec.block_size;
+            let blob = spec.block_size * spec.bits as usize / 8;
+            let unpacked = TensorSource::FromNBits {
+                source: Box::new(TensorSource::Reshape {
+                    source,
+                    shape: vec![experts * n, blocks, blob],
+                }),
+                spec,
+                rows: k,
+                part: QuantPart::Values,
+            };
+            let per_expert = TensorSource::Reshape {
+                source: Box::new(TensorSource::Transpose(Box::new(unpacked))),
+                shape: vec![experts, n, k],
+            };
+            let layer = match op {
+                "QMoEGateValues" => MoeLayer::GateStack,
+                "QMoEUpValues" => MoeLayer::UpStack,
+                _ => MoeLayer::DownStack,
+            };
+            Ok(TensorSource::MoeExperts {
+                source: Box::new(per_expert),
                 experts,
                 layer,
             })

@@ -193,9 +193,14 @@ def float_build(built, name: str, dtype: str, ep: str, tmp_path):
     out = built("fixture", name, dtype, ep)
     if not any(n.op_type == "MoE" for n in onnx.load(str(out / "model.onnx"), load_external_data=False).graph.node):
         return out
+    return built("fixture", name, dtype, None, dense_moe_ep(ep, tmp_path))
+
+
+def dense_moe_ep(ep: str, tmp_path) -> tuple[str, str]:
+    """The build flags of `ep` without the MoE fusions (an EP file with supports_fused_moe = false)."""
     spec = tmp_path / f"{ep}-dense-moe.toml"
     spec.write_text(f'name = "{ep}-dense-moe"\nbase = "{ep}"\nsupports_fused_moe = false\n')
-    return built("fixture", name, dtype, None, ("--ep-file", str(spec)))
+    return ("--ep-file", str(spec))
 
 
 def fold_head_transposes(model: onnx.ModelProto) -> None:
@@ -389,8 +394,12 @@ def test_int4_is_onnxruntimes_quantizer_up_to_the_bias(built, name, ep, dtype, t
     build for the same EP (accuracy_level 4; a tied LM head read as an initializer, see
     fold_head_transposes): once the biases mobius moves into MatMulNBits' bias input are moved
     back out into Adds, the logits are equal bit for bit. With them in, f16 logits differ by the
-    rounding of the bias (see check_quality), which this prints."""
+    rounding of the bias (see check_quality), which this prints. MoE blocks that become
+    com.microsoft::QMoE (whose packing test_qmoe_experts_are_onnxruntimes_quantizer_per_expert
+    checks) are compared in their dense form, the same EP without the MoE fusions."""
     ours_dir = built("fixture", name, dtype, ep, SETTINGS["int4-b32-sym"])
+    if op_counts(ours_dir).get("QMoE"):
+        ours_dir = built("fixture", name, dtype, None, dense_moe_ep(ep, tmp_path) + SETTINGS["int4-b32-sym"])
     ours_model = onnx.load(str(ours_dir / "model.onnx"), load_external_data=False)
     biases = len(nbits_biases(ours_model))
     move_biases_out(ours_model)
@@ -549,3 +558,100 @@ def test_optimize_runs_onnxruntimes_matmul_nbits_quantization_as_standard_onnx(b
     got = prefill(session(out), name, "f32")
     err = float(np.abs(got - want).max())
     assert err <= 1e-4, f"{name} onnxruntime-quantized ({'sym' if symmetric else 'asym'}) --ep onnx-standard: max abs error {err:.3g}"
+
+
+# The fixtures whose MoE blocks renormalise their top-k weights: int4 cpu builds run them as
+# com.microsoft::QMoE (qwen2_moe and olmoe do not renormalise, onnxruntime's CPU QMoE always
+# does; phimoe's sparsemixer and gpt_oss' clamped SwiGLU are not the fused rule's block).
+QMOE_NAMES = ["mixtral", "qwen3_moe", "granitemoe"]
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16"])
+@pytest.mark.parametrize("name", [n for n in NAMES if n.endswith("moe") or n in ("mixtral", "gpt_oss", "phimoe")])
+def test_qmoe_experts_are_onnxruntimes_quantizer_per_expert(built, name, dtype, tmp_path):
+    """The MoE blocks of an int4 cpu build are com.microsoft::QMoE exactly for QMOE_NAMES, and
+    each expert's packed values and scales are what onnxruntime's MatMulNBits quantizer
+    (`quantize_matmul_4bits`, symmetric, block 32) writes, byte for byte, for that expert's
+    float weights in the same EP's dense build: fc1 the [H, 2*I] matrix of its gate and up
+    columns interleaved (gate j in column 2j, up j in 2j+1: swiglu_fusion = 1), fc2 its down
+    matrix [I, H]."""
+    from onnxruntime.capi._pybind_state import quantize_matmul_4bits
+
+    out = built("fixture", name, dtype, "cpu", SETTINGS["int4-b32-sym"])
+    model = onnx.load(str(out / "model.onnx"))
+    nodes = [n for n in model.graph.node if n.op_type == "QMoE"]
+    if name not in QMOE_NAMES:
+        assert not nodes, f"{name}: QMoE although its routing is not the kernel's"
+        return
+    assert nodes and all(n.op_type != "MoE" for n in model.graph.node), op_counts(out)
+    ours = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
+    dense = onnx.load(str(built("fixture", name, dtype, None, dense_moe_ep("cpu", tmp_path)) / "model.onnx"))
+    floats = {t.name: onnx.numpy_helper.to_array(t) for t in dense.graph.initializer}
+    block = 32
+
+    def ort_packing(w):  # [K, N] -> packed [N, K/2], scales [N, K/block]
+        k, n = w.shape
+        packed = np.zeros((n, k // block, block // 2), dtype=np.uint8)
+        scales = np.zeros((n, k // block), dtype=w.dtype)
+        zp = np.zeros((n, (k // block + 1) // 2), dtype=np.uint8)
+        quantize_matmul_4bits(packed, np.ascontiguousarray(w), scales, zp, block, n, k, True)
+        return packed.reshape(n, k // 2), scales
+
+    def same(a, b, what):
+        assert a.dtype == b.dtype and a.shape == b.shape, f"{what}: {a.dtype}{a.shape} vs {b.dtype}{b.shape}"
+        diff = np.flatnonzero(a.view(np.uint8) != b.view(np.uint8))
+        assert diff.size == 0, f"{what}: {diff.size} bytes differ from onnxruntime's quantizer"
+
+    for node in nodes:
+        fc1, fc1_scales, fc2, fc2_scales = (ours[node.input[i]] for i in (2, 3, 5, 6))
+        gate, up = node.input[2].split(".q4__")[:2]
+        down = node.input[5].removesuffix(".q4__qmoe_fc2")
+        wg, wu, wd = floats[gate], floats[up], floats[down]
+        experts, rows, _ = fc1.shape
+        width = rows // 2
+        assert wg.shape == wu.shape == (wd.shape[1], experts * width), (wg.shape, wd.shape, fc1.shape)
+        for e in range(experts):
+            cols = slice(e * width, (e + 1) * width)
+            w1 = np.empty((wg.shape[0], rows), dtype=wg.dtype)
+            w1[:, 0::2], w1[:, 1::2] = wg[:, cols], wu[:, cols]
+            packed, scales = ort_packing(w1)
+            same(fc1[e], packed, f"{name} {node.input[2]} expert {e}")
+            same(fc1_scales[e], scales, f"{name} {node.input[3]} expert {e}")
+            packed, scales = ort_packing(wd[cols])
+            same(fc2[e], packed, f"{name} {node.input[5]} expert {e}")
+            same(fc2_scales[e], scales, f"{name} {node.input[6]} expert {e}")
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16"])
+@pytest.mark.parametrize("name", QMOE_NAMES)
+def test_optimize_moves_qmoe_between_the_forms(built, name, dtype, tmp_path):
+    """`mobius optimize` of saved int4 models: the default build's QMoE calls for onnx-standard
+    become the dense block over DequantizeLinear (qmoe-to-dense: no contrib op left), whose
+    logits are the default build's (within 1e-5 in f32, the f16 tolerance in f16;
+    accuracy_level 0 for the rest of the model); optimized for cpu, the QMoE experts' bytes
+    come back exactly. (A cpu build's GroupQueryAttention has no standard form to go back to.)"""
+    from ort_helpers import run_mobius
+
+    source = built("fixture", name, dtype, "default", SETTINGS["int4-b32-sym"] + ("--accuracy-level", "0"))
+    layers = op_counts(source).get("QMoE", 0)
+    assert layers > 0, op_counts(source)
+    standard = tmp_path / "standard"
+    run_mobius(["optimize", str(source / "model.onnx"), str(standard), "--ep", "onnx-standard"])
+    model = onnx.load(str(standard / "model.onnx"), load_external_data=False)
+    contrib = sorted({n.op_type for n in model.graph.node if n.domain not in ("", "ai.onnx")})
+    assert not contrib, contrib
+    a, b = prefill(session(source), name, dtype), prefill(session(standard), name, dtype)
+    err = float(np.abs(a - b).max())
+    assert err <= (1e-5 if dtype == "f32" else TOL["f16"]), f"{name} {dtype}: max abs error {err:.3g}"
+    back = tmp_path / "back"
+    run_mobius(["optimize", str(standard / "model.onnx"), str(back), "--ep", "cpu", "--accuracy-level", "0"])
+    assert op_counts(back).get("QMoE") == layers, op_counts(back)
+
+    def experts(path):
+        model = onnx.load(str(path / "model.onnx"))
+        inits = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
+        return [[inits[n.input[i]] for i in (2, 3, 5, 6)] for n in model.graph.node if n.op_type == "QMoE"]
+
+    for before, after in zip(experts(source), experts(back)):
+        for x, y in zip(before, after):
+            assert x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes()

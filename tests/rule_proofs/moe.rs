@@ -7,6 +7,11 @@
 //! expert weights and compared with the dense block through the reference interpreter (whose
 //! MoE is cross-checked against onnxruntime's CPU kernel in tests/ort).
 //!
+//! The QMoE fusion and its inverse likewise: the same block with its expert stacks quantized
+//! as `--quant int4` quantizes them (signed 4-bit values, block-wise scales, no zero points),
+//! rewritten into `com.microsoft::QMoE` over packed experts; random QMoE calls over random
+//! packed values and scales rewritten into the dense block over DequantizeLinear.
+//!
 //! The kernel and TopK break ties of the k-th and (k+1)-th router probability differently
 //! (the higher expert index, the lower), a difference the rule documents: cases with such a
 //! tie (only equal f16 logits give one here) are rejected.
@@ -15,8 +20,9 @@ use std::collections::HashMap;
 
 use half::f16;
 use mobius::interp::Tensor;
-use mobius::ir::{Attr, DType, Graph, GraphBuilder, TensorData, TensorSource};
+use mobius::ir::{Attr, DType, Graph, GraphBuilder, QuantParams, TensorData, TensorSource};
 use mobius::models::components::{sparse_moe, ExpertWeights, MoeSpec, Router};
+use mobius::quant::pass::{quantize_graph, QuantRequest};
 use mobius::verify::Rng;
 use proptest::prelude::*;
 
@@ -56,9 +62,21 @@ fn bytes(v: &[f32], dtype: DType) -> Vec<u8> {
 /// The block of `sizes` in `dtype` (`y = sparse_moe(x)`), its weights random, with an input x
 /// and the router's weight `[H, E]` (as the graph holds it).
 fn dense_block(
+    sizes: Sizes,
+    normalize: bool,
+    dtype: DType,
+    seed: u64,
+) -> (Graph, HashMap<String, Tensor>, Vec<f32>) {
+    scaled_dense_block(sizes, normalize, dtype, false, seed)
+}
+
+/// [`dense_block`], with the experts' weights scaled by `sqrt(8 / fan-in)` when `fan_in` and
+/// their fan-in is over 8 (wide blocks keep outputs of order 1).
+fn scaled_dense_block(
     (batch, seq, h, i, e, k): Sizes,
     normalize: bool,
     dtype: DType,
+    fan_in: bool,
     seed: u64,
 ) -> (Graph, HashMap<String, Tensor>, Vec<f32>) {
     let mut rng = Rng::new(seed);
@@ -84,7 +102,12 @@ fn dense_block(
         let n = init.shape.iter().product();
         // Outputs of order 1 (their f16 rounding is then what the tolerance bounds).
         let router_weight = init.name == "moe.gate.weight_t";
-        let v = values(n, if router_weight { 2.0 } else { 1.2 }, dtype, &mut rng);
+        let scale = match (router_weight, fan_in, init.shape.first()) {
+            (true, ..) => 2.0,
+            (false, true, Some(&rows)) if rows > 8 => 1.2 * (8.0 / rows as f64).sqrt(),
+            _ => 1.2,
+        };
+        let v = values(n, scale, dtype, &mut rng);
         if router_weight {
             router = v.clone();
         }
@@ -232,5 +255,169 @@ proptest! {
         prop_assume!(!router_tie(&logits, sizes.4, sizes.5, 1e-6));
         let tol = if half { 2e-2 } else { 1e-5 };
         prove_on("moe-to-dense", "onnx-standard", graph, inputs, tol)?;
+    }
+}
+
+/// Sizes of a QMoE case ([`Sizes`]) with hidden and expert widths multiples of the block size
+/// (16 or 32), and that block size.
+fn qmoe_sizes() -> impl Strategy<Value = (Sizes, usize)> {
+    (
+        1usize..3,
+        1usize..3,
+        1usize..3,
+        1usize..3,
+        1usize..5,
+        prop_oneof![Just(16usize), Just(32)],
+    )
+        .prop_flat_map(|(b, s, hm, im, e, block)| {
+            (
+                (
+                    Just(b),
+                    Just(s),
+                    Just(hm * block),
+                    Just(im * block),
+                    Just(e),
+                    1..=e,
+                ),
+                Just(block),
+            )
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+    /// The dense block of renormalised top-k weights, its expert stacks (not its router)
+    /// quantized to signed 4-bit values in blocks of `block` along the input dimension.
+    #[test]
+    fn dense_qmoe_fusion(
+        (sizes, block) in qmoe_sizes(),
+        half in any::<bool>(),
+        seed in any::<u64>(),
+    ) {
+        let dtype = if half { DType::F16 } else { DType::F32 };
+        let (mut graph, inputs, router) = scaled_dense_block(sizes, true, dtype, true, seed);
+        prop_assume!(!boundary_tie(&inputs["x"], &router, sizes, dtype));
+        let request = QuantRequest {
+            params: QuantParams::new(4, block, true),
+            exclude: vec!["moe.gate.weight_t".into()],
+            embeddings: false,
+        };
+        let summary = quantize_graph(&mut graph, &request, false).unwrap();
+        prop_assert_eq!(summary.weights, 3);
+        let tol = if half { 2e-2 } else { 1e-5 };
+        prove_on("dense-qmoe", "cpu", graph, inputs, tol)?;
+    }
+}
+
+/// An initializer `name` of `dtype` and `shape` holding `bytes`.
+fn inline_init(
+    b: &mut GraphBuilder,
+    name: &str,
+    dtype: DType,
+    shape: Vec<usize>,
+    bytes: Vec<u8>,
+) -> String {
+    b.initializer(mobius::ir::Initializer {
+        name: name.into(),
+        dtype,
+        shape: shape.clone(),
+        source: Some(TensorSource::Inline(TensorData {
+            dtype,
+            shape,
+            bytes,
+        })),
+    })
+}
+
+/// One `com.microsoft::QMoE` call as `dense-qmoe` writes it: x `[B, S, H]` and router logits
+/// `[B·S, E]` inputs, random packed 4-bit experts fc1 `[E, 2·I, H/2]` and fc2 `[E, H, I/2]`
+/// (any byte is two values) with random block-wise scales `[E, 2·I, H/block]` and
+/// `[E, H, I/block]` (weights of order `1/sqrt(fan-in)`), the optional attributes
+/// (SwiGLU's α, β and limit, `quant_type`, `expert_weight_bits`) written out or left unset,
+/// and `accuracy_level` (which neither side reads).
+fn qmoe_call(
+    ((batch, seq, h, i, e, k), block): (Sizes, usize),
+    explicit: bool,
+    level: i64,
+    dtype: DType,
+    seed: u64,
+) -> (Graph, HashMap<String, Tensor>, Vec<f32>) {
+    let mut rng = Rng::new(seed);
+    let mut b = GraphBuilder::new("g");
+    let x = b.input("x", dtype, dims(&[batch, seq, h]));
+    let router = b.input("router", dtype, dims(&[batch * seq, e]));
+    b.output("y", dtype, dims(&[batch, seq, h]));
+    let packed = |b: &mut GraphBuilder, name: &str, shape: Vec<usize>, rng: &mut Rng| {
+        let n: usize = shape.iter().product();
+        let data = (0..n).map(|_| rng.below(256) as u8).collect();
+        inline_init(b, name, DType::U8, shape, data)
+    };
+    let scales = |b: &mut GraphBuilder, name: &str, shape: Vec<usize>, rng: &mut Rng| {
+        let fan_in = if name == "fc1_scales" { h } else { i };
+        let scale = 1.0 / (8.0 * (fan_in as f64).sqrt());
+        let v = values(shape.iter().product(), scale, dtype, rng);
+        inline_init(b, name, dtype, shape, bytes(&v, dtype))
+    };
+    let fc1 = packed(&mut b, "fc1", vec![e, 2 * i, h / 2], &mut rng);
+    let fc1_scales = scales(&mut b, "fc1_scales", vec![e, 2 * i, h / block], &mut rng);
+    let fc2 = packed(&mut b, "fc2", vec![e, h, i / 2], &mut rng);
+    let fc2_scales = scales(&mut b, "fc2_scales", vec![e, h, i / block], &mut rng);
+    let mut attrs = vec![
+        ("accuracy_level", Attr::Int(level)),
+        ("activation_type", Attr::String("swiglu".into())),
+        ("block_size", Attr::Int(block as i64)),
+        ("swiglu_fusion", Attr::Int(1)),
+        ("k", Attr::Int(k as i64)),
+        ("normalize_routing_weights", Attr::Int(1)),
+    ];
+    if explicit {
+        attrs.extend([
+            ("activation_alpha", Attr::Float(1.0)),
+            ("activation_beta", Attr::Float(0.0)),
+            ("swiglu_limit", Attr::Float(f32::INFINITY)),
+            ("quant_type", Attr::String("int".into())),
+            ("expert_weight_bits", Attr::Int(4)),
+        ]);
+    }
+    b.node(
+        "com.microsoft",
+        "QMoE",
+        &[&x, &router, &fc1, &fc1_scales, "", &fc2, &fc2_scales],
+        attrs,
+        vec!["y".into()],
+    );
+    let xs = values(batch * seq * h, 1.0, dtype, &mut rng);
+    let logits = values(batch * seq * e, 2.0, dtype, &mut rng);
+    let inputs = HashMap::from([
+        (
+            "x".to_string(),
+            Tensor::float(dtype, vec![batch, seq, h], xs),
+        ),
+        (
+            "router".to_string(),
+            Tensor::float(dtype, vec![batch * seq, e], logits.clone()),
+        ),
+    ]);
+    (b.finish(), inputs, logits)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+    #[test]
+    fn qmoe_to_dense_inline(
+        sizes in qmoe_sizes(),
+        explicit in any::<bool>(),
+        level in prop_oneof![Just(0i64), Just(4)],
+        half in any::<bool>(),
+        seed in any::<u64>(),
+    ) {
+        let dtype = if half { DType::F16 } else { DType::F32 };
+        let (graph, inputs, logits) = qmoe_call(sizes, explicit, level, dtype, seed);
+        let (_, _, _, _, e, k) = sizes.0;
+        prop_assume!(!router_tie(&logits, e, k, 1e-6));
+        let tol = if half { 2e-2 } else { 1e-5 };
+        prove_on("qmoe-to-dense", "onnx-standard", graph, inputs, tol)?;
     }
 }

@@ -194,17 +194,28 @@ pub(super) fn matrix(g: &OnnxGraph, id: Id) -> Option<(i64, i64)> {
     }
 }
 
-/// The dense block `MatMul(Reshape(Reshape(SwiGLU(x · Wg, x · Wu), [0, 0, E, I]) · R,
-/// [0, 0, E·I]), Wd)` with the routing matrix `R` → `com.microsoft::MoE(x, Reshape(logits,
-/// [−1, E]), MoEFc1(Concat(Wg, Wu)), none, MoEFc2(Wd); swiglu, k, normalize)`. Fires for a
-/// 3-D f32 or f16 `x` `[B, S, H]`, initializer stacks `Wg`, `Wu` `[H, E·I]` and `Wd`
-/// `[E·I, H]`, and a routing matrix [`routing`] reads whose logits have x's B and S. SwiGLU's parameters are written out
-/// (α = 1, β = 0, no limit), as onnxruntime's kernels default them differently.
-fn dense_moe(
-    g: &mut OnnxGraph,
-    _: Site<'_>,
-    [x, wg, wu, wd, per_expert, per_expert_zero, routing_matrix, merged, merged_zero]: [Id; 9],
-) -> Option<Id> {
+/// The expert stacks of a dense block, as [`expert_stacks`] reads them.
+pub(super) struct Stacks {
+    /// The block's dtype (f32 or f16).
+    pub(super) dtype: DType,
+    /// Hidden size H.
+    pub(super) hidden: i64,
+    /// Experts E.
+    pub(super) experts: i64,
+    /// Expert width I.
+    pub(super) width: i64,
+}
+
+/// Reads the stacked experts of a dense block over a 3-D f32 or f16 `x` `[B, S, H]`: stacks
+/// `Wg`, `Wu` `[H, E·I]` and `Wd` `[E·I, H]` (of any form: the caller checks what they are),
+/// the activations reshaped per expert to `[0, 0, E, I]` and merged back to `[0, 0, E·I]`
+/// (`allowzero` unset or 0), E ≥ 1.
+pub(super) fn expert_stacks(
+    g: &OnnxGraph,
+    x: Id,
+    [wg, wu, wd]: [Id; 3],
+    [per_expert, per_expert_zero, merged, merged_zero]: [Id; 4],
+) -> Option<Stacks> {
     let t = g[x].data.tensor()?;
     let dtype = t.dtype?;
     let dims = t.shape.as_ref()?;
@@ -214,8 +225,7 @@ fn dense_moe(
     let h = dims[2].known()?;
     let (gate, up, down) = (matrix(g, wg)?, matrix(g, wu)?, matrix(g, wd)?);
     let ei = gate.1;
-    if gate.0 != h || up != gate || down != (ei, h) || ![wg, wu, wd].iter().all(|&w| is_init(g, w))
-    {
+    if gate.0 != h || up != gate || down != (ei, h) {
         return None;
     }
     let [.., e, i] = const_ints(g, per_expert)?[..] else {
@@ -231,33 +241,205 @@ fn dense_moe(
     {
         return None;
     }
-    let r = routing(g, routing_matrix, dtype, e)?;
+    Some(Stacks {
+        dtype,
+        hidden: h,
+        experts: e,
+        width: i,
+    })
+}
+
+/// A dense block [`read_block`] reads.
+struct Block {
+    /// The block's input `[B, S, H]`.
+    x: Id,
+    /// Experts E.
+    experts: i64,
+    /// Expert width I.
+    width: i64,
+    /// The routing matrix's logits, k and renormalisation.
+    routing: Routing,
+}
+
+/// Reads the dense block `MatMul(Reshape(Reshape(SwiGLU(x · Wg, x · Wu), [0, 0, E, I]) · R,
+/// [0, 0, E·I]), Wd)` with the routing matrix `R`: its [`expert_stacks`] and a routing matrix
+/// [`routing`] reads whose logits have x's B and S.
+fn read_block(
+    g: &OnnxGraph,
+    [x, wg, wu, wd, per_expert, per_expert_zero, routing_matrix, merged, merged_zero]: [Id; 9],
+) -> Option<Block> {
+    let stacks = expert_stacks(
+        g,
+        x,
+        [wg, wu, wd],
+        [per_expert, per_expert_zero, merged, merged_zero],
+    )?;
+    let r = routing(g, routing_matrix, stacks.dtype, stacks.experts)?;
     let tokens = |id: Id| Some(g[id].data.tensor()?.shape.as_ref()?.get(..2)?.to_vec());
     if tokens(r.logits)? != tokens(x)? {
         return None;
     }
+    Some(Block {
+        x,
+        experts: stacks.experts,
+        width: stacks.width,
+        routing: r,
+    })
+}
+
+/// SwiGLU's parameters as the kernels' attributes (α = 1, β = 0, no limit: written out, as
+/// onnxruntime's kernels default them differently), interleaved gate and up rows.
+fn swiglu_attrs() -> [(&'static str, AttrValue); 5] {
+    [
+        ("activation_alpha", AttrValue::Float(1f32.to_bits())),
+        ("activation_beta", AttrValue::Float(0f32.to_bits())),
+        ("activation_type", AttrValue::Str("swiglu".into())),
+        ("swiglu_fusion", AttrValue::Int(1)),
+        ("swiglu_limit", AttrValue::Float(f32::INFINITY.to_bits())),
+    ]
+}
+
+/// The dense block [`read_block`] reads with initializer stacks → `com.microsoft::MoE(x,
+/// Reshape(logits, [−1, E]), MoEFc1(Concat(Wg, Wu)), none, MoEFc2(Wd); swiglu, k,
+/// normalize)`.
+fn dense_moe(g: &mut OnnxGraph, _: Site<'_>, ids: [Id; 9]) -> Option<Id> {
+    let [_, wg, wu, wd, ..] = ids;
+    if ![wg, wu, wd].iter().all(|&w| is_init(g, w)) {
+        return None;
+    }
+    let b = read_block(g, ids)?;
+    let e = b.experts;
     let mut em = Emit::new(g);
     let stack = em.concat(&[wg, wu], 1);
     let experts = [("experts", AttrValue::Int(e))];
     let fc1 = em.op("ai.mobius::MoEFc1", &[stack], &experts);
     let fc2 = em.op("ai.mobius::MoEFc2", &[wd], &experts);
-    let router = em.reshape(r.logits, &[-1, e]);
+    let router = em.reshape(b.routing.logits, &[-1, e]);
     let none = em.g.add(Onnx::Absent);
+    let [alpha, beta, activation, fusion, limit] = swiglu_attrs();
+    let normalize = i64::from(b.routing.normalize);
+    let attrs = [
+        alpha,
+        beta,
+        activation,
+        ("k", AttrValue::Int(b.routing.k)),
+        ("normalize_routing_weights", AttrValue::Int(normalize)),
+        fusion,
+        limit,
+    ];
+    Some(em.op("com.microsoft::MoE", &[b.x, router, fc1, none, fc2], &attrs))
+}
+
+/// `dense-qmoe`.
+pub(super) const DENSE_QMOE: Applier<9> = Applier::new(
+    [
+        "?x",
+        "?wg",
+        "?wu",
+        "?wd",
+        "?per_expert",
+        "?per_expert_zero",
+        "?routing",
+        "?merged",
+        "?merged_zero",
+    ],
+    dense_qmoe,
+);
+
+/// The values and scales `(q, scales, block)` of class `id` when it is
+/// `DequantizeLinear(q, scales; axis 0, block)` of a signed 4-bit initializer `q` `[K, N]`
+/// without zero points (what `--quant int4` gives a weight), scales `[K/block, N]` of
+/// `dtype`, K a multiple of the block (a power of two from 16 to 256).
+fn dequantized_int4(g: &OnnxGraph, id: Id, dtype: DType) -> Option<(Id, Id, i64)> {
+    use super::matmul_nbits::is_weight;
+    let dq = find_op(g, id, "DequantizeLinear")?;
+    let (q, scales) = match dq.input_ids() {
+        [q, s] => (*q, *s),
+        [q, s, zp] if g[*zp].nodes.iter().any(|n| matches!(n, Onnx::Absent)) => (*q, *s),
+        _ => return None,
+    };
+    let int = |name: &str, default: i64| match dq.attr_id(name).and_then(|a| g[a].data.attr()) {
+        None | Some(AttrValue::Unset) => Some(default),
+        Some(AttrValue::Int(v)) => Some(*v),
+        _ => None,
+    };
+    let (axis, block, odt) = (
+        int("axis", 1)?,
+        int("block_size", 0)?,
+        int("output_dtype", 0)?,
+    );
+    let (k, n) = matrix(g, q)?;
+    let ok = matches!(axis, 0 | -2)
+        && (16..=256).contains(&block)
+        && block.count_ones() == 1
+        && k % block == 0
+        && (odt == 0 || DType::from_onnx_code(odt as i32) == Some(dtype))
+        && g[q].data.tensor()?.dtype? == DType::I4
+        && g[scales].data.tensor()?.dtype? == dtype
+        && matrix(g, scales)? == (k / block, n)
+        && is_weight(g, q)
+        && is_weight(g, scales);
+    ok.then_some((q, scales, block))
+}
+
+/// The dense block [`read_block`] reads with its stacks `--quant int4` weights
+/// ([`dequantized_int4`], one block size, dividing H and I: every block within one expert)
+/// and renormalised top-k weights → `com.microsoft::QMoE(x, Reshape(logits, [−1, E]),
+/// QMoEFc1Weight(Concat(qg, qu)), MoEFc1(Concat(sg, su)), none, QMoEFc2Weight(qd),
+/// MoEFc2(sd); swiglu, k, 4 bits, block_size)`: each expert's values packed as MatMulNBits
+/// packs them (zero point 8), its scales `[E, N, K/block]`, re-laid out at save time.
+/// `accuracy_level` 0 whatever MatMulNBits' is: at 4 onnxruntime's CPU kernel quantizes the
+/// activations to int8 too, no longer the dequantized block (the mixtral fixture's
+/// worst-position logit cosine against the fake-quantized reference, f16: 0.99902 vs 0.99920
+/// at 0). Unnormalised top-k weights stay dense: onnxruntime's CPU QMoE (1.32)
+/// renormalises whatever `normalize_routing_weights` says.
+fn dense_qmoe(g: &mut OnnxGraph, _: Site<'_>, ids: [Id; 9]) -> Option<Id> {
+    let [x, wg, wu, wd, ..] = ids;
+    let dtype = g[x].data.tensor()?.dtype?;
+    let (qg, sg, block) = dequantized_int4(g, wg, dtype)?;
+    let (qu, su, up_block) = dequantized_int4(g, wu, dtype)?;
+    let (qd, sd, down_block) = dequantized_int4(g, wd, dtype)?;
+    let b = read_block(g, ids)?;
+    let (e, i) = (b.experts, b.width);
+    let h = matrix(g, qg)?.0;
+    if up_block != block || down_block != block || i % block != 0 || !b.routing.normalize {
+        return None;
+    }
+    let mut em = Emit::new(g);
+    let experts = ("experts", AttrValue::Int(e));
+    let packing = |k: i64, n: i64| {
+        [
+            ("K", AttrValue::Int(k)),
+            ("N", AttrValue::Int(n)),
+            ("bits", AttrValue::Int(4)),
+            ("block_size", AttrValue::Int(block)),
+            experts.clone(),
+        ]
+    };
+    let values = em.concat(&[qg, qu], 1);
+    let fc1 = em.op("ai.mobius::QMoEFc1Weight", &[values], &packing(h, 2 * i));
+    let scales = em.concat(&[sg, su], 1);
+    let fc1_scales = em.op(
+        "ai.mobius::MoEFc1",
+        &[scales],
+        std::slice::from_ref(&experts),
+    );
+    let fc2 = em.op("ai.mobius::QMoEFc2Weight", &[qd], &packing(i, h));
+    let fc2_scales = em.op("ai.mobius::MoEFc2", &[sd], &[experts]);
+    let router = em.reshape(b.routing.logits, &[-1, e]);
+    let none = em.g.add(Onnx::Absent);
+    let mut attrs = swiglu_attrs().to_vec();
+    attrs.extend([
+        ("accuracy_level", AttrValue::Int(0)),
+        ("block_size", AttrValue::Int(block)),
+        ("expert_weight_bits", AttrValue::Int(4)),
+        ("k", AttrValue::Int(b.routing.k)),
+        ("normalize_routing_weights", AttrValue::Int(1)),
+    ]);
     Some(em.op(
-        "com.microsoft::MoE",
-        &[x, router, fc1, none, fc2],
-        &[
-            ("activation_alpha", AttrValue::Float(1f32.to_bits())),
-            ("activation_beta", AttrValue::Float(0f32.to_bits())),
-            ("activation_type", AttrValue::Str("swiglu".into())),
-            ("k", AttrValue::Int(r.k)),
-            (
-                "normalize_routing_weights",
-                AttrValue::Int(i64::from(r.normalize)),
-            ),
-            ("swiglu_fusion", AttrValue::Int(1)),
-            ("swiglu_limit", AttrValue::Float(f32::INFINITY.to_bits())),
-        ],
+        "com.microsoft::QMoE",
+        &[b.x, router, fc1, fc1_scales, none, fc2, fc2_scales],
+        &attrs,
     ))
 }
 
@@ -352,11 +534,29 @@ fn moe_to_dense(
     let wg = em.op("ai.mobius::MoEGateStack", &[fc1], &experts);
     let wu = em.op("ai.mobius::MoEUpStack", &[fc1], &experts);
     let wd = em.op("ai.mobius::MoEDownStack", &[fc2], &experts);
+    let routing = Routing {
+        logits: router,
+        k,
+        normalize: normalize == 1,
+    };
+    dense_body(&mut em, x, routing, [wg, wu, wd], (e, i), dtype)
+}
+
+/// The dense block [`read_block`] reads, over the stacks `[wg, wu, wd]` of `e` experts of
+/// width `i` and the router logits `[B·S, E]` (read as `[B, S, E]`) of `routing`.
+fn dense_body(
+    em: &mut Emit<'_>,
+    x: Id,
+    routing: Routing,
+    [wg, wu, wd]: [Id; 3],
+    (e, i): (i64, i64),
+    dtype: DType,
+) -> Option<Id> {
     let tokens = em.shape(x, 0, 2);
     let width = em.ints(&[e]);
     let shape = em.concat(&[tokens, width], 0);
-    let logits = em.op("Reshape", &[router, shape], &[]);
-    let routing = routing_matrix(&mut em, logits, (e, k), normalize == 1, dtype)?;
+    let logits = em.op("Reshape", &[routing.logits, shape], &[]);
+    let routing = routing_matrix(em, logits, (e, routing.k), routing.normalize, dtype)?;
     let gate = em.bin("MatMul", x, wg);
     let sig = em.op("Sigmoid", &[gate], &[]);
     let gate = em.bin("Mul", gate, sig);
@@ -366,6 +566,146 @@ fn moe_to_dense(
     let weighted = em.bin("Mul", act, routing);
     let weighted = em.reshape(weighted, &[0, 0, e * i]);
     Some(em.bin("MatMul", weighted, wd))
+}
+
+/// `qmoe-to-dense`.
+pub(super) const QMOE_TO_DENSE: Applier<19> = Applier::new(
+    [
+        "?x",
+        "?router",
+        "?fc1",
+        "?fc1_scales",
+        "?fc2",
+        "?fc2_scales",
+        "?level",
+        "?alpha",
+        "?beta",
+        "?activation",
+        "?block",
+        "?bits",
+        "?k",
+        "?normalize",
+        "?quant",
+        "?fusion",
+        "?limit",
+        "?sparse_mixer",
+        "?prepacked",
+    ],
+    qmoe_to_dense,
+);
+
+/// `com.microsoft::QMoE(x, router, fc1, fc1_scales, none, fc2, fc2_scales)` as
+/// [`dense_qmoe`] writes it (interleaved plain SwiGLU experts, 4-bit values without zero
+/// points, block-wise scales, renormalised top-k weights, any `accuracy_level`) → the dense
+/// block over `DequantizeLinear(values, scales; axis 0, block)` stacks, the values read back
+/// from the packed experts (`ai.mobius::QMoEGateValues`, `QMoEUpValues`, `QMoEDownValues`:
+/// signed 4-bit, MatMulNBits' zero point 8 taken off) and the scales as the float experts'
+/// weights are (`ai.mobius::MoEGateStack`, `MoEUpStack`, `MoEDownStack`). Fires for a 3-D
+/// f32 or f16 `x` `[B, S, H]`, u8 initializers fc1 `[E, 2·I, H/2]` and fc2 `[E, H, I/2]`,
+/// scales of x's dtype `[E, 2·I, H/block]` and `[E, H, I/block]`.
+fn qmoe_to_dense(
+    g: &mut OnnxGraph,
+    _: Site<'_>,
+    [x, router, fc1, fc1_scales, fc2, fc2_scales, _level, alpha, beta, activation, block, bits, k, normalize, quant, fusion, limit, sparse_mixer, prepacked]: [Id;
+        19],
+) -> Option<Id> {
+    let t = g[x].data.tensor()?;
+    let dtype = t.dtype?;
+    let dims = t.shape.as_ref()?;
+    if !matches!(dtype, DType::F32 | DType::F16) || dims.len() != 3 {
+        return None;
+    }
+    let h = dims[2].known()?;
+    let swiglu =
+        matches!(g[activation].data.attr(), Some(AttrValue::Str(s)) if s.as_str() == "swiglu");
+    let int_values = match g[quant].data.attr() {
+        Some(AttrValue::Unset) => true,
+        Some(AttrValue::Str(s)) => s.as_str() == "int",
+        _ => false,
+    };
+    let plain = int_values
+        && float_or(g, alpha, 1.0)? == 1.0
+        && float_or(g, beta, 0.0)? == 0.0
+        && float_or(g, limit, f32::INFINITY)? == f32::INFINITY;
+    let int = |id: Id, default: i64| match g[id].data.attr() {
+        Some(AttrValue::Unset) => Some(default),
+        Some(AttrValue::Int(v)) => Some(*v),
+        _ => None,
+    };
+    let (k, block) = (int(k, 1)?, int(block, 0)?);
+    let flags_ok = swiglu
+        && plain
+        && int(fusion, 0)? == 1
+        && int(sparse_mixer, 0)? == 0
+        && int(normalize, 0)? == 1
+        && int(bits, 4)? == 4
+        && int(prepacked, -1)? != 1
+        && (16..=256).contains(&block)
+        && block.count_ones() == 1;
+    if !flags_ok || h % block != 0 {
+        return None;
+    }
+    let [e, rows, packed_h] = init_shape(g, fc1, DType::U8)?[..] else {
+        return None;
+    };
+    let i = rows / 2;
+    let fits = packed_h * 2 == h
+        && rows == 2 * i
+        && i % block == 0
+        && (1..=e).contains(&k)
+        && init_shape(g, fc1_scales, dtype)? == [e, rows, h / block]
+        && init_shape(g, fc2, DType::U8)? == [e, h, i / 2]
+        && init_shape(g, fc2_scales, dtype)? == [e, h, i / block];
+    let r = g[router].data.tensor()?;
+    let router_ok =
+        r.dtype? == dtype && matches!(r.shape.as_deref(), Some([_, n]) if n.known() == Some(e));
+    if !fits || !router_ok {
+        return None;
+    }
+    let mut em = Emit::new(g);
+    let experts = ("experts", AttrValue::Int(e));
+    let packing = |k: i64, n: i64| {
+        [
+            ("K", AttrValue::Int(k)),
+            ("N", AttrValue::Int(n)),
+            ("bits", AttrValue::Int(4)),
+            ("block_size", AttrValue::Int(block)),
+            experts.clone(),
+        ]
+    };
+    let stack = |em: &mut Emit<'_>, values: Id, scales: Id| {
+        em.op(
+            "DequantizeLinear",
+            &[values, scales],
+            &[
+                ("axis", AttrValue::Int(0)),
+                ("block_size", AttrValue::Int(block)),
+            ],
+        )
+    };
+    let qg = em.op("ai.mobius::QMoEGateValues", &[fc1], &packing(h, rows));
+    let sg = em.op(
+        "ai.mobius::MoEGateStack",
+        &[fc1_scales],
+        std::slice::from_ref(&experts),
+    );
+    let wg = stack(&mut em, qg, sg);
+    let qu = em.op("ai.mobius::QMoEUpValues", &[fc1], &packing(h, rows));
+    let su = em.op(
+        "ai.mobius::MoEUpStack",
+        &[fc1_scales],
+        std::slice::from_ref(&experts),
+    );
+    let wu = stack(&mut em, qu, su);
+    let qd = em.op("ai.mobius::QMoEDownValues", &[fc2], &packing(i, h));
+    let sd = em.op("ai.mobius::MoEDownStack", &[fc2_scales], &[experts]);
+    let wd = stack(&mut em, qd, sd);
+    let routing = Routing {
+        logits: router,
+        k,
+        normalize: true,
+    };
+    dense_body(&mut em, x, routing, [wg, wu, wd], (e, i), dtype)
 }
 
 /// The routing matrix `[B, S, E, 1]` in `dtype` of router `logits` `[B, S, E]` (in `dtype`),

@@ -8,7 +8,8 @@
 use egg::Id;
 
 use super::moe::{
-    cast_to, init_shape, is_init, matrix, projected, summed_over, top_k, unset_or, unsqueezed_last,
+    cast_to, expert_stacks, init_shape, is_init, projected, summed_over, top_k, unset_or,
+    unsqueezed_last, Stacks,
 };
 use crate::ir::DType;
 use crate::opt::analysis::OnnxGraph;
@@ -119,29 +120,20 @@ fn dense_moe_clamped(
     _: Site<'_>,
     [x, wu, bu, lo, hi, one, wg, bg, alpha, per_expert, per_expert_zero, routing_col, merged, merged_zero, wd, bd, over_experts, keepdims, noop]: [Id; 19],
 ) -> Option<Id> {
-    let t = g[x].data.tensor()?;
-    let dtype = t.dtype?;
-    let dims = t.shape.as_ref()?;
-    if !matches!(dtype, DType::F32 | DType::F16) || dims.len() != 3 {
-        return None;
-    }
-    let h = dims[2].known()?;
-    let (gate, up, down) = (matrix(g, wg)?, matrix(g, wu)?, matrix(g, wd)?);
-    let ei = gate.1;
-    if gate.0 != h || up != gate || down != (ei, h) || ![wg, wu, wd].iter().all(|&w| is_init(g, w))
-    {
-        return None;
-    }
-    let [.., e, i] = const_ints(g, per_expert)?[..] else {
-        return None;
-    };
+    let Stacks {
+        dtype,
+        hidden: h,
+        experts: e,
+        width: i,
+    } = expert_stacks(
+        g,
+        x,
+        [wg, wu, wd],
+        [per_expert, per_expert_zero, merged, merged_zero],
+    )?;
+    let ei = e * i;
     let zero = |z| matches!(g[z].data.attr(), Some(AttrValue::Unset | AttrValue::Int(0)));
-    if const_ints(g, per_expert)? != [0, 0, e, i]
-        || const_ints(g, merged)? != [0, 0, ei]
-        || e < 1
-        || e * i != ei
-        || !zero(per_expert_zero)
-        || !zero(merged_zero)
+    if ![wg, wu, wd].iter().all(|&w| is_init(g, w))
         || init_dims(g, bg)? != [ei]
         || init_dims(g, bu)? != [ei]
         || init_dims(g, bd)? != [e, h]
