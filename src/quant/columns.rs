@@ -623,6 +623,25 @@ mod tests {
     }
 
     #[test]
+    fn a_range_ending_at_zero_keeps_the_sign_of_the_first_zero() {
+        // Lane 0 meets +0 (element 8) and lane 1 meets -0 (element 1, the first zero): a lane
+        // order reduction alone would give +0.
+        for first in [-0.0f32, 0.0] {
+            let mut w = vec![2.0f32; 24];
+            w[0] = 1.0;
+            w[1] = first;
+            w[8] = -first;
+            let negated: Vec<f32> = w.iter().map(|v| -v).collect();
+            for path in paths() {
+                let (min, _) = range_on(path, &w).unwrap();
+                let (_, max) = range_on(path, &negated).unwrap();
+                assert_eq!(min.to_bits(), first.to_bits(), "{path:?} min");
+                assert_eq!(max.to_bits(), (-first).to_bits(), "{path:?} max");
+            }
+        }
+    }
+
+    #[test]
     fn the_vector_kernels_equal_the_portable_ones_on_awkward_lengths() {
         for path in paths() {
             for len in 0..70 {
