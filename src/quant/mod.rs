@@ -28,6 +28,7 @@
 //! zero points included, is the same in both. mobius follows the MatMulNBits quantizer, which
 //! is onnxruntime's default and its only 8-bit one.
 
+pub mod columns;
 pub mod nbits;
 pub mod rtn;
 

@@ -135,7 +135,7 @@ fn error(message: String) -> Error {
 
 /// A float dtype a weight may have: how an element is read, and how a block's f32 scale is
 /// stored and used.
-trait Weight {
+pub(super) trait Weight {
     /// Bytes per element.
     const SIZE: usize;
     /// The dtype, for messages.
@@ -362,18 +362,8 @@ fn quantize_block_row<T: Weight>(
         return Some((at / n, at % n));
     }
     let top = f32::from(spec.top_code());
-    let midpoint = f32::from(spec.midpoint());
     for column in 0..n {
-        let (scale, zero_point) = if spec.symmetric {
-            let extreme = if max[column].abs() > min[column].abs() {
-                max[column]
-            } else {
-                min[column]
-            };
-            (-extreme / midpoint, spec.midpoint())
-        } else {
-            asymmetric_parameters(min[column], max[column], top)
-        };
+        let (scale, zero_point) = block_parameters(min[column], max[column], spec);
         T::store_scale(
             scale,
             &mut out.scales[column * T::SIZE..(column + 1) * T::SIZE],
@@ -398,11 +388,22 @@ fn quantize_block_row<T: Weight>(
     None
 }
 
+/// Scale and zero point of a block whose values range over `[min, max]` (as compared in
+/// [`quantize_block_row`]): symmetric or asymmetric as `spec` says.
+pub(super) fn block_parameters(min: f32, max: f32, spec: &QuantSpec) -> (f32, u8) {
+    if spec.symmetric {
+        let extreme = if max.abs() > min.abs() { max } else { min };
+        (-extreme / f32::from(spec.midpoint()), spec.midpoint())
+    } else {
+        asymmetric_parameters(min, max, f32::from(spec.top_code()))
+    }
+}
+
 /// `clamp(roundf(v), 0, top)` as onnxruntime computes a code (halves rounded away from zero),
 /// with NaN (0 × ∞ when a denormal scale's reciprocal overflows) giving 0 as its float-to-int
 /// conversion does on x86. Clamping first gives the same code (rounding is monotonic and 0 and
 /// `top` are integers) and leaves `c` in `[0, top]`, where `c − trunc(c)` is exact: no libm call.
-fn round_and_clamp(v: f32, top: f32) -> u8 {
+pub(super) fn round_and_clamp(v: f32, top: f32) -> u8 {
     let c = v.clamp(0.0, top);
     let whole = c as u8; // NaN → 0
     whole + u8::from(c - f32::from(whole) >= 0.5)

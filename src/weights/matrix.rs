@@ -120,6 +120,54 @@ impl<'a> Matrix<'a> {
         self.dtype
     }
 
+    /// Whether every column is stored in contiguous pieces: every stored part is the transpose
+    /// of a row-major tensor (a Hugging Face Linear weight), so [`Matrix::column_pieces`]
+    /// reads a column without transposing.
+    pub(super) fn columns_stored(&self) -> bool {
+        match &self.layout {
+            Layout::RowMajor(_) => false,
+            Layout::Transposed(_) => true,
+            Layout::Stacked(parts) | Layout::Joined(parts) => {
+                parts.iter().all(Matrix::columns_stored)
+            }
+        }
+    }
+
+    /// Calls `visit(first_row, bytes)` for the stored pieces of column `col`, top to bottom:
+    /// `bytes` are rows `first_row..` of the column, in the matrix's dtype.
+    ///
+    /// Panics if `col` is out of range or the columns are not [stored](Matrix::columns_stored).
+    pub(super) fn column_pieces(&self, col: usize, visit: &mut dyn FnMut(usize, &[u8])) {
+        self.column_pieces_from(col, 0, visit);
+    }
+
+    fn column_pieces_from(&self, col: usize, first: usize, visit: &mut dyn FnMut(usize, &[u8])) {
+        assert!(col < self.cols, "column outside the matrix");
+        match &self.layout {
+            Layout::Transposed(data) => {
+                let len = self.rows * self.dtype.size();
+                visit(first, &data[col * len..(col + 1) * len]);
+            }
+            Layout::Stacked(parts) => {
+                let mut row = first;
+                for part in parts {
+                    part.column_pieces_from(col, row, visit);
+                    row += part.rows;
+                }
+            }
+            Layout::Joined(parts) => {
+                let mut start = 0;
+                for part in parts {
+                    if col < start + part.cols {
+                        return part.column_pieces_from(col - start, first, visit);
+                    }
+                    start += part.cols;
+                }
+            }
+            Layout::RowMajor(_) => panic!("column_pieces of a row-major matrix"),
+        }
+    }
+
     /// Writes rows `first..` of columns `cols`, converted to `to`, into `dst` (as many whole
     /// rows of `cols.len()` elements as it holds). Returns the number of values clamped to the
     /// f16 range.
@@ -401,6 +449,41 @@ mod tests {
             clamped_somewhere,
             "no block clamped a value: the count went untested"
         );
+    }
+
+    #[test]
+    fn column_pieces_are_the_columns_of_matrices_stored_by_columns() {
+        let mut by_columns = 0;
+        for shape in shapes() {
+            let mut leaves = Vec::new();
+            stored(&shape, DType::BF16, &mut leaves);
+            let (matrix, rows) = build(&shape, DType::BF16, &mut leaves.iter());
+            let has_row_major = rows.is_empty() || !matrix.columns_stored();
+            if has_row_major {
+                continue;
+            }
+            by_columns += 1;
+            for col in 0..matrix.cols() {
+                let mut column = Vec::new();
+                matrix.column_pieces(col, &mut |first, bytes| {
+                    assert_eq!(first * 2, column.len(), "pieces in order, without gaps");
+                    column.extend_from_slice(bytes);
+                });
+                let want: Vec<u8> = rows
+                    .iter()
+                    .flat_map(|r| r[col * 2..col * 2 + 2].to_vec())
+                    .collect();
+                assert_eq!(
+                    column,
+                    want,
+                    "column {col} of [{}, {}]",
+                    matrix.rows(),
+                    matrix.cols()
+                );
+            }
+        }
+        // The transposed weight, the gate/up stack and the down stack.
+        assert_eq!(by_columns, 3);
     }
 
     #[test]

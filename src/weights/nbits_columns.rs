@@ -5,12 +5,16 @@
 //! transpose of one stored `[N, K]` (how Hugging Face stores a Linear layer: column `n` of `W`
 //! is the stored row `n`), or a concatenation of such along either axis (experts' weights
 //! stacked side by side or one above the other): a [`Matrix`]. MatMulNBits' `B`, `scales` and
-//! `zero_points` are all column-major (`[N, …]`), so each is written as tiles of columns, each
-//! tile quantized from its columns of the stored tensors ([`quant::quantize_into`]) and laid
-//! out for MatMulNBits into the sink's own buffer. Each input reads the weight again rather
-//! than keeping the quantization for the next: block quantization is deterministic, so the
-//! scales and zero points are bit for bit those the values were computed with (their pass
-//! skips the values). Nothing outlives a write, and the tiles' working memory is lent by the
+//! `zero_points` are all column-major (`[N, …]`), so each is written as tiles of columns. When
+//! every stored part is such a transpose, a column is a stored row (or rows, one per part
+//! stacked): each column is converted from them and quantized on its own, already in
+//! MatMulNBits' order ([`quant::columns`], vectorised), and only the part written is computed
+//! (the scales and zero points stop at each block's range). Otherwise each tile is quantized
+//! from its columns of the stored tensors ([`quant::quantize_into`]) and laid out for
+//! MatMulNBits. Either way it goes into the sink's own buffer. Each input reads the weight
+//! again rather than keeping the quantization for the next: block quantization is
+//! deterministic, so the scales and zero points are bit for bit those the values were computed
+//! with (their pass skips the values). Nothing outlives a write, and the tiles' working memory is lent by the
 //! sink ([`Sink::lend`]: one of the writer's blocks), so quantizing takes no memory besides
 //! the writer's.
 
@@ -138,17 +142,62 @@ impl Evaluator<'_> {
         if column_bytes == 0 {
             return Ok(true);
         }
+        let named = |e: Error, cols: &Range<usize>| match e {
+            Error::Quantize {
+                tensor: None,
+                message,
+            } => Error::Quantize {
+                tensor: Some(describe_source(input.weight)),
+                message: non_finite(&weight, cols, dtype).unwrap_or(message),
+            },
+            other => other,
+        };
+        // A weight stored by columns (Hugging Face's `[N, K]`) is quantized column by column
+        // from the stored rows, in MatMulNBits' order already: no transpose either way.
+        let by_columns = weight.columns_stored() && quant::columns::supports(dtype);
         // One tile's quantization: its values (when they are written), scales, zero points
-        // and the quantizer's working memory.
-        let values_len = if part == QuantPart::Values {
+        // and the quantizer's working memory; by columns, one column converted and widened.
+        let values_len = if part == QuantPart::Values && !by_columns {
             k * TILE
         } else {
             0
         };
-        let tile_len = values_len
-            + blocks * TILE * (dtype.size() + 1)
-            + quant::quantize_scratch_len(dtype, TILE, &spec);
+        let tile_len = if by_columns {
+            k * (dtype.size() + 4) + 4
+        } else {
+            values_len
+                + blocks * TILE * (dtype.size() + 1)
+                + quant::quantize_scratch_len(dtype, TILE, &spec)
+        };
+        let from = weight.dtype();
+        let column_tile = |cols: Range<usize>, out: &mut [u8], scratch: &mut [u8]| -> Result<()> {
+            let (converted, rest) = scratch.split_at_mut(k * dtype.size());
+            let (_, work, _) = bytemuck::pod_align_to_mut::<u8, f32>(rest);
+            for (col, out) in cols.clone().zip(out.chunks_exact_mut(column_bytes)) {
+                weight.column_pieces(col, &mut |row, piece| {
+                    let at = row * dtype.size();
+                    let len = piece.len() / from.size() * dtype.size();
+                    convert::convert_slice(piece, from, dtype, &mut converted[at..at + len]);
+                });
+                quant::columns::quantize_column(converted, dtype, &spec, part, out, work).map_err(
+                    |_| {
+                        let message = "an element is not a finite number".to_string();
+                        named(
+                            Error::Quantize {
+                                tensor: None,
+                                message,
+                            },
+                            &cols,
+                        )
+                    },
+                )?;
+            }
+            Ok(())
+        };
         let tile = |cols: Range<usize>, out: &mut [u8], scratch: &mut [u8]| -> Result<()> {
+            if by_columns {
+                return column_tile(cols, out, scratch);
+            }
             let width = cols.len();
             let (values, rest) = scratch.split_at_mut(values_len / TILE * width);
             let (scales, rest) = rest.split_at_mut(blocks * width * dtype.size());
@@ -161,18 +210,8 @@ impl Evaluator<'_> {
                 scales: &mut *scales,
                 zero_points: &mut *zero_points,
             };
-            quant::quantize_into(dtype, k, width, &spec, &fill, into, work).map_err(
-                |e| match e {
-                    Error::Quantize {
-                        tensor: None,
-                        message,
-                    } => Error::Quantize {
-                        tensor: Some(describe_source(input.weight)),
-                        message: non_finite(&weight, &cols, dtype).unwrap_or(message),
-                    },
-                    other => other,
-                },
-            )?;
+            quant::quantize_into(dtype, k, width, &spec, &fill, into, work)
+                .map_err(|e| named(e, &cols))?;
             match part {
                 QuantPart::Values => quant::nbits_weight_into(values, k, width, &spec, out),
                 QuantPart::Scales => {
