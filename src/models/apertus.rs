@@ -9,8 +9,7 @@
 use serde_json::json;
 
 use super::components::{linear, scalar};
-use super::decoder::{self, Family, LayerNorms};
-use super::qwen3::Qwen3;
+use super::decoder::{self, Family, LayerNorms, QkNorm};
 use super::registry::{FamilySpec, ModelType};
 use crate::config::{
     read_decoder, read_rope, ArchConfig, Biases, DecoderFields, FamilyKnobs, Fields, HfConfig, Rope,
@@ -109,16 +108,8 @@ impl Family for Apertus {
         }
     }
 
-    fn qk_norm(
-        &self,
-        b: &mut GraphBuilder,
-        cfg: &ArchConfig,
-        q: String,
-        k: String,
-        attn: &str,
-        dtype: DType,
-    ) -> (String, String) {
-        Qwen3.qk_norm(b, cfg, q, k, attn, dtype)
+    fn qk_norm_kind(&self, _cfg: &ArchConfig) -> QkNorm {
+        QkNorm::PerHead
     }
 
     /// `down_proj(xielu(up_proj(x)))`.

@@ -272,7 +272,6 @@ pub fn checkpoint_name(name: &str) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use std::path::Path;
 
     use super::*;
 
@@ -281,12 +280,12 @@ mod tests {
     }
 
     fn parse_sized(hidden_size: usize, extra: &str) -> crate::Result<ArchConfig> {
-        let json = format!(
-            r#"{{"model_type": "gpt_neox", "intermediate_size": 128, "num_attention_heads": 4, "num_hidden_layers": 2,
+        let fields = format!(
+            r#""model_type": "gpt_neox", "intermediate_size": 128, "num_attention_heads": 4, "num_hidden_layers": 2,
             "vocab_size": 300, "max_position_embeddings": 128,
-            "hidden_size": {hidden_size} {extra}}}"#
+            "hidden_size": {hidden_size}"#
         );
-        crate::models::parse_config(json.as_bytes(), Path::new("config.json"))
+        crate::models::parse_fields(&fields, extra)
     }
 
     #[test]

@@ -101,17 +101,16 @@ impl FamilyKnobs for Olmo {
 
 #[cfg(test)]
 mod tests {
-    use std::path::Path;
 
     use super::*;
 
     fn parse(extra: &str) -> crate::Result<ArchConfig> {
-        let json = format!(
-            r#"{{"model_type": "olmo", "hidden_size": 64, "intermediate_size": 128,
+        crate::models::parse_fields(
+            r#""model_type": "olmo", "hidden_size": 64, "intermediate_size": 128,
             "num_attention_heads": 4, "num_hidden_layers": 2,
-            "vocab_size": 300, "max_position_embeddings": 128 {extra}}}"#
-        );
-        crate::models::parse_config(json.as_bytes(), Path::new("config.json"))
+            "vocab_size": 300, "max_position_embeddings": 128"#,
+            extra,
+        )
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //! `norm_topk_prob`. The block is [`MoeSpec::build`].
 
 use super::components::{linear, scalar, ExpertWeights, MoeSpec, Router};
-use super::decoder::{self, Family};
+use super::decoder::{self, Family, QkNorm};
 use super::registry::{FamilySpec, ModelType};
 use crate::config::{
     read_decoder, read_routing, ArchConfig, Biases, DecoderFields, FamilyKnobs, Fields, HfConfig,
@@ -117,8 +117,7 @@ impl Family for Olmoe {
         dtype: DType,
     ) -> (String, String) {
         let norm = self.norm(cfg);
-        let q = norm.apply(b, &q, &format!("{attn}.q_norm"), cfg.q_size(), dtype);
-        let k = norm.apply(b, &k, &format!("{attn}.k_norm"), cfg.kv_size(), dtype);
+        let (q, k) = QkNorm::FullWidth.apply(b, cfg, norm, q, k, attn, dtype);
         (self.clamped(b, q, dtype), self.clamped(b, k, dtype))
     }
 
@@ -155,15 +154,14 @@ impl FamilyKnobs for Olmoe {
 #[cfg(test)]
 mod tests {
     use super::Olmoe;
-    use std::path::Path;
 
     fn parse(extra: &str) -> crate::Result<crate::config::ArchConfig> {
-        let json = format!(
-            r#"{{"model_type": "olmoe", "hidden_size": 64, "intermediate_size": 32,
+        crate::models::parse_fields(
+            r#""model_type": "olmoe", "hidden_size": 64, "intermediate_size": 32,
             "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 300,
-            "max_position_embeddings": 128 {extra}}}"#
-        );
-        crate::models::parse_config(json.as_bytes(), Path::new("config.json"))
+            "max_position_embeddings": 128"#,
+            extra,
+        )
     }
 
     #[test]

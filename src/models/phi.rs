@@ -7,7 +7,7 @@ use super::decoder::{self, Family, LayerNorms, Names};
 use super::registry::{FamilySpec, ModelType};
 use crate::config::phi::{self as config, PhiConfig};
 use crate::config::{ArchConfig, FamilyKnobs};
-use crate::ir::{DType, Graph, GraphBuilder, Initializer, TensorSource};
+use crate::ir::{DType, Graph, GraphBuilder};
 
 /// The family's registry entry.
 pub static FAMILY: FamilySpec = FamilySpec {
@@ -71,14 +71,7 @@ impl Family for PhiConfig {
 
     /// `x @ head + lm_head.bias`.
     fn logits(&self, b: &mut GraphBuilder, cfg: &ArchConfig, x: &str, head: &str, dtype: DType) {
-        let y = b.op("MatMul", &[x, head], vec![]);
-        let bias = b.initializer(Initializer {
-            name: "lm_head.bias".into(),
-            dtype,
-            shape: vec![cfg.vocab_size],
-            source: Some(TensorSource::Checkpoint("lm_head.bias".into())),
-        });
-        b.op_into("Add", &[&y, &bias], vec![], "logits");
+        decoder::biased_logits(b, cfg, x, head, dtype);
     }
 }
 
