@@ -24,6 +24,8 @@ pub struct Names {
     pub layers: &'static str,
     /// The attention module of a layer (`self_attn`).
     pub attn: &'static str,
+    /// The attention's output projection (`o_proj`): `{attn}.{o_proj}`.
+    pub o_proj: &'static str,
     /// The final norm module (`norm`).
     pub final_norm: &'static str,
 }
@@ -35,6 +37,7 @@ impl Names {
         embed: "embed_tokens",
         layers: "layers",
         attn: "self_attn",
+        o_proj: "o_proj",
         final_norm: "norm",
     };
 }
@@ -187,7 +190,8 @@ pub trait Family {
         Some((&cfg.rope, 0))
     }
 
-    /// The q, k and v projections of `x` in attention module `attn`.
+    /// The q, k and v projections of `x` in attention module `attn`: by default
+    /// [`plain_qkv`].
     fn qkv(
         &self,
         b: &mut GraphBuilder,
@@ -196,16 +200,7 @@ pub trait Family {
         attn: &str,
         dtype: DType,
     ) -> [String; 3] {
-        let h = cfg.hidden_size;
-        let mut proj = |name: &str, width: usize| {
-            let prefix = format!("{attn}.{name}");
-            linear(b, x, &prefix, h, width, cfg.qkv_bias, dtype)
-        };
-        [
-            proj("q_proj", cfg.q_size()),
-            proj("k_proj", cfg.kv_size()),
-            proj("v_proj", cfg.kv_size()),
-        ]
+        plain_qkv(b, cfg, x, attn, dtype)
     }
 
     /// The form of [`Family::qk_norm`]'s default.
@@ -264,8 +259,8 @@ pub trait Family {
         attn: &str,
         dtype: DType,
     ) -> String {
-        let (q, h) = (cfg.q_size(), cfg.hidden_size);
-        linear(b, y, &format!("{attn}.o_proj"), q, h, cfg.o_bias, dtype)
+        let (q, h, proj) = (cfg.q_size(), cfg.hidden_size, self.names().o_proj);
+        linear(b, y, &format!("{attn}.{proj}"), q, h, cfg.o_bias, dtype)
     }
 
     /// The MLP of module `mlp` (`….layers.{i}.mlp`).
@@ -323,6 +318,27 @@ pub fn plain_rotary(
 ) -> RopeTables {
     let positions = cfg.max_position_embeddings;
     rope_tables(b, &cfg.rope, positions, &io.position_ids, dtype)
+}
+
+/// Llama's q, k and v projections of `x`: `{attn}.q_proj`, `k_proj` and `v_proj`, biased per
+/// `cfg.qkv_bias`.
+pub fn plain_qkv(
+    b: &mut GraphBuilder,
+    cfg: &ArchConfig,
+    x: &str,
+    attn: &str,
+    dtype: DType,
+) -> [String; 3] {
+    let h = cfg.hidden_size;
+    let mut proj = |name: &str, width: usize| {
+        let prefix = format!("{attn}.{name}");
+        linear(b, x, &prefix, h, width, cfg.qkv_bias, dtype)
+    };
+    [
+        proj("q_proj", cfg.q_size()),
+        proj("k_proj", cfg.kv_size()),
+        proj("v_proj", cfg.kv_size()),
+    ]
 }
 
 /// Writes the graph output `logits` as `x @ head + lm_head.bias`: an LM head with a bias (a

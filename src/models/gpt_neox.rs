@@ -5,7 +5,7 @@
 //! by default parallel residual blocks with a norm each,
 //! `x + attn(ln1(x)) + mlp(ln2(x))` (`use_parallel_residual`).
 
-use super::components::{gelu_mlp, linear, Norm, NormKind};
+use super::components::{gelu_mlp, Norm, NormKind};
 use super::decoder::{self, Family, Names};
 use super::registry::{FamilySpec, ModelType};
 use crate::config::{
@@ -132,6 +132,7 @@ impl Family for GptNeox {
             embed: "embed_in",
             layers: "layers",
             attn: "attention",
+            o_proj: "dense",
             final_norm: "final_layer_norm",
         }
     }
@@ -191,18 +192,6 @@ impl Family for GptNeox {
             .collect::<Vec<_>>()
             .try_into()
             .expect("three projections")
-    }
-
-    fn o_proj(
-        &self,
-        b: &mut GraphBuilder,
-        cfg: &ArchConfig,
-        y: &str,
-        attn: &str,
-        dtype: DType,
-    ) -> String {
-        let (q, h) = (cfg.q_size(), cfg.hidden_size);
-        linear(b, y, &format!("{attn}.dense"), q, h, cfg.o_bias, dtype)
     }
 
     /// `dense_4h_to_h(gelu(dense_h_to_4h(x)))`.

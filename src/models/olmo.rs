@@ -37,13 +37,27 @@ fn read(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>) -> Result<ArchCon
         layer_types: None,
         ..raw.clone()
     };
-    let clip_qkv = match raw.clip_qkv {
-        Some(c) => Some(f.number("clip_qkv", Some(c), c, Sign::Positive)?),
-        None => None,
-    };
+    let clip_qkv = read_clip_qkv(&raw, f)?;
     let mut cfg = read_decoder(&raw, t, f, &FIELDS, |_| Ok(Olmo { clip_qkv }))?;
     cfg.rms_norm_eps = 0.0;
     Ok(cfg)
+}
+
+/// `clip_qkv`, positive where set (OLMo and OLMoE).
+pub(super) fn read_clip_qkv(raw: &HfConfig, f: &Fields<'_>) -> Result<Option<f32>> {
+    match raw.clip_qkv {
+        Some(c) => Ok(Some(f.number("clip_qkv", Some(c), c, Sign::Positive)?)),
+        None => Ok(None),
+    }
+}
+
+/// `y` clamped to `[-clip, clip]` as torch's clamp, `Min(Max(y, -clip), clip)` (written with
+/// the elementwise ops the optimizer types, rather than Clip); `y` itself without a bound.
+pub(super) fn clipped(b: &mut GraphBuilder, y: String, clip: Option<f32>, dtype: DType) -> String {
+    let Some(c) = clip else { return y };
+    let (lo, hi) = (scalar(b, -c, dtype), scalar(b, c, dtype));
+    let floored = b.op("Max", &[&y, &lo], vec![]);
+    b.op("Min", &[&floored, &hi], vec![])
 }
 
 /// OLMo's knobs.
@@ -79,16 +93,7 @@ impl Family for Olmo {
         .map(|(name, width)| {
             let prefix = format!("{attn}.{name}");
             let y = linear(b, x, &prefix, h, width, cfg.qkv_bias, dtype);
-            match self.clip_qkv {
-                // `Min(Max(y, -c), c)`, as torch's clamp (written with the elementwise ops the
-                // optimizer types, rather than Clip).
-                Some(c) => {
-                    let (lo, hi) = (scalar(b, -c, dtype), scalar(b, c, dtype));
-                    let floored = b.op("Max", &[&y, &lo], vec![]);
-                    b.op("Min", &[&floored, &hi], vec![])
-                }
-                None => y,
-            }
+            clipped(b, y, self.clip_qkv, dtype)
         })
     }
 }

@@ -2,7 +2,7 @@
 //! LayerNorm of the residual stream, `x + (attn(ln(x)) + mlp(ln(x)))`; then a final LayerNorm
 //! and an LM head with bias. Every projection has a bias.
 
-use super::components::{gelu_mlp, linear, Norm, NormKind};
+use super::components::{gelu_mlp, Norm, NormKind};
 use super::decoder::{self, Family, LayerNorms, Names};
 use super::registry::{FamilySpec, ModelType};
 use crate::config::phi::{self as config, PhiConfig};
@@ -22,6 +22,7 @@ pub static FAMILY: FamilySpec = FamilySpec {
 impl Family for PhiConfig {
     fn names(&self) -> Names {
         Names {
+            o_proj: "dense",
             final_norm: "final_layernorm",
             ..Names::LLAMA
         }
@@ -43,18 +44,6 @@ impl Family for PhiConfig {
 
     fn parallel_blocks(&self) -> bool {
         true
-    }
-
-    fn o_proj(
-        &self,
-        b: &mut GraphBuilder,
-        cfg: &ArchConfig,
-        y: &str,
-        attn: &str,
-        dtype: DType,
-    ) -> String {
-        let (q, h) = (cfg.q_size(), cfg.hidden_size);
-        linear(b, y, &format!("{attn}.dense"), q, h, cfg.o_bias, dtype)
     }
 
     /// `fc2(gelu(fc1(x)))`.
