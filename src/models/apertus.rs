@@ -10,7 +10,7 @@ use serde_json::json;
 
 use super::components::{linear, scalar};
 use super::decoder::{self, Family, LayerNorms, QkNorm};
-use super::registry::{FamilySpec, ModelType};
+use super::registry::{without_windows, FamilySpec, ModelType};
 use crate::config::{
     read_decoder, read_rope, ArchConfig, Biases, DecoderFields, FamilyKnobs, Fields, HfConfig, Rope,
 };
@@ -75,13 +75,8 @@ fn read(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>) -> Result<ArchCon
             &format!("`{act}` is not supported for apertus (expected \"xielu\")"),
         ));
     }
-    // ApertusConfig has no sliding window or layer types: transformers never slides.
-    let raw = HfConfig {
-        sliding_window: None,
-        use_sliding_window: None,
-        layer_types: None,
-        ..raw.clone()
-    };
+    // ApertusConfig has no sliding window or layer types.
+    let raw = without_windows(raw);
     let cfg = read_decoder(&raw, t, f, &FIELDS, |_| Ok(Apertus))?;
     if cfg.rope.rotary_dim != cfg.head_dim {
         return Err(f.err(

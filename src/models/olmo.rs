@@ -4,7 +4,7 @@
 
 use super::components::{linear, scalar, Norm, NormKind};
 use super::decoder::{self, Family};
-use super::registry::{FamilySpec, ModelType};
+use super::registry::{without_windows, FamilySpec, ModelType};
 use crate::config::{
     read_decoder, ArchConfig, Biases, DecoderFields, FamilyKnobs, Fields, HfConfig, Sign,
 };
@@ -29,14 +29,8 @@ const FIELDS: DecoderFields = DecoderFields {
 const LAYER_NORM_EPS: f32 = 1e-5;
 
 fn read(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>) -> Result<ArchConfig> {
-    // OlmoConfig has no sliding window or layer types: transformers never slides, whatever
-    // else config.json holds.
-    let raw = HfConfig {
-        sliding_window: None,
-        use_sliding_window: None,
-        layer_types: None,
-        ..raw.clone()
-    };
+    // OlmoConfig has no sliding window or layer types.
+    let raw = without_windows(raw);
     let clip_qkv = read_clip_qkv(&raw, f)?;
     let mut cfg = read_decoder(&raw, t, f, &FIELDS, |_| Ok(Olmo { clip_qkv }))?;
     cfg.rms_norm_eps = 0.0;

@@ -8,7 +8,7 @@
 use super::components::{ExpertWeights, MoeSpec, Router};
 use super::decoder::{self, Family, QkNorm};
 use super::olmo::{clipped, read_clip_qkv};
-use super::registry::{FamilySpec, ModelType};
+use super::registry::{without_windows, FamilySpec, ModelType};
 use crate::config::{
     read_decoder, read_routing, ArchConfig, Biases, DecoderFields, FamilyKnobs, Fields, HfConfig,
 };
@@ -33,13 +33,8 @@ const FIELDS: DecoderFields = DecoderFields {
 };
 
 fn read(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>) -> Result<ArchConfig> {
-    // OlmoeConfig has no sliding window or layer types: transformers never slides.
-    let raw = HfConfig {
-        sliding_window: None,
-        use_sliding_window: None,
-        layer_types: None,
-        ..raw.clone()
-    };
+    // OlmoeConfig has no sliding window or layer types.
+    let raw = without_windows(raw);
     let clip_qkv = read_clip_qkv(&raw, f)?;
     read_decoder(&raw, t, f, &FIELDS, |_| {
         let (experts, top_k) = read_routing(&raw, f, (64, 8))?;
