@@ -178,7 +178,10 @@ pub fn build(opts: &BuildOptions) -> Result<ModelPackage> {
         limits: opts.limits,
         fingerprint_leaves,
         accuracy_level: opts.accuracy_level,
-        kv_cache: crate::opt::KvCache::AsIs,
+        kv_cache: match opts.static_cache {
+            Some(_) => crate::opt::KvCache::Static,
+            None => crate::opt::KvCache::AsIs,
+        },
         trace: opts.trace,
     };
     let (mut model, optimization) = optimize(&portable, &opts.execution_provider, &options)?;
@@ -242,6 +245,8 @@ impl ModelPackage {
 /// `dtype`: GroupQueryAttention has no write-index input and keeps its cache as
 /// `[batch, kv_heads, slots, head_dim]`, so the static cache's `[batch, slots, kv_heads·head_dim]`
 /// caches keep the opset-24 Attention. Silent elsewhere (their attention is Attention anyway).
+/// The one notice of it: the optimizer, told [`crate::opt::KvCache::Static`], does not also
+/// warn that the GroupQueryAttention fusion is missing.
 fn static_cache_notice(ep: &EpCapabilities, dtype: DType) {
     if ep.gqa_dtypes.contains(&dtype) {
         tracing::warn!(

@@ -125,6 +125,11 @@ fn every_ep_builds_the_static_contract() {
         let assert = build_args(&out, &flags).success();
         let stderr = String::from_utf8_lossy(&assert.get_output().stderr).into_owned();
         assert_eq!(stderr.contains(notice), gqa, "--ep {ep}: {stderr}");
+        // The notice is the only word on it: no second warning about a missing fusion.
+        assert!(
+            !stderr.contains("GQA fusion expected"),
+            "--ep {ep}: {stderr}"
+        );
         let m = import::load(&out.join("model.onnx")).unwrap();
         let names: Vec<&str> = m.graph.inputs.iter().map(|v| v.name.as_str()).collect();
         assert_eq!(

@@ -9,9 +9,8 @@
 use serde_json::json;
 
 use super::components::{linear, scalar};
-use super::decoder::{self, Family, LayerNorms};
-use super::qwen3::Qwen3;
-use super::registry::{FamilySpec, ModelType};
+use super::decoder::{self, Family, LayerNorms, QkNorm};
+use super::registry::{without_windows, FamilySpec, ModelType};
 use crate::config::{
     read_decoder, read_rope, ArchConfig, Biases, DecoderFields, FamilyKnobs, Fields, HfConfig, Rope,
 };
@@ -76,13 +75,8 @@ fn read(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>) -> Result<ArchCon
             &format!("`{act}` is not supported for apertus (expected \"xielu\")"),
         ));
     }
-    // ApertusConfig has no sliding window or layer types: transformers never slides.
-    let raw = HfConfig {
-        sliding_window: None,
-        use_sliding_window: None,
-        layer_types: None,
-        ..raw.clone()
-    };
+    // ApertusConfig has no sliding window or layer types.
+    let raw = without_windows(raw);
     let cfg = read_decoder(&raw, t, f, &FIELDS, |_| Ok(Apertus))?;
     if cfg.rope.rotary_dim != cfg.head_dim {
         return Err(f.err(
@@ -109,16 +103,8 @@ impl Family for Apertus {
         }
     }
 
-    fn qk_norm(
-        &self,
-        b: &mut GraphBuilder,
-        cfg: &ArchConfig,
-        q: String,
-        k: String,
-        attn: &str,
-        dtype: DType,
-    ) -> (String, String) {
-        Qwen3.qk_norm(b, cfg, q, k, attn, dtype)
+    fn qk_norm_kind(&self, _cfg: &ArchConfig) -> QkNorm {
+        QkNorm::PerHead
     }
 
     /// `down_proj(xielu(up_proj(x)))`.

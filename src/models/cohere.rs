@@ -5,7 +5,7 @@
 
 use super::components::{scalar, Norm, NormKind};
 use super::decoder::{self, Family, LayerNorms};
-use super::registry::{FamilySpec, ModelType};
+use super::registry::{without_windows, FamilySpec, ModelType};
 use crate::config::{
     read_decoder, read_rope, ArchConfig, DecoderFields, Dims, FamilyKnobs, Fields, HfConfig, Rope,
     Sign,
@@ -45,11 +45,8 @@ fn read(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>) -> Result<ArchCon
     }
     // CohereConfig has no sliding window, layer types or MLP bias: transformers ignores them.
     let raw = HfConfig {
-        sliding_window: None,
-        use_sliding_window: None,
-        layer_types: None,
         mlp_bias: None,
-        ..raw.clone()
+        ..without_windows(raw)
     };
     read_cohere(&raw, t, f, &FIELDS, |cohere, _| Ok(cohere))
 }

@@ -121,12 +121,11 @@ mod tests {
 
     #[test]
     fn reads_transformers_defaults() {
-        let json = r#"{"model_type": "cohere2", "hidden_size": 64, "intermediate_size": 128,
+        let fields = r#""model_type": "cohere2", "hidden_size": 64, "intermediate_size": 128,
             "num_attention_heads": 4, "num_hidden_layers": 5, "vocab_size": 300,
             "max_position_embeddings": 8192, "head_dim": 8, "mlp_bias": true,
-            "use_qk_norm": true, "use_sliding_window": false}"#;
-        let path = std::path::Path::new("config.json");
-        let cfg = crate::models::parse_config(json.as_bytes(), path).unwrap();
+            "use_qk_norm": true, "use_sliding_window": false"#;
+        let cfg = crate::models::parse_fields(fields, "").unwrap();
         let w = Some(4096);
         assert_eq!(cfg.layer_windows, [w, w, w, None, w]);
         assert_eq!(knobs(&cfg).sliding, [true, true, true, false, true]);

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use super::components::{
-    decoder_io, gated_mlp, linear, padding_mask, rope_tables, rotary_embedding,
+    decoder_io, gated_mlp, linear, padding_mask, per_head_norm, rope_tables, rotary_embedding,
     sliding_window_mask, soft_capped_attention, AttentionSpec, DecoderDims, DecoderInputs,
     GateActivation, Norm, NormKind, RopeTables,
 };
@@ -24,6 +24,8 @@ pub struct Names {
     pub layers: &'static str,
     /// The attention module of a layer (`self_attn`).
     pub attn: &'static str,
+    /// The attention's output projection (`o_proj`): `{attn}.{o_proj}`.
+    pub o_proj: &'static str,
     /// The final norm module (`norm`).
     pub final_norm: &'static str,
 }
@@ -35,6 +37,7 @@ impl Names {
         embed: "embed_tokens",
         layers: "layers",
         attn: "self_attn",
+        o_proj: "o_proj",
         final_norm: "norm",
     };
 }
@@ -74,6 +77,58 @@ impl LayerNorms {
         pre_mlp: Some("pre_feedforward_layernorm"),
         post_mlp: Some("post_feedforward_layernorm"),
     };
+}
+
+/// How a family normalises the projected q and k before RoPE: the [`Family::norm`] of modules
+/// `{attn}.q_norm` and `{attn}.k_norm`, or none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QkNorm {
+    /// No q/k norm (Llama).
+    Off,
+    /// Each head over its `head_dim` channels with one `[head_dim]` weight shared by the heads
+    /// (Qwen3): `Reshape [0, 0, -1, D]` → norm → `Reshape [0, 0, -1]`.
+    PerHead,
+    /// [`QkNorm::PerHead`] with the head counts written into the splitting Reshape
+    /// (`[0, 0, heads, D]`, Gemma 3).
+    PerHeadCounted,
+    /// Over the whole projection width, one weight per channel of q (k) (OLMo 2).
+    FullWidth,
+}
+
+impl QkNorm {
+    /// `q` and `k` of attention module `attn` normalised with `norm` in this form.
+    #[allow(clippy::too_many_arguments)]
+    pub fn apply(
+        self,
+        b: &mut GraphBuilder,
+        cfg: &ArchConfig,
+        norm: Norm,
+        q: String,
+        k: String,
+        attn: &str,
+        dtype: DType,
+    ) -> (String, String) {
+        let (q_norm, k_norm) = (format!("{attn}.q_norm"), format!("{attn}.k_norm"));
+        let d = cfg.head_dim;
+        let per_head = |b: &mut GraphBuilder, heads: [i64; 2]| {
+            (
+                per_head_norm(b, norm, &q, &q_norm, heads[0], d, dtype),
+                per_head_norm(b, norm, &k, &k_norm, heads[1], d, dtype),
+            )
+        };
+        match self {
+            QkNorm::Off => (q, k),
+            QkNorm::PerHead => per_head(b, [-1, -1]),
+            QkNorm::PerHeadCounted => {
+                let heads = [cfg.num_attention_heads, cfg.num_key_value_heads];
+                per_head(b, heads.map(|h| h as i64))
+            }
+            QkNorm::FullWidth => (
+                norm.apply(b, &q, &q_norm, cfg.q_size(), dtype),
+                norm.apply(b, &k, &k_norm, cfg.kv_size(), dtype),
+            ),
+        }
+    }
 }
 
 /// What a family changes in the decoder; every default is Llama's.
@@ -135,7 +190,8 @@ pub trait Family {
         Some((&cfg.rope, 0))
     }
 
-    /// The q, k and v projections of `x` in attention module `attn`.
+    /// The q, k and v projections of `x` in attention module `attn`: by default
+    /// [`plain_qkv`].
     fn qkv(
         &self,
         b: &mut GraphBuilder,
@@ -144,29 +200,28 @@ pub trait Family {
         attn: &str,
         dtype: DType,
     ) -> [String; 3] {
-        let h = cfg.hidden_size;
-        let mut proj = |name: &str, width: usize| {
-            let prefix = format!("{attn}.{name}");
-            linear(b, x, &prefix, h, width, cfg.qkv_bias, dtype)
-        };
-        [
-            proj("q_proj", cfg.q_size()),
-            proj("k_proj", cfg.kv_size()),
-            proj("v_proj", cfg.kv_size()),
-        ]
+        plain_qkv(b, cfg, x, attn, dtype)
     }
 
-    /// Normalisation of the projected q and k, before RoPE.
+    /// The form of [`Family::qk_norm`]'s default.
+    fn qk_norm_kind(&self, _cfg: &ArchConfig) -> QkNorm {
+        QkNorm::Off
+    }
+
+    /// Normalisation of the projected q and k, before RoPE: by default
+    /// [`Family::qk_norm_kind`]'s.
     fn qk_norm(
         &self,
-        _b: &mut GraphBuilder,
-        _cfg: &ArchConfig,
+        b: &mut GraphBuilder,
+        cfg: &ArchConfig,
         q: String,
         k: String,
-        _attn: &str,
-        _dtype: DType,
+        attn: &str,
+        dtype: DType,
     ) -> (String, String) {
-        (q, k)
+        let norm = self.norm(cfg);
+        self.qk_norm_kind(cfg)
+            .apply(b, cfg, norm, q, k, attn, dtype)
     }
 
     /// The attention softmax scale.
@@ -204,8 +259,8 @@ pub trait Family {
         attn: &str,
         dtype: DType,
     ) -> String {
-        let (q, h) = (cfg.q_size(), cfg.hidden_size);
-        linear(b, y, &format!("{attn}.o_proj"), q, h, cfg.o_bias, dtype)
+        let (q, h, proj) = (cfg.q_size(), cfg.hidden_size, self.names().o_proj);
+        linear(b, y, &format!("{attn}.{proj}"), q, h, cfg.o_bias, dtype)
     }
 
     /// The MLP of module `mlp` (`….layers.{i}.mlp`).
@@ -263,6 +318,40 @@ pub fn plain_rotary(
 ) -> RopeTables {
     let positions = cfg.max_position_embeddings;
     rope_tables(b, &cfg.rope, positions, &io.position_ids, dtype)
+}
+
+/// Llama's q, k and v projections of `x`: `{attn}.q_proj`, `k_proj` and `v_proj`, biased per
+/// `cfg.qkv_bias`.
+pub fn plain_qkv(
+    b: &mut GraphBuilder,
+    cfg: &ArchConfig,
+    x: &str,
+    attn: &str,
+    dtype: DType,
+) -> [String; 3] {
+    let h = cfg.hidden_size;
+    let mut proj = |name: &str, width: usize| {
+        let prefix = format!("{attn}.{name}");
+        linear(b, x, &prefix, h, width, cfg.qkv_bias, dtype)
+    };
+    [
+        proj("q_proj", cfg.q_size()),
+        proj("k_proj", cfg.kv_size()),
+        proj("v_proj", cfg.kv_size()),
+    ]
+}
+
+/// Writes the graph output `logits` as `x @ head + lm_head.bias`: an LM head with a bias (a
+/// [`Family::logits`] hook).
+pub fn biased_logits(b: &mut GraphBuilder, cfg: &ArchConfig, x: &str, head: &str, dtype: DType) {
+    let y = b.op("MatMul", &[x, head], vec![]);
+    let bias = b.initializer(Initializer {
+        name: "lm_head.bias".into(),
+        dtype,
+        shape: vec![cfg.vocab_size],
+        source: Some(TensorSource::Checkpoint("lm_head.bias".into())),
+    });
+    b.op_into("Add", &[&y, &bias], vec![], "logits");
 }
 
 /// Builds the decoder graph of `cfg` with the hooks of `family`.

@@ -4,7 +4,7 @@
 //! `rms_norm_eps` 1e-5 and a tied head by default.
 
 use super::llama::Llama;
-use super::registry::{FamilySpec, ModelType};
+use super::registry::{without_windows, FamilySpec, ModelType};
 use crate::config::{
     read_decoder, read_rope, ArchConfig, Biases, DecoderFields, Fields, HfConfig, Rope,
 };
@@ -38,12 +38,9 @@ fn read(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>) -> Result<ArchCon
     // Ernie4_5Config has no sliding window, layer types or per-kind biases: transformers
     // ignores them.
     let raw = HfConfig {
-        sliding_window: None,
-        use_sliding_window: None,
-        layer_types: None,
         attention_bias: None,
         mlp_bias: None,
-        ..raw.clone()
+        ..without_windows(raw)
     };
     let mut cfg = read_decoder(&raw, t, f, &FIELDS, |_| Ok(Llama))?;
     // The rotation spans whole heads (its q and k are never split into rotated and passed

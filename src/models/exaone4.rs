@@ -8,14 +8,13 @@
 
 use serde_json::Value;
 
-use super::decoder::{self, Family, LayerNorms};
-use super::qwen3::Qwen3;
+use super::decoder::{self, Family, LayerNorms, QkNorm};
 use super::registry::{FamilySpec, ModelType};
 use crate::config::{
     read_decoder, sliding_layer_types, ArchConfig, Biases, DecoderFields, FamilyKnobs, Fields,
     HfConfig, Rope, SlidingLayers,
 };
-use crate::ir::{DType, Graph, GraphBuilder};
+use crate::ir::{DType, Graph};
 use crate::limits::config::MAX_LAYERS;
 use crate::Result;
 
@@ -119,16 +118,8 @@ impl Family for Exaone4 {
         LayerNorms::POST
     }
 
-    fn qk_norm(
-        &self,
-        b: &mut GraphBuilder,
-        cfg: &ArchConfig,
-        q: String,
-        k: String,
-        attn: &str,
-        dtype: DType,
-    ) -> (String, String) {
-        Qwen3.qk_norm(b, cfg, q, k, attn, dtype)
+    fn qk_norm_kind(&self, _cfg: &ArchConfig) -> QkNorm {
+        QkNorm::PerHead
     }
 
     fn layer_rope<'c>(&'c self, cfg: &'c ArchConfig, i: usize) -> Option<(&'c Rope, usize)> {
@@ -156,11 +147,10 @@ mod tests {
 
     #[test]
     fn reads_transformers_defaults() {
-        let json = r#"{"model_type": "exaone4", "hidden_size": 64, "intermediate_size": 128,
+        let fields = r#""model_type": "exaone4", "hidden_size": 64, "intermediate_size": 128,
             "num_attention_heads": 4, "num_hidden_layers": 5, "vocab_size": 300,
-            "max_position_embeddings": 8192, "attention_bias": true, "mlp_bias": true}"#;
-        let path = std::path::Path::new("config.json");
-        let cfg = crate::models::parse_config(json.as_bytes(), path).unwrap();
+            "max_position_embeddings": 8192, "attention_bias": true, "mlp_bias": true"#;
+        let cfg = crate::models::parse_fields(fields, "").unwrap();
         let w = Some(4096);
         assert_eq!(cfg.layer_windows, [w, w, w, None, w]);
         assert_eq!(rope_layers(&cfg), [true, true, true, false, true]);

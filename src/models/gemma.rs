@@ -7,10 +7,9 @@
 //! Gemma 3 also normalises queries and keys per head and gives sliding layers their own RoPE.
 
 use super::components::{
-    gated_mlp, named_rope_tables, per_head_norm, scalar, DecoderInputs, GateActivation, Norm,
-    NormKind, RopeTables,
+    gated_mlp, named_rope_tables, scalar, DecoderInputs, GateActivation, Norm, NormKind, RopeTables,
 };
-use super::decoder::{self, Family, LayerNorms};
+use super::decoder::{self, Family, LayerNorms, QkNorm};
 use super::multimodal::{read_text_part, TextPart, TextType};
 use super::registry::{FamilySpec, ModelType};
 use crate::config::gemma::{gemma2_sliding_layers, gemma3_global_rope, gemma3_sliding_layers};
@@ -153,27 +152,11 @@ impl Family for GemmaConfig {
         }
     }
 
-    fn qk_norm(
-        &self,
-        b: &mut GraphBuilder,
-        cfg: &ArchConfig,
-        q: String,
-        k: String,
-        attn: &str,
-        dtype: DType,
-    ) -> (String, String) {
-        if !self.qk_norm() {
-            return (q, k);
+    fn qk_norm_kind(&self, _cfg: &ArchConfig) -> QkNorm {
+        match self.qk_norm() {
+            true => QkNorm::PerHeadCounted,
+            false => QkNorm::Off,
         }
-        let (norm, d) = (self.norm(cfg), cfg.head_dim);
-        let (heads, kv_heads) = (
-            cfg.num_attention_heads as i64,
-            cfg.num_key_value_heads as i64,
-        );
-        (
-            per_head_norm(b, norm, &q, &format!("{attn}.q_norm"), heads, d, dtype),
-            per_head_norm(b, norm, &k, &format!("{attn}.k_norm"), kv_heads, d, dtype),
-        )
     }
 
     fn attention_scale(&self, _cfg: &ArchConfig) -> f32 {

@@ -6,7 +6,7 @@
 
 use super::decoder::{self, Family};
 use super::phi3::Phi3;
-use super::registry::{FamilySpec, ModelType};
+use super::registry::{without_windows, FamilySpec, ModelType};
 use crate::config::{
     read_decoder, read_rope, ArchConfig, Biases, DecoderFields, FamilyKnobs, Fields, HfConfig, Rope,
 };
@@ -54,14 +54,8 @@ pub(super) fn read_glm<K: FamilyKnobs>(
     f: &Fields<'_>,
     knobs: K,
 ) -> Result<ArchConfig> {
-    // GlmConfig has no sliding window or layer types: transformers never slides, whatever
-    // else config.json holds.
-    let raw = HfConfig {
-        sliding_window: None,
-        use_sliding_window: None,
-        layer_types: None,
-        ..raw.clone()
-    };
+    // GlmConfig has no sliding window or layer types.
+    let raw = without_windows(raw);
     let mut cfg = read_decoder(&raw, t, f, &FIELDS, |_| Ok(knobs))?;
     cfg.qkv_bias = raw.attention_bias.unwrap_or(true);
     if raw.rms_norm_eps.is_none() {

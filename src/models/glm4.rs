@@ -21,13 +21,12 @@ pub static FAMILY: FamilySpec = FamilySpec {
     })],
 };
 
-/// GLM-4's norms: on each block's input and output. The MLP's input norm keeps Llama's name
-/// `post_attention_layernorm`.
+/// GLM-4's norms: Llama's on each block's input (the MLP's keeps the name
+/// `post_attention_layernorm`), and one on each block's output.
 const NORMS: LayerNorms = LayerNorms {
-    pre_attention: Some("input_layernorm"),
     post_attention: Some("post_self_attn_layernorm"),
-    pre_mlp: Some("post_attention_layernorm"),
     post_mlp: Some("post_mlp_layernorm"),
+    ..LayerNorms::PRE
 };
 
 /// GLM-4's hooks: GLM's fused MLP weight and the four norms per layer.

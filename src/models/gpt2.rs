@@ -30,6 +30,7 @@ impl Family for Gpt2Config {
             embed: "wte",
             layers: "h",
             attn: "attn",
+            o_proj: "c_proj",
             final_norm: "ln_f",
         }
     }
@@ -116,7 +117,7 @@ impl Family for Gpt2Config {
         attn: &str,
         dtype: DType,
     ) -> String {
-        let (h, proj) = (cfg.hidden_size, format!("{attn}.c_proj"));
+        let (h, proj) = (cfg.hidden_size, format!("{attn}.{}", self.names().o_proj));
         conv1d(b, y, &proj, &whole(&proj), h, h, dtype)
     }
 

@@ -5,7 +5,7 @@
 //! by default parallel residual blocks with a norm each,
 //! `x + attn(ln1(x)) + mlp(ln2(x))` (`use_parallel_residual`).
 
-use super::components::{gelu_mlp, linear, Norm, NormKind};
+use super::components::{gelu_mlp, Norm, NormKind};
 use super::decoder::{self, Family, Names};
 use super::registry::{FamilySpec, ModelType};
 use crate::config::{
@@ -132,6 +132,7 @@ impl Family for GptNeox {
             embed: "embed_in",
             layers: "layers",
             attn: "attention",
+            o_proj: "dense",
             final_norm: "final_layer_norm",
         }
     }
@@ -191,18 +192,6 @@ impl Family for GptNeox {
             .collect::<Vec<_>>()
             .try_into()
             .expect("three projections")
-    }
-
-    fn o_proj(
-        &self,
-        b: &mut GraphBuilder,
-        cfg: &ArchConfig,
-        y: &str,
-        attn: &str,
-        dtype: DType,
-    ) -> String {
-        let (q, h) = (cfg.q_size(), cfg.hidden_size);
-        linear(b, y, &format!("{attn}.dense"), q, h, cfg.o_bias, dtype)
     }
 
     /// `dense_4h_to_h(gelu(dense_h_to_4h(x)))`.
@@ -272,7 +261,6 @@ pub fn checkpoint_name(name: &str) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use std::path::Path;
 
     use super::*;
 
@@ -281,12 +269,12 @@ mod tests {
     }
 
     fn parse_sized(hidden_size: usize, extra: &str) -> crate::Result<ArchConfig> {
-        let json = format!(
-            r#"{{"model_type": "gpt_neox", "intermediate_size": 128, "num_attention_heads": 4, "num_hidden_layers": 2,
+        let fields = format!(
+            r#""model_type": "gpt_neox", "intermediate_size": 128, "num_attention_heads": 4, "num_hidden_layers": 2,
             "vocab_size": 300, "max_position_embeddings": 128,
-            "hidden_size": {hidden_size} {extra}}}"#
+            "hidden_size": {hidden_size}"#
         );
-        crate::models::parse_config(json.as_bytes(), Path::new("config.json"))
+        crate::models::parse_fields(&fields, extra)
     }
 
     #[test]

@@ -148,15 +148,14 @@ impl FamilyKnobs for GptOss {
 mod tests {
     use super::GptOss;
     use crate::config::RopeScaling;
-    use std::path::Path;
 
     fn parse(extra: &str) -> crate::Result<crate::config::ArchConfig> {
-        let json = format!(
-            r#"{{"model_type": "gpt_oss", "hidden_size": 64, "intermediate_size": 32,
+        crate::models::parse_fields(
+            r#""model_type": "gpt_oss", "hidden_size": 64, "intermediate_size": 32,
             "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 4,
-            "vocab_size": 300, "max_position_embeddings": 8192 {extra}}}"#
-        );
-        crate::models::parse_config(json.as_bytes(), Path::new("config.json"))
+            "vocab_size": 300, "max_position_embeddings": 8192"#,
+            extra,
+        )
     }
 
     #[test]

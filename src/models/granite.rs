@@ -100,15 +100,14 @@ impl FamilyKnobs for Multipliers {
 mod tests {
     use super::Multipliers;
     use crate::config::ArchConfig;
-    use std::path::Path;
 
     fn parse(model_type: &str, extra: &str) -> crate::Result<ArchConfig> {
-        let json = format!(
-            r#"{{"model_type": "{model_type}", "hidden_size": 64, "intermediate_size": 128,
+        let fields = format!(
+            r#""model_type": "{model_type}", "hidden_size": 64, "intermediate_size": 128,
             "num_attention_heads": 4, "num_hidden_layers": 4, "vocab_size": 300,
-            "max_position_embeddings": 128 {extra}}}"#
+            "max_position_embeddings": 128"#
         );
-        crate::models::parse_config(json.as_bytes(), Path::new("config.json"))
+        crate::models::parse_fields(&fields, extra)
     }
 
     #[test]

@@ -111,15 +111,14 @@ impl FamilyKnobs for GraniteMoe {
 #[cfg(test)]
 mod tests {
     use super::GraniteMoe;
-    use std::path::Path;
 
     fn parse(extra: &str) -> crate::Result<crate::config::ArchConfig> {
-        let json = format!(
-            r#"{{"model_type": "granitemoe", "hidden_size": 64, "intermediate_size": 32,
+        crate::models::parse_fields(
+            r#""model_type": "granitemoe", "hidden_size": 64, "intermediate_size": 32,
             "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 300,
-            "max_position_embeddings": 128 {extra}}}"#
-        );
-        crate::models::parse_config(json.as_bytes(), Path::new("config.json"))
+            "max_position_embeddings": 128"#,
+            extra,
+        )
     }
 
     #[test]

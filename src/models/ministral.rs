@@ -28,15 +28,14 @@ const FIELDS: DecoderFields = DecoderFields {
 
 #[cfg(test)]
 mod tests {
-    use std::path::Path;
 
     fn parse(extra: &str) -> crate::Result<crate::config::ArchConfig> {
-        let json = format!(
-            r#"{{"model_type": "ministral", "hidden_size": 64, "intermediate_size": 128,
+        crate::models::parse_fields(
+            r#""model_type": "ministral", "hidden_size": 64, "intermediate_size": 128,
             "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
-            "vocab_size": 300, "max_position_embeddings": 8192 {extra}}}"#
-        );
-        crate::models::parse_config(json.as_bytes(), Path::new("config.json"))
+            "vocab_size": 300, "max_position_embeddings": 8192"#,
+            extra,
+        )
     }
 
     #[test]

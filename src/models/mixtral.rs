@@ -79,15 +79,14 @@ impl FamilyKnobs for Mixtral {
 #[cfg(test)]
 mod tests {
     use super::Mixtral;
-    use std::path::Path;
 
     fn parse(extra: &str) -> crate::Result<crate::config::ArchConfig> {
-        let json = format!(
-            r#"{{"model_type": "mixtral", "hidden_size": 64, "intermediate_size": 128,
+        crate::models::parse_fields(
+            r#""model_type": "mixtral", "hidden_size": 64, "intermediate_size": 128,
             "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 300,
-            "max_position_embeddings": 128 {extra}}}"#
-        );
-        crate::models::parse_config(json.as_bytes(), Path::new("config.json"))
+            "max_position_embeddings": 128"#,
+            extra,
+        )
     }
 
     #[test]

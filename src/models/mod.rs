@@ -77,18 +77,23 @@ pub fn checkpoint_renaming(cfg: &ArchConfig) -> Option<CheckpointRenaming> {
     cfg.family.checkpoint_renaming()
 }
 
-/// A tiny config.json of `model_type` (hidden 64, 4 heads, 2 KV heads, 2 layers, vocabulary
-/// 300, 128 positions) with the JSON fields `extra` (`, "field": value…`), read by the registry:
-/// the families' config tests.
+/// The config.json `{fields extra}` read by the registry (as `config.json`): the families'
+/// config tests. `fields` are a family's base JSON members (`"field": value, …`), `extra` the
+/// test's own (`, "field": value…`, or empty).
 #[cfg(test)]
-pub(crate) fn tiny_config(
-    model_type: &str,
-    extra: &str,
-) -> crate::Result<crate::config::ArchConfig> {
-    let json = format!(
-        r#"{{"model_type": "{model_type}", "hidden_size": 64, "intermediate_size": 128,
-        "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
-        "vocab_size": 300, "max_position_embeddings": 128 {extra}}}"#
-    );
+pub(crate) fn parse_fields(fields: &str, extra: &str) -> Result<ArchConfig> {
+    let json = format!("{{{fields} {extra}}}");
     parse_config(json.as_bytes(), std::path::Path::new("config.json"))
+}
+
+/// A tiny config.json of `model_type` (hidden 64, 4 heads, 2 KV heads, 2 layers, vocabulary
+/// 300, 128 positions) with the JSON fields `extra`: [`parse_fields`] of the common base.
+#[cfg(test)]
+pub(crate) fn tiny_config(model_type: &str, extra: &str) -> Result<ArchConfig> {
+    let fields = format!(
+        r#""model_type": "{model_type}", "hidden_size": 64, "intermediate_size": 128,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
+        "vocab_size": 300, "max_position_embeddings": 128"#
+    );
+    parse_fields(&fields, extra)
 }

@@ -4,7 +4,7 @@
 
 use super::components::{linear, scalar, Norm, NormKind};
 use super::decoder::{self, Family};
-use super::registry::{FamilySpec, ModelType};
+use super::registry::{without_windows, FamilySpec, ModelType};
 use crate::config::{
     read_decoder, ArchConfig, Biases, DecoderFields, FamilyKnobs, Fields, HfConfig, Sign,
 };
@@ -29,21 +29,29 @@ const FIELDS: DecoderFields = DecoderFields {
 const LAYER_NORM_EPS: f32 = 1e-5;
 
 fn read(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>) -> Result<ArchConfig> {
-    // OlmoConfig has no sliding window or layer types: transformers never slides, whatever
-    // else config.json holds.
-    let raw = HfConfig {
-        sliding_window: None,
-        use_sliding_window: None,
-        layer_types: None,
-        ..raw.clone()
-    };
-    let clip_qkv = match raw.clip_qkv {
-        Some(c) => Some(f.number("clip_qkv", Some(c), c, Sign::Positive)?),
-        None => None,
-    };
+    // OlmoConfig has no sliding window or layer types.
+    let raw = without_windows(raw);
+    let clip_qkv = read_clip_qkv(&raw, f)?;
     let mut cfg = read_decoder(&raw, t, f, &FIELDS, |_| Ok(Olmo { clip_qkv }))?;
     cfg.rms_norm_eps = 0.0;
     Ok(cfg)
+}
+
+/// `clip_qkv`, positive where set (OLMo and OLMoE).
+pub(super) fn read_clip_qkv(raw: &HfConfig, f: &Fields<'_>) -> Result<Option<f32>> {
+    match raw.clip_qkv {
+        Some(c) => Ok(Some(f.number("clip_qkv", Some(c), c, Sign::Positive)?)),
+        None => Ok(None),
+    }
+}
+
+/// `y` clamped to `[-clip, clip]` as torch's clamp, `Min(Max(y, -clip), clip)` (written with
+/// the elementwise ops the optimizer types, rather than Clip); `y` itself without a bound.
+pub(super) fn clipped(b: &mut GraphBuilder, y: String, clip: Option<f32>, dtype: DType) -> String {
+    let Some(c) = clip else { return y };
+    let (lo, hi) = (scalar(b, -c, dtype), scalar(b, c, dtype));
+    let floored = b.op("Max", &[&y, &lo], vec![]);
+    b.op("Min", &[&floored, &hi], vec![])
 }
 
 /// OLMo's knobs.
@@ -79,16 +87,7 @@ impl Family for Olmo {
         .map(|(name, width)| {
             let prefix = format!("{attn}.{name}");
             let y = linear(b, x, &prefix, h, width, cfg.qkv_bias, dtype);
-            match self.clip_qkv {
-                // `Min(Max(y, -c), c)`, as torch's clamp (written with the elementwise ops the
-                // optimizer types, rather than Clip).
-                Some(c) => {
-                    let (lo, hi) = (scalar(b, -c, dtype), scalar(b, c, dtype));
-                    let floored = b.op("Max", &[&y, &lo], vec![]);
-                    b.op("Min", &[&floored, &hi], vec![])
-                }
-                None => y,
-            }
+            clipped(b, y, self.clip_qkv, dtype)
         })
     }
 }
@@ -101,17 +100,16 @@ impl FamilyKnobs for Olmo {
 
 #[cfg(test)]
 mod tests {
-    use std::path::Path;
 
     use super::*;
 
     fn parse(extra: &str) -> crate::Result<ArchConfig> {
-        let json = format!(
-            r#"{{"model_type": "olmo", "hidden_size": 64, "intermediate_size": 128,
+        crate::models::parse_fields(
+            r#""model_type": "olmo", "hidden_size": 64, "intermediate_size": 128,
             "num_attention_heads": 4, "num_hidden_layers": 2,
-            "vocab_size": 300, "max_position_embeddings": 128 {extra}}}"#
-        );
-        crate::models::parse_config(json.as_bytes(), Path::new("config.json"))
+            "vocab_size": 300, "max_position_embeddings": 128"#,
+            extra,
+        )
     }
 
     #[test]

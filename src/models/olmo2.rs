@@ -2,10 +2,10 @@
 //! (`x + post_attention_layernorm(attn(x))`, `x + post_feedforward_layernorm(mlp(x))`, no
 //! input norm) and RMSNorm of q and k over the whole projection width (not per head).
 
-use super::decoder::{self, Family, LayerNorms};
+use super::decoder::{self, Family, LayerNorms, QkNorm};
 use super::registry::{FamilySpec, ModelType};
 use crate::config::{read_decoder, ArchConfig, Biases, DecoderFields, FamilyKnobs};
-use crate::ir::{DType, Graph, GraphBuilder};
+use crate::ir::{DType, Graph};
 
 /// The family's registry entry. onnxruntime-genai 0.18 has no `olmo2` type; its `olmo` type
 /// is the same plain decoder loop, and the graph carries every OLMo 2 difference.
@@ -29,20 +29,8 @@ const FIELDS: DecoderFields = DecoderFields {
 pub struct Olmo2;
 
 impl Family for Olmo2 {
-    fn qk_norm(
-        &self,
-        b: &mut GraphBuilder,
-        cfg: &ArchConfig,
-        q: String,
-        k: String,
-        attn: &str,
-        dtype: DType,
-    ) -> (String, String) {
-        let norm = self.norm(cfg);
-        (
-            norm.apply(b, &q, &format!("{attn}.q_norm"), cfg.q_size(), dtype),
-            norm.apply(b, &k, &format!("{attn}.k_norm"), cfg.kv_size(), dtype),
-        )
+    fn qk_norm_kind(&self, _cfg: &ArchConfig) -> QkNorm {
+        QkNorm::FullWidth
     }
 
     fn layer_norms(&self) -> LayerNorms {

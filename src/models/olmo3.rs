@@ -7,8 +7,7 @@
 use serde_json::{Map, Value};
 
 use super::components::{named_rope_tables, DecoderInputs, RopeTables};
-use super::decoder::{self, Family, LayerNorms};
-use super::olmo2::Olmo2;
+use super::decoder::{self, Family, LayerNorms, QkNorm};
 use super::registry::{FamilySpec, ModelType};
 use crate::config::{
     read_decoder, read_rope, sliding_layer_types, ArchConfig, Biases, DecoderFields, FamilyKnobs,
@@ -176,19 +175,11 @@ pub struct Olmo3 {
 
 impl Family for Olmo3 {
     fn layer_norms(&self) -> LayerNorms {
-        Olmo2.layer_norms()
+        LayerNorms::POST
     }
 
-    fn qk_norm(
-        &self,
-        b: &mut GraphBuilder,
-        cfg: &ArchConfig,
-        q: String,
-        k: String,
-        attn: &str,
-        dtype: DType,
-    ) -> (String, String) {
-        Olmo2.qk_norm(b, cfg, q, k, attn, dtype)
+    fn qk_norm_kind(&self, _cfg: &ArchConfig) -> QkNorm {
+        QkNorm::FullWidth
     }
 
     /// The full layers' tables, then (when it differs) the sliding layers'
@@ -237,11 +228,10 @@ mod tests {
 
     #[test]
     fn reads_transformers_defaults() {
-        let json = r#"{"model_type": "olmo3", "hidden_size": 64, "intermediate_size": 128,
+        let fields = r#""model_type": "olmo3", "hidden_size": 64, "intermediate_size": 128,
             "num_attention_heads": 4, "num_hidden_layers": 4, "vocab_size": 300,
-            "max_position_embeddings": 8192, "use_sliding_window": false}"#;
-        let cfg = crate::models::parse_config(json.as_bytes(), std::path::Path::new("config.json"))
-            .unwrap();
+            "max_position_embeddings": 8192, "use_sliding_window": false"#;
+        let cfg = crate::models::parse_fields(fields, "").unwrap();
         assert_eq!(
             cfg.layer_windows,
             [Some(4096), Some(4096), Some(4096), None]

@@ -5,12 +5,12 @@
 //! routed to `num_experts_per_tok` of `num_experts` by softmax → top-k, renormalised only with
 //! `norm_topk_prob`. The block is [`MoeSpec::build`].
 
-use super::components::{linear, scalar, ExpertWeights, MoeSpec, Router};
-use super::decoder::{self, Family};
-use super::registry::{FamilySpec, ModelType};
+use super::components::{ExpertWeights, MoeSpec, Router};
+use super::decoder::{self, Family, QkNorm};
+use super::olmo::{clipped, read_clip_qkv};
+use super::registry::{without_windows, FamilySpec, ModelType};
 use crate::config::{
     read_decoder, read_routing, ArchConfig, Biases, DecoderFields, FamilyKnobs, Fields, HfConfig,
-    Sign,
 };
 use crate::ir::{DType, Graph, GraphBuilder};
 use crate::Result;
@@ -33,17 +33,9 @@ const FIELDS: DecoderFields = DecoderFields {
 };
 
 fn read(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>) -> Result<ArchConfig> {
-    // OlmoeConfig has no sliding window or layer types: transformers never slides.
-    let raw = HfConfig {
-        sliding_window: None,
-        use_sliding_window: None,
-        layer_types: None,
-        ..raw.clone()
-    };
-    let clip_qkv = match raw.clip_qkv {
-        Some(c) => Some(f.number("clip_qkv", Some(c), c, Sign::Positive)?),
-        None => None,
-    };
+    // OlmoeConfig has no sliding window or layer types.
+    let raw = without_windows(raw);
+    let clip_qkv = read_clip_qkv(&raw, f)?;
     read_decoder(&raw, t, f, &FIELDS, |_| {
         let (experts, top_k) = read_routing(&raw, f, (64, 8))?;
         Ok(Olmoe {
@@ -68,16 +60,6 @@ pub struct Olmoe {
     pub clip_qkv: Option<f32>,
 }
 
-impl Olmoe {
-    /// `Min(Max(y, -c), c)` with `c` the `clip_qkv` bound, as torch's clamp; `y` without one.
-    fn clamped(&self, b: &mut GraphBuilder, y: String, dtype: DType) -> String {
-        let Some(c) = self.clip_qkv else { return y };
-        let (lo, hi) = (scalar(b, -c, dtype), scalar(b, c, dtype));
-        let floored = b.op("Max", &[&y, &lo], vec![]);
-        b.op("Min", &[&floored, &hi], vec![])
-    }
-}
-
 impl Family for Olmoe {
     /// The Llama projections, v clamped (q and k are clamped after their norms).
     fn qkv(
@@ -88,23 +70,8 @@ impl Family for Olmoe {
         attn: &str,
         dtype: DType,
     ) -> [String; 3] {
-        let h = cfg.hidden_size;
-        let proj = |b: &mut GraphBuilder, name: &str, width: usize| {
-            linear(
-                b,
-                x,
-                &format!("{attn}.{name}"),
-                h,
-                width,
-                cfg.qkv_bias,
-                dtype,
-            )
-        };
-        let q = proj(b, "q_proj", cfg.q_size());
-        let k = proj(b, "k_proj", cfg.kv_size());
-        let v = proj(b, "v_proj", cfg.kv_size());
-        let v = self.clamped(b, v, dtype);
-        [q, k, v]
+        let [q, k, v] = decoder::plain_qkv(b, cfg, x, attn, dtype);
+        [q, k, clipped(b, v, self.clip_qkv, dtype)]
     }
 
     fn qk_norm(
@@ -117,9 +84,9 @@ impl Family for Olmoe {
         dtype: DType,
     ) -> (String, String) {
         let norm = self.norm(cfg);
-        let q = norm.apply(b, &q, &format!("{attn}.q_norm"), cfg.q_size(), dtype);
-        let k = norm.apply(b, &k, &format!("{attn}.k_norm"), cfg.kv_size(), dtype);
-        (self.clamped(b, q, dtype), self.clamped(b, k, dtype))
+        let (q, k) = QkNorm::FullWidth.apply(b, cfg, norm, q, k, attn, dtype);
+        let clip = self.clip_qkv;
+        (clipped(b, q, clip, dtype), clipped(b, k, clip, dtype))
     }
 
     fn layer_mlp(
@@ -155,15 +122,14 @@ impl FamilyKnobs for Olmoe {
 #[cfg(test)]
 mod tests {
     use super::Olmoe;
-    use std::path::Path;
 
     fn parse(extra: &str) -> crate::Result<crate::config::ArchConfig> {
-        let json = format!(
-            r#"{{"model_type": "olmoe", "hidden_size": 64, "intermediate_size": 32,
+        crate::models::parse_fields(
+            r#""model_type": "olmoe", "hidden_size": 64, "intermediate_size": 32,
             "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 300,
-            "max_position_embeddings": 128 {extra}}}"#
-        );
-        crate::models::parse_config(json.as_bytes(), Path::new("config.json"))
+            "max_position_embeddings": 128"#,
+            extra,
+        )
     }
 
     #[test]

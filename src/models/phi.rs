@@ -2,12 +2,12 @@
 //! LayerNorm of the residual stream, `x + (attn(ln(x)) + mlp(ln(x)))`; then a final LayerNorm
 //! and an LM head with bias. Every projection has a bias.
 
-use super::components::{gelu_mlp, linear, Norm, NormKind};
+use super::components::{gelu_mlp, Norm, NormKind};
 use super::decoder::{self, Family, LayerNorms, Names};
 use super::registry::{FamilySpec, ModelType};
 use crate::config::phi::{self as config, PhiConfig};
 use crate::config::{ArchConfig, FamilyKnobs};
-use crate::ir::{DType, Graph, GraphBuilder, Initializer, TensorSource};
+use crate::ir::{DType, Graph, GraphBuilder};
 
 /// The family's registry entry.
 pub static FAMILY: FamilySpec = FamilySpec {
@@ -22,6 +22,7 @@ pub static FAMILY: FamilySpec = FamilySpec {
 impl Family for PhiConfig {
     fn names(&self) -> Names {
         Names {
+            o_proj: "dense",
             final_norm: "final_layernorm",
             ..Names::LLAMA
         }
@@ -45,18 +46,6 @@ impl Family for PhiConfig {
         true
     }
 
-    fn o_proj(
-        &self,
-        b: &mut GraphBuilder,
-        cfg: &ArchConfig,
-        y: &str,
-        attn: &str,
-        dtype: DType,
-    ) -> String {
-        let (q, h) = (cfg.q_size(), cfg.hidden_size);
-        linear(b, y, &format!("{attn}.dense"), q, h, cfg.o_bias, dtype)
-    }
-
     /// `fc2(gelu(fc1(x)))`.
     fn mlp(
         &self,
@@ -71,14 +60,7 @@ impl Family for PhiConfig {
 
     /// `x @ head + lm_head.bias`.
     fn logits(&self, b: &mut GraphBuilder, cfg: &ArchConfig, x: &str, head: &str, dtype: DType) {
-        let y = b.op("MatMul", &[x, head], vec![]);
-        let bias = b.initializer(Initializer {
-            name: "lm_head.bias".into(),
-            dtype,
-            shape: vec![cfg.vocab_size],
-            source: Some(TensorSource::Checkpoint("lm_head.bias".into())),
-        });
-        b.op_into("Add", &[&y, &bias], vec![], "logits");
+        decoder::biased_logits(b, cfg, x, head, dtype);
     }
 }
 

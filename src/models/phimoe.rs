@@ -10,17 +10,17 @@
 //! is ignored by the CPU kernel of onnxruntime 1.32 (the output is the softmax → top-2
 //! routing's), so the block stays in standard ops on every EP.
 
-use super::components::longrope::longrope_tables;
 use super::components::{
     DecoderInputs, ExpertWeights, MoeSpec, Norm, NormKind, RopeTables, Router,
 };
 use super::decoder::{self, Family};
+use super::phi3::Phi3;
 use super::registry::{FamilySpec, ModelType};
 use crate::config::{
     read_decoder, read_routing, ArchConfig, Biases, DecoderFields, FamilyKnobs, Fields, HfConfig,
     RopeScaling, Sign,
 };
-use crate::ir::{DType, Graph, GraphBuilder, Initializer, TensorSource};
+use crate::ir::{DType, Graph, GraphBuilder};
 use crate::Result;
 
 /// The family's registry entry.
@@ -144,6 +144,7 @@ impl Family for Phimoe {
         }
     }
 
+    /// Phi-3's: the LongRoPE tables where the config scales RoPE so.
     fn rotary(
         &self,
         b: &mut GraphBuilder,
@@ -151,18 +152,7 @@ impl Family for Phimoe {
         io: &DecoderInputs,
         dtype: DType,
     ) -> Vec<RopeTables> {
-        let RopeScaling::LongRope(l) = &cfg.rope.scaling else {
-            return vec![decoder::plain_rotary(b, cfg, io, dtype)];
-        };
-        let positions = cfg.max_position_embeddings;
-        vec![longrope_tables(
-            b,
-            &cfg.rope,
-            l,
-            positions,
-            &io.position_ids,
-            dtype,
-        )]
+        Phi3.rotary(b, cfg, io, dtype)
     }
 
     fn layer_mlp(
@@ -189,18 +179,10 @@ impl Family for Phimoe {
     }
 
     fn logits(&self, b: &mut GraphBuilder, cfg: &ArchConfig, x: &str, head: &str, dtype: DType) {
-        if !self.lm_head_bias {
-            b.op_into("MatMul", &[x, head], vec![], "logits");
-            return;
+        match self.lm_head_bias {
+            true => decoder::biased_logits(b, cfg, x, head, dtype),
+            false => b.op_into("MatMul", &[x, head], vec![], "logits"),
         }
-        let y = b.op("MatMul", &[x, head], vec![]);
-        let bias = b.initializer(Initializer {
-            name: "lm_head.bias".into(),
-            dtype,
-            shape: vec![cfg.vocab_size],
-            source: Some(TensorSource::Checkpoint("lm_head.bias".into())),
-        });
-        b.op_into("Add", &[&y, &bias], vec![], "logits");
     }
 }
 
@@ -214,15 +196,14 @@ impl FamilyKnobs for Phimoe {
 mod tests {
     use super::Phimoe;
     use crate::config::RopeScaling;
-    use std::path::Path;
 
     fn parse(extra: &str) -> crate::Result<crate::config::ArchConfig> {
-        let json = format!(
-            r#"{{"model_type": "phimoe", "hidden_size": 64, "intermediate_size": 32,
+        crate::models::parse_fields(
+            r#""model_type": "phimoe", "hidden_size": 64, "intermediate_size": 32,
             "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 300,
-            "max_position_embeddings": 128 {extra}}}"#
-        );
-        crate::models::parse_config(json.as_bytes(), Path::new("config.json"))
+            "max_position_embeddings": 128"#,
+            extra,
+        )
     }
 
     const LONGROPE: &str = r#", "rope_parameters": {"rope_type": "longrope",

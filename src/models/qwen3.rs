@@ -2,11 +2,10 @@
 //! (`Reshape [0, 0, -1, D]` → `RMSNormalization(q_norm.weight [D])` → `Reshape [0, 0, -1]`).
 //! The normed projections are no longer plain MatMuls, so QKV packing does not apply.
 
-use super::components::per_head_norm;
-use super::decoder::{self, Family};
+use super::decoder::{self, Family, QkNorm};
 use super::registry::{FamilySpec, ModelType};
 use crate::config::{read_decoder, ArchConfig, Biases, DecoderFields, FamilyKnobs, SlidingLayers};
-use crate::ir::{DType, Graph, GraphBuilder};
+use crate::ir::{DType, Graph};
 
 /// The family's registry entry.
 pub static FAMILY: FamilySpec = FamilySpec {
@@ -31,20 +30,8 @@ const FIELDS: DecoderFields = DecoderFields {
 pub struct Qwen3;
 
 impl Family for Qwen3 {
-    fn qk_norm(
-        &self,
-        b: &mut GraphBuilder,
-        cfg: &ArchConfig,
-        q: String,
-        k: String,
-        attn: &str,
-        dtype: DType,
-    ) -> (String, String) {
-        let (norm, d) = (self.norm(cfg), cfg.head_dim);
-        (
-            per_head_norm(b, norm, &q, &format!("{attn}.q_norm"), -1, d, dtype),
-            per_head_norm(b, norm, &k, &format!("{attn}.k_norm"), -1, d, dtype),
-        )
+    fn qk_norm_kind(&self, _cfg: &ArchConfig) -> QkNorm {
+        QkNorm::PerHead
     }
 }
 
@@ -56,18 +43,18 @@ impl FamilyKnobs for Qwen3 {
 
 #[cfg(test)]
 mod tests {
-    use std::path::Path;
 
     #[test]
     fn windows_need_use_sliding_window_and_biases_follow_attention_bias() {
         let parse = |extra: &str| {
-            let json = format!(
-                r#"{{"model_type": "qwen3", "hidden_size": 64, "intermediate_size": 128,
+            crate::models::parse_fields(
+                r#""model_type": "qwen3", "hidden_size": 64, "intermediate_size": 128,
                 "num_attention_heads": 4, "num_hidden_layers": 4, "vocab_size": 300,
                 "max_position_embeddings": 128, "sliding_window": 8,
-                "max_window_layers": 2 {extra}}}"#
-            );
-            crate::models::parse_config(json.as_bytes(), Path::new("config.json")).unwrap()
+                "max_window_layers": 2"#,
+                extra,
+            )
+            .unwrap()
         };
         let c = parse(r#", "attention_bias": true"#);
         assert_eq!(c.layer_windows, [None; 4]);

@@ -5,8 +5,8 @@
 //! `norm_topk_prob`. Qwen2-MoE adds a shared expert to every MoE block, gated by the sigmoid of
 //! a one-column linear (`shared_expert_gate`). The block is [`MoeSpec::build`].
 
-use super::components::{gated_shared_expert, per_head_norm, ExpertWeights, MoeSpec, Router};
-use super::decoder::{self, Family};
+use super::components::{gated_shared_expert, ExpertWeights, MoeSpec, Router};
+use super::decoder::{self, Family, QkNorm};
 use super::registry::{FamilySpec, ModelType};
 use crate::config::{
     read_decoder, read_routing, ArchConfig, Biases, DecoderFields, Dims, FamilyKnobs, Fields,
@@ -155,23 +155,11 @@ pub struct QwenMoe {
 }
 
 impl Family for QwenMoe {
-    fn qk_norm(
-        &self,
-        b: &mut GraphBuilder,
-        cfg: &ArchConfig,
-        q: String,
-        k: String,
-        attn: &str,
-        dtype: DType,
-    ) -> (String, String) {
-        if !self.qk_norm {
-            return (q, k);
+    fn qk_norm_kind(&self, _cfg: &ArchConfig) -> QkNorm {
+        match self.qk_norm {
+            true => QkNorm::PerHead,
+            false => QkNorm::Off,
         }
-        let (norm, d) = (self.norm(cfg), cfg.head_dim);
-        (
-            per_head_norm(b, norm, &q, &format!("{attn}.q_norm"), -1, d, dtype),
-            per_head_norm(b, norm, &k, &format!("{attn}.k_norm"), -1, d, dtype),
-        )
     }
 
     fn layer_mlp(
@@ -214,15 +202,14 @@ impl FamilyKnobs for QwenMoe {
 mod tests {
     use super::QwenMoe;
     use crate::config::ArchConfig;
-    use std::path::Path;
 
     fn parse(model_type: &str, extra: &str) -> crate::Result<ArchConfig> {
-        let json = format!(
-            r#"{{"model_type": "{model_type}", "hidden_size": 64, "intermediate_size": 128,
+        let fields = format!(
+            r#""model_type": "{model_type}", "hidden_size": 64, "intermediate_size": 128,
             "num_attention_heads": 4, "num_hidden_layers": 4, "vocab_size": 300,
-            "max_position_embeddings": 128 {extra}}}"#
+            "max_position_embeddings": 128"#
         );
-        crate::models::parse_config(json.as_bytes(), Path::new("config.json"))
+        crate::models::parse_fields(&fields, extra)
     }
 
     #[test]

@@ -19,6 +19,18 @@ use crate::Error;
 use crate::Result;
 use serde_json::Value;
 
+/// `raw` without the sliding-window fields (`sliding_window`, `use_sliding_window`,
+/// `layer_types`), for the families whose config class has none: transformers never slides
+/// them, whatever else config.json holds.
+pub(crate) fn without_windows(raw: &HfConfig) -> HfConfig {
+    HfConfig {
+        sliding_window: None,
+        use_sliding_window: None,
+        layer_types: None,
+        ..raw.clone()
+    }
+}
+
 /// Every family mobius builds, in the order `mobius list models` prints them.
 pub static FAMILIES: &[&FamilySpec] = &[
     &llama::FAMILY,

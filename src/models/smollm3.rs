@@ -97,15 +97,14 @@ fn rope_layers(raw: &HfConfig, layers: usize, f: &Fields<'_>) -> Result<Vec<bool
 mod tests {
     use super::SmolLm3;
     use crate::config::ArchConfig;
-    use std::path::Path;
 
     fn parse(extra: &str) -> crate::Result<ArchConfig> {
-        let json = format!(
-            r#"{{"model_type": "smollm3", "hidden_size": 64, "intermediate_size": 128,
+        crate::models::parse_fields(
+            r#""model_type": "smollm3", "hidden_size": 64, "intermediate_size": 128,
             "num_attention_heads": 4, "num_hidden_layers": 4, "vocab_size": 300,
-            "max_position_embeddings": 128 {extra}}}"#
-        );
-        crate::models::parse_config(json.as_bytes(), Path::new("config.json"))
+            "max_position_embeddings": 128"#,
+            extra,
+        )
     }
 
     fn rope_layers(cfg: &ArchConfig) -> &[bool] {

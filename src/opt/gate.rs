@@ -40,6 +40,11 @@ pub enum KvCache {
     /// row, cache entries at and beyond a row's length never read. Enables the rules gated
     /// `genai_kv_cache` (the export's attention mask → GroupQueryAttention).
     Genai,
+    /// The static cache of `mobius build --features static-cache`: fixed caches written at
+    /// `write_indices`, which GroupQueryAttention cannot express, so the attention stays
+    /// opset-24 Attention (the build says so once). No rewrite relies on more than
+    /// [`KvCache::AsIs`]'s promise.
+    Static,
 }
 
 impl FromStr for KvCache {
@@ -60,6 +65,7 @@ impl fmt::Display for KvCache {
         f.write_str(match self {
             KvCache::AsIs => "as-is",
             KvCache::Genai => "genai",
+            KvCache::Static => "static",
         })
     }
 }

@@ -279,6 +279,7 @@ pub fn optimize_with_rules(
     let count = |op: &str| graph.nodes.iter().filter(|n| n.op_type == op).count();
     let attention = count("Attention");
     if opts.role == Role::Decoder
+        && opts.kv_cache != KvCache::Static
         && caps.gqa_dtypes.contains(&opts.dtype)
         && count("GroupQueryAttention") == 0
         && attention > 0
@@ -288,7 +289,7 @@ pub fn optimize_with_rules(
                 "; an exported graph's attention mask becomes GroupQueryAttention only when you \
                  declare onnxruntime-genai's KV-cache contract (mobius optimize --kv-cache genai)"
             }
-            KvCache::Genai => "",
+            KvCache::Genai | KvCache::Static => "",
         };
         tracing::warn!(
             "GQA fusion expected for ep='{}'/dtype={} but found 0 GroupQueryAttention and {attention} \

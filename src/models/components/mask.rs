@@ -31,6 +31,21 @@ pub fn sliding_window_mask(
     attention_mask: &str,
     window: usize,
 ) -> String {
+    let (distance, axes1) = token_distance(b, input_ids, attention_mask);
+    let limit = b.scalar_i64(window as i64);
+    let inside = b.op("Less", &[&distance, &limit], vec![]);
+    let inside = b.op("Unsqueeze", &[&inside, &axes1], vec![]);
+    b.op("And", &[mask, &inside], vec![])
+}
+
+/// How many valid tokens (counted by `CumSum(attention_mask)`, not by cache slot) each key
+/// lies behind each query, `[B, S, T]` (negative for keys after the query); with the `[1]`
+/// axes constant it made, for the caller's unsqueeze to `[B, 1, S, T]`.
+pub(crate) fn token_distance(
+    b: &mut GraphBuilder,
+    input_ids: &str,
+    attention_mask: &str,
+) -> (String, String) {
     let axis1 = b.scalar_i64(1);
     let ordinal = b.op("CumSum", &[attention_mask, &axis1], vec![]);
     let seq = b.op(
@@ -45,9 +60,5 @@ pub fn sliding_window_mask(
     let axes2 = b.const_i64(&[2]);
     let query_col = b.op("Unsqueeze", &[&query_ordinal, &axes2], vec![]);
     let key_row = b.op("Unsqueeze", &[&ordinal, &axes1], vec![]);
-    let distance = b.op("Sub", &[&query_col, &key_row], vec![]);
-    let limit = b.scalar_i64(window as i64);
-    let inside = b.op("Less", &[&distance, &limit], vec![]);
-    let inside = b.op("Unsqueeze", &[&inside, &axes1], vec![]);
-    b.op("And", &[mask, &inside], vec![])
+    (b.op("Sub", &[&query_col, &key_row], vec![]), axes1)
 }

@@ -16,6 +16,7 @@
 //! (`CumSum(attention_mask)`), as the sliding-window mask does: under the padding mask this
 //! is the `Attention` op's bottom-right-aligned causal mask.
 
+use super::mask::token_distance;
 use super::{scalar, AttentionSpec, DecoderInputs};
 use crate::ir::{Attr, DType, GraphBuilder};
 
@@ -96,21 +97,7 @@ pub fn sink_attention(
 /// `mask` (`[B, 1, S, T]`) restricted to keys at or before each query, counted in valid
 /// tokens.
 fn causal(b: &mut GraphBuilder, mask: &str, io: &DecoderInputs) -> String {
-    let axis1 = b.scalar_i64(1);
-    let ordinal = b.op("CumSum", &[&io.attention_mask, &axis1], vec![]);
-    let seq = b.op(
-        "Shape",
-        &[&io.input_ids],
-        vec![("end", Attr::Int(2)), ("start", Attr::Int(1))],
-    );
-    let start = b.op("Neg", &[&seq], vec![]);
-    let end = b.const_i64(&[i64::MAX]);
-    let axes1 = b.const_i64(&[1]);
-    let query_ordinal = b.op("Slice", &[&ordinal, &start, &end, &axes1], vec![]);
-    let axes2 = b.const_i64(&[2]);
-    let query_col = b.op("Unsqueeze", &[&query_ordinal, &axes2], vec![]);
-    let key_row = b.op("Unsqueeze", &[&ordinal, &axes1], vec![]);
-    let distance = b.op("Sub", &[&query_col, &key_row], vec![]);
+    let (distance, axes1) = token_distance(b, &io.input_ids, &io.attention_mask);
     let zero = b.scalar_i64(0);
     let behind = b.op("GreaterOrEqual", &[&distance, &zero], vec![]);
     let behind = b.op("Unsqueeze", &[&behind, &axes1], vec![]);
