@@ -26,6 +26,7 @@ use std::thread::{Scope, ScopedJoinHandle};
 
 use memmap2::{Advice, MmapOptions, MmapRaw, UncheckedAdvice};
 
+use super::data_writer::advise_huge_pages;
 use crate::weights::sink::Sink;
 use crate::{Error, Result};
 
@@ -241,15 +242,22 @@ impl Sink for MappedSink<'_, '_> {
         (CHUNK - self.position % CHUNK) as usize
     }
 
+    /// A buffer of [`CHUNK`] bytes, kept from one loan to the next, when `len` fits in one
+    /// (as the write path lends one of its blocks), else new memory.
     fn lend(&mut self, len: usize) -> Result<Vec<u8>> {
-        match self.spare.take() {
-            Some(buffer) if buffer.len() >= len => Ok(buffer),
-            _ => Ok(vec![0u8; len]),
+        let chunk = CHUNK as usize;
+        if len > chunk {
+            return Ok(vec![0u8; len]);
         }
+        Ok(self.spare.take().unwrap_or_else(|| {
+            let mut buffer = vec![0u8; chunk];
+            advise_huge_pages(&mut buffer);
+            buffer
+        }))
     }
 
     fn give_back(&mut self, buffer: Vec<u8>) {
-        if buffer.len() <= CHUNK as usize {
+        if buffer.len() == CHUNK as usize {
             self.spare = Some(buffer);
         }
     }
@@ -439,7 +447,12 @@ mod tests {
             );
             let lent = sink.lend(1000).unwrap();
             assert!(lent.len() >= 1000);
+            let at = lent.as_ptr();
             sink.give_back(lent);
+            let again = sink.lend(CHUNK as usize).unwrap();
+            assert_eq!(again.as_ptr(), at, "the buffer lent before is lent again");
+            sink.give_back(again);
+            assert!(sink.lend(CHUNK as usize + 1).unwrap().len() > CHUNK as usize);
             sink.finish().unwrap();
         });
         let file = std::fs::read(&path).unwrap();
