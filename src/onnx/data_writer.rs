@@ -1,18 +1,23 @@
-//! The external data file, written by a background thread while the next tensor is read,
-//! transposed and converted.
+//! The external data file, written while the next tensor is read, transposed and converted.
 //!
-//! Tensors are appended to fixed-size blocks ([`BLOCK`] bytes) taken from a pool of
-//! [`BLOCKS`] buffers; a full block goes to the writer thread, which writes it at its offset
-//! and hands the buffer back. The pool bounds both the memory (`BLOCKS · BLOCK` bytes) and how
-//! far the producer runs ahead. Padding between consecutive tensors is written as zeros inside
-//! a block, so writes stay large and, blocks starting at multiples of [`BLOCK`], aligned; a gap
-//! too large for the current block (tensors declared without data) is left as a hole.
+//! [`DataSink`] writes through a shared memory map of the file where it can
+//! ([`super::data_map`]: Linux, a file system that allocates ahead), so that tiles land
+//! straight in the page cache, and otherwise through `write(2)` from a background thread
+//! ([`BlockSink`]).
 //!
-//! Two things keep the copies few: a tensor written unchanged and at least two blocks long (an
+//! [`BlockSink`]: tensors are appended to fixed-size blocks ([`BLOCK`] bytes) taken from a
+//! pool of [`BLOCKS`] buffers; a full block goes to the writer thread, which writes it at its
+//! offset and hands the buffer back. The pool bounds both the memory (`BLOCKS · BLOCK` bytes)
+//! and how far the producer runs ahead. Padding between consecutive tensors is written as
+//! zeros inside a block, so writes stay large and, blocks starting at multiples of [`BLOCK`],
+//! aligned; a gap too large for the current block (tensors declared without data) is left as
+//! a hole.
+//!
+//! Two things keep its copies few: a tensor written unchanged and at least two blocks long (an
 //! embedding kept in its dtype) is written straight from where it lies (the mapped checkpoint)
 //! at its offset, by the producer, instead of being copied into blocks first; and the blocks
-//! ask for transparent huge pages, so that the kernel's copy out of them (the larger part of
-//! a build's time) does not walk page tables every 4 KiB.
+//! ask for transparent huge pages, so that the kernel's copy out of them does not walk page
+//! tables every 4 KiB.
 
 use std::fs::File;
 use std::io::{Seek, SeekFrom, Write};
@@ -22,6 +27,102 @@ use std::thread::{Scope, ScopedJoinHandle};
 
 use crate::weights::sink::Sink;
 use crate::{Error, Result};
+
+use super::data_map::MappedSink;
+
+/// Where a build's tensors go: the mapped file, or blocks written by a thread.
+pub enum DataSink<'scope, 'p> {
+    /// Through a shared memory map of the file.
+    Mapped(MappedSink<'scope, 'p>),
+    /// Through `write(2)`.
+    Blocks(BlockSink<'scope, 'p>),
+}
+
+impl<'scope, 'p> DataSink<'scope, 'p> {
+    /// Starts writing `file` (at `path`, named in errors), to be `len` bytes long, of which
+    /// the tensors fill `ranges` (start and end offsets, in order): through a map of it where
+    /// [`MappedSink::start`] can make one, else through blocks. A disk without room for
+    /// `ranges` is an error, before anything is written.
+    pub fn start<'env>(
+        scope: &'scope Scope<'scope, 'env>,
+        file: File,
+        path: &'p Path,
+        progress: &'p indicatif::ProgressBar,
+        len: u64,
+        ranges: &[(u64, u64)],
+    ) -> Result<DataSink<'scope, 'p>>
+    where
+        'p: 'scope,
+    {
+        Ok(
+            match MappedSink::start(scope, file, path, progress, len, ranges)? {
+                Ok(mapped) => DataSink::Mapped(mapped),
+                Err(file) => DataSink::Blocks(BlockSink::start(scope, file, path, progress)),
+            },
+        )
+    }
+
+    /// The file offset the next byte goes to.
+    pub fn position(&self) -> u64 {
+        match self {
+            DataSink::Mapped(s) => s.position(),
+            DataSink::Blocks(s) => s.position(),
+        }
+    }
+
+    /// Moves on to `offset`, at or after [`DataSink::position`] (the bytes between read as
+    /// zeros).
+    pub fn skip_to(&mut self, offset: u64) -> Result<()> {
+        match self {
+            DataSink::Mapped(s) => s.skip_to(offset),
+            DataSink::Blocks(s) => s.skip_to(offset),
+        }
+    }
+
+    /// Writes what is left and returns the file.
+    pub fn finish(self) -> Result<File> {
+        match self {
+            DataSink::Mapped(s) => s.finish(),
+            DataSink::Blocks(s) => s.finish(),
+        }
+    }
+
+    fn inner(&mut self) -> &mut dyn Sink {
+        match self {
+            DataSink::Mapped(s) => s,
+            DataSink::Blocks(s) => s,
+        }
+    }
+}
+
+impl Sink for DataSink<'_, '_> {
+    fn write(&mut self, bytes: &[u8]) -> Result<()> {
+        self.inner().write(bytes)
+    }
+
+    fn write_with(
+        &mut self,
+        len: usize,
+        fill: &mut dyn FnMut(&mut [u8]) -> usize,
+    ) -> Result<usize> {
+        self.inner().write_with(len, fill)
+    }
+
+    fn room(&self) -> usize {
+        match self {
+            DataSink::Mapped(s) => s.room(),
+            DataSink::Blocks(s) => s.room(),
+        }
+    }
+
+    fn lend(&mut self, len: usize) -> Result<Vec<u8>> {
+        self.inner().lend(len)
+    }
+
+    fn give_back(&mut self, buffer: Vec<u8>) {
+        self.inner().give_back(buffer)
+    }
+}
 
 /// Bytes per block (one write).
 pub const BLOCK: usize = 8 << 20;
@@ -35,8 +136,9 @@ struct Block {
     len: usize,
 }
 
-/// The producer's side: a [`Sink`] that fills blocks and queues them for the writer thread.
-pub struct DataSink<'scope, 'p> {
+/// The write path's producer side: a [`Sink`] that fills blocks and queues them for the writer
+/// thread.
+pub struct BlockSink<'scope, 'p> {
     /// The block being filled (empty `data` before the first byte).
     current: Block,
     queue: Option<SyncSender<Block>>,
@@ -51,18 +153,18 @@ pub struct DataSink<'scope, 'p> {
     /// not be duplicated or the platform has no positioned writes: everything goes through
     /// blocks then).
     direct: Option<File>,
-    /// Bytes written by [`DataSink::write_direct`].
+    /// Bytes written by [`BlockSink::write_direct`].
     direct_bytes: u64,
 }
 
-impl<'scope, 'p> DataSink<'scope, 'p> {
+impl<'scope, 'p> BlockSink<'scope, 'p> {
     /// Starts the writer thread for `file` (at `path`, named in errors) inside `scope`.
     pub fn start<'env>(
         scope: &'scope Scope<'scope, 'env>,
         file: File,
         path: &'p Path,
         progress: &'p indicatif::ProgressBar,
-    ) -> DataSink<'scope, 'p>
+    ) -> BlockSink<'scope, 'p>
     where
         'p: 'scope,
     {
@@ -74,7 +176,7 @@ impl<'scope, 'p> DataSink<'scope, 'p> {
         let (queue, blocks) = sync_channel(BLOCKS);
         let (give_back, free) = channel();
         let writer = scope.spawn(move || write_blocks(file, path, blocks, give_back));
-        DataSink {
+        BlockSink {
             current: Block {
                 offset: 0,
                 data: Vec::new(),
@@ -97,7 +199,7 @@ impl<'scope, 'p> DataSink<'scope, 'p> {
         self.current.offset + self.current.len as u64
     }
 
-    /// Moves on to `offset` (at or after [`DataSink::position`]): zeros up to it when they fit
+    /// Moves on to `offset` (at or after [`BlockSink::position`]): zeros up to it when they fit
     /// in the current block, a hole otherwise.
     pub fn skip_to(&mut self, offset: u64) -> Result<()> {
         let gap = offset.checked_sub(self.position()).ok_or_else(|| {
@@ -204,8 +306,8 @@ impl<'scope, 'p> DataSink<'scope, 'p> {
     }
 }
 
-impl DataSink<'_, '_> {
-    /// Writes `bytes` at [`DataSink::position`] from this thread, past the blocks (the
+impl BlockSink<'_, '_> {
+    /// Writes `bytes` at [`BlockSink::position`] from this thread, past the blocks (the
     /// current one is empty): a positioned write, so the writer thread's own position and
     /// the blocks it has queued are untouched.
     fn write_direct(&mut self, bytes: &[u8]) -> Result<()> {
@@ -243,7 +345,7 @@ impl DataSink<'_, '_> {
     }
 }
 
-impl Sink for DataSink<'_, '_> {
+impl Sink for BlockSink<'_, '_> {
     fn write(&mut self, mut bytes: &[u8]) -> Result<()> {
         if bytes.len() >= 2 * BLOCK && self.direct.is_some() {
             // Top up the current block (blocks stay aligned), queue it, write the whole
@@ -314,7 +416,7 @@ impl Sink for DataSink<'_, '_> {
     target_os = "linux",
     any(target_arch = "x86_64", target_arch = "aarch64")
 ))]
-fn advise_huge_pages(buffer: &mut [u8]) {
+pub(super) fn advise_huge_pages(buffer: &mut [u8]) {
     const HUGE: usize = 2 << 20;
     /// Its value in Linux's generic and x86 headers.
     const MADV_HUGEPAGE: std::os::raw::c_int = 14;
@@ -348,7 +450,7 @@ fn advise_huge_pages(buffer: &mut [u8]) {
     target_os = "linux",
     any(target_arch = "x86_64", target_arch = "aarch64")
 )))]
-fn advise_huge_pages(_buffer: &mut [u8]) {}
+pub(super) fn advise_huge_pages(_buffer: &mut [u8]) {}
 
 /// The writer thread: writes each block at its offset and hands its buffer back.
 fn write_blocks(
@@ -386,7 +488,7 @@ mod tests {
         let file = File::create(&path).unwrap();
         let progress = indicatif::ProgressBar::hidden();
         std::thread::scope(|scope| {
-            let mut sink = DataSink::start(scope, file, &path, &progress);
+            let mut sink = BlockSink::start(scope, file, &path, &progress);
             for (i, (offset, bytes)) in tensors.iter().enumerate() {
                 sink.skip_to(*offset).unwrap();
                 if i % 2 == 0 {
@@ -459,7 +561,7 @@ mod tests {
         let progress = indicatif::ProgressBar::hidden();
         let data: Vec<u8> = (0..6 * BLOCK + 17).map(|i| (i % 251) as u8).collect();
         std::thread::scope(|scope| {
-            let mut sink = DataSink::start(scope, file, &path, &progress);
+            let mut sink = BlockSink::start(scope, file, &path, &progress);
             sink.write(&data[..BLOCK / 2]).unwrap();
             let mut lent = sink.lend(1000).unwrap();
             assert_eq!(lent.len(), BLOCK);
@@ -503,7 +605,7 @@ mod tests {
         let file = File::create(&path).unwrap();
         let progress = indicatif::ProgressBar::hidden();
         std::thread::scope(|scope| {
-            let mut sink = DataSink::start(scope, file, &path, &progress);
+            let mut sink = BlockSink::start(scope, file, &path, &progress);
             sink.write(&[1, 2, 3]).unwrap();
             let err = sink.skip_to(2).unwrap_err().to_string();
             assert!(

@@ -98,9 +98,28 @@ pub fn save(
         .any(|p| matches!(p, Placement::External { .. }));
     if needs_data {
         progress.set_length(data_len);
-        let file = File::create(&data_path).map_err(|e| Error::io(&data_path, e))?;
+        // Read and write: a shared map of it needs both.
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&data_path)
+            .map_err(|e| Error::io(&data_path, e))?;
         let file = std::thread::scope(|scope| -> Result<File> {
-            let mut sink = DataSink::start(scope, file, &data_path, progress);
+            let ranges: Vec<(u64, u64)> = model
+                .graph
+                .initializers
+                .iter()
+                .zip(&placements)
+                .filter_map(|(init, placement)| match (placement, &init.source) {
+                    (Placement::External { offset, length }, Some(_)) => {
+                        Some((*offset, offset + length))
+                    }
+                    _ => None,
+                })
+                .collect();
+            let mut sink = DataSink::start(scope, file, &data_path, progress, data_len, &ranges)?;
             for (init, placement) in model.graph.initializers.iter().zip(&placements) {
                 let (Placement::External { offset, .. }, Some(src)) = (placement, &init.source)
                 else {

@@ -168,7 +168,7 @@ impl Job {
             let rows_out = out.iter_mut();
             if self.from == self.to {
                 for (row, column) in rows_out.zip(columns) {
-                    row[r0 * size..r1 * size].copy_from_slice(column);
+                    copy_column(&mut row[r0 * size..r1 * size], column);
                 }
                 continue;
             }
@@ -179,7 +179,7 @@ impl Job {
                 let converted = &mut converted[..width * TILE_ROWS * size];
                 clamped += convert::convert_through(all, self.from, self.to, converted, &mut f32s);
                 for (row, column) in rows_out.zip(converted.chunks_exact(TILE_ROWS * size)) {
-                    row[r0 * size..r1 * size].copy_from_slice(column);
+                    copy_column(&mut row[r0 * size..r1 * size], column);
                 }
             } else {
                 for (row, column) in rows_out.zip(columns) {
@@ -190,6 +190,29 @@ impl Job {
         }
         clamped
     }
+}
+
+/// Copies a tile's column into its place in an output row (`dst` as long as `column`): a
+/// whole tile's column of 2- or 4-byte elements as a fixed-size array, a copy the compiler
+/// inlines, where a length known only at run time costs a call to `memcpy` each (one per 64
+/// values of every transposed weight).
+#[inline(always)]
+fn copy_column(dst: &mut [u8], column: &[u8]) {
+    const TWO: usize = TILE_ROWS * 2;
+    const FOUR: usize = TILE_ROWS * 4;
+    match column.len() {
+        TWO => copy_fixed::<TWO>(dst, column),
+        FOUR => copy_fixed::<FOUR>(dst, column),
+        _ => dst.copy_from_slice(column),
+    }
+}
+
+/// `dst.copy_from_slice(src)` for slices of `L` bytes.
+#[inline(always)]
+fn copy_fixed<const L: usize>(dst: &mut [u8], src: &[u8]) {
+    let dst: &mut [u8; L] = dst.try_into().expect("a column's place in its row");
+    let src: &[u8; L] = src.try_into().expect("a whole tile's column");
+    *dst = *src;
 }
 
 /// Transposes a whole tile (`transposed[k][r] = lines[r][k]`) with SIMD shuffles where there
