@@ -26,7 +26,6 @@ use std::thread::{Scope, ScopedJoinHandle};
 
 use memmap2::{Advice, MmapOptions, MmapRaw, UncheckedAdvice};
 
-use super::data_writer::advise_huge_pages;
 use crate::weights::sink::Sink;
 use crate::{Error, Result};
 
@@ -242,24 +241,19 @@ impl Sink for MappedSink<'_, '_> {
         (CHUNK - self.position % CHUNK) as usize
     }
 
-    /// A buffer of [`CHUNK`] bytes, kept from one loan to the next, when `len` fits in one
-    /// (as the write path lends one of its blocks), else new memory.
+    /// The buffer given back last when it holds `len` bytes, else new memory of `len` bytes:
+    /// the map holds no blocks to lend, so the producer's working memory is its own, sized to
+    /// what it asks (not a block, not advised onto huge pages: a quantizer's scratch is tens of
+    /// KiB, and a whole block would put megabytes on the build's peak).
     fn lend(&mut self, len: usize) -> Result<Vec<u8>> {
-        let chunk = CHUNK as usize;
-        if len > chunk {
-            return Ok(vec![0u8; len]);
+        match self.spare.take() {
+            Some(buffer) if buffer.len() >= len => Ok(buffer),
+            _ => Ok(vec![0u8; len]),
         }
-        Ok(self.spare.take().unwrap_or_else(|| {
-            let mut buffer = vec![0u8; chunk];
-            advise_huge_pages(&mut buffer);
-            buffer
-        }))
     }
 
     fn give_back(&mut self, buffer: Vec<u8>) {
-        if buffer.len() == CHUNK as usize {
-            self.spare = Some(buffer);
-        }
+        self.spare = Some(buffer);
     }
 }
 
@@ -449,10 +443,10 @@ mod tests {
             assert!(lent.len() >= 1000);
             let at = lent.as_ptr();
             sink.give_back(lent);
-            let again = sink.lend(CHUNK as usize).unwrap();
+            let again = sink.lend(1000).unwrap();
             assert_eq!(again.as_ptr(), at, "the buffer lent before is lent again");
             sink.give_back(again);
-            assert!(sink.lend(CHUNK as usize + 1).unwrap().len() > CHUNK as usize);
+            assert!(sink.lend(1001).unwrap().len() >= 1001);
             sink.finish().unwrap();
         });
         let file = std::fs::read(&path).unwrap();

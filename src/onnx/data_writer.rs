@@ -416,7 +416,7 @@ impl Sink for BlockSink<'_, '_> {
     target_os = "linux",
     any(target_arch = "x86_64", target_arch = "aarch64")
 ))]
-pub(super) fn advise_huge_pages(buffer: &mut [u8]) {
+fn advise_huge_pages(buffer: &mut [u8]) {
     const HUGE: usize = 2 << 20;
     /// Its value in Linux's generic and x86 headers.
     const MADV_HUGEPAGE: std::os::raw::c_int = 14;
@@ -450,7 +450,7 @@ pub(super) fn advise_huge_pages(buffer: &mut [u8]) {
     target_os = "linux",
     any(target_arch = "x86_64", target_arch = "aarch64")
 )))]
-pub(super) fn advise_huge_pages(_buffer: &mut [u8]) {}
+fn advise_huge_pages(_buffer: &mut [u8]) {}
 
 /// The writer thread: writes each block at its offset and hands its buffer back.
 fn write_blocks(

@@ -15,8 +15,9 @@
 //! again rather than keeping the quantization for the next: block quantization is
 //! deterministic, so the scales and zero points are bit for bit those the values were computed
 //! with (their pass skips the values). Nothing outlives a write, and the tiles' working memory is lent by the
-//! sink ([`Sink::lend`]: one of the writer's blocks), so quantizing takes no memory besides
-//! the writer's.
+//! sink ([`Sink::lend`]: one of the writer's blocks where it writes through blocks, a buffer of
+//! just that size where it writes through a map), so quantizing takes no memory besides the
+//! writer's and its own scratch (tens of KiB by columns, at most [`SCRATCH`] by tiles).
 
 use std::ops::Range;
 
@@ -35,8 +36,8 @@ use crate::{Error, Result};
 /// Columns per tile: the quantizer reads a tile block row by block row, each a transpose of
 /// `TILE` stored rows.
 const TILE: usize = 64;
-/// The most working memory the tiles in flight take, lent by the sink (the writer lends one of
-/// its blocks): fewer tiles run at once when one takes more than its share.
+/// The most working memory the tiles in flight take, lent by the sink: fewer tiles run at
+/// once when one takes more than its share.
 const SCRATCH: usize = 4 << 20;
 
 /// The first element of columns `cols` (in row-major order) of the `[K, N]` `weight` that is
