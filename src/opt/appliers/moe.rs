@@ -407,15 +407,7 @@ fn dense_qmoe(g: &mut OnnxGraph, _: Site<'_>, ids: [Id; 9]) -> Option<Id> {
     }
     let mut em = Emit::new(g);
     let experts = ("experts", AttrValue::Int(e));
-    let packing = |k: i64, n: i64| {
-        [
-            ("K", AttrValue::Int(k)),
-            ("N", AttrValue::Int(n)),
-            ("bits", AttrValue::Int(4)),
-            ("block_size", AttrValue::Int(block)),
-            experts.clone(),
-        ]
-    };
+    let packing = |k: i64, n: i64| qmoe_packing(k, n, block, e);
     let values = em.concat(&[qg, qu], 1);
     let fc1 = em.op("ai.mobius::QMoEFc1Weight", &[values], &packing(h, 2 * i));
     let scales = em.concat(&[sg, su], 1);
@@ -490,15 +482,7 @@ fn moe_to_dense(
     [x, router, fc1, fc2, alpha, beta, activation, k, normalize, fusion, limit, sparse_mixer]: [Id;
         12],
 ) -> Option<Id> {
-    let t = g[x].data.tensor()?;
-    let dtype = t.dtype?;
-    let dims = t.shape.as_ref()?;
-    if !matches!(dtype, DType::F32 | DType::F16) || dims.len() != 3 {
-        return None;
-    }
-    let h = dims[2].known()?;
-    let swiglu =
-        matches!(g[activation].data.attr(), Some(AttrValue::Str(s)) if s.as_str() == "swiglu");
+    let (dtype, h, swiglu) = moe_call_input(g, x, activation)?;
     let plain = float_or(g, alpha, 1.0)? == 1.0
         && float_or(g, beta, 0.0)? == 0.0
         && float_or(g, limit, f32::INFINITY)? == f32::INFINITY;
@@ -609,15 +593,7 @@ fn qmoe_to_dense(
     [x, router, fc1, fc1_scales, fc2, fc2_scales, _level, alpha, beta, activation, block, bits, k, normalize, quant, fusion, limit, sparse_mixer, prepacked]: [Id;
         19],
 ) -> Option<Id> {
-    let t = g[x].data.tensor()?;
-    let dtype = t.dtype?;
-    let dims = t.shape.as_ref()?;
-    if !matches!(dtype, DType::F32 | DType::F16) || dims.len() != 3 {
-        return None;
-    }
-    let h = dims[2].known()?;
-    let swiglu =
-        matches!(g[activation].data.attr(), Some(AttrValue::Str(s)) if s.as_str() == "swiglu");
+    let (dtype, h, swiglu) = moe_call_input(g, x, activation)?;
     let int_values = match g[quant].data.attr() {
         Some(AttrValue::Unset) => true,
         Some(AttrValue::Str(s)) => s.as_str() == "int",
@@ -664,15 +640,7 @@ fn qmoe_to_dense(
     }
     let mut em = Emit::new(g);
     let experts = ("experts", AttrValue::Int(e));
-    let packing = |k: i64, n: i64| {
-        [
-            ("K", AttrValue::Int(k)),
-            ("N", AttrValue::Int(n)),
-            ("bits", AttrValue::Int(4)),
-            ("block_size", AttrValue::Int(block)),
-            experts.clone(),
-        ]
-    };
+    let packing = |k: i64, n: i64| qmoe_packing(k, n, block, e);
     let stack = |em: &mut Emit<'_>, values: Id, scales: Id| {
         em.op(
             "DequantizeLinear",
@@ -769,4 +737,32 @@ fn routing_matrix(
         _ => cast(em, routing, dtype),
     };
     Some(em.reshape(routing, &[0, 0, experts, 1]))
+}
+
+/// `(dtype, hidden, swiglu)` of a MoE-family call on `x`: `x` a 3-D f32 or f16 tensor of a
+/// known hidden size, and whether `activation` names SwiGLU. The inline rules expand only
+/// such calls.
+pub(super) fn moe_call_input(g: &OnnxGraph, x: Id, activation: Id) -> Option<(DType, i64, bool)> {
+    let t = g[x].data.tensor()?;
+    let dtype = t.dtype?;
+    let dims = t.shape.as_ref()?;
+    if !matches!(dtype, DType::F32 | DType::F16) || dims.len() != 3 {
+        return None;
+    }
+    let swiglu =
+        matches!(g[activation].data.attr(), Some(AttrValue::Str(s)) if s.as_str() == "swiglu");
+    Some((dtype, dims[2].known()?, swiglu))
+}
+
+/// The attributes of a save-time relayout between a stack of `experts` `[k, n]` matrices of
+/// signed 4-bit values in blocks of `block` along k and QMoE's packed experts (MatMulNBits'
+/// packing, expert by expert).
+fn qmoe_packing(k: i64, n: i64, block: i64, experts: i64) -> [(&'static str, AttrValue); 5] {
+    [
+        ("K", AttrValue::Int(k)),
+        ("N", AttrValue::Int(n)),
+        ("bits", AttrValue::Int(4)),
+        ("block_size", AttrValue::Int(block)),
+        ("experts", AttrValue::Int(experts)),
+    ]
 }

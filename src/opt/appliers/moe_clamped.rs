@@ -8,8 +8,8 @@
 use egg::Id;
 
 use super::moe::{
-    cast_to, expert_stacks, init_shape, is_init, projected, summed_over, top_k, unset_or,
-    unsqueezed_last, Stacks,
+    cast_to, expert_stacks, init_shape, is_init, moe_call_input, projected, summed_over, top_k,
+    unset_or, unsqueezed_last, Stacks,
 };
 use crate::ir::DType;
 use crate::opt::analysis::OnnxGraph;
@@ -219,15 +219,7 @@ fn moe_clamped_to_dense(
     _: Site<'_>,
     [x, router, fc1, fc1_bias, fc2, fc2_bias, alpha, beta, activation, k, normalize, fusion, limit, sparse_mixer]: [Id; 14],
 ) -> Option<Id> {
-    let t = g[x].data.tensor()?;
-    let dtype = t.dtype?;
-    let dims = t.shape.as_ref()?;
-    if !matches!(dtype, DType::F32 | DType::F16) || dims.len() != 3 {
-        return None;
-    }
-    let h = dims[2].known()?;
-    let swiglu =
-        matches!(g[activation].data.attr(), Some(AttrValue::Str(s)) if s.as_str() == "swiglu");
+    let (dtype, h, swiglu) = moe_call_input(g, x, activation)?;
     let set = |id: Id| match g[id].data.attr()? {
         AttrValue::Float(bits) => Some(f32::from_bits(*bits)),
         _ => None,
