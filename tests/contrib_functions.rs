@@ -171,6 +171,7 @@ fn every_emitted_contrib_op_has_a_body_exactly_when_it_has_inline_rules() {
         ("gpt2", "default", "f32", false),
         ("bert", "default", "f32", false),
         ("mixtral", "cpu", "f32", false),
+        ("mixtral", "cpu", "f32", true),
     ] {
         let out = t.path().join(format!("{name}-{ep}-{quant}"));
         let m = if quant {
