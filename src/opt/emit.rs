@@ -129,6 +129,31 @@ impl<'a> Emit<'a> {
         self.op("Unsqueeze", &[x, axes], &[])
     }
 
+    /// `(values, indices)` of `TopK(x, [k]; axis -1)`, the largest first (`largest` and
+    /// `sorted` unset: their defaults).
+    pub(crate) fn top_k(&mut self, x: Id, k: i64) -> (Id, Id) {
+        let k = self.ints(&[k]);
+        let axis = self.g.add(Onnx::Attr(AttrValue::Int(-1)));
+        let unset = self.g.add(Onnx::Attr(AttrValue::Unset));
+        let names = schema("TopK").expect("TopK has a schema");
+        let top = self.g.add(Onnx::op(
+            "TopK",
+            names,
+            2,
+            2,
+            vec![x, k, axis, unset, unset],
+        ));
+        let values = self.g.add(Onnx::Get {
+            index: 0,
+            tuple: [top],
+        });
+        let indices = self.g.add(Onnx::Get {
+            index: 1,
+            tuple: [top],
+        });
+        (values, indices)
+    }
+
     /// `Slice(x, [start], [end], [axis])` with constant bounds.
     pub(crate) fn slice(&mut self, x: Id, start: i64, end: i64, axis: i64) -> Id {
         let (s, e, a) = (self.ints(&[start]), self.ints(&[end]), self.ints(&[axis]));

@@ -697,25 +697,7 @@ fn routing_matrix(
         _ => cast(em, logits, DType::F32),
     };
     let probs = em.op("Softmax", &[logits], &[("axis", AttrValue::Int(-1))]);
-    let k = em.ints(&[k]);
-    let axis = em.g.add(Onnx::Attr(AttrValue::Int(-1)));
-    let unset = em.g.add(Onnx::Attr(AttrValue::Unset));
-    let names = crate::opt::schema::schema("TopK")?;
-    let top = em.g.add(Onnx::op(
-        "TopK",
-        names,
-        2,
-        2,
-        vec![probs, k, axis, unset, unset],
-    ));
-    let weights = em.g.add(Onnx::Get {
-        index: 0,
-        tuple: [top],
-    });
-    let picked = em.g.add(Onnx::Get {
-        index: 1,
-        tuple: [top],
-    });
+    let (weights, picked) = em.top_k(probs, k);
     let weights = if normalize {
         let last = em.ints(&[-1]);
         let sum = em.op("ReduceSum", &[weights, last], &[]);

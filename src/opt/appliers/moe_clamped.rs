@@ -15,7 +15,7 @@ use crate::ir::DType;
 use crate::opt::analysis::OnnxGraph;
 use crate::opt::bind::{Applier, Site};
 use crate::opt::emit::Emit;
-use crate::opt::lang::{AttrValue, Onnx};
+use crate::opt::lang::AttrValue;
 use crate::opt::query::{const_ints, find_op, int_attr, scalar_float};
 
 /// `dense-moe-clamped`.
@@ -312,25 +312,7 @@ fn moe_clamped_to_dense(
 /// The routing column `[B, S, E, 1]` in `dtype` of router `logits` `[B, S, E]` (in `dtype`),
 /// as [`crate::models::components::clamped_moe`] builds it (the form [`routing`] reads).
 fn routing_column(em: &mut Emit<'_>, logits: Id, (experts, k): (i64, i64), dtype: DType) -> Id {
-    let k = em.ints(&[k]);
-    let axis = em.g.add(Onnx::Attr(AttrValue::Int(-1)));
-    let unset = em.g.add(Onnx::Attr(AttrValue::Unset));
-    let names = crate::opt::schema::schema("TopK").expect("TopK has a schema");
-    let top = em.g.add(Onnx::op(
-        "TopK",
-        names,
-        2,
-        2,
-        vec![logits, k, axis, unset, unset],
-    ));
-    let values = em.g.add(Onnx::Get {
-        index: 0,
-        tuple: [top],
-    });
-    let picked = em.g.add(Onnx::Get {
-        index: 1,
-        tuple: [top],
-    });
+    let (values, picked) = em.top_k(logits, k);
     let weights = em.op("Softmax", &[values], &[("axis", AttrValue::Int(-1))]);
     let picked = em.unsqueeze(picked, &[-1]);
     let ids: Vec<i64> = (0..experts).collect();
