@@ -29,15 +29,15 @@ use proptest::prelude::*;
 use super::{dims, prove_on};
 
 /// Sizes of one case: batch, sequence, hidden, expert width, experts, top-k.
-type Sizes = (usize, usize, usize, usize, usize, usize);
+pub(super) type Sizes = (usize, usize, usize, usize, usize, usize);
 
-fn sizes() -> impl Strategy<Value = Sizes> {
+pub(super) fn sizes() -> impl Strategy<Value = Sizes> {
     (1usize..3, 1usize..4, 2usize..9, 1usize..5, 1usize..7)
         .prop_flat_map(|(b, s, h, i, e)| (Just(b), Just(s), Just(h), Just(i), Just(e), 1..=e))
 }
 
 /// Values in `[-scale, scale)` rounded to `dtype`.
-fn values(n: usize, scale: f64, dtype: DType, rng: &mut Rng) -> Vec<f32> {
+pub(super) fn values(n: usize, scale: f64, dtype: DType, rng: &mut Rng) -> Vec<f32> {
     (0..n)
         .map(|_| {
             let v = ((rng.unit() * 2.0 - 1.0) * scale) as f32;
@@ -49,7 +49,8 @@ fn values(n: usize, scale: f64, dtype: DType, rng: &mut Rng) -> Vec<f32> {
         .collect()
 }
 
-fn bytes(v: &[f32], dtype: DType) -> Vec<u8> {
+/// `v` as little-endian `dtype` bytes (f16 or f32).
+pub(super) fn bytes(v: &[f32], dtype: DType) -> Vec<u8> {
     match dtype {
         DType::F16 => v
             .iter()

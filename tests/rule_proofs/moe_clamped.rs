@@ -16,47 +16,14 @@
 
 use std::collections::HashMap;
 
-use half::f16;
 use mobius::interp::Tensor;
 use mobius::ir::{Attr, DType, Graph, GraphBuilder, Initializer, TensorData, TensorSource};
 use mobius::models::components::{clamped_moe, ClampedMoe};
 use mobius::verify::Rng;
 use proptest::prelude::*;
 
+use super::moe::{bytes, sizes, values, Sizes};
 use super::{dims, prove_on};
-
-/// Sizes of one case: batch, sequence, hidden, expert width, experts, top-k.
-type Sizes = (usize, usize, usize, usize, usize, usize);
-
-fn sizes() -> impl Strategy<Value = Sizes> {
-    (1usize..3, 1usize..4, 2usize..9, 1usize..5, 1usize..7)
-        .prop_flat_map(|(b, s, h, i, e)| (Just(b), Just(s), Just(h), Just(i), Just(e), 1..=e))
-}
-
-/// `v` rounded to `dtype`.
-fn round(v: f32, dtype: DType) -> f32 {
-    match dtype {
-        DType::F16 => f16::from_f32(v).to_f32(),
-        _ => v,
-    }
-}
-
-/// `n` values in `[-scale, scale)` rounded to `dtype`.
-fn values(n: usize, scale: f64, dtype: DType, rng: &mut Rng) -> Vec<f32> {
-    (0..n)
-        .map(|_| round(((rng.unit() * 2.0 - 1.0) * scale) as f32, dtype))
-        .collect()
-}
-
-fn bytes(v: &[f32], dtype: DType) -> Vec<u8> {
-    match dtype {
-        DType::F16 => v
-            .iter()
-            .flat_map(|&x| f16::from_f32(x).to_le_bytes())
-            .collect(),
-        _ => bytemuck::cast_slice(v).to_vec(),
-    }
-}
 
 /// The block of `sizes` with gain `alpha` and clamp `limit` in `dtype`, its weights random,
 /// with an input x and the router's logits of x (f64, `[T, E]`).
