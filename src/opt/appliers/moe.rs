@@ -118,25 +118,7 @@ fn routing(g: &OnnxGraph, routing: Id, dtype: DType, experts: i64) -> Option<Rou
         _ => cast_to(g, *matrix, dtype)?,
     };
     let spread = summed_over(g, f32_matrix, [-2, 2])?;
-    let mul = find_op(g, spread, "Mul")?;
-    let [a, b] = mul.input_ids() else {
-        return None;
-    };
-    // One factor is the one-hot rows of the picked experts, the other the weights column.
-    let one_hot = |id: Id| {
-        let equal = find_op(g, cast_to(g, id, DType::F32)?, "Equal")?;
-        let [picked, ids] = equal.input_ids() else {
-            return None;
-        };
-        let want: Vec<i64> = (0..experts).collect();
-        (const_ints(g, *ids)? == want).then_some(())?;
-        projected(g, unsqueezed_last(g, *picked, 3)?, 1)
-    };
-    let (indices_of, weights) = match (one_hot(*a), one_hot(*b)) {
-        (Some(t), _) => (t, unsqueezed_last(g, *b, 3)?),
-        (None, Some(t)) => (t, unsqueezed_last(g, *a, 3)?),
-        (None, None) => return None,
-    };
+    let (indices_of, weights) = one_hot_times_weights(g, spread, DType::F32, experts)?;
     let (values_of, normalize) = match projected(g, weights, 0) {
         Some(t) => (t, false),
         None => {
@@ -719,6 +701,35 @@ fn routing_matrix(
         _ => cast(em, routing, dtype),
     };
     Some(em.reshape(routing, &[0, 0, experts, 1]))
+}
+
+/// `(t, w)` when class `id` is `Mul` of the one-hot rows of the picked experts —
+/// `Cast(Equal(Unsqueeze(i, −1), [0..experts)) → dtype)` with `i` output 1 of TopK tuple `t` —
+/// and the weights column `Unsqueeze(w, −1)`, in either order.
+pub(super) fn one_hot_times_weights(
+    g: &OnnxGraph,
+    id: Id,
+    dtype: DType,
+    experts: i64,
+) -> Option<(Id, Id)> {
+    let mul = find_op(g, id, "Mul")?;
+    let [a, b] = mul.input_ids() else {
+        return None;
+    };
+    let one_hot = |id: Id| {
+        let equal = find_op(g, cast_to(g, id, dtype)?, "Equal")?;
+        let [picked, ids] = equal.input_ids() else {
+            return None;
+        };
+        let want: Vec<i64> = (0..experts).collect();
+        (const_ints(g, *ids)? == want).then_some(())?;
+        projected(g, unsqueezed_last(g, *picked, 3)?, 1)
+    };
+    match (one_hot(*a), one_hot(*b)) {
+        (Some(t), _) => Some((t, unsqueezed_last(g, *b, 3)?)),
+        (None, Some(t)) => Some((t, unsqueezed_last(g, *a, 3)?)),
+        (None, None) => None,
+    }
 }
 
 /// `(dtype, hidden, swiglu)` of a MoE-family call on `x`: `x` a 3-D f32 or f16 tensor of a

@@ -8,8 +8,8 @@
 use egg::Id;
 
 use super::moe::{
-    cast_to, expert_stacks, init_shape, is_init, moe_call_input, projected, summed_over, top_k,
-    unset_or, unsqueezed_last, Stacks,
+    expert_stacks, init_shape, is_init, moe_call_input, one_hot_times_weights, projected,
+    summed_over, top_k, unset_or, Stacks,
 };
 use crate::ir::DType;
 use crate::opt::analysis::OnnxGraph;
@@ -60,24 +60,7 @@ fn routing(g: &OnnxGraph, column: Id, dtype: DType, experts: i64) -> Option<(Id,
     let rows = reshaped(column, &[0, 0, experts, 1])?;
     let summed = reshaped(rows, &[0, 0, experts])?;
     let spread = summed_over(g, summed, [-2, 2])?;
-    let mul = find_op(g, spread, "Mul")?;
-    let [a, b] = mul.input_ids() else {
-        return None;
-    };
-    let one_hot = |id: Id| {
-        let equal = find_op(g, cast_to(g, id, dtype)?, "Equal")?;
-        let [picked, ids] = equal.input_ids() else {
-            return None;
-        };
-        let want: Vec<i64> = (0..experts).collect();
-        (const_ints(g, *ids)? == want).then_some(())?;
-        projected(g, unsqueezed_last(g, *picked, 3)?, 1)
-    };
-    let (indices_of, weights) = match (one_hot(*a), one_hot(*b)) {
-        (Some(t), _) => (t, unsqueezed_last(g, *b, 3)?),
-        (None, Some(t)) => (t, unsqueezed_last(g, *a, 3)?),
-        (None, None) => return None,
-    };
+    let (indices_of, weights) = one_hot_times_weights(g, spread, dtype, experts)?;
     let softmax = find_op(g, weights, "Softmax")?;
     if !matches!(int_attr(g, softmax.attr_id("axis")?), None | Some(-1 | 2)) {
         return None;
