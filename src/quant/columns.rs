@@ -11,9 +11,10 @@
 //! The per-element work (widening to f32, the block's range, the codes and their packing) has
 //! an AVX2 path, chosen at run time (F16C too for f16 weights), and a portable one; both give
 //! the same bits. Two details keep them equal: the vector range is the same
-//! `v < lo ? v : lo` comparison per lane, and since only `±0` compare equal with different bits,
-//! a range ending at zero takes the sign of the block's first zero, as the sequential scan
-//! does; and the codes are computed as the scalar code does, a product, then a sum (no fused
+//! `v < lo ? v : lo` comparison per lane, its lanes folded in any order (the range of a block
+//! with a NaN or an infinity is not used), and since only `±0` compare equal with different
+//! bits, a range ending at zero takes the sign of the block's first zero, as the sequential
+//! scan does; and the codes are computed as the scalar code does, a product, then a sum (no fused
 //! multiply-add), clamped, then rounded half away from zero from the exact fractional part.
 
 use half::{bf16, f16};
@@ -157,15 +158,88 @@ fn quantize_as<T: ColumnWeight>(
     work: &mut [f32],
 ) -> Result<(), usize> {
     assert_eq!(column.len() % T::SIZE, 0, "quantize_column: whole elements");
-    let k = column.len() / T::SIZE;
-    let dtype = T::DTYPE;
-    assert_eq!(
-        out.len(),
-        column_bytes(k, dtype, spec, part),
-        "quantize_column: output size"
-    );
-    let work = &mut work[..k];
+    let work = &mut work[..column.len() / T::SIZE];
     T::widen(path, column, work);
+    quantize_values::<T>(path, work, spec, ColumnParts::one(part, out))
+}
+
+/// Where a column's parts go: each one asked for is written whole ([`column_bytes`] long).
+#[derive(Debug, Default)]
+pub struct ColumnParts<'a> {
+    /// MatMulNBits' `B` bytes of the column.
+    pub values: Option<&'a mut [u8]>,
+    /// Its scales, in the weight's dtype.
+    pub scales: Option<&'a mut [u8]>,
+    /// Its zero points (the midpoint when the quantization is symmetric).
+    pub zero_points: Option<&'a mut [u8]>,
+}
+
+impl<'a> ColumnParts<'a> {
+    /// Only `part`, into `out`.
+    pub fn one(part: QuantPart, out: &'a mut [u8]) -> ColumnParts<'a> {
+        let mut parts = ColumnParts::default();
+        *match part {
+            QuantPart::Values => &mut parts.values,
+            QuantPart::Scales => &mut parts.scales,
+            QuantPart::ZeroPoints => &mut parts.zero_points,
+        } = Some(out);
+        parts
+    }
+}
+
+/// [`quantize_column`] of a column given widened, into any of its parts at once: `values` are
+/// its `K` elements as f32, each exactly a value of `dtype` (as
+/// `crate::weights::convert::widen_converted` gives a stored column converted to `dtype`), so
+/// the weight is read once, converting and widening in one step. Same bytes and errors as
+/// [`quantize_column`] on those elements, part by part.
+///
+/// Panics if `dtype` is not [supported](supports) or a part's slice is not its size.
+pub fn quantize_widened(
+    values: &[f32],
+    dtype: DType,
+    spec: &QuantSpec,
+    parts: ColumnParts<'_>,
+) -> Result<(), usize> {
+    quantize_widened_on(Path::detect(), values, dtype, spec, parts)
+}
+
+/// [`quantize_widened`] on `path`.
+fn quantize_widened_on(
+    path: Path,
+    values: &[f32],
+    dtype: DType,
+    spec: &QuantSpec,
+    parts: ColumnParts<'_>,
+) -> Result<(), usize> {
+    match dtype {
+        DType::F32 => quantize_values::<f32>(path, values, spec, parts),
+        DType::F16 => quantize_values::<f16>(path, values, spec, parts),
+        DType::BF16 => quantize_values::<bf16>(path, values, spec, parts),
+        other => panic!("quantize_widened: {other} weights are not supported"),
+    }
+}
+
+/// The column `work` (widened `T` values) quantized into `parts`.
+fn quantize_values<T: Weight>(
+    path: Path,
+    work: &[f32],
+    spec: &QuantSpec,
+    mut parts: ColumnParts<'_>,
+) -> Result<(), usize> {
+    let k = work.len();
+    for (part, out) in [
+        (QuantPart::Values, &parts.values),
+        (QuantPart::Scales, &parts.scales),
+        (QuantPart::ZeroPoints, &parts.zero_points),
+    ] {
+        if let Some(out) = out {
+            assert_eq!(
+                out.len(),
+                column_bytes(k, T::DTYPE, spec, part),
+                "quantize_column: {part:?} size"
+            );
+        }
+    }
     let (rows, bits) = (spec.block_size, spec.bits);
     let blob = rows * usize::from(bits) / 8;
     let top = f32::from(spec.top_code());
@@ -173,12 +247,13 @@ fn quantize_as<T: ColumnWeight>(
         let (min, max) = range_on(path, w)
             .ok_or_else(|| block * rows + w.iter().position(|v| !v.is_finite()).unwrap_or(0))?;
         let (scale, zero_point) = block_parameters(min, max, spec);
-        match part {
-            QuantPart::Scales => {
-                T::store_scale(scale, &mut out[block * T::SIZE..(block + 1) * T::SIZE])
-            }
-            QuantPart::ZeroPoints if bits == 8 => out[block] = zero_point,
-            QuantPart::ZeroPoints => {
+        if let Some(out) = parts.scales.as_deref_mut() {
+            T::store_scale(scale, &mut out[block * T::SIZE..(block + 1) * T::SIZE]);
+        }
+        if let Some(out) = parts.zero_points.as_deref_mut() {
+            if bits == 8 {
+                out[block] = zero_point;
+            } else {
                 // Two blocks a byte, the even one low; an odd count leaves the midpoint high.
                 let byte = &mut out[block / 2];
                 *byte = match block % 2 {
@@ -186,20 +261,22 @@ fn quantize_as<T: ColumnWeight>(
                     _ => (*byte & 0x0f) | (zero_point << 4),
                 };
             }
-            QuantPart::Values => {
-                let working = T::working_scale(scale);
-                let reciprocal = if working != 0.0 { 1.0 / working } else { 0.0 };
-                let blob = &mut out[block * blob..(block + 1) * blob];
-                codes_on(path, w, reciprocal, f32::from(zero_point), top, bits, blob);
-            }
+        }
+        if let Some(out) = parts.values.as_deref_mut() {
+            let working = T::working_scale(scale);
+            let reciprocal = if working != 0.0 { 1.0 / working } else { 0.0 };
+            let blob = &mut out[block * blob..(block + 1) * blob];
+            codes_on(path, w, reciprocal, f32::from(zero_point), top, bits, blob);
         }
     }
-    if part == QuantPart::Values && bits == 4 && k % 2 == 1 {
-        // onnxruntime's stale nibble (see `nbits_weight`): the last row's byte repeats row
-        // K-2's code (the high nibble of its own byte) unless row K-1 starts a 2B-row unit.
-        let last = k - 1;
-        if last % (2 * rows) != 0 {
-            out[last / 2] |= out[(last - 1) / 2] & 0xf0;
+    if let Some(out) = parts.values {
+        if bits == 4 && k % 2 == 1 {
+            // onnxruntime's stale nibble (see `nbits_weight`): the last row's byte repeats row
+            // K-2's code (the high nibble of its own byte) unless row K-1 starts a 2B-row unit.
+            let last = k - 1;
+            if last % (2 * rows) != 0 {
+                out[last / 2] |= out[(last - 1) / 2] & 0xf0;
+            }
         }
     }
     Ok(())
@@ -338,17 +415,30 @@ mod avx2 {
             let below = _mm256_cmp_ps::<_CMP_LT_OQ>(_mm256_and_ps(v, magnitude), infinity);
             finite = _mm256_and_ps(finite, below);
         }
-        let (mut los, mut his) = ([0f32; 8], [0f32; 8]);
-        _mm256_storeu_ps(los.as_mut_ptr(), lo);
-        _mm256_storeu_ps(his.as_mut_ptr(), hi);
+        // Lanes folded with shuffles: with every element finite (else the range is not used)
+        // the order changes nothing but which of ±0 is kept, which the caller settles.
         let all_finite = _mm256_movemask_ps(finite) == 0xff;
-        let (mut l, mut h) = (f32::MAX, f32::MIN);
-        for (&a, &b) in los.iter().zip(&his) {
-            l = if a < l { a } else { l };
-            h = if b > h { b } else { h };
-        }
+        let (l, h) = (fold_min(lo), fold_max(hi));
         let (l, h, tail_finite) = range_scalar(chunks.remainder(), l, h);
         (l, h, all_finite && tail_finite)
+    }
+
+    /// The least of the 8 lanes of `v` (any order of `MINPS`).
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn fold_min(v: __m256) -> f32 {
+        let four = _mm_min_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+        let two = _mm_min_ps(four, _mm_movehl_ps(four, four));
+        _mm_cvtss_f32(_mm_min_ss(two, _mm_shuffle_ps::<0b01>(two, two)))
+    }
+
+    /// The greatest of the 8 lanes of `v` (any order of `MAXPS`).
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn fold_max(v: __m256) -> f32 {
+        let four = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+        let two = _mm_max_ps(four, _mm_movehl_ps(four, four));
+        _mm_cvtss_f32(_mm_max_ss(two, _mm_shuffle_ps::<0b01>(two, two)))
     }
 
     /// Eight codes `clamp(round(w · r + o), 0, top)` as i32 lanes.
@@ -455,6 +545,9 @@ mod tests {
         for path in paths() {
             for c in 0..n {
                 let col = column(&bytes, dtype, k, n, c);
+                let mut widened = vec![0f32; k];
+                to_f32(&col, dtype, &mut widened);
+                let mut wanted = Vec::new();
                 for part in [QuantPart::Values, QuantPart::Scales, QuantPart::ZeroPoints] {
                     let len = column_bytes(k, dtype, spec, part);
                     let mut out = vec![0xa5u8; len];
@@ -473,8 +566,43 @@ mod tests {
                         out, want,
                         "{path:?} {dtype} {spec:?} [{k}, {n}] column {c} {part:?}"
                     );
+                    // The same column given widened.
+                    let mut out = vec![0x5au8; len];
+                    let parts = ColumnParts::one(part, &mut out);
+                    quantize_widened_on(path, &widened, dtype, spec, parts).unwrap();
+                    assert_eq!(out, want, "{path:?} {dtype} [{k}, {n}] widened column {c}");
+                    wanted.push(want);
                 }
+                // All three parts at once.
+                let mut outs = wanted
+                    .iter()
+                    .map(|w| vec![0x3cu8; w.len()])
+                    .collect::<Vec<_>>();
+                let [values, scales, zero_points] = &mut outs[..] else {
+                    unreachable!("three parts")
+                };
+                let parts = ColumnParts {
+                    values: Some(values),
+                    scales: Some(scales),
+                    zero_points: Some(zero_points),
+                };
+                quantize_widened_on(path, &widened, dtype, spec, parts).unwrap();
+                assert_eq!(
+                    outs, wanted,
+                    "{path:?} {dtype} [{k}, {n}] column {c}, all parts"
+                );
             }
+        }
+    }
+
+    /// Little-endian `dtype` elements as f32.
+    fn to_f32(bytes: &[u8], dtype: DType, out: &mut [f32]) {
+        for (o, c) in out.iter_mut().zip(bytes.chunks_exact(dtype.size())) {
+            *o = match dtype {
+                DType::F32 => f32::from_le_bytes([c[0], c[1], c[2], c[3]]),
+                DType::F16 => f16::from_le_bytes([c[0], c[1]]).to_f32(),
+                _ => bf16::from_le_bytes([c[0], c[1]]).to_f32(),
+            };
         }
     }
 

@@ -80,6 +80,64 @@ pub(super) fn convert_through(
     through_f32(src, from, to, dst, f32s)
 }
 
+/// The values of `src` (elements of `from`) converted to `to` exactly as [`convert_slice`]
+/// converts them (clamped to the f16 range for f16), each written widened to f32 into `dst`
+/// (as many values): what a quantizer reads a weight as, without the `to` bytes in between
+/// (one pass over `src`, no buffer). Returns the number of values clamped.
+///
+/// Panics if `dst` does not hold one value per element of `src` or either type is not f32,
+/// f16 or bf16.
+pub fn widen_converted(src: &[u8], from: DType, to: DType, dst: &mut [f32]) -> usize {
+    let floats = |t| matches!(t, DType::F32 | DType::F16 | DType::BF16);
+    assert!(
+        floats(from) && floats(to),
+        "widen_converted: {from} to {to}"
+    );
+    assert_eq!(
+        src.len() / from.size(),
+        dst.len(),
+        "widen_converted: lengths"
+    );
+    #[cfg(target_arch = "x86_64")]
+    if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("f16c") {
+        type Kernel = unsafe fn(&[u8], &mut [f32]) -> usize;
+        let kernel: Option<Kernel> = match (from, to) {
+            (DType::BF16, DType::BF16 | DType::F32) => Some(x86::widen_bf16),
+            (DType::F16, DType::F16 | DType::F32) => Some(x86::widen_f16),
+            (DType::BF16, DType::F16) => Some(x86::widen_bf16_as_f16),
+            (DType::F32, DType::F16) => Some(x86::widen_f32_as_f16),
+            _ => None,
+        };
+        if let Some(kernel) = kernel {
+            let whole = dst.len() / 8 * 8;
+            let (head, rest) = src.split_at(whole * from.size());
+            // SAFETY: the CPU has AVX2 and F16C (checked just above), all the kernels require;
+            // `head` holds `whole` elements of `from`, a multiple of 8, and `dst[..whole]` as
+            // many values, as they require.
+            let clamped = unsafe { kernel(head, &mut dst[..whole]) };
+            return clamped + widen_converted_scalar(rest, from, to, &mut dst[whole..]);
+        }
+    }
+    widen_converted_scalar(src, from, to, dst)
+}
+
+/// [`widen_converted`] without SIMD: through [`convert_through`] and back to f32, a few
+/// values at a time on the stack.
+fn widen_converted_scalar(src: &[u8], from: DType, to: DType, dst: &mut [f32]) -> usize {
+    const AT_ONCE: usize = 64;
+    let (mut bytes, mut f32s) = ([0u8; 4 * AT_ONCE], [0f32; AT_ONCE]);
+    let mut clamped = 0;
+    for (piece, out) in src
+        .chunks(AT_ONCE * from.size())
+        .zip(dst.chunks_mut(AT_ONCE))
+    {
+        let converted = &mut bytes[..out.len() * to.size()];
+        clamped += convert_through(piece, from, to, converted, &mut f32s);
+        to_f32(converted, to, out);
+    }
+    clamped
+}
+
 /// [`convert_through`] by way of f32 for every pair of float types: each step of `f32s.len()`
 /// values widened to f32, then narrowed (clamped to the f16 range for f16).
 fn through_f32(src: &[u8], from: DType, to: DType, dst: &mut [u8], f32s: &mut [f32]) -> usize {
@@ -177,6 +235,83 @@ mod x86 {
                 let wide = _mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(bits));
                 let (halves, n) = clamp_round(_mm256_castsi256_ps(wide));
                 _mm_storeu_si128(d.as_mut_ptr().cast(), halves);
+                clamped += n as usize;
+            }
+        }
+        clamped
+    }
+
+    /// bf16 values of `src` (8 per 16 bytes) widened to f32 into `dst`: exact (a shift).
+    ///
+    /// # Safety
+    /// The CPU must have AVX2; `dst` must hold a multiple of 8 values, `src` as many.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn widen_bf16(src: &[u8], dst: &mut [f32]) -> usize {
+        assert!(dst.len() % 8 == 0 && src.len() == 2 * dst.len());
+        for (s, d) in src.chunks_exact(16).zip(dst.chunks_exact_mut(8)) {
+            // SAFETY: `s` is 16 bytes and `d` 8 floats; unaligned loads and stores.
+            unsafe {
+                let bits = _mm_loadu_si128(s.as_ptr().cast());
+                let wide = _mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(bits));
+                _mm256_storeu_ps(d.as_mut_ptr(), _mm256_castsi256_ps(wide));
+            }
+        }
+        0
+    }
+
+    /// f16 values of `src` widened to f32 into `dst`: exact.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2 and F16C; `dst` must hold a multiple of 8 values, `src` as many.
+    #[target_feature(enable = "avx2,f16c")]
+    pub(super) unsafe fn widen_f16(src: &[u8], dst: &mut [f32]) -> usize {
+        assert!(dst.len() % 8 == 0 && src.len() == 2 * dst.len());
+        for (s, d) in src.chunks_exact(16).zip(dst.chunks_exact_mut(8)) {
+            // SAFETY: `s` is 16 bytes and `d` 8 floats; unaligned loads and stores.
+            unsafe {
+                let halves = _mm_loadu_si128(s.as_ptr().cast());
+                _mm256_storeu_ps(d.as_mut_ptr(), _mm256_cvtph_ps(halves));
+            }
+        }
+        0
+    }
+
+    /// bf16 values of `src` converted to f16 as [`bf16_to_f16`] converts them, widened back
+    /// to f32 into `dst`; returns the number clamped.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2 and F16C; `dst` must hold a multiple of 8 values, `src` as many.
+    #[target_feature(enable = "avx2,f16c")]
+    pub(super) unsafe fn widen_bf16_as_f16(src: &[u8], dst: &mut [f32]) -> usize {
+        assert!(dst.len() % 8 == 0 && src.len() == 2 * dst.len());
+        let mut clamped = 0;
+        for (s, d) in src.chunks_exact(16).zip(dst.chunks_exact_mut(8)) {
+            // SAFETY: `s` is 16 bytes and `d` 8 floats; unaligned loads and stores.
+            unsafe {
+                let bits = _mm_loadu_si128(s.as_ptr().cast());
+                let wide = _mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(bits));
+                let (halves, n) = clamp_round(_mm256_castsi256_ps(wide));
+                _mm256_storeu_ps(d.as_mut_ptr(), _mm256_cvtph_ps(halves));
+                clamped += n as usize;
+            }
+        }
+        clamped
+    }
+
+    /// f32 values of `src` converted to f16 as [`f32_to_f16`] converts them, widened back to
+    /// f32 into `dst`; returns the number clamped.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2 and F16C; `dst` must hold a multiple of 8 values, `src` as many.
+    #[target_feature(enable = "avx2,f16c")]
+    pub(super) unsafe fn widen_f32_as_f16(src: &[u8], dst: &mut [f32]) -> usize {
+        assert!(dst.len() % 8 == 0 && src.len() == 4 * dst.len());
+        let mut clamped = 0;
+        for (s, d) in src.chunks_exact(32).zip(dst.chunks_exact_mut(8)) {
+            // SAFETY: `s` is 32 bytes and `d` 8 floats; unaligned loads and stores.
+            unsafe {
+                let (halves, n) = clamp_round(_mm256_loadu_ps(s.as_ptr().cast()));
+                _mm256_storeu_ps(d.as_mut_ptr(), _mm256_cvtph_ps(halves));
                 clamped += n as usize;
             }
         }
@@ -299,6 +434,70 @@ mod tests {
 
     fn f32_bytes(v: &[f32]) -> Vec<u8> {
         bytemuck::cast_slice(v).to_vec()
+    }
+
+    /// `widen_converted` against `convert_slice` then widening, bit for bit, with the count.
+    fn check_widened(src: &[u8], from: DType, to: DType) {
+        let (converted, clamped) = convert(src, from, to);
+        let mut expected = vec![0f32; src.len() / from.size()];
+        to_f32(&converted, to, &mut expected);
+        // Lengths that leave every remainder of 8 to the scalar tail.
+        for cut in 0..9.min(expected.len() + 1) {
+            let n = expected.len() - cut;
+            let mut got = vec![f32::NAN; n];
+            let counted = widen_converted(&src[..n * from.size()], from, to, &mut got);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert!(
+                bits(&got) == bits(&expected[..n]),
+                "{from} to {to}, {n} values"
+            );
+            if cut == 0 {
+                assert_eq!(counted, clamped, "{from} to {to}: clamped");
+            }
+        }
+    }
+
+    #[test]
+    fn widen_converted_equals_converting_then_widening() {
+        // Every bf16 and every f16 pattern (NaN, infinities, subnormals, ±0 included).
+        let every: Vec<u8> = (0..=u16::MAX).flat_map(|b| b.to_le_bytes()).collect();
+        for (from, to) in [
+            (DType::BF16, DType::F16),
+            (DType::BF16, DType::BF16),
+            (DType::BF16, DType::F32),
+            (DType::F16, DType::F16),
+            (DType::F16, DType::F32),
+            (DType::F16, DType::BF16),
+        ] {
+            check_widened(&every, from, to);
+        }
+        // f32 around the f16 limits, rounding ties, and a spread of magnitudes.
+        let mut f32s = vec![
+            65504.0f32,
+            65519.99,
+            65520.0,
+            -65520.0,
+            1e30,
+            -1e-30,
+            2.0f32.powi(-25),
+            -0.0,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            f32::MIN_POSITIVE,
+            1.0 + 2.0f32.powi(-11),
+        ];
+        let mut state = 0x9e37_79b9u32;
+        f32s.extend((0..4000).map(|_| {
+            state ^= state << 13;
+            state ^= state >> 17;
+            state ^= state << 5;
+            f32::from_bits(state)
+        }));
+        let bytes: Vec<u8> = f32s.iter().flat_map(|v| v.to_le_bytes()).collect();
+        for to in [DType::F16, DType::BF16, DType::F32] {
+            check_widened(&bytes, DType::F32, to);
+        }
     }
 
     #[test]

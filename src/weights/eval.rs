@@ -37,6 +37,9 @@ pub struct Evaluator<'a> {
     /// The last weight quantized, kept while its other parts (values, scales, zero points,
     /// written one after the other) are read.
     pub(super) last_quantized: Option<super::quantized::Cached>,
+    /// The scales and zero points the last values pass by columns kept for the parts written
+    /// after it.
+    pub(super) kept_parameters: Option<super::nbits_columns::KeptParameters>,
 }
 
 impl<'a> Evaluator<'a> {
@@ -46,6 +49,7 @@ impl<'a> Evaluator<'a> {
             store,
             files: HashMap::new(),
             last_quantized: None,
+            kept_parameters: None,
         }
     }
 

@@ -11,13 +11,16 @@
 //! MatMulNBits' order ([`quant::columns`], vectorised), and only the part written is computed
 //! (the scales and zero points stop at each block's range). Otherwise each tile is quantized
 //! from its columns of the stored tensors ([`quant::quantize_into`]) and laid out for
-//! MatMulNBits. Either way it goes into the sink's own buffer. Each input reads the weight
-//! again rather than keeping the quantization for the next: block quantization is
-//! deterministic, so the scales and zero points are bit for bit those the values were computed
-//! with (their pass skips the values). Nothing outlives a write, and the tiles' working memory is lent by the
-//! sink ([`Sink::lend`]: one of the writer's blocks where it writes through blocks, a buffer of
-//! just that size where it writes through a map), so quantizing takes no memory besides the
-//! writer's and its own scratch (tens of KiB by columns, at most [`SCRATCH`] by tiles).
+//! MatMulNBits. Either way it goes into the sink's own buffer. By columns, converting and
+//! widening are one step ([`convert::widen_converted`]), and the values pass keeps the scales
+//! and zero points it computes (at most [`KEPT`] bytes: every layer's, not a large LM head's)
+//! for those parts, which the data file holds right after the values; otherwise each input
+//! reads the weight again: block quantization is deterministic, so the scales and zero points
+//! are bit for bit those the values were computed with (their pass skips the values). The
+//! tiles' working memory is lent by the sink ([`Sink::lend`]: one of the writer's blocks where
+//! it writes through blocks, a buffer of just that size where it writes through a map), so
+//! quantizing takes no memory besides the writer's, its own scratch (tens of KiB by columns, at
+//! most [`SCRATCH`] by tiles) and what it keeps.
 
 use std::ops::Range;
 
@@ -31,6 +34,7 @@ use super::sink::Sink;
 use super::transpose::transpose_rows_into;
 use crate::ir::{DType, QuantParams, QuantPart, TensorSource};
 use crate::quant;
+use crate::quant::columns::ColumnParts;
 use crate::{Error, Result};
 
 /// Columns per tile: the quantizer reads a tile block row by block row, each a transpose of
@@ -39,6 +43,29 @@ const TILE: usize = 64;
 /// The most working memory the tiles in flight take, lent by the sink: fewer tiles run at
 /// once when one takes more than its share.
 const SCRATCH: usize = 4 << 20;
+/// The most bytes of scales and zero points a values pass keeps for the parts written next
+/// (every layer's weights of a model of a few billion parameters; not a large LM head's).
+const KEPT: usize = 256 << 10;
+
+/// The scales and zero points of the weight quantized by columns last, in MatMulNBits'
+/// layout, kept by its values pass (which computes them anyway) for its other parts, which
+/// the data file holds right after its values: written from here, they do not read and
+/// convert the weight again.
+pub(super) struct KeptParameters {
+    weight: TensorSource,
+    dtype: DType,
+    spec: QuantParams,
+    scales: Option<Vec<u8>>,
+    zero_points: Option<Vec<u8>>,
+}
+
+/// `count` places for pieces of `len` bytes: `buf`'s, in order, or none where nothing is kept.
+fn pieces(buf: Option<&mut [u8]>, len: usize, count: usize) -> Vec<Option<&mut [u8]>> {
+    match buf {
+        Some(buf) if len > 0 => buf.chunks_mut(len).map(Some).collect(),
+        _ => (0..count).map(|_| None).collect(),
+    }
+}
 
 /// The first element of columns `cols` (in row-major order) of the `[K, N]` `weight` that is
 /// not a finite number once converted to `dtype`, described as the quantizer's error does but
@@ -120,6 +147,10 @@ impl Evaluator<'_> {
         let Some(input) = nbits_input(src, target) else {
             return Ok(false);
         };
+        if let Some(bytes) = self.take_kept(&input) {
+            sink.write(&bytes)?;
+            return Ok(true);
+        }
         let Some(weight) = self.matrix(input.weight)? else {
             return Ok(false);
         };
@@ -155,49 +186,78 @@ impl Evaluator<'_> {
         };
         // A weight stored by columns (Hugging Face's `[N, K]`) is quantized column by column
         // from the stored rows, in MatMulNBits' order already: no transpose either way.
-        let by_columns = weight.columns_stored() && quant::columns::supports(dtype);
+        let by_columns = weight.columns_stored()
+            && quant::columns::supports(dtype)
+            && quant::columns::supports(weight.dtype());
         // One tile's quantization: its values (when they are written), scales, zero points
-        // and the quantizer's working memory; by columns, one column converted and widened.
+        // and the quantizer's working memory; by columns, one column converted and widened
+        // (and room to align it).
         let values_len = if part == QuantPart::Values && !by_columns {
             k * TILE
         } else {
             0
         };
         let tile_len = if by_columns {
-            k * (dtype.size() + 4) + 4
+            k * 4 + 4
         } else {
             values_len
                 + blocks * TILE * (dtype.size() + 1)
                 + quant::quantize_scratch_len(dtype, TILE, &spec)
         };
         let from = weight.dtype();
-        let column_tile = |cols: Range<usize>, out: &mut [u8], scratch: &mut [u8]| -> Result<()> {
-            let (converted, rest) = scratch.split_at_mut(k * dtype.size());
-            let (_, work, _) = bytemuck::pod_align_to_mut::<u8, f32>(rest);
-            for (col, out) in cols.clone().zip(out.chunks_exact_mut(column_bytes)) {
+        // The values pass by columns keeps the scales and zero points it computes, when they
+        // are small enough, for the parts written next.
+        let kept_len = |part| match part {
+            QuantPart::ZeroPoints if spec.symmetric => 0,
+            _ => quant::columns::column_bytes(k, dtype, &spec, part),
+        };
+        let (scale_len, zero_point_len) =
+            (kept_len(QuantPart::Scales), kept_len(QuantPart::ZeroPoints));
+        let keep =
+            by_columns && part == QuantPart::Values && n * (scale_len + zero_point_len) <= KEPT;
+        let mut kept_scales = vec![0u8; if keep { n * scale_len } else { 0 }];
+        let mut kept_zero_points = vec![0u8; if keep { n * zero_point_len } else { 0 }];
+        let column_tile = |cols: Range<usize>,
+                           out: &mut [u8],
+                           scratch: &mut [u8],
+                           kept: [Option<&mut [u8]>; 2]|
+         -> Result<()> {
+            let (_, work, _) = bytemuck::pod_align_to_mut::<u8, f32>(scratch);
+            let work = &mut work[..k];
+            let [scales, zero_points] = kept;
+            let scales = pieces(scales, scale_len, cols.len());
+            let zero_points = pieces(zero_points, zero_point_len, cols.len());
+            let columns = cols.clone().zip(out.chunks_exact_mut(column_bytes));
+            for ((col, out), (scales, zero_points)) in
+                columns.zip(scales.into_iter().zip(zero_points))
+            {
                 weight.column_pieces(col, &mut |row, piece| {
-                    let at = row * dtype.size();
-                    let len = piece.len() / from.size() * dtype.size();
-                    convert::convert_slice(piece, from, dtype, &mut converted[at..at + len]);
+                    let len = piece.len() / from.size();
+                    convert::widen_converted(piece, from, dtype, &mut work[row..row + len]);
                 });
-                quant::columns::quantize_column(converted, dtype, &spec, part, out, work).map_err(
-                    |_| {
-                        let message = "an element is not a finite number".to_string();
-                        named(
-                            Error::Quantize {
-                                tensor: None,
-                                message,
-                            },
-                            &cols,
-                        )
-                    },
-                )?;
+                let mut parts = ColumnParts::one(part, out);
+                parts.scales = parts.scales.or(scales);
+                parts.zero_points = parts.zero_points.or(zero_points);
+                quant::columns::quantize_widened(work, dtype, &spec, parts).map_err(|_| {
+                    let message = "an element is not a finite number".to_string();
+                    named(
+                        Error::Quantize {
+                            tensor: None,
+                            message,
+                        },
+                        &cols,
+                    )
+                })?;
             }
             Ok(())
         };
-        let tile = |cols: Range<usize>, out: &mut [u8], scratch: &mut [u8]| -> Result<()> {
+        let tile = |cols: Range<usize>,
+                    out: &mut [u8],
+                    scratch: &mut [u8],
+                    kept: [Option<&mut [u8]>; 2]|
+         -> Result<()> {
             if by_columns {
-                return column_tile(cols, out, scratch);
+                return column_tile(cols, out, scratch, kept);
             }
             let width = cols.len();
             let (values, rest) = scratch.split_at_mut(values_len / TILE * width);
@@ -234,21 +294,38 @@ impl Evaluator<'_> {
         while first < n && written.is_ok() {
             let count = (sink.room() / column_bytes).clamp(1, n - first);
             let group = count.div_ceil(threads);
+            let groups = count.div_ceil(group);
+            let (scales, zero_points) = (
+                keep.then(|| &mut kept_scales[first * scale_len..(first + count) * scale_len]),
+                keep.then(|| {
+                    &mut kept_zero_points[first * zero_point_len..(first + count) * zero_point_len]
+                }),
+            );
+            let mut kept: Vec<_> = pieces(scales, group * scale_len, groups)
+                .into_iter()
+                .zip(pieces(zero_points, group * zero_point_len, groups))
+                .collect();
             let mut failure = None;
             written = sink
                 .write_with(count * column_bytes, &mut |dst| {
                     failure = dst
                         .par_chunks_mut(group * column_bytes)
                         .zip(scratch.par_chunks_mut(tile_len))
+                        .zip(kept.par_iter_mut())
                         .enumerate()
-                        .find_map_first(|(g, (out, scratch))| {
+                        .find_map_first(|(g, ((out, scratch), (scales, zero_points)))| {
                             let start = first + g * group;
+                            let tiles = out.len().div_ceil(TILE * column_bytes);
+                            let scales = pieces(scales.as_deref_mut(), TILE * scale_len, tiles);
+                            let zero_points =
+                                pieces(zero_points.as_deref_mut(), TILE * zero_point_len, tiles);
                             out.chunks_mut(TILE * column_bytes)
+                                .zip(scales.into_iter().zip(zero_points))
                                 .enumerate()
-                                .find_map(|(t, out)| {
+                                .find_map(|(t, (out, (scales, zero_points)))| {
                                     let from = start + t * TILE;
                                     let cols = from..from + out.len() / column_bytes;
-                                    tile(cols, out, scratch).err()
+                                    tile(cols, out, scratch, [scales, zero_points]).err()
                                 })
                         });
                     0
@@ -257,7 +334,34 @@ impl Evaluator<'_> {
             first += count;
         }
         sink.give_back(scratch);
-        written.map(|()| true)
+        written?;
+        if keep {
+            self.kept_parameters = Some(KeptParameters {
+                weight: input.weight.clone(),
+                dtype,
+                spec,
+                scales: Some(kept_scales),
+                zero_points: (!spec.symmetric).then_some(kept_zero_points),
+            });
+        }
+        Ok(true)
+    }
+
+    /// The bytes of `input`, a weight's scales or zero points, when its values pass kept them
+    /// (they are not kept again: each part is written once); any other request forgets what was kept
+    /// when it is a values pass.
+    fn take_kept(&mut self, input: &NBitsInput<'_>) -> Option<Vec<u8>> {
+        if input.part == QuantPart::Values {
+            self.kept_parameters = None;
+            return None;
+        }
+        let kept = self.kept_parameters.as_mut().filter(|kept| {
+            kept.weight == *input.weight && kept.dtype == input.dtype && kept.spec == input.spec
+        })?;
+        match input.part {
+            QuantPart::Scales => kept.scales.take(),
+            _ => kept.zero_points.take(),
+        }
     }
 }
 
@@ -435,6 +539,61 @@ mod tests {
                         );
                     }
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn scales_and_zero_points_kept_by_the_values_pass_are_those_computed_alone() {
+        // A Hugging Face `[N, K]` weight (stored by columns) quantized as MatMulNBits reads it:
+        // one evaluator writes its values, then its scales and zero points, as the data file
+        // holds them, and they must equal each part computed on its own.
+        for (k, n, symmetric) in [(64, 200, false), (96, 70, true), (40, 3, false)] {
+            let spec = QuantParams::new(4, 16, symmetric);
+            let stored_t = stored(&values(k * n, k as u32), DType::BF16, vec![n, k]);
+            let weight = TensorSource::Transpose(Box::new(stored_t));
+            let parts = inputs(&weight, DType::F16, spec);
+            let alone: Vec<Vec<u8>> = parts
+                .iter()
+                .map(|(src, target)| {
+                    let mut sink = Vec::new();
+                    assert!(Evaluator::new(None)
+                        .stream_nbits_columns(src, *target, &mut sink)
+                        .unwrap());
+                    sink
+                })
+                .collect();
+            for every in [usize::MAX, 1000, 7] {
+                let mut ev = Evaluator::new(None);
+                for (i, ((src, target), alone)) in parts.iter().zip(&alone).enumerate() {
+                    let mut sink = Uneven {
+                        bytes: Vec::new(),
+                        every,
+                    };
+                    assert!(ev.stream_nbits_columns(src, *target, &mut sink).unwrap());
+                    assert!(
+                        &sink.bytes == alone,
+                        "[{k}, {n}] part {i}, pieces of {every}"
+                    );
+                    // The values pass kept what the following parts took.
+                    let kept = ev.kept_parameters.as_ref().expect("kept parameters");
+                    let left = [kept.scales.is_some(), kept.zero_points.is_some()];
+                    let want = match i {
+                        0 => [true, !symmetric],
+                        1 => [false, !symmetric],
+                        _ => [false, false],
+                    };
+                    assert_eq!(left, want, "[{k}, {n}] after part {i}");
+                }
+                // Another weight's values pass forgets them.
+                let other = inputs(
+                    &stored(&values(k * 5, 1), DType::F32, vec![k, 5]),
+                    DType::F16,
+                    spec,
+                );
+                ev.stream_nbits_columns(&other[0].0, other[0].1, &mut Vec::new())
+                    .unwrap();
+                assert!(ev.kept_parameters.is_none());
             }
         }
     }
