@@ -26,7 +26,7 @@ use std::thread::{Scope, ScopedJoinHandle};
 
 use memmap2::{Advice, MmapOptions, MmapRaw, UncheckedAdvice};
 
-use crate::weights::sink::Sink;
+use crate::weights::sink::{Sink, Store};
 use crate::{Error, Result};
 
 /// Bytes populated at a time; also the most one [`Sink::write_with`] is asked to produce
@@ -220,7 +220,8 @@ impl Sink for MappedSink<'_, '_> {
     fn write(&mut self, mut bytes: &[u8]) -> Result<()> {
         while !bytes.is_empty() {
             let n = bytes.len().min(self.room());
-            self.claim(n)?.copy_from_slice(&bytes[..n]);
+            Store::Streamed.copy(self.claim(n)?, &bytes[..n]);
+            Store::fence();
             self.advance(n);
             bytes = &bytes[n..];
         }
@@ -239,6 +240,10 @@ impl Sink for MappedSink<'_, '_> {
 
     fn room(&self) -> usize {
         (CHUNK - self.position % CHUNK) as usize
+    }
+
+    fn streams(&self) -> bool {
+        true
     }
 
     /// The buffer given back last when it holds `len` bytes, else new memory of `len` bytes:

@@ -115,6 +115,13 @@ impl Sink for DataSink<'_, '_> {
         }
     }
 
+    fn streams(&self) -> bool {
+        match self {
+            DataSink::Mapped(s) => s.streams(),
+            DataSink::Blocks(s) => s.streams(),
+        }
+    }
+
     fn lend(&mut self, len: usize) -> Result<Vec<u8>> {
         self.inner().lend(len)
     }

@@ -2,6 +2,7 @@
 
 use half::{bf16, f16};
 
+use super::sink::Store;
 use crate::ir::DType;
 
 /// Largest finite f16 value.
@@ -420,11 +421,41 @@ const PAR_ELEMS: usize = 1 << 16;
 
 /// [`convert_slice`] spread over rayon's threads in pieces of [`PAR_ELEMS`] elements.
 pub fn convert_parallel(src: &[u8], from: DType, to: DType, dst: &mut [u8]) -> usize {
+    convert_parallel_to(src, from, to, dst, Store::Cached)
+}
+
+/// Elements a streamed conversion converts at a time into a buffer on the stack before
+/// storing them.
+const STREAMED_ELEMS: usize = 2048;
+
+/// [`convert_parallel`] storing as `store` says: streamed, each piece is converted into a
+/// small buffer (in L1) and stored from there around the caches.
+pub fn convert_parallel_to(
+    src: &[u8],
+    from: DType,
+    to: DType,
+    dst: &mut [u8],
+    store: Store,
+) -> usize {
     use rayon::prelude::*;
     debug_assert_eq!(dst.len(), converted_len(src.len(), from, to));
     src.par_chunks(PAR_ELEMS * from.size())
         .zip(dst.par_chunks_mut(PAR_ELEMS * to.size()))
-        .map(|(s, d)| convert_slice(s, from, to, d))
+        .map(|(s, d)| match store {
+            Store::Cached => convert_slice(s, from, to, d),
+            Store::Streamed => {
+                let (mut buffer, mut f32s) = ([0u8; 4 * STREAMED_ELEMS], [0f32; STREAMED_ELEMS]);
+                let mut clamped = 0;
+                let pieces = s.chunks(STREAMED_ELEMS * from.size());
+                for (s, d) in pieces.zip(d.chunks_mut(STREAMED_ELEMS * to.size())) {
+                    let converted = &mut buffer[..d.len()];
+                    clamped += convert_through(s, from, to, converted, &mut f32s);
+                    store.copy(d, converted);
+                }
+                Store::fence();
+                clamped
+            }
+        })
         .sum()
 }
 
@@ -497,6 +528,27 @@ mod tests {
         let bytes: Vec<u8> = f32s.iter().flat_map(|v| v.to_le_bytes()).collect();
         for to in [DType::F16, DType::BF16, DType::F32] {
             check_widened(&bytes, DType::F32, to);
+        }
+    }
+
+    #[test]
+    fn streamed_conversions_store_what_cached_ones_do() {
+        // Lengths across the streamed buffer and the parallel pieces, at aligned and
+        // unaligned places.
+        let n = PAR_ELEMS + 3 * STREAMED_ELEMS + 5;
+        let src: Vec<u8> = (0..n)
+            .flat_map(|i| bf16::from_f32((i as f32 - 3e4) * 3.7).to_le_bytes())
+            .collect();
+        for to in [DType::F16, DType::F32] {
+            let (want, want_clamped) = convert(&src, DType::BF16, to);
+            assert_eq!(want_clamped > 0, to == DType::F16);
+            for shift in [0, 1, 6] {
+                let mut buffer = vec![0u8; want.len() + 16];
+                let dst = &mut buffer[shift..shift + want.len()];
+                let clamped = convert_parallel_to(&src, DType::BF16, to, dst, Store::Streamed);
+                assert!(dst[..] == want[..], "bf16 to {to}, shifted {shift}");
+                assert_eq!(clamped, want_clamped);
+            }
         }
     }
 

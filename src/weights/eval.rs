@@ -11,6 +11,7 @@ use super::matrix::Matrix;
 use super::sink::Sink;
 use super::store::TensorStore;
 use super::transpose;
+use super::transpose::Store;
 use crate::ir::{DType, TensorSource};
 use crate::{Error, Result};
 
@@ -787,11 +788,12 @@ fn stream_converted(data: &[u8], from: DType, to: DType, sink: &mut dyn Sink) ->
     let (from_size, to_size) = (from.size(), to.size());
     let total = data.len() / from_size;
     let (mut clamped, mut at) = (0, 0);
+    let store = Store::of(sink);
     while at < total {
         let n = (sink.room() / to_size).clamp(1, total - at);
         let piece = &data[at * from_size..(at + n) * from_size];
         clamped += sink.write_with(n * to_size, &mut |dst| {
-            convert::convert_parallel(piece, from, to, dst)
+            convert::convert_parallel_to(piece, from, to, dst, store)
         })?;
         at += n;
     }
@@ -829,7 +831,10 @@ fn stream_matrix(matrix: &Matrix<'_>, to: DType, sink: &mut dyn Sink) -> Result<
     let (mut clamped, mut first) = (0, 0);
     while first < rows {
         let n = (sink.room() / out_row).clamp(1, rows - first);
-        clamped += sink.write_with(n * out_row, &mut |dst| matrix.fill(first, 0..cols, to, dst))?;
+        let store = Store::of(sink);
+        clamped += sink.write_with(n * out_row, &mut |dst| {
+            matrix.fill(first, 0..cols, to, dst, store)
+        })?;
         first += n;
     }
     Ok(clamped)

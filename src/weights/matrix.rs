@@ -12,7 +12,7 @@ use std::ops::Range;
 use rayon::prelude::*;
 
 use super::convert;
-use super::transpose;
+use super::transpose::{self, Store};
 use crate::ir::DType;
 
 /// Values converted per task when stored rows are converted in parallel.
@@ -169,8 +169,8 @@ impl<'a> Matrix<'a> {
     }
 
     /// Writes rows `first..` of columns `cols`, converted to `to`, into `dst` (as many whole
-    /// rows of `cols.len()` elements as it holds). Returns the number of values clamped to the
-    /// f16 range.
+    /// rows of `cols.len()` elements as it holds), transposed parts stored as `store` says.
+    /// Returns the number of values clamped to the f16 range.
     ///
     /// Panics if the block is not within the matrix or the dtype does not convert to `to`
     /// ([`convert::can_convert`]): callers check both.
@@ -180,13 +180,14 @@ impl<'a> Matrix<'a> {
         cols: Range<usize>,
         to: DType,
         dst: &mut [u8],
+        store: Store,
     ) -> usize {
         let row = cols.len() * to.size();
         if row == 0 {
             return 0;
         }
         let mut out: Vec<&mut [u8]> = dst.chunks_exact_mut(row).collect();
-        self.fill_rows(first, cols, to, &mut out)
+        self.fill_rows(first, cols, to, &mut out, store)
     }
 
     /// [`Matrix::fill`] into one slice per row: `out[i]` receives columns `cols` of row
@@ -197,6 +198,7 @@ impl<'a> Matrix<'a> {
         cols: Range<usize>,
         to: DType,
         out: &mut [&mut [u8]],
+        store: Store,
     ) -> usize {
         assert!(
             first + out.len() <= self.rows && cols.end <= self.cols,
@@ -224,7 +226,7 @@ impl<'a> Matrix<'a> {
                 // Columns `cols` are the stored rows `cols`: a `[width, rows]` matrix.
                 let stored_row = self.rows * from.size();
                 let block = &data[cols.start * stored_row..cols.end * stored_row];
-                transpose::transpose_rows_to(block, width, self.rows, from, to, first, out)
+                transpose::transpose_rows_to(block, width, self.rows, from, to, first, out, store)
             }
             Layout::Stacked(parts) => {
                 // `row`: the next row to write; `start`: the first row of `part`.
@@ -235,7 +237,7 @@ impl<'a> Matrix<'a> {
                     if row < end && !rest.is_empty() {
                         let n = (end - row).min(rest.len());
                         let (here, after) = std::mem::take(&mut rest).split_at_mut(n);
-                        clamped += part.fill_rows(row - start, cols.clone(), to, here);
+                        clamped += part.fill_rows(row - start, cols.clone(), to, here, store);
                         (rest, row) = (after, row + n);
                     }
                     start = end;
@@ -255,7 +257,7 @@ impl<'a> Matrix<'a> {
                     start = end;
                 }
                 if let [(part, local)] = &pieces[..] {
-                    return part.fill_rows(first, local.clone(), to, out);
+                    return part.fill_rows(first, local.clone(), to, out, store);
                 }
                 // Each output row split into the parts' pieces, the parts written in parallel.
                 let mut per_part: Vec<Vec<&mut [u8]>> = pieces
@@ -274,7 +276,9 @@ impl<'a> Matrix<'a> {
                 pieces
                     .par_iter()
                     .zip(per_part.par_iter_mut())
-                    .map(|((part, local), rows)| part.fill_rows(first, local.clone(), to, rows))
+                    .map(|((part, local), rows)| {
+                        part.fill_rows(first, local.clone(), to, rows, store)
+                    })
                     .sum()
             }
         }
@@ -436,11 +440,16 @@ mod tests {
                         let mut want = Vec::new();
                         let want_clamped = convert::convert_into(&naive, from, to, &mut want);
                         clamped_somewhere |= want_clamped > 0;
-                        let mut got = vec![0xAA; want.len()];
-                        let clamped = matrix.fill(block_rows.start, cols.clone(), to, &mut got);
-                        let what = format!("{from} -> {to}, [{r}, {c}], {block_rows:?} × {cols:?}");
-                        assert!(got == want, "{what}: bytes differ");
-                        assert_eq!(clamped, want_clamped, "{what}");
+                        for store in [Store::Cached, Store::Streamed] {
+                            let mut got = vec![0xAA; want.len()];
+                            let first = block_rows.start;
+                            let clamped = matrix.fill(first, cols.clone(), to, &mut got, store);
+                            let what = format!(
+                                "{from} -> {to}, [{r}, {c}], {block_rows:?} × {cols:?}, {store:?}"
+                            );
+                            assert!(got == want, "{what}: bytes differ");
+                            assert_eq!(clamped, want_clamped, "{what}");
+                        }
                     }
                 }
             }

@@ -31,7 +31,7 @@ use super::eval::Evaluator;
 use super::matrix::Matrix;
 use super::quantized::describe_source;
 use super::sink::Sink;
-use super::transpose::transpose_rows_into;
+use super::transpose::{transpose_rows_into, Store};
 use crate::ir::{DType, QuantParams, QuantPart, TensorSource};
 use crate::quant;
 use crate::quant::columns::ColumnParts;
@@ -73,7 +73,7 @@ fn pieces(buf: Option<&mut [u8]>, len: usize, count: usize) -> Vec<Option<&mut [
 fn non_finite(weight: &Matrix<'_>, cols: &Range<usize>, dtype: DType) -> Option<String> {
     let k = weight.rows();
     let mut tile = vec![0u8; k * cols.len() * dtype.size()];
-    weight.fill(0, cols.clone(), dtype, &mut tile);
+    weight.fill(0, cols.clone(), dtype, &mut tile, Store::Cached);
     let mut wide = vec![0u8; k * cols.len() * 4];
     convert::convert_slice(&tile, dtype, DType::F32, &mut wide);
     let values: Vec<f32> = wide
@@ -264,7 +264,7 @@ impl Evaluator<'_> {
             let (scales, rest) = rest.split_at_mut(blocks * width * dtype.size());
             let (zero_points, work) = rest.split_at_mut(blocks * width);
             let fill = |first: usize, dst: &mut [u8]| {
-                weight.fill(first, cols.clone(), dtype, dst);
+                weight.fill(first, cols.clone(), dtype, dst, Store::Cached);
             };
             let into = quant::QuantizedInto {
                 values: &mut *values,

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use super::convert;
 use super::eval::{Evaluator, SourceInfo};
+use super::transpose::Store;
 use crate::ir::{DType, MoeLayer, QuantParams, QuantPart, TensorData, TensorSource};
 use crate::quant::{self, Quantized};
 use crate::{Error, Result};
@@ -442,7 +443,7 @@ impl Evaluator<'_> {
             if convert::can_convert(weight.dtype(), dtype) {
                 let (k, n) = (weight.rows(), weight.cols());
                 let fill = |first: usize, dst: &mut [u8]| {
-                    weight.fill(first, 0..n, dtype, dst);
+                    weight.fill(first, 0..n, dtype, dst, Store::Cached);
                 };
                 return quant::quantize_with(dtype, k, n, spec, &fill);
             }

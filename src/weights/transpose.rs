@@ -12,6 +12,7 @@
 use rayon::prelude::*;
 
 use super::convert;
+pub use super::sink::Store;
 use crate::ir::DType;
 
 /// Source rows per tile.
@@ -52,14 +53,15 @@ pub fn transpose_rows_into(
         "destination is not whole output rows of the transpose"
     );
     let mut out: Vec<&mut [u8]> = dst.chunks_exact_mut(out_row).collect();
-    transpose_rows_to(src, rows, cols, from, to, first, &mut out)
+    transpose_rows_to(src, rows, cols, from, to, first, &mut out, Store::Cached)
 }
 
 /// [`transpose_rows_into`] with each output row in a slice of its own (`dst[i]` receives
 /// output row `first + i`, `rows` elements of `to`), e.g. one part of the rows of a wider
-/// matrix that other tensors fill beside it.
+/// matrix that other tensors fill beside it, stored as `store` says.
 ///
 /// Panics as [`transpose_rows_into`] does, or if a slice is not one output row long.
+#[allow(clippy::too_many_arguments)]
 pub fn transpose_rows_to(
     src: &[u8],
     rows: usize,
@@ -68,6 +70,7 @@ pub fn transpose_rows_to(
     to: DType,
     first: usize,
     dst: &mut [&mut [u8]],
+    store: Store,
 ) -> usize {
     assert_eq!(
         src.len(),
@@ -88,6 +91,7 @@ pub fn transpose_rows_to(
         from,
         to,
         first,
+        store,
     };
     match from.size() {
         1 => job.run::<1, STRIP_BYTES>(src, dst),
@@ -105,6 +109,7 @@ struct Job {
     from: DType,
     to: DType,
     first: usize,
+    store: Store,
 }
 
 impl Job {
@@ -168,7 +173,7 @@ impl Job {
             let rows_out = out.iter_mut();
             if self.from == self.to {
                 for (row, column) in rows_out.zip(columns) {
-                    copy_column(&mut row[r0 * size..r1 * size], column);
+                    copy_column(&mut row[r0 * size..r1 * size], column, self.store);
                 }
                 continue;
             }
@@ -179,7 +184,7 @@ impl Job {
                 let converted = &mut converted[..width * TILE_ROWS * size];
                 clamped += convert::convert_through(all, self.from, self.to, converted, &mut f32s);
                 for (row, column) in rows_out.zip(converted.chunks_exact(TILE_ROWS * size)) {
-                    copy_column(&mut row[r0 * size..r1 * size], column);
+                    copy_column(&mut row[r0 * size..r1 * size], column, self.store);
                 }
             } else {
                 for (row, column) in rows_out.zip(columns) {
@@ -188,6 +193,10 @@ impl Job {
                 }
             }
         }
+        if self.store == Store::Streamed {
+            // The strip's streaming stores reach memory before the task is seen done.
+            Store::fence();
+        }
         clamped
     }
 }
@@ -195,11 +204,18 @@ impl Job {
 /// Copies a tile's column into its place in an output row (`dst` as long as `column`): a
 /// whole tile's column of 2- or 4-byte elements as a fixed-size array, a copy the compiler
 /// inlines, where a length known only at run time costs a call to `memcpy` each (one per 64
-/// values of every transposed weight).
+/// values of every transposed weight); streamed where `store` asks and the place is aligned.
 #[inline(always)]
-fn copy_column(dst: &mut [u8], column: &[u8]) {
+fn copy_column(dst: &mut [u8], column: &[u8], store: Store) {
     const TWO: usize = TILE_ROWS * 2;
     const FOUR: usize = TILE_ROWS * 4;
+    if store == Store::Streamed
+        && matches!(column.len(), TWO | FOUR)
+        && dst.as_ptr() as usize % 16 == 0
+    {
+        store.copy(dst, column);
+        return;
+    }
     match column.len() {
         TWO => copy_fixed::<TWO>(dst, column),
         FOUR => copy_fixed::<FOUR>(dst, column),
@@ -447,8 +463,16 @@ mod tests {
             .chunks_exact_mut(80 * 2)
             .map(|row| &mut row[5 * 2..75 * 2])
             .collect();
-        let clamped =
-            transpose_rows_to(&src, rows, cols, DType::F32, DType::F16, first, &mut slices);
+        let clamped = transpose_rows_to(
+            &src,
+            rows,
+            cols,
+            DType::F32,
+            DType::F16,
+            first,
+            &mut slices,
+            Store::Cached,
+        );
         for (i, row) in wide.chunks_exact(80 * 2).enumerate() {
             let out_row = &want[(first + i) * rows * 2..(first + i + 1) * rows * 2];
             assert_eq!(&row[10..150], out_row, "row {i}");
@@ -456,6 +480,42 @@ mod tests {
         }
         assert!(want_clamped > 0);
         assert_eq!(clamped, want_clamped);
+    }
+
+    #[test]
+    fn streamed_stores_write_what_cached_ones_do() {
+        // Whole tiles (source rows a multiple of TILE_ROWS, so every output row is whole tile
+        // columns) into a 16-byte-aligned buffer, and the same shifted off alignment (cached
+        // stores then), for 2- and 4-byte outputs.
+        let floats = [DType::F32, DType::F16, DType::BF16];
+        for (rows, cols) in [(2 * TILE_ROWS, 70), (TILE_ROWS, 33), (3 * TILE_ROWS + 5, 9)] {
+            for from in floats {
+                for to in floats {
+                    let src = values(rows * cols, from);
+                    let (want, want_clamped) = naive(&src, rows, cols, from, to);
+                    for shift in [0, 2] {
+                        let mut buffer = vec![0u128; want.len() / 16 + 2];
+                        let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut buffer);
+                        let got = &mut bytes[shift..shift + want.len()];
+                        let mut out: Vec<&mut [u8]> =
+                            got.chunks_exact_mut(rows * to.size()).collect();
+                        let clamped = transpose_rows_to(
+                            &src,
+                            rows,
+                            cols,
+                            from,
+                            to,
+                            0,
+                            &mut out,
+                            Store::Streamed,
+                        );
+                        let what = format!("{from} -> {to} {rows}x{cols}, shifted {shift}");
+                        assert!(got[..] == want[..], "{what}");
+                        assert_eq!(clamped, want_clamped, "{what}");
+                    }
+                }
+            }
+        }
     }
 
     #[test]
