@@ -1,15 +1,17 @@
-//! One column of a `[K, N]` weight quantized straight into its part of MatMulNBits' inputs
+//! One column of a `[K, N]` weight quantized straight into its parts of MatMulNBits' inputs
 //! (`B`, `scales`, `zero_points`: all column-major), bit for bit what [`super::quantize`]
-//! followed by the [`super::nbits`] relayout gives for that column.
+//! followed by the [`super::nbits`] relayout gives for that column. The column comes widened
+//! to f32 (`crate::weights::convert::widen_converted` converts and widens a stored one in one
+//! pass).
 //!
 //! A Hugging Face Linear weight is stored `[N, K]`, so a column of `W [K, N]` is one stored
 //! row: contiguous, already in MatMulNBits' order. Each block of the column is reduced to its
 //! range, which gives its scale and zero point ([`super::rtn`]'s arithmetic), and only the
-//! part asked for is written: the values pass computes the codes and packs them, the scales and
-//! zero-point passes stop at the block's parameters.
+//! parts asked for are written: the values pass computes the codes and packs them (and may keep
+//! the block's parameters too), the scales and zero-point passes stop at the parameters.
 //!
-//! The per-element work (widening to f32, the block's range, the codes and their packing) has
-//! an AVX2 path, chosen at run time (F16C too for f16 weights), and a portable one; both give
+//! The per-element work (the block's range, the codes and their packing) has an AVX2 path,
+//! chosen at run time, and a portable one; both give
 //! the same bits. Two details keep them equal: the vector range is the same
 //! `v < lo ? v : lo` comparison per lane, its lanes folded in any order (the range of a block
 //! with a NaN or an infinity is not used), and since only `±0` compare equal with different
@@ -23,7 +25,7 @@ use super::rtn::{block_parameters, round_and_clamp, Weight};
 use super::QuantSpec;
 use crate::ir::{DType, QuantPart};
 
-/// Whether [`quantize_column`] takes weights quantized as `dtype` (f32, f16 or bf16).
+/// Whether [`quantize_widened`] takes weights quantized as `dtype` (f32, f16 or bf16).
 pub fn supports(dtype: DType) -> bool {
     matches!(dtype, DType::F32 | DType::F16 | DType::BF16)
 }
@@ -40,31 +42,12 @@ pub fn column_bytes(k: usize, dtype: DType, spec: &QuantSpec, part: QuantPart) -
     }
 }
 
-/// Quantizes `column` (the `K` little-endian `dtype` elements of one column of a `[K, N]`
-/// weight) as `spec` says and writes its `part` of MatMulNBits' inputs into `out`
-/// ([`column_bytes`] long; every byte is written), with `work` (at least `K` floats, any
-/// content) as working memory. Zero points are the midpoint when `spec` is symmetric.
-///
-/// Returns `Err(i)` when element `i` is the column's first NaN or infinity (`out` is then
-/// partial). Panics if `dtype` is not [supported](supports), `column` is not whole elements,
-/// or `out` or `work` are not their documented sizes.
-pub fn quantize_column(
-    column: &[u8],
-    dtype: DType,
-    spec: &QuantSpec,
-    part: QuantPart,
-    out: &mut [u8],
-    work: &mut [f32],
-) -> Result<(), usize> {
-    quantize_column_on(Path::detect(), column, dtype, spec, part, out, work)
-}
-
 /// How the per-element work runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Path {
     /// Plain Rust, any CPU.
     Portable,
-    /// AVX2 (and F16C): checked at run time.
+    /// AVX2: checked at run time.
     #[cfg(target_arch = "x86_64")]
     Avx2,
 }
@@ -74,93 +57,12 @@ impl Path {
     fn detect() -> Path {
         #[cfg(target_arch = "x86_64")]
         {
-            if std::arch::is_x86_feature_detected!("avx2")
-                && std::arch::is_x86_feature_detected!("f16c")
-            {
+            if std::arch::is_x86_feature_detected!("avx2") {
                 return Path::Avx2;
             }
         }
         Path::Portable
     }
-}
-
-/// [`quantize_column`] on `path`.
-fn quantize_column_on(
-    path: Path,
-    column: &[u8],
-    dtype: DType,
-    spec: &QuantSpec,
-    part: QuantPart,
-    out: &mut [u8],
-    work: &mut [f32],
-) -> Result<(), usize> {
-    match dtype {
-        DType::F32 => quantize_as::<f32>(path, column, spec, part, out, work),
-        DType::F16 => quantize_as::<f16>(path, column, spec, part, out, work),
-        DType::BF16 => quantize_as::<bf16>(path, column, spec, part, out, work),
-        other => panic!("quantize_column: {other} weights are not supported"),
-    }
-}
-
-/// A weight dtype as this module reads it: [`Weight`] plus how a column is widened.
-trait ColumnWeight: Weight {
-    /// Widens `src` (little-endian elements) into `dst` (as many f32) on `path`.
-    fn widen(path: Path, src: &[u8], dst: &mut [f32]) {
-        match path {
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: `Path::Avx2` is only chosen where the CPU has AVX2 and F16C.
-            Path::Avx2 => unsafe { Self::widen_avx2(src, dst) },
-            Path::Portable => {
-                for (d, c) in dst.iter_mut().zip(src.chunks_exact(Self::SIZE)) {
-                    *d = Self::load(c);
-                }
-            }
-        }
-    }
-
-    /// [`ColumnWeight::widen`] with AVX2 and F16C.
-    ///
-    /// # Safety
-    /// The CPU must have AVX2 and F16C.
-    #[cfg(target_arch = "x86_64")]
-    unsafe fn widen_avx2(src: &[u8], dst: &mut [f32]);
-}
-
-impl ColumnWeight for f32 {
-    #[cfg(target_arch = "x86_64")]
-    unsafe fn widen_avx2(src: &[u8], dst: &mut [f32]) {
-        for (d, c) in dst.iter_mut().zip(src.chunks_exact(4)) {
-            *d = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-        }
-    }
-}
-
-impl ColumnWeight for f16 {
-    #[cfg(target_arch = "x86_64")]
-    unsafe fn widen_avx2(src: &[u8], dst: &mut [f32]) {
-        avx2::widen_f16(src, dst)
-    }
-}
-
-impl ColumnWeight for bf16 {
-    #[cfg(target_arch = "x86_64")]
-    unsafe fn widen_avx2(src: &[u8], dst: &mut [f32]) {
-        avx2::widen_bf16(src, dst)
-    }
-}
-
-fn quantize_as<T: ColumnWeight>(
-    path: Path,
-    column: &[u8],
-    spec: &QuantSpec,
-    part: QuantPart,
-    out: &mut [u8],
-    work: &mut [f32],
-) -> Result<(), usize> {
-    assert_eq!(column.len() % T::SIZE, 0, "quantize_column: whole elements");
-    let work = &mut work[..column.len() / T::SIZE];
-    T::widen(path, column, work);
-    quantize_values::<T>(path, work, spec, ColumnParts::one(part, out))
 }
 
 /// Where a column's parts go: each one asked for is written whole ([`column_bytes`] long).
@@ -187,13 +89,14 @@ impl<'a> ColumnParts<'a> {
     }
 }
 
-/// [`quantize_column`] of a column given widened, into any of its parts at once: `values` are
-/// its `K` elements as f32, each exactly a value of `dtype` (as
-/// `crate::weights::convert::widen_converted` gives a stored column converted to `dtype`), so
-/// the weight is read once, converting and widening in one step. Same bytes and errors as
-/// [`quantize_column`] on those elements, part by part.
+/// Quantizes one column of a `[K, N]` weight, given widened (`values`: its `K` elements as
+/// f32, each exactly a value of `dtype`, as `crate::weights::convert::widen_converted` gives a
+/// stored column converted to `dtype`), as `spec` says, into the parts `parts` asks for (each
+/// [`column_bytes`] long, every byte written; zero points are the midpoint when `spec` is
+/// symmetric).
 ///
-/// Panics if `dtype` is not [supported](supports) or a part's slice is not its size.
+/// Returns `Err(i)` when element `i` is the column's first NaN or infinity (the parts are then
+/// partial). Panics if `dtype` is not [supported](supports) or a part's slice is not its size.
 pub fn quantize_widened(
     values: &[f32],
     dtype: DType,
@@ -236,7 +139,7 @@ fn quantize_values<T: Weight>(
             assert_eq!(
                 out.len(),
                 column_bytes(k, T::DTYPE, spec, part),
-                "quantize_column: {part:?} size"
+                "quantize_widened: {part:?} size"
             );
         }
     }
@@ -359,44 +262,11 @@ fn codes_on(
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
-    //! The AVX2 (and F16C) kernels. Every function needs those features.
+    //! The AVX2 kernels. Every function needs that feature.
 
     use std::arch::x86_64::*;
 
-    use half::{bf16, f16};
-
     use super::range_scalar;
-
-    /// f16 → f32, 8 at a time.
-    #[target_feature(enable = "avx2,f16c")]
-    pub(super) unsafe fn widen_f16(src: &[u8], dst: &mut [f32]) {
-        let n = dst.len().min(src.len() / 2);
-        let mut i = 0;
-        while i + 8 <= n {
-            let h = _mm_loadu_si128(src.as_ptr().add(2 * i).cast());
-            _mm256_storeu_ps(dst.as_mut_ptr().add(i), _mm256_cvtph_ps(h));
-            i += 8;
-        }
-        for j in i..n {
-            dst[j] = f16::from_le_bytes([src[2 * j], src[2 * j + 1]]).to_f32();
-        }
-    }
-
-    /// bf16 → f32 (a shift), 8 at a time.
-    #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn widen_bf16(src: &[u8], dst: &mut [f32]) {
-        let n = dst.len().min(src.len() / 2);
-        let mut i = 0;
-        while i + 8 <= n {
-            let h = _mm_loadu_si128(src.as_ptr().add(2 * i).cast());
-            let wide = _mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(h));
-            _mm256_storeu_ps(dst.as_mut_ptr().add(i), _mm256_castsi256_ps(wide));
-            i += 8;
-        }
-        for j in i..n {
-            dst[j] = bf16::from_le_bytes([src[2 * j], src[2 * j + 1]]).to_f32();
-        }
-    }
 
     /// `(min, max, all finite)` of `w`, each lane compared as the scalar scan compares.
     #[target_feature(enable = "avx2")]
@@ -541,7 +411,6 @@ mod tests {
             Some(zp) => nbits_zero_points(zp, k, n, spec),
             None => nbits_zero_points(&vec![spec.midpoint(); blocks * n], k, n, spec),
         };
-        let mut work = vec![f32::NAN; k + 3];
         for path in paths() {
             for c in 0..n {
                 let col = column(&bytes, dtype, k, n, c);
@@ -550,8 +419,6 @@ mod tests {
                 let mut wanted = Vec::new();
                 for part in [QuantPart::Values, QuantPart::Scales, QuantPart::ZeroPoints] {
                     let len = column_bytes(k, dtype, spec, part);
-                    let mut out = vec![0xa5u8; len];
-                    quantize_column_on(path, &col, dtype, spec, part, &mut out, &mut work).unwrap();
                     let want: Vec<u8> = match part {
                         QuantPart::Values => weight[c * len..(c + 1) * len].to_vec(),
                         QuantPart::Scales => (0..blocks)
@@ -562,15 +429,13 @@ mod tests {
                             .collect(),
                         QuantPart::ZeroPoints => zero_points[c * len..(c + 1) * len].to_vec(),
                     };
+                    let mut out = vec![0x5au8; len];
+                    let parts = ColumnParts::one(part, &mut out);
+                    quantize_widened_on(path, &widened, dtype, spec, parts).unwrap();
                     assert_eq!(
                         out, want,
                         "{path:?} {dtype} {spec:?} [{k}, {n}] column {c} {part:?}"
                     );
-                    // The same column given widened.
-                    let mut out = vec![0x5au8; len];
-                    let parts = ColumnParts::one(part, &mut out);
-                    quantize_widened_on(path, &widened, dtype, spec, parts).unwrap();
-                    assert_eq!(out, want, "{path:?} {dtype} [{k}, {n}] widened column {c}");
                     wanted.push(want);
                 }
                 // All three parts at once.
@@ -728,20 +593,14 @@ mod tests {
                     values[at + 10] = bad;
                 }
                 for dtype in DTYPES {
-                    let bytes = to_bytes(&values, dtype);
+                    let mut widened = vec![0f32; k];
+                    to_f32(&to_bytes(&values, dtype), dtype, &mut widened);
                     let spec = QuantSpec::new(4, 16, false);
                     for path in paths() {
                         for part in [QuantPart::Values, QuantPart::Scales, QuantPart::ZeroPoints] {
                             let mut out = vec![0; column_bytes(k, dtype, &spec, part)];
-                            let got = quantize_column_on(
-                                path,
-                                &bytes,
-                                dtype,
-                                &spec,
-                                part,
-                                &mut out,
-                                &mut vec![0.0; k],
-                            );
+                            let parts = ColumnParts::one(part, &mut out);
+                            let got = quantize_widened_on(path, &widened, dtype, &spec, parts);
                             assert_eq!(got, Err(at), "{path:?} {dtype} {bad} at {at}");
                         }
                     }
