@@ -9,9 +9,9 @@ use memmap2::Mmap;
 use super::convert::{self, CHUNK_ELEMS};
 use super::matrix::Matrix;
 use super::sink::Sink;
+use super::sink::Store;
 use super::store::TensorStore;
 use super::transpose;
-use super::transpose::Store;
 use crate::ir::{DType, TensorSource};
 use crate::{Error, Result};
 
@@ -829,9 +829,9 @@ fn stream_matrix(matrix: &Matrix<'_>, to: DType, sink: &mut dyn Sink) -> Result<
         return Ok(0);
     }
     let (mut clamped, mut first) = (0, 0);
+    let store = Store::of(sink);
     while first < rows {
         let n = (sink.room() / out_row).clamp(1, rows - first);
-        let store = Store::of(sink);
         clamped += sink.write_with(n * out_row, &mut |dst| {
             matrix.fill(first, 0..cols, to, dst, store)
         })?;

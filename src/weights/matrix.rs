@@ -12,7 +12,8 @@ use std::ops::Range;
 use rayon::prelude::*;
 
 use super::convert;
-use super::transpose::{self, Store};
+use super::sink::Store;
+use super::transpose;
 use crate::ir::DType;
 
 /// Values converted per task when stored rows are converted in parallel.

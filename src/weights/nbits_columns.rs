@@ -31,7 +31,8 @@ use super::eval::Evaluator;
 use super::matrix::Matrix;
 use super::quantized::describe_source;
 use super::sink::Sink;
-use super::transpose::{transpose_rows_into, Store};
+use super::sink::Store;
+use super::transpose::transpose_rows_into;
 use crate::ir::{DType, QuantParams, QuantPart, TensorSource};
 use crate::quant;
 use crate::quant::columns::ColumnParts;
@@ -348,8 +349,7 @@ impl Evaluator<'_> {
     }
 
     /// The bytes of `input`, a weight's scales or zero points, when its values pass kept them
-    /// (they are not kept again: each part is written once); any other request forgets what was kept
-    /// when it is a values pass.
+    /// (taken: each part is written once). A values request forgets what was kept.
     fn take_kept(&mut self, input: &NBitsInput<'_>) -> Option<Vec<u8>> {
         if input.part == QuantPart::Values {
             self.kept_parameters = None;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::convert;
 use super::eval::{Evaluator, SourceInfo};
-use super::transpose::Store;
+use super::sink::Store;
 use crate::ir::{DType, MoeLayer, QuantParams, QuantPart, TensorData, TensorSource};
 use crate::quant::{self, Quantized};
 use crate::{Error, Result};

@@ -12,7 +12,7 @@
 use rayon::prelude::*;
 
 use super::convert;
-pub use super::sink::Store;
+use super::sink::Store;
 use crate::ir::DType;
 
 /// Source rows per tile.
