@@ -750,11 +750,13 @@ fn optimize_into_the_model_folder_or_around_it_is_refused() {
     }
 }
 
-/// A llama checkpoint whose embedding has a million rows (stored sparse): saving it takes
-/// long enough (seconds) to interrupt.
+/// A llama checkpoint whose embedding has 8 million rows of f32 (2 GiB, stored sparse): saving
+/// it in f16 takes long enough to interrupt (0.7 s here uninterrupted, with the page cache warm;
+/// a million rows took 0.07 s once the weights were streamed at disk speed, which a loaded
+/// machine could miss).
 fn slow_checkpoint(dir: &Path) {
     copy_fixture("llama", dir);
-    let rows: usize = 1 << 20;
+    let rows: usize = 1 << 23;
     let mut tensors = read_safetensors(&dir.join("model.safetensors"));
     let hidden = tensors["model.embed_tokens.weight"].shape[1];
     tensors.remove("model.embed_tokens.weight");
@@ -793,22 +795,34 @@ fn slow_checkpoint(dir: &Path) {
     std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
 }
 
-/// Starts a build of the slow checkpoint, sends `signal` once its staging folder appears, and
-/// expects exit code `code` with nothing left next to the output.
+/// Starts a build of the slow checkpoint, sends `signal` (SIG`name`) once its staging folder
+/// appears, and expects exit code `code` with nothing left next to the output.
 #[cfg(unix)]
-fn interrupted(signal: &str, code: i32) {
+fn interrupted(signal: libc::c_int, name: &str, code: i32) {
     let t = tempfile::tempdir().unwrap();
     let ckpt = t.path().join("ckpt");
     slow_checkpoint(&ckpt);
     let work = t.path().join("work");
     std::fs::create_dir(&work).unwrap();
-    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("mobius"))
+    let mut build = std::process::Command::new(assert_cmd::cargo::cargo_bin("mobius"));
+    build
         .args(["-q", "build", "--dtype", "f16", "--config"])
         .arg(&ckpt)
         .arg(work.join("out"))
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        .stderr(Stdio::piped());
+    // The build keeps a signal it started with ignored (as `nohup` means it), and a test run
+    // started in the background of a non-interactive shell passes SIGINT and SIGQUIT on
+    // ignored: the build starts with the signal's default action, whatever this process has.
+    // SAFETY: signal() is async-signal-safe, and the closure touches nothing else.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut build, move || {
+            if libc::signal(signal, libc::SIG_DFL) == libc::SIG_ERR {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = build.spawn().unwrap();
     let staging = format!(".out.mobius-tmp-{}", child.id());
     let started = Instant::now();
     while !work.join(&staging).exists() {
@@ -822,17 +836,16 @@ fn interrupted(signal: &str, code: i32) {
         );
         std::thread::sleep(Duration::from_millis(2));
     }
-    let sent = std::process::Command::new("kill")
-        .arg(format!("-{signal}"))
-        .arg(child.id().to_string())
-        .status()
-        .unwrap();
-    assert!(sent.success());
+    // Sent at once (no `kill` process to start first, which a loaded machine can delay).
+    let pid = libc::pid_t::try_from(child.id()).unwrap();
+    // SAFETY: kill takes no pointer; the child is ours and not yet waited for.
+    let sent = unsafe { libc::kill(pid, signal) };
+    assert_eq!(sent, 0, "kill failed");
     let out = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(code), "stderr: {stderr}");
     assert!(
-        stderr.contains(&format!("interrupted by SIG{signal}")),
+        stderr.contains(&format!("interrupted by SIG{name}")),
         "{stderr}"
     );
     assert_eq!(listing(&work), Vec::<String>::new(), "left behind");
@@ -841,13 +854,13 @@ fn interrupted(signal: &str, code: i32) {
 #[cfg(unix)]
 #[test]
 fn sigterm_during_a_build_removes_the_staging_folder() {
-    interrupted("TERM", 143);
+    interrupted(libc::SIGTERM, "TERM", 143);
 }
 
 #[cfg(unix)]
 #[test]
 fn sigint_during_a_build_removes_the_staging_folder() {
-    interrupted("INT", 130);
+    interrupted(libc::SIGINT, "INT", 130);
 }
 
 #[cfg(target_os = "linux")]
@@ -1129,13 +1142,13 @@ fn a_shard_index_with_too_many_shards_is_refused() {
 #[cfg(unix)]
 #[test]
 fn sighup_during_a_build_removes_the_staging_folder() {
-    interrupted("HUP", 129);
+    interrupted(libc::SIGHUP, "HUP", 129);
 }
 
 #[cfg(unix)]
 #[test]
 fn sigquit_during_a_build_removes_the_staging_folder() {
-    interrupted("QUIT", 131);
+    interrupted(libc::SIGQUIT, "QUIT", 131);
 }
 
 /// Replaces checkpoint file `name` in `ckpt` with something that is not a regular file:
