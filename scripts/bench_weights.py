@@ -19,9 +19,10 @@ warm (every input is read once and every command runs once untimed first), and `
 page cache is dropped (echo 1 > /proc/sys/vm/drop_caches, needs root) before every timed run
 instead.
 
-Memory, per build: peak RSS is the process's ru_maxrss (getrusage of the child, = VmHWM); it
-counts the pages of the memory-mapped checkpoint that were touched, so it grows with the
-checkpoint. Peak anonymous memory (heap, stacks, buffers: what the process allocates, without
+Memory, per build: peak RSS is the process's ru_maxrss (getrusage of the child, = VmHWM) of
+the timed runs, the largest printed per build and the medians' int4 - f16 difference with
+every run's value; it counts the pages of the memory-mapped checkpoint that were touched, so
+it grows with the checkpoint. Peak anonymous memory (heap, stacks, buffers: what the process allocates, without
 the mapped checkpoint's page-cache pages) is the largest RssAnon of /proc/PID/status, sampled
 every millisecond during --runs extra, untimed runs (interleaved); the median is printed, and
 the int4 build's difference to the f16 build's in KiB with every run's value.
@@ -139,7 +140,7 @@ def main():
         read_all(files + [double])
         times = {k: [] for k in commands}
         cpu = {k: [] for k in commands}
-        rss = {k: 0 for k in commands}
+        rss_runs = {k: [] for k in commands}
         for k, cmd in commands.items():  # warm-up
             fresh()
             timed(cmd)
@@ -151,7 +152,7 @@ def main():
                 wall, used, kb = timed(cmd)
                 times[k].append(wall)
                 cpu[k].append(used)
-                rss[k] = max(rss[k], kb)
+                rss_runs[k].append(kb)
         anon_runs = {k: [] for k in ("f16", "bf16", "f32", "int4")}
         for _ in range(args.runs):
             for k in anon_runs:
@@ -161,6 +162,7 @@ def main():
         shutil.rmtree(out, ignore_errors=True)
 
         med = {k: statistics.median(v) for k, v in times.items()}
+        rss = {k: max(v) for k, v in rss_runs.items()}
         mcpu = {k: statistics.median(v) for k, v in cpu.items()}
         cache = "cold" if args.cold else "warm"
         mib = size / (1 << 20)
@@ -179,6 +181,10 @@ def main():
         print(f"summary: weights {name} peak anon int4 - f16: {anon['int4'] - anon['f16']:+.0f} KiB "
               f"(medians of {args.runs}; int4 runs {sorted(anon_runs['int4'])} KiB, "
               f"f16 runs {sorted(anon_runs['f16'])} KiB)")
+        rss_med = {k: statistics.median(rss_runs[k]) for k in ("f16", "int4")}
+        print(f"summary: weights {name} peak RSS int4 - f16: {rss_med['int4'] - rss_med['f16']:+.0f} KiB "
+              f"(medians of {args.runs}; int4 runs {sorted(rss_runs['int4'])} KiB, "
+              f"f16 runs {sorted(rss_runs['f16'])} KiB)")
 
 
 if __name__ == "__main__":
