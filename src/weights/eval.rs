@@ -8,8 +8,7 @@ use memmap2::Mmap;
 
 use super::convert::{self, CHUNK_ELEMS};
 use super::matrix::Matrix;
-use super::sink::Sink;
-use super::sink::Store;
+use super::sink::{Sink, Store};
 use super::store::TensorStore;
 use super::transpose;
 use crate::ir::{DType, TensorSource};
