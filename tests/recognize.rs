@@ -381,7 +381,7 @@ fn a_model_that_cannot_declare_opset_23_keeps_its_decomposed_norm() {
         op_type: "GridSample".into(),
         inputs: vec!["x".into(), "x".into()],
         outputs: vec!["unused".into()],
-        attrs: BTreeMap::new(),
+        attrs: Default::default(),
     });
     assert_eq!(
         mobius::opt::opset::ceiling(&model(with_grid, 18)),

@@ -1387,7 +1387,7 @@ fn contrib_gelu(shape: &[usize], op: &str, with_bias: bool, seed: u64) -> Graph 
     let gelu = g.nodes.iter_mut().find(|n| n.op_type == "Gelu").unwrap();
     gelu.domain = "com.microsoft".into();
     gelu.op_type = op.into();
-    gelu.attrs.clear();
+    gelu.attrs = Default::default();
     gelu.inputs = if with_bias {
         vec!["x".into(), "bias".into()]
     } else {

@@ -16,9 +16,7 @@ pub mod shape;
 pub mod tensor;
 pub mod topk;
 
-use std::collections::BTreeMap;
-
-use crate::ir::{Attr, Node};
+use crate::ir::{Attr, Attrs, Node};
 use crate::limits::InterpLimits;
 use crate::{Error, Result};
 pub use run::{run_graph, run_graph_with};
@@ -53,7 +51,7 @@ impl<'a> OpCall<'a> {
     }
 
     /// The attributes.
-    pub fn attrs(&self) -> &'a BTreeMap<String, Attr> {
+    pub fn attrs(&self) -> &'a Attrs {
         &self.node.attrs
     }
 
@@ -120,7 +118,7 @@ impl<'a> OpCall<'a> {
 pub fn eval_op(
     name: &str,
     (domain, op): (&str, &str),
-    attrs: BTreeMap<String, Attr>,
+    attrs: Attrs,
     inputs: &[Option<&Tensor>],
     outputs: &[&str],
     limits: &InterpLimits,
@@ -282,7 +280,7 @@ mod tests {
         let y = eval_op(
             "n",
             ("ai.onnx", "Neg"),
-            BTreeMap::new(),
+            Attrs::new(),
             &[Some(&x)],
             &["y"],
             &InterpLimits::default(),
@@ -292,7 +290,7 @@ mod tests {
         let err = eval_op(
             "n",
             ("com.microsoft", "Neg"),
-            BTreeMap::new(),
+            Attrs::new(),
             &[Some(&x)],
             &["y"],
             &InterpLimits::default(),

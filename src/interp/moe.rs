@@ -546,14 +546,13 @@ fn qmoe(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
 
     use super::*;
     use crate::interp::eval_op;
-    use crate::ir::Attr;
+    use crate::ir::{Attr, Attrs};
     use crate::limits::InterpLimits;
 
-    fn attrs(k: i64, normalize: i64) -> BTreeMap<String, Attr> {
+    fn attrs(k: i64, normalize: i64) -> Attrs {
         [
             ("k", Attr::Int(k)),
             ("normalize_routing_weights", Attr::Int(normalize)),

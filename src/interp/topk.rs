@@ -93,14 +93,13 @@ fn top_k(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
 
     use crate::interp::{eval_op, Tensor};
-    use crate::ir::{Attr, DType};
+    use crate::ir::{Attr, Attrs, DType};
     use crate::limits::InterpLimits;
 
     fn run(x: &Tensor, k: i64, attrs: &[(&str, i64)]) -> crate::Result<Vec<Tensor>> {
-        let attrs: BTreeMap<String, Attr> = attrs
+        let attrs: Attrs = attrs
             .iter()
             .map(|(n, v)| (n.to_string(), Attr::Int(*v)))
             .collect();

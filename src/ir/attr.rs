@@ -20,3 +20,170 @@ pub enum Attr {
     /// A list of strings.
     Strings(Vec<String>),
 }
+
+/// A node's attributes, sorted by name, one value per name: the map a node carries.
+///
+/// A sorted vector rather than a `BTreeMap`: nodes carry one to six attributes, and a B-tree
+/// allocates a whole leaf (eleven keys and values, about 900 bytes) for the first, so the
+/// graph of a large model spent more on attribute leaves than on the rest of its nodes.
+/// Lookups are binary searches over a handful of names.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Attrs(Vec<(String, Attr)>);
+
+impl Attrs {
+    /// No attributes.
+    pub fn new() -> Attrs {
+        Attrs(Vec::new())
+    }
+
+    fn position(&self, name: &str) -> Result<usize, usize> {
+        self.0.binary_search_by(|(k, _)| k.as_str().cmp(name))
+    }
+
+    /// The value of attribute `name`.
+    pub fn get(&self, name: &str) -> Option<&Attr> {
+        self.position(name).ok().map(|i| &self.0[i].1)
+    }
+
+    /// Whether the node sets attribute `name`.
+    pub fn contains_key(&self, name: &str) -> bool {
+        self.position(name).is_ok()
+    }
+
+    /// Sets attribute `name`, returning the value it replaces.
+    pub fn insert(&mut self, name: String, value: Attr) -> Option<Attr> {
+        match self.position(&name) {
+            Ok(i) => Some(std::mem::replace(&mut self.0[i].1, value)),
+            Err(i) => {
+                self.0.insert(i, (name, value));
+                None
+            }
+        }
+    }
+
+    /// Removes attribute `name`, returning its value.
+    pub fn remove(&mut self, name: &str) -> Option<Attr> {
+        self.position(name).ok().map(|i| self.0.remove(i).1)
+    }
+
+    /// The attributes, by name.
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = (&String, &Attr)> + ExactSizeIterator {
+        self.0.iter().map(|(k, v)| (k, v))
+    }
+
+    /// The attribute names, sorted.
+    pub fn keys(&self) -> impl DoubleEndedIterator<Item = &String> + ExactSizeIterator {
+        self.0.iter().map(|(k, _)| k)
+    }
+
+    /// The values, in name order.
+    pub fn values(&self) -> impl DoubleEndedIterator<Item = &Attr> + ExactSizeIterator {
+        self.0.iter().map(|(_, v)| v)
+    }
+
+    /// How many attributes are set.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether no attribute is set.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// Later values of a repeated name replace earlier ones (as inserting them in turn would).
+impl FromIterator<(String, Attr)> for Attrs {
+    fn from_iter<I: IntoIterator<Item = (String, Attr)>>(iter: I) -> Attrs {
+        let mut pairs: Vec<(String, Attr)> = iter.into_iter().collect();
+        // Stable: equal names keep their order, and the last of each run is kept.
+        pairs.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut kept: Vec<(String, Attr)> = Vec::with_capacity(pairs.len());
+        for pair in pairs {
+            match kept.last_mut() {
+                Some(last) if last.0 == pair.0 => *last = pair,
+                _ => kept.push(pair),
+            }
+        }
+        Attrs(kept)
+    }
+}
+
+impl<const N: usize> From<[(String, Attr); N]> for Attrs {
+    fn from(pairs: [(String, Attr); N]) -> Attrs {
+        pairs.into_iter().collect()
+    }
+}
+
+impl std::ops::Index<&str> for Attrs {
+    type Output = Attr;
+
+    /// # Panics
+    /// If the node does not set attribute `name`.
+    fn index(&self, name: &str) -> &Attr {
+        match self.get(name) {
+            Some(v) => v,
+            None => panic!("no attribute `{name}`"),
+        }
+    }
+}
+
+impl<'a> IntoIterator for &'a Attrs {
+    type Item = (&'a String, &'a Attr);
+    type IntoIter = std::iter::Map<
+        std::slice::Iter<'a, (String, Attr)>,
+        fn(&'a (String, Attr)) -> (&'a String, &'a Attr),
+    >;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter().map(|(k, v)| (k, v))
+    }
+}
+
+impl IntoIterator for Attrs {
+    type Item = (String, Attr);
+    type IntoIter = std::vec::IntoIter<(String, Attr)>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.into_iter()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Attr, Attrs};
+
+    #[test]
+    fn attrs_stay_sorted_and_unique() {
+        let mut a = Attrs::new();
+        assert_eq!(a.insert("perm".into(), Attr::Ints(vec![1, 0])), None);
+        assert_eq!(a.insert("axis".into(), Attr::Int(1)), None);
+        assert_eq!(a.insert("to".into(), Attr::Int(10)), None);
+        assert_eq!(a.insert("axis".into(), Attr::Int(2)), Some(Attr::Int(1)));
+        assert_eq!(
+            a.keys().map(String::as_str).collect::<Vec<_>>(),
+            ["axis", "perm", "to"]
+        );
+        assert_eq!(a["axis"], Attr::Int(2));
+        assert!(a.contains_key("to") && !a.contains_key("t"));
+        assert_eq!(a.remove("perm"), Some(Attr::Ints(vec![1, 0])));
+        assert_eq!(a.remove("perm"), None);
+        assert_eq!(a.len(), 2);
+    }
+
+    #[test]
+    fn collecting_keeps_the_last_value_of_a_name() {
+        let a: Attrs = [
+            ("to".to_string(), Attr::Int(1)),
+            ("axis".to_string(), Attr::Int(0)),
+            ("to".to_string(), Attr::Int(7)),
+        ]
+        .into_iter()
+        .collect();
+        let pairs: Vec<(&String, &Attr)> = a.iter().collect();
+        assert_eq!(pairs.len(), 2);
+        assert_eq!(a["to"], Attr::Int(7));
+        assert_eq!(a.get("axis"), Some(&Attr::Int(0)));
+        assert_eq!(Attrs::from([("b".to_string(), Attr::Int(1))]).len(), 1);
+    }
+}

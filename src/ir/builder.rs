@@ -1,8 +1,10 @@
 //! A small helper for emitting graphs in topological order with unique value names.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
-use super::{Attr, DType, Graph, Initializer, Node, Shape, TensorData, TensorSource, ValueInfo};
+use super::{
+    Attr, Attrs, DType, Graph, Initializer, Node, Shape, TensorData, TensorSource, ValueInfo,
+};
 
 /// Emits nodes into a [`Graph`], naming values `"{scope}/{op}_{n}"` and sharing identical
 /// small constants.
@@ -128,8 +130,7 @@ impl GraphBuilder {
                 .cloned()
                 .unwrap_or_else(|| self.fresh(op_type))
         );
-        let attrs: BTreeMap<String, Attr> =
-            attrs.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+        let attrs: Attrs = attrs.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
         self.graph.nodes.push(Node {
             name,
             domain: domain.to_string(),

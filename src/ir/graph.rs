@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{Attr, DType, Shape, TensorSource};
+use super::{Attrs, DType, Shape, TensorSource};
 
 /// A named, typed value: a graph input or output.
 #[derive(Debug, Clone, PartialEq)]
@@ -40,7 +40,7 @@ pub struct Node {
     /// Output value names; an empty string marks an unused optional output.
     pub outputs: Vec<String>,
     /// Attributes, sorted by name.
-    pub attrs: BTreeMap<String, Attr>,
+    pub attrs: Attrs,
 }
 
 /// A constant tensor of the graph: declared dtype and shape, data resolved lazily.

@@ -11,7 +11,7 @@ pub mod graph;
 pub mod shape;
 pub mod tensor;
 
-pub use attr::Attr;
+pub use attr::{Attr, Attrs};
 pub use builder::GraphBuilder;
 pub use dtype::{f8e4m3, pack_4bit, unpack_4bit, DType};
 pub use graph::{Graph, Initializer, Model, Node, ValueInfo};

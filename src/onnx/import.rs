@@ -14,7 +14,8 @@ use super::names::check_single_assignment;
 use super::order::check_order;
 use super::proto::{self, attribute_type as at};
 use crate::ir::{
-    Attr, DType, Dim, Graph, Initializer, Model, Node, Shape, TensorData, TensorSource, ValueInfo,
+    Attr, Attrs, DType, Dim, Graph, Initializer, Model, Node, Shape, TensorData, TensorSource,
+    ValueInfo,
 };
 use crate::paths::file_inside;
 use crate::{Error, Result};
@@ -216,7 +217,7 @@ impl Ctx<'_> {
             .attribute
             .iter()
             .map(|a| Ok((a.name.clone(), self.attr(a, &n.name)?)))
-            .collect::<Result<BTreeMap<_, _>>>()?;
+            .collect::<Result<Attrs>>()?;
         Ok(Node {
             name: n.name,
             domain: if n.domain == "ai.onnx" {

@@ -208,7 +208,7 @@ pub fn of_op(
         .iter()
         .map(|&id| input(id))
         .collect::<Option<_>>()?;
-    let attrs: BTreeMap<String, crate::ir::Attr> = op
+    let attrs: crate::ir::Attrs = op
         .attr_names()
         .iter()
         .zip(op.attr_ids())

@@ -204,7 +204,7 @@ fn walk(
         for name in &attr_names {
             let value = node
                 .attrs
-                .get(*name)
+                .get(name)
                 .map_or(AttrValue::Unset, AttrValue::from_attr);
             children.push(sink.add(Onnx::Attr(value)));
         }

@@ -4,14 +4,12 @@
 //! original graph are reused where their class survives; dead graph inputs are dropped except
 //! `past_key_values.*`; nodes come out in a deterministic topological order.
 
-use std::collections::BTreeMap;
-
 use egg::{Id, Language};
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::analysis::{Kind, OnnxGraph};
 use super::lang::Onnx;
-use crate::ir::{Graph, Initializer, Node, TensorSource};
+use crate::ir::{Attrs, Graph, Initializer, Node, TensorSource};
 use crate::weights::relayout_source;
 use crate::{Error, Result};
 
@@ -276,7 +274,7 @@ fn emit_op(
         .iter()
         .map(|&c| namer.by_class.name(egraph.find(c)).to_string())
         .collect();
-    let mut attrs = BTreeMap::new();
+    let mut attrs = Attrs::new();
     for (name, &c) in op.attr_names().iter().zip(op.attr_ids()) {
         if let Kind::Attr(v) = &egraph[c].data.kind {
             if let Some(a) = v.to_attr() {
@@ -323,7 +321,7 @@ fn finish(
                 op_type: "Identity".into(),
                 inputs: vec![value],
                 outputs: vec![out.name.clone()],
-                attrs: BTreeMap::new(),
+                attrs: Attrs::new(),
             });
         }
     }

@@ -23,7 +23,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::pass::{float_matrix, fresh, QuantRequest, QuantSummary};
-use crate::ir::{Attr, DType, Graph, Initializer, Node, QuantPart, TensorSource};
+use crate::ir::{Attr, Attrs, DType, Graph, Initializer, Node, QuantPart, TensorSource};
 
 /// Applies the embedding part of `request` to `graph`, counting into `summary`; with
 /// `gather_block_quantized`, 4-bit tables are read by `com.microsoft::GatherBlockQuantized`.
@@ -165,7 +165,7 @@ pub fn quantize_embeddings(
                 op_type: "GatherBlockQuantized".into(),
                 inputs,
                 outputs: node.outputs.clone(),
-                attrs: BTreeMap::from([
+                attrs: Attrs::from([
                     ("bits".to_string(), Attr::Int(4)),
                     ("block_size".to_string(), Attr::Int(p.block_size as i64)),
                     ("gather_axis".to_string(), Attr::Int(0)),
@@ -210,7 +210,7 @@ fn rows_then_dequantize(
             op_type: "Gather".into(),
             inputs: vec![part.clone(), ids.to_string()],
             outputs: vec![out.clone()],
-            attrs: BTreeMap::from([("axis".to_string(), Attr::Int(0))]),
+            attrs: Attrs::from([("axis".to_string(), Attr::Int(0))]),
         });
         gathered.push(out);
     }
@@ -220,7 +220,7 @@ fn rows_then_dequantize(
         op_type: "DequantizeLinear".into(),
         inputs: gathered,
         outputs: outputs.to_vec(),
-        attrs: BTreeMap::from([
+        attrs: Attrs::from([
             ("axis".to_string(), Attr::Int(-1)),
             ("block_size".to_string(), Attr::Int(block as i64)),
         ]),
@@ -246,7 +246,7 @@ fn shared_lookup(
 ) -> Vec<Node> {
     let mut nodes = Vec::new();
     let relayout = |op: &str, attrs: bool| {
-        let mut a = BTreeMap::new();
+        let mut a = Attrs::new();
         if attrs {
             a.insert("bits".to_string(), Attr::Int(i64::from(p.bits)));
             a.insert("block_size".to_string(), Attr::Int(p.block_size as i64));
@@ -292,7 +292,7 @@ fn shared_lookup(
                 op_type: "Reshape".into(),
                 inputs: vec![made[0].clone(), shape],
                 outputs: vec![data.clone()],
-                attrs: BTreeMap::new(),
+                attrs: Attrs::new(),
             });
             made[0] = data;
             shared.insert(parts[0].clone(), made.clone());
@@ -307,7 +307,7 @@ fn shared_lookup(
         op_type: "GatherBlockQuantized".into(),
         inputs: gbq_inputs,
         outputs: outputs.to_vec(),
-        attrs: BTreeMap::from([
+        attrs: Attrs::from([
             ("bits".to_string(), Attr::Int(i64::from(p.bits))),
             ("block_size".to_string(), Attr::Int(p.block_size as i64)),
             ("gather_axis".to_string(), Attr::Int(0)),

@@ -10,11 +10,11 @@
 //! model. A table that anything else reads (a tied LM head kept in float reads its transpose)
 //! stays as it is.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 
 use super::pass::fresh;
 use crate::ep::EpCapabilities;
-use crate::ir::{Attr, DType, Graph, Node, TensorSource};
+use crate::ir::{Attr, Attrs, DType, Graph, Node, TensorSource};
 use crate::weights::eval::Evaluator;
 use crate::weights::store::TensorStore;
 
@@ -108,7 +108,7 @@ pub fn narrow_gathered_tables(
             op_type: "Cast".into(),
             inputs: vec![rows],
             outputs: vec![output],
-            attrs: BTreeMap::from([(
+            attrs: Attrs::from([(
                 "to".to_string(),
                 Attr::Int(i64::from(DType::F32.onnx_code())),
             )]),
@@ -132,7 +132,7 @@ mod tests {
             op_type: op.into(),
             inputs: inputs.iter().map(|s| s.to_string()).collect(),
             outputs: vec![output.into()],
-            attrs: BTreeMap::new(),
+            attrs: Attrs::new(),
         }
     }
 

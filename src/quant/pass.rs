@@ -9,7 +9,9 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use crate::ir::{Attr, DType, Graph, Initializer, Node, QuantParams, QuantPart, TensorSource};
+use crate::ir::{
+    Attr, Attrs, DType, Graph, Initializer, Node, QuantParams, QuantPart, TensorSource,
+};
 use crate::Result;
 
 /// What to quantize and how.
@@ -309,7 +311,7 @@ pub fn quantize_graph(
             op_type: "DequantizeLinear".into(),
             inputs: dq_inputs,
             outputs: vec![out.clone()],
-            attrs: BTreeMap::from([
+            attrs: Attrs::from([
                 ("axis".to_string(), Attr::Int(0)),
                 ("block_size".to_string(), Attr::Int(p.block_size as i64)),
             ]),

@@ -11,11 +11,11 @@
 //!   [`TensorSource::Fp8Blocks`] (dequantized to f32 when saved, then converted to the model
 //!   dtype like any float weight), so a `--quant` request may quantize it afterwards.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 
 use super::pass::fresh;
 use crate::config::{CheckpointQuant, QuantMethod};
-use crate::ir::{Attr, DType, Graph, Initializer, Node, QuantPart, TensorSource};
+use crate::ir::{Attr, Attrs, DType, Graph, Initializer, Node, QuantPart, TensorSource};
 use crate::weights::store::TensorStore;
 use crate::Result;
 
@@ -200,7 +200,7 @@ pub fn apply_checkpoint_quantization(
             op_type: "DequantizeLinear".into(),
             inputs: vec![values, scales, zero_points],
             outputs: vec![init.name.clone()],
-            attrs: BTreeMap::from([
+            attrs: Attrs::from([
                 ("axis".to_string(), Attr::Int(0)),
                 ("block_size".to_string(), Attr::Int(group as i64)),
             ]),
@@ -251,7 +251,7 @@ mod tests {
                 op_type: "MatMul".into(),
                 inputs: vec!["x".into(), init.name.clone()],
                 outputs: vec![format!("y{i}")],
-                attrs: BTreeMap::new(),
+                attrs: Attrs::new(),
             });
             g.outputs.push(ValueInfo::new(
                 &format!("y{i}"),
