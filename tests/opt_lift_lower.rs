@@ -9,7 +9,7 @@ use mobius::ir::{DType, Graph};
 use mobius::models::build_model;
 use mobius::opt::lang::Onnx;
 use mobius::opt::lift::lift;
-use mobius::opt::lower::lower;
+use mobius::opt::lower::{lower, Picked};
 
 fn round_trip(graph: &Graph) -> Graph {
     let lifted = lift(graph).unwrap();
@@ -24,7 +24,8 @@ fn round_trip(graph: &Graph) -> Graph {
             .clone()
             .map_children(|c| eg.find(c))
     };
-    lower(graph, eg, lifted.root, &lifted.names, &chosen).unwrap()
+    let picked = Picked::new(eg, lifted.root, &chosen, lifted.names.clone()).unwrap();
+    lower(graph, picked).unwrap()
 }
 
 fn assert_equivalent(a: &Graph, b: &Graph, what: &str) {

@@ -7,8 +7,9 @@
 use egg::{Id, Language};
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use super::analysis::{Kind, OnnxGraph};
-use super::lang::Onnx;
+use super::analysis::OnnxGraph;
+use super::lang::{AttrValue, Onnx, OpNode};
+use super::types::TensorType;
 use crate::ir::{Attrs, Graph, Initializer, Node, TensorSource};
 use crate::weights::relayout_source;
 use crate::{Error, Result};
@@ -18,42 +19,99 @@ fn always_kept(name: &str) -> bool {
     name.starts_with("past_key_values.")
 }
 
-/// Lowers the choice `chosen(class)` (one e-node per needed class) back into a graph with the
-/// interface of `original`. `names` are the lifted value names (see [`super::lift::Lifted`]).
-pub fn lower(
-    original: &Graph,
-    egraph: &OnnxGraph,
-    root: Id,
-    names: &[(String, Id)],
-    chosen: &dyn Fn(Id) -> Onnx,
-) -> Result<Graph> {
-    let root = egraph.find(root);
-    let Onnx::Root(outputs) = chosen(root) else {
-        return Err(Error::Graph("the root class lost its root node".into()));
-    };
-    let order = topo_order(egraph, &outputs, chosen)?;
+/// The extracted graph on its own: the needed classes with their chosen nodes, children
+/// before parents, every child id canonical, and the little the lowering reads of the
+/// e-graph's analysis (attribute values are the chosen nodes of their classes). Made while the
+/// e-graph is alive, so that the e-graph and the extraction can be freed before the new graph
+/// is built: their memory and the new graph's are not held at once.
+pub struct Picked {
+    /// The lifted value names (see [`super::lift::Lifted`]), their classes canonical.
+    names: Vec<(String, Id)>,
+    /// `(class, chosen node)`, children before parents (see [`topo_order`]).
+    order: Vec<(Id, Onnx)>,
+    /// Where each needed class is in `order`.
+    at: ByClass<usize>,
+    /// The root's children: the classes of the graph outputs, in order.
+    outputs: Vec<Id>,
+    /// The output types of the weight relayouts (folded into initializers by their shape).
+    relayout_types: ByClass<TensorType>,
+}
 
+impl Picked {
+    /// The choice `chosen(class)` (one e-node per needed class) reachable from `root`, with
+    /// the lifted value `names` to reuse.
+    pub fn new(
+        egraph: &OnnxGraph,
+        root: Id,
+        chosen: &dyn Fn(Id) -> Onnx,
+        names: Vec<(String, Id)>,
+    ) -> Result<Picked> {
+        let root = egraph.find(root);
+        let Onnx::Root(outputs) = chosen(root) else {
+            return Err(Error::Graph("the root class lost its root node".into()));
+        };
+        let outputs: Vec<Id> = outputs.iter().map(|&c| egraph.find(c)).collect();
+        let order = topo_order(egraph, &outputs, chosen)?;
+        let mut at = ByClass::default();
+        let mut relayout_types = ByClass::default();
+        for (i, (class, node)) in order.iter().enumerate() {
+            at.insert(*class, i);
+            if let Onnx::Op(op) = node {
+                if op.op.as_str().starts_with(RELAYOUT_DOMAIN) {
+                    if let Some(t) = egraph[*class].data.tensor() {
+                        relayout_types.insert(*class, t.clone());
+                    }
+                }
+            }
+        }
+        let names = names
+            .into_iter()
+            .map(|(name, class)| (name, egraph.find(class)))
+            .collect();
+        Ok(Picked {
+            names,
+            order,
+            at,
+            outputs,
+            relayout_types,
+        })
+    }
+
+    /// The chosen node of a needed class.
+    fn node(&self, class: Id) -> Option<&Onnx> {
+        self.at.get(class).map(|&i| &self.order[i].1)
+    }
+
+    /// The value of an attribute class.
+    fn attr(&self, class: Id) -> Option<&AttrValue> {
+        match self.node(class)? {
+            Onnx::Attr(v) => Some(v),
+            _ => None,
+        }
+    }
+}
+
+/// Lowers `picked` back into a graph with the interface of `original`.
+pub fn lower(original: &Graph, picked: Picked) -> Result<Graph> {
     // Output slots of tuple-valued ops, from the `get` classes that are needed.
     let mut slots: FxHashMap<(Id, usize), Id> = FxHashMap::default();
-    for (class, node) in &order {
+    for (class, node) in &picked.order {
         if let Onnx::Get { index, tuple } = node {
-            slots.insert((egraph.find(tuple[0]), *index), *class);
+            slots.insert((tuple[0], *index), *class);
         }
     }
 
     let mut namer = Namer::new(original);
-    for (out, class) in original.outputs.iter().zip(&outputs) {
-        let class = egraph.find(*class);
-        if matches!(chosen(class), Onnx::Op(_) | Onnx::Get { .. })
+    for (out, &class) in original.outputs.iter().zip(&picked.outputs) {
+        if matches!(picked.node(class), Some(Onnx::Op(_) | Onnx::Get { .. }))
             && namer.by_class.get(class).is_none()
         {
             namer.assign(class, out.name.clone());
         }
     }
-    for (name, class) in names {
-        let class = egraph.find(*class);
-        if namer.by_class.get(class).is_none() && !namer.used.contains(name.as_str()) {
-            namer.assign(class, name.clone());
+    for (name, class) in &picked.names {
+        if namer.by_class.get(*class).is_none() && !namer.used.contains(name.as_str()) {
+            namer.assign(*class, name.clone());
         }
     }
 
@@ -67,7 +125,8 @@ pub fn lower(
     };
     let mut folded = Folded::default();
     let initializers = InitializerIndex::new(original);
-    for (class, node) in order {
+    for (class, node) in &picked.order {
+        let class = *class;
         match node {
             Onnx::Input(name) | Onnx::Init(name) => {
                 namer.by_class.insert(class, name.to_string());
@@ -85,19 +144,19 @@ pub fn lower(
                 namer.by_class.insert(class, String::new());
             }
             Onnx::Op(op) if op.op.as_str() == "Concat" => {
-                if let Some(init) = fold_initializer_concat(&initializers, egraph, &op, chosen) {
+                if let Some(init) = fold_initializer_concat(&initializers, &picked, op) {
                     namer.by_class.insert(class, init.name.clone());
                     folded.push(init);
                     continue;
                 }
-                emit_op(&mut graph, &mut namer, egraph, &slots, class, &op);
+                emit_op(&mut graph, &mut namer, &picked, &slots, class, op);
             }
             Onnx::Op(op) if op.op.as_str().starts_with(RELAYOUT_DOMAIN) => {
-                let init = fold_relayout(&initializers, &folded, &namer, egraph, class, &op)?;
+                let init = fold_relayout(&initializers, &folded, &namer, &picked, class, op)?;
                 namer.by_class.insert(class, init.name.clone());
                 folded.push(init);
             }
-            Onnx::Op(op) => emit_op(&mut graph, &mut namer, egraph, &slots, class, &op),
+            Onnx::Op(op) => emit_op(&mut graph, &mut namer, &picked, &slots, class, op),
             Onnx::Get { .. } => {
                 // Named when its tuple op was emitted (tuples come first in the order).
                 if namer.by_class.get(class).is_none() {
@@ -109,7 +168,7 @@ pub fn lower(
             Onnx::Attr(_) | Onnx::Root(_) => {}
         }
     }
-    finish(original, graph, namer, egraph, &outputs, folded.list)
+    finish(original, graph, namer, &picked.outputs, folded.list)
 }
 
 /// The original graph's initializers by name (the first of a name wins), so that looking one
@@ -135,20 +194,19 @@ impl<'g> InitializerIndex<'g> {
 /// `<a>__<b>__…__axis_<n>__concat`).
 fn fold_initializer_concat(
     initializers: &InitializerIndex<'_>,
-    egraph: &OnnxGraph,
-    op: &super::lang::OpNode,
-    chosen: &dyn Fn(Id) -> Onnx,
+    picked: &Picked,
+    op: &OpNode,
 ) -> Option<Initializer> {
     let inits: Vec<&Initializer> = op
         .input_ids()
         .iter()
-        .map(|&c| match chosen(egraph.find(c)) {
-            Onnx::Init(name) => initializers.get(name.as_str()),
+        .map(|&c| match picked.node(c) {
+            Some(Onnx::Init(name)) => initializers.get(name.as_str()),
             _ => None,
         })
         .collect::<Option<_>>()?;
-    let axis = match egraph[op.attr_id("axis")?].data.attr()? {
-        super::lang::AttrValue::Int(a) => *a,
+    let axis = match picked.attr(op.attr_id("axis")?)? {
+        AttrValue::Int(a) => *a,
         _ => return None,
     };
     let first = inits.first()?;
@@ -205,12 +263,12 @@ fn fold_relayout(
     initializers: &InitializerIndex<'_>,
     folded: &Folded,
     namer: &Namer,
-    egraph: &OnnxGraph,
+    picked: &Picked,
     class: Id,
-    op: &super::lang::OpNode,
+    op: &OpNode,
 ) -> Result<Initializer> {
     let (_, kind) = op.domain_and_type();
-    let child = egraph.find(op.input_ids()[0]);
+    let child = op.input_ids()[0];
     let base = namer
         .by_class
         .get(child)
@@ -220,11 +278,11 @@ fn fold_relayout(
                 "{kind} of a computed value (weight relayouts apply to initializers only)"
             ))
         })?;
-    let int = |name: &str| match op.attr_id(name).and_then(|id| egraph[id].data.attr()) {
-        Some(super::lang::AttrValue::Int(v)) => Some(*v),
+    let int = |name: &str| match op.attr_id(name).and_then(|id| picked.attr(id)) {
+        Some(AttrValue::Int(v)) => Some(*v),
         _ => None,
     };
-    let out = egraph[class].data.tensor();
+    let out = picked.relayout_types.get(class);
     let shape: Vec<usize> = out
         .and_then(|t| t.static_shape())
         .map(|s| s.iter().map(|&d| d as usize).collect())
@@ -263,20 +321,20 @@ fn fold_relayout(
 fn emit_op(
     graph: &mut Graph,
     namer: &mut Namer,
-    egraph: &OnnxGraph,
+    picked: &Picked,
     slots: &FxHashMap<(Id, usize), Id>,
     class: Id,
-    op: &super::lang::OpNode,
+    op: &OpNode,
 ) {
     let (domain, op_type) = op.domain_and_type();
     let inputs = op
         .input_ids()
         .iter()
-        .map(|&c| namer.by_class.name(egraph.find(c)).to_string())
+        .map(|&c| namer.by_class.name(c).to_string())
         .collect();
     let mut attrs = Attrs::new();
     for (name, &c) in op.attr_names().iter().zip(op.attr_ids()) {
-        if let Kind::Attr(v) = &egraph[c].data.kind {
+        if let Some(v) = picked.attr(c) {
             if let Some(a) = v.to_attr() {
                 attrs.insert(name.to_string(), a);
             }
@@ -307,13 +365,12 @@ fn finish(
     original: &Graph,
     mut graph: Graph,
     namer: Namer,
-    egraph: &OnnxGraph,
     outputs: &[Id],
     folded: Vec<Initializer>,
 ) -> Result<Graph> {
     // Graph outputs whose value carries another name get an Identity.
     for (out, class) in original.outputs.iter().zip(outputs) {
-        let value = namer.by_class.name(egraph.find(*class)).to_string();
+        let value = namer.by_class.name(*class).to_string();
         if value != out.name {
             graph.nodes.push(Node {
                 name: format!("{}_node", out.name),
@@ -360,8 +417,8 @@ fn finish(
     Ok(graph)
 }
 
-/// Needed classes with their chosen nodes, children before parents, in a deterministic
-/// depth-first order from the outputs; a cycle in the choice is an error.
+/// Needed classes with their chosen nodes (children made canonical), children before parents,
+/// in a deterministic depth-first order from the outputs; a cycle in the choice is an error.
 fn topo_order(
     egraph: &OnnxGraph,
     roots: &[Id],
@@ -391,10 +448,9 @@ fn topo_order(
                 None => {}
             }
             marks.insert(class, Mark::Visiting);
-            let node = chosen(class);
+            let node = chosen(class).map_children(|c| egraph.find(c));
             let at = stack.len();
             for &child in node.children().iter().rev() {
-                let child = egraph.find(child);
                 match marks.get(child) {
                     Some(Mark::Done) => {}
                     Some(Mark::Visiting) => {

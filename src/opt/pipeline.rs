@@ -14,7 +14,7 @@ use super::gate::KvCache;
 use super::lang::Onnx;
 use super::leftovers::leftovers;
 use super::lift::{lift_with, output_types, Lifted};
-use super::lower::lower;
+use super::lower::{lower, Picked};
 use super::opset;
 use super::rules::{all_rules, RuleSpec, Stage};
 use super::saturate::{saturate, FirstIteration, RunLimits};
@@ -268,10 +268,15 @@ pub fn optimize_with_rules(
         None => extract(&egraph, root, &cost)?,
     };
     report.cost_after = extraction.cost;
-    let chosen = |class: Id| extraction.node(class).clone();
-    let graph = lower(&model.graph, &egraph, root, &names, &chosen)?;
-    // Done with the e-graph: free it before the checks allocate (a lower peak of memory).
-    drop((egraph, extraction, names));
+    let picked = Picked::new(
+        &egraph,
+        root,
+        &|class| extraction.node(class).clone(),
+        names,
+    )?;
+    // Done with the e-graph: free it before the new graph is built (a lower peak of memory).
+    drop((egraph, extraction));
+    let graph = lower(&model.graph, picked)?;
     check_supported(&graph, caps)?;
     check_output_types(&graph, "the optimized graph")?;
     report.nodes_after = graph.nodes.len();
