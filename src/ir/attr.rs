@@ -92,7 +92,8 @@ impl Attrs {
     }
 }
 
-/// Later values of a repeated name replace earlier ones (as inserting them in turn would).
+/// Later values of a repeated name replace earlier ones (as inserting them in turn would); the
+/// vector holds exactly its attributes (a vector grown by pushes holds at least four).
 impl FromIterator<(String, Attr)> for Attrs {
     fn from_iter<I: IntoIterator<Item = (String, Attr)>>(iter: I) -> Attrs {
         let mut pairs: Vec<(String, Attr)> = iter.into_iter().collect();

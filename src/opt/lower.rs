@@ -332,14 +332,12 @@ fn emit_op(
         .iter()
         .map(|&c| namer.by_class.name(c).to_string())
         .collect();
-    let mut attrs = Attrs::new();
-    for (name, &c) in op.attr_names().iter().zip(op.attr_ids()) {
-        if let Some(v) = picked.attr(c) {
-            if let Some(a) = v.to_attr() {
-                attrs.insert(name.to_string(), a);
-            }
-        }
-    }
+    let attrs: Attrs = op
+        .attr_names()
+        .iter()
+        .zip(op.attr_ids())
+        .filter_map(|(name, &c)| Some((name.to_string(), picked.attr(c)?.to_attr()?)))
+        .collect();
     let outputs: Vec<String> = if op.outputs == 1 {
         vec![namer.name(class, op_type)]
     } else {
