@@ -546,7 +546,6 @@ fn qmoe(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
 
 #[cfg(test)]
 mod tests {
-
     use super::*;
     use crate::interp::eval_op;
     use crate::ir::{Attr, Attrs};

@@ -93,7 +93,6 @@ fn top_k(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
 
 #[cfg(test)]
 mod tests {
-
     use crate::interp::{eval_op, Tensor};
     use crate::ir::{Attr, Attrs, DType};
     use crate::limits::InterpLimits;
