@@ -61,11 +61,6 @@ impl Attrs {
         }
     }
 
-    /// Removes attribute `name`, returning its value.
-    pub fn remove(&mut self, name: &str) -> Option<Attr> {
-        self.position(name).ok().map(|i| self.0.remove(i).1)
-    }
-
     /// The attributes, by name.
     pub fn iter(&self) -> impl DoubleEndedIterator<Item = (&String, &Attr)> + ExactSizeIterator {
         self.0.iter().map(|(k, v)| (k, v))
@@ -74,21 +69,6 @@ impl Attrs {
     /// The attribute names, sorted.
     pub fn keys(&self) -> impl DoubleEndedIterator<Item = &String> + ExactSizeIterator {
         self.0.iter().map(|(k, _)| k)
-    }
-
-    /// The values, in name order.
-    pub fn values(&self) -> impl DoubleEndedIterator<Item = &Attr> + ExactSizeIterator {
-        self.0.iter().map(|(_, v)| v)
-    }
-
-    /// How many attributes are set.
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    /// Whether no attribute is set.
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
     }
 }
 
@@ -129,27 +109,6 @@ impl std::ops::Index<&str> for Attrs {
     }
 }
 
-impl<'a> IntoIterator for &'a Attrs {
-    type Item = (&'a String, &'a Attr);
-    type IntoIter = std::iter::Map<
-        std::slice::Iter<'a, (String, Attr)>,
-        fn(&'a (String, Attr)) -> (&'a String, &'a Attr),
-    >;
-
-    fn into_iter(self) -> Self::IntoIter {
-        self.0.iter().map(|(k, v)| (k, v))
-    }
-}
-
-impl IntoIterator for Attrs {
-    type Item = (String, Attr);
-    type IntoIter = std::vec::IntoIter<(String, Attr)>;
-
-    fn into_iter(self) -> Self::IntoIter {
-        self.0.into_iter()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::{Attr, Attrs};
@@ -167,9 +126,8 @@ mod tests {
         );
         assert_eq!(a["axis"], Attr::Int(2));
         assert!(a.contains_key("to") && !a.contains_key("t"));
-        assert_eq!(a.remove("perm"), Some(Attr::Ints(vec![1, 0])));
-        assert_eq!(a.remove("perm"), None);
-        assert_eq!(a.len(), 2);
+        assert_eq!(a.get("perm"), Some(&Attr::Ints(vec![1, 0])));
+        assert_eq!(a.iter().count(), 3);
     }
 
     #[test]
@@ -185,6 +143,11 @@ mod tests {
         assert_eq!(pairs.len(), 2);
         assert_eq!(a["to"], Attr::Int(7));
         assert_eq!(a.get("axis"), Some(&Attr::Int(0)));
-        assert_eq!(Attrs::from([("b".to_string(), Attr::Int(1))]).len(), 1);
+        assert_eq!(
+            Attrs::from([("b".to_string(), Attr::Int(1))])
+                .iter()
+                .count(),
+            1
+        );
     }
 }

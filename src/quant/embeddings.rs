@@ -246,11 +246,14 @@ fn shared_lookup(
 ) -> Vec<Node> {
     let mut nodes = Vec::new();
     let relayout = |op: &str, attrs: bool| {
-        let mut a = Attrs::new();
-        if attrs {
-            a.insert("bits".to_string(), Attr::Int(i64::from(p.bits)));
-            a.insert("block_size".to_string(), Attr::Int(p.block_size as i64));
-        }
+        let a = if attrs {
+            Attrs::from([
+                ("bits".to_string(), Attr::Int(i64::from(p.bits))),
+                ("block_size".to_string(), Attr::Int(p.block_size as i64)),
+            ])
+        } else {
+            Attrs::new()
+        };
         (op.to_string(), a)
     };
     let inputs = match shared.get(&parts[0]) {
