@@ -21,8 +21,9 @@ instead.
 
 Memory, per build: peak RSS is the process's ru_maxrss (getrusage of the child, = VmHWM) of
 the timed runs, the largest printed per build and the medians' int4 - f16 difference with
-every run's value; it counts the pages of the memory-mapped checkpoint that were touched, so
-it grows with the checkpoint. Peak anonymous memory (heap, stacks, buffers: what the process allocates, without
+every run's value; it counts the pages of the memory-mapped checkpoint mapped at the time
+(a build unmaps each tensor's once written: what stays is the largest matrix being
+transposed) and the output's pages populated ahead. Peak anonymous memory (heap, stacks, buffers: what the process allocates, without
 the mapped checkpoint's page-cache pages) is the largest RssAnon of /proc/PID/status, sampled
 every millisecond during --runs extra, untimed runs (interleaved); the median is printed, and
 the int4 build's difference to the f16 build's in KiB with every run's value.

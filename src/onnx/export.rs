@@ -81,7 +81,9 @@ pub struct SaveReport {
 ///
 /// Every initializer source is checked first (existence, dtype convertibility, shape), so a
 /// bad checkpoint fails before anything is written. Initializers declared without a source are
-/// written as zero-filled holes (sparse) of the right size.
+/// written as zero-filled holes (sparse) of the right size. The mapped inputs' pages are
+/// unmapped as their tensors are written ([`Evaluator::unmap_when_read`]), so the process does
+/// not keep the whole checkpoint mapped.
 pub fn save(
     model: &Model,
     dir: &Path,
@@ -120,6 +122,7 @@ pub fn save(
                 })
                 .collect();
             let mut sink = DataSink::start(scope, file, &data_path, progress, data_len, &ranges)?;
+            evaluator.unmap_when_read();
             for (init, placement) in model.graph.initializers.iter().zip(&placements) {
                 let (Placement::External { offset, .. }, Some(src)) = (placement, &init.source)
                 else {
@@ -143,6 +146,7 @@ pub fn save(
                     )));
                 }
                 report.data_bytes += written;
+                evaluator.unmap_read();
             }
             sink.finish()
         })?;

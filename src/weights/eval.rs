@@ -2,7 +2,9 @@
 
 use std::collections::HashMap;
 use std::fs::File;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use memmap2::Mmap;
 
@@ -11,6 +13,7 @@ use super::matrix::Matrix;
 use super::sink::{Sink, Store};
 use super::store::TensorStore;
 use super::transpose;
+use super::unmap::{self, Round};
 use crate::ir::{DType, TensorSource};
 use crate::{Error, Result};
 
@@ -40,6 +43,9 @@ pub struct Evaluator<'a> {
     /// The scales and zero points the last values pass by columns kept for the parts written
     /// after it.
     pub(super) kept_parameters: Option<super::nbits_columns::KeptParameters>,
+    /// Once [`Evaluator::unmap_when_read`] is called: the address spans of the mapped input
+    /// bytes read since the last [`Evaluator::unmap_read`].
+    read: Mutex<Option<Vec<Range<usize>>>>,
 }
 
 impl<'a> Evaluator<'a> {
@@ -50,7 +56,62 @@ impl<'a> Evaluator<'a> {
             files: HashMap::new(),
             last_quantized: None,
             kept_parameters: None,
+            read: Mutex::new(None),
         }
+    }
+
+    /// From now on, lets go of the pages of the mapped inputs as their bytes are written out
+    /// ([`super::unmap`]): remembers the mapped bytes read, for [`Evaluator::unmap_read`], and
+    /// unmaps each piece of a tensor streamed in place once the sink has it.
+    pub fn unmap_when_read(&mut self) {
+        *self.read.get_mut().unwrap_or_else(|e| e.into_inner()) = Some(Vec::new());
+    }
+
+    /// Unmaps the pages around the mapped input bytes read since the last call (nothing before
+    /// [`Evaluator::unmap_when_read`]): called once an initializer is written. Bytes read again
+    /// later are mapped again.
+    pub fn unmap_read(&self) {
+        let spans = self
+            .read
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_mut()
+            .map(std::mem::take);
+        for span in spans.into_iter().flatten() {
+            self.unmap(&span, Round::Out(unmap::AROUND));
+        }
+    }
+
+    /// Notes that the mapped bytes `data` were read (when unmapping is on).
+    fn note_read(&self, data: &[u8]) {
+        if let Some(read) = self.read.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+            let start = data.as_ptr() as usize;
+            read.push(start..start + data.len());
+        }
+    }
+
+    /// Unmaps `piece`, bytes of a tensor streamed in place that the sink now has, rounded
+    /// inwards (when unmapping is on; bytes that are not mapped input are left alone).
+    pub(super) fn unmap_passed(&self, piece: &[u8]) {
+        if self
+            .read
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
+        {
+            let start = piece.as_ptr() as usize;
+            self.unmap(&(start..start + piece.len()), Round::In(unmap::WITHIN));
+        }
+    }
+
+    /// Unmaps `span` from the mapped input that holds it.
+    fn unmap(&self, span: &Range<usize>, round: Round) {
+        let mut maps = self
+            .store
+            .into_iter()
+            .flat_map(|s| s.maps())
+            .chain(self.files.values());
+        let _ = maps.any(|map| unmap::unmap(map, span, round));
     }
 
     /// Element type and shape of `src`, checking that every referenced tensor exists and that
@@ -221,10 +282,12 @@ impl<'a> Evaluator<'a> {
             name: name.to_string(),
             searched: "no checkpoint weights were loaded".into(),
         })?;
-        store.get(name).ok_or_else(|| Error::MissingTensor {
+        let tensor = store.get(name).ok_or_else(|| Error::MissingTensor {
             name: name.to_string(),
             searched: format!("{} tensors in the safetensors files", store.len()),
-        })
+        })?;
+        self.note_read(tensor.data);
+        Ok(tensor)
     }
 
     /// Shape and file of a checkpoint tensor (error if absent).
@@ -253,7 +316,7 @@ impl<'a> Evaluator<'a> {
     /// Maps the external data files of the stored tensors that `src` reads in place (its
     /// leaves, through transposes, slices and concatenations), so that [`Evaluator::stored_leaf`]
     /// can borrow several of them at once.
-    fn map_files(&mut self, src: &TensorSource) -> Result<()> {
+    pub(super) fn map_files(&mut self, src: &TensorSource) -> Result<()> {
         match src {
             TensorSource::External { path, .. } => self.map_file(path),
             TensorSource::Transpose(inner)
@@ -274,7 +337,11 @@ impl<'a> Evaluator<'a> {
             .checked_add(length)
             .filter(|&e| e <= map.len() as u64);
         match end {
-            Some(end) => Ok(&map[offset as usize..end as usize]),
+            Some(end) => {
+                let data = &map[offset as usize..end as usize];
+                self.note_read(data);
+                Ok(data)
+            }
             None => Err(Error::Onnx {
                 path: path.to_path_buf(),
                 message: format!(
@@ -314,11 +381,11 @@ impl<'a> Evaluator<'a> {
                     }
                 }
                 let (dtype, _, bytes) = self.materialize(src)?;
-                stream_converted(&bytes, dtype, target, sink)
+                stream_converted(&bytes, dtype, target, sink, &owned)
             }
             TensorSource::Quantize { .. } => {
                 let (part, dtype, _) = self.shared_part(src)?.expect("a Quantize part");
-                stream_converted(&part, dtype, target, sink)
+                stream_converted(&part, dtype, target, sink, &owned)
             }
             TensorSource::Concat { parts, axis } => {
                 self.stream_concat(src, parts, *axis, target, sink)
@@ -329,7 +396,7 @@ impl<'a> Evaluator<'a> {
             | TensorSource::Packed4 { .. }
             | TensorSource::Fp8Blocks { .. } => {
                 let (dtype, _, bytes) = self.materialize(src)?;
-                stream_converted(&bytes, dtype, target, sink)
+                stream_converted(&bytes, dtype, target, sink, &owned)
             }
             TensorSource::MoeExperts { .. } => {
                 let blocks = self.moe_blocks(src)?;
@@ -339,11 +406,11 @@ impl<'a> Evaluator<'a> {
                 self.describe(src)?;
                 self.stream(source, target, sink)
             }
-            TensorSource::Slice { .. } => match self.leaf(src)? {
-                Some(leaf) => stream_converted(leaf.data, leaf.dtype, target, sink),
+            TensorSource::Slice { .. } => match self.stream_leaf(src, target, sink)? {
+                Some(clamped) => Ok(clamped),
                 None => {
                     let (dtype, _, bytes) = self.materialize(src)?;
-                    stream_converted(&bytes, dtype, target, sink)
+                    stream_converted(&bytes, dtype, target, sink, &owned)
                 }
             },
             TensorSource::RotaryTable {
@@ -369,12 +436,12 @@ impl<'a> Evaluator<'a> {
                 }
                 Ok(clamped)
             }
-            leaf => match self.leaf(leaf)? {
-                Some(leaf) => stream_converted(leaf.data, leaf.dtype, target, sink),
+            leaf => match self.stream_leaf(leaf, target, sink)? {
+                Some(clamped) => Ok(clamped),
                 // Packed 4-bit external data: unpacked in memory first.
                 None => {
                     let (dtype, _, bytes) = self.materialize(src)?;
-                    stream_converted(&bytes, dtype, target, sink)
+                    stream_converted(&bytes, dtype, target, sink, &owned)
                 }
             },
         }
@@ -433,7 +500,25 @@ impl<'a> Evaluator<'a> {
             }
         }
         let (dtype, _, bytes) = self.materialize(src)?;
-        stream_converted(&bytes, dtype, target, sink)
+        stream_converted(&bytes, dtype, target, sink, &owned)
+    }
+
+    /// Streams the stored bytes of `src` in place (a leaf, see [`Evaluator::leaf`]) converted
+    /// to `target`, unmapping each piece of mapped input once the sink has it (when unmapping
+    /// is on); `None`, with nothing written, where `src` is not read in place.
+    fn stream_leaf(
+        &mut self,
+        src: &TensorSource,
+        target: DType,
+        sink: &mut dyn Sink,
+    ) -> Result<Option<usize>> {
+        self.map_files(src)?;
+        let this = &*self;
+        let Some(leaf) = this.stored_leaf(src)? else {
+            return Ok(None);
+        };
+        let passed = |piece: &[u8]| this.unmap_passed(piece);
+        stream_converted(leaf.data, leaf.dtype, target, sink, &passed).map(Some)
     }
 
     /// The stored bytes of a leaf source (checkpoint, inline or external), without copying;
@@ -516,7 +601,7 @@ impl<'a> Evaluator<'a> {
     }
 
     /// [`Evaluator::matrix`] of a source whose external data files are mapped.
-    fn stored_matrix<'s>(&'s self, src: &'s TensorSource) -> Result<Option<Matrix<'s>>> {
+    pub(super) fn stored_matrix<'s>(&'s self, src: &'s TensorSource) -> Result<Option<Matrix<'s>>> {
         match src {
             TensorSource::Transpose(inner) => Ok(self.stored_leaf(inner)?.and_then(|leaf| {
                 let [rows, cols] = leaf.shape[..] else {
@@ -777,11 +862,28 @@ fn slice_shape(
     Ok(())
 }
 
+/// The `passed` of [`stream_converted`] for bytes the evaluator owns (nothing to unmap).
+fn owned(_: &[u8]) {}
+
+/// Bytes written at a time of a tensor streamed unchanged: large, so that a sink that writes
+/// long runs straight from where they lie (the `write(2)` path, from two of its 8 MiB blocks
+/// on) still does.
+const UNCHANGED_PIECE: usize = 32 << 20;
+
 /// Streams `data` converted from `from` to `to`, in blocks that fill the sink's buffer, each
-/// converted in parallel.
-fn stream_converted(data: &[u8], from: DType, to: DType, sink: &mut dyn Sink) -> Result<usize> {
+/// converted in parallel; `passed` is told of each piece of `data` once the sink has it.
+fn stream_converted(
+    data: &[u8],
+    from: DType,
+    to: DType,
+    sink: &mut dyn Sink,
+    passed: &dyn Fn(&[u8]),
+) -> Result<usize> {
     if from == to {
-        sink.write(data)?;
+        for piece in data.chunks(UNCHANGED_PIECE) {
+            sink.write(piece)?;
+            passed(piece);
+        }
         return Ok(0);
     }
     let (from_size, to_size) = (from.size(), to.size());
@@ -794,6 +896,7 @@ fn stream_converted(data: &[u8], from: DType, to: DType, sink: &mut dyn Sink) ->
         clamped += sink.write_with(n * to_size, &mut |dst| {
             convert::convert_parallel_to(piece, from, to, dst, store)
         })?;
+        passed(piece);
         at += n;
     }
     Ok(clamped)
@@ -1119,5 +1222,77 @@ mod tests {
             .describe(&TensorSource::Checkpoint("model.norm.weight".into()))
             .unwrap_err();
         assert!(err.to_string().contains("model.norm.weight"));
+    }
+
+    /// With unmapping on, every tensor streams the same bytes as without, a tensor streamed
+    /// in place is unmapped piece by piece as the sink takes it, nothing read stays mapped
+    /// once its initializer is written, and a tensor read again (as a tied embedding is) maps
+    /// again with the same contents.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn streamed_inputs_are_unmapped_and_read_back_the_same() {
+        use super::super::unmap::{self, checkpoint, resident_kib, Round};
+        let bf16 = |n: usize, seed: usize| -> Vec<u8> {
+            (0..n)
+                .flat_map(|i| {
+                    half::bf16::from_f32(((i * 31 + seed) % 1000) as f32 / 100.0 - 5.0)
+                        .to_le_bytes()
+                })
+                .collect()
+        };
+        let (_dir, store) = checkpoint(&[
+            ("emb", DType::BF16, vec![4096, 1024], bf16(4096 * 1024, 1)),
+            ("norm", DType::BF16, vec![1024], bf16(1024, 2)),
+            ("w", DType::BF16, vec![2048, 1024], bf16(2048 * 1024, 3)),
+        ]);
+        let map = store.maps().next().unwrap();
+        let base = map.as_ptr() as usize;
+        let checkpoint = |name: &str| TensorSource::Checkpoint(name.into());
+        let sources = [
+            (checkpoint("emb"), DType::F16),
+            (checkpoint("norm"), DType::F32),
+            (
+                TensorSource::Transpose(Box::new(checkpoint("w"))),
+                DType::F16,
+            ),
+            (checkpoint("emb"), DType::BF16),
+        ];
+        let mut plain = Evaluator::new(Some(&store));
+        let expected: Vec<Vec<u8>> = sources
+            .iter()
+            .map(|(src, to)| plain.read(src, *to).unwrap())
+            .collect();
+        assert!(
+            resident_kib(base) >= 12 << 10,
+            "read without unmapping: all mapped"
+        );
+        assert!(unmap::unmap(
+            map,
+            &(base..base + map.len()),
+            Round::Out(unmap::AROUND)
+        ));
+        assert_eq!(resident_kib(base), 0);
+
+        let mut ev = Evaluator::new(Some(&store));
+        ev.unmap_when_read();
+        for _ in 0..2 {
+            for ((src, to), expected) in sources.iter().zip(&expected) {
+                let mut bytes = Vec::new();
+                let mut most = 0;
+                let mut sink = |piece: &[u8]| -> Result<()> {
+                    most = most.max(resident_kib(base));
+                    bytes.extend_from_slice(piece);
+                    Ok(())
+                };
+                ev.stream(src, *to, &mut sink).unwrap();
+                assert!(bytes == *expected, "{src:?} as {to}: other bytes");
+                if *to == DType::F16 && matches!(src, TensorSource::Checkpoint(_)) {
+                    // 8 MiB streamed in 1 MiB pieces: never more than a few mapped at once.
+                    assert!(most <= 4 << 10, "{src:?}: {most} KiB mapped while streamed");
+                }
+                ev.unmap_read();
+                assert_eq!(resident_kib(base), 0, "{src:?} as {to}: left mapped");
+            }
+        }
     }
 }

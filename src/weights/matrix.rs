@@ -169,6 +169,37 @@ impl<'a> Matrix<'a> {
         }
     }
 
+    /// Calls `visit` with the stored bytes of columns `cols`, one contiguous run per stored
+    /// part they lie in (its rows for those columns): what reading those columns by
+    /// [`Matrix::column_pieces`] reads.
+    ///
+    /// Panics if `cols` is out of range or the columns are not [stored](Matrix::columns_stored).
+    pub(super) fn column_runs(&self, cols: Range<usize>, visit: &mut dyn FnMut(&[u8])) {
+        assert!(cols.end <= self.cols, "columns outside the matrix");
+        match &self.layout {
+            Layout::Transposed(data) => {
+                let len = self.rows * self.dtype.size();
+                visit(&data[cols.start * len..cols.end * len]);
+            }
+            Layout::Stacked(parts) => {
+                for part in parts {
+                    part.column_runs(cols.clone(), visit);
+                }
+            }
+            Layout::Joined(parts) => {
+                let mut start = 0;
+                for part in parts {
+                    let (from, to) = (cols.start.max(start), cols.end.min(start + part.cols));
+                    if from < to {
+                        part.column_runs(from - start..to - start, visit);
+                    }
+                    start += part.cols;
+                }
+            }
+            Layout::RowMajor(_) => panic!("column_runs of a row-major matrix"),
+        }
+    }
+
     /// Writes rows `first..` of columns `cols`, converted to `to`, into `dst` (as many whole
     /// rows of `cols.len()` elements as it holds), transposed parts stored as `store` says.
     /// Returns the number of values clamped to the f16 range.

@@ -13,6 +13,7 @@ pub mod sink;
 pub mod store;
 pub mod transpose;
 pub mod unique_keys;
+mod unmap;
 
 pub use quantized::{relayout, relayout_source};
 

@@ -43,6 +43,10 @@ const TILE: usize = 64;
 /// The most working memory the tiles in flight take, lent by the sink: fewer tiles run at
 /// once when one takes more than its share.
 const SCRATCH: usize = 4 << 20;
+/// By columns, the most stored bytes of the weight one write of the sink reads: the pages of
+/// those bytes are unmapped once it is written ([`Evaluator::unmap_passed`]), so at most this
+/// much of a large weight (an LM head) is mapped at a time.
+const READ_PER_WRITE: usize = 8 << 20;
 /// The most bytes of scales and zero points a values pass keeps for the parts written next
 /// (every layer's weights of a model of a few billion parameters; not a large LM head's).
 const KEPT: usize = 256 << 10;
@@ -151,7 +155,9 @@ impl Evaluator<'_> {
             sink.write(&bytes)?;
             return Ok(true);
         }
-        let Some(weight) = self.matrix(input.weight)? else {
+        self.map_files(input.weight)?;
+        let this = &*self;
+        let Some(weight) = this.stored_matrix(input.weight)? else {
             return Ok(false);
         };
         let (dtype, spec, part) = (input.dtype, input.spec, input.part);
@@ -292,7 +298,11 @@ impl Evaluator<'_> {
         let mut first = 0;
         let mut written = Ok(());
         while first < n && written.is_ok() {
-            let count = (sink.room() / column_bytes).clamp(1, n - first);
+            let mut count = sink.room() / column_bytes;
+            if by_columns {
+                count = count.min(READ_PER_WRITE / (k * from.size()).max(1));
+            }
+            let count = count.clamp(1, n - first);
             let group = count.div_ceil(threads);
             let groups = count.div_ceil(group);
             let (scales, zero_points) = (
@@ -331,6 +341,10 @@ impl Evaluator<'_> {
                     0
                 })
                 .and_then(|_| failure.take().map_or(Ok(()), Err));
+            if by_columns {
+                // Those columns' stored rows are read: let go of their pages.
+                weight.column_runs(first..first + count, &mut |run| this.unmap_passed(run));
+            }
             first += count;
         }
         sink.give_back(scratch);
@@ -676,6 +690,55 @@ mod tests {
                     "element (38, 3) of the [40, 150] weight is NaN, not a finite number"
                 );
             }
+        }
+    }
+
+    /// Quantized by columns from a checkpoint, a weight is unmapped a write at a time: at most
+    /// `READ_PER_WRITE` of it (and the folios around) is mapped at once, none once written,
+    /// and the bytes are those quantized without unmapping.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_weight_quantized_by_columns_is_unmapped_as_it_is_read() {
+        use super::super::unmap::{self, checkpoint, resident_kib, Round};
+        let (n, k) = (8192, 1024);
+        let stored_bytes: Vec<u8> = values(n * k, 7)
+            .iter()
+            .flat_map(|&v| bf16::from_f32(v).to_le_bytes())
+            .collect();
+        let (_dir, store) = checkpoint(&[("w", DType::BF16, vec![n, k], stored_bytes)]);
+        let map = store.maps().next().unwrap();
+        let base = map.as_ptr() as usize;
+        let weight = TensorSource::Transpose(Box::new(TensorSource::Checkpoint("w".into())));
+        let spec = QuantParams::new(4, 32, true);
+        for (src, to) in inputs(&weight, DType::F16, spec) {
+            let expected = Evaluator::new(Some(&store)).read(&src, to).unwrap();
+            assert!(unmap::unmap(
+                map,
+                &(base..base + map.len()),
+                Round::Out(unmap::AROUND)
+            ));
+            let mut ev = Evaluator::new(Some(&store));
+            ev.unmap_when_read();
+            let mut bytes = Vec::new();
+            let mut most = 0;
+            let mut sink = |piece: &[u8]| -> Result<()> {
+                most = most.max(resident_kib(base));
+                bytes.extend_from_slice(piece);
+                Ok(())
+            };
+            assert!(ev.stream_nbits_columns(&src, to, &mut sink).unwrap());
+            assert!(bytes == expected, "{src:?}: other bytes");
+            let bound = (READ_PER_WRITE + 2 * unmap::AROUND) >> 10;
+            assert!(
+                most <= bound,
+                "{src:?}: {most} KiB mapped at once (16 MiB weight)"
+            );
+            assert!(
+                resident_kib(base) <= (2 * unmap::AROUND) >> 10,
+                "{src:?}: left mapped"
+            );
+            ev.unmap_read();
+            assert_eq!(resident_kib(base), 0, "{src:?}: left mapped");
         }
     }
 }

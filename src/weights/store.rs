@@ -415,6 +415,11 @@ impl TensorStore {
         Ok(self)
     }
 
+    /// The mapped files.
+    pub(super) fn maps(&self) -> impl Iterator<Item = &Mmap> {
+        self.files.iter().map(|f| &f.map)
+    }
+
     /// All tensor names, sorted.
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.tensors.keys().map(String::as_str)
