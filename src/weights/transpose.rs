@@ -1,13 +1,17 @@
 //! Cache-blocked transposes of row-major matrices, the element-type conversion fused into each
-//! tile, spread over rayon's threads by strips of output rows.
+//! tile, spread over rayon's threads by strips of output rows (and bands of their columns).
 //!
 //! The transpose of a `[rows, cols]` matrix is `[cols, rows]`. A strip is as many output rows
-//! as one cache line holds source columns, one task. Within a strip the source is walked in
+//! as four cache lines hold source columns, one task; where a call writes fewer strips than
+//! twice the threads (output rows so long that a few fill the writer's buffer: an LM head's),
+//! each strip is also cut into bands of source rows, one task each. Within a strip the source is walked in
 //! tiles of [`TILE_ROWS`] rows: the tile's lines are copied into a local buffer, transposed
 //! there, and each output row of the strip receives the tile's [`TILE_ROWS`] values at once,
 //! copied, or converted by [`convert`](super::convert) (the same conversion, bit for bit, as
 //! untransposed tensors get) while they are in L1. Elements move as fixed-size byte arrays,
 //! so the source needs no alignment.
+
+use std::ops::Range;
 
 use rayon::prelude::*;
 
@@ -118,44 +122,84 @@ struct Job {
 
 impl Job {
     /// Splits the output rows `dst` into strips of `S`, transposed in parallel; `N` is the
-    /// source element size and `S · N` one cache line.
+    /// source element size and `S · N` four cache lines. When there are too few strips to
+    /// keep every thread busy (output rows so long that a write holds a few: an LM head's, a
+    /// wide MLP's), each strip is cut into bands of source rows (output columns), whole tiles
+    /// each, and every band of every strip is a task.
     fn run<const N: usize, const S: usize>(&self, src: &[u8], dst: &mut [&mut [u8]]) -> usize
     where
         [u8; N]: bytemuck::Pod,
     {
         let src: &[[u8; N]] = bytemuck::cast_slice(src);
-        dst.par_chunks_mut(S)
-            .enumerate()
-            .map(|(i, block)| self.strip::<N, S>(src, self.first + i * S, block))
+        let strips = dst.len().div_ceil(S);
+        let tasks = 2 * rayon::current_num_threads();
+        let bands = match strips >= tasks {
+            true => 1,
+            false => tasks.div_ceil(strips).min(self.rows.div_ceil(TILE_ROWS)),
+        };
+        if bands <= 1 {
+            return dst
+                .par_chunks_mut(S)
+                .enumerate()
+                .map(|(i, strip)| self.strip::<N, S>(src, self.first + i * S, 0..self.rows, strip))
+                .sum();
+        }
+        let band_rows = self.rows.div_ceil(bands).next_multiple_of(TILE_ROWS);
+        let size = self.to.size();
+        let mut pieces = Vec::new();
+        for (i, strip) in dst.chunks_mut(S).enumerate() {
+            let mut bands: Vec<Vec<&mut [u8]>> = Vec::new();
+            for row in strip.iter_mut() {
+                let row: &mut [u8] = row;
+                for (b, band) in row.chunks_mut(band_rows * size).enumerate() {
+                    match bands.get_mut(b) {
+                        Some(rows) => rows.push(band),
+                        None => bands.push(vec![band]),
+                    }
+                }
+            }
+            for (b, rows) in bands.into_iter().enumerate() {
+                let first_row = b * band_rows;
+                let band = first_row..(first_row + band_rows).min(self.rows);
+                pieces.push((self.first + i * S, band, rows));
+            }
+        }
+        pieces
+            .into_par_iter()
+            .map(|(c0, band, mut rows)| self.strip::<N, S>(src, c0, band, &mut rows))
             .sum()
     }
 
-    /// Output rows `c0..` (one per slice of `out`, at most `S`), tile by tile: each tile of
-    /// source rows is copied line by line into a local buffer, transposed there, converted
-    /// when the type changes, and each of its output rows copied into place. Every cache line
-    /// of the source and of `out` is touched once per tile, whatever the power-of-two strides
-    /// that would make a direct gather evict its own lines.
+    /// Output rows `c0..` (one per slice of `out`, at most `S`), their columns `band` (source
+    /// rows: `out`'s slices hold those columns alone), tile by tile: each tile of source rows
+    /// is copied line by line into a local buffer, transposed there, converted when the type
+    /// changes, and each of its output rows copied into place. Every cache line of the source
+    /// and of `out` is touched once per tile, whatever the power-of-two strides that would
+    /// make a direct gather evict its own lines.
     fn strip<const N: usize, const S: usize>(
         &self,
         src: &[[u8; N]],
         c0: usize,
+        band: Range<usize>,
         out: &mut [&mut [u8]],
     ) -> usize
     where
         [u8; N]: bytemuck::Pod,
     {
-        let (rows, cols, size) = (self.rows, self.cols, self.to.size());
+        let (rows, cols, size) = (band.end, self.cols, self.to.size());
         let width = out.len();
         let mut lines = [[[0u8; N]; S]; TILE_ROWS];
         let mut transposed = [[[0u8; N]; TILE_ROWS]; S];
         let mut converted = [0u8; 4 * CONVERTED_ELEMS];
         let mut f32s = [0f32; CONVERTED_ELEMS];
         let mut clamped = 0;
-        prefetch_tile(src, cols, 0, rows, c0, width);
-        for r0 in (0..rows).step_by(TILE_ROWS) {
+        prefetch_tile(src, cols, band.start, rows, c0, width);
+        for r0 in band.clone().step_by(TILE_ROWS) {
             let r1 = (r0 + TILE_ROWS).min(rows);
             prefetch_tile(src, cols, r1, rows, c0, width);
             let height = r1 - r0;
+            // Where the tile's values go in each output row's slice.
+            let at = (r0 - band.start) * size..(r1 - band.start) * size;
             for (r, line) in (r0..r1).zip(lines.iter_mut()) {
                 let start = r * cols + c0;
                 match src[start..].first_chunk::<S>() {
@@ -177,7 +221,7 @@ impl Job {
             let rows_out = out.iter_mut();
             if self.from == self.to {
                 for (row, column) in rows_out.zip(columns) {
-                    copy_column(&mut row[r0 * size..r1 * size], column, self.store);
+                    copy_column(&mut row[at.clone()], column, self.store);
                 }
                 continue;
             }
@@ -188,11 +232,11 @@ impl Job {
                 let converted = &mut converted[..width * TILE_ROWS * size];
                 clamped += convert::convert_through(all, self.from, self.to, converted, &mut f32s);
                 for (row, column) in rows_out.zip(converted.chunks_exact(TILE_ROWS * size)) {
-                    copy_column(&mut row[r0 * size..r1 * size], column, self.store);
+                    copy_column(&mut row[at.clone()], column, self.store);
                 }
             } else {
                 for (row, column) in rows_out.zip(columns) {
-                    let dst = &mut row[r0 * size..r1 * size];
+                    let dst = &mut row[at.clone()];
                     clamped += convert::convert_through(column, self.from, self.to, dst, &mut f32s);
                 }
             }
@@ -554,5 +598,40 @@ mod tests {
             &mut got,
         );
         assert_eq!(got, want);
+    }
+
+    /// With fewer strips than threads want, strips are cut into bands of source rows: for any
+    /// number of threads (and so of bands, whole tiles each and a partial last one), the
+    /// output and the count of clamped values are the transpose's.
+    #[test]
+    fn strips_cut_into_bands_write_the_whole_transpose() {
+        let floats = [DType::F32, DType::F16, DType::BF16];
+        for (rows, cols) in [
+            (5 * TILE_ROWS + 3, 3),
+            (2 * TILE_ROWS, 130),
+            (TILE_ROWS - 1, 2),
+        ] {
+            for (from, to) in floats.into_iter().flat_map(|f| floats.map(|t| (f, t))) {
+                let src = values(rows * cols, from);
+                let (want, want_clamped) = naive(&src, rows, cols, from, to);
+                for threads in [1, 2, 3, 8] {
+                    let pool = rayon::ThreadPoolBuilder::new()
+                        .num_threads(threads)
+                        .build()
+                        .unwrap();
+                    for store in [Store::Cached, Store::Streamed] {
+                        let mut got = vec![0u8; want.len()];
+                        let mut out: Vec<&mut [u8]> =
+                            got.chunks_exact_mut(rows * to.size()).collect();
+                        let clamped = pool.install(|| {
+                            transpose_rows_to(&src, rows, cols, from, to, 0, &mut out, store)
+                        });
+                        let what = format!("{from} -> {to} {rows}x{cols}, {threads} threads");
+                        assert!(got == want, "{what}, {store:?}");
+                        assert_eq!(clamped, want_clamped, "{what}");
+                    }
+                }
+            }
+        }
     }
 }
