@@ -1231,7 +1231,7 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[test]
     fn streamed_inputs_are_unmapped_and_read_back_the_same() {
-        use super::super::unmap::{self, checkpoint, resident_kib, Round};
+        use super::super::unmap::{checkpoint, resident_kib, unmap_all, Watching};
         let bf16 = |n: usize, seed: usize| -> Vec<u8> {
             (0..n)
                 .flat_map(|i| {
@@ -1266,25 +1266,19 @@ mod tests {
             resident_kib(base) >= 12 << 10,
             "read without unmapping: all mapped"
         );
-        assert!(unmap::unmap(
-            map,
-            &(base..base + map.len()),
-            Round::Out(unmap::AROUND)
-        ));
-        assert_eq!(resident_kib(base), 0);
+        unmap_all(map);
 
         let mut ev = Evaluator::new(Some(&store));
         ev.unmap_when_read();
         for _ in 0..2 {
             for ((src, to), expected) in sources.iter().zip(&expected) {
-                let mut bytes = Vec::new();
-                let mut most = 0;
-                let mut sink = |piece: &[u8]| -> Result<()> {
-                    most = most.max(resident_kib(base));
-                    bytes.extend_from_slice(piece);
-                    Ok(())
+                let mut sink = Watching {
+                    base,
+                    bytes: Vec::new(),
+                    most: 0,
                 };
                 ev.stream(src, *to, &mut sink).unwrap();
+                let (bytes, most) = (sink.bytes, sink.most);
                 assert!(bytes == *expected, "{src:?} as {to}: other bytes");
                 if *to == DType::F16 && matches!(src, TensorSource::Checkpoint(_)) {
                     // 8 MiB streamed in 1 MiB pieces: never more than a few mapped at once.

@@ -699,7 +699,7 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[test]
     fn a_weight_quantized_by_columns_is_unmapped_as_it_is_read() {
-        use super::super::unmap::{self, checkpoint, resident_kib, Round};
+        use super::super::unmap::{self, checkpoint, resident_kib, unmap_all, Watching};
         let (n, k) = (8192, 1024);
         let stored_bytes: Vec<u8> = values(n * k, 7)
             .iter()
@@ -712,21 +712,16 @@ mod tests {
         let spec = QuantParams::new(4, 32, true);
         for (src, to) in inputs(&weight, DType::F16, spec) {
             let expected = Evaluator::new(Some(&store)).read(&src, to).unwrap();
-            assert!(unmap::unmap(
-                map,
-                &(base..base + map.len()),
-                Round::Out(unmap::AROUND)
-            ));
+            unmap_all(map);
             let mut ev = Evaluator::new(Some(&store));
             ev.unmap_when_read();
-            let mut bytes = Vec::new();
-            let mut most = 0;
-            let mut sink = |piece: &[u8]| -> Result<()> {
-                most = most.max(resident_kib(base));
-                bytes.extend_from_slice(piece);
-                Ok(())
+            let mut sink = Watching {
+                base,
+                bytes: Vec::new(),
+                most: 0,
             };
             assert!(ev.stream_nbits_columns(&src, to, &mut sink).unwrap());
+            let (bytes, most) = (sink.bytes, sink.most);
             assert!(bytes == expected, "{src:?}: other bytes");
             let bound = (READ_PER_WRITE + 2 * unmap::AROUND) >> 10;
             assert!(

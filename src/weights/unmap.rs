@@ -113,6 +113,35 @@ pub(super) fn checkpoint(
     (dir, store)
 }
 
+/// Unmaps all of `map` and checks that nothing of it stays resident.
+#[cfg(all(test, target_os = "linux"))]
+pub(super) fn unmap_all(map: &Mmap) {
+    let base = map.as_ptr() as usize;
+    assert!(unmap(map, &(base..base + map.len()), Round::Out(AROUND)));
+    assert_eq!(resident_kib(base), 0);
+}
+
+/// A sink that collects what it is given and notes the most of the mapping at `base` that was
+/// resident whenever it was given a piece.
+#[cfg(all(test, target_os = "linux"))]
+pub(super) struct Watching {
+    /// The mapping watched.
+    pub(super) base: usize,
+    /// What was written.
+    pub(super) bytes: Vec<u8>,
+    /// The most KiB of the mapping resident at a write.
+    pub(super) most: usize,
+}
+
+#[cfg(all(test, target_os = "linux"))]
+impl super::sink::Sink for Watching {
+    fn write(&mut self, bytes: &[u8]) -> crate::Result<()> {
+        self.most = self.most.max(resident_kib(self.base));
+        self.bytes.extend_from_slice(bytes);
+        Ok(())
+    }
+}
+
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::*;
