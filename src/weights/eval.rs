@@ -1,10 +1,10 @@
 //! Evaluation of lazy [`TensorSource`] expressions at save time, one tensor at a time.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fs::File;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 
 use memmap2::Mmap;
 
@@ -45,7 +45,7 @@ pub struct Evaluator<'a> {
     pub(super) kept_parameters: Option<super::nbits_columns::KeptParameters>,
     /// Once [`Evaluator::unmap_when_read`] is called: the address spans of the mapped input
     /// bytes read since the last [`Evaluator::unmap_read`].
-    read: Mutex<Option<Vec<Range<usize>>>>,
+    read: RefCell<Option<Vec<Range<usize>>>>,
 }
 
 impl<'a> Evaluator<'a> {
@@ -56,7 +56,7 @@ impl<'a> Evaluator<'a> {
             files: HashMap::new(),
             last_quantized: None,
             kept_parameters: None,
-            read: Mutex::new(None),
+            read: RefCell::new(None),
         }
     }
 
@@ -64,19 +64,14 @@ impl<'a> Evaluator<'a> {
     /// ([`super::unmap`]): remembers the mapped bytes read, for [`Evaluator::unmap_read`], and
     /// unmaps each piece of a tensor streamed in place once the sink has it.
     pub fn unmap_when_read(&mut self) {
-        *self.read.get_mut().unwrap_or_else(|e| e.into_inner()) = Some(Vec::new());
+        *self.read.get_mut() = Some(Vec::new());
     }
 
     /// Unmaps the pages around the mapped input bytes read since the last call (nothing before
     /// [`Evaluator::unmap_when_read`]): called once an initializer is written. Bytes read again
     /// later are mapped again.
     pub fn unmap_read(&self) {
-        let spans = self
-            .read
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_mut()
-            .map(std::mem::take);
+        let spans = self.read.borrow_mut().as_mut().map(std::mem::take);
         for span in spans.into_iter().flatten() {
             self.unmap(&span, Round::Out(unmap::AROUND));
         }
@@ -84,7 +79,7 @@ impl<'a> Evaluator<'a> {
 
     /// Notes that the mapped bytes `data` were read (when unmapping is on).
     fn note_read(&self, data: &[u8]) {
-        if let Some(read) = self.read.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+        if let Some(read) = self.read.borrow_mut().as_mut() {
             let start = data.as_ptr() as usize;
             read.push(start..start + data.len());
         }
@@ -93,12 +88,7 @@ impl<'a> Evaluator<'a> {
     /// Unmaps `piece`, bytes of a tensor streamed in place that the sink now has, rounded
     /// inwards (when unmapping is on; bytes that are not mapped input are left alone).
     pub(super) fn unmap_passed(&self, piece: &[u8]) {
-        if self
-            .read
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_some()
-        {
+        if self.read.borrow().is_some() {
             let start = piece.as_ptr() as usize;
             self.unmap(&(start..start + piece.len()), Round::In(unmap::WITHIN));
         }

@@ -4,12 +4,12 @@
 //! The transpose of a `[rows, cols]` matrix is `[cols, rows]`. A strip is as many output rows
 //! as four cache lines hold source columns, one task; where a call writes fewer strips than
 //! twice the threads (output rows so long that a few fill the writer's buffer: an LM head's),
-//! each strip is also cut into bands of source rows, one task each. Within a strip the source is walked in
-//! tiles of [`TILE_ROWS`] rows: the tile's lines are copied into a local buffer, transposed
-//! there, and each output row of the strip receives the tile's [`TILE_ROWS`] values at once,
-//! copied, or converted by [`convert`](super::convert) (the same conversion, bit for bit, as
-//! untransposed tensors get) while they are in L1. Elements move as fixed-size byte arrays,
-//! so the source needs no alignment.
+//! each strip is also cut into bands of source rows, one task each. Within a strip the source
+//! is walked in tiles of [`TILE_ROWS`] rows: the tile's lines are copied into a local buffer,
+//! transposed there, and each output row of the strip receives the tile's [`TILE_ROWS`] values
+//! at once, copied, or converted by [`convert`](super::convert) (the same conversion, bit for
+//! bit, as untransposed tensors get) while they are in L1. Elements move as fixed-size byte
+//! arrays, so the source needs no alignment.
 
 use std::ops::Range;
 
@@ -132,10 +132,10 @@ impl Job {
     {
         let src: &[[u8; N]] = bytemuck::cast_slice(src);
         let strips = dst.len().div_ceil(S);
-        let tasks = 2 * rayon::current_num_threads();
-        let bands = match strips >= tasks {
+        let wanted = 2 * rayon::current_num_threads();
+        let bands = match strips >= wanted {
             true => 1,
-            false => tasks.div_ceil(strips).min(self.rows.div_ceil(TILE_ROWS)),
+            false => wanted.div_ceil(strips).min(self.rows.div_ceil(TILE_ROWS)),
         };
         if bands <= 1 {
             return dst
@@ -145,28 +145,21 @@ impl Job {
                 .sum();
         }
         let band_rows = self.rows.div_ceil(bands).next_multiple_of(TILE_ROWS);
-        let size = self.to.size();
-        let mut pieces = Vec::new();
+        let band = |b: usize| b * band_rows..((b + 1) * band_rows).min(self.rows);
+        // Task (strip i, band b): the band's slice of each of the strip's output rows.
+        let mut tasks = Vec::new();
         for (i, strip) in dst.chunks_mut(S).enumerate() {
-            let mut bands: Vec<Vec<&mut [u8]>> = Vec::new();
+            let first = tasks.len();
+            tasks.extend((0..self.rows.div_ceil(band_rows)).map(|b| (i, b, Vec::new())));
             for row in strip.iter_mut() {
-                let row: &mut [u8] = row;
-                for (b, band) in row.chunks_mut(band_rows * size).enumerate() {
-                    match bands.get_mut(b) {
-                        Some(rows) => rows.push(band),
-                        None => bands.push(vec![band]),
-                    }
+                for (b, slice) in row.chunks_mut(band_rows * self.to.size()).enumerate() {
+                    tasks[first + b].2.push(slice);
                 }
             }
-            for (b, rows) in bands.into_iter().enumerate() {
-                let first_row = b * band_rows;
-                let band = first_row..(first_row + band_rows).min(self.rows);
-                pieces.push((self.first + i * S, band, rows));
-            }
         }
-        pieces
+        tasks
             .into_par_iter()
-            .map(|(c0, band, mut rows)| self.strip::<N, S>(src, c0, band, &mut rows))
+            .map(|(i, b, mut rows)| self.strip::<N, S>(src, self.first + i * S, band(b), &mut rows))
             .sum()
     }
 
@@ -186,6 +179,7 @@ impl Job {
     where
         [u8; N]: bytemuck::Pod,
     {
+        // The tiles stop at the band's end.
         let (rows, cols, size) = (band.end, self.cols, self.to.size());
         let width = out.len();
         let mut lines = [[[0u8; N]; S]; TILE_ROWS];
