@@ -1,23 +1,31 @@
 //! The external data file, written while the next tensor is read, transposed and converted.
 //!
-//! [`DataSink`] writes through a shared memory map of the file where it can
-//! ([`super::data_map`]: Linux, a file system that allocates ahead), so that tiles land
-//! straight in the page cache, and otherwise through `write(2)` from a background thread
-//! ([`BlockSink`]).
-//!
-//! [`BlockSink`]: tensors are appended to fixed-size blocks ([`BLOCK`] bytes) taken from a
-//! pool of [`BLOCKS`] buffers; a full block goes to the writer thread, which writes it at its
-//! offset and hands the buffer back. The pool bounds both the memory (`BLOCKS · BLOCK` bytes)
-//! and how far the producer runs ahead. Padding between consecutive tensors is written as
-//! zeros inside a block, so writes stay large and, blocks starting at multiples of [`BLOCK`],
-//! aligned; a gap too large for the current block (tensors declared without data) is left as
-//! a hole.
+//! [`DataSink`]: tensors are appended to fixed-size blocks ([`BLOCK`] bytes) taken from a pool
+//! of [`BLOCKS`] buffers; a full block goes to the writer thread, which writes it at its offset
+//! with `write(2)`, [`PIECE`] bytes a call, and hands the buffer back. The pool bounds both the
+//! memory (`BLOCKS · BLOCK` bytes) and how far the producer runs ahead. Padding between
+//! consecutive tensors is written as zeros inside a block, so writes stay large and, blocks
+//! starting at multiples of [`BLOCK`], aligned; a gap too large for the current block (tensors
+//! declared without data) is left as a hole. Before anything is written, the file gets its
+//! final size and the ranges the tensors fill are allocated on the disk (`fallocate`, where
+//! the file system can): a full disk is an error naming the file before the first byte.
 //!
 //! Two things keep its copies few: a tensor written unchanged and at least two blocks long (an
 //! embedding kept in its dtype) is written straight from where it lies (the mapped checkpoint)
 //! at its offset, by the producer, instead of being copied into blocks first; and the blocks
 //! ask for transparent huge pages, so that the kernel's copy out of them does not walk page
-//! tables every 4 KiB.
+//! tables every 4 KiB. The producers fill blocks with streaming stores ([`Sink::streams`]).
+//!
+//! Why `write(2)` in pieces and not a shared map of the file (which this module had until
+//! December 2026): the kernel gives a write of `n` bytes page-cache folios of at most `n`
+//! bytes, and a map's faults folios of up to 2 MiB. On a virtual machine that hands free
+//! memory back to its host (free page reporting, of free blocks of 2 MiB and more on this
+//! project's VM), large folios are, as far as measured, memory the host must back again
+//! fault by fault, while small ones come from what was freed last: 600 MB written as 256 KiB
+//! `write(2)` calls took 0.11 s whether the machine had been idle or not, as 1 MiB calls
+//! 0.3–1.0 s, through a map populated 8 MiB at a time 0.1–1.7 s; the f16 build of the bench
+//! checkpoint after 2.5 s idle took 0.93–1.56 s through the map and 0.21–0.34 s through these
+//! blocks, the f32 build 2.4–3.3 s and 0.36–0.67 s (the README has the whole comparison).
 
 use std::fs::File;
 use std::io::{Seek, SeekFrom, Write};
@@ -28,111 +36,19 @@ use std::thread::{Scope, ScopedJoinHandle};
 use crate::weights::sink::Sink;
 use crate::{Error, Result};
 
-use super::data_map::MappedSink;
+/// Bytes per block: the most one [`Sink::write_with`] is asked to produce ([`Sink::room`]).
+pub const BLOCK: usize = 4 << 20;
+/// Bytes per `write(2)` call: folios of at most this size (see the module's docs; 256 KiB
+/// writes measured as fast as 64 KiB ones, 512 KiB ones 3× slower on a VM whose free memory
+/// goes back to its host).
+pub const PIECE: usize = 256 << 10;
+/// Gaps between written ranges shorter than this (alignment padding) are allocated with them.
+const MERGE_GAP: u64 = 1 << 16;
 
-/// Where a build's tensors go: the mapped file, or blocks written by a thread.
-pub enum DataSink<'scope, 'p> {
-    /// Through a shared memory map of the file.
-    Mapped(MappedSink<'scope, 'p>),
-    /// Through `write(2)`.
-    Blocks(BlockSink<'scope, 'p>),
-}
-
-impl<'scope, 'p> DataSink<'scope, 'p> {
-    /// Starts writing `file` (at `path`, named in errors), to be `len` bytes long, of which
-    /// the tensors fill `ranges` (start and end offsets, in order): through a map of it where
-    /// [`MappedSink::start`] can make one, else through blocks. A disk without room for
-    /// `ranges` is an error, before anything is written.
-    pub fn start<'env>(
-        scope: &'scope Scope<'scope, 'env>,
-        file: File,
-        path: &'p Path,
-        progress: &'p indicatif::ProgressBar,
-        len: u64,
-        ranges: &[(u64, u64)],
-    ) -> Result<DataSink<'scope, 'p>>
-    where
-        'p: 'scope,
-    {
-        Ok(
-            match MappedSink::start(scope, file, path, progress, len, ranges)? {
-                Ok(mapped) => DataSink::Mapped(mapped),
-                Err(file) => DataSink::Blocks(BlockSink::start(scope, file, path, progress)),
-            },
-        )
-    }
-
-    /// The file offset the next byte goes to.
-    pub fn position(&self) -> u64 {
-        match self {
-            DataSink::Mapped(s) => s.position(),
-            DataSink::Blocks(s) => s.position(),
-        }
-    }
-
-    /// Moves on to `offset`, at or after [`DataSink::position`] (the bytes between read as
-    /// zeros).
-    pub fn skip_to(&mut self, offset: u64) -> Result<()> {
-        match self {
-            DataSink::Mapped(s) => s.skip_to(offset),
-            DataSink::Blocks(s) => s.skip_to(offset),
-        }
-    }
-
-    /// Writes what is left and returns the file.
-    pub fn finish(self) -> Result<File> {
-        match self {
-            DataSink::Mapped(s) => s.finish(),
-            DataSink::Blocks(s) => s.finish(),
-        }
-    }
-
-    fn inner(&mut self) -> &mut dyn Sink {
-        match self {
-            DataSink::Mapped(s) => s,
-            DataSink::Blocks(s) => s,
-        }
-    }
-}
-
-impl Sink for DataSink<'_, '_> {
-    fn write(&mut self, bytes: &[u8]) -> Result<()> {
-        self.inner().write(bytes)
-    }
-
-    fn write_with(
-        &mut self,
-        len: usize,
-        fill: &mut dyn FnMut(&mut [u8]) -> usize,
-    ) -> Result<usize> {
-        self.inner().write_with(len, fill)
-    }
-
-    fn room(&self) -> usize {
-        match self {
-            DataSink::Mapped(s) => s.room(),
-            DataSink::Blocks(s) => s.room(),
-        }
-    }
-
-    fn streams(&self) -> bool {
-        match self {
-            DataSink::Mapped(s) => s.streams(),
-            DataSink::Blocks(s) => s.streams(),
-        }
-    }
-
-    fn lend(&mut self, len: usize) -> Result<Vec<u8>> {
-        self.inner().lend(len)
-    }
-
-    fn give_back(&mut self, buffer: Vec<u8>) {
-        self.inner().give_back(buffer)
-    }
-}
-
-/// Bytes per block (one write).
-pub const BLOCK: usize = 8 << 20;
+/// Linux's error numbers for a full disk and an exhausted quota (the same on every
+/// architecture Linux runs on).
+const ENOSPC: i32 = 28;
+const EDQUOT: i32 = 122;
 /// Blocks in the pool: one being filled, the others queued or being written.
 pub const BLOCKS: usize = 4;
 
@@ -143,9 +59,9 @@ struct Block {
     len: usize,
 }
 
-/// The write path's producer side: a [`Sink`] that fills blocks and queues them for the writer
+/// Where a build's tensors go: a [`Sink`] that fills blocks and queues them for the writer
 /// thread.
-pub struct BlockSink<'scope, 'p> {
+pub struct DataSink<'scope, 'p> {
     /// The block being filled (empty `data` before the first byte).
     current: Block,
     queue: Option<SyncSender<Block>>,
@@ -160,21 +76,45 @@ pub struct BlockSink<'scope, 'p> {
     /// not be duplicated or the platform has no positioned writes: everything goes through
     /// blocks then).
     direct: Option<File>,
-    /// Bytes written by [`BlockSink::write_direct`].
+    /// Bytes written by [`DataSink::write_direct`].
     direct_bytes: u64,
 }
 
-impl<'scope, 'p> BlockSink<'scope, 'p> {
-    /// Starts the writer thread for `file` (at `path`, named in errors) inside `scope`.
+impl<'scope, 'p> DataSink<'scope, 'p> {
+    /// Starts writing `file` (at `path`, named in errors), to be `len` bytes long, of which
+    /// the tensors fill `ranges` (start and end offsets, in order), with the writer thread in
+    /// `scope`. The file gets its size and `ranges` are allocated on the disk first, where the
+    /// file system can: a disk without room for them is an error, before anything is written.
     pub fn start<'env>(
         scope: &'scope Scope<'scope, 'env>,
         file: File,
         path: &'p Path,
         progress: &'p indicatif::ProgressBar,
-    ) -> BlockSink<'scope, 'p>
+        len: u64,
+        ranges: &[(u64, u64)],
+    ) -> Result<DataSink<'scope, 'p>>
     where
         'p: 'scope,
     {
+        file.set_len(len).map_err(|e| Error::io(path, e))?;
+        let ranges = merged(ranges);
+        for &(start, end) in &ranges {
+            match allocate(&file, start, end - start) {
+                Ok(()) => {}
+                Err(e) if matches!(e.raw_os_error(), Some(ENOSPC | EDQUOT)) => {
+                    let total: u64 = ranges.iter().map(|(s, e)| e - s).sum();
+                    return Err(Error::io(
+                        path,
+                        std::io::Error::new(
+                            e.kind(),
+                            format!("no room on the disk for the {total} bytes of weights ({e})"),
+                        ),
+                    ));
+                }
+                // No allocation ahead on this file system: the writes allocate.
+                Err(_) => break,
+            }
+        }
         let direct = if cfg!(unix) {
             file.try_clone().ok()
         } else {
@@ -183,7 +123,7 @@ impl<'scope, 'p> BlockSink<'scope, 'p> {
         let (queue, blocks) = sync_channel(BLOCKS);
         let (give_back, free) = channel();
         let writer = scope.spawn(move || write_blocks(file, path, blocks, give_back));
-        BlockSink {
+        Ok(DataSink {
             current: Block {
                 offset: 0,
                 data: Vec::new(),
@@ -198,7 +138,7 @@ impl<'scope, 'p> BlockSink<'scope, 'p> {
             progress,
             direct,
             direct_bytes: 0,
-        }
+        })
     }
 
     /// The file offset the next byte goes to.
@@ -206,7 +146,7 @@ impl<'scope, 'p> BlockSink<'scope, 'p> {
         self.current.offset + self.current.len as u64
     }
 
-    /// Moves on to `offset` (at or after [`BlockSink::position`]): zeros up to it when they fit
+    /// Moves on to `offset` (at or after [`DataSink::position`]): zeros up to it when they fit
     /// in the current block, a hole otherwise.
     pub fn skip_to(&mut self, offset: u64) -> Result<()> {
         let gap = offset.checked_sub(self.position()).ok_or_else(|| {
@@ -313,8 +253,8 @@ impl<'scope, 'p> BlockSink<'scope, 'p> {
     }
 }
 
-impl BlockSink<'_, '_> {
-    /// Writes `bytes` at [`BlockSink::position`] from this thread, past the blocks (the
+impl DataSink<'_, '_> {
+    /// Writes `bytes` at [`DataSink::position`] from this thread, past the blocks (the
     /// current one is empty): a positioned write, so the writer thread's own position and
     /// the blocks it has queued are untouched.
     fn write_direct(&mut self, bytes: &[u8]) -> Result<()> {
@@ -322,7 +262,10 @@ impl BlockSink<'_, '_> {
         let at = self.position();
         let file = self.direct.as_ref().expect("checked by the caller");
         #[cfg(unix)]
-        let written = std::os::unix::fs::FileExt::write_all_at(file, bytes, at);
+        let written = bytes
+            .chunks(PIECE)
+            .zip((at..).step_by(PIECE))
+            .try_for_each(|(piece, at)| std::os::unix::fs::FileExt::write_all_at(file, piece, at));
         #[cfg(not(unix))]
         let written: std::io::Result<()> = Err(std::io::Error::other(format!(
             "no positioned writes here ({file:?} at {at})"
@@ -352,7 +295,7 @@ impl BlockSink<'_, '_> {
     }
 }
 
-impl Sink for BlockSink<'_, '_> {
+impl Sink for DataSink<'_, '_> {
     fn write(&mut self, mut bytes: &[u8]) -> Result<()> {
         if bytes.len() >= 2 * BLOCK && self.direct.is_some() {
             // Top up the current block (blocks stay aligned), queue it, write the whole
@@ -398,6 +341,13 @@ impl Sink for BlockSink<'_, '_> {
 
     fn room(&self) -> usize {
         BLOCK - self.current.len
+    }
+
+    /// Streaming stores: a block is read once more, by the kernel's copy into the page cache,
+    /// after the producer has filled all of it (f16 and bf16 builds of the bench checkpoint,
+    /// interleaved: 0.227 → 0.224 s and 0.221 → 0.213 s against stores through the caches).
+    fn streams(&self) -> bool {
+        true
     }
 
     /// One of the pool's blocks when `len` fits in one (the pool then has one block fewer
@@ -459,6 +409,45 @@ fn advise_huge_pages(buffer: &mut [u8]) {
 )))]
 fn advise_huge_pages(_buffer: &mut [u8]) {}
 
+/// `ranges` (in order) with the short gaps between them closed.
+fn merged(ranges: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    for &(start, end) in ranges.iter().filter(|(s, e)| e > s) {
+        match out.last_mut() {
+            Some(last) if start <= last.1 + MERGE_GAP => last.1 = last.1.max(end),
+            _ => out.push((start, end)),
+        }
+    }
+    out
+}
+
+/// Allocates `len` bytes at `offset` of `file` on the disk (`fallocate`, keeping the
+/// contents: zeros where there were none).
+#[cfg(all(target_os = "linux", target_pointer_width = "64"))]
+fn allocate(file: &File, offset: u64, len: u64) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    use std::os::raw::c_int;
+    extern "C" {
+        fn fallocate(fd: c_int, mode: c_int, offset: i64, len: i64) -> c_int;
+    }
+    let (offset, len) = (
+        i64::try_from(offset).map_err(std::io::Error::other)?,
+        i64::try_from(len).map_err(std::io::Error::other)?,
+    );
+    // SAFETY: a plain system call on an open descriptor; mode 0 only allocates and extends.
+    if unsafe { fallocate(file.as_raw_fd(), 0, offset, len) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// Elsewhere the writes allocate.
+#[cfg(not(all(target_os = "linux", target_pointer_width = "64")))]
+fn allocate(_file: &File, _offset: u64, _len: u64) -> std::io::Result<()> {
+    Err(std::io::Error::from(std::io::ErrorKind::Unsupported))
+}
+
 /// The writer thread: writes each block at its offset and hands its buffer back.
 fn write_blocks(
     mut file: File,
@@ -472,8 +461,9 @@ fn write_blocks(
             file.seek(SeekFrom::Start(block.offset))
                 .map_err(|e| Error::io(path, e))?;
         }
-        file.write_all(&block.data[..block.len])
-            .map_err(|e| Error::io(path, e))?;
+        for piece in block.data[..block.len].chunks(PIECE) {
+            file.write_all(piece).map_err(|e| Error::io(path, e))?;
+        }
         position = block.offset + block.len as u64;
         if block.data.len() == BLOCK {
             // Ignored when the producer is gone (it failed and no longer needs buffers).
@@ -494,8 +484,12 @@ mod tests {
         let path = dir.path().join("data");
         let file = File::create(&path).unwrap();
         let progress = indicatif::ProgressBar::hidden();
+        let ranges: Vec<(u64, u64)> = tensors
+            .iter()
+            .map(|(o, b)| (*o, o + b.len() as u64))
+            .collect();
         std::thread::scope(|scope| {
-            let mut sink = BlockSink::start(scope, file, &path, &progress);
+            let mut sink = DataSink::start(scope, file, &path, &progress, total, &ranges).unwrap();
             for (i, (offset, bytes)) in tensors.iter().enumerate() {
                 sink.skip_to(*offset).unwrap();
                 if i % 2 == 0 {
@@ -522,6 +516,20 @@ mod tests {
             tensors.iter().map(|t| t.1.len() as u64).sum::<u64>()
         );
         std::fs::read(&path).unwrap()
+    }
+
+    #[test]
+    fn short_gaps_are_merged_and_empty_ranges_dropped() {
+        let ranges = [
+            (0, 10),
+            (20, 20),
+            (64, 100),
+            (100 + MERGE_GAP, 200 + MERGE_GAP),
+        ];
+        assert_eq!(merged(&ranges), vec![(0, 200 + MERGE_GAP)]);
+        let far = [(0, 10), (11 + MERGE_GAP, 12 + MERGE_GAP)];
+        assert_eq!(merged(&far), far.to_vec());
+        assert!(merged(&[]).is_empty());
     }
 
     #[test]
@@ -567,8 +575,10 @@ mod tests {
         let file = File::create(&path).unwrap();
         let progress = indicatif::ProgressBar::hidden();
         let data: Vec<u8> = (0..6 * BLOCK + 17).map(|i| (i % 251) as u8).collect();
+        let len = data.len() as u64;
         std::thread::scope(|scope| {
-            let mut sink = BlockSink::start(scope, file, &path, &progress);
+            let mut sink =
+                DataSink::start(scope, file, &path, &progress, len, &[(0, len)]).unwrap();
             sink.write(&data[..BLOCK / 2]).unwrap();
             let mut lent = sink.lend(1000).unwrap();
             assert_eq!(lent.len(), BLOCK);
@@ -612,7 +622,7 @@ mod tests {
         let file = File::create(&path).unwrap();
         let progress = indicatif::ProgressBar::hidden();
         std::thread::scope(|scope| {
-            let mut sink = BlockSink::start(scope, file, &path, &progress);
+            let mut sink = DataSink::start(scope, file, &path, &progress, 3, &[(0, 3)]).unwrap();
             sink.write(&[1, 2, 3]).unwrap();
             let err = sink.skip_to(2).unwrap_err().to_string();
             assert!(

@@ -100,9 +100,7 @@ pub fn save(
         .any(|p| matches!(p, Placement::External { .. }));
     if needs_data {
         progress.set_length(data_len);
-        // Read and write: a shared map of it needs both.
         let file = std::fs::OpenOptions::new()
-            .read(true)
             .write(true)
             .create(true)
             .truncate(true)

@@ -2,7 +2,6 @@
 //! `.onnx` files back into the IR.
 
 pub mod contrib_functions;
-pub mod data_map;
 pub mod data_writer;
 pub mod export;
 pub mod functions;

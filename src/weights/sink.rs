@@ -29,9 +29,10 @@ pub trait Sink {
         1 << 20
     }
 
-    /// Whether the bytes written land in memory this process does not read again (the pages
-    /// of a mapped output file, bound for the disk): producers may then store them around the
-    /// CPU caches ([`Store::Streamed`]).
+    /// Whether the bytes written land in memory the producer does not read again (the data
+    /// file's blocks, read once more only by the kernel's copy into the page cache, after a
+    /// whole block is filled): producers may then store them around the CPU caches
+    /// ([`Store::Streamed`]).
     fn streams(&self) -> bool {
         false
     }
@@ -85,7 +86,7 @@ pub enum Store {
     /// Through the CPU caches: the bytes are read again soon (a buffer, a quantizer's tile).
     Cached,
     /// Around the caches where the CPU can (x86-64's non-temporal stores, 16-byte aligned):
-    /// for memory this process does not read again ([`Sink::streams`]), where a store that
+    /// for memory the producer does not read again ([`Sink::streams`]), where a store that
     /// does not first load each cache line it fills takes half the memory traffic. Slower
     /// than [`Store::Cached`] for bytes read soon.
     Streamed,
