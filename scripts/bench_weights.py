@@ -23,7 +23,7 @@ Memory, per build: peak RSS is the process's ru_maxrss (getrusage of the child, 
 the timed runs, the largest printed per build and the medians' int4 - f16 difference with
 every run's value; it counts the pages of the memory-mapped checkpoint mapped at the time
 (a build unmaps each tensor's once written: what stays is the largest matrix being
-transposed) and the output's pages populated ahead. Peak anonymous memory (heap, stacks, buffers: what the process allocates, without
+transposed) and the writer's blocks (16 MiB). Peak anonymous memory (heap, stacks, buffers: what the process allocates, without
 the mapped checkpoint's page-cache pages) is the largest RssAnon of /proc/PID/status, sampled
 every millisecond during --runs extra, untimed runs (interleaved); the median is printed, and
 the int4 build's difference to the f16 build's in KiB with every run's value.
