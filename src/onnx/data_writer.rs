@@ -16,7 +16,7 @@
 //! ask for transparent huge pages, so that the kernel's copy out of them does not walk page
 //! tables every 4 KiB. The producers fill blocks with streaming stores ([`Sink::streams`]).
 //!
-//! Why `write(2)` in pieces and not a shared map of the file (which this module had until
+//! Why `write(2)` in pieces and not a shared map of the file (what builds wrote through until
 //! December 2026): the kernel gives a write of `n` bytes page-cache folios of at most `n`
 //! bytes, and a map's faults folios of up to 2 MiB. On a virtual machine that hands free
 //! memory back to its host (free page reporting, of free blocks of 2 MiB and more on this
@@ -38,6 +38,8 @@ use crate::{Error, Result};
 
 /// Bytes per block: the most one [`Sink::write_with`] is asked to produce ([`Sink::room`]).
 pub const BLOCK: usize = 4 << 20;
+/// Blocks in the pool: one being filled, the others queued or being written.
+pub const BLOCKS: usize = 4;
 /// Bytes per `write(2)` call: folios of at most this size (see the module's docs; 256 KiB
 /// writes measured as fast as 64 KiB ones, 512 KiB ones 3× slower on a VM whose free memory
 /// goes back to its host).
@@ -45,12 +47,10 @@ pub const PIECE: usize = 256 << 10;
 /// Gaps between written ranges shorter than this (alignment padding) are allocated with them.
 const MERGE_GAP: u64 = 1 << 16;
 
-/// Linux's error numbers for a full disk and an exhausted quota (the same on every
-/// architecture Linux runs on).
+/// Linux's error numbers for a full disk and an exhausted quota (asm-generic's, which x86-64
+/// and aarch64 use; elsewhere a full disk is the first write's error instead).
 const ENOSPC: i32 = 28;
 const EDQUOT: i32 = 122;
-/// Blocks in the pool: one being filled, the others queued or being written.
-pub const BLOCKS: usize = 4;
 
 /// A block on its way to the writer: `data[..len]` goes to byte `offset` of the file.
 struct Block {
