@@ -106,7 +106,7 @@ pub fn save(
             .truncate(true)
             .open(&data_path)
             .map_err(|e| Error::io(&data_path, e))?;
-        let file = std::thread::scope(|scope| -> Result<File> {
+        std::thread::scope(|scope| -> Result<()> {
             let ranges: Vec<(u64, u64)> = model
                 .graph
                 .initializers
@@ -146,10 +146,8 @@ pub fn save(
                 report.data_bytes += written;
                 evaluator.unmap_read();
             }
-            sink.finish()
+            sink.finish().map(drop)
         })?;
-        file.set_len(data_len)
-            .map_err(|e| Error::io(&data_path, e))?;
     }
     if report.clamped_f16 > 0 {
         tracing::warn!(
