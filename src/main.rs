@@ -41,6 +41,39 @@ fn release_freed_memory() {
     unsafe { mi_collect(true) }
 }
 
+/// Where [`emit`] writes.
+#[derive(Clone, Copy)]
+enum Stream {
+    Stdout,
+    Stderr,
+}
+
+/// Writes `text` to stdout or stderr. A reader that went away (`mobius list eps | head`) ends
+/// the process as a broken pipe ends any command-line tool: quietly, by SIGPIPE (status 141 in
+/// a shell; exit code 1 where there are no signals), never with a panic. Other write errors are
+/// ignored, as `print!` would have panicked on them with nothing left to report to.
+fn emit(stream: Stream, text: &str) {
+    use std::io::Write;
+    let written = match stream {
+        Stream::Stdout => {
+            let mut out = std::io::stdout().lock();
+            out.write_all(text.as_bytes()).and_then(|()| out.flush())
+        }
+        Stream::Stderr => std::io::stderr().lock().write_all(text.as_bytes()),
+    };
+    if let Err(e) = written {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            #[cfg(unix)]
+            {
+                // Rust ignores SIGPIPE at start; its default action ends the process.
+                let _ =
+                    signal_hook::low_level::emulate_default_handler(signal_hook::consts::SIGPIPE);
+            }
+            std::process::exit(1);
+        }
+    }
+}
+
 /// Turn Hugging Face checkpoints into ONNX packages for ONNX Runtime and onnxruntime-genai.
 #[derive(Parser)]
 #[command(name = "mobius", version, about, long_about = None)]
@@ -559,7 +592,7 @@ fn run_build(args: BuildArgs, quiet: bool) -> mobius::Result<()> {
         tracing::info!("{summary}");
     }
     if args.ep.trace {
-        eprint!("{}", package.optimization);
+        emit(Stream::Stderr, &package.optimization.to_string());
     }
     let saved = package.save(&SaveOptions {
         out: args.out.clone(),
@@ -604,7 +637,7 @@ fn run_optimize(args: OptimizeArgs) -> mobius::Result<()> {
         tracing::info!("{summary}");
     }
     if args.ep.trace {
-        eprint!("{report}");
+        emit(Stream::Stderr, &report.to_string());
     }
     tracing::info!(
         "wrote {} ({} → {} nodes for {}) in {:.2}s",
@@ -641,7 +674,7 @@ fn run_verify(args: VerifyArgs) -> mobius::Result<bool> {
         limits: args.limits.limits(),
     };
     let report = verify(&opts)?;
-    print!("{report}");
+    emit(Stream::Stdout, &report.to_string());
     Ok(report.passed())
 }
 
@@ -673,12 +706,10 @@ fn run_cost(args: CostArgs) -> mobius::Result<()> {
         dims: args.dims.unwrap_or_default(),
     })?;
     if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report.to_json()).expect("JSON values serialise")
-        );
+        let json = serde_json::to_string_pretty(&report.to_json()).expect("JSON values serialise");
+        emit(Stream::Stdout, &format!("{json}\n"));
     } else {
-        print!("{report}");
+        emit(Stream::Stdout, &report.to_string());
     }
     Ok(())
 }
@@ -694,19 +725,18 @@ fn run_list(what: ListWhat) -> mobius::Result<()> {
                 .map(|name| get_ep(name))
                 .collect::<mobius::Result<Vec<_>>>()?;
             if json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&ep_json(&eps)).expect("JSON values serialise")
-                );
+                let json =
+                    serde_json::to_string_pretty(&ep_json(&eps)).expect("JSON values serialise");
+                emit(Stream::Stdout, &format!("{json}\n"));
             } else {
-                print!("{}", ep_table(&eps));
+                emit(Stream::Stdout, &ep_table(&eps));
             }
         }
         ListWhat::Models { markdown } => {
             if markdown {
-                print!("{}", registry::markdown_table());
+                emit(Stream::Stdout, &registry::markdown_table());
             } else {
-                print!("{}", registry::text_table());
+                emit(Stream::Stdout, &registry::text_table());
             }
         }
     }
@@ -734,7 +764,7 @@ fn main() -> ExitCode {
                 Ok(true) => ExitCode::SUCCESS,
                 Ok(false) => ExitCode::from(1),
                 Err(e) => {
-                    eprintln!("error: {e}");
+                    emit(Stream::Stderr, &format!("error: {e}\n"));
                     ExitCode::from(2)
                 }
             };
@@ -745,7 +775,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e}");
+            emit(Stream::Stderr, &format!("error: {e}\n"));
             exit_code(&e)
         }
     }

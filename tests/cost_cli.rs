@@ -265,3 +265,52 @@ fn the_calibrated_example_loads() {
     assert!(!caps.cost_ops.is_empty());
     assert_ne!(caps.cost, mobius::get_ep("cpu").unwrap().cost);
 }
+
+/// Every command that prints ends quietly when its reader has gone away (`mobius cost MODEL |
+/// head`): by SIGPIPE, as a command-line tool does, with no panic and no backtrace.
+#[cfg(unix)]
+#[test]
+fn a_closed_pipe_ends_every_printing_command_quietly() {
+    use std::os::fd::FromRawFd;
+    use std::os::unix::process::ExitStatusExt;
+
+    let dir = tempfile::tempdir().unwrap();
+    let model = build(dir.path(), "default");
+    let model = model.to_str().unwrap();
+    let commands: [&[&str]; 7] = [
+        &["list", "eps"],
+        &["list", "eps", "--json"],
+        &["list", "models"],
+        &["list", "models", "--markdown"],
+        &["cost", model],
+        &["cost", model, "--json"],
+        &["verify", model, model, "--samples", "1"],
+    ];
+    for args in commands {
+        let mut fds = [0; 2];
+        // SAFETY: `fds` has room for the two descriptors pipe(2) writes.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        // SAFETY: fds[0] is the read end just opened and used nowhere else; fds[1] is owned
+        // by the Stdio from here on.
+        let write_end = unsafe {
+            libc::close(fds[0]);
+            std::process::Stdio::from_raw_fd(fds[1])
+        };
+        let out = std::process::Command::new(assert_cmd::cargo::cargo_bin("mobius"))
+            .args(args)
+            .stdout(write_end)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.signal(),
+            Some(libc::SIGPIPE),
+            "mobius {args:?} with its reader gone: {:?}, stderr: {stderr}",
+            out.status
+        );
+        assert!(
+            !stderr.contains("panicked") && !stderr.contains("Broken pipe"),
+            "mobius {args:?}: {stderr}"
+        );
+    }
+}

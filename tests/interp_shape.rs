@@ -545,7 +545,37 @@ fn split() {
         vec![("num_outputs", Attr::Int(3))],
         2,
     );
-    fails("Split", vec![Some(iota(&[6]))], vec![], 2);
+    // Opsets 13–17 (no `split`, no `num_outputs`): equal parts, one per output.
+    check(
+        "Split",
+        vec![Some(iota(&[6]))],
+        vec![],
+        vec![iota(&[3]), f32s(&[3], &[3.0, 4.0, 5.0])],
+    );
+    check(
+        "Split",
+        vec![Some(iota(&[2, 6]))],
+        vec![("axis", Attr::Int(1))],
+        vec![
+            f32s(&[2, 2], &[0.0, 1.0, 6.0, 7.0]),
+            f32s(&[2, 2], &[2.0, 3.0, 8.0, 9.0]),
+            f32s(&[2, 2], &[4.0, 5.0, 10.0, 11.0]),
+        ],
+    );
+    fails("Split", vec![Some(iota(&[7]))], vec![], 2);
+    // Opsets 11–12: the sizes as an attribute.
+    check(
+        "Split",
+        vec![Some(iota(&[5]))],
+        vec![("split", Attr::Ints(vec![2, 3]))],
+        vec![iota(&[2]), f32s(&[3], &[2.0, 3.0, 4.0])],
+    );
+    fails(
+        "Split",
+        vec![Some(iota(&[5])), Some(i64s(&[2], &[2, 3]))],
+        vec![("split", Attr::Ints(vec![2, 3]))],
+        2,
+    );
     fails(
         "Split",
         vec![Some(iota(&[6])), Some(i64s(&[2], &[3, 3]))],

@@ -144,7 +144,10 @@ pub fn install() {
                 // Held until exit: nothing can be staged or committed after this point.
                 let entries = staging();
                 let removed = entries.iter().filter(|p| remove_entry(p)).count();
-                eprintln!("{}", interrupted_message(signal, removed));
+                // Not `eprintln!`: it panics when stderr is a closed pipe, and the process
+                // must exit whatever happens to the message.
+                let message = format!("{}\n", interrupted_message(signal, removed));
+                let _ = std::io::Write::write_all(&mut std::io::stderr(), message.as_bytes());
                 std::process::exit(128 + signal);
             }
         });

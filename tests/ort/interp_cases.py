@@ -300,6 +300,20 @@ def _shape_ops():
     r = rng_for("Split", "split_input_neg_axis")
     add("Split", "split_input_neg_axis", [inp("x", randn(r, 2, 3, 7)), init("split", np.array([2, 5], np.int64))],
         [("y0", F32), ("y1", F32)], axis=-1)
+    # Opsets 13-17 without a split input: equal parts, one per output (ONNX's
+    # test_split_equal_parts_*_opset13); opset 11: the sizes as an attribute.
+    r = rng_for("Split", "equal_parts_1d_opset13")
+    add("Split", "equal_parts_1d_opset13", [randn(r, 6)], [("y0", F32), ("y1", F32), ("y2", F32)],
+        opset=13)
+    r = rng_for("Split", "equal_parts_2d_opset13")
+    add("Split", "equal_parts_2d_opset13", [randn(r, 2, 6)], [("y0", F32), ("y1", F32)], opset=13,
+        axis=1)
+    r = rng_for("Split", "equal_parts_default_axis_opset17")
+    add("Split", "equal_parts_default_axis_opset17", [ints(r, -9, 9, 4, 3)], [("y0", I64), ("y1", I64)],
+        opset=17)
+    r = rng_for("Split", "split_attribute_opset11")
+    add("Split", "split_attribute_opset11", [randn(r, 2, 7)], [("y0", F32), ("y1", F32)], opset=11,
+        axis=-1, split=[3, 4])
     r = rng_for("Split", "split_input_i64")
     add("Split", "split_input_i64", [inp("x", ints(r, -9, 9, 4, 2)), init("split", np.array([1, 1, 2], np.int64))],
         [("y0", I64), ("y1", I64), ("y2", I64)], axis=0)

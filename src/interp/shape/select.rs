@@ -69,8 +69,10 @@ fn len(v: &Values) -> usize {
     }
 }
 
-/// `Split` (opset 18): as many parts as the node has outputs, sized by the `split` input or,
-/// with `num_outputs`, `ceil(dim / n)` each and the remainder (possibly 0) last.
+/// `Split` (opsets 11–18): as many parts as the node has outputs, sized by the `split` input
+/// (opset 13+) or attribute (before 13); with `num_outputs` (opset 18), `ceil(dim / n)` each and
+/// the remainder (possibly 0) last; with neither, `dim / n` each, which must divide evenly (the
+/// opset 13–17 form, which onnxruntime also runs at 18).
 pub(super) fn split(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
     let x = call.input(0)?;
     let ax = norm_axis(call, call.int("axis", 0), x.shape.len())?;
@@ -80,12 +82,19 @@ pub(super) fn split(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
         .attrs()
         .contains_key("num_outputs")
         .then(|| call.int("num_outputs", 0));
-    let sizes = match (call.optional(1), num_outputs) {
+    let listed = match (call.optional(1), call.ints("split")) {
         (Some(_), Some(_)) => {
-            return Err(call.error("takes a `split` input or `num_outputs`, not both"))
+            return Err(call.error("takes a `split` input or a `split` attribute, not both"))
         }
-        (Some(_), None) => {
-            let sizes = dims(call, &int_input(call, 1)?)?;
+        (Some(_), None) => Some(int_input(call, 1)?),
+        (None, attr) => attr.map(<[i64]>::to_vec),
+    };
+    let sizes = match (listed, num_outputs) {
+        (Some(_), Some(_)) => {
+            return Err(call.error("takes `split` sizes or `num_outputs`, not both"))
+        }
+        (Some(listed), None) => {
+            let sizes = dims(call, &listed)?;
             let total = sizes.iter().try_fold(0usize, |acc, &d| acc.checked_add(d));
             if sizes.len() != n || total != Some(dim) {
                 return Err(call.error(format!(
@@ -108,7 +117,15 @@ pub(super) fn split(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
             sizes.push(last);
             sizes
         }
-        (None, None) => return Err(call.error("needs a `split` input or `num_outputs`")),
+        (None, None) => {
+            if n == 0 || dim % n != 0 {
+                return Err(call.error(format!(
+                    "without `split` sizes or `num_outputs` the parts are equal, but dim {dim} \
+                     does not split evenly into {n} outputs"
+                )));
+            }
+            vec![dim / n; n]
+        }
     };
     let st = strides(&x.shape);
     let mut start = 0;
