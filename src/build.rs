@@ -28,7 +28,8 @@ use crate::Result;
 pub struct BuildOptions {
     /// Where the checkpoint comes from.
     pub source: ModelSource,
-    /// Model dtype; `None` = the checkpoint's (f32 when the config does not say).
+    /// Model dtype; `None` = the EP's [`EpCapabilities::default_dtype`]. One the EP's runtime
+    /// does not execute is refused before any work ([`EpCapabilities::model_dtype`]).
     pub dtype: Option<DType>,
     /// Whether to read weights (`false` = `--no-weights`: initializers declared, no data).
     pub load_weights: bool,
@@ -96,6 +97,7 @@ pub struct SaveOptions {
 /// Resolves the checkpoint, builds the portable graph and optimizes it for the EP. Weights
 /// are located and checked (names, shapes, dtypes) but not read until [`ModelPackage::save`].
 pub fn build(opts: &BuildOptions) -> Result<ModelPackage> {
+    let dtype = opts.execution_provider.model_dtype(opts.dtype)?;
     let files = resolve(&opts.source, &opts.hub, opts.load_weights)?;
     tracing::info!("model files from {}", files.origin);
     let unregistered = match opts.assume_llama {
@@ -112,7 +114,6 @@ pub fn build(opts: &BuildOptions) -> Result<ModelPackage> {
     if let Some(path) = generation {
         config.fill_tokens_from_generation_config(path)?;
     }
-    let dtype = opts.dtype.or(config.dtype).unwrap_or(DType::F32);
     let mut portable = build_model(&config, dtype)?;
     if opts.prune_lm_head {
         prune_lm_head(&mut portable.graph)?;

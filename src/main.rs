@@ -355,7 +355,10 @@ struct BuildArgs {
     config: Option<PathBuf>,
     /// Output folder. It must not exist or be empty, unless --overwrite.
     out: PathBuf,
-    /// Model dtype. Default: the checkpoint's dtype (f32 when config.json does not say).
+    /// Model dtype. Default: the EP's (f32 for default, cpu, onnx-standard, openvino and qnn;
+    /// f16 for cuda, dml, webgpu, mlx and trt-rtx); a checkpoint stored in another dtype is
+    /// converted while its weights stream. A dtype the EP's runtime does not execute (bf16 on
+    /// cpu) is refused. `mobius list eps` shows each EP's dtypes and default.
     #[arg(long, value_enum)]
     dtype: Option<DTypeArg>,
     /// Write the graph with declared initializer shapes but no weight data (the data file is
@@ -553,6 +556,7 @@ fn run_build(args: BuildArgs, quiet: bool) -> mobius::Result<()> {
     let static_cache = static_cache_slots(&args)?;
     let fp8_kv_cache = fp8_kv_cache_request(&args)?;
     let ep = args.ep.resolve()?;
+    let dtype = ep.model_dtype(args.dtype.map(Into::into))?;
     let source = match (args.model, args.config) {
         (Some(id), _) => ModelSource::Hub {
             id,
@@ -572,7 +576,7 @@ fn run_build(args: BuildArgs, quiet: bool) -> mobius::Result<()> {
     }
     let opts = BuildOptions {
         source,
-        dtype: args.dtype.map(Into::into),
+        dtype: Some(dtype),
         load_weights: !args.no_weights,
         hub: HubSettings::from_env(),
         execution_provider: ep,

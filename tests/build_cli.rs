@@ -130,23 +130,80 @@ fn llama_package_has_model_data_genai_config_and_tokenizer() {
     assert_eq!(genai["search"]["past_present_share_buffer"], false);
 }
 
-#[test]
-fn default_dtype_is_the_checkpoints_and_f16_is_available() {
-    let t = tempfile::tempdir().unwrap();
-    let bf16 = t.path().join("bf16");
-    build(&fixture("llama-bf16-sharded"), &bf16, &[]);
-    let m = load(&bf16);
-    assert_eq!(m.graph.outputs[0].dtype, DType::BF16);
-    assert!(m
+/// The float dtype of every float initializer and output of a built model (one, or a panic).
+fn float_dtype(m: &Model) -> DType {
+    let mut floats = m
         .graph
         .initializers
         .iter()
-        .all(|i| !i.dtype.is_float() || i.dtype == DType::BF16));
+        .map(|i| i.dtype)
+        .chain(m.graph.outputs.iter().map(|o| o.dtype))
+        .filter(|d| d.is_float());
+    let first = floats.next().expect("a float output");
+    assert!(floats.all(|d| d == first), "one float dtype");
+    first
+}
+
+#[test]
+fn the_dtype_is_the_eps_default_and_one_its_runtime_runs() {
+    let t = tempfile::tempdir().unwrap();
+    let bf16 = fixture("llama-bf16-sharded");
+    // Without --dtype: the EP's default, whatever the checkpoint stores (bf16 here).
+    for (ep, want) in [
+        (None, DType::F32),
+        (Some("cpu"), DType::F32),
+        (Some("onnx-standard"), DType::F32),
+        (Some("cuda"), DType::F16),
+        (Some("webgpu"), DType::F16),
+    ] {
+        let out = t.path().join(ep.unwrap_or("noflag"));
+        let flags: Vec<&str> = ep.map(|e| vec!["--ep", e]).unwrap_or_default();
+        build(&bf16, &out, &flags);
+        assert_eq!(float_dtype(&load(&out)), want, "--ep {ep:?}");
+    }
+    // An explicit dtype the EP runs.
+    let kept = t.path().join("bf16");
+    build(&bf16, &kept, &["--dtype", "bf16"]);
+    assert_eq!(float_dtype(&load(&kept)), DType::BF16);
     let f16 = t.path().join("f16");
-    build(&fixture("llama-bf16-sharded"), &f16, &["--dtype", "f16"]);
-    let m = load(&f16);
-    assert_eq!(m.graph.inputs[3].dtype, DType::F16);
-    assert_eq!(m.graph.outputs[0].dtype, DType::F16);
+    build(&bf16, &f16, &["--ep", "cpu", "--dtype", "f16"]);
+    assert_eq!(load(&f16).graph.inputs[3].dtype, DType::F16);
+    // An EP file's dtypes and default (f16, bf16; bf16).
+    let custom = t.path().join("custom");
+    let ep_file = root().join("tests/data/eps/valid.toml");
+    build(&bf16, &custom, &["--ep-file", ep_file.to_str().unwrap()]);
+    assert_eq!(float_dtype(&load(&custom)), DType::BF16);
+    let out = t.path().join("refused-custom");
+    mobius()
+        .args(["build", "--dtype", "f32", "--ep-file"])
+        .arg(&ep_file)
+        .arg("--config")
+        .arg(&bf16)
+        .arg(&out)
+        .assert()
+        .code(2)
+        .stderr(contains(
+            "`test-accel` does not run f32 models; its dtypes are f16, bf16 (default bf16)",
+        ));
+    assert!(!out.exists());
+    // One it does not: a usage error naming the EP's dtypes, before anything is written.
+    for (ep, dtype) in [("cpu", "bf16"), ("dml", "bf16"), ("webgpu", "bf16")] {
+        let out = t.path().join(format!("refused-{ep}"));
+        mobius()
+            .args(["build", "--ep", ep, "--dtype", dtype, "--config"])
+            .arg(&bf16)
+            .arg(&out)
+            .assert()
+            .code(2)
+            .stderr(contains(format!(
+                "execution provider `{ep}` does not run bf16 models; its dtypes are f32, f16"
+            )));
+        assert!(
+            !out.exists(),
+            "--ep {ep} --dtype {dtype} wrote {}",
+            out.display()
+        );
+    }
 }
 
 #[test]

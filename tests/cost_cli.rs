@@ -13,7 +13,7 @@ use serde_json::Value;
 fn build(dir: &Path, ep: &str) -> PathBuf {
     let out = dir.join(ep);
     mobius()
-        .args(["build", "-q", "--no-weights", "--config"])
+        .args(["build", "-q", "--no-weights", "--dtype", "f32", "--config"])
         .arg(fixture("llama"))
         .arg(&out)
         .args(["--ep", ep])

@@ -49,12 +49,14 @@ fn spec_builtin(name: &str) -> EpCapabilities {
     match name {
         "default" => base,
         "openvino" => EpCapabilities {
+            dtypes: dtypes(&[F32, F16]),
             supports_skip_layer_norm: false,
             provider_options: options(&[("device_type", "NPU")]),
             supports_contrib_ops: false,
             ..base
         },
         "cpu" => EpCapabilities {
+            dtypes: dtypes(&[F32, F16]),
             gqa_dtypes: dtypes(&[F32]),
             qkv_pack_dtypes: dtypes(&[F32]),
             default_int4_accuracy_level: 4,
@@ -62,6 +64,7 @@ fn spec_builtin(name: &str) -> EpCapabilities {
             ..base
         },
         "cuda" => EpCapabilities {
+            default_dtype: F16,
             gqa_dtypes: dtypes(&[F16, BF16]),
             qkv_pack_dtypes: dtypes(&[F32, F16, BF16]),
             supports_packed_multi_head_attention: true,
@@ -71,6 +74,8 @@ fn spec_builtin(name: &str) -> EpCapabilities {
             ..base
         },
         "dml" => EpCapabilities {
+            dtypes: dtypes(&[F32, F16]),
+            default_dtype: F16,
             gqa_dtypes: dtypes(&[F16]),
             supports_packed_multi_head_attention: true,
             supports_fused_rope: false,
@@ -78,6 +83,8 @@ fn spec_builtin(name: &str) -> EpCapabilities {
             ..base
         },
         "webgpu" => EpCapabilities {
+            dtypes: dtypes(&[F32, F16]),
+            default_dtype: F16,
             gqa_dtypes: dtypes(&[F32, F16]),
             qkv_pack_dtypes: dtypes(&[F32, F16]),
             default_int4_accuracy_level: 4,
@@ -89,11 +96,13 @@ fn spec_builtin(name: &str) -> EpCapabilities {
             ..base
         },
         "mlx" => EpCapabilities {
+            default_dtype: F16,
             gqa_dtypes: dtypes(&[F32, F16, BF16]),
             supports_past_present_share_buffer: true,
             ..base
         },
         "trt-rtx" => EpCapabilities {
+            default_dtype: F16,
             gqa_dtypes: dtypes(&[F16, BF16]),
             qkv_pack_dtypes: dtypes(&[F32, F16, BF16]),
             supports_skip_layer_norm: false,
@@ -102,6 +111,7 @@ fn spec_builtin(name: &str) -> EpCapabilities {
             ..base
         },
         "qnn" => EpCapabilities {
+            dtypes: dtypes(&[F32, F16]),
             supports_fused_rope: false,
             supports_skip_layer_norm: false,
             provider_options: options(&[
@@ -404,6 +414,8 @@ fn unknown_ep_lists_registered_names() {
 fn ep_file_from_scratch() {
     let caps = load_ep_file(&ep_file("valid.toml")).unwrap();
     let expected = EpCapabilities {
+        dtypes: dtypes(&[F16, BF16]),
+        default_dtype: BF16,
         gqa_dtypes: dtypes(&[F16, BF16]),
         qkv_pack_dtypes: dtypes(&[F16]),
         supports_skip_layer_norm: false,
@@ -465,6 +477,16 @@ fn ep_file_bad_dtype_names_the_field() {
     assert_eq!(line, 2, "{msg}");
     assert!(column > 1, "{msg}");
     assert!(msg.contains("gqa_dtypes") && msg.contains("int8"), "{msg}");
+}
+
+#[test]
+fn ep_file_default_dtype_outside_its_dtypes_points_at_the_key() {
+    let (line, column, msg) = file_error("bad_default_dtype.toml");
+    assert_eq!((line, column), (3, 1), "{msg}");
+    assert!(
+        msg.contains("`default_dtype` bf16 is not one of `dtypes` [f32, f16]"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -603,7 +625,9 @@ fn json_has_every_field_of_every_builtin() {
     let names: Vec<&str> = list.iter().map(|e| e["name"].as_str().unwrap()).collect();
     assert_eq!(names, BUILTIN_NAMES);
     let webgpu = &list[5];
-    assert_eq!(webgpu.as_object().unwrap().len(), 23, "{webgpu}");
+    assert_eq!(webgpu.as_object().unwrap().len(), 25, "{webgpu}");
+    assert_eq!(webgpu["dtypes"], json!(["f32", "f16"]));
+    assert_eq!(webgpu["default_dtype"], json!("f16"));
     assert_eq!(webgpu["gqa_dtypes"], json!(["f32", "f16"]));
     assert_eq!(webgpu["max_buffer_size"], 268435456);
     assert_eq!(list[0]["max_buffer_size"], json!(null));

@@ -1,4 +1,10 @@
 //! The ten built-in execution providers, with the values of the reference implementation.
+//!
+//! Model dtypes: `default` and `onnx-standard` (portable graphs) take f32, f16 and bf16 and
+//! build f32 unless asked, as onnxruntime's CPU provider runs them; `cpu` runs f32 and f16 (its
+//! provider has no bf16 MatMul), f32 by default; the GPU EPs build f16 by default (cuda and
+//! trt-rtx also bf16, mlx bf16, dml and webgpu f32 and f16); openvino and qnn take f32 and f16
+//! and build f32 (both lower precision themselves).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -39,6 +45,7 @@ fn options(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
 
 fn openvino() -> EpCapabilities {
     EpCapabilities {
+        dtypes: dtypes(&[F32, F16]),
         supports_skip_layer_norm: false,
         provider_options: options(&[("device_type", "NPU")]),
         supports_contrib_ops: false,
@@ -49,6 +56,7 @@ fn openvino() -> EpCapabilities {
 
 fn cpu() -> EpCapabilities {
     EpCapabilities {
+        dtypes: dtypes(&[F32, F16]),
         gqa_dtypes: dtypes(&[F32]),
         qkv_pack_dtypes: dtypes(&[F32]),
         default_int4_accuracy_level: 4,
@@ -60,6 +68,7 @@ fn cpu() -> EpCapabilities {
 
 fn cuda() -> EpCapabilities {
     EpCapabilities {
+        default_dtype: F16,
         gqa_dtypes: dtypes(&[F16, BF16]),
         qkv_pack_dtypes: dtypes(&[F32, F16, BF16]),
         supports_packed_multi_head_attention: true,
@@ -73,6 +82,8 @@ fn cuda() -> EpCapabilities {
 
 fn dml() -> EpCapabilities {
     EpCapabilities {
+        dtypes: dtypes(&[F32, F16]),
+        default_dtype: F16,
         gqa_dtypes: dtypes(&[F16]),
         supports_packed_multi_head_attention: true,
         supports_fused_rope: false,
@@ -84,6 +95,8 @@ fn dml() -> EpCapabilities {
 
 fn webgpu() -> EpCapabilities {
     EpCapabilities {
+        dtypes: dtypes(&[F32, F16]),
+        default_dtype: F16,
         gqa_dtypes: dtypes(&[F32, F16]),
         qkv_pack_dtypes: dtypes(&[F32, F16]),
         default_int4_accuracy_level: 4,
@@ -99,6 +112,7 @@ fn webgpu() -> EpCapabilities {
 
 fn mlx() -> EpCapabilities {
     EpCapabilities {
+        default_dtype: F16,
         gqa_dtypes: dtypes(&[F32, F16, BF16]),
         supports_past_present_share_buffer: true,
         cost: CostParams::UNIFIED_MEMORY_GPU,
@@ -108,6 +122,7 @@ fn mlx() -> EpCapabilities {
 
 fn trt_rtx() -> EpCapabilities {
     EpCapabilities {
+        default_dtype: F16,
         gqa_dtypes: dtypes(&[F16, BF16]),
         qkv_pack_dtypes: dtypes(&[F32, F16, BF16]),
         supports_skip_layer_norm: false,
@@ -120,6 +135,7 @@ fn trt_rtx() -> EpCapabilities {
 
 fn qnn() -> EpCapabilities {
     EpCapabilities {
+        dtypes: dtypes(&[F32, F16]),
         supports_fused_rope: false,
         supports_skip_layer_norm: false,
         provider_options: options(&[

@@ -18,6 +18,14 @@ use crate::ir::DType;
 pub struct EpCapabilities {
     /// The EP name (`cuda`, `webgpu`, …): lowercase letters, digits, `-`, `_` and `.`.
     pub name: String,
+    /// Model dtypes the EP's runtime executes: a build asking for another is refused before
+    /// any work (onnxruntime's CPU provider, for one, has no bf16 MatMul).
+    #[serde(serialize_with = "dtype_names::serialize")]
+    pub dtypes: BTreeSet<DType>,
+    /// The model dtype of a build that names none (one of [`Self::dtypes`]); a checkpoint
+    /// stored in another dtype is converted while its weights stream.
+    #[serde(serialize_with = "dtype_names::serialize_one")]
+    pub default_dtype: DType,
     /// Model dtypes for which attention is fused into `com.microsoft::GroupQueryAttention`.
     #[serde(serialize_with = "dtype_names::serialize")]
     pub gqa_dtypes: BTreeSet<DType>,
@@ -75,10 +83,13 @@ pub struct EpCapabilities {
 }
 
 impl EpCapabilities {
-    /// Capabilities named `name` with every other field at its spec default.
+    /// Capabilities named `name` with every other field at its spec default: every model dtype
+    /// (f32, f16, bf16) runs, f32 by default.
     pub fn new(name: impl Into<String>) -> Self {
         EpCapabilities {
             name: name.into(),
+            dtypes: [DType::F32, DType::F16, DType::BF16].into(),
+            default_dtype: DType::F32,
             gqa_dtypes: BTreeSet::new(),
             qkv_pack_dtypes: BTreeSet::new(),
             supports_fused_rope: true,
@@ -102,6 +113,27 @@ impl EpCapabilities {
             requires_graph_capture_rewrite: false,
             cost: CostParams::default(),
             cost_ops: BTreeMap::new(),
+        }
+    }
+
+    /// The model dtype of a build for this EP: `requested` when the EP's runtime executes it,
+    /// [`Self::default_dtype`] when none is requested. A dtype outside [`Self::dtypes`] is a
+    /// usage error naming the EP's dtypes and its default.
+    pub fn model_dtype(&self, requested: Option<DType>) -> crate::Result<DType> {
+        match requested {
+            None => Ok(self.default_dtype),
+            Some(d) if self.dtypes.contains(&d) => Ok(d),
+            Some(d) => Err(crate::Error::Usage(format!(
+                "execution provider `{}` does not run {} models; its dtypes are {} (default {})",
+                self.name,
+                d.name(),
+                self.dtypes
+                    .iter()
+                    .map(|d| d.name())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                self.default_dtype.name()
+            ))),
         }
     }
 }

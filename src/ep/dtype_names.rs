@@ -11,6 +11,27 @@ pub(super) fn serialize<S: Serializer>(set: &BTreeSet<DType>, s: S) -> Result<S:
     s.collect_seq(set.iter().map(|d| d.name()))
 }
 
+/// Serializes one dtype by its short name (`"f16"`).
+pub(super) fn serialize_one<S: Serializer>(dtype: &DType, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(dtype.name())
+}
+
+/// Deserializes one dtype name, as [`deserialize_opt`] reads each of a list.
+pub(super) fn deserialize_one_opt<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<DType>, D::Error> {
+    parse::<D>(&String::deserialize(d)?).map(Some)
+}
+
+/// A model dtype by name, or a serde error listing the names.
+fn parse<'de, D: Deserializer<'de>>(n: &str) -> Result<DType, D::Error> {
+    DType::parse_model_dtype(n).ok_or_else(|| {
+        serde::de::Error::custom(format!(
+            "unknown dtype `{n}`; expected f32, f16 or bf16 (or float32, float16, bfloat16)"
+        ))
+    })
+}
+
 /// Deserializes a list of dtype names (`f32`/`float32`, `f16`/`float16`, `bf16`/`bfloat16`).
 pub(super) fn deserialize_opt<'de, D: Deserializer<'de>>(
     d: D,
@@ -18,13 +39,7 @@ pub(super) fn deserialize_opt<'de, D: Deserializer<'de>>(
     let names = Vec::<String>::deserialize(d)?;
     names
         .iter()
-        .map(|n| {
-            DType::parse_model_dtype(n).ok_or_else(|| {
-                serde::de::Error::custom(format!(
-                    "unknown dtype `{n}`; expected f32, f16 or bf16 (or float32, float16, bfloat16)"
-                ))
-            })
-        })
+        .map(|n| parse::<D>(n))
         .collect::<Result<_, _>>()
         .map(Some)
 }

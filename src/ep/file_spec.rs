@@ -18,6 +18,10 @@ pub(super) struct EpFileSpec {
     /// A registered EP whose values (cost included) this file starts from.
     pub(super) base: Option<Spanned<String>>,
     #[serde(default, deserialize_with = "dtype_names::deserialize_opt")]
+    dtypes: Option<BTreeSet<DType>>,
+    #[serde(default, deserialize_with = "dtype_names::deserialize_one_opt")]
+    default_dtype: Option<DType>,
+    #[serde(default, deserialize_with = "dtype_names::deserialize_opt")]
     gqa_dtypes: Option<BTreeSet<DType>>,
     #[serde(default, deserialize_with = "dtype_names::deserialize_opt")]
     qkv_pack_dtypes: Option<BTreeSet<DType>>,
@@ -70,6 +74,8 @@ impl EpFileSpec {
             name: self.name,
             ..start
         };
+        set(&mut c.dtypes, self.dtypes);
+        set(&mut c.default_dtype, self.default_dtype);
         set(&mut c.gqa_dtypes, self.gqa_dtypes);
         set(&mut c.qkv_pack_dtypes, self.qkv_pack_dtypes);
         set(&mut c.supports_fused_rope, self.supports_fused_rope);

@@ -7,8 +7,10 @@ use serde_json::Value;
 use super::capabilities::EpCapabilities;
 use crate::ir::DType;
 
-const HEADERS: [&str; 10] = [
+const HEADERS: [&str; 12] = [
     "name",
+    "dtypes",
+    "default dtype",
     "gqa dtypes",
     "qkv pack dtypes",
     "fused rope",
@@ -22,12 +24,12 @@ const HEADERS: [&str; 10] = [
 
 /// A fixed-width text table of the main capabilities, one row per EP, in the given order.
 ///
-/// Columns: name, GQA dtypes, QKV-pack dtypes, fused RoPE, skip norm, attention, rotary
+/// Columns: name, the model dtypes the EP runs and its default, GQA dtypes, QKV-pack dtypes, fused RoPE, skip norm, attention, rotary
 /// embedding, graph capture, past/present share buffer, and how `--quant` weights run
 /// (`MatMulNBits` with its default `accuracy_level`, or `DequantizeLinear` + `MatMul`). Each
 /// line ends with `\n`.
 pub fn ep_table(eps: &[EpCapabilities]) -> String {
-    let rows: Vec<[String; 10]> = eps.iter().map(row).collect();
+    let rows: Vec<[String; 12]> = eps.iter().map(row).collect();
     let widths: Vec<usize> = (0..HEADERS.len())
         .map(|i| {
             rows.iter()
@@ -58,9 +60,11 @@ pub fn ep_json(eps: &[EpCapabilities]) -> Value {
     serde_json::to_value(eps).expect("EP capabilities have string keys and serialize infallibly")
 }
 
-fn row(c: &EpCapabilities) -> [String; 10] {
+fn row(c: &EpCapabilities) -> [String; 12] {
     [
         c.name.clone(),
+        names(&c.dtypes),
+        c.default_dtype.name().into(),
         names(&c.gqa_dtypes),
         names(&c.qkv_pack_dtypes),
         yes_no(c.supports_fused_rope),

@@ -39,7 +39,8 @@ impl EpCapabilities {
     ///   `0-9`, `-`, `_`, `.`;
     /// * `provider_options` holds no graph-capture key (`enable_cuda_graph`,
     ///   `enableGraphCapture`, `validationMode`): use `enable_graph_capture`;
-    /// * `gqa_dtypes` and `qkv_pack_dtypes` hold only f32, f16 and bf16;
+    /// * `dtypes`, `gqa_dtypes` and `qkv_pack_dtypes` hold only f32, f16 and bf16;
+    /// * `default_dtype` is one of `dtypes` (so `dtypes` is never empty);
     /// * `default_int4_accuracy_level` is at most 4, `max_buffer_size` is not 0, and every
     ///   `cost` parameter lies in its plausible range ([`super::CostParams`]).
     ///
@@ -78,12 +79,24 @@ impl EpCapabilities {
             ));
         }
         for (field, set) in [
+            ("dtypes", &self.dtypes),
             ("gqa_dtypes", &self.gqa_dtypes),
             ("qkv_pack_dtypes", &self.qkv_pack_dtypes),
         ] {
             if let Some(v) = dtype_violation(field, set) {
                 return Some(v);
             }
+        }
+        if !self.dtypes.contains(&self.default_dtype) {
+            let names: Vec<&str> = self.dtypes.iter().map(|d| d.name()).collect();
+            return Some(Violation::new(
+                &["default_dtype", "dtypes"],
+                format!(
+                    "`default_dtype` {} is not one of `dtypes` [{}]",
+                    self.default_dtype.name(),
+                    names.join(", ")
+                ),
+            ));
         }
         if !self.supports_fused_rope && !self.qkv_pack_dtypes.is_empty() {
             return Some(Violation::new(

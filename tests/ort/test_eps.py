@@ -14,6 +14,8 @@ from ort_helpers import DECODER_TASK, FIXTURES_DIR, fixture_names_for, load_conf
 # Spec section 4: built-ins in registration order, with their non-default fields.
 BUILTIN_EPS = ["default", "openvino", "cpu", "cuda", "dml", "webgpu", "mlx", "trt-rtx", "qnn", "onnx-standard"]
 DEFAULTS = {
+    "dtypes": ["f32", "f16", "bf16"],
+    "default_dtype": "f32",
     "gqa_dtypes": [],
     "qkv_pack_dtypes": [],
     "supports_fused_rope": True,
@@ -37,14 +39,16 @@ DEFAULTS = {
 }
 NON_DEFAULTS = {
     "default": {},
-    "openvino": {"supports_skip_layer_norm": False, "provider_options": {"device_type": "NPU"}},
+    "openvino": {"dtypes": ["f32", "f16"], "supports_skip_layer_norm": False, "provider_options": {"device_type": "NPU"}},
     "cpu": {
+        "dtypes": ["f32", "f16"],
         "gqa_dtypes": ["f32"],
         "qkv_pack_dtypes": ["f32"],
         "default_int4_accuracy_level": 4,
         "supports_past_present_share_buffer": True,
     },
     "cuda": {
+        "default_dtype": "f16",
         "gqa_dtypes": ["f16", "bf16"],
         "qkv_pack_dtypes": ["f32", "f16", "bf16"],
         "supports_packed_multi_head_attention": True,
@@ -53,12 +57,16 @@ NON_DEFAULTS = {
         "supports_fp8_kv_cache": True,
     },
     "dml": {
+        "dtypes": ["f32", "f16"],
+        "default_dtype": "f16",
         "gqa_dtypes": ["f16"],
         "supports_packed_multi_head_attention": True,
         "supports_fused_rope": False,
         "supports_past_present_share_buffer": True,
     },
     "webgpu": {
+        "dtypes": ["f32", "f16"],
+        "default_dtype": "f16",
         "gqa_dtypes": ["f32", "f16"],
         "qkv_pack_dtypes": ["f32", "f16"],
         "default_int4_accuracy_level": 4,
@@ -68,8 +76,9 @@ NON_DEFAULTS = {
         "max_buffer_size": 268435456,
         "requires_graph_capture_rewrite": True,
     },
-    "mlx": {"gqa_dtypes": ["f32", "f16", "bf16"], "supports_past_present_share_buffer": True},
+    "mlx": {"default_dtype": "f16", "gqa_dtypes": ["f32", "f16", "bf16"], "supports_past_present_share_buffer": True},
     "trt-rtx": {
+        "default_dtype": "f16",
         "gqa_dtypes": ["f16", "bf16"],
         "qkv_pack_dtypes": ["f32", "f16", "bf16"],
         "supports_skip_layer_norm": False,
@@ -77,6 +86,7 @@ NON_DEFAULTS = {
         "supports_past_present_share_buffer": True,
     },
     "qnn": {
+        "dtypes": ["f32", "f16"],
         "supports_fused_rope": False,
         "supports_skip_layer_norm": False,
         "provider_options": {

@@ -30,6 +30,7 @@ from ort_helpers import (
     load_config,
     load_reference,
     model_dims,
+    run_mobius,
 )
 from contract import check_model_file, contract_errors
 
@@ -287,6 +288,45 @@ def test_genai_search_matches_graph(built, ep_caps, name, ep, dtype):
 
 
 # ---------------------------------------------------------------- onnxruntime
+BF16_CHECKPOINTS = [n for n in NAMES if load_config(FIXTURES_DIR / n).get("dtype", load_config(FIXTURES_DIR / n).get("torch_dtype")) == "bfloat16"]
+# Builds without --dtype that onnxruntime's CPU provider runs: the EP's default dtype (f32),
+# whatever the checkpoint stores; `extra` flags on top.
+CPU_DEFAULT_BUILDS = [(None, ()), ("default", ()), ("cpu", ()), ("onnx-standard", ()), ("cpu", ("--quant", "int4"))]
+
+
+def test_there_is_a_bf16_checkpoint_fixture():
+    assert BF16_CHECKPOINTS, "no decoder fixture is stored in bf16"
+
+
+@pytest.mark.parametrize("ep,extra", CPU_DEFAULT_BUILDS, ids=[f"{ep or 'noflag'}{''.join(extra)}" for ep, extra in CPU_DEFAULT_BUILDS])
+@pytest.mark.parametrize("name", BF16_CHECKPOINTS)
+def test_bf16_checkpoint_without_dtype_builds_what_the_cpu_provider_runs(built, name, ep, extra, tmp_path):
+    """A bf16 checkpoint built without --dtype for an EP that runs on onnxruntime's CPU provider
+    is the f32 build, file for file (the weights converted while streaming), and it loads in
+    onnxruntime and gives transformers' logits (a bf16 build would not load: no bf16 MatMul)."""
+    import onnxruntime as ort
+
+    out = tmp_path / "out"
+    run_mobius(["build", "--config", str(FIXTURES_DIR / name), str(out), *(["--ep", ep] if ep else []), *extra])
+    f32 = built("fixture", name, "f32", ep, extra)
+    for f in ("model.onnx", "model.onnx.data", "genai_config.json"):
+        assert (out / f).read_bytes() == (f32 / f).read_bytes(), f"{f} differs from the --dtype f32 build"
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(str(out / "model.onnx"), so, providers=["CPUExecutionProvider"])
+    if extra:  # --quant int4: the weights run as MatMulNBits (test_quant.py checks their numbers)
+        ops = {n.op_type for n in onnx.load(str(out / "model.onnx"), load_external_data=False).graph.node}
+        assert "MatMulNBits" in ops and "DequantizeLinear" not in ops, sorted(ops)
+    else:
+        ref = load_reference(name)
+        dims = dims_of(name)
+        ids = np.array([ref["input_ids"]])
+        n = ids.shape[1]
+        logits, _ = run(sess, dims, ids, np.ones((1, n)), np.arange(n)[None], empty_past(dims, "f32", 1))
+        assert logits.dtype == np.float32
+        assert_close(logits[0], ref["logits"], TOL["f32"], f"{name} --ep {ep} without --dtype, prefill")
+
+
 @per_build
 @pytest.mark.parametrize("name", NAMES)
 def test_prefill_logits(session_for, name, ep, dtype):
