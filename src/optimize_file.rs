@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use crate::ep::EpCapabilities;
 use crate::ir::{DType, Graph, Model};
 use crate::onnx::{export, import};
+use crate::opt::declared_dims;
 use crate::opt::fingerprint::leaf_values;
 use crate::opt::pipeline::check_output_types;
 use crate::opt::rules::all_rules;
@@ -49,8 +50,9 @@ pub struct OptimizeFileOptions {
 /// Optimizes `opts.input` into `opts.out`; on error nothing is left in `opts.out`. An output
 /// folder that is the model's folder or contains it is refused (replacing it would delete the
 /// model). The input graph's declared output types are checked against the types inferred on
-/// it before rewriting, so an invalid input is reported as such; graph errors name the input
-/// file.
+/// it before rewriting, so an invalid input is reported as such; output dims declared under
+/// names of their own are equalities the model's user promises, kept on the output
+/// ([`declared_dims`]). Graph errors name the input file.
 pub fn optimize_file(opts: &OptimizeFileOptions) -> Result<(OptimizeReport, Option<QuantSummary>)> {
     optimize_checked(opts).map_err(|e| match e {
         Error::Graph(message) => Error::Onnx {
@@ -98,6 +100,7 @@ fn dense_moe_blocks(model: Model, dtype: DType, opts: &OptimizeFileOptions) -> R
 fn optimize_checked(opts: &OptimizeFileOptions) -> Result<(OptimizeReport, Option<QuantSummary>)> {
     check_target(&opts.out, opts.overwrite)?;
     let mut model = import::load(&opts.input)?;
+    let declared = declared_dims::reconcile(&mut model.graph)?;
     check_output_types(&model.graph, "the input graph")?;
     let model_dir = match opts.input.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
@@ -145,6 +148,7 @@ fn optimize_checked(opts: &OptimizeFileOptions) -> Result<(OptimizeReport, Optio
     };
     let (mut optimized, report) = optimize(&model, &opts.ep, &options)?;
     keep_inputs(&model.graph, &mut optimized.graph);
+    declared.restore(&mut optimized.graph);
     let opset = optimized.opsets.get("").copied().unwrap_or(0);
     let blocked = optimized
         .graph

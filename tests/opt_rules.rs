@@ -87,9 +87,9 @@ fn malformed_rules_name_file_and_line() {
             "?y",
         ),
         (
-            GOOD.replace(" replace ?x\n", " when same-rank ?x\n replace ?x\n"),
+            GOOD.replace(" replace ?x\n", " when skip-fits-input ?x\n replace ?x\n"),
             "test.rules:1",
-            "condition `same-rank` takes 2 variables, not 1",
+            "condition `skip-fits-input` takes 2 variables, not 1",
         ),
         (
             GOOD.replace(" replace ?x\n", " when rank-2-or-3 ?y\n replace ?x\n"),
@@ -302,4 +302,60 @@ fn onnx_standard_refuses_contrib_ops_it_cannot_expand() {
         Some(&1),
         "contrib import added when used"
     );
+}
+
+/// The skip-norm fusions take a residual Add only where the skip has the input's size dim for
+/// dim (or a batch of 1, which onnxruntime's kernels broadcast): an input that broadcasts
+/// against the skip, or dims named apart (an export's inputs named independently), keep the
+/// Add and the norm. Equal ranks were once enough.
+#[test]
+fn skip_norm_fusions_need_a_skip_of_the_inputs_size() {
+    let dim = |d: &str| match d.parse::<i64>() {
+        Ok(n) => mobius::ir::Dim::Fixed(n),
+        Err(_) => mobius::ir::Dim::sym(d),
+    };
+    for (input, skip, fused) in [
+        (["batch", "seq"], ["batch", "seq"], true),
+        (["batch", "seq"], ["1", "seq"], true),
+        (["1", "seq"], ["batch", "seq"], false),
+        (["batch", "seq"], ["batch_skip", "seq"], false),
+        (["batch", "1"], ["batch", "seq"], false),
+    ] {
+        let mut b = GraphBuilder::new("g");
+        let shape = |d: [&str; 2]| Shape::new([dim(d[0]), dim(d[1]), mobius::ir::Dim::Fixed(8)]);
+        let x = b.input("x", DType::F32, shape(input));
+        let y = b.input("y", DType::F32, shape(skip));
+        let w = b.input("w", DType::F32, Shape::new([8i64]));
+        let sum = b.op("Add", &[&x, &y], vec![]);
+        let unknown = || mobius::ir::Dim::sym("");
+        let out = Shape::new([unknown(), unknown(), mobius::ir::Dim::Fixed(8)]);
+        b.output("norm", DType::F32, out);
+        b.op_into(
+            "RMSNormalization",
+            &[&sum, &w],
+            vec![("axis", Attr::Int(-1))],
+            "norm",
+        );
+        let opts = OptimizeOptions {
+            dtype: DType::F32,
+            role: Role::Decoder,
+            limits: Limits::default(),
+            fingerprint_leaves: None,
+            accuracy_level: None,
+            kv_cache: mobius::opt::KvCache::AsIs,
+            trace: false,
+        };
+        let (m, _) = optimize(&model(b.finish()), &get_ep("cpu").unwrap(), &opts).unwrap();
+        let fusions = m
+            .graph
+            .op_counts()
+            .get("com.microsoft::SkipSimplifiedLayerNormalization")
+            .copied();
+        assert_eq!(
+            fusions.is_some(),
+            fused,
+            "input {input:?}, skip {skip:?}: {:?}",
+            m.graph.op_counts()
+        );
+    }
 }

@@ -8,6 +8,7 @@ use super::analysis::OnnxGraph;
 use super::bind::{AnyCondition, Condition};
 use super::lang::AttrValue;
 use super::query::{const_ints, int_attr, scalar_float};
+use super::types::SymDim;
 use super::{head_layout, recognize, recognize_gemm, recognize_rotary};
 use crate::ir::DType;
 
@@ -57,7 +58,7 @@ const CONDITIONS: &[(&str, &dyn AnyCondition)] = &[
     ("normalizes-last-axis", &Condition(normalizes_last_axis)),
     ("rank-2-or-3", &Condition(rank_2_or_3)),
     ("reshape-keeps-shape", &Condition(reshape_keeps_shape)),
-    ("same-rank", &Condition(same_rank)),
+    ("skip-fits-input", &Condition(skip_fits_input)),
     ("stash-is-float", &Condition(stash_is_float)),
     ("tanh-gelu-constants", &Condition(tanh_gelu_constants)),
     ("softmax-over-last-axis", &Condition(softmax_over_last_axis)),
@@ -88,10 +89,22 @@ fn attr_is_set(g: &OnnxGraph, [a]: [Id; 1]) -> bool {
     g[a].data.attr().is_some_and(|v| *v != AttrValue::Unset)
 }
 
-/// `?a ?b`: both ranks are known and equal (no broadcasting between them).
-fn same_rank(g: &OnnxGraph, [a, b]: [Id; 2]) -> bool {
-    let rank = |id: Id| g[id].data.tensor().and_then(|t| t.rank());
-    matches!((rank(a), rank(b)), (Some(x), Some(y)) if x == y)
+/// `?input ?skip`: the residual `?skip` added to `?input` has its rank and, dim for dim, its
+/// size (or a size not inferred), or a leading 1 (a skip that onnxruntime's fused norms
+/// broadcast over the batch). Equal ranks alone are not enough: two dims named apart (an
+/// export whose inputs name the batch independently) may differ, and an input dim of 1 would
+/// stretch.
+fn skip_fits_input(g: &OnnxGraph, [input, skip]: [Id; 2]) -> bool {
+    let shape = |id: Id| g[id].data.tensor().and_then(|t| t.shape.as_deref());
+    let (Some(x), Some(y)) = (shape(input), shape(skip)) else {
+        return false;
+    };
+    x.len() == y.len()
+        && x.iter().zip(y).enumerate().all(|(i, (p, q))| {
+            let batch_of_one = i == 0 && x.len() == 3 && *q == SymDim::Known(1);
+            let one = SymDim::Known(1);
+            p == q || (p.compatible(q) && *p != one && *q != one) || batch_of_one
+        })
 }
 
 /// `?axis ?x`: a normalization `axis` (unset = −1) that names the last axis of `?x`.

@@ -755,7 +755,21 @@ fn concat(inputs: &[InputView<'_>], ax: i64) -> TensorType {
     let shape = all.and_then(|all| {
         let first = all.first()?;
         let a = axis(ax, first.len())?;
-        let mut s = first.to_vec();
+        // The other dims are equal at run time; inputs that name one differently (an export's
+        // inputs renamed independently) leave it unknown rather than guessed from one input, so
+        // that no other computation of the value is typed with another name.
+        let mut s: Vec<SymDim> = first
+            .iter()
+            .enumerate()
+            .map(
+                |(i, d)| match all.iter().all(|o| o.get(i).is_none_or(|x| x.compatible(d))) {
+                    true => all
+                        .iter()
+                        .fold(d.clone(), |acc, o| acc.join(o.get(i).unwrap_or(&acc))),
+                    false => SymDim::Unknown,
+                },
+            )
+            .collect();
         s[a] = all
             .iter()
             .skip(1)

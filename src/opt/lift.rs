@@ -65,6 +65,44 @@ pub fn output_types(graph: &Graph) -> Result<Vec<Option<TensorType>>> {
         .collect())
 }
 
+/// The type of every value of `graph` (inputs, initializers, node outputs) as [`output_types`]
+/// infers it, by name; values that are no tensor are left out.
+pub fn value_types(graph: &Graph) -> Result<FxHashMap<String, TensorType>> {
+    let mut pass = Pass {
+        analysis: leaf_analysis(graph, None),
+        data: Vec::new(),
+        leaves: FxHashMap::default(),
+    };
+    let mut names = Vec::new();
+    walk(graph, &mut pass, Some(&mut names))?;
+    let leaves = graph
+        .inputs
+        .iter()
+        .map(|v| &v.name)
+        .chain(graph.initializers.iter().map(|i| &i.name));
+    let mut types: FxHashMap<String, TensorType> = FxHashMap::default();
+    for name in leaves {
+        let leaf = if graph.inputs.iter().any(|v| &v.name == name) {
+            Onnx::Input(Symbol::from(name.as_str()))
+        } else {
+            Onnx::Init(Symbol::from(name.as_str()))
+        };
+        if let Some(t) = pass
+            .leaves
+            .get(&leaf)
+            .and_then(|&id| pass.data[usize::from(id)].tensor())
+        {
+            types.insert(name.clone(), t.clone());
+        }
+    }
+    for (name, id) in names {
+        if let Some(t) = pass.data[usize::from(id)].tensor() {
+            types.insert(name, t.clone());
+        }
+    }
+    Ok(types)
+}
+
 /// Where [`walk`] puts the nodes of a graph.
 trait Sink {
     /// Adds `node` (its children added before), returning its class.

@@ -8,6 +8,7 @@ pub mod bind;
 pub mod checked_union;
 pub mod conditions;
 pub mod cost;
+pub mod declared_dims;
 mod emit;
 pub mod extract;
 pub mod fingerprint;

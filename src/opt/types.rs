@@ -95,6 +95,28 @@ impl SymDim {
         matches!((self, other), (SymDim::Unknown, _) | (_, SymDim::Unknown)) || self == other
     }
 
+    /// Whether two dims can never be equal: they differ by a nonzero constant (`3` and `4`,
+    /// `total` and `total + 1`). Dims that differ otherwise may coincide for some sizes.
+    pub fn never_equal(&self, other: &SymDim) -> bool {
+        let (Some(a), Some(b)) = (Poly::of(self), Poly::of(other)) else {
+            return false;
+        };
+        a.plus(&b, -1)
+            .is_some_and(|d| d.terms.len() == 1 && d.terms.keys().next().is_some_and(Vec::is_empty))
+    }
+
+    /// The names the dim is made of (`past` and `seq` in `past + seq`); a dim that is not a
+    /// sum of products is one name, its whole text.
+    pub fn names(&self) -> Vec<String> {
+        match self {
+            SymDim::Known(_) | SymDim::Unknown => Vec::new(),
+            SymDim::Sym(s) => match Poly::of(self) {
+                Some(p) => p.terms.into_keys().flatten().collect(),
+                None => vec![s.as_str().to_string()],
+            },
+        }
+    }
+
     /// The better-known of two compatible dims.
     pub fn join(&self, other: &SymDim) -> SymDim {
         if *self == SymDim::Unknown {

@@ -30,7 +30,7 @@ import onnx
 import pytest
 
 from contract import check_model_file
-from ort_helpers import FIXTURES_DIR, run_mobius
+from ort_helpers import FIXTURES_DIR, run_mobius, run_mobius_unchecked
 
 EXPORTS_DIR = FIXTURES_DIR / "exports"
 EPS = ["default", "cpu", "cuda", "onnx-standard", "qnn"]
@@ -172,6 +172,72 @@ def test_optimized_matches_transformers(optimized, name, ep):
     assert [o.name for o in after.graph.output] == [o.name for o in before.graph.output]
     failures = compare(session(path), name, f"{name} --ep {ep}")
     assert not failures, "\n".join(failures)
+
+
+# ---------------------------------------------------------------- dims named by the exporter
+# torch.onnx's dynamic_axes name each input and output dim as its caller chose: `total` where
+# the graph computes `past + seq`, or a name of its own on every axis. onnxruntime runs such
+# files; `mobius optimize` takes them too, keeps the declared names, and reads a name the
+# outputs promise (`total` = past + seq) wherever the inputs declare it.
+CACHE_EXPORTS = [n for n in NAMES if n.endswith("-cache")]
+NAMINGS = ["total", "independent"]
+
+
+def renamed(name: str, naming: str, folder: Path) -> Path:
+    """The export with its input and output dims renamed: `total` for every sum (the mask's
+    length and the presents'), or `<value>_dim_<axis>` for every symbolic dim (independent)."""
+    model = onnx.load(str(EXPORTS_DIR / name / "model.onnx"), load_external_data=False)
+    for v in [*model.graph.input, *model.graph.output]:
+        for axis, d in enumerate(v.type.tensor_type.shape.dim):
+            if d.dim_param:
+                d.dim_param = f"{v.name}_dim_{axis}" if naming == "independent" else ("total" if "+" in d.dim_param else d.dim_param)
+    folder.mkdir(parents=True)
+    onnx.save(model, str(folder / "model.onnx"))
+    return folder / "model.onnx"
+
+
+def declared_dims(model: onnx.ModelProto) -> dict[str, list]:
+    return {v.name: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim] for v in [*model.graph.input, *model.graph.output]}
+
+
+def op_counts(path: Path) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for n in onnx.load(str(path), load_external_data=False).graph.node:
+        counts[f"{n.domain}::{n.op_type}"] = counts.get(f"{n.domain}::{n.op_type}", 0) + 1
+    return counts
+
+
+@pytest.mark.parametrize("naming", NAMINGS)
+@pytest.mark.parametrize("name", CACHE_EXPORTS)
+def test_dims_named_by_the_exporter(optimized, tmp_path, name, naming):
+    """The renamed export runs in onnxruntime as written (so it is valid); `mobius optimize
+    --ep cpu` takes it, the result keeps every declared name on its inputs and outputs and
+    matches transformers, prefill and decode. Named `total`, the promise total = past + seq
+    lets every rule fire that fires on the export as torch wrote it: the same ops."""
+    src = renamed(name, naming, tmp_path / "export")
+    assert not compare(session(src), name, f"{name} renamed ({naming})")
+    out = tmp_path / "optimized"
+    run_mobius(["optimize", str(src), str(out), "--ep", "cpu", "-q"])
+    after = onnx.load(str(out / "model.onnx"), load_external_data=False)
+    assert declared_dims(after) == declared_dims(onnx.load(str(src), load_external_data=False))
+    failures = compare(session(out / "model.onnx"), name, f"{name} renamed ({naming}) --ep cpu")
+    assert not failures, "\n".join(failures)
+    if naming == "total":
+        assert op_counts(out / "model.onnx") == op_counts(optimized(name, "cpu") / "model.onnx")
+
+
+def test_a_declared_dim_that_can_never_hold_is_refused(tmp_path):
+    """Two different sizes (a present declared with 3 heads where the graph computes 2) are a
+    contradiction, not a name: refused, naming the output, and nothing is written."""
+    model = onnx.load(str(EXPORTS_DIR / "llama-legacy-cache" / "model.onnx"), load_external_data=False)
+    model.graph.output[1].type.tensor_type.shape.dim[1].dim_value = 3
+    (tmp_path / "export").mkdir()
+    onnx.save(model, str(tmp_path / "export" / "model.onnx"))
+    out = tmp_path / "out"
+    r = run_mobius_unchecked(["optimize", str(tmp_path / "export" / "model.onnx"), str(out), "--ep", "cpu"])
+    assert r.returncode == 1, r
+    assert f"output `{model.graph.output[1].name}` is declared" in r.stderr and "dim 1 can never be 3" in r.stderr, r.stderr
+    assert not out.exists()
 
 
 # ---------------------------------------------------------------- --kv-cache genai
