@@ -162,7 +162,8 @@ fn aliases(graph: &Graph) -> Result<BTreeMap<String, SymDim>> {
 /// Intermediate types (`value_info`) fill in what inference leaves unknown; a dim named there
 /// with a name no graph input declares relates to nothing the graph is fed (an export whose
 /// inputs were renamed afterwards) and would give two computations of the same value different
-/// types. Such dims are left unknown.
+/// types. Such dims are left unknown, and so are expressions mobius does not read as sums of
+/// products (`Min(128, seq)`: one opaque name that no input declares).
 fn forget_unrelated_names(graph: &mut Graph) {
     let fed: BTreeSet<String> = graph
         .inputs
