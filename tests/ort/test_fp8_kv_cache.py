@@ -13,6 +13,11 @@
   write, as onnxruntime's CUDA kernel defines them) against a numpy reference rounding with
   ml_dtypes, over a prefill and three decode steps that feed the presents back: caches bit for
   bit, outputs at most one f16 step apart.
+- The whole llama cuda f16 build with the feature (scales calibrated on the plain build's
+  prefill) against the plain build, both run by the interpreter over a prefill and 4 decode
+  steps: every float8 cache gives back the rows it was given, layer 0's whole cache is the
+  plain one quantized by ml_dtypes, and the logits stay within 2^-3 * max|plain logits|
+  (E4M3_STEP).
 """
 
 from __future__ import annotations
