@@ -101,6 +101,11 @@ pub fn compare(
         return Ok(d.max_abs);
     }
     let i = d.worst.expect("a failed element exists");
+    let difference = if want[i].is_finite() && got[i].is_finite() {
+        (got[i] - want[i]).abs()
+    } else {
+        f64::INFINITY
+    };
     Err(format!(
         "{what}: {} of {} elements out of tolerance (atol {:e}, rtol {:e}); worst at {:?}: \
          got {}, expected {} (|difference| {:e})",
@@ -111,7 +116,7 @@ pub fn compare(
         unflatten(i, want_shape),
         got[i],
         want[i],
-        (got[i] - want[i]).abs(),
+        difference,
     ))
 }
 
