@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, on a fresh machine with only Rust and Python 3.11:
-#   1. lint: cargo fmt --check, cargo clippy -D warnings (all targets, benches included)
+#   1. lint: cargo fmt --check, cargo clippy -D warnings (all targets, benches included; the
+#      fuzz targets too, a workspace of their own in fuzz/)
 #   2. Rust unit + integration tests (cargo test)
 #   3. onnxruntime / onnxruntime-genai parity suite (tests/ort, venv with pinned wheels)
 #   4. fuzz smoke run of every cargo-fuzz target (scripts/fuzz_smoke.sh)
@@ -15,6 +16,12 @@ cargo fmt --all -- --check
 
 step "cargo clippy --all-targets -- -D warnings"
 cargo clippy --all-targets --locked -- -D warnings
+
+step "fuzz targets: cargo fmt --check, cargo clippy -D warnings (fuzz/, its own workspace)"
+cargo fmt --manifest-path fuzz/Cargo.toml --all -- --check
+# Stable is enough to check them (only running them needs nightly); the main target folder
+# shares the dependencies already checked above.
+cargo clippy --manifest-path fuzz/Cargo.toml --target-dir target --all-targets --locked -- -D warnings
 
 step "cargo test"
 cargo test --locked

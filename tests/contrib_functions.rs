@@ -8,6 +8,7 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 
+use common::compare::{assert_tensors_close, Tol};
 use common::{fixture, mobius};
 use egg::ENodeOrVar;
 use mobius::interp::{run_graph, Tensor};
@@ -308,15 +309,12 @@ fn derived_bodies_compute_the_ops_on_random_inputs() {
                 for o in 0..outputs {
                     let name = format!("out{o}");
                     let (w, h) = (&want[&name], &got[&name]);
-                    assert_eq!(w.shape, h.shape, "{what}: {name}");
                     assert_eq!(w.dtype, h.dtype, "{what}: {name}");
-                    let err = w
-                        .as_f64()
-                        .iter()
-                        .zip(h.as_f64())
-                        .map(|(a, b)| (a - b).abs() / (1.0 + a.abs()))
-                        .fold(0f64, f64::max);
-                    assert!(err <= 1e-5, "{what}: {name} differs by {err}");
+                    let tol = Tol {
+                        atol: 1e-5,
+                        rtol: 1e-5,
+                    };
+                    assert_tensors_close(&format!("{what}: {name}"), w, h, tol);
                 }
             }
         }
@@ -396,14 +394,11 @@ fn matmul_nbits_body_computes_the_op_on_random_inputs() {
             let want = run_graph(&g, &inputs, &mut Evaluator::new(None)).unwrap();
             let got = run_graph(&inlined.graph, &inputs, &mut Evaluator::new(None)).unwrap();
             let (w, h) = (&want["Y"], &got["Y"]);
-            assert_eq!(w.shape, h.shape, "{what}");
-            let err = w
-                .as_f64()
-                .iter()
-                .zip(h.as_f64())
-                .map(|(a, b)| (a - b).abs() / (1.0 + a.abs()))
-                .fold(0f64, f64::max);
-            assert!(err <= 1e-5, "{what}: differs by {err}");
+            let tol = Tol {
+                atol: 1e-5,
+                rtol: 1e-5,
+            };
+            assert_tensors_close(&what, w, h, tol);
         }
     }
 }

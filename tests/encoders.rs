@@ -8,6 +8,7 @@ mod common;
 
 use std::collections::HashMap;
 
+use common::compare::{assert_close, atol};
 use common::*;
 use mobius::config::EncoderConfig;
 use mobius::ep::{builtin_eps, get_ep};
@@ -47,22 +48,32 @@ fn case_inputs(graph: &Graph, case: &Value) -> HashMap<String, Tensor> {
         .collect()
 }
 
-/// Max |got − want| over the positions `case`'s attention mask marks valid.
-fn masked_error(got: &[f32], want: &[f32], case: &Value, hidden: usize) -> f32 {
+/// Panics unless `got` equals `want` within `tol` at the positions `case`'s attention mask marks
+/// valid (the helper's NaN-aware rule).
+fn assert_masked_close(
+    what: &str,
+    got: &[f32],
+    want: &[f32],
+    case: &Value,
+    hidden: usize,
+    tol: f64,
+) {
     let valid: Vec<bool> = case["attention_mask"]
         .as_array()
         .unwrap()
         .iter()
         .flat_map(|r| r.as_array().unwrap().iter().map(|v| v.as_i64() == Some(1)))
         .collect();
-    assert_eq!(got.len(), valid.len() * hidden);
-    let mut err = 0f32;
-    for (t, _) in valid.iter().enumerate().filter(|(_, v)| **v) {
-        for c in t * hidden..(t + 1) * hidden {
-            err = err.max((got[c] - want[c]).abs());
-        }
-    }
-    err
+    assert_eq!(got.len(), valid.len() * hidden, "{what}");
+    assert_eq!(want.len(), valid.len() * hidden, "{what}");
+    let pick = |x: &[f32]| -> Vec<f32> {
+        x.chunks(hidden)
+            .zip(&valid)
+            .filter(|(_, v)| **v)
+            .flat_map(|(row, _)| row.iter().copied())
+            .collect()
+    };
+    assert_close(what, &pick(want), &pick(got), atol(tol));
 }
 
 fn flat(v: &Value) -> Vec<f32> {
@@ -84,8 +95,8 @@ fn encoder_hidden_states_match_transformers_through_the_interpreter() {
             let out = run_graph(&model.graph, &inputs, &mut Evaluator::new(Some(&store))).unwrap();
             let got = out["last_hidden_state"].floats().unwrap();
             let want = flat(&case["last_hidden_state"]);
-            let err = masked_error(got, &want, case, cfg.hidden_size);
-            assert!(err <= 1e-4, "{name} {}: max abs error {err}", case["name"]);
+            let what = format!("{name} {}", case["name"]);
+            assert_masked_close(&what, got, &want, case, cfg.hidden_size, 1e-4);
         }
     }
 }
@@ -139,18 +150,13 @@ fn optimized_encoders_compute_what_the_portable_graph_computes() {
                         .to_vec()
                 };
                 let (a, b) = (run(&portable.graph), run(&optimized.graph));
-                let err = masked_error(&b, &a, case, cfg.hidden_size);
                 let tol = if dtype == DType::F16 { 2e-2 } else { 1e-5 };
-                assert!(
-                    err <= tol,
-                    "{name} {} {}: max abs error {err} > {tol}",
-                    ep.name,
-                    case["name"]
-                );
+                let what = format!("{name} {} {}", ep.name, case["name"]);
+                assert_masked_close(&what, &b, &a, case, cfg.hidden_size, tol);
                 if dtype == DType::F16 {
                     let want = flat(&case["last_hidden_state"]);
-                    let err = masked_error(&b, &want, case, cfg.hidden_size);
-                    assert!(err <= 2e-2, "{name} {} vs transformers: {err}", ep.name);
+                    let what = format!("{what} vs transformers");
+                    assert_masked_close(&what, &b, &want, case, cfg.hidden_size, 2e-2);
                 }
             }
         }

@@ -6,6 +6,7 @@ mod common;
 
 use std::collections::{BTreeMap, HashMap};
 
+use common::compare::{assert_close, assert_tensors_close, atol};
 use common::*;
 use mobius::ep::{builtin_eps, get_ep};
 use mobius::interp::{run_graph, Tensor};
@@ -67,13 +68,7 @@ fn fixture_logits_match_transformers_through_the_interpreter() {
                     .map(|v| v.as_f64().unwrap() as f32)
             })
             .collect();
-        assert_eq!(logits.len(), want.len(), "{name}");
-        let err = logits
-            .iter()
-            .zip(&want)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0f32, f32::max);
-        assert!(err <= 1e-4, "{name}: max abs error {err}");
+        assert_close(name, &want, logits, atol(1e-4));
     }
 }
 
@@ -109,21 +104,15 @@ fn optimized_graphs_compute_what_the_portable_graph_computes() {
                     .unwrap();
                 for (out, x) in &a {
                     let y = &b[out];
-                    assert_eq!(x.shape, y.shape, "{name} {} {out}", ep.name);
-                    let err = x
-                        .as_f64()
-                        .iter()
-                        .zip(y.as_f64())
-                        .map(|(p, q)| (p - q).abs())
-                        .fold(0f64, f64::max);
                     // Fused kernels round once where the unfused graph rounds per op: in f16
                     // that is a few ulps (the f16 parity bar is 2e-2); in f32 they agree to 1e-5.
                     let scale = x.as_f64().iter().fold(1f64, |m, v| m.max(v.abs()));
                     let tol = if dtype == DType::F16 { 1e-2 } else { 1e-5 } * scale;
-                    assert!(
-                        err <= tol,
-                        "{name} {} past={past} {out}: max abs error {err} > {tol}",
-                        ep.name
+                    assert_tensors_close(
+                        &format!("{name} {} past={past} {out}", ep.name),
+                        x,
+                        y,
+                        atol(tol),
                     );
                 }
             }
@@ -152,13 +141,7 @@ fn qnn_sliding_window_graph_computes_what_the_portable_graph_computes() {
         let a = run_graph(&portable.graph, &inputs, &mut Evaluator::new(Some(&store))).unwrap();
         let b = run_graph(&qnn.graph, &inputs, &mut Evaluator::new(Some(&store))).unwrap();
         for (out, x) in &a {
-            let err = x
-                .as_f64()
-                .iter()
-                .zip(b[out].as_f64())
-                .map(|(p, q)| (p - q).abs())
-                .fold(0f64, f64::max);
-            assert!(err <= 1e-5, "past={past} {out}: max abs error {err}");
+            assert_tensors_close(&format!("past={past} {out}"), x, &b[out], atol(1e-5));
         }
     }
 }

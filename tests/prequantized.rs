@@ -2,13 +2,14 @@
 //! build` keeps GPTQ / AWQ weights packed (MatMulNBits with the checkpoint's group size on the
 //! cpu EP, DequantizeLinear + MatMul and no contrib op on onnx-standard), dequantizes FP8
 //! blocks, and the saved model, run by the reference interpreter, gives transformers' logits
-//! of the dequantized float model (reference.json) to 1e-3.
+//! of the dequantized float model (reference.json) to 1e-4.
 
 mod common;
 
 use std::collections::HashMap;
 use std::path::Path;
 
+use common::compare::{assert_close, atol};
 use common::*;
 use mobius::interp::{run_graph, Tensor};
 use mobius::ir::{Attr, DType, Graph};
@@ -146,13 +147,10 @@ fn prequantized_fixtures_build_and_match_transformers() {
                 }
             }
             let got = prompt_logits(&graph, name, &ids);
-            assert_eq!(got.len(), want.len(), "{name} {ep}");
-            let err = got
-                .iter()
-                .zip(&want)
-                .map(|(a, b)| (a - b).abs())
-                .fold(0f32, f32::max);
-            assert!(err <= 1e-3, "{name} --ep {ep}: max abs error {err}");
+            // f32 on the same dequantized weights as the reference: the float builds' bound
+            // (achieved: at most 4.3e-6).
+            let err = assert_close(&format!("{name} --ep {ep}"), &want, &got, atol(1e-4));
+            println!("{name} --ep {ep}: max abs error {err:.3e}");
         }
     }
 }

@@ -3,6 +3,8 @@
 //! Add), near misses stay as they are, EPs that cannot run the norm keep a runnable graph, and
 //! the saved model declares the opset its ops need.
 
+mod common;
+use common::compare::{assert_tensors_close, atol};
 use std::collections::{BTreeMap, HashMap};
 
 use mobius::ep::get_ep;
@@ -84,23 +86,23 @@ fn x_value(dtype: DType, seed: u64) -> HashMap<String, Tensor> {
     HashMap::from([("x".into(), Tensor::float(dtype, SHAPE.to_vec(), values))])
 }
 
-/// The largest difference between the `y` the two graphs compute on `inputs` (interpreter).
-fn max_diff(before: &Graph, after: &Graph, inputs: &HashMap<String, Tensor>) -> f64 {
+/// Both graphs compute the same `y` on `inputs` within `tol` (interpreter); returns the largest
+/// difference.
+fn assert_same_y(
+    what: &str,
+    before: &Graph,
+    after: &Graph,
+    inputs: &HashMap<String, Tensor>,
+    tol: f64,
+) -> f64 {
     let a = run_graph(before, inputs, &mut Evaluator::new(None)).unwrap();
     let b = run_graph(after, inputs, &mut Evaluator::new(None)).unwrap();
-    assert_eq!(a["y"].shape, b["y"].shape);
-    a["y"]
-        .as_f64()
-        .iter()
-        .zip(b["y"].as_f64())
-        .map(|(p, q)| (p - q).abs())
-        .fold(0f64, f64::max)
+    assert_tensors_close(what, &a["y"], &b["y"], atol(tol))
 }
 
 /// Both graphs compute the same `y` within `tol`.
 fn assert_same_values(before: &Graph, after: &Graph, dtype: DType, tol: f64) {
-    let err = max_diff(before, after, &x_value(dtype, 7));
-    assert!(err <= tol, "outputs differ by {err}");
+    assert_same_y("y", before, after, &x_value(dtype, 7), tol);
 }
 
 fn ops(graph: &Graph) -> Vec<&str> {
@@ -356,8 +358,7 @@ fn eps_that_cannot_run_the_norm_keep_a_runnable_graph() {
             "x".into(),
             Tensor::float(DType::F32, shape.to_vec(), values),
         )]);
-        let err = max_diff(&g, &out.graph, &inputs);
-        assert!(err <= 1e-5, "{ep}: {err}");
+        assert_same_y(ep, &g, &out.graph, &inputs, 1e-5);
     }
 }
 
@@ -434,8 +435,7 @@ fn torch_exports_of_single_norms_become_one_norm() {
         assert_eq!(ops(&out.graph), vec![op], "{file}");
         assert_eq!(out.opsets[""], opset, "{file}");
         // The graphs have symbolic batch and sequence: run them on [2, 3, 8].
-        let err = max_diff(&exported.graph, &out.graph, &x_value(dtype, 11));
-        assert!(err <= tol, "{file}: {err}");
+        assert_same_y(file, &exported.graph, &out.graph, &x_value(dtype, 11), tol);
     }
 }
 

@@ -4,6 +4,8 @@
 //! an EP without `RotaryEmbedding` keeps the exported form. Values are compared through the
 //! interpreter (onnxruntime runs the same graphs in tests/ort/test_recognize_rotary.py).
 
+mod common;
+use common::compare::{assert_tensors_close, atol};
 use std::collections::{BTreeMap, HashMap};
 
 use mobius::ep::get_ep;
@@ -92,14 +94,7 @@ fn assert_same_values(before: &Graph, after: &Graph) {
     let inputs = values(before);
     let a = run_graph(before, &inputs, &mut Evaluator::new(None)).unwrap();
     let b = run_graph(after, &inputs, &mut Evaluator::new(None)).unwrap();
-    assert_eq!(a["y"].shape, b["y"].shape);
-    let err = a["y"]
-        .as_f64()
-        .iter()
-        .zip(b["y"].as_f64())
-        .map(|(p, q)| (p - q).abs())
-        .fold(0f64, f64::max);
-    assert!(err <= 1e-5, "outputs differ by {err}");
+    assert_tensors_close("y", &a["y"], &b["y"], atol(1e-5));
 }
 
 fn count(graph: &Graph, op: &str) -> usize {

@@ -13,6 +13,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+use common::compare::{atol, compare};
 use egg::Symbol;
 use mobius::ep::get_ep;
 use mobius::interp::{run_graph, Tensor};
@@ -27,6 +28,7 @@ use proptest::prelude::*;
 
 #[path = "rule_proofs/attention_recognize.rs"]
 mod attention_recognize;
+mod common;
 #[path = "rule_proofs/gemm.rs"]
 mod gemm;
 #[path = "rule_proofs/gqa_genai.rs"]
@@ -486,14 +488,14 @@ fn prove_with(
     let after = run_graph(&rewritten.graph, &inputs, &mut Evaluator::new(None)).map_err(fail)?;
     for (name, x) in &before {
         let y = &after[name];
-        prop_assert_eq!(&x.shape, &y.shape);
-        let err = x
-            .as_f64()
-            .iter()
-            .zip(y.as_f64())
-            .map(|(p, q)| (p - q).abs())
-            .fold(0f64, f64::max);
-        prop_assert!(err <= tol, "{rule_name}: output {name} differs by {err}");
+        let what = format!("{rule_name}: output {name}");
+        compare(
+            &what,
+            (&x.shape, &x.as_f64()),
+            (&y.shape, &y.as_f64()),
+            atol(tol),
+        )
+        .map_err(TestCaseError::fail)?;
     }
     Ok(())
 }

@@ -8,6 +8,7 @@ mod common;
 use std::collections::HashMap;
 use std::path::Path;
 
+use common::compare::{assert_tensors_close, atol};
 use common::*;
 use mobius::ep::get_ep;
 use mobius::interp::{run_graph, Tensor};
@@ -263,15 +264,11 @@ fn static_graphs_compute_the_dynamic_logits_for_every_decoder_fixture() {
                 let c = &mut caches[(form == "qnn") as usize];
                 let feed = static_feed(ids, c, written);
                 let got = run_graph(graph, &feed, &mut Evaluator::new(Some(&store))).unwrap();
-                let err = got["logits"]
-                    .as_f64()
-                    .iter()
-                    .zip(want["logits"].as_f64())
-                    .map(|(a, b)| (a - b).abs())
-                    .fold(0f64, f64::max);
-                assert!(
-                    err <= 1e-5,
-                    "{name} {form} at {written}: max abs error {err}"
+                assert_tensors_close(
+                    &format!("{name} {form} at {written}"),
+                    &want["logits"],
+                    &got["logits"],
+                    atol(1e-5),
                 );
                 for i in 0..layers {
                     for value in [false, true] {

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use assert_cmd::Command;
 
+pub mod compare;
 pub mod models;
 #[allow(unused_imports)]
 pub use models::*;

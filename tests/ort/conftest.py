@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ort_helpers import CONFIGS_DIR, FIXTURES_DIR, run_mobius
+from ort_helpers import ACHIEVED, CONFIGS_DIR, FIXTURES_DIR, list_eps, run_mobius
 
 
 @pytest.fixture(scope="session")
@@ -85,10 +85,24 @@ def session_for(built):
 @pytest.fixture(scope="session")
 def ep_caps() -> dict[str, dict]:
     """name -> capability record, from `mobius list eps --json` (registration order)."""
-    import json
+    return list_eps()
 
-    proc = run_mobius(["list", "eps", "--json"])
-    return {e["name"]: e for e in json.loads(proc.stdout)}
+
+# Nothing in tests/ort is skipped: a check that does not apply is left out at collection with
+# its reason (test_fixtures.LEFT_OUT), so a skip is news and fails the run.
+_SKIPPED: list[str] = []
+
+
+def pytest_runtest_logreport(report):
+    """Collects the skipped tests."""
+    if report.skipped and not hasattr(report, "wasxfail"):
+        _SKIPPED.append(report.nodeid)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Fails a run that skipped a test."""
+    if _SKIPPED and exitstatus == 0:
+        session.exitstatus = 1
 
 
 _AGREEMENT: list[tuple[str, int, int, int]] = []
@@ -118,8 +132,17 @@ def record_moe_margin():
 
 
 def pytest_terminal_summary(terminalreporter):
-    """Prints the f16 greedy agreement table (test_genai_greedy_f16) and the MoE router
-    margins (test_moe.py)."""
+    """Prints the f16 greedy agreement table (test_genai_greedy_f16), the MoE router
+    margins (test_moe.py) and the achieved figures the tests record (ort_helpers.ACHIEVED);
+    names the skipped tests, which fail the run."""
+    if _SKIPPED:
+        terminalreporter.section("skipped tests (a skip fails the run: leave a check out at collection, with its reason)")
+        for nodeid in _SKIPPED:
+            terminalreporter.write_line(nodeid)
+    for table, rows in sorted(ACHIEVED.items()):
+        terminalreporter.section(table)
+        for build, figure in sorted(rows):
+            terminalreporter.write_line(f"{build:60s} {figure:.6g}")
     if _MOE_MARGINS:
         terminalreporter.section("MoE router margins: smallest k-th minus (k+1)-th probability")
         for build, margin in sorted(_MOE_MARGINS):

@@ -78,6 +78,17 @@ def run_mobius_unchecked(args: list[str]) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
 
 
+def list_eps() -> dict[str, dict]:
+    """name -> capability record, from `mobius list eps --json` (registration order; read once)."""
+    global _EPS
+    if _EPS is None:
+        _EPS = {e["name"]: e for e in json.loads(run_mobius(["list", "eps", "--json"]).stdout)}
+    return _EPS
+
+
+_EPS: dict[str, dict] | None = None
+
+
 def run_mobius(args: list[str]) -> subprocess.CompletedProcess:
     proc = run_mobius_unchecked(args)
     cmd = proc.args
@@ -109,3 +120,62 @@ def fixture_names_for(task: str) -> list[str]:
 def config_names_for_encoders(encoders: bool) -> list[str]:
     """Published configs (tests/data/configs) of encoders, or of decoders."""
     return [n for n in config_names() if (load_config(CONFIGS_DIR / n)["model_type"] in ENCODER_MODEL_TYPES) == encoders]
+
+
+# The one comparison of numbers in tests/ort (the Rust tests' tests/common/compare.rs follows the
+# same rule; docs/testing.md): shapes must be equal; a finite pair is equal when
+# |got - want| <= atol + rtol * |want|; a non-finite value (NaN, +-inf) equals only the same
+# non-finite value at the same position, so NaN or an infinity on one side only always fails.
+# np.testing.assert_allclose (equal_nan=True) and assert_array_equal follow the same rule and
+# may be used as they are.
+
+
+def _diff(got, want, atol: float, rtol: float):
+    got = np.asarray(got, dtype=np.float64)
+    want = np.asarray(want, dtype=np.float64)
+    if got.shape != want.shape:
+        raise AssertionError(f"shape {got.shape}, expected {want.shape}")
+    finite = np.isfinite(got) & np.isfinite(want)
+    same_special = ~finite & ((got == want) | (np.isnan(got) & np.isnan(want)))
+    mismatch = ~finite & ~same_special
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf, or beyond f64 range
+        diff = np.where(finite, np.abs(got - want), 0.0)
+    diff[mismatch] = np.inf
+    excess = np.where(finite, diff - (atol + rtol * np.abs(np.where(finite, want, 0.0))), -np.inf)
+    excess[mismatch] = np.inf
+    return got, want, diff, excess
+
+
+def max_abs_diff(got, want) -> float:
+    """Largest |got - want| of two arrays of one shape: inf when NaN or an infinity meets a
+    different value (for checks that two results differ, and for messages)."""
+    _, _, diff, _ = _diff(got, want, 0.0, 0.0)
+    return float(diff.max()) if diff.size else 0.0
+
+
+def assert_close(got, want, atol: float, what: str, rtol: float = 0.0) -> float:
+    """Raises AssertionError naming `what`, the count of failing elements and the worst one
+    unless `got` equals `want` under the rule above; returns the largest |got - want|."""
+    try:
+        got, want, diff, excess = _diff(got, want, atol, rtol)
+    except AssertionError as e:
+        raise AssertionError(f"{what}: {e}") from None
+    failed = int((excess > 0).sum())
+    if failed:
+        i = np.unravel_index(int(np.argmax(excess)), excess.shape)
+        raise AssertionError(
+            f"{what}: {failed} of {excess.size} elements out of tolerance (atol {atol:g}, rtol {rtol:g}); "
+            f"worst at {tuple(int(j) for j in i)}: got {float(got[i])!r}, expected {float(want[i])!r} "
+            f"(|difference| {float(diff[i]):.3g})"
+        )
+    return float(diff.max()) if diff.size else 0.0
+
+
+# Achieved figures (max abs errors, cosines) the tests record; conftest prints them at the end
+# of the run, one table each, so the margin to each bound is visible, not only pass or fail.
+ACHIEVED: dict[str, list[tuple[str, float]]] = {}
+
+
+def record_achieved(table: str, build: str, figure: float) -> None:
+    """Adds (build, figure) to the end-of-run table `table`."""
+    ACHIEVED.setdefault(table, []).append((build, figure))

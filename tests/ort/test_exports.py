@@ -30,7 +30,7 @@ import onnx
 import pytest
 
 from contract import check_model_file
-from ort_helpers import FIXTURES_DIR, run_mobius, run_mobius_unchecked
+from ort_helpers import FIXTURES_DIR, max_abs_diff, run_mobius, run_mobius_unchecked
 
 EXPORTS_DIR = FIXTURES_DIR / "exports"
 EPS = ["default", "cpu", "cuda", "onnx-standard", "qnn"]
@@ -95,7 +95,7 @@ def max_err(name: str, got: np.ndarray, want: np.ndarray, mask: np.ndarray) -> f
         sel_got, sel_want = got[keep[:, -got.shape[1]:]], want[keep[:, -want.shape[1]:]]
     else:  # present [batch, heads, total, dim]
         sel_got, sel_want = got.transpose(0, 2, 1, 3)[keep], want.transpose(0, 2, 1, 3)[keep]
-    return float(np.abs(sel_got.astype(np.float64) - sel_want.astype(np.float64)).max())
+    return max_abs_diff(sel_got, sel_want)
 
 
 def compare(sess, name: str, label: str) -> list[str]:
@@ -283,8 +283,8 @@ def genai_layout_errors(sess, name: str) -> list[tuple[str, float]]:
     errors = []
     got = run(sess, feeds)
     for b in range(2):
-        err = np.abs(got["logits"][b, : lengths[b]] - ref[f"row{b}.logits"][: lengths[b]]).max()
-        errors.append((f"prefill row {b}", float(err)))
+        err = max_abs_diff(got["logits"][b, : lengths[b]], ref[f"row{b}.logits"][: lengths[b]])
+        errors.append((f"prefill row {b}", err))
     steps = len(rows[0]) - PAD_ROW_LEN
     for step in range(steps):
         total = SEQ + step + 1
@@ -299,8 +299,8 @@ def genai_layout_errors(sess, name: str) -> list[tuple[str, float]]:
         }
         got = run(sess, feeds)
         for b in range(2):
-            err = np.abs(got["logits"][b, 0] - ref[f"row{b}.logits"][lengths[b]]).max()
-            errors.append((f"step {step} row {b}", float(err)))
+            err = max_abs_diff(got["logits"][b, 0], ref[f"row{b}.logits"][lengths[b]])
+            errors.append((f"step {step} row {b}", err))
         lengths = [n + 1 for n in lengths]
     return errors
 

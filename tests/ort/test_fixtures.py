@@ -24,9 +24,11 @@ from ort_helpers import (
     MIN_FIXTURES,
     NP_DTYPES,
     PREQUANT_TASK,
+    assert_close,
     fixture_names,
     fixture_names_for,
     fixture_task,
+    list_eps,
     load_config,
     load_reference,
     model_dims,
@@ -154,15 +156,6 @@ def run(sess, dims: dict, ids, mask, pos, past: dict):
         presents[f"past_key_values.{i}.key"] = outs[f"present.{i}.key"]
         presents[f"past_key_values.{i}.value"] = outs[f"present.{i}.value"]
     return outs["logits"], presents
-
-
-def assert_close(got, want, tol: float, what: str) -> None:
-    got = np.asarray(got, dtype=np.float32)
-    want = np.asarray(want, dtype=np.float32)
-    assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"
-    assert np.isfinite(got).all(), f"{what}: non-finite logits"
-    err = float(np.abs(got - want).max())
-    assert err <= tol, f"{what}: max abs error {err:.3g} > {tol:g}"
 
 
 def test_enough_fixtures():
@@ -382,30 +375,51 @@ def uses_gqa(built, name: str, ep, dtype: str) -> bool:
 SINK_ATTENTION = {"gpt_oss"}
 
 
-def skip_left_padding_where_gqa(built, ep_caps, name: str, ep, dtype: str, see: str) -> None:
-    """Left padding is outside GroupQueryAttention's contract (it reads each row's length from
-    seqlens_k and expects the padding on the right, onnxruntime-genai's layout). Skips exactly
-    where the EP's capabilities put GroupQueryAttention on this dtype (no --ep flag: the
-    `default` EP), after checking that the build agrees: GroupQueryAttention present exactly
-    then, so an unintended fusion fails instead of turning into a skip."""
-    # Attention with sinks (gpt_oss) becomes GroupQueryAttention with head_sink only through
-    # the fused-rotary rule (sink-attention-to-gqa); elsewhere it stays in standard ops.
-    caps = ep_caps[ep or "default"]
+def gqa_expected(name: str, ep, dtype: str) -> bool:
+    """Whether the EP's capabilities put GroupQueryAttention on this build (no --ep flag: the
+    `default` EP). Attention with sinks (gpt_oss) becomes GroupQueryAttention with head_sink
+    only through the fused-rotary rule (sink-attention-to-gqa); elsewhere it stays in standard
+    ops."""
+    caps = list_eps()[ep or "default"]
     sinks = load_config(FIXTURES_DIR / name)["model_type"] in SINK_ATTENTION
-    expected = dtype in caps["gqa_dtypes"] and (not sinks or caps["supports_fused_rope"])
-    got = uses_gqa(built, name, ep, dtype)
-    assert got == expected, (f"{name} --ep {ep} {dtype}: GroupQueryAttention {'present' if got else 'absent'}, "
-                             f"but the EP's gqa_dtypes {ep_caps[ep or 'default']['gqa_dtypes']} say "
-                             f"{'it should be' if expected else 'it should not be'}")
-    if expected:
-        pytest.skip(f"--ep {ep or 'default'} puts GroupQueryAttention on {dtype}, which expects right "
-                    f"padding (seqlens_k, onnxruntime-genai's layout); see {see}")
+    return dtype in caps["gqa_dtypes"] and (not sinks or caps["supports_fused_rope"])
 
 
-@per_build
-@pytest.mark.parametrize("name", NAMES)
-def test_batch_left_padded(built, session_for, ep_caps, name, ep, dtype):
-    skip_left_padding_where_gqa(built, ep_caps, name, ep, dtype, "test_batch_right_padded")
+# Left padding is outside GroupQueryAttention's contract (it reads each row's length from
+# seqlens_k and expects the padding on the right, onnxruntime-genai's layout): the left-padded
+# tests run on the builds without it and leave the others out at collection (not skipped; the
+# right-padded tests cover them). test_left_padding_is_left_out_exactly_on_gqa_builds checks
+# the builds agree and pins how many are left out.
+LEFT_PADDED = [(name, ep, dtype) for name in NAMES for ep, dtype in BUILDS if not gqa_expected(name, ep, dtype)]
+LEFT_OUT = [(name, ep, dtype) for name in NAMES for ep, dtype in BUILDS if gqa_expected(name, ep, dtype)]
+# 245 builds x 2 left-padded tests: the 490 skips this replaces. A change of the EPs'
+# gqa_dtypes or of the fixtures changes it: update it with the reason.
+LEFT_OUT_COUNT = 245
+per_left_padded_build = pytest.mark.parametrize(
+    "name,ep,dtype", LEFT_PADDED, ids=[f"{n}-{e or 'noflag'}-{d}" for n, e, d in LEFT_PADDED]
+)
+
+
+def check_no_gqa(built, name: str, ep, dtype: str) -> None:
+    """The build has no GroupQueryAttention, as its EP's capabilities say: an unintended fusion
+    fails here instead of passing unnoticed."""
+    assert not uses_gqa(built, name, ep, dtype), (
+        f"{name} --ep {ep} {dtype}: GroupQueryAttention present, but the EP's gqa_dtypes "
+        f"{list_eps()[ep or 'default']['gqa_dtypes']} say it should not be"
+    )
+
+
+def test_left_padding_is_left_out_exactly_on_gqa_builds(built):
+    """Every build the left-padded tests leave out has GroupQueryAttention (the ones they run on
+    have none: check_no_gqa), and their number is pinned."""
+    wrong = [b for b in LEFT_OUT if not uses_gqa(built, *b)]
+    assert not wrong, f"left out of the left-padded tests, but without GroupQueryAttention: {wrong}"
+    assert len(LEFT_OUT) == LEFT_OUT_COUNT, f"{len(LEFT_OUT)} builds left out, expected {LEFT_OUT_COUNT}"
+
+
+@per_left_padded_build
+def test_batch_left_padded(built, session_for, name, ep, dtype):
+    check_no_gqa(built, name, ep, dtype)
     ref = load_reference(name)
     dims = dims_of(name)
     n = len(ref["input_ids"])
@@ -418,11 +432,10 @@ def test_batch_left_padded(built, session_for, ep_caps, name, ep, dtype):
         assert int(np.argmax(logits[1, n])) == ref["greedy_tokens"][1]
 
 
-@per_build
-@pytest.mark.parametrize("name", NAMES)
-def test_batch_left_padded_decode(built, session_for, ep_caps, name, ep, dtype):
+@per_left_padded_build
+def test_batch_left_padded_decode(built, session_for, name, ep, dtype):
     """Padded prefill of the prompt minus its last token, then one decode step."""
-    skip_left_padding_where_gqa(built, ep_caps, name, ep, dtype, "test_batch_right_padded_decode")
+    check_no_gqa(built, name, ep, dtype)
     ref = load_reference(name)
     dims = dims_of(name)
     sess = session_for(name, dtype, ep)

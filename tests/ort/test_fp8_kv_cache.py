@@ -13,9 +13,16 @@
   write, as onnxruntime's CUDA kernel defines them) against a numpy reference rounding with
   ml_dtypes, over a prefill and three decode steps that feed the presents back: caches bit for
   bit, outputs at most one f16 step apart.
+- The whole llama cuda f16 build with the feature (scales calibrated on the plain build's
+  prefill) against the plain build, both run by the interpreter over a prefill and 4 decode
+  steps: every float8 cache gives back the rows it was given, layer 0's whole cache is the
+  plain one quantized by ml_dtypes, and the logits stay within 2^-3 * max|plain logits|
+  (E4M3_STEP).
 """
 
 from __future__ import annotations
+
+import json
 
 import ml_dtypes
 import numpy as np
@@ -25,7 +32,7 @@ import pytest
 from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
-from ort_helpers import FIXTURES_DIR, run_mobius
+from ort_helpers import FIXTURES_DIR, assert_close, run_mobius
 
 F8 = TensorProto.FLOAT8E4M3FN
 E4M3 = ml_dtypes.float8_e4m3fn
@@ -264,3 +271,85 @@ def test_interpreter_float8_cache_matches_numpy_over_prefill_and_decode(tmp_path
         assert (np.abs(out.astype(np.float32) - want_out.astype(np.float32)) <= ulp).all(), f"step {step}: {err}"
         past_k, past_v = pk.view(E4M3), pv.view(E4M3)
     assert saturated > 0
+
+
+# A whole model, run by the interpreter (`mobius run`): the llama fixture's cuda f16 build, plain
+# and with --features fp8-kv-cache, fed the same tokens over a prefill and decode steps, each
+# its own presents back.
+DECODE_STEPS = 4
+# The bound on the logits, from e4m3's precision: 3 fraction bits, so rounding to nearest moves a
+# normal value by at most half a step, 2^-4 of its size (a value below the smallest normal,
+# 2^-6 * scale, by at most 2^-10 * scale: under 2.2e-6 of the largest value with the calibrated
+# scales below). Keys (through the softmax weights) and values (averaged by them) each carry that
+# relative error, so to first order an attention output moves by at most 2 * 2^-4 = 2^-3 of its
+# size; the layers add their outputs into the residual stream and the logits are linear in it,
+# so the fp8 build's logits stay within 2^-3 * max|plain logits| of the plain build's. Checked
+# at every step; the achieved figure (0.0996 of max|logit| at worst, decode step 4, when this was
+# written) is printed at the end of the run. Misread caches (a wrong scale, the bytes read as
+# another type) move the logits by far more, and fail the cache checks first.
+E4M3_STEP = 2.0**-3
+
+
+def _run_model(work, model_dir, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    outputs = [o.name for o in onnx.load(str(model_dir / "model.onnx"), load_external_data=False).graph.output]
+    work.mkdir()
+    args = ["run", str(model_dir / "model.onnx"), "--output-dir", str(work / "out")]
+    for name, a in inputs.items():
+        f = work / f"{name}.npy"
+        np.save(f, a)
+        args += ["--input", f"{name}={f}"]
+    run_mobius(args)
+    return {n: np.load(work / "out" / f"{n}.npy") for n in outputs}
+
+
+def _feed(ids, total: int, past: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return {"input_ids": np.array([ids], np.int64), "attention_mask": np.ones((1, total), np.int64), **past}
+
+
+def test_float8_build_quantizes_the_plain_cache_and_stays_close_to_its_logits(tmp_path):
+    from ort_helpers import load_reference, record_achieved
+
+    ref = load_reference("llama")
+    steps = [ref["input_ids"]] + [[t] for t in ref["greedy_tokens"][:DECODE_STEPS]]
+    plain_dir = tmp_path / "plain"
+    base = ["build", "--config", str(FIXTURES_DIR / "llama"), "-q", "--ep", "cuda", "--dtype", "f16"]
+    run_mobius(base[:3] + [str(plain_dir)] + base[3:])
+    layers = sum(1 for i in onnx.load(str(plain_dir / "model.onnx"), load_external_data=False).graph.input
+                 if i.name.endswith(".key"))
+    names = [f"past_key_values.{i}.{p}" for i in range(layers) for p in ("key", "value")]
+    empty = {n: np.zeros((1, HKV, 0, D), np.float16) for n in names}
+    first = _run_model(tmp_path / "calibrate", plain_dir, _feed(steps[0], len(steps[0]), empty))
+    # Calibrated as onnxruntime-genai's calibration does: the largest prefill magnitude maps to 448.
+    scale = {n: float(np.abs(first[n.replace("past_key_values", "present")]).max()) / 448 for n in names}
+    scale_file = tmp_path / "scales.json"
+    scale_file.write_text(json.dumps({"scales": {
+        "k_scales": [scale[f"past_key_values.{i}.key"] for i in range(layers)],
+        "v_scales": [scale[f"past_key_values.{i}.value"] for i in range(layers)]}}))
+    fp8_dir = tmp_path / "fp8"
+    run_mobius(base[:3] + [str(fp8_dir)] + base[3:] + ["--features", "fp8-kv-cache", "--kv-cache-scale-file", str(scale_file)])
+    past = {"plain": empty, "fp8": {n: np.zeros((1, HKV, 0, D), np.uint8) for n in names}}
+    total, worst = 0, 0.0
+    for step, ids in enumerate(steps):
+        total += len(ids)
+        got = {b: _run_model(tmp_path / f"{b}{step}", d, _feed(ids, total, past[b]))
+               for b, d in (("plain", plain_dir), ("fp8", fp8_dir))}
+        for n in names:
+            present = n.replace("past_key_values", "present")
+            cache = got["fp8"][present]
+            assert cache.dtype == np.uint8 and cache.shape == got["plain"][present].shape, (n, cache.dtype, cache.shape)
+            # The rows given come back unchanged, in every layer.
+            given = past["fp8"][n]
+            np.testing.assert_array_equal(cache[:, :, : given.shape[2]], given, err_msg=f"{present}, step {step}")
+        # Layer 0's keys and values do not depend on the cache: its whole float8 cache is the
+        # plain build's, quantized by ml_dtypes (round to nearest even, clamped to +-448).
+        for part in ("key", "value"):
+            want = _quantize(got["plain"][f"present.0.{part}"], scale[f"past_key_values.0.{part}"])
+            np.testing.assert_array_equal(got["fp8"][f"present.0.{part}"], want.view(np.uint8),
+                                          err_msg=f"present.0.{part}, step {step}")
+        plain_logits = got["plain"]["logits"].astype(np.float32)
+        bound = E4M3_STEP * float(np.abs(plain_logits).max())
+        err = assert_close(got["fp8"]["logits"], plain_logits, bound, f"fp8 logits, step {step}")
+        worst = max(worst, err / float(np.abs(plain_logits).max()))
+        past = {b: {n: got[b][n.replace("past_key_values", "present")] for n in names} for b in got}
+    record_achieved("fp8 KV cache: fp8 build's logits vs the plain build's, max abs error / max |logit| (bound 2^-3)",
+                    f"llama --ep cuda f16, prefill + {DECODE_STEPS} decode steps", worst)

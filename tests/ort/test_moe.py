@@ -18,7 +18,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from ort_helpers import FIXTURES_DIR, NP_DTYPES, load_config, load_reference, model_dims
+from ort_helpers import FIXTURES_DIR, NP_DTYPES, assert_close, load_config, load_reference, model_dims
 
 NAMES = ["mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granitemoe", "gpt_oss"]
 FUSED = [("cpu", "f32"), ("cpu", "f16"), ("cuda", "f16"), ("cuda", "f32"), (None, "f32"), ("webgpu", "f16")]
@@ -84,8 +84,7 @@ def test_fused_and_dense_blocks_agree(built, name, fused_ep, dtype):
     dense = built("fixture", name, dtype, "onnx-standard")
     a = prefill(fused / "model.onnx", name, dtype)["logits"].astype(np.float32)
     b = prefill(dense / "model.onnx", name, dtype)["logits"].astype(np.float32)
-    err = float(np.abs(a - b).max())
-    assert err <= TOL[dtype], f"{name} --ep {fused_ep} {dtype}: fused vs dense max abs error {err:.3g}"
+    assert_close(a, b, TOL[dtype], f"{name} --ep {fused_ep} {dtype}: fused vs dense")
 
 
 @pytest.mark.parametrize("dtype", ["f32", "f16"])
@@ -132,8 +131,7 @@ def test_optimize_moves_between_the_forms(built, tmp_path, name):
             assert all(not o.startswith("com.microsoft::") for o in got), got
         a = prefill(source / "model.onnx", name, "f32")["logits"]
         b = prefill(out / "model.onnx", name, "f32")["logits"]
-        err = float(np.abs(a - b).max())
-        assert err <= TOL["f32"], f"{name} {source_ep} -> {target_ep}: max abs error {err:.3g}"
+        assert_close(b, a, TOL["f32"], f"{name} {source_ep} -> {target_ep}")
 
 
 # phimoe routes by the sparsemixer; its blocks stay standard ops on every EP (below).
@@ -186,5 +184,5 @@ def test_cpu_moe_ignores_use_sparse_mixer():
     top = np.argsort(-p, axis=-1, kind="stable")[:, :2]
     softmax_top2 = np.stack([sum(p[n, j] * expert(j, x[n]) for j in top[n]) for n in range(t)])
     plain, mixer = run(0), run(1)
-    assert np.abs(plain - softmax_top2).max() <= 1e-4
+    assert_close(plain, softmax_top2, 1e-4, "softmax top-2 block")
     assert np.array_equal(mixer, plain)

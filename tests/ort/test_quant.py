@@ -7,7 +7,7 @@ The truth is external:
   writes for the same float model, block size and symmetry;
 - the logits match quant_reference.json (scripts/make_quant_references.py): transformers
   in f32 with every quantized weight replaced by onnxruntime's quantization of it,
-  dequantized ("fake-quantized"): max abs error <= 1e-3 at accuracy_level 0, cosine
+  dequantized ("fake-quantized"): max abs error <= 1e-4 at accuracy_level 0, cosine
   similarity >= 0.999 per position at accuracy_level 4 (activations quantized to int8);
 - onnxruntime-genai generates the reference's greedy tokens from the accuracy_level 0
   build, up to the first near-tie (the margin is printed when a token differs).
@@ -26,14 +26,53 @@ import numpy as np
 import onnx
 import pytest
 
-from ort_helpers import DECODER_TASK, FIXTURES_DIR, fixture_names_for, load_config, load_reference
+from ort_helpers import (
+    DECODER_TASK,
+    FIXTURES_DIR,
+    assert_close,
+    fixture_names_for,
+    load_config,
+    load_reference,
+    max_abs_diff,
+    record_achieved,
+)
 from test_fixtures import F16_EPS, F32_EPS, dims_of, empty_past, genai_greedy, genai_model, run
 
 NAMES = fixture_names_for(DECODER_TASK)
-EXACT_TOL = 1e-3
+# Both sides compute in f32 on the same dequantized weights (a 4- or 8-bit code times an f32
+# scale: exact on both sides), so they differ only by the order of f32 sums, as a float build
+# and transformers do: the float builds' bound. Achieved: at most 4.8e-6 over every setting,
+# fixture and EP (printed at the end of the run).
+EXACT_TOL = 1e-4
 # max |logit - reference| per build dtype at accuracy_level 0 (f16: the f16 builds' usual bound)
 TOL = {"f32": EXACT_TOL, "f16": 2e-2}
 MIN_COSINE = 0.999
+EXACT_TABLE = "quantized builds at accuracy_level 0: max abs error to the fake-quantized reference"
+
+# The int4 builds (fixture, EP, dtype, accuracy_level) that miss their bar in check_quality,
+# each with the figure measured (worst cosine at level 4, max abs error at level 0). Each misses
+# it by as much with onnxruntime's own quantizer on the same graph, which check_quality checks
+# too. A miss not listed here fails, a listed build that does worse than its figure fails, and a
+# listed build that meets the bar fails until it is removed. (README, "Accuracy".)
+ALLOWED_MISSES = {
+    ("ernie4_5", "cpu", "f32", 4): 0.997779,
+    ("ernie4_5", "webgpu", "f16", 4): 0.99688,
+    ("granitemoe", "cpu", "f32", 4): 0.970092,
+    ("llama", "webgpu", "f16", 4): 0.998478,
+    ("olmoe", "webgpu", "f16", 4): 0.836406,
+    ("phi3", "cpu", "f32", 4): 0.998419,
+    ("phi3", "webgpu", "f16", 4): 0.994142,
+    ("phimoe", "cpu", "f32", 4): 0.972479,
+    ("qwen2_moe", "cpu", "f32", 4): 0.98471,
+    ("smollm3", "cpu", "f32", 4): 0.997032,
+    ("smollm3", "webgpu", "f16", 4): 0.997228,
+    ("phi3", "cuda", "f16", 0): 0.0280496,
+    ("phi3", "dml", "f16", 0): 0.0280496,
+    ("phi3", "trt-rtx", "f16", 0): 0.0243875,
+}
+# How far from its pinned figure a listed miss may be (the figures are pinned to 6 significant
+# digits, as the end-of-run table prints them).
+MISS_SLACK = 1e-6
 
 # quant_reference.json setting -> mobius flags
 SETTINGS = {
@@ -113,8 +152,8 @@ def test_logits_match_the_fake_quantized_reference(built, name, setting, ep):
     out = built("fixture", name, "f32", ep, SETTINGS[setting] + ("--accuracy-level", "0"))
     want = np.asarray(quant_reference(name)["settings"][setting]["logits"], dtype=np.float32)
     got = prefill(session(out), name, "f32")
-    err = float(np.abs(got - want).max())
-    assert err <= EXACT_TOL, f"{name} {setting} --ep {ep}: max abs error {err:.3g} > {EXACT_TOL}"
+    err = assert_close(got, want, EXACT_TOL, f"{name} {setting} --ep {ep}")
+    record_achieved(EXACT_TABLE, f"{name} {setting} --ep {ep}", err)
     counts = op_counts(out)
     embeddings = setting.endswith("-embeddings")
     if ep == "onnx-standard":
@@ -163,13 +202,24 @@ def check_quality(built, name: str, dtype: str, ep: str, level: int, out, got, w
 
     def score(logits):
         if level == 0:
-            return float(np.abs(logits - want).max())
+            return max_abs_diff(logits, want)
         return float(cosines(logits, want).min())
 
     ours = score(got)
+    key = (name, ep, dtype, level)
+    record_achieved(f"int4 builds at their EP's accuracy_level: {'max abs error' if level == 0 else 'worst cosine'}",
+                    f"{name} --ep {ep} {dtype} level {level}", ours)
     ok = ours <= TOL[dtype] if level == 0 else ours >= MIN_COSINE
+    pinned = ALLOWED_MISSES.get(key)
     if ok:
+        assert pinned is None, f"{key} meets its bar now ({ours:.6f}): remove it from ALLOWED_MISSES"
         return
+    assert pinned is not None, (
+        f"{name} --ep {ep} {dtype} accuracy_level {level}: {ours:.6f} misses the bar and is not in ALLOWED_MISSES"
+    )
+    # No worse than measured (the figures are deterministic: one thread, the pinned wheels).
+    worse = ours > pinned + MISS_SLACK if level == 0 else ours < pinned - MISS_SLACK
+    assert not worse, f"{key}: {ours:.6f}, worse than the pinned miss {pinned:.6f}"
     ours_model = onnx.load(str(out / "model.onnx"), load_external_data=False)
     theirs_model = ort_int4_model(float_build(built, name, dtype, ep, tmp_path), level)
     fold_biases_as(theirs_model, ours_model)
@@ -380,7 +430,7 @@ def test_bf16_tables_of_f32_quantized_builds_compute_as_f32_tables(built, name, 
     onnx.save(model, str(wide_dir / "model.onnx"), save_as_external_data=True, location="model.onnx.data")
     narrow = prefill(session(out), name, "f32")
     wide = prefill(session(wide_dir), name, "f32")
-    assert np.array_equal(narrow.view(np.uint32), wide.view(np.uint32)), float(np.abs(narrow - wide).max())
+    assert np.array_equal(narrow.view(np.uint32), wide.view(np.uint32)), max_abs_diff(narrow, wide)
 
 
 # The EPs whose int4 builds run at accuracy_level 4 by default, with their usual dtype.
@@ -415,12 +465,12 @@ def test_int4_is_onnxruntimes_quantizer_up_to_the_bias(built, name, ep, dtype, t
     want = prefill(session(theirs, None), name, dtype)
     got = prefill(session(unfused, None), name, dtype)
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), (
-        f"{name} --ep {ep} {dtype}: max abs difference {float(np.abs(got - want).max()):.3g} to onnxruntime's quantizer"
+        f"{name} --ep {ep} {dtype}: max abs difference {max_abs_diff(got, want):.3g} to onnxruntime's quantizer"
     )
     if biases:
         fused = prefill(session(ours_dir, None), name, dtype)
         print(f"{name} --ep {ep} {dtype}: {biases} biases in MatMulNBits, max abs difference "
-              f"{float(np.abs(fused - want).max()):.3g} to onnxruntime's quantizer's MatMulNBits + Add")
+              f"{max_abs_diff(fused, want):.3g} to onnxruntime's quantizer's MatMulNBits + Add")
 
 
 def _ort_quantized(path, block: int, symmetric: bool) -> dict[str, np.ndarray]:
@@ -486,8 +536,8 @@ def test_optimize_quantizes_a_float_model(built, name, ep, tmp_path):
     run_mobius(["optimize", str(float_model), str(out), "--ep", ep, "--quant", "int4", "--accuracy-level", "0"])
     want = np.asarray(quant_reference(name)["settings"]["int4-b32-sym"]["logits"], dtype=np.float32)
     got = prefill(session(out), name, "f32")
-    err = float(np.abs(got - want).max())
-    assert err <= EXACT_TOL, f"{name} optimize --ep {ep}: max abs error {err:.3g} > {EXACT_TOL}"
+    err = assert_close(got, want, EXACT_TOL, f"{name} optimize --ep {ep}")
+    record_achieved(EXACT_TABLE, f"{name} optimize int4-b32-sym --ep {ep}", err)
     counts = op_counts(out)
     assert (counts.get("MatMulNBits", 0) > 0) == (ep == "cpu"), counts
 
@@ -523,8 +573,7 @@ def test_optimize_gives_matmul_nbits_models_to_eps_without_the_kernel(built, nam
         if ep == "onnx-standard":
             assert all(n.domain in ("", "ai.onnx") for n in model.graph.node), ep
         got = prefill(session(out), name, "f32")
-        err = float(np.abs(got - want).max())
-        assert err <= 1e-4, f"{name} {flags} --ep {ep}: max abs error {err:.3g} against the MatMulNBits build"
+        assert_close(got, want, 1e-4, f"{name} {flags} --ep {ep} against the MatMulNBits build")
     back = tmp_path / "back"
     run_mobius(["optimize", str(tmp_path / "onnx-standard" / "model.onnx"), str(back), "--ep", "default",
                 "--accuracy-level", "0"])
@@ -556,8 +605,7 @@ def test_optimize_runs_onnxruntimes_matmul_nbits_quantization_as_standard_onnx(b
     model = onnx.load(str(out / "model.onnx"), load_external_data=False)
     assert all(n.domain in ("", "ai.onnx") for n in model.graph.node), op_counts(out)
     got = prefill(session(out), name, "f32")
-    err = float(np.abs(got - want).max())
-    assert err <= 1e-4, f"{name} onnxruntime-quantized ({'sym' if symmetric else 'asym'}) --ep onnx-standard: max abs error {err:.3g}"
+    assert_close(got, want, 1e-4, f"{name} onnxruntime-quantized ({'sym' if symmetric else 'asym'}) --ep onnx-standard")
 
 
 # The fixtures whose MoE blocks renormalise their top-k weights: int4 cpu builds run them as
@@ -641,8 +689,7 @@ def test_optimize_moves_qmoe_between_the_forms(built, name, dtype, tmp_path):
     contrib = sorted({n.op_type for n in model.graph.node if n.domain not in ("", "ai.onnx")})
     assert not contrib, contrib
     a, b = prefill(session(source), name, dtype), prefill(session(standard), name, dtype)
-    err = float(np.abs(a - b).max())
-    assert err <= (1e-5 if dtype == "f32" else TOL["f16"]), f"{name} {dtype}: max abs error {err:.3g}"
+    assert_close(b, a, 1e-5 if dtype == "f32" else TOL["f16"], f"{name} {dtype}")
     back = tmp_path / "back"
     run_mobius(["optimize", str(standard / "model.onnx"), str(back), "--ep", "cpu", "--accuracy-level", "0"])
     assert op_counts(back).get("QMoE") == layers, op_counts(back)

@@ -13,8 +13,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ort_helpers import FIXTURES_DIR, load_config, load_reference, model_dims
-from test_fixtures import BUILDS, TOL, _ids, assert_close, empty_past, run
+from ort_helpers import FIXTURES_DIR, assert_close, load_config, load_reference, model_dims
+from test_fixtures import BUILDS, TOL, _ids, empty_past, run
 
 NAME = "qwen2-yarn"
 PREFILL = 28

@@ -8,6 +8,7 @@ use mobius::ir::{Attr, DType, Graph, GraphBuilder};
 use mobius::verify::Rng;
 use proptest::prelude::*;
 
+use super::common::compare::{assert_tensors_close, atol};
 use super::{dims, optimize_with_rules, prove_on, random_tensor, scalar};
 
 /// One decomposed attention: sizes, and how it is spelled.
@@ -296,13 +297,7 @@ fn assert_same_values(a: &Graph, b: &Graph) {
     };
     let (want, got) = (run(a), run(b));
     for (name, x) in &want {
-        let err = x
-            .as_f64()
-            .iter()
-            .zip(got[name].as_f64())
-            .map(|(p, q)| (p - q).abs())
-            .fold(0f64, f64::max);
-        assert!(err <= 1e-4, "{name} differs by {err}");
+        assert_tensors_close(name, x, &got[name], atol(1e-4));
     }
 }
 

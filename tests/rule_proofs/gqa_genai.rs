@@ -14,6 +14,7 @@ use mobius::verify::Rng;
 use mobius::weights::eval::Evaluator;
 use proptest::prelude::*;
 
+use super::common::compare::max_abs_diff;
 use super::{decoder_dims, dims, model, options, prove_on, random_tensor, rule, scalar};
 
 /// One exported attention block.
@@ -356,16 +357,12 @@ fn gqa_count(g: &Graph) -> usize {
         .unwrap_or(0)
 }
 
-/// The largest difference of output `name` between `a` and `b` on `inputs`.
+/// The largest difference of output `name` between `a` and `b` on `inputs` (∞ when NaN or an
+/// infinity meets a different value; shapes must match).
 fn difference(a: &Graph, b: &Graph, inputs: &HashMap<String, Tensor>, name: &str) -> f64 {
     let run = |g: &Graph| run_graph(g, inputs, &mut Evaluator::new(None)).unwrap();
     let (x, y) = (run(a), run(b));
-    x[name]
-        .as_f64()
-        .iter()
-        .zip(y[name].as_f64())
-        .map(|(p, q)| (p - q).abs())
-        .fold(0f64, f64::max)
+    max_abs_diff(&x[name], &y[name])
 }
 
 /// Without `--kv-cache genai` the export keeps its Attention; with it, GroupQueryAttention
