@@ -225,6 +225,18 @@ pub fn read_rope(
         )?),
         "dynamic" => RopeScaling::Dynamic {
             factor: num("factor")?,
+            original: match raw.max_position_embeddings {
+                Some(m) if m > 0 => m as usize,
+                other => {
+                    return Err(f.err(
+                        "max_position_embeddings",
+                        &format!(
+                            "{} (dynamic NTK RoPE scales from it: expected a positive integer)",
+                            other.map_or("missing".to_string(), |m| m.to_string())
+                        ),
+                    ))
+                }
+            },
         },
         "llama3" => {
             let low_freq_factor = num("low_freq_factor")?;

@@ -77,11 +77,12 @@ pub fn static_cache(graph: &mut Graph, cfg: &ArchConfig, max_seq_len: usize) -> 
                 .into(),
         ));
     };
-    if max_seq_len == 0 || max_seq_len > cfg.max_position_embeddings {
+    let positions = cfg.rope.context_length(cfg.max_position_embeddings);
+    if max_seq_len == 0 || max_seq_len > positions {
         return Err(Error::Usage(format!(
-            "--max-seq-len {max_seq_len} must be from 1 to max_position_embeddings ({}) of \
-             config.json: positions beyond it have no rotary or position table",
-            cfg.max_position_embeddings
+            "--max-seq-len {max_seq_len} must be from 1 to the model's context length \
+             ({positions}: max_position_embeddings of config.json, times the factor of dynamic \
+             NTK RoPE): positions beyond it have no rotary or position table"
         )));
     }
     let layers: Vec<LayerAttention> = (0..cfg.num_hidden_layers)
