@@ -25,7 +25,7 @@
 
 use std::collections::{BTreeSet, HashSet};
 
-use crate::config::ArchConfig;
+use crate::config::{ArchConfig, RopeScaling};
 use crate::ir::{
     Attr, DType, Dim, Graph, Initializer, Node, Shape, TensorData, TensorSource, ValueInfo,
 };
@@ -79,10 +79,17 @@ pub fn static_cache(graph: &mut Graph, cfg: &ArchConfig, max_seq_len: usize) -> 
     };
     let positions = cfg.rope.context_length(cfg.max_position_embeddings);
     if max_seq_len == 0 || max_seq_len > positions {
+        let scaled = match cfg.rope.scaling {
+            RopeScaling::Dynamic { factor, .. } => {
+                format!(" times the dynamic RoPE factor {factor}")
+            }
+            _ => String::new(),
+        };
         return Err(Error::Usage(format!(
-            "--max-seq-len {max_seq_len} must be from 1 to the model's context length \
-             ({positions}: max_position_embeddings of config.json, times the factor of dynamic \
-             NTK RoPE): positions beyond it have no rotary or position table"
+            "--max-seq-len {max_seq_len} must be from 1 to {positions}, the context length of \
+             config.json (max_position_embeddings ({}){scaled}): positions beyond it have no \
+             rotary or position table",
+            cfg.max_position_embeddings
         )));
     }
     let layers: Vec<LayerAttention> = (0..cfg.num_hidden_layers)
