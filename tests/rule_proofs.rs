@@ -826,48 +826,8 @@ fn attention_block_with(
     window: Option<usize>,
     softcap: f32,
 ) -> Graph {
-    let random_tables = |b: &mut GraphBuilder, pos: &str| {
-        let (d, max_pos) = (16usize, 32usize);
-        let mut rng = Rng::new(11);
-        let mut table = |name: &str| {
-            let values: Vec<f32> = (0..max_pos * d / 2)
-                .map(|_| (rng.unit() * 2.0 - 1.0) as f32)
-                .collect();
-            b.initializer(mobius::ir::Initializer {
-                name: name.into(),
-                dtype: DType::F32,
-                shape: vec![max_pos, d / 2],
-                source: Some(mobius::ir::TensorSource::Inline(
-                    mobius::ir::TensorData::from_f32(vec![max_pos, d / 2], &values),
-                )),
-            })
-        };
-        let (cos, sin) = (table("cos_cache"), table("sin_cache"));
-        let cos = b.op("Gather", &[&cos, pos], vec![("axis", Attr::Int(0))]);
-        let sin = b.op("Gather", &[&sin, pos], vec![("axis", Attr::Int(0))]);
-        (cos, sin)
-    };
-    attention_block_over(
-        (batch, seq, past),
-        (heads, kv_heads),
-        rope,
-        window,
-        softcap,
-        random_tables,
-    )
-}
-
-/// [`attention_block_with`], the cos/sin `[B, S, 8]` given by `tables` (called with the
-/// builder and the `position_ids` input).
-fn attention_block_over(
-    (batch, seq, past): (usize, usize, usize),
-    (heads, kv_heads): (usize, usize),
-    rope: Option<bool>,
-    window: Option<usize>,
-    softcap: f32,
-    tables: impl FnOnce(&mut GraphBuilder, &str) -> (String, String),
-) -> Graph {
     let d = 16usize;
+    let max_pos = 32usize;
     let mut b = GraphBuilder::new("g");
     let ids = b.input("input_ids", DType::I64, dims(&[batch, seq]));
     let mask = b.input("attention_mask", DType::I64, dims(&[batch, past + seq]));
@@ -896,7 +856,23 @@ fn attention_block_over(
         DType::F32,
         dims(&[batch, kv_heads, past + seq, d]),
     );
-    let (cos, sin) = tables(&mut b, &pos);
+    let mut rng = Rng::new(11);
+    let mut table = |name: &str| {
+        let values: Vec<f32> = (0..max_pos * d / 2)
+            .map(|_| (rng.unit() * 2.0 - 1.0) as f32)
+            .collect();
+        b.initializer(mobius::ir::Initializer {
+            name: name.into(),
+            dtype: DType::F32,
+            shape: vec![max_pos, d / 2],
+            source: Some(mobius::ir::TensorSource::Inline(
+                mobius::ir::TensorData::from_f32(vec![max_pos, d / 2], &values),
+            )),
+        })
+    };
+    let (cos, sin) = (table("cos_cache"), table("sin_cache"));
+    let cos = b.op("Gather", &[&cos, &pos], vec![("axis", Attr::Int(0))]);
+    let sin = b.op("Gather", &[&sin, &pos], vec![("axis", Attr::Int(0))]);
     let rotate = |b: &mut GraphBuilder, x: &str, n: usize| match rope {
         Some(interleaved) => b.op(
             "RotaryEmbedding",
@@ -938,26 +914,6 @@ proptest! {
     fn rotary_attention_to_gqa(batch in 1usize..3, seq in 1usize..4, past in 0usize..4, kv_heads in 1usize..3, group in 1usize..3, interleaved in any::<bool>(), seed in any::<u64>()) {
         let heads = kv_heads * group;
         let graph = attention_block(batch, seq, past, heads, kv_heads, interleaved);
-        let inputs = contract_inputs(&graph, batch, seq, past, seed);
-        prove_on("rotary-attention-to-gqa", "cpu", graph, inputs, 1e-4)?;
-    }
-
-    /// Tables computed per pass from position_ids (dynamic NTK RoPE over an original context
-    /// of 3, so that passes fall on both sides of it): GroupQueryAttention reads the
-    /// `max(position_ids) + 1` rows, all it needs under the contract.
-    #[test]
-    fn rotary_attention_to_gqa_dynamic_tables(batch in 1usize..3, seq in 1usize..4, past in 0usize..4, kv_heads in 1usize..3, seed in any::<u64>()) {
-        let rope = mobius::config::Rope {
-            theta: 10000.0,
-            scaling: mobius::config::RopeScaling::Dynamic { factor: 2.0, original: 3 },
-            rotary_dim: 16,
-            interleaved: false,
-        };
-        let tables = |b: &mut GraphBuilder, pos: &str| {
-            let t = mobius::models::components::dynamic_rope::dynamic_rope_tables(b, &rope, 2.0, 3, pos, DType::F32);
-            (t.cos, t.sin)
-        };
-        let graph = attention_block_over((batch, seq, past), (2 * kv_heads, kv_heads), Some(false), None, 0.0, tables);
         let inputs = contract_inputs(&graph, batch, seq, past, seed);
         prove_on("rotary-attention-to-gqa", "cpu", graph, inputs, 1e-4)?;
     }
