@@ -6,8 +6,15 @@
 //! `theta · (factor·L/n − (factor − 1))^(d/(d−2))` (`d` the rotary width) for every position of
 //! that pass, and keeps `theta` otherwise. Over a KV cache, each step therefore rotates its new
 //! queries and keys with the base of that step's length, while cached keys keep the rotation
-//! they were given. The graph reproduces both: it computes tables of `L` rows from the pass's
-//! own `position_ids`, with the same f32 operations, so no stored table bounds the length.
+//! they were given. The graph reproduces both: from the pass's own `position_ids` it computes
+//! the inverse frequencies and the cos/sin of those positions, with the same f32 operations,
+//! so no stored table bounds the length.
+//!
+//! Only the pass's `S` positions are rotated (`S · d/2` cos and sin per pass), not a table of
+//! `L` rows: a table is what GroupQueryAttention's fused rotation would read, and recomputing
+//! `L` rows on every decode step costs far more (about 6 ms at `L` = 8192, `d/2` = 64, one
+//! onnxruntime CPU thread) than rotating q and k in front of it. The rotations stay separate
+//! `RotaryEmbedding` ops, and the optimizer fuses attention alone (`attention-to-gqa`).
 //!
 //! transformers' module also keeps the largest length seen since the last pass shorter than
 //! `n`, and uses it for a later pass of a length between `n` and that maximum; the graph is
@@ -19,12 +26,8 @@ use crate::config::Rope;
 use crate::ir::{Attr, DType, GraphBuilder, TensorData};
 
 /// The cos/sin (`[B, S, rotary_dim/2]`, in `dtype`) of dynamic NTK RoPE with `factor` over the
-/// original context `original`, for `position_ids`: tables `[L, rotary_dim/2]` computed in f32
-/// from the pass length `L = max(position_ids) + 1`, gathered by `position_ids`.
-///
-/// The tables cover every position of the pass, and under the decoder contract `L` is the
-/// total sequence length, so GroupQueryAttention may read them whole (its `cos_cache` must
-/// hold at least that many rows).
+/// original context `original`, for `position_ids`: computed in f32 from the positions and the
+/// pass length `L = max(position_ids) + 1`.
 pub fn dynamic_rope_tables(
     b: &mut GraphBuilder,
     rope: &Rope,
@@ -62,22 +65,20 @@ pub fn dynamic_rope_tables(
     let exponents = b.constant(TensorData::from_f32(vec![dim / 2], &exponents));
     let powers = b.op("Pow", &[&base, &exponents], vec![]);
     let inv_freq = b.op("Reciprocal", &[&powers], vec![]);
-    // Angles of positions 0 … L−1: [L, 1] · [d/2].
-    let zero = b.scalar_i64(0);
-    let rows = b.op("Range", &[&zero, &length, &one], vec![]);
-    let rows = b.op("Cast", &[&rows], vec![("to", f32_code)]);
-    let axis = b.const_i64(&[1]);
-    let rows = b.op("Unsqueeze", &[&rows, &axis], vec![]);
-    let angles = b.op("Mul", &[&rows, &inv_freq], vec![]);
+    // The angles of the pass's own positions, [B, S, 1] · [d/2], as transformers multiplies
+    // them (one f32 product each).
+    let positions = b.op("Cast", &[position_ids], vec![("to", f32_code)]);
+    let axis = b.const_i64(&[2]);
+    let positions = b.op("Unsqueeze", &[&positions, &axis], vec![]);
+    let angles = b.op("Mul", &[&positions, &inv_freq], vec![]);
     let mut table = |op: &str| {
         let t = b.op(op, &[&angles], vec![]);
-        let t = if dtype == DType::F32 {
+        if dtype == DType::F32 {
             t
         } else {
             let to = Attr::Int(dtype.onnx_code() as i64);
             b.op("Cast", &[&t], vec![("to", to)])
-        };
-        b.op("Gather", &[&t, position_ids], vec![("axis", Attr::Int(0))])
+        }
     };
     RopeTables {
         cos: table("Cos"),

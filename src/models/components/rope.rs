@@ -18,7 +18,7 @@ pub struct RopeTables {
 /// Declares `model.rotary_emb.{cos,sin}_cache` (`[positions, rotary_dim/2]`, computed in f32
 /// and stored in `dtype`) and gathers them by `position_ids`; the gathered values are scaled
 /// by the RoPE's cos/sin factor when it is not 1 (YaRN). Dynamic NTK RoPE has no stored
-/// tables: they are computed in the graph from each pass's length
+/// tables: its cos/sin are computed in the graph from each pass's positions and length
 /// ([`super::dynamic_rope::dynamic_rope_tables`]), and `positions` does not bound them.
 pub fn rope_tables(
     b: &mut GraphBuilder,

@@ -148,16 +148,6 @@ pub(super) fn gathered_table(g: &OnnxGraph, id: Id) -> Option<Id> {
     (axis_ok && is_input(g, *positions, Some("position_ids"))).then_some(*table)
 }
 
-/// The half rotary width of the rank-2 table `table` (`[positions, width]`): its second dim,
-/// which must be known; the row count may be symbolic (tables computed per pass, e.g. dynamic
-/// NTK RoPE's).
-pub(super) fn table_width(g: &OnnxGraph, table: Id) -> Option<i64> {
-    match g[table].data.tensor()?.shape.as_deref()? {
-        [_, width] => width.known(),
-        _ => None,
-    }
-}
-
 /// `com.microsoft::GroupQueryAttention(q, k, v, past k/v, seqlens_k, total, cos, sin)` with the
 /// matched Attention's head counts and scale, `seqlens_k`/`total_sequence_length` from the
 /// graph input `attention_mask` (class); `rotary` is `(interleaved attr, cos, sin)` for
@@ -251,7 +241,7 @@ fn rotary_attention_to_gqa(g: &mut OnnxGraph, _: Site<'_>, vars: [Id; 18]) -> Op
     let extras = gqa_preconditions(g, &attention)?;
     let interleaved = rotations_agree(g, [kvh, qnh, qi, ki, qh, kh])?;
     let (cos, sin) = (gathered_table(g, cos)?, gathered_table(g, sin)?);
-    let width = table_width(g, cos)?;
+    let width = g[cos].data.tensor()?.static_shape()?.get(1).copied()?;
     rotary_width_ok(g, &extras, qrd, width)?;
     let attention_mask = g.lookup(Onnx::Input(egg::Symbol::from("attention_mask")))?;
     gqa_op(

@@ -8,7 +8,7 @@ use egg::Id;
 
 use super::gqa::{
     cache_preconditions, gathered_table, gqa_op_with_sink, rotary_width_ok, rotations_agree,
-    table_width, Attention,
+    Attention,
 };
 use super::gqa_mask::causal_attention_window;
 use crate::opt::analysis::OnnxGraph;
@@ -134,7 +134,7 @@ fn sink_attention_to_gqa(g: &mut OnnxGraph, site: Site<'_>, vars: [Id; 21]) -> O
     let extras = cache_preconditions(g, &attention, window)?;
     let interleaved = rotations_agree(g, [kvh, qnh, qi, ki, qh, kh])?;
     let (cos, sin) = (rope_table(g, cos)?, rope_table(g, sin)?);
-    let width = table_width(g, cos.0)?;
+    let width = g[cos.0].data.tensor()?.static_shape()?.get(1).copied()?;
     rotary_width_ok(g, &extras, qrd, width)?;
     let attention_mask = g.lookup(Onnx::Input(egg::Symbol::from("attention_mask")))?;
     let mut e = Emit::new(g);
