@@ -28,6 +28,10 @@ reference.json schema (all floats rounded to 9 significant digits):
       "transformers_version": str, "torch_version": str
     }
 
+Fixtures in CACHED_GREEDY (dynamic NTK RoPE) take their greedy tokens from transformers'
+KV-cache generate, and add "generation_logits" ([[float]*vocab]*32, each step's logits) and
+"long_prompt" ({"input_ids", "logits"} of one forward over twice the original context).
+
 For the bf16 checkpoint the reference logits and greedy tokens are computed
 with the bf16 weights upcast to f32 (exact), running in f32.  An f32 build of a
 bf16 checkpoint upconverts the weights exactly, so it must match the f32
@@ -848,7 +852,7 @@ def fresh_rope(model) -> None:
 
 
 @torch.no_grad()
-def cached_greedy_reference(model, input_ids: list[int], eos_ids: set[int]):
+def cached_greedy_reference(model, input_ids: list[int], eos_ids: set[int], pad_id: int):
     """Greedy decode through transformers' generate (KV cache); returns the prompt's logits,
     the tokens, the min gap and the logits of every step (step i's logits chose token i)."""
     fresh_rope(model)
@@ -860,7 +864,7 @@ def cached_greedy_reference(model, input_ids: list[int], eos_ids: set[int]):
         do_sample=False,
         max_new_tokens=N_NEW,
         min_new_tokens=N_NEW,
-        pad_token_id=0,
+        pad_token_id=pad_id,
         return_dict_in_generate=True,
         output_logits=True,
     )
@@ -976,7 +980,7 @@ def make_fixture(name: str, out_root: Path, tok: PreTrainedTokenizerFast) -> Non
                 for p in model.parameters():
                     p.copy_(p.to(torch.bfloat16).to(torch.float32))
         if name in CACHED_GREEDY:
-            res = cached_greedy_reference(model, input_ids, eos_ids)
+            res = cached_greedy_reference(model, input_ids, eos_ids, ids["pad_token_id"])
             if res is None:
                 continue
             logits, greedy, gap, step_logits = res
