@@ -28,6 +28,10 @@ reference.json schema (all floats rounded to 9 significant digits):
       "transformers_version": str, "torch_version": str
     }
 
+Fixtures in CACHED_GREEDY (dynamic NTK RoPE) take their greedy tokens from transformers'
+KV-cache generate, and add "generation_logits" ([[float]*vocab]*32, each step's logits) and
+"long_prompt" ({"input_ids", "logits"} of one forward over twice the original context).
+
 For the bf16 checkpoint the reference logits and greedy tokens are computed
 with the bf16 weights upcast to f32 (exact), running in f32.  An f32 build of a
 bf16 checkpoint upconverts the weights exactly, so it must match the f32
@@ -156,6 +160,13 @@ MIN_GAP = 1e-2  # stricter than the 1e-3 floor, for margin against f32 reorderin
 PHI3_ORIGINAL_MAX = 8  # phi3: shorter than the prompt, so its reference uses the long factors
 YARN_ORIGINAL_MAX = 32  # qwen2-yarn: shorter than prompt + generation
 PHIMOE_ORIGINAL_MAX = 64  # phimoe: longer than prompt + generation (short LongRoPE factors)
+DYNAMIC_ORIGINAL_MAX = 32  # llama-dynamic: max_position_embeddings, crossed by the generation
+DYNAMIC_FACTOR = 2.0
+# Fixtures whose reference greedy tokens come from transformers' KV-cache generate rather than
+# cache-free forwards: with dynamic NTK RoPE the two differ once the length passes the original
+# context (each cached step rotates its new keys with its own base; a full forward re-rotates
+# every key with the base of the whole length).
+CACHED_GREEDY = {"llama-dynamic"}
 
 DIMS = dict(
     hidden_size=64,
@@ -223,6 +234,15 @@ def make_config(kind: str, vocab: int, ids: dict):
                 "high_freq_factor": 4.0,
                 "original_max_position_embeddings": 32,
             },
+        )
+    if kind == "llama-dynamic":
+        # Dynamic NTK over an original context of 32: the greedy continuation runs past it,
+        # and reference.json's long_prompt is a full forward of 2 x 32 tokens.
+        return LlamaForCausalLM, LlamaConfig(
+            **{**common, "max_position_embeddings": DYNAMIC_ORIGINAL_MAX},
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "dynamic", "rope_theta": 10000.0, "factor": DYNAMIC_FACTOR},
         )
     if kind == "llama-bf16-sharded":
         return LlamaForCausalLM, LlamaConfig(
@@ -821,6 +841,43 @@ def greedy_reference(model, input_ids: list[int], eos_ids: set[int]):
     return prompt_logits, new, min(gaps)
 
 
+@torch.no_grad()
+def fresh_rope(model) -> None:
+    """Return a dynamic-RoPE model's rotary module to its freshly loaded state: a one-token pass
+    (shorter than the original context) resets the frequencies it keeps from longer passes."""
+    model(torch.tensor([[0]]))
+    rope = model.model.rotary_emb
+    assert rope.max_seq_len_cached == rope.original_max_seq_len
+    assert torch.equal(rope.inv_freq, rope.original_inv_freq)
+
+
+@torch.no_grad()
+def cached_greedy_reference(model, input_ids: list[int], eos_ids: set[int], pad_id: int):
+    """Greedy decode through transformers' generate (KV cache); returns the prompt's logits,
+    the tokens, the min gap and the logits of every step (step i's logits chose token i)."""
+    fresh_rope(model)
+    prompt_logits = model(torch.tensor([input_ids])).logits[0].float()
+    fresh_rope(model)
+    out = model.generate(
+        torch.tensor([input_ids]),
+        attention_mask=torch.ones(1, len(input_ids), dtype=torch.long),
+        do_sample=False,
+        max_new_tokens=N_NEW,
+        min_new_tokens=N_NEW,
+        pad_token_id=pad_id,
+        return_dict_in_generate=True,
+        output_logits=True,
+    )
+    new = out.sequences[0, len(input_ids):].tolist()
+    steps = torch.stack([l[0].float() for l in out.logits])
+    # min_new_tokens masks the stop tokens: a step whose raw argmax is one is no greedy step.
+    if eos_ids & set(new) or steps.argmax(-1).tolist() != new:
+        return None
+    top2 = torch.topk(steps, 2, dim=-1).values
+    gap = float((top2[:, 0] - top2[:, 1]).min())
+    return prompt_logits, new, gap, steps
+
+
 def rnd(x: float) -> float:
     return float(f"{x:.9g}")
 
@@ -898,6 +955,7 @@ FIXTURES = {
     "granitemoe": (5200, "f32", "v5", None),
     "phimoe": (5300, "f32", "v5", None),
     "gpt_oss": (5300, "f32", "v5", None),
+    "llama-dynamic": (5400, "f32", "v5", None),
 }
 
 
@@ -921,10 +979,16 @@ def make_fixture(name: str, out_root: Path, tok: PreTrainedTokenizerFast) -> Non
             with torch.no_grad():
                 for p in model.parameters():
                     p.copy_(p.to(torch.bfloat16).to(torch.float32))
-        res = greedy_reference(model, input_ids, eos_ids)
-        if res is None:
-            continue
-        logits, greedy, gap = res
+        if name in CACHED_GREEDY:
+            res = cached_greedy_reference(model, input_ids, eos_ids, ids["pad_token_id"])
+            if res is None:
+                continue
+            logits, greedy, gap, step_logits = res
+        else:
+            res = greedy_reference(model, input_ids, eos_ids)
+            if res is None:
+                continue
+            logits, greedy, gap = res
         # gap at the prompt's last position is part of the greedy gaps already.
         if gap > MIN_GAP:
             break
@@ -932,6 +996,8 @@ def make_fixture(name: str, out_root: Path, tok: PreTrainedTokenizerFast) -> Non
         raise RuntimeError(f"{name}: no seed with top-2 gap > {MIN_GAP}")
 
     # Cross-check against transformers' own generate (KV cache path).
+    if name in CACHED_GREEDY:
+        fresh_rope(model)
     gen = model.generate(
         torch.tensor([input_ids]),
         attention_mask=torch.ones(1, len(input_ids), dtype=torch.long),
@@ -986,6 +1052,30 @@ def make_fixture(name: str, out_root: Path, tok: PreTrainedTokenizerFast) -> Non
             "input_ids": short_ids,
             "logits": [[rnd(v) for v in row] for row in short_logits.tolist()],
         }
+    if name == "llama-dynamic":
+        n = DYNAMIC_ORIGINAL_MAX
+        assert len(input_ids) < n < len(input_ids) + len(greedy)
+        # Every greedy step's logits, as the KV-cache generate computed them.
+        ref["generation_logits"] = [[rnd(v) for v in row] for row in step_logits.tolist()]
+        # One forward over 2 x the original context (base raised for the 64-token pass).
+        long_ids = tok(TRAIN_TEXT, add_special_tokens=False)["input_ids"][: 2 * n]
+        assert len(long_ids) == 2 * n
+        fresh_rope(model)
+        with torch.no_grad():
+            long_logits = model(torch.tensor([long_ids])).logits[0]
+        ref["long_prompt"] = {
+            "input_ids": long_ids,
+            "logits": [[rnd(v) for v in row] for row in long_logits.tolist()],
+        }
+        # The cached steps past the original context differ from one forward over the same
+        # tokens (which rotates every key with the base of the whole length).
+        fresh_rope(model)
+        with torch.no_grad():
+            full = model(torch.tensor([input_ids + greedy])).logits[0, len(input_ids) - 1 : -1]
+        past = slice(n - len(input_ids), None)
+        apart = float((full[past] - step_logits[past]).abs().max())
+        assert apart > 1e-2, apart
+        print(f"{name}: cached steps past {n} tokens differ from a full forward by {apart:.3g}")
     if name == "qwen2-yarn":
         # The prompt and its greedy continuation in one pass: positions beyond the original
         # context.

@@ -137,6 +137,8 @@ def quantized_model(path: Path, bits: int, block: int, symmetric: bool, embeddin
 
 @torch.no_grad()
 def greedy(model, input_ids: list[int]):
+    if model.config.rope_parameters.get("rope_type") == "dynamic":
+        return cached_greedy(model, input_ids)
     ids = torch.tensor([input_ids])
     prompt_logits = model(ids).logits[0].float()
     new, gaps, cur = [], [], ids
@@ -147,6 +149,25 @@ def greedy(model, input_ids: list[int]):
         nxt = int(torch.argmax(last))
         new.append(nxt)
         cur = torch.cat([cur, torch.tensor([[nxt]])], dim=1)
+    return prompt_logits, new, gaps
+
+
+@torch.no_grad()
+def cached_greedy(model, input_ids: list[int]):
+    """Greedy decode through the KV cache, as the fixture's reference and onnxruntime-genai run
+    it: with dynamic NTK RoPE, steps past the original context rotate their new keys with the
+    base of their own length, which cache-free forwards of the whole sequence do not."""
+    out = model(torch.tensor([input_ids]), use_cache=True)
+    prompt_logits = out.logits[0].float()
+    new, gaps = [], []
+    for step in range(N_NEW):
+        last = out.logits[0, -1].float()
+        top2 = torch.topk(last, 2).values
+        gaps.append(float(top2[0] - top2[1]))
+        nxt = int(torch.argmax(last))
+        new.append(nxt)
+        if step + 1 < N_NEW:
+            out = model(torch.tensor([[nxt]]), cache=out.cache, use_cache=True)
     return prompt_logits, new, gaps
 
 

@@ -22,6 +22,7 @@ use std::path::Path;
 use serde_json::Value;
 
 use crate::ir::DType;
+use crate::limits::config::MAX_POSITIONS;
 use crate::role::Role;
 use crate::{Error, Result};
 pub use decoder::{read_decoder, sliding_layer_types, Biases, DecoderFields, Dims, SlidingLayers};
@@ -223,9 +224,34 @@ pub fn read_rope(
             raw.max_position_embeddings.unwrap_or(0).max(0) as usize,
             f,
         )?),
-        "dynamic" => RopeScaling::Dynamic {
-            factor: num("factor")?,
-        },
+        "dynamic" => {
+            let original = match raw.max_position_embeddings {
+                Some(m) if m > 0 => m as usize,
+                other => {
+                    return Err(f.err(
+                        "max_position_embeddings",
+                        &format!(
+                            "{} (dynamic NTK RoPE scales from it: expected a positive integer)",
+                            other.map_or("missing".to_string(), |m| m.to_string())
+                        ),
+                    ))
+                }
+            };
+            let factor = num("factor")?;
+            // The context the model then runs (genai's context_length) is ⌈factor × it⌉.
+            let context = (f64::from(factor) * original as f64).ceil();
+            if context > MAX_POSITIONS as f64 {
+                return Err(f.err(
+                    &name("factor"),
+                    &format!(
+                        "{factor} gives a context of {context} positions (factor × \
+                         max_position_embeddings {original}), more than mobius supports (at most \
+                         {MAX_POSITIONS})"
+                    ),
+                ));
+            }
+            RopeScaling::Dynamic { factor, original }
+        }
         "llama3" => {
             let low_freq_factor = num("low_freq_factor")?;
             let high_freq_factor = num("high_freq_factor")?;

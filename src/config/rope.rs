@@ -31,12 +31,15 @@ pub enum RopeScaling {
     /// YaRN: frequencies blended between plain and `factor`-divided over a ramp of channel
     /// pairs, cos/sin scaled by an attention factor (see [`super::yarn`]).
     Yarn(super::yarn::Yarn),
-    /// Dynamic NTK (`dynamic`): transformers raises the base once a forward pass holds more
-    /// than `max_position_embeddings` positions. The tables hold exactly that many rows, so
-    /// every sequence the model accepts uses the plain frequencies, as transformers does.
+    /// Dynamic NTK (`dynamic`): a forward pass whose length `L = max(position_ids) + 1` exceeds
+    /// the original context uses the base `theta · (factor·L/original − (factor − 1))^(d/(d−2))`
+    /// (`d` the rotary width); shorter passes use `theta`. The builder computes the tables in
+    /// the graph from each pass's length (see `crate::models::components::dynamic_rope`).
     Dynamic {
-        /// The NTK factor (applies beyond the tables only).
+        /// The NTK factor.
         factor: f32,
+        /// The context the model was trained with: transformers takes `max_position_embeddings`.
+        original: usize,
     },
 }
 
@@ -63,7 +66,21 @@ impl Rope {
         }
     }
 
-    /// The inverse frequencies, `rotary_dim / 2` of them, scaled.
+    /// The number of positions a model with this RoPE runs: `max_position_embeddings`
+    /// (`max_positions`), or for dynamic NTK the length its scaling is meant for, ⌈factor ×
+    /// the original context⌉ (at least the original context).
+    pub fn context_length(&self, max_positions: usize) -> usize {
+        match &self.scaling {
+            RopeScaling::Dynamic { factor, original } => {
+                let scaled = (f64::from(*factor) * *original as f64).ceil();
+                max_positions.max(scaled as usize)
+            }
+            _ => max_positions,
+        }
+    }
+
+    /// The inverse frequencies, `rotary_dim / 2` of them, scaled (for dynamic NTK: those of
+    /// passes that fit the original context).
     pub fn inv_freq(&self) -> Vec<f32> {
         let dim = self.rotary_dim as f32;
         let base: Vec<f32> = (0..self.rotary_dim / 2)

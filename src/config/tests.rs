@@ -241,6 +241,14 @@ fn meaningless_values_are_named_with_what_was_expected() {
             "number",
         ),
         (
+            vec![
+                ("rope_scaling.rope_type", json!("dynamic")),
+                ("rope_scaling.factor", json!(1e6)),
+            ],
+            "rope_scaling.factor",
+            "at most 67108864",
+        ),
+        (
             vec![("rope_scaling.high_freq_factor", json!(1.0))],
             "rope_scaling.high_freq_factor",
             "more than low_freq_factor",

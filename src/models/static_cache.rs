@@ -25,7 +25,7 @@
 
 use std::collections::{BTreeSet, HashSet};
 
-use crate::config::ArchConfig;
+use crate::config::{ArchConfig, RopeScaling};
 use crate::ir::{
     Attr, DType, Dim, Graph, Initializer, Node, Shape, TensorData, TensorSource, ValueInfo,
 };
@@ -77,10 +77,18 @@ pub fn static_cache(graph: &mut Graph, cfg: &ArchConfig, max_seq_len: usize) -> 
                 .into(),
         ));
     };
-    if max_seq_len == 0 || max_seq_len > cfg.max_position_embeddings {
+    let positions = cfg.rope.context_length(cfg.max_position_embeddings);
+    if max_seq_len == 0 || max_seq_len > positions {
+        let scaled = match cfg.rope.scaling {
+            RopeScaling::Dynamic { factor, .. } => {
+                format!(" times the dynamic RoPE factor {factor}")
+            }
+            _ => String::new(),
+        };
         return Err(Error::Usage(format!(
-            "--max-seq-len {max_seq_len} must be from 1 to max_position_embeddings ({}) of \
-             config.json: positions beyond it have no rotary or position table",
+            "--max-seq-len {max_seq_len} must be from 1 to {positions}, the context length of \
+             config.json (max_position_embeddings ({}){scaled}): positions beyond it have no \
+             rotary or position table",
             cfg.max_position_embeddings
         )));
     }

@@ -10,7 +10,9 @@ use crate::ir::Graph;
 /// onnxruntime-genai as `genai_type` (its model type's entry in the family registry).
 ///
 /// Decoder inputs are read from the graph, so a graph without `position_ids` lists none.
-/// `context_length` is `max_position_embeddings`: the RoPE tables hold no more positions.
+/// `context_length` is `max_position_embeddings` (the RoPE tables hold no more positions), or
+/// for dynamic NTK RoPE, whose tables the graph computes per pass, ⌈factor ×
+/// max_position_embeddings⌉ ([`crate::config::Rope::context_length`]).
 pub fn genai_config(
     cfg: &ArchConfig,
     genai_type: &str,
@@ -38,7 +40,7 @@ pub fn genai_config(
             .nodes
             .iter()
             .any(|n| n.domain.is_empty() && n.op_type == "Attention");
-    let context_length = cfg.max_position_embeddings;
+    let context_length = cfg.rope.context_length(cfg.max_position_embeddings);
     let mut model = json!({
         "type": genai_type,
         "vocab_size": cfg.vocab_size,

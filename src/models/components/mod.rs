@@ -4,6 +4,7 @@ pub mod attention;
 pub mod clamped_moe;
 pub mod conv1d;
 pub mod decoder_io;
+pub mod dynamic_rope;
 pub mod gelu;
 pub mod linear;
 pub mod longrope;

@@ -1,8 +1,9 @@
 //! Rotary position embedding: cos/sin caches gathered by position, and the opset-23
 //! `RotaryEmbedding` op on 3-D `[B, S, heads·D]` inputs.
 
+use super::dynamic_rope::dynamic_rope_tables;
 use super::scalar;
-use crate::config::Rope;
+use crate::config::{Rope, RopeScaling};
 use crate::ir::{Attr, DType, GraphBuilder, Initializer, TensorSource};
 
 /// The per-token cos/sin values, `[B, S, rotary_dim/2]` each.
@@ -16,7 +17,9 @@ pub struct RopeTables {
 
 /// Declares `model.rotary_emb.{cos,sin}_cache` (`[positions, rotary_dim/2]`, computed in f32
 /// and stored in `dtype`) and gathers them by `position_ids`; the gathered values are scaled
-/// by the RoPE's cos/sin factor when it is not 1 (YaRN).
+/// by the RoPE's cos/sin factor when it is not 1 (YaRN). Dynamic NTK RoPE has no stored
+/// tables: its cos/sin are computed in the graph from each pass's positions and length
+/// ([`super::dynamic_rope::dynamic_rope_tables`]), and `positions` does not bound them.
 pub fn rope_tables(
     b: &mut GraphBuilder,
     rope: &Rope,
@@ -37,6 +40,9 @@ pub fn named_rope_tables(
     position_ids: &str,
     dtype: DType,
 ) -> RopeTables {
+    if let RopeScaling::Dynamic { factor, original } = rope.scaling {
+        return dynamic_rope_tables(b, rope, factor, original, position_ids, dtype);
+    }
     let inv_freq = rope.inv_freq();
     let half = inv_freq.len();
     let mut cache = |name: &str, sine: bool| {
