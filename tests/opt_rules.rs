@@ -359,3 +359,30 @@ fn skip_norm_fusions_need_a_skip_of_the_inputs_size() {
         );
     }
 }
+
+/// Every `.rules` file under `rewrites/` is one the optimizer loads, and the reverse: a rule
+/// file left out of `RULE_FILES` would be ignored silently.
+#[test]
+fn the_rule_files_on_disk_are_the_loaded_ones() {
+    fn walk(dir: &std::path::Path, root: &std::path::Path, found: &mut Vec<String>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, root, found);
+            } else if path.extension().is_some_and(|e| e == "rules") {
+                let rel = path.strip_prefix(root).unwrap();
+                found.push(rel.to_str().unwrap().replace('\\', "/"));
+            }
+        }
+    }
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("rewrites");
+    let mut on_disk = Vec::new();
+    walk(&root, &root, &mut on_disk);
+    on_disk.sort();
+    let mut loaded: Vec<String> = mobius::opt::rules::RULE_FILES
+        .iter()
+        .map(|(name, _)| name.to_string())
+        .collect();
+    loaded.sort();
+    assert_eq!(on_disk, loaded);
+}
