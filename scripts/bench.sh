@@ -16,8 +16,8 @@
 # largest max RSS and, when they can be counted, the instructions of one run; then each size's
 # ratios to the smallest. Instructions are what scales linearly (a fixed cost of a few layers'
 # worth keeps the 100 -> 1,000 ratio under 10); time also pays for the working set leaving the
-# CPU caches, and on a loaded machine best-of-3 is noisy: 20 runs settle it (see the README's
-# Performance section).
+# CPU caches, and on a loaded machine best-of-3 is noisy: 20 runs settle it (see
+# docs/performance.md).
 #
 #   scripts/bench.sh scale                 only the scale benchmark
 #   MOBIUS_BENCH_SCALE_LAYERS="100 1000"   layer counts (default "100 1000 2000"; at most
