@@ -24,7 +24,7 @@ use tracing_subscriber::EnvFilter;
 
 /// mimalloc instead of the system allocator: the optimizer makes and frees millions of small
 /// e-nodes, sets and vectors, and glibc's malloc spent about a fifth of a large build's
-/// instructions on them (see the README's "Performance").
+/// instructions on them (see docs/performance.md).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

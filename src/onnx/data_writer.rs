@@ -25,7 +25,7 @@
 //! `write(2)` calls took 0.11 s whether the machine had been idle or not, as 1 MiB calls
 //! 0.3–1.0 s, through a map populated 8 MiB at a time 0.1–1.7 s; the f16 build of the bench
 //! checkpoint after 2.5 s idle took 0.93–1.56 s through the map and 0.21–0.34 s through these
-//! blocks, the f32 build 2.4–3.3 s and 0.36–0.67 s (the README has the whole comparison).
+//! blocks, the f32 build 2.4–3.3 s and 0.36–0.67 s (docs/performance.md has the whole comparison).
 
 use std::fs::File;
 use std::io::{Seek, SeekFrom, Write};

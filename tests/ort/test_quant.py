@@ -53,7 +53,7 @@ EXACT_TABLE = "quantized builds at accuracy_level 0: max abs error to the fake-q
 # each with the figure measured (worst cosine at level 4, max abs error at level 0). Each misses
 # it by as much with onnxruntime's own quantizer on the same graph, which check_quality checks
 # too. A miss not listed here fails, a listed build that does worse than its figure fails, and a
-# listed build that meets the bar fails until it is removed. (README, "Accuracy".)
+# listed build that meets the bar fails until it is removed. (docs/quantization.md, "Accuracy".)
 ALLOWED_MISSES = {
     ("ernie4_5", "cpu", "f32", 4): 0.997779,
     ("ernie4_5", "webgpu", "f16", 4): 0.99688,
