@@ -161,6 +161,10 @@ class EpCapabilities:
             )
         if self.cost is not None and not isinstance(self.cost, Mapping):
             raise TypeError(f"EpCapabilities({self.name!r}).cost must be a dict or None")
+        # As an EP file without `base`: parameters not given are the `default` EP's.
+        cost = dict(json.loads(_mobius.ep_get("default") or "{}").get("cost", {}))
+        cost.update(self.cost or {})
+        object.__setattr__(self, "cost", cost)
         if not isinstance(self.cost_ops, Mapping):
             raise TypeError(f"EpCapabilities({self.name!r}).cost_ops must be a dict")
         _mobius.ep_check(self._to_json())
