@@ -210,7 +210,7 @@ fn run<T: Send>(
                 }
             }
         }
-        let outcome = worker.join().unwrap_or_else(|payload| Err(payload));
+        let outcome = worker.join().unwrap_or_else(Err);
         forward_logs(py)?;
         if let Some(e) = signal {
             return Err(e);
