@@ -25,4 +25,5 @@ rm -rf "$WHEELS"
 
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 cd "$ROOT/tests/python"
+export MOBIUS_BIN="${MOBIUS_BIN:-$ROOT/target/debug/mobius}"
 exec "$VENV/bin/python" -m pytest olive -q -p no:cacheprovider "$@"

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+from conftest import run_cli
+
 LLAMA = Path(__file__).resolve().parents[2] / "fixtures" / "llama"
 
 
@@ -33,6 +35,11 @@ def test_capture_onnx_graph_with_mobius_builder(tmp_path):
     assert configs, f"no genai_config.json under {out}: {sorted(p.name for p in out.rglob('*'))}"
     folder = configs[0].parent
     assert (folder / "model.onnx").is_file() and (folder / "tokenizer.json").is_file()
+    # Olive asks for the CPU EP: the files are those of `mobius build --ep cpu --dtype f32`.
+    cli = tmp_path / "cli"
+    run_cli("build", "--config", str(LLAMA), str(cli), "--ep", "cpu", "--dtype", "f32")
+    for name in ("model.onnx", "model.onnx.data", "genai_config.json", "tokenizer.json"):
+        assert (folder / name).read_bytes() == (cli / name).read_bytes(), name
     ref = json.loads((LLAMA / "reference.json").read_text())
     ids, want = ref["input_ids"], ref["greedy_tokens"]
     total = len(ids) + len(want)
