@@ -26,6 +26,8 @@ _DTYPES = {
 }
 _IR_DTYPES = {ir.DataType.FLOAT: "f32", ir.DataType.FLOAT16: "f16", ir.DataType.BFLOAT16: "bf16"}
 _TASKS = (None, "text-generation", "feature-extraction")
+_TASK_ROLES = {"text-generation": "decoder", "feature-extraction": "encoder"}
+_ROLE_TASKS = {"decoder": "text-generation", "encoder": "feature-extraction", "vision": "image-feature-extraction"}
 
 
 def _dtype_name(dtype: str | ir.DataType | None) -> str | None:
@@ -204,6 +206,12 @@ def build(
         verify_rewrites=verify_rewrites,
     )
     pkg = ModelPackage(native, source=model_id)
+    role = pkg.config.role
+    if task is not None and _TASK_ROLES[task] != role:
+        article = "an" if role[0] in "aeiou" else "a"
+        raise ValueError(
+            f"task {task!r} does not fit {model_id}: mobius builds it as {article} {role} ({_ROLE_TASKS[role]!r})"
+        )
     if trace_optimization:
         log_trace(native.trace())
     return pkg

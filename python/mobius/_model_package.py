@@ -75,7 +75,7 @@ class ModelPackage(Mapping[str, ir.Model]):
         external_data: str = "onnx",
         max_shard_size_bytes: int | None = None,
         components: Callable[[str], bool] | None = None,
-        progress_bar: bool = False,
+        progress_bar: bool = True,
         check_weights: bool = True,
         overwrite: bool = False,
     ) -> None:
@@ -94,7 +94,7 @@ class ModelPackage(Mapping[str, ir.Model]):
             max_shard_size_bytes: Accepted for compatibility; must be ``None`` (one data file).
             components: Optional predicate on component names; the single component
                 ``"model"`` must be selected.
-            progress_bar: Show a progress bar on stderr.
+            progress_bar: Show a progress bar on stderr (only when it is a terminal).
             check_weights: Accepted for compatibility; a package built with
                 ``load_weights=False`` is saved with a zero-filled placeholder data file,
                 as ``mobius build --no-weights`` writes it.

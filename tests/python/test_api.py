@@ -196,6 +196,7 @@ def test_save_refuses_a_non_empty_folder_and_leaves_it(tmp_path):
         ((str(LLAMA),), {"execution_provider": None}, TypeError, "execution_provider must be a str"),
         ((str(LLAMA),), {"load_weights": "no"}, TypeError, "load_weights must be a bool"),
         ((str(LLAMA),), {"task": "image-classification"}, ValueError, "Unknown task"),
+        ((str(LLAMA),), {"task": "feature-extraction"}, ValueError, "builds it as a decoder"),
         ((str(LLAMA),), {"features": ["warp-drive"]}, ValueError, "unknown feature `warp-drive`"),
         ((str(LLAMA),), {"features": ["static-cache"]}, ValueError, "needs --max-seq-len"),
         ((str(LLAMA),), {"quant": "int3"}, ValueError, "Unknown quant"),
@@ -332,3 +333,14 @@ def test_optimize_verify_cost_match_the_cli(tmp_path):
         mobius.verify(src / "model.onnx", src / "model.onnx", samples=0)
     with pytest.raises(FileNotFoundError):
         mobius.cost(tmp_path / "missing.onnx")
+
+
+def test_task_names_the_role_the_model_has(tmp_path):
+    assert mobius.build(str(LLAMA), task="text-generation", load_weights=False).config.role == "decoder"
+    bert = mobius.build(str(FIXTURES / "bert"), task="feature-extraction")
+    assert bert.config.role == "encoder"
+    bert.save(tmp_path / "py")
+    run_cli("build", "--config", str(FIXTURES / "bert"), str(tmp_path / "cli"))
+    assert_same_files(tmp_path / "py", tmp_path / "cli")
+    with pytest.raises(ValueError, match="builds it as an encoder"):
+        mobius.build(str(FIXTURES / "bert"), task="text-generation", load_weights=False)
