@@ -521,3 +521,67 @@ fn is_weight_data(src: &TensorSource) -> bool {
         | TensorSource::Reshape { source, .. } => is_weight_data(source),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn llama_options(cancel: Option<Cancel>) -> BuildOptions {
+        BuildOptions {
+            source: ModelSource::LocalDir(
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/llama"),
+            ),
+            dtype: None,
+            load_weights: true,
+            hub: HubSettings::from_env(),
+            execution_provider: crate::get_ep("cpu").unwrap(),
+            limits: Limits::default(),
+            verify_rewrites: false,
+            quant: None,
+            accuracy_level: None,
+            assume_llama: false,
+            prune_lm_head: false,
+            static_cache: None,
+            fp8_kv_cache: None,
+            trace: false,
+            cancel,
+        }
+    }
+
+    #[test]
+    fn a_cancelled_build_or_save_stops_and_writes_nothing() {
+        let cancel = Cancel::new();
+        cancel.cancel();
+        let stopped = build(&llama_options(Some(cancel.clone())));
+        assert!(matches!(stopped, Err(crate::Error::Interrupted)));
+        let package = build(&llama_options(None)).unwrap();
+        let t = tempfile::tempdir().unwrap();
+        let out = t.path().join("out");
+        let save = |cancel| SaveOptions {
+            out: out.clone(),
+            overwrite: false,
+            progress: false,
+            cancel,
+        };
+        let stopped = package.save(&save(Some(cancel)));
+        assert!(matches!(stopped, Err(crate::Error::Interrupted)));
+        let left: Vec<_> = std::fs::read_dir(t.path()).unwrap().collect();
+        assert!(left.is_empty(), "an interrupted save left {left:?}");
+        package.save(&save(Some(Cancel::new()))).unwrap();
+        assert!(out.join("model.onnx").is_file());
+    }
+
+    #[test]
+    fn features_are_checked_together() {
+        let parsed = Features::parse(&["prune-lm-head", "static-cache"], Some(8), None).unwrap();
+        assert!(parsed.prune_lm_head && parsed.static_cache == Some(8));
+        let err = |names: &[&str], n| Features::parse(names, n, None).unwrap_err().to_string();
+        assert!(
+            err(&["warp"], None).contains("unknown feature `warp`; expected one of prune-lm-head")
+        );
+        assert!(err(&["static-cache"], None).contains("needs --max-seq-len"));
+        assert!(err(&[], Some(4)).contains("add --features static-cache"));
+        let scales = Features::parse(&[], None, Some(Path::new("s.json"))).unwrap_err();
+        assert!(scales.to_string().contains("add --features fp8-kv-cache"));
+    }
+}

@@ -97,14 +97,14 @@ def write_safetensors(path: Path, tensors: dict[str, tuple[str, list[int]]]) -> 
 
 @pytest.fixture(scope="session")
 def big_checkpoint(tmp_path_factory) -> Path:
-    """A llama checkpoint of ~200 MB (zero weights): long enough to save that a save can be
+    """A llama checkpoint of ~130 MB (zero weights): long enough to save that a save can be
     interrupted, or watched from another thread, while it runs."""
     import json
 
     folder = tmp_path_factory.mktemp("big") / "llama-big"
     folder.mkdir()
     config = json.loads((FIXTURES / "llama" / "config.json").read_text())
-    hidden, inter, layers, vocab, heads, kv = 512, 2048, 8, 32000, 8, 4
+    hidden, inter, layers, vocab, heads, kv = 512, 2048, 4, 16000, 8, 4
     head_dim = hidden // heads
     config.update(
         hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers, vocab_size=vocab,

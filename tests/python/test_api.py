@@ -241,7 +241,7 @@ def test_save_releases_the_gil(big_checkpoint, tmp_path):
         ticks += 1
         time.sleep(0.001)
     took = time.perf_counter() - start
-    assert (tmp_path / "out" / "model.onnx.data").stat().st_size > 100_000_000
+    assert (tmp_path / "out" / "model.onnx.data").stat().st_size > 50_000_000
     # Held GIL: this thread would not run at all until the save returned.
     assert ticks >= 0.5 * took / 0.0011, (ticks, took)
 
@@ -257,12 +257,17 @@ def interrupt_once_staged():
         time.sleep(0.0005)
     os.kill(os.getpid(), signal.SIGINT)
 threading.Thread(target=interrupt_once_staged, daemon=True).start()
+start = time.perf_counter()
 try:
     pkg.save(out)
     print("saved")
 except KeyboardInterrupt:
     print("interrupted")
+stopped = time.perf_counter() - start
 print(sorted(os.listdir(parent)))
+start = time.perf_counter()
+pkg.save(out)
+print(stopped, time.perf_counter() - start)
 """
 
 
@@ -272,7 +277,11 @@ def test_ctrl_c_stops_a_save_and_leaves_nothing(big_checkpoint, tmp_path):
         [sys.executable, "-c", INTERRUPT, str(big_checkpoint), str(out)], capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == ["interrupted", "[]"], done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[:2] == ["interrupted", "[]"], done.stdout + done.stderr
+    # The writer stops at the next initializer, not at the end of the save.
+    stopped, whole = map(float, lines[2].split())
+    assert stopped < 0.5 * whole, (stopped, whole)
 
 
 # ------------------------------------------------------------------ ort_genai
