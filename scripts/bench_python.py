@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -40,10 +41,23 @@ REPO = os.path.dirname(HERE)
 CONFIG_1B = os.path.join(REPO, "tests", "data", "configs", "llama-3.2-1b")
 
 
-def process_seconds(cmd: list[str]) -> float:
+def process_seconds(cmd: list[str]) -> tuple[float, float]:
+    """Wall and CPU (user + system, all threads) seconds of the process running `cmd`."""
     t0 = time.perf_counter()
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-    return time.perf_counter() - t0
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    if os.waitstatus_to_exitcode(status) != 0:
+        sys.exit(f"error: {' '.join(cmd)} failed")
+    return wall, usage.ru_utime + usage.ru_stime
+
+
+def call_seconds(fn) -> tuple[float, float]:
+    """Wall and CPU (user + system, all threads of this process) seconds of `fn()`."""
+    r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+    fn()
+    wall, r1 = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_SELF)
+    return wall, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
 
 
 def fresh(out: str) -> None:
@@ -56,6 +70,7 @@ def main() -> None:
     ap.add_argument("--work", required=True, help="a folder for the bench checkpoint and outputs")
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--reference-python", help="a Python with mobius-onnx (and torch) installed")
+    ap.add_argument("--only", choices=["graph", "weights"], help="measure one kind of case only")
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
     out = os.path.join(args.work, "out")
@@ -95,7 +110,9 @@ def main() -> None:
         "py.build+save": py_build_save(ckpt, dtype="f16"),
     }
 
-    times: dict[tuple[str, str], list[float]] = {}
+    if args.only:
+        cases = {k: v for k, v in cases.items() if k.startswith(args.only)}
+    times: dict[tuple[str, str], list[tuple[float, float]]] = {}
     for run in range(args.runs + 1):
         for case, commands in cases.items():
             if case.startswith("weights"):
@@ -103,22 +120,18 @@ def main() -> None:
             for name, cmd in commands.items():
                 fresh(out)
                 subprocess.run(["sync"], check=True)
-                if isinstance(cmd, list):
-                    seconds = process_seconds(cmd)
-                else:
-                    t0 = time.perf_counter()
-                    cmd()
-                    seconds = time.perf_counter() - t0
+                seconds = process_seconds(cmd) if isinstance(cmd, list) else call_seconds(cmd)
                 if run > 0:
                     times.setdefault((case, name), []).append(seconds)
     print(f"mobius {mobius.__version__} ({mobius.__file__}), CLI {args.bin}, {args.runs} runs, medians")
     for case, commands in cases.items():
-        med = {name: statistics.median(times[(case, name)]) for name in commands}
-        line = ", ".join(f"{name} {med[name] * 1e3:.1f} ms" for name in commands)
-        first_py = next(n for n in commands if n != "cli")
-        print(f"{case}: {line}; {first_py} / cli = {med[first_py] / med['cli']:.2f}, "
-              f"py.build+save / cli = {med['py.build+save'] / med['cli']:.2f}")
-    if args.reference_python:
+        for i, kind in ((0, "wall"), (1, "CPU")):
+            med = {name: statistics.median(t[i] for t in times[(case, name)]) for name in commands}
+            line = ", ".join(f"{name} {med[name] * 1e3:.1f} ms" for name in commands)
+            first_py = next(n for n in commands if n != "cli")
+            print(f"{case} ({kind}): {line}; {first_py} / cli = {med[first_py] / med['cli']:.2f}, "
+                  f"py.build+save / cli = {med['py.build+save'] / med['cli']:.2f}")
+    if args.reference_python and args.only != "weights":
         reference(args)
     else:
         print("mobius-onnx: not measured (needs --reference-python: a Python with mobius-onnx and torch)")
