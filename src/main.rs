@@ -7,7 +7,9 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use mobius::cost_file::{cost_file, CostOptions};
-use mobius::ep::{ep_json, ep_registry, ep_table, get_ep, register_ep_file, EpCapabilities};
+use mobius::ep::{
+    ep_json, ep_registry, ep_table, get_ep, register_ep_file, target_ep, EpCapabilities,
+};
 use mobius::ir::DType;
 use mobius::ir::QuantParams;
 use mobius::limits::InterpLimits;
@@ -255,19 +257,7 @@ struct EpArgs {
 impl EpArgs {
     /// The target EP's capabilities; fails before any model is read.
     fn resolve(&self) -> mobius::Result<EpCapabilities> {
-        let from_file = match &self.ep_file {
-            Some(path) => {
-                let caps = register_ep_file(path)?;
-                Some(caps.name)
-            }
-            None => None,
-        };
-        let name = self
-            .ep
-            .clone()
-            .or(from_file)
-            .unwrap_or_else(|| "default".to_string());
-        get_ep(&name)
+        target_ep(self.ep.as_deref(), self.ep_file.as_deref())
     }
 }
 

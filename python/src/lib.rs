@@ -19,7 +19,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use mobius::cost_file::{cost_file, CostOptions};
-use mobius::ep::{ep_json, ep_registry, get_ep, register_ep, register_ep_file, EpCapabilities};
+use mobius::ep::{
+    ep_json, ep_registry, get_ep, register_ep, register_ep_file, target_ep, EpCapabilities,
+};
 use mobius::ir::{DType, QuantParams};
 use mobius::limits::InterpLimits;
 use mobius::opt::Limits;
@@ -562,20 +564,13 @@ fn build(
     let names: Vec<&str> = features.iter().map(String::as_str).collect();
     let features =
         Features::parse(&names, max_seq_len, kv_cache_scale_file.as_deref()).map_err(py_error)?;
-    let from_file = ep_file
-        .map(|path| register_ep_file(&path).map(|c| c.name))
-        .transpose()
-        .map_err(py_error)?;
-    let ep_name = execution_provider
-        .map(str::to_string)
-        .or(from_file)
-        .unwrap_or_else(|| "default".into());
+    let execution_provider = target_ep(execution_provider, ep_file.as_deref()).map_err(py_error)?;
     let opts = BuildOptions {
         source: source_for(model_id, revision),
         dtype: model_dtype(dtype)?,
         load_weights,
         hub: HubSettings::from_env(),
-        execution_provider: get_ep(&ep_name).map_err(py_error)?,
+        execution_provider,
         limits: Limits::default(),
         verify_rewrites,
         quant: quant_request(
