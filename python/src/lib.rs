@@ -211,26 +211,36 @@ fn run<T: Send>(
                 outcome
             })
             .map_err(|e| PyRuntimeError::new_err(format!("cannot start a thread: {e}")))?;
-        let mut signal: Option<PyErr> = None;
+        // The first exception raised while waiting (a signal's, or one from a logging
+        // handler, KeyboardInterrupt included): it cancels the work and is raised once the
+        // worker has stopped.
+        let mut raised: Option<PyErr> = None;
+        let mut stop = |e: PyErr| {
+            if raised.is_none() {
+                cancel.cancel();
+                raised = Some(e);
+            }
+        };
         loop {
             let done = py.detach(|| {
                 let rx = rx.lock().unwrap_or_else(PoisonError::into_inner);
                 !matches!(rx.recv_timeout(POLL), Err(RecvTimeoutError::Timeout))
             });
-            forward_logs(py)?;
+            if let Err(e) = forward_logs(py) {
+                stop(e);
+            }
             if done {
                 break;
             }
-            if signal.is_none() {
-                if let Err(e) = py.check_signals() {
-                    cancel.cancel();
-                    signal = Some(e);
-                }
+            if let Err(e) = py.check_signals() {
+                stop(e);
             }
         }
         let outcome = worker.join().unwrap_or_else(Err);
-        forward_logs(py)?;
-        if let Some(e) = signal {
+        if let Err(e) = forward_logs(py) {
+            stop(e);
+        }
+        if let Some(e) = raised {
             return Err(e);
         }
         match outcome {
