@@ -205,7 +205,7 @@ def build(
         assume_llama=assume_llama,
         verify_rewrites=verify_rewrites,
     )
-    pkg = ModelPackage(native, source=model_id)
+    pkg = ModelPackage(native)
     role = pkg.config.role
     if task is not None and _TASK_ROLES[task] != role:
         article = "an" if role[0] in "aeiou" else "a"

@@ -177,8 +177,6 @@ class EpCapabilities:
         fields["provider_options"] = dict(self.provider_options)
         fields["cost"] = dict(self.cost or {})
         fields["cost_ops"] = {op: dict(c) for op, c in self.cost_ops.items()}
-        if self.max_buffer_size is not None and self.max_buffer_size < 0:
-            raise ValueError(f"EpCapabilities({self.name!r}).max_buffer_size must be positive")
         try:
             return json.dumps(fields, allow_nan=False)
         except (TypeError, ValueError) as e:

@@ -31,9 +31,8 @@ class ModelPackage(Mapping[str, ir.Model]):
         dtype: The model dtype (``"f32"``, ``"f16"`` or ``"bf16"``).
     """
 
-    def __init__(self, native: Any, source: str | None = None) -> None:
+    def __init__(self, native: Any) -> None:
         self._native = native
-        self._source = source
         info = native.info()
         self.execution_provider: str = info.pop("execution_provider")
         self.dtype: str = info.pop("dtype")

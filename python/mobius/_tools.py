@@ -84,7 +84,7 @@ def optimize(
         quant=quant,
         quant_block_size=quant_block_size,
         quant_asymmetric=bool(quant_asymmetric),
-        quant_exclude=list(quant_exclude),
+        quant_exclude=[quant_exclude] if isinstance(quant_exclude, str) else list(quant_exclude),
         quant_embeddings=bool(quant_embeddings),
         accuracy_level=accuracy_level,
         trace=bool(trace_optimization),

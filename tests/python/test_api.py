@@ -353,3 +353,15 @@ def test_task_names_the_role_the_model_has(tmp_path):
     assert_same_files(tmp_path / "py", tmp_path / "cli")
     with pytest.raises(ValueError, match="builds it as an encoder"):
         mobius.build(str(FIXTURES / "bert"), task="text-generation", load_weights=False)
+
+
+def test_builtin_eps_equal_the_reference_packages():
+    """tests/python/data/reference_eps.json: every built-in EP of mobius-onnx 0.1.0, its fields
+    (dtype sets as sorted names), dumped from that package with torch installed."""
+    reference = json.loads((Path(__file__).parent / "data" / "reference_eps.json").read_text())
+    builtins = [e["name"] for e in json.loads(run_cli("list", "eps", "--json").stdout)]
+    assert sorted(builtins) == sorted(reference)
+    for name, fields in reference.items():
+        caps = mobius.get_ep(name)
+        ours = {f: (sorted(str(d) for d in getattr(caps, f)) if f.endswith("dtypes") else getattr(caps, f)) for f in fields}
+        assert ours == fields, name
