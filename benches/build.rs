@@ -117,6 +117,7 @@ fn bench_full_build(c: &mut Criterion, runs: usize) -> Duration {
         fp8_kv_cache: None,
         static_cache: None,
         trace: false,
+        cancel: None,
     };
     let build_and_save = |out: PathBuf| {
         let package = mobius::build(&opts).expect("build succeeds");
@@ -124,6 +125,7 @@ fn bench_full_build(c: &mut Criterion, runs: usize) -> Duration {
             out,
             overwrite: false,
             progress: false,
+            cancel: None,
         };
         package.save(&save).expect("save succeeds");
     };

@@ -32,6 +32,7 @@ fn main() -> mobius::Result<()> {
         fp8_kv_cache: None,
         static_cache: None,
         trace: true,
+        cancel: None,
     };
     let package = build(&options)?;
     print!("{}", package.optimization);
@@ -39,6 +40,7 @@ fn main() -> mobius::Result<()> {
         out: out.clone(),
         overwrite: true,
         progress: false,
+        cancel: None,
     })?;
     println!(
         "saved {} ({} bytes of weights)",

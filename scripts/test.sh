@@ -4,6 +4,7 @@
 #      fuzz targets too, a workspace of their own in fuzz/)
 #   2. Rust unit + integration tests (cargo test)
 #   3. onnxruntime / onnxruntime-genai parity suite (tests/ort, venv with pinned wheels)
+#   3b. the `mobius` Python package: one wheel built and installed, tests/python against it
 #   4. fuzz smoke run of every cargo-fuzz target (scripts/fuzz_smoke.sh)
 # Any failure stops the run with a non-zero exit code.
 set -euo pipefail
@@ -14,8 +15,8 @@ step() { printf '\n==> %s\n' "$*"; }
 step "cargo fmt --check"
 cargo fmt --all -- --check
 
-step "cargo clippy --all-targets -- -D warnings"
-cargo clippy --all-targets --locked -- -D warnings
+step "cargo clippy --workspace --all-targets -- -D warnings"
+cargo clippy --workspace --all-targets --locked -- -D warnings
 
 step "fuzz targets: cargo fmt --check, cargo clippy -D warnings (fuzz/, its own workspace)"
 cargo fmt --manifest-path fuzz/Cargo.toml --all -- --check
@@ -29,6 +30,9 @@ cargo test --locked
 step "onnxruntime parity suite (tests/ort)"
 cargo build --locked --bin mobius
 MOBIUS_BIN=target/debug/mobius scripts/ort_tests.sh
+
+step "Python package (tests/python)"
+MOBIUS_BIN=target/debug/mobius scripts/python_tests.sh
 
 step "fuzz smoke run"
 scripts/fuzz_smoke.sh

@@ -3,11 +3,12 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::cancel::{self, Cancel};
 use crate::config::{ArchConfig, CheckpointQuant};
 use crate::ep::EpCapabilities;
 use crate::ir::{DType, Graph, Model, TensorSource};
 use crate::models::assume_llama::{check_tensors, ASSUMED_LLAMA};
-use crate::models::fp8_kv_cache::{fp8_kv_cache, Fp8KvCacheRequest};
+use crate::models::fp8_kv_cache::{fp8_kv_cache, Fp8KvCacheRequest, KvCacheScales};
 use crate::models::prune_lm_head::prune_lm_head;
 use crate::models::static_cache::static_cache;
 use crate::models::{build_model, checkpoint_renaming, load_config_with, Unregistered};
@@ -62,6 +63,77 @@ pub struct BuildOptions {
     /// Measure what each rule group changed, for printing the report (`--trace`; see
     /// [`OptimizeOptions::trace`]).
     pub trace: bool,
+    /// Stops the build between its stages once set ([`crate::Error::Interrupted`]).
+    pub cancel: Option<Cancel>,
+}
+
+/// The build features (`--features`, `--max-seq-len`, `--kv-cache-scale-file`), checked
+/// together: what [`BuildOptions`] takes from them. The CLI and the Python package both read
+/// their requests through [`Features::parse`].
+#[derive(Debug, Clone, Default)]
+pub struct Features {
+    /// `prune-lm-head`: see [`BuildOptions::prune_lm_head`].
+    pub prune_lm_head: bool,
+    /// `static-cache` with its slots: see [`BuildOptions::static_cache`].
+    pub static_cache: Option<usize>,
+    /// `fp8-kv-cache` with its scales: see [`BuildOptions::fp8_kv_cache`].
+    pub fp8_kv_cache: Option<Fp8KvCacheRequest>,
+}
+
+/// The feature names [`Features::parse`] accepts.
+pub const FEATURE_NAMES: [&str; 3] = ["prune-lm-head", "static-cache", "fp8-kv-cache"];
+
+impl Features {
+    /// Checks a feature request: `names` from [`FEATURE_NAMES`]; `max_seq_len` (the static
+    /// cache's slots) exactly with `static-cache`; `kv_cache_scale_file` (read and checked
+    /// here, before anything is built) only with `fp8-kv-cache`. Fails with
+    /// [`crate::Error::Usage`] naming the flag.
+    pub fn parse(
+        names: &[&str],
+        max_seq_len: Option<u64>,
+        kv_cache_scale_file: Option<&Path>,
+    ) -> Result<Features> {
+        if let Some(unknown) = names.iter().find(|n| !FEATURE_NAMES.contains(n)) {
+            return Err(crate::Error::Usage(format!(
+                "unknown feature `{unknown}`; expected one of {}",
+                FEATURE_NAMES.join(", ")
+            )));
+        }
+        let wants = |name: &str| names.contains(&name);
+        let static_cache =
+            match (wants("static-cache"), max_seq_len) {
+                (true, Some(n)) => Some(usize::try_from(n).map_err(|_| {
+                    crate::Error::Usage(format!("--max-seq-len {n} does not fit this platform"))
+                })?),
+                (true, None) => {
+                    return Err(crate::Error::Usage(
+                        "--features static-cache needs --max-seq-len N (the cache slots)".into(),
+                    ))
+                }
+                (false, Some(_)) => return Err(crate::Error::Usage(
+                    "--max-seq-len sets the slots of a static cache: add --features static-cache"
+                        .into(),
+                )),
+                (false, None) => None,
+            };
+        let fp8_kv_cache =
+            match (wants("fp8-kv-cache"), kv_cache_scale_file) {
+                (false, Some(_)) => return Err(crate::Error::Usage(
+                    "--kv-cache-scale-file sets the scales of a float8 KV cache: add --features \
+                     fp8-kv-cache"
+                        .into(),
+                )),
+                (false, None) => None,
+                (true, file) => Some(Fp8KvCacheRequest {
+                    scales: file.map(KvCacheScales::read).transpose()?,
+                }),
+            };
+        Ok(Features {
+            prune_lm_head: wants("prune-lm-head"),
+            static_cache,
+            fp8_kv_cache,
+        })
+    }
 }
 
 /// A built model, ready to be saved.
@@ -92,13 +164,18 @@ pub struct SaveOptions {
     pub overwrite: bool,
     /// Show a progress bar on stderr (it hides itself when stderr is not a terminal).
     pub progress: bool,
+    /// Stops the save before the next initializer once set ([`crate::Error::Interrupted`]);
+    /// nothing is left in the output folder.
+    pub cancel: Option<Cancel>,
 }
 
 /// Resolves the checkpoint, builds the portable graph and optimizes it for the EP. Weights
 /// are located and checked (names, shapes, dtypes) but not read until [`ModelPackage::save`].
 pub fn build(opts: &BuildOptions) -> Result<ModelPackage> {
     let dtype = opts.execution_provider.model_dtype(opts.dtype)?;
+    let cancel = opts.cancel.as_ref();
     let files = resolve(&opts.source, &opts.hub, opts.load_weights)?;
+    cancel::check(cancel)?;
     tracing::info!("model files from {}", files.origin);
     let unregistered = match opts.assume_llama {
         true => Unregistered::AssumeLlama,
@@ -115,6 +192,7 @@ pub fn build(opts: &BuildOptions) -> Result<ModelPackage> {
         config.fill_tokens_from_generation_config(path)?;
     }
     let mut portable = build_model(&config, dtype)?;
+    cancel::check(cancel)?;
     if opts.prune_lm_head {
         prune_lm_head(&mut portable.graph)?;
     }
@@ -185,7 +263,9 @@ pub fn build(opts: &BuildOptions) -> Result<ModelPackage> {
         },
         trace: opts.trace,
     };
+    cancel::check(cancel)?;
     let (mut model, optimization) = optimize(&portable, &opts.execution_provider, &options)?;
+    cancel::check(cancel)?;
     if opts.static_cache.is_some() && options.role == crate::Role::Decoder {
         static_cache_notice(&opts.execution_provider, dtype);
     }
@@ -222,6 +302,9 @@ impl ModelPackage {
         let staged = StagedOutput::create(&opts.out)?;
         let progress = progress_bar(opts.progress);
         let mut evaluator = Evaluator::new(self.store.as_ref());
+        if let Some(flag) = &opts.cancel {
+            evaluator.cancel_on(flag.clone());
+        }
         let report = write_package(
             &self.model,
             &self.config,
@@ -232,8 +315,59 @@ impl ModelPackage {
             &progress,
         )?;
         progress.finish_and_clear();
+        cancel::check(opts.cancel.as_ref())?;
         staged.commit()?;
         Ok(report)
+    }
+
+    /// The `ModelProto` that [`ModelPackage::save`] writes as model.onnx, encoded: the
+    /// initializers placed in model.onnx.data as save places them (their data is not read),
+    /// small inline constants evaluated. Nothing is written.
+    pub fn model_bytes(&self) -> Result<Vec<u8>> {
+        let (placements, _) = crate::onnx::export::plan_layout(&self.model.graph);
+        let mut evaluator = Evaluator::new(self.store.as_ref());
+        Ok(crate::onnx::export::encode_model(&self.model, &placements, &mut evaluator)?.to_vec())
+    }
+
+    /// Writes genai_config.json for `ep` into the existing folder `dir` (replacing one there),
+    /// as [`ModelPackage::save`] writes it for the package's own EP, and copies the tokenizer
+    /// files of `tokenizer_source` (resolved without weights; `None`: none are copied).
+    /// Returns each file written with its key: `genai_config` for genai_config.json, the file
+    /// name for a tokenizer file. A model onnxruntime-genai does not run (no genai model type,
+    /// or a static cache) gets no genai_config.json.
+    pub fn write_genai_files(
+        &self,
+        dir: &Path,
+        ep: &EpCapabilities,
+        tokenizer_source: Option<(&ModelSource, &HubSettings)>,
+    ) -> Result<Vec<(String, PathBuf)>> {
+        let mut written = Vec::new();
+        let static_cache = crate::models::static_cache::is_static_cache(&self.model.graph);
+        if let Some(genai_type) = self.config.model_type.genai_type.filter(|_| !static_cache) {
+            let genai = crate::package::genai_config::genai_config(
+                &self.config,
+                genai_type,
+                ep,
+                &self.model.graph,
+                crate::onnx::export::MODEL_FILE,
+            );
+            let path = dir.join(crate::package::GENAI_CONFIG_FILE);
+            std::fs::write(&path, crate::package::genai_config::to_pretty_json(&genai))
+                .map_err(|e| crate::Error::io(&path, e))?;
+            written.push(("genai_config".to_string(), path));
+        }
+        if let Some((source, hub)) = tokenizer_source {
+            let files = resolve(source, hub, false)?;
+            for file in &files.tokenizer_files {
+                let Some(name) = file.file_name() else {
+                    continue;
+                };
+                let dest = dir.join(name);
+                crate::package::copy_aux_file(file, &dest)?;
+                written.push((name.to_string_lossy().into_owned(), dest));
+            }
+        }
+        Ok(written)
     }
 
     /// The output folder's check, for callers that want to fail before building.
@@ -386,5 +520,69 @@ fn is_weight_data(src: &TensorSource) -> bool {
         | TensorSource::FromNBits { source, .. }
         | TensorSource::MoeExperts { source, .. }
         | TensorSource::Reshape { source, .. } => is_weight_data(source),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn llama_options(cancel: Option<Cancel>) -> BuildOptions {
+        BuildOptions {
+            source: ModelSource::LocalDir(
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/llama"),
+            ),
+            dtype: None,
+            load_weights: true,
+            hub: HubSettings::from_env(),
+            execution_provider: crate::get_ep("cpu").unwrap(),
+            limits: Limits::default(),
+            verify_rewrites: false,
+            quant: None,
+            accuracy_level: None,
+            assume_llama: false,
+            prune_lm_head: false,
+            static_cache: None,
+            fp8_kv_cache: None,
+            trace: false,
+            cancel,
+        }
+    }
+
+    #[test]
+    fn a_cancelled_build_or_save_stops_and_writes_nothing() {
+        let cancel = Cancel::new();
+        cancel.cancel();
+        let stopped = build(&llama_options(Some(cancel.clone())));
+        assert!(matches!(stopped, Err(crate::Error::Interrupted)));
+        let package = build(&llama_options(None)).unwrap();
+        let t = tempfile::tempdir().unwrap();
+        let out = t.path().join("out");
+        let save = |cancel| SaveOptions {
+            out: out.clone(),
+            overwrite: false,
+            progress: false,
+            cancel,
+        };
+        let stopped = package.save(&save(Some(cancel)));
+        assert!(matches!(stopped, Err(crate::Error::Interrupted)));
+        let left: Vec<_> = std::fs::read_dir(t.path()).unwrap().collect();
+        assert!(left.is_empty(), "an interrupted save left {left:?}");
+        package.save(&save(Some(Cancel::new()))).unwrap();
+        assert!(out.join("model.onnx").is_file());
+    }
+
+    #[test]
+    fn features_are_checked_together() {
+        let parsed = Features::parse(&["prune-lm-head", "static-cache"], Some(8), None).unwrap();
+        assert!(parsed.prune_lm_head && parsed.static_cache == Some(8));
+        let err = |names: &[&str], n| Features::parse(names, n, None).unwrap_err().to_string();
+        assert!(
+            err(&["warp"], None).contains("unknown feature `warp`; expected one of prune-lm-head")
+        );
+        assert!(err(&["static-cache"], None).contains("needs --max-seq-len"));
+        assert!(err(&[], Some(4)).contains("add --features static-cache"));
+        let scales = Features::parse(&[], None, Some(Path::new("s.json"))).unwrap_err();
+        assert!(scales.to_string().contains("add --features fp8-kv-cache"));
     }
 }

@@ -194,6 +194,9 @@ pub enum Error {
     /// The command line asks for something that cannot be done (exit code 2).
     #[error("{0}")]
     Usage(String),
+    /// A [`crate::cancel::Cancel`] flag stopped the work; nothing was written.
+    #[error("interrupted")]
+    Interrupted,
 }
 
 /// The result type of the mobius library.

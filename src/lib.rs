@@ -11,6 +11,7 @@
 //! [`quant`] is the block quantization kernel (int4/int8 weights, bit-identical to onnxruntime's).
 
 pub mod build;
+pub mod cancel;
 pub mod config;
 pub mod cost_file;
 pub mod ep;
@@ -31,7 +32,8 @@ pub mod source;
 pub mod verify;
 pub mod weights;
 
-pub use build::{build, BuildOptions, ModelPackage, SaveOptions};
+pub use build::{build, BuildOptions, Features, ModelPackage, SaveOptions};
+pub use cancel::Cancel;
 pub use ep::{ep_registry, get_ep, register_ep, EpCapabilities};
 pub use error::{Error, Result};
 pub use opt::{optimize, OptimizeOptions};

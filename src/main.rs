@@ -7,11 +7,12 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use mobius::cost_file::{cost_file, CostOptions};
-use mobius::ep::{ep_json, ep_registry, ep_table, get_ep, register_ep_file, EpCapabilities};
+use mobius::ep::{
+    ep_json, ep_registry, ep_table, get_ep, register_ep_file, target_ep, EpCapabilities,
+};
 use mobius::ir::DType;
 use mobius::ir::QuantParams;
 use mobius::limits::InterpLimits;
-use mobius::models::fp8_kv_cache::{Fp8KvCacheRequest, KvCacheScales};
 use mobius::models::registry;
 use mobius::opt::Limits;
 use mobius::optimize_file::{optimize_file, OptimizeFileOptions};
@@ -19,7 +20,7 @@ use mobius::quant::pass::QuantRequest;
 use mobius::run_file::{parse_input_spec, run_file, RunOptions};
 use mobius::source::{HubSettings, ModelSource};
 use mobius::verify::{check_tolerance, verify, VerifyOptions};
-use mobius::{build, BuildOptions, ModelPackage, SaveOptions};
+use mobius::{build, BuildOptions, Features, ModelPackage, SaveOptions};
 use tracing_subscriber::EnvFilter;
 
 /// mimalloc instead of the system allocator: the optimizer makes and frees millions of small
@@ -289,19 +290,7 @@ struct EpArgs {
 impl EpArgs {
     /// The target EP's capabilities; fails before any model is read.
     fn resolve(&self) -> mobius::Result<EpCapabilities> {
-        let from_file = match &self.ep_file {
-            Some(path) => {
-                let caps = register_ep_file(path)?;
-                Some(caps.name)
-            }
-            None => None,
-        };
-        let name = self
-            .ep
-            .clone()
-            .or(from_file)
-            .unwrap_or_else(|| "default".to_string());
-        get_ep(&name)
+        target_ep(self.ep.as_deref(), self.ep_file.as_deref())
     }
 }
 
@@ -517,44 +506,26 @@ fn init_logging(verbose: u8, quiet: bool) {
         .init();
 }
 
-/// The static cache's slot count: `--max-seq-len`, which `--features static-cache` requires
-/// and which means nothing without it.
-fn static_cache_slots(args: &BuildArgs) -> mobius::Result<Option<usize>> {
-    let wanted = args.features.contains(&FeatureArg::StaticCache);
-    match (wanted, args.max_seq_len) {
-        (true, Some(n)) => usize::try_from(n).map(Some).map_err(|_| {
-            mobius::Error::Usage(format!("--max-seq-len {n} does not fit this platform"))
-        }),
-        (true, None) => Err(mobius::Error::Usage(
-            "--features static-cache needs --max-seq-len N (the cache slots)".into(),
-        )),
-        (false, Some(_)) => Err(mobius::Error::Usage(
-            "--max-seq-len sets the slots of a static cache: add --features static-cache".into(),
-        )),
-        (false, None) => Ok(None),
-    }
-}
-
-/// The float8 cache request: `--kv-cache-scale-file` needs `--features fp8-kv-cache` (usage
-/// error otherwise); the file is read and checked before anything is built.
-fn fp8_kv_cache_request(args: &BuildArgs) -> mobius::Result<Option<Fp8KvCacheRequest>> {
-    let wanted = args.features.contains(&FeatureArg::Fp8KvCache);
-    match (wanted, &args.kv_cache_scale_file) {
-        (false, Some(_)) => Err(mobius::Error::Usage(
-            "--kv-cache-scale-file sets the scales of a float8 KV cache: add --features \
-             fp8-kv-cache"
-                .into(),
-        )),
-        (false, None) => Ok(None),
-        (true, file) => Ok(Some(Fp8KvCacheRequest {
-            scales: file.as_deref().map(KvCacheScales::read).transpose()?,
-        })),
-    }
+/// The checked feature request of `build` ([`Features::parse`], shared with the Python package).
+fn build_features(args: &BuildArgs) -> mobius::Result<Features> {
+    let names: Vec<&str> = args
+        .features
+        .iter()
+        .map(|f| match f {
+            FeatureArg::PruneLmHead => "prune-lm-head",
+            FeatureArg::StaticCache => "static-cache",
+            FeatureArg::Fp8KvCache => "fp8-kv-cache",
+        })
+        .collect();
+    Features::parse(
+        &names,
+        args.max_seq_len,
+        args.kv_cache_scale_file.as_deref(),
+    )
 }
 
 fn run_build(args: BuildArgs, quiet: bool) -> mobius::Result<()> {
-    let static_cache = static_cache_slots(&args)?;
-    let fp8_kv_cache = fp8_kv_cache_request(&args)?;
+    let features = build_features(&args)?;
     let ep = args.ep.resolve()?;
     let dtype = ep.model_dtype(args.dtype.map(Into::into))?;
     let source = match (args.model, args.config) {
@@ -585,10 +556,11 @@ fn run_build(args: BuildArgs, quiet: bool) -> mobius::Result<()> {
         quant: args.quant.request(),
         accuracy_level: args.quant.accuracy_level,
         assume_llama: args.assume_llama,
-        prune_lm_head: args.features.contains(&FeatureArg::PruneLmHead),
-        static_cache,
-        fp8_kv_cache,
+        prune_lm_head: features.prune_lm_head,
+        static_cache: features.static_cache,
+        fp8_kv_cache: features.fp8_kv_cache,
         trace: args.ep.trace,
+        cancel: None,
     };
     let package = build(&opts)?;
     release_freed_memory();
@@ -602,6 +574,7 @@ fn run_build(args: BuildArgs, quiet: bool) -> mobius::Result<()> {
         out: args.out.clone(),
         overwrite: args.overwrite,
         progress: !quiet,
+        cancel: None,
     })?;
     tracing::info!(
         "wrote {} ({}, {}, {} nodes, {} initializers, {:.1} MB of weights) in {:.2}s",

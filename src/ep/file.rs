@@ -57,6 +57,16 @@ pub fn load_ep_file(path: &Path) -> Result<EpCapabilities> {
     }
 }
 
+/// The EP a command targets (`--ep NAME`, `--ep-file FILE`; the Python package's
+/// `execution_provider` and `ep_file`): the EP of `ep_file` is registered first
+/// ([`register_ep_file`]) and is the target unless `name` names another; `default` without
+/// either. Fails before any model is read.
+pub fn target_ep(name: Option<&str>, ep_file: Option<&Path>) -> Result<EpCapabilities> {
+    let from_file = ep_file.map(register_ep_file).transpose()?.map(|c| c.name);
+    let name = name.map(str::to_string).or(from_file);
+    get_ep(name.as_deref().unwrap_or("default"))
+}
+
 /// Loads the EP file at `path` ([`load_ep_file`]) and registers its EP; returns it.
 ///
 /// A `name` already registered fails with [`Error::EpFile`] pointing at the `name` key and

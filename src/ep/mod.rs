@@ -21,7 +21,7 @@ mod validation;
 pub use builtins::builtin_eps;
 pub use capabilities::EpCapabilities;
 pub use cost_params::{CostParams, OpCostCorrection};
-pub use file::{load_ep_file, register_ep_file, MAX_EP_FILE_BYTES};
+pub use file::{load_ep_file, register_ep_file, target_ep, MAX_EP_FILE_BYTES};
 pub use genai::{genai_provider_options, genai_search_max_length};
 pub use registry::{ep_registry, get_ep, register_ep};
 pub use table::{ep_json, ep_table};

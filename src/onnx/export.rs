@@ -126,6 +126,7 @@ pub fn save(
                 else {
                     continue;
                 };
+                evaluator.check_cancel()?;
                 sink.skip_to(*offset)?;
                 if init.dtype.is_4bit() {
                     let mut packer = NibblePacker::default();

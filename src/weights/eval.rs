@@ -46,6 +46,9 @@ pub struct Evaluator<'a> {
     /// Once [`Evaluator::unmap_when_read`] is called: the address spans of the mapped input
     /// bytes read since the last [`Evaluator::unmap_read`].
     read: RefCell<Option<Vec<Range<usize>>>>,
+    /// Set by [`Evaluator::cancel_on`]: the writer asks [`Evaluator::check_cancel`] before
+    /// each initializer.
+    cancel: Option<crate::cancel::Cancel>,
 }
 
 impl<'a> Evaluator<'a> {
@@ -57,7 +60,18 @@ impl<'a> Evaluator<'a> {
             last_quantized: None,
             kept_parameters: None,
             read: RefCell::new(None),
+            cancel: None,
         }
+    }
+
+    /// Makes [`Evaluator::check_cancel`] fail once `cancel` is set.
+    pub fn cancel_on(&mut self, cancel: crate::cancel::Cancel) {
+        self.cancel = Some(cancel);
+    }
+
+    /// [`crate::Error::Interrupted`] once the flag of [`Evaluator::cancel_on`] is set.
+    pub fn check_cancel(&self) -> Result<()> {
+        crate::cancel::check(self.cancel.as_ref())
     }
 
     /// From now on, lets go of the pages of the mapped inputs as their bytes are written out

@@ -1,0 +1,1 @@
+"""Integrations of mobius packages with runtimes (onnxruntime-genai)."""
