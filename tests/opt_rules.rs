@@ -18,16 +18,21 @@ fn model(graph: Graph) -> Model {
     }
 }
 
-fn run(graph: Graph, limits: Limits) -> (Graph, mobius::opt::OptimizeReport) {
-    let opts = OptimizeOptions {
+/// Options of an f32 decoder optimization under `limits`, measuring the rule groups when `trace`.
+fn options(limits: Limits, trace: bool) -> OptimizeOptions {
+    OptimizeOptions {
         dtype: DType::F32,
         role: Role::Decoder,
         limits,
         fingerprint_leaves: None,
         accuracy_level: None,
         kv_cache: mobius::opt::KvCache::AsIs,
-        trace: true,
-    };
+        trace,
+    }
+}
+
+fn run(graph: Graph, limits: Limits) -> (Graph, mobius::opt::OptimizeReport) {
+    let opts = options(limits, true);
     let (m, report) = optimize(&model(graph), &get_ep("default").unwrap(), &opts).unwrap();
     (m.graph, report)
 }
@@ -275,15 +280,7 @@ fn onnx_standard_refuses_contrib_ops_it_cannot_expand() {
         vec![],
         vec!["y".into()],
     );
-    let opts = OptimizeOptions {
-        dtype: DType::F32,
-        role: Role::Decoder,
-        limits: Limits::default(),
-        fingerprint_leaves: None,
-        accuracy_level: None,
-        kv_cache: mobius::opt::KvCache::AsIs,
-        trace: false,
-    };
+    let opts = options(Limits::default(), false);
     let graph = b.finish();
     let err = optimize(
         &model(graph.clone()),
@@ -336,15 +333,7 @@ fn skip_norm_fusions_need_a_skip_of_the_inputs_size() {
             vec![("axis", Attr::Int(-1))],
             "norm",
         );
-        let opts = OptimizeOptions {
-            dtype: DType::F32,
-            role: Role::Decoder,
-            limits: Limits::default(),
-            fingerprint_leaves: None,
-            accuracy_level: None,
-            kv_cache: mobius::opt::KvCache::AsIs,
-            trace: false,
-        };
+        let opts = options(Limits::default(), false);
         let (m, _) = optimize(&model(b.finish()), &get_ep("cpu").unwrap(), &opts).unwrap();
         let fusions = m
             .graph
