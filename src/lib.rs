@@ -24,6 +24,7 @@ pub mod onnx;
 pub mod opt;
 pub mod optimize_file;
 pub mod package;
+pub mod passes;
 pub mod paths;
 pub mod quant;
 pub mod role;
@@ -31,6 +32,9 @@ pub mod run_file;
 pub mod source;
 pub mod verify;
 pub mod weights;
+
+#[cfg(test)]
+mod acyclic;
 
 pub use build::{build, BuildOptions, Features, ModelPackage, SaveOptions};
 pub use cancel::Cancel;

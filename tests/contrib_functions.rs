@@ -11,6 +11,7 @@ use std::path::Path;
 use common::compare::{assert_tensors_close, Tol};
 use common::{fixture, mobius};
 use egg::ENodeOrVar;
+use mobius::interp::Rng;
 use mobius::interp::{run_graph, Tensor};
 use mobius::ir::{Attr, DType, Dim, Graph, GraphBuilder, Model, Shape};
 use mobius::onnx::contrib_functions::{
@@ -22,7 +23,6 @@ use mobius::onnx::import::decode;
 use mobius::onnx::proto::{FunctionProto, ModelProto};
 use mobius::opt::lang::Onnx;
 use mobius::opt::rules::{all_rules, Stage};
-use mobius::verify::Rng;
 use mobius::weights::eval::Evaluator;
 use prost::Message;
 

@@ -9,11 +9,12 @@ use std::collections::{BTreeMap, HashMap};
 use common::compare::{assert_close, assert_tensors_close, atol};
 use common::*;
 use mobius::ep::{builtin_eps, get_ep};
+use mobius::interp::inputs::random_inputs;
+use mobius::interp::Rng;
 use mobius::interp::{run_graph, Tensor};
 use mobius::ir::DType;
 use mobius::models::build_model;
 use mobius::opt::{optimize, Role};
-use mobius::verify::{random_inputs, Rng};
 use mobius::weights::eval::Evaluator;
 
 #[test]

@@ -9,10 +9,10 @@ use common::compare::{assert_tensors_close, atol};
 use std::collections::{BTreeMap, HashMap};
 
 use mobius::ep::get_ep;
+use mobius::interp::Rng;
 use mobius::interp::{run_graph, Tensor};
 use mobius::ir::{Attr, DType, Dim, Graph, GraphBuilder, Model, Node, Shape};
 use mobius::opt::{optimize, Limits, OptimizeOptions, Role};
-use mobius::verify::Rng;
 use mobius::weights::eval::Evaluator;
 
 #[path = "common/rope_spellings.rs"]

@@ -16,13 +16,13 @@ use std::sync::Arc;
 use common::compare::{atol, compare};
 use egg::Symbol;
 use mobius::ep::get_ep;
+use mobius::interp::Rng;
 use mobius::interp::{run_graph, Tensor};
 use mobius::ir::{Attr, DType, Graph, GraphBuilder, Model, Shape};
 use mobius::opt::fingerprint::LeafValues;
 use mobius::opt::gate::GateAtom;
 use mobius::opt::rules::{all_rules, parse_rules, RuleSpec};
 use mobius::opt::{optimize_with_rules, KvCache, Limits, OptimizeOptions, Role};
-use mobius::verify::Rng;
 use mobius::weights::eval::Evaluator;
 use proptest::prelude::*;
 

@@ -1,4 +1,4 @@
-//! Fuzzes `model.safetensors.index.json` parsing: [`mobius::weights::index::ShardIndex::parse`]
+//! Fuzzes `model.safetensors.index.json` parsing: [`mobius::source::index::ShardIndex::parse`]
 //! must return `Ok` or `Err` for any bytes, never panic.
 
 #![no_main]
@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
-use mobius::weights::index::ShardIndex;
+use mobius::source::index::ShardIndex;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(index) = ShardIndex::parse(data, Path::new("model.safetensors.index.json")) {

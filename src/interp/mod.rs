@@ -4,12 +4,14 @@
 
 pub mod attention;
 pub mod elementwise;
+pub mod inputs;
 pub mod matmul;
 pub mod moe;
 pub mod norm;
 pub mod npy;
 pub mod quant;
 pub mod reduce;
+mod rng;
 pub mod rope;
 pub mod run;
 pub mod shape;
@@ -19,6 +21,7 @@ pub mod topk;
 use crate::ir::{Attr, Attrs, Node};
 use crate::limits::InterpLimits;
 use crate::{Error, Result};
+pub use rng::Rng;
 pub use run::{run_graph, run_graph_with};
 pub use tensor::{Tensor, Values};
 

@@ -322,9 +322,9 @@ pub fn leaf_values(
         ("past_sequence_len".to_string(), 2),
         ("past_seq_len".to_string(), 2),
     ]);
-    let mut rng = crate::verify::Rng::new(0x5eed);
+    let mut rng = crate::interp::Rng::new(0x5eed);
     let mut leaves: HashMap<Symbol, Arc<Tensor>> =
-        crate::verify::random_inputs(graph, &mut dims, &mut rng, false)
+        crate::interp::inputs::random_inputs(graph, &mut dims, &mut rng, false)
             .map_err(for_verify_rewrites)?
             .into_iter()
             .map(|(k, v)| (Symbol::from(k.as_str()), Arc::new(v)))

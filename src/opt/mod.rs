@@ -41,6 +41,3 @@ pub use crate::role::Role;
 pub use gate::KvCache;
 pub use pipeline::{optimize, optimize_with_rules, Limits, OptimizeOptions};
 pub use trace::OptimizeReport;
-
-#[cfg(test)]
-mod acyclic;

@@ -144,6 +144,4 @@ mod tests {
 
 pub mod embeddings;
 pub mod from_nbits;
-pub mod narrow_tables;
 pub mod pass;
-pub mod prequantized;

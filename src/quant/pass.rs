@@ -183,7 +183,7 @@ fn matmul_weight<'g>(
 }
 
 /// A fresh value name from `stem`, recorded in `used`.
-pub(super) fn fresh(used: &mut HashSet<String>, stem: String) -> String {
+pub(crate) fn fresh(used: &mut HashSet<String>, stem: String) -> String {
     let mut name = stem.clone();
     let mut i = 1;
     while used.contains(&name) {

@@ -12,13 +12,13 @@ use hf_hub::api::sync::{Api, ApiBuilder, ApiError};
 use hf_hub::{Cache, Repo, RepoType};
 
 use super::cache::{Cached, RepoCache, Snapshot};
+use super::index::ShardIndex;
 use super::repo_id::{validate_id, validate_revision};
 use super::{
     HubSettings, ModelFiles, WeightFiles, CONFIG_FILE, SHARD_INDEX_FILE, SINGLE_WEIGHTS_FILE,
     TOKENIZER_FILES,
 };
 use crate::paths::check_file_inside;
-use crate::weights::index::ShardIndex;
 use crate::{Error, Result};
 
 /// The revision used when none is given.

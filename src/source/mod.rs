@@ -6,9 +6,11 @@
 
 mod cache;
 mod hub;
+pub mod index;
 mod local;
 mod repo_id;
 mod settings;
+pub mod unique_keys;
 
 use std::path::PathBuf;
 

@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use super::inputs::{canonical_dim, dim_value};
+use crate::interp::inputs::{canonical_dim, dim_value};
 use crate::ir::{Dim, Graph, ValueInfo};
 use crate::{Error, Result};
 

@@ -3,7 +3,6 @@
 
 pub mod convert;
 pub mod eval;
-pub mod index;
 mod matrix;
 mod moe_experts;
 mod nbits_columns;
@@ -12,7 +11,6 @@ mod quantized;
 pub mod sink;
 pub mod store;
 pub mod transpose;
-pub mod unique_keys;
 mod unmap;
 
 pub use quantized::{relayout, relayout_source};

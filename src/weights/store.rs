@@ -12,10 +12,10 @@ use std::path::{Path, PathBuf};
 use memmap2::Mmap;
 use serde::Deserialize;
 
-use super::index::ShardIndex;
-use super::unique_keys::UniqueKeys;
 use crate::ir::DType;
 use crate::paths::check_file_inside;
+use crate::source::index::ShardIndex;
+use crate::source::unique_keys::UniqueKeys;
 use crate::source::WeightFiles;
 use crate::{Error, Result};
 

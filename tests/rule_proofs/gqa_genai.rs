@@ -7,10 +7,10 @@
 
 use std::collections::HashMap;
 
+use mobius::interp::Rng;
 use mobius::interp::{run_graph, Tensor};
 use mobius::ir::{Attr, DType, Graph, GraphBuilder, TensorData};
 use mobius::opt::{optimize_with_rules, KvCache, OptimizeOptions};
-use mobius::verify::Rng;
 use mobius::weights::eval::Evaluator;
 use proptest::prelude::*;
 

@@ -3,9 +3,9 @@
 
 use std::collections::HashMap;
 
+use mobius::interp::Rng;
 use mobius::interp::Tensor;
 use mobius::ir::{Attr, DType, Graph, GraphBuilder};
-use mobius::verify::Rng;
 use proptest::prelude::*;
 
 use super::{dims, prove_on, random_tensor};

@@ -5,13 +5,13 @@
 
 use std::collections::HashMap;
 
+use mobius::interp::Rng;
 use mobius::interp::Tensor;
 use mobius::ir::{
     Attr, DType, Graph, GraphBuilder, Initializer, QuantParams, TensorData, TensorSource,
 };
 use mobius::quant::nbits::{nbits_shapes, nbits_weight, nbits_zero_points};
 use mobius::quant::pass::{quantize_graph, QuantRequest};
-use mobius::verify::Rng;
 use mobius::weights::eval::Evaluator;
 use proptest::prelude::*;
 

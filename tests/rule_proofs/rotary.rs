@@ -5,9 +5,9 @@
 
 use std::collections::HashMap;
 
+use mobius::interp::Rng;
 use mobius::interp::Tensor;
 use mobius::ir::{Attr, DType, Dim, Graph, GraphBuilder, Shape};
-use mobius::verify::Rng;
 use proptest::prelude::*;
 
 use super::rope_spellings::{rope, Rope, Table};

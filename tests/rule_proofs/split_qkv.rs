@@ -4,9 +4,9 @@
 
 use std::collections::HashMap;
 
+use mobius::interp::Rng;
 use mobius::interp::Tensor;
 use mobius::ir::{Attr, DType, Graph, GraphBuilder, Shape};
-use mobius::verify::Rng;
 use proptest::prelude::*;
 
 use super::{dims, model, optimize_with_rules, options, prove_on, random_tensor};

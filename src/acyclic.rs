@@ -1,23 +1,52 @@
-//! A test that the modules of the optimizer import one another without a cycle: each
-//! top-level module of `src/opt/` (a file, or a folder with everything in it) and the modules
-//! of `src/opt/` it names (`crate::opt::m`, or `super::m` with one `super::` per level of
-//! nesting below `opt`) outside comments and test modules form an acyclic graph.
+//! Tests that modules import one another without a cycle, at two levels: the crate's top-level
+//! modules (`src/x.rs` or the folder `src/x/` with everything in it), and the modules of the
+//! optimizer (`src/opt/`). A module names another as `crate::m` (`crate::opt::m` inside the
+//! optimizer) or `super::m` with one `super::` per level of nesting, outside comments and test
+//! modules (inline `#[cfg(test)] mod` blocks, and the files of `#[cfg(test)] mod name;`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-/// The `.rs` files under `dir`, recursively.
+/// The `.rs` files under `dir`, recursively, but those of test modules declared as
+/// `#[cfg(test)] mod name;` (the file `name.rs` or the folder `name/` beside the declaring
+/// module's own files).
 fn sources(dir: &Path) -> Vec<PathBuf> {
-    let mut files = Vec::new();
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            files.extend(sources(&path));
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            files.push(path);
+    fn all(dir: &Path) -> Vec<PathBuf> {
+        let mut files = Vec::new();
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                files.extend(all(&path));
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                files.push(path);
+            }
+        }
+        files
+    }
+    let files = all(dir);
+    let mut tests: Vec<PathBuf> = Vec::new();
+    for path in &files {
+        let text = std::fs::read_to_string(path).unwrap();
+        let lines: Vec<&str> = text.lines().map(str::trim).collect();
+        for pair in lines.windows(2) {
+            let declared = pair[1]
+                .strip_prefix("mod ")
+                .and_then(|rest| rest.strip_suffix(';'));
+            if let (true, Some(name)) = (pair[0] == "#[cfg(test)]", declared) {
+                let stem = path.file_stem().unwrap();
+                let own = match stem == "mod" || stem == "lib" {
+                    true => path.parent().unwrap().to_path_buf(),
+                    false => path.with_extension(""),
+                };
+                tests.push(own.join(format!("{name}.rs")));
+                tests.push(own.join(name));
+            }
         }
     }
     files
+        .into_iter()
+        .filter(|f| !tests.iter().any(|t| f.starts_with(t)))
+        .collect()
 }
 
 /// `text` without comments and test modules (`#[cfg(test)]` on a `mod`).
@@ -86,9 +115,12 @@ fn named_after(code: &str, prefix: &str) -> Vec<String> {
     names
 }
 
-/// Module → the other modules of `src/opt/` it names.
-fn import_graph() -> BTreeMap<String, BTreeSet<String>> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/opt");
+/// Module → the other modules it names, for the modules of `src/{folder}` (`crate::{prefix}m`
+/// names `m`): the crate's with `("", "")`, the optimizer's with `("opt", "opt::")`.
+fn import_graph(folder: &str, prefix: &str) -> BTreeMap<String, BTreeSet<String>> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("src")
+        .join(folder);
     let module = |path: &Path| -> String {
         let rel = path.strip_prefix(&root).unwrap();
         let first = rel
@@ -99,20 +131,21 @@ fn import_graph() -> BTreeMap<String, BTreeSet<String>> {
             .to_string_lossy();
         first.trim_end_matches(".rs").to_string()
     };
+    let own = ["mod.rs", "lib.rs", "main.rs"].map(|f| root.join(f));
     let files: Vec<PathBuf> = sources(&root)
         .into_iter()
-        .filter(|p| p != &root.join("mod.rs"))
+        .filter(|p| !own.contains(p))
         .collect();
     let modules: BTreeSet<String> = files.iter().map(|p| module(p)).collect();
     let mut graph = BTreeMap::new();
     for path in &files {
         let from = module(path);
         let text = code(&std::fs::read_to_string(path).unwrap());
-        // `super::` once per level of nesting below `opt` names a module of `opt`.
+        // `super::` once per level of nesting below the root names one of its modules.
         let rel = path.strip_prefix(&root).unwrap();
         let folder_root = rel.file_name().is_some_and(|n| n == "mod.rs");
         let level = rel.components().count() - usize::from(folder_root);
-        let mut named = named_after(&text, "crate::opt::");
+        let mut named = named_after(&text, &format!("crate::{prefix}"));
         named.extend(named_after(&text, &"super::".repeat(level)));
         let targets: &mut BTreeSet<String> = graph.entry(from.clone()).or_default();
         targets.extend(
@@ -156,8 +189,26 @@ fn find_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>>
 }
 
 #[test]
+fn crate_modules_import_each_other_without_a_cycle() {
+    let graph = import_graph("", "");
+    for (module, wanted) in [
+        ("build", "opt"),
+        ("verify", "onnx"),
+        ("onnx", "opt"),
+        ("weights", "quant"),
+        ("passes", "weights"),
+    ] {
+        assert!(
+            graph[module].contains(wanted),
+            "the scan lost the import {module} → {wanted}: {graph:?}"
+        );
+    }
+    assert_eq!(find_cycle(&graph), None, "{graph:?}");
+}
+
+#[test]
 fn optimizer_modules_import_each_other_without_a_cycle() {
-    let graph = import_graph();
+    let graph = import_graph("opt", "opt::");
     for (module, wanted) in [
         ("rules", "gate"),
         ("pipeline", "rules"),
