@@ -76,25 +76,7 @@ fn step(
     cache: &HashMap<String, Tensor>,
     past: usize,
 ) -> (Vec<f32>, HashMap<String, Tensor>) {
-    let s = ids.len();
-    let total = past + s;
-    let mut feed = cache.clone();
-    feed.insert(
-        "input_ids".into(),
-        Tensor::int(DType::I64, vec![1, s], ids.to_vec()),
-    );
-    feed.insert(
-        "attention_mask".into(),
-        Tensor::int(DType::I64, vec![1, total], vec![1; total]),
-    );
-    feed.insert(
-        "position_ids".into(),
-        Tensor::int(
-            DType::I64,
-            vec![1, s],
-            (past as i64..total as i64).collect(),
-        ),
-    );
+    let feed = decoder_feed(ids, past, cache);
     let out = run_graph(graph, &feed, &mut Evaluator::new(Some(store))).unwrap();
     let next = cache
         .keys()

@@ -240,25 +240,7 @@ fn static_graphs_compute_the_dynamic_logits_for_every_decoder_fixture() {
         }
         let mut written = 0i64;
         for ids in steps {
-            let s = ids.len();
-            let total = written as usize + s;
-            let mut feed = past.clone();
-            feed.insert(
-                "input_ids".into(),
-                Tensor::int(DType::I64, vec![1, s], ids.to_vec()),
-            );
-            feed.insert(
-                "attention_mask".into(),
-                Tensor::int(DType::I64, vec![1, total], vec![1; total]),
-            );
-            feed.insert(
-                "position_ids".into(),
-                Tensor::int(
-                    DType::I64,
-                    vec![1, s],
-                    (written..written + s as i64).collect(),
-                ),
-            );
+            let feed = decoder_feed(ids, written as usize, &past);
             let want = run_graph(&dynamic.graph, &feed, &mut Evaluator::new(Some(&store))).unwrap();
             for (form, graph) in [("portable", &portable.graph), ("qnn", &qnn.graph)] {
                 let c = &mut caches[(form == "qnn") as usize];
@@ -283,7 +265,7 @@ fn static_graphs_compute_the_dynamic_logits_for_every_decoder_fixture() {
                     (k, present)
                 })
                 .collect();
-            written += s as i64;
+            written += ids.len() as i64;
         }
     }
 }

@@ -1,9 +1,11 @@
 //! Model-level helpers: configs, optimized graphs, op counts and fixture weights.
 
+use std::collections::HashMap;
 use std::path::Path;
 
 use mobius::config::ArchConfig;
 use mobius::ep::get_ep;
+use mobius::interp::Tensor;
 use mobius::ir::{DType, Graph};
 use mobius::models::build_model;
 use mobius::opt::{optimize, Limits, OptimizeOptions, Role};
@@ -132,4 +134,33 @@ pub fn fixture_weights(name: &str) -> TensorStore {
         Some(rename) => store.renamed(rename).unwrap(),
         None => store,
     }
+}
+
+/// The feed of one decoder pass over `ids` (one row) after `past` cached tokens: `input_ids`,
+/// an all-ones `attention_mask` over the past and new tokens, `position_ids` `past..past + S`,
+/// and the tensors of `cache` (the past keys and values, or a static cache) as they are.
+pub fn decoder_feed(
+    ids: &[i64],
+    past: usize,
+    cache: &HashMap<String, Tensor>,
+) -> HashMap<String, Tensor> {
+    let (s, total) = (ids.len(), past + ids.len());
+    let mut feed = cache.clone();
+    feed.insert(
+        "input_ids".into(),
+        Tensor::int(DType::I64, vec![1, s], ids.to_vec()),
+    );
+    feed.insert(
+        "attention_mask".into(),
+        Tensor::int(DType::I64, vec![1, total], vec![1; total]),
+    );
+    feed.insert(
+        "position_ids".into(),
+        Tensor::int(
+            DType::I64,
+            vec![1, s],
+            (past as i64..total as i64).collect(),
+        ),
+    );
+    feed
 }

@@ -47,6 +47,26 @@ def assert_same_files(a: Path, b: Path) -> None:
         assert left == right, f"{name} differs: {a / name} ({len(left)} bytes) vs {b / name} ({len(right)} bytes)"
 
 
+def assert_genai_greedy(folder: Path, fixture: Path) -> None:
+    """onnxruntime-genai generates, from the package in `folder`, the greedy tokens transformers
+    generated for `fixture`'s prompt (its reference.json)."""
+    import json
+
+    import numpy as np
+    import onnxruntime_genai as og
+
+    ref = json.loads((fixture / "reference.json").read_text())
+    ids, want = ref["input_ids"], ref["greedy_tokens"]
+    total = len(ids) + len(want)
+    params = og.GeneratorParams(model := og.Model(str(folder)))
+    params.set_search_options(do_sample=False, max_length=total, min_length=total)
+    gen = og.Generator(model, params)
+    gen.append_tokens(np.array(ids, dtype=np.int32))
+    while not gen.is_done():
+        gen.generate_next_token()
+    assert gen.get_sequence(0).tolist()[len(ids):] == want
+
+
 def lay_out_cache(cache: Path, repo_id: str, fixture: Path) -> Path:
     """A Hugging Face cache entry for `repo_id` (ref main) whose snapshot is a copy of `fixture`."""
     repo = cache / ("models--" + repo_id.replace("/", "--"))

@@ -12,13 +12,12 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
 import onnx
 import onnx_ir as ir
 import pytest
 
 import mobius
-from conftest import FIXTURES, SEED_ID, assert_same_files, run_cli
+from conftest import FIXTURES, SEED_ID, assert_genai_greedy, assert_same_files, run_cli
 from mobius.integrations.ort_genai import write_ort_genai_config
 
 LLAMA = FIXTURES / "llama"
@@ -286,7 +285,6 @@ def test_ctrl_c_stops_a_save_and_leaves_nothing(big_checkpoint, tmp_path):
 
 # ------------------------------------------------------------------ ort_genai
 def test_write_ort_genai_config_from_a_local_folder_and_genai_generates(tmp_path):
-    og = pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai is in tests/ort/requirements.txt")
     pkg = mobius.build(str(LLAMA), execution_provider="cpu")
     out = tmp_path / "out"
     pkg.save(out)
@@ -295,17 +293,7 @@ def test_write_ort_genai_config_from_a_local_folder_and_genai_generates(tmp_path
     assert written["genai_config"] == str(out / "genai_config.json")
     assert {"tokenizer.json", "tokenizer_config.json"} <= set(written)
     assert (out / "genai_config.json").read_bytes() == saved_config
-    ref = json.loads((LLAMA / "reference.json").read_text())
-    ids, want = ref["input_ids"], ref["greedy_tokens"]
-    total = len(ids) + len(want)
-    model = og.Model(str(out))
-    params = og.GeneratorParams(model)
-    params.set_search_options(do_sample=False, max_length=total, min_length=total)
-    gen = og.Generator(model, params)
-    gen.append_tokens(np.array(ids, dtype=np.int32))
-    while not gen.is_done():
-        gen.generate_next_token()
-    assert gen.get_sequence(0).tolist()[len(ids):] == want
+    assert_genai_greedy(out, LLAMA)
 
 
 def test_write_ort_genai_config_from_the_cache_and_for_another_ep(tmp_path):

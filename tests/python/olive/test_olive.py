@@ -7,22 +7,17 @@ generate transformers' greedy tokens from its output.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
-
-from conftest import run_cli
+from conftest import assert_genai_greedy, run_cli
 
 LLAMA = Path(__file__).resolve().parents[2] / "fixtures" / "llama"
 
 
 def test_capture_onnx_graph_with_mobius_builder(tmp_path):
-    import onnxruntime_genai as og
-
     out = tmp_path / "olive-out"
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_ENDPOINT="http://127.0.0.1:9", OLIVE_TELEMETRY="0")
     done = subprocess.run(
@@ -40,14 +35,4 @@ def test_capture_onnx_graph_with_mobius_builder(tmp_path):
     run_cli("build", "--config", str(LLAMA), str(cli), "--ep", "cpu", "--dtype", "f32")
     for name in ("model.onnx", "model.onnx.data", "genai_config.json", "tokenizer.json"):
         assert (folder / name).read_bytes() == (cli / name).read_bytes(), name
-    ref = json.loads((LLAMA / "reference.json").read_text())
-    ids, want = ref["input_ids"], ref["greedy_tokens"]
-    total = len(ids) + len(want)
-    model = og.Model(str(folder))
-    params = og.GeneratorParams(model)
-    params.set_search_options(do_sample=False, max_length=total, min_length=total)
-    gen = og.Generator(model, params)
-    gen.append_tokens(np.array(ids, dtype=np.int32))
-    while not gen.is_done():
-        gen.generate_next_token()
-    assert gen.get_sequence(0).tolist()[len(ids):] == want
+    assert_genai_greedy(folder, LLAMA)
