@@ -206,6 +206,64 @@ fn the_dtype_is_the_eps_default_and_one_its_runtime_runs() {
     }
 }
 
+/// The files of the package at `out`, by name, but genai_config.json (it names the EP).
+fn package_files(out: &Path) -> Vec<(String, Vec<u8>)> {
+    entries(out)
+        .into_iter()
+        .filter(|name| name != "genai_config.json")
+        .map(|name| {
+            let bytes = std::fs::read(out.join(&name)).unwrap();
+            (name, bytes)
+        })
+        .collect()
+}
+
+#[test]
+fn every_capability_an_ep_file_sets_changes_the_build_or_is_said_to_change_nothing() {
+    let t = tempfile::tempdir().unwrap();
+    let llama = fixture("llama");
+    let cpu = t.path().join("cpu");
+    build(&llama, &cpu, &["--ep", "cpu"]);
+    let genai = |out: &Path| -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(out.join("genai_config.json")).unwrap()).unwrap()
+    };
+    let shared = |out: &Path| genai(out)["search"]["past_present_share_buffer"].clone();
+    assert_eq!(shared(&cpu), serde_json::json!(true));
+    // No shared past/present buffer: genai_config asks for none; the graph is the same.
+    let file = t.path().join("separate.toml");
+    std::fs::write(
+        &file,
+        "name = \"cpu-separate-kv\"\nbase = \"cpu\"\nsupports_past_present_share_buffer = false\n",
+    )
+    .unwrap();
+    let separate = t.path().join("separate");
+    build(&llama, &separate, &["--ep-file", file.to_str().unwrap()]);
+    assert_eq!(shared(&separate), serde_json::json!(false));
+    assert!(package_files(&separate) == package_files(&cpu));
+    // mobius-onnx's keys without an effect: accepted, each named in a warning, nothing changes.
+    let file = t.path().join("compat.toml");
+    std::fs::write(
+        &file,
+        "name = \"cpu-compat\"\nbase = \"cpu\"\nmax_buffer_size = 1024\n\
+         requires_graph_capture_rewrite = true\nsupports_packed_multi_head_attention = true\n",
+    )
+    .unwrap();
+    let compat = t.path().join("compat");
+    let stderr = build(&llama, &compat, &["--ep-file", file.to_str().unwrap()]);
+    for key in [
+        "max_buffer_size",
+        "requires_graph_capture_rewrite",
+        "supports_packed_multi_head_attention",
+    ] {
+        assert!(
+            stderr.contains(&format!("`{key}` has no effect")),
+            "{key}: {stderr}"
+        );
+    }
+    assert!(package_files(&compat) == package_files(&cpu));
+    assert_eq!(genai(&compat)["search"], genai(&cpu)["search"]);
+}
+
 #[test]
 fn f16_overflow_is_clamped_with_a_counted_warning() {
     let t = tempfile::tempdir().unwrap();

@@ -67,7 +67,6 @@ fn spec_builtin(name: &str) -> EpCapabilities {
             default_dtype: F16,
             gqa_dtypes: dtypes(&[F16, BF16]),
             qkv_pack_dtypes: dtypes(&[F32, F16, BF16]),
-            supports_packed_multi_head_attention: true,
             provider_options: options(&[("enable_skip_layer_norm_strict_mode", "1")]),
             supports_past_present_share_buffer: true,
             supports_fp8_kv_cache: true,
@@ -77,7 +76,6 @@ fn spec_builtin(name: &str) -> EpCapabilities {
             dtypes: dtypes(&[F32, F16]),
             default_dtype: F16,
             gqa_dtypes: dtypes(&[F16]),
-            supports_packed_multi_head_attention: true,
             supports_fused_rope: false,
             supports_past_present_share_buffer: true,
             ..base
@@ -91,8 +89,6 @@ fn spec_builtin(name: &str) -> EpCapabilities {
             enable_graph_capture: true,
             supports_past_present_share_buffer: true,
             cap_kv_buffer_max_length: true,
-            max_buffer_size: Some(268435456),
-            requires_graph_capture_rewrite: true,
             ..base
         },
         "mlx" => EpCapabilities {
@@ -191,15 +187,12 @@ fn new_gives_spec_defaults() {
     let c = EpCapabilities::new("x");
     assert!(c.gqa_dtypes.is_empty() && c.qkv_pack_dtypes.is_empty());
     assert!(c.supports_fused_rope && c.supports_skip_layer_norm && c.supports_fused_moe);
-    assert!(!c.supports_packed_multi_head_attention);
     assert!(c.supports_rank4_rmsnorm && c.supports_attention && c.supports_matmul_nbits);
     assert!(c.supports_rotary_embedding && c.supports_tensor_scatter && c.supports_range);
     assert!(!c.supports_fp8_kv_cache && !c.enable_graph_capture);
     assert!(!c.supports_past_present_share_buffer && !c.cap_kv_buffer_max_length);
-    assert!(!c.requires_graph_capture_rewrite);
     assert_eq!(c.default_int4_accuracy_level, 0);
     assert!(c.provider_options.is_empty());
-    assert_eq!(c.max_buffer_size, None);
     assert_eq!(c.cost, CostParams::default());
     c.validate().unwrap();
 }
@@ -293,11 +286,6 @@ fn numeric_fields_are_range_checked() {
         ..EpCapabilities::new("level")
     };
     assert!(invalid_message(&level).contains("default_int4_accuracy_level"));
-    let buffer = EpCapabilities {
-        max_buffer_size: Some(0),
-        ..EpCapabilities::new("buffer")
-    };
-    assert!(invalid_message(&buffer).contains("max_buffer_size"));
     for (cost, field) in [
         (
             CostParams {
@@ -422,7 +410,6 @@ fn ep_file_from_scratch() {
         supports_fp8_kv_cache: true,
         default_int4_accuracy_level: 2,
         supports_past_present_share_buffer: true,
-        max_buffer_size: Some(1 << 30),
         provider_options: options(&[("device_id", "0")]),
         cost: CostParams {
             memory_bandwidth_gbps: 800.0,
@@ -625,12 +612,17 @@ fn json_has_every_field_of_every_builtin() {
     let names: Vec<&str> = list.iter().map(|e| e["name"].as_str().unwrap()).collect();
     assert_eq!(names, BUILTIN_NAMES);
     let webgpu = &list[5];
-    assert_eq!(webgpu.as_object().unwrap().len(), 25, "{webgpu}");
+    assert_eq!(webgpu.as_object().unwrap().len(), 22, "{webgpu}");
     assert_eq!(webgpu["dtypes"], json!(["f32", "f16"]));
     assert_eq!(webgpu["default_dtype"], json!("f16"));
     assert_eq!(webgpu["gqa_dtypes"], json!(["f32", "f16"]));
-    assert_eq!(webgpu["max_buffer_size"], 268435456);
-    assert_eq!(list[0]["max_buffer_size"], json!(null));
+    for key in [
+        "max_buffer_size",
+        "requires_graph_capture_rewrite",
+        "supports_packed_multi_head_attention",
+    ] {
+        assert!(webgpu.get(key).is_none(), "{key} has no effect: {webgpu}");
+    }
     assert_eq!(
         list[3]["provider_options"],
         json!({"enable_skip_layer_norm_strict_mode": "1"})

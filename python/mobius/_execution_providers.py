@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import warnings
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -27,6 +28,15 @@ _DTYPE_NAMES: dict[ir.DataType, str] = {
 _DTYPES_BY_NAME = {name: dtype for dtype, name in _DTYPE_NAMES.items()}
 # The fields that hold sets of model dtypes.
 _DTYPE_SET_FIELDS = ("gqa_dtypes", "qkv_pack_dtypes", "dtypes")
+
+#: ``mobius-onnx`` fields that change nothing in a mobius build (``PackedMultiHeadAttention`` is
+#: never built, no buffer is split by size, no graph is rewritten for graph capture), with the
+#: defaults they keep; another value is accepted with a warning and not passed to the library.
+_FIELDS_WITHOUT_EFFECT: dict[str, Any] = {
+    "supports_packed_multi_head_attention": False,
+    "max_buffer_size": None,
+    "requires_graph_capture_rewrite": False,
+}
 
 _BOOL_FIELDS = (
     "supports_fused_rope",
@@ -67,7 +77,8 @@ class EpCapabilities:
         supports_skip_layer_norm: ``SkipLayerNormalization`` / ``SkipSimplifiedLayerNormalization``
             (and ``BiasGelu``/``FastGelu``) are fused.
         supports_fused_moe: Mixture-of-experts blocks run as one ``com.microsoft::MoE``.
-        supports_packed_multi_head_attention: ``PackedMultiHeadAttention`` may be used.
+        supports_packed_multi_head_attention: Accepted for ``mobius-onnx`` compatibility;
+            no effect (``PackedMultiHeadAttention`` is never built), a warning when ``True``.
         supports_rank4_rmsnorm: RMS normalization may run on rank-4 inputs.
         supports_attention: The opset-24 ``Attention`` op runs (``False``: decomposed).
         supports_matmul_nbits: ``com.microsoft::MatMulNBits`` runs (``False``: QDQ + MatMul).
@@ -79,12 +90,14 @@ class EpCapabilities:
         provider_options: Session provider options written to genai_config.json (strings;
             never the graph-capture keys, which ``enable_graph_capture`` sets).
         enable_graph_capture: Graph capture (CUDA graphs, WebGPU graph capture) is enabled.
-        supports_past_present_share_buffer: Past and present KV caches share one buffer.
+        supports_past_present_share_buffer: Past and present KV caches may share one buffer
+            (genai_config.json asks for it when the decoder's attention is GQA throughout).
         cap_kv_buffer_max_length: The shared buffer's ``max_length`` is capped at 4096 tokens
             (needs ``supports_past_present_share_buffer``).
-        max_buffer_size: Largest single buffer in bytes (``None``: unlimited).
-        requires_graph_capture_rewrite: Graphs are rewritten to static shapes for graph
-            capture.
+        max_buffer_size: Accepted for ``mobius-onnx`` compatibility; no effect (no buffer is
+            split by size), a warning when set.
+        requires_graph_capture_rewrite: Accepted for ``mobius-onnx`` compatibility; no effect
+            (``enable_graph_capture`` sets the provider options), a warning when ``True``.
         supports_contrib_ops: The EP runs ``com.microsoft`` ops at all (``False``: every
             contrib op is expanded into standard ONNX).
         supports_fp8_kv_cache: The KV cache may be stored as float8.
@@ -182,11 +195,23 @@ class EpCapabilities:
         object.__setattr__(self, "cost", cost)
         if not isinstance(self.cost_ops, Mapping):
             raise TypeError(f"EpCapabilities({self.name!r}).cost_ops must be a dict")
+        for field, default in _FIELDS_WITHOUT_EFFECT.items():
+            if getattr(self, field) != default:
+                warnings.warn(
+                    f"EpCapabilities({self.name!r}).{field} has no effect in mobius (accepted for "
+                    "compatibility with mobius-onnx)",
+                    UserWarning,
+                    stacklevel=3,
+                )
         _mobius.ep_check(self._to_json())
 
     def _to_json(self) -> str:
         """The fields as the library reads them (dtype sets by short name)."""
-        fields: dict[str, Any] = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        fields: dict[str, Any] = {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if f.name not in _FIELDS_WITHOUT_EFFECT
+        }
         for field in _DTYPE_SET_FIELDS:
             fields[field] = sorted(_DTYPE_NAMES[d] for d in fields[field])
         fields["default_dtype"] = _DTYPE_NAMES[self.default_dtype]

@@ -348,9 +348,6 @@ fn caps_from_json(text: &str) -> PyResult<EpCapabilities> {
             "supports_fused_rope" => caps.supports_fused_rope = flag()?,
             "supports_skip_layer_norm" => caps.supports_skip_layer_norm = flag()?,
             "supports_fused_moe" => caps.supports_fused_moe = flag()?,
-            "supports_packed_multi_head_attention" => {
-                caps.supports_packed_multi_head_attention = flag()?
-            }
             "supports_rank4_rmsnorm" => caps.supports_rank4_rmsnorm = flag()?,
             "supports_attention" => caps.supports_attention = flag()?,
             "supports_matmul_nbits" => caps.supports_matmul_nbits = flag()?,
@@ -364,21 +361,11 @@ fn caps_from_json(text: &str) -> PyResult<EpCapabilities> {
                 caps.supports_past_present_share_buffer = flag()?
             }
             "cap_kv_buffer_max_length" => caps.cap_kv_buffer_max_length = flag()?,
-            "requires_graph_capture_rewrite" => caps.requires_graph_capture_rewrite = flag()?,
             "default_int4_accuracy_level" => {
                 caps.default_int4_accuracy_level = v
                     .as_u64()
                     .and_then(|n| u8::try_from(n).ok())
                     .ok_or_else(|| field_error(key, "an int from 0 to 4"))?
-            }
-            "max_buffer_size" => {
-                caps.max_buffer_size = match v {
-                    Value::Null => None,
-                    v => Some(
-                        v.as_u64()
-                            .ok_or_else(|| field_error(key, "None or an int > 0"))?,
-                    ),
-                }
             }
             "provider_options" => {
                 let Value::Object(options) = v else {

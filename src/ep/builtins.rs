@@ -71,7 +71,6 @@ fn cuda() -> EpCapabilities {
         default_dtype: F16,
         gqa_dtypes: dtypes(&[F16, BF16]),
         qkv_pack_dtypes: dtypes(&[F32, F16, BF16]),
-        supports_packed_multi_head_attention: true,
         provider_options: options(&[("enable_skip_layer_norm_strict_mode", "1")]),
         supports_past_present_share_buffer: true,
         supports_fp8_kv_cache: true,
@@ -85,7 +84,6 @@ fn dml() -> EpCapabilities {
         dtypes: dtypes(&[F32, F16]),
         default_dtype: F16,
         gqa_dtypes: dtypes(&[F16]),
-        supports_packed_multi_head_attention: true,
         supports_fused_rope: false,
         supports_past_present_share_buffer: true,
         cost: CostParams::PORTABLE_GPU,
@@ -103,8 +101,6 @@ fn webgpu() -> EpCapabilities {
         enable_graph_capture: true,
         supports_past_present_share_buffer: true,
         cap_kv_buffer_max_length: true,
-        max_buffer_size: Some(268_435_456),
-        requires_graph_capture_rewrite: true,
         cost: CostParams::PORTABLE_GPU,
         ..EpCapabilities::new("webgpu")
     }

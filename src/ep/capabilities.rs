@@ -40,8 +40,6 @@ pub struct EpCapabilities {
     pub supports_skip_layer_norm: bool,
     /// Whether mixture-of-experts blocks are built as one `com.microsoft::MoE` operator.
     pub supports_fused_moe: bool,
-    /// Whether `com.microsoft::PackedMultiHeadAttention` may be used.
-    pub supports_packed_multi_head_attention: bool,
     /// Whether RMS normalization may run on rank-4 inputs (false: reshaped for HTP).
     pub supports_rank4_rmsnorm: bool,
     /// Whether the ONNX `Attention` operator is supported (false: decomposed).
@@ -65,14 +63,12 @@ pub struct EpCapabilities {
     pub provider_options: BTreeMap<String, String>,
     /// Whether graph capture (CUDA graphs, WebGPU graph capture) is enabled.
     pub enable_graph_capture: bool,
-    /// Whether the past and present KV caches may share one buffer.
+    /// Whether the past and present KV caches may share one buffer: `genai_config.json` asks
+    /// onnxruntime-genai for a shared buffer only when the EP allows it and the decoder's
+    /// attention is `GroupQueryAttention` throughout.
     pub supports_past_present_share_buffer: bool,
     /// Whether the shared KV buffer's `max_length` is capped at 4096 tokens.
     pub cap_kv_buffer_max_length: bool,
-    /// The largest single buffer the EP can allocate, in bytes (`None`: unlimited).
-    pub max_buffer_size: Option<u64>,
-    /// Whether the graph needs rewriting so graph capture sees static shapes.
-    pub requires_graph_capture_rewrite: bool,
     /// Roofline parameters for the cost model.
     pub cost: CostParams,
     /// Per-op corrections of the roofline (`[cost.ops."domain::Op"]` in an EP file, e.g.
@@ -95,7 +91,6 @@ impl EpCapabilities {
             supports_fused_rope: true,
             supports_skip_layer_norm: true,
             supports_fused_moe: true,
-            supports_packed_multi_head_attention: false,
             supports_rank4_rmsnorm: true,
             supports_attention: true,
             supports_matmul_nbits: true,
@@ -109,8 +104,6 @@ impl EpCapabilities {
             enable_graph_capture: false,
             supports_past_present_share_buffer: false,
             cap_kv_buffer_max_length: false,
-            max_buffer_size: None,
-            requires_graph_capture_rewrite: false,
             cost: CostParams::default(),
             cost_ops: BTreeMap::new(),
         }

@@ -17,7 +17,10 @@ pub use crate::limits::MAX_EP_FILE_BYTES;
 /// (`"f16"`, `"bfloat16"`, …); a `[cost]` table overrides [`super::CostParams`] fields. An
 /// optional `base = "<registered EP>"` starts from that EP's values (cost included);
 /// otherwise unset fields take the spec defaults and unset cost fields the `default` EP's.
-/// Set keys replace the starting value whole (`provider_options` included).
+/// Set keys replace the starting value whole (`provider_options` included). The
+/// `mobius-onnx` keys that change nothing in a mobius build (`max_buffer_size`,
+/// `requires_graph_capture_rewrite`, `supports_packed_multi_head_attention`) are accepted with
+/// a warning saying so.
 ///
 /// Unknown keys, wrong types, unknown dtypes and unknown bases fail with [`Error::EpFile`]
 /// giving the line and column and naming the key; broken capability rules
@@ -46,6 +49,13 @@ pub fn load_ep_file(path: &Path) -> Result<EpCapabilities> {
             ..EpCapabilities::new(spec.name.clone())
         },
     };
+    for key in spec.without_effect() {
+        tracing::warn!(
+            "{}: `{key}` has no effect in mobius (accepted for compatibility with mobius-onnx \
+             EP files)",
+            path.display()
+        );
+    }
     let caps = spec.apply(start);
     match caps.violation() {
         None => Ok(caps),

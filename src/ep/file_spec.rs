@@ -28,7 +28,6 @@ pub(super) struct EpFileSpec {
     supports_fused_rope: Option<bool>,
     supports_skip_layer_norm: Option<bool>,
     supports_fused_moe: Option<bool>,
-    supports_packed_multi_head_attention: Option<bool>,
     supports_rank4_rmsnorm: Option<bool>,
     supports_attention: Option<bool>,
     supports_matmul_nbits: Option<bool>,
@@ -42,10 +41,22 @@ pub(super) struct EpFileSpec {
     enable_graph_capture: Option<bool>,
     supports_past_present_share_buffer: Option<bool>,
     cap_kv_buffer_max_length: Option<bool>,
+    cost: Option<CostSpec>,
+    /// `mobius-onnx` capability keys that change nothing in a mobius build, accepted so its
+    /// EP files load ([`EpFileSpec::without_effect`] names those a file sets).
+    supports_packed_multi_head_attention: Option<bool>,
     max_buffer_size: Option<u64>,
     requires_graph_capture_rewrite: Option<bool>,
-    cost: Option<CostSpec>,
 }
+
+/// The `mobius-onnx` capability keys mobius accepts in EP files but has no use for:
+/// `PackedMultiHeadAttention` is never built, no buffer is split by size, and no graph is
+/// rewritten for graph capture (`enable_graph_capture` sets the provider options).
+pub(super) const KEYS_WITHOUT_EFFECT: [&str; 3] = [
+    "supports_packed_multi_head_attention",
+    "max_buffer_size",
+    "requires_graph_capture_rewrite",
+];
 
 /// The `[cost]` table: each key overrides one [`CostParams`] field.
 #[derive(Debug, Deserialize)]
@@ -68,6 +79,20 @@ fn set<T>(slot: &mut T, value: Option<T>) {
 }
 
 impl EpFileSpec {
+    /// The keys of [`KEYS_WITHOUT_EFFECT`] this file sets.
+    pub(super) fn without_effect(&self) -> Vec<&'static str> {
+        let set = [
+            self.supports_packed_multi_head_attention.is_some(),
+            self.max_buffer_size.is_some(),
+            self.requires_graph_capture_rewrite.is_some(),
+        ];
+        KEYS_WITHOUT_EFFECT
+            .into_iter()
+            .zip(set)
+            .filter_map(|(key, set)| set.then_some(key))
+            .collect()
+    }
+
     /// `start` (renamed to this file's `name`) with every key the file sets applied.
     pub(super) fn apply(self, start: EpCapabilities) -> EpCapabilities {
         let mut c = EpCapabilities {
@@ -84,10 +109,6 @@ impl EpFileSpec {
             self.supports_skip_layer_norm,
         );
         set(&mut c.supports_fused_moe, self.supports_fused_moe);
-        set(
-            &mut c.supports_packed_multi_head_attention,
-            self.supports_packed_multi_head_attention,
-        );
         set(&mut c.supports_rank4_rmsnorm, self.supports_rank4_rmsnorm);
         set(&mut c.supports_attention, self.supports_attention);
         set(&mut c.supports_matmul_nbits, self.supports_matmul_nbits);
@@ -112,13 +133,6 @@ impl EpFileSpec {
         set(
             &mut c.cap_kv_buffer_max_length,
             self.cap_kv_buffer_max_length,
-        );
-        if self.max_buffer_size.is_some() {
-            c.max_buffer_size = self.max_buffer_size;
-        }
-        set(
-            &mut c.requires_graph_capture_rewrite,
-            self.requires_graph_capture_rewrite,
         );
         if let Some(mut cost) = self.cost {
             if let Some(ops) = cost.ops.take() {

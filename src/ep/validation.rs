@@ -41,8 +41,7 @@ impl EpCapabilities {
     ///   `enableGraphCapture`, `validationMode`): use `enable_graph_capture`;
     /// * `dtypes`, `gqa_dtypes` and `qkv_pack_dtypes` hold only f32, f16 and bf16;
     /// * `default_dtype` is one of `dtypes` (so `dtypes` is never empty);
-    /// * `default_int4_accuracy_level` is at most 4, `max_buffer_size` is not 0, and every
-    ///   `cost` parameter lies in its plausible range ([`super::CostParams`]).
+    /// * `default_int4_accuracy_level` is at most 4, and every `cost` parameter lies in its plausible range ([`super::CostParams`]).
     ///
     /// Fails with [`Error::InvalidEp`] naming the field(s) at fault.
     pub fn validate(&self) -> Result<()> {
@@ -132,7 +131,7 @@ impl EpCapabilities {
         self.range_violation()
     }
 
-    /// The numeric-range rules (accuracy level, buffer size, cost parameters).
+    /// The numeric-range rules (accuracy level, cost parameters).
     fn range_violation(&self) -> Option<Violation> {
         if self.default_int4_accuracy_level > 4 {
             return Some(Violation::new(
@@ -141,12 +140,6 @@ impl EpCapabilities {
                     "`default_int4_accuracy_level` must be 0..=4, got {}",
                     self.default_int4_accuracy_level
                 ),
-            ));
-        }
-        if self.max_buffer_size == Some(0) {
-            return Some(Violation::new(
-                &["max_buffer_size"],
-                "`max_buffer_size` must be positive (omit it for no limit)".into(),
             ));
         }
         if let Some(v) = self.cost.violation().map(|(field, why)| {

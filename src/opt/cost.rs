@@ -258,7 +258,6 @@ impl<'a> CostModel<'a> {
             ("com.microsoft", "MatMulNBits") => {
                 c.supports_matmul_nbits && matches!(dtype, Some(DType::F32 | DType::F16))
             }
-            ("com.microsoft", "PackedMultiHeadAttention") => c.supports_packed_multi_head_attention,
             // onnxruntime's CPU kernel takes f32 and f16 only (the CUDA one bf16 too, unverified).
             ("com.microsoft", "MoE" | "QMoE") => {
                 c.supports_fused_moe && matches!(dtype, Some(DType::F32 | DType::F16))

@@ -31,11 +31,13 @@ pub fn genai_config(
     inputs.insert("past_key_names".into(), "past_key_values.%d.key".into());
     inputs.insert("past_value_names".into(), "past_key_values.%d.value".into());
     // A shared past/present buffer suits GroupQueryAttention only: a standard Attention left in
-    // the graph (e.g. a sliding-window layer GQA could not take) concatenates its cache.
-    let share_buffer = graph
-        .nodes
-        .iter()
-        .any(|n| n.domain == "com.microsoft" && n.op_type == "GroupQueryAttention")
+    // the graph (e.g. a sliding-window layer GQA could not take) concatenates its cache. The
+    // EP must allow it too (`supports_past_present_share_buffer`).
+    let share_buffer = ep.supports_past_present_share_buffer
+        && graph
+            .nodes
+            .iter()
+            .any(|n| n.domain == "com.microsoft" && n.op_type == "GroupQueryAttention")
         && !graph
             .nodes
             .iter()

@@ -9,9 +9,20 @@ import re
 import onnx
 import pytest
 
-from ort_helpers import DECODER_TASK, FIXTURES_DIR, fixture_names_for, load_config, run_mobius, run_mobius_unchecked
+from ort_helpers import (
+    DECODER_TASK,
+    FIXTURES_DIR,
+    fixture_names_for,
+    load_config,
+    load_reference,
+    run_mobius,
+    run_mobius_unchecked,
+)
+from test_fixtures import genai_greedy, genai_model
 
-# Spec section 4: built-ins in registration order, with their non-default fields.
+# Spec section 4: built-ins in registration order, with their non-default fields (but the
+# spec's supports_packed_multi_head_attention, max_buffer_size and requires_graph_capture_rewrite,
+# which change nothing in a mobius build: EP files may set them, with a warning).
 BUILTIN_EPS = ["default", "openvino", "cpu", "cuda", "dml", "webgpu", "mlx", "trt-rtx", "qnn", "onnx-standard"]
 DEFAULTS = {
     "dtypes": ["f32", "f16", "bf16"],
@@ -21,7 +32,6 @@ DEFAULTS = {
     "supports_fused_rope": True,
     "supports_skip_layer_norm": True,
     "supports_fused_moe": True,
-    "supports_packed_multi_head_attention": False,
     "supports_rank4_rmsnorm": True,
     "supports_attention": True,
     "supports_matmul_nbits": True,
@@ -34,8 +44,6 @@ DEFAULTS = {
     "enable_graph_capture": False,
     "supports_past_present_share_buffer": False,
     "cap_kv_buffer_max_length": False,
-    "max_buffer_size": None,
-    "requires_graph_capture_rewrite": False,
 }
 NON_DEFAULTS = {
     "default": {},
@@ -51,7 +59,6 @@ NON_DEFAULTS = {
         "default_dtype": "f16",
         "gqa_dtypes": ["f16", "bf16"],
         "qkv_pack_dtypes": ["f32", "f16", "bf16"],
-        "supports_packed_multi_head_attention": True,
         "provider_options": {"enable_skip_layer_norm_strict_mode": "1"},
         "supports_past_present_share_buffer": True,
         "supports_fp8_kv_cache": True,
@@ -60,7 +67,6 @@ NON_DEFAULTS = {
         "dtypes": ["f32", "f16"],
         "default_dtype": "f16",
         "gqa_dtypes": ["f16"],
-        "supports_packed_multi_head_attention": True,
         "supports_fused_rope": False,
         "supports_past_present_share_buffer": True,
     },
@@ -73,8 +79,6 @@ NON_DEFAULTS = {
         "enable_graph_capture": True,
         "supports_past_present_share_buffer": True,
         "cap_kv_buffer_max_length": True,
-        "max_buffer_size": 268435456,
-        "requires_graph_capture_rewrite": True,
     },
     "mlx": {"default_dtype": "f16", "gqa_dtypes": ["f32", "f16", "bf16"], "supports_past_present_share_buffer": True},
     "trt-rtx": {
@@ -186,3 +190,22 @@ def test_qnn_graph_is_decomposed(built, name):
     assert {(o.domain, o.version) for o in model.opset_import} == {("", 24)}, model.opset_import
     assert {"Softmax", "MatMul", "Concat"} <= ops, sorted(ops)
     assert "position_ids" in [i.name for i in model.graph.input]
+
+
+# ---------------------------------------------------------------- KV buffer
+def test_an_ep_without_a_shared_kv_buffer_gets_separate_past_and_present(tmp_path):
+    """`supports_past_present_share_buffer = false` on a GQA EP: genai_config.json asks
+    onnxruntime-genai for separate past and present buffers (the cpu build shares them), and
+    genai's greedy tokens are still transformers' (tests/build_cli.rs: the graph is the cpu
+    build's)."""
+    ep_file = tmp_path / "separate.toml"
+    ep_file.write_text('name = "cpu-separate-kv"\nbase = "cpu"\nsupports_past_present_share_buffer = false\n')
+    out = tmp_path / "out"
+    run_mobius(["build", "--config", str(FIXTURES_DIR / "llama"), str(out), "--ep-file", str(ep_file)])
+    config = json.loads((out / "genai_config.json").read_text())
+    assert config["search"]["past_present_share_buffer"] is False, config["search"]
+    model = onnx.load(str(out / "model.onnx"), load_external_data=False)
+    assert any(n.op_type == "GroupQueryAttention" for n in model.graph.node)
+    ref = load_reference("llama")
+    want = ref["greedy_tokens"]
+    assert genai_greedy(genai_model(out, "cpu-separate-kv"), ref["input_ids"], len(want)) == want

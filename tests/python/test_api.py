@@ -45,6 +45,12 @@ REFERENCE_FIELDS = [
     ("max_buffer_size", None),
     ("requires_graph_capture_rewrite", False),
 ]
+# Of those, the ones that change nothing in a mobius build, with their defaults.
+WITHOUT_EFFECT = {
+    "supports_packed_multi_head_attention": False,
+    "max_buffer_size": None,
+    "requires_graph_capture_rewrite": False,
+}
 
 
 # ------------------------------------------------------------------ EpCapabilities + registry
@@ -351,8 +357,28 @@ def test_builtin_eps_equal_the_reference_packages():
     assert sorted(builtins) == sorted(reference)
     for name, fields in reference.items():
         caps = mobius.get_ep(name)
+        fields = {f: v for f, v in fields.items() if f not in WITHOUT_EFFECT}
         ours = {f: (sorted(str(d) for d in getattr(caps, f)) if f.endswith("dtypes") else getattr(caps, f)) for f in fields}
         assert ours == fields, name
+        assert all(getattr(caps, f) == default for f, default in WITHOUT_EFFECT.items()), name
+
+
+def test_fields_without_effect_are_accepted_with_a_warning(tmp_path):
+    """mobius-onnx's fields that change nothing in a mobius build keep their place and
+    defaults; another value warns that it has no effect, and the build is the base EP's."""
+    for field, value in [
+        ("max_buffer_size", 1 << 28),
+        ("requires_graph_capture_rewrite", True),
+        ("supports_packed_multi_head_attention", True),
+    ]:
+        with pytest.warns(UserWarning, match=f"{field} has no effect"):
+            caps = dataclasses.replace(mobius.get_ep("cpu"), name=f"cpu-{field.replace('_', '-')}", **{field: value})
+        assert getattr(caps, field) == value
+        mobius.register_ep(caps)
+        assert mobius.get_ep(caps.name) == dataclasses.replace(caps, **{field: WITHOUT_EFFECT[field]})
+    mobius.build(str(LLAMA), execution_provider="cpu-max-buffer-size").save(tmp_path / "compat")
+    mobius.build(str(LLAMA), execution_provider="cpu").save(tmp_path / "cpu")
+    assert (tmp_path / "compat" / "model.onnx").read_bytes() == (tmp_path / "cpu" / "model.onnx").read_bytes()
 
 
 def test_the_dtype_is_the_eps_default_and_one_its_runtime_runs(tmp_path):
