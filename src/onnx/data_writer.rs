@@ -16,16 +16,11 @@
 //! ask for transparent huge pages, so that the kernel's copy out of them does not walk page
 //! tables every 4 KiB. The producers fill blocks with streaming stores ([`Sink::streams`]).
 //!
-//! Why `write(2)` in pieces and not a shared map of the file (what builds wrote through until
-//! December 2026): the kernel gives a write of `n` bytes page-cache folios of at most `n`
-//! bytes, and a map's faults folios of up to 2 MiB. On a virtual machine that hands free
-//! memory back to its host (free page reporting, of free blocks of 2 MiB and more on this
-//! project's VM), large folios are, as far as measured, memory the host must back again
-//! fault by fault, while small ones come from what was freed last: 600 MB written as 256 KiB
-//! `write(2)` calls took 0.11 s whether the machine had been idle or not, as 1 MiB calls
-//! 0.3–1.0 s, through a map populated 8 MiB at a time 0.1–1.7 s; the f16 build of the bench
-//! checkpoint after 2.5 s idle took 0.93–1.56 s through the map and 0.21–0.34 s through these
-//! blocks, the f32 build 2.4–3.3 s and 0.36–0.67 s (docs/performance.md has the whole comparison).
+//! Why `write(2)` in pieces and not a shared map of the file: the kernel gives a write of `n`
+//! bytes page-cache folios of at most `n` bytes, and a map's faults folios of up to 2 MiB. On a
+//! virtual machine that hands free memory back to its host (free page reporting), large folios
+//! are memory the host must back again fault by fault, while small ones come from what was
+//! freed last; docs/performance.md has the figures.
 
 use std::fs::File;
 use std::io::{Seek, SeekFrom, Write};
@@ -40,9 +35,8 @@ use crate::{Error, Result};
 pub const BLOCK: usize = 4 << 20;
 /// Blocks in the pool: one being filled, the others queued or being written.
 pub const BLOCKS: usize = 4;
-/// Bytes per `write(2)` call: folios of at most this size (see the module's docs; 256 KiB
-/// writes measured as fast as 64 KiB ones, 512 KiB ones 3× slower on a VM whose free memory
-/// goes back to its host).
+/// Bytes per `write(2)` call: folios of at most this size (see the module's docs): as fast as
+/// smaller writes, where larger ones are slower on a VM whose free memory goes back to its host.
 pub const PIECE: usize = 256 << 10;
 /// Gaps between written ranges shorter than this (alignment padding) are allocated with them.
 const MERGE_GAP: u64 = 1 << 16;
