@@ -6,6 +6,9 @@
 //! This fake-quantized graph is standard ONNX (opset 21+) and *defines* the quantized model:
 //! the optimizer's rules then only change its form (e.g. into `com.microsoft::MatMulNBits`
 //! where the EP runs it), never its values, so every rule stays an equivalence.
+//!
+//! With `--quant-embeddings` the token-embedding tables are quantized too (`embeddings.rs`);
+//! the request, the summary and what both parts share are in `request.rs`.
 
 mod embeddings;
 mod request;
