@@ -1,7 +1,8 @@
 //! Tests that modules import one another without a cycle, at two levels: the crate's top-level
 //! modules (`src/x.rs` or the folder `src/x/` with everything in it), and the modules of the
-//! optimizer (`src/opt/`). A module names another as `crate::m` (`crate::opt::m` inside the
-//! optimizer) or `super::m` with one `super::` per level of nesting, outside comments and test
+//! optimizer (`src/opt/`), of the weights (`src/weights/`), of the quantization kernels
+//! (`src/quant/`) and of the graph passes (`src/passes/`). A module names another as `crate::m`
+//! (`crate::opt::m` inside the optimizer) or `super::m` with one `super::` per level of nesting, outside comments and test
 //! modules (inline `#[cfg(test)] mod` blocks, and the files of `#[cfg(test)] mod name;`).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -221,6 +222,27 @@ fn optimizer_modules_import_each_other_without_a_cycle() {
         );
     }
     assert_eq!(find_cycle(&graph), None, "{graph:?}");
+}
+
+#[test]
+fn weight_quantization_and_pass_modules_import_each_other_without_a_cycle() {
+    let graphs: BTreeMap<&str, _> = ["weights", "quant", "passes"]
+        .into_iter()
+        .map(|folder| (folder, import_graph(folder, &format!("{folder}::"))))
+        .collect();
+    for (folder, module, wanted) in [
+        ("weights", "dispatch", "quantized"),
+        ("weights", "quantized", "eval"),
+        ("quant", "columns", "rtn"),
+    ] {
+        assert!(
+            graphs[folder][module].contains(wanted),
+            "the scan lost the import {folder}::{module} → {wanted}: {graphs:?}"
+        );
+    }
+    for (folder, graph) in &graphs {
+        assert_eq!(find_cycle(graph), None, "src/{folder}: {graph:?}");
+    }
 }
 
 #[test]

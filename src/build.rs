@@ -8,17 +8,19 @@ use crate::config::{ArchConfig, CheckpointQuant};
 use crate::ep::EpCapabilities;
 use crate::ir::{DType, Graph, Model, TensorSource};
 use crate::models::assume_llama::{check_tensors, ASSUMED_LLAMA};
-use crate::models::fp8_kv_cache::{fp8_kv_cache, Fp8KvCacheRequest, KvCacheScales};
-use crate::models::prune_lm_head::prune_lm_head;
-use crate::models::static_cache::static_cache;
 use crate::models::{build_model, checkpoint_renaming, load_config_with, Unregistered};
 use crate::onnx::export::SaveReport;
 use crate::opt::fingerprint::leaf_values;
 use crate::opt::{optimize, Limits, OptimizeOptions, OptimizeReport};
 use crate::package::{check_apart, check_target, write_package, StagedOutput};
+use crate::passes::fp8_kv_cache::{fp8_kv_cache, Fp8KvCacheRequest, KvCacheScales};
 use crate::passes::narrow_tables;
 use crate::passes::prequantized::apply_checkpoint_quantization;
-use crate::quant::pass::{quantize_graph, runs_gather_block_quantized, QuantRequest, QuantSummary};
+use crate::passes::prune_lm_head::prune_lm_head;
+use crate::passes::quantize::{
+    quantize_graph, runs_gather_block_quantized, QuantRequest, QuantSummary,
+};
+use crate::passes::static_cache::static_cache;
 use crate::source::{resolve, HubSettings, ModelSource};
 use crate::weights::eval::Evaluator;
 use crate::weights::store::TensorStore;
@@ -51,14 +53,14 @@ pub struct BuildOptions {
     /// and every checkpoint tensor match the Llama layout.
     pub assume_llama: bool,
     /// Compute the logits of the last position only (`--features prune-lm-head`):
-    /// `logits` is `[batch, 1, vocab]`, see [`crate::models::prune_lm_head`].
+    /// `logits` is `[batch, 1, vocab]`, see [`crate::passes::prune_lm_head`].
     pub prune_lm_head: bool,
     /// A KV cache of this many slots (`--features static-cache --max-seq-len N`): the I/O
-    /// contract of [`crate::models::static_cache`]; `None` for the growing cache.
+    /// contract of [`crate::passes::static_cache`]; `None` for the growing cache.
     pub static_cache: Option<usize>,
     /// Store the KV cache as float8 e4m3fn (`--features fp8-kv-cache`): applied to
     /// GroupQueryAttention decoders on EPs with `supports_fp8_kv_cache` for f16/bf16 builds,
-    /// a warning and a plain build elsewhere; see [`crate::models::fp8_kv_cache`].
+    /// a warning and a plain build elsewhere; see [`crate::passes::fp8_kv_cache`].
     pub fp8_kv_cache: Option<Fp8KvCacheRequest>,
     /// Measure what each rule group changed, for printing the report (`--trace`; see
     /// [`OptimizeOptions::trace`]).
@@ -342,7 +344,7 @@ impl ModelPackage {
         tokenizer_source: Option<(&ModelSource, &HubSettings)>,
     ) -> Result<Vec<(String, PathBuf)>> {
         let mut written = Vec::new();
-        let static_cache = crate::models::static_cache::is_static_cache(&self.model.graph);
+        let static_cache = crate::passes::static_cache::is_static_cache(&self.model.graph);
         if let Some(genai_type) = self.config.model_type.genai_type.filter(|_| !static_cache) {
             let genai = crate::package::genai_config::genai_config(
                 &self.config,

@@ -8,7 +8,9 @@
 //! [`package`] (output folder, genai_config.json, tokenizer files). [`build()`] runs it all
 //! and returns a [`ModelPackage`] to [`ModelPackage::save`]; [`opt`] is the
 //! equality-saturation optimizer that specialises the graph for an execution provider ([`ep`]);
-//! [`quant`] is the block quantization kernel (int4/int8 weights, bit-identical to onnxruntime's).
+//! [`passes`] are the graph passes before and after it (quantization planning, prune-lm-head,
+//! static and float8 KV caches); [`quant`] is the block quantization kernel (int4/int8 weights,
+//! bit-identical to onnxruntime's).
 
 pub mod build;
 pub mod cancel;

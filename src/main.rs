@@ -16,7 +16,7 @@ use mobius::limits::InterpLimits;
 use mobius::models::registry;
 use mobius::opt::Limits;
 use mobius::optimize_file::{optimize_file, OptimizeFileOptions};
-use mobius::quant::pass::QuantRequest;
+use mobius::passes::quantize::QuantRequest;
 use mobius::run_file::{parse_input_spec, run_file, RunOptions};
 use mobius::source::{HubSettings, ModelSource};
 use mobius::verify::{check_tolerance, verify, VerifyOptions};

@@ -13,7 +13,9 @@ use crate::opt::{
     optimize, optimize_with_rules, KvCache, Limits, OptimizeOptions, OptimizeReport, Role,
 };
 use crate::package::{check_not_over, check_target, StagedOutput};
-use crate::quant::pass::{quantize_graph, runs_gather_block_quantized, QuantRequest, QuantSummary};
+use crate::passes::quantize::{
+    quantize_graph, runs_gather_block_quantized, QuantRequest, QuantSummary,
+};
 use crate::weights::eval::Evaluator;
 use crate::{Error, Result};
 

@@ -184,12 +184,12 @@ fn the_context_length_is_the_factor_times_the_original_context() {
 fn a_static_cache_may_hold_the_whole_context_length() {
     let cfg = fixture_config(NAME);
     let mut graph = build_model(&cfg, DType::F32).unwrap().graph;
-    let err = mobius::models::static_cache::static_cache(&mut graph.clone(), &cfg, 65)
+    let err = mobius::passes::static_cache::static_cache(&mut graph.clone(), &cfg, 65)
         .unwrap_err()
         .to_string();
     assert!(
         err.contains("from 1 to 64") && err.contains("dynamic RoPE factor 2"),
         "{err}"
     );
-    mobius::models::static_cache::static_cache(&mut graph, &cfg, 64).unwrap();
+    mobius::passes::static_cache::static_cache(&mut graph, &cfg, 64).unwrap();
 }

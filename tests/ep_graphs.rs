@@ -234,7 +234,7 @@ fn moe_blocks_run_as_the_fused_kernel_where_it_takes_their_dtype() {
 /// block 32), optimized for EP `ep`.
 fn optimized_int4(cfg: &ArchConfig, ep: &str, dtype: DType) -> Graph {
     use mobius::ir::QuantParams;
-    use mobius::quant::pass::{quantize_graph, QuantRequest};
+    use mobius::passes::quantize::{quantize_graph, QuantRequest};
     let mut portable = build_model(cfg, dtype).unwrap();
     let request = QuantRequest {
         params: QuantParams::new(4, 32, true),

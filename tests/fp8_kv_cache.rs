@@ -12,8 +12,8 @@ use std::path::Path;
 use common::*;
 use mobius::interp::{run_graph, Tensor};
 use mobius::ir::{Attr, DType, Model};
-use mobius::models::fp8_kv_cache::{fp8_kv_cache, KvCacheScales};
 use mobius::onnx::import;
+use mobius::passes::fp8_kv_cache::{fp8_kv_cache, KvCacheScales};
 use mobius::weights::eval::Evaluator;
 use predicates::str::contains;
 

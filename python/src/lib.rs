@@ -26,7 +26,7 @@ use mobius::ir::{DType, QuantParams};
 use mobius::limits::InterpLimits;
 use mobius::opt::Limits;
 use mobius::optimize_file::{optimize_file, OptimizeFileOptions};
-use mobius::quant::pass::QuantRequest;
+use mobius::passes::quantize::QuantRequest;
 use mobius::source::{HubSettings, ModelSource};
 use mobius::verify::{verify, VerifyOptions};
 use mobius::{BuildOptions, Cancel, Features, ModelPackage, SaveOptions};

@@ -14,7 +14,6 @@ pub mod components;
 pub mod decoder;
 pub mod ernie4_5;
 pub mod exaone4;
-pub mod fp8_kv_cache;
 pub mod gemma;
 pub mod glm;
 pub mod glm4;
@@ -36,14 +35,12 @@ pub mod olmoe;
 pub mod phi;
 pub mod phi3;
 pub mod phimoe;
-pub mod prune_lm_head;
 pub mod qwen3;
 pub mod qwen_moe;
 pub mod registry;
 pub mod smollm3;
 pub mod stablelm;
 pub mod starcoder2;
-pub mod static_cache;
 
 pub use registry::{load_config, load_config_with, parse_config, parse_config_with, Unregistered};
 

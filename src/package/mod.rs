@@ -35,7 +35,7 @@ pub fn write_package(
     progress: &indicatif::ProgressBar,
 ) -> Result<SaveReport> {
     let report = export::save(model, dir, evaluator, progress)?;
-    let static_cache = crate::models::static_cache::is_static_cache(&model.graph);
+    let static_cache = crate::passes::static_cache::is_static_cache(&model.graph);
     if static_cache && cfg.model_type.genai_type.is_some() {
         tracing::info!(
             "no {GENAI_CONFIG_FILE}: onnxruntime-genai 0.18 cannot run a static-cache model (it \

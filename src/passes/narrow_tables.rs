@@ -12,9 +12,9 @@
 
 use std::collections::HashSet;
 
+use super::fresh;
 use crate::ep::EpCapabilities;
 use crate::ir::{Attr, Attrs, DType, Graph, Node, TensorSource};
-use crate::quant::pass::fresh;
 use crate::weights::eval::Evaluator;
 use crate::weights::store::TensorStore;
 

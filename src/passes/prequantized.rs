@@ -13,9 +13,9 @@
 
 use std::collections::HashSet;
 
+use super::fresh;
 use crate::config::{CheckpointQuant, QuantMethod};
 use crate::ir::{Attr, Attrs, DType, Graph, Initializer, Node, QuantPart, TensorSource};
-use crate::quant::pass::fresh;
 use crate::weights::store::TensorStore;
 use crate::Result;
 

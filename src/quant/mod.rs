@@ -29,6 +29,7 @@
 //! is onnxruntime's default and its only 8-bit one.
 
 pub mod columns;
+pub mod from_nbits;
 pub mod nbits;
 pub mod rtn;
 
@@ -141,7 +142,3 @@ mod tests {
         assert_eq!(asym8.value_dtype(), DType::U8);
     }
 }
-
-pub mod embeddings;
-pub mod from_nbits;
-pub mod pass;

@@ -2,6 +2,7 @@
 //! initializer sources, dtype conversion and streaming into the external data file.
 
 pub mod convert;
+mod dispatch;
 pub mod eval;
 mod matrix;
 mod moe_experts;

@@ -27,7 +27,7 @@ use std::ops::Range;
 use rayon::prelude::*;
 
 use super::convert;
-use super::eval::Evaluator;
+use super::eval::{Evaluator, KeptParameters};
 use super::matrix::Matrix;
 use super::quantized::describe_source;
 use super::sink::{Sink, Store};
@@ -50,18 +50,6 @@ const READ_PER_WRITE: usize = 8 << 20;
 /// The most bytes of scales and zero points a values pass keeps for the parts written next
 /// (every layer's weights of a model of a few billion parameters; not a large LM head's).
 const KEPT: usize = 256 << 10;
-
-/// The scales and zero points of the weight quantized by columns last, in MatMulNBits'
-/// layout, kept by its values pass (which computes them anyway) for its other parts, which
-/// the data file holds right after its values: written from here, they do not read and
-/// convert the weight again.
-pub(super) struct KeptParameters {
-    weight: TensorSource,
-    dtype: DType,
-    spec: QuantParams,
-    scales: Option<Vec<u8>>,
-    zero_points: Option<Vec<u8>>,
-}
 
 /// `count` places for pieces of `len` bytes: `buf`'s, in order, or none where nothing is kept.
 fn pieces(buf: Option<&mut [u8]>, len: usize, count: usize) -> Vec<Option<&mut [u8]>> {

@@ -6,22 +6,11 @@
 use std::sync::Arc;
 
 use super::convert;
-use super::eval::{Evaluator, SourceInfo};
+use super::eval::{Evaluator, KeptQuantization, SourceInfo};
 use super::sink::Store;
 use crate::ir::{DType, MoeLayer, QuantParams, QuantPart, TensorData, TensorSource};
 use crate::quant::{self, Quantized};
 use crate::{Error, Result};
-
-/// A quantized weight kept for its next part: the source and parameters it came from.
-pub(super) struct Cached {
-    source: TensorSource,
-    dtype: DType,
-    spec: QuantParams,
-    result: Arc<Quantized>,
-    /// Whether `result.values` was emptied once written (a later request for the values
-    /// quantizes again).
-    values_dropped: bool,
-}
 
 /// `[K, N]` of a 2-D source, or an error naming what was expected.
 fn matrix(info: &SourceInfo, what: &str) -> Result<(usize, usize)> {
@@ -419,7 +408,7 @@ impl Evaluator<'_> {
                 other => other,
             })?;
         let result = Arc::new(result);
-        self.last_quantized = Some(Cached {
+        self.last_quantized = Some(KeptQuantization {
             source: source.clone(),
             dtype,
             spec: *spec,

@@ -23,7 +23,7 @@ use mobius::interp::Rng;
 use mobius::interp::Tensor;
 use mobius::ir::{Attr, DType, Graph, GraphBuilder, QuantParams, TensorData, TensorSource};
 use mobius::models::components::{sparse_moe, ExpertWeights, MoeSpec, Router};
-use mobius::quant::pass::{quantize_graph, QuantRequest};
+use mobius::passes::quantize::{quantize_graph, QuantRequest};
 use proptest::prelude::*;
 
 use super::{dims, prove_on};

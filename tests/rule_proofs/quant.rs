@@ -10,8 +10,8 @@ use mobius::interp::Tensor;
 use mobius::ir::{
     Attr, DType, Graph, GraphBuilder, Initializer, QuantParams, TensorData, TensorSource,
 };
+use mobius::passes::quantize::{quantize_graph, QuantRequest};
 use mobius::quant::nbits::{nbits_shapes, nbits_weight, nbits_zero_points};
-use mobius::quant::pass::{quantize_graph, QuantRequest};
 use mobius::weights::eval::Evaluator;
 use proptest::prelude::*;
 

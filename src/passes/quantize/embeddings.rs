@@ -22,8 +22,9 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use super::pass::{float_matrix, fresh, QuantRequest, QuantSummary};
+use super::request::{float_matrix, QuantRequest, QuantSummary};
 use crate::ir::{Attr, Attrs, DType, Graph, Initializer, Node, QuantPart, TensorSource};
+use crate::passes::fresh;
 
 /// Applies the embedding part of `request` to `graph`, counting into `summary`; with
 /// `gather_block_quantized`, 4-bit tables are read by `com.microsoft::GatherBlockQuantized`.
