@@ -5,12 +5,13 @@
 //! Gemma 2 and 3 add a norm after attention and one on each side of the MLP, a custom
 //! attention scale, soft-capped attention scores and final logits, and sliding-window layers;
 //! Gemma 3 also normalises queries and keys per head and gives sliding layers their own RoPE.
+//! Its knobs ([`GemmaConfig`]) read transformers v4 and v5 spellings of config.json.
+
+use serde_json::{Map, Value};
 
 use super::components::{
     gated_mlp, named_rope_tables, scalar, DecoderInputs, GateActivation, Norm, NormKind, RopeTables,
 };
-use serde_json::{Map, Value};
-
 use super::decoder::{self, Family, LayerNorms, QkNorm};
 use super::family::FamilySpec;
 use super::multimodal::{read_text_part, TextPart, TextType};
