@@ -10,10 +10,10 @@ use std::collections::HashMap;
 
 use common::compare::{assert_close, atol};
 use common::*;
-use mobius::config::EncoderConfig;
 use mobius::ep::{builtin_eps, get_ep};
 use mobius::interp::{run_graph, Tensor};
 use mobius::ir::{DType, Graph};
+use mobius::models::bert::EncoderConfig;
 use mobius::models::build_model;
 use mobius::onnx::import;
 use mobius::opt::{optimize, Role};

@@ -5,10 +5,10 @@
 mod common;
 
 use common::*;
-use mobius::config::gpt2::Gpt2Config;
-use mobius::config::phi::PhiConfig;
 use mobius::config::Gelu;
 use mobius::ir::DType;
+use mobius::models::gpt2::Gpt2Config;
+use mobius::models::phi::PhiConfig;
 
 const SLN: &str = "com.microsoft::SkipLayerNormalization";
 const FAST_GELU: &str = "com.microsoft::FastGelu";

@@ -4,9 +4,10 @@
 mod common;
 
 use common::*;
-use mobius::config::{Gelu, GemmaConfig, GemmaVersion, RopeScaling};
+use mobius::config::{Gelu, RopeScaling};
 use mobius::ir::{Attr, DType, Graph};
 use mobius::models::build_model;
+use mobius::models::gemma::{GemmaConfig, GemmaVersion};
 
 /// The `softcap` and `scale` attributes of every standard Attention node, in graph order.
 fn attention_attrs(g: &Graph) -> Vec<(f32, f32)> {

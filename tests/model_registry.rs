@@ -88,7 +88,39 @@ fn readme_family_example_is_the_real_qwen3_file() {
         "README's \"Adding a model family\" example is not src/models/qwen3.rs's text"
     );
     let registry = std::fs::read_to_string(root().join("src/models/registry.rs")).unwrap();
-    assert!(registry.contains("    &qwen3::FAMILY,\n"));
+    assert!(registry.contains("    &super::qwen3::FAMILY,\n"));
+}
+
+/// A family is its file plus its one line in `FAMILIES`: every file of `src/models/` that
+/// declares a `FamilySpec` is registered under its file name, and no family imports the
+/// registry (which imports the families).
+#[test]
+fn every_family_file_is_registered_in_one_line() {
+    let models = root().join("src/models");
+    let registry = std::fs::read_to_string(models.join("registry.rs")).unwrap();
+    let mut families = BTreeSet::new();
+    for entry in std::fs::read_dir(&models).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        if !text.contains("pub static FAMILY: FamilySpec") {
+            continue;
+        }
+        let stem = path.file_stem().unwrap().to_str().unwrap().to_string();
+        let line = format!("    &super::{stem}::FAMILY,\n");
+        assert_eq!(
+            registry.matches(&line).count(),
+            1,
+            "src/models/{stem}.rs declares a family: FAMILIES needs the line `{}`",
+            line.trim()
+        );
+        assert!(
+            !text.contains("super::registry") && !text.contains("models::registry"),
+            "src/models/{stem}.rs names the registry (families import `family`, not it)"
+        );
+        families.insert(stem);
+    }
+    let registered: BTreeSet<String> = FAMILIES.iter().map(|f| f.name.to_string()).collect();
+    assert_eq!(registered, families, "a family's name is its file's");
 }
 
 #[test]

@@ -1,7 +1,9 @@
 //! What only one family reads of a config: its typed knobs (Gemma's soft-caps, Granite's
 //! multipliers, an encoder's token types…), and the graph they build. Each family defines its
-//! knobs type in its own file and implements [`FamilyKnobs`] for it; [`super::ArchConfig`]
-//! carries it as [`Knobs`], so a builder reads its own knobs, typed, from `self`.
+//! knobs type in its own file; a decoder's knobs are [`FamilyKnobs`] by being its
+//! `crate::models::decoder::Family` hooks, other builders implement the trait themselves.
+//! [`super::ArchConfig`] carries the knobs as [`Knobs`], so a builder reads its own knobs,
+//! typed, from `self`.
 
 use std::any::Any;
 use std::fmt::Debug;

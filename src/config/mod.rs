@@ -1,17 +1,13 @@
 //! `config.json` → [`ArchConfig`], one normalised description of the architecture.
 
 pub mod decoder;
-pub mod encoder;
 pub mod family;
 mod fields;
 pub mod gelu;
-pub mod gemma;
-pub mod gpt2;
 pub mod hf;
 pub mod longrope;
 mod model_type;
 pub mod moe;
-pub mod phi;
 pub mod quantization;
 pub mod rope;
 pub mod yarn;
@@ -26,11 +22,9 @@ use crate::limits::config::MAX_POSITIONS;
 use crate::role::Role;
 use crate::{Error, Result};
 pub use decoder::{read_decoder, sliding_layer_types, Biases, DecoderFields, Dims, SlidingLayers};
-pub use encoder::{EncoderConfig, Positions};
 pub use family::{CheckpointRenaming, FamilyKnobs, Knobs};
 pub use fields::{Fields, Sign};
 pub use gelu::Gelu;
-pub use gemma::{GemmaConfig, GemmaVersion};
 pub use hf::HfConfig;
 pub use model_type::{ModelType, ReadConfig};
 pub use moe::read_routing;

@@ -17,6 +17,10 @@ pub struct ModelType {
     pub genai_type: Option<&'static str>,
     /// Its config.json → [`ArchConfig`].
     pub read: ReadConfig,
+    /// Whether its builder switches LongRoPE's short and long factors (and scales by its
+    /// attention factor); config reading refuses a LongRoPE config of any other type, whose
+    /// graph would rotate with the short factors alone.
+    pub builds_longrope: bool,
 }
 
 impl ModelType {
@@ -30,6 +34,15 @@ impl ModelType {
             name,
             genai_type: Some(genai_type),
             read,
+            builds_longrope: false,
+        }
+    }
+
+    /// This model type, its builder building LongRoPE.
+    pub const fn building_longrope(self) -> Self {
+        ModelType {
+            builds_longrope: true,
+            ..self
         }
     }
 }

@@ -9,12 +9,13 @@
 use serde_json::json;
 
 use super::components::{linear, scalar};
-use super::decoder::{self, Family, LayerNorms, QkNorm};
-use super::registry::{without_windows, FamilySpec, ModelType};
+use super::decoder::{Family, LayerNorms, QkNorm};
+use super::family::{without_windows, FamilySpec};
+use crate::config::ModelType;
 use crate::config::{
-    read_decoder, read_rope, ArchConfig, Biases, DecoderFields, FamilyKnobs, Fields, HfConfig, Rope,
+    read_decoder, read_rope, ArchConfig, Biases, DecoderFields, Fields, HfConfig, Rope,
 };
-use crate::ir::{DType, Graph, GraphBuilder, Initializer, TensorSource};
+use crate::ir::{DType, GraphBuilder, Initializer, TensorSource};
 use crate::Result;
 
 /// The family's registry entry. onnxruntime-genai 0.18 has no `apertus` type: its generic
@@ -120,12 +121,6 @@ impl Family for Apertus {
         let up = linear(b, x, &format!("{mlp}.up_proj"), h, i, false, dtype);
         let act = xielu(b, &up, &format!("{mlp}.act_fn"), dtype);
         linear(b, &act, &format!("{mlp}.down_proj"), i, h, false, dtype)
-    }
-}
-
-impl FamilyKnobs for Apertus {
-    fn build(&self, cfg: &ArchConfig, dtype: DType) -> Graph {
-        decoder::build(cfg, dtype, self)
     }
 }
 

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::llama::Llama;
-use super::registry::ModelType;
+use super::decoder::Llama;
+use crate::config::ModelType;
 use crate::config::{read_decoder, DecoderFields, Fields, HfConfig};
 use crate::ir::{Graph, TensorSource};
 use crate::weights::store::TensorStore;

@@ -4,13 +4,14 @@
 //! default) and the LM head tied to the embeddings by default.
 
 use super::components::{scalar, Norm, NormKind};
-use super::decoder::{self, Family, LayerNorms};
-use super::registry::{without_windows, FamilySpec, ModelType};
+use super::decoder::{Family, LayerNorms};
+use super::family::{without_windows, FamilySpec};
+use crate::config::ModelType;
 use crate::config::{
     read_decoder, read_rope, ArchConfig, DecoderFields, Dims, FamilyKnobs, Fields, HfConfig, Rope,
     Sign,
 };
-use crate::ir::{DType, Graph, GraphBuilder};
+use crate::ir::{DType, GraphBuilder};
 use crate::Result;
 
 /// The family's registry entry. onnxruntime-genai 0.18 has no `cohere` type: its generic
@@ -120,12 +121,6 @@ impl Family for Cohere {
         let product = b.op("MatMul", &[x, head], vec![]);
         let c = scalar(b, self.logit_scale, dtype);
         b.op_into("Mul", &[&product, &c], vec![], "logits");
-    }
-}
-
-impl FamilyKnobs for Cohere {
-    fn build(&self, cfg: &ArchConfig, dtype: DType) -> Graph {
-        decoder::build(cfg, dtype, self)
     }
 }
 

@@ -6,13 +6,13 @@
 
 use super::cohere::{read_cohere, Cohere, FIELDS as COHERE};
 use super::components::Norm;
-use super::decoder::{self, Family, LayerNorms};
-use super::registry::{FamilySpec, ModelType};
+use super::decoder::{Family, LayerNorms};
+use super::family::FamilySpec;
+use crate::config::ModelType;
 use crate::config::{
-    sliding_layer_types, ArchConfig, DecoderFields, FamilyKnobs, Fields, HfConfig, Rope,
-    SlidingLayers,
+    sliding_layer_types, ArchConfig, DecoderFields, Fields, HfConfig, Rope, SlidingLayers,
 };
-use crate::ir::{DType, Graph, GraphBuilder};
+use crate::ir::{DType, GraphBuilder};
 use crate::limits::config::MAX_LAYERS;
 use crate::Result;
 
@@ -98,12 +98,6 @@ impl Family for Cohere2 {
 
     fn logits(&self, b: &mut GraphBuilder, cfg: &ArchConfig, x: &str, head: &str, dtype: DType) {
         self.cohere.logits(b, cfg, x, head, dtype)
-    }
-}
-
-impl FamilyKnobs for Cohere2 {
-    fn build(&self, cfg: &ArchConfig, dtype: DType) -> Graph {
-        decoder::build(cfg, dtype, self)
     }
 }
 

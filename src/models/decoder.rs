@@ -4,13 +4,14 @@
 //! (pre-norm RMSNorm layers, SiLU-gated MLP, `model.*` checkpoint names).
 
 use std::collections::BTreeMap;
+use std::fmt::Debug;
 
 use super::components::{
     decoder_io, gated_mlp, linear, padding_mask, per_head_norm, rope_tables, rotary_embedding,
     sliding_window_mask, soft_capped_attention, AttentionSpec, DecoderDims, DecoderInputs,
     GateActivation, Norm, NormKind, RopeTables,
 };
-use crate::config::{ArchConfig, Rope};
+use crate::config::{ArchConfig, CheckpointRenaming, FamilyKnobs, Rope};
 use crate::ir::{Attr, DType, Graph, GraphBuilder, Initializer, TensorSource};
 
 /// Checkpoint module names of the decoder's parts.
@@ -131,11 +132,18 @@ impl QkNorm {
     }
 }
 
-/// What a family changes in the decoder; every default is Llama's.
+/// What a family changes in the decoder; every default is Llama's. Every `Family` that is
+/// its config's knobs (`Debug + PartialEq`) is [`FamilyKnobs`] that build with [`build`].
 pub trait Family {
     /// The checkpoint module names.
     fn names(&self) -> Names {
         Names::LLAMA
+    }
+
+    /// How the builder renames checkpoint tensors before reading them (`None`: it reads the
+    /// checkpoint's own names).
+    fn checkpoint_renaming(&self) -> Option<CheckpointRenaming> {
+        None
     }
 
     /// The norm every layer norm and the final norm apply.
@@ -308,6 +316,23 @@ pub trait Family {
         b.op_into("MatMul", &[x, head], vec![], "logits");
     }
 }
+
+/// A decoder family's knobs build the decoder skeleton with their hooks.
+impl<K: Family + Debug + PartialEq + Send + Sync + 'static> FamilyKnobs for K {
+    fn build(&self, cfg: &ArchConfig, dtype: DType) -> Graph {
+        build(cfg, dtype, self)
+    }
+
+    fn checkpoint_renaming(&self) -> Option<CheckpointRenaming> {
+        Family::checkpoint_renaming(self)
+    }
+}
+
+/// The plain Llama decoder: every [`Family`] default, no knobs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Llama;
+
+impl Family for Llama {}
 
 /// The plain RoPE tables of `cfg.rope`, gathered by `position_ids`.
 pub fn plain_rotary(

@@ -3,8 +3,9 @@
 //! biases of every projection (q, k, v, o and the MLP's), head_dim 128, theta 5e5,
 //! `rms_norm_eps` 1e-5 and a tied head by default.
 
-use super::llama::Llama;
-use super::registry::{without_windows, FamilySpec, ModelType};
+use super::decoder::Llama;
+use super::family::{without_windows, FamilySpec};
+use crate::config::ModelType;
 use crate::config::{
     read_decoder, read_rope, ArchConfig, Biases, DecoderFields, Fields, HfConfig, Rope,
 };

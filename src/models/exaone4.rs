@@ -8,13 +8,13 @@
 
 use serde_json::Value;
 
-use super::decoder::{self, Family, LayerNorms, QkNorm};
-use super::registry::{FamilySpec, ModelType};
+use super::decoder::{Family, LayerNorms, QkNorm};
+use super::family::FamilySpec;
+use crate::config::ModelType;
 use crate::config::{
-    read_decoder, sliding_layer_types, ArchConfig, Biases, DecoderFields, FamilyKnobs, Fields,
-    HfConfig, Rope, SlidingLayers,
+    read_decoder, sliding_layer_types, ArchConfig, Biases, DecoderFields, Fields, HfConfig, Rope,
+    SlidingLayers,
 };
-use crate::ir::{DType, Graph};
 use crate::limits::config::MAX_LAYERS;
 use crate::Result;
 
@@ -124,12 +124,6 @@ impl Family for Exaone4 {
 
     fn layer_rope<'c>(&'c self, cfg: &'c ArchConfig, i: usize) -> Option<(&'c Rope, usize)> {
         self.rope_layers[i].then_some((&cfg.rope, 0))
-    }
-}
-
-impl FamilyKnobs for Exaone4 {
-    fn build(&self, cfg: &ArchConfig, dtype: DType) -> Graph {
-        decoder::build(cfg, dtype, self)
     }
 }
 

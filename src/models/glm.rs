@@ -4,13 +4,14 @@
 //! default; never on o or the MLP), a fused `gate_up_proj` MLP weight (gate half first, split
 //! at save time as Phi-3's), head_dim 128 and `rms_norm_eps` 1.5625e-7 by default.
 
-use super::decoder::{self, Family};
+use super::decoder::Family;
+use super::family::{without_windows, FamilySpec};
 use super::phi3::Phi3;
-use super::registry::{without_windows, FamilySpec, ModelType};
+use crate::config::ModelType;
 use crate::config::{
     read_decoder, read_rope, ArchConfig, Biases, DecoderFields, FamilyKnobs, Fields, HfConfig, Rope,
 };
-use crate::ir::{DType, Graph, GraphBuilder};
+use crate::ir::{DType, GraphBuilder};
 use crate::Result;
 
 /// The family's registry entry. onnxruntime-genai 0.18 has no `glm` type: its generic
@@ -80,12 +81,6 @@ impl Family for Glm {
         dtype: DType,
     ) -> String {
         Phi3.mlp(b, cfg, x, mlp, dtype)
-    }
-}
-
-impl FamilyKnobs for Glm {
-    fn build(&self, cfg: &ArchConfig, dtype: DType) -> Graph {
-        decoder::build(cfg, dtype, self)
     }
 }
 

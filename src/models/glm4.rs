@@ -3,12 +3,13 @@
 //! block's output besides the one on its input: `x + post_self_attn_layernorm(attn(
 //! input_layernorm(x)))`, then `x + post_mlp_layernorm(mlp(post_attention_layernorm(x)))`.
 
-use super::decoder::{self, Family, LayerNorms};
+use super::decoder::{Family, LayerNorms};
+use super::family::FamilySpec;
 use super::glm::read_glm;
 use super::phi3::Phi3;
-use super::registry::{FamilySpec, ModelType};
-use crate::config::{ArchConfig, FamilyKnobs};
-use crate::ir::{DType, Graph, GraphBuilder};
+use crate::config::ArchConfig;
+use crate::config::ModelType;
+use crate::ir::{DType, GraphBuilder};
 
 /// The family's registry entry. onnxruntime-genai 0.18 has no `glm4` type (its `chatglm` is
 /// the older ChatGLM): its generic `decoder` runs the graph.
@@ -48,12 +49,6 @@ impl Family for Glm4 {
         dtype: DType,
     ) -> String {
         Phi3.mlp(b, cfg, x, mlp, dtype)
-    }
-}
-
-impl FamilyKnobs for Glm4 {
-    fn build(&self, cfg: &ArchConfig, dtype: DType) -> Graph {
-        decoder::build(cfg, dtype, self)
     }
 }
 

@@ -4,13 +4,20 @@
 //!
 //! Weights are HF `Conv1D`s stored `[in, out]`, used by `MatMul` as they are; the fused
 //! `c_attn` (`[H, 3H]`) is cut lazily into its q, k and v column blocks.
+//!
+//! config.json spells the sizes `n_embd`, `n_layer`, `n_head`, `n_positions` (kept by
+//! transformers v4 and v5); the MLP is `n_inner` wide (null: 4·`n_embd`).
 
 use super::components::{conv1d, gelu, Conv1dParams, DecoderInputs, Norm, NormKind, RopeTables};
-use super::decoder::{self, Family, LayerNorms, Names};
-use super::registry::{FamilySpec, ModelType};
-use crate::config::gpt2::{self as config, Gpt2Config};
-use crate::config::{ArchConfig, CheckpointRenaming, FamilyKnobs, Rope};
-use crate::ir::{Attr, DType, Graph, GraphBuilder, Initializer, TensorSource};
+use super::decoder::{Family, LayerNorms, Names};
+use super::family::FamilySpec;
+use crate::config::{
+    first_token, parse_dtype, token_list, ArchConfig, CheckpointRenaming, Fields, Gelu, HfConfig,
+    Knobs, ModelType, Rope, RopeScaling, Sign,
+};
+use crate::ir::{Attr, DType, GraphBuilder, Initializer, TensorSource};
+use crate::limits::config::{MAX_HEADS, MAX_LAYERS, MAX_POSITIONS, MAX_VOCAB, MAX_WIDTH};
+use crate::Result;
 
 /// The family's registry entry. onnxruntime-genai's own `gpt2` type expects one combined
 /// `past_%d` cache tensor per layer, not the separate key/value inputs of our graph contract,
@@ -19,11 +26,141 @@ pub static FAMILY: FamilySpec = FamilySpec {
     name: "gpt2",
     summary: "learned positions, LayerNorm, Conv1D weights with the fused `c_attn` cut \
               lazily into q/k/v, GELU MLP, tied head",
-    model_types: &[ModelType::generative("gpt2", "decoder", config::read)],
+    model_types: &[ModelType::generative("gpt2", "decoder", read)],
 };
+
+/// GPT-2's knobs: its LayerNorm and GELU.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Gpt2Config {
+    /// Epsilon of every LayerNorm (`layer_norm_epsilon`).
+    pub layer_norm_eps: f32,
+    /// The MLP activation (`activation_function`).
+    pub gelu: Gelu,
+}
+
+/// Normalises a GPT-2 config; errors name the field and what was expected.
+fn read(raw: &HfConfig, model_type: &'static ModelType, f: &Fields<'_>) -> Result<ArchConfig> {
+    let (hidden_field, hidden) = spelled("n_embd", raw.n_embd, "hidden_size", raw.hidden_size);
+    let hidden_size = f.positive(hidden_field, hidden, MAX_WIDTH)?;
+    let (heads_field, heads) = spelled(
+        "n_head",
+        raw.n_head,
+        "num_attention_heads",
+        raw.num_attention_heads,
+    );
+    let heads = f.positive(heads_field, heads, MAX_HEADS)?;
+    if hidden_size % heads != 0 {
+        return Err(f.err(
+            heads_field,
+            &format!("{heads} does not divide the hidden size ({hidden_size})"),
+        ));
+    }
+    let (layers_field, layers) = spelled(
+        "n_layer",
+        raw.n_layer,
+        "num_hidden_layers",
+        raw.num_hidden_layers,
+    );
+    let (positions_field, positions) = spelled(
+        "n_positions",
+        raw.n_positions,
+        "max_position_embeddings",
+        raw.max_position_embeddings,
+    );
+    let layers = f.positive(layers_field, layers, MAX_LAYERS)?;
+    let intermediate_size = match raw.n_inner.or(raw.intermediate_size) {
+        None => 4 * hidden_size,
+        some => f.positive("n_inner", some, MAX_WIDTH)?,
+    };
+    let act = raw.activation_function.as_deref().unwrap_or("gelu_new");
+    let gelu = Gelu::from_hf_name(act).ok_or_else(|| {
+        f.err(
+            "activation_function",
+            &format!(
+                "`{act}` is not supported for gpt2 (expected {})",
+                Gelu::NAMES
+            ),
+        )
+    })?;
+    for (field, value) in [
+        ("scale_attn_weights", raw.scale_attn_weights == Some(false)),
+        (
+            "scale_attn_by_inverse_layer_idx",
+            raw.scale_attn_by_inverse_layer_idx == Some(true),
+        ),
+        ("add_cross_attention", raw.add_cross_attention == Some(true)),
+    ] {
+        if value {
+            return Err(f.err(
+                field,
+                "is not supported (expected the GPT-2 default: scaled self-attention only)",
+            ));
+        }
+    }
+    let head_dim = hidden_size / heads;
+    Ok(ArchConfig {
+        model_type,
+        hidden_size,
+        intermediate_size,
+        num_attention_heads: heads,
+        num_key_value_heads: heads,
+        head_dim,
+        num_hidden_layers: layers,
+        vocab_size: f.positive("vocab_size", raw.vocab_size, MAX_VOCAB)?,
+        max_position_embeddings: f.positive(positions_field, positions, MAX_POSITIONS)?,
+        rms_norm_eps: 0.0,
+        tie_word_embeddings: raw.tie_word_embeddings.unwrap_or(true),
+        qkv_bias: true,
+        o_bias: true,
+        mlp_bias: true,
+        // No rotary embedding: positions are learned. A full-width default keeps the field
+        // well-formed for code that reads it.
+        rope: Rope {
+            theta: 10000.0,
+            scaling: RopeScaling::Default,
+            rotary_dim: head_dim,
+            interleaved: false,
+        },
+        layer_windows: vec![None; layers],
+        dtype: parse_dtype(raw, f)?,
+        bos_token_id: first_token(f, "bos_token_id", raw.bos_token_id.as_ref())?,
+        eos_token_ids: token_list(f, "eos_token_id", raw.eos_token_id.as_ref())?,
+        pad_token_id: first_token(f, "pad_token_id", raw.pad_token_id.as_ref())?,
+        family: Knobs::new(Gpt2Config {
+            layer_norm_eps: match raw.layer_norm_epsilon {
+                Some(e) => f.number("layer_norm_epsilon", Some(e), e, Sign::NonNegative)?,
+                None => f.number(
+                    "layer_norm_eps",
+                    raw.layer_norm_eps,
+                    1e-5,
+                    Sign::NonNegative,
+                )?,
+            },
+            gelu,
+        }),
+    })
+}
+
+/// The GPT-2 spelling of a field when present, else the generic one (with its name, for
+/// error messages).
+fn spelled(
+    gpt2: &'static str,
+    gpt2_value: Option<i64>,
+    generic: &'static str,
+    generic_value: Option<i64>,
+) -> (&'static str, Option<i64>) {
+    match (gpt2_value, generic_value) {
+        (None, Some(v)) => (generic, Some(v)),
+        (v, _) => (gpt2, v),
+    }
+}
 
 /// GPT-2's hooks: `transformer.*` names, LayerNorm, learned positions, Conv1D projections.
 impl Family for Gpt2Config {
+    fn checkpoint_renaming(&self) -> Option<CheckpointRenaming> {
+        Some(checkpoint_name)
+    }
+
     fn names(&self) -> Names {
         Names {
             root: "transformer",
@@ -148,16 +285,6 @@ fn whole(prefix: &str) -> Conv1dParams {
     }
 }
 
-impl FamilyKnobs for Gpt2Config {
-    fn build(&self, cfg: &ArchConfig, dtype: DType) -> Graph {
-        decoder::build(cfg, dtype, self)
-    }
-
-    fn checkpoint_renaming(&self) -> Option<CheckpointRenaming> {
-        Some(checkpoint_name)
-    }
-}
-
 /// Checkpoint names as the builder reads them: base-model checkpoints (`GPT2Model`, e.g. the
 /// hub's `openai-community/gpt2`) spell `h.0.…`, `wte.weight`; `GPT2LMHeadModel` ones
 /// `transformer.h.0.…`. Every name outside `transformer.` and `lm_head.` gets the prefix.
@@ -169,4 +296,30 @@ pub fn checkpoint_name(name: &str) -> Option<String> {
             format!("transformer.{name}")
         },
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::ArchConfig;
+    use crate::Result;
+
+    fn parse(json: &str) -> Result<ArchConfig> {
+        crate::models::parse_config(json.as_bytes(), std::path::Path::new("config.json"))
+    }
+
+    #[test]
+    fn bad_gpt2_values_are_named() {
+        let gpt2 = r#"{"model_type": "gpt2", "n_embd": 64, "n_head": 4, "n_layer": 2,
+            "n_positions": 128, "vocab_size": 300"#;
+        for (extra, field) in [
+            (r#""layer_norm_epsilon": -1"#, "layer_norm_epsilon"),
+            (r#""n_layer": 4096"#, "n_layer"),
+            (r#""n_head": 0"#, "n_head"),
+        ] {
+            let msg = parse(&format!("{gpt2}, {extra}}}"))
+                .unwrap_err()
+                .to_string();
+            assert!(msg.contains(&format!("field `{field}`")), "{extra}: {msg}");
+        }
+    }
 }

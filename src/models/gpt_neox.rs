@@ -6,13 +6,14 @@
 //! `x + attn(ln1(x)) + mlp(ln2(x))` (`use_parallel_residual`).
 
 use super::components::{gelu_mlp, Norm, NormKind};
-use super::decoder::{self, Family, Names};
-use super::registry::{FamilySpec, ModelType};
+use super::decoder::{Family, Names};
+use super::family::FamilySpec;
+use crate::config::ModelType;
 use crate::config::{
-    read_decoder, read_rope, ArchConfig, Biases, CheckpointRenaming, DecoderFields, FamilyKnobs,
-    Fields, Gelu, HfConfig, Sign,
+    read_decoder, read_rope, ArchConfig, Biases, CheckpointRenaming, DecoderFields, Fields, Gelu,
+    HfConfig, Sign,
 };
-use crate::ir::{DType, Graph, GraphBuilder, Initializer, TensorSource};
+use crate::ir::{DType, GraphBuilder, Initializer, TensorSource};
 use crate::{Error, Result};
 
 /// The family's registry entry. onnxruntime-genai 0.18 has no `gpt_neox` type: its generic
@@ -126,6 +127,10 @@ pub struct GptNeox {
 }
 
 impl Family for GptNeox {
+    fn checkpoint_renaming(&self) -> Option<CheckpointRenaming> {
+        Some(checkpoint_name)
+    }
+
     fn names(&self) -> Names {
         Names {
             root: "gpt_neox",
@@ -237,16 +242,6 @@ impl HeadRows {
                 .collect(),
             axis: 0,
         }
-    }
-}
-
-impl FamilyKnobs for GptNeox {
-    fn build(&self, cfg: &ArchConfig, dtype: DType) -> Graph {
-        decoder::build(cfg, dtype, self)
-    }
-
-    fn checkpoint_renaming(&self) -> Option<CheckpointRenaming> {
-        Some(checkpoint_name)
     }
 }
 

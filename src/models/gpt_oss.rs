@@ -21,13 +21,14 @@
 //! [`clamped_moe`].
 
 use super::components::{clamped_moe, sink_attention, AttentionSpec, ClampedMoe, DecoderInputs};
-use super::decoder::{self, Family};
-use super::registry::{FamilySpec, ModelType};
+use super::decoder::Family;
+use super::family::FamilySpec;
+use crate::config::ModelType;
 use crate::config::{
-    read_decoder, read_routing, ArchConfig, Biases, DecoderFields, FamilyKnobs, Fields, HfConfig,
-    Sign, SlidingLayers,
+    read_decoder, read_routing, ArchConfig, Biases, DecoderFields, Fields, HfConfig, Sign,
+    SlidingLayers,
 };
-use crate::ir::{DType, Graph, GraphBuilder, Initializer, TensorSource};
+use crate::ir::{DType, GraphBuilder, Initializer, TensorSource};
 use crate::Result;
 
 /// The family's registry entry (onnxruntime-genai's `gptoss` type).
@@ -135,12 +136,6 @@ impl Family for GptOss {
             limit: self.limit,
         };
         clamped_moe(b, x, &format!("{layer}.mlp"), &spec, dtype)
-    }
-}
-
-impl FamilyKnobs for GptOss {
-    fn build(&self, cfg: &ArchConfig, dtype: DType) -> Graph {
-        decoder::build(cfg, dtype, self)
     }
 }
 

@@ -4,10 +4,11 @@
 //! A multiplier of exactly 1 emits no op.
 
 use super::components::{scalar, DecoderInputs};
-use super::decoder::{self, Family};
-use super::registry::{FamilySpec, ModelType};
-use crate::config::{read_decoder, ArchConfig, DecoderFields, FamilyKnobs, Fields, HfConfig, Sign};
-use crate::ir::{DType, Graph, GraphBuilder};
+use super::decoder::Family;
+use super::family::FamilySpec;
+use crate::config::ModelType;
+use crate::config::{read_decoder, ArchConfig, DecoderFields, Fields, HfConfig, Sign};
+use crate::ir::{DType, GraphBuilder};
 use crate::Result;
 
 /// The family's registry entry.
@@ -87,12 +88,6 @@ impl Family for Multipliers {
         let product = b.op("MatMul", &[x, head], vec![]);
         let c = scalar(b, s, dtype);
         b.op_into("Div", &[&product, &c], vec![], "logits");
-    }
-}
-
-impl FamilyKnobs for Multipliers {
-    fn build(&self, cfg: &ArchConfig, dtype: DType) -> Graph {
-        decoder::build(cfg, dtype, self)
     }
 }
 

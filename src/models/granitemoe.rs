@@ -6,13 +6,14 @@
 //! (the same weights as softmax → top-k → renormalised). The block is [`MoeSpec::build`].
 
 use super::components::{DecoderInputs, ExpertWeights, MoeSpec, Router};
-use super::decoder::{self, Family};
+use super::decoder::Family;
+use super::family::FamilySpec;
 use super::granite::{multipliers, Multipliers};
-use super::registry::{FamilySpec, ModelType};
+use crate::config::ModelType;
 use crate::config::{
-    read_decoder, read_routing, ArchConfig, Biases, DecoderFields, FamilyKnobs, Fields, HfConfig,
+    read_decoder, read_routing, ArchConfig, Biases, DecoderFields, Fields, HfConfig,
 };
-use crate::ir::{DType, Graph, GraphBuilder};
+use crate::ir::{DType, GraphBuilder};
 use crate::Result;
 
 /// The family's registry entry (onnxruntime-genai's `granite` type: the same I/O).
@@ -99,12 +100,6 @@ impl Family for GraniteMoe {
         let weights = ExpertWeights::GRANITE_MOE;
         let spec = MoeSpec::new(cfg, cfg.intermediate_size, routing, router, weights);
         spec.build(b, x, &format!("{layer}.block_sparse_moe"), dtype)
-    }
-}
-
-impl FamilyKnobs for GraniteMoe {
-    fn build(&self, cfg: &ArchConfig, dtype: DType) -> Graph {
-        decoder::build(cfg, dtype, self)
     }
 }
 

@@ -1,8 +1,9 @@
 //! Helium (Kyutai): the Llama decoder with interleaved RoPE pairs `(x0, x1), (x2, x3)…`,
 //! `attention_bias` on q, k and v only (never on o), head_dim 128 and theta 1e5 by default.
 
-use super::llama::Llama;
-use super::registry::{FamilySpec, ModelType};
+use super::decoder::Llama;
+use super::family::FamilySpec;
+use crate::config::ModelType;
 use crate::config::Rope;
 use crate::config::{read_decoder, read_rope, ArchConfig, Biases, DecoderFields, Fields, HfConfig};
 use crate::Result;

@@ -2,14 +2,14 @@
 //! [`super::decoder`] with no family hooks (q/k/v biases, sliding windows and RoPE scaling
 //! come from the shared config fields).
 
-use super::decoder::{self, Family};
+use super::decoder::Llama;
+use super::family::FamilySpec;
+use super::ministral;
 use super::multimodal::{read_text_part, TextPart, TextType};
-use super::registry::{FamilySpec, ModelType};
 use crate::config::{
-    read_decoder, ArchConfig, Biases, DecoderFields, FamilyKnobs, Fields, HfConfig, Knobs,
+    read_decoder, ArchConfig, Biases, DecoderFields, Fields, HfConfig, Knobs, ModelType,
     SlidingLayers,
 };
-use crate::ir::{DType, Graph};
 use crate::Result;
 
 /// The family's registry entry.
@@ -46,10 +46,12 @@ const MISTRAL3: TextPart = TextPart {
         TextType {
             name: "mistral",
             defaults: MISTRAL_DEFAULTS,
+            read: |raw, t, f| read(raw, t, f, &MISTRAL),
         },
         TextType {
             name: "ministral",
             defaults: MISTRAL_DEFAULTS,
+            read: ministral::read,
         },
     ],
     decoder: Knobs::clone,
@@ -75,16 +77,4 @@ fn read(
     fields: &DecoderFields,
 ) -> Result<ArchConfig> {
     read_decoder(raw, model_type, f, fields, |_| Ok(Llama))
-}
-
-/// The plain Llama decoder: every [`Family`] default, no knobs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Llama;
-
-impl Family for Llama {}
-
-impl FamilyKnobs for Llama {
-    fn build(&self, cfg: &ArchConfig, dtype: DType) -> Graph {
-        decoder::build(cfg, dtype, self)
-    }
 }

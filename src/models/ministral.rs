@@ -2,20 +2,17 @@
 //! whose layers slide by `layer_types`, with transformers' default window of 4096 positions
 //! when config.json names none (`"sliding_window": null` turns it off).
 
-use super::llama::Llama;
-use super::registry::{FamilySpec, ModelType};
-use crate::config::{read_decoder, Biases, DecoderFields};
+use super::decoder::Llama;
+use super::family::FamilySpec;
+use crate::config::{read_decoder, ArchConfig, Biases, DecoderFields, Fields, HfConfig, ModelType};
+use crate::Result;
 
 /// The family's registry entry. onnxruntime-genai 0.18 has no `ministral` type; its `mistral`
 /// type is the same plain decoder loop (windows live in the graph).
 pub static FAMILY: FamilySpec = FamilySpec {
     name: "ministral",
     summary: "Mistral with per-layer sliding windows (`layer_types`), window 4096 by default",
-    model_types: &[ModelType::generative(
-        "ministral",
-        "mistral",
-        |raw, t, f| read_decoder(raw, t, f, &FIELDS, |_| Ok(Llama)),
-    )],
+    model_types: &[ModelType::generative("ministral", "mistral", read)],
 };
 
 /// transformers' MinistralConfig: no biases, `sliding_window` 4096 when absent, every layer
@@ -25,6 +22,15 @@ const FIELDS: DecoderFields = DecoderFields {
     sliding_window: Some(4096),
     ..DecoderFields::LLAMA
 };
+
+/// Reads a `ministral` config (also the text decoder of a `mistral3` one).
+pub(super) fn read(
+    raw: &HfConfig,
+    model_type: &'static ModelType,
+    f: &Fields<'_>,
+) -> Result<ArchConfig> {
+    read_decoder(raw, model_type, f, &FIELDS, |_| Ok(Llama))
+}
 
 #[cfg(test)]
 mod tests {

@@ -4,12 +4,13 @@
 //! The block is [`MoeSpec::build`] (its docs say how its cost grows).
 
 use super::components::{ExpertWeights, MoeSpec, Router};
-use super::decoder::{self, Family};
-use super::registry::{FamilySpec, ModelType};
+use super::decoder::Family;
+use super::family::FamilySpec;
+use crate::config::ModelType;
 use crate::config::{
-    read_decoder, read_routing, ArchConfig, Biases, DecoderFields, FamilyKnobs, Fields, HfConfig,
+    read_decoder, read_routing, ArchConfig, Biases, DecoderFields, Fields, HfConfig,
 };
-use crate::ir::{DType, Graph, GraphBuilder};
+use crate::ir::{DType, GraphBuilder};
 use crate::Result;
 
 /// The family's registry entry.
@@ -67,12 +68,6 @@ impl Family for Mixtral {
             ExpertWeights::MIXTRAL,
         );
         spec.build(b, x, &format!("{layer}.block_sparse_moe"), dtype)
-    }
-}
-
-impl FamilyKnobs for Mixtral {
-    fn build(&self, cfg: &ArchConfig, dtype: DType) -> Graph {
-        decoder::build(cfg, dtype, self)
     }
 }
 

@@ -1,9 +1,10 @@
 //! Model builders: [`ArchConfig`] → portable, EP-agnostic ONNX graph (opset 24).
 //!
-//! Every family is one file: its [`registry::FamilySpec`] (the `model_type`s it answers to,
-//! how their config.json reads, their onnxruntime-genai type) and its builder — for decoders a
-//! set of [`decoder::Family`] hooks on the one skeleton of [`decoder`]. [`registry::FAMILIES`]
-//! lists the families; shared pieces live in [`components`].
+//! Every family is one file: its [`family::FamilySpec`] (the `model_type`s it answers to,
+//! how their config.json reads, their onnxruntime-genai type), its config reading and its
+//! builder — for decoders a set of [`decoder::Family`] hooks on the one skeleton of
+//! [`decoder`]. [`registry::FAMILIES`] lists the families, one line each; shared pieces live
+//! in [`components`].
 
 pub mod apertus;
 pub mod assume_llama;
@@ -14,6 +15,7 @@ pub mod components;
 pub mod decoder;
 pub mod ernie4_5;
 pub mod exaone4;
+pub mod family;
 pub mod gemma;
 pub mod glm;
 pub mod glm4;

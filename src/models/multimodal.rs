@@ -7,8 +7,9 @@
 
 use serde_json::{Map, Value};
 
-use super::registry::{self, ModelType};
-use crate::config::{ArchConfig, CheckpointRenaming, FamilyKnobs, Fields, HfConfig, Knobs};
+use crate::config::{
+    ArchConfig, CheckpointRenaming, FamilyKnobs, Fields, HfConfig, Knobs, ModelType, ReadConfig,
+};
 use crate::ir::{DType, Graph};
 use crate::role::Role;
 use crate::{Error, Result};
@@ -33,6 +34,8 @@ pub struct TextType {
     /// transformers' config-class defaults of the fields a saved `text_config` may leave out
     /// (a JSON object): transformers writes a nested config as its difference from them.
     pub defaults: &'static str,
+    /// How its config reads: as its registered `model_type` reads.
+    pub read: ReadConfig,
 }
 
 /// Fields transformers reads from the outer config (generation takes token ids from there
@@ -76,11 +79,10 @@ pub fn read_text_part(
         }
     };
     let known: Vec<&str> = part.text_types.iter().map(|t| t.name).collect();
-    let (entry, inner) = part
+    let entry = part
         .text_types
         .iter()
         .find(|t| t.name == text_type)
-        .and_then(|t| Some((t, registry::model_type(t.name)?)))
         .ok_or_else(|| {
             f.err(
                 "text_config.model_type",
@@ -96,7 +98,7 @@ pub fn read_text_part(
         Error::Json { message, .. } => f.err("text_config", &message),
         other => other,
     })?;
-    let cfg = (inner.read)(&text_raw, outer, f).map_err(|e| match e {
+    let cfg = (entry.read)(&text_raw, outer, f).map_err(|e| match e {
         Error::ConfigField {
             path,
             field,
@@ -221,8 +223,9 @@ mod tests {
     use std::path::Path;
 
     use super::*;
-    use crate::config::{GemmaConfig, RopeScaling};
-    use crate::models::llama::Llama;
+    use crate::config::RopeScaling;
+    use crate::models::decoder::Llama;
+    use crate::models::gemma::GemmaConfig;
 
     fn parse(json: &str) -> Result<ArchConfig> {
         crate::models::parse_config(json.as_bytes(), Path::new("config.json"))

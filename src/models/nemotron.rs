@@ -3,12 +3,13 @@
 //! (0.5 by default) of each head, and an ungated MLP `down_proj(relu(up_proj(x))²)`.
 
 use super::components::{linear, Norm, NormKind};
-use super::decoder::{self, Family};
-use super::registry::{FamilySpec, ModelType};
+use super::decoder::Family;
+use super::family::FamilySpec;
+use crate::config::ModelType;
 use crate::config::{
-    read_decoder, read_rope, ArchConfig, Biases, DecoderFields, FamilyKnobs, Fields, HfConfig, Sign,
+    read_decoder, read_rope, ArchConfig, Biases, DecoderFields, Fields, HfConfig, Sign,
 };
-use crate::ir::{DType, Graph, GraphBuilder};
+use crate::ir::{DType, GraphBuilder};
 use crate::Result;
 
 /// The family's registry entry.
@@ -97,12 +98,6 @@ impl Family for Nemotron {
             bias,
             dtype,
         )
-    }
-}
-
-impl FamilyKnobs for Nemotron {
-    fn build(&self, cfg: &ArchConfig, dtype: DType) -> Graph {
-        decoder::build(cfg, dtype, self)
     }
 }
 

@@ -3,12 +3,11 @@
 //! after their projections when `clip_qkv` is set.
 
 use super::components::{linear, scalar, Norm, NormKind};
-use super::decoder::{self, Family};
-use super::registry::{without_windows, FamilySpec, ModelType};
-use crate::config::{
-    read_decoder, ArchConfig, Biases, DecoderFields, FamilyKnobs, Fields, HfConfig, Sign,
-};
-use crate::ir::{DType, Graph, GraphBuilder};
+use super::decoder::Family;
+use super::family::{without_windows, FamilySpec};
+use crate::config::ModelType;
+use crate::config::{read_decoder, ArchConfig, Biases, DecoderFields, Fields, HfConfig, Sign};
+use crate::ir::{DType, GraphBuilder};
 use crate::Result;
 
 /// The family's registry entry.
@@ -89,12 +88,6 @@ impl Family for Olmo {
             let y = linear(b, x, &prefix, h, width, cfg.qkv_bias, dtype);
             clipped(b, y, self.clip_qkv, dtype)
         })
-    }
-}
-
-impl FamilyKnobs for Olmo {
-    fn build(&self, cfg: &ArchConfig, dtype: DType) -> Graph {
-        decoder::build(cfg, dtype, self)
     }
 }
 

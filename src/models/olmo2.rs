@@ -2,10 +2,10 @@
 //! (`x + post_attention_layernorm(attn(x))`, `x + post_feedforward_layernorm(mlp(x))`, no
 //! input norm) and RMSNorm of q and k over the whole projection width (not per head).
 
-use super::decoder::{self, Family, LayerNorms, QkNorm};
-use super::registry::{FamilySpec, ModelType};
-use crate::config::{read_decoder, ArchConfig, Biases, DecoderFields, FamilyKnobs};
-use crate::ir::{DType, Graph};
+use super::decoder::{Family, LayerNorms, QkNorm};
+use super::family::FamilySpec;
+use crate::config::ModelType;
+use crate::config::{read_decoder, ArchConfig, Biases, DecoderFields};
 
 /// The family's registry entry. onnxruntime-genai 0.18 has no `olmo2` type; its `olmo` type
 /// is the same plain decoder loop, and the graph carries every OLMo 2 difference.
@@ -35,11 +35,5 @@ impl Family for Olmo2 {
 
     fn layer_norms(&self) -> LayerNorms {
         LayerNorms::POST
-    }
-}
-
-impl FamilyKnobs for Olmo2 {
-    fn build(&self, cfg: &ArchConfig, dtype: DType) -> Graph {
-        decoder::build(cfg, dtype, self)
     }
 }

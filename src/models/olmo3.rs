@@ -8,12 +8,13 @@ use serde_json::{Map, Value};
 
 use super::components::{named_rope_tables, DecoderInputs, RopeTables};
 use super::decoder::{self, Family, LayerNorms, QkNorm};
-use super::registry::{FamilySpec, ModelType};
+use super::family::FamilySpec;
+use crate::config::ModelType;
 use crate::config::{
-    read_decoder, read_rope, sliding_layer_types, ArchConfig, Biases, DecoderFields, FamilyKnobs,
-    Fields, HfConfig, Rope, RopeScaling, SlidingLayers,
+    read_decoder, read_rope, sliding_layer_types, ArchConfig, Biases, DecoderFields, Fields,
+    HfConfig, Rope, RopeScaling, SlidingLayers,
 };
-use crate::ir::{DType, Graph, GraphBuilder};
+use crate::ir::{DType, GraphBuilder};
 use crate::{Error, Result};
 
 /// The family's registry entry. onnxruntime-genai 0.18 has no `olmo3` type; its `olmo` type
@@ -205,12 +206,6 @@ impl Family for Olmo3 {
             (Some(rope), true) => Some((rope, 1)),
             _ => Some((&cfg.rope, 0)),
         }
-    }
-}
-
-impl FamilyKnobs for Olmo3 {
-    fn build(&self, cfg: &ArchConfig, dtype: DType) -> Graph {
-        decoder::build(cfg, dtype, self)
     }
 }
 

@@ -7,12 +7,13 @@
 
 use super::components::{ExpertWeights, MoeSpec, Router};
 use super::decoder::{self, Family, QkNorm};
+use super::family::{without_windows, FamilySpec};
 use super::olmo::{clipped, read_clip_qkv};
-use super::registry::{without_windows, FamilySpec, ModelType};
+use crate::config::ModelType;
 use crate::config::{
-    read_decoder, read_routing, ArchConfig, Biases, DecoderFields, FamilyKnobs, Fields, HfConfig,
+    read_decoder, read_routing, ArchConfig, Biases, DecoderFields, Fields, HfConfig,
 };
-use crate::ir::{DType, Graph, GraphBuilder};
+use crate::ir::{DType, GraphBuilder};
 use crate::Result;
 
 /// The family's registry entry. onnxruntime-genai 0.18 has no `olmoe` type; its `olmo` type
@@ -110,12 +111,6 @@ impl Family for Olmoe {
             ExpertWeights::PROJ,
         );
         spec.build(b, x, &format!("{layer}.mlp"), dtype)
-    }
-}
-
-impl FamilyKnobs for Olmoe {
-    fn build(&self, cfg: &ArchConfig, dtype: DType) -> Graph {
-        decoder::build(cfg, dtype, self)
     }
 }
 

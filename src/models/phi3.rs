@@ -6,9 +6,10 @@
 use super::components::longrope::longrope_tables;
 use super::components::{linear, DecoderInputs, RopeTables};
 use super::decoder::{self, Family};
-use super::registry::{FamilySpec, ModelType};
-use crate::config::{read_decoder, ArchConfig, Biases, DecoderFields, FamilyKnobs, RopeScaling};
-use crate::ir::{DType, Graph, GraphBuilder, Initializer, TensorSource};
+use super::family::FamilySpec;
+use crate::config::ModelType;
+use crate::config::{read_decoder, ArchConfig, Biases, DecoderFields, RopeScaling};
+use crate::ir::{DType, GraphBuilder, Initializer, TensorSource};
 
 /// The family's registry entry.
 pub static FAMILY: FamilySpec = FamilySpec {
@@ -16,7 +17,8 @@ pub static FAMILY: FamilySpec = FamilySpec {
     summary: "fused `qkv_proj`/`gate_up_proj` split at save time, LongRoPE",
     model_types: &[ModelType::generative("phi3", "phi3", |raw, t, f| {
         read_decoder(raw, t, f, &FIELDS, |_| Ok(Phi3))
-    })],
+    })
+    .building_longrope()],
 };
 
 /// No biases, `rms_norm_eps` 1e-5 by default (Phi3Config's).
@@ -129,11 +131,5 @@ impl Fused {
             source: Some(TensorSource::Transpose(Box::new(rows))),
         });
         b.op("MatMul", &[x, &w], vec![])
-    }
-}
-
-impl FamilyKnobs for Phi3 {
-    fn build(&self, cfg: &ArchConfig, dtype: DType) -> Graph {
-        decoder::build(cfg, dtype, self)
     }
 }

@@ -14,13 +14,14 @@ use super::components::{
     DecoderInputs, ExpertWeights, MoeSpec, Norm, NormKind, RopeTables, Router,
 };
 use super::decoder::{self, Family};
+use super::family::FamilySpec;
 use super::phi3::Phi3;
-use super::registry::{FamilySpec, ModelType};
+use crate::config::ModelType;
 use crate::config::{
-    read_decoder, read_routing, ArchConfig, Biases, DecoderFields, FamilyKnobs, Fields, HfConfig,
-    RopeScaling, Sign,
+    read_decoder, read_routing, ArchConfig, Biases, DecoderFields, Fields, HfConfig, RopeScaling,
+    Sign,
 };
-use crate::ir::{DType, Graph, GraphBuilder};
+use crate::ir::{DType, GraphBuilder};
 use crate::Result;
 
 /// The family's registry entry.
@@ -28,7 +29,7 @@ pub static FAMILY: FamilySpec = FamilySpec {
     name: "phimoe",
     summary: "LayerNorm, attention and LM head biases, LongRoPE scaled by its mscale, sparse \
               SwiGLU experts routed to 2 by the sparsemixer (`router_jitter_noise`)",
-    model_types: &[ModelType::generative("phimoe", "phimoe", read)],
+    model_types: &[ModelType::generative("phimoe", "phimoe", read).building_longrope()],
 };
 
 /// transformers' PhimoeConfig: `attention_bias` on q, k, v and o, no MLP bias, RoPE theta
@@ -183,12 +184,6 @@ impl Family for Phimoe {
             true => decoder::biased_logits(b, cfg, x, head, dtype),
             false => b.op_into("MatMul", &[x, head], vec![], "logits"),
         }
-    }
-}
-
-impl FamilyKnobs for Phimoe {
-    fn build(&self, cfg: &ArchConfig, dtype: DType) -> Graph {
-        decoder::build(cfg, dtype, self)
     }
 }
 

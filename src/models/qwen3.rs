@@ -2,10 +2,10 @@
 //! (`Reshape [0, 0, -1, D]` → `RMSNormalization(q_norm.weight [D])` → `Reshape [0, 0, -1]`).
 //! The normed projections are no longer plain MatMuls, so QKV packing does not apply.
 
-use super::decoder::{self, Family, QkNorm};
-use super::registry::{FamilySpec, ModelType};
-use crate::config::{read_decoder, ArchConfig, Biases, DecoderFields, FamilyKnobs, SlidingLayers};
-use crate::ir::{DType, Graph};
+use super::decoder::{Family, QkNorm};
+use super::family::FamilySpec;
+use crate::config::ModelType;
+use crate::config::{read_decoder, ArchConfig, Biases, DecoderFields, SlidingLayers};
 
 /// The family's registry entry.
 pub static FAMILY: FamilySpec = FamilySpec {
@@ -32,12 +32,6 @@ pub struct Qwen3;
 impl Family for Qwen3 {
     fn qk_norm_kind(&self, _cfg: &ArchConfig) -> QkNorm {
         QkNorm::PerHead
-    }
-}
-
-impl FamilyKnobs for Qwen3 {
-    fn build(&self, cfg: &ArchConfig, dtype: DType) -> Graph {
-        decoder::build(cfg, dtype, self)
     }
 }
 

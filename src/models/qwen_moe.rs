@@ -6,13 +6,14 @@
 //! a one-column linear (`shared_expert_gate`). The block is [`MoeSpec::build`].
 
 use super::components::{gated_shared_expert, ExpertWeights, MoeSpec, Router};
-use super::decoder::{self, Family, QkNorm};
-use super::registry::{FamilySpec, ModelType};
+use super::decoder::{Family, QkNorm};
+use super::family::FamilySpec;
+use crate::config::ModelType;
 use crate::config::{
-    read_decoder, read_routing, ArchConfig, Biases, DecoderFields, Dims, FamilyKnobs, Fields,
-    HfConfig, SlidingLayers,
+    read_decoder, read_routing, ArchConfig, Biases, DecoderFields, Dims, Fields, HfConfig,
+    SlidingLayers,
 };
-use crate::ir::{DType, Graph, GraphBuilder};
+use crate::ir::{DType, GraphBuilder};
 use crate::limits::config::{MAX_LAYERS, MAX_WIDTH};
 use crate::Result;
 
@@ -189,12 +190,6 @@ impl Family for QwenMoe {
                 b.op("Add", &[&routed, &shared], vec![])
             }
         }
-    }
-}
-
-impl FamilyKnobs for QwenMoe {
-    fn build(&self, cfg: &ArchConfig, dtype: DType) -> Graph {
-        decoder::build(cfg, dtype, self)
     }
 }
 

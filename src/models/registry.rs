@@ -3,79 +3,53 @@
 //! A family is one file in `src/models/` that declares a [`FamilySpec`]: the Hugging Face
 //! `model_type`s it answers to, and for each how its config.json reads (into an
 //! [`ArchConfig`] whose `family` knobs build the graph) and which onnxruntime-genai
-//! `model.type` runs it. [`FAMILIES`] lists them; config parsing, `mobius list models` and the
-//! README's table all read it.
+//! `model.type` runs it. [`FAMILIES`] lists them, one line each; config parsing, `mobius list
+//! models` and the README's table all read it.
 
-use super::{
-    apertus, assume_llama, bert, cohere, cohere2, ernie4_5, exaone4, gemma, glm, glm4, gpt2,
-    gpt_neox, granite, helium, llama, ministral, mixtral, nemotron, olmo, olmo2, olmo3, phi, phi3,
-    qwen3, qwen_moe, smollm3, stablelm, starcoder2,
-};
-pub use crate::config::{ModelType, ReadConfig};
 use std::path::Path;
 
-use crate::config::{ArchConfig, Fields, HfConfig, RopeScaling};
-use crate::Error;
-use crate::Result;
 use serde_json::Value;
 
-/// `raw` without the sliding-window fields (`sliding_window`, `use_sliding_window`,
-/// `layer_types`), for the families whose config class has none: transformers never slides
-/// them, whatever else config.json holds.
-pub(crate) fn without_windows(raw: &HfConfig) -> HfConfig {
-    HfConfig {
-        sliding_window: None,
-        use_sliding_window: None,
-        layer_types: None,
-        ..raw.clone()
-    }
-}
+use super::assume_llama;
+use super::family::FamilySpec;
+use crate::config::{ArchConfig, Fields, HfConfig, ModelType, RopeScaling};
+use crate::Error;
+use crate::Result;
 
 /// Every family mobius builds, in the order `mobius list models` prints them.
 pub static FAMILIES: &[&FamilySpec] = &[
-    &llama::FAMILY,
-    &gemma::FAMILY,
-    &gpt2::FAMILY,
-    &phi::FAMILY,
-    &qwen3::FAMILY,
-    &smollm3::FAMILY,
-    &granite::FAMILY,
-    &olmo::FAMILY,
-    &olmo2::FAMILY,
-    &olmo3::FAMILY,
-    &phi3::FAMILY,
-    &ministral::FAMILY,
-    &helium::FAMILY,
-    &starcoder2::FAMILY,
-    &mixtral::FAMILY,
-    &qwen_moe::FAMILY,
+    &super::llama::FAMILY,
+    &super::gemma::FAMILY,
+    &super::gpt2::FAMILY,
+    &super::phi::FAMILY,
+    &super::qwen3::FAMILY,
+    &super::smollm3::FAMILY,
+    &super::granite::FAMILY,
+    &super::olmo::FAMILY,
+    &super::olmo2::FAMILY,
+    &super::olmo3::FAMILY,
+    &super::phi3::FAMILY,
+    &super::ministral::FAMILY,
+    &super::helium::FAMILY,
+    &super::starcoder2::FAMILY,
+    &super::mixtral::FAMILY,
+    &super::qwen_moe::FAMILY,
     &super::olmoe::FAMILY,
     &super::granitemoe::FAMILY,
     &super::phimoe::FAMILY,
     &super::gpt_oss::FAMILY,
-    &stablelm::FAMILY,
-    &gpt_neox::FAMILY,
-    &nemotron::FAMILY,
-    &cohere::FAMILY,
-    &cohere2::FAMILY,
-    &glm::FAMILY,
-    &glm4::FAMILY,
-    &exaone4::FAMILY,
-    &ernie4_5::FAMILY,
-    &apertus::FAMILY,
-    &bert::FAMILY,
+    &super::stablelm::FAMILY,
+    &super::gpt_neox::FAMILY,
+    &super::nemotron::FAMILY,
+    &super::cohere::FAMILY,
+    &super::cohere2::FAMILY,
+    &super::glm::FAMILY,
+    &super::glm4::FAMILY,
+    &super::exaone4::FAMILY,
+    &super::ernie4_5::FAMILY,
+    &super::apertus::FAMILY,
+    &super::bert::FAMILY,
 ];
-
-/// One architecture family: the model types one builder serves.
-#[derive(Debug)]
-pub struct FamilySpec {
-    /// The family's name (its file in `src/models/`).
-    pub name: &'static str,
-    /// What sets the family apart, in a few words (for `mobius list models` and the README).
-    pub summary: &'static str,
-    /// The Hugging Face `model_type`s it answers to.
-    pub model_types: &'static [ModelType],
-}
 
 /// The registry entry of `model_type`, if a family answers to it.
 pub fn model_type(name: &str) -> Option<&'static ModelType> {
@@ -198,23 +172,25 @@ pub fn parse_config_with(
         }
     };
     let cfg = ArchConfig::from_hf(&raw, path, model_type)?;
-    refuse_unbuilt_longrope(&cfg, model_type.name, &f)?;
+    refuse_unbuilt_longrope(&cfg, model_type, &f)?;
     Ok(cfg)
 }
 
-/// The model types whose builders switch LongRoPE's short and long factors (and scale by its
-/// attention factor); every other family would rotate with the short factors alone.
-const LONGROPE_TYPES: &[&str] = &["phi3", "phimoe"];
-
-/// Refuses a LongRoPE config (`rope_type` `longrope`/`su`) for a family that does not build it.
-fn refuse_unbuilt_longrope(cfg: &ArchConfig, name: &str, f: &Fields) -> Result<()> {
-    if matches!(cfg.rope.scaling, RopeScaling::LongRope(_)) && !LONGROPE_TYPES.contains(&name) {
+/// Refuses a LongRoPE config (`rope_type` `longrope`/`su`) for a model type whose builder does
+/// not build it ([`ModelType::builds_longrope`]).
+fn refuse_unbuilt_longrope(cfg: &ArchConfig, model_type: &ModelType, f: &Fields) -> Result<()> {
+    if matches!(cfg.rope.scaling, RopeScaling::LongRope(_)) && !model_type.builds_longrope {
+        let built: Vec<&str> = model_types()
+            .filter(|t| t.builds_longrope)
+            .map(|t| t.name)
+            .collect();
         return Err(f.err(
             "rope_scaling",
             &format!(
-                "`longrope` is built for {} only, not for model_type `{name}` (its graph would \
+                "`longrope` is built for {} only, not for model_type `{}` (its graph would \
                  rotate with the short factors alone)",
-                LONGROPE_TYPES.join(", ")
+                built.join(", "),
+                model_type.name
             ),
         ));
     }

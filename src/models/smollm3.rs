@@ -2,13 +2,12 @@
 //! embedding at all (NoPE): their q and k go to attention unrotated. With a sliding window
 //! (only when `use_sliding_window` is set), the NoPE layers slide, as in transformers.
 
-use super::decoder::{self, Family};
-use super::registry::{FamilySpec, ModelType};
+use super::decoder::Family;
+use super::family::FamilySpec;
+use crate::config::ModelType;
 use crate::config::{
-    read_decoder, read_rope, ArchConfig, DecoderFields, FamilyKnobs, Fields, HfConfig, Rope,
-    SlidingLayers,
+    read_decoder, read_rope, ArchConfig, DecoderFields, Fields, HfConfig, Rope, SlidingLayers,
 };
-use crate::ir::{DType, Graph};
 use crate::limits::config::MAX_LAYERS;
 use crate::Result;
 
@@ -45,12 +44,6 @@ impl Family for SmolLm3 {
     fn layer_rope<'c>(&'c self, cfg: &'c ArchConfig, i: usize) -> Option<(&'c Rope, usize)> {
         let uses_rope = self.rope_layers.get(i).copied().unwrap_or(true);
         uses_rope.then_some((&cfg.rope, 0))
-    }
-}
-
-impl FamilyKnobs for SmolLm3 {
-    fn build(&self, cfg: &ArchConfig, dtype: DType) -> Graph {
-        decoder::build(cfg, dtype, self)
     }
 }
 

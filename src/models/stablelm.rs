@@ -6,12 +6,13 @@
 //! `x + attn(ln(x)) + mlp(ln(x))`).
 
 use super::components::{per_head_norm, Norm, NormKind};
-use super::decoder::{self, Family, LayerNorms};
-use super::registry::{FamilySpec, ModelType};
+use super::decoder::{Family, LayerNorms};
+use super::family::FamilySpec;
+use crate::config::ModelType;
 use crate::config::{
-    read_decoder, read_rope, ArchConfig, Biases, DecoderFields, FamilyKnobs, Fields, HfConfig, Sign,
+    read_decoder, read_rope, ArchConfig, Biases, DecoderFields, Fields, HfConfig, Sign,
 };
-use crate::ir::{DType, Graph, GraphBuilder, Initializer, TensorSource};
+use crate::ir::{DType, GraphBuilder, Initializer, TensorSource};
 use crate::Result;
 
 /// The family's registry entry. onnxruntime-genai 0.18 has no `stablelm` type: its generic
@@ -152,12 +153,6 @@ impl Family for StableLm {
             norm(&q, "q_layernorm", cfg.num_attention_heads),
             norm(&k, "k_layernorm", cfg.num_key_value_heads),
         )
-    }
-}
-
-impl FamilyKnobs for StableLm {
-    fn build(&self, cfg: &ArchConfig, dtype: DType) -> Graph {
-        decoder::build(cfg, dtype, self)
     }
 }
 

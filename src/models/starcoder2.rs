@@ -3,12 +3,13 @@
 //! every layer when `sliding_window` is set, and tied embeddings by default.
 
 use super::components::{gelu_mlp, Norm, NormKind};
-use super::decoder::{self, Family};
-use super::registry::{FamilySpec, ModelType};
+use super::decoder::Family;
+use super::family::FamilySpec;
+use crate::config::ModelType;
 use crate::config::{
-    read_decoder, ArchConfig, Biases, DecoderFields, FamilyKnobs, Fields, Gelu, HfConfig, Sign,
+    read_decoder, ArchConfig, Biases, DecoderFields, Fields, Gelu, HfConfig, Sign,
 };
-use crate::ir::{DType, Graph, GraphBuilder};
+use crate::ir::{DType, GraphBuilder};
 use crate::Result;
 
 /// The family's registry entry. onnxruntime-genai 0.18 has no `starcoder2` type: its generic
@@ -79,12 +80,6 @@ impl Family for Starcoder2 {
         dtype: DType,
     ) -> String {
         gelu_mlp(b, cfg, x, (mlp, "c_fc", "c_proj"), self.gelu, dtype)
-    }
-}
-
-impl FamilyKnobs for Starcoder2 {
-    fn build(&self, cfg: &ArchConfig, dtype: DType) -> Graph {
-        decoder::build(cfg, dtype, self)
     }
 }
 
