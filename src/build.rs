@@ -14,11 +14,13 @@ use crate::models::static_cache::static_cache;
 use crate::models::{build_model, checkpoint_renaming, load_config_with, Unregistered};
 use crate::onnx::export::SaveReport;
 use crate::opt::fingerprint::leaf_values;
-use crate::opt::{optimize, Limits, OptimizeOptions, OptimizeReport};
+use crate::opt::{Limits, OptimizeOptions, OptimizeReport};
 use crate::package::{check_apart, check_target, write_package, StagedOutput};
 use crate::passes::narrow_tables;
 use crate::passes::prequantized::apply_checkpoint_quantization;
 use crate::quant::pass::{quantize_graph, runs_gather_block_quantized, QuantRequest, QuantSummary};
+use crate::rulebook::contrib_functions::ContribFunctions;
+use crate::rulebook::optimize;
 use crate::source::{resolve, HubSettings, ModelSource};
 use crate::weights::eval::Evaluator;
 use crate::weights::store::TensorStore;
@@ -326,7 +328,13 @@ impl ModelPackage {
     pub fn model_bytes(&self) -> Result<Vec<u8>> {
         let (placements, _) = crate::onnx::export::plan_layout(&self.model.graph);
         let mut evaluator = Evaluator::new(self.store.as_ref());
-        Ok(crate::onnx::export::encode_model(&self.model, &placements, &mut evaluator)?.to_vec())
+        Ok(crate::onnx::export::encode_model(
+            &self.model,
+            &placements,
+            &mut evaluator,
+            &ContribFunctions,
+        )?
+        .to_vec())
     }
 
     /// Writes genai_config.json for `ep` into the existing folder `dir` (replacing one there),

@@ -6,6 +6,7 @@ mod common;
 use common::*;
 use mobius::ir::TensorSource;
 use mobius::onnx::{export, import};
+use mobius::rulebook::contrib_functions::ContribFunctions;
 use mobius::weights::eval::Evaluator;
 
 #[test]
@@ -19,7 +20,7 @@ fn built_model_round_trips_byte_for_byte() {
         .assert()
         .success();
 
-    let model = import::load(&first.join("model.onnx")).unwrap();
+    let model = import::load(&first.join("model.onnx"), &ContribFunctions).unwrap();
     assert!(model
         .graph
         .initializers
@@ -28,7 +29,14 @@ fn built_model_round_trips_byte_for_byte() {
     let second = t.path().join("second");
     std::fs::create_dir(&second).unwrap();
     let mut ev = Evaluator::new(None);
-    export::save(&model, &second, &mut ev, &indicatif::ProgressBar::hidden()).unwrap();
+    export::save(
+        &model,
+        &second,
+        &mut ev,
+        &indicatif::ProgressBar::hidden(),
+        &ContribFunctions,
+    )
+    .unwrap();
     for file in ["model.onnx", "model.onnx.data"] {
         assert_eq!(
             std::fs::read(first.join(file)).unwrap(),
@@ -36,7 +44,7 @@ fn built_model_round_trips_byte_for_byte() {
             "{file} differs after a round trip"
         );
     }
-    let again = import::load(&second.join("model.onnx")).unwrap();
+    let again = import::load(&second.join("model.onnx"), &ContribFunctions).unwrap();
     assert_eq!(again.graph.nodes, model.graph.nodes);
     assert_eq!(again.graph.inputs, model.graph.inputs);
     assert_eq!(again.graph.outputs, model.graph.outputs);
@@ -52,7 +60,7 @@ fn external_data_is_aligned() {
         .arg(&out)
         .assert()
         .success();
-    let model = import::load(&out.join("model.onnx")).unwrap();
+    let model = import::load(&out.join("model.onnx"), &ContribFunctions).unwrap();
     let mut external = 0;
     for init in &model.graph.initializers {
         if let Some(TensorSource::External { offset, length, .. }) = &init.source {
@@ -69,7 +77,9 @@ fn import_rejects_garbage_and_escaping_locations() {
     let t = tempfile::tempdir().unwrap();
     let path = t.path().join("bad.onnx");
     std::fs::write(&path, b"\xff\xff\xff not protobuf").unwrap();
-    let err = import::load(&path).unwrap_err().to_string();
+    let err = import::load(&path, &ContribFunctions)
+        .unwrap_err()
+        .to_string();
     assert!(
         err.contains("bad.onnx") && err.contains("not an ONNX model"),
         "{err}"
@@ -91,7 +101,7 @@ fn import_rejects_garbage_and_escaping_locations() {
         .unwrap();
     patched[at..at + 3].copy_from_slice(b"../");
     std::fs::write(out.join("model.onnx"), patched).unwrap();
-    let err = import::load(&out.join("model.onnx"))
+    let err = import::load(&out.join("model.onnx"), &ContribFunctions)
         .unwrap_err()
         .to_string();
     assert!(
@@ -157,7 +167,14 @@ fn four_bit_initializers_are_packed_in_the_file_and_read_back_unpacked() {
         std::fs::create_dir(dir).unwrap();
     }
     let hidden = indicatif::ProgressBar::hidden();
-    export::save(&model, &first, &mut Evaluator::new(None), &hidden).unwrap();
+    export::save(
+        &model,
+        &first,
+        &mut Evaluator::new(None),
+        &hidden,
+        &ContribFunctions,
+    )
+    .unwrap();
 
     // The file: two values per byte, low nibble first; external lengths are packed sizes.
     let bytes = std::fs::read(first.join("model.onnx")).unwrap();
@@ -184,7 +201,7 @@ fn four_bit_initializers_are_packed_in_the_file_and_read_back_unpacked() {
     }
 
     // Loaded back: the same values, one per byte, from inline and external data alike.
-    let loaded = import::load(&first.join("model.onnx")).unwrap();
+    let loaded = import::load(&first.join("model.onnx"), &ContribFunctions).unwrap();
     let mut ev = Evaluator::new(None);
     for (init, (name, values)) in loaded.graph.initializers.iter().zip(&tensors) {
         let src = init.source.as_ref().unwrap();
@@ -213,7 +230,14 @@ fn four_bit_initializers_are_packed_in_the_file_and_read_back_unpacked() {
     assert_eq!(ev.read(&rows, DType::U4).unwrap(), external.bytes[25..75]);
 
     // Saved again: byte-identical files.
-    export::save(&loaded, &second, &mut Evaluator::new(None), &hidden).unwrap();
+    export::save(
+        &loaded,
+        &second,
+        &mut Evaluator::new(None),
+        &hidden,
+        &ContribFunctions,
+    )
+    .unwrap();
     for file in ["model.onnx", "model.onnx.data"] {
         assert_eq!(
             std::fs::read(first.join(file)).unwrap(),

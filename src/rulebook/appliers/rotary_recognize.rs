@@ -9,7 +9,7 @@ use crate::opt::analysis::OnnxGraph;
 use crate::opt::bind::{Applier, Site};
 use crate::opt::emit::Emit;
 use crate::opt::lang::{AttrValue, Onnx};
-use crate::opt::recognize_rotary::{partial_split, rotary_table, HalfTable};
+use crate::rulebook::recognize_rotary::{partial_split, rotary_table, HalfTable};
 
 pub(super) const ROTATE_HALF: Applier<3> = Applier::new(["?x", "?cos", "?sin"], rotate_half);
 pub(super) const PARTIAL_ROTATION: Applier<6> = Applier::new(
