@@ -144,7 +144,7 @@ fn optimize_checked(opts: &OptimizeFileOptions) -> Result<(OptimizeReport, Optio
         kv_cache: opts.kv_cache,
         trace: opts.trace,
     };
-    let (mut optimized, report) = optimize(&model, &opts.ep, &options, &crate::rulebook::rules()?)?;
+    let (mut optimized, report) = crate::rulebook::optimize(&model, &opts.ep, &options)?;
     keep_inputs(&model.graph, &mut optimized.graph);
     declared.restore(&mut optimized.graph);
     let opset = optimized.opsets.get("").copied().unwrap_or(0);

@@ -3,10 +3,10 @@
 
 mod common;
 
-use mobius::rulebook::contrib_functions::ContribFunctions;
 use std::path::{Path, PathBuf};
 
 use common::*;
+use mobius::rulebook::contrib_functions::ContribFunctions;
 use predicates::str::contains;
 use serde_json::Value;
 

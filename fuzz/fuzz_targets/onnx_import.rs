@@ -4,10 +4,14 @@
 #![no_main]
 
 use std::path::Path;
-use mobius::rulebook::contrib_functions::ContribFunctions;
 
 use libfuzzer_sys::fuzz_target;
+use mobius::rulebook::contrib_functions::ContribFunctions;
 
 fuzz_target!(|data: &[u8]| {
-    let _ = mobius::onnx::import::decode(data, Path::new("fuzz-model-dir/model.onnx"), &ContribFunctions);
+    let _ = mobius::onnx::import::decode(
+        data,
+        Path::new("fuzz-model-dir/model.onnx"),
+        &ContribFunctions,
+    );
 });

@@ -273,29 +273,6 @@ pub fn optimize(
     check_output_types(&graph, "the optimized graph")?;
     report.nodes_after = graph.nodes.len();
     report.leftovers = (rules.leftovers)(&model.graph, &graph);
-    let count = |op: &str| graph.nodes.iter().filter(|n| n.op_type == op).count();
-    let attention = count("Attention");
-    if opts.role == Role::Decoder
-        && opts.kv_cache != KvCache::Static
-        && caps.gqa_dtypes.contains(&opts.dtype)
-        && count("GroupQueryAttention") == 0
-        && attention > 0
-    {
-        let hint = match opts.kv_cache {
-            KvCache::AsIs => {
-                "; an exported graph's attention mask becomes GroupQueryAttention only when you \
-                 declare onnxruntime-genai's KV-cache contract (mobius optimize --kv-cache genai)"
-            }
-            KvCache::Genai | KvCache::Static => "",
-        };
-        tracing::warn!(
-            "GQA fusion expected for ep='{}'/dtype={} but found 0 GroupQueryAttention and {attention} \
-             Attention nodes; the model may run slower than expected on this EP (the attention \
-             pattern did not meet the GroupQueryAttention conditions){hint}",
-            caps.name,
-            opts.dtype
-        );
-    }
     report.seconds = start.elapsed().as_secs_f64();
     // Everything but the graph is copied from the input model (cloning it whole would copy
     // the input graph only to drop it).

@@ -21,9 +21,9 @@ mod recognize_rotary;
 use std::collections::HashSet;
 
 use crate::ep::EpCapabilities;
-use crate::ir::Model;
+use crate::ir::{Graph, Model};
 use crate::opt::rules::{parse_rules, RuleSet, Vocabulary};
-use crate::opt::{OptimizeOptions, OptimizeReport};
+use crate::opt::{KvCache, OptimizeOptions, OptimizeReport, Role};
 use crate::{Error, Result};
 
 /// The rule files, by path under `rewrites/`.
@@ -187,11 +187,42 @@ pub fn rules() -> Result<RuleSet> {
 }
 
 /// Optimizes `model` for the EP `caps` with every rule ([`crate::opt::optimize`] with
-/// [`rules`]); returns the new model and what each stage did.
+/// [`rules`]); returns the new model and what each stage did. Warns when a decoder's attention
+/// stayed `Attention` where the EP runs GroupQueryAttention.
 pub fn optimize(
     model: &Model,
     caps: &EpCapabilities,
     opts: &OptimizeOptions,
 ) -> Result<(Model, OptimizeReport)> {
-    crate::opt::optimize(model, caps, opts, &rules()?)
+    let (out, report) = crate::opt::optimize(model, caps, opts, &rules()?)?;
+    warn_without_gqa(&out.graph, caps, opts);
+    Ok((out, report))
+}
+
+/// Warns when the GroupQueryAttention fusion was expected of `graph` (a decoder optimized for
+/// an EP that runs GroupQueryAttention in its dtype) and none of its attention became one.
+fn warn_without_gqa(graph: &Graph, caps: &EpCapabilities, opts: &OptimizeOptions) {
+    let count = |op: &str| graph.nodes.iter().filter(|n| n.op_type == op).count();
+    let attention = count("Attention");
+    if opts.role == Role::Decoder
+        && opts.kv_cache != KvCache::Static
+        && caps.gqa_dtypes.contains(&opts.dtype)
+        && count("GroupQueryAttention") == 0
+        && attention > 0
+    {
+        let hint = match opts.kv_cache {
+            KvCache::AsIs => {
+                "; an exported graph's attention mask becomes GroupQueryAttention only when you \
+                 declare onnxruntime-genai's KV-cache contract (mobius optimize --kv-cache genai)"
+            }
+            KvCache::Genai | KvCache::Static => "",
+        };
+        tracing::warn!(
+            "GQA fusion expected for ep='{}'/dtype={} but found 0 GroupQueryAttention and {attention} \
+             Attention nodes; the model may run slower than expected on this EP (the attention \
+             pattern did not meet the GroupQueryAttention conditions){hint}",
+            caps.name,
+            opts.dtype
+        );
+    }
 }

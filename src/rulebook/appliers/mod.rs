@@ -1,7 +1,7 @@
 //! The appliers rule files name (`apply NAME`): Rust that builds the replacement of a match in
 //! the e-graph, one file per rule group, registered here by name. Each declares the pattern
-//! variables it reads and takes their classes in that order (see [`super::bind`]). The
-//! appliers of the lowering rules are in `src/opt/lowering/`.
+//! variables it reads and takes their classes in that order (see [`crate::opt::bind`]). The
+//! appliers of the lowering rules are in `src/rulebook/decompose/`.
 
 mod attention_recognize;
 mod from_nbits;

@@ -1,6 +1,6 @@
 //! Appliers of the norm recognition rules (`rewrites/recognize/`): the norm a proven chain
 //! computes, with a unit scale (the weight, bias and casts are folded by further rules).
-//! The predicates are in `src/opt/recognize.rs`.
+//! The predicates are in `src/rulebook/recognize.rs`.
 
 use egg::Id;
 

@@ -1,7 +1,7 @@
 //! Appliers of the rotary recognition rules (`rewrites/recognize/rotary.rules`): the ONNX
 //! `RotaryEmbedding` a proven rotate-half chain computes, over half-width caches rebuilt from
 //! the angles, and a partial rotation folded into `rotary_embedding_dim`. The predicates are in
-//! `src/opt/recognize_rotary.rs`.
+//! `src/rulebook/recognize_rotary.rs`.
 
 use egg::Id;
 
