@@ -206,13 +206,13 @@ fn crate_modules_import_each_other_without_a_cycle() {
             "the scan lost the import {module} → {wanted}: {graph:?}"
         );
     }
-    assert_eq!(find_cycle(&graph), None, "{graph:?}");
     for module in ["opt", "onnx"] {
         assert!(
             !graph[module].contains("rulebook"),
             "{module} imports the rulebook: {graph:?}"
         );
     }
+    assert_eq!(find_cycle(&graph), None, "{graph:?}");
 }
 
 #[test]

@@ -3,8 +3,12 @@
 
 mod common;
 
+use std::path::Path;
+
 use common::*;
 use mobius::ir::TensorSource;
+use mobius::onnx::export::{encode_model, model_proto, plan_layout, Placement};
+use mobius::onnx::functions::KnownFunctions;
 use mobius::onnx::{export, import};
 use mobius::rulebook::contrib_functions::ContribFunctions;
 use mobius::weights::eval::Evaluator;
@@ -244,5 +248,77 @@ fn four_bit_initializers_are_packed_in_the_file_and_read_back_unpacked() {
             std::fs::read(second.join(file)).unwrap(),
             "{file} differs after a round trip"
         );
+    }
+}
+
+/// The model encoded in pieces (`encode_model`) is the encoded `ModelProto` of it
+/// (`model_proto`), for built, optimized and imported models.
+#[test]
+fn the_model_encoded_in_pieces_is_the_encoded_model_proto() {
+    use prost::Message;
+
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let mut models = Vec::new();
+    for (fixture, dtype) in [
+        ("llama", mobius::ir::DType::F32),
+        ("phi3", mobius::ir::DType::F16),
+    ] {
+        let config = mobius::models::load_config(&dir.join(fixture).join("config.json")).unwrap();
+        let portable = mobius::models::build_model(&config, dtype).unwrap();
+        for ep in ["cuda", "cpu", "webgpu"] {
+            let opts = mobius::opt::OptimizeOptions {
+                dtype,
+                role: config.role(),
+                limits: mobius::opt::Limits::default(),
+                fingerprint_leaves: None,
+                accuracy_level: None,
+                kv_cache: mobius::opt::KvCache::AsIs,
+                trace: false,
+            };
+            let caps = mobius::ep::get_ep(ep).unwrap();
+            models.push(
+                mobius::rulebook::optimize(&portable, &caps, &opts)
+                    .unwrap()
+                    .0,
+            );
+        }
+        models.push(portable);
+    }
+    let exported = dir.join("exports/llama-dynamo-cache/model.onnx");
+    models.push(import::load(&exported, &ContribFunctions).unwrap());
+    // Functions, inline and external tensors, value_info, all present somewhere.
+    assert!(models
+        .iter()
+        .any(|m| !ContribFunctions.functions_for(m).is_empty()));
+    assert!(models.iter().any(|m| !m.graph.value_info.is_empty()));
+    for model in &mut models {
+        // Without weights (as --no-weights): inline constants stay inline.
+        for init in &mut model.graph.initializers {
+            if !matches!(init.source, Some(mobius::ir::TensorSource::Inline(_))) {
+                init.source = None;
+            }
+        }
+        let (placements, _) = plan_layout(&model.graph);
+        assert!(placements.contains(&Placement::Inline));
+        assert!(placements
+            .iter()
+            .any(|p| matches!(p, Placement::External { .. })));
+        let whole = model_proto(
+            model,
+            &placements,
+            &mut Evaluator::new(None),
+            &ContribFunctions,
+        )
+        .unwrap()
+        .encode_to_vec();
+        let pieces = encode_model(
+            model,
+            &placements,
+            &mut Evaluator::new(None),
+            &ContribFunctions,
+        )
+        .unwrap();
+        assert_eq!(pieces.len(), whole.len());
+        assert!(pieces.to_vec() == whole, "{}", model.graph.name);
     }
 }

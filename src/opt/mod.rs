@@ -2,8 +2,8 @@
 //! rules of a rule set the target execution provider enables, extract the cheapest graph under
 //! that EP's cost model, and lower it back to the IR. It reads rules in the format of
 //! `rewrites/` ([`rules`]) and offers what their conditions and appliers need ([`bind`],
-//! [`query`], [`emit`], [`shape_value`], [`checked_union`]); the rules themselves, and the Rust
-//! they name, are the rulebook's (`crate::rulebook`), which this module does not import.
+//! `query`, `emit`, `shape_value`, [`checked_union`]); the rules themselves, and the Rust they
+//! name, are the rulebook's (`crate::rulebook`), which this module does not import.
 
 pub mod analysis;
 pub mod bind;

@@ -1,11 +1,11 @@
 //! The rulebook: what the optimizer engine ([`crate::opt`]) rewrites with. The rule files of
-//! `rewrites/` (embedded at build time), the side conditions and appliers they name
-//! ([`conditions`], [`appliers`], the lowering rules' [`decompose`]itions), the recognizers
-//! those read exported graphs with ([`recognize`], [`recognize_gemm`], [`recognize_rotary`],
-//! [`head_layout`], [`genai_contract`]), the decomposed shapes `--trace` reports as left over
-//! ([`leftovers`]), and the standard-ONNX function bodies of the contrib ops, read from the
-//! inline rules ([`contrib_functions`]). The engine does not import this module: the optimizer
-//! is the engine run with [`rules`] ([`optimize`]).
+//! `rewrites/` (embedded at build time, [`RULE_FILES`]), the side conditions and appliers they
+//! name ([`conditions`], [`appliers`], and `decompose`: the appliers of the lowering rules), the
+//! recognizers those read exported graphs with (`recognize`, `recognize_gemm`,
+//! `recognize_rotary`, `head_layout`, `genai_contract`), the decomposed shapes `--trace` reports
+//! as left over ([`leftovers`]), and the standard-ONNX function bodies of the contrib ops, read
+//! from the inline rules ([`contrib_functions`]). The engine does not import this module: the
+//! optimizer is the engine run with [`rules`] ([`optimize`]).
 
 pub mod appliers;
 pub mod conditions;
