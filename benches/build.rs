@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 use criterion::{BatchSize, Criterion, Throughput};
 use mobius::ir::{DType, Graph, Initializer, Model, TensorSource};
 use mobius::models::build_model;
+use mobius::rulebook::contrib_functions::ContribFunctions;
 use mobius::source::{HubSettings, ModelSource, WeightFiles};
 use mobius::weights::eval::Evaluator;
 use mobius::weights::store::TensorStore;
@@ -258,6 +259,7 @@ impl StreamFixture {
             &self.out_dir,
             &mut evaluator,
             &indicatif::ProgressBar::hidden(),
+            &ContribFunctions,
         )
         .expect("save succeeds");
         black_box(report);

@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use mobius::ir::DType;
 use mobius::models::build_model;
-use mobius::opt::{optimize, Limits, OptimizeOptions, Role};
+use mobius::opt::{Limits, OptimizeOptions, Role};
+use mobius::rulebook::optimize;
 
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();

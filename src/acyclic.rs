@@ -1,8 +1,10 @@
 //! Tests that modules import one another without a cycle, at two levels: the crate's top-level
 //! modules (`src/x.rs` or the folder `src/x/` with everything in it), and the modules of the
-//! optimizer (`src/opt/`), of the weights (`src/weights/`), of the quantization kernels
-//! (`src/quant/`) and of the graph passes (`src/passes/`). A module names another as `crate::m`
-//! (`crate::opt::m` inside the optimizer) or `super::m` with one `super::` per level of nesting, outside comments and test
+//! optimizer's engine (`src/opt/`), of its rulebook (`src/rulebook/`), of the weights
+//! (`src/weights/`), of the quantization kernels (`src/quant/`) and of the graph passes
+//! (`src/passes/`); and that neither the engine nor ONNX I/O imports the rulebook. A module
+//! names another as `crate::m` (`crate::opt::m` inside the optimizer) or `super::m` with one
+//! `super::` per level of nesting, outside comments and test
 //! modules (inline `#[cfg(test)] mod` blocks, and the files of `#[cfg(test)] mod name;`).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -117,7 +119,7 @@ fn named_after(code: &str, prefix: &str) -> Vec<String> {
 }
 
 /// Module → the other modules it names, for the modules of `src/{folder}` (`crate::{prefix}m`
-/// names `m`): the crate's with `("", "")`, the optimizer's with `("opt", "opt::")`.
+/// names `m`): the crate's with `("", "")`, the engine's with `("opt", "opt::")`.
 fn import_graph(folder: &str, prefix: &str) -> BTreeMap<String, BTreeSet<String>> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("src")
@@ -194,10 +196,35 @@ fn crate_modules_import_each_other_without_a_cycle() {
     let graph = import_graph("", "");
     for (module, wanted) in [
         ("build", "opt"),
+        ("build", "rulebook"),
         ("verify", "onnx"),
-        ("onnx", "opt"),
+        ("rulebook", "opt"),
+        ("rulebook", "onnx"),
         ("weights", "quant"),
         ("passes", "weights"),
+    ] {
+        assert!(
+            graph[module].contains(wanted),
+            "the scan lost the import {module} → {wanted}: {graph:?}"
+        );
+    }
+    for module in ["opt", "onnx"] {
+        assert!(
+            !graph[module].contains("rulebook"),
+            "{module} imports the rulebook: {graph:?}"
+        );
+    }
+    assert_eq!(find_cycle(&graph), None, "{graph:?}");
+}
+
+#[test]
+fn engine_modules_import_each_other_without_a_cycle() {
+    let graph = import_graph("opt", "opt::");
+    for (module, wanted) in [
+        ("rules", "gate"),
+        ("pipeline", "rules"),
+        ("pipeline", "lower"),
+        ("analysis", "fingerprint"),
     ] {
         assert!(
             graph[module].contains(wanted),
@@ -208,13 +235,13 @@ fn crate_modules_import_each_other_without_a_cycle() {
 }
 
 #[test]
-fn optimizer_modules_import_each_other_without_a_cycle() {
-    let graph = import_graph("opt", "opt::");
+fn rulebook_modules_import_each_other_without_a_cycle() {
+    let graph = import_graph("rulebook", "rulebook::");
     for (module, wanted) in [
-        ("rules", "gate"),
-        ("pipeline", "rules"),
-        ("analysis", "fingerprint"),
-        ("appliers", "lowering"),
+        ("appliers", "decompose"),
+        ("appliers", "genai_contract"),
+        ("conditions", "recognize"),
+        ("recognize_gemm", "head_layout"),
     ] {
         assert!(
             graph[module].contains(wanted),

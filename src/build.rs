@@ -11,7 +11,7 @@ use crate::models::assume_llama::{check_tensors, ASSUMED_LLAMA};
 use crate::models::{build_model, checkpoint_renaming, load_config_with, Unregistered};
 use crate::onnx::export::SaveReport;
 use crate::opt::fingerprint::leaf_values;
-use crate::opt::{optimize, Limits, OptimizeOptions, OptimizeReport};
+use crate::opt::{Limits, OptimizeOptions, OptimizeReport};
 use crate::package::{check_apart, check_target, write_package, StagedOutput};
 use crate::passes::fp8_kv_cache::{fp8_kv_cache, Fp8KvCacheRequest, KvCacheScales};
 use crate::passes::narrow_tables;
@@ -21,6 +21,8 @@ use crate::passes::quantize::{
     quantize_graph, runs_gather_block_quantized, QuantRequest, QuantSummary,
 };
 use crate::passes::static_cache::static_cache;
+use crate::rulebook::contrib_functions::ContribFunctions;
+use crate::rulebook::optimize;
 use crate::source::{resolve, HubSettings, ModelSource};
 use crate::weights::eval::Evaluator;
 use crate::weights::store::TensorStore;
@@ -328,7 +330,13 @@ impl ModelPackage {
     pub fn model_bytes(&self) -> Result<Vec<u8>> {
         let (placements, _) = crate::onnx::export::plan_layout(&self.model.graph);
         let mut evaluator = Evaluator::new(self.store.as_ref());
-        Ok(crate::onnx::export::encode_model(&self.model, &placements, &mut evaluator)?.to_vec())
+        Ok(crate::onnx::export::encode_model(
+            &self.model,
+            &placements,
+            &mut evaluator,
+            &ContribFunctions,
+        )?
+        .to_vec())
     }
 
     /// Writes genai_config.json for `ep` into the existing folder `dir` (replacing one there),

@@ -22,6 +22,7 @@ use crate::opt::lang::Onnx;
 use crate::opt::lift::{lift, Lifted};
 use crate::opt::opset;
 use crate::opt::types::SymDim;
+use crate::rulebook::contrib_functions::ContribFunctions;
 use crate::{Error, Result};
 
 /// The largest `--dims` size: 2^40 (sums of a few such dims and products with element sizes
@@ -96,7 +97,7 @@ pub struct CostReport {
 /// naming the file (and the ops the EP cannot run); a `--dims` name the model lacks with
 /// [`Error::Usage`].
 pub fn cost_file(opts: &CostOptions) -> Result<CostReport> {
-    let model = import::load(&opts.model)?;
+    let model = import::load(&opts.model, &ContribFunctions)?;
     let invalid = |message: String| Error::Onnx {
         path: opts.model.clone(),
         message: format!("invalid graph: {message}"),

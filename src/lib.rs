@@ -7,10 +7,10 @@
 //! (safetensors, lazy transforms, streaming) → [`onnx`] (protobuf + external data) →
 //! [`package`] (output folder, genai_config.json, tokenizer files). [`build()`] runs it all
 //! and returns a [`ModelPackage`] to [`ModelPackage::save`]; [`opt`] is the
-//! equality-saturation optimizer that specialises the graph for an execution provider ([`ep`]);
-//! [`passes`] are the graph passes before and after it (quantization planning, prune-lm-head,
-//! static and float8 KV caches); [`quant`] is the block quantization kernel (int4/int8 weights,
-//! bit-identical to onnxruntime's).
+//! equality-saturation engine that specialises the graph for an execution provider ([`ep`])
+//! with the rules of the [`rulebook`]; [`passes`] are the graph passes before and after it
+//! (quantization planning, prune-lm-head, static and float8 KV caches); [`quant`] is the block
+//! quantization kernel (int4/int8 weights, bit-identical to onnxruntime's).
 
 pub mod build;
 pub mod cancel;
@@ -30,6 +30,7 @@ pub mod passes;
 pub mod paths;
 pub mod quant;
 pub mod role;
+pub mod rulebook;
 pub mod run_file;
 pub mod source;
 pub mod verify;
@@ -42,5 +43,6 @@ pub use build::{build, BuildOptions, Features, ModelPackage, SaveOptions};
 pub use cancel::Cancel;
 pub use ep::{ep_registry, get_ep, register_ep, EpCapabilities};
 pub use error::{Error, Result};
-pub use opt::{optimize, OptimizeOptions};
+pub use opt::OptimizeOptions;
 pub use role::Role;
+pub use rulebook::optimize;

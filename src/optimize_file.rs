@@ -8,14 +8,12 @@ use crate::onnx::{export, import};
 use crate::opt::declared_dims;
 use crate::opt::fingerprint::leaf_values;
 use crate::opt::pipeline::check_output_types;
-use crate::opt::rules::all_rules;
-use crate::opt::{
-    optimize, optimize_with_rules, KvCache, Limits, OptimizeOptions, OptimizeReport, Role,
-};
+use crate::opt::{optimize, KvCache, Limits, OptimizeOptions, OptimizeReport, Role};
 use crate::package::{check_not_over, check_target, StagedOutput};
 use crate::passes::quantize::{
     quantize_graph, runs_gather_block_quantized, QuantRequest, QuantSummary,
 };
+use crate::rulebook::contrib_functions::ContribFunctions;
 use crate::weights::eval::Evaluator;
 use crate::{Error, Result};
 
@@ -83,10 +81,10 @@ fn dense_moe_blocks(model: Model, dtype: DType, opts: &OptimizeFileOptions) -> R
         supports_fused_moe: false,
         ..EpCapabilities::new("default")
     };
-    let rules: Vec<_> = all_rules()?
-        .into_iter()
-        .filter(|r| matches!(r.name.as_str(), "moe-to-dense" | "moe-clamped-to-dense"))
-        .collect();
+    let mut rules = crate::rulebook::rules()?;
+    rules
+        .rules
+        .retain(|r| matches!(r.name.as_str(), "moe-to-dense" | "moe-clamped-to-dense"));
     let options = OptimizeOptions {
         dtype,
         role: opts.role,
@@ -96,12 +94,12 @@ fn dense_moe_blocks(model: Model, dtype: DType, opts: &OptimizeFileOptions) -> R
         kv_cache: KvCache::AsIs,
         trace: false,
     };
-    Ok(optimize_with_rules(&model, &caps, &options, &rules)?.0)
+    Ok(optimize(&model, &caps, &options, &rules)?.0)
 }
 
 fn optimize_checked(opts: &OptimizeFileOptions) -> Result<(OptimizeReport, Option<QuantSummary>)> {
     check_target(&opts.out, opts.overwrite)?;
-    let mut model = import::load(&opts.input)?;
+    let mut model = import::load(&opts.input, &ContribFunctions)?;
     let declared = declared_dims::reconcile(&mut model.graph)?;
     check_output_types(&model.graph, "the input graph")?;
     let model_dir = match opts.input.parent() {
@@ -148,7 +146,7 @@ fn optimize_checked(opts: &OptimizeFileOptions) -> Result<(OptimizeReport, Optio
         kv_cache: opts.kv_cache,
         trace: opts.trace,
     };
-    let (mut optimized, report) = optimize(&model, &opts.ep, &options)?;
+    let (mut optimized, report) = crate::rulebook::optimize(&model, &opts.ep, &options)?;
     keep_inputs(&model.graph, &mut optimized.graph);
     declared.restore(&mut optimized.graph);
     let opset = optimized.opsets.get("").copied().unwrap_or(0);
@@ -176,6 +174,7 @@ fn optimize_checked(opts: &OptimizeFileOptions) -> Result<(OptimizeReport, Optio
         staged.dir(),
         &mut evaluator,
         &indicatif::ProgressBar::hidden(),
+        &ContribFunctions,
     )?;
     staged.commit()?;
     Ok((report, quantization))

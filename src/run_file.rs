@@ -25,6 +25,7 @@ use crate::limits::InterpLimits;
 use crate::onnx::import;
 use crate::package::interrupt::{remove_entry, staging};
 use crate::paths::file_component;
+use crate::rulebook::contrib_functions::ContribFunctions;
 use crate::verify::canonical_dim;
 use crate::weights::eval::Evaluator;
 use crate::{Error, Result};
@@ -438,7 +439,7 @@ fn write_outputs(
 
 /// Runs the model of `opts` and writes its outputs.
 pub fn run_file(opts: &RunOptions) -> Result<RunReport> {
-    let model = import::load(&opts.model)?;
+    let model = import::load(&opts.model, &ContribFunctions)?;
     let graph = &model.graph;
     let files = output_files(graph)?;
     let protected = Protected::new(&opts.model, &opts.inputs);

@@ -7,6 +7,7 @@ use std::path::Path;
 use common::*;
 use mobius::ir::{DType, Dim, Model};
 use mobius::onnx::import;
+use mobius::rulebook::contrib_functions::ContribFunctions;
 use predicates::str::contains;
 
 fn build(src: &Path, out: &Path, extra: &[&str]) -> String {
@@ -22,7 +23,7 @@ fn build(src: &Path, out: &Path, extra: &[&str]) -> String {
 }
 
 fn load(out: &Path) -> Model {
-    import::load(&out.join("model.onnx")).unwrap()
+    import::load(&out.join("model.onnx"), &ContribFunctions).unwrap()
 }
 
 fn dims(model: &Model, name: &str) -> Vec<String> {

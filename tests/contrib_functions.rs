@@ -14,15 +14,15 @@ use egg::ENodeOrVar;
 use mobius::interp::Rng;
 use mobius::interp::{run_graph, Tensor};
 use mobius::ir::{Attr, DType, Dim, Graph, GraphBuilder, Model, Shape};
-use mobius::onnx::contrib_functions::{
-    bodies_for, derived_bodies, is_known, HAND_WRITTEN, NO_BODY,
-};
 use mobius::onnx::export::{model_proto, plan_layout};
 use mobius::onnx::functions::expand;
 use mobius::onnx::import::decode;
 use mobius::onnx::proto::{FunctionProto, ModelProto};
 use mobius::opt::lang::Onnx;
-use mobius::opt::rules::{all_rules, Stage};
+use mobius::opt::rules::Stage;
+use mobius::rulebook::contrib_functions::{
+    bodies_for, derived_bodies, is_known, ContribFunctions, HAND_WRITTEN, NO_BODY,
+};
 use mobius::weights::eval::Evaluator;
 use prost::Message;
 
@@ -116,8 +116,8 @@ fn function_bodies_compute_the_contrib_ops() {
         std::fs::write(&expanded, proto.encode_to_vec()).unwrap();
 
         // Import keeps the calls of bodies mobius writes as ops.
-        let fused = mobius::onnx::import::load(&out.join("model.onnx")).unwrap();
-        let inlined = mobius::onnx::import::load(&expanded).unwrap();
+        let fused = mobius::onnx::import::load(&out.join("model.onnx"), &ContribFunctions).unwrap();
+        let inlined = mobius::onnx::import::load(&expanded, &ContribFunctions).unwrap();
         assert_eq!(ops(&fused, op), calls, "{name} {op}");
         assert_eq!(ops(&inlined, op), 0, "{name} {op}");
 
@@ -133,7 +133,8 @@ fn function_bodies_compute_the_contrib_ops() {
 
 /// The contrib ops whose calls some inline rule rewrites (its pattern's root op).
 fn ops_with_inline_rules() -> BTreeSet<String> {
-    all_rules()
+    mobius::rulebook::rules()
+        .map(|set| set.rules)
         .unwrap()
         .into_iter()
         .filter(|r| r.stage == Stage::Inline)
@@ -269,11 +270,22 @@ fn saved_and_expanded(graph: &Graph) -> (Vec<FunctionProto>, Model) {
         producer_version: "0".into(),
     };
     let (placements, _) = plan_layout(&model.graph);
-    let mut proto = model_proto(&model, &placements, &mut Evaluator::new(None)).unwrap();
+    let mut proto = model_proto(
+        &model,
+        &placements,
+        &mut Evaluator::new(None),
+        &ContribFunctions,
+    )
+    .unwrap();
     let functions = std::mem::take(&mut proto.functions);
     let g = proto.graph.as_mut().unwrap();
     g.node = expand(std::mem::take(&mut g.node), &functions).unwrap();
-    let inlined = decode(&proto.encode_to_vec(), Path::new("expanded.onnx")).unwrap();
+    let inlined = decode(
+        &proto.encode_to_vec(),
+        Path::new("expanded.onnx"),
+        &ContribFunctions,
+    )
+    .unwrap();
     (functions, inlined)
 }
 

@@ -6,6 +6,7 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::*;
+use mobius::rulebook::contrib_functions::ContribFunctions;
 use predicates::str::contains;
 use serde_json::Value;
 
@@ -43,7 +44,7 @@ fn report_sums_its_nodes_and_follows_the_workloads() {
     let model = build(t.path(), "cpu");
     let r = cost_json(&model, &["--ep", "cpu"]);
     let nodes = r["nodes"].as_array().unwrap();
-    let saved = mobius::onnx::import::load(&model).unwrap();
+    let saved = mobius::onnx::import::load(&model, &ContribFunctions).unwrap();
     assert_eq!(nodes.len(), saved.graph.nodes.len(), "one row per node");
     for w in ["prefill", "decode"] {
         let sum: f64 = nodes.iter().map(|n| time(&n[w])).sum();

@@ -16,7 +16,9 @@ use mobius::ir::{DType, Graph};
 use mobius::models::bert::EncoderConfig;
 use mobius::models::build_model;
 use mobius::onnx::import;
-use mobius::opt::{optimize, Role};
+use mobius::opt::Role;
+use mobius::rulebook::contrib_functions::ContribFunctions;
+use mobius::rulebook::optimize;
 use mobius::weights::eval::Evaluator;
 use mobius::weights::store::TensorStore;
 use serde_json::Value;
@@ -209,7 +211,7 @@ fn encoder_package_has_no_genai_config() {
             ],
             "{name}"
         );
-        let model = import::load(&out.join("model.onnx")).unwrap();
+        let model = import::load(&out.join("model.onnx"), &ContribFunctions).unwrap();
         let inputs: Vec<&str> = model.graph.inputs.iter().map(|v| v.name.as_str()).collect();
         let want: &[&str] = if *name == "bert" {
             &["input_ids", "attention_mask", "token_type_ids"]

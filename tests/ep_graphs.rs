@@ -7,7 +7,8 @@ use common::*;
 use mobius::config::ArchConfig;
 use mobius::ir::{Attr, DType, Graph};
 use mobius::models::build_model;
-use mobius::opt::{optimize, OptimizeOptions, Role};
+use mobius::opt::{OptimizeOptions, Role};
+use mobius::rulebook::optimize;
 
 const GQA: &str = "com.microsoft::GroupQueryAttention";
 const SSLN: &str = "com.microsoft::SkipSimplifiedLayerNormalization";

@@ -18,8 +18,9 @@ use mobius::opt::cost::CostModel;
 use mobius::opt::extract::{dag_cost, greedy_dag};
 use mobius::opt::lang::Onnx;
 use mobius::opt::lift::lift;
-use mobius::opt::rules::{all_rules, Stage};
-use mobius::opt::{opset, optimize, KvCache, Limits, Role};
+use mobius::opt::rules::Stage;
+use mobius::opt::{opset, KvCache, Limits, Role};
+use mobius::rulebook::optimize;
 
 /// The lifted graph of `model` after every stage's enabled rule groups ran, as the pipeline
 /// runs them (groups in order, each adding its rules to the stage's active set).
@@ -29,7 +30,7 @@ fn saturate(model: &Model, caps: &EpCapabilities, dtype: DType) -> (OnnxGraph, I
     egraph.analysis.nbits_accuracy_level = i64::from(caps.default_int4_accuracy_level);
     let limits = Limits::default();
     let node_limit = (egraph.total_number_of_nodes() * limits.node_factor).max(10_000);
-    let rules = all_rules().unwrap();
+    let rules = mobius::rulebook::rules().unwrap().rules;
     for stage in Stage::ALL {
         let enabled: Vec<_> = rules
             .iter()

@@ -14,6 +14,7 @@ use mobius::interp::{run_graph, Tensor};
 use mobius::ir::{Attr, DType, Model};
 use mobius::onnx::import;
 use mobius::passes::fp8_kv_cache::{fp8_kv_cache, KvCacheScales};
+use mobius::rulebook::contrib_functions::ContribFunctions;
 use mobius::weights::eval::Evaluator;
 use predicates::str::contains;
 
@@ -75,7 +76,7 @@ fn cuda_f16_builds_store_the_cache_as_float8_with_the_file_scales() {
     );
     let stderr = String::from_utf8_lossy(&assert.success().get_output().stderr).into_owned();
     assert!(!stderr.contains("WARN"), "{stderr}");
-    let m = import::load(&out.join("model.onnx")).unwrap();
+    let m = import::load(&out.join("model.onnx"), &ContribFunctions).unwrap();
     for i in 0..2 {
         for part in ["key", "value"] {
             assert_eq!(
@@ -123,7 +124,7 @@ fn cuda_f16_builds_store_the_cache_as_float8_with_the_file_scales() {
     // Without a file every scale is 1.0, one initializer for both (equal scales are shared).
     let ones = t.path().join("ones");
     build_args(&ones, &flags).success();
-    let m = import::load(&ones.join("model.onnx")).unwrap();
+    let m = import::load(&ones.join("model.onnx"), &ContribFunctions).unwrap();
     assert_eq!(scale_of(&m, "past_key_values.0.key.fp8_scale"), 1.0);
     let node = m
         .graph

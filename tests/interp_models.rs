@@ -14,7 +14,8 @@ use mobius::interp::Rng;
 use mobius::interp::{run_graph, Tensor};
 use mobius::ir::DType;
 use mobius::models::build_model;
-use mobius::opt::{optimize, Role};
+use mobius::opt::Role;
+use mobius::rulebook::optimize;
 use mobius::weights::eval::Evaluator;
 
 #[test]

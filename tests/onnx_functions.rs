@@ -13,6 +13,7 @@ use mobius::onnx::proto::{
     ModelProto, NodeProto, OperatorSetIdProto, TensorShapeProto, TypeProto, TypeProtoTensor,
     ValueInfoProto,
 };
+use mobius::rulebook::contrib_functions::ContribFunctions;
 use mobius::weights::eval::Evaluator;
 use prost::Message;
 
@@ -160,7 +161,12 @@ fn softmax_plus(x: &[f32], axis: usize) -> Vec<f32> {
 
 #[test]
 fn nested_functions_expand_and_evaluate() {
-    let m = import::decode(&model().encode_to_vec(), Path::new("f.onnx")).unwrap();
+    let m = import::decode(
+        &model().encode_to_vec(),
+        Path::new("f.onnx"),
+        &ContribFunctions,
+    )
+    .unwrap();
     let ops: Vec<&str> = m.graph.nodes.iter().map(|n| n.op_type.as_str()).collect();
     assert_eq!(ops, ["Softmax", "Add", "Softmax", "Add"]);
     let axes: Vec<_> = m
@@ -187,7 +193,7 @@ fn nested_functions_expand_and_evaluate() {
 fn recursive_functions_are_an_error() {
     let mut m = model();
     m.functions[1].node[1].op_type = "Twice".into();
-    let err = import::decode(&m.encode_to_vec(), Path::new("f.onnx"))
+    let err = import::decode(&m.encode_to_vec(), Path::new("f.onnx"), &ContribFunctions)
         .unwrap_err()
         .to_string();
     assert!(err.contains("nests more than"), "{err}");
@@ -203,7 +209,7 @@ fn unnamed_function_outputs_read_inside_the_body_keep_their_values() {
     for call in &mut m.functions[1].node {
         call.output.push(String::new());
     }
-    let m = import::decode(&m.encode_to_vec(), Path::new("f.onnx")).unwrap();
+    let m = import::decode(&m.encode_to_vec(), Path::new("f.onnx"), &ContribFunctions).unwrap();
     assert!(m
         .graph
         .nodes

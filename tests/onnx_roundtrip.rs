@@ -3,9 +3,14 @@
 
 mod common;
 
+use std::path::Path;
+
 use common::*;
 use mobius::ir::TensorSource;
+use mobius::onnx::export::{encode_model, model_proto, plan_layout, Placement};
+use mobius::onnx::functions::KnownFunctions;
 use mobius::onnx::{export, import};
+use mobius::rulebook::contrib_functions::ContribFunctions;
 use mobius::weights::eval::Evaluator;
 
 #[test]
@@ -19,7 +24,7 @@ fn built_model_round_trips_byte_for_byte() {
         .assert()
         .success();
 
-    let model = import::load(&first.join("model.onnx")).unwrap();
+    let model = import::load(&first.join("model.onnx"), &ContribFunctions).unwrap();
     assert!(model
         .graph
         .initializers
@@ -28,7 +33,14 @@ fn built_model_round_trips_byte_for_byte() {
     let second = t.path().join("second");
     std::fs::create_dir(&second).unwrap();
     let mut ev = Evaluator::new(None);
-    export::save(&model, &second, &mut ev, &indicatif::ProgressBar::hidden()).unwrap();
+    export::save(
+        &model,
+        &second,
+        &mut ev,
+        &indicatif::ProgressBar::hidden(),
+        &ContribFunctions,
+    )
+    .unwrap();
     for file in ["model.onnx", "model.onnx.data"] {
         assert_eq!(
             std::fs::read(first.join(file)).unwrap(),
@@ -36,7 +48,7 @@ fn built_model_round_trips_byte_for_byte() {
             "{file} differs after a round trip"
         );
     }
-    let again = import::load(&second.join("model.onnx")).unwrap();
+    let again = import::load(&second.join("model.onnx"), &ContribFunctions).unwrap();
     assert_eq!(again.graph.nodes, model.graph.nodes);
     assert_eq!(again.graph.inputs, model.graph.inputs);
     assert_eq!(again.graph.outputs, model.graph.outputs);
@@ -52,7 +64,7 @@ fn external_data_is_aligned() {
         .arg(&out)
         .assert()
         .success();
-    let model = import::load(&out.join("model.onnx")).unwrap();
+    let model = import::load(&out.join("model.onnx"), &ContribFunctions).unwrap();
     let mut external = 0;
     for init in &model.graph.initializers {
         if let Some(TensorSource::External { offset, length, .. }) = &init.source {
@@ -69,7 +81,9 @@ fn import_rejects_garbage_and_escaping_locations() {
     let t = tempfile::tempdir().unwrap();
     let path = t.path().join("bad.onnx");
     std::fs::write(&path, b"\xff\xff\xff not protobuf").unwrap();
-    let err = import::load(&path).unwrap_err().to_string();
+    let err = import::load(&path, &ContribFunctions)
+        .unwrap_err()
+        .to_string();
     assert!(
         err.contains("bad.onnx") && err.contains("not an ONNX model"),
         "{err}"
@@ -91,7 +105,7 @@ fn import_rejects_garbage_and_escaping_locations() {
         .unwrap();
     patched[at..at + 3].copy_from_slice(b"../");
     std::fs::write(out.join("model.onnx"), patched).unwrap();
-    let err = import::load(&out.join("model.onnx"))
+    let err = import::load(&out.join("model.onnx"), &ContribFunctions)
         .unwrap_err()
         .to_string();
     assert!(
@@ -157,7 +171,14 @@ fn four_bit_initializers_are_packed_in_the_file_and_read_back_unpacked() {
         std::fs::create_dir(dir).unwrap();
     }
     let hidden = indicatif::ProgressBar::hidden();
-    export::save(&model, &first, &mut Evaluator::new(None), &hidden).unwrap();
+    export::save(
+        &model,
+        &first,
+        &mut Evaluator::new(None),
+        &hidden,
+        &ContribFunctions,
+    )
+    .unwrap();
 
     // The file: two values per byte, low nibble first; external lengths are packed sizes.
     let bytes = std::fs::read(first.join("model.onnx")).unwrap();
@@ -184,7 +205,7 @@ fn four_bit_initializers_are_packed_in_the_file_and_read_back_unpacked() {
     }
 
     // Loaded back: the same values, one per byte, from inline and external data alike.
-    let loaded = import::load(&first.join("model.onnx")).unwrap();
+    let loaded = import::load(&first.join("model.onnx"), &ContribFunctions).unwrap();
     let mut ev = Evaluator::new(None);
     for (init, (name, values)) in loaded.graph.initializers.iter().zip(&tensors) {
         let src = init.source.as_ref().unwrap();
@@ -213,12 +234,91 @@ fn four_bit_initializers_are_packed_in_the_file_and_read_back_unpacked() {
     assert_eq!(ev.read(&rows, DType::U4).unwrap(), external.bytes[25..75]);
 
     // Saved again: byte-identical files.
-    export::save(&loaded, &second, &mut Evaluator::new(None), &hidden).unwrap();
+    export::save(
+        &loaded,
+        &second,
+        &mut Evaluator::new(None),
+        &hidden,
+        &ContribFunctions,
+    )
+    .unwrap();
     for file in ["model.onnx", "model.onnx.data"] {
         assert_eq!(
             std::fs::read(first.join(file)).unwrap(),
             std::fs::read(second.join(file)).unwrap(),
             "{file} differs after a round trip"
         );
+    }
+}
+
+/// The model encoded in pieces (`encode_model`) is the encoded `ModelProto` of it
+/// (`model_proto`), for built, optimized and imported models.
+#[test]
+fn the_model_encoded_in_pieces_is_the_encoded_model_proto() {
+    use prost::Message;
+
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let mut models = Vec::new();
+    for (fixture, dtype) in [
+        ("llama", mobius::ir::DType::F32),
+        ("phi3", mobius::ir::DType::F16),
+    ] {
+        let config = mobius::models::load_config(&dir.join(fixture).join("config.json")).unwrap();
+        let portable = mobius::models::build_model(&config, dtype).unwrap();
+        for ep in ["cuda", "cpu", "webgpu"] {
+            let opts = mobius::opt::OptimizeOptions {
+                dtype,
+                role: config.role(),
+                limits: mobius::opt::Limits::default(),
+                fingerprint_leaves: None,
+                accuracy_level: None,
+                kv_cache: mobius::opt::KvCache::AsIs,
+                trace: false,
+            };
+            let caps = mobius::ep::get_ep(ep).unwrap();
+            models.push(
+                mobius::rulebook::optimize(&portable, &caps, &opts)
+                    .unwrap()
+                    .0,
+            );
+        }
+        models.push(portable);
+    }
+    let exported = dir.join("exports/llama-dynamo-cache/model.onnx");
+    models.push(import::load(&exported, &ContribFunctions).unwrap());
+    // Functions, inline and external tensors, value_info, all present somewhere.
+    assert!(models
+        .iter()
+        .any(|m| !ContribFunctions.functions_for(m).is_empty()));
+    assert!(models.iter().any(|m| !m.graph.value_info.is_empty()));
+    for model in &mut models {
+        // Without weights (as --no-weights): inline constants stay inline.
+        for init in &mut model.graph.initializers {
+            if !matches!(init.source, Some(mobius::ir::TensorSource::Inline(_))) {
+                init.source = None;
+            }
+        }
+        let (placements, _) = plan_layout(&model.graph);
+        assert!(placements.contains(&Placement::Inline));
+        assert!(placements
+            .iter()
+            .any(|p| matches!(p, Placement::External { .. })));
+        let whole = model_proto(
+            model,
+            &placements,
+            &mut Evaluator::new(None),
+            &ContribFunctions,
+        )
+        .unwrap()
+        .encode_to_vec();
+        let pieces = encode_model(
+            model,
+            &placements,
+            &mut Evaluator::new(None),
+            &ContribFunctions,
+        )
+        .unwrap();
+        assert_eq!(pieces.len(), whole.len());
+        assert!(pieces.to_vec() == whole, "{}", model.graph.name);
     }
 }

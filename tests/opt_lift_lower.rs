@@ -10,6 +10,7 @@ use mobius::models::build_model;
 use mobius::opt::lang::Onnx;
 use mobius::opt::lift::lift;
 use mobius::opt::lower::{lower, Picked};
+use mobius::rulebook::contrib_functions::ContribFunctions;
 
 fn round_trip(graph: &Graph) -> Graph {
     let lifted = lift(graph).unwrap();
@@ -198,7 +199,7 @@ fn symbolic_sums_in_another_order_are_the_same_dim() {
         producer_version: "0".into(),
     };
     let opts = optimize_options(DType::F32, mobius::opt::Role::Decoder);
-    mobius::opt::optimize(&model, &mobius::get_ep("cpu").unwrap(), &opts).unwrap();
+    mobius::rulebook::optimize(&model, &mobius::get_ep("cpu").unwrap(), &opts).unwrap();
 }
 
 /// What the legacy (TorchScript) exporter writes for positions: `Constant` nodes for the
@@ -232,7 +233,7 @@ fn range_bounds_from_constant_nodes_and_shapes_lower_for_qnn() {
             producer_version: "0".into(),
         };
         let opts = optimize_options(DType::F32, mobius::opt::Role::Decoder);
-        let (out, _) = mobius::opt::optimize(&model, &mobius::get_ep("qnn").unwrap(), &opts)
+        let (out, _) = mobius::rulebook::optimize(&model, &mobius::get_ep("qnn").unwrap(), &opts)
             .unwrap_or_else(|e| panic!("squeeze={squeeze}: {e}"));
         let ops: Vec<&str> = out.graph.nodes.iter().map(|n| n.op_type.as_str()).collect();
         assert!(
@@ -291,7 +292,7 @@ fn one_inference_pass_gives_the_output_types_lifting_gives() {
     exported.sort();
     assert!(exported.len() >= 10, "{exported:?}");
     for path in exported {
-        let model = mobius::onnx::import::load(&path).unwrap();
+        let model = mobius::onnx::import::load(&path, &ContribFunctions).unwrap();
         graphs.push((path.display().to_string(), model.graph));
     }
     for (what, graph) in &graphs {

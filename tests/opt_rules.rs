@@ -5,8 +5,9 @@ use std::collections::BTreeMap;
 
 use mobius::ep::get_ep;
 use mobius::ir::{Attr, DType, Graph, GraphBuilder, Model, Shape, TensorData, TensorSource};
-use mobius::opt::rules::{all_rules, parse_rules, Stage};
-use mobius::opt::{optimize, Limits, OptimizeOptions, Role};
+use mobius::opt::rules::{parse_rules, Stage};
+use mobius::opt::{Limits, OptimizeOptions, Role};
+use mobius::rulebook::optimize;
 
 fn model(graph: Graph) -> Model {
     Model {
@@ -38,7 +39,9 @@ fn run(graph: Graph, limits: Limits) -> (Graph, mobius::opt::OptimizeReport) {
 }
 
 fn parse_err(text: &str) -> String {
-    parse_rules("test.rules", text).unwrap_err().to_string()
+    parse_rules("test.rules", text, &mobius::rulebook::VOCABULARY)
+        .unwrap_err()
+        .to_string()
 }
 
 const GOOD: &str =
@@ -46,7 +49,7 @@ const GOOD: &str =
 
 #[test]
 fn embedded_rules_load() {
-    let rules = all_rules().unwrap();
+    let rules = mobius::rulebook::rules().unwrap().rules;
     assert!(rules.len() >= 5);
     for r in &rules {
         let folder = match r.stage {
@@ -69,7 +72,12 @@ fn embedded_rules_load() {
 
 #[test]
 fn malformed_rules_name_file_and_line() {
-    assert_eq!(parse_rules("test.rules", GOOD).unwrap().len(), 1);
+    assert_eq!(
+        parse_rules("test.rules", GOOD, &mobius::rulebook::VOCABULARY)
+            .unwrap()
+            .len(),
+        1
+    );
     let cases = [
         (
             GOOD.replace(" group G\n", " color G\n"),
@@ -368,7 +376,7 @@ fn the_rule_files_on_disk_are_the_loaded_ones() {
     let mut on_disk = Vec::new();
     walk(&root, &root, &mut on_disk);
     on_disk.sort();
-    let mut loaded: Vec<String> = mobius::opt::rules::RULE_FILES
+    let mut loaded: Vec<String> = mobius::rulebook::RULE_FILES
         .iter()
         .map(|(name, _)| name.to_string())
         .collect();

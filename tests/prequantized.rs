@@ -13,6 +13,7 @@ use common::compare::{assert_close, atol};
 use common::*;
 use mobius::interp::{run_graph, Tensor};
 use mobius::ir::{Attr, DType, Graph};
+use mobius::rulebook::contrib_functions::ContribFunctions;
 use mobius::weights::eval::Evaluator;
 use serde_json::Value;
 use tempfile::TempDir;
@@ -38,7 +39,7 @@ fn build(name: &str, ep: &str, tmp: &TempDir) -> Graph {
         "{name} --ep {ep}: {}",
         String::from_utf8_lossy(&run.stderr)
     );
-    mobius::onnx::import::load(&out.join("model.onnx"))
+    mobius::onnx::import::load(&out.join("model.onnx"), &ContribFunctions)
         .unwrap()
         .graph
 }

@@ -8,6 +8,7 @@ use std::path::Path;
 use common::*;
 use mobius::ir::{Dim, Model};
 use mobius::onnx::import;
+use mobius::rulebook::contrib_functions::ContribFunctions;
 use predicates::prelude::*;
 use predicates::str::contains;
 
@@ -19,7 +20,7 @@ fn build(out: &Path, extra: &[&str]) -> Model {
         .args(extra)
         .assert()
         .success();
-    import::load(&out.join("model.onnx")).unwrap()
+    import::load(&out.join("model.onnx"), &ContribFunctions).unwrap()
 }
 
 fn logits_dims(m: &Model) -> Vec<String> {

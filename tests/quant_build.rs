@@ -12,6 +12,7 @@ use std::path::Path;
 use common::*;
 use mobius::ir::{DType, Model};
 use mobius::onnx::import;
+use mobius::rulebook::contrib_functions::ContribFunctions;
 
 fn build(src: &Path, out: &Path, flags: &[&str]) {
     mobius()
@@ -24,7 +25,7 @@ fn build(src: &Path, out: &Path, flags: &[&str]) {
 }
 
 fn load(out: &Path) -> Model {
-    import::load(&out.join("model.onnx")).unwrap()
+    import::load(&out.join("model.onnx"), &ContribFunctions).unwrap()
 }
 
 fn counts(model: &Model) -> HashMap<String, usize> {

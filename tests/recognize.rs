@@ -12,7 +12,9 @@ use mobius::interp::Rng;
 use mobius::interp::{run_graph, Tensor};
 use mobius::ir::{Attr, DType, Graph, GraphBuilder, Model, Node, Shape, TensorData};
 use mobius::opt::rules::Stage;
-use mobius::opt::{optimize, Limits, OptimizeOptions, OptimizeReport, Role};
+use mobius::opt::{Limits, OptimizeOptions, OptimizeReport, Role};
+use mobius::rulebook::contrib_functions::ContribFunctions;
+use mobius::rulebook::optimize;
 use mobius::weights::eval::Evaluator;
 
 #[path = "common/norm_spellings.rs"]
@@ -420,7 +422,7 @@ fn torch_exports_of_single_norms_become_one_norm() {
             1e-5,
         ),
     ] {
-        let exported = mobius::onnx::import::load(&dir.join(file)).unwrap();
+        let exported = mobius::onnx::import::load(&dir.join(file), &ContribFunctions).unwrap();
         assert_eq!(exported.opsets[""], 18, "{file}");
         let opts = OptimizeOptions {
             dtype,
@@ -452,7 +454,9 @@ fn every_residual_norm_of_the_exports_fuses_on_cpu() {
         "mistral-dynamo",
         "qwen2-dynamo-cache",
     ] {
-        let exported = mobius::onnx::import::load(&dir.join(name).join("model.onnx")).unwrap();
+        let exported =
+            mobius::onnx::import::load(&dir.join(name).join("model.onnx"), &ContribFunctions)
+                .unwrap();
         let opts = OptimizeOptions {
             dtype: DType::F32,
             role: Role::Decoder,

@@ -12,7 +12,8 @@ use mobius::ep::get_ep;
 use mobius::interp::Rng;
 use mobius::interp::{run_graph, Tensor};
 use mobius::ir::{Attr, DType, Dim, Graph, GraphBuilder, Model, Node, Shape};
-use mobius::opt::{optimize, Limits, OptimizeOptions, Role};
+use mobius::opt::{Limits, OptimizeOptions, Role};
+use mobius::rulebook::optimize;
 use mobius::weights::eval::Evaluator;
 
 #[path = "common/rope_spellings.rs"]

@@ -21,8 +21,8 @@ use mobius::interp::{run_graph, Tensor};
 use mobius::ir::{Attr, DType, Graph, GraphBuilder, Model, Shape};
 use mobius::opt::fingerprint::LeafValues;
 use mobius::opt::gate::GateAtom;
-use mobius::opt::rules::{all_rules, parse_rules, RuleSpec};
-use mobius::opt::{optimize_with_rules, KvCache, Limits, OptimizeOptions, Role};
+use mobius::opt::rules::{parse_rules, RuleSet, RuleSpec};
+use mobius::opt::{KvCache, Limits, OptimizeOptions, OptimizeReport, Role};
 use mobius::weights::eval::Evaluator;
 use proptest::prelude::*;
 
@@ -267,7 +267,7 @@ const PROOFS: &[(&str, &str)] = &[
 
 #[test]
 fn every_rule_has_a_proof() {
-    for rule in all_rules().unwrap() {
+    for rule in mobius::rulebook::rules().unwrap().rules {
         assert!(
             PROOFS.iter().any(|(r, _)| *r == rule.name),
             "{} ({}) has no proof in tests/rule_proofs.rs",
@@ -311,8 +311,24 @@ fn every_proof_fails_without_its_rule() {
     );
 }
 
+/// The optimizer run with `rules` (some of the rulebook's, or planted ones) in place of the
+/// rulebook's.
+fn optimize_with_rules(
+    model: &Model,
+    caps: &mobius::EpCapabilities,
+    options: &OptimizeOptions,
+    rules: &[RuleSpec],
+) -> mobius::Result<(Model, OptimizeReport)> {
+    let rules = RuleSet {
+        rules: rules.to_vec(),
+        leftovers: mobius::rulebook::leftovers::leftovers,
+    };
+    mobius::opt::optimize(model, caps, options, &rules)
+}
+
 fn rule(name: &str) -> RuleSpec {
-    all_rules()
+    mobius::rulebook::rules()
+        .map(|set| set.rules)
         .unwrap()
         .into_iter()
         .find(|r| r.name == name)
@@ -1478,7 +1494,7 @@ fn fingerprint_mode_stops_a_wrong_rule_naming_it() {
     b.output("y", DType::F32, Shape::new([2i64, 3]));
     b.op_into("Sigmoid", &[&x], vec![], "y");
     let graph = b.finish();
-    let wrong = parse_rules("planted.rules", WRONG).unwrap();
+    let wrong = parse_rules("planted.rules", WRONG, &mobius::rulebook::VOCABULARY).unwrap();
     let leaves = HashMap::from([(
         Symbol::from("x"),
         Arc::new(random_tensor(DType::F32, &[2, 3], &mut Rng::new(7))),
@@ -1501,7 +1517,7 @@ fn fingerprint_mode_stops_a_wrong_rule_naming_it() {
         &model(graph),
         &get_ep("default").unwrap(),
         &options(Some(leaves.into())),
-        &all_rules().unwrap(),
+        &mobius::rulebook::rules().unwrap().rules,
     )
     .unwrap();
 }
@@ -1544,7 +1560,12 @@ fn a_wrong_rule_over_initializers_is_caught() {
         vec!["norm".into(), String::new(), String::new(), "sum".into()],
     );
     let graph = b.finish();
-    let wrong = parse_rules("planted.rules", WRONG_OVER_INITIALIZERS).unwrap();
+    let wrong = parse_rules(
+        "planted.rules",
+        WRONG_OVER_INITIALIZERS,
+        &mobius::rulebook::VOCABULARY,
+    )
+    .unwrap();
     // --verify-rewrites' leaf values: random inputs and every initializer.
     let leaves = mobius::opt::fingerprint::leaf_values(&graph, &mut Evaluator::new(None)).unwrap();
     let err = optimize_with_rules(

@@ -15,8 +15,10 @@ use mobius::interp::{run_graph, Tensor};
 use mobius::ir::{DType, Dim, Model};
 use mobius::models::build_model;
 use mobius::onnx::import;
-use mobius::opt::{optimize, Role};
+use mobius::opt::Role;
 use mobius::passes::static_cache::{cache_input, cache_output, static_cache};
+use mobius::rulebook::contrib_functions::ContribFunctions;
+use mobius::rulebook::optimize;
 use mobius::weights::eval::Evaluator;
 use predicates::prelude::*;
 use predicates::str::contains;
@@ -131,7 +133,7 @@ fn every_ep_builds_the_static_contract() {
             !stderr.contains("GQA fusion expected"),
             "--ep {ep}: {stderr}"
         );
-        let m = import::load(&out.join("model.onnx")).unwrap();
+        let m = import::load(&out.join("model.onnx"), &ContribFunctions).unwrap();
         let names: Vec<&str> = m.graph.inputs.iter().map(|v| v.name.as_str()).collect();
         assert_eq!(
             names,

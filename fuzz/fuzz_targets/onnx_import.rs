@@ -6,7 +6,12 @@
 use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
+use mobius::rulebook::contrib_functions::ContribFunctions;
 
 fuzz_target!(|data: &[u8]| {
-    let _ = mobius::onnx::import::decode(data, Path::new("fuzz-model-dir/model.onnx"));
+    let _ = mobius::onnx::import::decode(
+        data,
+        Path::new("fuzz-model-dir/model.onnx"),
+        &ContribFunctions,
+    );
 });

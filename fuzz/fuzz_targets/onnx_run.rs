@@ -16,6 +16,7 @@ use libfuzzer_sys::fuzz_target;
 use mobius::interp::{run_graph_with, Tensor};
 use mobius::ir::{Dim, Graph, TensorSource};
 use mobius::limits::InterpLimits;
+use mobius::rulebook::contrib_functions::ContribFunctions;
 use mobius::weights::eval::Evaluator;
 
 /// Budgets small enough that no iteration holds more than a few MiB.
@@ -58,8 +59,11 @@ fn inputs_for(graph: &Graph) -> Option<HashMap<String, Tensor>> {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(model) = mobius::onnx::import::decode(data, Path::new("fuzz-model-dir/model.onnx"))
-    else {
+    let Ok(model) = mobius::onnx::import::decode(
+        data,
+        Path::new("fuzz-model-dir/model.onnx"),
+        &ContribFunctions,
+    ) else {
         return;
     };
     let graph = &model.graph;

@@ -13,6 +13,7 @@ use std::path::Path;
 use prost::Message;
 
 use super::data_writer::DataSink;
+use super::functions::KnownFunctions;
 use super::proto::{self, attribute_type as at};
 use crate::ir::{Attr, Dim, Graph, Initializer, Model, Shape, TensorData, ValueInfo};
 use crate::weights::eval::Evaluator;
@@ -89,6 +90,7 @@ pub fn save(
     dir: &Path,
     evaluator: &mut Evaluator<'_>,
     progress: &indicatif::ProgressBar,
+    known: &dyn KnownFunctions,
 ) -> Result<SaveReport> {
     crate::weights::check_sources(&model.graph, evaluator)?;
     let (placements, data_len) = plan_layout(&model.graph);
@@ -157,7 +159,7 @@ pub fn save(
         );
     }
 
-    let encoded = encode_model(model, &placements, evaluator)?;
+    let encoded = encode_model(model, &placements, evaluator, known)?;
     let len = encoded.len();
     if len > PROTOBUF_LIMIT {
         return Err(Error::Graph(format!(
@@ -223,6 +225,7 @@ pub fn encode_model(
     model: &Model,
     placements: &[Placement],
     evaluator: &mut Evaluator<'_>,
+    known: &dyn KnownFunctions,
 ) -> Result<EncodedModel> {
     let g = &model.graph;
     // GraphProto: node = 1, name = 2, initializer = 5, then doc_string, input, output and
@@ -254,7 +257,7 @@ pub fn encode_model(
     encode_into(&values, &mut graph, false);
     // ModelProto: ir_version = 1 to doc_string = 6, graph = 7, then opset_import = 8,
     // metadata_props = 14 and functions = 25.
-    let model_fields = model_fields(model);
+    let model_fields = model_fields(model, known);
     let mut head = Vec::new();
     let before = proto::ModelProto {
         ir_version: model_fields.ir_version,
@@ -284,8 +287,8 @@ fn encode_into(message: &impl Message, buf: &mut Vec<u8>, delimited: bool) {
     done.expect("a Vec grows as needed");
 }
 
-/// The fields of `model`'s `ModelProto` but its graph.
-fn model_fields(model: &Model) -> proto::ModelProto {
+/// The fields of `model`'s `ModelProto` but its graph, with the functions of `known` it calls.
+fn model_fields(model: &Model, known: &dyn KnownFunctions) -> proto::ModelProto {
     proto::ModelProto {
         ir_version: model.ir_version,
         opset_import: model
@@ -298,15 +301,7 @@ fn model_fields(model: &Model) -> proto::ModelProto {
             .collect(),
         producer_name: model.producer_name.clone(),
         producer_version: model.producer_version.clone(),
-        // A model must import the opset its functions import: an imported model kept at an
-        // older opset (see `opt::opset`) is written without the bodies, which onnxruntime does
-        // not need.
-        functions: match model.opsets.get("") {
-            Some(&super::rule_body::BODY_OPSET) => {
-                super::contrib_functions::bodies_for(&model.graph)
-            }
-            _ => Vec::new(),
-        },
+        functions: known.functions_for(model),
         ..Default::default()
     }
 }
@@ -317,6 +312,7 @@ pub fn model_proto(
     model: &Model,
     placements: &[Placement],
     evaluator: &mut Evaluator<'_>,
+    known: &dyn KnownFunctions,
 ) -> Result<proto::ModelProto> {
     let g = &model.graph;
     let initializer = g
@@ -336,7 +332,7 @@ pub fn model_proto(
     };
     Ok(proto::ModelProto {
         graph: Some(graph),
-        ..model_fields(model)
+        ..model_fields(model, known)
     })
 }
 
@@ -444,7 +440,8 @@ fn node_proto(node: &crate::ir::Node) -> proto::NodeProto {
     }
 }
 
-pub(super) fn attribute_proto(name: &str, attr: &Attr) -> proto::AttributeProto {
+/// The `AttributeProto` of attribute `name` with value `attr`.
+pub fn attribute_proto(name: &str, attr: &Attr) -> proto::AttributeProto {
     let mut a = proto::AttributeProto {
         name: name.to_string(),
         ..Default::default()
@@ -495,60 +492,6 @@ fn shape_proto(shape: &Shape) -> proto::TensorShapeProto {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_model_encoded_in_pieces_is_the_encoded_model_proto() {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
-        let mut models = Vec::new();
-        for (fixture, dtype) in [
-            ("llama", crate::ir::DType::F32),
-            ("phi3", crate::ir::DType::F16),
-        ] {
-            let config =
-                crate::models::load_config(&dir.join(fixture).join("config.json")).unwrap();
-            let portable = crate::models::build_model(&config, dtype).unwrap();
-            for ep in ["cuda", "cpu", "webgpu"] {
-                let opts = crate::opt::OptimizeOptions {
-                    dtype,
-                    role: config.role(),
-                    limits: crate::opt::Limits::default(),
-                    fingerprint_leaves: None,
-                    accuracy_level: None,
-                    kv_cache: crate::opt::KvCache::AsIs,
-                    trace: false,
-                };
-                let caps = crate::ep::get_ep(ep).unwrap();
-                models.push(crate::opt::optimize(&portable, &caps, &opts).unwrap().0);
-            }
-            models.push(portable);
-        }
-        let exported = dir.join("exports/llama-dynamo-cache/model.onnx");
-        models.push(crate::onnx::import::load(&exported).unwrap());
-        // Functions, inline and external tensors, value_info, all present somewhere.
-        assert!(models.iter().any(|m| m.opsets.get("")
-            == Some(&super::super::rule_body::BODY_OPSET)
-            && !super::super::contrib_functions::bodies_for(&m.graph).is_empty()));
-        assert!(models.iter().any(|m| !m.graph.value_info.is_empty()));
-        for model in &mut models {
-            // Without weights (as --no-weights): inline constants stay inline.
-            for init in &mut model.graph.initializers {
-                if !matches!(init.source, Some(crate::ir::TensorSource::Inline(_))) {
-                    init.source = None;
-                }
-            }
-            let (placements, _) = plan_layout(&model.graph);
-            assert!(placements.contains(&Placement::Inline));
-            assert!(placements
-                .iter()
-                .any(|p| matches!(p, Placement::External { .. })));
-            let whole = model_proto(model, &placements, &mut Evaluator::new(None))
-                .unwrap()
-                .encode_to_vec();
-            let pieces = encode_model(model, &placements, &mut Evaluator::new(None)).unwrap();
-            assert_eq!(pieces.len(), whole.len());
-            assert!(pieces.to_vec() == whole, "{}", model.graph.name);
-        }
-    }
 
     #[test]
     fn nibble_packer_carries_a_value_across_odd_chunks() {

@@ -1,15 +1,28 @@
 //! Model-local functions: each call site is replaced by the function's body (values renamed
-//! per call, attribute references resolved from the call), recursively.
+//! per call, attribute references resolved from the call), recursively; and [`KnownFunctions`],
+//! the bodies of the contrib ops mobius writes itself, which export and import are given.
 
 use std::collections::HashMap;
 
 use super::proto::{AttributeProto, FunctionProto, NodeProto};
+use crate::ir::Model;
 use crate::limits::MAX_EXPANDED_NODES;
 
 /// How deep function calls may nest before expansion stops with an error.
 const MAX_DEPTH: usize = 16;
 /// How many calls may be expanded in one model (guards against exponential fan-out).
 const MAX_CALLS: usize = 100_000;
+
+/// The standard-ONNX bodies of the contrib ops mobius emits, as their caller gives them to
+/// export and import (the rulebook derives them from its inline rules).
+pub trait KnownFunctions: Sync {
+    /// The model-local functions to write into `model`, in a fixed order.
+    fn functions_for(&self, model: &Model) -> Vec<FunctionProto>;
+
+    /// Whether the body of `domain::name` is one of these: import keeps calls of it as the op
+    /// (its body is written again on save) rather than expanding them.
+    fn is_known(&self, domain: &str, name: &str) -> bool;
+}
 
 /// Replaces every call of a model-local function in `nodes` by the function's body. Refuses,
 /// before expanding anything, a model whose calls would expand to more than

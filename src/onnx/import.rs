@@ -1,7 +1,7 @@
 //! `.onnx` file (with external data) → IR.
 //!
 //! Calls of model-local functions are expanded into their bodies, except the contrib ops whose
-//! bodies mobius writes itself (those stay ops). Initializer data is not
+//! bodies mobius writes itself (those stay ops; the caller names them, [`KnownFunctions`]). Initializer data is not
 //! read: inline tensors are kept as bytes, external ones become
 //! [`TensorSource::External`] references resolved when the model is saved again.
 
@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use prost::Message;
 
+use super::functions::KnownFunctions;
 use super::names::check_single_assignment;
 use super::order::check_order;
 use super::proto::{self, attribute_type as at};
@@ -20,17 +21,21 @@ use crate::ir::{
 use crate::paths::file_inside;
 use crate::{Error, Result};
 
-/// The model-local functions to expand: all but the contrib-op bodies mobius writes.
-fn foreign_functions(functions: Vec<proto::FunctionProto>) -> Vec<proto::FunctionProto> {
+/// The model-local functions to expand: all but the contrib-op bodies of `known`.
+fn foreign_functions(
+    functions: Vec<proto::FunctionProto>,
+    known: &dyn KnownFunctions,
+) -> Vec<proto::FunctionProto> {
     functions
         .into_iter()
-        .filter(|f| !super::contrib_functions::is_known(&f.domain, &f.name))
+        .filter(|f| !known.is_known(&f.domain, &f.name))
         .collect()
 }
 
 /// Reads `path` (and resolves external data relative to its folder). `path` itself may be a
 /// link (the user named it); external data must lie inside the folder of `path` as given.
-pub fn load(path: &Path) -> Result<Model> {
+/// Calls of the functions of `known` stay ops.
+pub fn load(path: &Path, known: &dyn KnownFunctions) -> Result<Model> {
     let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
     if !meta.is_file() {
         return Err(Error::Onnx {
@@ -39,14 +44,14 @@ pub fn load(path: &Path) -> Result<Model> {
         });
     }
     let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
-    decode(&bytes, path)
+    decode(&bytes, path, known)
 }
 
 /// Decodes model bytes; `path` locates external data files and names errors. Checks every
 /// external data reference (location inside the model's folder, byte range inside the file and
 /// of the tensor's size), inline data sizes and that value names are assigned once. Never
-/// panics.
-pub fn decode(bytes: &[u8], path: &Path) -> Result<Model> {
+/// panics. Calls of the functions of `known` stay ops.
+pub fn decode(bytes: &[u8], path: &Path, known: &dyn KnownFunctions) -> Result<Model> {
     let err = |message: String| Error::Onnx {
         path: path.to_path_buf(),
         message,
@@ -91,7 +96,7 @@ pub fn decode(bytes: &[u8], path: &Path) -> Result<Model> {
             .iter()
             .filter_map(|v| ctx.value_info(v).ok())
             .collect(),
-        nodes: super::functions::expand(g.node, &foreign_functions(m.functions))
+        nodes: super::functions::expand(g.node, &foreign_functions(m.functions, known))
             .map_err(err)?
             .into_iter()
             .map(|n| ctx.node(n))

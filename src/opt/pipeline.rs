@@ -12,11 +12,10 @@ use super::extract::{greedy_dag, ExtractError, Extraction};
 use super::fingerprint::LeafValues;
 use super::gate::KvCache;
 use super::lang::Onnx;
-use super::leftovers::leftovers;
 use super::lift::{lift_with, output_types, Lifted};
 use super::lower::{lower, Picked};
 use super::opset;
-use super::rules::{all_rules, RuleSpec, Stage};
+use super::rules::{RuleSet, Stage};
 use super::saturate::{saturate, FirstIteration, RunLimits};
 use super::trace::{GroupReport, OptimizeReport, StageReport};
 use super::types::TensorType;
@@ -71,21 +70,13 @@ pub struct OptimizeOptions {
     pub trace: bool,
 }
 
-/// Optimizes `model` for the EP `caps`; returns the new model and what each stage did.
+/// Optimizes `model` for the EP `caps` with the rules of `rules`; returns the new model and
+/// what each stage did.
 pub fn optimize(
     model: &Model,
     caps: &EpCapabilities,
     opts: &OptimizeOptions,
-) -> Result<(Model, OptimizeReport)> {
-    optimize_with_rules(model, caps, opts, &all_rules()?)
-}
-
-/// [`optimize`] with an explicit rule set (tests, rule proofs).
-pub fn optimize_with_rules(
-    model: &Model,
-    caps: &EpCapabilities,
-    opts: &OptimizeOptions,
-    rules: &[RuleSpec],
+    rules: &RuleSet,
 ) -> Result<(Model, OptimizeReport)> {
     let start = Instant::now();
     let Lifted {
@@ -130,6 +121,7 @@ pub fn optimize_with_rules(
     for stage in Stage::ALL {
         let stage_start = Instant::now();
         let enabled: Vec<_> = rules
+            .rules
             .iter()
             .filter(|r| {
                 r.stage == stage && r.gate.enabled(caps, opts.dtype, opts.role, opts.kv_cache)
@@ -280,30 +272,7 @@ pub fn optimize_with_rules(
     check_supported(&graph, caps)?;
     check_output_types(&graph, "the optimized graph")?;
     report.nodes_after = graph.nodes.len();
-    report.leftovers = leftovers(&model.graph, &graph);
-    let count = |op: &str| graph.nodes.iter().filter(|n| n.op_type == op).count();
-    let attention = count("Attention");
-    if opts.role == Role::Decoder
-        && opts.kv_cache != KvCache::Static
-        && caps.gqa_dtypes.contains(&opts.dtype)
-        && count("GroupQueryAttention") == 0
-        && attention > 0
-    {
-        let hint = match opts.kv_cache {
-            KvCache::AsIs => {
-                "; an exported graph's attention mask becomes GroupQueryAttention only when you \
-                 declare onnxruntime-genai's KV-cache contract (mobius optimize --kv-cache genai)"
-            }
-            KvCache::Genai | KvCache::Static => "",
-        };
-        tracing::warn!(
-            "GQA fusion expected for ep='{}'/dtype={} but found 0 GroupQueryAttention and {attention} \
-             Attention nodes; the model may run slower than expected on this EP (the attention \
-             pattern did not meet the GroupQueryAttention conditions){hint}",
-            caps.name,
-            opts.dtype
-        );
-    }
+    report.leftovers = (rules.leftovers)(&model.graph, &graph);
     report.seconds = start.elapsed().as_secs_f64();
     // Everything but the graph is copied from the input model (cloning it whole would copy
     // the input graph only to drop it).

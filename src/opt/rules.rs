@@ -4,8 +4,8 @@
 //! `key value` line per field: `group` (trace name), `stage` (cleanup, recognize, fusion,
 //! inline, lowering), `gate` (a capability expression, see [`super::gate`]), `pattern` (one rooted
 //! pattern), any number of `when CONDITION ?var…`, and either `replace PATTERN` or
-//! `apply APPLIER`. `#` starts a comment. Conditions and appliers are Rust functions registered
-//! by name in [`super::conditions`] and [`super::appliers`]; their variables are resolved
+//! `apply APPLIER`. `#` starts a comment. Conditions and appliers are Rust functions a
+//! [`Vocabulary`] names (the rulebook's, `crate::rulebook`); their variables are resolved
 //! against the pattern when the rule is read ([`super::bind`]).
 
 use std::fmt;
@@ -15,145 +15,12 @@ use std::sync::Arc;
 use egg::{Applier, Id, Pattern, PatternAst, Rewrite, Subst, Symbol, Var};
 
 use super::analysis::{OnnxAnalysis, OnnxGraph};
-use super::appliers::applier;
 use super::bind::{AnyApplier, AnyCondition, BoundApplier, BoundCondition, Site};
 use super::checked_union::check_union;
-use super::conditions::condition;
 use super::gate::Gate;
 use super::lang::Onnx;
+use crate::ir::Graph;
 use crate::{Error, Result};
-
-/// The rule files, by path under `rewrites/`.
-pub const RULE_FILES: &[(&str, &str)] = &[
-    (
-        "recognize/rms_norm.rules",
-        include_str!("../../rewrites/recognize/rms_norm.rules"),
-    ),
-    (
-        "recognize/layer_norm.rules",
-        include_str!("../../rewrites/recognize/layer_norm.rules"),
-    ),
-    (
-        "recognize/norm_casts.rules",
-        include_str!("../../rewrites/recognize/norm_casts.rules"),
-    ),
-    (
-        "recognize/norm_scale.rules",
-        include_str!("../../rewrites/recognize/norm_scale.rules"),
-    ),
-    (
-        "recognize/bias_order.rules",
-        include_str!("../../rewrites/recognize/bias_order.rules"),
-    ),
-    (
-        "recognize/gemm.rules",
-        include_str!("../../rewrites/recognize/gemm.rules"),
-    ),
-    (
-        "recognize/attention.rules",
-        include_str!("../../rewrites/recognize/attention.rules"),
-    ),
-    (
-        "recognize/rotary.rules",
-        include_str!("../../rewrites/recognize/rotary.rules"),
-    ),
-    (
-        "recognize/head_layout.rules",
-        include_str!("../../rewrites/recognize/head_layout.rules"),
-    ),
-    (
-        "fusion/gqa.rules",
-        include_str!("../../rewrites/fusion/gqa.rules"),
-    ),
-    (
-        "fusion/gqa_genai.rules",
-        include_str!("../../rewrites/fusion/gqa_genai.rules"),
-    ),
-    (
-        "fusion/gelu.rules",
-        include_str!("../../rewrites/fusion/gelu.rules"),
-    ),
-    (
-        "fusion/pack_qkv.rules",
-        include_str!("../../rewrites/fusion/pack_qkv.rules"),
-    ),
-    (
-        "fusion/matmul_nbits.rules",
-        include_str!("../../rewrites/fusion/matmul_nbits.rules"),
-    ),
-    (
-        "fusion/moe.rules",
-        include_str!("../../rewrites/fusion/moe.rules"),
-    ),
-    (
-        "fusion/moe_clamped.rules",
-        include_str!("../../rewrites/fusion/moe_clamped.rules"),
-    ),
-    (
-        "fusion/skip_norm.rules",
-        include_str!("../../rewrites/fusion/skip_norm.rules"),
-    ),
-    (
-        "fusion/skip_layer_norm.rules",
-        include_str!("../../rewrites/fusion/skip_layer_norm.rules"),
-    ),
-    (
-        "fusion/bias_gelu.rules",
-        include_str!("../../rewrites/fusion/bias_gelu.rules"),
-    ),
-    (
-        "inline/bias_gelu.rules",
-        include_str!("../../rewrites/inline/bias_gelu.rules"),
-    ),
-    (
-        "inline/matmul_nbits.rules",
-        include_str!("../../rewrites/inline/matmul_nbits.rules"),
-    ),
-    (
-        "inline/moe.rules",
-        include_str!("../../rewrites/inline/moe.rules"),
-    ),
-    (
-        "inline/moe_clamped.rules",
-        include_str!("../../rewrites/inline/moe_clamped.rules"),
-    ),
-    (
-        "inline/skip_layer_norm.rules",
-        include_str!("../../rewrites/inline/skip_layer_norm.rules"),
-    ),
-    (
-        "inline/skip_norm.rules",
-        include_str!("../../rewrites/inline/skip_norm.rules"),
-    ),
-    (
-        "cleanup/algebraic.rules",
-        include_str!("../../rewrites/cleanup/algebraic.rules"),
-    ),
-    (
-        "cleanup/identity.rules",
-        include_str!("../../rewrites/cleanup/identity.rules"),
-    ),
-    (
-        "lowering/decompose_rotary.rules",
-        include_str!("../../rewrites/lowering/decompose_rotary.rules"),
-    ),
-    (
-        "lowering/decompose_attention.rules",
-        include_str!("../../rewrites/lowering/decompose_attention.rules"),
-    ),
-    (
-        "lowering/htp_rank4_rmsnorm.rules",
-        include_str!("../../rewrites/lowering/htp_rank4_rmsnorm.rules"),
-    ),
-    (
-        "lowering/range.rules",
-        include_str!("../../rewrites/lowering/range.rules"),
-    ),
-    (
-        "lowering/tensor_scatter.rules",
-        include_str!("../../rewrites/lowering/tensor_scatter.rules"),
-    ),
-];
 
 /// The optimizer stages, in the order they run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -257,8 +124,58 @@ pub struct RuleSpec {
     pub origin: String,
 }
 
-/// Parses one rule file.
-pub fn parse_rules(file: &str, text: &str) -> Result<Vec<RuleSpec>> {
+/// The conditions and appliers rule files may name, by name.
+#[derive(Clone, Copy)]
+pub struct Vocabulary {
+    /// The side conditions (`when NAME ?var…`).
+    pub conditions: &'static [(&'static str, &'static dyn AnyCondition)],
+    /// The appliers (`apply NAME`).
+    pub appliers: &'static [(&'static str, &'static dyn AnyApplier)],
+}
+
+impl Vocabulary {
+    /// The condition named `name`.
+    pub fn condition(&self, name: &str) -> Option<&'static dyn AnyCondition> {
+        self.conditions
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, c)| *c)
+    }
+
+    /// The applier named `name`.
+    pub fn applier(&self, name: &str) -> Option<&'static dyn AnyApplier> {
+        self.appliers
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, a)| *a)
+    }
+}
+
+/// What the optimizer runs: the rules, and what reports the decomposed shapes they did not
+/// recognise.
+#[derive(Debug, Clone)]
+pub struct RuleSet {
+    /// The rules, in the order they are added to a stage.
+    pub rules: Vec<RuleSpec>,
+    /// The decomposed computations of an input graph left in the optimized graph (input,
+    /// optimized), listed by `--trace`.
+    pub leftovers: fn(&Graph, &Graph) -> Vec<Leftover>,
+}
+
+/// One kind of decomposed shape left in the optimized graph.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Leftover {
+    /// What the shape computes and how it was recognised (`"RMSNorm / LayerNorm: ReduceMean
+    /// of a square"`).
+    pub shape: &'static str,
+    /// How many instances are left.
+    pub count: usize,
+    /// The output name of the first one, to find it in the graph.
+    pub example: String,
+}
+
+/// Parses one rule file, whose conditions and appliers are those of `vocabulary`.
+pub fn parse_rules(file: &str, text: &str, vocabulary: &Vocabulary) -> Result<Vec<RuleSpec>> {
     let err = |line: usize, message: String| Error::RuleFile {
         path: format!("rewrites/{file}").into(),
         line,
@@ -291,28 +208,10 @@ pub fn parse_rules(file: &str, text: &str) -> Result<Vec<RuleSpec>> {
                 format!("`{key}` outside a rule (start one with `rule NAME`)"),
             ));
         };
-        p.set(key, value).map_err(|m| err(line, m))?;
+        p.set(key, value, vocabulary).map_err(|m| err(line, m))?;
     }
     if let Some((at, p)) = current {
         rules.push(p.finish(file, at).map_err(|m| err(at, m))?);
-    }
-    Ok(rules)
-}
-
-/// Every rule of every embedded rule file; rule names are unique.
-pub fn all_rules() -> Result<Vec<RuleSpec>> {
-    let mut rules = Vec::new();
-    for (file, text) in RULE_FILES {
-        rules.extend(parse_rules(file, text)?);
-    }
-    let mut seen = std::collections::HashSet::new();
-    for r in &rules {
-        if !seen.insert(r.name.clone()) {
-            return Err(Error::Graph(format!(
-                "{}: rule name `{}` is used twice",
-                r.origin, r.name
-            )));
-        }
     }
     Ok(rules)
 }
@@ -343,7 +242,12 @@ impl Partial {
         }
     }
 
-    fn set(&mut self, key: &str, value: &str) -> std::result::Result<(), String> {
+    fn set(
+        &mut self,
+        key: &str,
+        value: &str,
+        vocabulary: &Vocabulary,
+    ) -> std::result::Result<(), String> {
         let pattern = |v: &str| {
             v.parse::<Pattern<Onnx>>()
                 .map_err(|e| format!("bad pattern: {e}"))
@@ -379,8 +283,9 @@ impl Partial {
             "when" => {
                 let mut words = value.split_whitespace();
                 let name = words.next().ok_or("`when` needs a condition name")?;
-                let check =
-                    condition(name).ok_or_else(|| format!("unknown condition `{name}`"))?;
+                let check = vocabulary
+                    .condition(name)
+                    .ok_or_else(|| format!("unknown condition `{name}`"))?;
                 let vars = words
                     .map(|w| w.parse::<Var>().map_err(|_| format!("`{w}` is not a ?variable")))
                     .collect::<std::result::Result<Vec<_>, _>>()?;
@@ -392,7 +297,9 @@ impl Partial {
             }
             "apply" => {
                 once(self.replacement.is_some())?;
-                let body = applier(value).ok_or_else(|| format!("unknown applier `{value}`"))?;
+                let body = vocabulary
+                    .applier(value)
+                    .ok_or_else(|| format!("unknown applier `{value}`"))?;
                 self.replacement = Some(PartialReplacement::Applier(value.to_string(), body));
             }
             other => return Err(format!("unknown field `{other}` (expected group, stage, gate, pattern, when, replace or apply)")),

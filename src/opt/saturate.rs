@@ -189,7 +189,7 @@ mod tests {
     use crate::ir::DType;
     use crate::opt::gate::KvCache;
     use crate::opt::lift::lift;
-    use crate::opt::rules::{all_rules, Stage};
+    use crate::opt::rules::Stage;
     use crate::role::Role;
 
     /// Every class with its nodes and data, in the e-graph's order.
@@ -206,7 +206,7 @@ mod tests {
         let config = crate::models::load_config(&config.join("config.json")).unwrap();
         let model = crate::models::build_model(&config, DType::F16).unwrap();
         let caps = crate::ep::get_ep("cuda").unwrap();
-        let rules = all_rules().unwrap();
+        let rules = crate::rulebook::rules().unwrap().rules;
         let mut ours = lift(&model.graph).unwrap().egraph;
         let limits = RunLimits {
             iterations: 16,

@@ -3,8 +3,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use super::leftovers::Leftover;
-use super::rules::Stage;
+use super::rules::{Leftover, Stage};
 use crate::ir::DType;
 use crate::role::Role;
 

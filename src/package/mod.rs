@@ -14,6 +14,7 @@ use crate::config::ArchConfig;
 use crate::ep::EpCapabilities;
 use crate::ir::Model;
 use crate::onnx::export::{self, SaveReport, MODEL_FILE};
+use crate::rulebook::contrib_functions::ContribFunctions;
 use crate::weights::eval::Evaluator;
 use crate::{Error, Result};
 pub use copy::{copy_aux_file, MAX_AUX_FILE_BYTES};
@@ -34,7 +35,7 @@ pub fn write_package(
     evaluator: &mut Evaluator<'_>,
     progress: &indicatif::ProgressBar,
 ) -> Result<SaveReport> {
-    let report = export::save(model, dir, evaluator, progress)?;
+    let report = export::save(model, dir, evaluator, progress, &ContribFunctions)?;
     let static_cache = crate::passes::static_cache::is_static_cache(&model.graph);
     if static_cache && cfg.model_type.genai_type.is_some() {
         tracing::info!(

@@ -23,6 +23,7 @@ use crate::interp::{run_graph_with, Rng, Tensor};
 use crate::ir::{DType, Model};
 use crate::limits::InterpLimits;
 use crate::onnx::import;
+use crate::rulebook::contrib_functions::ContribFunctions;
 use crate::weights::eval::Evaluator;
 use crate::{Error, Result};
 
@@ -232,8 +233,8 @@ fn check_outputs(opts: &VerifyOptions, a: &Model, b: &Model) -> Result<()> {
 
 /// Compares two models on random inputs.
 pub fn verify(opts: &VerifyOptions) -> Result<VerifyReport> {
-    let a = import::load(&opts.reference)?;
-    let b = import::load(&opts.candidate)?;
+    let a = import::load(&opts.reference, &ContribFunctions)?;
+    let b = import::load(&opts.candidate, &ContribFunctions)?;
     check_options(opts, &a, &b)?;
     check_outputs(opts, &a, &b)?;
     let mut dims: BTreeMap<String, usize> = opts

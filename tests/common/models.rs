@@ -8,7 +8,8 @@ use mobius::ep::get_ep;
 use mobius::interp::Tensor;
 use mobius::ir::{DType, Graph};
 use mobius::models::build_model;
-use mobius::opt::{optimize, Limits, OptimizeOptions, Role};
+use mobius::opt::{Limits, OptimizeOptions, Role};
+use mobius::rulebook::optimize;
 use mobius::source::WeightFiles;
 use mobius::weights::store::TensorStore;
 

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use assert_cmd::Command;
 use mobius::ir::{Graph, Model};
 use mobius::onnx::proto::{self, DimensionValue};
+use mobius::rulebook::contrib_functions::ContribFunctions;
 use mobius::weights::eval::Evaluator;
 
 /// Runs `cmd`, expecting exit code `code` and exactly one `error:` line on stderr that contains
@@ -65,6 +66,7 @@ pub fn save_model(dir: &Path, graph: Graph) -> PathBuf {
         dir,
         &mut Evaluator::new(None),
         &indicatif::ProgressBar::hidden(),
+        &ContribFunctions,
     )
     .unwrap();
     dir.join("model.onnx")

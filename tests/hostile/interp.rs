@@ -9,6 +9,7 @@ use mobius::interp::Tensor;
 use mobius::ir::{Attr, DType, Graph, GraphBuilder, Shape, TensorData};
 use mobius::limits::InterpLimits;
 use mobius::limits::TENSOR_ELEMENTS_FLAG;
+use mobius::rulebook::contrib_functions::ContribFunctions;
 
 use crate::check::{fails_with, listing, save_model};
 use crate::common::mobius;
@@ -278,7 +279,9 @@ fn inputs_found_by_the_fuzzer_are_clean_errors() {
     assert!(!models.is_empty(), "no models in {}", found.display());
     for model in models {
         let dir = tempfile::tempdir().unwrap();
-        let graph = mobius::onnx::import::load(&model).unwrap().graph;
+        let graph = mobius::onnx::import::load(&model, &ContribFunctions)
+            .unwrap()
+            .graph;
         let mut files = Vec::new();
         for v in &graph.inputs {
             let shape: Vec<usize> = v

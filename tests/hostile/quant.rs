@@ -4,6 +4,7 @@
 use std::path::Path;
 
 use mobius::ir::{DType, GraphBuilder, Initializer, Shape, TensorData, TensorSource};
+use mobius::rulebook::contrib_functions::ContribFunctions;
 
 use crate::check::{fails_with, listing, unchanged};
 use crate::common::{copy_fixture, fixture, mobius, read_safetensors, write_safetensors};
@@ -94,6 +95,7 @@ fn matmul_model(dir: &Path, opset: i64) -> std::path::PathBuf {
         dir,
         &mut mobius::weights::eval::Evaluator::new(None),
         &indicatif::ProgressBar::hidden(),
+        &ContribFunctions,
     )
     .unwrap();
     dir.join("model.onnx")
@@ -126,7 +128,7 @@ fn optimize_refuses_blocked_dequantization_below_opset_21() {
         "16",
     ]);
     cmd.assert().success();
-    let optimized = mobius::onnx::import::load(&out.join("model.onnx")).unwrap();
+    let optimized = mobius::onnx::import::load(&out.join("model.onnx"), &ContribFunctions).unwrap();
     let ops: Vec<&str> = optimized
         .graph
         .nodes

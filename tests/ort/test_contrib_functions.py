@@ -122,8 +122,9 @@ def test_contrib_function_bodies_match_onnxruntime_kernels(built, op):
     assert checked == full * len(settings) * 3 * len(f.output)
 
 
-# MatMulNBits: the body is hand-written (src/onnx/matmul_nbits_body.rs), one for calls with zero
-# points and one for calls without, taken from the int4 builds of llama (symmetric and asymmetric).
+# MatMulNBits: the body is hand-written (src/rulebook/contrib_functions/matmul_nbits_body.rs), one
+# for calls with zero points and one for calls without, taken from the int4 builds of llama
+# (symmetric and asymmetric).
 NBITS_BUILDS = {False: ("--quant", "int4"), True: ("--quant", "int4", "--quant-asymmetric")}
 
 

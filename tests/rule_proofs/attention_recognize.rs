@@ -271,7 +271,7 @@ proptest! {
 
 /// `g` optimized with all rules for the default EP.
 fn optimized(g: &Graph) -> Graph {
-    let rules = mobius::opt::rules::all_rules().unwrap();
+    let rules = mobius::rulebook::rules().unwrap().rules;
     let (out, _) = optimize_with_rules(
         &super::model(g.clone()),
         &mobius::ep::get_ep("default").unwrap(),
@@ -373,7 +373,7 @@ fn near_misses_are_not_rewritten() {
     b.output("kt", DType::F32, dims(&[2, 3, 4, 5]));
     b.op_into("Reshape", &[&k3t, &split], vec![], "kt");
     let g = b.finish();
-    let rules = mobius::opt::rules::all_rules().unwrap();
+    let rules = mobius::rulebook::rules().unwrap().rules;
     let (out, _) = optimize_with_rules(
         &super::model(g.clone()),
         &mobius::ep::get_ep("default").unwrap(),

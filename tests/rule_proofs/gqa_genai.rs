@@ -7,10 +7,11 @@
 
 use std::collections::HashMap;
 
+use super::optimize_with_rules;
 use mobius::interp::Rng;
 use mobius::interp::{run_graph, Tensor};
 use mobius::ir::{Attr, DType, Graph, GraphBuilder, TensorData};
-use mobius::opt::{optimize_with_rules, KvCache, OptimizeOptions};
+use mobius::opt::{KvCache, OptimizeOptions};
 use mobius::weights::eval::Evaluator;
 use proptest::prelude::*;
 
@@ -342,7 +343,7 @@ fn optimized(g: &Graph, contract: KvCache) -> Graph {
         kv_cache: contract,
         ..options(None)
     };
-    let rules = mobius::opt::rules::all_rules().unwrap();
+    let rules = mobius::rulebook::rules().unwrap().rules;
     let cpu = mobius::ep::get_ep("cpu").unwrap();
     optimize_with_rules(&model(g.clone()), &cpu, &opts, &rules)
         .unwrap()

@@ -591,7 +591,7 @@ proptest! {
 
 /// `g` optimized with all rules for the default EP.
 fn optimized(g: &Graph) -> Graph {
-    let rules = mobius::opt::rules::all_rules().unwrap();
+    let rules = mobius::rulebook::rules().unwrap().rules;
     let (out, _) = optimize_with_rules(
         &super::model(g.clone()),
         &mobius::ep::get_ep("default").unwrap(),

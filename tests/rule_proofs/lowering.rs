@@ -307,7 +307,7 @@ fn typed_range_graph(dtype: DType, delta: f64) -> Graph {
 #[test]
 fn lowerings_decline_what_they_cannot_rewrite() {
     let refused = |rule: &str, graph: Graph, op: &str| {
-        let err = mobius::opt::optimize_with_rules(
+        let err = super::optimize_with_rules(
             &super::model(graph),
             &mobius::ep::get_ep("qnn").unwrap(),
             &super::options(None),

@@ -357,7 +357,7 @@ proptest! {
 fn round_trip_step(graph: &Graph, ep: &str) -> Graph {
     let model = super::model(graph.clone());
     let options = super::options(None);
-    let (out, _) = mobius::opt::optimize(&model, &mobius::ep::get_ep(ep).unwrap(), &options)
+    let (out, _) = mobius::rulebook::optimize(&model, &mobius::ep::get_ep(ep).unwrap(), &options)
         .unwrap_or_else(|e| panic!("optimize for {ep}: {e}"));
     out.graph
 }

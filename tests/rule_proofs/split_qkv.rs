@@ -122,7 +122,7 @@ proptest! {
 /// Splits at other widths than the heads' stay split.
 #[test]
 fn other_splits_are_not_packed() {
-    let rules = mobius::opt::rules::all_rules().unwrap();
+    let rules = mobius::rulebook::rules().unwrap().rules;
     let cpu = mobius::ep::get_ep("cpu").unwrap();
     let packed = |g: &Graph| {
         let (out, _) =

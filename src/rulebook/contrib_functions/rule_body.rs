@@ -19,9 +19,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use egg::{ENodeOrVar, Id, Language, PatternAst, Var};
 
-use super::export::attribute_proto;
-use super::proto::{self, AttributeProto, FunctionProto, NodeProto};
 use crate::ir::Attr;
+use crate::onnx::export::attribute_proto;
+use crate::onnx::proto::{self, AttributeProto, FunctionProto, NodeProto};
 use crate::opt::lang::{AttrValue, Onnx};
 use crate::opt::rules::{Replacement, RuleSpec};
 use crate::{Error, Result};

@@ -13,11 +13,11 @@
 
 use egg::Id;
 
-use super::analysis::OnnxGraph;
-use super::lang::AttrValue;
-use super::query::known_dims;
-use super::shape_value::shape_value;
-use super::types::SymDim;
+use crate::opt::analysis::OnnxGraph;
+use crate::opt::lang::AttrValue;
+use crate::opt::query::known_dims;
+use crate::opt::shape_value::shape_value;
+use crate::opt::types::SymDim;
 
 /// The permutation between `[B, S, H, D]` and `[B, H, S, D]` (its own inverse).
 const HEADS_FIRST: [i64; 4] = [0, 2, 1, 3];

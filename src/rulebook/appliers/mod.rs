@@ -1,7 +1,7 @@
 //! The appliers rule files name (`apply NAME`): Rust that builds the replacement of a match in
 //! the e-graph, one file per rule group, registered here by name. Each declares the pattern
-//! variables it reads and takes their classes in that order (see [`super::bind`]). The
-//! appliers of the lowering rules are in `src/opt/lowering/`.
+//! variables it reads and takes their classes in that order (see [`crate::opt::bind`]). The
+//! appliers of the lowering rules are in `src/rulebook/decompose/`.
 
 mod attention_recognize;
 mod from_nbits;
@@ -20,10 +20,11 @@ mod skip_layer_norm;
 mod skip_norm;
 mod transpose;
 
-use super::bind::AnyApplier;
-use super::lowering::{attention, range, rms_norm, rotary, scatter};
+use super::decompose::{attention, range, rms_norm, rotary, scatter};
+use crate::opt::bind::AnyApplier;
 
-const APPLIERS: &[(&str, &dyn AnyApplier)] = &[
+/// The appliers, by the name rule files give them.
+pub const APPLIERS: &[(&str, &dyn AnyApplier)] = &[
     ("compose-transposes", &transpose::COMPOSE_TRANSPOSES),
     ("rms-norm-unit", &norm_recognize::RMS_NORM_UNIT),
     ("layer-norm-unit", &norm_recognize::LAYER_NORM_UNIT),
@@ -121,20 +122,15 @@ const APPLIERS: &[(&str, &dyn AnyApplier)] = &[
     ),
 ];
 
-/// The applier registered under `name`.
-pub fn applier(name: &str) -> Option<&'static dyn AnyApplier> {
-    APPLIERS.iter().find(|(n, _)| *n == name).map(|(_, a)| *a)
-}
-
 #[cfg(test)]
 mod tests {
-    use crate::opt::rules::{all_rules, Replacement};
+    use crate::opt::rules::Replacement;
 
     /// Loading the embedded rules resolves the variables of every applier they name; this
     /// makes sure that is every registered one.
     #[test]
     fn every_registered_applier_is_named_by_a_rule() {
-        let rules = all_rules().unwrap();
+        let rules = crate::rulebook::rules().unwrap().rules;
         for (name, _) in super::APPLIERS {
             let named = rules.iter().any(
                 |r| matches!(&r.replacement, Replacement::Applier { name: n, .. } if n == name),

@@ -10,18 +10,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use crate::ir::{Graph, Node};
-
-/// One kind of decomposed shape left in the optimized graph.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Leftover {
-    /// What the shape computes and how it was recognised (`"RMSNorm / LayerNorm: ReduceMean
-    /// of a square"`).
-    pub shape: &'static str,
-    /// How many instances are left.
-    pub count: usize,
-    /// The output name of the first one, to find it in the graph.
-    pub example: String,
-}
+use crate::opt::rules::Leftover;
 
 /// A shape: its description, the ops of its root node, and a test on a root node (with the
 /// graph's producers).

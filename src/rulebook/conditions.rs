@@ -1,18 +1,19 @@
 //! The side conditions rule files name (`when NAME ?var…`), registered here by name. Each
 //! takes the classes bound to the variables of its `when` line, in that order (see
-//! [`super::bind`]).
+//! [`crate::opt::bind`]).
 
 use egg::Id;
 
-use super::analysis::OnnxGraph;
-use super::bind::{AnyCondition, Condition};
-use super::lang::AttrValue;
-use super::query::{const_ints, int_attr, scalar_float};
-use super::types::SymDim;
 use super::{head_layout, recognize, recognize_gemm, recognize_rotary};
 use crate::ir::DType;
+use crate::opt::analysis::OnnxGraph;
+use crate::opt::bind::{AnyCondition, Condition};
+use crate::opt::lang::AttrValue;
+use crate::opt::query::{const_ints, int_attr, scalar_float};
+use crate::opt::types::SymDim;
 
-const CONDITIONS: &[(&str, &dyn AnyCondition)] = &[
+/// The conditions, by the name rule files give them.
+pub const CONDITIONS: &[(&str, &dyn AnyCondition)] = &[
     ("attr-is-set", &Condition(attr_is_set)),
     (
         "centered-variance-plus-eps",
@@ -64,11 +65,6 @@ const CONDITIONS: &[(&str, &dyn AnyCondition)] = &[
     ("softmax-over-last-axis", &Condition(softmax_over_last_axis)),
     ("is-float-zero", &Condition(is_float_zero)),
 ];
-
-/// The condition registered under `name`.
-pub fn condition(name: &str) -> Option<&'static dyn AnyCondition> {
-    CONDITIONS.iter().find(|(n, _)| *n == name).map(|(_, c)| *c)
-}
 
 /// `?x ?to`: casting `?x` to type code `?to` does not change its dtype.
 fn cast_to_own_dtype(g: &OnnxGraph, [x, to]: [Id; 2]) -> bool {
@@ -219,13 +215,12 @@ fn is_float_zero(g: &OnnxGraph, [c]: [Id; 1]) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use crate::opt::rules::all_rules;
 
     /// Loading the embedded rules checks the arity and variables of every condition they
     /// name; this makes sure that is every registered one.
     #[test]
     fn every_registered_condition_is_named_by_a_rule() {
-        let rules = all_rules().unwrap();
+        let rules = crate::rulebook::rules().unwrap().rules;
         for (name, _) in super::CONDITIONS {
             let named = rules
                 .iter()

@@ -15,12 +15,12 @@
 
 use egg::Id;
 
-use super::analysis::OnnxGraph;
-use super::infer::literal_ints;
-use super::lang::{AttrValue, Onnx, OpNode};
-use super::query::const_ints;
-use super::types::SymDim;
 use crate::ir::DType;
+use crate::opt::analysis::OnnxGraph;
+use crate::opt::infer::literal_ints;
+use crate::opt::lang::{AttrValue, Onnx, OpNode};
+use crate::opt::query::const_ints;
+use crate::opt::types::SymDim;
 
 /// The deepest chain of elementwise steps read above a `Concat(f, f)` in a table.
 const MAX_TABLE_STEPS: usize = 6;

@@ -1,6 +1,6 @@
 //! Appliers of the norm recognition rules (`rewrites/recognize/`): the norm a proven chain
 //! computes, with a unit scale (the weight, bias and casts are folded by further rules).
-//! The predicates are in `src/opt/recognize.rs`.
+//! The predicates are in `src/rulebook/recognize.rs`.
 
 use egg::Id;
 
@@ -9,7 +9,7 @@ use crate::opt::analysis::OnnxGraph;
 use crate::opt::bind::{Applier, Site};
 use crate::opt::emit::Emit;
 use crate::opt::lang::{AttrValue, Literal, Onnx};
-use crate::opt::recognize::{centered_eps, mean_square_eps};
+use crate::rulebook::recognize::{centered_eps, mean_square_eps};
 
 pub(super) const RMS_NORM_UNIT: Applier<2> = Applier::new(["?x", "?v"], rms_norm_unit);
 pub(super) const LAYER_NORM_UNIT: Applier<3> = Applier::new(["?x", "?m", "?v"], layer_norm_unit);

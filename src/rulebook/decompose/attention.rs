@@ -14,10 +14,10 @@
 
 use egg::Id;
 
-use super::Emit;
 use crate::ir::DType;
 use crate::opt::analysis::OnnxGraph;
 use crate::opt::bind::{Applier, Site};
+use crate::opt::emit::Emit;
 use crate::opt::lang::AttrValue;
 use crate::opt::types::SymDim;
 

@@ -1,6 +1,6 @@
 //! The appliers of `recognize/head_layout.rules`: `RotaryEmbedding` and `Attention` over head
 //! views (`Transpose(Reshape(x, [B, S, H, D]), [0, 2, 1, 3])`, see
-//! [`crate::opt::head_layout`]) → the same ops on the 3-D `x` with head-count attributes, as
+//! [`crate::rulebook::head_layout`]) → the same ops on the 3-D `x` with head-count attributes, as
 //! `mobius build` emits them. The 4-D results become head views of the 3-D ones.
 
 use egg::Id;
@@ -9,9 +9,9 @@ use crate::opt::analysis::OnnxGraph;
 use crate::opt::bind::{Applier, Site};
 use crate::opt::checked_union::check_union;
 use crate::opt::emit::Emit;
-use crate::opt::head_layout::{head_view, HeadView};
 use crate::opt::lang::{AttrValue, Onnx};
 use crate::opt::schema::schema;
+use crate::rulebook::head_layout::{head_view, HeadView};
 
 /// `rotary-on-3d-heads`.
 pub(super) const ROTARY_ON_3D_HEADS: Applier<9> = Applier::new(

@@ -11,10 +11,10 @@
 
 use egg::Id;
 
-use super::analysis::OnnxGraph;
-use super::infer::literal_ints;
-use super::lang::{AttrValue, Literal, Onnx, OpNode};
 use crate::ir::DType;
+use crate::opt::analysis::OnnxGraph;
+use crate::opt::infer::literal_ints;
+use crate::opt::lang::{AttrValue, Literal, Onnx, OpNode};
 
 /// The value of a single-element float constant (any rank), as f64.
 fn single_float(lit: &Literal) -> Option<f64> {

@@ -4,9 +4,9 @@
 
 use egg::Id;
 
-use super::{Emit, TO_END};
 use crate::opt::analysis::OnnxGraph;
 use crate::opt::bind::{Applier, Site};
+use crate::opt::emit::{Emit, TO_END};
 
 /// `decompose-rotary`.
 pub(crate) const DECOMPOSE_ROTARY: Applier<6> = Applier::new(

@@ -3,7 +3,7 @@
 //! → `com.microsoft::GroupQueryAttention`, as [`super::gqa`] does for the builder's mask,
 //! taking in the RotaryEmbeddings of q and k (`do_rotary=1`) when their caches are computed
 //! from `position_ids`: the caches become tables over positions `0 … T−1` computed by the
-//! same ops. The readings are in [`crate::opt::genai_contract`].
+//! same ops. The readings are in [`crate::rulebook::genai_contract`].
 
 use egg::Id;
 
@@ -13,8 +13,8 @@ use super::gqa::{
 use crate::opt::analysis::OnnxGraph;
 use crate::opt::bind::{Applier, Site};
 use crate::opt::emit::Emit;
-use crate::opt::genai_contract::{export_mask, position_table, PositionTable};
 use crate::opt::lang::{AttrValue, Onnx};
+use crate::rulebook::genai_contract::{export_mask, position_table, PositionTable};
 
 /// `export-attention-to-gqa`.
 pub(super) const EXPORT_ATTENTION_TO_GQA: Applier<11> = Applier::new(

@@ -8,5 +8,3 @@ pub(crate) mod range;
 pub(crate) mod rms_norm;
 pub(crate) mod rotary;
 pub(crate) mod scatter;
-
-pub(crate) use super::emit::{Emit, TO_END};

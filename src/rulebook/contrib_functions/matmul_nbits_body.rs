@@ -17,9 +17,9 @@
 //! without it; zero points are a required input of the unpacking, so a graph gets the body of
 //! its calls' kind ([`body_for`]): all with zero points, or all without.
 
-use super::proto::{self, attribute_type as at, AttributeProto, FunctionProto, NodeProto};
 use super::rule_body::BODY_OPSET;
 use crate::ir::{DType, Graph};
+use crate::onnx::proto::{self, attribute_type as at, AttributeProto, FunctionProto, NodeProto};
 
 /// The op this body stands for.
 pub const OP: (&str, &str) = ("com.microsoft", "MatMulNBits");

@@ -1,7 +1,7 @@
 //! Appliers of the rotary recognition rules (`rewrites/recognize/rotary.rules`): the ONNX
 //! `RotaryEmbedding` a proven rotate-half chain computes, over half-width caches rebuilt from
 //! the angles, and a partial rotation folded into `rotary_embedding_dim`. The predicates are in
-//! `src/opt/recognize_rotary.rs`.
+//! `src/rulebook/recognize_rotary.rs`.
 
 use egg::Id;
 
@@ -9,7 +9,7 @@ use crate::opt::analysis::OnnxGraph;
 use crate::opt::bind::{Applier, Site};
 use crate::opt::emit::Emit;
 use crate::opt::lang::{AttrValue, Onnx};
-use crate::opt::recognize_rotary::{partial_split, rotary_table, HalfTable};
+use crate::rulebook::recognize_rotary::{partial_split, rotary_table, HalfTable};
 
 pub(super) const ROTATE_HALF: Applier<3> = Applier::new(["?x", "?cos", "?sin"], rotate_half);
 pub(super) const PARTIAL_ROTATION: Applier<6> = Applier::new(

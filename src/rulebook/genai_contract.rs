@@ -24,11 +24,11 @@ use std::collections::HashMap;
 
 use egg::Id;
 
-use super::analysis::OnnxGraph;
-use super::lang::{AttrValue, OpNode};
-use super::query::{const_ints, find_op, int_attr, is_input, scalar_float};
-use super::types::SymDim;
 use crate::ir::DType;
+use crate::opt::analysis::OnnxGraph;
+use crate::opt::lang::{AttrValue, OpNode};
+use crate::opt::query::{const_ints, find_op, int_attr, is_input, scalar_float};
+use crate::opt::types::SymDim;
 
 /// Deepest chain of ops [`export_mask`] follows from the mask to its leaves.
 const MAX_DEPTH: usize = 48;

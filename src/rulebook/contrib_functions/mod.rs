@@ -1,26 +1,30 @@
 //! Standard-ONNX bodies of the contrib ops mobius emits, written into each model that calls
 //! them as model-local functions: a runtime without the contrib kernel can inline the body,
 //! while onnxruntime keeps its kernel. The bodies are not written here: they are the inline
-//! rules of `rewrites/inline/` read as functions ([`super::rule_body`]), so the optimizer and
-//! saved models share one definition of each op. Only calls that fit a body get it (the input
+//! rules of `rewrites/inline/` read as functions ([`rule_body`]), so the optimizer and saved
+//! models share one definition of each op. Export and import are given them as
+//! [`ContribFunctions`]. Only calls that fit a body get it (the input
 //! counts the rules cover, outputs the body produces).
 //!
 //! One exception, [`HAND_WRITTEN`]: the inline rules of `com.microsoft::MatMulNBits` re-lay out
 //! its initializers at save time, which a function body cannot do (its inputs are arbitrary
 //! tensors), so its body unpacks the codes with standard ops, written by hand in
-//! [`super::matmul_nbits_body`].
+//! [`matmul_nbits_body`].
+
+pub mod matmul_nbits_body;
+pub mod rule_body;
 
 use std::sync::OnceLock;
 
 use egg::ENodeOrVar;
 
-use super::matmul_nbits_body;
-use super::proto::FunctionProto;
-use super::rule_body::{derive, RuleBody};
-use crate::ir::{Attr, Graph};
+use crate::ir::{Attr, Graph, Model};
+use crate::onnx::functions::KnownFunctions;
+use crate::onnx::proto::FunctionProto;
 use crate::opt::lang::Onnx;
-use crate::opt::rules::{all_rules, RuleSpec, Stage};
+use crate::opt::rules::{RuleSpec, Stage};
 use crate::Result;
+use rule_body::{derive, RuleBody, BODY_OPSET};
 
 /// The contrib ops (`domain::Op`) whose bodies are written by hand rather than derived from
 /// their inline rules (those rules are not function bodies).
@@ -59,7 +63,8 @@ const ATTRIBUTE_DEFAULTS: &[(&str, &str, Attr)] = &[
 /// The bodies of every contrib op with inline rules but those [`HAND_WRITTEN`] and
 /// [`NO_BODY`], derived from those rules (in op order); an error names the rule that has no function form.
 pub fn derived_bodies() -> Result<Vec<RuleBody>> {
-    let inline: Vec<_> = all_rules()?
+    let inline: Vec<_> = super::rules()?
+        .rules
         .into_iter()
         .filter(|r| r.stage == Stage::Inline)
         .filter(|r| {
@@ -124,4 +129,24 @@ fn fits(body: &RuleBody, inputs: &[String], outputs: &[String]) -> bool {
             .iter()
             .enumerate()
             .all(|(o, name)| name.is_empty() || o < body.function.output.len())
+}
+
+/// The contrib-op bodies of the rulebook, as export and import are given them.
+#[derive(Debug, Clone, Copy)]
+pub struct ContribFunctions;
+
+impl KnownFunctions for ContribFunctions {
+    /// [`bodies_for`] the model's graph. A model must import the opset its functions import:
+    /// an imported model kept at an older opset (see `opt::opset`) is written without the
+    /// bodies, which onnxruntime does not need.
+    fn functions_for(&self, model: &Model) -> Vec<FunctionProto> {
+        match model.opsets.get("") {
+            Some(&BODY_OPSET) => bodies_for(&model.graph),
+            _ => Vec::new(),
+        }
+    }
+
+    fn is_known(&self, domain: &str, name: &str) -> bool {
+        is_known(domain, name)
+    }
 }

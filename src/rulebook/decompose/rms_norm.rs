@@ -4,9 +4,9 @@
 
 use egg::Id;
 
-use super::Emit;
 use crate::opt::analysis::OnnxGraph;
 use crate::opt::bind::{Applier, Site};
+use crate::opt::emit::Emit;
 use crate::opt::lang::{AttrValue, Onnx};
 
 /// `rank4-rms-norm-via-rank3`.
