@@ -1,11 +1,13 @@
-//! Tests that modules import one another without a cycle, at two levels: the crate's top-level
-//! modules (`src/x.rs` or the folder `src/x/` with everything in it), and the modules of the
-//! optimizer's engine (`src/opt/`), of its rulebook (`src/rulebook/`), of the weights
+//! Tests that modules import one another without a cycle, at three levels: the crate's
+//! top-level modules (`src/x.rs` or the folder `src/x/` with everything in it); the modules of
+//! the optimizer's engine (`src/opt/`), of its rulebook (`src/rulebook/`), of the weights
 //! (`src/weights/`), of the quantization kernels (`src/quant/`) and of the graph passes
-//! (`src/passes/`); and that neither the engine nor ONNX I/O imports the rulebook. A module
-//! names another as `crate::m` (`crate::opt::m` inside the optimizer) or `super::m` with one
-//! `super::` per level of nesting, outside comments and test
-//! modules (inline `#[cfg(test)] mod` blocks, and the files of `#[cfg(test)] mod name;`).
+//! (`src/passes/`); and every file of the crate. Also that neither the engine nor ONNX I/O
+//! imports the rulebook. A module names another as `crate::m` (`crate::opt::m` inside the
+//! optimizer) or `super::m` with one `super::` per level of nesting, outside comments and test
+//! modules (inline `#[cfg(test)] mod` blocks, and the files of `#[cfg(test)] mod name;`). A
+//! file names the deepest module a `crate::`, `super::` or `self::` path reaches (a folder's
+//! module is its `mod.rs`); no concept is split over files that import each other.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -191,6 +193,163 @@ fn find_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>>
         .find_map(|node| visit(node, graph, &mut Vec::new(), &mut done))
 }
 
+/// The full paths `code` names after `crate`, `super` or `self`, groups expanded
+/// (`crate::a::{b::C, d}` → `crate::a::b::C`, `crate::a::d`), as segments.
+fn paths(code: &str) -> Vec<Vec<String>> {
+    fn expand(prefix: &[String], body: &str, out: &mut Vec<Vec<String>>) {
+        let mut depth = 0;
+        let mut start = 0;
+        let mut parts = Vec::new();
+        for (i, c) in body.char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' => depth -= 1,
+                ',' if depth == 0 => {
+                    parts.push(&body[start..i]);
+                    start = i + 1;
+                }
+                _ => {}
+            }
+        }
+        parts.push(&body[start..]);
+        for part in parts {
+            let part = part.trim();
+            let mut path = prefix.to_vec();
+            match part.find("::{") {
+                Some(at) if part.ends_with('}') => {
+                    path.extend(part[..at].split("::").map(String::from));
+                    expand(&path, &part[at + 3..part.len() - 1], out);
+                }
+                _ => {
+                    let head = part.split(" as ").next().unwrap_or("");
+                    path.extend(head.split("::").filter(|s| !s.is_empty()).map(String::from));
+                    out.push(path);
+                }
+            }
+        }
+    }
+    let is_ident = |c: char| c.is_alphanumeric() || c == '_';
+    let mut out = Vec::new();
+    let bytes = code.as_bytes();
+    let mut at = 0;
+    while at < code.len() {
+        let rest = &code[at..];
+        let starts = ["crate::", "super::", "self::"]
+            .iter()
+            .any(|p| rest.starts_with(p));
+        let free = at == 0 || !(is_ident(bytes[at - 1] as char) || bytes[at - 1] == b':');
+        if !(starts && free) {
+            at += rest.chars().next().map_or(1, char::len_utf8);
+            continue;
+        }
+        let len = rest
+            .find(|c: char| !(is_ident(c) || c == ':'))
+            .unwrap_or(rest.len());
+        let head: Vec<String> = rest[..len]
+            .split("::")
+            .filter(|s| !s.is_empty())
+            .map(String::from)
+            .collect();
+        if rest[len..].starts_with('{') {
+            let mut depth = 0;
+            let end = rest[len..]
+                .char_indices()
+                .find_map(|(i, c)| {
+                    match c {
+                        '{' => depth += 1,
+                        '}' => depth -= 1,
+                        _ => {}
+                    }
+                    (depth == 0).then_some(len + i)
+                })
+                .unwrap_or(rest.len() - 1);
+            expand(&head, &rest[len + 1..end], &mut out);
+            at += end + 1;
+        } else {
+            out.push(head);
+            at += len;
+        }
+    }
+    out
+}
+
+/// File → the other files it names, for every module of the crate (`lib.rs` and `main.rs`
+/// aside), keyed by module path (`opt::rules`; a folder's `mod.rs` is the folder's path).
+fn file_graph() -> BTreeMap<String, BTreeSet<String>> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let module = |path: &Path| -> Vec<String> {
+        let rel = path.strip_prefix(&root).unwrap().with_extension("");
+        let mut segments: Vec<String> = rel
+            .components()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+            .collect();
+        if segments.last().is_some_and(|s| s == "mod") {
+            segments.pop();
+        }
+        segments
+    };
+    let own = ["lib.rs", "main.rs"].map(|f| root.join(f));
+    let files: Vec<PathBuf> = sources(&root)
+        .into_iter()
+        .filter(|p| !own.contains(p))
+        .collect();
+    let modules: BTreeSet<Vec<String>> = files.iter().map(|p| module(p)).collect();
+    let mut graph = BTreeMap::new();
+    for path in &files {
+        let from = module(path);
+        let text = code(&std::fs::read_to_string(path).unwrap());
+        let targets: &mut BTreeSet<String> = graph.entry(from.join("::")).or_default();
+        for named in paths(&text) {
+            let mut segments = match named[0].as_str() {
+                "crate" => Vec::new(),
+                _ => from.clone(),
+            };
+            let mut rest = &named[..];
+            if named[0] == "crate" {
+                rest = &named[1..];
+            }
+            while let Some(first) = rest.first() {
+                match first.as_str() {
+                    "super" => {
+                        segments.pop();
+                    }
+                    "self" => {}
+                    _ => break,
+                }
+                rest = &rest[1..];
+            }
+            segments.extend(rest.iter().cloned());
+            let target = (1..=segments.len())
+                .rev()
+                .map(|n| segments[..n].to_vec())
+                .find(|m| modules.contains(m));
+            if let Some(target) = target.filter(|t| *t != from) {
+                targets.insert(target.join("::"));
+            }
+        }
+    }
+    graph
+}
+
+#[test]
+fn files_import_each_other_without_a_cycle() {
+    let graph = file_graph();
+    for (module, wanted) in [
+        ("build", "opt"),
+        ("opt::pipeline", "opt::rules"),
+        ("weights::dispatch", "weights::quantized"),
+        ("rulebook::appliers::gqa", "rulebook::appliers::gqa_mask"),
+        ("models::llama", "models::decoder"),
+    ] {
+        assert!(
+            graph[module].contains(wanted),
+            "the scan lost the import {module} → {wanted}: {:?}",
+            graph[module]
+        );
+    }
+    assert_eq!(find_cycle(&graph), None);
+}
+
 #[test]
 fn crate_modules_import_each_other_without_a_cycle() {
     let graph = import_graph("", "");
@@ -289,6 +448,18 @@ fn the_scan_sees_grouped_imports_and_finds_cycles() {
     .map(|(k, v)| (k.to_string(), v.into_iter().map(String::from).collect()))
     .collect();
     assert_eq!(find_cycle(&graph).unwrap(), ["a", "b", "c", "a"]);
+    let named = paths("use crate::a::{b::{C, d}, e as f};\nlet x = super::g::h(self::i);");
+    let named: Vec<String> = named.iter().map(|p| p.join("::")).collect();
+    assert_eq!(
+        named,
+        [
+            "crate::a::b::C",
+            "crate::a::b::d",
+            "crate::a::e",
+            "super::g::h",
+            "self::i"
+        ]
+    );
     let text = "use x;\n// super::y\n#[cfg(test)]\nmod tests {\n    fn f() {\n    }\n}\nuse w;\n";
     assert_eq!(code(text), "use x;\nuse w;\n");
 }
