@@ -1,4 +1,4 @@
-//! The EP registry: built-in values (spec §4), validation rules, registration, EP files,
+//! The EP registry: built-in values, validation rules, registration, EP files,
 //! genai_config.json provider options and the `eps` listings.
 //!
 //! Tests run in parallel in one process and share the registry: those that register use
@@ -43,7 +43,7 @@ fn ep_file(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("tests/data/eps/{name}"))
 }
 
-/// The spec §4 table: the defaults with each built-in's non-default fields (cost aside).
+/// The built-in table: the defaults with each built-in's non-default fields (cost aside).
 fn spec_builtin(name: &str) -> EpCapabilities {
     let base = EpCapabilities::new(name);
     match name {

@@ -79,7 +79,7 @@ pub struct EpCapabilities {
 }
 
 impl EpCapabilities {
-    /// Capabilities named `name` with every other field at its spec default: every model dtype
+    /// Capabilities named `name` with every other field at its default: every model dtype
     /// (f32, f16, bf16) runs, f32 by default.
     pub fn new(name: impl Into<String>) -> Self {
         EpCapabilities {

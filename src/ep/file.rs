@@ -16,7 +16,7 @@ pub use crate::limits::MAX_EP_FILE_BYTES;
 /// Keys are the [`EpCapabilities`] field names; `name` is required; dtypes are names
 /// (`"f16"`, `"bfloat16"`, …); a `[cost]` table overrides [`super::CostParams`] fields. An
 /// optional `base = "<registered EP>"` starts from that EP's values (cost included);
-/// otherwise unset fields take the spec defaults and unset cost fields the `default` EP's.
+/// otherwise unset fields take the defaults of [`EpCapabilities::new`] and unset cost fields the `default` EP's.
 /// Set keys replace the starting value whole (`provider_options` included). The
 /// `mobius-onnx` keys that change nothing in a mobius build (`max_buffer_size`,
 /// `requires_graph_capture_rewrite`, `supports_packed_multi_head_attention`) are accepted with

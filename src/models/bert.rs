@@ -2,7 +2,7 @@
 //! position, then LayerNorm), then post-norm layers of bidirectional attention → dense →
 //! residual + LayerNorm → dense → exact GELU → dense → residual + LayerNorm. Biases everywhere.
 //!
-//! Graph contract (spec §1.10): inputs `input_ids`, `attention_mask` and, when the config has
+//! Graph contract (docs/families.md, "Encoders"): inputs `input_ids`, `attention_mask` and, when the config has
 //! more than one token type, `token_type_ids` (all INT64 `[batch, sequence_len]`); output
 //! `last_hidden_state` `[batch, sequence_len, H]`. With `type_vocab_size` 1 (RoBERTa) the only
 //! valid token type is 0, so the graph takes no `token_type_ids` (as RoBERTa tokenizers return

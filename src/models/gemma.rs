@@ -1,4 +1,4 @@
-//! The Gemma family (gemma, gemma2, gemma3_text), spec §1.10.
+//! The Gemma family (gemma, gemma2, gemma3_text).
 //!
 //! Like the Llama decoder, with: token embeddings scaled by `sqrt(hidden_size)` (rounded to
 //! the model dtype), RMSNorms scaling by `1 + weight`, a GELU-gated MLP and tied embeddings.
@@ -114,7 +114,7 @@ pub enum GemmaVersion {
     Gemma3,
 }
 
-/// Gemma-specific architecture parameters (see spec §1.10).
+/// Gemma-specific architecture parameters.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GemmaConfig {
     /// The generation.

@@ -99,7 +99,7 @@ pub enum GateAtom {
         /// Enabled when the flag is false.
         negated: bool,
     },
-    /// The model is a decoder and its dtype is in `gqa_dtypes` (spec §3: GQA fusion is for
+    /// The model is a decoder and its dtype is in `gqa_dtypes` (GQA fusion is for
     /// decoders only).
     GqaDtype,
     /// The model is a decoder and its dtype is in `qkv_pack_dtypes`.

@@ -1,4 +1,4 @@
-//! `genai_config.json` for onnxruntime-genai (spec §5.4).
+//! `genai_config.json` for onnxruntime-genai.
 
 use serde_json::{json, Value};
 

@@ -1,7 +1,7 @@
 //! The saved package: `model.onnx`, `model.onnx.data`, `genai_config.json` and the
 //! checkpoint's tokenizer files, written atomically into the output folder. Models without an
 //! onnxruntime-genai type (encoders) get no `genai_config.json`: onnxruntime-genai runs
-//! generative models only (spec §5.4).
+//! generative models only.
 
 mod copy;
 pub mod genai_config;

@@ -1,4 +1,4 @@
-//! `--features static-cache`: a KV cache of a fixed number of slots (spec §1.3), the form NPUs
+//! `--features static-cache`: a KV cache of a fixed number of slots (docs/features.md), the form NPUs
 //! and graph-capturing runtimes want (no shape grows from one call to the next).
 //!
 //! The decoder's contract becomes:

@@ -30,7 +30,7 @@ DIM_PARAMS = {
 
 # Non-KV decoder inputs, in graph order.  input_ids and attention_mask are
 # always required; position_ids is dropped by the final dead-input pass when
-# no node reads it (GQA EPs, spec 1.6), so it is optional once genai_config.json
+# no node reads it (GQA EPs), so it is optional once genai_config.json
 # is the source of truth (its model.decoder.inputs is introspected from the graph).
 NON_KV_INPUTS = ["input_ids", "attention_mask", "position_ids"]
 REQUIRED_INPUTS = ["input_ids", "attention_mask"]

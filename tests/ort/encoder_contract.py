@@ -1,4 +1,4 @@
-"""The I/O contract of an encoder model.onnx written by `mobius build` (spec 1.10):
+"""The I/O contract of an encoder model.onnx written by `mobius build` (docs/families.md, "Encoders"):
 inputs input_ids, attention_mask and -- when the config has more than one token
 type -- token_type_ids, all INT64 [batch, sequence_len]; one output
 last_hidden_state [batch, sequence_len, hidden_size] in the model dtype."""

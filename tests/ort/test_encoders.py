@@ -85,7 +85,7 @@ def test_encoder_graph_ops(built, ep_caps, name, ep, dtype):
     layers = load_config(FIXTURES_DIR / name)["num_hidden_layers"]
     ops = [f"{n.domain}::{n.op_type}" if n.domain else n.op_type for n in model.graph.node]
     assert "com.microsoft::GroupQueryAttention" not in ops
-    # qnn runs no Attention: DecomposeAttention lowers it to MatMul/Softmax (spec 2.12).
+    # qnn runs no Attention: DecomposeAttention lowers it to MatMul/Softmax.
     lowered = ep is not None and not ep_caps[ep]["supports_attention"]
     assert ops.count("Attention") == (0 if lowered else layers), ops
     assert ops.count("Softmax") == (layers if lowered else 0), ops

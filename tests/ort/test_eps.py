@@ -20,8 +20,7 @@ from ort_helpers import (
 )
 from test_fixtures import genai_greedy, genai_model
 
-# Spec section 4: built-ins in registration order, with their non-default fields (but the
-# spec's supports_packed_multi_head_attention, max_buffer_size and requires_graph_capture_rewrite,
+# The built-ins in registration order, with their non-default fields (but mobius-onnx's supports_packed_multi_head_attention, max_buffer_size and requires_graph_capture_rewrite,
 # which change nothing in a mobius build: EP files may set them, with a warning).
 BUILTIN_EPS = ["default", "openvino", "cpu", "cuda", "dml", "webgpu", "mlx", "trt-rtx", "qnn", "onnx-standard"]
 DEFAULTS = {
@@ -136,7 +135,7 @@ def test_list_eps_json_capabilities(eps_json, ep):
         assert isinstance(rec.get(field), ty), f"{ep}.{field} = {rec.get(field)!r}, expected {ty.__name__}"
     unknown = set(rec) - set(want) - set(EXTRA_FIELDS)
     assert not unknown, f"{ep}: fields not covered by this test: {sorted(unknown)}"
-    # spec section 4 __post_init__ validation, plus the provider_options rule
+    # the capability rules (EpCapabilities::validate), plus the provider_options rule
     if not rec["supports_fused_rope"]:
         assert rec["qkv_pack_dtypes"] == [], f"{ep}: packs QKV without fused RoPE"
     if rec["cap_kv_buffer_max_length"]:
@@ -180,7 +179,7 @@ QNN_FORBIDDEN = {"Attention", "RotaryEmbedding", "Range", "TensorScatter"}
 @pytest.mark.parametrize("name", fixture_names_for(DECODER_TASK))
 def test_qnn_graph_is_decomposed(built, name):
     """qnn runs neither Attention, RotaryEmbedding, Range nor contrib ops: its build
-    lowers them (spec 2.10, 2.12) to standard ops, imports only the default domain and
+    lowers them to standard ops, imports only the default domain and
     keeps position_ids (the decomposed rotary reads it).  Numerics: test_fixtures.py."""
     out = built("fixture", name, "f32", "qnn")
     model = onnx.load(str(out / "model.onnx"), load_external_data=False)

@@ -573,7 +573,7 @@ def test_genai_greedy_f16(built, name, ep, dtype, record_agreement):
         f"fewer than {F16_GREEDY_MIN_EQUAL}: {got} != {want}")
 
 
-# HF model_type -> onnxruntime-genai model.type where they differ (spec 5.4); gpt2 uses genai's
+# HF model_type -> onnxruntime-genai model.type where they differ; gpt2 uses genai's
 # generic decoder class, whose cache layout (separate key/value per layer) is ours.
 GENAI_TYPES = {"gpt2": "decoder", "qwen3": "qwen2", "gemma2": "gemma", "olmo2": "olmo", "ministral": "mistral",
                "helium": "decoder", "starcoder2": "decoder", "gemma3": "gemma3_text", "mistral3": "mistral",
@@ -594,7 +594,7 @@ def test_genai_model_type(built, name):
 
 @pytest.mark.parametrize("ep,dtype", [("cpu", "f32"), ("cuda", "f16")])
 def test_gpt2_fuses_skip_layer_norm_and_fast_gelu(built, ep, dtype):
-    """GPT-2 is where SkipLayerNormalization and FastGelu fire (spec 1.10, 2.5, 2.7): every
+    """GPT-2 is where SkipLayerNormalization and FastGelu fire: every
     LayerNorm but none is fused with its residual Add (the first with the embedding sum), and
     every tanh GELU with its bias; the graph still loads and matches (test_prefill_logits)."""
     if "gpt2" not in NAMES:

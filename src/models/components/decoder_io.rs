@@ -1,4 +1,4 @@
-//! The decoder graph contract (spec §1.2): inputs `input_ids`, `attention_mask`,
+//! The decoder graph contract (docs/usage.md, "The graph contract"): inputs `input_ids`, `attention_mask`,
 //! `position_ids`, `past_key_values.{i}.{key,value}`; outputs `logits`,
 //! `present.{i}.{key,value}`, with the symbolic dims spelled as onnxruntime-genai expects.
 //! The one place those names are spelled (the encoders reuse [`BATCH`] and [`SEQ`]).
