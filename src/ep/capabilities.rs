@@ -12,7 +12,7 @@ use crate::ir::DType;
 ///
 /// The rewrite pipeline reads these flags to decide which fusions to apply and which fused
 /// operators to lower again; the package writer reads the provider options and the KV-cache
-/// flags for `genai_config.json`. Build one with [`EpCapabilities::new`] (spec defaults), then
+/// flags for `genai_config.json`. Build one with [`EpCapabilities::new`] (the defaults), then
 /// set fields; [`EpCapabilities::validate`] checks the combination.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct EpCapabilities {
