@@ -10,10 +10,11 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use common::*;
-use mobius::interp::{run_graph, Tensor};
+use mobius::interp::run_graph;
 use mobius::ir::{Attr, DType, Model};
 use mobius::models::fp8_kv_cache::{fp8_kv_cache, KvCacheScales};
 use mobius::onnx::import;
+use mobius::ops::Tensor;
 use mobius::weights::eval::Evaluator;
 use predicates::str::contains;
 

@@ -10,10 +10,11 @@ use common::compare::{assert_close, assert_tensors_close, atol};
 use common::*;
 use mobius::ep::{builtin_eps, get_ep};
 use mobius::interp::inputs::random_inputs;
+use mobius::interp::run_graph;
 use mobius::interp::Rng;
-use mobius::interp::{run_graph, Tensor};
 use mobius::ir::DType;
 use mobius::models::build_model;
+use mobius::ops::Tensor;
 use mobius::opt::{optimize, Role};
 use mobius::weights::eval::Evaluator;
 

@@ -9,9 +9,10 @@ use common::compare::{assert_tensors_close, atol};
 use std::collections::{BTreeMap, HashMap};
 
 use mobius::ep::get_ep;
+use mobius::interp::run_graph;
 use mobius::interp::Rng;
-use mobius::interp::{run_graph, Tensor};
 use mobius::ir::{Attr, DType, Dim, Graph, GraphBuilder, Model, Node, Shape};
+use mobius::ops::Tensor;
 use mobius::opt::{optimize, Limits, OptimizeOptions, Role};
 use mobius::weights::eval::Evaluator;
 

@@ -22,7 +22,8 @@ use egg::{ENodeOrVar, Id, Language, PatternAst, Var};
 use super::export::attribute_proto;
 use super::proto::{self, AttributeProto, FunctionProto, NodeProto};
 use crate::ir::Attr;
-use crate::opt::lang::{AttrValue, Onnx};
+use crate::ops::value::AttrValue;
+use crate::opt::lang::Onnx;
 use crate::opt::rules::{Replacement, RuleSpec};
 use crate::{Error, Result};
 

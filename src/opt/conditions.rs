@@ -6,11 +6,11 @@ use egg::Id;
 
 use super::analysis::OnnxGraph;
 use super::bind::{AnyCondition, Condition};
-use super::lang::AttrValue;
 use super::query::{const_ints, int_attr, scalar_float};
-use super::types::SymDim;
 use super::{head_layout, recognize, recognize_gemm, recognize_rotary};
 use crate::ir::DType;
+use crate::ops::types::SymDim;
+use crate::ops::value::AttrValue;
 
 const CONDITIONS: &[(&str, &dyn AnyCondition)] = &[
     ("attr-is-set", &Condition(attr_is_set)),

@@ -25,10 +25,11 @@ use std::collections::HashMap;
 use egg::Id;
 
 use super::analysis::OnnxGraph;
-use super::lang::{AttrValue, OpNode};
+use super::lang::OpNode;
 use super::query::{const_ints, find_op, int_attr, is_input, scalar_float};
-use super::types::SymDim;
 use crate::ir::DType;
+use crate::ops::types::SymDim;
+use crate::ops::value::AttrValue;
 
 /// Deepest chain of ops [`export_mask`] follows from the mask to its leaves.
 const MAX_DEPTH: usize = 48;

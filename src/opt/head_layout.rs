@@ -14,10 +14,10 @@
 use egg::Id;
 
 use super::analysis::OnnxGraph;
-use super::lang::AttrValue;
 use super::query::known_dims;
 use super::shape_value::shape_value;
-use super::types::SymDim;
+use crate::ops::types::SymDim;
+use crate::ops::value::AttrValue;
 
 /// The permutation between `[B, S, H, D]` and `[B, H, S, D]` (its own inverse).
 const HEADS_FIRST: [i64; 4] = [0, 2, 1, 3];

@@ -12,9 +12,10 @@
 use egg::Id;
 
 use super::analysis::OnnxGraph;
-use super::infer::literal_ints;
-use super::lang::{AttrValue, Literal, Onnx, OpNode};
+use super::lang::{Onnx, OpNode};
 use crate::ir::DType;
+use crate::ops::infer::literal_ints;
+use crate::ops::value::{AttrValue, Literal};
 
 /// The value of a single-element float constant (any rank), as f64.
 fn single_float(lit: &Literal) -> Option<f64> {

@@ -7,10 +7,10 @@ use egg::Id;
 
 use super::analysis::OnnxGraph;
 use super::head_layout::reshaped_dims;
-use super::lang::AttrValue;
 use super::shape_value::shape_value;
-use super::types::SymDim;
 use crate::ir::DType;
+use crate::ops::types::SymDim;
+use crate::ops::value::AttrValue;
 
 /// Whether a float attribute class is unset (its default is 1) or set to exactly 1.
 fn unit_or_unset(g: &OnnxGraph, a: Id) -> bool {

@@ -16,11 +16,12 @@
 use egg::Id;
 
 use super::analysis::OnnxGraph;
-use super::infer::literal_ints;
-use super::lang::{AttrValue, Onnx, OpNode};
+use super::lang::{Onnx, OpNode};
 use super::query::const_ints;
-use super::types::SymDim;
 use crate::ir::DType;
+use crate::ops::infer::literal_ints;
+use crate::ops::types::SymDim;
+use crate::ops::value::AttrValue;
 
 /// The deepest chain of elementwise steps read above a `Concat(f, f)` in a table.
 const MAX_TABLE_STEPS: usize = 6;

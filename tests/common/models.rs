@@ -5,9 +5,9 @@ use std::path::Path;
 
 use mobius::config::ArchConfig;
 use mobius::ep::get_ep;
-use mobius::interp::Tensor;
 use mobius::ir::{DType, Graph};
 use mobius::models::build_model;
+use mobius::ops::Tensor;
 use mobius::opt::{optimize, Limits, OptimizeOptions, Role};
 use mobius::source::WeightFiles;
 use mobius::weights::store::TensorStore;

@@ -5,10 +5,10 @@
 use std::path::{Path, PathBuf};
 
 use mobius::interp::npy::{read_npy, to_npy};
-use mobius::interp::Tensor;
 use mobius::ir::{Attr, DType, Graph, GraphBuilder, Shape, TensorData};
 use mobius::limits::InterpLimits;
 use mobius::limits::TENSOR_ELEMENTS_FLAG;
+use mobius::ops::Tensor;
 
 use crate::check::{fails_with, listing, save_model};
 use crate::common::mobius;

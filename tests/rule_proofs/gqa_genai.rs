@@ -7,9 +7,10 @@
 
 use std::collections::HashMap;
 
+use mobius::interp::run_graph;
 use mobius::interp::Rng;
-use mobius::interp::{run_graph, Tensor};
 use mobius::ir::{Attr, DType, Graph, GraphBuilder, TensorData};
+use mobius::ops::Tensor;
 use mobius::opt::{optimize_with_rules, KvCache, OptimizeOptions};
 use mobius::weights::eval::Evaluator;
 use proptest::prelude::*;

@@ -20,9 +20,9 @@ use std::collections::HashMap;
 
 use half::f16;
 use mobius::interp::Rng;
-use mobius::interp::Tensor;
 use mobius::ir::{Attr, DType, Graph, GraphBuilder, QuantParams, TensorData, TensorSource};
 use mobius::models::components::{sparse_moe, ExpertWeights, MoeSpec, Router};
+use mobius::ops::Tensor;
 use mobius::quant::pass::{quantize_graph, QuantRequest};
 use proptest::prelude::*;
 

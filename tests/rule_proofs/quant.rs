@@ -6,10 +6,10 @@
 use std::collections::HashMap;
 
 use mobius::interp::Rng;
-use mobius::interp::Tensor;
 use mobius::ir::{
     Attr, DType, Graph, GraphBuilder, Initializer, QuantParams, TensorData, TensorSource,
 };
+use mobius::ops::Tensor;
 use mobius::quant::nbits::{nbits_shapes, nbits_weight, nbits_zero_points};
 use mobius::quant::pass::{quantize_graph, QuantRequest};
 use mobius::weights::eval::Evaluator;

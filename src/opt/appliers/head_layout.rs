@@ -5,13 +5,14 @@
 
 use egg::Id;
 
+use crate::ops::schema;
+use crate::ops::value::AttrValue;
 use crate::opt::analysis::OnnxGraph;
 use crate::opt::bind::{Applier, Site};
 use crate::opt::checked_union::check_union;
 use crate::opt::emit::Emit;
 use crate::opt::head_layout::{head_view, HeadView};
-use crate::opt::lang::{AttrValue, Onnx};
-use crate::opt::schema::schema;
+use crate::opt::lang::Onnx;
 
 /// `rotary-on-3d-heads`.
 pub(super) const ROTARY_ON_3D_HEADS: Applier<9> = Applier::new(

@@ -5,9 +5,9 @@ use egg::Id;
 
 use super::Emit;
 use crate::ir::DType;
+use crate::ops::infer::literal_ints;
 use crate::opt::analysis::OnnxGraph;
 use crate::opt::bind::{Applier, Site};
-use crate::opt::infer::literal_ints;
 
 /// `range-to-cumsum`.
 pub(crate) const RANGE_TO_CUMSUM: Applier<3> =

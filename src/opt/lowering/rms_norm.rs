@@ -5,9 +5,10 @@
 use egg::Id;
 
 use super::Emit;
+use crate::ops::value::AttrValue;
 use crate::opt::analysis::OnnxGraph;
 use crate::opt::bind::{Applier, Site};
-use crate::opt::lang::{AttrValue, Onnx};
+use crate::opt::lang::Onnx;
 
 /// `rank4-rms-norm-via-rank3`.
 pub(crate) const RANK4_RMS_NORM_VIA_RANK3: Applier<4> =

@@ -15,13 +15,35 @@
 //!   kernel does) and `is_packed_batching = 1` is not supported.
 
 use super::attention::head_count;
-use super::{OpCall, OpImpl, Tensor};
+use super::cost::Cost;
+use super::elementwise::first_type;
+use super::OpDef;
+use super::{OpCall, Tensor};
 use crate::Result;
 
 /// The ops of this family.
-pub const OPS: &[OpImpl] = &[
-    OpImpl::onnx("RotaryEmbedding", onnx_rotary),
-    OpImpl::ms("RotaryEmbedding", contrib_rotary),
+pub const OPS: &[OpDef] = &[
+    OpDef::onnx(
+        "RotaryEmbedding",
+        &["interleaved", "num_heads", "rotary_embedding_dim"],
+    )
+    .infer(first_type)
+    .cost(Cost::KERNEL.support(|c, _, _| c.supports_rotary_embedding))
+    .eval(onnx_rotary)
+    .since(23),
+    OpDef::ms(
+        "RotaryEmbedding",
+        &[
+            "interleaved",
+            "is_packed_batching",
+            "num_heads",
+            "rotary_embedding_dim",
+            "scale",
+        ],
+    )
+    .infer(first_type)
+    .cost(Cost::KERNEL.support(|c, _, _| c.supports_fused_rope))
+    .eval(contrib_rotary),
 ];
 
 /// Rotates the first `2·cos.len()` elements of one head vector `x` in place, pairing halves
