@@ -15,7 +15,7 @@ pub struct InputView<'a> {
     /// Its constant value, when known.
     pub konst: Option<&'a Literal>,
     /// Its symbolic value, when a small shape tensor that is not constant (see
-    /// [`super::sym_value`]).
+    /// `opt::sym_value`).
     pub value: Option<&'a [SymDim]>,
 }
 
@@ -154,6 +154,8 @@ pub(super) fn broadcast_type(a: &TensorType, b: &TensorType) -> TensorType {
     }
 }
 
+/// Axis `a` of a tensor of rank `rank`, counted from the end when negative (`None`: out of
+/// range).
 pub(super) fn normal_axis(a: i64, rank: usize) -> Option<usize> {
     let r = rank as i64;
     let a = if a < 0 { a + r } else { a };
@@ -161,7 +163,7 @@ pub(super) fn normal_axis(a: i64, rank: usize) -> Option<usize> {
 }
 
 /// Largest tensor given a symbolic value (shape tensors have one element per axis; see
-/// [`super::sym_value`]).
+/// `opt::sym_value`).
 pub const MAX_VALUE_LEN: usize = 16;
 
 /// The elements of a small constant of rank ≤ 1 (int64, int32 or bool) as known dims.

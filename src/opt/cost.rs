@@ -241,9 +241,11 @@ impl<'a> CostModel<'a> {
         };
         match domain {
             "" => {
-                !def.and_then(|d| d.since)
-                    .is_some_and(|v| v > self.opset_ceiling)
-                    && runs()
+                // An op newer than the opset the model may declare cannot be picked.
+                let too_new = def
+                    .and_then(|d| d.since)
+                    .is_some_and(|v| v > self.opset_ceiling);
+                !too_new && runs()
             }
             // Weight relayouts, always folded into initializers when the graph is saved.
             ops::MOBIUS_DOMAIN => true,

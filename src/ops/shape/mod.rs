@@ -456,7 +456,7 @@ fn target_dim(d: &SymDim) -> SymDim {
 }
 
 /// Expand / Reshape / ConstantOfShape: the output shape comes from a shape tensor, constant or
-/// symbolic (see [`super::sym_value`]); else only the rank, from the shape tensor's length.
+/// symbolic (see `opt::sym_value`); else only the rank, from the shape tensor's length.
 fn from_shape_input(op: &str, data: &TensorType, shape: Option<InputView<'_>>) -> TensorType {
     let rank = shape
         .and_then(|s| s.ty)
