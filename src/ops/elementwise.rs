@@ -2,6 +2,9 @@
 //! casts and the GELU family, all with numpy broadcasting. Float results are computed in f32
 //! (transcendental functions in f64) and rounded to the output dtype; integer results wrap to
 //! their dtype's width, as onnxruntime's C++ kernels do.
+//!
+//! [`OPS`] registers each op with its attribute schema, type inference and cost facts
+//! beside its evaluator.
 
 use std::cmp::Ordering;
 use std::f64::consts::{FRAC_1_SQRT_2, FRAC_2_SQRT_PI};
@@ -10,8 +13,7 @@ use super::cost::Cost;
 use super::infer::{broadcast_type, Infer};
 use super::tensor::{broadcast_index, broadcast_shape};
 use super::types::TensorType;
-use super::OpDef;
-use super::{OpCall, Tensor, Values};
+use super::{OpCall, OpDef, Tensor, Values};
 use crate::ir::{f8e4m3, DType};
 use crate::Result;
 

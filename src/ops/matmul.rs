@@ -1,13 +1,15 @@
 //! Matrix products: `MatMul` (numpy `matmul` semantics) and `Gemm`. Float products accumulate
 //! in f64 and are rounded to the output dtype once; integer products wrap to the dtype's width.
+//!
+//! [`OPS`] registers each op with its attribute schema, type inference and cost facts
+//! beside its evaluator.
 
 use super::cost::{Cost, Work};
 use super::elementwise::wrap_int;
 use super::infer::{broadcast_type, shape_dims};
 use super::tensor::{broadcast_index, broadcast_shape};
 use super::types::TensorType;
-use super::OpDef;
-use super::{OpCall, Tensor, Values};
+use super::{OpCall, OpDef, Tensor, Values};
 use crate::Result;
 
 /// The ops of this family.
@@ -197,6 +199,8 @@ fn gemm(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
     Ok(vec![Tensor::float(a.dtype, out_shape.to_vec(), values)])
 }
 
+/// `MatMul` of two operands of rank ≥ 2: the broadcast batch dims, then `[M, N]`, in A's
+/// dtype.
 fn matmul_type(a: &TensorType, b: &TensorType) -> TensorType {
     let shape = match (shape_dims(a), shape_dims(b)) {
         (Some(x), Some(y)) if x.len() >= 2 && y.len() >= 2 => {

@@ -13,14 +13,16 @@
 //! `fc2` `[E, H, I]`; `swiglu(g, l) = G·σ(α·G)·(L + β)` with `G = min(g, limit)` and
 //! `L = clamp(l, ±limit)`. In f16 the projections, the bias sums and the activation are rounded
 //! to f16, the weighted sum is accumulated in f32 and rounded once.
+//!
+//! [`OPS`] registers each op with its attribute schema, type inference and cost facts
+//! beside its evaluator.
 
 use half::f16;
 
 use super::cost::{Cost, Work};
 use super::elementwise::first_type;
 use super::quant::{contrib_block_size, packed_value};
-use super::OpDef;
-use super::{OpCall, Tensor};
+use super::{OpCall, OpDef, Tensor};
 use crate::ir::DType;
 use crate::Result;
 

@@ -16,14 +16,16 @@
 //!   `[…, 1]` (input shape with the last dimension 1), `input_skip_bias_sum` is
 //!   `input + skip (+ bias)` in the input dtype. `SkipSimplifiedLayerNormalization` writes zeros
 //!   to `mean`. `skip` broadcasts against the input (`[B, S, H]`, `[1, S, H]` or `[S, H]`).
+//!
+//! [`OPS`] registers each op with its attribute schema, type inference and cost facts
+//! beside its evaluator.
 
 use super::cost::Cost;
 use super::elementwise::first_type;
 use super::infer::shape_dims;
 use super::tensor::{axis, broadcast_index, broadcast_shape};
 use super::types::{SymDim, TensorType};
-use super::OpDef;
-use super::{OpCall, Tensor};
+use super::{OpCall, OpDef, Tensor};
 use crate::ir::DType;
 use crate::Result;
 

@@ -3,13 +3,15 @@
 //! is dequantized as `(q - zero_point) * scale` in f32 and rounded once to the output dtype, so a
 //! NaN or infinite scale gives NaN where `q == zero_point` and ±infinity elsewhere, as in
 //! onnxruntime.
+//!
+//! [`OPS`] registers each op with its attribute schema, type inference and cost facts
+//! beside its evaluator.
 
 use super::cost::{Cost, Reads, Work};
 use super::infer::{input_type, shape_dims, Attrs, InputView};
 use super::tensor::axis;
 use super::types::{SymDim, TensorType};
-use super::OpDef;
-use super::{OpCall, Tensor};
+use super::{OpCall, OpDef, Tensor};
 use crate::ir::DType;
 use crate::Result;
 

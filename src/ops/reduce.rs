@@ -1,5 +1,8 @@
 //! Reductions (`ReduceSum`, `ReduceMean`, `ReduceMax`, `ReduceMin`), `CumSum` and `Softmax`. Float sums
 //! accumulate in f64; edge cases follow onnxruntime (see [`reduce`]).
+//!
+//! [`OPS`] registers each op with its attribute schema, type inference and cost facts
+//! beside its evaluator.
 
 use super::elementwise::first_type;
 use super::elementwise::wrap_int;
@@ -7,8 +10,7 @@ use super::infer::{input_type, literal_ints, normal_axis, shape_dims, Attrs, Inp
 use super::tensor::{axis, broadcast_index};
 use super::types::{SymDim, TensorType};
 use super::value::AttrValue;
-use super::OpDef;
-use super::{OpCall, Tensor, Values};
+use super::{OpCall, OpDef, Tensor, Values};
 use crate::ir::DType;
 use crate::Result;
 
@@ -292,6 +294,8 @@ fn softmax(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
     Ok(vec![Tensor::float(x.dtype, x.shape.clone(), out)])
 }
 
+/// A reduction's type: the input's, its reduced axes (the constant `axes` input or the
+/// pre-18 attribute; all when neither is given) kept as 1 or dropped by `keepdims`.
 fn reduce_type(inputs: &[InputView<'_>], attr: &Attrs<'_>) -> TensorType {
     let t = input_type(inputs, 0);
     let axes = match (inputs.get(1), attr.get("axes")) {

@@ -13,12 +13,14 @@
 //!   offset `[1]` (position = offset + s), caches `[max_pos, rd/2]`. Without `num_heads` the head
 //!   size of a 3-D input is `2·cos_cache.shape[1]`. The `scale` attribute is ignored (as the CPU
 //!   kernel does) and `is_packed_batching = 1` is not supported.
+//!
+//! [`OPS`] registers each op with its attribute schema, type inference and cost facts
+//! beside its evaluator.
 
 use super::attention::head_count;
 use super::cost::Cost;
 use super::elementwise::first_type;
-use super::OpDef;
-use super::{OpCall, Tensor};
+use super::{OpCall, OpDef, Tensor};
 use crate::Result;
 
 /// The ops of this family.

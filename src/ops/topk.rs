@@ -1,11 +1,13 @@
 //! `TopK` (opset 11+): the `k` largest (or smallest) elements along an axis, with their
 //! int64 indices.
+//!
+//! [`OPS`] registers each op with its attribute schema, type inference and cost facts
+//! beside its evaluator.
 
 use super::infer::{input_type, literal_ints, normal_axis, shape_dims, InputView};
 use super::tensor::axis;
 use super::types::{SymDim, TensorType};
-use super::OpDef;
-use super::{OpCall, Tensor, Values};
+use super::{OpCall, OpDef, Tensor, Values};
 use crate::ir::DType;
 use crate::Result;
 

@@ -2,6 +2,9 @@
 //! `GroupQueryAttention` (in [`gqa`]), matching onnxruntime's CPU kernels. Scores, softmax and
 //! the weighted sum are computed in f32 with f64 dot products; outputs are rounded to their
 //! dtype, and f16/bf16 intermediates are rounded where onnxruntime stores them in that dtype.
+//!
+//! [`OPS`] registers each op with its attribute schema, type inference and cost facts
+//! beside its evaluator.
 
 pub mod gqa;
 pub mod standard;
@@ -11,8 +14,7 @@ use half::{bf16, f16};
 use super::cost::{Cost, Reads, Work};
 use super::infer::{input_type, shape_dims, Attrs, InputView};
 use super::types::{SymDim, TensorType};
-use super::OpCall;
-use super::OpDef;
+use super::{OpCall, OpDef};
 use crate::ir::DType;
 use crate::limits::config::MAX_HEADS;
 use crate::Result;

@@ -5,6 +5,9 @@
 //! Every op that only moves elements is a gather: it computes, for each output element, the
 //! flat position of the input element it copies, so one code path serves float, integer and
 //! bool tensors alike.
+//!
+//! [`OPS`] registers each op with its attribute schema, type inference and cost facts
+//! beside its evaluator.
 
 mod layout;
 mod make;
@@ -20,8 +23,7 @@ use super::infer::{
 use super::tensor::axis;
 use super::types::{SymDim, TensorType};
 use super::value::{AttrValue, Literal};
-use super::OpDef;
-use super::{OpCall, Tensor, Values};
+use super::{OpCall, OpDef, Tensor, Values};
 use crate::ir::DType;
 use crate::Result;
 
@@ -287,6 +289,7 @@ fn split_types(inputs: &[InputView<'_>], attr: &Attrs<'_>, outputs: usize) -> Ve
         .collect()
 }
 
+/// `Gather` along `ax`: the data's dims with that axis replaced by the indices' dims.
 fn gather_type(data: &TensorType, idx: &TensorType, ax: i64) -> TensorType {
     let shape = match (shape_dims(data), shape_dims(idx)) {
         (Some(d), Some(i)) => normal_axis(ax, d.len()).map(|a| {
@@ -319,6 +322,7 @@ fn shape_of(t: &TensorType, start: Option<i64>, end: Option<i64>) -> TensorType 
     }
 }
 
+/// `Unsqueeze` by constant `axes`: ones inserted at those positions of the output.
 fn unsqueeze_type(t: &TensorType, axes: Option<&Literal>) -> TensorType {
     let shape = match (shape_dims(t), axes.and_then(literal_ints)) {
         (Some(d), Some(axes)) => {
@@ -381,6 +385,8 @@ fn squeeze_type(t: &TensorType, axes: Option<&InputView<'_>>) -> TensorType {
     }
 }
 
+/// `Concat` along `ax`: the inputs' dims joined (unknown where they name a dim differently),
+/// that axis summed over the inputs.
 fn concat_type(inputs: &[InputView<'_>], ax: i64) -> TensorType {
     let types: Vec<TensorType> = (0..inputs.len()).map(|i| input_type(inputs, i)).collect();
     let dtype = types.first().and_then(|t| t.dtype);
@@ -431,6 +437,7 @@ fn flatten_type(t: &TensorType, ax: i64) -> TensorType {
     }
 }
 
+/// `Transpose` by `perm` (reversed dims when unset).
 fn transpose_type(t: &TensorType, perm: Option<&[i64]>) -> TensorType {
     let shape = shape_dims(t).map(|d| match perm {
         Some(p) if p.len() == d.len() => p
