@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use common::compare::{assert_close, atol};
 use common::*;
 use mobius::ep::{builtin_eps, get_ep};
-use mobius::interp::{run_graph, Tensor};
+use mobius::interp::run_graph;
 use mobius::ir::{DType, Graph};
 use mobius::models::bert::EncoderConfig;
 use mobius::models::build_model;
@@ -22,6 +22,7 @@ use mobius::rulebook::optimize;
 use mobius::weights::eval::Evaluator;
 use mobius::weights::store::TensorStore;
 use serde_json::Value;
+use mobius::ops::Tensor;
 
 const ENCODERS: &[&str] = &["bert", "roberta"];
 

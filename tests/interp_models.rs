@@ -10,13 +10,14 @@ use common::compare::{assert_close, assert_tensors_close, atol};
 use common::*;
 use mobius::ep::{builtin_eps, get_ep};
 use mobius::interp::inputs::random_inputs;
+use mobius::interp::run_graph;
 use mobius::interp::Rng;
-use mobius::interp::{run_graph, Tensor};
 use mobius::ir::DType;
 use mobius::models::build_model;
 use mobius::opt::Role;
 use mobius::rulebook::optimize;
 use mobius::weights::eval::Evaluator;
+use mobius::ops::Tensor;
 
 #[test]
 fn fixture_logits_match_transformers_through_the_interpreter() {

@@ -5,7 +5,8 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use mobius::interp::{run_graph, Tensor};
+use mobius::interp::run_graph;
+
 use mobius::ir::DType;
 use mobius::onnx::import;
 use mobius::onnx::proto::{
@@ -16,6 +17,7 @@ use mobius::onnx::proto::{
 use mobius::rulebook::contrib_functions::ContribFunctions;
 use mobius::weights::eval::Evaluator;
 use prost::Message;
+use mobius::ops::Tensor;
 
 fn node(
     op: &str,

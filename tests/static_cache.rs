@@ -11,7 +11,7 @@ use std::path::Path;
 use common::compare::{assert_tensors_close, atol};
 use common::*;
 use mobius::ep::get_ep;
-use mobius::interp::{run_graph, Tensor};
+use mobius::interp::run_graph;
 use mobius::ir::{DType, Dim, Model};
 use mobius::models::build_model;
 use mobius::onnx::import;
@@ -22,6 +22,7 @@ use mobius::rulebook::optimize;
 use mobius::weights::eval::Evaluator;
 use predicates::prelude::*;
 use predicates::str::contains;
+use mobius::ops::Tensor;
 
 fn build_args(out: &Path, extra: &[&str]) -> assert_cmd::assert::Assert {
     mobius()

@@ -13,7 +13,8 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
-use mobius::interp::{run_graph_with, Tensor};
+use mobius::interp::run_graph_with;
+use mobius::ops::Tensor;
 use mobius::ir::{Dim, Graph, TensorSource};
 use mobius::limits::InterpLimits;
 use mobius::rulebook::contrib_functions::ContribFunctions;
