@@ -16,13 +16,13 @@ use mobius::ir::{DType, Graph};
 use mobius::models::bert::EncoderConfig;
 use mobius::models::build_model;
 use mobius::onnx::import;
+use mobius::ops::Tensor;
 use mobius::opt::Role;
 use mobius::rulebook::contrib_functions::ContribFunctions;
 use mobius::rulebook::optimize;
 use mobius::weights::eval::Evaluator;
 use mobius::weights::store::TensorStore;
 use serde_json::Value;
-use mobius::ops::Tensor;
 
 const ENCODERS: &[&str] = &["bert", "roberta"];
 

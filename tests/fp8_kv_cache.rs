@@ -13,11 +13,11 @@ use common::*;
 use mobius::interp::run_graph;
 use mobius::ir::{Attr, DType, Model};
 use mobius::onnx::import;
+use mobius::ops::Tensor;
 use mobius::passes::fp8_kv_cache::{fp8_kv_cache, KvCacheScales};
 use mobius::rulebook::contrib_functions::ContribFunctions;
 use mobius::weights::eval::Evaluator;
 use predicates::str::contains;
-use mobius::ops::Tensor;
 
 fn build_args(out: &Path, extra: &[&str]) -> assert_cmd::assert::Assert {
     mobius()

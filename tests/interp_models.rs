@@ -14,10 +14,10 @@ use mobius::interp::run_graph;
 use mobius::interp::Rng;
 use mobius::ir::DType;
 use mobius::models::build_model;
+use mobius::ops::Tensor;
 use mobius::opt::Role;
 use mobius::rulebook::optimize;
 use mobius::weights::eval::Evaluator;
-use mobius::ops::Tensor;
 
 #[test]
 fn fixture_logits_match_transformers_through_the_interpreter() {

@@ -14,10 +14,10 @@ use mobius::onnx::proto::{
     ModelProto, NodeProto, OperatorSetIdProto, TensorShapeProto, TypeProto, TypeProtoTensor,
     ValueInfoProto,
 };
+use mobius::ops::Tensor;
 use mobius::rulebook::contrib_functions::ContribFunctions;
 use mobius::weights::eval::Evaluator;
 use prost::Message;
-use mobius::ops::Tensor;
 
 fn node(
     op: &str,

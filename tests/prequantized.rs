@@ -13,11 +13,11 @@ use common::compare::{assert_close, atol};
 use common::*;
 use mobius::interp::run_graph;
 use mobius::ir::{Attr, DType, Graph};
+use mobius::ops::Tensor;
 use mobius::rulebook::contrib_functions::ContribFunctions;
 use mobius::weights::eval::Evaluator;
 use serde_json::Value;
 use tempfile::TempDir;
-use mobius::ops::Tensor;
 
 const FIXTURES: [&str; 3] = ["llama-gptq", "llama-awq", "llama-fp8"];
 

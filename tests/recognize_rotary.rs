@@ -19,8 +19,8 @@ use mobius::weights::eval::Evaluator;
 #[path = "common/rope_spellings.rs"]
 mod rope_spellings;
 
-use rope_spellings::{partial_rope, rope, Fault, Rope, Table};
 use mobius::ops::Tensor;
+use rope_spellings::{partial_rope, rope, Fault, Rope, Table};
 
 /// `[B, H, S, D]` of the test inputs.
 const X: [usize; 4] = [2, 3, 4, 8];

@@ -15,6 +15,7 @@ use mobius::interp::run_graph;
 use mobius::ir::{DType, Dim, Model};
 use mobius::models::build_model;
 use mobius::onnx::import;
+use mobius::ops::Tensor;
 use mobius::opt::Role;
 use mobius::passes::static_cache::{cache_input, cache_output, static_cache};
 use mobius::rulebook::contrib_functions::ContribFunctions;
@@ -22,7 +23,6 @@ use mobius::rulebook::optimize;
 use mobius::weights::eval::Evaluator;
 use predicates::prelude::*;
 use predicates::str::contains;
-use mobius::ops::Tensor;
 
 fn build_args(out: &Path, extra: &[&str]) -> assert_cmd::assert::Assert {
     mobius()

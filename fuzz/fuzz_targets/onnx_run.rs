@@ -14,9 +14,9 @@ use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
 use mobius::interp::run_graph_with;
-use mobius::ops::Tensor;
 use mobius::ir::{Dim, Graph, TensorSource};
 use mobius::limits::InterpLimits;
+use mobius::ops::Tensor;
 use mobius::rulebook::contrib_functions::ContribFunctions;
 use mobius::weights::eval::Evaluator;
 

@@ -12,10 +12,10 @@
 use egg::Id;
 
 use crate::ir::DType;
-use crate::opt::analysis::OnnxGraph;
 use crate::ops::infer::literal_ints;
-use crate::opt::lang::{Onnx, OpNode};
 use crate::ops::value::{AttrValue, Literal};
+use crate::opt::analysis::OnnxGraph;
+use crate::opt::lang::{Onnx, OpNode};
 
 /// The value of a single-element float constant (any rank), as f64.
 fn single_float(lit: &Literal) -> Option<f64> {
