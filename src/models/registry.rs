@@ -4,7 +4,7 @@
 //! `model_type`s it answers to, and for each how its config.json reads (into an
 //! [`ArchConfig`] whose `family` knobs build the graph) and which onnxruntime-genai
 //! `model.type` runs it. [`FAMILIES`] lists them, one line each; config parsing, `mobius list
-//! models` and the README's table all read it.
+//! models`, the README's list and docs/families.md's table all read it.
 
 use std::path::Path;
 
@@ -89,7 +89,7 @@ pub fn text_table() -> String {
 }
 
 /// The registry as a Markdown table (family, model types with their genai `model.type`,
-/// summary): `mobius list models --markdown` prints it and the README holds it.
+/// summary): `mobius list models --markdown` prints it and docs/families.md holds it.
 pub fn markdown_table() -> String {
     let mut out = String::from(
         "| family | `model_type` → onnxruntime-genai `model.type` | what sets it apart |\n\
@@ -112,6 +112,28 @@ pub fn markdown_table() -> String {
         );
     }
     out
+}
+
+/// The registry as the README's short list: each family in bold with the `model_type`s it
+/// answers to, families separated by ` · `, in lines of at most 100 characters where a family
+/// fits (`mobius list models --markdown --short` prints it).
+pub fn markdown_short_list() -> String {
+    const WIDTH: usize = 100;
+    let mut out = String::new();
+    let mut line = String::new();
+    for family in FAMILIES {
+        let names: Vec<&str> = family.model_types.iter().map(|t| t.name).collect();
+        let item = format!("**{}** {}", family.name, names.join(", "));
+        if line.is_empty() {
+            line = item;
+        } else if line.len() + 3 + item.len() <= WIDTH {
+            line = format!("{line} · {item}");
+        } else {
+            out += &format!("{line} ·\n");
+            line = item;
+        }
+    }
+    out + &line + "\n"
 }
 
 /// What config reading does with a `model_type` no family answers to.
