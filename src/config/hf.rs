@@ -176,6 +176,12 @@ pub struct HfConfig {
     pub swiglu_alpha: Option<f64>,
     /// `swiglu_limit` (gpt-oss: the clamp of the experts' gate and up projections).
     pub swiglu_limit: Option<f64>,
+    /// `attention_out_bias` (Seed-OSS: a bias on o, apart from `attention_bias` on q, k, v).
+    pub attention_out_bias: Option<bool>,
+    /// `bias` (InternLM3: its name for `mlp_bias`).
+    pub bias: Option<bool>,
+    /// `num_layers` (EXAONE 3: its name for `num_hidden_layers`).
+    pub num_layers: Option<i64>,
 }
 
 /// Deserializes a field that may be `null` as `Some(Value::Null)`, so that an explicit null

@@ -7,13 +7,16 @@
 //! in [`components`].
 
 pub mod apertus;
+pub mod arcee;
 pub mod assume_llama;
 pub mod bert;
 pub mod cohere;
 pub mod cohere2;
 pub mod components;
+pub mod cwm;
 pub mod decoder;
 pub mod ernie4_5;
+pub mod exaone;
 pub mod exaone4;
 pub mod family;
 pub mod gemma;
@@ -25,6 +28,8 @@ pub mod gpt_oss;
 pub mod granite;
 pub mod granitemoe;
 pub mod helium;
+pub mod hunyuan_v1_dense;
+pub mod internlm3;
 pub mod llama;
 pub mod ministral;
 pub mod mixtral;
@@ -40,6 +45,7 @@ pub mod phimoe;
 pub mod qwen3;
 pub mod qwen_moe;
 pub mod registry;
+pub mod seed_oss;
 pub mod smollm3;
 pub mod stablelm;
 pub mod starcoder2;

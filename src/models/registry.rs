@@ -48,6 +48,12 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &super::exaone4::FAMILY,
     &super::ernie4_5::FAMILY,
     &super::apertus::FAMILY,
+    &super::arcee::FAMILY,
+    &super::seed_oss::FAMILY,
+    &super::internlm3::FAMILY,
+    &super::exaone::FAMILY,
+    &super::hunyuan_v1_dense::FAMILY,
+    &super::cwm::FAMILY,
     &super::bert::FAMILY,
 ];
 
