@@ -182,6 +182,15 @@ pub struct HfConfig {
     pub bias: Option<bool>,
     /// `num_layers` (EXAONE 3: its name for `num_hidden_layers`).
     pub num_layers: Option<i64>,
+    /// `layer_rope_theta` (Granite SWA: the RoPE base of each layer, 0 for none).
+    pub layer_rope_theta: Option<Vec<f64>>,
+    /// `shared_intermediate_size` (Granite-MoE shared: the width of the shared expert, 0 for
+    /// none).
+    pub shared_intermediate_size: Option<i64>,
+    /// `use_post_norm` (HyperCLOVA X: an RMSNorm on each block's output).
+    pub use_post_norm: Option<bool>,
+    /// `mlp_layer_types` (Mellum: `dense` or `sparse` per layer).
+    pub mlp_layer_types: Option<Vec<String>>,
 }
 
 /// Deserializes a field that may be `null` as `Some(Value::Null)`, so that an explicit null

@@ -54,6 +54,18 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &super::exaone::FAMILY,
     &super::hunyuan_v1_dense::FAMILY,
     &super::cwm::FAMILY,
+    &super::vaultgemma::FAMILY,
+    &super::ministral3::FAMILY,
+    &super::granite_swa::FAMILY,
+    &super::granitemoeshared::FAMILY,
+    &super::granitemoe_swa::FAMILY,
+    &super::flex_olmo::FAMILY,
+    &super::jais2::FAMILY,
+    &super::nanochat::FAMILY,
+    &super::bitnet::FAMILY,
+    &super::iquestcoder::FAMILY,
+    &super::hyperclovax::FAMILY,
+    &super::mellum::FAMILY,
     &super::bert::FAMILY,
 ];
 
