@@ -54,6 +54,31 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (
     ApertusConfig,
     ApertusForCausalLM,
+    ArceeConfig,
+    ArceeForCausalLM,
+    MellumConfig,
+    MellumForCausalLM,
+    VaultGemmaConfig,
+    VaultGemmaForCausalLM,
+    Ministral3Config,
+    Ministral3ForCausalLM,
+    GraniteSWAConfig,
+    GraniteSWAForCausalLM,
+    GraniteMoeSharedConfig,
+    GraniteMoeSharedForCausalLM,
+    GraniteMoeSWAConfig,
+    GraniteMoeSWAForCausalLM,
+    FlexOlmoConfig,
+    FlexOlmoForCausalLM,
+    Jais2Config,
+    Jais2ForCausalLM,
+    NanoChatConfig,
+    NanoChatForCausalLM,
+    BitNetConfig,
+    BitNetForCausalLM,
+    IQuestCoderConfig,
+    HyperCLOVAXConfig,
+    HyperCLOVAXForCausalLM,
     BertConfig,
     BertModel,
     GlmConfig,
@@ -81,6 +106,9 @@ from transformers import (
     GptOssForCausalLM,
     HeliumConfig,
     HeliumForCausalLM,
+    HunYuanDenseV1Config,
+    HunYuanDenseV1ForCausalLM,
+    InternLM3Config,
     MinistralConfig,
     MinistralForCausalLM,
     StableLmConfig,
@@ -114,11 +142,14 @@ from transformers import (
     PhimoeConfig,
     PhimoeForCausalLM,
     CohereConfig,
+    CwmConfig,
+    CwmForCausalLM,
     CohereForCausalLM,
     Ernie4_5Config,
     Ernie4_5ForCausalLM,
     Cohere2Config,
     Cohere2ForCausalLM,
+    ExaoneConfig,
     Exaone4Config,
     Exaone4ForCausalLM,
     NemotronConfig,
@@ -128,6 +159,8 @@ from transformers import (
     PreTrainedTokenizerFast,
     Qwen2Config,
     Qwen2ForCausalLM,
+    SeedOssConfig,
+    SeedOssForCausalLM,
     Qwen2MoeConfig,
     Qwen2MoeForCausalLM,
     Qwen3MoeConfig,
@@ -486,6 +519,239 @@ def make_config(kind: str, vocab: int, ids: dict):
             logits_scaling=2.0,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
         )
+    if kind == "arcee":
+        # Squared-ReLU MLP without a gate; biases on q/k/v/o and the MLP.
+        return ArceeForCausalLM, ArceeConfig(
+            **common,
+            rms_norm_eps=1e-5,
+            hidden_act="relu2",
+            attention_bias=True,
+            mlp_bias=True,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
+    if kind == "seed_oss":
+        # Biases on q/k/v (attention_bias) but none on o (attention_out_bias), MLP biases.
+        return SeedOssForCausalLM, SeedOssConfig(
+            **common,
+            rms_norm_eps=1e-6,
+            attention_bias=True,
+            attention_out_bias=False,
+            mlp_bias=True,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+        )
+    if kind == "internlm3":
+        # Built by transformers as Llama; qkv_bias/bias (its names for attention_bias/mlp_bias)
+        # both on.
+        return LlamaForCausalLM, InternLM3Config(
+            **common,
+            rms_norm_eps=1e-5,
+            attention_bias=True,
+            mlp_bias=True,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 50000000.0},
+        )
+    if kind == "exaone":
+        # Built by transformers as Llama; RoPE theta left to ExaoneConfig's default (5e5).
+        return LlamaForCausalLM, ExaoneConfig(
+            **common,
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=True,
+        )
+    if kind == "hunyuan_v1_dense":
+        # Per-head q/k RMSNorm after RoPE (query_layernorm, key_layernorm); q/k/v/o biases; RoPE
+        # with a fixed NTK alpha (the base stretched by alpha^(d/(d-2))).
+        return HunYuanDenseV1ForCausalLM, HunYuanDenseV1Config(
+            **common,
+            rms_norm_eps=1e-5,
+            attention_bias=True,
+            tie_word_embeddings=True,
+            rope_parameters={"rope_type": "dynamic", "rope_theta": 10000.0, "alpha": 50.0, "factor": 1.0},
+        )
+    if kind == "cwm":
+        # CwmConfig's layer pattern on 2 layers: layer 0 global, layer 1 slides (window 5 <
+        # prompt + generated); no attention biases whatever attention_bias says; Llama 3 RoPE.
+        return CwmForCausalLM, CwmConfig(
+            **common,
+            rms_norm_eps=1e-5,
+            sliding_window=5,
+            mlp_bias=True,
+            tie_word_embeddings=False,
+            rope_parameters={
+                "rope_type": "llama3",
+                "rope_theta": 1000000.0,
+                "factor": 4.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 32,
+            },
+        )
+    if kind == "vaultgemma":
+        # Gemma 2's fixture without the block-output norms: layer 0 slides (window 5 < prompt +
+        # generated), layer 1 is global; softcaps small enough to bend scores and logits.
+        return VaultGemmaForCausalLM, VaultGemmaConfig(
+            **common,
+            rms_norm_eps=1e-6,
+            hidden_activation="gelu_pytorch_tanh",
+            query_pre_attn_scalar=24,
+            sliding_window=5,
+            attn_logit_softcapping=3.0,
+            final_logit_softcapping=2.0,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
+    if kind == "ministral3":
+        # Queries scaled by 1 + beta * log(1 + floor(pos / 8)): the temperature steps every 8
+        # positions over the prompt and generation; YaRN over the same original context.
+        return Ministral3ForCausalLM, Ministral3Config(
+            **common,
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=False,
+            rope_parameters={
+                "rope_type": "yarn",
+                "rope_theta": 1000000.0,
+                "factor": 4.0,
+                "original_max_position_embeddings": 8,
+                "beta_fast": 32.0,
+                "beta_slow": 1.0,
+                "mscale": 1.0,
+                "mscale_all_dim": 1.0,
+                "llama_4_scaling_beta": 0.5,
+            },
+        )
+    if kind == "granite_swa":
+        # 3 layers in GraniteSWAConfig's pattern (full, sliding, sliding; window 5); a RoPE base
+        # per layer, the middle one none (NoPE); per-head sinks; Granite's multipliers;
+        # q/k/v/o biases; MLPs of width 64 (3 layers, yet a small fixture).
+        return GraniteSWAForCausalLM, GraniteSWAConfig(
+            **dict(common, num_hidden_layers=3, intermediate_size=64),
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=False,
+            attention_bias=True,
+            sliding_window=5,
+            layer_rope_theta=[10000.0, 0, 500000.0],
+            embedding_multiplier=3.0,
+            residual_multiplier=0.5,
+            attention_multiplier=0.125,
+            logits_scaling=2.0,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
+    if kind == "granitemoeshared":
+        # The granitemoe fixture plus a shared SwiGLU expert of width 16.
+        return GraniteMoeSharedForCausalLM, GraniteMoeSharedConfig(
+            **dict(common, intermediate_size=32),
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=True,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            shared_intermediate_size=16,
+            embedding_multiplier=3.0,
+            residual_multiplier=0.5,
+            attention_multiplier=0.125,
+            logits_scaling=2.0,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
+    if kind == "granitemoe_swa":
+        # Layer 0 full without RoPE (layer_rope_theta 0), layer 1 sliding (window 5) with it;
+        # sinks; 4 experts of width 32, top-2, and a shared expert of width 16.
+        return GraniteMoeSWAForCausalLM, GraniteMoeSWAConfig(
+            **dict(common, intermediate_size=32),
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=False,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            shared_intermediate_size=16,
+            sliding_window=5,
+            layer_rope_theta=[0, 10000.0],
+            embedding_multiplier=3.0,
+            residual_multiplier=0.5,
+            attention_multiplier=0.125,
+            logits_scaling=2.0,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
+    if kind == "flex_olmo":
+        # OLMoE's 4 experts of width 32, top-2 without renormalisation, in post-norm layers.
+        return FlexOlmoForCausalLM, FlexOlmoConfig(
+            **dict(common, intermediate_size=32),
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=False,
+            num_experts=4,
+            num_experts_per_tok=2,
+            norm_topk_prob=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+        )
+    if kind == "jais2":
+        # LayerNorm with bias, ungated squared-ReLU MLP, biases on q/k/v/o and the MLP.
+        return Jais2ForCausalLM, Jais2Config(
+            **common,
+            layer_norm_eps=1e-5,
+            attention_bias=True,
+            mlp_bias=True,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
+    if kind == "nanochat":
+        # Weightless RMSNorms (one before the layers), RoPE of the opposite sign, q/k norms after
+        # RoPE, squared-ReLU fc1/fc2 MLP, logits capped at 3.
+        dims = {k: v for k, v in common.items() if k != "head_dim"}
+        return NanoChatForCausalLM, NanoChatConfig(
+            **dims,
+            rms_norm_eps=1e-6,
+            final_logit_softcapping=3.0,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
+    if kind == "bitnet":
+        # Sub-norms before o_proj and down_proj, gated squared-ReLU MLP; q/k/v/o biases.
+        return BitNetForCausalLM, BitNetConfig(
+            **common,
+            rms_norm_eps=1e-5,
+            attention_bias=True,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+        )
+    if kind == "iquestcoder":
+        # Built by transformers as Llama; q/k/v/o and MLP biases.
+        return LlamaForCausalLM, IQuestCoderConfig(
+            **common,
+            rms_norm_eps=1e-5,
+            attention_bias=True,
+            mlp_bias=True,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
+    if kind == "hyperclovax":
+        # Granite's multipliers with the logits multiplied, norms on the block outputs.
+        return HyperCLOVAXForCausalLM, HyperCLOVAXConfig(
+            **common,
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=False,
+            use_post_norm=True,
+            embedding_multiplier=3.0,
+            residual_multiplier=0.5,
+            attention_multiplier=0.2,
+            logits_scaling=0.5,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
+    if kind == "mellum":
+        # Layer 0 slides (window 5) with its own RoPE and a dense MLP, layer 1 is full with 4
+        # experts of width 32, top-2 renormalised; per-head q/k norms.
+        return MellumForCausalLM, MellumConfig(
+            **common,
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=False,
+            sliding_window=5,
+            layer_types=["sliding_attention", "full_attention"],
+            mlp_layer_types=["dense", "sparse"],
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            norm_topk_prob=True,
+            rope_parameters={
+                "full_attention": {"rope_type": "default", "rope_theta": 500000.0},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+            },
+        )
     if kind == "nemotron":
         # LayerNorm1P (scale 1 + w), RoPE on half of each head, relu2 MLP without a gate.
         return NemotronForCausalLM, NemotronConfig(
@@ -798,7 +1064,7 @@ def perturb(model, seed: int) -> None:
     g = torch.Generator().manual_seed(seed)
     # Gemma's RMSNorm and Nemotron's LayerNorm1P scale by (1 + weight): keep their effective
     # gain near 1 as well.
-    norm_offset = 0.0 if model.config.model_type.startswith(("gemma", "nemotron")) else 1.0
+    norm_offset = 0.0 if model.config.model_type.startswith(("gemma", "vaultgemma", "nemotron")) else 1.0
     with torch.no_grad():
         for name, p in model.named_parameters():
             r = torch.randn(p.shape, generator=g, dtype=torch.float32)
@@ -912,6 +1178,44 @@ def rewrite_config_v4(path: Path) -> None:
     path.write_text(json.dumps(dict(sorted(out.items())), indent=2) + "\n")
 
 
+# EXAONE 3's hub checkpoints: its config names for three Llama fields and GPT-2-like module
+# names (transformers renames both on loading).
+EXAONE_CONFIG_NAMES = {
+    "num_hidden_layers": "num_layers",
+    "rms_norm_eps": "layer_norm_epsilon",
+    "hidden_act": "activation_function",
+}
+EXAONE_MODULE_NAMES = [
+    ("model.embed_tokens.", "transformer.wte."),
+    ("model.layers.", "transformer.h."),
+    ("model.norm.", "transformer.ln_f."),
+    (".self_attn.o_proj.", ".attn.attention.out_proj."),
+    (".self_attn.", ".attn.attention."),
+    (".input_layernorm.", ".ln_1."),
+    (".post_attention_layernorm.", ".ln_2."),
+    (".mlp.gate_proj.", ".mlp.c_fc_0."),
+    (".mlp.up_proj.", ".mlp.c_fc_1."),
+    (".mlp.down_proj.", ".mlp.c_proj."),
+]
+
+
+def exaone_hub_spelling(d: Path) -> None:
+    """Rewrite an `exaone` fixture's config.json and model.safetensors in the hub's names."""
+    from safetensors.torch import load_file, save_file
+
+    cfg = json.loads((d / "config.json").read_text())
+    cfg = {EXAONE_CONFIG_NAMES.get(k, k): v for k, v in cfg.items()}
+    (d / "config.json").write_text(json.dumps(dict(sorted(cfg.items())), indent=2) + "\n")
+    path = d / "model.safetensors"
+    out = {}
+    for k, v in load_file(path).items():
+        for new, old in EXAONE_MODULE_NAMES:
+            k = k.replace(new, old) if new.startswith(".") or k.startswith(new) else k
+        out[k] = v
+    assert any(k.startswith("transformer.h.0.attn.attention.q_proj") for k in out), list(out)
+    save_file(out, path, metadata={"format": "pt"})
+
+
 FIXTURES = {
     # name: (seed, stored dtype, config spelling, max_shard_size)
     "llama": (1000, "f32", "v5", None),
@@ -951,6 +1255,24 @@ FIXTURES = {
     "cohere2": (4960, "f32", "v5", None),
     "ernie4_5": (4970, "f32", "v4", None),
     "apertus": (4980, "f32", "v5", None),
+    "arcee": (6100, "f32", "v5", None),
+    "seed_oss": (6200, "f32", "v4", None),
+    "internlm3": (6300, "f32", "v5", None),
+    "exaone": (6400, "f32", "v4", None),
+    "hunyuan_v1_dense": (6500, "f32", "v5", None),
+    "cwm": (6600, "f32", "v5", None),
+    "vaultgemma": (6700, "f32", "v5", None),
+    "ministral3": (6800, "f32", "v5", None),
+    "granite_swa": (6900, "f32", "v5", None),
+    "granitemoeshared": (7200, "f32", "v5", None),
+    "granitemoe_swa": (7300, "f32", "v5", None),
+    "flex_olmo": (7400, "f32", "v5", None),
+    "jais2": (7500, "f32", "v4", None),
+    "nanochat": (7600, "f32", "v5", None),
+    "bitnet": (7700, "f32", "v5", None),
+    "iquestcoder": (7800, "f32", "v4", None),
+    "hyperclovax": (7900, "f32", "v5", None),
+    "mellum": (8100, "f32", "v5", None),
     "olmoe": (5100, "f32", "v5", None),
     "granitemoe": (5200, "f32", "v5", None),
     "phimoe": (5300, "f32", "v5", None),
@@ -1024,8 +1346,13 @@ def make_fixture(name: str, out_root: Path, tok: PreTrainedTokenizerFast) -> Non
     tok.save_pretrained(d)
     if spelling == "v4":
         rewrite_config_v4(d / "config.json")
+        if name == "exaone":
+            exaone_hub_spelling(d)
         # transformers reads the rewritten config back into the same model.
-        reloaded = cls.from_pretrained(d, attn_implementation="eager", dtype=torch.float32).eval()
+        # (EXAONE through the Auto class: its config class and renamed modules are keyed by
+        # model_type.)
+        loader = transformers.AutoModelForCausalLM if name == "exaone" else cls
+        reloaded = loader.from_pretrained(d, attn_implementation="eager", dtype=torch.float32).eval()
         with torch.no_grad():
             again = reloaded(torch.tensor([input_ids])).logits[0].float()
         assert torch.equal(again, logits), (name, float((again - logits).abs().max()))

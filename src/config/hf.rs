@@ -176,6 +176,21 @@ pub struct HfConfig {
     pub swiglu_alpha: Option<f64>,
     /// `swiglu_limit` (gpt-oss: the clamp of the experts' gate and up projections).
     pub swiglu_limit: Option<f64>,
+    /// `attention_out_bias` (Seed-OSS: a bias on o, apart from `attention_bias` on q, k, v).
+    pub attention_out_bias: Option<bool>,
+    /// `bias` (InternLM3: its name for `mlp_bias`).
+    pub bias: Option<bool>,
+    /// `num_layers` (EXAONE 3: its name for `num_hidden_layers`).
+    pub num_layers: Option<i64>,
+    /// `layer_rope_theta` (Granite SWA: the RoPE base of each layer, 0 for none).
+    pub layer_rope_theta: Option<Vec<f64>>,
+    /// `shared_intermediate_size` (Granite-MoE shared: the width of the shared expert, 0 for
+    /// none).
+    pub shared_intermediate_size: Option<i64>,
+    /// `use_post_norm` (HyperCLOVA X: an RMSNorm on each block's output).
+    pub use_post_norm: Option<bool>,
+    /// `mlp_layer_types` (Mellum: `dense` or `sparse` per layer).
+    pub mlp_layer_types: Option<Vec<String>>,
 }
 
 /// Deserializes a field that may be `null` as `Some(Value::Null)`, so that an explicit null

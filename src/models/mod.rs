@@ -7,15 +7,20 @@
 //! in [`components`].
 
 pub mod apertus;
+pub mod arcee;
 pub mod assume_llama;
 pub mod bert;
+pub mod bitnet;
 pub mod cohere;
 pub mod cohere2;
 pub mod components;
+pub mod cwm;
 pub mod decoder;
 pub mod ernie4_5;
+pub mod exaone;
 pub mod exaone4;
 pub mod family;
+pub mod flex_olmo;
 pub mod gemma;
 pub mod glm;
 pub mod glm4;
@@ -23,12 +28,23 @@ pub mod gpt2;
 pub mod gpt_neox;
 pub mod gpt_oss;
 pub mod granite;
+pub mod granite_swa;
 pub mod granitemoe;
+pub mod granitemoe_swa;
+pub mod granitemoeshared;
 pub mod helium;
+pub mod hunyuan_v1_dense;
+pub mod hyperclovax;
+pub mod internlm3;
+pub mod iquestcoder;
+pub mod jais2;
 pub mod llama;
+pub mod mellum;
 pub mod ministral;
+pub mod ministral3;
 pub mod mixtral;
 pub mod multimodal;
+pub mod nanochat;
 pub mod nemotron;
 pub mod olmo;
 pub mod olmo2;
@@ -40,9 +56,11 @@ pub mod phimoe;
 pub mod qwen3;
 pub mod qwen_moe;
 pub mod registry;
+pub mod seed_oss;
 pub mod smollm3;
 pub mod stablelm;
 pub mod starcoder2;
+pub mod vaultgemma;
 
 pub use registry::{load_config, load_config_with, parse_config, parse_config_with, Unregistered};
 

@@ -57,6 +57,8 @@ def model_dims(cfg: dict) -> dict:
         cfg = cfg["text_config"]
     if cfg.get("model_type") == "gpt2":  # GPT-2 spellings (transformers v4 and v5)
         cfg = {**cfg, "num_attention_heads": cfg["n_head"], "hidden_size": cfg["n_embd"], "num_hidden_layers": cfg["n_layer"]}
+    if "num_layers" in cfg and "num_hidden_layers" not in cfg:  # EXAONE 3's spelling
+        cfg = {**cfg, "num_hidden_layers": cfg["num_layers"]}
     heads = cfg["num_attention_heads"]
     head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
     return {

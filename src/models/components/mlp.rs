@@ -1,4 +1,5 @@
-//! Feed-forward blocks: gated `down(act(gate(x)) · up(x))` and plain GELU `down(gelu(up(x)))`.
+//! Feed-forward blocks: gated `down(act(gate(x)) · up(x))`, plain GELU `down(gelu(up(x)))` and
+//! squared ReLU `down(relu(up(x))²)`.
 
 use super::linear;
 use crate::config::Gelu;
@@ -67,4 +68,21 @@ pub fn gelu_mlp(
         bias,
         dtype,
     )
+}
+
+/// `{prefix}.down_proj(relu({prefix}.up_proj(x))²)` with the config's hidden and intermediate
+/// sizes and MLP biases: the ungated squared-ReLU MLP (Nemotron, Arcee).
+pub fn relu2_mlp(
+    b: &mut GraphBuilder,
+    cfg: &crate::config::ArchConfig,
+    x: &str,
+    prefix: &str,
+    dtype: DType,
+) -> String {
+    let (h, inner, bias) = (cfg.hidden_size, cfg.intermediate_size, cfg.mlp_bias);
+    let up = linear(b, x, &format!("{prefix}.up_proj"), h, inner, bias, dtype);
+    let relu = b.op("Relu", &[&up], vec![]);
+    let squared = b.op("Mul", &[&relu, &relu], vec![]);
+    let down = format!("{prefix}.down_proj");
+    linear(b, &squared, &down, inner, h, bias, dtype)
 }

@@ -23,11 +23,11 @@ pub use decoder_io::{decoder_io, DecoderDims, DecoderInputs};
 pub use gelu::gelu;
 pub use linear::linear;
 pub use mask::{padding_mask, sliding_window_mask};
-pub use mlp::{gated_mlp, gelu_mlp, GateActivation};
+pub use mlp::{gated_mlp, gelu_mlp, relu2_mlp, GateActivation};
 pub use moe::{gated_shared_expert, sparse_moe, ExpertNames, ExpertWeights, MoeSpec, Router};
 pub use norm::{
     layer_norm, layer_norm_into, offset_rms_norm, per_head_norm, rms_norm, Norm, NormKind,
 };
 pub use rope::{named_rope_tables, rope_tables, rotary_embedding, scaled, RopeTables};
 pub use scalar::scalar;
-pub use sink_attention::sink_attention;
+pub use sink_attention::{sink_attention, sink_logits};

@@ -110,15 +110,16 @@ pub enum ExpertWeights {
     /// Router `gate.weight` `[E, H]`, one tensor per expert and projection:
     /// `experts.{e}.{proj}.weight` (HF `[out, in]`).
     PerExpert(ExpertNames),
-    /// Every expert in one tensor per layer: `{gate_up}.weight` `[E, 2·I, H]` (each expert's
-    /// gate rows, then its up rows) and `{down}.weight` `[E, H, I]`; router `{router}.weight`
-    /// `[E, H]` (Granite-MoE's `input_linear`, `output_linear`, `router.layer`).
+    /// Every expert in one tensor per layer: `{gate_up}` `[E, 2·I, H]` (each expert's gate
+    /// rows, then its up rows) and `{down}` `[E, H, I]` (tensor names); router
+    /// `{router}.weight` `[E, H]` (Granite-MoE's `input_linear.weight`,
+    /// `output_linear.weight`, `router.layer`).
     Stacked {
         /// The router module.
         router: &'static str,
-        /// The gate and up projections of every expert.
+        /// The gate and up projections of every expert (the tensor's name).
         gate_up: &'static str,
-        /// The down projections of every expert.
+        /// The down projections of every expert (the tensor's name).
         down: &'static str,
     },
 }
@@ -131,8 +132,15 @@ impl ExpertWeights {
     /// Granite-MoE's stacked experts.
     pub const GRANITE_MOE: ExpertWeights = ExpertWeights::Stacked {
         router: "router.layer",
-        gate_up: "input_linear",
-        down: "output_linear",
+        gate_up: "input_linear.weight",
+        down: "output_linear.weight",
+    };
+    /// Granite-MoE SWA's stacked experts, in transformers 5's names (`experts.gate_up_proj`,
+    /// `experts.down_proj`, router `router`).
+    pub const GRANITE_MOE_V5: ExpertWeights = ExpertWeights::Stacked {
+        router: "router",
+        gate_up: "experts.gate_up_proj",
+        down: "experts.down_proj",
     };
 
     /// The router's module name.
@@ -193,9 +201,7 @@ pub fn sparse_moe(
             ExpertWeights::Stacked { gate_up, down, .. } => {
                 let stacked = if which == 2 { down } else { gate_up };
                 let one = TensorSource::Slice {
-                    source: Box::new(TensorSource::Checkpoint(format!(
-                        "{prefix}.{stacked}.weight"
-                    ))),
+                    source: Box::new(TensorSource::Checkpoint(format!("{prefix}.{stacked}"))),
                     axis: 0,
                     start: j,
                     len: 1,
