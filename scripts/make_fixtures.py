@@ -71,6 +71,8 @@ from transformers import (
     GenerationConfig,
     GPT2Config,
     GPT2LMHeadModel,
+    GPTBigCodeConfig,
+    GPTBigCodeForCausalLM,
     GPTNeoXConfig,
     GPTNeoXForCausalLM,
     GraniteConfig,
@@ -437,6 +439,22 @@ def make_config(kind: str, vocab: int, ids: dict):
             n_inner=None,  # 4 * n_embd
             activation_function="gelu_new",
             layer_norm_epsilon=1e-5,
+            vocab_size=vocab,
+            tie_word_embeddings=True,
+            **ids,
+        )
+    if kind == "gpt_bigcode":
+        # SantaCoder's layout: GPT-2 with nn.Linear weights and multi-query attention (one
+        # key/value head in the fused c_attn), tanh GELU, tied head.
+        return GPTBigCodeForCausalLM, GPTBigCodeConfig(
+            n_embd=DIMS["hidden_size"],
+            n_layer=DIMS["num_hidden_layers"],
+            n_head=DIMS["num_attention_heads"],
+            n_positions=DIMS["max_position_embeddings"],
+            n_inner=DIMS["intermediate_size"],
+            activation_function="gelu_pytorch_tanh",
+            layer_norm_epsilon=1e-5,
+            multi_query=True,
             vocab_size=vocab,
             tie_word_embeddings=True,
             **ids,
@@ -922,6 +940,7 @@ FIXTURES = {
     "gemma2": (6000, "f32", "v4", None),
     "gemma3_text": (7000, "f32", "v5", None),
     "gpt2": (5000, "f32", "v5", None),
+    "gpt_bigcode": (5010, "f32", "v5", None),
     "phi": (6000, "f32", "v4", None),
     "qwen3": (5000, "f32", "v5", None),
     "smollm3": (6000, "f32", "v4", None),

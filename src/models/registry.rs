@@ -21,6 +21,7 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &super::llama::FAMILY,
     &super::gemma::FAMILY,
     &super::gpt2::FAMILY,
+    &super::gpt_bigcode::FAMILY,
     &super::phi::FAMILY,
     &super::qwen3::FAMILY,
     &super::smollm3::FAMILY,
