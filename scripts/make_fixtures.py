@@ -125,6 +125,8 @@ from transformers import (
     Exaone4ForCausalLM,
     NemotronConfig,
     NemotronForCausalLM,
+    OpenAIGPTConfig,
+    OpenAIGPTLMHeadModel,
     PhiConfig,
     PhiForCausalLM,
     PreTrainedTokenizerFast,
@@ -455,6 +457,19 @@ def make_config(kind: str, vocab: int, ids: dict):
             activation_function="gelu_pytorch_tanh",
             layer_norm_epsilon=1e-5,
             multi_query=True,
+            vocab_size=vocab,
+            tie_word_embeddings=True,
+            **ids,
+        )
+    if kind == "openai-gpt":
+        # GPT-1: post-norm layers (ln(x + f(x))), no final norm, Conv1D weights, "gelu" (tanh).
+        return OpenAIGPTLMHeadModel, OpenAIGPTConfig(
+            n_embd=DIMS["hidden_size"],
+            n_layer=DIMS["num_hidden_layers"],
+            n_head=DIMS["num_attention_heads"],
+            n_positions=DIMS["max_position_embeddings"],
+            afn="gelu",
+            layer_norm_epsilon=1e-5,
             vocab_size=vocab,
             tie_word_embeddings=True,
             **ids,
@@ -825,7 +840,10 @@ def perturb(model, seed: int) -> None:
                 v = norm_offset + 0.2 * r if not name.endswith(".bias") else 0.1 * r
             elif name.endswith(".bias"):
                 v = 0.1 * r
-            elif "embed_tokens" in name or "embed_in" in name or "lm_head" in name or ".wte." in name or ".wpe." in name:
+            elif (
+                "embed_tokens" in name or "embed_in" in name or "lm_head" in name or ".wte." in name or ".wpe." in name
+                or "tokens_embed" in name or "positions_embed" in name or "embed_positions" in name
+            ):
                 # logits of a few units: not flat, yet small enough that f16
                 # rounding (ulp 2^-8 at 4) keeps f16 builds well inside 2e-2.
                 v = 0.1 * r
@@ -941,6 +959,7 @@ FIXTURES = {
     "gemma3_text": (7000, "f32", "v5", None),
     "gpt2": (5000, "f32", "v5", None),
     "gpt_bigcode": (5010, "f32", "v5", None),
+    "openai-gpt": (5020, "f32", "v5", None),
     "phi": (6000, "f32", "v4", None),
     "qwen3": (5000, "f32", "v5", None),
     "smollm3": (6000, "f32", "v4", None),

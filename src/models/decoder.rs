@@ -159,6 +159,19 @@ pub trait Family {
         LayerNorms::PRE
     }
 
+    /// Whether a layer's post norms ([`LayerNorms::post_attention`], `post_mlp`) normalise the
+    /// residual sum, `norm(x + f(x))` (the original Transformer's post-LN: OpenAI GPT, OPT-350m),
+    /// instead of the block output before its add, `x + norm(f(x))`.
+    fn norm_after_residual(&self) -> bool {
+        false
+    }
+
+    /// Whether the last layer's output goes through the final norm `{root}.{final_norm}`
+    /// before the LM head (false: straight to the head, OpenAI GPT).
+    fn final_norm(&self) -> bool {
+        true
+    }
+
     /// Whether attention and MLP both read the layer input and are added to the residual
     /// together, `x + (attn(norm(x)) + mlp(norm'(x)))`, instead of one after the other: the
     /// MLP reads the attention's normed input when [`LayerNorms::pre_mlp`] is `None` (Phi),
@@ -422,9 +435,13 @@ pub fn build(cfg: &ArchConfig, dtype: DType, family: &dyn Family) -> Graph {
         x = layer.build(&mut b, &x, &p, i);
     }
 
-    let final_norm = format!("{}.{}", names.root, names.final_norm);
-    b.set_scope(&final_norm);
-    let normed = layer.norm.apply(&mut b, &x, &final_norm, h, dtype);
+    let normed = if family.final_norm() {
+        let final_norm = format!("{}.{}", names.root, names.final_norm);
+        b.set_scope(&final_norm);
+        layer.norm.apply(&mut b, &x, &final_norm, h, dtype)
+    } else {
+        x
+    };
     b.set_scope("lm_head");
     let head = if cfg.tie_word_embeddings {
         b.op(
@@ -483,6 +500,16 @@ impl Layer<'_> {
             let m = family.layer_mlp(b, cfg, &mlp_in, p, i, dtype);
             let branches = b.op("Add", &[&o, &m], vec![]);
             return b.op("Add", &[&branches, x], vec![]);
+        }
+        if family.norm_after_residual() {
+            let o = family.residual_branch(b, cfg, o, dtype);
+            let x = b.op("Add", &[x, &o], vec![]);
+            let x = self.norm_at(b, &x, p, norms.post_attention);
+            let mlp_in = self.norm_at(b, &x, p, norms.pre_mlp);
+            let m = family.layer_mlp(b, cfg, &mlp_in, p, i, dtype);
+            let m = family.residual_branch(b, cfg, m, dtype);
+            let x = b.op("Add", &[&x, &m], vec![]);
+            return self.norm_at(b, &x, p, norms.post_mlp);
         }
         let o = self.norm_at(b, &o, p, norms.post_attention);
         let o = family.residual_branch(b, cfg, o, dtype);

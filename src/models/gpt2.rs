@@ -9,7 +9,8 @@
 //! transformers v4 and v5); the MLP is `n_inner` wide (null: 4·`n_embd`).
 
 use super::components::{
-    conv1d, gelu, learned_positions, Conv1dParams, DecoderInputs, Norm, NormKind, RopeTables,
+    conv1d, conv1d_mlp, learned_positions, Activation, Conv1dParams, DecoderInputs, Norm, NormKind,
+    RopeTables,
 };
 use super::decoder::{Family, LayerNorms, Names};
 use super::family::FamilySpec;
@@ -265,7 +266,7 @@ impl Family for Gpt2Config {
         dtype: DType,
     ) -> String {
         let (h, proj) = (cfg.hidden_size, format!("{attn}.{}", self.names().o_proj));
-        conv1d(b, y, &proj, &whole(&proj), h, h, dtype)
+        conv1d(b, y, &proj, &Conv1dParams::whole(&proj), h, h, dtype)
     }
 
     /// `c_proj(gelu(c_fc(x)))`.
@@ -277,21 +278,7 @@ impl Family for Gpt2Config {
         mlp: &str,
         dtype: DType,
     ) -> String {
-        let (h, inner) = (cfg.hidden_size, cfg.intermediate_size);
-        let fc = format!("{mlp}.c_fc");
-        let up = conv1d(b, x, &fc, &whole(&fc), h, inner, dtype);
-        let up = gelu(b, &up, self.gelu);
-        let proj = format!("{mlp}.c_proj");
-        conv1d(b, &up, &proj, &whole(&proj), inner, h, dtype)
-    }
-}
-
-/// The whole `{prefix}.weight` / `{prefix}.bias` of one Conv1D.
-fn whole(prefix: &str) -> Conv1dParams {
-    Conv1dParams {
-        weight: format!("{prefix}.weight"),
-        bias: format!("{prefix}.bias"),
-        columns: None,
+        conv1d_mlp(b, cfg, x, mlp, Activation::Gelu(self.gelu), dtype)
     }
 }
 

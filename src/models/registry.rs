@@ -22,6 +22,7 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &super::gemma::FAMILY,
     &super::gpt2::FAMILY,
     &super::gpt_bigcode::FAMILY,
+    &super::openai::FAMILY,
     &super::phi::FAMILY,
     &super::qwen3::FAMILY,
     &super::smollm3::FAMILY,

@@ -1,5 +1,6 @@
 //! Building blocks shared by the model builders; each emits standard ONNX (opset 24) ops.
 
+pub mod activation;
 pub mod attention;
 pub mod clamped_moe;
 pub mod conv1d;
@@ -18,9 +19,10 @@ pub mod rope;
 pub mod scalar;
 pub mod sink_attention;
 
+pub use activation::Activation;
 pub use attention::{attention, soft_capped_attention, AttentionSpec};
 pub use clamped_moe::{clamped_moe, ClampedMoe};
-pub use conv1d::{conv1d, Conv1dParams};
+pub use conv1d::{conv1d, conv1d_mlp, Conv1dParams};
 pub use decoder_io::{decoder_io, DecoderDims, DecoderInputs};
 pub use fused_qkv::{fused_qkv, FusedQkv};
 pub use gelu::gelu;
