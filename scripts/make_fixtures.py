@@ -73,6 +73,8 @@ from transformers import (
     GPT2LMHeadModel,
     GPTBigCodeConfig,
     GPTBigCodeForCausalLM,
+    GPTJConfig,
+    GPTJForCausalLM,
     GPTNeoXConfig,
     GPTNeoXForCausalLM,
     GraniteConfig,
@@ -117,6 +119,8 @@ from transformers import (
     PhimoeForCausalLM,
     CohereConfig,
     CohereForCausalLM,
+    CodeGenConfig,
+    CodeGenForCausalLM,
     Ernie4_5Config,
     Ernie4_5ForCausalLM,
     Cohere2Config,
@@ -472,6 +476,24 @@ def make_config(kind: str, vocab: int, ids: dict):
             layer_norm_epsilon=1e-5,
             vocab_size=vocab,
             tie_word_embeddings=True,
+            **ids,
+        )
+    if kind in ("gptj", "codegen"):
+        # Parallel attention and MLP off one LayerNorm, interleaved RoPE on half of each head
+        # (rotary_dim 8 of 16), unbiased q/k/v/out, LM head with bias, untied; codegen: the
+        # fused qkv_proj in 4 shards of q, v, k.
+        cls, config = {"gptj": (GPTJForCausalLM, GPTJConfig), "codegen": (CodeGenForCausalLM, CodeGenConfig)}[kind]
+        return cls, config(
+            n_embd=DIMS["hidden_size"],
+            n_layer=DIMS["num_hidden_layers"],
+            n_head=DIMS["num_attention_heads"],
+            n_positions=DIMS["max_position_embeddings"],
+            n_inner=DIMS["intermediate_size"],
+            rotary_dim=8,
+            activation_function="gelu_new",
+            layer_norm_epsilon=1e-5,
+            vocab_size=vocab,
+            tie_word_embeddings=False,
             **ids,
         )
     if kind == "phi":
@@ -960,6 +982,8 @@ FIXTURES = {
     "gpt2": (5000, "f32", "v5", None),
     "gpt_bigcode": (5010, "f32", "v5", None),
     "openai-gpt": (5020, "f32", "v5", None),
+    "gptj": (5030, "f32", "v5", None),
+    "codegen": (5040, "f32", "v5", None),
     "phi": (6000, "f32", "v4", None),
     "qwen3": (5000, "f32", "v5", None),
     "smollm3": (6000, "f32", "v4", None),

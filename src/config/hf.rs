@@ -103,8 +103,10 @@ pub struct HfConfig {
     pub scale_attn_weights: Option<bool>,
     /// GPT-BigCode: `multi_query` (one key/value head; default true).
     pub multi_query: Option<bool>,
-    /// GPT-J, CodeGen: `rotary_dim` (the rotated channels of each head; null: all).
-    pub rotary_dim: Option<i64>,
+    /// GPT-J, CodeGen: `rotary_dim` (the rotated channels of each head): `Some(None)` when
+    /// written as `null`, `None` when absent (the default, 64).
+    #[serde(default, deserialize_with = "nullable")]
+    pub rotary_dim: Option<Option<i64>>,
     /// OpenAI GPT: `afn` (the MLP activation).
     pub afn: Option<String>,
     /// OPT: `do_layer_norm_before` (pre-norm layers; false: post-norm, OPT-350m).

@@ -7,7 +7,8 @@
 //! projections are cut out of it when the model is saved.
 
 use super::components::{
-    fused_qkv, gelu_mlp, learned_positions, linear, DecoderInputs, FusedQkv, Norm, RopeTables,
+    fused_qkv, learned_positions, linear, ungated_mlp, Activation, DecoderInputs, FusedQkv, Norm,
+    RopeTables,
 };
 use super::decoder::{Family, LayerNorms, Names};
 use super::family::FamilySpec;
@@ -149,7 +150,14 @@ impl Family for GptBigCode {
         mlp: &str,
         dtype: DType,
     ) -> String {
-        gelu_mlp(b, cfg, x, (mlp, "c_fc", "c_proj"), self.gpt2.gelu, dtype)
+        ungated_mlp(
+            b,
+            cfg,
+            x,
+            (mlp, "c_fc", "c_proj"),
+            Activation::Gelu(self.gpt2.gelu),
+            dtype,
+        )
     }
 }
 

@@ -5,7 +5,7 @@
 //! by default parallel residual blocks with a norm each,
 //! `x + attn(ln1(x)) + mlp(ln2(x))` (`use_parallel_residual`).
 
-use super::components::{fused_qkv, gelu_mlp, FusedQkv, Norm, NormKind};
+use super::components::{fused_qkv, ungated_mlp, Activation, FusedQkv, Norm, NormKind};
 use super::decoder::{Family, Names};
 use super::family::FamilySpec;
 use crate::config::ModelType;
@@ -178,12 +178,12 @@ impl Family for GptNeox {
         mlp: &str,
         dtype: DType,
     ) -> String {
-        gelu_mlp(
+        ungated_mlp(
             b,
             cfg,
             x,
             (mlp, "dense_h_to_4h", "dense_4h_to_h"),
-            self.gelu,
+            Activation::Gelu(self.gelu),
             dtype,
         )
     }

@@ -23,6 +23,7 @@ pub mod gpt2;
 pub mod gpt_bigcode;
 pub mod gpt_neox;
 pub mod gpt_oss;
+pub mod gptj;
 pub mod granite;
 pub mod granitemoe;
 pub mod helium;

@@ -23,6 +23,7 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &super::gpt2::FAMILY,
     &super::gpt_bigcode::FAMILY,
     &super::openai::FAMILY,
+    &super::gptj::FAMILY,
     &super::phi::FAMILY,
     &super::qwen3::FAMILY,
     &super::smollm3::FAMILY,

@@ -393,9 +393,10 @@ def gqa_expected(name: str, ep, dtype: str) -> bool:
 LEFT_PADDED = [(name, ep, dtype) for name in NAMES for ep, dtype in BUILDS if not gqa_expected(name, ep, dtype)]
 LEFT_OUT = [(name, ep, dtype) for name in NAMES for ep, dtype in BUILDS if gqa_expected(name, ep, dtype)]
 # 245 builds x 2 left-padded tests: the 490 skips this replaced; 251 since the llama-dynamic
-# fixture (6 more GroupQueryAttention builds), 263 since gpt_bigcode and openai-gpt (6 more
-# each). A change of the EPs' gqa_dtypes or of the fixtures changes it: update it with the reason.
-LEFT_OUT_COUNT = 263
+# fixture (6 more GroupQueryAttention builds), 275 since gpt_bigcode, openai-gpt, gptj and
+# codegen (6 more each). A change of the EPs' gqa_dtypes or of the fixtures changes it: update
+# it with the reason.
+LEFT_OUT_COUNT = 275
 per_left_padded_build = pytest.mark.parametrize(
     "name,ep,dtype", LEFT_PADDED, ids=[f"{n}-{e or 'noflag'}-{d}" for n, e, d in LEFT_PADDED]
 )
@@ -583,7 +584,7 @@ GENAI_TYPES = {"gpt2": "decoder", "qwen3": "qwen2", "gemma2": "gemma", "olmo2": 
                "apertus": "decoder"}
 GENAI_TYPES.update({"olmoe": "olmo", "granitemoe": "granite"})
 GENAI_TYPES.update({"gpt_oss": "gptoss"})
-GENAI_TYPES.update({"gpt_bigcode": "decoder", "openai-gpt": "decoder"})
+GENAI_TYPES.update({"gpt_bigcode": "decoder", "openai-gpt": "decoder", "gptj": "decoder", "codegen": "decoder"})
 
 
 @pytest.mark.parametrize("name", NAMES)

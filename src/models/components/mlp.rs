@@ -1,6 +1,6 @@
-//! Feed-forward blocks: gated `down(act(gate(x)) · up(x))` and plain GELU `down(gelu(up(x)))`.
+//! Feed-forward blocks: gated `down(act(gate(x)) · up(x))` and ungated `down(act(up(x)))`.
 
-use super::linear;
+use super::{linear, Activation};
 use crate::config::Gelu;
 use crate::ir::{Attr, DType, GraphBuilder};
 
@@ -45,19 +45,19 @@ pub fn gated_mlp(
     proj(b, &prod, "down_proj", intermediate, hidden)
 }
 
-/// `{prefix}.{down}(gelu({prefix}.{up}(x)))` with the config's hidden and intermediate sizes
+/// `{prefix}.{down}(act({prefix}.{up}(x)))` with the config's hidden and intermediate sizes
 /// and MLP biases: the ungated MLP of GPT-2-like families (the names are the checkpoint's).
-pub fn gelu_mlp(
+pub fn ungated_mlp(
     b: &mut GraphBuilder,
     cfg: &crate::config::ArchConfig,
     x: &str,
     (prefix, up, down): (&str, &str, &str),
-    variant: Gelu,
+    act: Activation,
     dtype: DType,
 ) -> String {
     let (h, inner, bias) = (cfg.hidden_size, cfg.intermediate_size, cfg.mlp_bias);
     let hidden = linear(b, x, &format!("{prefix}.{up}"), h, inner, bias, dtype);
-    let hidden = super::gelu(b, &hidden, variant);
+    let hidden = act.apply(b, &hidden);
     linear(
         b,
         &hidden,

@@ -28,7 +28,7 @@ pub use fused_qkv::{fused_qkv, FusedQkv};
 pub use gelu::gelu;
 pub use linear::linear;
 pub use mask::{padding_mask, sliding_window_mask};
-pub use mlp::{gated_mlp, gelu_mlp, GateActivation};
+pub use mlp::{gated_mlp, ungated_mlp, GateActivation};
 pub use moe::{gated_shared_expert, sparse_moe, ExpertNames, ExpertWeights, MoeSpec, Router};
 pub use norm::{
     layer_norm, layer_norm_into, offset_rms_norm, per_head_norm, rms_norm, Norm, NormKind,
