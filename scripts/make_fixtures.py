@@ -92,6 +92,8 @@ from transformers import (
     Starcoder2Config,
     Starcoder2ForCausalLM,
     OlmoConfig,
+    OPTConfig,
+    OPTForCausalLM,
     OlmoForCausalLM,
     Olmo2Config,
     Olmo2ForCausalLM,
@@ -494,6 +496,24 @@ def make_config(kind: str, vocab: int, ids: dict):
             layer_norm_epsilon=1e-5,
             vocab_size=vocab,
             tie_word_embeddings=False,
+            **ids,
+        )
+    if kind in ("opt", "opt-350m"):
+        # Learned positions two rows into their table, ReLU MLP (fc1/fc2), biases everywhere,
+        # tied head; opt-350m: post-norm layers without a final norm, embeddings 32 wide
+        # projected in and out of the hidden 64 (project_in, project_out).
+        post = kind == "opt-350m"
+        return OPTForCausalLM, OPTConfig(
+            hidden_size=DIMS["hidden_size"],
+            num_hidden_layers=DIMS["num_hidden_layers"],
+            num_attention_heads=DIMS["num_attention_heads"],
+            ffn_dim=DIMS["intermediate_size"],
+            max_position_embeddings=DIMS["max_position_embeddings"],
+            do_layer_norm_before=not post,
+            word_embed_proj_dim=32 if post else None,
+            activation_function="relu",
+            vocab_size=vocab,
+            tie_word_embeddings=True,
             **ids,
         )
     if kind == "phi":
@@ -984,6 +1004,8 @@ FIXTURES = {
     "openai-gpt": (5020, "f32", "v5", None),
     "gptj": (5030, "f32", "v5", None),
     "codegen": (5040, "f32", "v5", None),
+    "opt": (5050, "f32", "v5", None),
+    "opt-350m": (5060, "f32", "v5", None),
     "phi": (6000, "f32", "v4", None),
     "qwen3": (5000, "f32", "v5", None),
     "smollm3": (6000, "f32", "v4", None),

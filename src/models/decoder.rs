@@ -180,8 +180,14 @@ pub trait Family {
         false
     }
 
-    /// The embeddings from the gathered token rows `x` (e.g. scaled, or plus learned
-    /// positions).
+    /// The width of the token embedding table and of the LM head's input (OPT's
+    /// `word_embed_proj_dim`): by default the hidden size.
+    fn embed_width(&self, cfg: &ArchConfig) -> usize {
+        cfg.hidden_size
+    }
+
+    /// The embeddings from the gathered token rows `x` (e.g. scaled, projected, or plus
+    /// learned positions).
     fn embed(
         &self,
         _b: &mut GraphBuilder,
@@ -324,7 +330,7 @@ pub trait Family {
     }
 
     /// Writes the graph output `logits` from the final hidden states `x` and the LM head
-    /// weight `head` (`[H, vocab]`): `x @ head`.
+    /// weight `head` (`[embed_width, vocab]`): `x @ head`.
     fn logits(&self, b: &mut GraphBuilder, _cfg: &ArchConfig, x: &str, head: &str, _dtype: DType) {
         b.op_into("MatMul", &[x, head], vec![], "logits");
     }
@@ -395,7 +401,7 @@ pub fn biased_logits(b: &mut GraphBuilder, cfg: &ArchConfig, x: &str, head: &str
 /// Builds the decoder graph of `cfg` with the hooks of `family`.
 pub fn build(cfg: &ArchConfig, dtype: DType, family: &dyn Family) -> Graph {
     let mut b = GraphBuilder::new("main_graph");
-    let h = cfg.hidden_size;
+    let (h, width) = (cfg.hidden_size, family.embed_width(cfg));
     let names = family.names();
     let io = decoder_io(&mut b, DecoderDims::of(cfg), dtype);
 
@@ -404,7 +410,7 @@ pub fn build(cfg: &ArchConfig, dtype: DType, family: &dyn Family) -> Graph {
     let embed = b.initializer(Initializer {
         name: format!("{embed_module}.weight"),
         dtype,
-        shape: vec![cfg.vocab_size, h],
+        shape: vec![cfg.vocab_size, width],
         source: Some(TensorSource::Checkpoint(format!("{embed_module}.weight"))),
     });
     let gathered = b.op(
@@ -453,7 +459,7 @@ pub fn build(cfg: &ArchConfig, dtype: DType, family: &dyn Family) -> Graph {
         b.initializer(Initializer {
             name: "lm_head.weight_t".into(),
             dtype,
-            shape: vec![h, cfg.vocab_size],
+            shape: vec![width, cfg.vocab_size],
             source: Some(TensorSource::Transpose(Box::new(TensorSource::Checkpoint(
                 "lm_head.weight".into(),
             )))),

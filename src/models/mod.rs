@@ -37,6 +37,7 @@ pub mod olmo2;
 pub mod olmo3;
 pub mod olmoe;
 pub mod openai;
+pub mod opt;
 pub mod phi;
 pub mod phi3;
 pub mod phimoe;

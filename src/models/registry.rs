@@ -24,6 +24,7 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &super::gpt_bigcode::FAMILY,
     &super::openai::FAMILY,
     &super::gptj::FAMILY,
+    &super::opt::FAMILY,
     &super::phi::FAMILY,
     &super::qwen3::FAMILY,
     &super::smollm3::FAMILY,
