@@ -75,6 +75,8 @@ from transformers import (
     GPTBigCodeForCausalLM,
     GPTJConfig,
     GPTJForCausalLM,
+    GPTNeoConfig,
+    GPTNeoForCausalLM,
     GPTNeoXConfig,
     GPTNeoXForCausalLM,
     GraniteConfig,
@@ -496,6 +498,22 @@ def make_config(kind: str, vocab: int, ids: dict):
             layer_norm_epsilon=1e-5,
             vocab_size=vocab,
             tie_word_embeddings=False,
+            **ids,
+        )
+    if kind == "gpt_neo":
+        # Global then local attention (a window of 4, shorter than the prompt), unscaled
+        # attention scores, unbiased q/k/v, learned positions, tied head.
+        return GPTNeoForCausalLM, GPTNeoConfig(
+            hidden_size=DIMS["hidden_size"],
+            num_layers=DIMS["num_hidden_layers"],
+            num_heads=DIMS["num_attention_heads"],
+            intermediate_size=DIMS["intermediate_size"],
+            max_position_embeddings=DIMS["max_position_embeddings"],
+            attention_types=[[["global", "local"], 1]],
+            window_size=4,
+            activation_function="gelu_new",
+            vocab_size=vocab,
+            tie_word_embeddings=True,
             **ids,
         )
     if kind in ("opt", "opt-350m"):
@@ -1004,6 +1022,7 @@ FIXTURES = {
     "openai-gpt": (5020, "f32", "v5", None),
     "gptj": (5030, "f32", "v5", None),
     "codegen": (5040, "f32", "v5", None),
+    "gpt_neo": (5070, "f32", "v5", None),
     "opt": (5050, "f32", "v5", None),
     "opt-350m": (5060, "f32", "v5", None),
     "phi": (6000, "f32", "v4", None),

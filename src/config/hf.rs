@@ -133,8 +133,10 @@ pub struct HfConfig {
     pub d_model: Option<i64>,
     /// XGLM: `attention_heads`.
     pub attention_heads: Option<i64>,
-    /// XGLM: `num_layers`.
+    /// XGLM, GPT-Neo: `num_layers`.
     pub num_layers: Option<i64>,
+    /// GPT-Neo: `num_heads`.
+    pub num_heads: Option<i64>,
     /// GPT-2: `scale_attn_by_inverse_layer_idx`.
     pub scale_attn_by_inverse_layer_idx: Option<bool>,
     /// GPT-2: `add_cross_attention` (encoder-decoder use).

@@ -21,6 +21,7 @@ pub mod glm;
 pub mod glm4;
 pub mod gpt2;
 pub mod gpt_bigcode;
+pub mod gpt_neo;
 pub mod gpt_neox;
 pub mod gpt_oss;
 pub mod gptj;

@@ -25,6 +25,7 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &super::openai::FAMILY,
     &super::gptj::FAMILY,
     &super::opt::FAMILY,
+    &super::gpt_neo::FAMILY,
     &super::phi::FAMILY,
     &super::qwen3::FAMILY,
     &super::smollm3::FAMILY,
