@@ -96,6 +96,12 @@ from transformers import (
     GenerationConfig,
     GPT2Config,
     GPT2LMHeadModel,
+    GPTBigCodeConfig,
+    GPTBigCodeForCausalLM,
+    GPTJConfig,
+    GPTJForCausalLM,
+    GPTNeoConfig,
+    GPTNeoForCausalLM,
     GPTNeoXConfig,
     GPTNeoXForCausalLM,
     GraniteConfig,
@@ -116,6 +122,8 @@ from transformers import (
     Starcoder2Config,
     Starcoder2ForCausalLM,
     OlmoConfig,
+    OPTConfig,
+    OPTForCausalLM,
     OlmoForCausalLM,
     Olmo2Config,
     Olmo2ForCausalLM,
@@ -145,6 +153,8 @@ from transformers import (
     CwmConfig,
     CwmForCausalLM,
     CohereForCausalLM,
+    CodeGenConfig,
+    CodeGenForCausalLM,
     Ernie4_5Config,
     Ernie4_5ForCausalLM,
     Cohere2Config,
@@ -154,6 +164,8 @@ from transformers import (
     Exaone4ForCausalLM,
     NemotronConfig,
     NemotronForCausalLM,
+    OpenAIGPTConfig,
+    OpenAIGPTLMHeadModel,
     PhiConfig,
     PhiForCausalLM,
     PreTrainedTokenizerFast,
@@ -470,6 +482,87 @@ def make_config(kind: str, vocab: int, ids: dict):
             n_inner=None,  # 4 * n_embd
             activation_function="gelu_new",
             layer_norm_epsilon=1e-5,
+            vocab_size=vocab,
+            tie_word_embeddings=True,
+            **ids,
+        )
+    if kind == "gpt_bigcode":
+        # SantaCoder's layout: GPT-2 with nn.Linear weights and multi-query attention (one
+        # key/value head in the fused c_attn), tanh GELU, tied head.
+        return GPTBigCodeForCausalLM, GPTBigCodeConfig(
+            n_embd=DIMS["hidden_size"],
+            n_layer=DIMS["num_hidden_layers"],
+            n_head=DIMS["num_attention_heads"],
+            n_positions=DIMS["max_position_embeddings"],
+            n_inner=DIMS["intermediate_size"],
+            activation_function="gelu_pytorch_tanh",
+            layer_norm_epsilon=1e-5,
+            multi_query=True,
+            vocab_size=vocab,
+            tie_word_embeddings=True,
+            **ids,
+        )
+    if kind == "openai-gpt":
+        # GPT-1: post-norm layers (ln(x + f(x))), no final norm, Conv1D weights, "gelu" (tanh).
+        return OpenAIGPTLMHeadModel, OpenAIGPTConfig(
+            n_embd=DIMS["hidden_size"],
+            n_layer=DIMS["num_hidden_layers"],
+            n_head=DIMS["num_attention_heads"],
+            n_positions=DIMS["max_position_embeddings"],
+            afn="gelu",
+            layer_norm_epsilon=1e-5,
+            vocab_size=vocab,
+            tie_word_embeddings=True,
+            **ids,
+        )
+    if kind in ("gptj", "codegen"):
+        # Parallel attention and MLP off one LayerNorm, interleaved RoPE on half of each head
+        # (rotary_dim 8 of 16), unbiased q/k/v/out, LM head with bias, untied; codegen: the
+        # fused qkv_proj in 4 shards of q, v, k.
+        cls, config = {"gptj": (GPTJForCausalLM, GPTJConfig), "codegen": (CodeGenForCausalLM, CodeGenConfig)}[kind]
+        return cls, config(
+            n_embd=DIMS["hidden_size"],
+            n_layer=DIMS["num_hidden_layers"],
+            n_head=DIMS["num_attention_heads"],
+            n_positions=DIMS["max_position_embeddings"],
+            n_inner=DIMS["intermediate_size"],
+            rotary_dim=8,
+            activation_function="gelu_new",
+            layer_norm_epsilon=1e-5,
+            vocab_size=vocab,
+            tie_word_embeddings=False,
+            **ids,
+        )
+    if kind == "gpt_neo":
+        # Global then local attention (a window of 4, shorter than the prompt), unscaled
+        # attention scores, unbiased q/k/v, learned positions, tied head.
+        return GPTNeoForCausalLM, GPTNeoConfig(
+            hidden_size=DIMS["hidden_size"],
+            num_layers=DIMS["num_hidden_layers"],
+            num_heads=DIMS["num_attention_heads"],
+            intermediate_size=DIMS["intermediate_size"],
+            max_position_embeddings=DIMS["max_position_embeddings"],
+            attention_types=[[["global", "local"], 1]],
+            window_size=4,
+            activation_function="gelu_new",
+            vocab_size=vocab,
+            tie_word_embeddings=True,
+            **ids,
+        )
+    if kind in ("opt", "opt-350m"):
+        # Learned positions two rows into their table, ReLU MLP (fc1/fc2), biases everywhere,
+        # tied head; opt-350m: post-norm layers without a final norm, embeddings 32 wide
+        # projected in and out of the hidden 64 (project_in, project_out).
+        post = kind == "opt-350m"
+        return OPTForCausalLM, OPTConfig(
+            hidden_size=DIMS["hidden_size"],
+            num_hidden_layers=DIMS["num_hidden_layers"],
+            num_attention_heads=DIMS["num_attention_heads"],
+            ffn_dim=DIMS["intermediate_size"],
+            max_position_embeddings=DIMS["max_position_embeddings"],
+            do_layer_norm_before=not post,
+            word_embed_proj_dim=32 if post else None,
+            activation_function="relu",
             vocab_size=vocab,
             tie_word_embeddings=True,
             **ids,
@@ -1073,7 +1166,10 @@ def perturb(model, seed: int) -> None:
                 v = norm_offset + 0.2 * r if not name.endswith(".bias") else 0.1 * r
             elif name.endswith(".bias"):
                 v = 0.1 * r
-            elif "embed_tokens" in name or "embed_in" in name or "lm_head" in name or ".wte." in name or ".wpe." in name:
+            elif (
+                "embed_tokens" in name or "embed_in" in name or "lm_head" in name or ".wte." in name or ".wpe." in name
+                or "tokens_embed" in name or "positions_embed" in name or "embed_positions" in name
+            ):
                 # logits of a few units: not flat, yet small enough that f16
                 # rounding (ulp 2^-8 at 4) keeps f16 builds well inside 2e-2.
                 v = 0.1 * r
@@ -1226,6 +1322,13 @@ FIXTURES = {
     "gemma2": (6000, "f32", "v4", None),
     "gemma3_text": (7000, "f32", "v5", None),
     "gpt2": (5000, "f32", "v5", None),
+    "gpt_bigcode": (5010, "f32", "v5", None),
+    "openai-gpt": (5020, "f32", "v5", None),
+    "gptj": (5030, "f32", "v5", None),
+    "codegen": (5040, "f32", "v5", None),
+    "gpt_neo": (5070, "f32", "v5", None),
+    "opt": (5050, "f32", "v5", None),
+    "opt-350m": (5060, "f32", "v5", None),
     "phi": (6000, "f32", "v4", None),
     "qwen3": (5000, "f32", "v5", None),
     "smollm3": (6000, "f32", "v4", None),

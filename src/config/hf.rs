@@ -101,6 +101,42 @@ pub struct HfConfig {
     pub activation_function: Option<String>,
     /// GPT-2: `scale_attn_weights` (false: attention scores are not scaled).
     pub scale_attn_weights: Option<bool>,
+    /// GPT-BigCode: `multi_query` (one key/value head; default true).
+    pub multi_query: Option<bool>,
+    /// GPT-J, CodeGen: `rotary_dim` (the rotated channels of each head): `Some(None)` when
+    /// written as `null`, `None` when absent (the default, 64).
+    #[serde(default, deserialize_with = "nullable")]
+    pub rotary_dim: Option<Option<i64>>,
+    /// OpenAI GPT: `afn` (the MLP activation).
+    pub afn: Option<String>,
+    /// OPT: `do_layer_norm_before` (pre-norm layers; false: post-norm, OPT-350m).
+    pub do_layer_norm_before: Option<bool>,
+    /// OPT: `word_embed_proj_dim` (the embedding width, projected to `hidden_size` when it
+    /// differs).
+    pub word_embed_proj_dim: Option<i64>,
+    /// OPT: `enable_bias` (biases on every projection).
+    pub enable_bias: Option<bool>,
+    /// OPT: `layer_norm_elementwise_affine` (LayerNorm weights and biases).
+    pub layer_norm_elementwise_affine: Option<bool>,
+    /// OPT, XGLM, BioGPT-like: `ffn_dim` (the MLP width).
+    pub ffn_dim: Option<i64>,
+    /// OPT: `_remove_final_layer_norm` (legacy: no final LayerNorm).
+    #[serde(rename = "_remove_final_layer_norm")]
+    pub remove_final_layer_norm: Option<bool>,
+    /// GPT-Neo: `attention_types` (`[[["global", "local"], n], …]`).
+    pub attention_types: Option<Value>,
+    /// GPT-Neo: `window_size` (the local layers' window).
+    pub window_size: Option<i64>,
+    /// XGLM, BioGPT: `scale_embedding` (token embeddings times √d_model).
+    pub scale_embedding: Option<bool>,
+    /// XGLM: `d_model`.
+    pub d_model: Option<i64>,
+    /// XGLM: `attention_heads`.
+    pub attention_heads: Option<i64>,
+    /// XGLM, GPT-Neo, EXAONE 3: `num_layers` (their name for `num_hidden_layers`).
+    pub num_layers: Option<i64>,
+    /// GPT-Neo: `num_heads`.
+    pub num_heads: Option<i64>,
     /// GPT-2: `scale_attn_by_inverse_layer_idx`.
     pub scale_attn_by_inverse_layer_idx: Option<bool>,
     /// GPT-2: `add_cross_attention` (encoder-decoder use).
@@ -180,8 +216,6 @@ pub struct HfConfig {
     pub attention_out_bias: Option<bool>,
     /// `bias` (InternLM3: its name for `mlp_bias`).
     pub bias: Option<bool>,
-    /// `num_layers` (EXAONE 3: its name for `num_hidden_layers`).
-    pub num_layers: Option<i64>,
     /// `layer_rope_theta` (Granite SWA: the RoPE base of each layer, 0 for none).
     pub layer_rope_theta: Option<Vec<f64>>,
     /// `shared_intermediate_size` (Granite-MoE shared: the width of the shared expert, 0 for

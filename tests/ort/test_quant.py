@@ -57,6 +57,8 @@ EXACT_TABLE = "quantized builds at accuracy_level 0: max abs error to the fake-q
 ALLOWED_MISSES = {
     ("ernie4_5", "cpu", "f32", 4): 0.997779,
     ("ernie4_5", "webgpu", "f16", 4): 0.99688,
+    ("gpt_neo", "cpu", "f32", 4): 0.997814,
+    ("gpt_neo", "webgpu", "f16", 4): 0.997124,
     ("granitemoe", "cpu", "f32", 4): 0.970092,
     ("hunyuan_v1_dense", "cpu", "f32", 4): 0.998905,
     ("internlm3", "webgpu", "f16", 4): 0.998983,
