@@ -55,6 +55,8 @@ from transformers import (
     ApertusConfig,
     ApertusForCausalLM,
     BertConfig,
+    BloomConfig,
+    BloomForCausalLM,
     BertModel,
     GlmConfig,
     GlmForCausalLM,
@@ -334,6 +336,18 @@ def make_config(kind: str, vocab: int, ids: dict):
             use_parallel_residual=True,
             tie_word_embeddings=False,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
+        )
+    if kind == "bloom":
+        # ALiBi, LayerNorm on the embeddings, fused head-interleaved query_key_value, tanh
+        # GELU, biases everywhere, tied head; 4 heads, so 4 distinct slopes.
+        return BloomForCausalLM, BloomConfig(
+            vocab_size=vocab,
+            hidden_size=DIMS["hidden_size"],
+            n_layer=DIMS["num_hidden_layers"],
+            n_head=DIMS["num_attention_heads"],
+            layer_norm_epsilon=1e-5,
+            tie_word_embeddings=True,
+            **ids,
         )
     if kind == "gpt_neox":
         # Pythia's layout: fused head-interleaved query_key_value, parallel residual with two
@@ -807,7 +821,7 @@ def perturb(model, seed: int) -> None:
                 v = norm_offset + 0.2 * r if not name.endswith(".bias") else 0.1 * r
             elif name.endswith(".bias"):
                 v = 0.1 * r
-            elif "embed_tokens" in name or "embed_in" in name or "lm_head" in name or ".wte." in name or ".wpe." in name:
+            elif "embed_tokens" in name or "embed_in" in name or "lm_head" in name or ".wte." in name or ".wpe." in name or "word_embeddings." in name:
                 # logits of a few units: not flat, yet small enough that f16
                 # rounding (ulp 2^-8 at 4) keeps f16 builds well inside 2e-2.
                 v = 0.1 * r
@@ -956,6 +970,7 @@ FIXTURES = {
     "phimoe": (5300, "f32", "v5", None),
     "gpt_oss": (5300, "f32", "v5", None),
     "llama-dynamic": (5400, "f32", "v5", None),
+    "bloom": (5500, "f32", "v5", None),
 }
 
 

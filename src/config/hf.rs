@@ -93,6 +93,10 @@ pub struct HfConfig {
     pub n_head: Option<i64>,
     /// GPT-2: `n_positions` (rows of the learned position table).
     pub n_positions: Option<i64>,
+    /// BLOOM: `n_embed` (the old spelling of `hidden_size`).
+    pub n_embed: Option<i64>,
+    /// BLOOM: `apply_residual_connection_post_layernorm` (the normed input as the residual).
+    pub apply_residual_connection_post_layernorm: Option<bool>,
     /// GPT-2: `n_inner` (null → 4 · n_embd).
     pub n_inner: Option<i64>,
     /// GPT-2: `layer_norm_epsilon`.

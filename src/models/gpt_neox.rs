@@ -163,40 +163,7 @@ impl Family for GptNeox {
         attn: &str,
         dtype: DType,
     ) -> [String; 3] {
-        let fused = format!("{attn}.query_key_value");
-        let heads = HeadRows {
-            heads: cfg.num_attention_heads,
-            head_dim: cfg.head_dim,
-        };
-        let (h, q) = (cfg.hidden_size, cfg.q_size());
-        ["q_proj", "k_proj", "v_proj"]
-            .into_iter()
-            .enumerate()
-            .map(|(part, name)| {
-                let prefix = format!("{attn}.{name}");
-                let w = b.initializer(Initializer {
-                    name: format!("{prefix}.weight_t"),
-                    dtype,
-                    shape: vec![h, q],
-                    source: Some(TensorSource::Transpose(Box::new(
-                        heads.of(&format!("{fused}.weight"), part),
-                    ))),
-                });
-                let y = b.op("MatMul", &[x, &w], vec![]);
-                if !cfg.qkv_bias {
-                    return y;
-                }
-                let bias = b.initializer(Initializer {
-                    name: format!("{prefix}.bias"),
-                    dtype,
-                    shape: vec![q],
-                    source: Some(heads.of(&format!("{fused}.bias"), part)),
-                });
-                b.op("Add", &[&y, &bias], vec![])
-            })
-            .collect::<Vec<_>>()
-            .try_into()
-            .expect("three projections")
+        head_interleaved_qkv(b, cfg, x, attn, dtype)
     }
 
     /// `dense_4h_to_h(gelu(dense_h_to_4h(x)))`.
@@ -217,6 +184,52 @@ impl Family for GptNeox {
             dtype,
         )
     }
+}
+
+/// q, k and v of attention module `attn` as three projections (`{attn}.q_proj` …, biased per
+/// `cfg.qkv_bias`), their rows gathered at save time from the fused `{attn}.query_key_value`
+/// whose rows are grouped by head (`[heads, 3, head_dim]`: GPT-NeoX, BLOOM).
+pub fn head_interleaved_qkv(
+    b: &mut GraphBuilder,
+    cfg: &ArchConfig,
+    x: &str,
+    attn: &str,
+    dtype: DType,
+) -> [String; 3] {
+    let fused = format!("{attn}.query_key_value");
+    let heads = HeadRows {
+        heads: cfg.num_attention_heads,
+        head_dim: cfg.head_dim,
+    };
+    let (h, q) = (cfg.hidden_size, cfg.q_size());
+    ["q_proj", "k_proj", "v_proj"]
+        .into_iter()
+        .enumerate()
+        .map(|(part, name)| {
+            let prefix = format!("{attn}.{name}");
+            let w = b.initializer(Initializer {
+                name: format!("{prefix}.weight_t"),
+                dtype,
+                shape: vec![h, q],
+                source: Some(TensorSource::Transpose(Box::new(
+                    heads.of(&format!("{fused}.weight"), part),
+                ))),
+            });
+            let y = b.op("MatMul", &[x, &w], vec![]);
+            if !cfg.qkv_bias {
+                return y;
+            }
+            let bias = b.initializer(Initializer {
+                name: format!("{prefix}.bias"),
+                dtype,
+                shape: vec![q],
+                source: Some(heads.of(&format!("{fused}.bias"), part)),
+            });
+            b.op("Add", &[&y, &bias], vec![])
+        })
+        .collect::<Vec<_>>()
+        .try_into()
+        .expect("three projections")
 }
 
 /// The head-interleaved rows of a fused q/k/v tensor: `[heads, 3, head_dim]` along axis 0.

@@ -48,6 +48,7 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &super::exaone4::FAMILY,
     &super::ernie4_5::FAMILY,
     &super::apertus::FAMILY,
+    &super::bloom::FAMILY,
     &super::bert::FAMILY,
 ];
 

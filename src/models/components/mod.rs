@@ -1,5 +1,6 @@
 //! Building blocks shared by the model builders; each emits standard ONNX (opset 24) ops.
 
+pub mod alibi;
 pub mod attention;
 pub mod clamped_moe;
 pub mod conv1d;
@@ -16,6 +17,7 @@ pub mod rope;
 pub mod scalar;
 pub mod sink_attention;
 
+pub use alibi::{alibi_bias, alibi_slopes, ALIBI_BIAS};
 pub use attention::{attention, soft_capped_attention, AttentionSpec};
 pub use clamped_moe::{clamped_moe, ClampedMoe};
 pub use conv1d::{conv1d, Conv1dParams};
