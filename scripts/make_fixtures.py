@@ -113,6 +113,8 @@ from transformers import (
     MistralForCausalLM,
     MixtralConfig,
     MixtralForCausalLM,
+    MptConfig,
+    MptForCausalLM,
     PhimoeConfig,
     PhimoeForCausalLM,
     CohereConfig,
@@ -346,6 +348,21 @@ def make_config(kind: str, vocab: int, ids: dict):
             n_layer=DIMS["num_hidden_layers"],
             n_head=DIMS["num_attention_heads"],
             layer_norm_epsilon=1e-5,
+            tie_word_embeddings=True,
+            **ids,
+        )
+    if kind == "mpt":
+        # ALiBi with 6 heads (not a power of two: MPT's slope order differs from BLOOM's),
+        # bias-free LayerNorms and projections, q/k/v clamped by attn_config.clip_qkv, tied
+        # head. 48 wide so the fixture stays small.
+        return MptForCausalLM, MptConfig(
+            vocab_size=vocab,
+            d_model=48,
+            n_heads=6,
+            n_layers=DIMS["num_hidden_layers"],
+            max_seq_len=DIMS["max_position_embeddings"],
+            layer_norm_epsilon=1e-5,
+            attn_config={"clip_qkv": 1.0},
             tie_word_embeddings=True,
             **ids,
         )
@@ -971,6 +988,7 @@ FIXTURES = {
     "gpt_oss": (5300, "f32", "v5", None),
     "llama-dynamic": (5400, "f32", "v5", None),
     "bloom": (5500, "f32", "v5", None),
+    "mpt": (5600, "f32", "v5", None),
 }
 
 

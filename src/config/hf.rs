@@ -97,6 +97,16 @@ pub struct HfConfig {
     pub n_embed: Option<i64>,
     /// BLOOM: `apply_residual_connection_post_layernorm` (the normed input as the residual).
     pub apply_residual_connection_post_layernorm: Option<bool>,
+    /// MPT: `d_model` (the hidden size).
+    pub d_model: Option<i64>,
+    /// MPT: `n_heads`.
+    pub n_heads: Option<i64>,
+    /// MPT: `n_layers`.
+    pub n_layers: Option<i64>,
+    /// MPT: `max_seq_len`.
+    pub max_seq_len: Option<i64>,
+    /// MPT: `attn_config` (a dict: `softmax_scale`, `clip_qkv`, …).
+    pub attn_config: Option<Value>,
     /// GPT-2: `n_inner` (null → 4 · n_embd).
     pub n_inner: Option<i64>,
     /// GPT-2: `layer_norm_epsilon`.

@@ -29,6 +29,7 @@ pub mod helium;
 pub mod llama;
 pub mod ministral;
 pub mod mixtral;
+pub mod mpt;
 pub mod multimodal;
 pub mod nemotron;
 pub mod olmo;

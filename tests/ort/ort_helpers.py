@@ -59,6 +59,8 @@ def model_dims(cfg: dict) -> dict:
         cfg = {**cfg, "num_attention_heads": cfg["n_head"], "hidden_size": cfg["n_embd"], "num_hidden_layers": cfg["n_layer"]}
     if cfg.get("model_type") == "bloom":  # BLOOM spells the head and layer counts GPT-2's way
         cfg = {**cfg, "num_attention_heads": cfg["n_head"], "num_hidden_layers": cfg["n_layer"]}
+    if cfg.get("model_type") == "mpt":  # MPT's own spellings
+        cfg = {**cfg, "num_attention_heads": cfg["n_heads"], "hidden_size": cfg["d_model"], "num_hidden_layers": cfg["n_layers"]}
     heads = cfg["num_attention_heads"]
     head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
     return {

@@ -375,14 +375,14 @@ def uses_gqa(built, name: str, ep, dtype: str) -> bool:
 SINK_ATTENTION = {"gpt_oss"}
 # model_types whose attention adds an ALiBi bias: GroupQueryAttention takes none, so their
 # attention stays Attention (or standard ops) on every EP.
-ALIBI_ATTENTION = {"bloom"}
+ALIBI_ATTENTION = {"bloom", "mpt"}
 
 
 def gqa_expected(name: str, ep, dtype: str) -> bool:
     """Whether the EP's capabilities put GroupQueryAttention on this build (no --ep flag: the
     `default` EP). Attention with sinks (gpt_oss) becomes GroupQueryAttention with head_sink
     only through the fused-rotary rule (sink-attention-to-gqa); elsewhere it stays in standard
-    ops. ALiBi attention (bloom) never becomes GroupQueryAttention."""
+    ops. ALiBi attention (bloom, mpt) never becomes GroupQueryAttention."""
     caps = list_eps()[ep or "default"]
     model_type = load_config(FIXTURES_DIR / name)["model_type"]
     if model_type in ALIBI_ATTENTION:
@@ -586,7 +586,7 @@ GENAI_TYPES = {"gpt2": "decoder", "qwen3": "qwen2", "gemma2": "gemma", "olmo2": 
                "mixtral": "mistral", "qwen2_moe": "qwen2", "qwen3_moe": "qwen2", "stablelm": "decoder",
                "gpt_neox": "decoder", "cohere": "decoder", "glm": "decoder", "glm4": "decoder",
                "olmo3": "olmo", "exaone4": "decoder", "cohere2": "decoder",
-               "apertus": "decoder", "bloom": "decoder"}
+               "apertus": "decoder", "bloom": "decoder", "mpt": "decoder"}
 GENAI_TYPES.update({"olmoe": "olmo", "granitemoe": "granite"})
 GENAI_TYPES.update({"gpt_oss": "gptoss"})
 
