@@ -125,6 +125,8 @@ from transformers import (
     Cohere2ForCausalLM,
     Exaone4Config,
     Exaone4ForCausalLM,
+    FalconConfig,
+    FalconForCausalLM,
     NemotronConfig,
     NemotronForCausalLM,
     PhiConfig,
@@ -363,6 +365,59 @@ def make_config(kind: str, vocab: int, ids: dict):
             max_seq_len=DIMS["max_position_embeddings"],
             layer_norm_epsilon=1e-5,
             attn_config={"clip_qkv": 1.0},
+            tie_word_embeddings=True,
+            **ids,
+        )
+    if kind == "falcon":
+        # The new decoder architecture (Falcon-40B/180B): fused rows grouped by kv head (2 kv
+        # heads for 4 query heads), parallel blocks with ln_attn and ln_mlp, RoPE, exact GELU,
+        # no biases, tied head.
+        return FalconForCausalLM, FalconConfig(
+            vocab_size=vocab,
+            hidden_size=DIMS["hidden_size"],
+            num_hidden_layers=DIMS["num_hidden_layers"],
+            num_attention_heads=DIMS["num_attention_heads"],
+            num_kv_heads=DIMS["num_key_value_heads"],
+            new_decoder_architecture=True,
+            parallel_attn=True,
+            bias=False,
+            alibi=False,
+            max_position_embeddings=DIMS["max_position_embeddings"],
+            tie_word_embeddings=True,
+            **ids,
+        )
+    if kind == "falcon-mq":
+        # Falcon-7B's layout: multi-query (all query rows, then one key and one value head),
+        # parallel blocks on one input_layernorm, RoPE; biases on (Falcon-7B has none) so the
+        # multi-query bias split is checked too.
+        return FalconForCausalLM, FalconConfig(
+            vocab_size=vocab,
+            hidden_size=DIMS["hidden_size"],
+            num_hidden_layers=DIMS["num_hidden_layers"],
+            num_attention_heads=DIMS["num_attention_heads"],
+            new_decoder_architecture=False,
+            multi_query=True,
+            parallel_attn=True,
+            bias=True,
+            alibi=False,
+            max_position_embeddings=DIMS["max_position_embeddings"],
+            tie_word_embeddings=True,
+            **ids,
+        )
+    if kind == "falcon-alibi":
+        # Falcon-RW's layout: ALiBi, per-head fused rows (multi-head), sequential blocks with
+        # input_layernorm and post_attention_layernorm, biases everywhere, tied head.
+        return FalconForCausalLM, FalconConfig(
+            vocab_size=vocab,
+            hidden_size=DIMS["hidden_size"],
+            num_hidden_layers=DIMS["num_hidden_layers"],
+            num_attention_heads=DIMS["num_attention_heads"],
+            new_decoder_architecture=False,
+            multi_query=False,
+            parallel_attn=False,
+            bias=True,
+            alibi=True,
+            max_position_embeddings=DIMS["max_position_embeddings"],
             tie_word_embeddings=True,
             **ids,
         )
@@ -989,6 +1044,9 @@ FIXTURES = {
     "llama-dynamic": (5400, "f32", "v5", None),
     "bloom": (5500, "f32", "v5", None),
     "mpt": (5600, "f32", "v5", None),
+    "falcon": (5700, "f32", "v5", None),
+    "falcon-alibi": (5800, "f32", "v5", None),
+    "falcon-mq": (5900, "f32", "v5", None),
 }
 
 

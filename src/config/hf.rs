@@ -97,6 +97,24 @@ pub struct HfConfig {
     pub n_embed: Option<i64>,
     /// BLOOM: `apply_residual_connection_post_layernorm` (the normed input as the residual).
     pub apply_residual_connection_post_layernorm: Option<bool>,
+    /// Falcon: `num_kv_heads` (key/value heads of the new decoder architecture).
+    pub num_kv_heads: Option<i64>,
+    /// Falcon: `new_decoder_architecture`.
+    pub new_decoder_architecture: Option<bool>,
+    /// Falcon: `multi_query` (one key/value head).
+    pub multi_query: Option<bool>,
+    /// Falcon: `parallel_attn` (attention and MLP read the same input).
+    pub parallel_attn: Option<bool>,
+    /// Falcon: `num_ln_in_parallel_attn` (1 or 2 norms in a parallel block).
+    pub num_ln_in_parallel_attn: Option<i64>,
+    /// Falcon: `bias` (biases on every projection).
+    pub bias: Option<bool>,
+    /// Falcon: `alibi` (ALiBi instead of RoPE).
+    pub alibi: Option<bool>,
+    /// Falcon: `ffn_hidden_size` (null → 4 · hidden_size).
+    pub ffn_hidden_size: Option<i64>,
+    /// Falcon: `activation` (the MLP activation).
+    pub activation: Option<String>,
     /// MPT: `d_model` (the hidden size).
     pub d_model: Option<i64>,
     /// MPT: `n_heads`.

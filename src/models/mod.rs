@@ -16,6 +16,7 @@ pub mod components;
 pub mod decoder;
 pub mod ernie4_5;
 pub mod exaone4;
+pub mod falcon;
 pub mod family;
 pub mod gemma;
 pub mod glm;

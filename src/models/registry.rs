@@ -49,6 +49,7 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &super::ernie4_5::FAMILY,
     &super::apertus::FAMILY,
     &super::bloom::FAMILY,
+    &super::falcon::FAMILY,
     &super::mpt::FAMILY,
     &super::bert::FAMILY,
 ];

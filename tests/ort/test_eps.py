@@ -18,7 +18,7 @@ from ort_helpers import (
     run_mobius,
     run_mobius_unchecked,
 )
-from test_fixtures import ALIBI_ATTENTION, genai_greedy, genai_model
+from test_fixtures import alibi_attention, genai_greedy, genai_model
 
 # The built-ins in registration order, with their non-default fields (but mobius-onnx's supports_packed_multi_head_attention, max_buffer_size and requires_graph_capture_rewrite,
 # which change nothing in a mobius build: EP files may set them, with a warning).
@@ -189,8 +189,7 @@ def test_qnn_graph_is_decomposed(built, name):
     assert all(n.domain == "" for n in model.graph.node), sorted({n.domain for n in model.graph.node})
     assert {(o.domain, o.version) for o in model.opset_import} == {("", 24)}, model.opset_import
     assert {"Softmax", "MatMul", "Concat"} <= ops, sorted(ops)
-    alibi = load_config(FIXTURES_DIR / name)["model_type"] in ALIBI_ATTENTION
-    assert ("position_ids" in [i.name for i in model.graph.input]) != alibi
+    assert ("position_ids" in [i.name for i in model.graph.input]) != alibi_attention(name)
 
 
 # ---------------------------------------------------------------- KV buffer

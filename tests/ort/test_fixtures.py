@@ -373,21 +373,27 @@ def uses_gqa(built, name: str, ep, dtype: str) -> bool:
 
 # model_types whose attention has sinks.
 SINK_ATTENTION = {"gpt_oss"}
-# model_types whose attention adds an ALiBi bias: GroupQueryAttention takes none, so their
-# attention stays Attention (or standard ops) on every EP.
+# model_types whose attention adds an ALiBi bias (Falcon: where its config sets `alibi`):
+# GroupQueryAttention takes none, so their attention stays Attention (or standard ops) on every
+# EP.
 ALIBI_ATTENTION = {"bloom", "mpt"}
+
+
+def alibi_attention(name: str) -> bool:
+    """Whether fixture `name`'s attention adds an ALiBi bias."""
+    cfg = load_config(FIXTURES_DIR / name)
+    return cfg["model_type"] in ALIBI_ATTENTION or (cfg["model_type"] == "falcon" and cfg.get("alibi", False))
 
 
 def gqa_expected(name: str, ep, dtype: str) -> bool:
     """Whether the EP's capabilities put GroupQueryAttention on this build (no --ep flag: the
     `default` EP). Attention with sinks (gpt_oss) becomes GroupQueryAttention with head_sink
     only through the fused-rotary rule (sink-attention-to-gqa); elsewhere it stays in standard
-    ops. ALiBi attention (bloom, mpt) never becomes GroupQueryAttention."""
+    ops. ALiBi attention (bloom, mpt, falcon with alibi) never becomes GroupQueryAttention."""
     caps = list_eps()[ep or "default"]
-    model_type = load_config(FIXTURES_DIR / name)["model_type"]
-    if model_type in ALIBI_ATTENTION:
+    if alibi_attention(name):
         return False
-    sinks = model_type in SINK_ATTENTION
+    sinks = load_config(FIXTURES_DIR / name)["model_type"] in SINK_ATTENTION
     return dtype in caps["gqa_dtypes"] and (not sinks or caps["supports_fused_rope"])
 
 
@@ -399,9 +405,10 @@ def gqa_expected(name: str, ep, dtype: str) -> bool:
 LEFT_PADDED = [(name, ep, dtype) for name in NAMES for ep, dtype in BUILDS if not gqa_expected(name, ep, dtype)]
 LEFT_OUT = [(name, ep, dtype) for name in NAMES for ep, dtype in BUILDS if gqa_expected(name, ep, dtype)]
 # 245 builds x 2 left-padded tests: the 490 skips this replaced; 251 since the llama-dynamic
-# fixture (6 more GroupQueryAttention builds). A change of the EPs' gqa_dtypes or of the
-# fixtures changes it: update it with the reason.
-LEFT_OUT_COUNT = 251
+# fixture (6 more GroupQueryAttention builds); 263 since the rotary falcon and falcon-mq
+# fixtures (6 each; falcon-alibi, as bloom and mpt, adds none). A change of the EPs' gqa_dtypes
+# or of the fixtures changes it: update it with the reason.
+LEFT_OUT_COUNT = 263
 per_left_padded_build = pytest.mark.parametrize(
     "name,ep,dtype", LEFT_PADDED, ids=[f"{n}-{e or 'noflag'}-{d}" for n, e, d in LEFT_PADDED]
 )
@@ -586,7 +593,8 @@ GENAI_TYPES = {"gpt2": "decoder", "qwen3": "qwen2", "gemma2": "gemma", "olmo2": 
                "mixtral": "mistral", "qwen2_moe": "qwen2", "qwen3_moe": "qwen2", "stablelm": "decoder",
                "gpt_neox": "decoder", "cohere": "decoder", "glm": "decoder", "glm4": "decoder",
                "olmo3": "olmo", "exaone4": "decoder", "cohere2": "decoder",
-               "apertus": "decoder", "bloom": "decoder", "mpt": "decoder"}
+               "apertus": "decoder", "bloom": "decoder", "mpt": "decoder",
+               "falcon": "decoder"}
 GENAI_TYPES.update({"olmoe": "olmo", "granitemoe": "granite"})
 GENAI_TYPES.update({"gpt_oss": "gptoss"})
 
