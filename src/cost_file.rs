@@ -15,13 +15,13 @@ use serde::Serialize;
 
 use crate::ep::EpCapabilities;
 use crate::onnx::import;
+use crate::ops::types::SymDim;
 use crate::opt::analysis::OnnxGraph;
 use crate::opt::cost::{Bound, CostModel, Estimate, Workload};
 use crate::opt::extract::{greedy_dag, ExtractError};
 use crate::opt::lang::Onnx;
 use crate::opt::lift::{lift, Lifted};
 use crate::opt::opset;
-use crate::opt::types::SymDim;
 use crate::rulebook::contrib_functions::ContribFunctions;
 use crate::{Error, Result};
 

@@ -23,6 +23,7 @@ pub mod ir;
 pub mod limits;
 pub mod models;
 pub mod onnx;
+pub mod ops;
 pub mod opt;
 pub mod optimize_file;
 pub mod package;

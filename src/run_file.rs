@@ -19,10 +19,11 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use crate::interp::npy::{read_npy_within, to_npy};
-use crate::interp::{run_graph_with, Tensor};
+use crate::interp::run_graph_with;
 use crate::ir::{f8e4m3, DType, Dim, Graph, ValueInfo};
 use crate::limits::InterpLimits;
 use crate::onnx::import;
+use crate::ops::Tensor;
 use crate::package::interrupt::{remove_entry, staging};
 use crate::paths::file_component;
 use crate::rulebook::contrib_functions::ContribFunctions;

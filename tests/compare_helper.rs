@@ -5,8 +5,8 @@
 mod common;
 
 use common::compare::{assert_close, atol, compare, diff, max_abs_diff, Tol};
-use mobius::interp::Tensor;
 use mobius::ir::DType;
+use mobius::ops::Tensor;
 
 fn check(want: &[f64], got: &[f64], tol: Tol) -> Result<f64, String> {
     compare("y", (&[want.len()], want), (&[got.len()], got), tol)

@@ -11,13 +11,14 @@ use std::path::Path;
 use common::compare::{assert_tensors_close, Tol};
 use common::{fixture, mobius};
 use egg::ENodeOrVar;
+use mobius::interp::run_graph;
 use mobius::interp::Rng;
-use mobius::interp::{run_graph, Tensor};
 use mobius::ir::{Attr, DType, Dim, Graph, GraphBuilder, Model, Shape};
 use mobius::onnx::export::{model_proto, plan_layout};
 use mobius::onnx::functions::expand;
 use mobius::onnx::import::decode;
 use mobius::onnx::proto::{FunctionProto, ModelProto};
+use mobius::ops::Tensor;
 use mobius::opt::lang::Onnx;
 use mobius::opt::rules::Stage;
 use mobius::rulebook::contrib_functions::{

@@ -12,9 +12,10 @@ use std::collections::HashMap;
 
 use common::compare::{assert_close, atol};
 use common::*;
-use mobius::interp::{run_graph, Tensor};
+use mobius::interp::run_graph;
 use mobius::ir::{DType, Graph};
 use mobius::models::build_model;
+use mobius::ops::Tensor;
 use mobius::weights::eval::Evaluator;
 use mobius::weights::store::TensorStore;
 use serde_json::Value;

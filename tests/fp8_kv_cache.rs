@@ -10,9 +10,10 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use common::*;
-use mobius::interp::{run_graph, Tensor};
+use mobius::interp::run_graph;
 use mobius::ir::{Attr, DType, Model};
 use mobius::onnx::import;
+use mobius::ops::Tensor;
 use mobius::passes::fp8_kv_cache::{fp8_kv_cache, KvCacheScales};
 use mobius::rulebook::contrib_functions::ContribFunctions;
 use mobius::weights::eval::Evaluator;

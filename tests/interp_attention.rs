@@ -4,9 +4,11 @@
 //! Inputs come from `gen`, a deterministic pattern of multiples of 1/8 (exact in f32), so each
 //! case only pastes onnxruntime's outputs.
 
-use mobius::interp::{eval_op, Tensor};
+use mobius::interp::eval_op;
+
 use mobius::ir::{Attr, DType};
 use mobius::limits::InterpLimits;
+use mobius::ops::Tensor;
 
 /// `((i² · 3 + 7i + 5 · seed) mod 19 − 9) / 8` for each flat index `i` of `shape`.
 fn gen(shape: &[usize], seed: usize) -> Tensor {

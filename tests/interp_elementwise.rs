@@ -6,9 +6,11 @@
 
 use std::collections::HashMap;
 
-use mobius::interp::{eval_op, run_graph, Tensor, Values};
+use mobius::interp::{eval_op, run_graph};
+
 use mobius::ir::{Attr, DType, GraphBuilder, Shape, TensorData};
 use mobius::limits::InterpLimits;
+use mobius::ops::{Tensor, Values};
 use mobius::weights::eval::Evaluator;
 
 const NAN: f32 = f32::NAN;

@@ -2,9 +2,11 @@
 //! allocates, refuses malformed sizes from data with an error naming the node, and never
 //! panics on malformed inputs or attributes.
 
-use mobius::interp::{eval_op, Tensor};
+use mobius::interp::eval_op;
+
 use mobius::ir::{Attr, DType, TensorData};
 use mobius::limits::{InterpLimits, TENSOR_ELEMENTS_FLAG};
+use mobius::ops::Tensor;
 use mobius::Error;
 
 const SMALL: InterpLimits = InterpLimits {

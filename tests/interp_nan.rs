@@ -3,9 +3,11 @@
 //! and `probs · V` reads every key (`0 · NaN = NaN`). Each expectation was observed in
 //! onnxruntime on the same one-node model (tests/ort/interp_cases.py cross-checks them too).
 
-use mobius::interp::{eval_op, Tensor};
+use mobius::interp::eval_op;
+
 use mobius::ir::{Attr, DType};
 use mobius::limits::InterpLimits;
+use mobius::ops::Tensor;
 
 const NAN: f32 = f32::NAN;
 const INF: f32 = f32::INFINITY;

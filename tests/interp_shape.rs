@@ -4,9 +4,11 @@
 
 use std::collections::HashMap;
 
-use mobius::interp::{eval_op, run_graph, Tensor};
+use mobius::interp::{eval_op, run_graph};
+
 use mobius::ir::{Attr, DType, GraphBuilder, Shape};
 use mobius::limits::InterpLimits;
+use mobius::ops::Tensor;
 use mobius::weights::eval::Evaluator;
 
 /// float32 `0, 1, 2, …` of the given shape.

@@ -5,7 +5,8 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use mobius::interp::{run_graph, Tensor};
+use mobius::interp::run_graph;
+
 use mobius::ir::DType;
 use mobius::onnx::import;
 use mobius::onnx::proto::{
@@ -13,6 +14,7 @@ use mobius::onnx::proto::{
     ModelProto, NodeProto, OperatorSetIdProto, TensorShapeProto, TypeProto, TypeProtoTensor,
     ValueInfoProto,
 };
+use mobius::ops::Tensor;
 use mobius::rulebook::contrib_functions::ContribFunctions;
 use mobius::weights::eval::Evaluator;
 use prost::Message;

@@ -108,7 +108,7 @@ fn analysis_infers_the_declared_output_types() {
         let ty = eg[class].data.tensor().unwrap();
         assert_eq!(
             ty,
-            &mobius::opt::types::TensorType::of(out.dtype, &out.shape),
+            &mobius::ops::types::TensorType::of(out.dtype, &out.shape),
             "{}",
             out.name
         );
@@ -140,7 +140,7 @@ fn unknown_ops_take_their_types_from_value_info() {
         shape: Shape::new([2i64, 5]),
     });
     let lifted = lift(&graph).unwrap();
-    let declared = mobius::opt::types::TensorType::of(DType::F32, &Shape::new([2i64, 5]));
+    let declared = mobius::ops::types::TensorType::of(DType::F32, &Shape::new([2i64, 5]));
     assert_eq!(softsign(&lifted), declared);
     let back = round_trip(&graph);
     assert_eq!(
@@ -244,7 +244,7 @@ fn range_bounds_from_constant_nodes_and_shapes_lower_for_qnn() {
 }
 
 /// The root classes' types of the lifted graph.
-fn lifted_output_types(graph: &Graph) -> Vec<Option<mobius::opt::types::TensorType>> {
+fn lifted_output_types(graph: &Graph) -> Vec<Option<mobius::ops::types::TensorType>> {
     let lifted = lift(graph).unwrap();
     let eg = &lifted.egraph;
     let Onnx::Root(outs) = eg[lifted.root].nodes[0].clone() else {

@@ -11,8 +11,9 @@ use std::path::Path;
 
 use common::compare::{assert_close, atol};
 use common::*;
-use mobius::interp::{run_graph, Tensor};
+use mobius::interp::run_graph;
 use mobius::ir::{Attr, DType, Graph};
+use mobius::ops::Tensor;
 use mobius::rulebook::contrib_functions::ContribFunctions;
 use mobius::weights::eval::Evaluator;
 use serde_json::Value;

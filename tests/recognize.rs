@@ -8,9 +8,10 @@ use common::compare::{assert_tensors_close, atol};
 use std::collections::{BTreeMap, HashMap};
 
 use mobius::ep::get_ep;
+use mobius::interp::run_graph;
 use mobius::interp::Rng;
-use mobius::interp::{run_graph, Tensor};
 use mobius::ir::{Attr, DType, Graph, GraphBuilder, Model, Node, Shape, TensorData};
+use mobius::ops::Tensor;
 use mobius::opt::rules::Stage;
 use mobius::opt::{Limits, OptimizeOptions, OptimizeReport, Role};
 use mobius::rulebook::contrib_functions::ContribFunctions;

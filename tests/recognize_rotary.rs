@@ -9,8 +9,8 @@ use common::compare::{assert_tensors_close, atol};
 use std::collections::{BTreeMap, HashMap};
 
 use mobius::ep::get_ep;
+use mobius::interp::run_graph;
 use mobius::interp::Rng;
-use mobius::interp::{run_graph, Tensor};
 use mobius::ir::{Attr, DType, Dim, Graph, GraphBuilder, Model, Node, Shape};
 use mobius::opt::{Limits, OptimizeOptions, Role};
 use mobius::rulebook::optimize;
@@ -19,6 +19,7 @@ use mobius::weights::eval::Evaluator;
 #[path = "common/rope_spellings.rs"]
 mod rope_spellings;
 
+use mobius::ops::Tensor;
 use rope_spellings::{partial_rope, rope, Fault, Rope, Table};
 
 /// `[B, H, S, D]` of the test inputs.

@@ -13,9 +13,10 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
-use mobius::interp::{run_graph_with, Tensor};
+use mobius::interp::run_graph_with;
 use mobius::ir::{Dim, Graph, TensorSource};
 use mobius::limits::InterpLimits;
+use mobius::ops::Tensor;
 use mobius::rulebook::contrib_functions::ContribFunctions;
 use mobius::weights::eval::Evaluator;
 

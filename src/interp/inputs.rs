@@ -10,9 +10,9 @@ use std::collections::{BTreeMap, HashMap};
 
 use super::Rng;
 use crate::interp::run::held_bytes_per_element;
-use crate::interp::Tensor;
 use crate::ir::{DType, Dim, Graph, ValueInfo};
 use crate::limits::InterpLimits;
+use crate::ops::Tensor;
 use crate::{Error, Result};
 
 /// Where a random attention mask puts its padding.

@@ -1,119 +1,18 @@
 //! The reference interpreter: evaluates any IR graph on concrete inputs, computing in f32
-//! (f16/bf16 rounded at op boundaries), one file per op family. An op it does not know is an
-//! error naming the op.
+//! (f16/bf16 rounded at op boundaries), each node by its op's evaluator in the op registry
+//! ([`crate::ops`]). An op without one is an error naming the op.
 
-pub mod attention;
-pub mod elementwise;
 pub mod inputs;
-pub mod matmul;
-pub mod moe;
-pub mod norm;
 pub mod npy;
-pub mod quant;
-pub mod reduce;
 mod rng;
-pub mod rope;
 pub mod run;
-pub mod shape;
-pub mod tensor;
-pub mod topk;
 
-use crate::ir::{Attr, Attrs, Node};
+use crate::ir::{Attrs, Node};
 use crate::limits::InterpLimits;
+use crate::ops::{OpCall, Tensor};
 use crate::{Error, Result};
 pub use rng::Rng;
 pub use run::{run_graph, run_graph_with};
-pub use tensor::{Tensor, Values};
-
-/// What an op family's evaluator receives: the node's attributes and its inputs (`None` for
-/// an absent optional input).
-#[derive(Debug)]
-pub struct OpCall<'a> {
-    /// The node being evaluated.
-    pub node: &'a Node,
-    /// Its inputs, positionally.
-    pub inputs: Vec<Option<&'a Tensor>>,
-    /// The run's budgets: an op checks every output shape it computes with [`OpCall::alloc`]
-    /// before allocating it.
-    pub limits: &'a InterpLimits,
-}
-
-impl<'a> OpCall<'a> {
-    /// Input `i`, which must be present.
-    pub fn input(&self, i: usize) -> Result<&'a Tensor> {
-        self.inputs
-            .get(i)
-            .copied()
-            .flatten()
-            .ok_or_else(|| Error::Graph(format!("{}: input {i} is required", self.tag())))
-    }
-
-    /// Input `i`, if present.
-    pub fn optional(&self, i: usize) -> Option<&'a Tensor> {
-        self.inputs.get(i).copied().flatten()
-    }
-
-    /// The attributes.
-    pub fn attrs(&self) -> &'a Attrs {
-        &self.node.attrs
-    }
-
-    /// Integer attribute `name`, or `default`.
-    pub fn int(&self, name: &str, default: i64) -> i64 {
-        match self.node.attrs.get(name) {
-            Some(Attr::Int(v)) => *v,
-            _ => default,
-        }
-    }
-
-    /// Float attribute `name`, or `default`.
-    pub fn float(&self, name: &str, default: f32) -> f32 {
-        match self.node.attrs.get(name) {
-            Some(Attr::Float(v)) => *v,
-            _ => default,
-        }
-    }
-
-    /// Integer-list attribute `name`, if set.
-    pub fn ints(&self, name: &str) -> Option<&'a [i64]> {
-        match self.node.attrs.get(name) {
-            Some(Attr::Ints(v)) => Some(v),
-            _ => None,
-        }
-    }
-
-    /// String attribute `name`, if set.
-    pub fn string(&self, name: &str) -> Option<&'a str> {
-        match self.node.attrs.get(name) {
-            Some(Attr::String(v)) => Some(v),
-            _ => None,
-        }
-    }
-
-    /// The element count of an output of shape `shape`, checked against the per-tensor budget
-    /// (the error names this node). Call it before allocating the output.
-    pub fn alloc(&self, shape: &[usize]) -> Result<usize> {
-        self.limits
-            .elements(&format!("{} output", self.tag()), shape)
-    }
-
-    /// An error about this node.
-    pub fn error(&self, message: impl std::fmt::Display) -> Error {
-        Error::Graph(format!("{}: {message}", self.tag()))
-    }
-
-    /// How errors name this node: its op and name, or for an unnamed node the value it writes.
-    pub fn tag(&self) -> String {
-        let node = self.node;
-        match (node.name.is_empty(), node.outputs.first()) {
-            (true, Some(out)) if !out.is_empty() => {
-                format!("{} node writing `{out}`", node.op_type)
-            }
-            (true, _) => format!("{} node (unnamed)", node.op_type),
-            (false, _) => format!("{} `{}`", node.op_type, node.name),
-        }
-    }
-}
 
 /// Evaluates one op outside a graph: a node named `name` (errors name it) running `domain::op`
 /// with `attrs` on `inputs` (`None`: an absent optional input), writing the outputs named in
@@ -145,69 +44,16 @@ pub fn eval_op(
     })
 }
 
-/// The domain of onnxruntime's contrib ops.
-pub const CONTRIB_DOMAIN: &str = "com.microsoft";
-
-/// How an op is evaluated: the node's outputs, from its call.
-pub type OpEval = fn(&OpCall<'_>) -> Result<Vec<Tensor>>;
-
-/// One op the interpreter implements: the dispatch table's entry.
-#[derive(Debug, Clone, Copy)]
-pub struct OpImpl {
-    /// The op's domain: `""` for ONNX's default domain (also reached as `ai.onnx`), or
-    /// [`CONTRIB_DOMAIN`].
-    pub domain: &'static str,
-    /// The op type.
-    pub op: &'static str,
-    /// Its evaluator.
-    pub eval: OpEval,
-}
-
-impl OpImpl {
-    /// An op of ONNX's default domain.
-    pub const fn onnx(op: &'static str, eval: OpEval) -> Self {
-        Self {
-            domain: "",
-            op,
-            eval,
-        }
-    }
-
-    /// An op of onnxruntime's contrib domain.
-    pub const fn ms(op: &'static str, eval: OpEval) -> Self {
-        Self {
-            domain: CONTRIB_DOMAIN,
-            op,
-            eval,
-        }
-    }
-}
-
-/// The dispatch table, one slice per op family.
-const FAMILIES: [&[OpImpl]; 10] = [
-    elementwise::OPS,
-    matmul::OPS,
-    reduce::OPS,
-    shape::OPS,
-    norm::OPS,
-    rope::OPS,
-    attention::OPS,
-    quant::OPS,
-    topk::OPS,
-    moe::OPS,
-];
-
 /// Every op the interpreter implements, as `(domain, op type)` (domain `""` for ONNX's
-/// default domain), in dispatch order.
+/// default domain), in registry order.
 pub fn implemented_ops() -> impl Iterator<Item = (&'static str, &'static str)> {
-    FAMILIES
-        .iter()
-        .flat_map(|f| f.iter())
-        .map(|o| (o.domain, o.op))
+    crate::ops::all()
+        .filter(|def| def.eval.is_some())
+        .map(|def| (def.domain, def.op))
 }
 
-/// Evaluates one node through the dispatch table. Every error names the node: one that
-/// does not yet (from a shared helper) gets the node's op and name in front.
+/// Evaluates one node with its op's evaluator. Every error names the node: one that does not
+/// yet (from a shared helper) gets the node's op and name in front.
 pub fn eval_node(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
     let tag = call.tag();
     dispatch(call).map_err(|e| match e {
@@ -216,16 +62,11 @@ pub fn eval_node(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
     })
 }
 
-/// Evaluates one node with the dispatch table's entry for its domain and op type.
+/// Evaluates one node with the registered evaluator of its domain and op type.
 fn dispatch(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
     let (domain, op) = (call.node.domain.as_str(), call.node.op_type.as_str());
-    let key = if domain == "ai.onnx" { "" } else { domain };
-    if let Some(entry) = FAMILIES
-        .iter()
-        .flat_map(|f| f.iter())
-        .find(|o| o.domain == key && o.op == op)
-    {
-        return (entry.eval)(call);
+    if let Some(eval) = crate::ops::find_in(domain, op).and_then(|def| def.eval) {
+        return eval(call);
     }
     let name = if domain.is_empty() {
         op.to_string()
@@ -240,6 +81,7 @@ fn dispatch(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ops::Tensor;
 
     /// The list of ops the onnxruntime cross-check (tests/ort/test_interp_ops.py) must cover.
     const CROSS_CHECKED: &str = include_str!("../../tests/ort/interp_ops.txt");
@@ -250,14 +92,6 @@ mod tests {
             op.to_string()
         } else {
             format!("{domain}.{op}")
-        }
-    }
-
-    #[test]
-    fn the_dispatch_table_has_one_entry_per_op() {
-        let mut seen = std::collections::HashSet::new();
-        for key in implemented_ops() {
-            assert!(seen.insert(key), "{key:?} is dispatched twice");
         }
     }
 

@@ -10,9 +10,9 @@ use std::io::Read;
 use std::path::Path;
 
 use super::run::held_bytes_per_element;
-use super::Tensor;
 use crate::ir::{DType, TensorData};
 use crate::limits::InterpLimits;
+use crate::ops::Tensor;
 use crate::{Error, Result};
 
 const MAGIC: &[u8] = b"\x93NUMPY";

@@ -2,9 +2,10 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::{eval_node, OpCall, Tensor, Values};
+use super::eval_node;
 use crate::ir::{DType, Graph, Initializer, TensorData};
 use crate::limits::InterpLimits;
+use crate::ops::{OpCall, Tensor, Values};
 use crate::weights::eval::Evaluator;
 use crate::{Error, Result};
 

@@ -8,10 +8,11 @@ use egg::{merge_max, Analysis, DidMerge, EGraph, Id, Symbol};
 
 use super::fingerprint::{self, Fingerprint, LeafValues, Violation};
 use super::fold::{fold, MAX_OUTPUT_ELEMS};
-use super::infer::{infer, literal_elements, Attrs, InputView};
-use super::lang::{AttrValue, Literal, Onnx, OpNode};
+use super::lang::{Onnx, OpNode};
 use super::sym_value::{op_value, value_literal};
-use super::types::{SymDim, TensorType};
+use crate::ops::infer::{infer, literal_elements, Attrs, InputView};
+use crate::ops::types::{SymDim, TensorType};
+use crate::ops::value::{AttrValue, Literal};
 
 /// What an e-class holds.
 #[derive(Debug, Clone, PartialEq)]
@@ -467,7 +468,7 @@ mod tests {
         assert_eq!(
             data.konst
                 .as_deref()
-                .and_then(crate::opt::infer::literal_ints),
+                .and_then(crate::ops::infer::literal_ints),
             Some(vec![32])
         );
         assert_eq!(data.value, None);

@@ -14,9 +14,11 @@ use egg::{Id, Symbol};
 
 use super::analysis::{Kind, OnnxGraph};
 use super::lang::{Onnx, OpNode};
-use super::types::{SymDim, TensorType};
 use crate::ep::EpCapabilities;
 use crate::ir::DType;
+use crate::ops;
+use crate::ops::cost::{Cost, Reads, Work};
+use crate::ops::types::{SymDim, TensorType};
 
 /// Cost of leaves, projections and attribute values: tiny but positive (keeps extraction
 /// acyclic).
@@ -232,39 +234,22 @@ impl<'a> CostModel<'a> {
     pub fn supports(&self, op: &OpNode, dtype: Option<DType>, rank: Option<usize>) -> bool {
         let c = self.caps;
         let (domain, op_type) = op.domain_and_type();
-        if domain.is_empty()
-            && super::opset::introduced_in(op_type).is_some_and(|v| v > self.opset_ceiling)
-        {
-            return false;
-        }
-        match (domain, op_type) {
-            ("", "Attention") => c.supports_attention,
-            ("", "RotaryEmbedding") => c.supports_rotary_embedding,
-            ("", "Range") => c.supports_range,
-            ("", "TensorScatter") => c.supports_tensor_scatter,
-            ("", "RMSNormalization") => c.supports_rank4_rmsnorm || rank != Some(4),
-            ("", _) => true,
+        let def = ops::find_in(domain, op_type);
+        let runs = || {
+            def.and_then(|d| d.cost.support)
+                .is_none_or(|f| f(c, dtype, rank))
+        };
+        match domain {
+            "" => {
+                // An op newer than the opset the model may declare cannot be picked.
+                let too_new = def
+                    .and_then(|d| d.since)
+                    .is_some_and(|v| v > self.opset_ceiling);
+                !too_new && runs()
+            }
             // Weight relayouts, always folded into initializers when the graph is saved.
-            ("ai.mobius", _) => true,
-            (_, _) if !c.supports_contrib_ops => false,
-            ("com.microsoft", "GroupQueryAttention") => {
-                dtype.is_some_and(|d| c.gqa_dtypes.contains(&d))
-            }
-            ("com.microsoft", "SkipSimplifiedLayerNormalization" | "SkipLayerNormalization") => {
-                c.supports_skip_layer_norm
-            }
-            ("com.microsoft", "RotaryEmbedding") => c.supports_fused_rope,
-            ("com.microsoft", "GatherBlockQuantized") => c.supports_matmul_nbits,
-            ("com.microsoft", "MatMulNBits") => {
-                c.supports_matmul_nbits && matches!(dtype, Some(DType::F32 | DType::F16))
-            }
-            // onnxruntime's CPU kernel takes f32 and f16 only (the CUDA one bf16 too, unverified).
-            ("com.microsoft", "MoE" | "QMoE") => {
-                c.supports_fused_moe && matches!(dtype, Some(DType::F32 | DType::F16))
-            }
-            // The fused elementwise kernels come with the Skip*Normalization ones.
-            ("com.microsoft", "BiasGelu" | "FastGelu") => c.supports_skip_layer_norm,
-            _ => true,
+            ops::MOBIUS_DOMAIN => true,
+            _ => c.supports_contrib_ops && runs(),
         }
     }
 
@@ -295,9 +280,8 @@ impl<'a> CostModel<'a> {
             return Estimate::fixed(f64::INFINITY, Bound::Unsupported);
         }
         let name = op.op.as_str();
-        if data.konst.is_some()
-            || (data.init_only && (name == "Concat" || name.starts_with("ai.mobius::")))
-        {
+        let facts = ops::find(name).map_or(Cost::KERNEL, |d| d.cost);
+        if data.konst.is_some() || (data.init_only && facts.folds_on_initializers) {
             return Estimate::fixed(EPSILON, Bound::Folded); // folded into an initializer when saved
         }
         let w = &self.workload;
@@ -311,31 +295,28 @@ impl<'a> CostModel<'a> {
             return Estimate::fixed(p.launch_overhead_us * 0.1, Bound::Host);
         }
         let size = |t: &TensorType| self.numel(t) * t.dtype.map_or(4, DType::size) as f64;
-        // Lookups read only the rows they need: a Gather reads what it writes (plus indices),
-        // and GroupQueryAttention reads one cos/sin row per new token, not the whole tables.
-        let read: f64 = match name {
-            "Gather" | "com.microsoft::GatherBlockQuantized" => {
+        let read: f64 = match facts.reads {
+            Reads::Lookup => {
                 inputs().skip(1).map(size).sum::<f64>() + outputs.iter().map(size).sum::<f64>()
             }
-            "com.microsoft::GroupQueryAttention" => op.input_ids()[..op.inputs.min(7)]
+            Reads::Leading(n) => op.input_ids()[..op.inputs.min(n)]
                 .iter()
                 .filter_map(|&i| egraph[i].data.tensor())
                 .map(size)
                 .sum(),
-            _ => inputs().map(size).sum(),
+            Reads::All => inputs().map(size).sum(),
         };
         let bytes = read + outputs.iter().map(size).sum::<f64>();
         let out_elems = outputs.first().map_or(1.0, |t| self.numel(t));
-        let flops = match name {
-            "MatMul" | "Gemm" | "com.microsoft::MatMulNBits" => {
+        let flops = match facts.work {
+            Work::Product => {
                 let k = inputs()
                     .next()
                     .and_then(|t| t.shape.as_ref()?.last().map(|d| self.dim(d)))
                     .unwrap_or(1) as f64;
                 2.0 * out_elems * k
             }
-            // Each token runs k experts of two projections to 2·I and one back to H.
-            "com.microsoft::MoE" => {
+            Work::Experts => {
                 let k = op
                     .attr_id("k")
                     .and_then(|a| egraph[a].data.attr()?.int())
@@ -347,8 +328,7 @@ impl<'a> CostModel<'a> {
                     .map_or(1, |d| self.dim(&d)) as f64;
                 6.0 * k * inter * out_elems
             }
-            // The same with each expert's values packed `bits` to a byte (fc2 `[E, H, I·bits/8]`).
-            "com.microsoft::QMoE" => {
+            Work::PackedExperts => {
                 let int = |name: &str, default: i64| {
                     op.attr_id(name)
                         .and_then(|a| egraph[a].data.attr()?.int())
@@ -362,14 +342,14 @@ impl<'a> CostModel<'a> {
                 let bits = int("expert_weight_bits", 4).clamp(1, 8) as f64;
                 6.0 * int("k", 1) as f64 * packed * 8.0 / bits * out_elems
             }
-            "Attention" | "com.microsoft::GroupQueryAttention" => {
+            Work::Attention => {
                 let total = outputs
                     .get(1)
                     .and_then(|t| t.shape.as_ref()?.get(2).map(|d| self.dim(d)))
                     .unwrap_or(w.sequence) as f64;
                 4.0 * out_elems * total
             }
-            _ => out_elems,
+            Work::PerElement => out_elems,
         };
         let peak = match dtype {
             Some(DType::F16 | DType::BF16) => p.peak_tflops_f16,

@@ -17,8 +17,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::lift::{output_types, value_types};
-use super::types::SymDim;
 use crate::ir::{Attr, Dim, Graph, ValueInfo};
+use crate::ops::types::SymDim;
 use crate::{Error, Result};
 
 /// The graph's inputs and outputs as the file declares them, to put back after optimizing.
@@ -187,7 +187,7 @@ fn promises(graph: &Graph) -> Result<BTreeMap<String, SymDim>> {
     let mut promised = BTreeMap::new();
     for (output, got) in graph.outputs.iter().zip(output_types(graph)?) {
         let Some(got) = got else { continue };
-        let want = super::types::TensorType::of(output.dtype, &output.shape);
+        let want = crate::ops::types::TensorType::of(output.dtype, &output.shape);
         let contradiction = |what: String| {
             Error::Graph(format!(
                 "output `{}` is declared {want} but the input graph computes {got}: {what}",

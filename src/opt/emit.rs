@@ -5,10 +5,11 @@ use egg::Id;
 use half::{bf16, f16};
 
 use super::analysis::OnnxGraph;
-use super::lang::{AttrValue, Literal, Onnx};
-use super::schema::schema;
-use super::types::TensorType;
+use super::lang::Onnx;
 use crate::ir::{DType, TensorData};
+use crate::ops::schema;
+use crate::ops::types::TensorType;
+use crate::ops::value::{AttrValue, Literal};
 
 /// `i64::MAX`, the "to the end" bound of `Slice`.
 pub(crate) const TO_END: i64 = i64::MAX;

@@ -15,8 +15,9 @@ use std::sync::Arc;
 use egg::{Id, Symbol};
 
 use super::lang::{Onnx, OpNode};
-use crate::interp::{eval_op, Tensor};
+use crate::interp::eval_op;
 use crate::limits::InterpLimits;
+use crate::ops::Tensor;
 
 /// The value of a class on the fingerprint input.
 #[derive(Debug, Clone, PartialEq)]
@@ -302,7 +303,7 @@ pub fn describe(f: &Fingerprint) -> String {
 pub fn of_leaf(values: &LeafValues, node: &Onnx) -> Option<Fingerprint> {
     match node {
         Onnx::Input(n) | Onnx::Init(n) => values.values.get(n).cloned().map(Fingerprint::Tensor),
-        Onnx::Const(lit) => crate::interp::Tensor::from_data(&lit.to_tensor())
+        Onnx::Const(lit) => crate::ops::Tensor::from_data(&lit.to_tensor())
             .ok()
             .map(|t| Fingerprint::Tensor(Arc::new(t))),
         _ => None,

@@ -1,9 +1,9 @@
 //! Constant folding of small tensors (bounded like the peer: inputs of at most
 //! [`MAX_INPUT_ELEMS`] elements, outputs of at most [`MAX_OUTPUT_ELEMS`]).
 
-use super::infer::{constant_value, literal_ints, Attrs};
-use super::lang::Literal;
 use crate::ir::DType;
+use crate::ops::infer::{constant_value, literal_ints, Attrs};
+use crate::ops::value::Literal;
 
 /// Largest constant input that is folded.
 pub const MAX_INPUT_ELEMS: usize = 8192;
@@ -209,7 +209,7 @@ fn arith(op: &str, a: &Literal, b: &Literal) -> Option<Literal> {
 mod tests {
     use super::*;
     use crate::ir::TensorData;
-    use crate::opt::lang::AttrValue;
+    use crate::ops::value::AttrValue;
 
     fn ints(shape: Vec<usize>, v: &[i64]) -> Literal {
         Literal::from(&TensorData::from_i64(shape, v))

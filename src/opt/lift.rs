@@ -8,10 +8,11 @@ use super::analysis::{
 };
 use super::fingerprint::LeafValues;
 use super::fold::MAX_INPUT_ELEMS;
-use super::lang::{AttrValue, Literal, Onnx};
-use super::schema::{op_key, schema};
-use super::types::{SymDim, TensorType};
+use super::lang::Onnx;
 use crate::ir::{Graph, TensorSource};
+use crate::ops::types::{SymDim, TensorType};
+use crate::ops::value::{AttrValue, Literal};
+use crate::ops::{op_key, schema};
 use crate::{Error, Result};
 
 /// A graph lifted into an e-graph.

@@ -8,9 +8,10 @@ use egg::{Id, Language};
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::analysis::OnnxGraph;
-use super::lang::{AttrValue, Onnx, OpNode};
-use super::types::TensorType;
+use super::lang::{Onnx, OpNode};
 use crate::ir::{Attrs, Graph, Initializer, Node, TensorSource};
+use crate::ops::types::TensorType;
+use crate::ops::value::AttrValue;
 use crate::weights::relayout_source;
 use crate::{Error, Result};
 

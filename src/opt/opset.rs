@@ -8,28 +8,16 @@ use crate::ir::{Graph, Model};
 /// The newest default-domain opset the optimizer writes (the one `mobius build` emits).
 pub const NEWEST: i64 = 24;
 
-/// The opset in which each standard op that rules may introduce first appeared.
-const INTRODUCED: &[(&str, i64)] = &[
-    ("Attention", 23),
-    ("Gelu", 20),
-    ("LayerNormalization", 17),
-    ("RMSNormalization", 23),
-    ("RotaryEmbedding", 23),
-    ("TensorScatter", 24),
-];
-
 /// Standard ops whose meaning changed incompatibly between opset 18 and [`NEWEST`]
 /// (`DFT`'s axis became an input and `GridSample`'s modes were renamed in 20,
 /// `GroupNormalization`'s scale and bias became per-channel in 21): a model holding one keeps
 /// its declared opset.
 const CHANGED_AFTER_18: &[&str] = &["DFT", "GridSample", "GroupNormalization"];
 
-/// The opset in which the standard op `op_type` first appeared, when a rule may introduce it.
+/// The opset in which the standard op `op_type` first appeared, when a rule may introduce it
+/// (its registry entry's [`since`](crate::ops::OpDef::since)).
 pub fn introduced_in(op_type: &str) -> Option<i64> {
-    INTRODUCED
-        .iter()
-        .find(|(op, _)| *op == op_type)
-        .map(|(_, v)| *v)
+    crate::ops::find_in("", op_type).and_then(|def| def.since)
 }
 
 /// The default-domain opset `model` declares (0 when it imports none).

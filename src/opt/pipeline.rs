@@ -18,9 +18,9 @@ use super::opset;
 use super::rules::{RuleSet, Stage};
 use super::saturate::{saturate, FirstIteration, RunLimits};
 use super::trace::{GroupReport, OptimizeReport, StageReport};
-use super::types::TensorType;
 use crate::ep::EpCapabilities;
 use crate::ir::{DType, Graph, Model};
+use crate::ops::types::TensorType;
 use crate::role::Role;
 use crate::{Error, Result};
 

@@ -5,10 +5,11 @@ use egg::Id;
 use half::{bf16, f16};
 
 use super::analysis::OnnxGraph;
-use super::infer::literal_ints;
-use super::lang::{AttrValue, Onnx, OpNode};
-use super::types::SymDim;
+use super::lang::{Onnx, OpNode};
 use crate::ir::DType;
+use crate::ops::infer::literal_ints;
+use crate::ops::types::SymDim;
+use crate::ops::value::AttrValue;
 
 /// The first e-node of class `id` that is an op named `op`.
 pub fn find_op(g: &OnnxGraph, id: Id, op: &str) -> Option<OpNode> {

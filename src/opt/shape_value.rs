@@ -5,8 +5,8 @@
 use egg::Id;
 
 use super::analysis::OnnxGraph;
-use super::infer::literal_ints;
-use super::types::SymDim;
+use crate::ops::infer::literal_ints;
+use crate::ops::types::SymDim;
 
 /// The values of class `id` (an integer tensor) as dims, when every one is known or symbolic.
 pub fn shape_value(g: &OnnxGraph, id: Id) -> Option<Vec<SymDim>> {

@@ -9,10 +9,10 @@
 //! Elements may be unknown; names in symbolic elements are dims, never negative (so a symbolic
 //! element that is a sum of names with positive coefficients is never `-1`).
 
-use super::infer::{literal_elements, literal_ints, Attrs, InputView, MAX_VALUE_LEN};
-use super::lang::{AttrValue, Literal};
-use super::types::{SymDim, TensorType};
 use crate::ir::DType;
+use crate::ops::infer::{literal_elements, literal_ints, Attrs, InputView, MAX_VALUE_LEN};
+use crate::ops::types::{SymDim, TensorType};
+use crate::ops::value::{AttrValue, Literal};
 
 /// The constant of type `out` (int64 or bool, rank ≤ 1) whose elements are `values`, when
 /// every one is known.

@@ -6,11 +6,11 @@ use egg::Id;
 
 use super::{head_layout, recognize, recognize_gemm, recognize_rotary};
 use crate::ir::DType;
+use crate::ops::types::SymDim;
+use crate::ops::value::AttrValue;
 use crate::opt::analysis::OnnxGraph;
 use crate::opt::bind::{AnyCondition, Condition};
-use crate::opt::lang::AttrValue;
 use crate::opt::query::{const_ints, int_attr, scalar_float};
-use crate::opt::types::SymDim;
 
 /// The conditions, by the name rule files give them.
 pub const CONDITIONS: &[(&str, &dyn AnyCondition)] = &[

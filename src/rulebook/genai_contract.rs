@@ -25,10 +25,11 @@ use std::collections::HashMap;
 use egg::Id;
 
 use crate::ir::DType;
+use crate::ops::types::SymDim;
+use crate::ops::value::AttrValue;
 use crate::opt::analysis::OnnxGraph;
-use crate::opt::lang::{AttrValue, OpNode};
+use crate::opt::lang::OpNode;
 use crate::opt::query::{const_ints, find_op, int_attr, is_input, scalar_float};
-use crate::opt::types::SymDim;
 
 /// Deepest chain of ops [`export_mask`] follows from the mask to its leaves.
 const MAX_DEPTH: usize = 48;

@@ -13,11 +13,11 @@
 
 use egg::Id;
 
+use crate::ops::types::SymDim;
+use crate::ops::value::AttrValue;
 use crate::opt::analysis::OnnxGraph;
-use crate::opt::lang::AttrValue;
 use crate::opt::query::known_dims;
 use crate::opt::shape_value::shape_value;
-use crate::opt::types::SymDim;
 
 /// The permutation between `[B, S, H, D]` and `[B, H, S, D]` (its own inverse).
 const HEADS_FIRST: [i64; 4] = [0, 2, 1, 3];

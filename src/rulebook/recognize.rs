@@ -12,9 +12,10 @@
 use egg::Id;
 
 use crate::ir::DType;
+use crate::ops::infer::literal_ints;
+use crate::ops::value::{AttrValue, Literal};
 use crate::opt::analysis::OnnxGraph;
-use crate::opt::infer::literal_ints;
-use crate::opt::lang::{AttrValue, Literal, Onnx, OpNode};
+use crate::opt::lang::{Onnx, OpNode};
 
 /// The value of a single-element float constant (any rank), as f64.
 fn single_float(lit: &Literal) -> Option<f64> {

@@ -7,10 +7,10 @@ use egg::Id;
 
 use super::head_layout::reshaped_dims;
 use crate::ir::DType;
+use crate::ops::types::SymDim;
+use crate::ops::value::AttrValue;
 use crate::opt::analysis::OnnxGraph;
-use crate::opt::lang::AttrValue;
 use crate::opt::shape_value::shape_value;
-use crate::opt::types::SymDim;
 
 /// Whether a float attribute class is unset (its default is 1) or set to exactly 1.
 fn unit_or_unset(g: &OnnxGraph, a: Id) -> bool {

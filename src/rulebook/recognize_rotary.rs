@@ -16,11 +16,12 @@
 use egg::Id;
 
 use crate::ir::DType;
+use crate::ops::infer::literal_ints;
+use crate::ops::types::SymDim;
+use crate::ops::value::AttrValue;
 use crate::opt::analysis::OnnxGraph;
-use crate::opt::infer::literal_ints;
-use crate::opt::lang::{AttrValue, Onnx, OpNode};
+use crate::opt::lang::{Onnx, OpNode};
 use crate::opt::query::const_ints;
-use crate::opt::types::SymDim;
 
 /// The deepest chain of elementwise steps read above a `Concat(f, f)` in a table.
 const MAX_TABLE_STEPS: usize = 6;

@@ -19,10 +19,11 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 
 use crate::interp::inputs;
-use crate::interp::{run_graph_with, Rng, Tensor};
+use crate::interp::{run_graph_with, Rng};
 use crate::ir::{DType, Model};
 use crate::limits::InterpLimits;
 use crate::onnx::import;
+use crate::ops::Tensor;
 use crate::rulebook::contrib_functions::ContribFunctions;
 use crate::weights::eval::Evaluator;
 use crate::{Error, Result};

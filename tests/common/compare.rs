@@ -8,7 +8,7 @@
 //! It is written here, apart from `mobius::verify` (the product's own comparison), so that the
 //! tests judge mobius with code mobius does not ship.
 
-use mobius::interp::Tensor;
+use mobius::ops::Tensor;
 
 /// Tolerance of a comparison: `|got − want| ≤ atol + rtol·|want|`, element by element.
 #[derive(Debug, Clone, Copy)]

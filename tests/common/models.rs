@@ -5,7 +5,6 @@ use std::path::Path;
 
 use mobius::config::ArchConfig;
 use mobius::ep::get_ep;
-use mobius::interp::Tensor;
 use mobius::ir::{DType, Graph};
 use mobius::models::build_model;
 use mobius::opt::{Limits, OptimizeOptions, Role};
@@ -14,6 +13,7 @@ use mobius::source::WeightFiles;
 use mobius::weights::store::TensorStore;
 
 use super::{fixture, real_config};
+use mobius::ops::Tensor;
 
 /// The built-in EPs whose models the tests build in f16.
 pub const F16_EPS: &[&str] = &["cuda", "dml", "webgpu", "trt-rtx"];

@@ -5,7 +5,6 @@
 use std::path::{Path, PathBuf};
 
 use mobius::interp::npy::{read_npy, to_npy};
-use mobius::interp::Tensor;
 use mobius::ir::{Attr, DType, Graph, GraphBuilder, Shape, TensorData};
 use mobius::limits::InterpLimits;
 use mobius::limits::TENSOR_ELEMENTS_FLAG;
@@ -13,6 +12,7 @@ use mobius::rulebook::contrib_functions::ContribFunctions;
 
 use crate::check::{fails_with, listing, save_model};
 use crate::common::mobius;
+use mobius::ops::Tensor;
 
 /// A graph computing output `y` (f32, rank `rank`) with node `y_node` = `op(inputs)`, the
 /// inputs being int64 / f32 constants made by `make`.

@@ -5,8 +5,8 @@
 use std::path::{Path, PathBuf};
 
 use mobius::interp::npy::to_npy;
-use mobius::interp::Tensor;
 use mobius::ir::{DType, Dim, Graph, GraphBuilder, Shape, TensorData};
+use mobius::ops::Tensor;
 
 use super::check::{fails_with, listing, save_model, unchanged};
 use super::common::mobius;

@@ -119,8 +119,8 @@ def test_interp_matches_ort(case: Case, tmp_path: Path):
 
 
 def implemented_ops() -> set[str]:
-    """The ops of the interpreter's dispatch table, from interp_ops.txt (which a Rust test,
-    interp::tests::the_cross_checked_op_list_is_the_dispatch_table, holds to that table)."""
+    """The ops the interpreter evaluates, from interp_ops.txt (which a Rust test,
+    interp::tests::the_cross_checked_op_list_is_the_dispatch_table, holds to the registry)."""
     lines = (Path(__file__).parent / "interp_ops.txt").read_text().splitlines()
     return {line for line in lines if line and not line.startswith("#")}
 

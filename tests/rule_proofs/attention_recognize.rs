@@ -4,8 +4,8 @@
 use std::collections::HashMap;
 
 use mobius::interp::Rng;
-use mobius::interp::Tensor;
 use mobius::ir::{Attr, DType, Graph, GraphBuilder};
+use mobius::ops::Tensor;
 use proptest::prelude::*;
 
 use super::common::compare::{assert_tensors_close, atol};

@@ -6,8 +6,8 @@
 use std::collections::HashMap;
 
 use mobius::interp::Rng;
-use mobius::interp::Tensor;
 use mobius::ir::{Attr, DType, Dim, Graph, GraphBuilder, Shape};
+use mobius::ops::Tensor;
 use proptest::prelude::*;
 
 use super::{optimize_with_rules, prove_with, random_tensor, rule, rules_for};

@@ -8,8 +8,7 @@
 use std::collections::HashMap;
 
 use super::optimize_with_rules;
-use mobius::interp::Rng;
-use mobius::interp::{run_graph, Tensor};
+use mobius::interp::{run_graph, Rng};
 use mobius::ir::{Attr, DType, Graph, GraphBuilder, TensorData};
 use mobius::opt::{KvCache, OptimizeOptions};
 use mobius::weights::eval::Evaluator;
@@ -17,6 +16,7 @@ use proptest::prelude::*;
 
 use super::common::compare::max_abs_diff;
 use super::{decoder_dims, dims, model, options, prove_on, random_tensor, rule, scalar};
+use mobius::ops::Tensor;
 
 /// One exported attention block.
 #[derive(Debug, Clone)]

@@ -20,13 +20,13 @@ use std::collections::HashMap;
 
 use half::f16;
 use mobius::interp::Rng;
-use mobius::interp::Tensor;
 use mobius::ir::{Attr, DType, Graph, GraphBuilder, QuantParams, TensorData, TensorSource};
 use mobius::models::components::{sparse_moe, ExpertWeights, MoeSpec, Router};
 use mobius::passes::quantize::{quantize_graph, QuantRequest};
 use proptest::prelude::*;
 
 use super::{dims, prove_on};
+use mobius::ops::Tensor;
 
 /// Sizes of one case: batch, sequence, hidden, expert width, experts, top-k.
 pub(super) type Sizes = (usize, usize, usize, usize, usize, usize);

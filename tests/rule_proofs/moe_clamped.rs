@@ -17,9 +17,9 @@
 use std::collections::HashMap;
 
 use mobius::interp::Rng;
-use mobius::interp::Tensor;
 use mobius::ir::{Attr, DType, Graph, GraphBuilder, Initializer, TensorData, TensorSource};
 use mobius::models::components::{clamped_moe, ClampedMoe};
+use mobius::ops::Tensor;
 use proptest::prelude::*;
 
 use super::moe::{bytes, sizes, values, Sizes};

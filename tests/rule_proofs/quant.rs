@@ -6,7 +6,6 @@
 use std::collections::HashMap;
 
 use mobius::interp::Rng;
-use mobius::interp::Tensor;
 use mobius::ir::{
     Attr, DType, Graph, GraphBuilder, Initializer, QuantParams, TensorData, TensorSource,
 };
@@ -16,6 +15,7 @@ use mobius::weights::eval::Evaluator;
 use proptest::prelude::*;
 
 use super::{dims, projected_gqa, prove_on, random_tensor};
+use mobius::ops::Tensor;
 
 /// An initializer of one-byte values (4- or 8-bit integers) drawn below `limit`, shifted down
 /// by `offset` (signed types).

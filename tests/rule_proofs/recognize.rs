@@ -5,8 +5,8 @@
 use std::collections::HashMap;
 
 use mobius::interp::Rng;
-use mobius::interp::Tensor;
 use mobius::ir::{Attr, DType, Graph, GraphBuilder, TensorData};
+use mobius::ops::Tensor;
 use proptest::prelude::*;
 
 use super::norm_spellings::{cast, layer_core, rms_core, scaled, Inverse, Spelling, Square};

@@ -5,8 +5,8 @@
 use std::collections::HashMap;
 
 use mobius::interp::Rng;
-use mobius::interp::Tensor;
 use mobius::ir::{Attr, DType, Graph, GraphBuilder, Shape};
+use mobius::ops::Tensor;
 use proptest::prelude::*;
 
 use super::{dims, model, optimize_with_rules, options, prove_on, random_tensor};

@@ -6,15 +6,16 @@
 
 use egg::Id;
 
+use crate::ops::schema;
+use crate::ops::types::SymDim;
+use crate::ops::value::AttrValue;
 use crate::opt::analysis::OnnxGraph;
 use crate::opt::bind::{Applier, Site};
 use crate::opt::checked_union::check_union;
 use crate::opt::emit::Emit;
-use crate::opt::lang::{AttrValue, Onnx};
+use crate::opt::lang::Onnx;
 use crate::opt::query::{const_ints, find_op, known_dims, ops_named, scalar_float};
-use crate::opt::schema::schema;
 use crate::opt::shape_value::shape_value;
-use crate::opt::types::SymDim;
 
 /// `transposed-key-through-3d`.
 pub(super) const TRANSPOSED_KEY_THROUGH_3D: Applier<3> =

@@ -10,10 +10,10 @@ use egg::Id;
 
 use super::matmul_nbits::is_weight;
 use crate::ir::DType;
+use crate::ops::value::AttrValue;
 use crate::opt::analysis::OnnxGraph;
 use crate::opt::bind::{Applier, Site};
 use crate::opt::emit::Emit;
-use crate::opt::lang::AttrValue;
 
 /// `matmul-nbits-to-dequantize`.
 pub(super) const MATMUL_NBITS_TO_DEQUANTIZE: Applier<7> = Applier::new(

@@ -7,12 +7,13 @@ use egg::Id;
 
 use super::gqa_mask::attention_window;
 use crate::ir::DType;
+use crate::ops::schema;
+use crate::ops::value::AttrValue;
 use crate::opt::analysis::OnnxGraph;
 use crate::opt::bind::{Applier, Site};
 use crate::opt::emit::Emit;
-use crate::opt::lang::{AttrValue, Onnx};
+use crate::opt::lang::Onnx;
 use crate::opt::query::{find_op, int_attr, is_input};
-use crate::opt::schema::schema;
 
 /// `attention-to-gqa`.
 pub(super) const ATTENTION_TO_GQA: Applier<11> = Applier::new(

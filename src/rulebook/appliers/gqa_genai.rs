@@ -10,10 +10,11 @@ use egg::Id;
 use super::gqa::{
     cache_preconditions, gqa_op, rotary_width_ok, rotations_agree, Attention, GqaExtras,
 };
+use crate::ops::value::AttrValue;
 use crate::opt::analysis::OnnxGraph;
 use crate::opt::bind::{Applier, Site};
 use crate::opt::emit::Emit;
-use crate::opt::lang::{AttrValue, Onnx};
+use crate::opt::lang::Onnx;
 use crate::rulebook::genai_contract::{export_mask, position_table, PositionTable};
 
 /// `export-attention-to-gqa`.

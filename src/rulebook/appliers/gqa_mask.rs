@@ -6,8 +6,8 @@
 use egg::Id;
 
 use crate::ir::DType;
+use crate::ops::value::AttrValue;
 use crate::opt::analysis::OnnxGraph;
-use crate::opt::lang::AttrValue;
 use crate::opt::query::{const_ints, find_op, int_attr, is_input};
 
 /// Whether `mask` is exactly the boolean padding mask built from the `attention_mask` input:

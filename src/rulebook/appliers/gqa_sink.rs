@@ -11,11 +11,12 @@ use super::gqa::{
     Attention,
 };
 use super::gqa_mask::causal_attention_window;
+use crate::ops::value::AttrValue;
 use crate::opt::analysis::OnnxGraph;
 use crate::opt::bind::{Applier, Site};
 use crate::opt::checked_union::check_union;
 use crate::opt::emit::Emit;
-use crate::opt::lang::{AttrValue, Onnx};
+use crate::opt::lang::Onnx;
 use crate::opt::query::{const_ints, find_op, int_attr, scalar_float};
 
 /// `sink-attention-to-gqa`.

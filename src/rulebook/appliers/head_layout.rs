@@ -5,12 +5,13 @@
 
 use egg::Id;
 
+use crate::ops::schema;
+use crate::ops::value::AttrValue;
 use crate::opt::analysis::OnnxGraph;
 use crate::opt::bind::{Applier, Site};
 use crate::opt::checked_union::check_union;
 use crate::opt::emit::Emit;
-use crate::opt::lang::{AttrValue, Onnx};
-use crate::opt::schema::schema;
+use crate::opt::lang::Onnx;
 use crate::rulebook::head_layout::{head_view, HeadView};
 
 /// `rotary-on-3d-heads`.

@@ -6,10 +6,11 @@
 use egg::Id;
 
 use crate::ir::DType;
+use crate::ops::value::AttrValue;
 use crate::opt::analysis::OnnxGraph;
 use crate::opt::bind::{Applier, Site};
 use crate::opt::emit::Emit;
-use crate::opt::lang::{AttrValue, Onnx};
+use crate::opt::lang::Onnx;
 
 /// `matmul-nbits`.
 pub(super) const MATMUL_NBITS: Applier<7> = Applier::new(

@@ -11,10 +11,11 @@
 use egg::Id;
 
 use crate::ir::DType;
+use crate::ops::value::AttrValue;
 use crate::opt::analysis::OnnxGraph;
 use crate::opt::bind::{Applier, Site};
 use crate::opt::emit::Emit;
-use crate::opt::lang::{AttrValue, Onnx, OpNode};
+use crate::opt::lang::{Onnx, OpNode};
 use crate::opt::query::{const_ints, find_op, int_attr};
 
 /// `dense-moe`.

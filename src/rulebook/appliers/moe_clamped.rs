@@ -12,10 +12,10 @@ use super::moe::{
     summed_over, top_k, unset_or, Stacks,
 };
 use crate::ir::DType;
+use crate::ops::value::AttrValue;
 use crate::opt::analysis::OnnxGraph;
 use crate::opt::bind::{Applier, Site};
 use crate::opt::emit::Emit;
-use crate::opt::lang::AttrValue;
 use crate::opt::query::{const_ints, find_op, int_attr, scalar_float};
 
 /// `dense-moe-clamped`.

@@ -5,10 +5,11 @@
 use egg::Id;
 
 use crate::ir::{DType, TensorData};
+use crate::ops::value::{AttrValue, Literal};
 use crate::opt::analysis::OnnxGraph;
 use crate::opt::bind::{Applier, Site};
 use crate::opt::emit::Emit;
-use crate::opt::lang::{AttrValue, Literal, Onnx};
+use crate::opt::lang::Onnx;
 use crate::rulebook::recognize::{centered_eps, mean_square_eps};
 
 pub(super) const RMS_NORM_UNIT: Applier<2> = Applier::new(["?x", "?v"], rms_norm_unit);

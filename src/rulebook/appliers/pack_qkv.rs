@@ -5,12 +5,13 @@
 
 use egg::Id;
 
+use crate::ops::schema;
+use crate::ops::value::AttrValue;
 use crate::opt::analysis::OnnxGraph;
 use crate::opt::bind::{Applier, Site};
 use crate::opt::emit::Emit;
-use crate::opt::lang::{AttrValue, Onnx, OpNode};
+use crate::opt::lang::{Onnx, OpNode};
 use crate::opt::query::{const_ints, find_op, int_attr};
-use crate::opt::schema::schema;
 
 /// `pack-qkv`.
 pub(super) const PACK_QKV: Applier<4> = Applier::new(["?h", "?wq", "?wk", "?wv"], pack_qkv);

@@ -5,10 +5,11 @@
 
 use egg::Id;
 
+use crate::ops::value::AttrValue;
 use crate::opt::analysis::OnnxGraph;
 use crate::opt::bind::{Applier, Site};
 use crate::opt::emit::Emit;
-use crate::opt::lang::{AttrValue, Onnx};
+use crate::opt::lang::Onnx;
 use crate::rulebook::recognize_rotary::{partial_split, rotary_table, HalfTable};
 
 pub(super) const ROTATE_HALF: Applier<3> = Applier::new(["?x", "?cos", "?sin"], rotate_half);

@@ -4,10 +4,11 @@
 
 use egg::Id;
 
+use crate::ops::value::AttrValue;
 use crate::opt::analysis::OnnxGraph;
 use crate::opt::bind::{Applier, Site};
 use crate::opt::checked_union::check_union;
-use crate::opt::lang::{AttrValue, Onnx};
+use crate::opt::lang::Onnx;
 
 /// `skip-simplified-layer-norm`.
 pub(super) const SKIP_SIMPLIFIED_LAYER_NORM: Applier<4> =

@@ -3,10 +3,10 @@
 
 use egg::Id;
 
+use crate::ops::value::AttrValue;
 use crate::opt::analysis::OnnxGraph;
 use crate::opt::bind::{Applier, Site};
 use crate::opt::emit::Emit;
-use crate::opt::lang::AttrValue;
 
 /// `compose-transposes`.
 pub(super) const COMPOSE_TRANSPOSES: Applier<3> =

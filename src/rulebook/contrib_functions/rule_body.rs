@@ -22,7 +22,8 @@ use egg::{ENodeOrVar, Id, Language, PatternAst, Var};
 use crate::ir::Attr;
 use crate::onnx::export::attribute_proto;
 use crate::onnx::proto::{self, AttributeProto, FunctionProto, NodeProto};
-use crate::opt::lang::{AttrValue, Onnx};
+use crate::ops::value::AttrValue;
+use crate::opt::lang::Onnx;
 use crate::opt::rules::{Replacement, RuleSpec};
 use crate::{Error, Result};
 

@@ -1,5 +1,5 @@
 //! DecomposeAttention: ONNX `Attention` (opset 23/24) on 3-D Q/K/V → standard ops, as
-//! onnxruntime's CPU kernel computes it (see `interp::attention::standard`):
+//! onnxruntime's CPU kernel computes it (see `ops::attention::standard`):
 //!
 //! - Q/K/V to `[B, heads, L, D]` (Reshape + Transpose); the present key/value are
 //!   `Concat(past, new; axis 2)` (just the new ones without a past);
@@ -15,11 +15,11 @@
 use egg::Id;
 
 use crate::ir::DType;
+use crate::ops::types::SymDim;
+use crate::ops::value::AttrValue;
 use crate::opt::analysis::OnnxGraph;
 use crate::opt::bind::{Applier, Site};
 use crate::opt::emit::Emit;
-use crate::opt::lang::AttrValue;
-use crate::opt::types::SymDim;
 
 /// `attention-output`.
 pub(crate) const ATTENTION_OUTPUT: Applier<12> = Applier::new(

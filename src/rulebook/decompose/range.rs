@@ -4,10 +4,10 @@
 use egg::Id;
 
 use crate::ir::DType;
+use crate::ops::infer::literal_ints;
 use crate::opt::analysis::OnnxGraph;
 use crate::opt::bind::{Applier, Site};
 use crate::opt::emit::Emit;
-use crate::opt::infer::literal_ints;
 
 /// `range-to-cumsum`.
 pub(crate) const RANGE_TO_CUMSUM: Applier<3> =

@@ -69,7 +69,7 @@ fn decompose(
     let half = rotary / 2;
     let (cos, sin) = match pos {
         Some(pos) if !e.is_absent(pos) => {
-            let axis0 = [("axis", crate::opt::lang::AttrValue::Int(0))];
+            let axis0 = [("axis", crate::ops::value::AttrValue::Int(0))];
             (
                 e.op("Gather", &[cos, pos], &axis0),
                 e.op("Gather", &[sin, pos], &axis0),

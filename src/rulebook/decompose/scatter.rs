@@ -5,10 +5,10 @@
 use egg::Id;
 
 use crate::ir::DType;
+use crate::ops::value::AttrValue;
 use crate::opt::analysis::OnnxGraph;
 use crate::opt::bind::{Applier, Site};
 use crate::opt::emit::Emit;
-use crate::opt::lang::AttrValue;
 
 /// `tensor-scatter-to-scatternd`.
 pub(crate) const TENSOR_SCATTER_TO_SCATTER_ND: Applier<5> = Applier::new(

@@ -2,59 +2,179 @@
 //! casts and the GELU family, all with numpy broadcasting. Float results are computed in f32
 //! (transcendental functions in f64) and rounded to the output dtype; integer results wrap to
 //! their dtype's width, as onnxruntime's C++ kernels do.
+//!
+//! [`OPS`] registers each op with its attribute schema, type inference and cost facts
+//! beside its evaluator.
 
 use std::cmp::Ordering;
 use std::f64::consts::{FRAC_1_SQRT_2, FRAC_2_SQRT_PI};
 
+use super::cost::Cost;
+use super::infer::{broadcast_type, Infer};
 use super::tensor::{broadcast_index, broadcast_shape};
-use super::{OpCall, OpImpl, Tensor, Values};
+use super::types::TensorType;
+use super::{OpCall, OpDef, Tensor, Values};
 use crate::ir::{f8e4m3, DType};
 use crate::Result;
 
 /// The ops of this family.
-pub const OPS: &[OpImpl] = &[
-    OpImpl::onnx("Add", |c| arith(c, Arith::Add)),
-    OpImpl::onnx("Sub", |c| arith(c, Arith::Sub)),
-    OpImpl::onnx("Mul", |c| arith(c, Arith::Mul)),
-    OpImpl::onnx("Div", |c| arith(c, Arith::Div)),
-    OpImpl::onnx("Pow", pow),
-    OpImpl::onnx("Max", |c| extremum(c, Ordering::Greater)),
-    OpImpl::onnx("Min", |c| extremum(c, Ordering::Less)),
-    OpImpl::onnx("Neg", |c| unary_numeric(c, |x| -x, |x| x.wrapping_neg())),
-    OpImpl::onnx("Abs", |c| unary_numeric(c, f32::abs, i64::wrapping_abs)),
+pub const OPS: &[OpDef] = &[
+    OpDef::onnx("Add", &[])
+        .infer(binary_type)
+        .eval(|c| arith(c, Arith::Add)),
+    OpDef::onnx("Sub", &[])
+        .infer(binary_type)
+        .eval(|c| arith(c, Arith::Sub)),
+    OpDef::onnx("Mul", &[])
+        .infer(binary_type)
+        .eval(|c| arith(c, Arith::Mul)),
+    OpDef::onnx("Div", &[])
+        .infer(binary_type)
+        .eval(|c| arith(c, Arith::Div)),
+    OpDef::onnx("Pow", &[]).infer(binary_type).eval(pow),
+    OpDef::onnx("Max", &[])
+        .infer(extremum_type)
+        .eval(|c| extremum(c, Ordering::Greater)),
+    OpDef::onnx("Min", &[])
+        .infer(extremum_type)
+        .eval(|c| extremum(c, Ordering::Less)),
+    OpDef::onnx("Neg", &[])
+        .infer(first_type)
+        .eval(|c| unary_numeric(c, |x| -x, |x| x.wrapping_neg())),
+    OpDef::onnx("Abs", &[])
+        .infer(first_type)
+        .eval(|c| unary_numeric(c, f32::abs, i64::wrapping_abs)),
     // `x < 0 ? 0 : x` keeps NaN and -0.0, as onnxruntime does.
-    OpImpl::onnx("Relu", |c| {
-        unary_numeric(c, |x| if x < 0.0 { 0.0 } else { x }, |x| x.max(0))
-    }),
-    OpImpl::onnx("Sqrt", |c| unary_float(c, f64::sqrt)),
-    OpImpl::onnx("Reciprocal", |c| unary_float(c, f64::recip)),
-    OpImpl::onnx("Exp", |c| unary_float(c, f64::exp)),
-    OpImpl::onnx("Log", |c| unary_float(c, f64::ln)),
-    OpImpl::onnx("Erf", |c| unary_float(c, erf)),
-    OpImpl::onnx("Tanh", |c| unary_float(c, f64::tanh)),
-    OpImpl::onnx("Cos", |c| unary_float(c, f64::cos)),
-    OpImpl::onnx("Sin", |c| unary_float(c, f64::sin)),
-    OpImpl::onnx("Sigmoid", |c| unary_float(c, |x| 1.0 / (1.0 + (-x).exp()))),
-    OpImpl::onnx("Gelu", gelu),
-    OpImpl::onnx("Equal", |c| compare(c, Cmp::Equal)),
-    OpImpl::onnx("Less", |c| compare(c, Cmp::Less)),
-    OpImpl::onnx("Greater", |c| compare(c, Cmp::Greater)),
-    OpImpl::onnx("LessOrEqual", |c| compare(c, Cmp::LessOrEqual)),
-    OpImpl::onnx("GreaterOrEqual", |c| compare(c, Cmp::GreaterOrEqual)),
-    OpImpl::onnx("And", |c| logic(c, |p, q| p && q)),
-    OpImpl::onnx("Or", |c| logic(c, |p, q| p || q)),
-    OpImpl::onnx("Not", not),
-    OpImpl::onnx("IsNaN", is_nan),
-    OpImpl::onnx("Where", where_op),
-    OpImpl::onnx("Cast", cast_op),
-    OpImpl::onnx("CastLike", |c| {
-        c.input(1)
-            .and_then(|like| Ok(vec![cast(c.input(0)?, like.dtype)]))
-    }),
-    OpImpl::onnx("Identity", |c| c.input(0).map(|x| vec![x.clone()])),
-    OpImpl::ms("FastGelu", |c| biased_gelu(c, gelu_tanh, false)),
-    OpImpl::ms("BiasGelu", |c| biased_gelu(c, gelu_erf, true)),
+    OpDef::onnx("Relu", &[])
+        .infer(first_type)
+        .eval(|c| unary_numeric(c, |x| if x < 0.0 { 0.0 } else { x }, |x| x.max(0))),
+    OpDef::onnx("Sqrt", &[])
+        .infer(first_type)
+        .eval(|c| unary_float(c, f64::sqrt)),
+    OpDef::onnx("Reciprocal", &[])
+        .infer(first_type)
+        .eval(|c| unary_float(c, f64::recip)),
+    OpDef::onnx("Exp", &[])
+        .infer(first_type)
+        .eval(|c| unary_float(c, f64::exp)),
+    OpDef::onnx("Log", &[])
+        .infer(first_type)
+        .eval(|c| unary_float(c, f64::ln)),
+    OpDef::onnx("Erf", &[])
+        .infer(first_type)
+        .eval(|c| unary_float(c, erf)),
+    OpDef::onnx("Tanh", &[])
+        .infer(first_type)
+        .eval(|c| unary_float(c, f64::tanh)),
+    OpDef::onnx("Cos", &[])
+        .infer(first_type)
+        .eval(|c| unary_float(c, f64::cos)),
+    OpDef::onnx("Sin", &[])
+        .infer(first_type)
+        .eval(|c| unary_float(c, f64::sin)),
+    OpDef::onnx("Sigmoid", &[])
+        .infer(first_type)
+        .eval(|c| unary_float(c, |x| 1.0 / (1.0 + (-x).exp()))),
+    OpDef::onnx("Gelu", &["approximate"])
+        .infer(first_type)
+        .eval(gelu)
+        .since(20),
+    OpDef::onnx("Equal", &[])
+        .infer(boolean_binary_type)
+        .eval(|c| compare(c, Cmp::Equal)),
+    OpDef::onnx("Less", &[])
+        .infer(boolean_binary_type)
+        .eval(|c| compare(c, Cmp::Less)),
+    OpDef::onnx("Greater", &[])
+        .infer(boolean_binary_type)
+        .eval(|c| compare(c, Cmp::Greater)),
+    OpDef::onnx("LessOrEqual", &[])
+        .opaque()
+        .lacks(NO_RULE_SCHEMA)
+        .infer(boolean_binary_type)
+        .eval(|c| compare(c, Cmp::LessOrEqual)),
+    OpDef::onnx("GreaterOrEqual", &[])
+        .opaque()
+        .lacks(NO_RULE_SCHEMA)
+        .infer(boolean_binary_type)
+        .eval(|c| compare(c, Cmp::GreaterOrEqual)),
+    OpDef::onnx("And", &[])
+        .infer(boolean_binary_type)
+        .eval(|c| logic(c, |p, q| p && q)),
+    OpDef::onnx("Or", &[])
+        .opaque()
+        .lacks(NO_RULE_SCHEMA)
+        .infer(boolean_binary_type)
+        .eval(|c| logic(c, |p, q| p || q)),
+    OpDef::onnx("Xor", &[])
+        .opaque()
+        .lacks(
+            "schema and evaluator: no rule rewrites or introduces it, so the e-graph keeps a \
+             node's own attributes, and no graph mobius checks through the interpreter holds one",
+        )
+        .infer(boolean_binary_type),
+    OpDef::onnx("Not", &[]).infer(boolean_type).eval(not),
+    OpDef::onnx("IsNaN", &[]).infer(boolean_type).eval(is_nan),
+    OpDef::onnx("Where", &[]).infer(where_type).eval(where_op),
+    OpDef::onnx("Cast", &["round_mode", "saturate", "to"])
+        .infer(|c| {
+            let to = c.int("to").and_then(|t| DType::from_onnx_code(t as i32));
+            vec![c.ty(0).with_dtype(to)]
+        })
+        .eval(cast_op),
+    OpDef::onnx("CastLike", &["round_mode", "saturate"])
+        .infer(|c| vec![c.ty(0).with_dtype(c.ty(1).dtype)])
+        .eval(|c| {
+            c.input(1)
+                .and_then(|like| Ok(vec![cast(c.input(0)?, like.dtype)]))
+        }),
+    OpDef::onnx("Identity", &[])
+        .infer(first_type)
+        .eval(|c| c.input(0).map(|x| vec![x.clone()])),
+    // The fused elementwise kernels come with the Skip*Normalization ones.
+    OpDef::ms("FastGelu", &[])
+        .infer(first_type)
+        .cost(Cost::KERNEL.support(|c, _, _| c.supports_skip_layer_norm))
+        .eval(|c| biased_gelu(c, gelu_tanh, false)),
+    OpDef::ms("BiasGelu", &[])
+        .infer(binary_type)
+        .cost(Cost::KERNEL.support(|c, _, _| c.supports_skip_layer_norm))
+        .eval(|c| biased_gelu(c, gelu_erf, true)),
 ];
+
+/// Why a standard op without attributes leaves its schema undeclared.
+const NO_RULE_SCHEMA: &str =
+    "schema: no rule rewrites or introduces it, so the e-graph keeps a node's own attributes";
+
+/// The type of an op whose output has its first input's type.
+pub(super) fn first_type(c: &Infer<'_>) -> Vec<TensorType> {
+    vec![c.ty(0)]
+}
+
+/// A boolean of the first input's shape.
+fn boolean_type(c: &Infer<'_>) -> Vec<TensorType> {
+    vec![c.ty(0).with_dtype(Some(DType::Bool))]
+}
+
+/// The broadcast of the first two inputs, in the first one's dtype.
+fn binary_type(c: &Infer<'_>) -> Vec<TensorType> {
+    vec![broadcast_type(&c.ty(0), &c.ty(1)).with_dtype(c.ty(0).dtype)]
+}
+
+/// The broadcast of the first two inputs, boolean.
+fn boolean_binary_type(c: &Infer<'_>) -> Vec<TensorType> {
+    vec![broadcast_type(&c.ty(0), &c.ty(1)).with_dtype(Some(DType::Bool))]
+}
+
+/// The broadcast of all the inputs.
+fn extremum_type(c: &Infer<'_>) -> Vec<TensorType> {
+    vec![(1..c.inputs.len()).fold(c.ty(0), |acc, i| broadcast_type(&acc, &c.ty(i)))]
+}
+
+/// The broadcast of the condition and both branches, in the branches' dtype.
+fn where_type(c: &Infer<'_>) -> Vec<TensorType> {
+    vec![broadcast_type(&broadcast_type(&c.ty(0), &c.ty(1)), &c.ty(2)).with_dtype(c.ty(1).dtype)]
+}
 
 /// `v` wrapped to the width of integer dtype `dtype` (two's complement, like a C++ cast).
 pub(crate) fn wrap_int(dtype: DType, v: i64) -> i64 {

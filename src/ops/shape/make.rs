@@ -3,8 +3,8 @@
 use half::{bf16, f16};
 
 use super::{dims, int_input, take};
-use crate::interp::{OpCall, Tensor};
 use crate::ir::{Attr, DType};
+use crate::ops::{OpCall, Tensor};
 use crate::Result;
 
 /// `Shape`: the input's dims `start..end` as int64 (both clamped to `[0, rank]` after

@@ -2,8 +2,8 @@
 //! Expand, Tile.
 
 use super::{dims, index_map, int_input, norm_axes, norm_axis, take, with_shape};
-use crate::interp::tensor::{broadcast_index, broadcast_shape, strides};
-use crate::interp::{OpCall, Tensor};
+use crate::ops::tensor::{broadcast_index, broadcast_shape, strides};
+use crate::ops::{OpCall, Tensor};
 use crate::Result;
 
 /// `Transpose`: `perm` (default: the axes reversed) must be a permutation of the axes.

@@ -1,13 +1,38 @@
 //! Matrix products: `MatMul` (numpy `matmul` semantics) and `Gemm`. Float products accumulate
 //! in f64 and are rounded to the output dtype once; integer products wrap to the dtype's width.
+//!
+//! [`OPS`] registers each op with its attribute schema, type inference and cost facts
+//! beside its evaluator.
 
+use super::cost::{Cost, Work};
 use super::elementwise::wrap_int;
+use super::infer::{broadcast_type, shape_dims};
 use super::tensor::{broadcast_index, broadcast_shape};
-use super::{OpCall, OpImpl, Tensor, Values};
+use super::types::TensorType;
+use super::{OpCall, OpDef, Tensor, Values};
 use crate::Result;
 
 /// The ops of this family.
-pub const OPS: &[OpImpl] = &[OpImpl::onnx("MatMul", matmul), OpImpl::onnx("Gemm", gemm)];
+pub const OPS: &[OpDef] = &[
+    OpDef::onnx("MatMul", &[])
+        .infer(|c| vec![matmul_type(&c.ty(0), &c.ty(1))])
+        .cost(PRODUCT)
+        .eval(matmul),
+    OpDef::onnx("Gemm", &["alpha", "beta", "transA", "transB"])
+        .infer(|c| {
+            vec![gemm_type(
+                &c.ty(0),
+                &c.ty(1),
+                c.int("transA"),
+                c.int("transB"),
+            )]
+        })
+        .cost(PRODUCT)
+        .eval(gemm),
+];
+
+/// A matrix product's cost.
+const PRODUCT: Cost = Cost::KERNEL.work(Work::Product);
 
 /// The sizes of a batched product: per batch element, the indices of its A and B matrices,
 /// multiplied as `m x k` by `k x n`.
@@ -172,4 +197,54 @@ fn gemm(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
         })
         .collect();
     Ok(vec![Tensor::float(a.dtype, out_shape.to_vec(), values)])
+}
+
+/// `MatMul` of two operands of rank ≥ 2: the broadcast batch dims, then `[M, N]`, in A's
+/// dtype.
+fn matmul_type(a: &TensorType, b: &TensorType) -> TensorType {
+    let shape = match (shape_dims(a), shape_dims(b)) {
+        (Some(x), Some(y)) if x.len() >= 2 && y.len() >= 2 => {
+            let batch = broadcast_type(
+                &TensorType {
+                    dtype: None,
+                    shape: Some(x[..x.len() - 2].to_vec()),
+                },
+                &TensorType {
+                    dtype: None,
+                    shape: Some(y[..y.len() - 2].to_vec()),
+                },
+            );
+            let mut s = batch.shape.unwrap_or_default();
+            s.push(x[x.len() - 2].clone());
+            s.push(y[y.len() - 1].clone());
+            Some(s)
+        }
+        _ => None,
+    };
+    TensorType {
+        dtype: a.dtype,
+        shape,
+    }
+}
+
+/// Gemm: `A [M, K]` (or `[K, M]` with `transA`) times `B [K, N]` (or `[N, K]` with `transB`)
+/// gives `[M, N]` in A's dtype.
+fn gemm_type(
+    a: &TensorType,
+    b: &TensorType,
+    trans_a: Option<i64>,
+    trans_b: Option<i64>,
+) -> TensorType {
+    let shape = match (shape_dims(a), shape_dims(b)) {
+        (Some([a0, a1]), Some([b0, b1])) => {
+            let m = if trans_a == Some(1) { a1 } else { a0 };
+            let n = if trans_b == Some(1) { b0 } else { b1 };
+            Some(vec![m.clone(), n.clone()])
+        }
+        _ => None,
+    };
+    TensorType {
+        dtype: a.dtype,
+        shape,
+    }
 }

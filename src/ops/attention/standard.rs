@@ -28,8 +28,8 @@
 //!   and mask, `[B, Hq, S, T]`.
 
 use super::{dot, head_count, lowest, round_to, soft_cap, softmax, weighted_sum};
-use crate::interp::tensor::{broadcast_index, broadcast_shape};
-use crate::interp::{OpCall, Tensor};
+use crate::ops::tensor::{broadcast_index, broadcast_shape};
+use crate::ops::{OpCall, Tensor};
 use crate::Result;
 
 /// A 4-D `[batch, heads, seq, dim]` view of Q, K or V.

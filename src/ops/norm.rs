@@ -16,19 +16,45 @@
 //!   `[…, 1]` (input shape with the last dimension 1), `input_skip_bias_sum` is
 //!   `input + skip (+ bias)` in the input dtype. `SkipSimplifiedLayerNormalization` writes zeros
 //!   to `mean`. `skip` broadcasts against the input (`[B, S, H]`, `[1, S, H]` or `[S, H]`).
+//!
+//! [`OPS`] registers each op with its attribute schema, type inference and cost facts
+//! beside its evaluator.
 
+use super::cost::Cost;
+use super::elementwise::first_type;
+use super::infer::shape_dims;
 use super::tensor::{axis, broadcast_index, broadcast_shape};
-use super::{OpCall, OpImpl, Tensor};
+use super::types::{SymDim, TensorType};
+use super::{OpCall, OpDef, Tensor};
 use crate::ir::DType;
 use crate::Result;
 
 /// The ops of this family.
-pub const OPS: &[OpImpl] = &[
-    OpImpl::onnx("LayerNormalization", |c| layer_norm(c, false)),
-    OpImpl::onnx("RMSNormalization", |c| layer_norm(c, true)),
-    OpImpl::ms("SkipLayerNormalization", |c| skip_norm(c, false)),
-    OpImpl::ms("SkipSimplifiedLayerNormalization", |c| skip_norm(c, true)),
+pub const OPS: &[OpDef] = &[
+    OpDef::onnx("LayerNormalization", NORM_ATTRS)
+        .infer(first_type)
+        .eval(|c| layer_norm(c, false))
+        .since(17),
+    OpDef::onnx("RMSNormalization", NORM_ATTRS)
+        .infer(first_type)
+        .cost(Cost::KERNEL.support(|c, _, rank| c.supports_rank4_rmsnorm || rank != Some(4)))
+        .eval(|c| layer_norm(c, true))
+        .since(23),
+    OpDef::ms("SkipLayerNormalization", &["epsilon"])
+        .infer(|c| skip_norm_types(&c.ty(0)))
+        .cost(SKIP_NORM)
+        .eval(|c| skip_norm(c, false)),
+    OpDef::ms("SkipSimplifiedLayerNormalization", &["epsilon"])
+        .infer(|c| skip_norm_types(&c.ty(0)))
+        .cost(SKIP_NORM)
+        .eval(|c| skip_norm(c, true)),
 ];
+
+/// The attributes of the standard normalizations.
+const NORM_ATTRS: &[&str] = &["axis", "epsilon", "stash_type"];
+
+/// The cost of the fused skip normalizations.
+const SKIP_NORM: Cost = Cost::KERNEL.support(|c, _, _| c.supports_skip_layer_norm);
 
 /// Per-row statistics of `x` split in `rows` rows of `inner` elements: `(mean, 1/sqrt(var +
 /// eps))`, where for the simplified (RMS) form the mean is 0 and `var` is the mean square. Rows
@@ -223,6 +249,21 @@ fn skip_norm(call: &OpCall<'_>, simplified: bool) -> Result<Vec<Tensor>> {
         Tensor::float(DType::F32, stat_shape, invs),
         Tensor::float(x.dtype, x.shape.clone(), sum),
     ])
+}
+
+/// Skip*LayerNormalization: `output`, `mean`, `inv_std_var`, `input_skip_bias_sum`.
+fn skip_norm_types(x: &TensorType) -> Vec<TensorType> {
+    let stats = TensorType {
+        dtype: Some(DType::F32),
+        shape: shape_dims(x).map(|d| {
+            let mut s = d.to_vec();
+            if let Some(last) = s.last_mut() {
+                *last = SymDim::Known(1);
+            }
+            s
+        }),
+    };
+    vec![x.clone(), stats.clone(), stats, x.clone()]
 }
 
 #[cfg(test)]

@@ -2,8 +2,8 @@
 //! KV-cache update of a static cache), as onnxruntime's CPU kernels compute them.
 
 use super::norm_axis;
-use crate::interp::tensor::strides;
-use crate::interp::{OpCall, Tensor, Values};
+use crate::ops::tensor::strides;
+use crate::ops::{OpCall, Tensor, Values};
 use crate::Result;
 
 /// Copies `len` elements of `src` from `from` over `out` at `to`.

@@ -1,8 +1,8 @@
 //! Ops that join or pick parts of tensors: Concat, Split, Slice, Gather, GatherND.
 
 use super::{dims, index_map, int_input, norm_axes, norm_axis, take};
-use crate::interp::tensor::strides;
-use crate::interp::{OpCall, Tensor, Values};
+use crate::ops::tensor::strides;
+use crate::ops::{OpCall, Tensor, Values};
 use crate::Result;
 
 /// `Concat`: joins inputs of one dtype and rank along `axis`; the other dims must agree.

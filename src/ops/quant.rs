@@ -3,17 +3,54 @@
 //! is dequantized as `(q - zero_point) * scale` in f32 and rounded once to the output dtype, so a
 //! NaN or infinite scale gives NaN where `q == zero_point` and ±infinity elsewhere, as in
 //! onnxruntime.
+//!
+//! [`OPS`] registers each op with its attribute schema, type inference and cost facts
+//! beside its evaluator.
 
+use super::cost::{Cost, Reads, Work};
+use super::infer::{input_type, shape_dims, Attrs, InputView};
 use super::tensor::axis;
-use super::{OpCall, OpImpl, Tensor};
+use super::types::{SymDim, TensorType};
+use super::{OpCall, OpDef, Tensor};
 use crate::ir::DType;
 use crate::Result;
 
 /// The ops of this family.
-pub const OPS: &[OpImpl] = &[
-    OpImpl::onnx("DequantizeLinear", dequantize_linear),
-    OpImpl::ms("MatMulNBits", matmul_nbits),
-    OpImpl::ms("GatherBlockQuantized", gather_block_quantized),
+pub const OPS: &[OpDef] = &[
+    OpDef::onnx("DequantizeLinear", &["axis", "block_size", "output_dtype"])
+        .infer(|c| {
+            let out = c
+                .int("output_dtype")
+                .filter(|&t| t != 0)
+                .and_then(|t| DType::from_onnx_code(t as i32))
+                .or(c.ty(1).dtype);
+            vec![c.ty(0).with_dtype(out)]
+        })
+        .eval(dequantize_linear),
+    OpDef::ms(
+        "MatMulNBits",
+        &["K", "N", "accuracy_level", "bits", "block_size"],
+    )
+    .infer(|c| vec![matmul_nbits_type(&c.ty(0), c.int("N"))])
+    .cost(
+        Cost::KERNEL
+            .support(|c, dtype, _| {
+                c.supports_matmul_nbits && matches!(dtype, Some(DType::F32 | DType::F16))
+            })
+            .work(Work::Product),
+    )
+    .eval(matmul_nbits),
+    OpDef::ms(
+        "GatherBlockQuantized",
+        &["bits", "block_size", "gather_axis", "quantize_axis"],
+    )
+    .infer(|c| vec![gather_block_quantized_type(c.inputs, c.attrs)])
+    .cost(
+        Cost::KERNEL
+            .support(|c, _, _| c.supports_matmul_nbits)
+            .reads(Reads::Lookup),
+    )
+    .eval(gather_block_quantized),
 ];
 
 /// Input `i` (called `name` in errors), which must be a float tensor (f32, f16 or bf16).
@@ -477,12 +514,59 @@ fn gather_block_quantized(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
     Ok(vec![Tensor::float(scales.dtype, shape, out)])
 }
 
+/// `MatMulNBits(A [.., K]) → [.., N]` in A's dtype.
+fn matmul_nbits_type(a: &TensorType, n: Option<i64>) -> TensorType {
+    let shape = match (shape_dims(a), n) {
+        (Some(x), Some(n)) if !x.is_empty() => {
+            let mut s = x.to_vec();
+            *s.last_mut().expect("non-empty") = SymDim::Known(n);
+            Some(s)
+        }
+        _ => None,
+    };
+    TensorType {
+        dtype: a.dtype,
+        shape,
+    }
+}
+
+/// `GatherBlockQuantized(data [V, D'], indices)`, gathering rows (gather_axis 0) of a table
+/// quantized along its last axis: `indices.shape + [D]`, in the scales' dtype, where `D` is
+/// `D'` (int4 / uint4 data) or `2·D'` (uint8 data packing two 4-bit values per byte).
+fn gather_block_quantized_type(inputs: &[InputView<'_>], attr: &Attrs<'_>) -> TensorType {
+    let data = input_type(inputs, 0);
+    let indices = input_type(inputs, 1);
+    let scales = input_type(inputs, 2);
+    let shape = match (
+        shape_dims(&data),
+        shape_dims(&indices),
+        attr.int("gather_axis").unwrap_or(0),
+    ) {
+        (Some([_, width]), Some(idx), 0) => {
+            let width = match (data.dtype, width, attr.int("bits").unwrap_or(4)) {
+                (Some(DType::U8), SymDim::Known(w), 4) => SymDim::Known(w * 2),
+                (Some(DType::U8), _, 4) => SymDim::Unknown,
+                _ => width.clone(),
+            };
+            let mut s = idx.to_vec();
+            s.push(width);
+            Some(s)
+        }
+        _ => None,
+    };
+    TensorType {
+        dtype: scales.dtype,
+        shape,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::interp::{eval_op, CONTRIB_DOMAIN};
+    use crate::interp::eval_op;
     use crate::ir::Attr;
     use crate::limits::InterpLimits;
+    use crate::ops::CONTRIB_DOMAIN;
 
     #[test]
     fn packed_values_are_read_lowest_bits_first() {

@@ -13,15 +13,39 @@
 //!   offset `[1]` (position = offset + s), caches `[max_pos, rd/2]`. Without `num_heads` the head
 //!   size of a 3-D input is `2·cos_cache.shape[1]`. The `scale` attribute is ignored (as the CPU
 //!   kernel does) and `is_packed_batching = 1` is not supported.
+//!
+//! [`OPS`] registers each op with its attribute schema, type inference and cost facts
+//! beside its evaluator.
 
 use super::attention::head_count;
-use super::{OpCall, OpImpl, Tensor};
+use super::cost::Cost;
+use super::elementwise::first_type;
+use super::{OpCall, OpDef, Tensor};
 use crate::Result;
 
 /// The ops of this family.
-pub const OPS: &[OpImpl] = &[
-    OpImpl::onnx("RotaryEmbedding", onnx_rotary),
-    OpImpl::ms("RotaryEmbedding", contrib_rotary),
+pub const OPS: &[OpDef] = &[
+    OpDef::onnx(
+        "RotaryEmbedding",
+        &["interleaved", "num_heads", "rotary_embedding_dim"],
+    )
+    .infer(first_type)
+    .cost(Cost::KERNEL.support(|c, _, _| c.supports_rotary_embedding))
+    .eval(onnx_rotary)
+    .since(23),
+    OpDef::ms(
+        "RotaryEmbedding",
+        &[
+            "interleaved",
+            "is_packed_batching",
+            "num_heads",
+            "rotary_embedding_dim",
+            "scale",
+        ],
+    )
+    .infer(first_type)
+    .cost(Cost::KERNEL.support(|c, _, _| c.supports_fused_rope))
+    .eval(contrib_rotary),
 ];
 
 /// Rotates the first `2·cos.len()` elements of one head vector `x` in place, pairing halves

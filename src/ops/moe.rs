@@ -13,16 +13,64 @@
 //! `fc2` `[E, H, I]`; `swiglu(g, l) = G·σ(α·G)·(L + β)` with `G = min(g, limit)` and
 //! `L = clamp(l, ±limit)`. In f16 the projections, the bias sums and the activation are rounded
 //! to f16, the weighted sum is accumulated in f32 and rounded once.
+//!
+//! [`OPS`] registers each op with its attribute schema, type inference and cost facts
+//! beside its evaluator.
 
 use half::f16;
 
+use super::cost::{Cost, Work};
+use super::elementwise::first_type;
 use super::quant::{contrib_block_size, packed_value};
-use super::{OpCall, OpImpl, Tensor};
+use super::{OpCall, OpDef, Tensor};
 use crate::ir::DType;
 use crate::Result;
 
 /// The ops of this family.
-pub const OPS: &[OpImpl] = &[OpImpl::ms("MoE", moe), OpImpl::ms("QMoE", qmoe)];
+pub const OPS: &[OpDef] = &[
+    OpDef::ms(
+        "MoE",
+        &[
+            "activation_alpha",
+            "activation_beta",
+            "activation_type",
+            "k",
+            "normalize_routing_weights",
+            "swiglu_fusion",
+            "swiglu_limit",
+            "use_sparse_mixer",
+        ],
+    )
+    .infer(first_type)
+    .cost(FUSED.work(Work::Experts))
+    .eval(moe),
+    OpDef::ms(
+        "QMoE",
+        &[
+            "accuracy_level",
+            "activation_alpha",
+            "activation_beta",
+            "activation_type",
+            "block_size",
+            "expert_weight_bits",
+            "k",
+            "normalize_routing_weights",
+            "quant_type",
+            "swiglu_fusion",
+            "swiglu_limit",
+            "use_sparse_mixer",
+            "weights_prepacked",
+        ],
+    )
+    .infer(first_type)
+    .cost(FUSED.work(Work::PackedExperts))
+    .eval(qmoe),
+];
+
+/// Where the fused MoE kernels run: onnxruntime's CPU kernel takes f32 and f16 only (the CUDA
+/// one bf16 too, unverified).
+const FUSED: Cost = Cost::KERNEL
+    .support(|c, dtype, _| c.supports_fused_moe && matches!(dtype, Some(DType::F32 | DType::F16)));
 
 /// The sizes of one MoE call.
 struct Dims {

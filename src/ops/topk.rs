@@ -1,13 +1,20 @@
 //! `TopK` (opset 11+): the `k` largest (or smallest) elements along an axis, with their
 //! int64 indices.
+//!
+//! [`OPS`] registers each op with its attribute schema, type inference and cost facts
+//! beside its evaluator.
 
+use super::infer::{input_type, literal_ints, normal_axis, shape_dims, InputView};
 use super::tensor::axis;
-use super::{OpCall, OpImpl, Tensor, Values};
+use super::types::{SymDim, TensorType};
+use super::{OpCall, OpDef, Tensor, Values};
 use crate::ir::DType;
 use crate::Result;
 
 /// The ops of this family.
-pub const OPS: &[OpImpl] = &[OpImpl::onnx("TopK", top_k)];
+pub const OPS: &[OpDef] = &[OpDef::onnx("TopK", &["axis", "largest", "sorted"])
+    .infer(|c| top_k_types(c.inputs, c.int("axis").unwrap_or(-1)))
+    .eval(top_k)];
 
 /// `TopK(X, K; axis = -1, largest = 1, sorted = 1)`: along `axis`, the `K` (a one-element
 /// int64 input, `0 ≤ K ≤` the axis' extent) largest elements (smallest with `largest = 0`),
@@ -91,11 +98,43 @@ fn top_k(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
     Ok(vec![values, Tensor::int(DType::I64, shape, index)])
 }
 
+/// A reduction over constant `axes` (the second input since opset 18, an attribute before):
+/// those dims become 1 (`keepdims` 1, the default) or disappear. No axes reduce every dim,
+/// unless `noop_with_empty_axes` makes the op an identity.
+/// TopK's values (the input's dtype) and int64 indices: the input shape with `k` (the
+/// constant input 1) along `axis`.
+fn top_k_types(inputs: &[InputView<'_>], axis_attr: i64) -> Vec<TensorType> {
+    let t = input_type(inputs, 0);
+    let k = inputs
+        .get(1)
+        .and_then(|v| v.konst)
+        .and_then(literal_ints)
+        .and_then(|k| (k.len() == 1).then(|| k[0]));
+    let shape = shape_dims(&t).map(|d| {
+        let at = normal_axis(axis_attr, d.len());
+        d.iter()
+            .enumerate()
+            .map(|(i, dim)| match (Some(i) == at, k) {
+                (false, _) => dim.clone(),
+                (true, Some(k)) => SymDim::Known(k),
+                (true, None) => SymDim::Unknown,
+            })
+            .collect()
+    });
+    let values = TensorType {
+        dtype: t.dtype,
+        shape,
+    };
+    let indices = values.with_dtype(Some(DType::I64));
+    vec![values, indices]
+}
+
 #[cfg(test)]
 mod tests {
-    use crate::interp::{eval_op, Tensor};
+    use crate::interp::eval_op;
     use crate::ir::{Attr, Attrs, DType};
     use crate::limits::InterpLimits;
+    use crate::ops::Tensor;
 
     fn run(x: &Tensor, k: i64, attrs: &[(&str, i64)]) -> crate::Result<Vec<Tensor>> {
         let attrs: Attrs = attrs

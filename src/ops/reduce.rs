@@ -1,21 +1,43 @@
 //! Reductions (`ReduceSum`, `ReduceMean`, `ReduceMax`, `ReduceMin`), `CumSum` and `Softmax`. Float sums
 //! accumulate in f64; edge cases follow onnxruntime (see [`reduce`]).
+//!
+//! [`OPS`] registers each op with its attribute schema, type inference and cost facts
+//! beside its evaluator.
 
+use super::elementwise::first_type;
 use super::elementwise::wrap_int;
+use super::infer::{input_type, literal_ints, normal_axis, shape_dims, Attrs, InputView};
 use super::tensor::{axis, broadcast_index};
-use super::{OpCall, OpImpl, Tensor, Values};
+use super::types::{SymDim, TensorType};
+use super::value::AttrValue;
+use super::{OpCall, OpDef, Tensor, Values};
 use crate::ir::DType;
 use crate::Result;
 
 /// The ops of this family.
-pub const OPS: &[OpImpl] = &[
-    OpImpl::onnx("ReduceSum", |c| reduce(c, Kind::Sum)),
-    OpImpl::onnx("ReduceMean", |c| reduce(c, Kind::Mean)),
-    OpImpl::onnx("ReduceMax", |c| reduce(c, Kind::Max)),
-    OpImpl::onnx("ReduceMin", |c| reduce(c, Kind::Min)),
-    OpImpl::onnx("Softmax", softmax),
-    OpImpl::onnx("CumSum", cumsum),
+pub const OPS: &[OpDef] = &[
+    OpDef::onnx("ReduceSum", REDUCE_ATTRS)
+        .infer(|c| vec![reduce_type(c.inputs, c.attrs)])
+        .eval(|c| reduce(c, Kind::Sum)),
+    OpDef::onnx("ReduceMean", REDUCE_ATTRS)
+        .infer(|c| vec![reduce_type(c.inputs, c.attrs)])
+        .eval(|c| reduce(c, Kind::Mean)),
+    OpDef::onnx("ReduceMax", REDUCE_ATTRS)
+        .infer(|c| vec![reduce_type(c.inputs, c.attrs)])
+        .eval(|c| reduce(c, Kind::Max)),
+    OpDef::onnx("ReduceMin", REDUCE_ATTRS)
+        .infer(|c| vec![reduce_type(c.inputs, c.attrs)])
+        .eval(|c| reduce(c, Kind::Min)),
+    OpDef::onnx("Softmax", &["axis"])
+        .infer(first_type)
+        .eval(softmax),
+    OpDef::onnx("CumSum", &["exclusive", "reverse"])
+        .infer(first_type)
+        .eval(cumsum),
 ];
+
+/// The attributes of the reductions.
+const REDUCE_ATTRS: &[&str] = &["keepdims", "noop_with_empty_axes"];
 
 /// The reductions.
 #[derive(Clone, Copy)]
@@ -270,4 +292,43 @@ fn softmax(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
         }
     }
     Ok(vec![Tensor::float(x.dtype, x.shape.clone(), out)])
+}
+
+/// A reduction's type: the input's, its reduced axes (the constant `axes` input or the
+/// pre-18 attribute; all when neither is given) kept as 1 or dropped by `keepdims`.
+fn reduce_type(inputs: &[InputView<'_>], attr: &Attrs<'_>) -> TensorType {
+    let t = input_type(inputs, 0);
+    let axes = match (inputs.get(1), attr.get("axes")) {
+        (Some(v), None) => v.konst.and_then(literal_ints),
+        (None, Some(AttrValue::Ints(a))) => Some(a.clone()),
+        (None, None) => Some(Vec::new()),
+        _ => None,
+    };
+    let keep = attr.int("keepdims").unwrap_or(1) != 0;
+    let shape = match (shape_dims(&t), axes) {
+        (Some(d), Some(axes)) if axes.is_empty() && attr.int("noop_with_empty_axes") == Some(1) => {
+            Some(d.to_vec())
+        }
+        (Some(d), Some(axes)) => {
+            let positions: Option<Vec<usize>> = match axes.is_empty() {
+                true => Some((0..d.len()).collect()),
+                false => axes.iter().map(|&a| normal_axis(a, d.len())).collect(),
+            };
+            positions.map(|p| {
+                d.iter()
+                    .enumerate()
+                    .filter_map(|(i, dim)| match (p.contains(&i), keep) {
+                        (false, _) => Some(dim.clone()),
+                        (true, true) => Some(SymDim::Known(1)),
+                        (true, false) => None,
+                    })
+                    .collect()
+            })
+        }
+        _ => None,
+    };
+    TensorType {
+        dtype: t.dtype,
+        shape,
+    }
 }

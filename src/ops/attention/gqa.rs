@@ -43,9 +43,9 @@
 //!   the new ones included, as `e4m3 · scale` rounded to the query dtype.
 
 use super::{dot, head_count, round_to, soft_cap, softmax, softmax_with_sink, weighted_sum};
-use crate::interp::rope::rotate;
-use crate::interp::{OpCall, Tensor};
 use crate::ir::{f8e4m3, DType};
+use crate::ops::rope::rotate;
+use crate::ops::{OpCall, Tensor};
 use crate::Result;
 
 /// Evaluates `com.microsoft` `GroupQueryAttention`.
