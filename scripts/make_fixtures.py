@@ -129,6 +129,8 @@ from transformers import (
     FalconForCausalLM,
     NemotronConfig,
     NemotronForCausalLM,
+    PersimmonConfig,
+    PersimmonForCausalLM,
     PhiConfig,
     PhiForCausalLM,
     PreTrainedTokenizerFast,
@@ -582,6 +584,18 @@ def make_config(kind: str, vocab: int, ids: dict):
             mlp_bias=False,
             tie_word_embeddings=False,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+        )
+    if kind == "persimmon":
+        # Fused head-interleaved query_key_value, per-head q/k LayerNorm with bias, RoPE (theta
+        # 25000, persimmon-8b's) on half of each head, relu2 MLP, biases everywhere, untied;
+        # saved in the v4 spelling (rope_theta, partial_rotary_factor at the top level).
+        return PersimmonForCausalLM, PersimmonConfig(
+            **{k: v for k, v in common.items() if k not in ("head_dim", "num_key_value_heads")},
+            layer_norm_eps=1e-5,
+            hidden_act="relu2",
+            qk_layernorm=True,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 25000.0, "partial_rotary_factor": 0.5},
         )
     if kind == "cohere":
         # Parallel blocks off one LayerNorm without bias, interleaved RoPE over whole heads,
@@ -1047,6 +1061,7 @@ FIXTURES = {
     "falcon": (5700, "f32", "v5", None),
     "falcon-alibi": (5800, "f32", "v5", None),
     "falcon-mq": (5900, "f32", "v5", None),
+    "persimmon": (6000, "f32", "v4", None),
 }
 
 

@@ -37,6 +37,7 @@ pub mod olmo;
 pub mod olmo2;
 pub mod olmo3;
 pub mod olmoe;
+pub mod persimmon;
 pub mod phi;
 pub mod phi3;
 pub mod phimoe;

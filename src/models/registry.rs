@@ -51,6 +51,7 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &super::bloom::FAMILY,
     &super::falcon::FAMILY,
     &super::mpt::FAMILY,
+    &super::persimmon::FAMILY,
     &super::bert::FAMILY,
 ];
 
