@@ -121,6 +121,8 @@ from transformers import (
     CohereForCausalLM,
     Ernie4_5Config,
     Ernie4_5ForCausalLM,
+    Ernie4_5_MoeConfig,
+    Ernie4_5_MoeForCausalLM,
     Cohere2Config,
     Cohere2ForCausalLM,
     Exaone4Config,
@@ -632,6 +634,24 @@ def make_config(kind: str, vocab: int, ids: dict):
             tie_word_embeddings=True,
             rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
         )
+    if kind == "ernie4_5_moe":
+        # ERNIE 4.5's decoder (interleaved RoPE, use_bias) with a dense layer 0 and a MoE layer
+        # 1 (moe_layer_start_index 1): 4 SwiGLU experts, top-2 picked on the softmax scores plus
+        # the (perturbed) score-correction bias, renormalised, and a shared expert with biases.
+        return Ernie4_5_MoeForCausalLM, Ernie4_5_MoeConfig(
+            **common,
+            rms_norm_eps=1e-5,
+            use_bias=True,
+            tie_word_embeddings=True,
+            rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+            moe_num_experts=4,
+            moe_k=2,
+            moe_intermediate_size=32,
+            moe_num_shared_experts=1,
+            moe_layer_start_index=1,
+            moe_layer_end_index=-1,
+            moe_layer_interval=1,
+        )
     if kind == "apertus":
         # Per-head q/k norms, ungated xIELU MLP (its alpha_p/alpha_n perturbed as weights, its
         # beta buffer moved off 0.5 by perturb), llama3 RoPE with theta 1.2e7, untied.
@@ -1062,6 +1082,7 @@ FIXTURES = {
     "falcon-alibi": (5800, "f32", "v5", None),
     "falcon-mq": (5900, "f32", "v5", None),
     "persimmon": (6000, "f32", "v4", None),
+    "ernie4_5_moe": (6100, "f32", "v5", None),
 }
 
 

@@ -181,6 +181,20 @@ pub struct HfConfig {
     pub decoder_sparse_step: Option<i64>,
     /// `mlp_only_layers` (Qwen2/3-MoE: layers with a dense MLP instead of experts).
     pub mlp_only_layers: Option<Vec<i64>>,
+    /// `moe_num_experts` (ERNIE 4.5 MoE: experts per MoE layer).
+    pub moe_num_experts: Option<i64>,
+    /// `moe_k` (ERNIE 4.5 MoE: experts each token is routed to).
+    pub moe_k: Option<i64>,
+    /// `moe_num_shared_experts` (ERNIE 4.5 MoE: the shared expert is this many experts wide).
+    pub moe_num_shared_experts: Option<i64>,
+    /// `moe_layer_start_index` (ERNIE 4.5 MoE: the first layer that may be a MoE layer).
+    pub moe_layer_start_index: Option<i64>,
+    /// `moe_layer_end_index` (ERNIE 4.5 MoE: the last such layer, -1 for the last layer).
+    pub moe_layer_end_index: Option<i64>,
+    /// `moe_layer_interval` (ERNIE 4.5 MoE: every n-th layer in that range is a MoE layer).
+    pub moe_layer_interval: Option<i64>,
+    /// `moe_norm_min` (ERNIE 4.5 MoE: the least divisor of the top-k renormalisation).
+    pub moe_norm_min: Option<f64>,
     /// `qkv_bias` (Qwen2-MoE: biases on q, k and v).
     pub qkv_bias: Option<bool>,
     /// `use_parallel_residual` (GPT-NeoX, StableLM: attention and MLP both read the layer

@@ -15,6 +15,7 @@ pub mod cohere2;
 pub mod components;
 pub mod decoder;
 pub mod ernie4_5;
+pub mod ernie4_5_moe;
 pub mod exaone4;
 pub mod falcon;
 pub mod family;

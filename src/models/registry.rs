@@ -52,6 +52,7 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &super::falcon::FAMILY,
     &super::mpt::FAMILY,
     &super::persimmon::FAMILY,
+    &super::ernie4_5_moe::FAMILY,
     &super::bert::FAMILY,
 ];
 

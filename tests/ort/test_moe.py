@@ -8,7 +8,9 @@ the prompt and transformers' greedy continuation (44 routed tokens per layer), a
 router's margin is measured: the kernel and TopK order equal probabilities differently (the
 higher expert index first, the lower), so the forms agree exactly when no token's k-th and
 (k+1)-th router probability are equal.  The margins are printed in the session summary.
-phimoe's sparsemixer routing is not what the kernel computes: its blocks stay standard ops.
+phimoe's sparsemixer routing is not what the kernel computes, nor is the score-corrected routing
+of ernie4_5_moe (the top-k picked on the scores plus a per-expert bias): their blocks stay
+standard ops.
 """
 
 from __future__ import annotations
@@ -186,3 +188,52 @@ def test_cpu_moe_ignores_use_sparse_mixer():
     plain, mixer = run(0), run(1)
     assert_close(plain, softmax_top2, 1e-4, "softmax top-2 block")
     assert np.array_equal(mixer, plain)
+
+
+# Score-corrected routers (components::moe::Router::Corrected) pick the top-k on the scores plus a
+# per-expert bias, which the kernel does not take: their blocks stay standard ops on every EP.
+CORRECTED = ["ernie4_5_moe"]
+
+
+def corrected_routing(name: str) -> tuple[int, int]:
+    """(k, MoE layers) of a score-corrected fixture, as its family reads them."""
+    cfg = load_config(FIXTURES_DIR / name)
+    layers = cfg["num_hidden_layers"]
+    start, end = cfg.get("moe_layer_start_index", 1), cfg.get("moe_layer_end_index", -1)
+    end = layers - 1 if end == -1 else end
+    interval = cfg.get("moe_layer_interval", 1)
+    moe = sum(1 for i in range(layers) if (i + 1) % interval == 0 and start <= i <= end)
+    return cfg["moe_k"], moe
+
+
+@pytest.mark.parametrize("ep,dtype", FUSED, ids=[f"{e or 'noflag'}-{d}" for e, d in FUSED])
+@pytest.mark.parametrize("name", CORRECTED)
+def test_score_corrected_blocks_stay_standard(built, name, ep, dtype):
+    """One TopK (on the corrected scores) per MoE layer and no MoE, where the kernel would run."""
+    got = ops(built("fixture", name, dtype, ep))
+    assert "com.microsoft::MoE" not in got, got
+    assert got.count("ai.onnx::TopK") == corrected_routing(name)[1], got
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16"])
+@pytest.mark.parametrize("name", CORRECTED)
+def test_corrected_router_margin(built, record_moe_margin, tmp_path, name, dtype):
+    """The smallest gap between a token's k-th and (k+1)-th corrected score (the TopK input, in
+    f32) over every MoE layer and token of the sequence: positive, no tie decides a pick."""
+    k, layers = corrected_routing(name)
+    out = built("fixture", name, dtype, "onnx-standard")
+    model = onnx.load(str(out / "model.onnx"), load_external_data=False)
+    scores = [n.input[0] for n in model.graph.node if n.op_type == "TopK"]
+    assert len(scores) == layers
+    for p in scores:
+        model.graph.output.append(onnx.helper.make_tensor_value_info(p, onnx.TensorProto.FLOAT, None))
+    path = out / f"router-scores-{tmp_path.name}.onnx"
+    onnx.save(model, str(path))
+    try:
+        got = prefill(path, name, dtype, scores)
+    finally:
+        path.unlink()
+    top = [-np.sort(-got[p], axis=-1) for p in scores]
+    margin = min(float((t[..., k - 1] - t[..., k]).min()) for t in top)
+    record_moe_margin(f"{name} {dtype}", margin)
+    assert margin > 0, f"{name} {dtype}: a tie at the k-th corrected score"

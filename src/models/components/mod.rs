@@ -26,7 +26,9 @@ pub use gelu::gelu;
 pub use linear::linear;
 pub use mask::{padding_mask, sliding_window_mask};
 pub use mlp::{gated_mlp, gelu_mlp, squared_relu_mlp, GateActivation};
-pub use moe::{gated_shared_expert, sparse_moe, ExpertNames, ExpertWeights, MoeSpec, Router};
+pub use moe::{
+    gated_shared_expert, sparse_moe, ExpertNames, ExpertWeights, MoeSpec, Router, Scores,
+};
 pub use norm::{
     layer_norm, layer_norm_into, offset_rms_norm, per_head_norm, rms_norm, Norm, NormKind,
 };
