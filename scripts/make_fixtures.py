@@ -123,6 +123,10 @@ from transformers import (
     Ernie4_5ForCausalLM,
     Ernie4_5_MoeConfig,
     Ernie4_5_MoeForCausalLM,
+    MiniMaxM2Config,
+    MiniMaxM2ForCausalLM,
+    HunYuanMoEV1Config,
+    HunYuanMoEV1ForCausalLM,
     Cohere2Config,
     Cohere2ForCausalLM,
     Exaone4Config,
@@ -652,6 +656,33 @@ def make_config(kind: str, vocab: int, ids: dict):
             moe_layer_end_index=-1,
             moe_layer_interval=1,
         )
+    if kind == "minimax_m2":
+        # Full-width q/k RMSNorm, RoPE on half of each head (rotary_dim 8 of head_dim 16, as the
+        # released checkpoints spell it), 4 SwiGLU experts in every layer, top-2 picked on the
+        # sigmoid scores plus the score-correction bias (a buffer: perturbed below), renormalised;
+        # experts 32 wide (intermediate_size), so that the fixture stays small.
+        return MiniMaxM2ForCausalLM, MiniMaxM2Config(
+            **dict(common, intermediate_size=32),
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=False,
+            rotary_dim=8,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+            num_local_experts=4,
+            num_experts_per_tok=2,
+        )
+    if kind == "hunyuan_v1_moe":
+        # Per-head q/k RMSNorm after RoPE, q/k/v/o biases, 4 SwiGLU experts (32 wide) in every
+        # layer routed softmax -> top-k -> renormalised with a top-k per layer (2, then 1), and
+        # the shared expert.
+        return HunYuanMoEV1ForCausalLM, HunYuanMoEV1Config(
+            **dict(common, intermediate_size=32),
+            rms_norm_eps=1e-5,
+            attention_bias=True,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+            num_experts=4,
+            moe_topk=[2, 1],
+        )
     if kind == "apertus":
         # Per-head q/k norms, ungated xIELU MLP (its alpha_p/alpha_n perturbed as weights, its
         # beta buffer moved off 0.5 by perturb), llama3 RoPE with theta 1.2e7, untied.
@@ -939,6 +970,10 @@ def perturb(model, seed: int) -> None:
         for name, buf in model.named_buffers():
             if name.endswith("act_fn.beta"):
                 buf.copy_(0.5 + 0.1 * torch.randn(buf.shape, generator=g, dtype=torch.float32))
+            # MiniMax-M2's score-correction bias is a buffer of zeros: a build that ignores it
+            # must fail.
+            if name.endswith("e_score_correction_bias"):
+                buf.copy_(0.15 * torch.randn(buf.shape, generator=g, dtype=torch.float32))
 
 
 @torch.no_grad()
@@ -1083,6 +1118,8 @@ FIXTURES = {
     "falcon-mq": (5900, "f32", "v5", None),
     "persimmon": (6000, "f32", "v4", None),
     "ernie4_5_moe": (6100, "f32", "v5", None),
+    "minimax_m2": (6200, "f32", "v5", None),
+    "hunyuan_v1_moe": (6300, "f32", "v5", None),
 }
 
 

@@ -181,6 +181,10 @@ pub struct HfConfig {
     pub decoder_sparse_step: Option<i64>,
     /// `mlp_only_layers` (Qwen2/3-MoE: layers with a dense MLP instead of experts).
     pub mlp_only_layers: Option<Vec<i64>>,
+    /// `rotary_dim` (MiniMax-M2's released configs: the rotated channels of each head).
+    pub rotary_dim: Option<i64>,
+    /// `moe_topk` (Hunyuan MoE: experts each token is routed to, one count or one per layer).
+    pub moe_topk: Option<Value>,
     /// `moe_num_experts` (ERNIE 4.5 MoE: experts per MoE layer).
     pub moe_num_experts: Option<i64>,
     /// `moe_k` (ERNIE 4.5 MoE: experts each token is routed to).

@@ -53,6 +53,8 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &super::mpt::FAMILY,
     &super::persimmon::FAMILY,
     &super::ernie4_5_moe::FAMILY,
+    &super::minimax_m2::FAMILY,
+    &super::hunyuan_v1_moe::FAMILY,
     &super::bert::FAMILY,
 ];
 

@@ -1,7 +1,7 @@
 """Mixture-of-experts blocks as `com.microsoft::MoE` (rewrites/fusion/moe.rules).
 
 The EPs whose capabilities run the kernel get the fused op for every MoE layer of the
-mixtral, qwen2_moe, qwen3_moe, olmoe, granitemoe and gpt_oss fixtures (their transformers parity, decode and
+mixtral, qwen2_moe, qwen3_moe, olmoe, granitemoe, gpt_oss and hunyuan_v1_moe fixtures (their transformers parity, decode and
 onnxruntime-genai greedy runs are test_fixtures.py's, on these same builds); onnx-standard
 keeps the dense block of standard ops.  Here the two forms are compared with each other on
 the prompt and transformers' greedy continuation (44 routed tokens per layer), and the
@@ -9,8 +9,8 @@ router's margin is measured: the kernel and TopK order equal probabilities diffe
 higher expert index first, the lower), so the forms agree exactly when no token's k-th and
 (k+1)-th router probability are equal.  The margins are printed in the session summary.
 phimoe's sparsemixer routing is not what the kernel computes, nor is the score-corrected routing
-of ernie4_5_moe (the top-k picked on the scores plus a per-expert bias): their blocks stay
-standard ops.
+of ernie4_5_moe and minimax_m2 (the top-k picked on the scores plus a per-expert bias): their
+blocks stay standard ops.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import pytest
 
 from ort_helpers import FIXTURES_DIR, NP_DTYPES, assert_close, load_config, load_reference, model_dims
 
-NAMES = ["mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granitemoe", "gpt_oss"]
+NAMES = ["mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granitemoe", "gpt_oss", "hunyuan_v1_moe"]
 FUSED = [("cpu", "f32"), ("cpu", "f16"), ("cuda", "f16"), ("cuda", "f32"), (None, "f32"), ("webgpu", "f16")]
 TOL = {"f32": 1e-4, "f16": 2e-2}
 
@@ -31,7 +31,7 @@ def moe_layers(name: str) -> int:
     """MoE layers of the fixture, as its family selects them."""
     cfg = load_config(FIXTURES_DIR / name)
     layers = cfg["num_hidden_layers"]
-    if cfg["model_type"] in ("mixtral", "olmoe", "granitemoe", "gpt_oss"):
+    if cfg["model_type"] in ("mixtral", "olmoe", "granitemoe", "gpt_oss", "hunyuan_v1_moe"):
         return layers
     step, dense = cfg.get("decoder_sparse_step", 1), set(cfg.get("mlp_only_layers", []))
     return sum(1 for i in range(layers) if i not in dense and (i + 1) % step == 0)
@@ -109,9 +109,12 @@ def test_router_margin(built, record_moe_margin, tmp_path, name, dtype):
         got = prefill(path, name, dtype, probs)
     finally:
         path.unlink()
-    k = load_config(FIXTURES_DIR / name)["num_experts_per_tok"]
+    cfg = load_config(FIXTURES_DIR / name)
+    # hunyuan_v1_moe: `moe_topk`, one count or one per layer.
+    k = cfg.get("num_experts_per_tok", cfg.get("moe_topk"))
+    ks = k if isinstance(k, list) else [k] * len(probs)
     top = [-np.sort(-got[p].astype(np.float32), axis=-1) for p in probs]
-    margin = min(float((t[..., k - 1] - t[..., k]).min()) for t in top)
+    margin = min(float((t[..., k - 1] - t[..., k]).min()) for t, k in zip(top, ks))
     record_moe_margin(f"{name} {dtype}", margin)
     assert margin > 0, f"{name} {dtype}: a tie at the k-th router probability"
 
@@ -192,13 +195,15 @@ def test_cpu_moe_ignores_use_sparse_mixer():
 
 # Score-corrected routers (components::moe::Router::Corrected) pick the top-k on the scores plus a
 # per-expert bias, which the kernel does not take: their blocks stay standard ops on every EP.
-CORRECTED = ["ernie4_5_moe"]
+CORRECTED = ["ernie4_5_moe", "minimax_m2"]
 
 
 def corrected_routing(name: str) -> tuple[int, int]:
     """(k, MoE layers) of a score-corrected fixture, as its family reads them."""
     cfg = load_config(FIXTURES_DIR / name)
     layers = cfg["num_hidden_layers"]
+    if cfg["model_type"] == "minimax_m2":
+        return cfg["num_experts_per_tok"], layers
     start, end = cfg.get("moe_layer_start_index", 1), cfg.get("moe_layer_end_index", -1)
     end = layers - 1 if end == -1 else end
     interval = cfg.get("moe_layer_interval", 1)

@@ -130,8 +130,8 @@ impl MoeSpec {
 /// block's prefix).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExpertWeights {
-    /// Router `gate.weight` `[E, H]`, one tensor per expert and projection:
-    /// `experts.{e}.{proj}.weight` (HF `[out, in]`).
+    /// Router `{router}.weight` `[E, H]` (`gate` but where the names say otherwise), one tensor
+    /// per expert and projection: `experts.{e}.{proj}.weight` (HF `[out, in]`).
     PerExpert(ExpertNames),
     /// Every expert in one tensor per layer: `{gate_up}.weight` `[E, 2·I, H]` (each expert's
     /// gate rows, then its up rows) and `{down}.weight` `[E, H, I]`; router `{router}.weight`
@@ -161,16 +161,18 @@ impl ExpertWeights {
     /// The router's module name.
     fn router(&self) -> &'static str {
         match self {
-            ExpertWeights::PerExpert(_) => "gate",
+            ExpertWeights::PerExpert(names) => names.router,
             ExpertWeights::Stacked { router, .. } => router,
         }
     }
 }
 
-/// The module names of an expert's gate, up and down projections
-/// (`{prefix}.experts.{e}.{gate}.weight`…).
+/// The module names of the router (`{prefix}.{router}.weight`) and of an expert's gate, up and
+/// down projections (`{prefix}.experts.{e}.{gate}.weight`…).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ExpertNames {
+    /// The router.
+    pub router: &'static str,
     /// The gate projection (SiLU side).
     pub gate: &'static str,
     /// The up projection.
@@ -180,14 +182,16 @@ pub struct ExpertNames {
 }
 
 impl ExpertNames {
-    /// `gate_proj`, `up_proj`, `down_proj` (Qwen2/3-MoE, OLMoE).
+    /// Router `gate`, experts `gate_proj`, `up_proj`, `down_proj` (Qwen2/3-MoE, OLMoE).
     pub const PROJ: ExpertNames = ExpertNames {
+        router: "gate",
         gate: "gate_proj",
         up: "up_proj",
         down: "down_proj",
     };
-    /// Mixtral's `w1` (gate), `w3` (up), `w2` (down).
+    /// Mixtral's router `gate`, experts `w1` (gate), `w3` (up), `w2` (down).
     pub const MIXTRAL: ExpertNames = ExpertNames {
+        router: "gate",
         gate: "w1",
         up: "w3",
         down: "w2",
