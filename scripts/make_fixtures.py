@@ -80,6 +80,8 @@ from transformers import (
     HyperCLOVAXConfig,
     HyperCLOVAXForCausalLM,
     BertConfig,
+    BloomConfig,
+    BloomForCausalLM,
     BertModel,
     GlmConfig,
     GlmForCausalLM,
@@ -147,6 +149,8 @@ from transformers import (
     MistralForCausalLM,
     MixtralConfig,
     MixtralForCausalLM,
+    MptConfig,
+    MptForCausalLM,
     PhimoeConfig,
     PhimoeForCausalLM,
     CohereConfig,
@@ -157,15 +161,25 @@ from transformers import (
     CodeGenForCausalLM,
     Ernie4_5Config,
     Ernie4_5ForCausalLM,
+    Ernie4_5_MoeConfig,
+    Ernie4_5_MoeForCausalLM,
+    MiniMaxM2Config,
+    MiniMaxM2ForCausalLM,
+    HunYuanMoEV1Config,
+    HunYuanMoEV1ForCausalLM,
     Cohere2Config,
     Cohere2ForCausalLM,
     ExaoneConfig,
     Exaone4Config,
     Exaone4ForCausalLM,
+    FalconConfig,
+    FalconForCausalLM,
     NemotronConfig,
     NemotronForCausalLM,
     OpenAIGPTConfig,
     OpenAIGPTLMHeadModel,
+    PersimmonConfig,
+    PersimmonForCausalLM,
     PhiConfig,
     PhiForCausalLM,
     PreTrainedTokenizerFast,
@@ -379,6 +393,86 @@ def make_config(kind: str, vocab: int, ids: dict):
             use_parallel_residual=True,
             tie_word_embeddings=False,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
+        )
+    if kind == "bloom":
+        # ALiBi, LayerNorm on the embeddings, fused head-interleaved query_key_value, tanh
+        # GELU, biases everywhere, tied head; 4 heads, so 4 distinct slopes.
+        return BloomForCausalLM, BloomConfig(
+            vocab_size=vocab,
+            hidden_size=DIMS["hidden_size"],
+            n_layer=DIMS["num_hidden_layers"],
+            n_head=DIMS["num_attention_heads"],
+            layer_norm_epsilon=1e-5,
+            tie_word_embeddings=True,
+            **ids,
+        )
+    if kind == "mpt":
+        # ALiBi with 6 heads (not a power of two: MPT's slope order differs from BLOOM's),
+        # bias-free LayerNorms and projections, q/k/v clamped by attn_config.clip_qkv, tied
+        # head. 48 wide so the fixture stays small.
+        return MptForCausalLM, MptConfig(
+            vocab_size=vocab,
+            d_model=48,
+            n_heads=6,
+            n_layers=DIMS["num_hidden_layers"],
+            max_seq_len=DIMS["max_position_embeddings"],
+            layer_norm_epsilon=1e-5,
+            attn_config={"clip_qkv": 1.0},
+            tie_word_embeddings=True,
+            **ids,
+        )
+    if kind == "falcon":
+        # The new decoder architecture (Falcon-40B/180B): fused rows grouped by kv head (2 kv
+        # heads for 4 query heads), parallel blocks with ln_attn and ln_mlp, RoPE, exact GELU,
+        # no biases, tied head.
+        return FalconForCausalLM, FalconConfig(
+            vocab_size=vocab,
+            hidden_size=DIMS["hidden_size"],
+            num_hidden_layers=DIMS["num_hidden_layers"],
+            num_attention_heads=DIMS["num_attention_heads"],
+            num_kv_heads=DIMS["num_key_value_heads"],
+            new_decoder_architecture=True,
+            parallel_attn=True,
+            bias=False,
+            alibi=False,
+            max_position_embeddings=DIMS["max_position_embeddings"],
+            tie_word_embeddings=True,
+            **ids,
+        )
+    if kind == "falcon-mq":
+        # Falcon-7B's layout: multi-query (all query rows, then one key and one value head),
+        # parallel blocks on one input_layernorm, RoPE; biases on (Falcon-7B has none) so the
+        # multi-query bias split is checked too.
+        return FalconForCausalLM, FalconConfig(
+            vocab_size=vocab,
+            hidden_size=DIMS["hidden_size"],
+            num_hidden_layers=DIMS["num_hidden_layers"],
+            num_attention_heads=DIMS["num_attention_heads"],
+            new_decoder_architecture=False,
+            multi_query=True,
+            parallel_attn=True,
+            bias=True,
+            alibi=False,
+            max_position_embeddings=DIMS["max_position_embeddings"],
+            tie_word_embeddings=True,
+            **ids,
+        )
+    if kind == "falcon-alibi":
+        # Falcon-RW's layout: ALiBi, per-head fused rows (multi-head), sequential blocks with
+        # input_layernorm and post_attention_layernorm, biases everywhere, tied head.
+        return FalconForCausalLM, FalconConfig(
+            vocab_size=vocab,
+            hidden_size=DIMS["hidden_size"],
+            num_hidden_layers=DIMS["num_hidden_layers"],
+            num_attention_heads=DIMS["num_attention_heads"],
+            new_decoder_architecture=False,
+            multi_query=False,
+            parallel_attn=False,
+            bias=True,
+            alibi=True,
+            max_position_embeddings=DIMS["max_position_embeddings"],
+            tie_word_embeddings=True,
+            **ids,
         )
     if kind == "gpt_neox":
         # Pythia's layout: fused head-interleaved query_key_value, parallel residual with two
@@ -856,6 +950,18 @@ def make_config(kind: str, vocab: int, ids: dict):
             tie_word_embeddings=False,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
         )
+    if kind == "persimmon":
+        # Fused head-interleaved query_key_value, per-head q/k LayerNorm with bias, RoPE (theta
+        # 25000, persimmon-8b's) on half of each head, relu2 MLP, biases everywhere, untied;
+        # saved in the v4 spelling (rope_theta, partial_rotary_factor at the top level).
+        return PersimmonForCausalLM, PersimmonConfig(
+            **{k: v for k, v in common.items() if k not in ("head_dim", "num_key_value_heads")},
+            layer_norm_eps=1e-5,
+            hidden_act="relu2",
+            qk_layernorm=True,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 25000.0, "partial_rotary_factor": 0.5},
+        )
     if kind == "cohere":
         # Parallel blocks off one LayerNorm without bias, interleaved RoPE over whole heads,
         # logits times logit_scale (0.5: not 1, yet the logits keep a usable top-2 gap), tied.
@@ -890,6 +996,51 @@ def make_config(kind: str, vocab: int, ids: dict):
             use_bias=True,
             tie_word_embeddings=True,
             rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+        )
+    if kind == "ernie4_5_moe":
+        # ERNIE 4.5's decoder (interleaved RoPE, use_bias) with a dense layer 0 and a MoE layer
+        # 1 (moe_layer_start_index 1): 4 SwiGLU experts, top-2 picked on the softmax scores plus
+        # the (perturbed) score-correction bias, renormalised, and a shared expert with biases.
+        return Ernie4_5_MoeForCausalLM, Ernie4_5_MoeConfig(
+            **common,
+            rms_norm_eps=1e-5,
+            use_bias=True,
+            tie_word_embeddings=True,
+            rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+            moe_num_experts=4,
+            moe_k=2,
+            moe_intermediate_size=32,
+            moe_num_shared_experts=1,
+            moe_layer_start_index=1,
+            moe_layer_end_index=-1,
+            moe_layer_interval=1,
+        )
+    if kind == "minimax_m2":
+        # Full-width q/k RMSNorm, RoPE on half of each head (rotary_dim 8 of head_dim 16, as the
+        # released checkpoints spell it), 4 SwiGLU experts in every layer, top-2 picked on the
+        # sigmoid scores plus the score-correction bias (a buffer: perturbed below), renormalised;
+        # experts 32 wide (intermediate_size), so that the fixture stays small.
+        return MiniMaxM2ForCausalLM, MiniMaxM2Config(
+            **dict(common, intermediate_size=32),
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=False,
+            rotary_dim=8,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+            num_local_experts=4,
+            num_experts_per_tok=2,
+        )
+    if kind == "hunyuan_v1_moe":
+        # Per-head q/k RMSNorm after RoPE, q/k/v/o biases, 4 SwiGLU experts (32 wide) in every
+        # layer routed softmax -> top-k -> renormalised with a top-k per layer (2, then 1), and
+        # the shared expert.
+        return HunYuanMoEV1ForCausalLM, HunYuanMoEV1Config(
+            **dict(common, intermediate_size=32),
+            rms_norm_eps=1e-5,
+            attention_bias=True,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+            num_experts=4,
+            moe_topk=[2, 1],
         )
     if kind == "apertus":
         # Per-head q/k norms, ungated xIELU MLP (its alpha_p/alpha_n perturbed as weights, its
@@ -1169,6 +1320,7 @@ def perturb(model, seed: int) -> None:
             elif (
                 "embed_tokens" in name or "embed_in" in name or "lm_head" in name or ".wte." in name or ".wpe." in name
                 or "tokens_embed" in name or "positions_embed" in name or "embed_positions" in name
+                or "word_embeddings." in name
             ):
                 # logits of a few units: not flat, yet small enough that f16
                 # rounding (ulp 2^-8 at 4) keeps f16 builds well inside 2e-2.
@@ -1181,6 +1333,10 @@ def perturb(model, seed: int) -> None:
         for name, buf in model.named_buffers():
             if name.endswith("act_fn.beta"):
                 buf.copy_(0.5 + 0.1 * torch.randn(buf.shape, generator=g, dtype=torch.float32))
+            # MiniMax-M2's score-correction bias is a buffer of zeros: a build that ignores it
+            # must fail.
+            if name.endswith("e_score_correction_bias"):
+                buf.copy_(0.15 * torch.randn(buf.shape, generator=g, dtype=torch.float32))
 
 
 @torch.no_grad()
@@ -1381,6 +1537,15 @@ FIXTURES = {
     "phimoe": (5300, "f32", "v5", None),
     "gpt_oss": (5300, "f32", "v5", None),
     "llama-dynamic": (5400, "f32", "v5", None),
+    "bloom": (5500, "f32", "v5", None),
+    "mpt": (5600, "f32", "v5", None),
+    "falcon": (5700, "f32", "v5", None),
+    "falcon-alibi": (5800, "f32", "v5", None),
+    "falcon-mq": (5900, "f32", "v5", None),
+    "persimmon": (6000, "f32", "v4", None),
+    "ernie4_5_moe": (6100, "f32", "v5", None),
+    "minimax_m2": (6200, "f32", "v5", None),
+    "hunyuan_v1_moe": (6300, "f32", "v5", None),
 }
 
 

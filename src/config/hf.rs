@@ -93,6 +93,38 @@ pub struct HfConfig {
     pub n_head: Option<i64>,
     /// GPT-2: `n_positions` (rows of the learned position table).
     pub n_positions: Option<i64>,
+    /// BLOOM: `n_embed` (the old spelling of `hidden_size`).
+    pub n_embed: Option<i64>,
+    /// BLOOM: `apply_residual_connection_post_layernorm` (the normed input as the residual).
+    pub apply_residual_connection_post_layernorm: Option<bool>,
+    /// Falcon: `num_kv_heads` (key/value heads of the new decoder architecture).
+    pub num_kv_heads: Option<i64>,
+    /// Falcon: `new_decoder_architecture`.
+    pub new_decoder_architecture: Option<bool>,
+    /// Falcon, GPT-BigCode: `multi_query` (one key/value head; GPT-BigCode's default true).
+    pub multi_query: Option<bool>,
+    /// Falcon: `parallel_attn` (attention and MLP read the same input).
+    pub parallel_attn: Option<bool>,
+    /// Falcon: `num_ln_in_parallel_attn` (1 or 2 norms in a parallel block).
+    pub num_ln_in_parallel_attn: Option<i64>,
+    /// Falcon: `bias` (biases on every projection); InternLM3: its name for `mlp_bias`.
+    pub bias: Option<bool>,
+    /// Falcon: `alibi` (ALiBi instead of RoPE).
+    pub alibi: Option<bool>,
+    /// Falcon: `ffn_hidden_size` (null → 4 · hidden_size).
+    pub ffn_hidden_size: Option<i64>,
+    /// Falcon: `activation` (the MLP activation).
+    pub activation: Option<String>,
+    /// MPT, XGLM: `d_model` (the hidden size).
+    pub d_model: Option<i64>,
+    /// MPT: `n_heads`.
+    pub n_heads: Option<i64>,
+    /// MPT: `n_layers`.
+    pub n_layers: Option<i64>,
+    /// MPT: `max_seq_len`.
+    pub max_seq_len: Option<i64>,
+    /// MPT: `attn_config` (a dict: `softmax_scale`, `clip_qkv`, …).
+    pub attn_config: Option<Value>,
     /// GPT-2: `n_inner` (null → 4 · n_embd).
     pub n_inner: Option<i64>,
     /// GPT-2: `layer_norm_epsilon`.
@@ -101,9 +133,7 @@ pub struct HfConfig {
     pub activation_function: Option<String>,
     /// GPT-2: `scale_attn_weights` (false: attention scores are not scaled).
     pub scale_attn_weights: Option<bool>,
-    /// GPT-BigCode: `multi_query` (one key/value head; default true).
-    pub multi_query: Option<bool>,
-    /// GPT-J, CodeGen: `rotary_dim` (the rotated channels of each head): `Some(None)` when
+    /// GPT-J, CodeGen, MiniMax-M2: `rotary_dim` (the rotated channels of each head): `Some(None)` when
     /// written as `null`, `None` when absent (the default, 64).
     #[serde(default, deserialize_with = "nullable")]
     pub rotary_dim: Option<Option<i64>>,
@@ -129,8 +159,6 @@ pub struct HfConfig {
     pub window_size: Option<i64>,
     /// XGLM, BioGPT: `scale_embedding` (token embeddings times √d_model).
     pub scale_embedding: Option<bool>,
-    /// XGLM: `d_model`.
-    pub d_model: Option<i64>,
     /// XGLM: `attention_heads`.
     pub attention_heads: Option<i64>,
     /// XGLM, GPT-Neo, EXAONE 3: `num_layers` (their name for `num_hidden_layers`).
@@ -185,6 +213,22 @@ pub struct HfConfig {
     pub decoder_sparse_step: Option<i64>,
     /// `mlp_only_layers` (Qwen2/3-MoE: layers with a dense MLP instead of experts).
     pub mlp_only_layers: Option<Vec<i64>>,
+    /// `moe_topk` (Hunyuan MoE: experts each token is routed to, one count or one per layer).
+    pub moe_topk: Option<Value>,
+    /// `moe_num_experts` (ERNIE 4.5 MoE: experts per MoE layer).
+    pub moe_num_experts: Option<i64>,
+    /// `moe_k` (ERNIE 4.5 MoE: experts each token is routed to).
+    pub moe_k: Option<i64>,
+    /// `moe_num_shared_experts` (ERNIE 4.5 MoE: the shared expert is this many experts wide).
+    pub moe_num_shared_experts: Option<i64>,
+    /// `moe_layer_start_index` (ERNIE 4.5 MoE: the first layer that may be a MoE layer).
+    pub moe_layer_start_index: Option<i64>,
+    /// `moe_layer_end_index` (ERNIE 4.5 MoE: the last such layer, -1 for the last layer).
+    pub moe_layer_end_index: Option<i64>,
+    /// `moe_layer_interval` (ERNIE 4.5 MoE: every n-th layer in that range is a MoE layer).
+    pub moe_layer_interval: Option<i64>,
+    /// `moe_norm_min` (ERNIE 4.5 MoE: the least divisor of the top-k renormalisation).
+    pub moe_norm_min: Option<f64>,
     /// `qkv_bias` (Qwen2-MoE: biases on q, k and v).
     pub qkv_bias: Option<bool>,
     /// `use_parallel_residual` (GPT-NeoX, StableLM: attention and MLP both read the layer
@@ -214,8 +258,6 @@ pub struct HfConfig {
     pub swiglu_limit: Option<f64>,
     /// `attention_out_bias` (Seed-OSS: a bias on o, apart from `attention_bias` on q, k, v).
     pub attention_out_bias: Option<bool>,
-    /// `bias` (InternLM3: its name for `mlp_bias`).
-    pub bias: Option<bool>,
     /// `layer_rope_theta` (Granite SWA: the RoPE base of each layer, 0 for none).
     pub layer_rope_theta: Option<Vec<f64>>,
     /// `shared_intermediate_size` (Granite-MoE shared: the width of the shared expert, 0 for

@@ -71,6 +71,13 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &super::iquestcoder::FAMILY,
     &super::hyperclovax::FAMILY,
     &super::mellum::FAMILY,
+    &super::bloom::FAMILY,
+    &super::falcon::FAMILY,
+    &super::mpt::FAMILY,
+    &super::persimmon::FAMILY,
+    &super::ernie4_5_moe::FAMILY,
+    &super::minimax_m2::FAMILY,
+    &super::hunyuan_v1_moe::FAMILY,
     &super::bert::FAMILY,
 ];
 

@@ -375,14 +375,26 @@ def uses_gqa(built, name: str, ep, dtype: str) -> bool:
 
 # model_types whose attention has sinks.
 SINK_ATTENTION = {"gpt_oss", "granite_swa", "granitemoe_swa"}
+# model_types whose attention adds an ALiBi bias (Falcon: where its config sets `alibi`):
+# GroupQueryAttention takes none, so their attention stays Attention (or standard ops) on every
+# EP.
+ALIBI_ATTENTION = {"bloom", "mpt"}
+
+
+def alibi_attention(name: str) -> bool:
+    """Whether fixture `name`'s attention adds an ALiBi bias."""
+    cfg = load_config(FIXTURES_DIR / name)
+    return cfg["model_type"] in ALIBI_ATTENTION or (cfg["model_type"] == "falcon" and cfg.get("alibi", False))
 
 
 def gqa_expected(name: str, ep, dtype: str) -> bool:
     """Whether the EP's capabilities put GroupQueryAttention on this build (no --ep flag: the
     `default` EP). Attention with sinks (gpt_oss, the Granite SWAs) becomes GroupQueryAttention with head_sink
     only through the fused-rotary rule (sink-attention-to-gqa); elsewhere it stays in standard
-    ops."""
+    ops. ALiBi attention (bloom, mpt, falcon with alibi) never becomes GroupQueryAttention."""
     caps = list_eps()[ep or "default"]
+    if alibi_attention(name):
+        return False
     sinks = load_config(FIXTURES_DIR / name)["model_type"] in SINK_ATTENTION
     return dtype in caps["gqa_dtypes"] and (not sinks or caps["supports_fused_rope"])
 
@@ -400,8 +412,10 @@ LEFT_OUT = [(name, ep, dtype) for name in NAMES for ep, dtype in BUILDS if gqa_e
 # flex_olmo, jais2, nanochat, bitnet, iquestcoder, hyperclovax (6 each) and the sink-attention
 # granite_swa and granitemoe_swa (5 each: dml has no fused rotary); 357 with mellum (6); 399
 # with gpt_bigcode, openai-gpt, gptj, codegen, opt, opt-350m and gpt_neo (6 each). A change of
-# the EPs' gqa_dtypes or of the fixtures changes it: update it with the reason.
-LEFT_OUT_COUNT = 399
+# the EPs' gqa_dtypes or of the fixtures changes it: update it with the reason. 435 with
+# the rotary falcon and falcon-mq fixtures, persimmon, ernie4_5_moe, minimax_m2 and
+# hunyuan_v1_moe (6 each; falcon-alibi, as bloom and mpt, adds none).
+LEFT_OUT_COUNT = 435
 per_left_padded_build = pytest.mark.parametrize(
     "name,ep,dtype", LEFT_PADDED, ids=[f"{n}-{e or 'noflag'}-{d}" for n, e, d in LEFT_PADDED]
 )
@@ -586,7 +600,9 @@ GENAI_TYPES = {"gpt2": "decoder", "qwen3": "qwen2", "gemma2": "gemma", "olmo2": 
                "mixtral": "mistral", "qwen2_moe": "qwen2", "qwen3_moe": "qwen2", "stablelm": "decoder",
                "gpt_neox": "decoder", "cohere": "decoder", "glm": "decoder", "glm4": "decoder",
                "olmo3": "olmo", "exaone4": "decoder", "cohere2": "decoder",
-               "apertus": "decoder"}
+               "apertus": "decoder", "bloom": "decoder", "mpt": "decoder",
+               "falcon": "decoder", "persimmon": "decoder", "ernie4_5_moe": "decoder",
+               "minimax_m2": "decoder", "hunyuan_v1_moe": "decoder"}
 GENAI_TYPES.update({"olmoe": "olmo", "granitemoe": "granite"})
 GENAI_TYPES.update({"gpt_oss": "gptoss"})
 GENAI_TYPES.update({"arcee": "decoder", "seed_oss": "decoder", "internlm3": "llama", "exaone": "llama",
