@@ -768,7 +768,54 @@ def make_config(kind: str, vocab: int, ids: dict):
                 "original_max_position_embeddings": 16,
             },
         )
+    if kind in BERT_LM:
+        cls_name, cfg_name, extra = BERT_LM[kind]
+        dims = {k: v for k, v in common.items() if k not in ("head_dim", "num_key_value_heads")}
+        return getattr(transformers, cls_name), getattr(transformers, cfg_name)(**dims, is_decoder=True, **extra)
     raise ValueError(kind)
+
+
+# Causal LMs of encoder architectures (mobius's bert_lm family): name -> (model class, config
+# class, config fields). is_decoder is set for all; each covers one model type's layout (weight
+# names, norms, positions, head), and between them the variants: tied and untied heads,
+# token types of 1 and 2 rows, exact and tanh GELU.
+BERT_LM = {
+    "bert-causal": ("BertLMHeadModel", "BertConfig", dict(type_vocab_size=2, layer_norm_eps=1e-12)),
+    "roberta-causal": ("RobertaForCausalLM", "RobertaConfig", dict(type_vocab_size=1, layer_norm_eps=1e-5)),
+    "camembert": ("CamembertForCausalLM", "CamembertConfig", dict(type_vocab_size=1, layer_norm_eps=1e-5)),
+    "xlm-roberta": ("XLMRobertaForCausalLM", "XLMRobertaConfig",
+                    dict(type_vocab_size=1, layer_norm_eps=1e-5, hidden_act="gelu_new")),
+    "data2vec-text": ("Data2VecTextForCausalLM", "Data2VecTextConfig", dict(type_vocab_size=2, layer_norm_eps=1e-5)),
+    "roberta-prelayernorm": ("RobertaPreLayerNormForCausalLM", "RobertaPreLayerNormConfig",
+                             dict(type_vocab_size=1, layer_norm_eps=1e-5)),
+    "xlm-roberta-xl": ("XLMRobertaXLForCausalLM", "XLMRobertaXLConfig", dict(type_vocab_size=1, layer_norm_eps=1e-5)),
+    "ernie": ("ErnieForCausalLM", "ErnieConfig", dict(use_task_id=True, task_type_vocab_size=3)),
+    "megatron-bert": ("MegatronBertForCausalLM", "MegatronBertConfig", dict(layer_norm_eps=1e-12)),
+    "electra": ("ElectraForCausalLM", "ElectraConfig", dict(embedding_size=32)),
+    "rembert": ("RemBertForCausalLM", "RemBertConfig",
+                dict(input_embedding_size=32, output_embedding_size=48, tie_word_embeddings=False)),
+    "bert-generation": ("BertGenerationDecoder", "BertGenerationConfig", dict(tie_word_embeddings=False)),
+}
+
+
+def perturb_bert_lm(model, seed: int) -> None:
+    """perturb() for the encoder-architecture causal LMs: LayerNorm weights near 1 (their names
+    are `LayerNorm`, `layer_norm`, `ln`), biases and embeddings small, logits a few units."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            r = torch.randn(p.shape, generator=g, dtype=torch.float32)
+            norm = any(k in name for k in ("LayerNorm.", "layer_norm", ".ln.", "self_attn_layer_norm")) \
+                or name.startswith("ln.")
+            if norm and name.endswith(".weight"):
+                v = 1.0 + 0.2 * r
+            elif name.endswith("bias"):
+                v = 0.1 * r
+            elif "embeddings" in name or "decoder.weight" in name or "lm_head.weight" in name:
+                v = 0.3 * r
+            else:
+                v = 0.15 * r
+            p.copy_(v)
 
 
 # The vision tower of the image-text fixtures: as small as transformers builds one (mobius
@@ -956,6 +1003,7 @@ FIXTURES = {
     "phimoe": (5300, "f32", "v5", None),
     "gpt_oss": (5300, "f32", "v5", None),
     "llama-dynamic": (5400, "f32", "v5", None),
+    **{name: (5500 + 10 * i, "f32", "v5", None) for i, name in enumerate(BERT_LM)},
 }
 
 
@@ -972,7 +1020,7 @@ def make_fixture(name: str, out_root: Path, tok: PreTrainedTokenizerFast) -> Non
         torch.manual_seed(seed)
         model = cls._from_config(cfg, attn_implementation="eager", dtype=torch.float32)
         model.eval()
-        perturb(model, seed)
+        (perturb_bert_lm if name in BERT_LM else perturb)(model, seed)
         if dtype == "bf16":
             # Round the weights to bf16 (what gets stored), keep computing in f32.
             # Only parameters: buffers such as the rotary inv_freq stay f32.
@@ -998,6 +1046,11 @@ def make_fixture(name: str, out_root: Path, tok: PreTrainedTokenizerFast) -> Non
     # Cross-check against transformers' own generate (KV cache path).
     if name in CACHED_GREEDY:
         fresh_rope(model)
+    extra = {}
+    if hasattr(getattr(model.base_model, "embeddings", None), "create_position_ids_from_input_ids"):
+        # RoBERTa-style positions: a forward without position_ids numbers them after the padding
+        # token, generate (which passes its own, from 0) would not; give it the forward's.
+        extra["position_ids"] = torch.arange(len(input_ids))[None] + ids["pad_token_id"] + 1
     gen = model.generate(
         torch.tensor([input_ids]),
         attention_mask=torch.ones(1, len(input_ids), dtype=torch.long),
@@ -1005,6 +1058,7 @@ def make_fixture(name: str, out_root: Path, tok: PreTrainedTokenizerFast) -> Non
         max_new_tokens=N_NEW,
         min_new_tokens=N_NEW,
         pad_token_id=ids["pad_token_id"],
+        **extra,
     )[0, len(input_ids):].tolist()
     assert gen == greedy, (name, gen, greedy)
     if name in TEXT_MODELS:

@@ -115,6 +115,16 @@ pub struct HfConfig {
     pub position_embedding_type: Option<String>,
     /// `is_decoder` (BERT family: true makes the encoder a causal decoder).
     pub is_decoder: Option<bool>,
+    /// `embedding_size` (ELECTRA: width of the embeddings, projected to `hidden_size`).
+    pub embedding_size: Option<i64>,
+    /// `input_embedding_size` (RemBERT: width of the input embeddings).
+    pub input_embedding_size: Option<i64>,
+    /// `output_embedding_size` (RemBERT: width of the LM head's transform).
+    pub output_embedding_size: Option<i64>,
+    /// `use_task_id` (ERNIE: a task-type embedding is added).
+    pub use_task_id: Option<bool>,
+    /// `task_type_vocab_size` (ERNIE: rows of the task-type embedding).
+    pub task_type_vocab_size: Option<i64>,
     /// `embedding_multiplier` (Granite: scales the token embeddings).
     pub embedding_multiplier: Option<f64>,
     /// `residual_multiplier` (Granite: scales each block output before the residual add).

@@ -9,6 +9,7 @@
 pub mod apertus;
 pub mod assume_llama;
 pub mod bert;
+pub mod bert_lm;
 pub mod cohere;
 pub mod cohere2;
 pub mod components;

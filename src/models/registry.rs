@@ -49,6 +49,7 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &super::ernie4_5::FAMILY,
     &super::apertus::FAMILY,
     &super::bert::FAMILY,
+    &super::bert_lm::FAMILY,
 ];
 
 /// The registry entry of `model_type`, if a family answers to it.
