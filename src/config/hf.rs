@@ -125,6 +125,16 @@ pub struct HfConfig {
     pub use_task_id: Option<bool>,
     /// `task_type_vocab_size` (ERNIE: rows of the task-type embedding).
     pub task_type_vocab_size: Option<i64>,
+    /// `d_model` (BART family: the hidden size).
+    pub d_model: Option<i64>,
+    /// `decoder_layers` (BART family).
+    pub decoder_layers: Option<i64>,
+    /// `decoder_attention_heads` (BART family).
+    pub decoder_attention_heads: Option<i64>,
+    /// `decoder_ffn_dim` (BART family: the MLP width).
+    pub decoder_ffn_dim: Option<i64>,
+    /// `scale_embedding` (BART family: token embeddings times √d_model).
+    pub scale_embedding: Option<bool>,
     /// `embedding_multiplier` (Granite: scales the token embeddings).
     pub embedding_multiplier: Option<f64>,
     /// `residual_multiplier` (Granite: scales each block output before the residual add).

@@ -15,7 +15,7 @@
 
 use super::bert_lm;
 use super::components::decoder_io::{BATCH, SEQ};
-use super::components::{layer_norm, padding_mask, EncoderLayer, EncoderNorms};
+use super::components::{layer_norm, padding_mask, EncoderLayer, EncoderNorms, LayerNames};
 use super::family::FamilySpec;
 use crate::config::{
     first_token, parse_dtype, token_list, ArchConfig, CheckpointRenaming, FamilyKnobs, Fields,
@@ -280,11 +280,12 @@ fn build(cfg: &ArchConfig, enc: &EncoderConfig, dtype: DType) -> Graph {
         b.set_scope(&p);
         let layer = EncoderLayer {
             prefix: &p,
+            names: LayerNames::BERT,
             hidden: h,
             intermediate: cfg.intermediate_size,
             eps,
             gelu: Gelu::Exact,
-            norms: EncoderNorms::Post,
+            norms: EncoderNorms::BERT,
             dtype,
         };
         let attend = |b: &mut GraphBuilder, [q, k, v]: [&str; 3]| {

@@ -19,7 +19,7 @@
 
 use super::components::{
     attention, decoder_io, gelu, layer_norm, linear, padding_mask, AttentionSpec, DecoderDims,
-    EncoderLayer, EncoderNorms,
+    EncoderLayer, EncoderNorms, LayerNames,
 };
 use super::family::FamilySpec;
 use crate::config::{
@@ -165,7 +165,7 @@ const BERT_LAYOUT: Layout = Layout {
     token_types: true,
     embed_norm: true,
     projection: Projection::None,
-    norms: EncoderNorms::Post,
+    norms: EncoderNorms::BERT,
     final_norm: None,
     head: BERT_HEAD,
     eps: 1e-12,
@@ -576,6 +576,7 @@ fn build(cfg: &ArchConfig, lm: &BertLmConfig, dtype: DType) -> Graph {
         b.set_scope(&p);
         let layer = EncoderLayer {
             prefix: &p,
+            names: LayerNames::BERT,
             hidden: h,
             intermediate: cfg.intermediate_size,
             eps,

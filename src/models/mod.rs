@@ -8,6 +8,7 @@
 
 pub mod apertus;
 pub mod assume_llama;
+pub mod bart_lm;
 pub mod bert;
 pub mod bert_lm;
 pub mod cohere;

@@ -50,6 +50,7 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &super::apertus::FAMILY,
     &super::bert::FAMILY,
     &super::bert_lm::FAMILY,
+    &super::bart_lm::FAMILY,
 ];
 
 /// The registry entry of `model_type`, if a family answers to it.

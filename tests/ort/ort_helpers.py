@@ -57,6 +57,9 @@ def model_dims(cfg: dict) -> dict:
         cfg = cfg["text_config"]
     if cfg.get("model_type") == "gpt2":  # GPT-2 spellings (transformers v4 and v5)
         cfg = {**cfg, "num_attention_heads": cfg["n_head"], "hidden_size": cfg["n_embd"], "num_hidden_layers": cfg["n_layer"]}
+    if "d_model" in cfg:  # BART-style decoders (bart_lm): the decoder's sizes
+        cfg = {**cfg, "num_attention_heads": cfg["decoder_attention_heads"], "hidden_size": cfg["d_model"],
+               "num_hidden_layers": cfg["decoder_layers"]}
     heads = cfg["num_attention_heads"]
     head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
     return {

@@ -21,7 +21,7 @@ pub use attention::{attention, soft_capped_attention, AttentionSpec};
 pub use clamped_moe::{clamped_moe, ClampedMoe};
 pub use conv1d::{conv1d, Conv1dParams};
 pub use decoder_io::{decoder_io, DecoderDims, DecoderInputs};
-pub use encoder_layer::{EncoderLayer, EncoderNorms};
+pub use encoder_layer::{EncoderLayer, EncoderNorms, LayerNames};
 pub use gelu::gelu;
 pub use linear::linear;
 pub use mask::{padding_mask, sliding_window_mask};
