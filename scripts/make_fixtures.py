@@ -1278,7 +1278,79 @@ def make_config(kind: str, vocab: int, ids: dict):
                 "original_max_position_embeddings": 16,
             },
         )
+    if kind in BERT_LM:
+        cls_name, cfg_name, extra = BERT_LM[kind]
+        dims = {k: v for k, v in common.items() if k not in ("head_dim", "num_key_value_heads")}
+        return getattr(transformers, cls_name), getattr(transformers, cfg_name)(**dims, is_decoder=True, **extra)
+    if kind in BART_LM:
+        cls_name, cfg_name, extra = BART_LM[kind]
+        dims = dict(
+            d_model=DIMS["hidden_size"], decoder_layers=DIMS["num_hidden_layers"],
+            decoder_attention_heads=DIMS["num_attention_heads"], decoder_ffn_dim=DIMS["intermediate_size"],
+            encoder_layers=DIMS["num_hidden_layers"], encoder_attention_heads=DIMS["num_attention_heads"],
+            encoder_ffn_dim=DIMS["intermediate_size"], max_position_embeddings=DIMS["max_position_embeddings"],
+        )
+        # forced_eos_token_id (2 in BartConfig) would make generate end on EOS at max_length.
+        cfg = getattr(transformers, cfg_name)(vocab_size=vocab, **ids, **dims, forced_eos_token_id=None, **extra)
+        return getattr(transformers, cls_name), cfg
     raise ValueError(kind)
+
+
+# The decoders of BART-style seq2seq models alone (mobius's bart_lm family): name -> (model
+# class, config class, config fields); *ForCausalLM saves is_decoder true.
+BART_LM = {
+    "bart": ("BartForCausalLM", "BartConfig", dict(scale_embedding=False)),
+    "mbart": ("MBartForCausalLM", "MBartConfig", dict(scale_embedding=True)),
+    "plbart": ("PLBartForCausalLM", "PLBartConfig", dict(scale_embedding=True, activation_function="gelu_new",
+                                                         tie_word_embeddings=False)),
+    "mvp": ("MvpForCausalLM", "MvpConfig", dict(scale_embedding=False)),
+    "blenderbot": ("BlenderbotForCausalLM", "BlenderbotConfig", dict(scale_embedding=True)),
+    "blenderbot-small": ("BlenderbotSmallForCausalLM", "BlenderbotSmallConfig", dict(scale_embedding=False)),
+}
+
+
+# Causal LMs of encoder architectures (mobius's bert_lm family): name -> (model class, config
+# class, config fields). is_decoder is set for all; each covers one model type's layout (weight
+# names, norms, positions, head), and between them the variants: tied and untied heads,
+# token types of 1 and 2 rows, exact and tanh GELU.
+BERT_LM = {
+    "bert-causal": ("BertLMHeadModel", "BertConfig", dict(type_vocab_size=2, layer_norm_eps=1e-12)),
+    "roberta-causal": ("RobertaForCausalLM", "RobertaConfig", dict(type_vocab_size=1, layer_norm_eps=1e-5)),
+    "camembert": ("CamembertForCausalLM", "CamembertConfig", dict(type_vocab_size=1, layer_norm_eps=1e-5)),
+    "xlm-roberta": ("XLMRobertaForCausalLM", "XLMRobertaConfig",
+                    dict(type_vocab_size=1, layer_norm_eps=1e-5, hidden_act="gelu_new")),
+    "data2vec-text": ("Data2VecTextForCausalLM", "Data2VecTextConfig", dict(type_vocab_size=2, layer_norm_eps=1e-5)),
+    "roberta-prelayernorm": ("RobertaPreLayerNormForCausalLM", "RobertaPreLayerNormConfig",
+                             dict(type_vocab_size=1, layer_norm_eps=1e-5)),
+    "xlm-roberta-xl": ("XLMRobertaXLForCausalLM", "XLMRobertaXLConfig", dict(type_vocab_size=1, layer_norm_eps=1e-5)),
+    "ernie": ("ErnieForCausalLM", "ErnieConfig", dict(use_task_id=True, task_type_vocab_size=3)),
+    "megatron-bert": ("MegatronBertForCausalLM", "MegatronBertConfig", dict(layer_norm_eps=1e-12)),
+    "electra": ("ElectraForCausalLM", "ElectraConfig", dict(embedding_size=32)),
+    "rembert": ("RemBertForCausalLM", "RemBertConfig",
+                dict(input_embedding_size=32, output_embedding_size=48, tie_word_embeddings=False)),
+    "bert-generation": ("BertGenerationDecoder", "BertGenerationConfig", dict(tie_word_embeddings=False)),
+}
+
+
+def perturb_bert_lm(model, seed: int) -> None:
+    """perturb() for the encoder-architecture causal LMs: LayerNorm weights near 1 (their names
+    are `LayerNorm`, `layer_norm`, `ln`), biases and embeddings small."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            r = torch.randn(p.shape, generator=g, dtype=torch.float32)
+            norm = any(k in name for k in ("LayerNorm.", "layer_norm", ".ln.", "self_attn_layer_norm")) \
+                or name.startswith("ln.")
+            if norm and name.endswith(".weight"):
+                v = 1.0 + 0.2 * r
+            elif name.endswith("bias"):
+                v = 0.1 * r
+            elif "embeddings" in name or "decoder.weight" in name or "lm_head.weight" in name:
+                # logits of a few units: f16 builds stay well inside 2e-2
+                v = 0.1 * r
+            else:
+                v = 0.15 * r
+            p.copy_(v)
 
 
 # The vision tower of the image-text fixtures: as small as transformers builds one (mobius
@@ -1546,6 +1618,8 @@ FIXTURES = {
     "ernie4_5_moe": (6100, "f32", "v5", None),
     "minimax_m2": (6200, "f32", "v5", None),
     "hunyuan_v1_moe": (6300, "f32", "v5", None),
+    **{name: (5500 + 10 * i, "f32", "v5", None) for i, name in enumerate(BERT_LM)},
+    **{name: (5700 + 10 * i, "f32", "v5", None) for i, name in enumerate(BART_LM)},
 }
 
 
@@ -1562,7 +1636,7 @@ def make_fixture(name: str, out_root: Path, tok: PreTrainedTokenizerFast) -> Non
         torch.manual_seed(seed)
         model = cls._from_config(cfg, attn_implementation="eager", dtype=torch.float32)
         model.eval()
-        perturb(model, seed)
+        (perturb_bert_lm if name in BERT_LM else perturb)(model, seed)
         if dtype == "bf16":
             # Round the weights to bf16 (what gets stored), keep computing in f32.
             # Only parameters: buffers such as the rotary inv_freq stay f32.
@@ -1588,6 +1662,11 @@ def make_fixture(name: str, out_root: Path, tok: PreTrainedTokenizerFast) -> Non
     # Cross-check against transformers' own generate (KV cache path).
     if name in CACHED_GREEDY:
         fresh_rope(model)
+    extra = {}
+    if hasattr(getattr(model.base_model, "embeddings", None), "create_position_ids_from_input_ids"):
+        # RoBERTa-style positions: a forward without position_ids numbers them after the padding
+        # token, generate (which passes its own, from 0) would not; give it the forward's.
+        extra["position_ids"] = torch.arange(len(input_ids))[None] + ids["pad_token_id"] + 1
     gen = model.generate(
         torch.tensor([input_ids]),
         attention_mask=torch.ones(1, len(input_ids), dtype=torch.long),
@@ -1595,6 +1674,7 @@ def make_fixture(name: str, out_root: Path, tok: PreTrainedTokenizerFast) -> Non
         max_new_tokens=N_NEW,
         min_new_tokens=N_NEW,
         pad_token_id=ids["pad_token_id"],
+        **extra,
     )[0, len(input_ids):].tolist()
     assert gen == greedy, (name, gen, greedy)
     if name in TEXT_MODELS:

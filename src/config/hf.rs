@@ -115,7 +115,7 @@ pub struct HfConfig {
     pub ffn_hidden_size: Option<i64>,
     /// Falcon: `activation` (the MLP activation).
     pub activation: Option<String>,
-    /// MPT, XGLM: `d_model` (the hidden size).
+    /// MPT, XGLM, the BART family: `d_model` (the hidden size).
     pub d_model: Option<i64>,
     /// MPT: `n_heads`.
     pub n_heads: Option<i64>,
@@ -157,7 +157,7 @@ pub struct HfConfig {
     pub attention_types: Option<Value>,
     /// GPT-Neo: `window_size` (the local layers' window).
     pub window_size: Option<i64>,
-    /// XGLM, BioGPT: `scale_embedding` (token embeddings times √d_model).
+    /// XGLM, BioGPT, the BART family: `scale_embedding` (token embeddings times √d_model).
     pub scale_embedding: Option<bool>,
     /// XGLM: `attention_heads`.
     pub attention_heads: Option<i64>,
@@ -179,6 +179,22 @@ pub struct HfConfig {
     pub position_embedding_type: Option<String>,
     /// `is_decoder` (BERT family: true makes the encoder a causal decoder).
     pub is_decoder: Option<bool>,
+    /// `embedding_size` (ELECTRA: width of the embeddings, projected to `hidden_size`).
+    pub embedding_size: Option<i64>,
+    /// `input_embedding_size` (RemBERT: width of the input embeddings).
+    pub input_embedding_size: Option<i64>,
+    /// `output_embedding_size` (RemBERT: width of the LM head's transform).
+    pub output_embedding_size: Option<i64>,
+    /// `use_task_id` (ERNIE: a task-type embedding is added).
+    pub use_task_id: Option<bool>,
+    /// `task_type_vocab_size` (ERNIE: rows of the task-type embedding).
+    pub task_type_vocab_size: Option<i64>,
+    /// `decoder_layers` (BART family).
+    pub decoder_layers: Option<i64>,
+    /// `decoder_attention_heads` (BART family).
+    pub decoder_attention_heads: Option<i64>,
+    /// `decoder_ffn_dim` (BART family: the MLP width).
+    pub decoder_ffn_dim: Option<i64>,
     /// `embedding_multiplier` (Granite: scales the token embeddings).
     pub embedding_multiplier: Option<f64>,
     /// `residual_multiplier` (Granite: scales each block output before the residual add).

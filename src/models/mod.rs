@@ -9,7 +9,9 @@
 pub mod apertus;
 pub mod arcee;
 pub mod assume_llama;
+pub mod bart_lm;
 pub mod bert;
+pub mod bert_lm;
 pub mod bitnet;
 pub mod bloom;
 pub mod cohere;

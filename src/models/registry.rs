@@ -79,6 +79,8 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &super::minimax_m2::FAMILY,
     &super::hunyuan_v1_moe::FAMILY,
     &super::bert::FAMILY,
+    &super::bert_lm::FAMILY,
+    &super::bart_lm::FAMILY,
 ];
 
 /// The registry entry of `model_type`, if a family answers to it.

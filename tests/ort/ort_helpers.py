@@ -62,6 +62,9 @@ def model_dims(cfg: dict) -> dict:
     """Dimensions the exported graph must expose, from an HF config.json."""
     if "text_config" in cfg:  # an image-text model: the graph is its text decoder
         cfg = cfg["text_config"]
+    if "decoder_attention_heads" in cfg:  # BART-style decoders (bart_lm): the decoder's sizes
+        cfg = {**cfg, "num_attention_heads": cfg["decoder_attention_heads"], "hidden_size": cfg["d_model"],
+               "num_hidden_layers": cfg["decoder_layers"]}
     # Other spellings of the sizes (transformers' attribute maps: GPT-2-like n_* (BLOOM too),
     # GPT-Neo's, XGLM's, EXAONE 3's, MPT's), read where the generic name is absent.
     for generic, spellings in SIZE_SPELLINGS.items():
