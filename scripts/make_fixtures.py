@@ -109,6 +109,19 @@ from transformers import (
     PixtralVisionConfig,
     SiglipVisionConfig,
     MistralForCausalLM,
+    DeepseekV2Config,
+    DeepseekV2ForCausalLM,
+    DeepseekV3Config,
+    DeepseekV3ForCausalLM,
+    Dots1Config,
+    Dots1ForCausalLM,
+    Glm4MoeConfig,
+    Glm4MoeForCausalLM,
+    Glm4MoeLiteConfig,
+    Glm4MoeLiteForCausalLM,
+    MiniCPM3Config,
+    MiniCPM3ForCausalLM,
+    SarvamMLAConfig,
     MixtralConfig,
     MixtralForCausalLM,
     PhimoeConfig,
@@ -217,6 +230,13 @@ def special_ids(tok):
         eos_token_id=tok.convert_tokens_to_ids(EOS),
         pad_token_id=tok.convert_tokens_to_ids(PAD),
     )
+
+
+class SarvamMLAForCausalLM(DeepseekV3ForCausalLM):
+    """The class transformers' auto mapping gives `sarvam_mla` (DeepseekV3ForCausalLM), reading
+    its config as SarvamMLAConfig (which maps the original config's names)."""
+
+    config_class = SarvamMLAConfig
 
 
 def make_config(kind: str, vocab: int, ids: dict):
@@ -768,6 +788,161 @@ def make_config(kind: str, vocab: int, ids: dict):
                 "original_max_position_embeddings": 16,
             },
         )
+    if kind in ("deepseek_v3", "deepseek_v2"):
+        # Multi-head latent attention: 4 heads of 16 + 16 q/k channels (the rope half
+        # interleaved) and 16 v channels, a q rank of 24 (deepseek_v2: a plain q_proj) and a
+        # latent of 32. Layer 0 dense, layer 1 MoE: 8 experts of width 32 in 4 groups, 2 groups
+        # kept, top-2, plus one shared expert. deepseek_v3: sigmoid router with its correction
+        # bias, renormalised, times 2.5; YaRN (factor 4 over an original context of 32) whose
+        # mscale_all_dim (0.8) scales the softmax and, against mscale 1, the cos/sin.
+        # deepseek_v2: softmax router, group_limited_greedy, times 1.5; plain RoPE.
+        mla = dict(
+            common,
+            num_key_value_heads=4,
+            intermediate_size=64,
+            kv_lora_rank=32,
+            qk_nope_head_dim=16,
+            qk_rope_head_dim=16,
+            v_head_dim=16,
+            n_routed_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            n_shared_experts=1,
+            n_group=4,
+            topk_group=2,
+            first_k_dense_replace=1,
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=False,
+        )
+        if kind == "deepseek_v2":
+            return DeepseekV2ForCausalLM, DeepseekV2Config(
+                **mla,
+                q_lora_rank=None,
+                topk_method="group_limited_greedy",
+                routed_scaling_factor=1.5,
+                rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+            )
+        return DeepseekV3ForCausalLM, DeepseekV3Config(
+            **mla,
+            q_lora_rank=24,
+            norm_topk_prob=True,
+            routed_scaling_factor=2.5,
+            rope_parameters={
+                "rope_type": "yarn",
+                "rope_theta": 10000.0,
+                "factor": 4.0,
+                "original_max_position_embeddings": 32,
+                "mscale": 1.0,
+                "mscale_all_dim": 0.8,
+            },
+        )
+    if kind == "glm4_moe":
+        # Layer 0 dense, layer 1 MoE (8 experts of width 32 in 2 groups, 1 kept, top-2, sigmoid
+        # router with its correction bias, renormalised, times 1.5, one shared expert); partial
+        # RoPE (the default 0.5 of each head), q/k/v biases, per-head q/k RMSNorm.
+        return Glm4MoeForCausalLM, Glm4MoeConfig(
+            **dict(common, intermediate_size=64),
+            moe_intermediate_size=32,
+            n_routed_experts=8,
+            num_experts_per_tok=2,
+            n_shared_experts=1,
+            n_group=2,
+            topk_group=1,
+            routed_scaling_factor=1.5,
+            first_k_dense_replace=1,
+            attention_bias=True,
+            use_qk_norm=True,
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
+    if kind == "glm4_moe_lite":
+        # Multi-head latent attention with v as wide as q/k (16 + 16 and 32: no widening), the
+        # rope halves not interleaved; layer 0 MoE and layer 1 dense (mlp_layer_types); 8 experts
+        # of width 32, top-2, no group limit, times 1.8, one shared expert.
+        return Glm4MoeLiteForCausalLM, Glm4MoeLiteConfig(
+            **dict(common, num_key_value_heads=4, intermediate_size=64),
+            q_lora_rank=24,
+            kv_lora_rank=32,
+            qk_nope_head_dim=16,
+            qk_rope_head_dim=16,
+            v_head_dim=32,
+            rope_interleave=False,
+            moe_intermediate_size=32,
+            n_routed_experts=8,
+            num_experts_per_tok=2,
+            n_shared_experts=1,
+            mlp_layer_types=["sparse", "dense"],
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
+    if kind == "sarvam_mla":
+        # DeepSeek-V3's architecture with Sarvam's defaults (a plain q_proj, no group limit): 4
+        # heads of 16 + 16 q/k and 16 v channels, layer 0 dense, layer 1 MoE (8 experts of width
+        # 32, top-2, renormalised, times 2.5, one shared expert); YaRN whose mscale_all_dim
+        # scales the softmax. Stored with the original config's expert counts (rewrite_config_v4:
+        # num_experts, num_shared_experts; transformers 5.25 cannot reload its `deepseek_yarn`).
+        return SarvamMLAForCausalLM, SarvamMLAConfig(
+            **dict(common, num_key_value_heads=4, intermediate_size=64),
+            kv_lora_rank=32,
+            qk_nope_head_dim=16,
+            qk_rope_head_dim=16,
+            v_head_dim=16,
+            n_routed_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            n_shared_experts=1,
+            first_k_dense_replace=1,
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=False,
+            rope_parameters={
+                "rope_type": "yarn",
+                "rope_theta": 10000.0,
+                "factor": 4.0,
+                "original_max_position_embeddings": 32,
+                "mscale": 1.0,
+                "mscale_all_dim": 1.0,
+            },
+        )
+    if kind == "dots1":
+        # Qwen3's attention with layer 1 sliding (window 5, shorter than the prompt); layer 0
+        # dense, layer 1 MoE (8 experts of width 32 in 2 groups, 1 kept, top-2, sigmoid router
+        # with its correction bias, not renormalised, one shared expert).
+        return Dots1ForCausalLM, Dots1Config(
+            **dict(common, intermediate_size=64),
+            moe_intermediate_size=32,
+            n_routed_experts=8,
+            num_experts_per_tok=2,
+            n_shared_experts=1,
+            n_group=2,
+            topk_group=1,
+            first_k_dense_replace=1,
+            sliding_window=5,
+            max_window_layers=1,
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
+    if kind == "minicpm3":
+        # Multi-head latent attention (q rank 24, latent 32, 16 + 16 q/k channels with the rope
+        # halves not interleaved, v_head_dim null: 64 / 4 = 16) in a dense decoder; embeddings
+        # times 12, residual branches times 1.4 / sqrt(2), hidden states divided by 64 / 16
+        # before the tied head.
+        return MiniCPM3ForCausalLM, MiniCPM3Config(
+            **dict(common, num_key_value_heads=4),
+            q_lora_rank=24,
+            kv_lora_rank=32,
+            qk_nope_head_dim=16,
+            qk_rope_head_dim=16,
+            v_head_dim=None,
+            scale_emb=12,
+            scale_depth=1.4,
+            dim_model_base=16,
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=True,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
     raise ValueError(kind)
 
 
@@ -819,6 +994,9 @@ def perturb(model, seed: int) -> None:
         for name, buf in model.named_buffers():
             if name.endswith("act_fn.beta"):
                 buf.copy_(0.5 + 0.1 * torch.randn(buf.shape, generator=g, dtype=torch.float32))
+            # DeepSeek-V3's router bias (zeros at init) shifts which experts are picked.
+            if name.endswith("e_score_correction_bias"):
+                buf.copy_(0.1 * torch.randn(buf.shape, generator=g, dtype=torch.float32))
 
 
 @torch.no_grad()
@@ -898,6 +1076,9 @@ def rewrite_config_v4(path: Path) -> None:
             out["rotary_pct"] = rp.pop("partial_rotary_factor")
             assert rp.get("rope_type", "default") == "default", rp
             out["rope_scaling"] = None
+        elif k in ("n_routed_experts", "n_shared_experts") and cfg.get("model_type") == "sarvam_mla":
+            # The original Sarvam config's names (transformers maps them back).
+            out[{"n_routed_experts": "num_experts", "n_shared_experts": "num_shared_experts"}[k]] = v
         elif k == "rope_parameters":
             rp = dict(v)
             out["rope_theta"] = rp.pop("rope_theta")
@@ -956,6 +1137,13 @@ FIXTURES = {
     "phimoe": (5300, "f32", "v5", None),
     "gpt_oss": (5300, "f32", "v5", None),
     "llama-dynamic": (5400, "f32", "v5", None),
+    "deepseek_v3": (5500, "f32", "v5", None),
+    "deepseek_v2": (5600, "f32", "v5", None),
+    "minicpm3": (5700, "f32", "v4", None),
+    "glm4_moe": (5800, "f32", "v5", None),
+    "glm4_moe_lite": (5900, "f32", "v5", None),
+    "dots1": (6100, "f32", "v5", None),
+    "sarvam_mla": (6200, "f32", "v4", None),
 }
 
 

@@ -48,6 +48,10 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &super::exaone4::FAMILY,
     &super::ernie4_5::FAMILY,
     &super::apertus::FAMILY,
+    &super::deepseek::FAMILY,
+    &super::minicpm3::FAMILY,
+    &super::glm4_moe::FAMILY,
+    &super::dots1::FAMILY,
     &super::bert::FAMILY,
 ];
 

@@ -393,9 +393,10 @@ def gqa_expected(name: str, ep, dtype: str) -> bool:
 LEFT_PADDED = [(name, ep, dtype) for name in NAMES for ep, dtype in BUILDS if not gqa_expected(name, ep, dtype)]
 LEFT_OUT = [(name, ep, dtype) for name in NAMES for ep, dtype in BUILDS if gqa_expected(name, ep, dtype)]
 # 245 builds x 2 left-padded tests: the 490 skips this replaced; 251 since the llama-dynamic
-# fixture (6 more GroupQueryAttention builds). A change of the EPs' gqa_dtypes or of the
-# fixtures changes it: update it with the reason.
-LEFT_OUT_COUNT = 251
+# fixture (6 more GroupQueryAttention builds); 293 since the deepseek_v2, deepseek_v3,
+# minicpm3, glm4_moe, glm4_moe_lite, dots1 and sarvam_mla fixtures (6 each). A change of the EPs'
+# gqa_dtypes or of the fixtures changes it: update it with the reason.
+LEFT_OUT_COUNT = 293
 per_left_padded_build = pytest.mark.parametrize(
     "name,ep,dtype", LEFT_PADDED, ids=[f"{n}-{e or 'noflag'}-{d}" for n, e, d in LEFT_PADDED]
 )
@@ -583,6 +584,9 @@ GENAI_TYPES = {"gpt2": "decoder", "qwen3": "qwen2", "gemma2": "gemma", "olmo2": 
                "apertus": "decoder"}
 GENAI_TYPES.update({"olmoe": "olmo", "granitemoe": "granite"})
 GENAI_TYPES.update({"gpt_oss": "gptoss"})
+GENAI_TYPES.update({"deepseek_v2": "decoder", "deepseek_v3": "decoder", "minicpm3": "decoder"})
+GENAI_TYPES.update({"glm4_moe": "decoder", "glm4_moe_lite": "decoder", "dots1": "decoder"})
+GENAI_TYPES.update({"sarvam_mla": "decoder"})
 
 
 @pytest.mark.parametrize("name", NAMES)

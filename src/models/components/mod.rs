@@ -9,6 +9,7 @@ pub mod gelu;
 pub mod linear;
 pub mod longrope;
 pub mod mask;
+pub mod mla;
 pub mod mlp;
 pub mod moe;
 pub mod norm;
@@ -23,8 +24,12 @@ pub use decoder_io::{decoder_io, DecoderDims, DecoderInputs};
 pub use gelu::gelu;
 pub use linear::linear;
 pub use mask::{padding_mask, sliding_window_mask};
+pub use mla::Mla;
 pub use mlp::{gated_mlp, gelu_mlp, GateActivation};
-pub use moe::{gated_shared_expert, sparse_moe, ExpertNames, ExpertWeights, MoeSpec, Router};
+pub use moe::{
+    gated_shared_expert, sparse_moe, ExpertNames, ExpertWeights, GroupScore, GroupedRouter,
+    MoeSpec, Router,
+};
 pub use norm::{
     layer_norm, layer_norm_into, offset_rms_norm, per_head_norm, rms_norm, Norm, NormKind,
 };
