@@ -147,6 +147,19 @@ from transformers import (
     PixtralVisionConfig,
     SiglipVisionConfig,
     MistralForCausalLM,
+    DeepseekV2Config,
+    DeepseekV2ForCausalLM,
+    DeepseekV3Config,
+    DeepseekV3ForCausalLM,
+    Dots1Config,
+    Dots1ForCausalLM,
+    Glm4MoeConfig,
+    Glm4MoeForCausalLM,
+    Glm4MoeLiteConfig,
+    Glm4MoeLiteForCausalLM,
+    MiniCPM3Config,
+    MiniCPM3ForCausalLM,
+    SarvamMLAConfig,
     MixtralConfig,
     MixtralForCausalLM,
     MptConfig,
@@ -220,6 +233,8 @@ PHI3_ORIGINAL_MAX = 8  # phi3: shorter than the prompt, so its reference uses th
 YARN_ORIGINAL_MAX = 32  # qwen2-yarn: shorter than prompt + generation
 PHIMOE_ORIGINAL_MAX = 64  # phimoe: longer than prompt + generation (short LongRoPE factors)
 DYNAMIC_ORIGINAL_MAX = 32  # llama-dynamic: max_position_embeddings, crossed by the generation
+# Routers whose score-correction bias the fixtures perturb by 0.1 (the others: 0.15).
+DEEPSEEK_ROUTED = {"deepseek_v3", "deepseek_v2", "sarvam_mla", "glm4_moe", "glm4_moe_lite", "dots1"}
 DYNAMIC_FACTOR = 2.0
 # Fixtures whose reference greedy tokens come from transformers' KV-cache generate rather than
 # cache-free forwards: with dynamic NTK RoPE the two differ once the length passes the original
@@ -276,6 +291,13 @@ def special_ids(tok):
         eos_token_id=tok.convert_tokens_to_ids(EOS),
         pad_token_id=tok.convert_tokens_to_ids(PAD),
     )
+
+
+class SarvamMLAForCausalLM(DeepseekV3ForCausalLM):
+    """The class transformers' auto mapping gives `sarvam_mla` (DeepseekV3ForCausalLM), reading
+    its config as SarvamMLAConfig (which maps the original config's names)."""
+
+    config_class = SarvamMLAConfig
 
 
 def make_config(kind: str, vocab: int, ids: dict):
@@ -1293,6 +1315,161 @@ def make_config(kind: str, vocab: int, ids: dict):
         # forced_eos_token_id (2 in BartConfig) would make generate end on EOS at max_length.
         cfg = getattr(transformers, cfg_name)(vocab_size=vocab, **ids, **dims, forced_eos_token_id=None, **extra)
         return getattr(transformers, cls_name), cfg
+    if kind in ("deepseek_v3", "deepseek_v2"):
+        # Multi-head latent attention: 4 heads of 16 + 16 q/k channels (the rope half
+        # interleaved) and 16 v channels, a q rank of 24 (deepseek_v2: a plain q_proj) and a
+        # latent of 32. Layer 0 dense, layer 1 MoE: 8 experts of width 32 in 4 groups, 2 groups
+        # kept, top-2, plus one shared expert. deepseek_v3: sigmoid router with its correction
+        # bias, renormalised, times 2.5; YaRN (factor 4 over an original context of 32) whose
+        # mscale_all_dim (0.8) scales the softmax and, against mscale 1, the cos/sin.
+        # deepseek_v2: softmax router, group_limited_greedy, times 1.5; plain RoPE.
+        mla = dict(
+            common,
+            num_key_value_heads=4,
+            intermediate_size=64,
+            kv_lora_rank=32,
+            qk_nope_head_dim=16,
+            qk_rope_head_dim=16,
+            v_head_dim=16,
+            n_routed_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            n_shared_experts=1,
+            n_group=4,
+            topk_group=2,
+            first_k_dense_replace=1,
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=False,
+        )
+        if kind == "deepseek_v2":
+            return DeepseekV2ForCausalLM, DeepseekV2Config(
+                **mla,
+                q_lora_rank=None,
+                topk_method="group_limited_greedy",
+                routed_scaling_factor=1.5,
+                rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+            )
+        return DeepseekV3ForCausalLM, DeepseekV3Config(
+            **mla,
+            q_lora_rank=24,
+            norm_topk_prob=True,
+            routed_scaling_factor=2.5,
+            rope_parameters={
+                "rope_type": "yarn",
+                "rope_theta": 10000.0,
+                "factor": 4.0,
+                "original_max_position_embeddings": 32,
+                "mscale": 1.0,
+                "mscale_all_dim": 0.8,
+            },
+        )
+    if kind == "glm4_moe":
+        # Layer 0 dense, layer 1 MoE (8 experts of width 32 in 2 groups, 1 kept, top-2, sigmoid
+        # router with its correction bias, renormalised, times 1.5, one shared expert); partial
+        # RoPE (the default 0.5 of each head), q/k/v biases, per-head q/k RMSNorm.
+        return Glm4MoeForCausalLM, Glm4MoeConfig(
+            **dict(common, intermediate_size=64),
+            moe_intermediate_size=32,
+            n_routed_experts=8,
+            num_experts_per_tok=2,
+            n_shared_experts=1,
+            n_group=2,
+            topk_group=1,
+            routed_scaling_factor=1.5,
+            first_k_dense_replace=1,
+            attention_bias=True,
+            use_qk_norm=True,
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
+    if kind == "glm4_moe_lite":
+        # Multi-head latent attention with v as wide as q/k (16 + 16 and 32: no widening), the
+        # rope halves not interleaved; layer 0 MoE and layer 1 dense (mlp_layer_types); 8 experts
+        # of width 32, top-2, no group limit, times 1.8, one shared expert.
+        return Glm4MoeLiteForCausalLM, Glm4MoeLiteConfig(
+            **dict(common, num_key_value_heads=4, intermediate_size=64),
+            q_lora_rank=24,
+            kv_lora_rank=32,
+            qk_nope_head_dim=16,
+            qk_rope_head_dim=16,
+            v_head_dim=32,
+            rope_interleave=False,
+            moe_intermediate_size=32,
+            n_routed_experts=8,
+            num_experts_per_tok=2,
+            n_shared_experts=1,
+            mlp_layer_types=["sparse", "dense"],
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
+    if kind == "sarvam_mla":
+        # DeepSeek-V3's architecture with Sarvam's defaults (a plain q_proj, no group limit): 4
+        # heads of 16 + 16 q/k and 16 v channels, layer 0 dense, layer 1 MoE (8 experts of width
+        # 32, top-2, renormalised, times 2.5, one shared expert); YaRN whose mscale_all_dim
+        # scales the softmax. Stored with the original config's expert counts (rewrite_config_v4:
+        # num_experts, num_shared_experts; transformers 5.25 cannot reload its `deepseek_yarn`).
+        return SarvamMLAForCausalLM, SarvamMLAConfig(
+            **dict(common, num_key_value_heads=4, intermediate_size=64),
+            kv_lora_rank=32,
+            qk_nope_head_dim=16,
+            qk_rope_head_dim=16,
+            v_head_dim=16,
+            n_routed_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            n_shared_experts=1,
+            first_k_dense_replace=1,
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=False,
+            rope_parameters={
+                "rope_type": "yarn",
+                "rope_theta": 10000.0,
+                "factor": 4.0,
+                "original_max_position_embeddings": 32,
+                "mscale": 1.0,
+                "mscale_all_dim": 1.0,
+            },
+        )
+    if kind == "dots1":
+        # Qwen3's attention with layer 1 sliding (window 5, shorter than the prompt); layer 0
+        # dense, layer 1 MoE (8 experts of width 32 in 2 groups, 1 kept, top-2, sigmoid router
+        # with its correction bias, not renormalised, one shared expert).
+        return Dots1ForCausalLM, Dots1Config(
+            **dict(common, intermediate_size=64),
+            moe_intermediate_size=32,
+            n_routed_experts=8,
+            num_experts_per_tok=2,
+            n_shared_experts=1,
+            n_group=2,
+            topk_group=1,
+            first_k_dense_replace=1,
+            sliding_window=5,
+            max_window_layers=1,
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
+    if kind == "minicpm3":
+        # Multi-head latent attention (q rank 24, latent 32, 16 + 16 q/k channels with the rope
+        # halves not interleaved, v_head_dim null: 64 / 4 = 16) in a dense decoder; embeddings
+        # times 12, residual branches times 1.4 / sqrt(2), hidden states divided by 64 / 16
+        # before the tied head.
+        return MiniCPM3ForCausalLM, MiniCPM3Config(
+            **dict(common, num_key_value_heads=4),
+            q_lora_rank=24,
+            kv_lora_rank=32,
+            qk_nope_head_dim=16,
+            qk_rope_head_dim=16,
+            v_head_dim=None,
+            scale_emb=12,
+            scale_depth=1.4,
+            dim_model_base=16,
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=True,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
     raise ValueError(kind)
 
 
@@ -1405,10 +1582,12 @@ def perturb(model, seed: int) -> None:
         for name, buf in model.named_buffers():
             if name.endswith("act_fn.beta"):
                 buf.copy_(0.5 + 0.1 * torch.randn(buf.shape, generator=g, dtype=torch.float32))
-            # MiniMax-M2's score-correction bias is a buffer of zeros: a build that ignores it
-            # must fail.
+            # A score-correction bias is a buffer of zeros (MiniMax-M2, ERNIE 4.5 MoE, DeepSeek-V3
+            # and its kin): moved off zero, it shifts which experts are picked, so a build that
+            # ignores it fails.
             if name.endswith("e_score_correction_bias"):
-                buf.copy_(0.15 * torch.randn(buf.shape, generator=g, dtype=torch.float32))
+                scale = 0.1 if model.config.model_type in DEEPSEEK_ROUTED else 0.15
+                buf.copy_(scale * torch.randn(buf.shape, generator=g, dtype=torch.float32))
 
 
 @torch.no_grad()
@@ -1488,6 +1667,9 @@ def rewrite_config_v4(path: Path) -> None:
             out["rotary_pct"] = rp.pop("partial_rotary_factor")
             assert rp.get("rope_type", "default") == "default", rp
             out["rope_scaling"] = None
+        elif k in ("n_routed_experts", "n_shared_experts") and cfg.get("model_type") == "sarvam_mla":
+            # The original Sarvam config's names (transformers maps them back).
+            out[{"n_routed_experts": "num_experts", "n_shared_experts": "num_shared_experts"}[k]] = v
         elif k == "rope_parameters":
             rp = dict(v)
             out["rope_theta"] = rp.pop("rope_theta")
@@ -1620,6 +1802,13 @@ FIXTURES = {
     "hunyuan_v1_moe": (6300, "f32", "v5", None),
     **{name: (5500 + 10 * i, "f32", "v5", None) for i, name in enumerate(BERT_LM)},
     **{name: (5700 + 10 * i, "f32", "v5", None) for i, name in enumerate(BART_LM)},
+    "deepseek_v3": (5500, "f32", "v5", None),
+    "deepseek_v2": (5600, "f32", "v5", None),
+    "minicpm3": (5700, "f32", "v4", None),
+    "glm4_moe": (5800, "f32", "v5", None),
+    "glm4_moe_lite": (5900, "f32", "v5", None),
+    "dots1": (6100, "f32", "v5", None),
+    "sarvam_mla": (6200, "f32", "v4", None),
 }
 
 

@@ -281,8 +281,54 @@ pub struct HfConfig {
     pub shared_intermediate_size: Option<i64>,
     /// `use_post_norm` (HyperCLOVA X: an RMSNorm on each block's output).
     pub use_post_norm: Option<bool>,
-    /// `mlp_layer_types` (Mellum: `dense` or `sparse` per layer).
+    /// `q_lora_rank` (multi-head latent attention: the width of the query's low-rank
+    /// projection; an explicit `null` for a plain `q_proj`).
+    #[serde(default, deserialize_with = "nullable")]
+    pub q_lora_rank: Option<Option<i64>>,
+    /// `kv_lora_rank` (multi-head latent attention: the width of the compressed key/value
+    /// latent).
+    pub kv_lora_rank: Option<i64>,
+    /// `qk_nope_head_dim` (multi-head latent attention: the query/key channels per head
+    /// without rotary embedding).
+    pub qk_nope_head_dim: Option<i64>,
+    /// `qk_rope_head_dim` (multi-head latent attention: the rotated query/key channels per
+    /// head).
+    pub qk_rope_head_dim: Option<i64>,
+    /// `v_head_dim` (multi-head latent attention: the value channels per head).
+    #[serde(default, deserialize_with = "nullable")]
+    pub v_head_dim: Option<Option<i64>>,
+    /// `rope_interleave` (DeepSeek-V3: rotated pairs interleaved).
+    pub rope_interleave: Option<bool>,
+    /// `n_routed_experts` (DeepSeek: the routed experts of a MoE layer).
+    pub n_routed_experts: Option<i64>,
+    /// `n_shared_experts` (DeepSeek: the shared experts' width in routed-expert widths).
+    pub n_shared_experts: Option<i64>,
+    /// `num_shared_experts` (Sarvam's original spelling of `n_shared_experts`).
+    pub num_shared_experts: Option<i64>,
+    /// `n_group` (DeepSeek: the groups the router splits the experts into).
+    #[serde(default, deserialize_with = "nullable")]
+    pub n_group: Option<Option<i64>>,
+    /// `topk_group` (DeepSeek: the groups a token's experts are picked from).
+    #[serde(default, deserialize_with = "nullable")]
+    pub topk_group: Option<Option<i64>>,
+    /// `topk_method` (DeepSeek-V2: `greedy` or `group_limited_greedy`).
+    pub topk_method: Option<String>,
+    /// `routed_scaling_factor` (DeepSeek: the multiplier of the routing weights).
+    pub routed_scaling_factor: Option<f64>,
+    /// `first_k_dense_replace` (DeepSeek: the leading layers with a dense MLP).
+    pub first_k_dense_replace: Option<i64>,
+    /// `mlp_layer_types` (Mellum, glm4_moe_lite: `dense` or `sparse`, the MLP of each layer).
     pub mlp_layer_types: Option<Vec<String>>,
+    /// `scale_emb` (MiniCPM3: the multiplier of the token embeddings).
+    pub scale_emb: Option<f64>,
+    /// `scale_depth` (MiniCPM3: residual branches are scaled by it over √layers; `null` for
+    /// none).
+    #[serde(default, deserialize_with = "present")]
+    pub scale_depth: Option<Value>,
+    /// `dim_model_base` (MiniCPM3: the final hidden states are divided by `hidden_size` over
+    /// it; `null` for none).
+    #[serde(default, deserialize_with = "present")]
+    pub dim_model_base: Option<Value>,
 }
 
 /// Deserializes a field that may be `null` as `Some(Value::Null)`, so that an explicit null

@@ -230,6 +230,33 @@ pub trait Family {
         plain_qkv(b, cfg, x, attn, dtype)
     }
 
+    /// The q, k and v that layer `i`'s attention (module `attn`) takes from its input `x`:
+    /// 3-D, `spec.q_heads` (`spec.kv_heads`) heads of `cfg.head_dim` channels, q and k
+    /// rotated. By default [`Family::qkv`], then [`Family::qk_norm`], then the RoPE
+    /// [`Family::layer_rope`] picks from the tables `rotary` on q and k.
+    #[allow(clippy::too_many_arguments)]
+    fn attention_qkv(
+        &self,
+        b: &mut GraphBuilder,
+        cfg: &ArchConfig,
+        x: &str,
+        attn: &str,
+        i: usize,
+        rotary: &[RopeTables],
+        spec: &AttentionSpec<'_>,
+        dtype: DType,
+    ) -> [String; 3] {
+        let [q, k, v] = self.qkv(b, cfg, x, attn, dtype);
+        let (mut q, mut k) = self.qk_norm(b, cfg, q, k, attn, dtype);
+        if let Some((rope, t)) = self.layer_rope(cfg, i) {
+            let d = cfg.head_dim;
+            let tables = &rotary[t];
+            q = rotary_embedding(b, &q, tables, rope, spec.q_heads, d);
+            k = rotary_embedding(b, &k, tables, rope, spec.kv_heads, d);
+        }
+        [q, k, v]
+    }
+
     /// The form of [`Family::qk_norm`]'s default.
     fn qk_norm_kind(&self, _cfg: &ArchConfig) -> QkNorm {
         QkNorm::Off
@@ -563,14 +590,7 @@ impl Layer<'_> {
         spec: &AttentionSpec<'_>,
     ) -> String {
         let (cfg, family, dtype) = (self.cfg, self.family, self.dtype);
-        let [q, k, v] = family.qkv(b, cfg, x, attn, dtype);
-        let (mut q, mut k) = family.qk_norm(b, cfg, q, k, attn, dtype);
-        if let Some((rope, t)) = family.layer_rope(cfg, i) {
-            let d = cfg.head_dim;
-            let tables = &self.rotary[t];
-            q = rotary_embedding(b, &q, tables, rope, spec.q_heads, d);
-            k = rotary_embedding(b, &k, tables, rope, spec.kv_heads, d);
-        }
+        let [q, k, v] = family.attention_qkv(b, cfg, x, attn, i, self.rotary, spec, dtype);
         let y = family.attention_core(b, cfg, self.io, [&q, &k, &v], spec, attn, dtype);
         family.o_proj(b, cfg, &y, attn, dtype)
     }

@@ -72,6 +72,10 @@ def model_dims(cfg: dict) -> dict:
             cfg = {**cfg, generic: next(cfg[s] for s in spellings if s in cfg)}
     heads = cfg["num_attention_heads"]
     head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
+    if "kv_lora_rank" in cfg:
+        # Multi-head latent attention: every head caches k of the q/k head size (config.json's
+        # head_dim is the RoPE width) and v widened to it.
+        head_dim = cfg["qk_nope_head_dim"] + cfg["qk_rope_head_dim"]
     return {
         "layers": cfg["num_hidden_layers"],
         "heads": heads,

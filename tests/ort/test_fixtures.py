@@ -440,8 +440,9 @@ LEFT_OUT = [(name, ep, dtype) for name in NAMES for ep, dtype in builds_of(name)
 # hunyuan_v1_moe (6 each; falcon-alibi, as bloom and mpt, adds none). 483 with the bert_lm fixtures:
 # bert-causal and roberta-causal on every build (6 GroupQueryAttention builds each), the 10 on
 # the reduced matrix on cpu f32 and cuda f16 (2 each), and the bart_lm fixtures (bart on every
-# build: 6; the other 5 on the reduced matrix: 2 each).
-LEFT_OUT_COUNT = 483
+# build: 6; the other 5 on the reduced matrix: 2 each). 525 with deepseek_v2,
+# deepseek_v3, minicpm3, glm4_moe, glm4_moe_lite, dots1 and sarvam_mla (6 each).
+LEFT_OUT_COUNT = 525
 per_left_padded_build = pytest.mark.parametrize(
     "name,ep,dtype", LEFT_PADDED, ids=[f"{n}-{e or 'noflag'}-{d}" for n, e, d in LEFT_PADDED]
 )
@@ -639,6 +640,9 @@ GENAI_TYPES.update({t: "decoder" for t in ("bert", "roberta", "camembert", "xlm-
                                            "roberta-prelayernorm", "xlm-roberta-xl", "ernie", "megatron-bert",
                                            "electra", "rembert", "bert-generation", "bart", "mbart", "plbart", "mvp",
                                            "blenderbot", "blenderbot-small")})
+GENAI_TYPES.update({"deepseek_v2": "decoder", "deepseek_v3": "decoder", "minicpm3": "decoder"})
+GENAI_TYPES.update({"glm4_moe": "decoder", "glm4_moe_lite": "decoder", "dots1": "decoder"})
+GENAI_TYPES.update({"sarvam_mla": "decoder"})
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -9,8 +9,9 @@ router's margin is measured: the kernel and TopK order equal probabilities diffe
 higher expert index first, the lower), so the forms agree exactly when no token's k-th and
 (k+1)-th router probability are equal.  The margins are printed in the session summary.
 phimoe's sparsemixer routing is not what the kernel computes, nor is the score-corrected routing
-of ernie4_5_moe and minimax_m2 (the top-k picked on the scores plus a per-expert bias): their
-blocks stay standard ops.
+of ernie4_5_moe and minimax_m2 (the top-k picked on the scores plus a per-expert bias), nor are
+DeepSeek's group-limited routers (deepseek_v2, deepseek_v3, sarvam_mla, glm4_moe, glm4_moe_lite,
+dots1), whose margins are measured here too: their blocks stay standard ops.
 """
 
 from __future__ import annotations
@@ -147,6 +148,72 @@ def test_sparsemixer_blocks_stay_standard(built, ep, dtype):
     layers = load_config(FIXTURES_DIR / "phimoe")["num_hidden_layers"]
     assert "com.microsoft::MoE" not in got, got
     assert got.count("ai.onnx::TopK") == 2 * layers, got
+
+
+# DeepSeek's group-limited routers (sigmoid or softmax scores, a correction bias, groups; also
+# sarvam_mla's, glm4_moe's, glm4_moe_lite's and dots1's) are not what the kernel computes: their
+# blocks stay standard ops on every EP.
+GROUPED = ["deepseek_v2", "deepseek_v3", "glm4_moe", "glm4_moe_lite", "dots1", "sarvam_mla"]
+
+
+def grouped_moe_layers(name: str) -> int:
+    """MoE layers of a fixture with DeepSeek's router: from first_k_dense_replace on, or those
+    mlp_layer_types names sparse."""
+    cfg = load_config(FIXTURES_DIR / name)
+    if "mlp_layer_types" in cfg:
+        return cfg["mlp_layer_types"].count("sparse")
+    return cfg["num_hidden_layers"] - cfg["first_k_dense_replace"]
+
+
+def router_selections(name: str) -> int:
+    """Selections per MoE layer: the kept groups (where fewer than all are kept), the experts."""
+    cfg = load_config(FIXTURES_DIR / name)
+    limited = cfg.get("topk_method", "group_limited_greedy") == "group_limited_greedy"
+    return 1 + int(limited and cfg["topk_group"] < cfg["n_group"])
+
+
+@pytest.mark.parametrize("ep,dtype", FUSED, ids=[f"{e or 'noflag'}-{d}" for e, d in FUSED])
+@pytest.mark.parametrize("name", GROUPED)
+def test_grouped_router_blocks_stay_standard(built, name, ep, dtype):
+    """No MoE where the kernel would run: the dense block's TopK selections in every MoE layer."""
+    got = ops(built("fixture", name, dtype, ep))
+    assert "com.microsoft::MoE" not in got and "com.microsoft::QMoE" not in got, got
+    assert got.count("ai.onnx::TopK") >= router_selections(name) * grouped_moe_layers(name), got
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16"])
+@pytest.mark.parametrize("name", GROUPED)
+def test_grouped_router_margin(built, record_moe_margin, tmp_path, name, dtype):
+    """The smallest gap, over every MoE layer and token of the sequence, between the k-th and
+    (k+1)-th entry of each selection the router makes (the kept groups by their worth, then the
+    top-k experts of the kept groups by their choice scores; read from the dense build's TopK
+    inputs, computed in f32): positive, so no pick is a tie."""
+    out = built("fixture", name, dtype, "onnx-standard")
+    model = onnx.load(str(out / "model.onnx"), load_external_data=False)
+    consts = {i.name: i for i in model.graph.initializer}
+    picks = [
+        (n.input[0], int(onnx.numpy_helper.to_array(consts[n.input[1]])[0]))
+        for n in model.graph.node
+        if n.op_type == "TopK"
+    ]
+    for p, _ in picks:
+        model.graph.output.append(onnx.helper.make_tensor_value_info(p, onnx.TensorProto.FLOAT, None))
+    path = out / f"router-scores-{tmp_path.name}.onnx"
+    onnx.save(model, str(path))
+    try:
+        got = prefill(path, name, dtype, [p for p, _ in picks])
+    finally:
+        path.unlink()
+    # The 4-D inputs are the top two per group of DeepSeek-V3's router, whose sum does not
+    # depend on ties.
+    gaps = [
+        float((t[..., k - 1] - t[..., k]).min())
+        for t, k in ((-np.sort(-got[p], axis=-1), k) for p, k in picks)
+        if t.ndim == 3
+    ]
+    assert len(gaps) == router_selections(name) * grouped_moe_layers(name), gaps
+    record_moe_margin(f"{name} {dtype}", min(gaps))
+    assert min(gaps) > 0, f"{name} {dtype}: a tie in a router selection"
 
 
 def test_cpu_moe_ignores_use_sparse_mixer():

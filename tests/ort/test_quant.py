@@ -55,7 +55,12 @@ EXACT_TABLE = "quantized builds at accuracy_level 0: max abs error to the fake-q
 # too. A miss not listed here fails, a listed build that does worse than its figure fails, and a
 # listed build that meets the bar fails until it is removed. (docs/quantization.md, "Accuracy".)
 ALLOWED_MISSES = {
+    ("deepseek_v2", "webgpu", "f16", 4): 0.992962,
+    ("deepseek_v3", "cpu", "f32", 4): 0.998119,
+    ("dots1", "cpu", "f32", 4): 0.954772,
     ("ernie4_5", "cpu", "f32", 4): 0.997779,
+    ("glm4_moe_lite", "cpu", "f32", 4): 0.998977,
+    ("glm4_moe_lite", "webgpu", "f16", 4): 0.998935,
     ("ernie4_5", "webgpu", "f16", 4): 0.99688,
     ("gpt_neo", "cpu", "f32", 4): 0.997814,
     ("gpt_neo", "webgpu", "f16", 4): 0.997124,
@@ -68,6 +73,7 @@ ALLOWED_MISSES = {
     ("phi3", "webgpu", "f16", 4): 0.994142,
     ("phimoe", "cpu", "f32", 4): 0.972479,
     ("qwen2_moe", "cpu", "f32", 4): 0.98471,
+    ("sarvam_mla", "cpu", "f32", 4): 0.866606,
     ("smollm3", "cpu", "f32", 4): 0.997032,
     ("smollm3", "webgpu", "f16", 4): 0.997228,
     ("phi3", "cuda", "f16", 0): 0.0280496,

@@ -13,6 +13,7 @@ pub mod gelu;
 pub mod linear;
 pub mod longrope;
 pub mod mask;
+pub mod mla;
 pub mod mlp;
 pub mod moe;
 pub mod norm;
@@ -32,9 +33,11 @@ pub use fused_qkv::{fused_qkv, head_interleaved_qkv, FusedQkv};
 pub use gelu::gelu;
 pub use linear::linear;
 pub use mask::{padding_mask, sliding_window_mask};
+pub use mla::Mla;
 pub use mlp::{gated_mlp, squared_relu_mlp, ungated_mlp, GateActivation};
 pub use moe::{
-    gated_shared_expert, sparse_moe, ExpertNames, ExpertWeights, MoeSpec, Router, Scores,
+    gated_shared_expert, sparse_moe, ExpertNames, ExpertWeights, GroupScore, GroupedRouter,
+    MoeSpec, Router, Scores,
 };
 pub use norm::{
     layer_norm, layer_norm_into, offset_rms_norm, per_head_norm, rms_norm, Norm, NormKind,

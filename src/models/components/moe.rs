@@ -80,6 +80,46 @@ pub enum Router {
         /// The least divisor of the renormalisation (ERNIE 4.5 MoE's `moe_norm_min`).
         min_sum: Option<f32>,
     },
+    /// DeepSeek's router: see [`GroupedRouter`].
+    Grouped(GroupedRouter),
+}
+
+/// DeepSeek's router (V2, V3, and the models that copy it): each expert gets a score (the
+/// sigmoid of its logit, or the softmax over the experts) and a choice score (the score, plus
+/// the checkpoint's `{gate}.e_score_correction_bias` with `correction_bias`); the experts are
+/// split into `groups` equal groups, of which each token keeps the `top_groups` worth most
+/// ([`GroupScore`]); the top-k choice scores of the kept experts pick the experts, weighted
+/// as [`GroupScore`] says, divided by their sum (plus 1e-20) with `normalize`, times `scale`.
+/// With `top_groups ≥ groups` every group is kept (no group limit).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GroupedRouter {
+    /// Sigmoid scores (DeepSeek-V3) instead of the softmax (DeepSeek-V2).
+    pub sigmoid: bool,
+    /// Whether the choice adds `{gate}.e_score_correction_bias` (`[E]`, f32) to the scores.
+    pub correction_bias: bool,
+    /// `n_group`.
+    pub groups: usize,
+    /// `topk_group`.
+    pub top_groups: usize,
+    /// How a group's worth is measured, the other groups masked and the picks weighted.
+    pub group_score: GroupScore,
+    /// `norm_topk_prob`.
+    pub normalize: bool,
+    /// `routed_scaling_factor`.
+    pub scale: f32,
+}
+
+/// How [`GroupedRouter`] ranks the groups, masks the experts outside the kept ones and weights
+/// its picks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupScore {
+    /// DeepSeek-V2's `group_limited_greedy`: a group is worth its best score; the experts of
+    /// the other groups score 0, and each pick is weighted by its (masked) score.
+    Max,
+    /// DeepSeek-V3's: a group is worth the sum of its two best choice scores; the experts of
+    /// the other groups are never picked (−∞), and each pick is weighted by its score (without
+    /// the correction bias).
+    TopTwoSum,
 }
 
 /// The shape of a sparse MoE block.
@@ -314,6 +354,7 @@ fn routing_matrix(
             let bias = format!("{prefix}.{bias}");
             corrected_top_k(b, &logits, spec, (scores, &bias, min_sum))
         }
+        Router::Grouped(router) => grouped_top_k(b, &logits, &gate, spec, &router),
     };
     // [B, S, k, 1] == [E] → one-hot rows [B, S, k, E], weighted and summed over k.
     let last = b.const_i64(&[-1]);
@@ -410,6 +451,125 @@ fn corrected_top_k(
         }
     };
     (b.op("Div", &[&weights, &sum], vec![]), picked)
+}
+
+/// [`GroupedRouter`] on the f32 router `logits` (`[B, S, E]`) of router module `gate`: the
+/// top-k weights and expert indices (`[B, S, k]`), as transformers' DeepSeek routers compute
+/// them.
+fn grouped_top_k(
+    b: &mut GraphBuilder,
+    logits: &str,
+    gate: &str,
+    spec: &MoeSpec,
+    router: &GroupedRouter,
+) -> (String, String) {
+    let (e, last) = (spec.experts, b.const_i64(&[-1]));
+    let scores = match router.sigmoid {
+        true => b.op("Sigmoid", &[logits], vec![]),
+        false => b.op("Softmax", &[logits], vec![("axis", Attr::Int(-1))]),
+    };
+    let choice = match router.correction_bias {
+        true => {
+            let bias = b.initializer(Initializer {
+                name: format!("{gate}.e_score_correction_bias"),
+                dtype: DType::F32,
+                shape: vec![e],
+                source: Some(TensorSource::Checkpoint(format!(
+                    "{gate}.e_score_correction_bias"
+                ))),
+            });
+            b.op("Add", &[&scores, &bias], vec![])
+        }
+        false => scores.clone(),
+    };
+    let top = |b: &mut GraphBuilder, x: &str, k: usize| {
+        let k = b.const_i64(&[k as i64]);
+        let (values, indices) = (b.fresh_name("TopK"), b.fresh_name("TopK"));
+        b.node(
+            "",
+            "TopK",
+            &[x, &k],
+            vec![("axis", Attr::Int(-1))],
+            vec![values.clone(), indices.clone()],
+        );
+        (values, indices)
+    };
+    let (g, kept) = (router.groups, router.top_groups);
+    let choice = if kept < g {
+        let grouped_shape = b.const_i64(&[0, 0, g as i64, (e / g) as i64]);
+        let grouped = b.op("Reshape", &[&choice, &grouped_shape], vec![]);
+        let no_keepdims = vec![("keepdims", Attr::Int(0))];
+        let worth = match router.group_score {
+            GroupScore::Max => b.op("ReduceMax", &[&grouped, &last], no_keepdims),
+            GroupScore::TopTwoSum => {
+                let (two, _) = top(b, &grouped, 2);
+                b.op("ReduceSum", &[&two, &last], no_keepdims)
+            }
+        };
+        // The kept groups' one-hot rows [B, S, kept, G], merged over the kept axis → [B, S, G, 1].
+        let (_, best) = top(b, &worth, kept);
+        let best = b.op("Unsqueeze", &[&best, &last], vec![]);
+        let ids: Vec<i64> = (0..g as i64).collect();
+        let ids = b.const_i64(&ids);
+        let one_hot = b.op("Equal", &[&best, &ids], vec![]);
+        let one_hot = b.op(
+            "Cast",
+            &[&one_hot],
+            vec![("to", Attr::Int(DType::F32.onnx_code() as i64))],
+        );
+        let over_kept = b.const_i64(&[-2]);
+        let mask = b.op("ReduceMax", &[&one_hot, &over_kept], vec![]);
+        let column = b.const_i64(&[0, 0, g as i64, 1]);
+        let mask = b.op("Reshape", &[&mask, &column], vec![]);
+        let mask = b.op(
+            "Cast",
+            &[&mask],
+            vec![("to", Attr::Int(DType::Bool.onnx_code() as i64))],
+        );
+        let fill = match router.group_score {
+            GroupScore::Max => 0.0,
+            GroupScore::TopTwoSum => f32::NEG_INFINITY,
+        };
+        let fill = scalar(b, fill, DType::F32);
+        let masked = b.op("Where", &[&mask, &grouped, &fill], vec![]);
+        let flat = b.const_i64(&[0, 0, e as i64]);
+        b.op("Reshape", &[&masked, &flat], vec![])
+    } else {
+        choice
+    };
+    let (values, picked) = top(b, &choice, spec.top_k);
+    let mut weights = match router.group_score {
+        GroupScore::Max => values,
+        GroupScore::TopTwoSum => {
+            // The scores at the picks: one-hot rows [B, S, k, E] times the scores [B, S, 1, E],
+            // summed over the experts (one term each, so exact).
+            let ids: Vec<i64> = (0..e as i64).collect();
+            let ids = b.const_i64(&ids);
+            let column = b.op("Unsqueeze", &[&picked, &last], vec![]);
+            let one_hot = b.op("Equal", &[&column, &ids], vec![]);
+            let one_hot = b.op(
+                "Cast",
+                &[&one_hot],
+                vec![("to", Attr::Int(DType::F32.onnx_code() as i64))],
+            );
+            let row = b.const_i64(&[-2]);
+            let per_pick = b.op("Unsqueeze", &[&scores, &row], vec![]);
+            let at_picks = b.op("Mul", &[&one_hot, &per_pick], vec![]);
+            let no_keepdims = vec![("keepdims", Attr::Int(0))];
+            b.op("ReduceSum", &[&at_picks, &last], no_keepdims)
+        }
+    };
+    if router.normalize {
+        let sum = b.op("ReduceSum", &[&weights, &last], vec![]);
+        let tiny = scalar(b, 1e-20, DType::F32);
+        let sum = b.op("Add", &[&sum, &tiny], vec![]);
+        weights = b.op("Div", &[&weights, &sum], vec![]);
+    }
+    if router.scale != 1.0 {
+        let scale = scalar(b, router.scale, DType::F32);
+        weights = b.op("Mul", &[&weights, &scale], vec![]);
+    }
+    (weights, picked)
 }
 
 /// [`Router::SparseMixer`] on the f32 router `logits` (`[B, S, E]`): the two weights and
