@@ -13,6 +13,7 @@ pub mod bloom;
 pub mod cohere;
 pub mod cohere2;
 pub mod components;
+pub mod dbrx;
 pub mod decoder;
 pub mod ernie4_5;
 pub mod ernie4_5_moe;

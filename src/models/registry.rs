@@ -55,6 +55,7 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &super::ernie4_5_moe::FAMILY,
     &super::minimax_m2::FAMILY,
     &super::hunyuan_v1_moe::FAMILY,
+    &super::dbrx::FAMILY,
     &super::bert::FAMILY,
 ];
 

@@ -61,6 +61,9 @@ def model_dims(cfg: dict) -> dict:
         cfg = {**cfg, "num_attention_heads": cfg["n_head"], "num_hidden_layers": cfg["n_layer"]}
     if cfg.get("model_type") == "mpt":  # MPT's own spellings
         cfg = {**cfg, "num_attention_heads": cfg["n_heads"], "hidden_size": cfg["d_model"], "num_hidden_layers": cfg["n_layers"]}
+    if cfg.get("model_type") == "dbrx":  # MPT's spellings, the key/value heads in attn_config
+        cfg = {**cfg, "num_attention_heads": cfg["n_heads"], "hidden_size": cfg["d_model"], "num_hidden_layers": cfg["n_layers"],
+               "num_key_value_heads": (cfg.get("attn_config") or {}).get("kv_n_heads", 1)}
     heads = cfg["num_attention_heads"]
     head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
     return {
