@@ -180,6 +180,8 @@ from transformers import (
     MiniMaxM2ForCausalLM,
     HunYuanMoEV1Config,
     HunYuanMoEV1ForCausalLM,
+    DbrxConfig,
+    DbrxForCausalLM,
     Cohere2Config,
     Cohere2ForCausalLM,
     ExaoneConfig,
@@ -1064,6 +1066,21 @@ def make_config(kind: str, vocab: int, ids: dict):
             num_experts=4,
             moe_topk=[2, 1],
         )
+    if kind == "dbrx":
+        # Bias-free LayerNorm, fused Wqkv (2 kv heads) clamped to clip_qkv 1.0, RoPE theta 1e4,
+        # 4 SwiGLU experts (32 wide) stored flat (w1, v1, w2) routed softmax -> top-2 ->
+        # L1-renormalised, untied.
+        return DbrxForCausalLM, DbrxConfig(
+            vocab_size=vocab,
+            d_model=DIMS["hidden_size"],
+            n_heads=DIMS["num_attention_heads"],
+            n_layers=DIMS["num_hidden_layers"],
+            max_seq_len=DIMS["max_position_embeddings"],
+            attn_config={"kv_n_heads": DIMS["num_key_value_heads"], "clip_qkv": 1.0, "rope_theta": 10000.0},
+            ffn_config={"ffn_hidden_size": 32, "moe_num_experts": 4, "moe_top_k": 2},
+            tie_word_embeddings=False,
+            **ids,
+        )
     if kind == "apertus":
         # Per-head q/k norms, ungated xIELU MLP (its alpha_p/alpha_n perturbed as weights, its
         # beta buffer moved off 0.5 by perturb), llama3 RoPE with theta 1.2e7, untied.
@@ -1561,7 +1578,9 @@ def perturb(model, seed: int) -> None:
     with torch.no_grad():
         for name, p in model.named_parameters():
             r = torch.randn(p.shape, generator=g, dtype=torch.float32)
-            if ".ln_" in name or "norm" in name:
+            # The parameter's own module decides (DBRX's `norm_attn_norm.attn.Wqkv` is no norm).
+            module = name.rsplit(".", 1)[0].rsplit(".", 1)[-1]
+            if module.startswith("ln_") or "norm" in module:
                 # RMSNorm gains; LayerNorm (gpt2, phi) weights and biases
                 v = norm_offset + 0.2 * r if not name.endswith(".bias") else 0.1 * r
             elif name.endswith(".bias"):
@@ -1809,6 +1828,7 @@ FIXTURES = {
     "glm4_moe_lite": (5900, "f32", "v5", None),
     "dots1": (6100, "f32", "v5", None),
     "sarvam_mla": (6200, "f32", "v4", None),
+    "dbrx": (6400, "f32", "v5", None),
 }
 
 

@@ -132,6 +132,17 @@ def quantized_model(path: Path, bits: int, block: int, symmetric: bool, embeddin
                     deq = fake_quantize(w_kn, bits, block, symmetric, dtype)
                     stack[e].copy_(torch.from_numpy(deq if transposed else deq.T.copy()))
                     count += 1
+        elif type(module).__name__ == "DbrxExpertGLU":
+            # DBRX's experts, flat [E*I, H]: w1 (gate) and v1 (up) rows are each expert's
+            # [out, in]; w2 rows are each expert's down projection as [in, out] = [K, N].
+            width = module.ffn_hidden_size
+            for stack, kn in ((module.w1, False), (module.v1, False), (module.w2, True)):
+                for e in range(module.moe_num_experts):
+                    rows = stack[e * width:(e + 1) * width]
+                    w_kn = rows.detach().numpy() if kn else rows.detach().numpy().T
+                    deq = fake_quantize(w_kn, bits, block, symmetric, dtype)
+                    rows.copy_(torch.from_numpy(deq if kn else deq.T.copy()))
+                    count += 1
     return model, count
 
 

@@ -125,6 +125,8 @@ pub struct HfConfig {
     pub max_seq_len: Option<i64>,
     /// MPT: `attn_config` (a dict: `softmax_scale`, `clip_qkv`, …).
     pub attn_config: Option<Value>,
+    /// DBRX: `ffn_config` (a dict: `ffn_hidden_size`, `moe_num_experts`, `moe_top_k`, …).
+    pub ffn_config: Option<Value>,
     /// GPT-2: `n_inner` (null → 4 · n_embd).
     pub n_inner: Option<i64>,
     /// GPT-2: `layer_norm_epsilon`.

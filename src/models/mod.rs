@@ -18,6 +18,7 @@ pub mod cohere;
 pub mod cohere2;
 pub mod components;
 pub mod cwm;
+pub mod dbrx;
 pub mod decoder;
 pub mod deepseek;
 pub mod dots1;

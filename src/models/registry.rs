@@ -82,6 +82,7 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &super::minicpm3::FAMILY,
     &super::glm4_moe::FAMILY,
     &super::dots1::FAMILY,
+    &super::dbrx::FAMILY,
     &super::bert::FAMILY,
     &super::bert_lm::FAMILY,
     &super::bart_lm::FAMILY,

@@ -66,10 +66,12 @@ def model_dims(cfg: dict) -> dict:
         cfg = {**cfg, "num_attention_heads": cfg["decoder_attention_heads"], "hidden_size": cfg["d_model"],
                "num_hidden_layers": cfg["decoder_layers"]}
     # Other spellings of the sizes (transformers' attribute maps: GPT-2-like n_* (BLOOM too),
-    # GPT-Neo's, XGLM's, EXAONE 3's, MPT's), read where the generic name is absent.
+    # GPT-Neo's, XGLM's, EXAONE 3's, MPT's and DBRX's), read where the generic name is absent.
     for generic, spellings in SIZE_SPELLINGS.items():
         if generic not in cfg:
             cfg = {**cfg, generic: next(cfg[s] for s in spellings if s in cfg)}
+    if cfg.get("model_type") == "dbrx":  # the key/value heads in attn_config
+        cfg = {**cfg, "num_key_value_heads": (cfg.get("attn_config") or {}).get("kv_n_heads", 1)}
     heads = cfg["num_attention_heads"]
     head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
     if "kv_lora_rank" in cfg:

@@ -441,8 +441,8 @@ LEFT_OUT = [(name, ep, dtype) for name in NAMES for ep, dtype in builds_of(name)
 # bert-causal and roberta-causal on every build (6 GroupQueryAttention builds each), the 10 on
 # the reduced matrix on cpu f32 and cuda f16 (2 each), and the bart_lm fixtures (bart on every
 # build: 6; the other 5 on the reduced matrix: 2 each). 525 with deepseek_v2,
-# deepseek_v3, minicpm3, glm4_moe, glm4_moe_lite, dots1 and sarvam_mla (6 each).
-LEFT_OUT_COUNT = 525
+# deepseek_v3, minicpm3, glm4_moe, glm4_moe_lite, dots1 and sarvam_mla (6 each); 531 with dbrx (6).
+LEFT_OUT_COUNT = 531
 per_left_padded_build = pytest.mark.parametrize(
     "name,ep,dtype", LEFT_PADDED, ids=[f"{n}-{e or 'noflag'}-{d}" for n, e, d in LEFT_PADDED]
 )
@@ -624,7 +624,7 @@ GENAI_TYPES = {"gpt2": "decoder", "qwen3": "qwen2", "gemma2": "gemma", "olmo2": 
                "olmo3": "olmo", "exaone4": "decoder", "cohere2": "decoder",
                "apertus": "decoder", "bloom": "decoder", "mpt": "decoder",
                "falcon": "decoder", "persimmon": "decoder", "ernie4_5_moe": "decoder",
-               "minimax_m2": "decoder", "hunyuan_v1_moe": "decoder"}
+               "minimax_m2": "decoder", "hunyuan_v1_moe": "decoder", "dbrx": "decoder"}
 GENAI_TYPES.update({"olmoe": "olmo", "granitemoe": "granite"})
 GENAI_TYPES.update({"gpt_oss": "gptoss"})
 GENAI_TYPES.update({"arcee": "decoder", "seed_oss": "decoder", "internlm3": "llama", "exaone": "llama",

@@ -1,7 +1,7 @@
 """Mixture-of-experts blocks as `com.microsoft::MoE` (rewrites/fusion/moe.rules).
 
 The EPs whose capabilities run the kernel get the fused op for every MoE layer of the
-mixtral, qwen2_moe, qwen3_moe, olmoe, granitemoe, gpt_oss and hunyuan_v1_moe fixtures (their transformers parity, decode and
+mixtral, qwen2_moe, qwen3_moe, olmoe, granitemoe, gpt_oss, hunyuan_v1_moe and dbrx fixtures (their transformers parity, decode and
 onnxruntime-genai greedy runs are test_fixtures.py's, on these same builds); onnx-standard
 keeps the dense block of standard ops.  Here the two forms are compared with each other on
 the prompt and transformers' greedy continuation (44 routed tokens per layer), and the
@@ -23,7 +23,7 @@ import pytest
 
 from ort_helpers import FIXTURES_DIR, NP_DTYPES, assert_close, load_config, load_reference, model_dims
 
-NAMES = ["mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granitemoe", "gpt_oss", "hunyuan_v1_moe"]
+NAMES = ["mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granitemoe", "gpt_oss", "hunyuan_v1_moe", "dbrx"]
 FUSED = [("cpu", "f32"), ("cpu", "f16"), ("cuda", "f16"), ("cuda", "f32"), (None, "f32"), ("webgpu", "f16")]
 TOL = {"f32": 1e-4, "f16": 2e-2}
 
@@ -31,8 +31,8 @@ TOL = {"f32": 1e-4, "f16": 2e-2}
 def moe_layers(name: str) -> int:
     """MoE layers of the fixture, as its family selects them."""
     cfg = load_config(FIXTURES_DIR / name)
-    layers = cfg["num_hidden_layers"]
-    if cfg["model_type"] in ("mixtral", "olmoe", "granitemoe", "gpt_oss", "hunyuan_v1_moe"):
+    layers = model_dims(cfg)["layers"]
+    if cfg["model_type"] in ("mixtral", "olmoe", "granitemoe", "gpt_oss", "hunyuan_v1_moe", "dbrx"):
         return layers
     step, dense = cfg.get("decoder_sparse_step", 1), set(cfg.get("mlp_only_layers", []))
     return sum(1 for i in range(layers) if i not in dense and (i + 1) % step == 0)
@@ -111,8 +111,8 @@ def test_router_margin(built, record_moe_margin, tmp_path, name, dtype):
     finally:
         path.unlink()
     cfg = load_config(FIXTURES_DIR / name)
-    # hunyuan_v1_moe: `moe_topk`, one count or one per layer.
-    k = cfg.get("num_experts_per_tok", cfg.get("moe_topk"))
+    # hunyuan_v1_moe: `moe_topk`, one count or one per layer; dbrx: `ffn_config.moe_top_k`.
+    k = cfg.get("num_experts_per_tok", cfg.get("moe_topk", (cfg.get("ffn_config") or {}).get("moe_top_k")))
     ks = k if isinstance(k, list) else [k] * len(probs)
     top = [-np.sort(-got[p].astype(np.float32), axis=-1) for p in probs]
     margin = min(float((t[..., k - 1] - t[..., k]).min()) for t, k in zip(top, ks))

@@ -622,11 +622,11 @@ def test_optimize_runs_onnxruntimes_matmul_nbits_quantization_as_standard_onnx(b
 # com.microsoft::QMoE (qwen2_moe and olmoe do not renormalise, onnxruntime's CPU QMoE always
 # does; phimoe's sparsemixer, gpt_oss' clamped SwiGLU and the score-corrected routers of
 # ernie4_5_moe and minimax_m2 are not the fused rule's block).
-QMOE_NAMES = ["mixtral", "qwen3_moe", "granitemoe", "hunyuan_v1_moe"]
+QMOE_NAMES = ["mixtral", "qwen3_moe", "granitemoe", "hunyuan_v1_moe", "dbrx"]
 
 
 @pytest.mark.parametrize("dtype", ["f32", "f16"])
-@pytest.mark.parametrize("name", [n for n in NAMES if n.endswith("moe") or n in ("mixtral", "gpt_oss", "phimoe")])
+@pytest.mark.parametrize("name", [n for n in NAMES if n.endswith("moe") or n in ("mixtral", "gpt_oss", "phimoe", "dbrx")])
 def test_qmoe_experts_are_onnxruntimes_quantizer_per_expert(built, name, dtype, tmp_path):
     """The MoE blocks of an int4 cpu build are com.microsoft::QMoE exactly for QMOE_NAMES, and
     each expert's packed values and scales are what onnxruntime's MatMulNBits quantizer

@@ -185,6 +185,20 @@ pub enum ExpertWeights {
         /// The down projections of every expert (the tensor's name).
         down: &'static str,
     },
+    /// Every expert's rows in one `[E·I, H]` tensor per projection, without a `.weight`
+    /// suffix: `{gate}`, `{up}` (HF `[out, in]` per expert) and `{down}` (each expert's down
+    /// projection transposed, `[I, H]`); router `{router}.weight` `[E, H]` (DBRX's
+    /// `experts.mlp.w1`, `v1`, `w2` and `router.layer`).
+    Flat {
+        /// The router module.
+        router: &'static str,
+        /// The gate projections of every expert.
+        gate: &'static str,
+        /// The up projections of every expert.
+        up: &'static str,
+        /// The transposed down projections of every expert.
+        down: &'static str,
+    },
 }
 
 impl ExpertWeights {
@@ -210,7 +224,7 @@ impl ExpertWeights {
     fn router(&self) -> &'static str {
         match self {
             ExpertWeights::PerExpert(names) => names.router,
-            ExpertWeights::Stacked { router, .. } => router,
+            ExpertWeights::Stacked { router, .. } | ExpertWeights::Flat { router, .. } => router,
         }
     }
 }
@@ -291,6 +305,23 @@ pub fn sparse_moe(
                     },
                 }
             }
+            ExpertWeights::Flat { gate, up, down, .. } => {
+                let rows = TensorSource::Slice {
+                    source: Box::new(TensorSource::Checkpoint(format!(
+                        "{prefix}.{}",
+                        [gate, up, down][which]
+                    ))),
+                    axis: 0,
+                    start: j * i,
+                    len: i,
+                    total: e * i,
+                };
+                match which {
+                    // `[I, H]`: the HF `[out, in]` form is its transpose.
+                    2 => TensorSource::Transpose(Box::new(rows)),
+                    _ => rows,
+                }
+            }
         }
     };
     let stack = |b: &mut GraphBuilder, which: usize, shape: Vec<usize>, axis: usize| {
@@ -299,7 +330,9 @@ pub fn sparse_moe(
             .collect();
         let name = match spec.weights {
             ExpertWeights::PerExpert(names) => [names.gate, names.up, names.down][which],
-            ExpertWeights::Stacked { .. } => ["gate", "up", "down"][which],
+            ExpertWeights::Stacked { .. } | ExpertWeights::Flat { .. } => {
+                ["gate", "up", "down"][which]
+            }
         };
         b.initializer(Initializer {
             name: format!("{prefix}.experts.{name}.weight_t"),
