@@ -114,7 +114,7 @@ def quantized_model(path: Path, bits: int, block: int, symmetric: bool, embeddin
             w_kn = module.weight.detach().numpy()
             module.weight.copy_(torch.from_numpy(fake_quantize(w_kn, bits, block, symmetric, dtype)))
             count += 1
-        elif type(module).__name__.endswith("TopKRouter"):  # MoE router: a Linear's [E, H] weight
+        elif type(module).__name__.lower().endswith("topkrouter"):  # MoE router: [E, H] weight
             w_kn = module.weight.detach().numpy().T
             module.weight.copy_(torch.from_numpy(fake_quantize(w_kn, bits, block, symmetric, dtype).T.copy()))
             count += 1

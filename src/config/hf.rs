@@ -191,6 +191,16 @@ pub struct HfConfig {
     pub use_post_norm: Option<bool>,
     /// `mlp_layer_types` (Mellum: `dense` or `sparse` per layer).
     pub mlp_layer_types: Option<Vec<String>>,
+    /// `n_routed_experts` (DeepSeek-V3-like routers: the routed experts per layer).
+    pub n_routed_experts: Option<i64>,
+    /// `n_shared_experts` (the shared expert's width in `moe_intermediate_size` units).
+    pub n_shared_experts: Option<i64>,
+    /// `n_group` (the expert groups of a DeepSeek-V3-like router).
+    pub n_group: Option<i64>,
+    /// `topk_group` (the groups whose experts compete).
+    pub topk_group: Option<i64>,
+    /// `routed_scaling_factor` (the factor on the routed experts' weights).
+    pub routed_scaling_factor: Option<f64>,
 }
 
 /// Deserializes a field that may be `null` as `Some(Value::Null)`, so that an explicit null

@@ -66,6 +66,8 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &super::iquestcoder::FAMILY,
     &super::hyperclovax::FAMILY,
     &super::mellum::FAMILY,
+    &super::diffllama::FAMILY,
+    &super::solar_open::FAMILY,
     &super::bert::FAMILY,
 ];
 

@@ -55,6 +55,7 @@ EXACT_TABLE = "quantized builds at accuracy_level 0: max abs error to the fake-q
 # too. A miss not listed here fails, a listed build that does worse than its figure fails, and a
 # listed build that meets the bar fails until it is removed. (docs/quantization.md, "Accuracy".)
 ALLOWED_MISSES = {
+    ("diffllama", "cpu", "f32", 4): 0.998847,
     ("ernie4_5", "cpu", "f32", 4): 0.997779,
     ("ernie4_5", "webgpu", "f16", 4): 0.99688,
     ("granitemoe", "cpu", "f32", 4): 0.970092,

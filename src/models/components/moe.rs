@@ -57,6 +57,21 @@ pub enum Router {
         /// `router_jitter_noise`.
         jitter_eps: f32,
     },
+    /// DeepSeek-V3's router (GLM-4.5, Solar Open): sigmoid scores, plus the checkpoint's
+    /// `{gate}.e_score_correction_bias` to choose; only the experts of the `topk_group` of
+    /// `groups` equal groups whose two best corrected scores sum highest compete; the top-k
+    /// corrected scores pick the experts, weighted by their plain scores (divided by their sum
+    /// plus 1e-20 when `normalize`) times `scaling`.
+    SigmoidGrouped {
+        /// `n_group`.
+        groups: usize,
+        /// `topk_group`.
+        topk_group: usize,
+        /// `norm_topk_prob`.
+        normalize: bool,
+        /// `routed_scaling_factor`.
+        scaling: f32,
+    },
 }
 
 /// The shape of a sparse MoE block.
@@ -279,6 +294,15 @@ fn routing_matrix(
     let (weights, picked) = match spec.router {
         Router::Softmax { normalize } => softmax_top_k(b, &logits, spec.top_k, normalize),
         Router::SparseMixer { jitter_eps } => sparse_mixer(b, &logits, spec.experts, jitter_eps),
+        Router::SigmoidGrouped {
+            groups,
+            topk_group,
+            normalize,
+            scaling,
+        } => {
+            let grouping = (groups, topk_group, normalize, scaling);
+            sigmoid_grouped(b, &logits, &gate, spec, grouping)
+        }
     };
     // [B, S, k, 1] == [E] → one-hot rows [B, S, k, E], weighted and summed over k.
     let last = b.const_i64(&[-1]);
@@ -325,6 +349,88 @@ fn softmax_top_k(
     } else {
         weights
     };
+    (weights, picked)
+}
+
+/// [`Router::SigmoidGrouped`] on the f32 router `logits` (`[B, S, E]`) of router module `gate`:
+/// the top-k weights and expert indices (`[B, S, k]`), as transformers' DeepSeek-V3 router
+/// computes them.
+fn sigmoid_grouped(
+    b: &mut GraphBuilder,
+    logits: &str,
+    gate: &str,
+    spec: &MoeSpec,
+    (groups, topk_group, normalize, scaling): (usize, usize, bool, f32),
+) -> (String, String) {
+    let e = spec.experts;
+    let scores = b.op("Sigmoid", &[logits], vec![]);
+    let bias = format!("{gate}.e_score_correction_bias");
+    let bias = b.initializer(Initializer {
+        name: bias.clone(),
+        dtype: DType::F32,
+        shape: vec![e],
+        source: Some(TensorSource::Checkpoint(bias)),
+    });
+    let mut choice = b.op("Add", &[&scores, &bias], vec![]);
+    let last = vec![("axis", Attr::Int(-1))];
+    let top = |b: &mut GraphBuilder, x: &str, k: usize| {
+        let k = b.const_i64(&[k as i64]);
+        let (values, indices) = (b.fresh_name("TopK"), b.fresh_name("TopK"));
+        let outputs = vec![values.clone(), indices.clone()];
+        b.node("", "TopK", &[x, &k], last.clone(), outputs);
+        (values, indices)
+    };
+    if topk_group < groups {
+        // [B, S, G, E/G]: a group competes by the sum of its two best corrected scores.
+        let split = b.const_i64(&[0, 0, groups as i64, (e / groups) as i64]);
+        let grouped = b.op("Reshape", &[&choice, &split], vec![]);
+        let (best, _) = top(b, &grouped, 2);
+        let axis = b.const_i64(&[-1]);
+        let keep0 = vec![("keepdims", Attr::Int(0))];
+        let group_scores = b.op("ReduceSum", &[&best, &axis], keep0.clone());
+        let (_, kept) = top(b, &group_scores, topk_group);
+        // [B, S, tg, 1] == [G] → whether each group is kept, [B, S, G, 1].
+        let kept = b.op("Unsqueeze", &[&kept, &axis], vec![]);
+        let ids: Vec<i64> = (0..groups as i64).collect();
+        let ids = b.const_i64(&ids);
+        let hit = b.op("Equal", &[&kept, &ids], vec![]);
+        let to_f32 = vec![("to", Attr::Int(DType::F32.onnx_code() as i64))];
+        let hit = b.op("Cast", &[&hit], to_f32);
+        let over_kept = b.const_i64(&[-2]);
+        let hit = b.op("ReduceSum", &[&hit, &over_kept], keep0);
+        let hit = b.op("Unsqueeze", &[&hit, &axis], vec![]);
+        let zero = scalar(b, 0.0, DType::F32);
+        let keep = b.op("Greater", &[&hit, &zero], vec![]);
+        let neg_inf = scalar(b, f32::NEG_INFINITY, DType::F32);
+        let masked = b.op("Where", &[&keep, &grouped, &neg_inf], vec![]);
+        let flat = b.const_i64(&[0, 0, e as i64]);
+        choice = b.op("Reshape", &[&masked, &flat], vec![]);
+    }
+    let (_, picked) = top(b, &choice, spec.top_k);
+    // The plain scores of the picks: one-hot rows [B, S, k, E] against the scores [B, S, 1, E].
+    let axis = b.const_i64(&[-1]);
+    let column = b.op("Unsqueeze", &[&picked, &axis], vec![]);
+    let ids: Vec<i64> = (0..e as i64).collect();
+    let ids = b.const_i64(&ids);
+    let one_hot = b.op("Equal", &[&column, &ids], vec![]);
+    let to_f32 = vec![("to", Attr::Int(DType::F32.onnx_code() as i64))];
+    let one_hot = b.op("Cast", &[&one_hot], to_f32);
+    let row = b.const_i64(&[-2]);
+    let scores = b.op("Unsqueeze", &[&scores, &row], vec![]);
+    let hits = b.op("Mul", &[&one_hot, &scores], vec![]);
+    let keep0 = vec![("keepdims", Attr::Int(0))];
+    let mut weights = b.op("ReduceSum", &[&hits, &axis], keep0);
+    if normalize {
+        let axis = b.const_i64(&[-1]);
+        let sum = b.op("ReduceSum", &[&weights, &axis], vec![]);
+        let tiny = scalar(b, 1e-20, DType::F32);
+        let sum = b.op("Add", &[&sum, &tiny], vec![]);
+        weights = b.op("Div", &[&weights, &sum], vec![]);
+    }
+    if scaling != 1.0 {
+        let factor = scalar(b, scaling, DType::F32);
+        weights = b.op("Mul", &[&weights, &factor], vec![]);
+    }
     (weights, picked)
 }
 
