@@ -84,6 +84,8 @@ from transformers import (
     HyperCLOVAXConfig,
     HyperCLOVAXForCausalLM,
     BertConfig,
+    BloomConfig,
+    BloomForCausalLM,
     BertModel,
     GlmConfig,
     GlmForCausalLM,
@@ -100,6 +102,12 @@ from transformers import (
     GenerationConfig,
     GPT2Config,
     GPT2LMHeadModel,
+    GPTBigCodeConfig,
+    GPTBigCodeForCausalLM,
+    GPTJConfig,
+    GPTJForCausalLM,
+    GPTNeoConfig,
+    GPTNeoForCausalLM,
     GPTNeoXConfig,
     GPTNeoXForCausalLM,
     GraniteConfig,
@@ -120,6 +128,8 @@ from transformers import (
     Starcoder2Config,
     Starcoder2ForCausalLM,
     OlmoConfig,
+    OPTConfig,
+    OPTForCausalLM,
     OlmoForCausalLM,
     Olmo2Config,
     Olmo2ForCausalLM,
@@ -143,21 +153,37 @@ from transformers import (
     MistralForCausalLM,
     MixtralConfig,
     MixtralForCausalLM,
+    MptConfig,
+    MptForCausalLM,
     PhimoeConfig,
     PhimoeForCausalLM,
     CohereConfig,
     CwmConfig,
     CwmForCausalLM,
     CohereForCausalLM,
+    CodeGenConfig,
+    CodeGenForCausalLM,
     Ernie4_5Config,
     Ernie4_5ForCausalLM,
+    Ernie4_5_MoeConfig,
+    Ernie4_5_MoeForCausalLM,
+    MiniMaxM2Config,
+    MiniMaxM2ForCausalLM,
+    HunYuanMoEV1Config,
+    HunYuanMoEV1ForCausalLM,
     Cohere2Config,
     Cohere2ForCausalLM,
     ExaoneConfig,
     Exaone4Config,
     Exaone4ForCausalLM,
+    FalconConfig,
+    FalconForCausalLM,
     NemotronConfig,
     NemotronForCausalLM,
+    OpenAIGPTConfig,
+    OpenAIGPTLMHeadModel,
+    PersimmonConfig,
+    PersimmonForCausalLM,
     PhiConfig,
     PhiForCausalLM,
     PreTrainedTokenizerFast,
@@ -372,6 +398,86 @@ def make_config(kind: str, vocab: int, ids: dict):
             tie_word_embeddings=False,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
         )
+    if kind == "bloom":
+        # ALiBi, LayerNorm on the embeddings, fused head-interleaved query_key_value, tanh
+        # GELU, biases everywhere, tied head; 4 heads, so 4 distinct slopes.
+        return BloomForCausalLM, BloomConfig(
+            vocab_size=vocab,
+            hidden_size=DIMS["hidden_size"],
+            n_layer=DIMS["num_hidden_layers"],
+            n_head=DIMS["num_attention_heads"],
+            layer_norm_epsilon=1e-5,
+            tie_word_embeddings=True,
+            **ids,
+        )
+    if kind == "mpt":
+        # ALiBi with 6 heads (not a power of two: MPT's slope order differs from BLOOM's),
+        # bias-free LayerNorms and projections, q/k/v clamped by attn_config.clip_qkv, tied
+        # head. 48 wide so the fixture stays small.
+        return MptForCausalLM, MptConfig(
+            vocab_size=vocab,
+            d_model=48,
+            n_heads=6,
+            n_layers=DIMS["num_hidden_layers"],
+            max_seq_len=DIMS["max_position_embeddings"],
+            layer_norm_epsilon=1e-5,
+            attn_config={"clip_qkv": 1.0},
+            tie_word_embeddings=True,
+            **ids,
+        )
+    if kind == "falcon":
+        # The new decoder architecture (Falcon-40B/180B): fused rows grouped by kv head (2 kv
+        # heads for 4 query heads), parallel blocks with ln_attn and ln_mlp, RoPE, exact GELU,
+        # no biases, tied head.
+        return FalconForCausalLM, FalconConfig(
+            vocab_size=vocab,
+            hidden_size=DIMS["hidden_size"],
+            num_hidden_layers=DIMS["num_hidden_layers"],
+            num_attention_heads=DIMS["num_attention_heads"],
+            num_kv_heads=DIMS["num_key_value_heads"],
+            new_decoder_architecture=True,
+            parallel_attn=True,
+            bias=False,
+            alibi=False,
+            max_position_embeddings=DIMS["max_position_embeddings"],
+            tie_word_embeddings=True,
+            **ids,
+        )
+    if kind == "falcon-mq":
+        # Falcon-7B's layout: multi-query (all query rows, then one key and one value head),
+        # parallel blocks on one input_layernorm, RoPE; biases on (Falcon-7B has none) so the
+        # multi-query bias split is checked too.
+        return FalconForCausalLM, FalconConfig(
+            vocab_size=vocab,
+            hidden_size=DIMS["hidden_size"],
+            num_hidden_layers=DIMS["num_hidden_layers"],
+            num_attention_heads=DIMS["num_attention_heads"],
+            new_decoder_architecture=False,
+            multi_query=True,
+            parallel_attn=True,
+            bias=True,
+            alibi=False,
+            max_position_embeddings=DIMS["max_position_embeddings"],
+            tie_word_embeddings=True,
+            **ids,
+        )
+    if kind == "falcon-alibi":
+        # Falcon-RW's layout: ALiBi, per-head fused rows (multi-head), sequential blocks with
+        # input_layernorm and post_attention_layernorm, biases everywhere, tied head.
+        return FalconForCausalLM, FalconConfig(
+            vocab_size=vocab,
+            hidden_size=DIMS["hidden_size"],
+            num_hidden_layers=DIMS["num_hidden_layers"],
+            num_attention_heads=DIMS["num_attention_heads"],
+            new_decoder_architecture=False,
+            multi_query=False,
+            parallel_attn=False,
+            bias=True,
+            alibi=True,
+            max_position_embeddings=DIMS["max_position_embeddings"],
+            tie_word_embeddings=True,
+            **ids,
+        )
     if kind == "gpt_neox":
         # Pythia's layout: fused head-interleaved query_key_value, parallel residual with two
         # LayerNorms, RoPE on a quarter of each head, exact GELU, biases everywhere, untied.
@@ -474,6 +580,87 @@ def make_config(kind: str, vocab: int, ids: dict):
             n_inner=None,  # 4 * n_embd
             activation_function="gelu_new",
             layer_norm_epsilon=1e-5,
+            vocab_size=vocab,
+            tie_word_embeddings=True,
+            **ids,
+        )
+    if kind == "gpt_bigcode":
+        # SantaCoder's layout: GPT-2 with nn.Linear weights and multi-query attention (one
+        # key/value head in the fused c_attn), tanh GELU, tied head.
+        return GPTBigCodeForCausalLM, GPTBigCodeConfig(
+            n_embd=DIMS["hidden_size"],
+            n_layer=DIMS["num_hidden_layers"],
+            n_head=DIMS["num_attention_heads"],
+            n_positions=DIMS["max_position_embeddings"],
+            n_inner=DIMS["intermediate_size"],
+            activation_function="gelu_pytorch_tanh",
+            layer_norm_epsilon=1e-5,
+            multi_query=True,
+            vocab_size=vocab,
+            tie_word_embeddings=True,
+            **ids,
+        )
+    if kind == "openai-gpt":
+        # GPT-1: post-norm layers (ln(x + f(x))), no final norm, Conv1D weights, "gelu" (tanh).
+        return OpenAIGPTLMHeadModel, OpenAIGPTConfig(
+            n_embd=DIMS["hidden_size"],
+            n_layer=DIMS["num_hidden_layers"],
+            n_head=DIMS["num_attention_heads"],
+            n_positions=DIMS["max_position_embeddings"],
+            afn="gelu",
+            layer_norm_epsilon=1e-5,
+            vocab_size=vocab,
+            tie_word_embeddings=True,
+            **ids,
+        )
+    if kind in ("gptj", "codegen"):
+        # Parallel attention and MLP off one LayerNorm, interleaved RoPE on half of each head
+        # (rotary_dim 8 of 16), unbiased q/k/v/out, LM head with bias, untied; codegen: the
+        # fused qkv_proj in 4 shards of q, v, k.
+        cls, config = {"gptj": (GPTJForCausalLM, GPTJConfig), "codegen": (CodeGenForCausalLM, CodeGenConfig)}[kind]
+        return cls, config(
+            n_embd=DIMS["hidden_size"],
+            n_layer=DIMS["num_hidden_layers"],
+            n_head=DIMS["num_attention_heads"],
+            n_positions=DIMS["max_position_embeddings"],
+            n_inner=DIMS["intermediate_size"],
+            rotary_dim=8,
+            activation_function="gelu_new",
+            layer_norm_epsilon=1e-5,
+            vocab_size=vocab,
+            tie_word_embeddings=False,
+            **ids,
+        )
+    if kind == "gpt_neo":
+        # Global then local attention (a window of 4, shorter than the prompt), unscaled
+        # attention scores, unbiased q/k/v, learned positions, tied head.
+        return GPTNeoForCausalLM, GPTNeoConfig(
+            hidden_size=DIMS["hidden_size"],
+            num_layers=DIMS["num_hidden_layers"],
+            num_heads=DIMS["num_attention_heads"],
+            intermediate_size=DIMS["intermediate_size"],
+            max_position_embeddings=DIMS["max_position_embeddings"],
+            attention_types=[[["global", "local"], 1]],
+            window_size=4,
+            activation_function="gelu_new",
+            vocab_size=vocab,
+            tie_word_embeddings=True,
+            **ids,
+        )
+    if kind in ("opt", "opt-350m"):
+        # Learned positions two rows into their table, ReLU MLP (fc1/fc2), biases everywhere,
+        # tied head; opt-350m: post-norm layers without a final norm, embeddings 32 wide
+        # projected in and out of the hidden 64 (project_in, project_out).
+        post = kind == "opt-350m"
+        return OPTForCausalLM, OPTConfig(
+            hidden_size=DIMS["hidden_size"],
+            num_hidden_layers=DIMS["num_hidden_layers"],
+            num_attention_heads=DIMS["num_attention_heads"],
+            ffn_dim=DIMS["intermediate_size"],
+            max_position_embeddings=DIMS["max_position_embeddings"],
+            do_layer_norm_before=not post,
+            word_embed_proj_dim=32 if post else None,
+            activation_function="relu",
             vocab_size=vocab,
             tie_word_embeddings=True,
             **ids,
@@ -795,6 +982,18 @@ def make_config(kind: str, vocab: int, ids: dict):
             tie_word_embeddings=False,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
         )
+    if kind == "persimmon":
+        # Fused head-interleaved query_key_value, per-head q/k LayerNorm with bias, RoPE (theta
+        # 25000, persimmon-8b's) on half of each head, relu2 MLP, biases everywhere, untied;
+        # saved in the v4 spelling (rope_theta, partial_rotary_factor at the top level).
+        return PersimmonForCausalLM, PersimmonConfig(
+            **{k: v for k, v in common.items() if k not in ("head_dim", "num_key_value_heads")},
+            layer_norm_eps=1e-5,
+            hidden_act="relu2",
+            qk_layernorm=True,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 25000.0, "partial_rotary_factor": 0.5},
+        )
     if kind == "cohere":
         # Parallel blocks off one LayerNorm without bias, interleaved RoPE over whole heads,
         # logits times logit_scale (0.5: not 1, yet the logits keep a usable top-2 gap), tied.
@@ -829,6 +1028,51 @@ def make_config(kind: str, vocab: int, ids: dict):
             use_bias=True,
             tie_word_embeddings=True,
             rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+        )
+    if kind == "ernie4_5_moe":
+        # ERNIE 4.5's decoder (interleaved RoPE, use_bias) with a dense layer 0 and a MoE layer
+        # 1 (moe_layer_start_index 1): 4 SwiGLU experts, top-2 picked on the softmax scores plus
+        # the (perturbed) score-correction bias, renormalised, and a shared expert with biases.
+        return Ernie4_5_MoeForCausalLM, Ernie4_5_MoeConfig(
+            **common,
+            rms_norm_eps=1e-5,
+            use_bias=True,
+            tie_word_embeddings=True,
+            rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+            moe_num_experts=4,
+            moe_k=2,
+            moe_intermediate_size=32,
+            moe_num_shared_experts=1,
+            moe_layer_start_index=1,
+            moe_layer_end_index=-1,
+            moe_layer_interval=1,
+        )
+    if kind == "minimax_m2":
+        # Full-width q/k RMSNorm, RoPE on half of each head (rotary_dim 8 of head_dim 16, as the
+        # released checkpoints spell it), 4 SwiGLU experts in every layer, top-2 picked on the
+        # sigmoid scores plus the score-correction bias (a buffer: perturbed below), renormalised;
+        # experts 32 wide (intermediate_size), so that the fixture stays small.
+        return MiniMaxM2ForCausalLM, MiniMaxM2Config(
+            **dict(common, intermediate_size=32),
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=False,
+            rotary_dim=8,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+            num_local_experts=4,
+            num_experts_per_tok=2,
+        )
+    if kind == "hunyuan_v1_moe":
+        # Per-head q/k RMSNorm after RoPE, q/k/v/o biases, 4 SwiGLU experts (32 wide) in every
+        # layer routed softmax -> top-k -> renormalised with a top-k per layer (2, then 1), and
+        # the shared expert.
+        return HunYuanMoEV1ForCausalLM, HunYuanMoEV1Config(
+            **dict(common, intermediate_size=32),
+            rms_norm_eps=1e-5,
+            attention_bias=True,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+            num_experts=4,
+            moe_topk=[2, 1],
         )
     if kind == "apertus":
         # Per-head q/k norms, ungated xIELU MLP (its alpha_p/alpha_n perturbed as weights, its
@@ -1066,7 +1310,79 @@ def make_config(kind: str, vocab: int, ids: dict):
                 "original_max_position_embeddings": 16,
             },
         )
+    if kind in BERT_LM:
+        cls_name, cfg_name, extra = BERT_LM[kind]
+        dims = {k: v for k, v in common.items() if k not in ("head_dim", "num_key_value_heads")}
+        return getattr(transformers, cls_name), getattr(transformers, cfg_name)(**dims, is_decoder=True, **extra)
+    if kind in BART_LM:
+        cls_name, cfg_name, extra = BART_LM[kind]
+        dims = dict(
+            d_model=DIMS["hidden_size"], decoder_layers=DIMS["num_hidden_layers"],
+            decoder_attention_heads=DIMS["num_attention_heads"], decoder_ffn_dim=DIMS["intermediate_size"],
+            encoder_layers=DIMS["num_hidden_layers"], encoder_attention_heads=DIMS["num_attention_heads"],
+            encoder_ffn_dim=DIMS["intermediate_size"], max_position_embeddings=DIMS["max_position_embeddings"],
+        )
+        # forced_eos_token_id (2 in BartConfig) would make generate end on EOS at max_length.
+        cfg = getattr(transformers, cfg_name)(vocab_size=vocab, **ids, **dims, forced_eos_token_id=None, **extra)
+        return getattr(transformers, cls_name), cfg
     raise ValueError(kind)
+
+
+# The decoders of BART-style seq2seq models alone (mobius's bart_lm family): name -> (model
+# class, config class, config fields); *ForCausalLM saves is_decoder true.
+BART_LM = {
+    "bart": ("BartForCausalLM", "BartConfig", dict(scale_embedding=False)),
+    "mbart": ("MBartForCausalLM", "MBartConfig", dict(scale_embedding=True)),
+    "plbart": ("PLBartForCausalLM", "PLBartConfig", dict(scale_embedding=True, activation_function="gelu_new",
+                                                         tie_word_embeddings=False)),
+    "mvp": ("MvpForCausalLM", "MvpConfig", dict(scale_embedding=False)),
+    "blenderbot": ("BlenderbotForCausalLM", "BlenderbotConfig", dict(scale_embedding=True)),
+    "blenderbot-small": ("BlenderbotSmallForCausalLM", "BlenderbotSmallConfig", dict(scale_embedding=False)),
+}
+
+
+# Causal LMs of encoder architectures (mobius's bert_lm family): name -> (model class, config
+# class, config fields). is_decoder is set for all; each covers one model type's layout (weight
+# names, norms, positions, head), and between them the variants: tied and untied heads,
+# token types of 1 and 2 rows, exact and tanh GELU.
+BERT_LM = {
+    "bert-causal": ("BertLMHeadModel", "BertConfig", dict(type_vocab_size=2, layer_norm_eps=1e-12)),
+    "roberta-causal": ("RobertaForCausalLM", "RobertaConfig", dict(type_vocab_size=1, layer_norm_eps=1e-5)),
+    "camembert": ("CamembertForCausalLM", "CamembertConfig", dict(type_vocab_size=1, layer_norm_eps=1e-5)),
+    "xlm-roberta": ("XLMRobertaForCausalLM", "XLMRobertaConfig",
+                    dict(type_vocab_size=1, layer_norm_eps=1e-5, hidden_act="gelu_new")),
+    "data2vec-text": ("Data2VecTextForCausalLM", "Data2VecTextConfig", dict(type_vocab_size=2, layer_norm_eps=1e-5)),
+    "roberta-prelayernorm": ("RobertaPreLayerNormForCausalLM", "RobertaPreLayerNormConfig",
+                             dict(type_vocab_size=1, layer_norm_eps=1e-5)),
+    "xlm-roberta-xl": ("XLMRobertaXLForCausalLM", "XLMRobertaXLConfig", dict(type_vocab_size=1, layer_norm_eps=1e-5)),
+    "ernie": ("ErnieForCausalLM", "ErnieConfig", dict(use_task_id=True, task_type_vocab_size=3)),
+    "megatron-bert": ("MegatronBertForCausalLM", "MegatronBertConfig", dict(layer_norm_eps=1e-12)),
+    "electra": ("ElectraForCausalLM", "ElectraConfig", dict(embedding_size=32)),
+    "rembert": ("RemBertForCausalLM", "RemBertConfig",
+                dict(input_embedding_size=32, output_embedding_size=48, tie_word_embeddings=False)),
+    "bert-generation": ("BertGenerationDecoder", "BertGenerationConfig", dict(tie_word_embeddings=False)),
+}
+
+
+def perturb_bert_lm(model, seed: int) -> None:
+    """perturb() for the encoder-architecture causal LMs: LayerNorm weights near 1 (their names
+    are `LayerNorm`, `layer_norm`, `ln`), biases and embeddings small."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            r = torch.randn(p.shape, generator=g, dtype=torch.float32)
+            norm = any(k in name for k in ("LayerNorm.", "layer_norm", ".ln.", "self_attn_layer_norm")) \
+                or name.startswith("ln.")
+            if norm and name.endswith(".weight"):
+                v = 1.0 + 0.2 * r
+            elif name.endswith("bias"):
+                v = 0.1 * r
+            elif "embeddings" in name or "decoder.weight" in name or "lm_head.weight" in name:
+                # logits of a few units: f16 builds stay well inside 2e-2
+                v = 0.1 * r
+            else:
+                v = 0.15 * r
+            p.copy_(v)
 
 
 # The vision tower of the image-text fixtures: as small as transformers builds one (mobius
@@ -1105,7 +1421,11 @@ def perturb(model, seed: int) -> None:
                 v = norm_offset + 0.2 * r if not name.endswith(".bias") else 0.1 * r
             elif name.endswith(".bias"):
                 v = 0.1 * r
-            elif "embed_tokens" in name or "embed_in" in name or "lm_head" in name or ".wte." in name or ".wpe." in name:
+            elif (
+                "embed_tokens" in name or "embed_in" in name or "lm_head" in name or ".wte." in name or ".wpe." in name
+                or "tokens_embed" in name or "positions_embed" in name or "embed_positions" in name
+                or "word_embeddings." in name
+            ):
                 # logits of a few units: not flat, yet small enough that f16
                 # rounding (ulp 2^-8 at 4) keeps f16 builds well inside 2e-2.
                 v = 0.1 * r
@@ -1117,10 +1437,10 @@ def perturb(model, seed: int) -> None:
         for name, buf in model.named_buffers():
             if name.endswith("act_fn.beta"):
                 buf.copy_(0.5 + 0.1 * torch.randn(buf.shape, generator=g, dtype=torch.float32))
-            # The DeepSeek-V3 router's correction bias (Solar Open): off its zero init, so that
-            # it changes which experts are picked.
+            # The score-correction bias of MiniMax-M2's and Solar Open's routers is a buffer of
+            # zeros: a build that ignores it must fail.
             if name.endswith("e_score_correction_bias"):
-                buf.copy_(0.1 * torch.randn(buf.shape, generator=g, dtype=torch.float32))
+                buf.copy_(0.15 * torch.randn(buf.shape, generator=g, dtype=torch.float32))
 
 
 @torch.no_grad()
@@ -1262,6 +1582,13 @@ FIXTURES = {
     "gemma2": (6000, "f32", "v4", None),
     "gemma3_text": (7000, "f32", "v5", None),
     "gpt2": (5000, "f32", "v5", None),
+    "gpt_bigcode": (5010, "f32", "v5", None),
+    "openai-gpt": (5020, "f32", "v5", None),
+    "gptj": (5030, "f32", "v5", None),
+    "codegen": (5040, "f32", "v5", None),
+    "gpt_neo": (5070, "f32", "v5", None),
+    "opt": (5050, "f32", "v5", None),
+    "opt-350m": (5060, "f32", "v5", None),
     "phi": (6000, "f32", "v4", None),
     "qwen3": (5000, "f32", "v5", None),
     "smollm3": (6000, "f32", "v4", None),
@@ -1316,6 +1643,17 @@ FIXTURES = {
     "phimoe": (5300, "f32", "v5", None),
     "gpt_oss": (5300, "f32", "v5", None),
     "llama-dynamic": (5400, "f32", "v5", None),
+    "bloom": (5500, "f32", "v5", None),
+    "mpt": (5600, "f32", "v5", None),
+    "falcon": (5700, "f32", "v5", None),
+    "falcon-alibi": (5800, "f32", "v5", None),
+    "falcon-mq": (5900, "f32", "v5", None),
+    "persimmon": (6000, "f32", "v4", None),
+    "ernie4_5_moe": (6100, "f32", "v5", None),
+    "minimax_m2": (6200, "f32", "v5", None),
+    "hunyuan_v1_moe": (6300, "f32", "v5", None),
+    **{name: (5500 + 10 * i, "f32", "v5", None) for i, name in enumerate(BERT_LM)},
+    **{name: (5700 + 10 * i, "f32", "v5", None) for i, name in enumerate(BART_LM)},
 }
 
 
@@ -1332,7 +1670,7 @@ def make_fixture(name: str, out_root: Path, tok: PreTrainedTokenizerFast) -> Non
         torch.manual_seed(seed)
         model = cls._from_config(cfg, attn_implementation="eager", dtype=torch.float32)
         model.eval()
-        perturb(model, seed)
+        (perturb_bert_lm if name in BERT_LM else perturb)(model, seed)
         if dtype == "bf16":
             # Round the weights to bf16 (what gets stored), keep computing in f32.
             # Only parameters: buffers such as the rotary inv_freq stay f32.
@@ -1358,6 +1696,11 @@ def make_fixture(name: str, out_root: Path, tok: PreTrainedTokenizerFast) -> Non
     # Cross-check against transformers' own generate (KV cache path).
     if name in CACHED_GREEDY:
         fresh_rope(model)
+    extra = {}
+    if hasattr(getattr(model.base_model, "embeddings", None), "create_position_ids_from_input_ids"):
+        # RoBERTa-style positions: a forward without position_ids numbers them after the padding
+        # token, generate (which passes its own, from 0) would not; give it the forward's.
+        extra["position_ids"] = torch.arange(len(input_ids))[None] + ids["pad_token_id"] + 1
     gen = model.generate(
         torch.tensor([input_ids]),
         attention_mask=torch.ones(1, len(input_ids), dtype=torch.long),
@@ -1365,6 +1708,7 @@ def make_fixture(name: str, out_root: Path, tok: PreTrainedTokenizerFast) -> Non
         max_new_tokens=N_NEW,
         min_new_tokens=N_NEW,
         pad_token_id=ids["pad_token_id"],
+        **extra,
     )[0, len(input_ids):].tolist()
     assert gen == greedy, (name, gen, greedy)
     if name in TEXT_MODELS:

@@ -2,7 +2,7 @@
 //! squared ReLU, `down_proj(relu(up_proj(x))²)` (Nemotron's), with `attention_bias` and
 //! `mlp_bias` honoured.
 
-use super::components::relu2_mlp;
+use super::components::squared_relu_mlp;
 use super::decoder::Family;
 use super::family::FamilySpec;
 use crate::config::ModelType;
@@ -58,7 +58,7 @@ impl Family for Arcee {
         mlp: &str,
         dtype: DType,
     ) -> String {
-        relu2_mlp(b, cfg, x, mlp, dtype)
+        squared_relu_mlp(b, cfg, x, (mlp, "up_proj", "down_proj"), dtype)
     }
 }
 

@@ -7,9 +7,9 @@ use std::collections::BTreeMap;
 use std::fmt::Debug;
 
 use super::components::{
-    decoder_io, gated_mlp, linear, padding_mask, per_head_norm, rope_tables, rotary_embedding,
-    sliding_window_mask, soft_capped_attention, AttentionSpec, DecoderDims, DecoderInputs,
-    GateActivation, Norm, NormKind, RopeTables,
+    alibi_bias, decoder_io, gated_mlp, linear, padding_mask, per_head_norm, rope_tables,
+    rotary_embedding, sliding_window_mask, soft_capped_attention, AttentionSpec, DecoderDims,
+    DecoderInputs, GateActivation, Norm, NormKind, RopeTables,
 };
 use crate::config::{ArchConfig, CheckpointRenaming, FamilyKnobs, Rope};
 use crate::ir::{Attr, DType, Graph, GraphBuilder, Initializer, TensorSource};
@@ -159,6 +159,19 @@ pub trait Family {
         LayerNorms::PRE
     }
 
+    /// Whether a layer's post norms ([`LayerNorms::post_attention`], `post_mlp`) normalise the
+    /// residual sum, `norm(x + f(x))` (the original Transformer's post-LN: OpenAI GPT, OPT-350m),
+    /// instead of the block output before its add, `x + norm(f(x))`.
+    fn norm_after_residual(&self) -> bool {
+        false
+    }
+
+    /// Whether the last layer's output goes through the final norm `{root}.{final_norm}`
+    /// before the LM head (false: straight to the head, OpenAI GPT).
+    fn final_norm(&self) -> bool {
+        true
+    }
+
     /// Whether attention and MLP both read the layer input and are added to the residual
     /// together, `x + (attn(norm(x)) + mlp(norm'(x)))`, instead of one after the other: the
     /// MLP reads the attention's normed input when [`LayerNorms::pre_mlp`] is `None` (Phi),
@@ -167,8 +180,14 @@ pub trait Family {
         false
     }
 
-    /// The embeddings from the gathered token rows `x` (e.g. scaled, or plus learned
-    /// positions).
+    /// The width of the token embedding table and of the LM head's input (OPT's
+    /// `word_embed_proj_dim`): by default the hidden size.
+    fn embed_width(&self, cfg: &ArchConfig) -> usize {
+        cfg.hidden_size
+    }
+
+    /// The embeddings from the gathered token rows `x` (e.g. scaled, projected, or plus
+    /// learned positions).
     fn embed(
         &self,
         _b: &mut GraphBuilder,
@@ -230,6 +249,14 @@ pub trait Family {
         let norm = self.norm(cfg);
         self.qk_norm_kind(cfg)
             .apply(b, cfg, norm, q, k, attn, dtype)
+    }
+
+    /// The ALiBi slopes, one per query head, when the attention adds `slope · key position` to
+    /// its scores (the slopes times any scale the family applies to the bias); `None` (the
+    /// default) for no ALiBi. The bias becomes the attention's float mask
+    /// ([`super::components::alibi`]).
+    fn alibi_slopes(&self, _cfg: &ArchConfig) -> Option<Vec<f32>> {
+        None
     }
 
     /// The attention softmax scale.
@@ -311,7 +338,7 @@ pub trait Family {
     }
 
     /// Writes the graph output `logits` from the final hidden states `x` and the LM head
-    /// weight `head` (`[H, vocab]`): `x @ head`.
+    /// weight `head` (`[embed_width, vocab]`): `x @ head`.
     fn logits(&self, b: &mut GraphBuilder, _cfg: &ArchConfig, x: &str, head: &str, _dtype: DType) {
         b.op_into("MatMul", &[x, head], vec![], "logits");
     }
@@ -382,7 +409,7 @@ pub fn biased_logits(b: &mut GraphBuilder, cfg: &ArchConfig, x: &str, head: &str
 /// Builds the decoder graph of `cfg` with the hooks of `family`.
 pub fn build(cfg: &ArchConfig, dtype: DType, family: &dyn Family) -> Graph {
     let mut b = GraphBuilder::new("main_graph");
-    let h = cfg.hidden_size;
+    let (h, width) = (cfg.hidden_size, family.embed_width(cfg));
     let names = family.names();
     let io = decoder_io(&mut b, DecoderDims::of(cfg), dtype);
 
@@ -391,7 +418,7 @@ pub fn build(cfg: &ArchConfig, dtype: DType, family: &dyn Family) -> Graph {
     let embed = b.initializer(Initializer {
         name: format!("{embed_module}.weight"),
         dtype,
-        shape: vec![cfg.vocab_size, h],
+        shape: vec![cfg.vocab_size, width],
         source: Some(TensorSource::Checkpoint(format!("{embed_module}.weight"))),
     });
     let gathered = b.op(
@@ -405,7 +432,13 @@ pub fn build(cfg: &ArchConfig, dtype: DType, family: &dyn Family) -> Graph {
     let rotary = family.rotary(&mut b, cfg, &io, dtype);
 
     b.set_scope(&format!("{}.mask", names.root));
-    let masks = masks(&mut b, cfg, &io);
+    let mut masks = masks(&mut b, cfg, &io);
+    if let Some(slopes) = family.alibi_slopes(cfg) {
+        for (window, mask) in masks.iter_mut() {
+            let suffix = window.map(|w| format!(".window{w}")).unwrap_or_default();
+            *mask = alibi_bias(&mut b, mask, &io.attention_mask, &slopes, dtype, &suffix);
+        }
+    }
 
     let layer = Layer {
         cfg,
@@ -422,9 +455,13 @@ pub fn build(cfg: &ArchConfig, dtype: DType, family: &dyn Family) -> Graph {
         x = layer.build(&mut b, &x, &p, i);
     }
 
-    let final_norm = format!("{}.{}", names.root, names.final_norm);
-    b.set_scope(&final_norm);
-    let normed = layer.norm.apply(&mut b, &x, &final_norm, h, dtype);
+    let normed = if family.final_norm() {
+        let final_norm = format!("{}.{}", names.root, names.final_norm);
+        b.set_scope(&final_norm);
+        layer.norm.apply(&mut b, &x, &final_norm, h, dtype)
+    } else {
+        x
+    };
     b.set_scope("lm_head");
     let head = if cfg.tie_word_embeddings {
         b.op(
@@ -436,7 +473,7 @@ pub fn build(cfg: &ArchConfig, dtype: DType, family: &dyn Family) -> Graph {
         b.initializer(Initializer {
             name: "lm_head.weight_t".into(),
             dtype,
-            shape: vec![h, cfg.vocab_size],
+            shape: vec![width, cfg.vocab_size],
             source: Some(TensorSource::Transpose(Box::new(TensorSource::Checkpoint(
                 "lm_head.weight".into(),
             )))),
@@ -483,6 +520,16 @@ impl Layer<'_> {
             let m = family.layer_mlp(b, cfg, &mlp_in, p, i, dtype);
             let branches = b.op("Add", &[&o, &m], vec![]);
             return b.op("Add", &[&branches, x], vec![]);
+        }
+        if family.norm_after_residual() {
+            let o = family.residual_branch(b, cfg, o, dtype);
+            let x = b.op("Add", &[x, &o], vec![]);
+            let x = self.norm_at(b, &x, p, norms.post_attention);
+            let mlp_in = self.norm_at(b, &x, p, norms.pre_mlp);
+            let m = family.layer_mlp(b, cfg, &mlp_in, p, i, dtype);
+            let m = family.residual_branch(b, cfg, m, dtype);
+            let x = b.op("Add", &[&x, &m], vec![]);
+            return self.norm_at(b, &x, p, norms.post_mlp);
         }
         let o = self.norm_at(b, &o, p, norms.post_attention);
         let o = family.residual_branch(b, cfg, o, dtype);

@@ -8,14 +8,17 @@
 //! config.json spells the sizes `n_embd`, `n_layer`, `n_head`, `n_positions` (kept by
 //! transformers v4 and v5); the MLP is `n_inner` wide (null: 4·`n_embd`).
 
-use super::components::{conv1d, gelu, Conv1dParams, DecoderInputs, Norm, NormKind, RopeTables};
+use super::components::{
+    conv1d, conv1d_mlp, learned_positions, Activation, Conv1dParams, DecoderInputs, Norm, NormKind,
+    RopeTables,
+};
 use super::decoder::{Family, LayerNorms, Names};
 use super::family::FamilySpec;
 use crate::config::{
     first_token, parse_dtype, token_list, ArchConfig, CheckpointRenaming, Fields, Gelu, HfConfig,
     Knobs, ModelType, Rope, RopeScaling, Sign,
 };
-use crate::ir::{Attr, DType, GraphBuilder, Initializer, TensorSource};
+use crate::ir::{DType, GraphBuilder};
 use crate::limits::config::{MAX_HEADS, MAX_LAYERS, MAX_POSITIONS, MAX_VOCAB, MAX_WIDTH};
 use crate::Result;
 
@@ -40,6 +43,36 @@ pub struct Gpt2Config {
 
 /// Normalises a GPT-2 config; errors name the field and what was expected.
 fn read(raw: &HfConfig, model_type: &'static ModelType, f: &Fields<'_>) -> Result<ArchConfig> {
+    for (field, value) in [
+        ("scale_attn_weights", raw.scale_attn_weights == Some(false)),
+        (
+            "scale_attn_by_inverse_layer_idx",
+            raw.scale_attn_by_inverse_layer_idx == Some(true),
+        ),
+        ("add_cross_attention", raw.add_cross_attention == Some(true)),
+    ] {
+        if value {
+            return Err(f.err(
+                field,
+                "is not supported (expected the GPT-2 default: scaled self-attention only)",
+            ));
+        }
+    }
+    let (cfg, _) = read_gpt2_layout(raw, model_type, f, "gelu_new", |heads| heads)?;
+    Ok(cfg)
+}
+
+/// Reads a config spelled as GPT-2's (`n_embd`, `n_layer`, `n_head`, `n_positions`, `n_inner`,
+/// `layer_norm_epsilon`, `activation_function` defaulting to `default_act`), with the key/value
+/// head count `kv_heads` gives for the attention head count; the knobs are [`Gpt2Config`] (a
+/// family wrapping them gets them back with the config). Errors name the field and what was expected.
+pub fn read_gpt2_layout(
+    raw: &HfConfig,
+    model_type: &'static ModelType,
+    f: &Fields<'_>,
+    default_act: &str,
+    kv_heads: impl FnOnce(usize) -> usize,
+) -> Result<(ArchConfig, Gpt2Config)> {
     let (hidden_field, hidden) = spelled("n_embd", raw.n_embd, "hidden_size", raw.hidden_size);
     let hidden_size = f.positive(hidden_field, hidden, MAX_WIDTH)?;
     let (heads_field, heads) = spelled(
@@ -72,38 +105,36 @@ fn read(raw: &HfConfig, model_type: &'static ModelType, f: &Fields<'_>) -> Resul
         None => 4 * hidden_size,
         some => f.positive("n_inner", some, MAX_WIDTH)?,
     };
-    let act = raw.activation_function.as_deref().unwrap_or("gelu_new");
+    let act = raw.activation_function.as_deref().unwrap_or(default_act);
     let gelu = Gelu::from_hf_name(act).ok_or_else(|| {
         f.err(
             "activation_function",
             &format!(
-                "`{act}` is not supported for gpt2 (expected {})",
+                "`{act}` is not supported for {} (expected {})",
+                model_type.name,
                 Gelu::NAMES
             ),
         )
     })?;
-    for (field, value) in [
-        ("scale_attn_weights", raw.scale_attn_weights == Some(false)),
-        (
-            "scale_attn_by_inverse_layer_idx",
-            raw.scale_attn_by_inverse_layer_idx == Some(true),
-        ),
-        ("add_cross_attention", raw.add_cross_attention == Some(true)),
-    ] {
-        if value {
-            return Err(f.err(
-                field,
-                "is not supported (expected the GPT-2 default: scaled self-attention only)",
-            ));
-        }
-    }
     let head_dim = hidden_size / heads;
-    Ok(ArchConfig {
+    let knobs = Gpt2Config {
+        layer_norm_eps: match raw.layer_norm_epsilon {
+            Some(e) => f.number("layer_norm_epsilon", Some(e), e, Sign::NonNegative)?,
+            None => f.number(
+                "layer_norm_eps",
+                raw.layer_norm_eps,
+                1e-5,
+                Sign::NonNegative,
+            )?,
+        },
+        gelu,
+    };
+    let cfg = ArchConfig {
         model_type,
         hidden_size,
         intermediate_size,
         num_attention_heads: heads,
-        num_key_value_heads: heads,
+        num_key_value_heads: kv_heads(heads),
         head_dim,
         num_hidden_layers: layers,
         vocab_size: f.positive("vocab_size", raw.vocab_size, MAX_VOCAB)?,
@@ -126,19 +157,9 @@ fn read(raw: &HfConfig, model_type: &'static ModelType, f: &Fields<'_>) -> Resul
         bos_token_id: first_token(f, "bos_token_id", raw.bos_token_id.as_ref())?,
         eos_token_ids: token_list(f, "eos_token_id", raw.eos_token_id.as_ref())?,
         pad_token_id: first_token(f, "pad_token_id", raw.pad_token_id.as_ref())?,
-        family: Knobs::new(Gpt2Config {
-            layer_norm_eps: match raw.layer_norm_epsilon {
-                Some(e) => f.number("layer_norm_epsilon", Some(e), e, Sign::NonNegative)?,
-                None => f.number(
-                    "layer_norm_eps",
-                    raw.layer_norm_eps,
-                    1e-5,
-                    Sign::NonNegative,
-                )?,
-            },
-            gelu,
-        }),
-    })
+        family: Knobs::new(knobs),
+    };
+    Ok((cfg, knobs))
 }
 
 /// The GPT-2 spelling of a field when present, else the generic one (with its name, for
@@ -197,18 +218,8 @@ impl Family for Gpt2Config {
         x: String,
         dtype: DType,
     ) -> String {
-        b.set_scope("transformer.wpe");
-        let wpe = b.initializer(Initializer {
-            name: "transformer.wpe.weight".into(),
-            dtype,
-            shape: vec![cfg.max_position_embeddings, cfg.hidden_size],
-            source: Some(TensorSource::Checkpoint("transformer.wpe.weight".into())),
-        });
-        let positions = b.op(
-            "Gather",
-            &[&wpe, &io.position_ids],
-            vec![("axis", Attr::Int(0))],
-        );
+        let table = [cfg.max_position_embeddings, cfg.hidden_size];
+        let positions = learned_positions(b, "transformer.wpe", table, &io.position_ids, 0, dtype);
         b.op("Add", &[&x, &positions], vec![])
     }
 
@@ -255,7 +266,7 @@ impl Family for Gpt2Config {
         dtype: DType,
     ) -> String {
         let (h, proj) = (cfg.hidden_size, format!("{attn}.{}", self.names().o_proj));
-        conv1d(b, y, &proj, &whole(&proj), h, h, dtype)
+        conv1d(b, y, &proj, &Conv1dParams::whole(&proj), h, h, dtype)
     }
 
     /// `c_proj(gelu(c_fc(x)))`.
@@ -267,21 +278,7 @@ impl Family for Gpt2Config {
         mlp: &str,
         dtype: DType,
     ) -> String {
-        let (h, inner) = (cfg.hidden_size, cfg.intermediate_size);
-        let fc = format!("{mlp}.c_fc");
-        let up = conv1d(b, x, &fc, &whole(&fc), h, inner, dtype);
-        let up = gelu(b, &up, self.gelu);
-        let proj = format!("{mlp}.c_proj");
-        conv1d(b, &up, &proj, &whole(&proj), inner, h, dtype)
-    }
-}
-
-/// The whole `{prefix}.weight` / `{prefix}.bias` of one Conv1D.
-fn whole(prefix: &str) -> Conv1dParams {
-    Conv1dParams {
-        weight: format!("{prefix}.weight"),
-        bias: format!("{prefix}.bias"),
-        columns: None,
+        conv1d_mlp(b, cfg, x, mlp, Activation::Gelu(self.gelu), dtype)
     }
 }
 

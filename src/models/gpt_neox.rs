@@ -5,7 +5,7 @@
 //! by default parallel residual blocks with a norm each,
 //! `x + attn(ln1(x)) + mlp(ln2(x))` (`use_parallel_residual`).
 
-use super::components::{gelu_mlp, Norm, NormKind};
+use super::components::{head_interleaved_qkv, ungated_mlp, Activation, Norm, NormKind};
 use super::decoder::{Family, Names};
 use super::family::FamilySpec;
 use crate::config::ModelType;
@@ -13,7 +13,7 @@ use crate::config::{
     read_decoder, read_rope, ArchConfig, Biases, CheckpointRenaming, DecoderFields, Fields, Gelu,
     HfConfig, Sign,
 };
-use crate::ir::{DType, GraphBuilder, Initializer, TensorSource};
+use crate::ir::{DType, GraphBuilder};
 use crate::{Error, Result};
 
 /// The family's registry entry. onnxruntime-genai 0.18 has no `gpt_neox` type: its generic
@@ -163,40 +163,7 @@ impl Family for GptNeox {
         attn: &str,
         dtype: DType,
     ) -> [String; 3] {
-        let fused = format!("{attn}.query_key_value");
-        let heads = HeadRows {
-            heads: cfg.num_attention_heads,
-            head_dim: cfg.head_dim,
-        };
-        let (h, q) = (cfg.hidden_size, cfg.q_size());
-        ["q_proj", "k_proj", "v_proj"]
-            .into_iter()
-            .enumerate()
-            .map(|(part, name)| {
-                let prefix = format!("{attn}.{name}");
-                let w = b.initializer(Initializer {
-                    name: format!("{prefix}.weight_t"),
-                    dtype,
-                    shape: vec![h, q],
-                    source: Some(TensorSource::Transpose(Box::new(
-                        heads.of(&format!("{fused}.weight"), part),
-                    ))),
-                });
-                let y = b.op("MatMul", &[x, &w], vec![]);
-                if !cfg.qkv_bias {
-                    return y;
-                }
-                let bias = b.initializer(Initializer {
-                    name: format!("{prefix}.bias"),
-                    dtype,
-                    shape: vec![q],
-                    source: Some(heads.of(&format!("{fused}.bias"), part)),
-                });
-                b.op("Add", &[&y, &bias], vec![])
-            })
-            .collect::<Vec<_>>()
-            .try_into()
-            .expect("three projections")
+        head_interleaved_qkv(b, cfg, x, attn, dtype)
     }
 
     /// `dense_4h_to_h(gelu(dense_h_to_4h(x)))`.
@@ -208,40 +175,14 @@ impl Family for GptNeox {
         mlp: &str,
         dtype: DType,
     ) -> String {
-        gelu_mlp(
+        ungated_mlp(
             b,
             cfg,
             x,
             (mlp, "dense_h_to_4h", "dense_4h_to_h"),
-            self.gelu,
+            Activation::Gelu(self.gelu),
             dtype,
         )
-    }
-}
-
-/// The head-interleaved rows of a fused q/k/v tensor: `[heads, 3, head_dim]` along axis 0.
-struct HeadRows {
-    heads: usize,
-    head_dim: usize,
-}
-
-impl HeadRows {
-    /// Part `part` (0 q, 1 k, 2 v) of checkpoint tensor `name`: every head's `head_dim` rows
-    /// of that part, in head order (a strided gather, evaluated when the model is saved).
-    fn of(&self, name: &str, part: usize) -> TensorSource {
-        let d = self.head_dim;
-        TensorSource::Concat {
-            parts: (0..self.heads)
-                .map(|head| TensorSource::Slice {
-                    source: Box::new(TensorSource::Checkpoint(name.to_string())),
-                    axis: 0,
-                    start: (3 * head + part) * d,
-                    len: d,
-                    total: 3 * self.heads * d,
-                })
-                .collect(),
-            axis: 0,
-        }
     }
 }
 
@@ -318,28 +259,6 @@ mod tests {
         }
         let err = parse_sized(66, "").unwrap_err().to_string();
         assert!(err.contains("hidden_size (66)"), "{err}");
-    }
-
-    #[test]
-    fn head_rows_gather_each_heads_block() {
-        let rows = HeadRows {
-            heads: 2,
-            head_dim: 3,
-        };
-        let TensorSource::Concat { parts, axis: 0 } = rows.of("w", 1) else {
-            panic!("a concatenation along rows");
-        };
-        let starts: Vec<(usize, usize, usize)> = parts
-            .iter()
-            .map(|p| match p {
-                TensorSource::Slice {
-                    start, len, total, ..
-                } => (*start, *len, *total),
-                other => panic!("{other:?}"),
-            })
-            .collect();
-        // [head 0: q 0..3, k 3..6, v 6..9; head 1: q 9..12, k 12..15, v 15..18]
-        assert_eq!(starts, [(3, 3, 18), (12, 3, 18)]);
     }
 
     #[test]

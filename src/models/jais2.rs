@@ -3,7 +3,7 @@
 //! squared ReLU, `down_proj(relu(up_proj(x))²)` (Nemotron's), with biases on q, k, v, o and
 //! the MLP by default.
 
-use super::components::{relu2_mlp, Norm, NormKind};
+use super::components::{squared_relu_mlp, Norm, NormKind};
 use super::decoder::Family;
 use super::family::{without_windows, FamilySpec};
 use crate::config::{read_decoder, ArchConfig, DecoderFields, Fields, HfConfig, ModelType, Sign};
@@ -75,7 +75,7 @@ impl Family for Jais2 {
         mlp: &str,
         dtype: DType,
     ) -> String {
-        relu2_mlp(b, cfg, x, mlp, dtype)
+        squared_relu_mlp(b, cfg, x, (mlp, "up_proj", "down_proj"), dtype)
     }
 }
 

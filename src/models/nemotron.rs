@@ -2,7 +2,7 @@
 //! scaled by `1 + weight`, with bias, `norm_eps`), RoPE on the first `partial_rotary_factor`
 //! (0.5 by default) of each head, and an ungated MLP `down_proj(relu(up_proj(x))²)`.
 
-use super::components::{relu2_mlp, Norm, NormKind};
+use super::components::{squared_relu_mlp, Norm, NormKind};
 use super::decoder::Family;
 use super::family::FamilySpec;
 use crate::config::ModelType;
@@ -85,7 +85,7 @@ impl Family for Nemotron {
         mlp: &str,
         dtype: DType,
     ) -> String {
-        relu2_mlp(b, cfg, x, mlp, dtype)
+        squared_relu_mlp(b, cfg, x, (mlp, "up_proj", "down_proj"), dtype)
     }
 }
 

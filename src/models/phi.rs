@@ -2,7 +2,7 @@
 //! LayerNorm of the residual stream, `x + (attn(ln(x)) + mlp(ln(x)))`; then a final LayerNorm
 //! and an LM head with bias. Every projection has a bias.
 
-use super::components::{gelu_mlp, Norm, NormKind};
+use super::components::{ungated_mlp, Activation, Norm, NormKind};
 use super::decoder::{self, Family, LayerNorms, Names};
 use super::family::FamilySpec;
 use crate::config::decoder::default_rope;
@@ -144,7 +144,14 @@ impl Family for PhiConfig {
         mlp: &str,
         dtype: DType,
     ) -> String {
-        gelu_mlp(b, cfg, x, (mlp, "fc1", "fc2"), self.gelu, dtype)
+        ungated_mlp(
+            b,
+            cfg,
+            x,
+            (mlp, "fc1", "fc2"),
+            Activation::Gelu(self.gelu),
+            dtype,
+        )
     }
 
     /// `x @ head + lm_head.bias`.

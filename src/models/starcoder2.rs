@@ -2,7 +2,7 @@
 //! `c_proj(gelu(c_fc(x)))`, biases on every projection (`use_bias`), a sliding window on
 //! every layer when `sliding_window` is set, and tied embeddings by default.
 
-use super::components::{gelu_mlp, Norm, NormKind};
+use super::components::{ungated_mlp, Activation, Norm, NormKind};
 use super::decoder::Family;
 use super::family::FamilySpec;
 use crate::config::ModelType;
@@ -79,7 +79,14 @@ impl Family for Starcoder2 {
         mlp: &str,
         dtype: DType,
     ) -> String {
-        gelu_mlp(b, cfg, x, (mlp, "c_fc", "c_proj"), self.gelu, dtype)
+        ungated_mlp(
+            b,
+            cfg,
+            x,
+            (mlp, "c_fc", "c_proj"),
+            Activation::Gelu(self.gelu),
+            dtype,
+        )
     }
 }
 

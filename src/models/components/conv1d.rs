@@ -1,6 +1,8 @@
 //! Projections whose weight is stored `[in, out]` (GPT-2's `Conv1D`): used by `MatMul` as is,
 //! possibly a column block of a fused weight.
 
+use super::Activation;
+use crate::config::ArchConfig;
 use crate::ir::{DType, GraphBuilder, Initializer, TensorSource};
 
 /// Where one projection's weight and bias come from in the checkpoint.
@@ -13,6 +15,17 @@ pub struct Conv1dParams {
     /// The output columns `start..start + len` this projection keeps out of `total`
     /// (`None`: all).
     pub columns: Option<(usize, usize, usize)>,
+}
+
+impl Conv1dParams {
+    /// The whole `{prefix}.weight` / `{prefix}.bias` of one Conv1D.
+    pub fn whole(prefix: &str) -> Conv1dParams {
+        Conv1dParams {
+            weight: format!("{prefix}.weight"),
+            bias: format!("{prefix}.bias"),
+            columns: None,
+        }
+    }
 }
 
 /// `x @ W + b` with `W` `[in_features, out_features]`: initializers `{name}.weight` and
@@ -53,4 +66,22 @@ pub fn conv1d(
         source: Some(source(&params.bias, 0)),
     });
     b.op("Add", &[&y, &bias], vec![])
+}
+
+/// GPT-2's MLP of module `mlp`: `c_proj(act(c_fc(x)))`, Conv1Ds with biases, the config's
+/// hidden and intermediate sizes.
+pub fn conv1d_mlp(
+    b: &mut GraphBuilder,
+    cfg: &ArchConfig,
+    x: &str,
+    mlp: &str,
+    act: Activation,
+    dtype: DType,
+) -> String {
+    let (h, inner) = (cfg.hidden_size, cfg.intermediate_size);
+    let fc = format!("{mlp}.c_fc");
+    let up = conv1d(b, x, &fc, &Conv1dParams::whole(&fc), h, inner, dtype);
+    let up = act.apply(b, &up);
+    let proj = format!("{mlp}.c_proj");
+    conv1d(b, &up, &proj, &Conv1dParams::whole(&proj), inner, h, dtype)
 }

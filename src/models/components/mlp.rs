@@ -1,7 +1,7 @@
-//! Feed-forward blocks: gated `down(act(gate(x)) · up(x))`, plain GELU `down(gelu(up(x)))` and
+//! Feed-forward blocks: gated `down(act(gate(x)) · up(x))`, ungated `down(act(up(x)))` and
 //! squared ReLU `down(relu(up(x))²)`.
 
-use super::linear;
+use super::{linear, Activation};
 use crate::config::Gelu;
 use crate::ir::{Attr, DType, GraphBuilder};
 
@@ -46,19 +46,19 @@ pub fn gated_mlp(
     proj(b, &prod, "down_proj", intermediate, hidden)
 }
 
-/// `{prefix}.{down}(gelu({prefix}.{up}(x)))` with the config's hidden and intermediate sizes
+/// `{prefix}.{down}(act({prefix}.{up}(x)))` with the config's hidden and intermediate sizes
 /// and MLP biases: the ungated MLP of GPT-2-like families (the names are the checkpoint's).
-pub fn gelu_mlp(
+pub fn ungated_mlp(
     b: &mut GraphBuilder,
     cfg: &crate::config::ArchConfig,
     x: &str,
     (prefix, up, down): (&str, &str, &str),
-    variant: Gelu,
+    act: Activation,
     dtype: DType,
 ) -> String {
     let (h, inner, bias) = (cfg.hidden_size, cfg.intermediate_size, cfg.mlp_bias);
     let hidden = linear(b, x, &format!("{prefix}.{up}"), h, inner, bias, dtype);
-    let hidden = super::gelu(b, &hidden, variant);
+    let hidden = act.apply(b, &hidden);
     linear(
         b,
         &hidden,
@@ -70,19 +70,27 @@ pub fn gelu_mlp(
     )
 }
 
-/// `{prefix}.down_proj(relu({prefix}.up_proj(x))²)` with the config's hidden and intermediate
-/// sizes and MLP biases: the ungated squared-ReLU MLP (Nemotron, Arcee).
-pub fn relu2_mlp(
+/// `{prefix}.{down}(relu({prefix}.{up}(x))²)` with the config's hidden and intermediate sizes
+/// and MLP biases: the ungated squared-ReLU MLP (`relu2`) of Nemotron and Persimmon (the names
+/// are the checkpoint's).
+pub fn squared_relu_mlp(
     b: &mut GraphBuilder,
     cfg: &crate::config::ArchConfig,
     x: &str,
-    prefix: &str,
+    (prefix, up, down): (&str, &str, &str),
     dtype: DType,
 ) -> String {
     let (h, inner, bias) = (cfg.hidden_size, cfg.intermediate_size, cfg.mlp_bias);
-    let up = linear(b, x, &format!("{prefix}.up_proj"), h, inner, bias, dtype);
+    let up = linear(b, x, &format!("{prefix}.{up}"), h, inner, bias, dtype);
     let relu = b.op("Relu", &[&up], vec![]);
     let squared = b.op("Mul", &[&relu, &relu], vec![]);
-    let down = format!("{prefix}.down_proj");
-    linear(b, &squared, &down, inner, h, bias, dtype)
+    linear(
+        b,
+        &squared,
+        &format!("{prefix}.{down}"),
+        inner,
+        h,
+        bias,
+        dtype,
+    )
 }
