@@ -56,6 +56,10 @@ from transformers import (
     ApertusForCausalLM,
     ArceeConfig,
     ArceeForCausalLM,
+    SolarOpenConfig,
+    SolarOpenForCausalLM,
+    DiffLlamaConfig,
+    DiffLlamaForCausalLM,
     MellumConfig,
     MellumForCausalLM,
     VaultGemmaConfig,
@@ -963,6 +967,34 @@ def make_config(kind: str, vocab: int, ids: dict):
                 "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
             },
         )
+    if kind == "diffllama":
+        # Differential attention (4 query heads in 2 pairs, 2 kv heads split in halves); the λ
+        # vectors are parameters, perturbed with the other weights.
+        return DiffLlamaForCausalLM, DiffLlamaConfig(
+            **common,
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
+    if kind == "solar_open":
+        # 4 experts of width 32 in 2 groups of 2, the best group competing, top-2 renormalised and
+        # scaled by 2.5; a shared expert of width 32; q/k/v biases (o has none).
+        dims = {k: v for k, v in common.items() if k != "intermediate_size"}
+        return SolarOpenForCausalLM, SolarOpenConfig(
+            **dims,
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=False,
+            attention_bias=True,
+            moe_intermediate_size=32,
+            n_routed_experts=4,
+            num_experts_per_tok=2,
+            n_group=2,
+            topk_group=1,
+            n_shared_experts=1,
+            norm_topk_prob=True,
+            routed_scaling_factor=2.5,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+        )
     if kind == "nemotron":
         # LayerNorm1P (scale 1 + w), RoPE on half of each head, relu2 MLP without a gate.
         return NemotronForCausalLM, NemotronConfig(
@@ -1601,8 +1633,8 @@ def perturb(model, seed: int) -> None:
         for name, buf in model.named_buffers():
             if name.endswith("act_fn.beta"):
                 buf.copy_(0.5 + 0.1 * torch.randn(buf.shape, generator=g, dtype=torch.float32))
-            # A score-correction bias is a buffer of zeros (MiniMax-M2, ERNIE 4.5 MoE, DeepSeek-V3
-            # and its kin): moved off zero, it shifts which experts are picked, so a build that
+            # A score-correction bias is a buffer of zeros (MiniMax-M2, ERNIE 4.5 MoE, Solar
+            # Open, DeepSeek-V3 and its kin): moved off zero, it shifts which experts are picked, so a build that
             # ignores it fails.
             if name.endswith("e_score_correction_bias"):
                 scale = 0.1 if model.config.model_type in DEEPSEEK_ROUTED else 0.15
@@ -1805,6 +1837,8 @@ FIXTURES = {
     "iquestcoder": (7800, "f32", "v4", None),
     "hyperclovax": (7900, "f32", "v5", None),
     "mellum": (8100, "f32", "v5", None),
+    "diffllama": (8200, "f32", "v5", None),
+    "solar_open": (8300, "f32", "v5", None),
     "olmoe": (5100, "f32", "v5", None),
     "granitemoe": (5200, "f32", "v5", None),
     "phimoe": (5300, "f32", "v5", None),

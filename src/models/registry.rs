@@ -83,6 +83,8 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &super::glm4_moe::FAMILY,
     &super::dots1::FAMILY,
     &super::dbrx::FAMILY,
+    &super::diffllama::FAMILY,
+    &super::solar_open::FAMILY,
     &super::bert::FAMILY,
     &super::bert_lm::FAMILY,
     &super::bart_lm::FAMILY,

@@ -180,6 +180,7 @@ def _unary():
         "Exp": [("f32", lambda r: unif(r, -5, 5, 3, 4)), ("f32_3d", lambda r: unif(r, -20, 3, 2, 3, 5))],
         "Log": [("f32", lambda r: unif(r, 1e-3, 100, 3, 4)), ("f32_3d", lambda r: unif(r, 0.5, 2, 2, 3, 5))],
         "Erf": [("f32", lambda r: unif(r, -3, 3, 3, 4)), ("f32_3d", lambda r: randn(r, 2, 3, 5, scale=0.5))],
+        "Floor": [("f32", lambda r: unif(r, -20, 20, 3, 4)), ("f32_3d", lambda r: randn(r, 2, 3, 5, scale=3.0))],
         "Tanh": [("f32", lambda r: unif(r, -6, 6, 3, 4)), ("f32_3d", lambda r: randn(r, 2, 3, 5, scale=0.3))],
         "Sigmoid": [("f32", lambda r: unif(r, -20, 20, 3, 4)), ("f32_3d", lambda r: randn(r, 2, 3, 5))],
         # RoPE angles: position × frequency, up to a few thousand radians
@@ -202,6 +203,7 @@ def _unary():
         "Relu": [nan, -inf, inf, -0.0],
         "Abs": [-inf, nan, -0.0],
         "Erf": [-inf, inf, nan, 10.0, -10.0],
+        "Floor": [-0.0, 0.5, -0.5, 2.0, -inf, inf, nan, 1e30],
     }
     for op, vals in specials.items():
         specs[op].append(("special_values", lambda r, v=vals: np.array(v, np.float32)))

@@ -398,6 +398,8 @@ def uses_gqa(built, name: str, ep, dtype: str) -> bool:
 
 # model_types whose attention has sinks.
 SINK_ATTENTION = {"gpt_oss", "granite_swa", "granitemoe_swa"}
+# model_types whose attention is spelled out in standard ops that no rule fuses.
+UNFUSED_ATTENTION = {"diffllama"}
 # model_types whose attention adds an ALiBi bias (Falcon: where its config sets `alibi`):
 # GroupQueryAttention takes none, so their attention stays Attention (or standard ops) on every
 # EP.
@@ -414,12 +416,18 @@ def gqa_expected(name: str, ep, dtype: str) -> bool:
     """Whether the EP's capabilities put GroupQueryAttention on this build (no --ep flag: the
     `default` EP). Attention with sinks (gpt_oss, the Granite SWAs) becomes GroupQueryAttention with head_sink
     only through the fused-rotary rule (sink-attention-to-gqa); elsewhere it stays in standard
-    ops. ALiBi attention (bloom, mpt, falcon with alibi) never becomes GroupQueryAttention."""
+    ops, as differential attention (diffllama) does everywhere. ALiBi attention (bloom, mpt,
+    falcon with alibi) never becomes GroupQueryAttention."""
     caps = list_eps()[ep or "default"]
     if alibi_attention(name):
         return False
-    sinks = load_config(FIXTURES_DIR / name)["model_type"] in SINK_ATTENTION
-    return dtype in caps["gqa_dtypes"] and (not sinks or caps["supports_fused_rope"])
+    model_type = load_config(FIXTURES_DIR / name)["model_type"]
+    sinks = model_type in SINK_ATTENTION
+    return (
+        model_type not in UNFUSED_ATTENTION
+        and dtype in caps["gqa_dtypes"]
+        and (not sinks or caps["supports_fused_rope"])
+    )
 
 
 # Left padding is outside GroupQueryAttention's contract (it reads each row's length from
@@ -442,7 +450,9 @@ LEFT_OUT = [(name, ep, dtype) for name in NAMES for ep, dtype in builds_of(name)
 # the reduced matrix on cpu f32 and cuda f16 (2 each), and the bart_lm fixtures (bart on every
 # build: 6; the other 5 on the reduced matrix: 2 each). 525 with deepseek_v2,
 # deepseek_v3, minicpm3, glm4_moe, glm4_moe_lite, dots1 and sarvam_mla (6 each); 531 with dbrx (6).
-LEFT_OUT_COUNT = 531
+# diffllama's attention, spelled out in standard ops, never fuses (531 still); 537 with
+# solar_open (6).
+LEFT_OUT_COUNT = 537
 per_left_padded_build = pytest.mark.parametrize(
     "name,ep,dtype", LEFT_PADDED, ids=[f"{n}-{e or 'noflag'}-{d}" for n, e, d in LEFT_PADDED]
 )
@@ -643,6 +653,7 @@ GENAI_TYPES.update({t: "decoder" for t in ("bert", "roberta", "camembert", "xlm-
 GENAI_TYPES.update({"deepseek_v2": "decoder", "deepseek_v3": "decoder", "minicpm3": "decoder"})
 GENAI_TYPES.update({"glm4_moe": "decoder", "glm4_moe_lite": "decoder", "dots1": "decoder"})
 GENAI_TYPES.update({"sarvam_mla": "decoder"})
+GENAI_TYPES.update({"diffllama": "decoder", "solar_open": "decoder"})
 
 
 @pytest.mark.parametrize("name", NAMES)

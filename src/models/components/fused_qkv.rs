@@ -103,6 +103,30 @@ pub fn fused_qkv(
     [part(0, "q_proj"), part(1, "k_proj"), part(2, "v_proj")]
 }
 
+/// q, k and v of attention module `attn` cut from its fused `{attn}.query_key_value` whose rows
+/// are grouped by head (`[heads, 3, head_dim]`: GPT-NeoX, BLOOM, Persimmon), biased per
+/// `cfg.qkv_bias`.
+pub fn head_interleaved_qkv(
+    b: &mut GraphBuilder,
+    cfg: &ArchConfig,
+    x: &str,
+    attn: &str,
+    dtype: DType,
+) -> [String; 3] {
+    let layout = FusedQkv::per_head(cfg.num_attention_heads, cfg.head_dim);
+    let fused = format!("{attn}.query_key_value");
+    fused_qkv(
+        b,
+        x,
+        attn,
+        &fused,
+        &layout,
+        cfg.hidden_size,
+        cfg.qkv_bias,
+        dtype,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -139,28 +163,4 @@ mod tests {
         assert_eq!(slices(&qvk.rows("w", 1)), [(8, 4, 24), (20, 4, 24)]);
         assert_eq!(slices(&qvk.rows("w", 2)), [(4, 4, 24), (16, 4, 24)]);
     }
-}
-
-/// q, k and v of attention module `attn` cut from its fused `{attn}.query_key_value` whose rows
-/// are grouped by head (`[heads, 3, head_dim]`: GPT-NeoX, BLOOM, Persimmon), biased per
-/// `cfg.qkv_bias`.
-pub fn head_interleaved_qkv(
-    b: &mut GraphBuilder,
-    cfg: &ArchConfig,
-    x: &str,
-    attn: &str,
-    dtype: DType,
-) -> [String; 3] {
-    let layout = FusedQkv::per_head(cfg.num_attention_heads, cfg.head_dim);
-    let fused = format!("{attn}.query_key_value");
-    fused_qkv(
-        b,
-        x,
-        attn,
-        &fused,
-        &layout,
-        cfg.hidden_size,
-        cfg.qkv_bias,
-        dtype,
-    )
 }

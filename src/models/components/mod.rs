@@ -45,4 +45,4 @@ pub use norm::{
 pub use positions::learned_positions;
 pub use rope::{named_rope_tables, rope_tables, rotary_embedding, scaled, RopeTables};
 pub use scalar::scalar;
-pub use sink_attention::{sink_attention, sink_logits};
+pub use sink_attention::{causal_mask, sink_attention, sink_logits};

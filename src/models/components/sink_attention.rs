@@ -76,7 +76,7 @@ pub fn sink_attention(
     let scores = b.op("Reshape", &[&scores, &per_head], vec![]);
     let scale = scalar(b, spec.scale, dtype);
     let scores = b.op("Mul", &[&scores, &scale], vec![]);
-    let mask = causal(b, spec.mask, io);
+    let mask = causal_mask(b, spec.mask, io);
     let neg_inf = scalar(b, f32::NEG_INFINITY, dtype);
     let scores = b.op("Where", &[&mask, &scores, &neg_inf], vec![]);
 
@@ -109,8 +109,8 @@ pub fn sink_attention(
 }
 
 /// `mask` (`[B, 1, S, T]`) restricted to keys at or before each query, counted in valid
-/// tokens.
-fn causal(b: &mut GraphBuilder, mask: &str, io: &DecoderInputs) -> String {
+/// tokens: the causal mask of attention spelled out in standard ops.
+pub fn causal_mask(b: &mut GraphBuilder, mask: &str, io: &DecoderInputs) -> String {
     let (distance, axes1) = token_distance(b, &io.input_ids, &io.attention_mask);
     let zero = b.scalar_i64(0);
     let behind = b.op("GreaterOrEqual", &[&distance, &zero], vec![]);
