@@ -9,9 +9,11 @@
 pub mod apertus;
 pub mod assume_llama;
 pub mod bert;
+pub mod biogpt;
 pub mod cohere;
 pub mod cohere2;
 pub mod components;
+pub mod ctrl;
 pub mod decoder;
 pub mod ernie4_5;
 pub mod exaone4;
@@ -48,6 +50,7 @@ pub mod registry;
 pub mod smollm3;
 pub mod stablelm;
 pub mod starcoder2;
+pub mod xglm;
 
 pub use registry::{load_config, load_config_with, parse_config, parse_config_with, Unregistered};
 
