@@ -80,6 +80,8 @@ from transformers import (
     GPTNeoConfig,
     GPTNeoForCausalLM,
     GPTNeoXConfig,
+    GPTNeoXJapaneseConfig,
+    GPTNeoXJapaneseForCausalLM,
     GPTNeoXForCausalLM,
     GraniteConfig,
     GraniteForCausalLM,
@@ -534,6 +536,22 @@ def make_config(kind: str, vocab: int, ids: dict):
             dff=DIMS["intermediate_size"],
             n_positions=DIMS["max_position_embeddings"],
             layer_norm_epsilon=1e-5,
+            vocab_size=vocab,
+            tie_word_embeddings=True,
+            **ids,
+        )
+    if kind == "gpt_neox_japanese":
+        # GPT-NeoX's fused query_key_value without biases, sequential layers, RoPE on half of
+        # each head, an unbiased MLP twice the hidden size, dense_bias on the last layer's
+        # attention (perturbed off its zero init), tied head.
+        return GPTNeoXJapaneseForCausalLM, GPTNeoXJapaneseConfig(
+            hidden_size=DIMS["hidden_size"],
+            num_hidden_layers=DIMS["num_hidden_layers"],
+            num_attention_heads=DIMS["num_attention_heads"],
+            intermediate_multiple_size=2,
+            max_position_embeddings=DIMS["max_position_embeddings"],
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+            hidden_act="gelu",
             vocab_size=vocab,
             tie_word_embeddings=True,
             **ids,
@@ -1085,6 +1103,7 @@ FIXTURES = {
     "xglm": (5080, "f32", "v5", None),
     "ctrl": (5090, "f32", "v5", None),
     "biogpt": (5100, "f32", "v5", None),
+    "gpt_neox_japanese": (5120, "f32", "v5", None),
     "opt-350m": (5060, "f32", "v5", None),
     "phi": (6000, "f32", "v4", None),
     "qwen3": (5000, "f32", "v5", None),

@@ -25,6 +25,7 @@ pub mod gpt2;
 pub mod gpt_bigcode;
 pub mod gpt_neo;
 pub mod gpt_neox;
+pub mod gpt_neox_japanese;
 pub mod gpt_oss;
 pub mod gptj;
 pub mod granite;

@@ -48,6 +48,7 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &super::gpt_oss::FAMILY,
     &super::stablelm::FAMILY,
     &super::gpt_neox::FAMILY,
+    &super::gpt_neox_japanese::FAMILY,
     &super::nemotron::FAMILY,
     &super::cohere::FAMILY,
     &super::cohere2::FAMILY,
