@@ -54,7 +54,34 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (
     ApertusConfig,
     ApertusForCausalLM,
+    ArceeConfig,
+    ArceeForCausalLM,
+    MellumConfig,
+    MellumForCausalLM,
+    VaultGemmaConfig,
+    VaultGemmaForCausalLM,
+    Ministral3Config,
+    Ministral3ForCausalLM,
+    GraniteSWAConfig,
+    GraniteSWAForCausalLM,
+    GraniteMoeSharedConfig,
+    GraniteMoeSharedForCausalLM,
+    GraniteMoeSWAConfig,
+    GraniteMoeSWAForCausalLM,
+    FlexOlmoConfig,
+    FlexOlmoForCausalLM,
+    Jais2Config,
+    Jais2ForCausalLM,
+    NanoChatConfig,
+    NanoChatForCausalLM,
+    BitNetConfig,
+    BitNetForCausalLM,
+    IQuestCoderConfig,
+    HyperCLOVAXConfig,
+    HyperCLOVAXForCausalLM,
     BertConfig,
+    BloomConfig,
+    BloomForCausalLM,
     BertModel,
     BioGptConfig,
     BioGptForCausalLM,
@@ -91,6 +118,9 @@ from transformers import (
     GptOssForCausalLM,
     HeliumConfig,
     HeliumForCausalLM,
+    HunYuanDenseV1Config,
+    HunYuanDenseV1ForCausalLM,
+    InternLM3Config,
     MinistralConfig,
     MinistralForCausalLM,
     StableLmConfig,
@@ -125,9 +155,13 @@ from transformers import (
     MistralForCausalLM,
     MixtralConfig,
     MixtralForCausalLM,
+    MptConfig,
+    MptForCausalLM,
     PhimoeConfig,
     PhimoeForCausalLM,
     CohereConfig,
+    CwmConfig,
+    CwmForCausalLM,
     CohereForCausalLM,
     CodeGenConfig,
     CTRLConfig,
@@ -135,19 +169,32 @@ from transformers import (
     CodeGenForCausalLM,
     Ernie4_5Config,
     Ernie4_5ForCausalLM,
+    Ernie4_5_MoeConfig,
+    Ernie4_5_MoeForCausalLM,
+    MiniMaxM2Config,
+    MiniMaxM2ForCausalLM,
+    HunYuanMoEV1Config,
+    HunYuanMoEV1ForCausalLM,
     Cohere2Config,
     Cohere2ForCausalLM,
+    ExaoneConfig,
     Exaone4Config,
     Exaone4ForCausalLM,
+    FalconConfig,
+    FalconForCausalLM,
     NemotronConfig,
     NemotronForCausalLM,
     OpenAIGPTConfig,
     OpenAIGPTLMHeadModel,
+    PersimmonConfig,
+    PersimmonForCausalLM,
     PhiConfig,
     PhiForCausalLM,
     PreTrainedTokenizerFast,
     Qwen2Config,
     Qwen2ForCausalLM,
+    SeedOssConfig,
+    SeedOssForCausalLM,
     Qwen2MoeConfig,
     Qwen2MoeForCausalLM,
     Qwen3MoeConfig,
@@ -354,6 +401,86 @@ def make_config(kind: str, vocab: int, ids: dict):
             use_parallel_residual=True,
             tie_word_embeddings=False,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
+        )
+    if kind == "bloom":
+        # ALiBi, LayerNorm on the embeddings, fused head-interleaved query_key_value, tanh
+        # GELU, biases everywhere, tied head; 4 heads, so 4 distinct slopes.
+        return BloomForCausalLM, BloomConfig(
+            vocab_size=vocab,
+            hidden_size=DIMS["hidden_size"],
+            n_layer=DIMS["num_hidden_layers"],
+            n_head=DIMS["num_attention_heads"],
+            layer_norm_epsilon=1e-5,
+            tie_word_embeddings=True,
+            **ids,
+        )
+    if kind == "mpt":
+        # ALiBi with 6 heads (not a power of two: MPT's slope order differs from BLOOM's),
+        # bias-free LayerNorms and projections, q/k/v clamped by attn_config.clip_qkv, tied
+        # head. 48 wide so the fixture stays small.
+        return MptForCausalLM, MptConfig(
+            vocab_size=vocab,
+            d_model=48,
+            n_heads=6,
+            n_layers=DIMS["num_hidden_layers"],
+            max_seq_len=DIMS["max_position_embeddings"],
+            layer_norm_epsilon=1e-5,
+            attn_config={"clip_qkv": 1.0},
+            tie_word_embeddings=True,
+            **ids,
+        )
+    if kind == "falcon":
+        # The new decoder architecture (Falcon-40B/180B): fused rows grouped by kv head (2 kv
+        # heads for 4 query heads), parallel blocks with ln_attn and ln_mlp, RoPE, exact GELU,
+        # no biases, tied head.
+        return FalconForCausalLM, FalconConfig(
+            vocab_size=vocab,
+            hidden_size=DIMS["hidden_size"],
+            num_hidden_layers=DIMS["num_hidden_layers"],
+            num_attention_heads=DIMS["num_attention_heads"],
+            num_kv_heads=DIMS["num_key_value_heads"],
+            new_decoder_architecture=True,
+            parallel_attn=True,
+            bias=False,
+            alibi=False,
+            max_position_embeddings=DIMS["max_position_embeddings"],
+            tie_word_embeddings=True,
+            **ids,
+        )
+    if kind == "falcon-mq":
+        # Falcon-7B's layout: multi-query (all query rows, then one key and one value head),
+        # parallel blocks on one input_layernorm, RoPE; biases on (Falcon-7B has none) so the
+        # multi-query bias split is checked too.
+        return FalconForCausalLM, FalconConfig(
+            vocab_size=vocab,
+            hidden_size=DIMS["hidden_size"],
+            num_hidden_layers=DIMS["num_hidden_layers"],
+            num_attention_heads=DIMS["num_attention_heads"],
+            new_decoder_architecture=False,
+            multi_query=True,
+            parallel_attn=True,
+            bias=True,
+            alibi=False,
+            max_position_embeddings=DIMS["max_position_embeddings"],
+            tie_word_embeddings=True,
+            **ids,
+        )
+    if kind == "falcon-alibi":
+        # Falcon-RW's layout: ALiBi, per-head fused rows (multi-head), sequential blocks with
+        # input_layernorm and post_attention_layernorm, biases everywhere, tied head.
+        return FalconForCausalLM, FalconConfig(
+            vocab_size=vocab,
+            hidden_size=DIMS["hidden_size"],
+            num_hidden_layers=DIMS["num_hidden_layers"],
+            num_attention_heads=DIMS["num_attention_heads"],
+            new_decoder_architecture=False,
+            multi_query=False,
+            parallel_attn=False,
+            bias=True,
+            alibi=True,
+            max_position_embeddings=DIMS["max_position_embeddings"],
+            tie_word_embeddings=True,
+            **ids,
         )
     if kind == "gpt_neox":
         # Pythia's layout: fused head-interleaved query_key_value, parallel residual with two
@@ -650,6 +777,239 @@ def make_config(kind: str, vocab: int, ids: dict):
             logits_scaling=2.0,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
         )
+    if kind == "arcee":
+        # Squared-ReLU MLP without a gate; biases on q/k/v/o and the MLP.
+        return ArceeForCausalLM, ArceeConfig(
+            **common,
+            rms_norm_eps=1e-5,
+            hidden_act="relu2",
+            attention_bias=True,
+            mlp_bias=True,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
+    if kind == "seed_oss":
+        # Biases on q/k/v (attention_bias) but none on o (attention_out_bias), MLP biases.
+        return SeedOssForCausalLM, SeedOssConfig(
+            **common,
+            rms_norm_eps=1e-6,
+            attention_bias=True,
+            attention_out_bias=False,
+            mlp_bias=True,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+        )
+    if kind == "internlm3":
+        # Built by transformers as Llama; qkv_bias/bias (its names for attention_bias/mlp_bias)
+        # both on.
+        return LlamaForCausalLM, InternLM3Config(
+            **common,
+            rms_norm_eps=1e-5,
+            attention_bias=True,
+            mlp_bias=True,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 50000000.0},
+        )
+    if kind == "exaone":
+        # Built by transformers as Llama; RoPE theta left to ExaoneConfig's default (5e5).
+        return LlamaForCausalLM, ExaoneConfig(
+            **common,
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=True,
+        )
+    if kind == "hunyuan_v1_dense":
+        # Per-head q/k RMSNorm after RoPE (query_layernorm, key_layernorm); q/k/v/o biases; RoPE
+        # with a fixed NTK alpha (the base stretched by alpha^(d/(d-2))).
+        return HunYuanDenseV1ForCausalLM, HunYuanDenseV1Config(
+            **common,
+            rms_norm_eps=1e-5,
+            attention_bias=True,
+            tie_word_embeddings=True,
+            rope_parameters={"rope_type": "dynamic", "rope_theta": 10000.0, "alpha": 50.0, "factor": 1.0},
+        )
+    if kind == "cwm":
+        # CwmConfig's layer pattern on 2 layers: layer 0 global, layer 1 slides (window 5 <
+        # prompt + generated); no attention biases whatever attention_bias says; Llama 3 RoPE.
+        return CwmForCausalLM, CwmConfig(
+            **common,
+            rms_norm_eps=1e-5,
+            sliding_window=5,
+            mlp_bias=True,
+            tie_word_embeddings=False,
+            rope_parameters={
+                "rope_type": "llama3",
+                "rope_theta": 1000000.0,
+                "factor": 4.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 32,
+            },
+        )
+    if kind == "vaultgemma":
+        # Gemma 2's fixture without the block-output norms: layer 0 slides (window 5 < prompt +
+        # generated), layer 1 is global; softcaps small enough to bend scores and logits.
+        return VaultGemmaForCausalLM, VaultGemmaConfig(
+            **common,
+            rms_norm_eps=1e-6,
+            hidden_activation="gelu_pytorch_tanh",
+            query_pre_attn_scalar=24,
+            sliding_window=5,
+            attn_logit_softcapping=3.0,
+            final_logit_softcapping=2.0,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
+    if kind == "ministral3":
+        # Queries scaled by 1 + beta * log(1 + floor(pos / 8)): the temperature steps every 8
+        # positions over the prompt and generation; YaRN over the same original context.
+        return Ministral3ForCausalLM, Ministral3Config(
+            **common,
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=False,
+            rope_parameters={
+                "rope_type": "yarn",
+                "rope_theta": 1000000.0,
+                "factor": 4.0,
+                "original_max_position_embeddings": 8,
+                "beta_fast": 32.0,
+                "beta_slow": 1.0,
+                "mscale": 1.0,
+                "mscale_all_dim": 1.0,
+                "llama_4_scaling_beta": 0.5,
+            },
+        )
+    if kind == "granite_swa":
+        # 3 layers in GraniteSWAConfig's pattern (full, sliding, sliding; window 5); a RoPE base
+        # per layer, the middle one none (NoPE); per-head sinks; Granite's multipliers;
+        # q/k/v/o biases; MLPs of width 64 (3 layers, yet a small fixture).
+        return GraniteSWAForCausalLM, GraniteSWAConfig(
+            **dict(common, num_hidden_layers=3, intermediate_size=64),
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=False,
+            attention_bias=True,
+            sliding_window=5,
+            layer_rope_theta=[10000.0, 0, 500000.0],
+            embedding_multiplier=3.0,
+            residual_multiplier=0.5,
+            attention_multiplier=0.125,
+            logits_scaling=2.0,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
+    if kind == "granitemoeshared":
+        # The granitemoe fixture plus a shared SwiGLU expert of width 16.
+        return GraniteMoeSharedForCausalLM, GraniteMoeSharedConfig(
+            **dict(common, intermediate_size=32),
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=True,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            shared_intermediate_size=16,
+            embedding_multiplier=3.0,
+            residual_multiplier=0.5,
+            attention_multiplier=0.125,
+            logits_scaling=2.0,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
+    if kind == "granitemoe_swa":
+        # Layer 0 full without RoPE (layer_rope_theta 0), layer 1 sliding (window 5) with it;
+        # sinks; 4 experts of width 32, top-2, and a shared expert of width 16.
+        return GraniteMoeSWAForCausalLM, GraniteMoeSWAConfig(
+            **dict(common, intermediate_size=32),
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=False,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            shared_intermediate_size=16,
+            sliding_window=5,
+            layer_rope_theta=[0, 10000.0],
+            embedding_multiplier=3.0,
+            residual_multiplier=0.5,
+            attention_multiplier=0.125,
+            logits_scaling=2.0,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
+    if kind == "flex_olmo":
+        # OLMoE's 4 experts of width 32, top-2 without renormalisation, in post-norm layers.
+        return FlexOlmoForCausalLM, FlexOlmoConfig(
+            **dict(common, intermediate_size=32),
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=False,
+            num_experts=4,
+            num_experts_per_tok=2,
+            norm_topk_prob=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+        )
+    if kind == "jais2":
+        # LayerNorm with bias, ungated squared-ReLU MLP, biases on q/k/v/o and the MLP.
+        return Jais2ForCausalLM, Jais2Config(
+            **common,
+            layer_norm_eps=1e-5,
+            attention_bias=True,
+            mlp_bias=True,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
+    if kind == "nanochat":
+        # Weightless RMSNorms (one before the layers), RoPE of the opposite sign, q/k norms after
+        # RoPE, squared-ReLU fc1/fc2 MLP, logits capped at 3.
+        dims = {k: v for k, v in common.items() if k != "head_dim"}
+        return NanoChatForCausalLM, NanoChatConfig(
+            **dims,
+            rms_norm_eps=1e-6,
+            final_logit_softcapping=3.0,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
+    if kind == "bitnet":
+        # Sub-norms before o_proj and down_proj, gated squared-ReLU MLP; q/k/v/o biases.
+        return BitNetForCausalLM, BitNetConfig(
+            **common,
+            rms_norm_eps=1e-5,
+            attention_bias=True,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+        )
+    if kind == "iquestcoder":
+        # Built by transformers as Llama; q/k/v/o and MLP biases.
+        return LlamaForCausalLM, IQuestCoderConfig(
+            **common,
+            rms_norm_eps=1e-5,
+            attention_bias=True,
+            mlp_bias=True,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
+    if kind == "hyperclovax":
+        # Granite's multipliers with the logits multiplied, norms on the block outputs.
+        return HyperCLOVAXForCausalLM, HyperCLOVAXConfig(
+            **common,
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=False,
+            use_post_norm=True,
+            embedding_multiplier=3.0,
+            residual_multiplier=0.5,
+            attention_multiplier=0.2,
+            logits_scaling=0.5,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
+    if kind == "mellum":
+        # Layer 0 slides (window 5) with its own RoPE and a dense MLP, layer 1 is full with 4
+        # experts of width 32, top-2 renormalised; per-head q/k norms.
+        return MellumForCausalLM, MellumConfig(
+            **common,
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=False,
+            sliding_window=5,
+            layer_types=["sliding_attention", "full_attention"],
+            mlp_layer_types=["dense", "sparse"],
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            norm_topk_prob=True,
+            rope_parameters={
+                "full_attention": {"rope_type": "default", "rope_theta": 500000.0},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+            },
+        )
     if kind == "nemotron":
         # LayerNorm1P (scale 1 + w), RoPE on half of each head, relu2 MLP without a gate.
         return NemotronForCausalLM, NemotronConfig(
@@ -660,6 +1020,18 @@ def make_config(kind: str, vocab: int, ids: dict):
             mlp_bias=False,
             tie_word_embeddings=False,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+        )
+    if kind == "persimmon":
+        # Fused head-interleaved query_key_value, per-head q/k LayerNorm with bias, RoPE (theta
+        # 25000, persimmon-8b's) on half of each head, relu2 MLP, biases everywhere, untied;
+        # saved in the v4 spelling (rope_theta, partial_rotary_factor at the top level).
+        return PersimmonForCausalLM, PersimmonConfig(
+            **{k: v for k, v in common.items() if k not in ("head_dim", "num_key_value_heads")},
+            layer_norm_eps=1e-5,
+            hidden_act="relu2",
+            qk_layernorm=True,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 25000.0, "partial_rotary_factor": 0.5},
         )
     if kind == "cohere":
         # Parallel blocks off one LayerNorm without bias, interleaved RoPE over whole heads,
@@ -695,6 +1067,51 @@ def make_config(kind: str, vocab: int, ids: dict):
             use_bias=True,
             tie_word_embeddings=True,
             rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+        )
+    if kind == "ernie4_5_moe":
+        # ERNIE 4.5's decoder (interleaved RoPE, use_bias) with a dense layer 0 and a MoE layer
+        # 1 (moe_layer_start_index 1): 4 SwiGLU experts, top-2 picked on the softmax scores plus
+        # the (perturbed) score-correction bias, renormalised, and a shared expert with biases.
+        return Ernie4_5_MoeForCausalLM, Ernie4_5_MoeConfig(
+            **common,
+            rms_norm_eps=1e-5,
+            use_bias=True,
+            tie_word_embeddings=True,
+            rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+            moe_num_experts=4,
+            moe_k=2,
+            moe_intermediate_size=32,
+            moe_num_shared_experts=1,
+            moe_layer_start_index=1,
+            moe_layer_end_index=-1,
+            moe_layer_interval=1,
+        )
+    if kind == "minimax_m2":
+        # Full-width q/k RMSNorm, RoPE on half of each head (rotary_dim 8 of head_dim 16, as the
+        # released checkpoints spell it), 4 SwiGLU experts in every layer, top-2 picked on the
+        # sigmoid scores plus the score-correction bias (a buffer: perturbed below), renormalised;
+        # experts 32 wide (intermediate_size), so that the fixture stays small.
+        return MiniMaxM2ForCausalLM, MiniMaxM2Config(
+            **dict(common, intermediate_size=32),
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=False,
+            rotary_dim=8,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+            num_local_experts=4,
+            num_experts_per_tok=2,
+        )
+    if kind == "hunyuan_v1_moe":
+        # Per-head q/k RMSNorm after RoPE, q/k/v/o biases, 4 SwiGLU experts (32 wide) in every
+        # layer routed softmax -> top-k -> renormalised with a top-k per layer (2, then 1), and
+        # the shared expert.
+        return HunYuanMoEV1ForCausalLM, HunYuanMoEV1Config(
+            **dict(common, intermediate_size=32),
+            rms_norm_eps=1e-5,
+            attention_bias=True,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+            num_experts=4,
+            moe_topk=[2, 1],
         )
     if kind == "apertus":
         # Per-head q/k norms, ungated xIELU MLP (its alpha_p/alpha_n perturbed as weights, its
@@ -932,7 +1349,79 @@ def make_config(kind: str, vocab: int, ids: dict):
                 "original_max_position_embeddings": 16,
             },
         )
+    if kind in BERT_LM:
+        cls_name, cfg_name, extra = BERT_LM[kind]
+        dims = {k: v for k, v in common.items() if k not in ("head_dim", "num_key_value_heads")}
+        return getattr(transformers, cls_name), getattr(transformers, cfg_name)(**dims, is_decoder=True, **extra)
+    if kind in BART_LM:
+        cls_name, cfg_name, extra = BART_LM[kind]
+        dims = dict(
+            d_model=DIMS["hidden_size"], decoder_layers=DIMS["num_hidden_layers"],
+            decoder_attention_heads=DIMS["num_attention_heads"], decoder_ffn_dim=DIMS["intermediate_size"],
+            encoder_layers=DIMS["num_hidden_layers"], encoder_attention_heads=DIMS["num_attention_heads"],
+            encoder_ffn_dim=DIMS["intermediate_size"], max_position_embeddings=DIMS["max_position_embeddings"],
+        )
+        # forced_eos_token_id (2 in BartConfig) would make generate end on EOS at max_length.
+        cfg = getattr(transformers, cfg_name)(vocab_size=vocab, **ids, **dims, forced_eos_token_id=None, **extra)
+        return getattr(transformers, cls_name), cfg
     raise ValueError(kind)
+
+
+# The decoders of BART-style seq2seq models alone (mobius's bart_lm family): name -> (model
+# class, config class, config fields); *ForCausalLM saves is_decoder true.
+BART_LM = {
+    "bart": ("BartForCausalLM", "BartConfig", dict(scale_embedding=False)),
+    "mbart": ("MBartForCausalLM", "MBartConfig", dict(scale_embedding=True)),
+    "plbart": ("PLBartForCausalLM", "PLBartConfig", dict(scale_embedding=True, activation_function="gelu_new",
+                                                         tie_word_embeddings=False)),
+    "mvp": ("MvpForCausalLM", "MvpConfig", dict(scale_embedding=False)),
+    "blenderbot": ("BlenderbotForCausalLM", "BlenderbotConfig", dict(scale_embedding=True)),
+    "blenderbot-small": ("BlenderbotSmallForCausalLM", "BlenderbotSmallConfig", dict(scale_embedding=False)),
+}
+
+
+# Causal LMs of encoder architectures (mobius's bert_lm family): name -> (model class, config
+# class, config fields). is_decoder is set for all; each covers one model type's layout (weight
+# names, norms, positions, head), and between them the variants: tied and untied heads,
+# token types of 1 and 2 rows, exact and tanh GELU.
+BERT_LM = {
+    "bert-causal": ("BertLMHeadModel", "BertConfig", dict(type_vocab_size=2, layer_norm_eps=1e-12)),
+    "roberta-causal": ("RobertaForCausalLM", "RobertaConfig", dict(type_vocab_size=1, layer_norm_eps=1e-5)),
+    "camembert": ("CamembertForCausalLM", "CamembertConfig", dict(type_vocab_size=1, layer_norm_eps=1e-5)),
+    "xlm-roberta": ("XLMRobertaForCausalLM", "XLMRobertaConfig",
+                    dict(type_vocab_size=1, layer_norm_eps=1e-5, hidden_act="gelu_new")),
+    "data2vec-text": ("Data2VecTextForCausalLM", "Data2VecTextConfig", dict(type_vocab_size=2, layer_norm_eps=1e-5)),
+    "roberta-prelayernorm": ("RobertaPreLayerNormForCausalLM", "RobertaPreLayerNormConfig",
+                             dict(type_vocab_size=1, layer_norm_eps=1e-5)),
+    "xlm-roberta-xl": ("XLMRobertaXLForCausalLM", "XLMRobertaXLConfig", dict(type_vocab_size=1, layer_norm_eps=1e-5)),
+    "ernie": ("ErnieForCausalLM", "ErnieConfig", dict(use_task_id=True, task_type_vocab_size=3)),
+    "megatron-bert": ("MegatronBertForCausalLM", "MegatronBertConfig", dict(layer_norm_eps=1e-12)),
+    "electra": ("ElectraForCausalLM", "ElectraConfig", dict(embedding_size=32)),
+    "rembert": ("RemBertForCausalLM", "RemBertConfig",
+                dict(input_embedding_size=32, output_embedding_size=48, tie_word_embeddings=False)),
+    "bert-generation": ("BertGenerationDecoder", "BertGenerationConfig", dict(tie_word_embeddings=False)),
+}
+
+
+def perturb_bert_lm(model, seed: int) -> None:
+    """perturb() for the encoder-architecture causal LMs: LayerNorm weights near 1 (their names
+    are `LayerNorm`, `layer_norm`, `ln`), biases and embeddings small."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            r = torch.randn(p.shape, generator=g, dtype=torch.float32)
+            norm = any(k in name for k in ("LayerNorm.", "layer_norm", ".ln.", "self_attn_layer_norm")) \
+                or name.startswith("ln.")
+            if norm and name.endswith(".weight"):
+                v = 1.0 + 0.2 * r
+            elif name.endswith("bias"):
+                v = 0.1 * r
+            elif "embeddings" in name or "decoder.weight" in name or "lm_head.weight" in name:
+                # logits of a few units: f16 builds stay well inside 2e-2
+                v = 0.1 * r
+            else:
+                v = 0.15 * r
+            p.copy_(v)
 
 
 # The vision tower of the image-text fixtures: as small as transformers builds one (mobius
@@ -962,7 +1451,7 @@ def perturb(model, seed: int) -> None:
     g = torch.Generator().manual_seed(seed)
     # Gemma's RMSNorm and Nemotron's LayerNorm1P scale by (1 + weight): keep their effective
     # gain near 1 as well.
-    norm_offset = 0.0 if model.config.model_type.startswith(("gemma", "nemotron")) else 1.0
+    norm_offset = 0.0 if model.config.model_type.startswith(("gemma", "vaultgemma", "nemotron")) else 1.0
     with torch.no_grad():
         for name, p in model.named_parameters():
             r = torch.randn(p.shape, generator=g, dtype=torch.float32)
@@ -974,6 +1463,7 @@ def perturb(model, seed: int) -> None:
             elif (
                 "embed_tokens" in name or "embed_in" in name or "lm_head" in name or ".wte." in name or ".wpe." in name
                 or "tokens_embed" in name or "positions_embed" in name or "embed_positions" in name
+                or "word_embeddings." in name
             ):
                 # logits of a few units: not flat, yet small enough that f16
                 # rounding (ulp 2^-8 at 4) keeps f16 builds well inside 2e-2.
@@ -986,6 +1476,10 @@ def perturb(model, seed: int) -> None:
         for name, buf in model.named_buffers():
             if name.endswith("act_fn.beta"):
                 buf.copy_(0.5 + 0.1 * torch.randn(buf.shape, generator=g, dtype=torch.float32))
+            # MiniMax-M2's score-correction bias is a buffer of zeros: a build that ignores it
+            # must fail.
+            if name.endswith("e_score_correction_bias"):
+                buf.copy_(0.15 * torch.randn(buf.shape, generator=g, dtype=torch.float32))
 
 
 @torch.no_grad()
@@ -1083,6 +1577,44 @@ def rewrite_config_v4(path: Path) -> None:
 # types transformers maps onto another one's classes (gpt-sw3 is GPT-2).
 RENAMED_TYPES = {"gpt-sw3": "gpt-sw3"}
 
+# EXAONE 3's hub checkpoints: its config names for three Llama fields and GPT-2-like module
+# names (transformers renames both on loading).
+EXAONE_CONFIG_NAMES = {
+    "num_hidden_layers": "num_layers",
+    "rms_norm_eps": "layer_norm_epsilon",
+    "hidden_act": "activation_function",
+}
+EXAONE_MODULE_NAMES = [
+    ("model.embed_tokens.", "transformer.wte."),
+    ("model.layers.", "transformer.h."),
+    ("model.norm.", "transformer.ln_f."),
+    (".self_attn.o_proj.", ".attn.attention.out_proj."),
+    (".self_attn.", ".attn.attention."),
+    (".input_layernorm.", ".ln_1."),
+    (".post_attention_layernorm.", ".ln_2."),
+    (".mlp.gate_proj.", ".mlp.c_fc_0."),
+    (".mlp.up_proj.", ".mlp.c_fc_1."),
+    (".mlp.down_proj.", ".mlp.c_proj."),
+]
+
+
+def exaone_hub_spelling(d: Path) -> None:
+    """Rewrite an `exaone` fixture's config.json and model.safetensors in the hub's names."""
+    from safetensors.torch import load_file, save_file
+
+    cfg = json.loads((d / "config.json").read_text())
+    cfg = {EXAONE_CONFIG_NAMES.get(k, k): v for k, v in cfg.items()}
+    (d / "config.json").write_text(json.dumps(dict(sorted(cfg.items())), indent=2) + "\n")
+    path = d / "model.safetensors"
+    out = {}
+    for k, v in load_file(path).items():
+        for new, old in EXAONE_MODULE_NAMES:
+            k = k.replace(new, old) if new.startswith(".") or k.startswith(new) else k
+        out[k] = v
+    assert any(k.startswith("transformer.h.0.attn.attention.q_proj") for k in out), list(out)
+    save_file(out, path, metadata={"format": "pt"})
+
+
 FIXTURES = {
     # name: (seed, stored dtype, config spelling, max_shard_size)
     "llama": (1000, "f32", "v5", None),
@@ -1134,11 +1666,40 @@ FIXTURES = {
     "cohere2": (4960, "f32", "v5", None),
     "ernie4_5": (4970, "f32", "v4", None),
     "apertus": (4980, "f32", "v5", None),
+    "arcee": (6100, "f32", "v5", None),
+    "seed_oss": (6200, "f32", "v4", None),
+    "internlm3": (6300, "f32", "v5", None),
+    "exaone": (6400, "f32", "v4", None),
+    "hunyuan_v1_dense": (6500, "f32", "v5", None),
+    "cwm": (6600, "f32", "v5", None),
+    "vaultgemma": (6700, "f32", "v5", None),
+    "ministral3": (6800, "f32", "v5", None),
+    "granite_swa": (6900, "f32", "v5", None),
+    "granitemoeshared": (7200, "f32", "v5", None),
+    "granitemoe_swa": (7300, "f32", "v5", None),
+    "flex_olmo": (7400, "f32", "v5", None),
+    "jais2": (7500, "f32", "v4", None),
+    "nanochat": (7600, "f32", "v5", None),
+    "bitnet": (7700, "f32", "v5", None),
+    "iquestcoder": (7800, "f32", "v4", None),
+    "hyperclovax": (7900, "f32", "v5", None),
+    "mellum": (8100, "f32", "v5", None),
     "olmoe": (5100, "f32", "v5", None),
     "granitemoe": (5200, "f32", "v5", None),
     "phimoe": (5300, "f32", "v5", None),
     "gpt_oss": (5300, "f32", "v5", None),
     "llama-dynamic": (5400, "f32", "v5", None),
+    "bloom": (5500, "f32", "v5", None),
+    "mpt": (5600, "f32", "v5", None),
+    "falcon": (5700, "f32", "v5", None),
+    "falcon-alibi": (5800, "f32", "v5", None),
+    "falcon-mq": (5900, "f32", "v5", None),
+    "persimmon": (6000, "f32", "v4", None),
+    "ernie4_5_moe": (6100, "f32", "v5", None),
+    "minimax_m2": (6200, "f32", "v5", None),
+    "hunyuan_v1_moe": (6300, "f32", "v5", None),
+    **{name: (5500 + 10 * i, "f32", "v5", None) for i, name in enumerate(BERT_LM)},
+    **{name: (5700 + 10 * i, "f32", "v5", None) for i, name in enumerate(BART_LM)},
 }
 
 
@@ -1155,7 +1716,7 @@ def make_fixture(name: str, out_root: Path, tok: PreTrainedTokenizerFast) -> Non
         torch.manual_seed(seed)
         model = cls._from_config(cfg, attn_implementation="eager", dtype=torch.float32)
         model.eval()
-        perturb(model, seed)
+        (perturb_bert_lm if name in BERT_LM else perturb)(model, seed)
         if dtype == "bf16":
             # Round the weights to bf16 (what gets stored), keep computing in f32.
             # Only parameters: buffers such as the rotary inv_freq stay f32.
@@ -1181,6 +1742,11 @@ def make_fixture(name: str, out_root: Path, tok: PreTrainedTokenizerFast) -> Non
     # Cross-check against transformers' own generate (KV cache path).
     if name in CACHED_GREEDY:
         fresh_rope(model)
+    extra = {}
+    if hasattr(getattr(model.base_model, "embeddings", None), "create_position_ids_from_input_ids"):
+        # RoBERTa-style positions: a forward without position_ids numbers them after the padding
+        # token, generate (which passes its own, from 0) would not; give it the forward's.
+        extra["position_ids"] = torch.arange(len(input_ids))[None] + ids["pad_token_id"] + 1
     gen = model.generate(
         torch.tensor([input_ids]),
         attention_mask=torch.ones(1, len(input_ids), dtype=torch.long),
@@ -1188,6 +1754,7 @@ def make_fixture(name: str, out_root: Path, tok: PreTrainedTokenizerFast) -> Non
         max_new_tokens=N_NEW,
         min_new_tokens=N_NEW,
         pad_token_id=ids["pad_token_id"],
+        **extra,
     )[0, len(input_ids):].tolist()
     assert gen == greedy, (name, gen, greedy)
     if name in TEXT_MODELS:
@@ -1218,8 +1785,13 @@ def make_fixture(name: str, out_root: Path, tok: PreTrainedTokenizerFast) -> Non
         assert torch.equal(again, logits), (name, float((again - logits).abs().max()))
     if spelling == "v4":
         rewrite_config_v4(d / "config.json")
+        if name == "exaone":
+            exaone_hub_spelling(d)
         # transformers reads the rewritten config back into the same model.
-        reloaded = cls.from_pretrained(d, attn_implementation="eager", dtype=torch.float32).eval()
+        # (EXAONE through the Auto class: its config class and renamed modules are keyed by
+        # model_type.)
+        loader = transformers.AutoModelForCausalLM if name == "exaone" else cls
+        reloaded = loader.from_pretrained(d, attn_implementation="eager", dtype=torch.float32).eval()
         with torch.no_grad():
             again = reloaded(torch.tensor([input_ids])).logits[0].float()
         assert torch.equal(again, logits), (name, float((again - logits).abs().max()))

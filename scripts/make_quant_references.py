@@ -137,8 +137,9 @@ def quantized_model(path: Path, bits: int, block: int, symmetric: bool, embeddin
 
 @torch.no_grad()
 def greedy(model, input_ids: list[int]):
-    # Families with learned or sinusoidal positions have no rope_parameters.
-    if (getattr(model.config, "rope_parameters", None) or {}).get("rope_type") == "dynamic":
+    # Families with learned or sinusoidal positions, and ALiBi models, have no rope_parameters.
+    rope = getattr(model.config, "rope_parameters", None) or {}
+    if rope.get("rope_type") == "dynamic":
         return cached_greedy(model, input_ids)
     ids = torch.tensor([input_ids])
     prompt_logits = model(ids).logits[0].float()

@@ -260,9 +260,13 @@ enum ListWhat {
     /// The model families mobius builds: the Hugging Face `model_type`s each answers to and
     /// the onnxruntime-genai `model.type` of each.
     Models {
-        /// Print the Markdown table of the README instead.
+        /// Print the Markdown table of docs/families.md instead (family, model types, what sets
+        /// it apart).
         #[arg(long)]
         markdown: bool,
+        /// With --markdown: the README's short list instead (each family with its model types).
+        #[arg(long, requires = "markdown")]
+        short: bool,
     },
 }
 
@@ -709,8 +713,10 @@ fn run_list(what: ListWhat) -> mobius::Result<()> {
                 emit(Stream::Stdout, &ep_table(&eps));
             }
         }
-        ListWhat::Models { markdown } => {
-            if markdown {
+        ListWhat::Models { markdown, short } => {
+            if short {
+                emit(Stream::Stdout, &registry::markdown_short_list());
+            } else if markdown {
                 emit(Stream::Stdout, &registry::markdown_table());
             } else {
                 emit(Stream::Stdout, &registry::text_table());

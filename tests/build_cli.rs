@@ -461,3 +461,32 @@ fn verify_rewrites_checks_every_rewrite_on_a_real_build() {
         .stderr(contains("--verify-rewrites"));
     assert!(!out.exists());
 }
+
+/// ALiBi (bloom): where the EP runs GroupQueryAttention, the attention stays opset-24 Attention
+/// with the bias as its float mask, and the build says why instead of warning of a missed
+/// fusion; the graph reads no position_ids (ALiBi counts positions from attention_mask).
+#[test]
+fn alibi_attention_stays_attention_and_says_why() {
+    let t = tempfile::tempdir().unwrap();
+    for (ep, dtype, gqa_ep) in [("cpu", "f32", true), ("onnx-standard", "f32", false)] {
+        let out = t.path().join(ep);
+        let stderr = build(&fixture("bloom"), &out, &["--ep", ep, "--dtype", dtype]);
+        let said = stderr.contains("ALiBi: 2 Attention nodes add the ALiBi bias");
+        assert_eq!(said, gqa_ep, "--ep {ep}: {stderr}");
+        assert!(
+            !stderr.contains("GQA fusion expected"),
+            "--ep {ep}: {stderr}"
+        );
+        let m = load(&out);
+        let counts = m.graph.op_counts();
+        assert_eq!(counts.get("Attention"), Some(&2), "--ep {ep}: {counts:?}");
+        assert_eq!(counts.get("com.microsoft::GroupQueryAttention"), None);
+        let masks: Vec<&str> = (m.graph.nodes.iter())
+            .filter(|n| n.op_type == "Attention")
+            .map(|n| n.inputs[3].as_str())
+            .collect();
+        assert_eq!(masks, ["alibi_bias", "alibi_bias"], "--ep {ep}");
+        let inputs: Vec<&str> = m.graph.inputs.iter().map(|v| v.name.as_str()).collect();
+        assert!(!inputs.contains(&"position_ids"), "{inputs:?}");
+    }
+}

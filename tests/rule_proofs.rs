@@ -845,6 +845,20 @@ fn attention_block_with(
     window: Option<usize>,
     softcap: f32,
 ) -> Graph {
+    let shape = (batch, seq, past, heads, kv_heads);
+    attention_block_masked(shape, rope, window, softcap, false)
+}
+
+/// [`attention_block_with`] of `(batch, seq, past, heads, kv_heads)`, its mask (f32) carrying
+/// the ALiBi bias of `heads` heads when `alibi` is set
+/// ([`mobius::models::components::alibi_bias`]).
+fn attention_block_masked(
+    (batch, seq, past, heads, kv_heads): (usize, usize, usize, usize, usize),
+    rope: Option<bool>,
+    window: Option<usize>,
+    softcap: f32,
+    alibi: bool,
+) -> Graph {
     let d = 16usize;
     let max_pos = 32usize;
     let mut b = GraphBuilder::new("g");
@@ -908,6 +922,17 @@ fn attention_block_with(
     let mut padding = mobius::models::components::padding_mask(&mut b, &ids, &mask);
     if let Some(w) = window {
         padding = mobius::models::components::sliding_window_mask(&mut b, &padding, &ids, &mask, w);
+    }
+    if alibi {
+        let slopes = mobius::models::components::alibi_slopes(heads);
+        padding = mobius::models::components::alibi_bias(
+            &mut b,
+            &padding,
+            &mask,
+            &slopes,
+            DType::F32,
+            "",
+        );
     }
     b.node(
         "",
@@ -1656,6 +1681,46 @@ fn gqa_rules_decline_a_mask_cast_to_float() {
             None,
             "{name}: {counts:?}"
         );
+    }
+}
+
+/// GroupQueryAttention takes no additive bias: an Attention whose mask carries the ALiBi bias
+/// ([`mobius::models::components::alibi_bias`] of the padding mask, alone or restricted to a
+/// sliding window) is not the padding mask, and neither GQA rule may take it; it stays
+/// `Attention`. Each rule runs where it extracts GroupQueryAttention (checked on the same
+/// block without the bias first, so the refusal is the rule's, not the cost model's).
+#[test]
+fn gqa_rules_decline_an_alibi_bias() {
+    for (name, rope) in [
+        ("rotary-attention-to-gqa", Some(false)),
+        ("attention-to-gqa", None),
+    ] {
+        for window in [None, Some(2)] {
+            let block = |alibi| attention_block_masked((1, 2, 1, 2, 1), rope, window, 0.0, alibi);
+            let optimized = |g: Graph| {
+                let (out, _) = optimize_with_rules(
+                    &model(g),
+                    &get_ep("cpu").unwrap(),
+                    &options_for(DType::F32, None),
+                    &[rule(name)],
+                )
+                .unwrap();
+                out.graph.op_counts()
+            };
+            let fused = optimized(block(false));
+            assert_eq!(
+                fused.get("com.microsoft::GroupQueryAttention"),
+                Some(&1),
+                "{name} {window:?}: {fused:?}"
+            );
+            let counts = optimized(block(true));
+            assert_eq!(counts.get("Attention"), Some(&1), "{name}: {counts:?}");
+            assert_eq!(
+                counts.get("com.microsoft::GroupQueryAttention"),
+                None,
+                "{name} {window:?}: {counts:?}"
+            );
+        }
     }
 }
 

@@ -93,6 +93,38 @@ pub struct HfConfig {
     pub n_head: Option<i64>,
     /// GPT-2: `n_positions` (rows of the learned position table).
     pub n_positions: Option<i64>,
+    /// BLOOM: `n_embed` (the old spelling of `hidden_size`).
+    pub n_embed: Option<i64>,
+    /// BLOOM: `apply_residual_connection_post_layernorm` (the normed input as the residual).
+    pub apply_residual_connection_post_layernorm: Option<bool>,
+    /// Falcon: `num_kv_heads` (key/value heads of the new decoder architecture).
+    pub num_kv_heads: Option<i64>,
+    /// Falcon: `new_decoder_architecture`.
+    pub new_decoder_architecture: Option<bool>,
+    /// Falcon, GPT-BigCode: `multi_query` (one key/value head; GPT-BigCode's default true).
+    pub multi_query: Option<bool>,
+    /// Falcon: `parallel_attn` (attention and MLP read the same input).
+    pub parallel_attn: Option<bool>,
+    /// Falcon: `num_ln_in_parallel_attn` (1 or 2 norms in a parallel block).
+    pub num_ln_in_parallel_attn: Option<i64>,
+    /// Falcon: `bias` (biases on every projection); InternLM3: its name for `mlp_bias`.
+    pub bias: Option<bool>,
+    /// Falcon: `alibi` (ALiBi instead of RoPE).
+    pub alibi: Option<bool>,
+    /// Falcon: `ffn_hidden_size` (null → 4 · hidden_size).
+    pub ffn_hidden_size: Option<i64>,
+    /// Falcon: `activation` (the MLP activation).
+    pub activation: Option<String>,
+    /// MPT, XGLM, the BART family: `d_model` (the hidden size).
+    pub d_model: Option<i64>,
+    /// MPT: `n_heads`.
+    pub n_heads: Option<i64>,
+    /// MPT: `n_layers`.
+    pub n_layers: Option<i64>,
+    /// MPT: `max_seq_len`.
+    pub max_seq_len: Option<i64>,
+    /// MPT: `attn_config` (a dict: `softmax_scale`, `clip_qkv`, …).
+    pub attn_config: Option<Value>,
     /// GPT-2: `n_inner` (null → 4 · n_embd).
     pub n_inner: Option<i64>,
     /// GPT-2: `layer_norm_epsilon`.
@@ -101,9 +133,7 @@ pub struct HfConfig {
     pub activation_function: Option<String>,
     /// GPT-2: `scale_attn_weights` (false: attention scores are not scaled).
     pub scale_attn_weights: Option<bool>,
-    /// GPT-BigCode: `multi_query` (one key/value head; default true).
-    pub multi_query: Option<bool>,
-    /// GPT-J, CodeGen: `rotary_dim` (the rotated channels of each head): `Some(None)` when
+    /// GPT-J, CodeGen, MiniMax-M2: `rotary_dim` (the rotated channels of each head): `Some(None)` when
     /// written as `null`, `None` when absent (the default, 64).
     #[serde(default, deserialize_with = "nullable")]
     pub rotary_dim: Option<Option<i64>>,
@@ -127,13 +157,11 @@ pub struct HfConfig {
     pub attention_types: Option<Value>,
     /// GPT-Neo: `window_size` (the local layers' window).
     pub window_size: Option<i64>,
-    /// XGLM, BioGPT: `scale_embedding` (token embeddings times √d_model).
+    /// XGLM, BioGPT, the BART family: `scale_embedding` (token embeddings times √d_model).
     pub scale_embedding: Option<bool>,
-    /// XGLM: `d_model`.
-    pub d_model: Option<i64>,
     /// XGLM: `attention_heads`.
     pub attention_heads: Option<i64>,
-    /// XGLM, GPT-Neo: `num_layers`.
+    /// XGLM, GPT-Neo, EXAONE 3: `num_layers` (their name for `num_hidden_layers`).
     pub num_layers: Option<i64>,
     /// GPT-Neo: `num_heads`.
     pub num_heads: Option<i64>,
@@ -155,6 +183,22 @@ pub struct HfConfig {
     pub position_embedding_type: Option<String>,
     /// `is_decoder` (BERT family: true makes the encoder a causal decoder).
     pub is_decoder: Option<bool>,
+    /// `embedding_size` (ELECTRA: width of the embeddings, projected to `hidden_size`).
+    pub embedding_size: Option<i64>,
+    /// `input_embedding_size` (RemBERT: width of the input embeddings).
+    pub input_embedding_size: Option<i64>,
+    /// `output_embedding_size` (RemBERT: width of the LM head's transform).
+    pub output_embedding_size: Option<i64>,
+    /// `use_task_id` (ERNIE: a task-type embedding is added).
+    pub use_task_id: Option<bool>,
+    /// `task_type_vocab_size` (ERNIE: rows of the task-type embedding).
+    pub task_type_vocab_size: Option<i64>,
+    /// `decoder_layers` (BART family).
+    pub decoder_layers: Option<i64>,
+    /// `decoder_attention_heads` (BART family).
+    pub decoder_attention_heads: Option<i64>,
+    /// `decoder_ffn_dim` (BART family: the MLP width).
+    pub decoder_ffn_dim: Option<i64>,
     /// `embedding_multiplier` (Granite: scales the token embeddings).
     pub embedding_multiplier: Option<f64>,
     /// `residual_multiplier` (Granite: scales each block output before the residual add).
@@ -189,6 +233,22 @@ pub struct HfConfig {
     pub decoder_sparse_step: Option<i64>,
     /// `mlp_only_layers` (Qwen2/3-MoE: layers with a dense MLP instead of experts).
     pub mlp_only_layers: Option<Vec<i64>>,
+    /// `moe_topk` (Hunyuan MoE: experts each token is routed to, one count or one per layer).
+    pub moe_topk: Option<Value>,
+    /// `moe_num_experts` (ERNIE 4.5 MoE: experts per MoE layer).
+    pub moe_num_experts: Option<i64>,
+    /// `moe_k` (ERNIE 4.5 MoE: experts each token is routed to).
+    pub moe_k: Option<i64>,
+    /// `moe_num_shared_experts` (ERNIE 4.5 MoE: the shared expert is this many experts wide).
+    pub moe_num_shared_experts: Option<i64>,
+    /// `moe_layer_start_index` (ERNIE 4.5 MoE: the first layer that may be a MoE layer).
+    pub moe_layer_start_index: Option<i64>,
+    /// `moe_layer_end_index` (ERNIE 4.5 MoE: the last such layer, -1 for the last layer).
+    pub moe_layer_end_index: Option<i64>,
+    /// `moe_layer_interval` (ERNIE 4.5 MoE: every n-th layer in that range is a MoE layer).
+    pub moe_layer_interval: Option<i64>,
+    /// `moe_norm_min` (ERNIE 4.5 MoE: the least divisor of the top-k renormalisation).
+    pub moe_norm_min: Option<f64>,
     /// `qkv_bias` (Qwen2-MoE: biases on q, k and v).
     pub qkv_bias: Option<bool>,
     /// `use_parallel_residual` (GPT-NeoX, StableLM: attention and MLP both read the layer
@@ -216,6 +276,17 @@ pub struct HfConfig {
     pub swiglu_alpha: Option<f64>,
     /// `swiglu_limit` (gpt-oss: the clamp of the experts' gate and up projections).
     pub swiglu_limit: Option<f64>,
+    /// `attention_out_bias` (Seed-OSS: a bias on o, apart from `attention_bias` on q, k, v).
+    pub attention_out_bias: Option<bool>,
+    /// `layer_rope_theta` (Granite SWA: the RoPE base of each layer, 0 for none).
+    pub layer_rope_theta: Option<Vec<f64>>,
+    /// `shared_intermediate_size` (Granite-MoE shared: the width of the shared expert, 0 for
+    /// none).
+    pub shared_intermediate_size: Option<i64>,
+    /// `use_post_norm` (HyperCLOVA X: an RMSNorm on each block's output).
+    pub use_post_norm: Option<bool>,
+    /// `mlp_layer_types` (Mellum: `dense` or `sparse` per layer).
+    pub mlp_layer_types: Option<Vec<String>>,
 }
 
 /// Deserializes a field that may be `null` as `Some(Value::Null)`, so that an explicit null

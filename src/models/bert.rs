@@ -10,14 +10,16 @@
 //!
 //! Initializer names are the checkpoint's without the model-class prefix (see
 //! [`checkpoint_name`]); linear weights are stored transposed as `….weight_t`. Fields a
-//! config.json omits take transformers' `BertConfig` / `RobertaConfig` class defaults.
+//! config.json omits take transformers' `BertConfig` / `RobertaConfig` class defaults. A config
+//! with `is_decoder` true is a causal LM: [`super::bert_lm`] reads and builds it.
 
+use super::bert_lm;
 use super::components::decoder_io::{BATCH, SEQ};
-use super::components::{layer_norm, layer_norm_into, linear, padding_mask};
+use super::components::{layer_norm, padding_mask, EncoderLayer, EncoderNorms, LayerNames};
 use super::family::FamilySpec;
 use crate::config::{
     first_token, parse_dtype, token_list, ArchConfig, CheckpointRenaming, FamilyKnobs, Fields,
-    HfConfig, Knobs, ModelType, Rope, RopeScaling, Sign,
+    Gelu, HfConfig, Knobs, ModelType, Rope, RopeScaling, Sign,
 };
 use crate::ir::{Attr, DType, Dim, Graph, GraphBuilder, Initializer, Shape, TensorSource};
 use crate::limits::config::{MAX_HEADS, MAX_LAYERS, MAX_POSITIONS, MAX_VOCAB, MAX_WIDTH};
@@ -29,7 +31,8 @@ use crate::Result;
 pub static FAMILY: FamilySpec = FamilySpec {
     name: "bert",
     summary: "encoders for feature extraction: bidirectional attention, post-norm LayerNorm \
-              layers, learned positions (RoBERTa: after the padding token)",
+              layers, learned positions (RoBERTa: after the padding token); `is_decoder` \
+              configs build the causal LM (bert_lm)",
     model_types: &[
         ModelType {
             name: "bert",
@@ -76,6 +79,9 @@ pub struct EncoderConfig {
 /// Normalises a `bert` config ([`Positions::Absolute`]); errors name the field and what was
 /// expected.
 fn read_bert(raw: &HfConfig, model_type: &'static ModelType, f: &Fields<'_>) -> Result<ArchConfig> {
+    if raw.is_decoder == Some(true) {
+        return bert_lm::read_bert(raw, model_type, f);
+    }
     read(raw, model_type, false, f)
 }
 
@@ -86,6 +92,9 @@ fn read_roberta(
     model_type: &'static ModelType,
     f: &Fields<'_>,
 ) -> Result<ArchConfig> {
+    if raw.is_decoder == Some(true) {
+        return bert_lm::read_roberta(raw, model_type, f);
+    }
     read(raw, model_type, true, f)
 }
 
@@ -126,12 +135,6 @@ fn read(
                 &format!("`{kind}` is not supported (expected \"absolute\")"),
             ));
         }
-    }
-    if raw.is_decoder == Some(true) {
-        return Err(f.err(
-            "is_decoder",
-            &format!("true is not supported: mobius builds {name} as an encoder"),
-        ));
     }
     let type_vocab_size = match raw.type_vocab_size {
         None => 2,
@@ -275,35 +278,29 @@ fn build(cfg: &ArchConfig, enc: &EncoderConfig, dtype: DType) -> Graph {
     for i in 0..cfg.num_hidden_layers {
         let p = format!("encoder.layer.{i}");
         b.set_scope(&p);
-        let lin = |b: &mut GraphBuilder, x: &str, name: &str, inp: usize, out: usize| {
-            linear(b, x, &format!("{p}.{name}"), inp, out, true, dtype)
+        let layer = EncoderLayer {
+            prefix: &p,
+            names: LayerNames::BERT,
+            hidden: h,
+            intermediate: cfg.intermediate_size,
+            eps,
+            gelu: Gelu::Exact,
+            norms: EncoderNorms::BERT,
+            dtype,
         };
-        let q = lin(&mut b, &x, "attention.self.query", h, h);
-        let k = lin(&mut b, &x, "attention.self.key", h, h);
-        let v = lin(&mut b, &x, "attention.self.value", h, h);
-        let y = b.op(
-            "Attention",
-            &[&q, &k, &v, &mask],
-            vec![
-                ("kv_num_heads", Attr::Int(cfg.num_attention_heads as i64)),
-                ("q_num_heads", Attr::Int(cfg.num_attention_heads as i64)),
-                ("scale", Attr::Float((cfg.head_dim as f32).powf(-0.5))),
-            ],
-        );
-        let o = lin(&mut b, &y, "attention.output.dense", h, h);
-        let sum = b.op("Add", &[&o, &x], vec![]);
-        let ln = format!("{p}.attention.output.LayerNorm");
-        x = layer_norm(&mut b, &sum, &ln, h, eps, dtype);
-        let up = lin(&mut b, &x, "intermediate.dense", h, cfg.intermediate_size);
-        let act = b.op("Gelu", &[&up], vec![]);
-        let down = lin(&mut b, &act, "output.dense", cfg.intermediate_size, h);
-        let sum = b.op("Add", &[&down, &x], vec![]);
-        let ln = format!("{p}.output.LayerNorm");
-        if i + 1 == cfg.num_hidden_layers {
-            layer_norm_into(&mut b, &sum, &ln, h, eps, dtype, "last_hidden_state");
-        } else {
-            x = layer_norm(&mut b, &sum, &ln, h, eps, dtype);
-        }
+        let attend = |b: &mut GraphBuilder, [q, k, v]: [&str; 3]| {
+            b.op(
+                "Attention",
+                &[q, k, v, &mask],
+                vec![
+                    ("kv_num_heads", Attr::Int(cfg.num_attention_heads as i64)),
+                    ("q_num_heads", Attr::Int(cfg.num_attention_heads as i64)),
+                    ("scale", Attr::Float((cfg.head_dim as f32).powf(-0.5))),
+                ],
+            )
+        };
+        let last = i + 1 == cfg.num_hidden_layers;
+        x = layer.build(&mut b, &x, attend, last.then_some("last_hidden_state"));
     }
     b.finish()
 }
@@ -457,6 +454,17 @@ mod tests {
     }
 
     #[test]
+    fn is_decoder_builds_the_causal_lm() {
+        for model_type in ["bert", "roberta"] {
+            let cfg = config(json!({"model_type": model_type, "is_decoder": true})).unwrap();
+            assert_eq!(cfg.role(), Role::Decoder, "{model_type}");
+            assert_eq!(cfg.model_type.genai_type, Some("decoder"), "{model_type}");
+            assert!(cfg.knobs::<EncoderConfig>().is_none());
+            assert!(cfg.knobs::<bert_lm::BertLmConfig>().is_some());
+        }
+    }
+
+    #[test]
     fn decoders_keep_the_decoder_role() {
         let cfg = config(json!({"model_type": "llama"})).unwrap();
         assert_eq!(cfg.role(), Role::Decoder);
@@ -476,7 +484,6 @@ mod tests {
                 "position_embedding_type",
                 "expected \"absolute\"",
             ),
-            (json!({"is_decoder": true}), "is_decoder", "as an encoder"),
             (json!({"type_vocab_size": 0}), "type_vocab_size", "positive"),
             (
                 json!({"num_hidden_layers": 100000}),

@@ -7,9 +7,9 @@ use std::collections::BTreeMap;
 use std::fmt::Debug;
 
 use super::components::{
-    decoder_io, gated_mlp, linear, padding_mask, per_head_norm, rope_tables, rotary_embedding,
-    sliding_window_mask, soft_capped_attention, AttentionSpec, DecoderDims, DecoderInputs,
-    GateActivation, Norm, NormKind, RopeTables,
+    alibi_bias, decoder_io, gated_mlp, linear, padding_mask, per_head_norm, rope_tables,
+    rotary_embedding, sliding_window_mask, soft_capped_attention, AttentionSpec, DecoderDims,
+    DecoderInputs, GateActivation, Norm, NormKind, RopeTables,
 };
 use crate::config::{ArchConfig, CheckpointRenaming, FamilyKnobs, Rope};
 use crate::ir::{Attr, DType, Graph, GraphBuilder, Initializer, TensorSource};
@@ -257,6 +257,14 @@ pub trait Family {
             .apply(b, cfg, norm, q, k, attn, dtype)
     }
 
+    /// The ALiBi slopes, one per query head, when the attention adds `slope · key position` to
+    /// its scores (the slopes times any scale the family applies to the bias); `None` (the
+    /// default) for no ALiBi. The bias becomes the attention's float mask
+    /// ([`super::components::alibi`]).
+    fn alibi_slopes(&self, _cfg: &ArchConfig) -> Option<Vec<f32>> {
+        None
+    }
+
     /// The attention softmax scale.
     fn attention_scale(&self, cfg: &ArchConfig) -> f32 {
         (cfg.head_dim as f32).powf(-0.5)
@@ -430,7 +438,13 @@ pub fn build(cfg: &ArchConfig, dtype: DType, family: &dyn Family) -> Graph {
     let rotary = family.rotary(&mut b, cfg, &io, dtype);
 
     b.set_scope(&format!("{}.mask", names.root));
-    let masks = masks(&mut b, cfg, &io);
+    let mut masks = masks(&mut b, cfg, &io);
+    if let Some(slopes) = family.alibi_slopes(cfg) {
+        for (window, mask) in masks.iter_mut() {
+            let suffix = window.map(|w| format!(".window{w}")).unwrap_or_default();
+            *mask = alibi_bias(&mut b, mask, &io.attention_mask, &slopes, dtype, &suffix);
+        }
+    }
 
     let layer = Layer {
         cfg,

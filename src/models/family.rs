@@ -10,7 +10,7 @@ use crate::config::{HfConfig, ModelType};
 pub struct FamilySpec {
     /// The family's name (its file in `src/models/`).
     pub name: &'static str,
-    /// What sets the family apart, in a few words (for `mobius list models` and the README).
+    /// What sets the family apart, in a few words (the last column of docs/families.md's table).
     pub summary: &'static str,
     /// The Hugging Face `model_type`s it answers to.
     pub model_types: &'static [ModelType],

@@ -78,7 +78,7 @@ const GEMMA1: DecoderFields = DecoderFields {
 };
 
 /// Gemma 2: a window of 4096 by default, on every other layer.
-const GEMMA2: DecoderFields = DecoderFields {
+pub(super) const GEMMA2: DecoderFields = DecoderFields {
     sliding_window: Some(4096),
     sliding_layers: SlidingLayers::Pattern(gemma2_sliding_layers),
     ..GEMMA1
@@ -91,7 +91,8 @@ const GEMMA3: DecoderFields = DecoderFields {
     ..GEMMA2
 };
 
-fn read(
+/// Reads a Gemma config of `version` whose fields default as `fields` says.
+pub(super) fn read(
     raw: &HfConfig,
     model_type: &'static ModelType,
     f: &Fields<'_>,
@@ -133,14 +134,11 @@ pub struct GemmaConfig {
     /// Gemma 3: the RoPE of sliding-window layers (`rope_local_base_freq`); the config's
     /// [`ArchConfig::rope`] is the one of full-attention layers.
     pub local_rope: Option<Rope>,
+    /// Where a layer's norms sit: pre-norm (Gemma 1), sandwich (Gemma 2 and 3).
+    pub layer_norms: LayerNorms,
 }
 
 impl GemmaConfig {
-    /// Whether each layer has the extra post-attention and pre/post-feedforward norms.
-    pub fn sandwich_norms(&self) -> bool {
-        self.version != GemmaVersion::Gemma1
-    }
-
     /// Whether queries and keys are RMS-normalised per head before RoPE.
     pub fn qk_norm(&self) -> bool {
         self.version == GemmaVersion::Gemma3
@@ -211,6 +209,10 @@ fn read_knobs(
         attn_softcap,
         final_softcap,
         local_rope,
+        layer_norms: match version {
+            GemmaVersion::Gemma1 => LayerNorms::PRE,
+            GemmaVersion::Gemma2 | GemmaVersion::Gemma3 => LayerNorms::SANDWICH,
+        },
     })
 }
 
@@ -358,11 +360,7 @@ impl Family for GemmaConfig {
     }
 
     fn layer_norms(&self) -> LayerNorms {
-        if self.sandwich_norms() {
-            LayerNorms::SANDWICH
-        } else {
-            LayerNorms::PRE
-        }
+        self.layer_norms
     }
 
     fn embed(

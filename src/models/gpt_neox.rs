@@ -5,7 +5,7 @@
 //! by default parallel residual blocks with a norm each,
 //! `x + attn(ln1(x)) + mlp(ln2(x))` (`use_parallel_residual`).
 
-use super::components::{fused_qkv, ungated_mlp, Activation, FusedQkv, Norm, NormKind};
+use super::components::{head_interleaved_qkv, ungated_mlp, Activation, Norm, NormKind};
 use super::decoder::{Family, Names};
 use super::family::FamilySpec;
 use crate::config::ModelType;
@@ -174,10 +174,7 @@ impl Family for GptNeox {
         attn: &str,
         dtype: DType,
     ) -> [String; 3] {
-        let layout = FusedQkv::per_head(cfg.num_attention_heads, cfg.head_dim);
-        let fused = format!("{attn}.query_key_value");
-        let h = cfg.hidden_size;
-        fused_qkv(b, x, attn, &fused, &layout, h, cfg.qkv_bias, dtype)
+        head_interleaved_qkv(b, cfg, x, attn, dtype)
     }
 
     /// `dense_4h_to_h(gelu(dense_h_to_4h(x)))`.

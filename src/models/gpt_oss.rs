@@ -20,7 +20,9 @@
 //! `head_sink` (`sink-attention-to-gqa` in `rewrites/fusion/gqa.rules`); the MoE block
 //! [`clamped_moe`].
 
-use super::components::{clamped_moe, sink_attention, AttentionSpec, ClampedMoe, DecoderInputs};
+use super::components::{
+    clamped_moe, sink_attention, sink_logits, AttentionSpec, ClampedMoe, DecoderInputs,
+};
 use super::decoder::Family;
 use super::family::FamilySpec;
 use crate::config::ModelType;
@@ -28,7 +30,7 @@ use crate::config::{
     read_decoder, read_routing, ArchConfig, Biases, DecoderFields, Fields, HfConfig, Sign,
     SlidingLayers,
 };
-use crate::ir::{DType, GraphBuilder, Initializer, TensorSource};
+use crate::ir::{DType, GraphBuilder};
 use crate::Result;
 
 /// The family's registry entry (onnxruntime-genai's `gptoss` type).
@@ -106,15 +108,7 @@ impl Family for GptOss {
         attn: &str,
         dtype: DType,
     ) -> String {
-        let sinks = b.initializer(Initializer {
-            name: format!("{attn}.sinks"),
-            dtype,
-            shape: vec![1, cfg.num_attention_heads, 1, 1],
-            source: Some(TensorSource::Reshape {
-                source: Box::new(TensorSource::Checkpoint(format!("{attn}.sinks"))),
-                shape: vec![1, cfg.num_attention_heads, 1, 1],
-            }),
-        });
+        let sinks = sink_logits(b, attn, cfg.num_attention_heads, dtype);
         sink_attention(b, io, qkv, &sinks, spec, (cfg.head_dim, dtype))
     }
 

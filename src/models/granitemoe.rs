@@ -31,7 +31,8 @@ const FIELDS: DecoderFields = DecoderFields {
     ..DecoderFields::LLAMA
 };
 
-fn read(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>) -> Result<ArchConfig> {
+/// Reads a Granite-MoE config (also the routed part of a Granite-MoE shared one).
+pub(super) fn read(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>) -> Result<ArchConfig> {
     read_decoder(raw, t, f, &FIELDS, |_| {
         let multipliers = multipliers(raw, f)?;
         let (experts, top_k) = read_routing(raw, f, (8, 2))?;

@@ -2,7 +2,7 @@
 //! scaled by `1 + weight`, with bias, `norm_eps`), RoPE on the first `partial_rotary_factor`
 //! (0.5 by default) of each head, and an ungated MLP `down_proj(relu(up_proj(x))²)`.
 
-use super::components::{linear, Norm, NormKind};
+use super::components::{squared_relu_mlp, Norm, NormKind};
 use super::decoder::Family;
 use super::family::FamilySpec;
 use crate::config::ModelType;
@@ -85,19 +85,7 @@ impl Family for Nemotron {
         mlp: &str,
         dtype: DType,
     ) -> String {
-        let (h, inner, bias) = (cfg.hidden_size, cfg.intermediate_size, cfg.mlp_bias);
-        let up = linear(b, x, &format!("{mlp}.up_proj"), h, inner, bias, dtype);
-        let relu = b.op("Relu", &[&up], vec![]);
-        let squared = b.op("Mul", &[&relu, &relu], vec![]);
-        linear(
-            b,
-            &squared,
-            &format!("{mlp}.down_proj"),
-            inner,
-            h,
-            bias,
-            dtype,
-        )
+        squared_relu_mlp(b, cfg, x, (mlp, "up_proj", "down_proj"), dtype)
     }
 }
 

@@ -99,16 +99,19 @@ impl Family for Phi3 {
 }
 
 /// A fused `[rows, in_features]` checkpoint weight whose row blocks are separate projections.
-struct Fused {
-    weight: String,
-    rows: usize,
-    in_features: usize,
+pub struct Fused {
+    /// The checkpoint tensor's name.
+    pub weight: String,
+    /// Its rows (every projection's outputs together).
+    pub rows: usize,
+    /// Its columns (the input width).
+    pub in_features: usize,
 }
 
 impl Fused {
     /// `x @ W[start..start + len]ᵀ`, the block stored as `{name}.weight_t` (sliced and
     /// transposed at save time).
-    fn block(
+    pub fn block(
         &self,
         b: &mut GraphBuilder,
         x: &str,

@@ -4,7 +4,7 @@
 //! `model_type`s it answers to, and for each how its config.json reads (into an
 //! [`ArchConfig`] whose `family` knobs build the graph) and which onnxruntime-genai
 //! `model.type` runs it. [`FAMILIES`] lists them, one line each; config parsing, `mobius list
-//! models` and the README's table all read it.
+//! models`, the README's list and docs/families.md's table all read it.
 
 use std::path::Path;
 
@@ -57,7 +57,34 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &super::exaone4::FAMILY,
     &super::ernie4_5::FAMILY,
     &super::apertus::FAMILY,
+    &super::arcee::FAMILY,
+    &super::seed_oss::FAMILY,
+    &super::internlm3::FAMILY,
+    &super::exaone::FAMILY,
+    &super::hunyuan_v1_dense::FAMILY,
+    &super::cwm::FAMILY,
+    &super::vaultgemma::FAMILY,
+    &super::ministral3::FAMILY,
+    &super::granite_swa::FAMILY,
+    &super::granitemoeshared::FAMILY,
+    &super::granitemoe_swa::FAMILY,
+    &super::flex_olmo::FAMILY,
+    &super::jais2::FAMILY,
+    &super::nanochat::FAMILY,
+    &super::bitnet::FAMILY,
+    &super::iquestcoder::FAMILY,
+    &super::hyperclovax::FAMILY,
+    &super::mellum::FAMILY,
+    &super::bloom::FAMILY,
+    &super::falcon::FAMILY,
+    &super::mpt::FAMILY,
+    &super::persimmon::FAMILY,
+    &super::ernie4_5_moe::FAMILY,
+    &super::minimax_m2::FAMILY,
+    &super::hunyuan_v1_moe::FAMILY,
     &super::bert::FAMILY,
+    &super::bert_lm::FAMILY,
+    &super::bart_lm::FAMILY,
 ];
 
 /// The registry entry of `model_type`, if a family answers to it.
@@ -98,7 +125,7 @@ pub fn text_table() -> String {
 }
 
 /// The registry as a Markdown table (family, model types with their genai `model.type`,
-/// summary): `mobius list models --markdown` prints it and the README holds it.
+/// summary): `mobius list models --markdown` prints it and docs/families.md holds it.
 pub fn markdown_table() -> String {
     let mut out = String::from(
         "| family | `model_type` → onnxruntime-genai `model.type` | what sets it apart |\n\
@@ -121,6 +148,28 @@ pub fn markdown_table() -> String {
         );
     }
     out
+}
+
+/// The registry as the README's short list: each family in bold with the `model_type`s it
+/// answers to, families separated by ` · `, in lines of at most 100 characters where a family
+/// fits (`mobius list models --markdown --short` prints it).
+pub fn markdown_short_list() -> String {
+    const WIDTH: usize = 100;
+    let mut out = String::new();
+    let mut line = String::new();
+    for family in FAMILIES {
+        let names: Vec<&str> = family.model_types.iter().map(|t| t.name).collect();
+        let item = format!("**{}** {}", family.name, names.join(", "));
+        if line.is_empty() {
+            line = item;
+        } else if line.len() + 3 + item.len() <= WIDTH {
+            line = format!("{line} · {item}");
+        } else {
+            out += &format!("{line} ·\n");
+            line = item;
+        }
+    }
+    out + &line + "\n"
 }
 
 /// What config reading does with a `model_type` no family answers to.

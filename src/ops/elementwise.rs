@@ -60,6 +60,9 @@ pub const OPS: &[OpDef] = &[
     OpDef::onnx("Log", &[])
         .infer(first_type)
         .eval(|c| unary_float(c, f64::ln)),
+    OpDef::onnx("Floor", &[])
+        .infer(first_type)
+        .eval(|c| unary_float(c, f64::floor)),
     OpDef::onnx("Erf", &[])
         .infer(first_type)
         .eval(|c| unary_float(c, erf)),

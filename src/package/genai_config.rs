@@ -30,18 +30,25 @@ pub fn genai_config(
     }
     inputs.insert("past_key_names".into(), "past_key_values.%d.key".into());
     inputs.insert("past_value_names".into(), "past_key_values.%d.value".into());
-    // A shared past/present buffer suits GroupQueryAttention only: a standard Attention left in
-    // the graph (e.g. a sliding-window layer GQA could not take) concatenates its cache. The
-    // EP must allow it too (`supports_past_present_share_buffer`).
+    // A shared past/present buffer suits GroupQueryAttention only: every present output must
+    // be one of its outputs. Any other attention left in the graph (a standard Attention a
+    // sliding-window layer GQA could not take, or attention spelled out in standard ops, e.g.
+    // with sinks and no RoPE) concatenates its cache. The EP must allow it too
+    // (`supports_past_present_share_buffer`).
+    let gqa_outputs: std::collections::HashSet<&str> = graph
+        .nodes
+        .iter()
+        .filter(|n| n.domain == "com.microsoft" && n.op_type == "GroupQueryAttention")
+        .flat_map(|n| n.outputs.iter().map(String::as_str))
+        .collect();
+    let mut presents = graph
+        .outputs
+        .iter()
+        .filter(|o| o.name.starts_with("present."))
+        .peekable();
     let share_buffer = ep.supports_past_present_share_buffer
-        && graph
-            .nodes
-            .iter()
-            .any(|n| n.domain == "com.microsoft" && n.op_type == "GroupQueryAttention")
-        && !graph
-            .nodes
-            .iter()
-            .any(|n| n.domain.is_empty() && n.op_type == "Attention");
+        && presents.peek().is_some()
+        && presents.all(|o| gqa_outputs.contains(o.name.as_str()));
     let context_length = cfg.rope.context_length(cfg.max_position_embeddings);
     let mut model = json!({
         "type": genai_type,

@@ -21,7 +21,7 @@ mod recognize_rotary;
 use std::collections::HashSet;
 
 use crate::ep::EpCapabilities;
-use crate::ir::{Graph, Model};
+use crate::ir::{Graph, Model, Node};
 use crate::opt::rules::{parse_rules, RuleSet, Vocabulary};
 use crate::opt::{KvCache, OptimizeOptions, OptimizeReport, Role};
 use crate::{Error, Result};
@@ -188,7 +188,7 @@ pub fn rules() -> Result<RuleSet> {
 
 /// Optimizes `model` for the EP `caps` with every rule ([`crate::opt::optimize`] with
 /// [`rules`]); returns the new model and what each stage did. Warns when a decoder's attention
-/// stayed `Attention` where the EP runs GroupQueryAttention.
+/// stayed `Attention` where the EP runs GroupQueryAttention (and says why for ALiBi attention).
 pub fn optimize(
     model: &Model,
     caps: &EpCapabilities,
@@ -199,17 +199,39 @@ pub fn optimize(
     Ok((out, report))
 }
 
-/// Warns when the GroupQueryAttention fusion was expected of `graph` (a decoder optimized for
-/// an EP that runs GroupQueryAttention in its dtype) and none of its attention became one.
+/// Whether Attention node `n` reads an ALiBi bias as its mask (input 3), by the name the builder
+/// gives it ([`crate::models::components::ALIBI_BIAS`]).
+fn reads_alibi_bias(n: &Node) -> bool {
+    n.inputs
+        .get(3)
+        .is_some_and(|m| m.starts_with(crate::models::components::ALIBI_BIAS))
+}
+
+/// Where the GroupQueryAttention fusion was expected of `graph` (a decoder optimized for an EP
+/// that runs GroupQueryAttention in its dtype): says how many Attention nodes read an ALiBi bias
+/// (GroupQueryAttention takes none, so they stay `Attention` by design), and warns when none of
+/// its attention became GroupQueryAttention for another reason.
 fn warn_without_gqa(graph: &Graph, caps: &EpCapabilities, opts: &OptimizeOptions) {
     let count = |op: &str| graph.nodes.iter().filter(|n| n.op_type == op).count();
     let attention = count("Attention");
-    if opts.role == Role::Decoder
+    let expected = opts.role == Role::Decoder
         && opts.kv_cache != KvCache::Static
-        && caps.gqa_dtypes.contains(&opts.dtype)
-        && count("GroupQueryAttention") == 0
-        && attention > 0
-    {
+        && caps.gqa_dtypes.contains(&opts.dtype);
+    let alibi = graph
+        .nodes
+        .iter()
+        .filter(|n| n.op_type == "Attention" && reads_alibi_bias(n))
+        .count();
+    if expected && alibi > 0 {
+        tracing::info!(
+            "ALiBi: {alibi} Attention nodes add the ALiBi bias to their scores (their float \
+             mask); GroupQueryAttention takes no additive bias, so on ep='{}'/dtype={} they \
+             stay opset-24 Attention",
+            caps.name,
+            opts.dtype
+        );
+    }
+    if expected && count("GroupQueryAttention") == 0 && attention > alibi {
         let hint = match opts.kv_cache {
             KvCache::AsIs => {
                 "; an exported graph's attention mask becomes GroupQueryAttention only when you \

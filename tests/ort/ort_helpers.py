@@ -52,9 +52,9 @@ def load_config(path: Path) -> dict:
 
 
 SIZE_SPELLINGS = {
-    "num_attention_heads": ("n_head", "num_heads", "attention_heads"),
+    "num_attention_heads": ("n_head", "num_heads", "attention_heads", "n_heads"),
     "hidden_size": ("n_embd", "d_model"),
-    "num_hidden_layers": ("n_layer", "num_layers"),
+    "num_hidden_layers": ("n_layer", "num_layers", "n_layers"),
 }
 
 
@@ -62,8 +62,11 @@ def model_dims(cfg: dict) -> dict:
     """Dimensions the exported graph must expose, from an HF config.json."""
     if "text_config" in cfg:  # an image-text model: the graph is its text decoder
         cfg = cfg["text_config"]
-    # Other spellings of the sizes (transformers' attribute maps: GPT-2-like n_*, GPT-Neo's and
-    # XGLM's), read where the generic name is absent.
+    if "decoder_attention_heads" in cfg:  # BART-style decoders (bart_lm): the decoder's sizes
+        cfg = {**cfg, "num_attention_heads": cfg["decoder_attention_heads"], "hidden_size": cfg["d_model"],
+               "num_hidden_layers": cfg["decoder_layers"]}
+    # Other spellings of the sizes (transformers' attribute maps: GPT-2-like n_* (BLOOM too),
+    # GPT-Neo's, XGLM's, EXAONE 3's, MPT's), read where the generic name is absent.
     for generic, spellings in SIZE_SPELLINGS.items():
         if generic not in cfg:
             cfg = {**cfg, generic: next(cfg[s] for s in spellings if s in cfg)}

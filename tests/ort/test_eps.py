@@ -18,7 +18,7 @@ from ort_helpers import (
     run_mobius,
     run_mobius_unchecked,
 )
-from test_fixtures import genai_greedy, genai_model
+from test_fixtures import alibi_attention, genai_greedy, genai_model
 
 # The built-ins in registration order, with their non-default fields (but mobius-onnx's supports_packed_multi_head_attention, max_buffer_size and requires_graph_capture_rewrite,
 # which change nothing in a mobius build: EP files may set them, with a warning).
@@ -180,7 +180,8 @@ QNN_FORBIDDEN = {"Attention", "RotaryEmbedding", "Range", "TensorScatter"}
 def test_qnn_graph_is_decomposed(built, name):
     """qnn runs neither Attention, RotaryEmbedding, Range nor contrib ops: its build
     lowers them to standard ops, imports only the default domain and
-    keeps position_ids (the decomposed rotary reads it).  Numerics: test_fixtures.py."""
+    keeps position_ids (the decomposed rotary reads it; ALiBi models read positions from
+    attention_mask and have none).  Numerics: test_fixtures.py."""
     out = built("fixture", name, "f32", "qnn")
     model = onnx.load(str(out / "model.onnx"), load_external_data=False)
     ops = {n.op_type for n in model.graph.node}
@@ -188,7 +189,7 @@ def test_qnn_graph_is_decomposed(built, name):
     assert all(n.domain == "" for n in model.graph.node), sorted({n.domain for n in model.graph.node})
     assert {(o.domain, o.version) for o in model.opset_import} == {("", 24)}, model.opset_import
     assert {"Softmax", "MatMul", "Concat"} <= ops, sorted(ops)
-    assert "position_ids" in [i.name for i in model.graph.input]
+    assert ("position_ids" in [i.name for i in model.graph.input]) != alibi_attention(name)
 
 
 # ---------------------------------------------------------------- KV buffer

@@ -1,14 +1,16 @@
 """Mixture-of-experts blocks as `com.microsoft::MoE` (rewrites/fusion/moe.rules).
 
 The EPs whose capabilities run the kernel get the fused op for every MoE layer of the
-mixtral, qwen2_moe, qwen3_moe, olmoe, granitemoe and gpt_oss fixtures (their transformers parity, decode and
+mixtral, qwen2_moe, qwen3_moe, olmoe, granitemoe, gpt_oss and hunyuan_v1_moe fixtures (their transformers parity, decode and
 onnxruntime-genai greedy runs are test_fixtures.py's, on these same builds); onnx-standard
 keeps the dense block of standard ops.  Here the two forms are compared with each other on
 the prompt and transformers' greedy continuation (44 routed tokens per layer), and the
 router's margin is measured: the kernel and TopK order equal probabilities differently (the
 higher expert index first, the lower), so the forms agree exactly when no token's k-th and
 (k+1)-th router probability are equal.  The margins are printed in the session summary.
-phimoe's sparsemixer routing is not what the kernel computes: its blocks stay standard ops.
+phimoe's sparsemixer routing is not what the kernel computes, nor is the score-corrected routing
+of ernie4_5_moe and minimax_m2 (the top-k picked on the scores plus a per-expert bias): their
+blocks stay standard ops.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import pytest
 
 from ort_helpers import FIXTURES_DIR, NP_DTYPES, assert_close, load_config, load_reference, model_dims
 
-NAMES = ["mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granitemoe", "gpt_oss"]
+NAMES = ["mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granitemoe", "gpt_oss", "hunyuan_v1_moe"]
 FUSED = [("cpu", "f32"), ("cpu", "f16"), ("cuda", "f16"), ("cuda", "f32"), (None, "f32"), ("webgpu", "f16")]
 TOL = {"f32": 1e-4, "f16": 2e-2}
 
@@ -29,7 +31,7 @@ def moe_layers(name: str) -> int:
     """MoE layers of the fixture, as its family selects them."""
     cfg = load_config(FIXTURES_DIR / name)
     layers = cfg["num_hidden_layers"]
-    if cfg["model_type"] in ("mixtral", "olmoe", "granitemoe", "gpt_oss"):
+    if cfg["model_type"] in ("mixtral", "olmoe", "granitemoe", "gpt_oss", "hunyuan_v1_moe"):
         return layers
     step, dense = cfg.get("decoder_sparse_step", 1), set(cfg.get("mlp_only_layers", []))
     return sum(1 for i in range(layers) if i not in dense and (i + 1) % step == 0)
@@ -107,9 +109,12 @@ def test_router_margin(built, record_moe_margin, tmp_path, name, dtype):
         got = prefill(path, name, dtype, probs)
     finally:
         path.unlink()
-    k = load_config(FIXTURES_DIR / name)["num_experts_per_tok"]
+    cfg = load_config(FIXTURES_DIR / name)
+    # hunyuan_v1_moe: `moe_topk`, one count or one per layer.
+    k = cfg.get("num_experts_per_tok", cfg.get("moe_topk"))
+    ks = k if isinstance(k, list) else [k] * len(probs)
     top = [-np.sort(-got[p].astype(np.float32), axis=-1) for p in probs]
-    margin = min(float((t[..., k - 1] - t[..., k]).min()) for t in top)
+    margin = min(float((t[..., k - 1] - t[..., k]).min()) for t, k in zip(top, ks))
     record_moe_margin(f"{name} {dtype}", margin)
     assert margin > 0, f"{name} {dtype}: a tie at the k-th router probability"
 
@@ -186,3 +191,54 @@ def test_cpu_moe_ignores_use_sparse_mixer():
     plain, mixer = run(0), run(1)
     assert_close(plain, softmax_top2, 1e-4, "softmax top-2 block")
     assert np.array_equal(mixer, plain)
+
+
+# Score-corrected routers (components::moe::Router::Corrected) pick the top-k on the scores plus a
+# per-expert bias, which the kernel does not take: their blocks stay standard ops on every EP.
+CORRECTED = ["ernie4_5_moe", "minimax_m2"]
+
+
+def corrected_routing(name: str) -> tuple[int, int]:
+    """(k, MoE layers) of a score-corrected fixture, as its family reads them."""
+    cfg = load_config(FIXTURES_DIR / name)
+    layers = cfg["num_hidden_layers"]
+    if cfg["model_type"] == "minimax_m2":
+        return cfg["num_experts_per_tok"], layers
+    start, end = cfg.get("moe_layer_start_index", 1), cfg.get("moe_layer_end_index", -1)
+    end = layers - 1 if end == -1 else end
+    interval = cfg.get("moe_layer_interval", 1)
+    moe = sum(1 for i in range(layers) if (i + 1) % interval == 0 and start <= i <= end)
+    return cfg["moe_k"], moe
+
+
+@pytest.mark.parametrize("ep,dtype", FUSED, ids=[f"{e or 'noflag'}-{d}" for e, d in FUSED])
+@pytest.mark.parametrize("name", CORRECTED)
+def test_score_corrected_blocks_stay_standard(built, name, ep, dtype):
+    """One TopK (on the corrected scores) per MoE layer and no MoE, where the kernel would run."""
+    got = ops(built("fixture", name, dtype, ep))
+    assert "com.microsoft::MoE" not in got, got
+    assert got.count("ai.onnx::TopK") == corrected_routing(name)[1], got
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16"])
+@pytest.mark.parametrize("name", CORRECTED)
+def test_corrected_router_margin(built, record_moe_margin, tmp_path, name, dtype):
+    """The smallest gap between a token's k-th and (k+1)-th corrected score (the TopK input, in
+    f32) over every MoE layer and token of the sequence: positive, no tie decides a pick."""
+    k, layers = corrected_routing(name)
+    out = built("fixture", name, dtype, "onnx-standard")
+    model = onnx.load(str(out / "model.onnx"), load_external_data=False)
+    scores = [n.input[0] for n in model.graph.node if n.op_type == "TopK"]
+    assert len(scores) == layers
+    for p in scores:
+        model.graph.output.append(onnx.helper.make_tensor_value_info(p, onnx.TensorProto.FLOAT, None))
+    path = out / f"router-scores-{tmp_path.name}.onnx"
+    onnx.save(model, str(path))
+    try:
+        got = prefill(path, name, dtype, scores)
+    finally:
+        path.unlink()
+    top = [-np.sort(-got[p], axis=-1) for p in scores]
+    margin = min(float((t[..., k - 1] - t[..., k]).min()) for t in top)
+    record_moe_margin(f"{name} {dtype}", margin)
+    assert margin > 0, f"{name} {dtype}: a tie at the k-th corrected score"

@@ -11,7 +11,8 @@ pub struct AttentionSpec<'a> {
     pub kv_heads: usize,
     /// Softmax scale (usually `head_dim^-0.5`).
     pub scale: f32,
-    /// Boolean mask `[B, 1, S, T]`.
+    /// Boolean mask `[B, 1, S, T]`, or a float mask `[B, Hq, S, T]` added to the scores
+    /// (the ALiBi bias: [`super::alibi`]).
     pub mask: &'a str,
     /// Past key/value graph inputs.
     pub past: (&'a str, &'a str),

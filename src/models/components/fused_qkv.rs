@@ -2,6 +2,7 @@
 //! are gathered lazily from the checkpoint tensor, so the graph holds three plain projections
 //! (what the packing and attention fusions expect) whatever the checkpoint's row order.
 
+use crate::config::ArchConfig;
 use crate::ir::{DType, GraphBuilder, Initializer, TensorSource};
 
 /// Where q, k and v rows sit in a fused projection: the rows are `chunks` equal chunks, each
@@ -100,6 +101,30 @@ pub fn fused_qkv(
         b.op("Add", &[&y, &bias], vec![])
     };
     [part(0, "q_proj"), part(1, "k_proj"), part(2, "v_proj")]
+}
+
+/// q, k and v of attention module `attn` cut from its fused `{attn}.query_key_value` whose rows
+/// are grouped by head (`[heads, 3, head_dim]`: GPT-NeoX, BLOOM, Persimmon), biased per
+/// `cfg.qkv_bias`.
+pub fn head_interleaved_qkv(
+    b: &mut GraphBuilder,
+    cfg: &ArchConfig,
+    x: &str,
+    attn: &str,
+    dtype: DType,
+) -> [String; 3] {
+    let layout = FusedQkv::per_head(cfg.num_attention_heads, cfg.head_dim);
+    let fused = format!("{attn}.query_key_value");
+    fused_qkv(
+        b,
+        x,
+        attn,
+        &fused,
+        &layout,
+        cfg.hidden_size,
+        cfg.qkv_bias,
+        dtype,
+    )
 }
 
 #[cfg(test)]

@@ -1,4 +1,5 @@
-//! Feed-forward blocks: gated `down(act(gate(x)) · up(x))` and ungated `down(act(up(x)))`.
+//! Feed-forward blocks: gated `down(act(gate(x)) · up(x))`, ungated `down(act(up(x)))` and
+//! squared ReLU `down(relu(up(x))²)`.
 
 use super::{linear, Activation};
 use crate::config::Gelu;
@@ -61,6 +62,31 @@ pub fn ungated_mlp(
     linear(
         b,
         &hidden,
+        &format!("{prefix}.{down}"),
+        inner,
+        h,
+        bias,
+        dtype,
+    )
+}
+
+/// `{prefix}.{down}(relu({prefix}.{up}(x))²)` with the config's hidden and intermediate sizes
+/// and MLP biases: the ungated squared-ReLU MLP (`relu2`) of Nemotron and Persimmon (the names
+/// are the checkpoint's).
+pub fn squared_relu_mlp(
+    b: &mut GraphBuilder,
+    cfg: &crate::config::ArchConfig,
+    x: &str,
+    (prefix, up, down): (&str, &str, &str),
+    dtype: DType,
+) -> String {
+    let (h, inner, bias) = (cfg.hidden_size, cfg.intermediate_size, cfg.mlp_bias);
+    let up = linear(b, x, &format!("{prefix}.{up}"), h, inner, bias, dtype);
+    let relu = b.op("Relu", &[&up], vec![]);
+    let squared = b.op("Mul", &[&relu, &relu], vec![]);
+    linear(
+        b,
+        &squared,
         &format!("{prefix}.{down}"),
         inner,
         h,

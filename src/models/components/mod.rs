@@ -1,11 +1,13 @@
 //! Building blocks shared by the model builders; each emits standard ONNX (opset 24) ops.
 
 pub mod activation;
+pub mod alibi;
 pub mod attention;
 pub mod clamped_moe;
 pub mod conv1d;
 pub mod decoder_io;
 pub mod dynamic_rope;
+pub mod encoder_layer;
 pub mod fused_qkv;
 pub mod gelu;
 pub mod linear;
@@ -20,20 +22,24 @@ pub mod scalar;
 pub mod sink_attention;
 
 pub use activation::Activation;
+pub use alibi::{alibi_bias, alibi_slopes, ALIBI_BIAS};
 pub use attention::{attention, soft_capped_attention, AttentionSpec};
 pub use clamped_moe::{clamped_moe, ClampedMoe};
 pub use conv1d::{conv1d, conv1d_mlp, Conv1dParams};
 pub use decoder_io::{decoder_io, DecoderDims, DecoderInputs};
-pub use fused_qkv::{fused_qkv, FusedQkv};
+pub use encoder_layer::{EncoderLayer, EncoderNorms, LayerNames};
+pub use fused_qkv::{fused_qkv, head_interleaved_qkv, FusedQkv};
 pub use gelu::gelu;
 pub use linear::linear;
 pub use mask::{padding_mask, sliding_window_mask};
-pub use mlp::{gated_mlp, ungated_mlp, GateActivation};
-pub use moe::{gated_shared_expert, sparse_moe, ExpertNames, ExpertWeights, MoeSpec, Router};
+pub use mlp::{gated_mlp, squared_relu_mlp, ungated_mlp, GateActivation};
+pub use moe::{
+    gated_shared_expert, sparse_moe, ExpertNames, ExpertWeights, MoeSpec, Router, Scores,
+};
 pub use norm::{
     layer_norm, layer_norm_into, offset_rms_norm, per_head_norm, rms_norm, Norm, NormKind,
 };
 pub use positions::{learned_positions, sinusoidal_positions};
 pub use rope::{named_rope_tables, rope_tables, rotary_embedding, scaled, RopeTables};
 pub use scalar::scalar;
-pub use sink_attention::sink_attention;
+pub use sink_attention::{sink_attention, sink_logits};

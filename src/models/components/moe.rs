@@ -32,11 +32,22 @@
 //! (a Cast around it in f16/bf16 builds, as transformers' `router_logits.float()`) the
 //! [`Router`]'s weights: Softmax over the experts, TopK, and the top-k weights divided by their
 //! sum when `normalize` is set (the softmax of the top-k logits, Granite-MoE's order, is the
-//! same); or Phi-3.5-MoE's sparsemixer (see [`Router::SparseMixer`]).
+//! same); Phi-3.5-MoE's sparsemixer (see [`Router::SparseMixer`]); or score-corrected routing
+//! (see [`Router::Corrected`]: softmax or sigmoid scores, the top-k picked on the scores plus
+//! a per-expert bias, weighted by the scores renormalised).
 
 use super::{gated_mlp, linear, scalar, GateActivation};
 use crate::config::ArchConfig;
 use crate::ir::{Attr, DType, GraphBuilder, Initializer, TensorSource};
+
+/// The per-expert scores a [`Router::Corrected`] router computes from its logits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scores {
+    /// Softmax over the experts (ERNIE 4.5 MoE).
+    Softmax,
+    /// Sigmoid of each logit (MiniMax-M2).
+    Sigmoid,
+}
 
 /// How a MoE block's router turns its logits into each token's expert weights.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -56,6 +67,18 @@ pub enum Router {
     SparseMixer {
         /// `router_jitter_noise`.
         jitter_eps: f32,
+    },
+    /// Score-corrected routing: the experts' `scores`; the top-k of `scores + bias` (one
+    /// f32 correction per expert, checkpoint tensor `{prefix}.{bias}` of `E` values in any
+    /// shape) are picked, weighted by their scores (without the bias) divided by their sum,
+    /// the sum clamped below at `min_sum` where one is given.
+    Corrected {
+        /// Softmax or sigmoid.
+        scores: Scores,
+        /// The correction's module path and name inside the block (`e_score_correction_bias`).
+        bias: &'static str,
+        /// The least divisor of the renormalisation (ERNIE 4.5 MoE's `moe_norm_min`).
+        min_sum: Option<f32>,
     },
 }
 
@@ -107,18 +130,19 @@ impl MoeSpec {
 /// block's prefix).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExpertWeights {
-    /// Router `gate.weight` `[E, H]`, one tensor per expert and projection:
-    /// `experts.{e}.{proj}.weight` (HF `[out, in]`).
+    /// Router `{router}.weight` `[E, H]` (`gate` but where the names say otherwise), one tensor
+    /// per expert and projection: `experts.{e}.{proj}.weight` (HF `[out, in]`).
     PerExpert(ExpertNames),
-    /// Every expert in one tensor per layer: `{gate_up}.weight` `[E, 2·I, H]` (each expert's
-    /// gate rows, then its up rows) and `{down}.weight` `[E, H, I]`; router `{router}.weight`
-    /// `[E, H]` (Granite-MoE's `input_linear`, `output_linear`, `router.layer`).
+    /// Every expert in one tensor per layer: `{gate_up}` `[E, 2·I, H]` (each expert's gate
+    /// rows, then its up rows) and `{down}` `[E, H, I]` (tensor names); router
+    /// `{router}.weight` `[E, H]` (Granite-MoE's `input_linear.weight`,
+    /// `output_linear.weight`, `router.layer`).
     Stacked {
         /// The router module.
         router: &'static str,
-        /// The gate and up projections of every expert.
+        /// The gate and up projections of every expert (the tensor's name).
         gate_up: &'static str,
-        /// The down projections of every expert.
+        /// The down projections of every expert (the tensor's name).
         down: &'static str,
     },
 }
@@ -131,23 +155,32 @@ impl ExpertWeights {
     /// Granite-MoE's stacked experts.
     pub const GRANITE_MOE: ExpertWeights = ExpertWeights::Stacked {
         router: "router.layer",
-        gate_up: "input_linear",
-        down: "output_linear",
+        gate_up: "input_linear.weight",
+        down: "output_linear.weight",
+    };
+    /// Granite-MoE SWA's stacked experts, in transformers 5's names (`experts.gate_up_proj`,
+    /// `experts.down_proj`, router `router`).
+    pub const GRANITE_MOE_V5: ExpertWeights = ExpertWeights::Stacked {
+        router: "router",
+        gate_up: "experts.gate_up_proj",
+        down: "experts.down_proj",
     };
 
     /// The router's module name.
     fn router(&self) -> &'static str {
         match self {
-            ExpertWeights::PerExpert(_) => "gate",
+            ExpertWeights::PerExpert(names) => names.router,
             ExpertWeights::Stacked { router, .. } => router,
         }
     }
 }
 
-/// The module names of an expert's gate, up and down projections
-/// (`{prefix}.experts.{e}.{gate}.weight`…).
+/// The module names of the router (`{prefix}.{router}.weight`) and of an expert's gate, up and
+/// down projections (`{prefix}.experts.{e}.{gate}.weight`…).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ExpertNames {
+    /// The router.
+    pub router: &'static str,
     /// The gate projection (SiLU side).
     pub gate: &'static str,
     /// The up projection.
@@ -157,14 +190,16 @@ pub struct ExpertNames {
 }
 
 impl ExpertNames {
-    /// `gate_proj`, `up_proj`, `down_proj` (Qwen2/3-MoE, OLMoE).
+    /// Router `gate`, experts `gate_proj`, `up_proj`, `down_proj` (Qwen2/3-MoE, OLMoE).
     pub const PROJ: ExpertNames = ExpertNames {
+        router: "gate",
         gate: "gate_proj",
         up: "up_proj",
         down: "down_proj",
     };
-    /// Mixtral's `w1` (gate), `w3` (up), `w2` (down).
+    /// Mixtral's router `gate`, experts `w1` (gate), `w3` (up), `w2` (down).
     pub const MIXTRAL: ExpertNames = ExpertNames {
+        router: "gate",
         gate: "w1",
         up: "w3",
         down: "w2",
@@ -193,9 +228,7 @@ pub fn sparse_moe(
             ExpertWeights::Stacked { gate_up, down, .. } => {
                 let stacked = if which == 2 { down } else { gate_up };
                 let one = TensorSource::Slice {
-                    source: Box::new(TensorSource::Checkpoint(format!(
-                        "{prefix}.{stacked}.weight"
-                    ))),
+                    source: Box::new(TensorSource::Checkpoint(format!("{prefix}.{stacked}"))),
                     axis: 0,
                     start: j,
                     len: 1,
@@ -273,6 +306,14 @@ fn routing_matrix(
     let (weights, picked) = match spec.router {
         Router::Softmax { normalize } => softmax_top_k(b, &logits, spec.top_k, normalize),
         Router::SparseMixer { jitter_eps } => sparse_mixer(b, &logits, spec.experts, jitter_eps),
+        Router::Corrected {
+            scores,
+            bias,
+            min_sum,
+        } => {
+            let bias = format!("{prefix}.{bias}");
+            corrected_top_k(b, &logits, spec, (scores, &bias, min_sum))
+        }
     };
     // [B, S, k, 1] == [E] → one-hot rows [B, S, k, E], weighted and summed over k.
     let last = b.const_i64(&[-1]);
@@ -320,6 +361,55 @@ fn softmax_top_k(
         weights
     };
     (weights, picked)
+}
+
+/// [`Router::Corrected`] on the f32 router `logits` (`[B, S, E]`) with its scores, the
+/// correction's checkpoint name and the least renormalisation divisor: the top-k weights and
+/// expert indices (`[B, S, k]`).
+fn corrected_top_k(
+    b: &mut GraphBuilder,
+    logits: &str,
+    spec: &MoeSpec,
+    (scores, bias, min_sum): (Scores, &str, Option<f32>),
+) -> (String, String) {
+    let scores = match scores {
+        Scores::Softmax => b.op("Softmax", &[logits], vec![("axis", Attr::Int(-1))]),
+        Scores::Sigmoid => b.op("Sigmoid", &[logits], vec![]),
+    };
+    let bias = b.initializer(Initializer {
+        name: bias.to_string(),
+        dtype: DType::F32,
+        shape: vec![spec.experts],
+        source: Some(TensorSource::Reshape {
+            source: Box::new(TensorSource::Checkpoint(bias.to_string())),
+            shape: vec![spec.experts],
+        }),
+    });
+    let choice = b.op("Add", &[&scores, &bias], vec![]);
+    let k = b.const_i64(&[spec.top_k as i64]);
+    let (top, picked) = (b.fresh_name("TopK"), b.fresh_name("TopK"));
+    b.node(
+        "",
+        "TopK",
+        &[&choice, &k],
+        vec![("axis", Attr::Int(-1))],
+        vec![top, picked.clone()],
+    );
+    let weights = b.op(
+        "GatherElements",
+        &[&scores, &picked],
+        vec![("axis", Attr::Int(-1))],
+    );
+    let last = b.const_i64(&[-1]);
+    let sum = b.op("ReduceSum", &[&weights, &last], vec![]);
+    let sum = match min_sum {
+        None => sum,
+        Some(least) => {
+            let least = scalar(b, least, DType::F32);
+            b.op("Max", &[&sum, &least], vec![])
+        }
+    };
+    (b.op("Div", &[&weights, &sum], vec![]), picked)
 }
 
 /// [`Router::SparseMixer`] on the f32 router `logits` (`[B, S, E]`): the two weights and

@@ -1,6 +1,6 @@
-//! Normalisation layers: RMSNorm (HF `weight`, or Gemma's `1 + weight`) and LayerNorm (HF
-//! `weight` and `bias`, Nemotron's `1 + weight`, or OLMo's without parameters), and the
-//! per-head form used on queries and keys.
+//! Normalisation layers: RMSNorm (HF `weight`, Gemma's `1 + weight`, or NanoChat's without
+//! parameters) and LayerNorm (HF `weight` and `bias`, Nemotron's `1 + weight`, or OLMo's
+//! without parameters), and the per-head form used on queries and keys.
 
 use crate::ir::{Attr, DType, GraphBuilder, Initializer, TensorData, TensorSource};
 
@@ -13,6 +13,8 @@ pub enum NormKind {
     OffsetRms,
     /// `LayerNormalization` with `{module}.weight` and `{module}.bias`.
     Layer,
+    /// `RMSNormalization` without a learned weight (NanoChat): unit scale.
+    PlainRms,
     /// `LayerNormalization` without learned parameters (OLMo): unit scale, no bias.
     PlainLayer,
     /// `LayerNormalization` scaled by `{module}.weight`, without a bias (Cohere).
@@ -46,6 +48,10 @@ impl Norm {
             NormKind::Rms => rms_norm(b, x, &weight, width, self.eps, dtype),
             NormKind::OffsetRms => offset_rms_norm(b, x, &weight, width, self.eps, dtype),
             NormKind::Layer => layer_norm(b, x, module, width, self.eps, dtype),
+            NormKind::PlainRms => {
+                let scale = ones(b, width, dtype);
+                rms_normalization(b, x, &scale, self.eps)
+            }
             NormKind::PlainLayer => plain_layer_norm(b, x, width, self.eps, dtype),
             NormKind::UnbiasedLayer => unbiased_layer_norm(b, x, &weight, width, self.eps, dtype),
             NormKind::OffsetLayer => offset_layer_norm(b, x, module, width, self.eps, dtype),
@@ -177,6 +183,13 @@ pub fn plain_layer_norm(
     eps: f32,
     dtype: DType,
 ) -> String {
+    let scale = ones(b, width, dtype);
+    b.op("LayerNormalization", &[x, &scale], last_axis(eps))
+}
+
+/// The constant `[width]` vector of ones in `dtype`: the unit scale of the norms without
+/// learned parameters (one constant shared by every such norm of a width).
+fn ones(b: &mut GraphBuilder, width: usize, dtype: DType) -> String {
     let mut bytes = Vec::new();
     let ones = vec![1.0f32; width];
     crate::weights::convert::convert_into(
@@ -185,12 +198,11 @@ pub fn plain_layer_norm(
         dtype,
         &mut bytes,
     );
-    let scale = b.constant(TensorData {
+    b.constant(TensorData {
         dtype,
         shape: vec![width],
         bytes,
-    });
-    b.op("LayerNormalization", &[x, &scale], last_axis(eps))
+    })
 }
 
 /// `LayerNormalization(x, {weight}; axis=-1, epsilon)` over the last axis (`width`

@@ -18,7 +18,21 @@
 
 use super::mask::token_distance;
 use super::{scalar, AttentionSpec, DecoderInputs};
-use crate::ir::{Attr, DType, GraphBuilder};
+use crate::ir::{Attr, DType, GraphBuilder, Initializer, TensorSource};
+
+/// Declares the per-head sink logits of attention module `attn`: the checkpoint's
+/// `{attn}.sinks` (`[heads]`) as `[1, heads, 1, 1]`, what [`sink_attention`] takes.
+pub fn sink_logits(b: &mut GraphBuilder, attn: &str, heads: usize, dtype: DType) -> String {
+    b.initializer(Initializer {
+        name: format!("{attn}.sinks"),
+        dtype,
+        shape: vec![1, heads, 1, 1],
+        source: Some(TensorSource::Reshape {
+            source: Box::new(TensorSource::Checkpoint(format!("{attn}.sinks"))),
+            shape: vec![1, heads, 1, 1],
+        }),
+    })
+}
 
 /// Attention of 3-D `q` `[B, S, Hq·D]`, `k`, `v` `[B, S, Hkv·D]` with the per-head sink
 /// logits `sinks` (`[1, Hq, 1, 1]`, model dtype), the boolean mask and KV cache of `spec`
