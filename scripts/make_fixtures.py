@@ -87,6 +87,8 @@ from transformers import (
     BloomConfig,
     BloomForCausalLM,
     BertModel,
+    BioGptConfig,
+    BioGptForCausalLM,
     GlmConfig,
     GlmForCausalLM,
     Glm4Config,
@@ -109,6 +111,8 @@ from transformers import (
     GPTNeoConfig,
     GPTNeoForCausalLM,
     GPTNeoXConfig,
+    GPTNeoXJapaneseConfig,
+    GPTNeoXJapaneseForCausalLM,
     GPTNeoXForCausalLM,
     GraniteConfig,
     GraniteForCausalLM,
@@ -129,6 +133,8 @@ from transformers import (
     Starcoder2ForCausalLM,
     OlmoConfig,
     OPTConfig,
+    XGLMConfig,
+    XGLMForCausalLM,
     OPTForCausalLM,
     OlmoForCausalLM,
     Olmo2Config,
@@ -175,6 +181,8 @@ from transformers import (
     CwmForCausalLM,
     CohereForCausalLM,
     CodeGenConfig,
+    CTRLConfig,
+    CTRLLMHeadModel,
     CodeGenForCausalLM,
     Ernie4_5Config,
     Ernie4_5ForCausalLM,
@@ -595,7 +603,8 @@ def make_config(kind: str, vocab: int, ids: dict):
             image_token_index=vocab,
             tie_word_embeddings=False,
         )
-    if kind == "gpt2":
+    if kind in ("gpt2", "gpt-sw3"):
+        # gpt-sw3: GPT-2 under another model_type (written into config.json once saved).
         return GPT2LMHeadModel, GPT2Config(
             n_embd=DIMS["hidden_size"],
             n_layer=DIMS["num_hidden_layers"],
@@ -667,6 +676,68 @@ def make_config(kind: str, vocab: int, ids: dict):
             attention_types=[[["global", "local"], 1]],
             window_size=4,
             activation_function="gelu_new",
+            vocab_size=vocab,
+            tie_word_embeddings=True,
+            **ids,
+        )
+    if kind == "ctrl":
+        # Sinusoidal positions, embeddings times sqrt(64), biased Wq/Wk/Wv/dense, ReLU MLP
+        # (ffn.0, ffn.2), LayerNorms of 1e-6 in the layers and layer_norm_epsilon (1e-5 here)
+        # in the final one, tied head with bias.
+        return CTRLLMHeadModel, CTRLConfig(
+            n_embd=DIMS["hidden_size"],
+            n_layer=DIMS["num_hidden_layers"],
+            n_head=DIMS["num_attention_heads"],
+            dff=DIMS["intermediate_size"],
+            n_positions=DIMS["max_position_embeddings"],
+            layer_norm_epsilon=1e-5,
+            vocab_size=vocab,
+            tie_word_embeddings=True,
+            **ids,
+        )
+    if kind == "gpt_neox_japanese":
+        # GPT-NeoX's fused query_key_value without biases, sequential layers, RoPE on half of
+        # each head, an unbiased MLP twice the hidden size, dense_bias on the last layer's
+        # attention (perturbed off its zero init), tied head.
+        return GPTNeoXJapaneseForCausalLM, GPTNeoXJapaneseConfig(
+            hidden_size=DIMS["hidden_size"],
+            num_hidden_layers=DIMS["num_hidden_layers"],
+            num_attention_heads=DIMS["num_attention_heads"],
+            intermediate_multiple_size=2,
+            max_position_embeddings=DIMS["max_position_embeddings"],
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+            hidden_act="gelu",
+            vocab_size=vocab,
+            tie_word_embeddings=True,
+            **ids,
+        )
+    if kind == "biogpt":
+        # Learned positions two rows into their table, embeddings times sqrt(64), biased
+        # attention, exact-GELU MLP (fc1/fc2), LayerNorms of 1e-5 whatever layer_norm_eps says
+        # (1e-12 by default), tied output_projection.
+        return BioGptForCausalLM, BioGptConfig(
+            hidden_size=DIMS["hidden_size"],
+            num_hidden_layers=DIMS["num_hidden_layers"],
+            num_attention_heads=DIMS["num_attention_heads"],
+            intermediate_size=DIMS["intermediate_size"],
+            max_position_embeddings=DIMS["max_position_embeddings"],
+            hidden_act="gelu",
+            scale_embedding=True,
+            vocab_size=vocab,
+            tie_word_embeddings=True,
+            **ids,
+        )
+    if kind == "xglm":
+        # Sinusoidal positions two rows into their table, embeddings times sqrt(64), biased
+        # attention, exact-GELU MLP (fc1/fc2), tied head.
+        return XGLMForCausalLM, XGLMConfig(
+            d_model=DIMS["hidden_size"],
+            num_layers=DIMS["num_hidden_layers"],
+            attention_heads=DIMS["num_attention_heads"],
+            ffn_dim=DIMS["intermediate_size"],
+            max_position_embeddings=DIMS["max_position_embeddings"],
+            activation_function="gelu",
+            scale_embedding=True,
             vocab_size=vocab,
             tie_word_embeddings=True,
             **ids,
@@ -1735,6 +1806,10 @@ def rewrite_config_v4(path: Path) -> None:
     path.write_text(json.dumps(dict(sorted(out.items())), indent=2) + "\n")
 
 
+# Fixtures whose config.json gets another model_type than their config class writes: model
+# types transformers maps onto another one's classes (gpt-sw3 is GPT-2).
+RENAMED_TYPES = {"gpt-sw3": "gpt-sw3"}
+
 # EXAONE 3's hub checkpoints: its config names for three Llama fields and GPT-2-like module
 # names (transformers renames both on loading).
 EXAONE_CONFIG_NAMES = {
@@ -1783,12 +1858,17 @@ FIXTURES = {
     "gemma2": (6000, "f32", "v4", None),
     "gemma3_text": (7000, "f32", "v5", None),
     "gpt2": (5000, "f32", "v5", None),
+    "gpt-sw3": (5110, "f32", "v5", None),
     "gpt_bigcode": (5010, "f32", "v5", None),
     "openai-gpt": (5020, "f32", "v5", None),
     "gptj": (5030, "f32", "v5", None),
     "codegen": (5040, "f32", "v5", None),
     "gpt_neo": (5070, "f32", "v5", None),
     "opt": (5050, "f32", "v5", None),
+    "xglm": (5080, "f32", "v5", None),
+    "ctrl": (5090, "f32", "v5", None),
+    "biogpt": (5100, "f32", "v5", None),
+    "gpt_neox_japanese": (5120, "f32", "v5", None),
     "opt-350m": (5060, "f32", "v5", None),
     "phi": (6000, "f32", "v4", None),
     "qwen3": (5000, "f32", "v5", None),
@@ -1935,6 +2015,17 @@ def make_fixture(name: str, out_root: Path, tok: PreTrainedTokenizerFast) -> Non
         model = model.to(torch.bfloat16)
     model.save_pretrained(d, **save_kwargs)
     tok.save_pretrained(d)
+    if name in RENAMED_TYPES:
+        path = d / "config.json"
+        cfg = json.loads(path.read_text())
+        cfg["model_type"] = RENAMED_TYPES[name]
+        path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+        # transformers reads the renamed config back into the same model.
+        reloaded = transformers.AutoModelForCausalLM.from_pretrained(d, attn_implementation="eager", dtype=torch.float32)
+        assert reloaded.config.model_type == RENAMED_TYPES[name], reloaded.config.model_type
+        with torch.no_grad():
+            again = reloaded.eval()(torch.tensor([input_ids])).logits[0].float()
+        assert torch.equal(again, logits), (name, float((again - logits).abs().max()))
     if spelling == "v4":
         rewrite_config_v4(d / "config.json")
         if name == "exaone":

@@ -167,6 +167,10 @@ pub struct HfConfig {
     pub num_layers: Option<i64>,
     /// GPT-Neo: `num_heads`.
     pub num_heads: Option<i64>,
+    /// CTRL: `dff` (the MLP width).
+    pub dff: Option<i64>,
+    /// GPT-NeoX-Japanese: `intermediate_multiple_size` (the MLP width over the hidden size).
+    pub intermediate_multiple_size: Option<i64>,
     /// GPT-2: `scale_attn_by_inverse_layer_idx`.
     pub scale_attn_by_inverse_layer_idx: Option<bool>,
     /// GPT-2: `add_cross_attention` (encoder-decoder use).

@@ -172,6 +172,12 @@ pub trait Family {
         true
     }
 
+    /// The norm the final norm applies: by default [`Family::norm`] (CTRL's final norm reads
+    /// its epsilon from the config, its layers' norms have a fixed one).
+    fn final_norm_of(&self, cfg: &ArchConfig) -> Norm {
+        self.norm(cfg)
+    }
+
     /// Whether attention and MLP both read the layer input and are added to the residual
     /// together, `x + (attn(norm(x)) + mlp(norm'(x)))`, instead of one after the other: the
     /// MLP reads the attention's normed input when [`LayerNorms::pre_mlp`] is `None` (Phi),
@@ -485,7 +491,8 @@ pub fn build(cfg: &ArchConfig, dtype: DType, family: &dyn Family) -> Graph {
     let normed = if family.final_norm() {
         let final_norm = format!("{}.{}", names.root, names.final_norm);
         b.set_scope(&final_norm);
-        layer.norm.apply(&mut b, &x, &final_norm, h, dtype)
+        let norm = family.final_norm_of(cfg);
+        norm.apply(&mut b, &x, &final_norm, h, dtype)
     } else {
         x
     };

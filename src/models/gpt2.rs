@@ -22,14 +22,18 @@ use crate::ir::{DType, GraphBuilder};
 use crate::limits::config::{MAX_HEADS, MAX_LAYERS, MAX_POSITIONS, MAX_VOCAB, MAX_WIDTH};
 use crate::Result;
 
-/// The family's registry entry. onnxruntime-genai's own `gpt2` type expects one combined
+/// The family's registry entry (`gpt-sw3` is GPT-2 under another name, as transformers
+/// maps it). onnxruntime-genai's own `gpt2` type expects one combined
 /// `past_%d` cache tensor per layer, not the separate key/value inputs of our graph contract,
 /// and refuses the package ("Model input was not found"); its generic `decoder` runs it.
 pub static FAMILY: FamilySpec = FamilySpec {
     name: "gpt2",
     summary: "learned positions, LayerNorm, Conv1D weights with the fused `c_attn` cut \
               lazily into q/k/v, GELU MLP, tied head",
-    model_types: &[ModelType::generative("gpt2", "decoder", read)],
+    model_types: &[
+        ModelType::generative("gpt2", "decoder", read),
+        ModelType::generative("gpt-sw3", "decoder", read),
+    ],
 };
 
 /// GPT-2's knobs: its LayerNorm and GELU.

@@ -189,10 +189,15 @@ mod tests {
         for (extra, field) in [
             (r#", "add_cross_attention": true"#, "add_cross_attention"),
             (r#", "activation_function": "relu""#, "activation_function"),
-            (r#", "n_head": 5"#, "n_head"),
         ] {
             let msg = parse(extra).unwrap_err().to_string();
             assert!(msg.contains(&format!("field `{field}`")), "{extra}: {msg}");
         }
+        // n_head does not divide the width
+        let heads = r#""model_type": "gpt_bigcode", "n_embd": 64, "n_head": 5"#;
+        let msg = crate::models::parse_fields(heads, "")
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("field `n_head`"), "{msg}");
     }
 }

@@ -34,13 +34,24 @@ const FIELDS: DecoderFields = DecoderFields {
     ..DecoderFields::LLAMA
 };
 
-/// The RoPE as transformers reads a GPT-NeoX config: `rope_parameters` (or `rope_scaling`)
-/// first, else `rotary_emb_base` and `rotary_pct`; the top-level `rope_theta` and
-/// `partial_rotary_factor` of other families are ignored. Errors name the field read.
+/// GPT-NeoX's RoPE, [`read_neox_rope`] with `rotary_pct` 0.25 by default.
 fn neox_rope(raw: &HfConfig, head_dim: usize, f: &Fields<'_>) -> Result<crate::config::Rope> {
+    read_neox_rope(raw, head_dim, f, 0.25)
+}
+
+/// The RoPE as transformers reads a GPT-NeoX-like config: `rope_parameters` (or
+/// `rope_scaling`) first, else `rotary_emb_base` and `rotary_pct` (`default_pct` when
+/// absent); the top-level `rope_theta` and `partial_rotary_factor` of other families are
+/// ignored. Errors name the field read.
+pub(super) fn read_neox_rope(
+    raw: &HfConfig,
+    head_dim: usize,
+    f: &Fields<'_>,
+    default_pct: f64,
+) -> Result<crate::config::Rope> {
     let neox = HfConfig {
         rope_theta: raw.rotary_emb_base,
-        partial_rotary_factor: Some(raw.rotary_pct.unwrap_or(0.25)),
+        partial_rotary_factor: Some(raw.rotary_pct.unwrap_or(default_pct)),
         ..raw.clone()
     };
     read_rope(&neox, head_dim, 10_000.0, f).map_err(|e| match e {

@@ -188,11 +188,16 @@ mod tests {
     fn bad_fields_are_named() {
         for (extra, field) in [
             (r#", "afn": "gelu_new""#, "afn"),
-            (r#", "n_head": 5"#, "n_head"),
             (r#", "layer_norm_epsilon": -1"#, "layer_norm_epsilon"),
         ] {
             let msg = parse(extra).unwrap_err().to_string();
             assert!(msg.contains(&format!("field `{field}`")), "{extra}: {msg}");
         }
+        // n_head does not divide the width
+        let heads = r#""model_type": "openai-gpt", "n_embd": 64, "n_head": 5"#;
+        let msg = crate::models::parse_fields(heads, "")
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("field `n_head`"), "{msg}");
     }
 }

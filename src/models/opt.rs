@@ -299,11 +299,16 @@ mod tests {
         for (extra, field) in [
             (r#", "activation_function": "bogus""#, "activation_function"),
             (r#", "word_embed_proj_dim": 0"#, "word_embed_proj_dim"),
-            (r#", "num_attention_heads": 5"#, "num_attention_heads"),
         ] {
             let msg = parse(extra).unwrap_err().to_string();
             assert!(msg.contains(&format!("field `{field}`")), "{extra}: {msg}");
         }
+        // num_attention_heads does not divide the width
+        let heads = r#""model_type": "opt", "hidden_size": 64, "num_attention_heads": 5"#;
+        let msg = crate::models::parse_fields(heads, "")
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("field `num_attention_heads`"), "{msg}");
         let fields = r#""model_type": "opt", "ffn_dim": -1"#;
         let msg = crate::models::parse_fields(fields, "")
             .unwrap_err()

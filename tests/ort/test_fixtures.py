@@ -451,8 +451,8 @@ LEFT_OUT = [(name, ep, dtype) for name in NAMES for ep, dtype in builds_of(name)
 # build: 6; the other 5 on the reduced matrix: 2 each). 525 with deepseek_v2,
 # deepseek_v3, minicpm3, glm4_moe, glm4_moe_lite, dots1 and sarvam_mla (6 each); 531 with dbrx (6).
 # diffllama's attention, spelled out in standard ops, never fuses (531 still); 537 with
-# solar_open (6).
-LEFT_OUT_COUNT = 537
+# solar_open (6); 567 with xglm, ctrl, biogpt, gpt-sw3 and gpt_neox_japanese (6 each).
+LEFT_OUT_COUNT = 567
 per_left_padded_build = pytest.mark.parametrize(
     "name,ep,dtype", LEFT_PADDED, ids=[f"{n}-{e or 'noflag'}-{d}" for n, e, d in LEFT_PADDED]
 )
@@ -644,7 +644,8 @@ GENAI_TYPES.update({"vaultgemma": "decoder", "ministral3": "mistral", "granite_s
                     "jais2": "decoder", "nanochat": "decoder", "bitnet": "decoder", "iquestcoder": "llama",
                     "hyperclovax": "decoder", "mellum": "decoder"})
 GENAI_TYPES.update({"gpt_bigcode": "decoder", "openai-gpt": "decoder", "gptj": "decoder", "codegen": "decoder"})
-GENAI_TYPES.update({"opt": "decoder", "gpt_neo": "decoder"})
+GENAI_TYPES.update({"opt": "decoder", "gpt_neo": "decoder", "xglm": "decoder", "ctrl": "decoder",
+                    "biogpt": "decoder", "gpt-sw3": "decoder", "gpt_neox_japanese": "decoder"})
 # Causal LMs of encoder architectures (bert_lm): onnxruntime-genai's generic decoder.
 GENAI_TYPES.update({t: "decoder" for t in ("bert", "roberta", "camembert", "xlm-roberta", "data2vec-text",
                                            "roberta-prelayernorm", "xlm-roberta-xl", "ernie", "megatron-bert",

@@ -42,7 +42,7 @@ pub use moe::{
 pub use norm::{
     layer_norm, layer_norm_into, offset_rms_norm, per_head_norm, rms_norm, Norm, NormKind,
 };
-pub use positions::learned_positions;
+pub use positions::{learned_positions, sinusoidal_positions};
 pub use rope::{named_rope_tables, rope_tables, rotary_embedding, scaled, RopeTables};
 pub use scalar::scalar;
 pub use sink_attention::{causal_mask, sink_attention, sink_logits};
