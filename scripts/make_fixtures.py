@@ -796,6 +796,8 @@ BART_LM = {
     "mvp": ("MvpForCausalLM", "MvpConfig", dict(scale_embedding=False)),
     "blenderbot": ("BlenderbotForCausalLM", "BlenderbotConfig", dict(scale_embedding=True)),
     "blenderbot-small": ("BlenderbotSmallForCausalLM", "BlenderbotSmallConfig", dict(scale_embedding=False)),
+    "marian": ("MarianForCausalLM", "MarianConfig", dict(scale_embedding=True)),
+    "pegasus": ("PegasusForCausalLM", "PegasusConfig", dict(scale_embedding=True)),
 }
 
 
@@ -873,6 +875,8 @@ def perturb(model, seed: int) -> None:
     norm_offset = 0.0 if model.config.model_type.startswith(("gemma", "nemotron")) else 1.0
     with torch.no_grad():
         for name, p in model.named_parameters():
+            if name.endswith("embed_positions.weight") and not p.requires_grad:
+                continue  # Marian's and Pegasus' frozen sinusoidal table: a function, not a weight
             r = torch.randn(p.shape, generator=g, dtype=torch.float32)
             if ".ln_" in name or "norm" in name:
                 # RMSNorm gains; LayerNorm (gpt2, phi) weights and biases

@@ -135,6 +135,8 @@ pub struct HfConfig {
     pub decoder_ffn_dim: Option<i64>,
     /// `scale_embedding` (BART family: token embeddings times √d_model).
     pub scale_embedding: Option<bool>,
+    /// `decoder_vocab_size` (Marian: rows of the decoder's token embedding).
+    pub decoder_vocab_size: Option<i64>,
     /// `embedding_multiplier` (Granite: scales the token embeddings).
     pub embedding_multiplier: Option<f64>,
     /// `residual_multiplier` (Granite: scales each block output before the residual add).
