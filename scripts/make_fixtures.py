@@ -821,6 +821,7 @@ BERT_LM = {
     "rembert": ("RemBertForCausalLM", "RemBertConfig",
                 dict(input_embedding_size=32, output_embedding_size=48, tie_word_embeddings=False)),
     "bert-generation": ("BertGenerationDecoder", "BertGenerationConfig", dict(tie_word_embeddings=False)),
+    "roformer": ("RoFormerForCausalLM", "RoFormerConfig", dict(embedding_size=48)),
 }
 
 
@@ -830,6 +831,8 @@ def perturb_bert_lm(model, seed: int) -> None:
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
+            if not p.requires_grad:
+                continue  # RoFormer's frozen sinusoidal table: a function, not a weight
             r = torch.randn(p.shape, generator=g, dtype=torch.float32)
             norm = any(k in name for k in ("LayerNorm.", "layer_norm", ".ln.", "self_attn_layer_norm")) \
                 or name.startswith("ln.")

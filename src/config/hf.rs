@@ -137,6 +137,8 @@ pub struct HfConfig {
     pub scale_embedding: Option<bool>,
     /// `decoder_vocab_size` (Marian: rows of the decoder's token embedding).
     pub decoder_vocab_size: Option<i64>,
+    /// `rotary_value` (RoFormer: values rotated too).
+    pub rotary_value: Option<bool>,
     /// `embedding_multiplier` (Granite: scales the token embeddings).
     pub embedding_multiplier: Option<f64>,
     /// `residual_multiplier` (Granite: scales each block output before the residual add).
