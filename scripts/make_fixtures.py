@@ -798,6 +798,7 @@ BART_LM = {
     "blenderbot-small": ("BlenderbotSmallForCausalLM", "BlenderbotSmallConfig", dict(scale_embedding=False)),
     "marian": ("MarianForCausalLM", "MarianConfig", dict(scale_embedding=True)),
     "pegasus": ("PegasusForCausalLM", "PegasusConfig", dict(scale_embedding=True)),
+    "trocr": ("TrOCRForCausalLM", "TrOCRConfig", dict(scale_embedding=True, tie_word_embeddings=False)),
 }
 
 

@@ -1,15 +1,16 @@
 //! The decoder of BART-style sequence-to-sequence models run alone (transformers'
 //! `BartForCausalLM`, `MBartForCausalLM`, `PLBartForCausalLM`, `MvpForCausalLM`,
 //! `BlenderbotForCausalLM`, `BlenderbotSmallForCausalLM`, `MarianForCausalLM`,
-//! `PegasusForCausalLM`): token embeddings (times √d_model with `scale_embedding`) plus learned
-//! positions (offset by 2 but in the Blenderbots; Marian and Pegasus: sinusoidal, the table
-//! computed at save time),
-//! `layernorm_embedding` (after the positions are added; Blenderbot-Small: on the token
-//! embeddings before; Blenderbot, Marian, Pegasus: none), then the BART layers (`components::encoder_layer`:
-//! self-attention with a KV cache, `fc1` → GELU → `fc2`; post-norm, or pre-norm with a final
-//! `layer_norm` in mBART, Blenderbot and Pegasus) and the LM head, tied to the embeddings unless the
-//! config unties it. The cross-attention (`encoder_attn`) is skipped, as transformers skips it
-//! without encoder states.
+//! `PegasusForCausalLM`, `TrOCRForCausalLM`): token embeddings (times √d_model with
+//! `scale_embedding`) plus learned positions (offset by 2 but in the Blenderbots; Marian and
+//! Pegasus: sinusoidal, the table computed at save time), `layernorm_embedding` (after the
+//! positions are added, unless TrOCR's config drops it; Blenderbot-Small: on the token
+//! embeddings before; Blenderbot, Marian, Pegasus: none), then the BART layers
+//! (`components::encoder_layer`: self-attention with a KV cache, `fc1` → GELU → `fc2`;
+//! post-norm, or pre-norm with a final `layer_norm` in mBART, Blenderbot and Pegasus) and the
+//! LM head, tied to the embeddings unless the config unties it (TrOCR's head is
+//! `output_projection`). The cross-attention (`encoder_attn`) is skipped, as transformers
+//! skips it without encoder states.
 //!
 //! transformers builds the decoder alone for `*ForCausalLM`, which saves `is_decoder: true`;
 //! mobius builds a config that says so (or names a `*ForCausalLM` in `architectures`) and
@@ -49,6 +50,7 @@ pub static FAMILY: FamilySpec = FamilySpec {
         }),
         ModelType::generative("marian", "decoder", |r, t, f| read(r, t, f, &MARIAN)),
         ModelType::generative("pegasus", "decoder", |r, t, f| read(r, t, f, &PEGASUS)),
+        ModelType::generative("trocr", "decoder", |r, t, f| read(r, t, f, &TROCR)),
     ],
 };
 
@@ -66,6 +68,7 @@ pub enum EmbedNorm {
 /// One model type's layout: position table and offset, embedding norm, pre-norm layers.
 #[derive(Debug, Clone, Copy)]
 struct Layout {
+    head: &'static str,
     sinusoidal: bool,
     position_offset: i64,
     embed_norm: EmbedNorm,
@@ -73,6 +76,7 @@ struct Layout {
 }
 
 const BART: Layout = Layout {
+    head: "lm_head",
     sinusoidal: false,
     position_offset: 2,
     embed_norm: EmbedNorm::AfterPositions,
@@ -83,6 +87,7 @@ const MBART: Layout = Layout {
     ..BART
 };
 const BLENDERBOT: Layout = Layout {
+    head: "lm_head",
     sinusoidal: false,
     position_offset: 0,
     embed_norm: EmbedNorm::None,
@@ -102,6 +107,10 @@ const PEGASUS: Layout = Layout {
     sinusoidal: true,
     ..BLENDERBOT
 };
+const TROCR: Layout = Layout {
+    head: "output_projection",
+    ..BART
+};
 /// transformers' BART LayerNorms are `nn.LayerNorm` with its default epsilon.
 const LAYER_NORM_EPS: f32 = 1e-5;
 
@@ -119,6 +128,8 @@ pub struct BartLmConfig {
     pub embed_norm: EmbedNorm,
     /// Pre-norm layers and a final `layer_norm` (mBART, Blenderbot).
     pub pre_norm: bool,
+    /// The LM head module (`lm_head`; TrOCR: `output_projection`).
+    pub head: &'static str,
     /// The MLP activation (`activation_function`).
     pub gelu: Gelu,
 }
@@ -180,7 +191,10 @@ fn read(
     if layout.sinusoidal && hidden_size % 2 != 0 {
         return Err(f.err(
             "d_model",
-            &format!("{hidden_size} is odd (the sinusoidal positions of {name} are built for an even width)"),
+            &format!(
+                "{hidden_size} is odd (the sinusoidal positions of {name} are built for an \
+                 even width)"
+            ),
         ));
     }
     let vocab_size = f.positive("vocab_size", raw.vocab_size, MAX_VOCAB)?;
@@ -191,6 +205,12 @@ fn read(
                 &format!("{decoder_vocab} differs from vocab_size ({vocab_size})"),
             ));
         }
+    }
+    if raw.use_learned_position_embeddings == Some(false) {
+        return Err(f.err(
+            "use_learned_position_embeddings",
+            "false (TrOCR's sinusoidal positions) is not supported (expected true)",
+        ));
     }
     let embed_scale = match raw.scale_embedding {
         Some(true) => (hidden_size as f32).sqrt(),
@@ -227,8 +247,13 @@ fn read(
             embed_scale,
             sinusoidal: layout.sinusoidal,
             position_offset: layout.position_offset,
-            embed_norm: layout.embed_norm,
+            // TrOCR's `layernorm_embedding` false drops it.
+            embed_norm: match raw.layernorm_embedding {
+                Some(false) => EmbedNorm::None,
+                _ => layout.embed_norm,
+            },
             pre_norm: layout.pre_norm,
+            head: layout.head,
             gelu,
         }),
     })
@@ -366,11 +391,11 @@ fn build(cfg: &ArchConfig, lm: &BartLmConfig, dtype: DType) -> Graph {
         )
     } else {
         b.initializer(Initializer {
-            name: "lm_head.weight_t".into(),
+            name: format!("{}.weight_t", lm.head),
             dtype,
             shape: vec![h, cfg.vocab_size],
             source: Some(TensorSource::Transpose(Box::new(TensorSource::Checkpoint(
-                "lm_head.weight".into(),
+                format!("{}.weight", lm.head),
             )))),
         })
     };
@@ -423,6 +448,17 @@ mod tests {
         assert_eq!(
             (lm.sinusoidal, lm.pre_norm, lm.position_offset),
             (true, false, 0)
+        );
+        let trocr = config("trocr", json!({"layernorm_embedding": false})).unwrap();
+        let lm = trocr.knobs::<BartLmConfig>().unwrap();
+        assert_eq!(
+            (lm.embed_norm, lm.head),
+            (EmbedNorm::None, "output_projection")
+        );
+        let err = config("trocr", json!({"use_learned_position_embeddings": false})).unwrap_err();
+        assert!(
+            err.to_string().contains("use_learned_position_embeddings"),
+            "{err}"
         );
         let err = config("marian", json!({"decoder_vocab_size": 400})).unwrap_err();
         assert!(err.to_string().contains("decoder_vocab_size"), "{err}");

@@ -38,7 +38,8 @@ pub static FAMILY: FamilySpec = FamilySpec {
     summary: "causal LMs of encoder architectures (`is_decoder` true; bert and roberta too): \
               post-norm BERT layers with causal attention (pre-norm: megatron-bert, \
               roberta-prelayernorm, xlm-roberta-xl), learned positions (RoBERTa-likes: after \
-              the padding token; roformer: interleaved RoPE), token type 0, LM head dense → GELU → LayerNorm → decoder + bias",
+              the padding token; roformer: interleaved RoPE), token type 0, LM head dense → \
+              GELU → LayerNorm → decoder + bias",
     model_types: &[
         ModelType::generative("camembert", "decoder", |r, t, f| {
             read(r, t, f, &ROBERTA_LAYOUT)

@@ -58,12 +58,12 @@ def _ids(builds):
 # Fixtures checked on the reduced build matrix only: the default and cpu builds in f32 and
 # the cuda build in f16 (issue 32: every family on default/cpu/cuda-f16, the full EP matrix on
 # a representative set). The causal LMs of encoder architectures (family bert_lm) are 13
-# fixtures of one builder, the BART-style decoders (bart_lm) eight of another; bert-causal,
+# fixtures of one builder, the BART-style decoders (bart_lm) nine of another; bert-causal,
 # roberta-causal and bart, their representatives, run on every build. onnxruntime-genai loads the reduced fixtures' default and cpu builds as written and
 # their cuda build with providers cleared.
 REDUCED_MATRIX = {"camembert", "xlm-roberta", "data2vec-text", "roberta-prelayernorm", "xlm-roberta-xl", "ernie",
                   "megatron-bert", "electra", "rembert", "bert-generation", "roformer", "mbart", "plbart", "mvp", "blenderbot",
-                  "blenderbot-small", "marian", "pegasus"}
+                  "blenderbot-small", "marian", "pegasus", "trocr"}
 REDUCED_BUILDS = [("default", "f32"), ("cpu", "f32"), ("cuda", "f16")]
 
 
@@ -420,8 +420,8 @@ LEFT_OUT = [(name, ep, dtype) for name in NAMES for ep, dtype in builds_of(name)
 # fixtures changes it: update it with the reason. 283 since the bert_lm fixtures: bert-causal
 # and roberta-causal on every build (6 GroupQueryAttention builds each), the 10 on the reduced
 # matrix on cpu f32 and cuda f16 (2 each); 303 since the bart_lm fixtures (bart on every build: 6;
-# the other 7 on the reduced matrix: 2 each); 305 with roformer.
-LEFT_OUT_COUNT = 305
+# the other 7 on the reduced matrix: 2 each); 305 with roformer, 307 with trocr.
+LEFT_OUT_COUNT = 307
 per_left_padded_build = pytest.mark.parametrize(
     "name,ep,dtype", LEFT_PADDED, ids=[f"{n}-{e or 'noflag'}-{d}" for n, e, d in LEFT_PADDED]
 )
@@ -608,7 +608,7 @@ GENAI_TYPES.update({"gpt_oss": "gptoss"})
 GENAI_TYPES.update({t: "decoder" for t in ("bert", "roberta", "camembert", "xlm-roberta", "data2vec-text",
                                            "roberta-prelayernorm", "xlm-roberta-xl", "ernie", "megatron-bert",
                                            "electra", "rembert", "bert-generation", "roformer", "bart", "mbart", "plbart", "mvp",
-                                           "blenderbot", "blenderbot-small", "marian", "pegasus")})
+                                           "blenderbot", "blenderbot-small", "marian", "pegasus", "trocr")})
 
 
 @pytest.mark.parametrize("name", NAMES)
