@@ -1603,6 +1603,9 @@ BART_LM = {
     "mvp": ("MvpForCausalLM", "MvpConfig", dict(scale_embedding=False)),
     "blenderbot": ("BlenderbotForCausalLM", "BlenderbotConfig", dict(scale_embedding=True)),
     "blenderbot-small": ("BlenderbotSmallForCausalLM", "BlenderbotSmallConfig", dict(scale_embedding=False)),
+    "marian": ("MarianForCausalLM", "MarianConfig", dict(scale_embedding=True)),
+    "pegasus": ("PegasusForCausalLM", "PegasusConfig", dict(scale_embedding=True)),
+    "trocr": ("TrOCRForCausalLM", "TrOCRConfig", dict(scale_embedding=True, tie_word_embeddings=False)),
 }
 
 
@@ -1626,6 +1629,7 @@ BERT_LM = {
     "rembert": ("RemBertForCausalLM", "RemBertConfig",
                 dict(input_embedding_size=32, output_embedding_size=48, tie_word_embeddings=False)),
     "bert-generation": ("BertGenerationDecoder", "BertGenerationConfig", dict(tie_word_embeddings=False)),
+    "roformer": ("RoFormerForCausalLM", "RoFormerConfig", dict(embedding_size=48)),
 }
 
 
@@ -1635,6 +1639,8 @@ def perturb_bert_lm(model, seed: int) -> None:
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
+            if not p.requires_grad:
+                continue  # RoFormer's frozen sinusoidal table: a function, not a weight
             r = torch.randn(p.shape, generator=g, dtype=torch.float32)
             norm = any(k in name for k in ("LayerNorm.", "layer_norm", ".ln.", "self_attn_layer_norm")) \
                 or name.startswith("ln.")
@@ -1680,6 +1686,8 @@ def perturb(model, seed: int) -> None:
     norm_offset = 0.0 if model.config.model_type.startswith(("gemma", "vaultgemma", "nemotron")) else 1.0
     with torch.no_grad():
         for name, p in model.named_parameters():
+            if name.endswith("embed_positions.weight") and not p.requires_grad:
+                continue  # Marian's and Pegasus' frozen sinusoidal table: a function, not a weight
             r = torch.randn(p.shape, generator=g, dtype=torch.float32)
             # The parameter's own module decides (DBRX's `norm_attn_norm.attn.Wqkv` is no norm).
             module = name.rsplit(".", 1)[0].rsplit(".", 1)[-1]

@@ -201,6 +201,14 @@ pub struct HfConfig {
     pub decoder_attention_heads: Option<i64>,
     /// `decoder_ffn_dim` (BART family: the MLP width).
     pub decoder_ffn_dim: Option<i64>,
+    /// `decoder_vocab_size` (Marian: rows of the decoder's token embedding).
+    pub decoder_vocab_size: Option<i64>,
+    /// `rotary_value` (RoFormer: values rotated too).
+    pub rotary_value: Option<bool>,
+    /// `layernorm_embedding` (TrOCR: false drops the embedding LayerNorm).
+    pub layernorm_embedding: Option<bool>,
+    /// `use_learned_position_embeddings` (TrOCR: false for sinusoidal positions).
+    pub use_learned_position_embeddings: Option<bool>,
     /// `embedding_multiplier` (Granite: scales the token embeddings).
     pub embedding_multiplier: Option<f64>,
     /// `residual_multiplier` (Granite: scales each block output before the residual add).

@@ -1,13 +1,16 @@
 //! The decoder of BART-style sequence-to-sequence models run alone (transformers'
 //! `BartForCausalLM`, `MBartForCausalLM`, `PLBartForCausalLM`, `MvpForCausalLM`,
-//! `BlenderbotForCausalLM`, `BlenderbotSmallForCausalLM`): token embeddings (times √d_model with
-//! `scale_embedding`) plus learned positions (offset by 2 but in the Blenderbots),
-//! `layernorm_embedding` (after the positions are added; Blenderbot-Small: on the token
-//! embeddings before; Blenderbot: none), then the BART layers (`components::encoder_layer`:
-//! self-attention with a KV cache, `fc1` → GELU → `fc2`; post-norm, or pre-norm with a final
-//! `layer_norm` in mBART and Blenderbot) and the LM head, tied to the embeddings unless the
-//! config unties it. The cross-attention (`encoder_attn`) is skipped, as transformers skips it
-//! without encoder states.
+//! `BlenderbotForCausalLM`, `BlenderbotSmallForCausalLM`, `MarianForCausalLM`,
+//! `PegasusForCausalLM`, `TrOCRForCausalLM`): token embeddings (times √d_model with
+//! `scale_embedding`) plus learned positions (offset by 2 but in the Blenderbots; Marian and
+//! Pegasus: sinusoidal, the table computed at save time), `layernorm_embedding` (after the
+//! positions are added, unless TrOCR's config drops it; Blenderbot-Small: on the token
+//! embeddings before; Blenderbot, Marian, Pegasus: none), then the BART layers
+//! (`components::encoder_layer`: self-attention with a KV cache, `fc1` → GELU → `fc2`;
+//! post-norm, or pre-norm with a final `layer_norm` in mBART, Blenderbot and Pegasus) and the
+//! LM head, tied to the embeddings unless the config unties it (TrOCR's head is
+//! `output_projection`). The cross-attention (`encoder_attn`) is skipped, as transformers
+//! skips it without encoder states.
 //!
 //! transformers builds the decoder alone for `*ForCausalLM`, which saves `is_decoder: true`;
 //! mobius builds a config that says so (or names a `*ForCausalLM` in `architectures`) and
@@ -31,9 +34,9 @@ use crate::Result;
 pub static FAMILY: FamilySpec = FamilySpec {
     name: "bart_lm",
     summary: "the decoder of a BART-style seq2seq model alone (`*ForCausalLM`, `is_decoder`): \
-              learned positions (offset by 2 but in the blenderbots), `layernorm_embedding`, \
-              post-norm layers (mbart, blenderbot: pre-norm and a final norm), cross-attention \
-              skipped, tied head",
+              learned positions (offset by 2 but in the blenderbots; marian, pegasus: \
+              sinusoidal), `layernorm_embedding`, post-norm layers (mbart, blenderbot, pegasus: \
+              pre-norm and a final norm), cross-attention skipped, tied head",
     model_types: &[
         ModelType::generative("bart", "decoder", |r, t, f| read(r, t, f, &BART)),
         ModelType::generative("mbart", "decoder", |r, t, f| read(r, t, f, &MBART)),
@@ -45,6 +48,9 @@ pub static FAMILY: FamilySpec = FamilySpec {
         ModelType::generative("blenderbot-small", "decoder", |r, t, f| {
             read(r, t, f, &BLENDERBOT_SMALL)
         }),
+        ModelType::generative("marian", "decoder", |r, t, f| read(r, t, f, &MARIAN)),
+        ModelType::generative("pegasus", "decoder", |r, t, f| read(r, t, f, &PEGASUS)),
+        ModelType::generative("trocr", "decoder", |r, t, f| read(r, t, f, &TROCR)),
     ],
 };
 
@@ -59,15 +65,19 @@ pub enum EmbedNorm {
     BeforePositions,
 }
 
-/// One model type's layout: position offset, embedding norm, pre-norm layers.
+/// One model type's layout: position table and offset, embedding norm, pre-norm layers.
 #[derive(Debug, Clone, Copy)]
 struct Layout {
+    head: &'static str,
+    sinusoidal: bool,
     position_offset: i64,
     embed_norm: EmbedNorm,
     pre_norm: bool,
 }
 
 const BART: Layout = Layout {
+    head: "lm_head",
+    sinusoidal: false,
     position_offset: 2,
     embed_norm: EmbedNorm::AfterPositions,
     pre_norm: false,
@@ -77,14 +87,29 @@ const MBART: Layout = Layout {
     ..BART
 };
 const BLENDERBOT: Layout = Layout {
+    head: "lm_head",
+    sinusoidal: false,
     position_offset: 0,
     embed_norm: EmbedNorm::None,
     pre_norm: true,
 };
 const BLENDERBOT_SMALL: Layout = Layout {
-    position_offset: 0,
     embed_norm: EmbedNorm::BeforePositions,
     pre_norm: false,
+    ..BLENDERBOT
+};
+const MARIAN: Layout = Layout {
+    sinusoidal: true,
+    pre_norm: false,
+    ..BLENDERBOT
+};
+const PEGASUS: Layout = Layout {
+    sinusoidal: true,
+    ..BLENDERBOT
+};
+const TROCR: Layout = Layout {
+    head: "output_projection",
+    ..BART
 };
 /// transformers' BART LayerNorms are `nn.LayerNorm` with its default epsilon.
 const LAYER_NORM_EPS: f32 = 1e-5;
@@ -94,12 +119,17 @@ const LAYER_NORM_EPS: f32 = 1e-5;
 pub struct BartLmConfig {
     /// The token embeddings' scale (`√d_model` with `scale_embedding`, else 1).
     pub embed_scale: f32,
+    /// Sinusoidal positions (Marian, Pegasus): `embed_positions` is `sin` of `p · 10000^(−2j/d)`
+    /// in its first half and `cos` in its second, computed at save time.
+    pub sinusoidal: bool,
     /// The first row of `embed_positions` position 0 reads (2: BART; 0: the Blenderbots).
     pub position_offset: i64,
     /// Where `layernorm_embedding` sits.
     pub embed_norm: EmbedNorm,
     /// Pre-norm layers and a final `layer_norm` (mBART, Blenderbot).
     pub pre_norm: bool,
+    /// The LM head module (`lm_head`; TrOCR: `output_projection`).
+    pub head: &'static str,
     /// The MLP activation (`activation_function`).
     pub gelu: Gelu,
 }
@@ -158,6 +188,30 @@ fn read(
             ),
         )
     })?;
+    if layout.sinusoidal && hidden_size % 2 != 0 {
+        return Err(f.err(
+            "d_model",
+            &format!(
+                "{hidden_size} is odd (the sinusoidal positions of {name} are built for an \
+                 even width)"
+            ),
+        ));
+    }
+    let vocab_size = f.positive("vocab_size", raw.vocab_size, MAX_VOCAB)?;
+    if let Some(decoder_vocab) = raw.decoder_vocab_size {
+        if decoder_vocab != vocab_size as i64 {
+            return Err(f.err(
+                "decoder_vocab_size",
+                &format!("{decoder_vocab} differs from vocab_size ({vocab_size})"),
+            ));
+        }
+    }
+    if raw.use_learned_position_embeddings == Some(false) {
+        return Err(f.err(
+            "use_learned_position_embeddings",
+            "false (TrOCR's sinusoidal positions) is not supported (expected true)",
+        ));
+    }
     let embed_scale = match raw.scale_embedding {
         Some(true) => (hidden_size as f32).sqrt(),
         _ => 1.0,
@@ -170,7 +224,7 @@ fn read(
         num_key_value_heads: heads,
         head_dim,
         num_hidden_layers: layers,
-        vocab_size: f.positive("vocab_size", raw.vocab_size, MAX_VOCAB)?,
+        vocab_size,
         max_position_embeddings: max_positions,
         rms_norm_eps: 0.0,
         tie_word_embeddings: raw.tie_word_embeddings.unwrap_or(true),
@@ -191,9 +245,15 @@ fn read(
         pad_token_id: first_token(f, "pad_token_id", raw.pad_token_id.as_ref())?,
         family: Knobs::new(BartLmConfig {
             embed_scale,
+            sinusoidal: layout.sinusoidal,
             position_offset: layout.position_offset,
-            embed_norm: layout.embed_norm,
+            // TrOCR's `layernorm_embedding` false drops it.
+            embed_norm: match raw.layernorm_embedding {
+                Some(false) => EmbedNorm::None,
+                _ => layout.embed_norm,
+            },
             pre_norm: layout.pre_norm,
+            head: layout.head,
             gelu,
         }),
     })
@@ -249,8 +309,29 @@ fn build(cfg: &ArchConfig, lm: &BartLmConfig, dtype: DType) -> Graph {
         }
     };
     let rows = cfg.max_position_embeddings + lm.position_offset as usize;
-    let table = "model.decoder.embed_positions.weight";
-    let table = tensor(&mut b, table, vec![rows, h], dtype);
+    let name = "model.decoder.embed_positions.weight";
+    let table = match lm.sinusoidal {
+        false => tensor(&mut b, name, vec![rows, h], dtype),
+        true => {
+            let inv_freq: Vec<f32> = (0..h / 2)
+                .map(|j| 10000f64.powf(-2.0 * j as f64 / h as f64) as f32)
+                .collect();
+            let half = |sine| TensorSource::RotaryTable {
+                inv_freq: inv_freq.clone(),
+                positions: rows,
+                sine,
+            };
+            b.initializer(Initializer {
+                name: name.to_string(),
+                dtype,
+                shape: vec![rows, h],
+                source: Some(TensorSource::Concat {
+                    parts: vec![half(true), half(false)],
+                    axis: 1,
+                }),
+            })
+        }
+    };
     let pos = gather(&mut b, &table, &ids);
     x = b.op("Add", &[&x, &pos], vec![]);
     if lm.embed_norm == EmbedNorm::AfterPositions {
@@ -310,11 +391,11 @@ fn build(cfg: &ArchConfig, lm: &BartLmConfig, dtype: DType) -> Graph {
         )
     } else {
         b.initializer(Initializer {
-            name: "lm_head.weight_t".into(),
+            name: format!("{}.weight_t", lm.head),
             dtype,
             shape: vec![h, cfg.vocab_size],
             source: Some(TensorSource::Transpose(Box::new(TensorSource::Checkpoint(
-                "lm_head.weight".into(),
+                format!("{}.weight", lm.head),
             )))),
         })
     };
@@ -362,6 +443,25 @@ mod tests {
         let blenderbot = config("blenderbot", json!({})).unwrap();
         let lm = blenderbot.knobs::<BartLmConfig>().unwrap();
         assert_eq!((lm.embed_norm, lm.pre_norm), (EmbedNorm::None, true));
+        let marian = config("marian", json!({})).unwrap();
+        let lm = marian.knobs::<BartLmConfig>().unwrap();
+        assert_eq!(
+            (lm.sinusoidal, lm.pre_norm, lm.position_offset),
+            (true, false, 0)
+        );
+        let trocr = config("trocr", json!({"layernorm_embedding": false})).unwrap();
+        let lm = trocr.knobs::<BartLmConfig>().unwrap();
+        assert_eq!(
+            (lm.embed_norm, lm.head),
+            (EmbedNorm::None, "output_projection")
+        );
+        let err = config("trocr", json!({"use_learned_position_embeddings": false})).unwrap_err();
+        assert!(
+            err.to_string().contains("use_learned_position_embeddings"),
+            "{err}"
+        );
+        let err = config("marian", json!({"decoder_vocab_size": 400})).unwrap_err();
+        assert!(err.to_string().contains("decoder_vocab_size"), "{err}");
         assert!(bart.tie_word_embeddings);
         let mbart = config(
             "mbart",

@@ -12,14 +12,15 @@
 //!
 //! Embeddings: word + token type 0 (+ task type 0, ERNIE) + learned position, LayerNorm
 //! (none in Megatron-BERT and XLM-RoBERTa-XL), then a dense up to the hidden size where the
-//! embedding is narrower (ELECTRA, RemBERT). Positions are the `position_ids` input
+//! embedding is narrower (ELECTRA, RemBERT, RoFormer). Positions are the `position_ids` input
 //! (BERT) or `position_ids + pad_token_id + 1` (RoBERTa's numbering after the padding token,
 //! equal to transformers' `create_position_ids_from_input_ids` for sequences without padding
-//! tokens). Checkpoint names lose their model-class prefix (`bert.`, `roberta.` …).
+//! tokens); RoFormer has no position embedding and rotates q and k (interleaved RoPE).
+//! Checkpoint names lose their model-class prefix (`bert.`, `roberta.` …).
 
 use super::components::{
-    attention, decoder_io, gelu, layer_norm, linear, padding_mask, AttentionSpec, DecoderDims,
-    EncoderLayer, EncoderNorms, LayerNames,
+    attention, decoder_io, gelu, layer_norm, linear, padding_mask, rope_tables, rotary_embedding,
+    AttentionSpec, DecoderDims, EncoderLayer, EncoderNorms, LayerNames,
 };
 use super::family::FamilySpec;
 use crate::config::{
@@ -37,7 +38,8 @@ pub static FAMILY: FamilySpec = FamilySpec {
     summary: "causal LMs of encoder architectures (`is_decoder` true; bert and roberta too): \
               post-norm BERT layers with causal attention (pre-norm: megatron-bert, \
               roberta-prelayernorm, xlm-roberta-xl), learned positions (RoBERTa-likes: after \
-              the padding token), token type 0, LM head dense → GELU → LayerNorm → decoder + bias",
+              the padding token; roformer: interleaved RoPE), token type 0, LM head dense → \
+              GELU → LayerNorm → decoder + bias",
     model_types: &[
         ModelType::generative("camembert", "decoder", |r, t, f| {
             read(r, t, f, &ROBERTA_LAYOUT)
@@ -66,6 +68,9 @@ pub static FAMILY: FamilySpec = FamilySpec {
         }),
         ModelType::generative("bert-generation", "decoder", |r, t, f| {
             read(r, t, f, &BERT_GENERATION_LAYOUT)
+        }),
+        ModelType::generative("roformer", "decoder", |r, t, f| {
+            read(r, t, f, &ROFORMER_LAYOUT)
         }),
     ],
 };
@@ -97,6 +102,9 @@ pub enum Positions {
         /// `pad_token_id`.
         padding_idx: i64,
     },
+    /// No position embedding: q and k are rotated by `position_ids` (RoFormer's interleaved
+    /// RoPE over the whole head, theta 10000).
+    Rotary,
 }
 
 /// Where a model type's embedding is projected up to the hidden size, and from which width.
@@ -108,6 +116,9 @@ enum Projection {
     Electra,
     /// RemBERT: `encoder.embedding_hidden_mapping_in` from `input_embedding_size`.
     RemBert,
+    /// RoFormer: `embeddings_project` from `embedding_size` (`hidden_size` when absent; only
+    /// where it differs).
+    RoFormer,
 }
 
 /// The LM head's modules.
@@ -127,6 +138,8 @@ struct HeadLayout {
 struct Layout {
     /// Whether positions follow RoBERTa's numbering.
     roberta_positions: bool,
+    /// Whether positions rotate q and k instead (RoFormer).
+    rotary: bool,
     /// Whether there is a token-type embedding (all but BertGeneration).
     token_types: bool,
     /// Whether the embeddings end in `embeddings.LayerNorm`.
@@ -162,6 +175,7 @@ const ROBERTA_HEAD: HeadLayout = HeadLayout {
 };
 const BERT_LAYOUT: Layout = Layout {
     roberta_positions: false,
+    rotary: false,
     token_types: true,
     embed_norm: true,
     projection: Projection::None,
@@ -231,6 +245,11 @@ const REMBERT_LAYOUT: Layout = Layout {
         tied_bias: "cls.predictions.decoder.bias",
     },
     tie: false,
+    ..BERT_LAYOUT
+};
+const ROFORMER_LAYOUT: Layout = Layout {
+    rotary: true,
+    projection: Projection::RoFormer,
     ..BERT_LAYOUT
 };
 const BERT_GENERATION_LAYOUT: Layout = Layout {
@@ -369,6 +388,14 @@ fn read(
             ));
         }
         Positions::AfterPadding { padding_idx }
+    } else if layout.rotary {
+        if raw.rotary_value == Some(true) {
+            return Err(f.err(
+                "rotary_value",
+                "true (values rotated too) is not supported (expected false)",
+            ));
+        }
+        Positions::Rotary
     } else {
         Positions::Absolute
     };
@@ -382,6 +409,11 @@ fn read(
             )?;
             (e, (e != hidden_size).then_some("embeddings_project"))
         }
+        Projection::RoFormer => {
+            let e = raw.embedding_size.or(Some(hidden_size as i64));
+            let e = f.positive("embedding_size", e, MAX_WIDTH)?;
+            (e, (e != hidden_size).then_some("embeddings_project"))
+        }
         Projection::RemBert => {
             let field = "input_embedding_size";
             let e = f.positive(field, raw.input_embedding_size.or(Some(256)), MAX_WIDTH)?;
@@ -393,7 +425,7 @@ fn read(
         Some((dense, norm, fixed)) => {
             let width = match layout.projection {
                 Projection::None => hidden_size,
-                Projection::Electra => embedding_size,
+                Projection::Electra | Projection::RoFormer => embedding_size,
                 Projection::RemBert => f.positive(
                     "output_embedding_size",
                     raw.output_embedding_size.or(Some(1664)),
@@ -423,12 +455,13 @@ fn read(
         qkv_bias: true,
         o_bias: true,
         mlp_bias: true,
-        // No rotary embedding: positions are learned.
+        // Learned positions, or RoFormer's interleaved rotation (its sinusoidal table is this
+        // RoPE's cos/sin).
         rope: Rope {
             theta: 10000.0,
             scaling: RopeScaling::Default,
             rotary_dim: head_dim,
-            interleaved: false,
+            interleaved: positions == Positions::Rotary,
         },
         layer_windows: vec![None; layers],
         dtype: parse_dtype(raw, f)?,
@@ -469,6 +502,7 @@ impl FamilyKnobs for BertLmConfig {
 
 /// Model-class prefixes of the causal-LM checkpoints (`BertLMHeadModel` saves `bert.…`).
 const PREFIXES: &[&str] = &[
+    "roformer.",
     "bert.",
     "roberta.",
     "roberta_prelayernorm.",
@@ -543,20 +577,23 @@ fn build(cfg: &ArchConfig, lm: &BertLmConfig, dtype: DType) -> Graph {
         x = row0(&mut b, x, "token_type_embeddings", rows);
     }
     let ids = match lm.positions {
-        Positions::Absolute => io.position_ids.clone(),
+        Positions::Absolute => Some(io.position_ids.clone()),
         Positions::AfterPadding { padding_idx } => {
             let offset = b.scalar_i64(padding_idx + 1);
-            b.op("Add", &[&io.position_ids, &offset], vec![])
+            Some(b.op("Add", &[&io.position_ids, &offset], vec![]))
         }
+        Positions::Rotary => None,
     };
-    let positions = tensor(
-        &mut b,
-        "embeddings.position_embeddings.weight",
-        vec![cfg.max_position_embeddings, e],
-        dtype,
-    );
-    let pos = gather(&mut b, &positions, &ids);
-    x = b.op("Add", &[&x, &pos], vec![]);
+    if let Some(ids) = ids {
+        let positions = tensor(
+            &mut b,
+            "embeddings.position_embeddings.weight",
+            vec![cfg.max_position_embeddings, e],
+            dtype,
+        );
+        let pos = gather(&mut b, &positions, &ids);
+        x = b.op("Add", &[&x, &pos], vec![]);
+    }
     if let Some(rows) = lm.task_types {
         x = row0(&mut b, x, "task_type_embeddings", rows);
     }
@@ -570,6 +607,11 @@ fn build(cfg: &ArchConfig, lm: &BertLmConfig, dtype: DType) -> Graph {
 
     b.set_scope("mask");
     let mask = padding_mask(&mut b, &io.input_ids, &io.attention_mask);
+    let rotary = (lm.positions == Positions::Rotary).then(|| {
+        b.set_scope("model.rotary_emb");
+        let positions = cfg.max_position_embeddings;
+        rope_tables(&mut b, &cfg.rope, positions, &io.position_ids, dtype)
+    });
 
     for i in 0..cfg.num_hidden_layers {
         let p = format!("encoder.layer.{i}");
@@ -594,7 +636,15 @@ fn build(cfg: &ArchConfig, lm: &BertLmConfig, dtype: DType) -> Graph {
             past: (past_k, past_v),
             present: (&present.0, &present.1),
         };
-        let attend = |b: &mut GraphBuilder, [q, k, v]: [&str; 3]| attention(b, q, k, v, &spec);
+        let attend = |b: &mut GraphBuilder, [q, k, v]: [&str; 3]| match &rotary {
+            None => attention(b, q, k, v, &spec),
+            Some(tables) => {
+                let (heads, d) = (cfg.num_attention_heads, cfg.head_dim);
+                let q = rotary_embedding(b, q, tables, &cfg.rope, heads, d);
+                let k = rotary_embedding(b, k, tables, &cfg.rope, heads, d);
+                attention(b, &q, &k, v, &spec)
+            }
+        };
         x = layer.build(&mut b, &x, attend, None);
     }
     if let Some(norm) = lm.final_norm {
@@ -700,6 +750,12 @@ mod tests {
 
         let ernie = config("ernie", json!({"use_task_id": true})).unwrap();
         assert_eq!(knobs(&ernie).task_types, Some(3));
+
+        let roformer = config("roformer", json!({})).unwrap();
+        let lm = knobs(&roformer);
+        assert_eq!((lm.positions, lm.projection), (Positions::Rotary, None));
+        assert!(roformer.rope.interleaved && roformer.rope.rotary_dim == 16);
+        assert_eq!(lm.transform.map(|t| t.3), Some(64));
     }
 
     #[test]
@@ -729,6 +785,12 @@ mod tests {
                 json!({"pad_token_id": 127}),
                 "pad_token_id",
                 "pad_token_id + 1",
+            ),
+            (
+                "roformer",
+                json!({"rotary_value": true}),
+                "rotary_value",
+                "not supported",
             ),
         ] {
             let result = config(model_type, change);
