@@ -112,7 +112,13 @@ def tiny_config(model_type: str):
         d.pop("transformers_version", None)
         return type(cfg)(**d)
 
-    return shrink(AutoConfig.for_model(model_type))
+    cfg = shrink(AutoConfig.for_model(model_type))
+    # Causal LMs of encoder architectures are saved with `is_decoder` true (transformers'
+    # *LMHeadModel classes expect it, its *ForCausalLM decoders set it); without it a BERT-like
+    # attends both ways.
+    if "is_decoder" in cfg.to_dict():
+        cfg.is_decoder = True
+    return cfg
 
 
 def perturb(model, generator) -> None:

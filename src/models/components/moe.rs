@@ -469,11 +469,7 @@ fn corrected_top_k(
         vec![("axis", Attr::Int(-1))],
         vec![top, picked.clone()],
     );
-    let weights = b.op(
-        "GatherElements",
-        &[&scores, &picked],
-        vec![("axis", Attr::Int(-1))],
-    );
+    let weights = scores_at(b, &scores, &picked, spec.experts);
     let last = b.const_i64(&[-1]);
     let sum = b.op("ReduceSum", &[&weights, &last], vec![]);
     let sum = match min_sum {
@@ -484,6 +480,27 @@ fn corrected_top_k(
         }
     };
     (b.op("Div", &[&weights, &sum], vec![]), picked)
+}
+
+/// The f32 `scores` (`[B, S, E]`) at the `picked` experts (`[B, S, k]`): one-hot rows
+/// `[B, S, k, E]` times the scores `[B, S, 1, E]`, summed over the experts (one term each, so
+/// exact; what `GatherElements` would give, in ops every EP and the reference interpreter run).
+fn scores_at(b: &mut GraphBuilder, scores: &str, picked: &str, experts: usize) -> String {
+    let last = b.const_i64(&[-1]);
+    let ids: Vec<i64> = (0..experts as i64).collect();
+    let ids = b.const_i64(&ids);
+    let column = b.op("Unsqueeze", &[picked, &last], vec![]);
+    let one_hot = b.op("Equal", &[&column, &ids], vec![]);
+    let one_hot = b.op(
+        "Cast",
+        &[&one_hot],
+        vec![("to", Attr::Int(DType::F32.onnx_code() as i64))],
+    );
+    let row = b.const_i64(&[-2]);
+    let per_pick = b.op("Unsqueeze", &[scores, &row], vec![]);
+    let at_picks = b.op("Mul", &[&one_hot, &per_pick], vec![]);
+    let no_keepdims = vec![("keepdims", Attr::Int(0))];
+    b.op("ReduceSum", &[&at_picks, &last], no_keepdims)
 }
 
 /// [`GroupedRouter`] on the f32 router `logits` (`[B, S, E]`) of router module `gate`: the
@@ -573,24 +590,7 @@ fn grouped_top_k(
     let (values, picked) = top(b, &choice, spec.top_k);
     let mut weights = match router.group_score {
         GroupScore::Max => values,
-        GroupScore::TopTwoSum => {
-            // The scores at the picks: one-hot rows [B, S, k, E] times the scores [B, S, 1, E],
-            // summed over the experts (one term each, so exact).
-            let ids: Vec<i64> = (0..e as i64).collect();
-            let ids = b.const_i64(&ids);
-            let column = b.op("Unsqueeze", &[&picked, &last], vec![]);
-            let one_hot = b.op("Equal", &[&column, &ids], vec![]);
-            let one_hot = b.op(
-                "Cast",
-                &[&one_hot],
-                vec![("to", Attr::Int(DType::F32.onnx_code() as i64))],
-            );
-            let row = b.const_i64(&[-2]);
-            let per_pick = b.op("Unsqueeze", &[&scores, &row], vec![]);
-            let at_picks = b.op("Mul", &[&one_hot, &per_pick], vec![]);
-            let no_keepdims = vec![("keepdims", Attr::Int(0))];
-            b.op("ReduceSum", &[&at_picks, &last], no_keepdims)
-        }
+        GroupScore::TopTwoSum => scores_at(b, &scores, &picked, e),
     };
     if router.normalize {
         let sum = b.op("ReduceSum", &[&weights, &last], vec![]);
