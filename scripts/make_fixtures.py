@@ -58,6 +58,8 @@ from transformers import (
     ArceeForCausalLM,
     SolarOpenConfig,
     SolarOpenForCausalLM,
+    ExaoneMoeConfig,
+    ExaoneMoeForCausalLM,
     DiffLlamaConfig,
     DiffLlamaForCausalLM,
     MellumConfig,
@@ -248,7 +250,9 @@ YARN_ORIGINAL_MAX = 32  # qwen2-yarn: shorter than prompt + generation
 PHIMOE_ORIGINAL_MAX = 64  # phimoe: longer than prompt + generation (short LongRoPE factors)
 DYNAMIC_ORIGINAL_MAX = 32  # llama-dynamic: max_position_embeddings, crossed by the generation
 # Routers whose score-correction bias the fixtures perturb by 0.1 (the others: 0.15).
-DEEPSEEK_ROUTED = {"deepseek_v3", "deepseek_v2", "sarvam_mla", "glm4_moe", "glm4_moe_lite", "dots1"}
+DEEPSEEK_ROUTED = {
+    "deepseek_v3", "deepseek_v2", "sarvam_mla", "glm4_moe", "glm4_moe_lite", "dots1", "exaone_moe"
+}
 DYNAMIC_FACTOR = 2.0
 # Fixtures whose reference greedy tokens come from transformers' KV-cache generate rather than
 # cache-free forwards: with dynamic NTK RoPE the two differ once the length passes the original
@@ -1221,6 +1225,29 @@ def make_config(kind: str, vocab: int, ids: dict):
             tie_word_embeddings=False,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
         )
+    if kind == "exaone_moe":
+        # EXAONE 4's attention in pre-norm blocks: layer 0 slides (window 5) with RoPE and has
+        # a dense MLP (first_k_dense_replace 1), layer 1 is global without position embedding
+        # and has 4 experts of width 32 in 2 groups of 2 (the best group competing), sigmoid
+        # router with its correction bias, top-2 renormalised and scaled by 2.5, one shared
+        # expert; untied.
+        return ExaoneMoeForCausalLM, ExaoneMoeConfig(
+            **common,
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=False,
+            sliding_window=5,
+            sliding_window_pattern=2,
+            first_k_dense_replace=1,
+            moe_intermediate_size=32,
+            num_experts=4,
+            num_experts_per_tok=2,
+            n_group=2,
+            topk_group=1,
+            num_shared_experts=1,
+            norm_topk_prob=True,
+            routed_scaling_factor=2.5,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+        )
     if kind == "exaone4":
         # Layer 0 slides (window 5 < prompt + generated) with RoPE (llama3 scaling), layer 1 is
         # global without position embedding; post-norm blocks, per-head q/k norms, tied. The
@@ -1904,6 +1931,7 @@ FIXTURES = {
     "glm4": (4930, "f32", "v5", None),
     "olmo3": (4940, "f32", "v5", None),
     "exaone4": (4950, "f32", "v4", None),
+    "exaone_moe": (5130, "f32", "v5", None),
     "cohere2": (4960, "f32", "v5", None),
     "ernie4_5": (4970, "f32", "v4", None),
     "apertus": (4980, "f32", "v5", None),

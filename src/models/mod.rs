@@ -29,6 +29,7 @@ pub mod ernie4_5;
 pub mod ernie4_5_moe;
 pub mod exaone;
 pub mod exaone4;
+pub mod exaone_moe;
 pub mod falcon;
 pub mod family;
 pub mod flex_olmo;

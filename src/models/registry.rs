@@ -55,6 +55,7 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &super::glm::FAMILY,
     &super::glm4::FAMILY,
     &super::exaone4::FAMILY,
+    &super::exaone_moe::FAMILY,
     &super::ernie4_5::FAMILY,
     &super::apertus::FAMILY,
     &super::arcee::FAMILY,
