@@ -60,6 +60,8 @@ from transformers import (
     SolarOpenForCausalLM,
     ExaoneMoeConfig,
     ExaoneMoeForCausalLM,
+    Cohere2MoeConfig,
+    Cohere2MoeForCausalLM,
     DiffLlamaConfig,
     DiffLlamaForCausalLM,
     MellumConfig,
@@ -1119,6 +1121,30 @@ def make_config(kind: str, vocab: int, ids: dict):
             tie_word_embeddings=True,
             rope_parameters={"rope_type": "default", "rope_theta": 50000.0},
         )
+    if kind == "cohere2_moe":
+        # Cohere 2's parallel blocks and logit scale, 3 layers: layer 0 is a dense prefix layer
+        # (first_k_dense_replace 1, width 96) that is global yet rotates
+        # (prefix_dense_sliding_window_pattern 1); layer 1 slides (window 5) and rotates,
+        # layer 2 is global without position embedding (sliding_window_pattern 2); both have 4
+        # experts of width 32, top-2 softmax, and one shared expert averaged with them; tied.
+        return Cohere2MoeForCausalLM, Cohere2MoeConfig(
+            **{**common, "intermediate_size": 32, "num_hidden_layers": 3},
+            layer_norm_eps=1e-5,
+            logit_scale=0.5,
+            attention_bias=False,
+            sliding_window=5,
+            sliding_window_pattern=2,
+            first_k_dense_replace=1,
+            prefix_dense_sliding_window_pattern=1,
+            prefix_dense_intermediate_size=96,
+            num_experts=4,
+            num_experts_per_tok=2,
+            num_shared_experts=1,
+            shared_expert_combination_strategy="average",
+            expert_selection_fn="softmax",
+            tie_word_embeddings=True,
+            rope_parameters={"rope_type": "default", "rope_theta": 50000.0},
+        )
     if kind == "ernie4_5":
         # Interleaved RoPE over whole heads (theta 5e5), use_bias on q/k/v/o and the MLP, tied.
         return Ernie4_5ForCausalLM, Ernie4_5Config(
@@ -1933,6 +1959,7 @@ FIXTURES = {
     "exaone4": (4950, "f32", "v4", None),
     "exaone_moe": (5130, "f32", "v5", None),
     "cohere2": (4960, "f32", "v5", None),
+    "cohere2_moe": (5140, "f32", "v5", None),
     "ernie4_5": (4970, "f32", "v4", None),
     "apertus": (4980, "f32", "v5", None),
     "arcee": (6100, "f32", "v5", None),

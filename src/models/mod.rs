@@ -17,6 +17,7 @@ pub mod bitnet;
 pub mod bloom;
 pub mod cohere;
 pub mod cohere2;
+pub mod cohere2_moe;
 pub mod components;
 pub mod ctrl;
 pub mod cwm;

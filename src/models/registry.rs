@@ -52,6 +52,7 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &super::nemotron::FAMILY,
     &super::cohere::FAMILY,
     &super::cohere2::FAMILY,
+    &super::cohere2_moe::FAMILY,
     &super::glm::FAMILY,
     &super::glm4::FAMILY,
     &super::exaone4::FAMILY,
