@@ -58,6 +58,10 @@ from transformers import (
     ArceeForCausalLM,
     SolarOpenConfig,
     SolarOpenForCausalLM,
+    ExaoneMoeConfig,
+    ExaoneMoeForCausalLM,
+    Cohere2MoeConfig,
+    Cohere2MoeForCausalLM,
     DiffLlamaConfig,
     DiffLlamaForCausalLM,
     MellumConfig,
@@ -248,7 +252,9 @@ YARN_ORIGINAL_MAX = 32  # qwen2-yarn: shorter than prompt + generation
 PHIMOE_ORIGINAL_MAX = 64  # phimoe: longer than prompt + generation (short LongRoPE factors)
 DYNAMIC_ORIGINAL_MAX = 32  # llama-dynamic: max_position_embeddings, crossed by the generation
 # Routers whose score-correction bias the fixtures perturb by 0.1 (the others: 0.15).
-DEEPSEEK_ROUTED = {"deepseek_v3", "deepseek_v2", "sarvam_mla", "glm4_moe", "glm4_moe_lite", "dots1"}
+DEEPSEEK_ROUTED = {
+    "deepseek_v3", "deepseek_v2", "sarvam_mla", "glm4_moe", "glm4_moe_lite", "dots1", "exaone_moe"
+}
 DYNAMIC_FACTOR = 2.0
 # Fixtures whose reference greedy tokens come from transformers' KV-cache generate rather than
 # cache-free forwards: with dynamic NTK RoPE the two differ once the length passes the original
@@ -1115,6 +1121,30 @@ def make_config(kind: str, vocab: int, ids: dict):
             tie_word_embeddings=True,
             rope_parameters={"rope_type": "default", "rope_theta": 50000.0},
         )
+    if kind == "cohere2_moe":
+        # Cohere 2's parallel blocks and logit scale, 3 layers: layer 0 is a dense prefix layer
+        # (first_k_dense_replace 1, width 96) that is global yet rotates
+        # (prefix_dense_sliding_window_pattern 1); layer 1 slides (window 5) and rotates,
+        # layer 2 is global without position embedding (sliding_window_pattern 2); both have 4
+        # experts of width 32, top-2 softmax, and one shared expert averaged with them; tied.
+        return Cohere2MoeForCausalLM, Cohere2MoeConfig(
+            **{**common, "intermediate_size": 32, "num_hidden_layers": 3},
+            layer_norm_eps=1e-5,
+            logit_scale=0.5,
+            attention_bias=False,
+            sliding_window=5,
+            sliding_window_pattern=2,
+            first_k_dense_replace=1,
+            prefix_dense_sliding_window_pattern=1,
+            prefix_dense_intermediate_size=96,
+            num_experts=4,
+            num_experts_per_tok=2,
+            num_shared_experts=1,
+            shared_expert_combination_strategy="average",
+            expert_selection_fn="softmax",
+            tie_word_embeddings=True,
+            rope_parameters={"rope_type": "default", "rope_theta": 50000.0},
+        )
     if kind == "ernie4_5":
         # Interleaved RoPE over whole heads (theta 5e5), use_bias on q/k/v/o and the MLP, tied.
         return Ernie4_5ForCausalLM, Ernie4_5Config(
@@ -1220,6 +1250,29 @@ def make_config(kind: str, vocab: int, ids: dict):
             attention_bias=True,
             tie_word_embeddings=False,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+        )
+    if kind == "exaone_moe":
+        # EXAONE 4's attention in pre-norm blocks: layer 0 slides (window 5) with RoPE and has
+        # a dense MLP (first_k_dense_replace 1), layer 1 is global without position embedding
+        # and has 4 experts of width 32 in 2 groups of 2 (the best group competing), sigmoid
+        # router with its correction bias, top-2 renormalised and scaled by 2.5, one shared
+        # expert; untied.
+        return ExaoneMoeForCausalLM, ExaoneMoeConfig(
+            **common,
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=False,
+            sliding_window=5,
+            sliding_window_pattern=2,
+            first_k_dense_replace=1,
+            moe_intermediate_size=32,
+            num_experts=4,
+            num_experts_per_tok=2,
+            n_group=2,
+            topk_group=1,
+            num_shared_experts=1,
+            norm_topk_prob=True,
+            routed_scaling_factor=2.5,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
         )
     if kind == "exaone4":
         # Layer 0 slides (window 5 < prompt + generated) with RoPE (llama3 scaling), layer 1 is
@@ -1904,7 +1957,9 @@ FIXTURES = {
     "glm4": (4930, "f32", "v5", None),
     "olmo3": (4940, "f32", "v5", None),
     "exaone4": (4950, "f32", "v4", None),
+    "exaone_moe": (5130, "f32", "v5", None),
     "cohere2": (4960, "f32", "v5", None),
+    "cohere2_moe": (5140, "f32", "v5", None),
     "ernie4_5": (4970, "f32", "v4", None),
     "apertus": (4980, "f32", "v5", None),
     "arcee": (6100, "f32", "v5", None),

@@ -333,6 +333,18 @@ pub struct HfConfig {
     pub first_k_dense_replace: Option<i64>,
     /// `mlp_layer_types` (Mellum, glm4_moe_lite: `dense` or `sparse`, the MLP of each layer).
     pub mlp_layer_types: Option<Vec<String>>,
+    /// `prefix_dense_sliding_window_pattern` (Cohere 2 MoE: the sliding pattern of the leading
+    /// dense layers; 1: none slides, every one rotates).
+    pub prefix_dense_sliding_window_pattern: Option<i64>,
+    /// `prefix_dense_intermediate_size` (Cohere 2 MoE: the leading dense layers' MLP width;
+    /// `null` for `intermediate_size`).
+    #[serde(default, deserialize_with = "nullable")]
+    pub prefix_dense_intermediate_size: Option<Option<i64>>,
+    /// `expert_selection_fn` (Cohere 2 MoE: `softmax` or `sigmoid` of the top-k logits).
+    pub expert_selection_fn: Option<String>,
+    /// `shared_expert_combination_strategy` (Cohere 2 MoE: `sum` or `average` of the routed
+    /// and shared experts).
+    pub shared_expert_combination_strategy: Option<String>,
     /// `scale_emb` (MiniCPM3: the multiplier of the token embeddings).
     pub scale_emb: Option<f64>,
     /// `scale_depth` (MiniCPM3: residual branches are scaled by it over √layers; `null` for

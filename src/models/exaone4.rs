@@ -10,11 +10,11 @@ use serde_json::Value;
 
 use super::decoder::{Family, LayerNorms, QkNorm};
 use super::family::FamilySpec;
-use crate::config::ModelType;
 use crate::config::{
     read_decoder, sliding_layer_types, ArchConfig, Biases, DecoderFields, Fields, HfConfig, Rope,
     SlidingLayers,
 };
+use crate::config::{FamilyKnobs, ModelType};
 use crate::limits::config::MAX_LAYERS;
 use crate::Result;
 
@@ -38,6 +38,18 @@ const FIELDS: DecoderFields = DecoderFields {
 };
 
 fn read(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>) -> Result<ArchConfig> {
+    read_exaone4(raw, t, f, |rope_layers| Ok(Exaone4 { rope_layers }))
+}
+
+/// Reads an EXAONE 4 decoder's config.json as transformers' Exaone4Config reads it (and
+/// ExaoneMoeConfig, which inherits its attention fields), the family's knobs built by `knobs`
+/// from the layers that rotate (one entry per layer).
+pub fn read_exaone4<K: FamilyKnobs>(
+    raw: &HfConfig,
+    t: &'static ModelType,
+    f: &Fields<'_>,
+    knobs: impl FnOnce(Vec<bool>) -> Result<K>,
+) -> Result<ArchConfig> {
     // Exaone4Config has no `use_sliding_window` or `max_window_layers`: transformers ignores
     // them.
     let raw = HfConfig {
@@ -59,9 +71,7 @@ fn read(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>) -> Result<ArchCon
                  window for them)",
             ));
         }
-        Ok(Exaone4 {
-            rope_layers: sliding.iter().map(|&s| s || !windowed).collect(),
-        })
+        knobs(sliding.iter().map(|&s| s || !windowed).collect())
     })?;
     // Exaone4's rotary embedding always spans whole heads.
     if cfg.rope.rotary_dim != cfg.head_dim {

@@ -88,7 +88,7 @@ fn read_lite(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>) -> Result<Ar
 
 /// Per layer, whether `mlp_layer_types` names it `sparse` (`dense` otherwise); one entry per
 /// layer.
-fn mlp_layer_types(types: &[String], layers: usize, f: &Fields<'_>) -> Result<Vec<bool>> {
+pub fn mlp_layer_types(types: &[String], layers: usize, f: &Fields<'_>) -> Result<Vec<bool>> {
     let field = "mlp_layer_types";
     if types.len() != layers {
         return Err(f.err(

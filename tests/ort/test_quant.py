@@ -623,7 +623,7 @@ def test_optimize_runs_onnxruntimes_matmul_nbits_quantization_as_standard_onnx(b
 # com.microsoft::QMoE (qwen2_moe and olmoe do not renormalise, onnxruntime's CPU QMoE always
 # does; phimoe's sparsemixer, gpt_oss' clamped SwiGLU and the score-corrected routers of
 # ernie4_5_moe and minimax_m2 are not the fused rule's block).
-QMOE_NAMES = ["mixtral", "qwen3_moe", "granitemoe", "hunyuan_v1_moe", "dbrx"]
+QMOE_NAMES = ["mixtral", "qwen3_moe", "granitemoe", "hunyuan_v1_moe", "dbrx", "cohere2_moe"]
 
 
 @pytest.mark.parametrize("dtype", ["f32", "f16"])
