@@ -54,6 +54,8 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (
     ApertusConfig,
     ApertusForCausalLM,
+    Apertus1p5TextConfig,
+    Apertus1p5TextForCausalLM,
     ArceeConfig,
     ArceeForCausalLM,
     SolarOpenConfig,
@@ -1208,6 +1210,16 @@ def make_config(kind: str, vocab: int, ids: dict):
                 "original_max_position_embeddings": 32,
             },
         )
+    if kind == "apertus1p5_text":
+        # Apertus (as above, default RoPE) with its LM head pruned to the first vocab - 40 ids:
+        # logits narrower than the embedding table, which the prompt's ids still index whole.
+        return Apertus1p5TextForCausalLM, Apertus1p5TextConfig(
+            **common,
+            output_vocab_size=vocab - 40,
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
     if kind == "glm":
         # Interleaved RoPE on half of each head (8 of 16 channels), q/k/v biases, fused
         # gate_up_proj, untied.
@@ -1930,6 +1942,7 @@ FIXTURES = {
     "cohere2": (4960, "f32", "v5", None),
     "ernie4_5": (4970, "f32", "v4", None),
     "apertus": (4980, "f32", "v5", None),
+    "apertus1p5_text": (4990, "f32", "v5", None),
     "arcee": (6100, "f32", "v5", None),
     "seed_oss": (6200, "f32", "v4", None),
     "internlm3": (6300, "f32", "v5", None),
