@@ -54,6 +54,8 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (
     ApertusConfig,
     ApertusForCausalLM,
+    Apertus1p5TextConfig,
+    Apertus1p5TextForCausalLM,
     ArceeConfig,
     ArceeForCausalLM,
     SolarOpenConfig,
@@ -174,6 +176,8 @@ from transformers import (
     MiniCPM3Config,
     MiniCPM3ForCausalLM,
     SarvamMLAConfig,
+    YoutuConfig,
+    YoutuForCausalLM,
     MixtralConfig,
     MixtralForCausalLM,
     MptConfig,
@@ -261,6 +265,11 @@ DYNAMIC_FACTOR = 2.0
 # context (each cached step rotates its new keys with its own base; a full forward re-rotates
 # every key with the base of the whole length).
 CACHED_GREEDY = {"llama-dynamic"}
+# Fixtures whose pad token's embedding row (and so their tied head's row) is stored as zero:
+# transformers 5.25's YoutuPreTrainedModel._init_weights zeroes that row even on loading a
+# checkpoint (it writes through `weight.data[padding_idx]`, which escapes the guard that keeps
+# loaded weights), so a nonzero row would give references that depend on how the model was made.
+ZERO_PAD_ROW = {"youtu"}
 
 DIMS = dict(
     hidden_size=64,
@@ -1231,6 +1240,16 @@ def make_config(kind: str, vocab: int, ids: dict):
                 "original_max_position_embeddings": 32,
             },
         )
+    if kind == "apertus1p5_text":
+        # Apertus (as above, default RoPE) with its LM head pruned to the first vocab - 40 ids:
+        # logits narrower than the embedding table, which the prompt's ids still index whole.
+        return Apertus1p5TextForCausalLM, Apertus1p5TextConfig(
+            **common,
+            output_vocab_size=vocab - 40,
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
     if kind == "glm":
         # Interleaved RoPE on half of each head (8 of 16 channels), q/k/v biases, fused
         # gate_up_proj, untied.
@@ -1643,6 +1662,22 @@ def make_config(kind: str, vocab: int, ids: dict):
             tie_word_embeddings=True,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
         )
+    if kind == "youtu":
+        # DeepSeek-V3's multi-head latent attention (q rank 24, latent 32, 16 + 16 q/k channels,
+        # rope pairs interleaved, 16 v channels: widened in the cache) with attention biases, in
+        # a dense Llama-style decoder with a SwiGLU MLP and a tied head.
+        return YoutuForCausalLM, YoutuConfig(
+            **dict(common, num_key_value_heads=4),
+            q_lora_rank=24,
+            kv_lora_rank=32,
+            qk_nope_head_dim=16,
+            qk_rope_head_dim=16,
+            v_head_dim=16,
+            attention_bias=True,
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=True,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
     raise ValueError(kind)
 
 
@@ -1962,6 +1997,7 @@ FIXTURES = {
     "cohere2_moe": (5140, "f32", "v5", None),
     "ernie4_5": (4970, "f32", "v4", None),
     "apertus": (4980, "f32", "v5", None),
+    "apertus1p5_text": (4990, "f32", "v5", None),
     "arcee": (6100, "f32", "v5", None),
     "seed_oss": (6200, "f32", "v4", None),
     "internlm3": (6300, "f32", "v5", None),
@@ -2001,6 +2037,7 @@ FIXTURES = {
     "deepseek_v3": (5500, "f32", "v5", None),
     "deepseek_v2": (5600, "f32", "v5", None),
     "minicpm3": (5700, "f32", "v4", None),
+    "youtu": (5750, "f32", "v5", None),
     "glm4_moe": (5800, "f32", "v5", None),
     "glm4_moe_lite": (5900, "f32", "v5", None),
     "dots1": (6100, "f32", "v5", None),
@@ -2023,6 +2060,9 @@ def make_fixture(name: str, out_root: Path, tok: PreTrainedTokenizerFast) -> Non
         model = cls._from_config(cfg, attn_implementation="eager", dtype=torch.float32)
         model.eval()
         (perturb_bert_lm if name in BERT_LM else perturb)(model, seed)
+        if name in ZERO_PAD_ROW:
+            with torch.no_grad():
+                model.get_input_embeddings().weight[ids["pad_token_id"]].zero_()
         if dtype == "bf16":
             # Round the weights to bf16 (what gets stored), keep computing in f32.
             # Only parameters: buffers such as the rotary inv_freq stay f32.

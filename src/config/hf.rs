@@ -203,6 +203,9 @@ pub struct HfConfig {
     pub decoder_ffn_dim: Option<i64>,
     /// `decoder_vocab_size` (Marian: rows of the decoder's token embedding).
     pub decoder_vocab_size: Option<i64>,
+    /// `output_vocab_size` (Apertus 1.5: the LM head's rows, pruned to the first ids; null or
+    /// absent → `vocab_size`).
+    pub output_vocab_size: Option<i64>,
     /// `rotary_value` (RoFormer: values rotated too).
     pub rotary_value: Option<bool>,
     /// `layernorm_embedding` (TrOCR: false drops the embedding LayerNorm).

@@ -5,6 +5,9 @@
 //! `act_fn.beta`, `act_fn.eps`, all read from the checkpoint):
 //! `x > 0 ? a_p·x² + β·x : (expm1(min(x, ε)) − x)·a_n + β·x`, with `a_p = softplus(alpha_p)`
 //! and `a_n = β + softplus(alpha_n)`. RoPE defaults to llama3 scaling with theta 1.2e7.
+//! Apertus 1.5's text decoder (`apertus1p5_text`) is Apertus with a vocabulary of 266752 by
+//! default and an LM head that `output_vocab_size` may prune to the first ids: its logits are
+//! that narrower width.
 
 use serde_json::json;
 
@@ -16,6 +19,7 @@ use crate::config::{
     read_decoder, read_rope, ArchConfig, Biases, DecoderFields, Fields, HfConfig, Rope,
 };
 use crate::ir::{DType, GraphBuilder, Initializer, TensorSource};
+use crate::limits::config::MAX_VOCAB;
 use crate::Result;
 
 /// The family's registry entry. onnxruntime-genai 0.18 has no `apertus` type: its generic
@@ -23,8 +27,12 @@ use crate::Result;
 pub static FAMILY: FamilySpec = FamilySpec {
     name: "apertus",
     summary: "Llama with per-head q/k RMSNorm and an ungated xIELU MLP (learned scalars per \
-              layer), llama3 RoPE with theta 1.2e7 by default",
-    model_types: &[ModelType::generative("apertus", "decoder", read)],
+              layer), llama3 RoPE with theta 1.2e7 by default; apertus1p5_text: an LM head \
+              pruned to `output_vocab_size` ids (narrower logits)",
+    model_types: &[
+        ModelType::generative("apertus", "decoder", read),
+        ModelType::generative("apertus1p5_text", "decoder", read_1p5),
+    ],
 };
 
 /// transformers' ApertusConfig: `attention_bias` on q, k, v and o, no MLP bias, xIELU (read
@@ -69,6 +77,46 @@ fn rope(raw: &HfConfig, head_dim: usize, f: &Fields<'_>) -> Result<Rope> {
 }
 
 fn read(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>) -> Result<ArchConfig> {
+    read_apertus(raw, t, f, None)
+}
+
+/// transformers' Apertus1p5TextConfig: ApertusConfig's with a vocabulary of 266752 and
+/// `output_vocab_size` (1..=vocab_size; null, absent or `vocab_size` → unpruned). A pruned head
+/// is its own matrix: tied to the (wider) embeddings it is refused.
+fn read_1p5(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>) -> Result<ArchConfig> {
+    let raw = HfConfig {
+        vocab_size: raw.vocab_size.or(Some(266_752)),
+        ..raw.clone()
+    };
+    let vocab = f.positive("vocab_size", raw.vocab_size, MAX_VOCAB)?;
+    let output = match raw.output_vocab_size {
+        Some(n) if n < 1 || n as u64 > vocab as u64 => {
+            return Err(f.err(
+                "output_vocab_size",
+                &format!("{n} (expected 1..={vocab}, vocab_size)"),
+            ))
+        }
+        Some(n) if n as usize != vocab => Some(n as usize),
+        _ => None,
+    };
+    let cfg = read_apertus(&raw, t, f, output)?;
+    if output.is_some() && cfg.tie_word_embeddings {
+        return Err(f.err(
+            "tie_word_embeddings",
+            "true with a pruned head (output_vocab_size below vocab_size): the head cannot be \
+             the embedding matrix",
+        ));
+    }
+    Ok(cfg)
+}
+
+/// Reads an Apertus config; `output_vocab_size` is the pruned head's width, if any.
+fn read_apertus(
+    raw: &HfConfig,
+    t: &'static ModelType,
+    f: &Fields<'_>,
+    output_vocab_size: Option<usize>,
+) -> Result<ArchConfig> {
     let act = raw.hidden_act.as_deref().unwrap_or("xielu");
     if act != "xielu" {
         return Err(f.err(
@@ -78,7 +126,7 @@ fn read(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>) -> Result<ArchCon
     }
     // ApertusConfig has no sliding window or layer types.
     let raw = without_windows(raw);
-    let cfg = read_decoder(&raw, t, f, &FIELDS, |_| Ok(Apertus))?;
+    let cfg = read_decoder(&raw, t, f, &FIELDS, |_| Ok(Apertus { output_vocab_size }))?;
     if cfg.rope.rotary_dim != cfg.head_dim {
         return Err(f.err(
             "partial_rotary_factor",
@@ -91,11 +139,18 @@ fn read(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>) -> Result<ArchCon
     Ok(cfg)
 }
 
-/// Apertus's hooks: norm names, per-head q/k norms and the xIELU MLP.
+/// Apertus's hooks: norm names, per-head q/k norms, the xIELU MLP and the head's width.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Apertus;
+pub struct Apertus {
+    /// Apertus 1.5's `output_vocab_size` where it prunes the head (`None`: the vocabulary).
+    pub output_vocab_size: Option<usize>,
+}
 
 impl Family for Apertus {
+    fn logits_width(&self, cfg: &ArchConfig) -> usize {
+        self.output_vocab_size.unwrap_or(cfg.vocab_size)
+    }
+
     fn layer_norms(&self) -> LayerNorms {
         LayerNorms {
             pre_attention: Some("attention_layernorm"),
@@ -204,6 +259,42 @@ mod tests {
             (v5.rope.theta, &v5.rope.scaling),
             (1.2e7, &RopeScaling::Default)
         );
+    }
+
+    #[test]
+    fn apertus1p5_prunes_its_head_to_output_vocab_size() {
+        let width = |extra: &str| {
+            let cfg = crate::models::tiny_config("apertus1p5_text", extra)?;
+            let k = *cfg.knobs::<Apertus>().unwrap();
+            Ok::<_, crate::Error>((k.output_vocab_size, k.logits_width(&cfg)))
+        };
+        assert_eq!(
+            width(r#", "output_vocab_size": 200"#).unwrap(),
+            (Some(200), 200)
+        );
+        assert_eq!(width(r#", "output_vocab_size": 300"#).unwrap(), (None, 300));
+        assert_eq!(
+            width(r#", "output_vocab_size": null"#).unwrap(),
+            (None, 300)
+        );
+        for extra in [
+            r#", "output_vocab_size": 0"#,
+            r#", "output_vocab_size": 301"#,
+            r#", "output_vocab_size": 200, "tie_word_embeddings": true"#,
+        ] {
+            let err = width(extra).unwrap_err().to_string();
+            assert!(
+                err.contains("output_vocab_size") || err.contains("tie_word"),
+                "{err}"
+            );
+        }
+        let cfg = crate::models::parse_fields(
+            r#""model_type": "apertus1p5_text", "hidden_size": 64, "intermediate_size": 128,
+            "num_attention_heads": 4, "num_hidden_layers": 2, "max_position_embeddings": 128"#,
+            "",
+        )
+        .unwrap();
+        assert_eq!(cfg.vocab_size, 266_752);
     }
 
     #[test]

@@ -192,6 +192,12 @@ pub trait Family {
         cfg.hidden_size
     }
 
+    /// The LM head's output width, the logits' last dimension: by default the vocabulary size
+    /// (Apertus 1.5's `output_vocab_size`: a head pruned to the first ids).
+    fn logits_width(&self, cfg: &ArchConfig) -> usize {
+        cfg.vocab_size
+    }
+
     /// The embeddings from the gathered token rows `x` (e.g. scaled, projected, or plus
     /// learned positions).
     fn embed(
@@ -444,7 +450,11 @@ pub fn build(cfg: &ArchConfig, dtype: DType, family: &dyn Family) -> Graph {
     let mut b = GraphBuilder::new("main_graph");
     let (h, width) = (cfg.hidden_size, family.embed_width(cfg));
     let names = family.names();
-    let io = decoder_io(&mut b, DecoderDims::of(cfg), dtype);
+    let dims = DecoderDims {
+        vocab: family.logits_width(cfg),
+        ..DecoderDims::of(cfg)
+    };
+    let io = decoder_io(&mut b, dims, dtype);
 
     let embed_module = format!("{}.{}", names.root, names.embed);
     b.set_scope(&embed_module);
@@ -507,7 +517,7 @@ pub fn build(cfg: &ArchConfig, dtype: DType, family: &dyn Family) -> Graph {
         b.initializer(Initializer {
             name: "lm_head.weight_t".into(),
             dtype,
-            shape: vec![width, cfg.vocab_size],
+            shape: vec![width, family.logits_width(cfg)],
             source: Some(TensorSource::Transpose(Box::new(TensorSource::Checkpoint(
                 "lm_head.weight".into(),
             )))),

@@ -88,6 +88,7 @@ pub mod stablelm;
 pub mod starcoder2;
 pub mod vaultgemma;
 pub mod xglm;
+pub mod youtu;
 
 pub use registry::{load_config, load_config_with, parse_config, parse_config_with, Unregistered};
 

@@ -86,6 +86,7 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &super::hunyuan_v1_moe::FAMILY,
     &super::deepseek::FAMILY,
     &super::minicpm3::FAMILY,
+    &super::youtu::FAMILY,
     &super::glm4_moe::FAMILY,
     &super::dots1::FAMILY,
     &super::dbrx::FAMILY,

@@ -4,7 +4,7 @@ use serde_json::{json, Value};
 
 use crate::config::ArchConfig;
 use crate::ep::{genai_provider_options, genai_search_max_length, EpCapabilities};
-use crate::ir::Graph;
+use crate::ir::{Dim, Graph};
 
 /// The genai_config.json document for a decoder package whose graph is `graph`, run by
 /// onnxruntime-genai as `genai_type` (its model type's entry in the family registry).
@@ -52,7 +52,7 @@ pub fn genai_config(
     let context_length = cfg.rope.context_length(cfg.max_position_embeddings);
     let mut model = json!({
         "type": genai_type,
-        "vocab_size": cfg.vocab_size,
+        "vocab_size": logits_width(graph).unwrap_or(cfg.vocab_size),
         "context_length": context_length,
         "decoder": {
             "session_options": {"log_id": "onnxruntime-genai", "provider_options": genai_provider_options(ep)},
@@ -100,6 +100,16 @@ pub fn genai_config(
             "top_p": 1.0,
         },
     })
+}
+
+/// The last dimension of the graph output `logits` when fixed: the width onnxruntime-genai
+/// samples from (narrower than the vocabulary where the LM head is pruned).
+fn logits_width(graph: &Graph) -> Option<usize> {
+    let logits = graph.outputs.iter().find(|o| o.name == "logits")?;
+    match logits.shape.0.last()? {
+        Dim::Fixed(n) => usize::try_from(*n).ok(),
+        Dim::Sym(_) => None,
+    }
 }
 
 /// Serialises with a 4-space indent, as the peer writes it.

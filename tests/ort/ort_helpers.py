@@ -84,7 +84,8 @@ def model_dims(cfg: dict) -> dict:
         "kv_heads": cfg.get("num_key_value_heads") or heads,
         "head_dim": head_dim,
         "hidden": cfg["hidden_size"],
-        "vocab": cfg["vocab_size"],
+        # The logits' width: Apertus 1.5's head may be pruned to output_vocab_size ids.
+        "vocab": cfg.get("output_vocab_size") or cfg["vocab_size"],
     }
 
 
