@@ -91,6 +91,13 @@ def tiny_config(model_type: str):
                 d[target] = value
         if "qk_rope_head_dim" in d and "head_dim" in d:
             d["head_dim"] = d["qk_rope_head_dim"]  # latent attention: head_dim names the RoPE part
+        if "kv_lora_rank" in d and "num_key_value_heads" in d:
+            d["num_key_value_heads"] = d["num_attention_heads"]  # latent attention: a K/V per head
+        if d.get("rotary_dim") is not None:
+            d["rotary_dim"] = TINY["head_dim"] // 2  # GPT-J, CodeGen: within the tiny head
+        if "attention_types" in d:  # GPT-Neo: one global and one local layer
+            d["attention_types"] = [[["global", "local"], 1]]
+            d.pop("attention_layers", None)
         for key, value in TINY_IF_SET.items():
             if d.get(key) is not None:
                 d[key] = value

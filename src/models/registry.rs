@@ -160,24 +160,39 @@ pub fn markdown_table() -> String {
     out
 }
 
-/// The registry as the README's short list: each family in bold with the `model_type`s it
-/// answers to, families separated by ` · `, in lines of at most 100 characters where a family
-/// fits (`mobius list models --markdown --short` prints it).
+/// The registry as the README's short list: each family in bold, followed by the `model_type`s
+/// it answers to unless that is its name alone, families separated by ` · `, words wrapped
+/// into lines of at most 100 characters (`mobius list models --markdown --short` prints it).
 pub fn markdown_short_list() -> String {
     const WIDTH: usize = 100;
+    let mut words: Vec<String> = Vec::new();
+    for (i, family) in FAMILIES.iter().enumerate() {
+        let names: Vec<&str> = family.model_types.iter().map(|t| t.name).collect();
+        words.push(format!("**{}**", family.name));
+        if names != [family.name] {
+            let last = names.len() - 1;
+            words.extend(names.iter().enumerate().map(|(j, n)| match j == last {
+                true => n.to_string(),
+                false => format!("{n},"),
+            }));
+        }
+        if i + 1 < FAMILIES.len() {
+            let end = words.len() - 1;
+            words[end] += " ·";
+        }
+    }
     let mut out = String::new();
     let mut line = String::new();
-    for family in FAMILIES {
-        let names: Vec<&str> = family.model_types.iter().map(|t| t.name).collect();
-        let item = format!("**{}** {}", family.name, names.join(", "));
-        if line.is_empty() {
-            line = item;
-        } else if line.len() + 3 + item.len() <= WIDTH {
-            line = format!("{line} · {item}");
-        } else {
-            out += &format!("{line} ·\n");
-            line = item;
+    for word in words {
+        if !line.is_empty() && line.len() + 1 + word.len() > WIDTH {
+            out += &line;
+            out.push('\n');
+            line.clear();
         }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line += &word;
     }
     out + &line + "\n"
 }
