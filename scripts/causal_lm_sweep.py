@@ -65,6 +65,14 @@ TINY = {
     "qk_rope_head_dim": 8,
     "qk_nope_head_dim": 16,
     "v_head_dim": 16,
+    # seq2seq decoders (BART-likes) and their encoders
+    "decoder_attention_heads": 4,
+    "encoder_attention_heads": 4,
+    "decoder_ffn_dim": 128,
+    "encoder_ffn_dim": 128,
+    "decoder_layers": 2,
+    "encoder_layers": 2,
+    "decoder_vocab_size": 1000,
     # vision / audio towers of multimodal types, when they share these names
     "image_size": 32,
     "patch_size": 8,

@@ -105,12 +105,16 @@ fn read(raw: &HfConfig, model_type: &'static ModelType, f: &Fields<'_>) -> Resul
     let new_arch = raw.new_decoder_architecture.unwrap_or(false);
     let multi_query = raw.multi_query.unwrap_or(true);
     let parallel = raw.parallel_attn.unwrap_or(true);
-    let kv_heads = f.positive(
-        "num_kv_heads",
-        raw.num_kv_heads.or(Some(heads as i64)),
-        heads,
-    )?;
+    // transformers reads num_kv_heads only with new_decoder_architecture or without multi_query.
+    let kv_heads = || {
+        f.positive(
+            "num_kv_heads",
+            raw.num_kv_heads.or(Some(heads as i64)),
+            heads,
+        )
+    };
     let (layout, kv_heads) = if new_arch {
+        let kv_heads = kv_heads()?;
         if heads % kv_heads != 0 {
             return Err(f.err(
                 "num_kv_heads",
@@ -120,13 +124,14 @@ fn read(raw: &HfConfig, model_type: &'static ModelType, f: &Fields<'_>) -> Resul
         (QkvLayout::Grouped, kv_heads)
     } else if multi_query {
         (QkvLayout::MultiQuery, 1)
-    } else if kv_heads != heads {
+    } else if kv_heads()? != heads {
         // transformers' per-head layout has a key and value for every head.
         return Err(f.err(
             "num_kv_heads",
             &format!(
-                "{kv_heads} (expected num_attention_heads, {heads}, without multi_query or \
-                 new_decoder_architecture)"
+                "{} (expected num_attention_heads, {heads}, without multi_query or \
+                 new_decoder_architecture)",
+                kv_heads()?
             ),
         ));
     } else {
@@ -449,6 +454,14 @@ mod tests {
         let mha = parse(r#", "multi_query": false"#).unwrap();
         let [_, k, _] = mha.knobs::<Falcon>().unwrap().rows(&mha);
         assert_eq!(k, [(16, 16), (64, 16), (112, 16), (160, 16)]);
+    }
+
+    #[test]
+    fn multi_query_ignores_num_kv_heads_as_transformers_does() {
+        // transformers' FalconConfig defaults num_kv_heads to the head count (71 in released
+        // configs) and reads it only with new_decoder_architecture or without multi_query.
+        let cfg = parse(r#", "num_kv_heads": 71"#).unwrap();
+        assert_eq!(cfg.num_key_value_heads, 1);
     }
 
     #[test]
