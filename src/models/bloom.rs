@@ -10,7 +10,7 @@
 //! length BLOOM was trained on.
 
 use super::components::head_interleaved_qkv;
-use super::components::{alibi_slopes, gelu, linear, DecoderInputs, Norm, NormKind, RopeTables};
+use super::components::{alibi_slopes, gelu, linear, DecoderInputs, Norm, NormKind};
 use super::decoder::{Family, LayerNorms, Names};
 use super::family::FamilySpec;
 use crate::config::{
@@ -154,18 +154,8 @@ impl Family for Bloom {
         self.norm(cfg).apply(b, &x, module, cfg.hidden_size, dtype)
     }
 
-    fn rotary(
-        &self,
-        _b: &mut GraphBuilder,
-        _cfg: &ArchConfig,
-        _io: &DecoderInputs,
-        _dtype: DType,
-    ) -> Vec<RopeTables> {
-        vec![]
-    }
-
-    fn layer_rope<'c>(&'c self, _cfg: &'c ArchConfig, _i: usize) -> Option<(&'c Rope, usize)> {
-        None
+    fn rotary_positions(&self, _cfg: &ArchConfig) -> bool {
+        false
     }
 
     fn alibi_slopes(&self, cfg: &ArchConfig) -> Option<Vec<f32>> {

@@ -5,12 +5,11 @@
 
 use super::components::{
     linear, scalar, sinusoidal_positions, ungated_mlp, Activation, DecoderInputs, Norm, NormKind,
-    RopeTables,
 };
 use super::decoder::{biased_logits, Family, LayerNorms, Names};
 use super::family::{without_windows, FamilySpec};
 use super::gpt2::{self, read_gpt2_layout};
-use crate::config::{ArchConfig, CheckpointRenaming, Fields, HfConfig, Knobs, ModelType, Rope};
+use crate::config::{ArchConfig, CheckpointRenaming, Fields, HfConfig, Knobs, ModelType};
 use crate::ir::{DType, GraphBuilder};
 use crate::limits::config::MAX_WIDTH;
 use crate::Result;
@@ -148,18 +147,8 @@ impl Family for Ctrl {
         b.op("Add", &[&x, &positions], vec![])
     }
 
-    fn rotary(
-        &self,
-        _b: &mut GraphBuilder,
-        _cfg: &ArchConfig,
-        _io: &DecoderInputs,
-        _dtype: DType,
-    ) -> Vec<RopeTables> {
-        vec![]
-    }
-
-    fn layer_rope<'c>(&'c self, _cfg: &'c ArchConfig, _i: usize) -> Option<(&'c Rope, usize)> {
-        None
+    fn rotary_positions(&self, _cfg: &ArchConfig) -> bool {
+        false
     }
 
     /// `Wq`, `Wk` and `Wv`, with biases.

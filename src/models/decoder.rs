@@ -211,6 +211,12 @@ pub trait Family {
         x
     }
 
+    /// Whether q and k are rotated at all; `false` (positions learned in the embeddings or
+    /// given by an attention bias) skips [`Family::rotary`] and [`Family::layer_rope`].
+    fn rotary_positions(&self, _cfg: &ArchConfig) -> bool {
+        true
+    }
+
     /// The rotary cos/sin tables of the current tokens (computed once per graph);
     /// [`Family::layer_rope`] picks one per layer.
     fn rotary(
@@ -260,7 +266,11 @@ pub trait Family {
     ) -> [String; 3] {
         let [q, k, v] = self.qkv(b, cfg, x, attn, dtype);
         let (mut q, mut k) = self.qk_norm(b, cfg, q, k, attn, dtype);
-        if let Some((rope, t)) = self.layer_rope(cfg, i) {
+        let rope = match self.rotary_positions(cfg) {
+            true => self.layer_rope(cfg, i),
+            false => None,
+        };
+        if let Some((rope, t)) = rope {
             let d = cfg.head_dim;
             let tables = &rotary[t];
             q = rotary_embedding(b, &q, tables, rope, spec.q_heads, d);
@@ -472,7 +482,10 @@ pub fn build(cfg: &ArchConfig, dtype: DType, family: &dyn Family) -> Graph {
     let mut x = family.embed(&mut b, cfg, &io, gathered, dtype);
 
     b.set_scope("model.rotary_emb");
-    let rotary = family.rotary(&mut b, cfg, &io, dtype);
+    let rotary = match family.rotary_positions(cfg) {
+        true => family.rotary(&mut b, cfg, &io, dtype),
+        false => vec![],
+    };
 
     b.set_scope(&format!("{}.mask", names.root));
     let mut masks = masks(&mut b, cfg, &io);

@@ -17,14 +17,12 @@
 //! bfloat16, which rounds key positions beyond 256; mobius computes it in f32, so the two agree
 //! up to 256 tokens and drift apart slowly beyond.
 
-use super::components::{
-    alibi_slopes, ungated_mlp, Activation, DecoderInputs, Norm, NormKind, RopeTables,
-};
-use super::decoder::{plain_rotary, Family, LayerNorms, Names};
+use super::components::{alibi_slopes, ungated_mlp, Activation, Norm, NormKind};
+use super::decoder::{Family, LayerNorms, Names};
 use super::family::FamilySpec;
 use crate::config::{
     first_token, parse_dtype, read_rope, token_list, ArchConfig, CheckpointRenaming, Fields, Gelu,
-    HfConfig, Knobs, ModelType, Rope, Sign,
+    HfConfig, Knobs, ModelType, Sign,
 };
 use crate::ir::{DType, GraphBuilder, Initializer, TensorSource};
 use crate::limits::config::{MAX_HEADS, MAX_LAYERS, MAX_POSITIONS, MAX_VOCAB, MAX_WIDTH};
@@ -308,21 +306,8 @@ impl Family for Falcon {
         self.blocks != Blocks::Sequential
     }
 
-    fn rotary(
-        &self,
-        b: &mut GraphBuilder,
-        cfg: &ArchConfig,
-        io: &DecoderInputs,
-        dtype: DType,
-    ) -> Vec<RopeTables> {
-        match self.alibi {
-            true => vec![],
-            false => vec![plain_rotary(b, cfg, io, dtype)],
-        }
-    }
-
-    fn layer_rope<'c>(&'c self, cfg: &'c ArchConfig, _i: usize) -> Option<(&'c Rope, usize)> {
-        (!self.alibi).then_some((&cfg.rope, 0))
+    fn rotary_positions(&self, _cfg: &ArchConfig) -> bool {
+        !self.alibi
     }
 
     /// BLOOM's slopes times the score scale (transformers divides the bias by √head_dim).

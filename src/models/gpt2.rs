@@ -10,7 +10,6 @@
 
 use super::components::{
     conv1d, conv1d_mlp, learned_positions, Activation, Conv1dParams, DecoderInputs, Norm, NormKind,
-    RopeTables,
 };
 use super::decoder::{Family, LayerNorms, Names};
 use super::family::FamilySpec;
@@ -227,18 +226,8 @@ impl Family for Gpt2Config {
         b.op("Add", &[&x, &positions], vec![])
     }
 
-    fn rotary(
-        &self,
-        _b: &mut GraphBuilder,
-        _cfg: &ArchConfig,
-        _io: &DecoderInputs,
-        _dtype: DType,
-    ) -> Vec<RopeTables> {
-        vec![]
-    }
-
-    fn layer_rope<'c>(&'c self, _cfg: &'c ArchConfig, _i: usize) -> Option<(&'c Rope, usize)> {
-        None
+    fn rotary_positions(&self, _cfg: &ArchConfig) -> bool {
+        false
     }
 
     /// The q, k and v column blocks of the fused `c_attn`.

@@ -8,12 +8,11 @@
 
 use super::components::{
     fused_qkv, learned_positions, linear, ungated_mlp, Activation, DecoderInputs, FusedQkv, Norm,
-    RopeTables,
 };
 use super::decoder::{Family, LayerNorms, Names};
 use super::family::FamilySpec;
 use super::gpt2::{self, read_gpt2_layout, Gpt2Config};
-use crate::config::{ArchConfig, CheckpointRenaming, Fields, HfConfig, Knobs, ModelType, Rope};
+use crate::config::{ArchConfig, CheckpointRenaming, Fields, HfConfig, Knobs, ModelType};
 use crate::ir::{DType, GraphBuilder};
 use crate::Result;
 
@@ -89,18 +88,8 @@ impl Family for GptBigCode {
         b.op("Add", &[&x, &positions], vec![])
     }
 
-    fn rotary(
-        &self,
-        _b: &mut GraphBuilder,
-        _cfg: &ArchConfig,
-        _io: &DecoderInputs,
-        _dtype: DType,
-    ) -> Vec<RopeTables> {
-        vec![]
-    }
-
-    fn layer_rope<'c>(&'c self, _cfg: &'c ArchConfig, _i: usize) -> Option<(&'c Rope, usize)> {
-        None
+    fn rotary_positions(&self, _cfg: &ArchConfig) -> bool {
+        false
     }
 
     /// q, k and v cut out of the fused `c_attn`.

@@ -4,12 +4,12 @@
 //! `window_size` tokens, as `attention_types` lists them (global and local in turn by default).
 
 use super::components::{
-    learned_positions, ungated_mlp, Activation, DecoderInputs, Norm, NormKind, RopeTables,
+    learned_positions, ungated_mlp, Activation, DecoderInputs, Norm, NormKind,
 };
 use super::decoder::{Family, LayerNorms, Names};
 use super::family::{without_windows, FamilySpec};
 use super::gpt2::{self, read_gpt2_layout};
-use crate::config::{ArchConfig, CheckpointRenaming, Fields, HfConfig, Knobs, ModelType, Rope};
+use crate::config::{ArchConfig, CheckpointRenaming, Fields, HfConfig, Knobs, ModelType};
 use crate::ir::{DType, GraphBuilder};
 use crate::limits::config::{MAX_LAYERS, MAX_POSITIONS};
 use crate::Result;
@@ -175,18 +175,8 @@ impl Family for GptNeo {
         b.op("Add", &[&x, &positions], vec![])
     }
 
-    fn rotary(
-        &self,
-        _b: &mut GraphBuilder,
-        _cfg: &ArchConfig,
-        _io: &DecoderInputs,
-        _dtype: DType,
-    ) -> Vec<RopeTables> {
-        vec![]
-    }
-
-    fn layer_rope<'c>(&'c self, _cfg: &'c ArchConfig, _i: usize) -> Option<(&'c Rope, usize)> {
-        None
+    fn rotary_positions(&self, _cfg: &ArchConfig) -> bool {
+        false
     }
 
     /// GPT-Neo does not scale the attention scores.

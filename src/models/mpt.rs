@@ -11,7 +11,7 @@
 //! `attn_config.alibi_bias_max` (it builds the bias with 8), `attn_type`, `qk_ln`, `alibi`,
 //! `logit_scale`; so does this reading.
 
-use super::components::{gelu, linear, DecoderInputs, Norm, NormKind, RopeTables};
+use super::components::{gelu, linear, Norm, NormKind};
 use super::decoder::{Family, LayerNorms, Names};
 use super::family::FamilySpec;
 use super::olmo::clipped;
@@ -176,18 +176,8 @@ impl Family for Mpt {
         }
     }
 
-    fn rotary(
-        &self,
-        _b: &mut GraphBuilder,
-        _cfg: &ArchConfig,
-        _io: &DecoderInputs,
-        _dtype: DType,
-    ) -> Vec<RopeTables> {
-        vec![]
-    }
-
-    fn layer_rope<'c>(&'c self, _cfg: &'c ArchConfig, _i: usize) -> Option<(&'c Rope, usize)> {
-        None
+    fn rotary_positions(&self, _cfg: &ArchConfig) -> bool {
+        false
     }
 
     fn alibi_slopes(&self, cfg: &ArchConfig) -> Option<Vec<f32>> {

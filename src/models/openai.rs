@@ -3,15 +3,11 @@
 //! goes to the head (tied to `tokens_embed` unless the config unties it). The MLP is always
 //! 4·`n_embd` wide; its activation `afn` reads "gelu" as transformers' tanh form.
 
-use super::components::{
-    conv1d_mlp, learned_positions, Activation, DecoderInputs, Norm, RopeTables,
-};
+use super::components::{conv1d_mlp, learned_positions, Activation, DecoderInputs, Norm};
 use super::decoder::{Family, LayerNorms, Names};
 use super::family::FamilySpec;
 use super::gpt2::{self, read_gpt2_layout, Gpt2Config};
-use crate::config::{
-    ArchConfig, CheckpointRenaming, Fields, Gelu, HfConfig, Knobs, ModelType, Rope,
-};
+use crate::config::{ArchConfig, CheckpointRenaming, Fields, Gelu, HfConfig, Knobs, ModelType};
 use crate::ir::{DType, GraphBuilder};
 use crate::Result;
 
@@ -113,18 +109,8 @@ impl Family for OpenAiGpt {
         b.op("Add", &[&x, &positions], vec![])
     }
 
-    fn rotary(
-        &self,
-        _b: &mut GraphBuilder,
-        _cfg: &ArchConfig,
-        _io: &DecoderInputs,
-        _dtype: DType,
-    ) -> Vec<RopeTables> {
-        vec![]
-    }
-
-    fn layer_rope<'c>(&'c self, _cfg: &'c ArchConfig, _i: usize) -> Option<(&'c Rope, usize)> {
-        None
+    fn rotary_positions(&self, _cfg: &ArchConfig) -> bool {
+        false
     }
 
     /// The q, k and v column blocks of the fused Conv1D `c_attn`, as GPT-2's.

@@ -6,12 +6,12 @@
 //! (`project_out`, after the final norm) when the two widths differ; the LM head is tied.
 
 use super::components::{
-    learned_positions, linear, ungated_mlp, Activation, DecoderInputs, Norm, NormKind, RopeTables,
+    learned_positions, linear, ungated_mlp, Activation, DecoderInputs, Norm, NormKind,
 };
 use super::decoder::{Family, LayerNorms, Names};
 use super::family::{without_windows, FamilySpec};
 use super::gpt2::read_gpt2_layout;
-use crate::config::{ArchConfig, CheckpointRenaming, Fields, HfConfig, Knobs, ModelType, Rope};
+use crate::config::{ArchConfig, CheckpointRenaming, Fields, HfConfig, Knobs, ModelType};
 use crate::ir::{DType, GraphBuilder};
 use crate::limits::config::MAX_WIDTH;
 use crate::Result;
@@ -201,18 +201,8 @@ impl Family for Opt {
         b.op("Add", &[&x, &positions], vec![])
     }
 
-    fn rotary(
-        &self,
-        _b: &mut GraphBuilder,
-        _cfg: &ArchConfig,
-        _io: &DecoderInputs,
-        _dtype: DType,
-    ) -> Vec<RopeTables> {
-        vec![]
-    }
-
-    fn layer_rope<'c>(&'c self, _cfg: &'c ArchConfig, _i: usize) -> Option<(&'c Rope, usize)> {
-        None
+    fn rotary_positions(&self, _cfg: &ArchConfig) -> bool {
+        false
     }
 
     /// `fc2(act(fc1(x)))`, both in the layer module itself.

@@ -5,12 +5,11 @@
 
 use super::components::{
     scalar, sinusoidal_positions, ungated_mlp, Activation, DecoderInputs, Norm, NormKind,
-    RopeTables,
 };
 use super::decoder::{Family, LayerNorms, Names};
 use super::family::{without_windows, FamilySpec};
 use super::gpt2::read_gpt2_layout;
-use crate::config::{ArchConfig, Fields, HfConfig, Knobs, ModelType, Rope};
+use crate::config::{ArchConfig, Fields, HfConfig, Knobs, ModelType};
 use crate::ir::{DType, GraphBuilder};
 use crate::limits::config::MAX_WIDTH;
 use crate::Result;
@@ -149,18 +148,8 @@ impl Family for Xglm {
         b.op("Add", &[&x, &positions], vec![])
     }
 
-    fn rotary(
-        &self,
-        _b: &mut GraphBuilder,
-        _cfg: &ArchConfig,
-        _io: &DecoderInputs,
-        _dtype: DType,
-    ) -> Vec<RopeTables> {
-        vec![]
-    }
-
-    fn layer_rope<'c>(&'c self, _cfg: &'c ArchConfig, _i: usize) -> Option<(&'c Rope, usize)> {
-        None
+    fn rotary_positions(&self, _cfg: &ArchConfig) -> bool {
+        false
     }
 
     /// `fc2(act(fc1(x)))`, both in the layer module itself.
