@@ -63,13 +63,7 @@ fn read(raw: &HfConfig, model_type: &'static ModelType, f: &Fields<'_>) -> Resul
         ..without_windows(raw)
     };
     let (mut cfg, _) = read_gpt2_layout(&sizes, model_type, f, "gelu_new", |heads| heads)?;
-    let name = raw.hidden_act.as_deref().unwrap_or("gelu");
-    let act = Activation::from_hf_name(name).ok_or_else(|| {
-        f.err(
-            "hidden_act",
-            &format!("`{name}` is not supported (expected {})", Activation::NAMES),
-        )
-    })?;
+    let act = Activation::read(raw.hidden_act.as_deref(), "gelu", "hidden_act", f)?;
     cfg.family = Knobs::new(BioGpt {
         embed_scale: match raw.scale_embedding.unwrap_or(true) {
             true => (cfg.hidden_size as f64).sqrt() as f32,

@@ -70,13 +70,7 @@ fn read(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>) -> Result<ArchCon
         ..without_windows(raw)
     };
     let mut cfg = read_decoder(&raw, t, f, &FIELDS, |dims| {
-        let name = raw.hidden_act.as_deref().unwrap_or("gelu");
-        let act = Activation::from_hf_name(name).ok_or_else(|| {
-            f.err(
-                "hidden_act",
-                &format!("`{name}` is not supported (expected {})", Activation::NAMES),
-            )
-        })?;
+        let act = Activation::read(raw.hidden_act.as_deref(), "gelu", "hidden_act", f)?;
         let eps = f.number(
             "layer_norm_eps",
             raw.layer_norm_eps,

@@ -1,7 +1,8 @@
 //! The activation of an ungated MLP, as transformers' `ACT2FN` names it.
 
 use super::gelu;
-use crate::config::Gelu;
+use crate::config::{Fields, Gelu};
+use crate::error::Result;
 use crate::ir::GraphBuilder;
 
 /// An ungated MLP's activation.
@@ -27,6 +28,18 @@ impl Activation {
             "silu" | "swish" => Some(Activation::Silu),
             _ => Gelu::from_hf_name(name).map(Activation::Gelu),
         }
+    }
+
+    /// The activation config field `field` names (`default` where it is absent); an
+    /// error naming the field for a name this enum does not have.
+    pub fn read(name: Option<&str>, default: &str, field: &str, f: &Fields<'_>) -> Result<Self> {
+        let name = name.unwrap_or(default);
+        Activation::from_hf_name(name).ok_or_else(|| {
+            f.err(
+                field,
+                &format!("`{name}` is not supported (expected {})", Activation::NAMES),
+            )
+        })
     }
 
     /// The activation of `x`.
