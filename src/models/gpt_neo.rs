@@ -57,7 +57,12 @@ fn read(raw: &HfConfig, model_type: &'static ModelType, f: &Fields<'_>) -> Resul
         ..without_windows(raw)
     };
     let (mut cfg, gpt2) = read_gpt2_layout(&sizes, model_type, f, "gelu_new", |heads| heads)?;
-    let act = Activation::read(raw.activation_function.as_deref(), "gelu_new", "activation_function", f)?;
+    let act = Activation::read(
+        raw.activation_function.as_deref(),
+        "gelu_new",
+        "activation_function",
+        f,
+    )?;
     let window = f.positive(
         "window_size",
         Some(raw.window_size.unwrap_or(DEFAULT_WINDOW)),

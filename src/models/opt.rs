@@ -79,7 +79,12 @@ fn read(raw: &HfConfig, model_type: &'static ModelType, f: &Fields<'_>) -> Resul
         ..without_windows(raw)
     };
     let (mut cfg, _) = read_gpt2_layout(&sizes, model_type, f, "gelu_new", |heads| heads)?;
-    let act = Activation::read(raw.activation_function.as_deref(), "relu", "activation_function", f)?;
+    let act = Activation::read(
+        raw.activation_function.as_deref(),
+        "relu",
+        "activation_function",
+        f,
+    )?;
     let word_embed_proj_dim = match raw.word_embed_proj_dim {
         None => cfg.hidden_size,
         some => f.positive("word_embed_proj_dim", some, MAX_WIDTH)?,

@@ -64,7 +64,12 @@ fn read(raw: &HfConfig, model_type: &'static ModelType, f: &Fields<'_>) -> Resul
         ..without_windows(raw)
     };
     let (mut cfg, _) = read_gpt2_layout(&sizes, model_type, f, "gelu_new", |heads| heads)?;
-    let act = Activation::read(raw.activation_function.as_deref(), "gelu", "activation_function", f)?;
+    let act = Activation::read(
+        raw.activation_function.as_deref(),
+        "gelu",
+        "activation_function",
+        f,
+    )?;
     let d = cfg.hidden_size;
     if d % 2 != 0 || d < 4 {
         return Err(f.err(

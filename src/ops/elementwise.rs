@@ -111,11 +111,9 @@ pub const OPS: &[OpDef] = &[
         .eval(|c| logic(c, |p, q| p || q)),
     OpDef::onnx("Xor", &[])
         .opaque()
-        .lacks(
-            "schema and evaluator: no rule rewrites or introduces it, so the e-graph keeps a \
-             node's own attributes, and no graph mobius checks through the interpreter holds one",
-        )
-        .infer(boolean_binary_type),
+        .lacks(NO_RULE_SCHEMA)
+        .infer(boolean_binary_type)
+        .eval(|c| logic(c, |p, q| p != q)),
     OpDef::onnx("Not", &[]).infer(boolean_type).eval(not),
     OpDef::onnx("IsNaN", &[]).infer(boolean_type).eval(is_nan),
     OpDef::onnx("Where", &[]).infer(where_type).eval(where_op),
@@ -155,12 +153,12 @@ pub(super) fn first_type(c: &Infer<'_>) -> Vec<TensorType> {
 }
 
 /// A boolean of the first input's shape.
-fn boolean_type(c: &Infer<'_>) -> Vec<TensorType> {
+pub(super) fn boolean_type(c: &Infer<'_>) -> Vec<TensorType> {
     vec![c.ty(0).with_dtype(Some(DType::Bool))]
 }
 
 /// The broadcast of the first two inputs, in the first one's dtype.
-fn binary_type(c: &Infer<'_>) -> Vec<TensorType> {
+pub(super) fn binary_type(c: &Infer<'_>) -> Vec<TensorType> {
     vec![broadcast_type(&c.ty(0), &c.ty(1)).with_dtype(c.ty(0).dtype)]
 }
 
@@ -215,7 +213,10 @@ fn float_to_int(x: f64, to: DType) -> i64 {
 
 /// The broadcast shape of `tensors` (checked against the run's budget) and, per tensor, the
 /// element each output element reads.
-fn broadcast(call: &OpCall<'_>, tensors: &[&Tensor]) -> Result<(Vec<usize>, Vec<Vec<usize>>)> {
+pub(super) fn broadcast(
+    call: &OpCall<'_>,
+    tensors: &[&Tensor],
+) -> Result<(Vec<usize>, Vec<Vec<usize>>)> {
     let shapes: Vec<&[usize]> = tensors.iter().map(|t| t.shape.as_slice()).collect();
     let shape = broadcast_shape(&shapes)?;
     call.alloc(&shape)?;
@@ -227,7 +228,7 @@ fn broadcast(call: &OpCall<'_>, tensors: &[&Tensor]) -> Result<(Vec<usize>, Vec<
 }
 
 /// `f` applied to the broadcast pairs of `a` and `b` (`index` as returned by [`broadcast`]).
-fn zip<A: Copy, B: Copy, R>(
+pub(super) fn zip<A: Copy, B: Copy, R>(
     a: &[A],
     b: &[B],
     index: &[Vec<usize>],
@@ -241,7 +242,7 @@ fn zip<A: Copy, B: Copy, R>(
 }
 
 /// Inputs 0 and 1, which must have the same dtype.
-fn same_dtype_pair<'a>(call: &OpCall<'a>) -> Result<(&'a Tensor, &'a Tensor)> {
+pub(super) fn same_dtype_pair<'a>(call: &OpCall<'a>) -> Result<(&'a Tensor, &'a Tensor)> {
     let (a, b) = (call.input(0)?, call.input(1)?);
     if a.dtype != b.dtype {
         return Err(call.error(format!("input dtypes differ: {} and {}", a.dtype, b.dtype)));
@@ -378,7 +379,11 @@ fn pow(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
 
 /// A unary op on float or integer input 0 (`f` for floats, `g` for integers, whose result is
 /// wrapped to the dtype).
-fn unary_numeric(call: &OpCall<'_>, f: fn(f32) -> f32, g: fn(i64) -> i64) -> Result<Vec<Tensor>> {
+pub(super) fn unary_numeric(
+    call: &OpCall<'_>,
+    f: fn(f32) -> f32,
+    g: fn(i64) -> i64,
+) -> Result<Vec<Tensor>> {
     let x = call.input(0)?;
     let shape = x.shape.clone();
     let out = match &x.values {
@@ -394,7 +399,7 @@ fn unary_numeric(call: &OpCall<'_>, f: fn(f32) -> f32, g: fn(i64) -> i64) -> Res
 }
 
 /// A unary op on float input 0, computed in f64.
-fn unary_float(call: &OpCall<'_>, f: impl Fn(f64) -> f64) -> Result<Vec<Tensor>> {
+pub(super) fn unary_float(call: &OpCall<'_>, f: impl Fn(f64) -> f64) -> Result<Vec<Tensor>> {
     let x = call.input(0)?;
     let v = x.floats().map_err(|e| call.error(e))?;
     let values = v.iter().map(|&p| f(p as f64) as f32).collect();
@@ -504,7 +509,7 @@ fn compare(call: &OpCall<'_>, op: Cmp) -> Result<Vec<Tensor>> {
     Ok(vec![Tensor::bool(shape, values)])
 }
 
-/// `And`, `Or` on bool tensors.
+/// `And`, `Or`, `Xor` on bool tensors.
 fn logic(call: &OpCall<'_>, f: fn(bool, bool) -> bool) -> Result<Vec<Tensor>> {
     let (a, b) = (call.input(0)?, call.input(1)?);
     let (x, y) = (

@@ -19,6 +19,7 @@ pub mod attention;
 pub mod cost;
 pub mod elementwise;
 pub mod infer;
+pub mod math;
 pub mod matmul;
 pub mod moe;
 pub mod norm;
@@ -154,8 +155,9 @@ impl OpDef {
 }
 
 /// The registry: one table per op module.
-pub const FAMILIES: [&[OpDef]; 11] = [
+pub const FAMILIES: [&[OpDef]; 12] = [
     elementwise::OPS,
+    math::OPS,
     matmul::OPS,
     reduce::OPS,
     shape::OPS,

@@ -1546,3 +1546,67 @@ def _qmoe():
 
 
 _qmoe()
+
+
+# --------------------------------------------------------------------------- math (src/ops/math.rs)
+def _math():
+    """The elementwise math no decoder build emits: each op on random values in its domain and
+    on IEEE special values (NaN, ±inf, ±0), integer ops on negative operands and edge values."""
+    nan, inf = np.nan, np.inf
+    specials = [nan, inf, -inf, 0.0, -0.0, 1.0, -1.0, 0.5, -2.5, 1e30]
+    domains = {
+        "Acos": (-1, 1), "Asin": (-1, 1), "Atan": (-10, 10), "Acosh": (1, 10), "Asinh": (-10, 10),
+        "Atanh": (-0.99, 0.99), "Cosh": (-5, 5), "Sinh": (-5, 5), "Tan": (-1.5, 1.5),
+        "Ceil": (-20, 20), "Sign": (-3, 3), "Softsign": (-10, 10), "Softplus": (-30, 30),
+        "Mish": (-10, 10), "HardSwish": (-5, 5), "Elu": (-5, 5), "Celu": (-5, 5), "Selu": (-5, 5),
+        "LeakyRelu": (-5, 5), "ThresholdedRelu": (-3, 3), "HardSigmoid": (-5, 5),
+    }
+    attrs = {"Elu": {"alpha": 0.7}, "Celu": {"alpha": 1.5}, "Selu": {"alpha": 1.2, "gamma": 0.9},
+             "LeakyRelu": {"alpha": 0.2}, "ThresholdedRelu": {"alpha": 0.4},
+             "HardSigmoid": {"alpha": 0.3, "beta": 0.4}}
+    for op, (lo, hi) in domains.items():
+        r = rng_for(op, "f32")
+        add(op, "f32", [unif(r, lo, hi, 3, 4)], [("y", F32)])
+        add(op, "special_values", [np.array(specials, np.float32)], [("y", F32)])
+        if op in attrs:
+            r = rng_for(op, "f32_attrs")
+            add(op, "f32_attrs", [unif(r, lo, hi, 3, 4)], [("y", F32)], **attrs[op])
+    r = rng_for("Elu", "f16")
+    add("Elu", "f16", [unif(r, -5, 5, 4, 8, dtype=np.float16)], [("y", F16)])
+    # Round: halves go to the even neighbour
+    add("Round", "halves", [np.array([0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 2.4, -2.6, nan, inf, -0.0],
+                                     np.float32)], [("y", F32)])
+    r = rng_for("Sign", "i64")
+    add("Sign", "i64", [ints(r, -5, 5, 3, 4)], [("y", I64)])
+    add("IsInf", "both", [np.array(specials, np.float32)], [("y", BOOL)])
+    add("IsInf", "positive_only", [np.array(specials, np.float32)], [("y", BOOL)], detect_negative=0)
+    add("IsInf", "negative_only", [np.array(specials, np.float32)], [("y", BOOL)], detect_positive=0)
+    # Mod: Python's sign (fmod 0) on integers, C's fmod (fmod 1) on integers and floats
+    r = rng_for("Mod", "i64_python")
+    add("Mod", "i64_python", [ints(r, -20, 20, 3, 4), nonzero_ints(r, -7, 7, 4)], [("y", I64)])
+    r = rng_for("Mod", "i32_fmod")
+    add("Mod", "i32_fmod", [ints(r, -20, 20, 3, 4, dtype=np.int32), nonzero_ints(r, -7, 7, 4).astype(np.int32)],
+        [("y", I32)], fmod=1)
+    r = rng_for("Mod", "f32_fmod")
+    add("Mod", "f32_fmod", [randn(r, 3, 4, scale=5.0), unif(r, 0.5, 3, 4) * np.array([1, -1, 1, -1], np.float32)],
+        [("y", F32)], fmod=1)
+    add("Mod", "f32_fmod_special", [np.array([5.0, -5.0, inf, nan, 3.0, -0.0], np.float32),
+                                    np.array([0.0, inf, 2.0, 2.0, -inf, 3.0], np.float32)], [("y", F32)], fmod=1)
+    # the bitwise ops: int32 with negative values, uint8 and int8 edges
+    for op in ["BitwiseAnd", "BitwiseOr", "BitwiseXor"]:
+        r = rng_for(op, "i32")
+        add(op, "i32", [ints(r, -1000, 1000, 3, 4, dtype=np.int32), ints(r, -1000, 1000, 4, dtype=np.int32)],
+            [("y", I32)])
+        add(op, "u8", [np.array([0, 255, 170, 15], np.uint8), np.array([255, 255, 85, 240], np.uint8)],
+            [("y", TensorProto.UINT8)])
+    add("BitwiseNot", "i8", [np.array([0, -1, 127, -128, 5], np.int8)], [("y", TensorProto.INT8)])
+    add("BitwiseNot", "u8", [np.array([0, 255, 170, 15], np.uint8)], [("y", TensorProto.UINT8)])
+    for direction in ["LEFT", "RIGHT"]:
+        add("BitShift", f"u8_{direction.lower()}", [np.array([1, 255, 16, 200, 7], np.uint8),
+                                                   np.array([1, 3, 4, 7, 0], np.uint8)],
+            [("y", TensorProto.UINT8)], direction=direction)
+    # Xor on booleans, broadcast
+    add("Xor", "bcast", [np.array([[True, False], [False, True]]), np.array([True, False])], [("y", BOOL)])
+
+
+_math()
