@@ -15,6 +15,7 @@
 //! new module listed in [`FAMILIES`]); an entry it lacks (an op the interpreter does not
 //! evaluate, one whose attributes the e-graph keeps opaque) says why in [`OpDef::lacks`].
 
+pub mod arg;
 pub mod attention;
 pub mod cost;
 pub mod elementwise;
@@ -155,9 +156,10 @@ impl OpDef {
 }
 
 /// The registry: one table per op module.
-pub const FAMILIES: [&[OpDef]; 12] = [
+pub const FAMILIES: [&[OpDef]; 13] = [
     elementwise::OPS,
     math::OPS,
+    arg::OPS,
     matmul::OPS,
     reduce::OPS,
     shape::OPS,

@@ -1,4 +1,6 @@
-//! Reductions (`ReduceSum`, `ReduceMean`, `ReduceMax`, `ReduceMin`), `CumSum` and `Softmax`. Float sums
+//! Reductions (`ReduceSum`, `ReduceMean`, `ReduceMax`, `ReduceMin`, `ReduceL1`, `ReduceL2`,
+//! `ReduceLogSum`, `ReduceLogSumExp`, `ReduceProd`, `ReduceSumSquare`), `CumSum`, `CumProd`,
+//! `Softmax` and `LogSoftmax`. Float sums
 //! accumulate in f64; edge cases follow onnxruntime (see [`reduce`]).
 //!
 //! [`OPS`] registers each op with its attribute schema, type inference and cost facts
@@ -28,24 +30,60 @@ pub const OPS: &[OpDef] = &[
     OpDef::onnx("ReduceMin", REDUCE_ATTRS)
         .infer(|c| vec![reduce_type(c.inputs, c.attrs)])
         .eval(|c| reduce(c, Kind::Min)),
+    OpDef::onnx("ReduceL1", REDUCE_ATTRS)
+        .infer(|c| vec![reduce_type(c.inputs, c.attrs)])
+        .eval(|c| reduce(c, Kind::L1)),
+    OpDef::onnx("ReduceL2", REDUCE_ATTRS)
+        .infer(|c| vec![reduce_type(c.inputs, c.attrs)])
+        .eval(|c| reduce(c, Kind::L2)),
+    OpDef::onnx("ReduceLogSum", REDUCE_ATTRS)
+        .infer(|c| vec![reduce_type(c.inputs, c.attrs)])
+        .eval(|c| reduce(c, Kind::LogSum)),
+    OpDef::onnx("ReduceLogSumExp", REDUCE_ATTRS)
+        .infer(|c| vec![reduce_type(c.inputs, c.attrs)])
+        .eval(|c| reduce(c, Kind::LogSumExp)),
+    OpDef::onnx("ReduceProd", REDUCE_ATTRS)
+        .infer(|c| vec![reduce_type(c.inputs, c.attrs)])
+        .eval(|c| reduce(c, Kind::Prod)),
+    OpDef::onnx("ReduceSumSquare", REDUCE_ATTRS)
+        .infer(|c| vec![reduce_type(c.inputs, c.attrs)])
+        .eval(|c| reduce(c, Kind::SumSquare)),
     OpDef::onnx("Softmax", &["axis"])
         .infer(first_type)
-        .eval(softmax),
+        .eval(|c| softmax(c, false)),
+    OpDef::onnx("LogSoftmax", &["axis"])
+        .infer(first_type)
+        .eval(|c| softmax(c, true)),
     OpDef::onnx("CumSum", &["exclusive", "reverse"])
         .infer(first_type)
-        .eval(cumsum),
+        .eval(|c| cumulative(c, false)),
+    OpDef::onnx("CumProd", &["exclusive", "reverse"])
+        .infer(first_type)
+        .eval(|c| cumulative(c, true)),
 ];
 
 /// The attributes of the reductions.
 const REDUCE_ATTRS: &[&str] = &["keepdims", "noop_with_empty_axes"];
 
 /// The reductions.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum Kind {
     Sum,
     Mean,
     Max,
     Min,
+    /// Σ|x|.
+    L1,
+    /// √Σx².
+    L2,
+    /// ln Σx.
+    LogSum,
+    /// ln Σeˣ, computed as `max + ln Σe^(x − max)`.
+    LogSumExp,
+    /// Πx.
+    Prod,
+    /// Σx².
+    SumSquare,
 }
 
 /// A reduction over the axes given by input 1 (opset 18+; the pre-18 `axes` attribute is read
@@ -121,6 +159,49 @@ fn reduce(call: &OpCall<'_>, kind: Kind) -> Result<Vec<Tensor>> {
                 .collect();
             Tensor::float(x.dtype, shape, values)
         }
+        (Values::Float(v), Kind::L1 | Kind::L2 | Kind::LogSum | Kind::SumSquare | Kind::Prod) => {
+            let (start, map): (f64, fn(f64) -> f64) = match kind {
+                Kind::L1 => (0.0, f64::abs),
+                Kind::L2 | Kind::SumSquare => (0.0, |p| p * p),
+                Kind::Prod => (1.0, |p| p),
+                _ => (0.0, |p| p),
+            };
+            let mut acc = vec![start; groups];
+            for (&t, &p) in target.iter().zip(v) {
+                acc[t] = match kind {
+                    Kind::Prod => acc[t] * p as f64,
+                    _ => acc[t] + map(p as f64),
+                };
+            }
+            let values = acc
+                .into_iter()
+                .map(|a| match kind {
+                    Kind::L2 => a.sqrt() as f32,
+                    Kind::LogSum => a.ln() as f32,
+                    _ => a as f32,
+                })
+                .collect();
+            Tensor::float(x.dtype, shape, values)
+        }
+        (Values::Float(v), Kind::LogSumExp) => {
+            let max = extreme_by_group(v, &target, groups, |p, q| p > q || p.is_nan());
+            let mut acc = vec![0f64; groups];
+            for (&t, &p) in target.iter().zip(v) {
+                if let Some(m) = max[t].filter(|m| m.is_finite()) {
+                    acc[t] += (p as f64 - m as f64).exp();
+                }
+            }
+            let values = max
+                .iter()
+                .zip(acc)
+                .map(|(m, a)| match m {
+                    None => f32::NEG_INFINITY,
+                    Some(m) if !m.is_finite() => *m,
+                    Some(m) => (*m as f64 + a.ln()) as f32,
+                })
+                .collect();
+            Tensor::float(x.dtype, shape, values)
+        }
         (Values::Float(v), Kind::Max | Kind::Min) => {
             let (better, empty): (fn(f32, f32) -> bool, f32) = match kind {
                 Kind::Max => (|p, q| p > q, f32::NEG_INFINITY),
@@ -131,6 +212,19 @@ fn reduce(call: &OpCall<'_>, kind: Kind) -> Result<Vec<Tensor>> {
                 .map(|m| m.unwrap_or(empty))
                 .collect();
             Tensor::float(x.dtype, shape, values)
+        }
+        (Values::Int(v), Kind::L1 | Kind::SumSquare | Kind::Prod) => {
+            let start: i64 = if kind == Kind::Prod { 1 } else { 0 };
+            let mut acc = vec![start; groups];
+            for (&t, &p) in target.iter().zip(v) {
+                acc[t] = match kind {
+                    Kind::L1 => acc[t].wrapping_add(p.wrapping_abs()),
+                    Kind::SumSquare => acc[t].wrapping_add(p.wrapping_mul(p)),
+                    _ => acc[t].wrapping_mul(p),
+                };
+            }
+            let values = acc.into_iter().map(|a| wrap_int(x.dtype, a)).collect();
+            Tensor::int(x.dtype, shape, values)
         }
         (Values::Int(v), Kind::Sum | Kind::Mean) => {
             let mut acc = vec![0i64; groups];
@@ -149,6 +243,9 @@ fn reduce(call: &OpCall<'_>, kind: Kind) -> Result<Vec<Tensor>> {
                 })
                 .collect();
             Tensor::int(x.dtype, shape, values)
+        }
+        (Values::Int(_), Kind::L2 | Kind::LogSum | Kind::LogSumExp) => {
+            return Err(call.error(format!("unsupported dtype {}", x.dtype)))
         }
         (Values::Int(v), Kind::Max | Kind::Min) => {
             let (lowest, highest) = match x.dtype {
@@ -203,10 +300,11 @@ fn extreme_by_group<T: Copy>(
     best
 }
 
-/// `CumSum(x, axis)`: running sums along `axis` (a scalar or 1-element tensor), `exclusive`
-/// shifting them by one and `reverse` running from the end. Floats accumulate in f32 in order,
-/// as onnxruntime does; integers wrap to their width.
-fn cumsum(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
+/// `CumSum(x, axis)` (`CumProd` with `product`): running sums (products) along `axis` (a
+/// scalar or 1-element tensor), `exclusive` shifting them by one (starting from 0, or 1) and
+/// `reverse` running from the end. Floats accumulate in f32 in order, as onnxruntime does;
+/// integers wrap to their width.
+fn cumulative(call: &OpCall<'_>, product: bool) -> Result<Vec<Tensor>> {
     let x = call.input(0)?;
     let ax = match call.input(1)?.ints().map_err(|e| call.error(e))? {
         [a] => axis(*a, x.shape.len()).map_err(|e| call.error(e))?,
@@ -251,14 +349,20 @@ fn cumsum(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
             let mut t = Tensor::float(
                 x.dtype,
                 x.shape.clone(),
-                scan(v, dims, flags, 0.0, |a, b| a + b),
+                match product {
+                    true => scan(v, dims, flags, 1.0, |a, b| a * b),
+                    false => scan(v, dims, flags, 0.0, |a, b| a + b),
+                },
             );
             t.round_to_dtype();
             t
         }
         Values::Int(v) => {
             let dtype = x.dtype;
-            let summed = scan(v, dims, flags, 0, |a, b| wrap_int(dtype, a.wrapping_add(b)));
+            let summed = match product {
+                true => scan(v, dims, flags, 1, |a, b| wrap_int(dtype, a.wrapping_mul(b))),
+                false => scan(v, dims, flags, 0, |a, b| wrap_int(dtype, a.wrapping_add(b))),
+            };
             Tensor::int(dtype, x.shape.clone(), summed)
         }
         Values::Bool(_) => return Err(call.error("unsupported dtype bool")),
@@ -267,8 +371,9 @@ fn cumsum(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
 }
 
 /// `Softmax` (opset 13+) along `axis` (default -1), computed stably: `exp(x - max) / sum`, in
-/// f64. A slice that is all -inf, or holds +inf or NaN, gives NaN, as in onnxruntime.
-fn softmax(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
+/// f64; with `log`, `LogSoftmax`: `x - max - ln(sum)`. A slice that is all -inf, or holds +inf
+/// or NaN, gives NaN, as in onnxruntime.
+fn softmax(call: &OpCall<'_>, log: bool) -> Result<Vec<Tensor>> {
     let x = call.input(0)?;
     let v = x.floats().map_err(|e| call.error(e))?;
     let ax = axis(call.int("axis", -1), x.shape.len()).map_err(|e| call.error(e))?;
@@ -287,7 +392,10 @@ fn softmax(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
             }
             let sum: f64 = exps.iter().sum();
             for (j, e) in exps.iter().enumerate() {
-                out[at(j)] = (e / sum) as f32;
+                out[at(j)] = match log {
+                    true => (v[at(j)] as f64 - max - sum.ln()) as f32,
+                    false => (e / sum) as f32,
+                };
             }
         }
     }

@@ -1610,3 +1610,61 @@ def _math():
 
 
 _math()
+
+
+# ------------------------------------------------- more reductions, picks (src/ops/reduce.rs, arg.rs)
+def _reduce_more():
+    nan, inf = np.nan, np.inf
+    for op in ["ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceProd", "ReduceSumSquare"]:
+        r = rng_for(op, "data")
+        x = unif(r, 0.1, 2, 3, 4, 5) if op == "ReduceLogSum" else randn(r, 3, 4, 5)
+        _red(op, "axis1_keepdims", x, [1])
+        _red(op, "axes_neg1_0_no_keepdims", x, [-1, 0], keepdims=0)
+        _red(op, "all_keepdims", x, None)
+        _red(op, "special_rows", np.array([[nan, 1, 2], [inf, 1, 2], [-inf, 1, 2], [-inf, -inf, -inf],
+                                           [0, 0, 0]], np.float32), [1])
+        if op in ("ReduceL1", "ReduceProd", "ReduceSumSquare"):
+            _red(op, "i64_axis0", ints(r, -5, 5, 3, 4), [0], dt=I64)
+    r = rng_for("LogSoftmax", "data")
+    add("LogSoftmax", "default_axis", [randn(r, 2, 3, 5)], [("y", F32)])
+    add("LogSoftmax", "axis0_large", [randn(r, 4, 3, scale=50.0)], [("y", F32)], axis=0)
+    add("LogSoftmax", "nan_inf_rows", [np.array([[nan, 1, 2, 3], [-inf, 1, 2, 3], [-inf] * 4, [1, inf, 2, 3]],
+                                                np.float32)], [("y", F32)])
+    for op in ["ArgMax", "ArgMin"]:
+        r = rng_for(op, "data")
+        add(op, "axis1_keepdims", [randn(r, 3, 4, 5)], [("y", I64)], axis=1)
+        add(op, "axis_neg1_no_keepdims", [randn(r, 3, 4, 5)], [("y", I64)], axis=-1, keepdims=0)
+        ties = ints(r, 0, 2, 4, 6).astype(np.float32)
+        add(op, "ties_first", [ties], [("y", I64)], axis=1)
+        add(op, "ties_last", [ties], [("y", I64)], axis=1, select_last_index=1)
+        add(op, "i64", [ints(r, -9, 9, 3, 5)], [("y", I64)], axis=0)
+        add(op, "nan_inf_rows", [np.array([[1, nan, 2], [nan, nan, 1], [-inf, 1, inf], [3, 3, 3]], np.float32)],
+            [("y", I64)], axis=1)
+    r = rng_for("Hardmax", "data")
+    add("Hardmax", "default_axis", [randn(r, 2, 3, 5)], [("y", F32)])
+    add("Hardmax", "ties_axis0", [ints(r, 0, 1, 4, 3).astype(np.float32)], [("y", F32)], axis=0)
+    r = rng_for("Trilu", "data")
+    x = randn(r, 2, 4, 5)
+    add("Trilu", "upper", [inp("x", x)], [("y", F32)])
+    add("Trilu", "lower_k1", [inp("x", x), init("k", np.array(1, np.int64))], [("y", F32)], upper=0)
+    add("Trilu", "upper_k_neg2", [inp("x", x), init("k", np.array(-2, np.int64))], [("y", F32)])
+    add("Trilu", "i64_lower", [inp("x", ints(r, -9, 9, 5, 3))], [("y", I64)], upper=0)
+
+
+_reduce_more()
+
+
+def _cumprod():
+    """CumProd (opset 26 in onnxruntime 1.32)."""
+    r = rng_for("CumProd", "data")
+    x = unif(r, 0.5, 1.5, 3, 4, 5) * np.where(r.random((3, 4, 5)) < 0.3, -1, 1).astype(np.float32)
+    for name, axis, kw in [("f32_axis0", 0, {}), ("f32_axis_neg1_exclusive", -1, {"exclusive": 1}),
+                           ("f32_axis1_reverse", 1, {"reverse": 1})]:
+        add("CumProd", name, [inp("x", x), init("axis", np.array(axis, np.int64))], [("y", F32)], opset=26, **kw)
+    add("CumProd", "i64_reverse_exclusive", [inp("x", ints(r, -3, 3, 2, 5)), init("axis", np.array(1, np.int64))],
+        [("y", I64)], opset=26, reverse=1, exclusive=1)
+    add("CumProd", "special", [inp("x", np.array([2, np.inf, 0, np.nan, -1], np.float32)),
+                               init("axis", np.array(0, np.int64))], [("y", F32)], opset=26)
+
+
+_cumprod()
