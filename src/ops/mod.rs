@@ -20,6 +20,7 @@ pub mod attention;
 pub mod cost;
 pub mod elementwise;
 pub mod infer;
+pub mod loss;
 pub mod math;
 pub mod matmul;
 pub mod moe;
@@ -156,10 +157,11 @@ impl OpDef {
 }
 
 /// The registry: one table per op module.
-pub const FAMILIES: [&[OpDef]; 13] = [
+pub const FAMILIES: [&[OpDef]; 14] = [
     elementwise::OPS,
     math::OPS,
     arg::OPS,
+    loss::OPS,
     matmul::OPS,
     reduce::OPS,
     shape::OPS,

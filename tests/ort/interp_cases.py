@@ -1668,3 +1668,35 @@ def _cumprod():
 
 
 _cumprod()
+
+
+def _losses_and_elements():
+    """The losses (src/ops/loss.rs), GatherElements and ScatterElements, ScatterND's reductions."""
+    r = rng_for("NegativeLogLikelihoodLoss", "data")
+    x = randn(r, 3, 5, 2)
+    t = ints(r, 0, 4, 3, 2)
+    t[1, 0] = -1
+    w = unif(r, 0.2, 2.0, 5)
+    for reduction in ["none", "sum", "mean"]:
+        add("NegativeLogLikelihoodLoss", f"{reduction}_weights_ignore", [inp("x", x), inp("t", t), inp("w", w)],
+            [("y", F32)], reduction=reduction, ignore_index=-1)
+        add("SoftmaxCrossEntropyLoss", f"{reduction}_weights_ignore", [inp("x", x), inp("t", t), inp("w", w)],
+            [("y", F32), ("logp", F32)], reduction=reduction, ignore_index=-1)
+    add("NegativeLogLikelihoodLoss", "nc_mean", [inp("x", randn(r, 4, 3)), inp("t", ints(r, 0, 2, 4))], [("y", F32)])
+    add("SoftmaxCrossEntropyLoss", "nc_mean_nan", [inp("x", np.array([[1, np.nan, 2], [0, 1, 2]], np.float32)),
+                                                   inp("t", np.array([0, 2]))], [("y", F32), ("logp", F32)])
+    r = rng_for("GatherElements", "data")
+    add("GatherElements", "axis1", [inp("x", randn(r, 3, 4)), inp("i", ints(r, -4, 3, 3, 2))], [("y", F32)], axis=1)
+    add("GatherElements", "axis0_i64", [inp("x", ints(r, -9, 9, 3, 4)), inp("i", ints(r, 0, 2, 2, 4))], [("y", I64)])
+    r = rng_for("ScatterElements", "data")
+    for reduction in ["none", "add", "mul", "max", "min"]:
+        idx = np.array([[0, 2], [1, 3], [3, 0]]) if reduction == "none" else ints(r, -4, 3, 3, 2)
+        add("ScatterElements", reduction, [inp("x", randn(r, 3, 4)), inp("i", idx), inp("u", randn(r, 3, 2))],
+            [("y", F32)], axis=1, reduction=reduction)
+    r = rng_for("ScatterND", "reductions")
+    for reduction in ["add", "mul", "max", "min"]:
+        add("ScatterND", f"reduction_{reduction}", [inp("x", randn(r, 4, 3)), inp("i", np.array([[1], [3], [1]])),
+                                                    inp("u", randn(r, 3, 3))], [("y", F32)], reduction=reduction)
+
+
+_losses_and_elements()

@@ -1,6 +1,7 @@
 //! Shape and data-movement ops (ONNX opset 24): Transpose, Reshape, Flatten, Squeeze,
-//! Unsqueeze, Expand, Tile (`layout`); Concat, Split, Slice, Gather (`select`); Shape, Size,
-//! Range, ConstantOfShape, Constant (`make`); ScatterND, TensorScatter (`scatter`).
+//! Unsqueeze, Expand, Tile (`layout`); Concat, Split, Slice, Gather, GatherND, GatherElements
+//! (`select`); Shape, Size, Range, ConstantOfShape, Constant (`make`); ScatterND,
+//! ScatterElements, TensorScatter (`scatter`).
 //!
 //! Every op that only moves elements is a gather: it computes, for each output element, the
 //! flat position of the input element it copies, so one code path serves float, integer and
@@ -130,6 +131,12 @@ pub const OPS: &[OpDef] = &[
         ]
     })
     .eval(|c| make::constant(c).map(|t| vec![t])),
+    OpDef::onnx("GatherElements", &["axis"])
+        .infer(|c| vec![c.ty(1).with_dtype(c.ty(0).dtype)])
+        .eval(|c| select::gather_elements(c).map(|t| vec![t])),
+    OpDef::onnx("ScatterElements", &["axis", "reduction"])
+        .infer(first_type)
+        .eval(|c| scatter::scatter_elements(c).map(|t| vec![t])),
     OpDef::onnx("ScatterND", &["reduction"])
         .infer(first_type)
         .eval(|c| scatter::scatter_nd(c).map(|t| vec![t])),

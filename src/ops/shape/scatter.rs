@@ -1,7 +1,9 @@
-//! Ops that write an update into a copy of a tensor: ScatterND and TensorScatter (opset 24, the
-//! KV-cache update of a static cache), as onnxruntime's CPU kernels compute them.
+//! Ops that write an update into a copy of a tensor: ScatterND, ScatterElements and
+//! TensorScatter (opset 24, the KV-cache update of a static cache), as onnxruntime's CPU kernels
+//! compute them.
 
 use super::norm_axis;
+use super::select::element_positions;
 use crate::ops::tensor::strides;
 use crate::ops::{OpCall, Tensor, Values};
 use crate::Result;
@@ -29,17 +31,95 @@ fn rebuilt(data: &Tensor, values: Values) -> Tensor {
     t
 }
 
+/// How a scatter combines an update `u` with the value `v` already there (`reduction`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Reduction {
+    /// `u` replaces `v`.
+    None,
+    /// `v + u`.
+    Add,
+    /// `v · u`.
+    Mul,
+    /// `max(v, u)`.
+    Max,
+    /// `min(v, u)`.
+    Min,
+}
+
+impl Reduction {
+    /// The node's `reduction` attribute.
+    fn read(call: &OpCall<'_>) -> Result<Reduction> {
+        Ok(match call.string("reduction").unwrap_or("none") {
+            "none" => Reduction::None,
+            "add" => Reduction::Add,
+            "mul" => Reduction::Mul,
+            "max" => Reduction::Max,
+            "min" => Reduction::Min,
+            other => {
+                return Err(call.error(format!(
+                    "reduction must be none, add, mul, max or min, got `{other}`"
+                )))
+            }
+        })
+    }
+
+    /// `out[to..to + len]` combined with `src[from..from + len]`.
+    fn apply(self, out: &mut Values, src: &Values, (to, from, len): (usize, usize, usize)) {
+        if self == Reduction::None {
+            return place(out, src, (to, from, len));
+        }
+        fn combine<T: Copy + PartialOrd>(
+            r: Reduction,
+            o: &mut [T],
+            s: &[T],
+            add: fn(T, T) -> T,
+            mul: fn(T, T) -> T,
+        ) {
+            for (o, &u) in o.iter_mut().zip(s) {
+                *o = match r {
+                    Reduction::Add => add(*o, u),
+                    Reduction::Mul => mul(*o, u),
+                    Reduction::Max if u > *o => u,
+                    Reduction::Min if u < *o => u,
+                    _ => *o,
+                };
+            }
+        }
+        match (out, src) {
+            (Values::Float(o), Values::Float(s)) => combine(
+                self,
+                &mut o[to..to + len],
+                &s[from..from + len],
+                |a, b| a + b,
+                |a, b| a * b,
+            ),
+            (Values::Int(o), Values::Int(s)) => combine(
+                self,
+                &mut o[to..to + len],
+                &s[from..from + len],
+                i64::wrapping_add,
+                i64::wrapping_mul,
+            ),
+            (Values::Bool(o), Values::Bool(s)) => combine(
+                self,
+                &mut o[to..to + len],
+                &s[from..from + len],
+                |a, b| a | b,
+                |a, b| a & b,
+            ),
+            _ => unreachable!("the callers check that both tensors have one dtype"),
+        }
+    }
+}
+
 /// `ScatterND(data, indices, updates; reduction)`: each row of the last axis of `indices`
 /// (`k` coordinates, negative ones counted from the end) names a slice `data[i₀, …, iₖ₋₁]` that
-/// the matching slice of `updates` (shape `indices.shape[..-1] ++ data.shape[k..]`) replaces,
-/// in the order of the rows. An index outside its dim is an error, as in onnxruntime; the
-/// reductions (`add`, `mul`, `max`, `min`) are not supported.
+/// the matching slice of `updates` (shape `indices.shape[..-1] ++ data.shape[k..]`) replaces
+/// or, with a `reduction` (`add`, `mul`, `max`, `min`), is combined into, in the order of the
+/// rows. An index outside its dim is an error, as in onnxruntime.
 pub(super) fn scatter_nd(call: &OpCall<'_>) -> Result<Tensor> {
     let (data, indices, updates) = (call.input(0)?, call.input(1)?, call.input(2)?);
-    match call.string("reduction").unwrap_or("none") {
-        "none" => {}
-        other => return Err(call.error(format!("reduction `{other}` is not supported"))),
-    }
+    let reduction = Reduction::read(call)?;
     let idx = indices
         .ints()
         .map_err(|_| call.error(format!("indices must be int64, found {}", indices.dtype)))?;
@@ -76,7 +156,30 @@ pub(super) fn scatter_nd(call: &OpCall<'_>) -> Result<Tensor> {
             }
             to += at as usize * stride[axis];
         }
-        place(&mut out, &updates.values, (to, row * slice, slice));
+        reduction.apply(&mut out, &updates.values, (to, row * slice, slice));
+    }
+    Ok(rebuilt(data, out))
+}
+
+/// `ScatterElements(data, indices, updates; axis = 0, reduction)`: a copy of `data` in which
+/// each element of `updates` (the shape of `indices`) replaces, or with a `reduction` is
+/// combined into, the element at its own coordinates with the one along `axis` given by the
+/// index (negative counting from the end), in row-major order of the updates.
+pub(super) fn scatter_elements(call: &OpCall<'_>) -> Result<Tensor> {
+    let (data, indices, updates) = (call.input(0)?, call.input(1)?, call.input(2)?);
+    let reduction = Reduction::read(call)?;
+    if updates.shape != indices.shape || updates.dtype != data.dtype {
+        return Err(call.error(format!(
+            "updates of {} {:?} must be {} {:?} (the shape of indices)",
+            updates.dtype, updates.shape, data.dtype, indices.shape
+        )));
+    }
+    let ax = norm_axis(call, call.int("axis", 0), data.shape.len())?;
+    call.alloc(&data.shape)?;
+    let positions = element_positions(call, data, indices, ax)?;
+    let mut out = data.values.clone();
+    for (from, &to) in positions.iter().enumerate() {
+        reduction.apply(&mut out, &updates.values, (to, from, 1));
     }
     Ok(rebuilt(data, out))
 }

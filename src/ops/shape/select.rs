@@ -283,3 +283,57 @@ pub(super) fn gather_nd(call: &OpCall<'_>) -> Result<Tensor> {
     }
     Ok(take(x, shape, &idx))
 }
+
+/// The flat positions in `data` that `GatherElements` / `ScatterElements` address: for every
+/// element of `indices` (same rank as `data`, each dim no longer than data's except along
+/// `axis`), `data`'s position with the coordinate along `axis` replaced by the index there
+/// (negative counting from the end). An index outside the axis is an error.
+pub(super) fn element_positions(
+    call: &OpCall<'_>,
+    data: &Tensor,
+    indices: &Tensor,
+    ax: usize,
+) -> Result<Vec<usize>> {
+    let idx = indices
+        .ints()
+        .map_err(|_| call.error(format!("indices must be integers, found {}", indices.dtype)))?;
+    if indices.shape.len() != data.shape.len() {
+        return Err(call.error(format!(
+            "indices of shape {:?} must have the rank of data {:?}",
+            indices.shape, data.shape
+        )));
+    }
+    let fits = |(i, (&n, &d)): (usize, (&usize, &usize))| i == ax || n <= d;
+    if !indices.shape.iter().zip(&data.shape).enumerate().all(fits) {
+        return Err(call.error(format!(
+            "indices of shape {:?} exceed data {:?} outside axis {ax}",
+            indices.shape, data.shape
+        )));
+    }
+    let (stride, d) = (strides(&data.shape), data.shape[ax] as i64);
+    // Position of every index element with its own coordinate along `axis` taken as 0.
+    let base = index_map(
+        &indices.shape,
+        |i, c| if i == ax { 0 } else { c * stride[i] },
+    );
+    base.iter()
+        .zip(idx)
+        .map(|(&b, &i)| {
+            let at = if i < 0 { i + d } else { i };
+            match (0..d).contains(&at) {
+                true => Ok(b + at as usize * stride[ax]),
+                false => Err(call.error(format!("index {i} is out of range for dim {d}"))),
+            }
+        })
+        .collect()
+}
+
+/// `GatherElements(data, indices; axis = 0)`: an output of `indices`' shape, each element
+/// taken from `data` at its own coordinates, with the one along `axis` given by the index.
+pub(super) fn gather_elements(call: &OpCall<'_>) -> Result<Tensor> {
+    let (x, indices) = (call.input(0)?, call.input(1)?);
+    let ax = norm_axis(call, call.int("axis", 0), x.shape.len())?;
+    call.alloc(&indices.shape)?;
+    let positions = element_positions(call, x, indices, ax)?;
+    Ok(take(x, indices.shape.clone(), &positions))
+}
