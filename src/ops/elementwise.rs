@@ -341,7 +341,11 @@ fn extremum(call: &OpCall<'_>, better: Ordering) -> Result<Vec<Tensor>> {
 
 /// Per output element (`index` as returned by [`broadcast`]), `f` folded over the elements the
 /// inputs `values` broadcast to it, from the first input on.
-fn fold<T: Copy>(values: &[&[T]], index: &[Vec<usize>], f: impl Fn(T, T) -> T) -> Vec<T> {
+pub(super) fn fold<T: Copy>(
+    values: &[&[T]],
+    index: &[Vec<usize>],
+    f: impl Fn(T, T) -> T,
+) -> Vec<T> {
     (0..index[0].len())
         .map(|o| {
             let start = values[0][index[0][o]];
@@ -599,7 +603,7 @@ fn cast_op(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
 /// `x` converted to `to`: floats are rounded to a float target, truncated (x86 `static_cast`
 /// semantics, see [`float_to_int`]) to an integer target and compared with zero for bool;
 /// integers wrap to a narrower integer target.
-fn cast(x: &Tensor, to: DType) -> Tensor {
+pub(crate) fn cast(x: &Tensor, to: DType) -> Tensor {
     let shape = x.shape.clone();
     match &x.values {
         Values::Float(v) if to.is_float() => Tensor::float(to, shape, v.clone()),

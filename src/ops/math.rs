@@ -1,7 +1,8 @@
 //! Elementwise math no decoder build emits but ONNX defines: the inverse and hyperbolic
 //! trigonometric functions, rounding, `Sign`, the activation functions with parameters (`Elu`,
 //! `Selu`, `Celu`, `LeakyRelu`, `HardSigmoid`, `HardSwish`, `ThresholdedRelu`, `Softplus`,
-//! `Softsign`, `Mish`), `IsInf`, `Mod` and the bitwise ops. Float results are computed in f64
+//! `Softsign`, `Mish`, `Swish`, `Shrink`, `PRelu`), `Clip`, `Sum`, `Mean`, `IsInf`, `Mod` and the
+//! bitwise ops. Float results are computed in f64
 //! and rounded to the input's dtype; integer results wrap to their dtype, as onnxruntime's
 //! kernels do. No rule rewrites these ops: the e-graph carries them as they are.
 //!
@@ -9,9 +10,11 @@
 //! beside its evaluator.
 
 use super::elementwise::{
-    binary_type, boolean_type, broadcast, first_type, same_dtype_pair, unary_float, unary_numeric,
-    wrap_int, zip,
+    binary_type, boolean_type, broadcast, first_type, fold, same_dtype_pair, unary_float,
+    unary_numeric, wrap_int, zip,
 };
+use super::infer::{broadcast_type, Infer};
+use super::types::TensorType;
 use super::{OpCall, OpDef, Tensor, Values};
 use crate::ir::DType;
 use crate::Result;
@@ -116,6 +119,33 @@ pub const OPS: &[OpDef] = &[
             let beta = c.float("beta", 0.5) as f64;
             unary_float(c, move |x| (alpha * x + beta).clamp(0.0, 1.0))
         }),
+    OpDef::onnx("Swish", &["alpha"])
+        .infer(first_type)
+        .eval(|c| {
+            let alpha = c.float("alpha", 1.0) as f64;
+            unary_float(c, move |x| x / (1.0 + (-alpha * x).exp()))
+        }),
+    OpDef::onnx("Shrink", &["bias", "lambd"])
+        .infer(first_type)
+        .eval(|c| {
+            let (bias, lambd) = (c.float("bias", 0.0) as f64, c.float("lambd", 0.5) as f64);
+            unary_float(c, move |x| match x {
+                _ if x < -lambd => x + bias,
+                _ if x > lambd => x - bias,
+                _ => 0.0,
+            })
+        }),
+    OpDef::onnx("PRelu", &[]).infer(binary_type).eval(prelu),
+    OpDef::onnx("Clip", &[]).infer(first_type).eval(clip),
+    OpDef::onnx("Dropout", &["seed"])
+        .infer(|c| vec![c.ty(0), c.ty(0).with_dtype(Some(DType::Bool))])
+        .eval(dropout),
+    OpDef::onnx("Sum", &[])
+        .infer(variadic_type)
+        .eval(|c| sum(c, false)),
+    OpDef::onnx("Mean", &[])
+        .infer(variadic_type)
+        .eval(|c| sum(c, true)),
     OpDef::onnx("IsInf", &["detect_negative", "detect_positive"])
         .infer(boolean_type)
         .eval(is_inf),
@@ -138,6 +168,172 @@ pub const OPS: &[OpDef] = &[
         .infer(binary_type)
         .eval(bit_shift),
 ];
+
+/// The broadcast of all the inputs.
+fn variadic_type(c: &Infer<'_>) -> Vec<TensorType> {
+    vec![(1..c.inputs.len()).fold(c.ty(0), |acc, i| broadcast_type(&acc, &c.ty(i)))]
+}
+
+/// `PRelu(x, slope)`: `x` where it is not negative, else `slope · x` (the slope broadcast to x).
+fn prelu(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
+    let (x, slope) = same_dtype_pair(call)?;
+    let (shape, index) = broadcast(call, &[x, slope])?;
+    let out = match (&x.values, &slope.values) {
+        (Values::Float(p), Values::Float(q)) => Tensor::float(
+            x.dtype,
+            shape,
+            zip(p, q, &index, |p, q| if p < 0.0 { p * q } else { p }),
+        ),
+        (Values::Int(p), Values::Int(q)) => {
+            let v = zip(p, q, &index, |p, q| {
+                wrap_int(x.dtype, if p < 0 { p.wrapping_mul(q) } else { p })
+            });
+            Tensor::int(x.dtype, shape, v)
+        }
+        _ => return Err(call.error(format!("unsupported dtype {}", x.dtype))),
+    };
+    Ok(vec![out])
+}
+
+/// `Clip(x, min, max)` (opset 11+: the bounds are optional scalar inputs): `min(max(x, lo),
+/// hi)`, NaN kept; a missing bound is the dtype's lowest (greatest) finite value, as the spec
+/// says, so an infinity is clipped to it even without bounds.
+fn clip(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
+    let x = call.input(0)?;
+    let bound = |i: usize| -> Result<Option<&Tensor>> {
+        match call.optional(i) {
+            Some(b) if b.numel() != 1 => Err(call.error(format!(
+                "bound {i} must hold one value, found shape {:?}",
+                b.shape
+            ))),
+            Some(b) if b.dtype != x.dtype => Err(call.error(format!(
+                "bound {i} is {}, not the input's {}",
+                b.dtype, x.dtype
+            ))),
+            other => Ok(other),
+        }
+    };
+    let (lo, hi) = (bound(1)?, bound(2)?);
+    let out = match &x.values {
+        Values::Float(v) => {
+            let finite = match x.dtype {
+                DType::F16 => 65504.0,
+                DType::BF16 => 3.389_531_4e38,
+                _ => f32::MAX,
+            };
+            let lo = lo
+                .map(|t| t.floats().map(|f| f[0]))
+                .transpose()?
+                .unwrap_or(-finite);
+            let hi = hi
+                .map(|t| t.floats().map(|f| f[0]))
+                .transpose()?
+                .unwrap_or(finite);
+            // max then min: with lo > hi every element is hi, as numpy and onnxruntime give.
+            let one = |p: f32| {
+                let p = if p < lo { lo } else { p };
+                if p > hi {
+                    hi
+                } else {
+                    p
+                }
+            };
+            Tensor::float(
+                x.dtype,
+                x.shape.clone(),
+                v.iter().map(|&p| one(p)).collect(),
+            )
+        }
+        Values::Int(v) => {
+            let lo = lo.map(|t| t.ints().map(|f| f[0])).transpose()?;
+            let hi = hi.map(|t| t.ints().map(|f| f[0])).transpose()?;
+            let one = |p: i64| p.max(lo.unwrap_or(i64::MIN)).min(hi.unwrap_or(i64::MAX));
+            Tensor::int(
+                x.dtype,
+                x.shape.clone(),
+                v.iter().map(|&p| one(p)).collect(),
+            )
+        }
+        Values::Bool(_) => return Err(call.error("unsupported dtype bool")),
+    };
+    Ok(vec![out])
+}
+
+/// `Dropout(x, ratio?, training_mode?)` at inference: `x` unchanged and an all-true mask.
+/// Training mode with a non-zero ratio draws random numbers whose stream no other runtime
+/// shares: a clear error rather than a result nothing can check.
+fn dropout(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
+    let x = call.input(0)?;
+    let training = match call.optional(2) {
+        Some(t) => t
+            .bools()
+            .map_err(|e| call.error(e))?
+            .first()
+            .copied()
+            .unwrap_or(false),
+        None => false,
+    };
+    let ratio = call
+        .optional(1)
+        .map(|r| r.as_f64())
+        .and_then(|r| r.first().copied());
+    if training && ratio != Some(0.0) {
+        return Err(call.error(
+            "training-mode Dropout draws random numbers: the interpreter runs it only at \
+             inference or with ratio 0",
+        ));
+    }
+    let mask = Tensor::bool(x.shape.clone(), vec![true; x.numel()]);
+    Ok(vec![x.clone(), mask])
+}
+
+/// `Sum` of 1..N inputs of one dtype, broadcast, added in input order (in f32, as onnxruntime
+/// does); `Mean` divides that sum by N.
+fn sum(call: &OpCall<'_>, mean: bool) -> Result<Vec<Tensor>> {
+    let inputs = (0..call.inputs.len())
+        .map(|i| call.input(i))
+        .collect::<Result<Vec<_>>>()?;
+    let first = *inputs
+        .first()
+        .ok_or_else(|| call.error("needs at least one input"))?;
+    if let Some(other) = inputs.iter().find(|t| t.dtype != first.dtype) {
+        return Err(call.error(format!(
+            "input dtypes differ: {} and {}",
+            first.dtype, other.dtype
+        )));
+    }
+    let (shape, index) = broadcast(call, &inputs)?;
+    let n = inputs.len();
+    let out = match &first.values {
+        Values::Float(_) => {
+            let values = inputs
+                .iter()
+                .map(|t| t.floats())
+                .collect::<Result<Vec<_>>>()?;
+            let mut v = fold(&values, &index, |a, b| a + b);
+            if mean {
+                v.iter_mut().for_each(|p| *p /= n as f32);
+            }
+            Tensor::float(first.dtype, shape, v)
+        }
+        Values::Int(_) => {
+            let values = inputs
+                .iter()
+                .map(|t| t.ints())
+                .collect::<Result<Vec<_>>>()?;
+            let v = fold(&values, &index, |a, b| {
+                wrap_int(first.dtype, a.wrapping_add(b))
+            });
+            let v = match mean {
+                true => v.into_iter().map(|p| p / n as i64).collect(),
+                false => v,
+            };
+            Tensor::int(first.dtype, shape, v)
+        }
+        Values::Bool(_) => return Err(call.error("unsupported dtype bool")),
+    };
+    Ok(vec![out])
+}
 
 /// `ln(1 + eˣ)` without overflow for large x.
 fn softplus(x: f64) -> f64 {

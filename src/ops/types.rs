@@ -402,6 +402,14 @@ impl TensorType {
         TensorType::new(dtype, shape.0.iter().map(SymDim::from).collect())
     }
 
+    /// This type's dtype, its shape unknown (an op whose output shape depends on values).
+    pub fn with_unknown_shape(&self) -> TensorType {
+        TensorType {
+            dtype: self.dtype,
+            shape: None,
+        }
+    }
+
     /// Same dtype and shape as `self` but with another dtype.
     pub fn with_dtype(&self, dtype: Option<DType>) -> TensorType {
         TensorType {

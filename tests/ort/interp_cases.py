@@ -1700,3 +1700,55 @@ def _losses_and_elements():
 
 
 _losses_and_elements()
+
+
+def _arrange_and_more():
+    """Clip, Sum, Mean, Swish, Shrink, PRelu, Dropout (src/ops/math.rs); Pad, DepthToSpace,
+    SpaceToDepth, Compress, OneHot, EyeLike (src/ops/shape)."""
+    nan, inf = np.nan, np.inf
+    r = rng_for("Clip", "data")
+    sp = np.array([nan, inf, -inf, -3, 0.2, 5], np.float32)
+    add("Clip", "both", [inp("x", randn(r, 3, 4, scale=3.0)), init("lo", np.array(-1, np.float32)),
+                         init("hi", np.array(1.5, np.float32))], [("y", F32)])
+    add("Clip", "min_only_special", [inp("x", sp), init("lo", np.array(-1, np.float32))], [("y", F32)])
+    add("Clip", "max_only", [inp("x", randn(r, 3, 4)), None, init("hi", np.array(0.1, np.float32))], [("y", F32)])
+    add("Clip", "i64", [inp("x", ints(r, -9, 9, 3, 4)), init("lo", np.array(-2)), init("hi", np.array(3))], [("y", I64)])
+    add("Clip", "no_bounds", [inp("x", sp)], [("y", F32)])
+    add("Clip", "min_above_max", [inp("x", sp), init("lo", np.array(2, np.float32)), init("hi", np.array(1, np.float32))],
+        [("y", F32)])
+    add("Clip", "no_bounds_f16", [inp("x", sp.astype(np.float16))], [("y", F16)])
+    for op in ["Sum", "Mean"]:
+        r = rng_for(op, "data")
+        add(op, "three_bcast", [inp("a", randn(r, 3, 4)), inp("b", randn(r, 4)), inp("c", randn(r, 3, 1))], [("y", F32)])
+        add(op, "one", [inp("a", sp)], [("y", F32)])
+    r = rng_for("Swish", "data")
+    add("Swish", "alpha", [inp("x", np.concatenate([randn(r, 8, scale=3.0), sp]))], [("y", F32)], alpha=0.7, opset=24)
+    add("Shrink", "lambd_bias", [inp("x", np.concatenate([randn(r, 8), sp]))], [("y", F32)], lambd=0.4, bias=0.2)
+    add("PRelu", "channel_slope", [inp("x", randn(r, 2, 3, 4)), inp("s", randn(r, 3, 1))], [("y", F32)])
+    add("PRelu", "special", [inp("x", sp), inp("s", np.array([0.5], np.float32))], [("y", F32)])
+    add("Dropout", "inference", [inp("x", randn(r, 3, 4))], [("y", F32), ("mask", BOOL)])
+    add("Dropout", "ratio_not_training", [inp("x", randn(r, 3, 4)), init("ratio", np.array(0.5, np.float32))],
+        [("y", F32), ("mask", BOOL)])
+    x = randn(r, 2, 3, 4)
+    for mode in ["constant", "reflect", "edge", "wrap"]:
+        add("Pad", mode, [inp("x", x), init("pads", np.array([0, 1, 2, 0, 2, 1]))], [("y", F32)], mode=mode)
+    add("Pad", "constant_value_axes_crop", [inp("x", x), init("pads", np.array([2, -1, 1, 1])),
+                                            init("v", np.array(7.5, np.float32)), init("axes", np.array([-1, 1]))],
+        [("y", F32)])
+    add("Pad", "i64", [inp("x", ints(r, -9, 9, 3, 3)), init("pads", np.array([1, 0, 0, 2]))], [("y", I64)])
+    y = randn(r, 2, 8, 3, 2)
+    add("DepthToSpace", "dcr", [inp("x", y)], [("y", F32)], blocksize=2)
+    add("DepthToSpace", "crd", [inp("x", y)], [("y", F32)], blocksize=2, mode="CRD")
+    add("SpaceToDepth", "dcr", [inp("x", randn(r, 2, 3, 4, 6))], [("y", F32)], blocksize=2)
+    add("Compress", "axis1", [inp("x", randn(r, 3, 4)), inp("c", np.array([True, False, True]))], [("y", F32)], axis=1)
+    add("Compress", "flat", [inp("x", ints(r, -9, 9, 3, 4)), inp("c", np.array([False, True, True, False, True]))],
+        [("y", I64)])
+    add("OneHot", "axis1_negative_indices", [inp("i", np.array([[0, -1], [2, 5]])), init("d", np.array(4)),
+                                             init("v", np.array([0.5, 2.0], np.float32))], [("y", F32)], axis=1)
+    add("OneHot", "default_axis", [inp("i", np.array([1, 3, 0])), init("d", np.array([4])),
+                                   init("v", np.array([0, 1]))], [("y", I64)])
+    add("EyeLike", "k1_int", [inp("x", randn(r, 3, 5))], [("y", I64)], k=1, dtype=TensorProto.INT64)
+    add("EyeLike", "k_neg1", [inp("x", randn(r, 4, 3))], [("y", F32)], k=-1)
+
+
+_arrange_and_more()

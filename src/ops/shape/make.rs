@@ -143,3 +143,68 @@ pub(super) fn constant(call: &OpCall<'_>) -> Result<Tensor> {
         _ => Err(call.error(format!("unsupported value attribute `{name}`"))),
     }
 }
+
+/// `OneHot(indices, depth, values; axis = -1)`: a new axis of `depth` at `axis` holding
+/// `values[1]` where the position equals the index (negative indices count from the end) and
+/// `values[0]` elsewhere; an index outside `-depth..depth` is all `values[0]`.
+pub(super) fn one_hot(call: &OpCall<'_>) -> Result<Tensor> {
+    let (indices, depth, values) = (call.input(0)?, call.input(1)?, call.input(2)?);
+    let idx: Vec<i64> = indices.as_f64().iter().map(|&v| v as i64).collect();
+    let depth = match depth.as_f64().as_slice() {
+        [d] if *d >= 1.0 => *d as usize,
+        other => {
+            return Err(call.error(format!(
+                "depth must be one value of 1 or more, got {other:?}"
+            )))
+        }
+    };
+    if values.numel() != 2 {
+        return Err(call.error(format!(
+            "values must hold 2 elements, found {:?}",
+            values.shape
+        )));
+    }
+    let rank = indices.shape.len() + 1;
+    let a = super::norm_axis(call, call.int("axis", -1), rank)?;
+    let mut shape = indices.shape.clone();
+    shape.insert(a, depth);
+    call.alloc(&shape)?;
+    let outer: usize = indices.shape[..a].iter().product();
+    let inner: usize = indices.shape[a..].iter().product();
+    let mut pick = Vec::with_capacity(outer * depth * inner);
+    for o in 0..if idx.is_empty() { 0 } else { outer } {
+        for k in 0..depth as i64 {
+            for i in 0..inner {
+                let t = idx[o * inner + i];
+                let t = if t < 0 { t + depth as i64 } else { t };
+                pick.push(usize::from(t == k));
+            }
+        }
+    }
+    Ok(take(values, shape, &pick))
+}
+
+/// `EyeLike(x; dtype, k = 0)`: a 2-D tensor of `x`'s shape, 1 on the `k`-th diagonal and 0
+/// elsewhere, of `dtype` (`x`'s when absent).
+pub(super) fn eye_like(call: &OpCall<'_>) -> Result<Tensor> {
+    let x = call.input(0)?;
+    let [_, cols] = <[usize; 2]>::try_from(x.shape.as_slice())
+        .map_err(|_| call.error(format!("input must be 2-D, got shape {:?}", x.shape)))?;
+    let dtype = match call.attrs().get("dtype") {
+        Some(_) => {
+            let code = call.int("dtype", 0);
+            i32::try_from(code)
+                .ok()
+                .and_then(DType::from_onnx_code)
+                .ok_or_else(|| call.error(format!("unsupported dtype {code}")))?
+        }
+        None => x.dtype,
+    };
+    let k = call.int("k", 0);
+    let n = call.alloc(&x.shape)?;
+    let on: Vec<bool> = (0..n)
+        .map(|f| (f % cols.max(1)) as i64 - (f / cols.max(1)) as i64 == k)
+        .collect();
+    let t = Tensor::bool(x.shape.clone(), on);
+    Ok(crate::ops::elementwise::cast(&t, dtype))
+}

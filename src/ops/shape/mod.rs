@@ -10,6 +10,7 @@
 //! [`OPS`] registers each op with its attribute schema, type inference and cost facts
 //! beside its evaluator.
 
+mod arrange;
 mod layout;
 mod make;
 mod scatter;
@@ -131,6 +132,27 @@ pub const OPS: &[OpDef] = &[
         ]
     })
     .eval(|c| make::constant(c).map(|t| vec![t])),
+    OpDef::onnx("Pad", &["mode"])
+        .infer(|c| vec![c.ty(0).with_unknown_shape()])
+        .eval(|c| arrange::pad(c).map(|t| vec![t])),
+    OpDef::onnx("DepthToSpace", &["blocksize", "mode"])
+        .infer(|c| vec![c.ty(0).with_unknown_shape()])
+        .eval(|c| arrange::depth_to_space(c).map(|t| vec![t])),
+    OpDef::onnx("SpaceToDepth", &["blocksize", "mode"])
+        .infer(|c| vec![c.ty(0).with_unknown_shape()])
+        .eval(|c| arrange::space_to_depth(c).map(|t| vec![t])),
+    OpDef::onnx("Compress", &["axis"])
+        .infer(|c| vec![c.ty(0).with_unknown_shape()])
+        .eval(|c| arrange::compress(c).map(|t| vec![t])),
+    OpDef::onnx("OneHot", &["axis"])
+        .infer(|c| vec![c.ty(2).with_unknown_shape()])
+        .eval(|c| make::one_hot(c).map(|t| vec![t])),
+    OpDef::onnx("EyeLike", &["dtype", "k"])
+        .infer(|c| {
+            let to = c.int("dtype").and_then(|t| DType::from_onnx_code(t as i32));
+            vec![c.ty(0).with_dtype(to.or(c.ty(0).dtype))]
+        })
+        .eval(|c| make::eye_like(c).map(|t| vec![t])),
     OpDef::onnx("GatherElements", &["axis"])
         .infer(|c| vec![c.ty(1).with_dtype(c.ty(0).dtype)])
         .eval(|c| select::gather_elements(c).map(|t| vec![t])),
