@@ -261,7 +261,16 @@ pub fn fill_inputs(
                     .collect();
                 Tensor::int(v.dtype, shape.clone(), values)
             }
-            (DType::I64 | DType::I32 | DType::I8 | DType::U8, _) => {
+            (
+                DType::I64
+                | DType::I32
+                | DType::U32
+                | DType::I16
+                | DType::U16
+                | DType::I8
+                | DType::U8,
+                _,
+            ) => {
                 let hi = vocab(&v.name).unwrap_or(100) as u64;
                 Tensor::int(
                     v.dtype,

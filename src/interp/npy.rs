@@ -21,12 +21,15 @@ const MAGIC: &[u8] = b"\x93NUMPY";
 const MAX_HEADER: usize = 64 << 10;
 
 /// The dtypes `.npy` files may hold, with the `descr` numpy writes for each.
-const DESCRS: [(DType, &str); 8] = [
+const DESCRS: [(DType, &str); 11] = [
     (DType::F32, "<f4"),
     (DType::F16, "<f2"),
     (DType::F64, "<f8"),
     (DType::I64, "<i8"),
     (DType::I32, "<i4"),
+    (DType::U32, "<u4"),
+    (DType::I16, "<i2"),
+    (DType::U16, "<u2"),
     (DType::I8, "|i1"),
     (DType::U8, "|u1"),
     (DType::Bool, "|b1"),

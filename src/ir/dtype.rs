@@ -21,6 +21,12 @@ pub enum DType {
     I8,
     /// Unsigned 8-bit integer.
     U8,
+    /// Signed 16-bit integer.
+    I16,
+    /// Unsigned 16-bit integer.
+    U16,
+    /// Unsigned 32-bit integer.
+    U32,
     /// Boolean (one byte per element).
     Bool,
     /// Signed 4-bit integer (-8..=7). In memory mobius keeps one value per byte (as an `i8`);
@@ -40,7 +46,10 @@ impl DType {
             DType::F32 => 1,
             DType::U8 => 2,
             DType::I8 => 3,
+            DType::U16 => 4,
+            DType::I16 => 5,
             DType::I32 => 6,
+            DType::U32 => 12,
             DType::I64 => 7,
             DType::Bool => 9,
             DType::F16 => 10,
@@ -58,7 +67,10 @@ impl DType {
             1 => DType::F32,
             2 => DType::U8,
             3 => DType::I8,
+            4 => DType::U16,
+            5 => DType::I16,
             6 => DType::I32,
+            12 => DType::U32,
             7 => DType::I64,
             9 => DType::Bool,
             10 => DType::F16,
@@ -82,6 +94,9 @@ impl DType {
             "I32" => DType::I32,
             "I8" => DType::I8,
             "U8" => DType::U8,
+            "I16" => DType::I16,
+            "U16" => DType::U16,
+            "U32" => DType::U32,
             "BOOL" => DType::Bool,
             _ => return None,
         })
@@ -92,8 +107,8 @@ impl DType {
     pub fn size(self) -> usize {
         match self {
             DType::F64 | DType::I64 => 8,
-            DType::F32 | DType::I32 => 4,
-            DType::F16 | DType::BF16 => 2,
+            DType::F32 | DType::I32 | DType::U32 => 4,
+            DType::F16 | DType::BF16 | DType::I16 | DType::U16 => 2,
             DType::I8 | DType::U8 | DType::Bool | DType::I4 | DType::U4 | DType::F8E4M3FN => 1,
         }
     }
@@ -148,6 +163,9 @@ impl DType {
             DType::I32 => "i32",
             DType::I8 => "i8",
             DType::U8 => "u8",
+            DType::I16 => "i16",
+            DType::U16 => "u16",
+            DType::U32 => "u32",
             DType::Bool => "bool",
             DType::I4 => "i4",
             DType::U4 => "u4",

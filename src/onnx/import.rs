@@ -309,10 +309,15 @@ impl Ctx<'_> {
                 DType::F64 => t.double_data.iter().flat_map(|v| v.to_le_bytes()).collect(),
                 DType::I64 => t.int64_data.iter().flat_map(|v| v.to_le_bytes()).collect(),
                 DType::I32 => t.int32_data.iter().flat_map(|v| v.to_le_bytes()).collect(),
-                DType::F16 | DType::BF16 => t
+                DType::F16 | DType::BF16 | DType::I16 | DType::U16 => t
                     .int32_data
                     .iter()
                     .flat_map(|&v| (v as u16).to_le_bytes())
+                    .collect(),
+                DType::U32 => t
+                    .uint64_data
+                    .iter()
+                    .flat_map(|&v| (v as u32).to_le_bytes())
                     .collect(),
                 DType::I8 | DType::U8 | DType::Bool | DType::I4 | DType::U4 | DType::F8E4M3FN => {
                     t.int32_data.iter().map(|&v| v as u8).collect()

@@ -287,6 +287,9 @@ pub struct TensorProto {
     /// `double_data = 10`.
     #[prost(double, repeated, tag = "10")]
     pub double_data: Vec<f64>,
+    /// `uint64_data = 11` (also holds uint32 values, one per element).
+    #[prost(uint64, repeated, tag = "11")]
+    pub uint64_data: Vec<u64>,
     /// `external_data = 13`.
     #[prost(message, repeated, tag = "13")]
     pub external_data: Vec<StringStringEntryProto>,

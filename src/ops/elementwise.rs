@@ -181,6 +181,9 @@ fn where_type(c: &Infer<'_>) -> Vec<TensorType> {
 pub(crate) fn wrap_int(dtype: DType, v: i64) -> i64 {
     match dtype {
         DType::I32 => v as i32 as i64,
+        DType::U32 => v as u32 as i64,
+        DType::I16 => v as i16 as i64,
+        DType::U16 => v as u16 as i64,
         DType::I8 => v as i8 as i64,
         DType::U8 => v as u8 as i64,
         _ => v,
@@ -189,17 +192,19 @@ pub(crate) fn wrap_int(dtype: DType, v: i64) -> i64 {
 
 /// A float converted to integer dtype `to` the way onnxruntime's `static_cast` does on x86-64:
 /// truncation toward zero; NaN and out-of-range values give the "integer indefinite" value
-/// (the minimum of i64 or i32); 8-bit targets go through i32 and keep its low byte.
+/// (the minimum of i64 or i32); u32 goes through i64 and 8- and 16-bit targets through i32,
+/// keeping the low bits.
 fn float_to_int(x: f64, to: DType) -> i64 {
     let t = x.trunc();
-    if to == DType::I64 {
+    if to == DType::I64 || to == DType::U32 {
         // Comparisons with NaN are false, so NaN lands on the indefinite value too.
         let limit = 2f64.powi(63);
-        if (-limit..limit).contains(&t) {
+        let v = if (-limit..limit).contains(&t) {
             t as i64
         } else {
             i64::MIN
-        }
+        };
+        wrap_int(to, v)
     } else {
         let limit = 2f64.powi(31);
         let v = if (-limit..limit).contains(&t) {

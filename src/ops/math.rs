@@ -441,7 +441,8 @@ fn bit_shift(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
     };
     let bits = match a.dtype {
         DType::U8 | DType::I8 => 8,
-        DType::I32 => 32,
+        DType::U16 | DType::I16 => 16,
+        DType::I32 | DType::U32 => 32,
         DType::I64 => 64,
         other => return Err(call.error(format!("unsupported dtype {other}"))),
     };

@@ -252,6 +252,9 @@ fn reduce(call: &OpCall<'_>, kind: Kind) -> Result<Vec<Tensor>> {
                 DType::I32 => (i32::MIN as i64, i32::MAX as i64),
                 DType::I8 => (i8::MIN as i64, i8::MAX as i64),
                 DType::U8 => (0, u8::MAX as i64),
+                DType::I16 => (i16::MIN as i64, i16::MAX as i64),
+                DType::U16 => (0, u16::MAX as i64),
+                DType::U32 => (0, u32::MAX as i64),
                 _ => (i64::MIN, i64::MAX),
             };
             let (better, empty): (fn(i64, i64) -> bool, i64) = match kind {

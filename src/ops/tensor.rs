@@ -182,6 +182,27 @@ impl Tensor {
                 shape,
                 b.iter().map(|&x| x as i8 as i64).collect(),
             ),
+            DType::I16 => Tensor::int(
+                DType::I16,
+                shape,
+                b.chunks_exact(2)
+                    .map(|c| i16::from_le_bytes([c[0], c[1]]) as i64)
+                    .collect(),
+            ),
+            DType::U16 => Tensor::int(
+                DType::U16,
+                shape,
+                b.chunks_exact(2)
+                    .map(|c| u16::from_le_bytes([c[0], c[1]]) as i64)
+                    .collect(),
+            ),
+            DType::U32 => Tensor::int(
+                DType::U32,
+                shape,
+                b.chunks_exact(4)
+                    .map(|c| u32::from_le_bytes(c.try_into().unwrap()) as i64)
+                    .collect(),
+            ),
             DType::U8 | DType::U4 => {
                 Tensor::int(t.dtype, shape, b.iter().map(|&x| x as i64).collect())
             }
@@ -217,8 +238,11 @@ impl Tensor {
                 v.iter().flat_map(|x| (*x as f64).to_le_bytes()).collect()
             }
             (Values::Float(v), _) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-            (Values::Int(v), DType::I32) => {
+            (Values::Int(v), DType::I32 | DType::U32) => {
                 v.iter().flat_map(|x| (*x as i32).to_le_bytes()).collect()
+            }
+            (Values::Int(v), DType::I16 | DType::U16) => {
+                v.iter().flat_map(|x| (*x as i16).to_le_bytes()).collect()
             }
             (Values::Int(v), DType::I8 | DType::U8 | DType::I4 | DType::U4) => {
                 v.iter().map(|x| *x as u8).collect()

@@ -1752,3 +1752,31 @@ def _arrange_and_more():
 
 
 _arrange_and_more()
+
+
+def _small_ints():
+    """16-bit and unsigned 32-bit integers: arithmetic wraps, casts truncate, comparisons and
+    extremes use the type's range."""
+    I16, U16, U32 = TensorProto.INT16, TensorProto.UINT16, TensorProto.UINT32
+    r = rng_for("small_ints", "data")
+    a16, b16 = ints(r, -30000, 30000, 3, 4, dtype=np.int16), ints(r, -30000, 30000, 4, dtype=np.int16)
+    u16 = np.array([0, 1, 65535, 40000], np.uint16)
+    u32 = np.array([0, 1, 4294967295, 3000000000], np.uint32)
+    add("Add", "i16_wraps", [inp("a", a16), inp("b", b16)], [("y", I16)])
+    add("Mul", "u16_wraps", [inp("a", u16), inp("b", np.array([3, 7, 2, 5], np.uint16))], [("y", U16)])
+    add("Sub", "u32_wraps", [inp("a", u32), inp("b", np.array([1, 2, 3, 4], np.uint32))], [("y", U32)])
+    add("Div", "u32", [inp("a", u32), inp("b", np.array([1, 2, 3, 7], np.uint32))], [("y", U32)])
+    add("Max", "u32", [inp("a", u32), inp("b", np.array([5, 0, 7, 4000000000], np.uint32))], [("y", U32)])
+    add("Less", "u16", [inp("a", u16), inp("b", np.array([1, 0, 65534, 40000], np.uint16))], [("y", BOOL)])
+    add("Cast", "f32_to_i16", [inp("x", np.array([1.7, -2.9, 300.5, -32768.0], np.float32))], [("y", I16)], to=I16)
+    add("Cast", "f32_to_u32", [inp("x", np.array([1.7, 3e9, 12345.9, 0.0], np.float32))], [("y", U32)], to=U32)
+    add("Cast", "u32_to_f32", [inp("x", u32)], [("y", F32)], to=F32)
+    add("Cast", "i16_to_u16", [inp("x", a16)], [("y", U16)], to=U16)
+    add("BitShift", "u16_left", [inp("a", u16), inp("b", np.array([1, 15, 1, 0], np.uint16))], [("y", U16)],
+        direction="LEFT")
+    add("BitShift", "u32_right", [inp("a", u32), inp("b", np.array([1, 31, 4, 0], np.uint32))], [("y", U32)],
+        direction="RIGHT")
+    add("Mod", "u16", [inp("a", u16), inp("b", np.array([3, 7, 2, 65535], np.uint16))], [("y", U16)])
+
+
+_small_ints()
