@@ -17,6 +17,7 @@
 
 pub mod arg;
 pub mod attention;
+pub mod conv;
 pub mod cost;
 pub mod elementwise;
 pub mod infer;
@@ -157,8 +158,9 @@ impl OpDef {
 }
 
 /// The registry: one table per op module.
-pub const FAMILIES: [&[OpDef]; 14] = [
+pub const FAMILIES: [&[OpDef]; 15] = [
     elementwise::OPS,
+    conv::OPS,
     math::OPS,
     arg::OPS,
     loss::OPS,

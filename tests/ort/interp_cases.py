@@ -1780,3 +1780,52 @@ def _small_ints():
 
 
 _small_ints()
+
+
+def _conv_pool():
+    """Conv and the pools (src/ops/conv.rs): 1-D to 3-D, groups, strides, dilations, pads and
+    auto_pad, ceil_mode, count_include_pad, MaxPool's indices."""
+    nan, inf = np.nan, np.inf
+    r = rng_for("Conv", "data")
+    x2 = randn(r, 2, 4, 6, 5)
+    add("Conv", "2d_bias_pads_strides", [inp("x", x2), init("w", randn(r, 6, 4, 3, 3)), init("b", randn(r, 6))],
+        [("y", F32)], pads=[1, 0, 1, 2], strides=[2, 1])
+    add("Conv", "2d_groups_dilations", [inp("x", x2), init("w", randn(r, 4, 2, 2, 2))], [("y", F32)], group=2,
+        dilations=[2, 1])
+    add("Conv", "1d_depthwise_same_upper", [inp("x", randn(r, 1, 3, 7)), init("w", randn(r, 3, 1, 3))], [("y", F32)],
+        group=3, auto_pad="SAME_UPPER", strides=[2])
+    add("Conv", "1d_same_lower", [inp("x", randn(r, 1, 2, 6)), init("w", randn(r, 2, 2, 4))], [("y", F32)],
+        auto_pad="SAME_LOWER")
+    add("Conv", "3d", [inp("x", randn(r, 1, 2, 4, 3, 3)), init("w", randn(r, 2, 2, 2, 2, 2))], [("y", F32)])
+    xs = randn(r, 1, 1, 4, 4)
+    xs[0, 0, 1, 2], xs[0, 0, 3, 0] = nan, inf
+    add("Conv", "special", [inp("x", xs), init("w", randn(r, 1, 1, 2, 2))], [("y", F32)])
+    add("Conv", "f16", [inp("x", randn(r, 1, 2, 5, 5, dtype=np.float16)), init("w", randn(r, 3, 2, 3, 3, dtype=np.float16))],
+        [("y", F16)])
+    r = rng_for("pools", "data")
+    x = randn(r, 2, 3, 7, 6)
+    for op in ["MaxPool", "AveragePool", "LpPool"]:
+        add(op, "2d_pads_strides", [inp("x", x)], [("y", F32)], kernel_shape=[3, 2], pads=[1, 1, 1, 0], strides=[2, 2])
+        add(op, "1d_same_upper", [inp("x", randn(r, 1, 2, 9))], [("y", F32)], kernel_shape=[4], auto_pad="SAME_UPPER",
+            strides=[2])
+    add("MaxPool", "ceil_dilations", [inp("x", x)], [("y", F32)], kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1,
+        dilations=[2, 1])
+    add("MaxPool", "indices", [inp("x", x)], [("y", F32), ("i", I64)], kernel_shape=[2, 3], strides=[1, 2])
+    add("MaxPool", "indices_column_major", [inp("x", x)], [("y", F32), ("i", I64)], kernel_shape=[2, 2],
+        storage_order=1)
+    add("MaxPool", "u8", [inp("x", ints(r, 0, 255, 1, 2, 5, 5).astype(np.uint8))], [("y", TensorProto.UINT8)],
+        kernel_shape=[2, 2])
+    xs = x.copy()
+    xs[0, 0, 0, :2] = nan
+    xs[1, 2, 3, 3] = inf
+    add("MaxPool", "special", [inp("x", xs)], [("y", F32)], kernel_shape=[2, 2])
+    add("AveragePool", "ceil_count_include_pad", [inp("x", x)], [("y", F32)], kernel_shape=[3, 3], strides=[2, 2],
+        pads=[1, 1, 1, 1], ceil_mode=1, count_include_pad=1)
+    add("AveragePool", "3d", [inp("x", randn(r, 1, 2, 4, 4, 3))], [("y", F32)], kernel_shape=[2, 2, 2])
+    add("LpPool", "p1", [inp("x", x)], [("y", F32)], kernel_shape=[2, 2], p=1)
+    add("GlobalMaxPool", "2d", [inp("x", x)], [("y", F32)])
+    add("GlobalMaxPool", "special", [inp("x", xs)], [("y", F32)])
+    add("GlobalAveragePool", "3d", [inp("x", randn(r, 2, 3, 2, 3, 4))], [("y", F32)])
+
+
+_conv_pool()
