@@ -9,7 +9,11 @@ use crate::ir::{Dim, Graph};
 /// The genai_config.json document for a decoder package whose graph is `graph`, run by
 /// onnxruntime-genai as `genai_type` (its model type's entry in the family registry).
 ///
-/// Decoder inputs are read from the graph, so a graph without `position_ids` lists none.
+/// Decoder inputs are read from the graph, so a graph without `position_ids` lists none. A
+/// hybrid graph (with conv-state inputs `past.{i}.conv`) also names its conv states
+/// (`past_conv_names`, `present_conv_names`) and gives the decoder `layer_types` (`conv` or
+/// `full_attention` per layer) and `conv_cache_size` (the states' last dim), as
+/// onnxruntime-genai 0.18 reads them for `lfm2`.
 /// `context_length` is `max_position_embeddings` (the RoPE tables hold no more positions), or
 /// for dynamic NTK RoPE, whose tables the graph computes per pass, ⌈factor ×
 /// max_position_embeddings⌉ ([`crate::config::Rope::context_length`]).
@@ -24,7 +28,7 @@ pub fn genai_config(
     for input in graph
         .inputs
         .iter()
-        .filter(|i| !i.name.starts_with("past_key_values."))
+        .filter(|i| !i.name.starts_with("past_key_values.") && conv_layer(&i.name).is_none())
     {
         inputs.insert(input.name.clone(), Value::String(input.name.clone()));
     }
@@ -70,6 +74,24 @@ pub fn genai_config(
             },
         },
     });
+    let conv_states: Vec<(usize, &Dim)> = graph
+        .inputs
+        .iter()
+        .filter_map(|i| Some((conv_layer(&i.name)?, i.shape.0.last()?)))
+        .collect();
+    if let Some((_, Dim::Fixed(width))) = conv_states.first() {
+        let decoder = &mut model["decoder"];
+        decoder["inputs"]["past_conv_names"] = "past.%d.conv".into();
+        decoder["outputs"]["present_conv_names"] = "present.%d.conv".into();
+        let types: Vec<&str> = (0..cfg.num_hidden_layers)
+            .map(|i| match conv_states.iter().any(|(l, _)| *l == i) {
+                true => "conv",
+                false => "full_attention",
+            })
+            .collect();
+        decoder["layer_types"] = types.into();
+        decoder["conv_cache_size"] = (*width).into();
+    }
     if let Some(bos) = cfg.bos_token_id {
         model["bos_token_id"] = bos.into();
     }
@@ -100,6 +122,14 @@ pub fn genai_config(
             "top_p": 1.0,
         },
     })
+}
+
+/// The layer of a conv-state input `past.{i}.conv`.
+fn conv_layer(name: &str) -> Option<usize> {
+    name.strip_prefix("past.")?
+        .strip_suffix(".conv")?
+        .parse()
+        .ok()
 }
 
 /// The last dimension of the graph output `logits` when fixed: the width onnxruntime-genai
