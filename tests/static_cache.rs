@@ -97,7 +97,9 @@ fn hybrid_decoders_carrying_a_conv_state_are_refused() {
         .args(["--features", "static-cache", "--max-seq-len", "16"])
         .assert()
         .code(2)
-        .stderr(contains("model_type `lfm2` carries a conv state (`past.0.conv`)"));
+        .stderr(contains(
+            "model_type `lfm2` carries a conv state (`past.0.conv`)",
+        ));
     assert!(!t.path().join("out").exists());
 }
 
