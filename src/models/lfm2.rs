@@ -12,7 +12,7 @@ use crate::config::{
     read_decoder, read_rope, ArchConfig, Biases, CheckpointRenaming, DecoderFields, Fields,
     HfConfig, ModelType, Sign,
 };
-use crate::limits::config::{MAX_LAYERS, MAX_WIDTH};
+use crate::limits::config::{MAX_CONV_KERNEL, MAX_LAYERS, MAX_WIDTH};
 use crate::Result;
 
 /// The family's registry entry.
@@ -46,7 +46,7 @@ pub struct Lfm2 {
 fn read(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>) -> Result<ArchConfig> {
     let layers = f.positive("num_hidden_layers", raw.num_hidden_layers, MAX_LAYERS)?;
     let conv_layers = conv_layers(raw, layers, f)?;
-    let kernel = f.optional_count("conv_L_cache", raw.conv_l_cache, 3, MAX_WIDTH)?;
+    let kernel = f.optional_count("conv_L_cache", raw.conv_l_cache, 3, MAX_CONV_KERNEL)?;
     if kernel < 2 {
         return Err(f.err(
             "conv_L_cache",
@@ -126,7 +126,8 @@ fn mlp_width(raw: &HfConfig, f: &Fields<'_>) -> Result<usize> {
         None => adjusted,
         Some(m) => {
             f.number("block_ffn_dim_multiplier", Some(m), m, Sign::Positive)?;
-            let scaled = (m * adjusted as f64) as usize;
+            // Saturates past usize::MAX; anything past MAX_WIDTH is refused below.
+            let scaled = ((m * adjusted as f64) as usize).min(MAX_WIDTH + 1);
             let of =
                 f.optional_count("block_multiple_of", raw.block_multiple_of, 256, MAX_WIDTH)?;
             scaled.div_ceil(of) * of
@@ -235,13 +236,41 @@ mod tests {
             err.to_string().contains("block_ffn_dim_multiplier"),
             "{err}"
         );
+        let err = parse(r#", "block_ffn_dim_multiplier": 1e30"#).unwrap_err();
+        assert!(err.to_string().contains("intermediate_size"), "{err}");
         let err = parse(r#", "block_multiple_of": 0"#).unwrap_err();
         assert!(err.to_string().contains("block_multiple_of"), "{err}");
     }
 
     #[test]
+    fn genai_config_lays_out_the_cache_with_or_without_conv_layers() {
+        let ep = crate::ep::get_ep("default").unwrap();
+        let cases = [
+            ("", ["full_attention"; 3], false),
+            (
+                r#", "full_attn_idxs": [1]"#,
+                ["conv", "full_attention", "conv"],
+                true,
+            ),
+        ];
+        for (extra, types, conv) in cases {
+            let cfg = parse(extra).unwrap();
+            let graph = crate::models::build_model(&cfg, crate::ir::DType::F32)
+                .unwrap()
+                .graph;
+            let genai =
+                crate::package::genai_config::genai_config(&cfg, "lfm2", &ep, &graph, "model.onnx");
+            let decoder = &genai["model"]["decoder"];
+            assert_eq!(decoder["layer_types"], serde_json::json!(types), "{extra}");
+            assert_eq!(decoder["conv_cache_size"], 2, "{extra}");
+            let names = decoder["inputs"].get("past_conv_names");
+            assert_eq!(names.is_some(), conv, "{extra}");
+        }
+    }
+
+    #[test]
     fn hostile_kernel_widths_are_refused_by_name() {
-        for bad in ["1", "0", "-3"] {
+        for bad in ["1", "0", "-3", "65", "1000000"] {
             let err = parse(&format!(r#", "conv_L_cache": {bad}"#)).unwrap_err();
             assert!(err.to_string().contains("conv_L_cache"), "{bad}: {err}");
         }
