@@ -52,6 +52,8 @@ import torch
 import transformers
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (
+    Lfm2Config,
+    Lfm2ForCausalLM,
     ApertusConfig,
     ApertusForCausalLM,
     Apertus1p5TextConfig,
@@ -270,6 +272,12 @@ CACHED_GREEDY = {"llama-dynamic"}
 # checkpoint (it writes through `weight.data[padding_idx]`, which escapes the guard that keeps
 # loaded weights), so a nonzero row would give references that depend on how the model was made.
 ZERO_PAD_ROW = {"youtu"}
+# Hybrid decoders (layers carrying a recurrent or conv state besides the KV cache): their
+# reference.json says task "hybrid-text-generation" (tests/ort/test_hybrid.py) and adds
+# "decode_steps", the logits of HYBRID_DECODE_STEPS greedy tokens fed one at a time with
+# transformers' cache after the prompt.
+HYBRID = {"lfm2"}
+HYBRID_DECODE_STEPS = 8
 
 DIMS = dict(
     hidden_size=64,
@@ -791,6 +799,22 @@ def make_config(kind: str, vocab: int, ids: dict):
             vocab_size=vocab,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
             **ids,
+        )
+    if kind == "lfm2":
+        # Hybrid: short-convolution layers (kernel 3, biases on: conv_bias) and GQA layers with
+        # per-head q/k norms; the MLP width is derived (2/3 of 192 = 128, times 1.25 = 160,
+        # rounded up to a multiple of 48: 192).
+        return Lfm2ForCausalLM, Lfm2Config(
+            **{**common, "num_hidden_layers": 4, "intermediate_size": 192},
+            norm_eps=1e-5,
+            tie_word_embeddings=True,
+            conv_bias=True,
+            conv_L_cache=3,
+            block_auto_adjust_ff_dim=True,
+            block_ffn_dim_multiplier=1.25,
+            block_multiple_of=48,
+            layer_types=["conv", "full_attention", "conv", "full_attention"],
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
         )
     if kind == "qwen3":
         return Qwen3ForCausalLM, Qwen3Config(
@@ -1865,6 +1889,26 @@ def cached_greedy_reference(model, input_ids: list[int], eos_ids: set[int], pad_
     return prompt_logits, new, gap, steps
 
 
+@torch.no_grad()
+def hybrid_decode_steps(model, input_ids: list[int], greedy: list[int]) -> dict:
+    """The prompt through transformers' cache, then the first HYBRID_DECODE_STEPS greedy tokens
+    one at a time: each step's logits (checked against one cache-free forward of the whole
+    sequence)."""
+    out = model(torch.tensor([input_ids]), use_cache=True)
+    cache = out.cache
+    fed = greedy[:HYBRID_DECODE_STEPS]
+    steps = []
+    for t in fed:
+        out = model(torch.tensor([[t]]), cache=cache, use_cache=True)
+        cache = out.cache
+        steps.append(out.logits[0, -1].float())
+    steps = torch.stack(steps)
+    full = model(torch.tensor([input_ids + fed])).logits[0, len(input_ids):].float()
+    apart = float((full - steps).abs().max())
+    assert apart < 1e-5, apart
+    return {"input_ids": fed, "logits": [[rnd(v) for v in row] for row in steps.tolist()]}
+
+
 def rnd(x: float) -> float:
     return float(f"{x:.9g}")
 
@@ -1968,6 +2012,7 @@ FIXTURES = {
     "opt-350m": (5060, "f32", "v5", None),
     "phi": (6000, "f32", "v4", None),
     "qwen3": (5000, "f32", "v5", None),
+    "lfm2": (6500, "f32", "v5", None),
     "smollm3": (6000, "f32", "v4", None),
     "granite": (7000, "f32", "v5", None),
     "olmo2": (8000, "f32", "v5", None),
@@ -2199,6 +2244,9 @@ def make_fixture(name: str, out_root: Path, tok: PreTrainedTokenizerFast) -> Non
             "input_ids": long_ids,
             "logits": [[rnd(v) for v in row] for row in long_logits.tolist()],
         }
+    if name in HYBRID:
+        ref["task"] = "hybrid-text-generation"
+        ref["decode_steps"] = hybrid_decode_steps(model, input_ids, greedy)
     (d / "reference.json").write_text(json.dumps(ref, separators=(",", ":")) + "\n")
 
     if shard:
@@ -2348,6 +2396,9 @@ def make_encoder_fixture(name: str, out_root: Path) -> None:
         "transformers_version": transformers.__version__,
         "torch_version": torch.__version__,
     }
+    if name in HYBRID:
+        ref["task"] = "hybrid-text-generation"
+        ref["decode_steps"] = hybrid_decode_steps(model, input_ids, greedy)
     (d / "reference.json").write_text(json.dumps(ref, separators=(",", ":")) + "\n")
     size = sum(f.stat().st_size for f in d.iterdir())
     assert size < 1_000_000, (name, size)

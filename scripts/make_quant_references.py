@@ -193,8 +193,10 @@ def main() -> int:
         for d in FIXTURES.iterdir()
         if (d / "reference.json").exists()
         and "greedy_tokens" in json.loads((d / "reference.json").read_text())
-        # Pre-quantized checkpoints (task "prequantized-text-generation") are not requantized here.
-        and json.loads((d / "reference.json").read_text()).get("task", "text-generation") == "text-generation"
+        # Pre-quantized checkpoints (task "prequantized-text-generation") are not requantized here;
+        # hybrid decoders (task "hybrid-text-generation", tests/ort/test_hybrid.py) are.
+        and json.loads((d / "reference.json").read_text()).get("task", "text-generation")
+        in ("text-generation", "hybrid-text-generation")
     )
     for name in names:
         if args.only and name not in args.only:

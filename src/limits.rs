@@ -19,6 +19,9 @@ pub mod config {
     pub const MAX_EXPERTS: usize = 4096;
     /// `hidden_size`, `intermediate_size`, `head_dim`.
     pub const MAX_WIDTH: usize = 1 << 20;
+    /// A short convolution's kernel width (`conv_L_cache`): the graph spells one slice per tap,
+    /// and published models use 3 or 4.
+    pub const MAX_CONV_KERNEL: usize = 64;
     /// `vocab_size`.
     pub const MAX_VOCAB: usize = 1 << 24;
     /// `max_position_embeddings` (and any other position count).

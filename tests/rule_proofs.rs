@@ -999,7 +999,7 @@ fn sink_attention_block(
 ) -> Graph {
     use mobius::ir::{Initializer, TensorData, TensorSource};
     use mobius::models::components::{
-        padding_mask, sink_attention, sliding_window_mask, AttentionSpec, DecoderInputs,
+        padding_mask, sink_attention, sliding_window_mask, AttentionSpec, DecoderInputs, LayerPast,
     };
     let (d, max_pos) = (16usize, 32usize);
     let mut b = GraphBuilder::new("g");
@@ -1062,7 +1062,10 @@ fn sink_attention_block(
         input_ids: ids,
         attention_mask: mask,
         position_ids: pos.clone(),
-        past: vec![(pk.clone(), pv.clone())],
+        past: vec![LayerPast::Kv {
+            key: pk.clone(),
+            value: pv.clone(),
+        }],
     };
     let spec = AttentionSpec {
         q_heads: heads,

@@ -88,6 +88,22 @@ fn encoders_have_no_cache_to_fix() {
 }
 
 #[test]
+fn hybrid_decoders_carrying_a_conv_state_are_refused() {
+    let t = tempfile::tempdir().unwrap();
+    mobius()
+        .args(["build", "--config"])
+        .arg(fixture("lfm2"))
+        .arg(t.path().join("out"))
+        .args(["--features", "static-cache", "--max-seq-len", "16"])
+        .assert()
+        .code(2)
+        .stderr(contains(
+            "model_type `lfm2` carries a conv state (`past.0.conv`)",
+        ));
+    assert!(!t.path().join("out").exists());
+}
+
+#[test]
 fn help_lists_static_cache() {
     mobius()
         .args(["build", "--help"])

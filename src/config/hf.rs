@@ -358,6 +358,25 @@ pub struct HfConfig {
     /// it; `null` for none).
     #[serde(default, deserialize_with = "present")]
     pub dim_model_base: Option<Value>,
+    /// `conv_L_cache` (LFM2: the kernel width of its short convolutions).
+    #[serde(rename = "conv_L_cache")]
+    pub conv_l_cache: Option<i64>,
+    /// `conv_bias` (LFM2: biases on the short convolutions and their projections).
+    pub conv_bias: Option<bool>,
+    /// `full_attn_idxs` (LFM2: the attention layers where `layer_types` is absent).
+    pub full_attn_idxs: Option<Vec<i64>>,
+    /// `block_auto_adjust_ff_dim` (LFM2: the MLP width is derived from `intermediate_size`).
+    pub block_auto_adjust_ff_dim: Option<bool>,
+    /// `block_ffn_dim_multiplier` (LFM2): `Some(Value::Null)` when written as `null` (no
+    /// multiplier and no rounding), `None` when absent (1.0).
+    #[serde(default, deserialize_with = "present")]
+    pub block_ffn_dim_multiplier: Option<Value>,
+    /// `block_multiple_of` (LFM2: the MLP width is rounded up to a multiple of it).
+    pub block_multiple_of: Option<i64>,
+    /// `block_ff_dim` (LFM2's old spelling of `intermediate_size`).
+    pub block_ff_dim: Option<i64>,
+    /// `tie_embedding` (LFM2's old spelling of `tie_word_embeddings`).
+    pub tie_embedding: Option<bool>,
 }
 
 /// Deserializes a field that may be `null` as `Some(Value::Null)`, so that an explicit null

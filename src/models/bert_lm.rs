@@ -627,7 +627,7 @@ fn build(cfg: &ArchConfig, lm: &BertLmConfig, dtype: DType) -> Graph {
             dtype,
         };
         let present = (format!("present.{i}.key"), format!("present.{i}.value"));
-        let (past_k, past_v) = &io.past[i];
+        let (past_k, past_v) = io.kv(i);
         let spec = AttentionSpec {
             q_heads: cfg.num_attention_heads,
             kv_heads: cfg.num_key_value_heads,

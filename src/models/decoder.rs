@@ -1,15 +1,19 @@
-//! The decoder skeleton shared by every decoder family: graph I/O ([`decoder_io`]) →
+//! The decoder skeleton shared by every decoder family: graph I/O ([`hybrid_decoder_io`]) →
 //! token embedding → layers of attention (RoPE) and an MLP with residual adds → final norm →
 //! LM head. Each family changes only what its [`Family`] hooks say; every default is Llama's
-//! (pre-norm RMSNorm layers, SiLU-gated MLP, `model.*` checkpoint names).
+//! (pre-norm RMSNorm layers, SiLU-gated MLP, `model.*` checkpoint names). A layer for which
+//! [`Family::short_conv`] names a convolution mixes its tokens with the gated short
+//! convolution of [`gated_short_conv`] instead of attention, and carries that convolution's
+//! state in place of a KV cache ([`LayerCache`]).
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
 
 use super::components::{
-    alibi_bias, decoder_io, gated_mlp, linear, padding_mask, per_head_norm, rope_tables,
-    rotary_embedding, sliding_window_mask, soft_capped_attention, AttentionSpec, DecoderDims,
-    DecoderInputs, GateActivation, Norm, NormKind, RopeTables,
+    alibi_bias, gated_mlp, gated_short_conv, hybrid_decoder_io, linear, padding_mask,
+    per_head_norm, present_conv_name, rope_tables, rotary_embedding, sliding_window_mask,
+    soft_capped_attention, AttentionSpec, ConvState, DecoderDims, DecoderInputs, GateActivation,
+    LayerCache, LayerPast, Norm, NormKind, RopeTables, ShortConv,
 };
 use crate::config::{ArchConfig, CheckpointRenaming, FamilyKnobs, Rope};
 use crate::ir::{Attr, DType, Graph, GraphBuilder, Initializer, TensorSource};
@@ -279,6 +283,13 @@ pub trait Family {
         [q, k, v]
     }
 
+    /// The short convolution that mixes layer `i`'s tokens instead of attention (LFM2's `conv`
+    /// layers: [`gated_short_conv`] of module `{layer}.conv`, its input's padded positions
+    /// zeroed first), or `None` (the default) for an attention layer.
+    fn short_conv(&self, _cfg: &ArchConfig, _i: usize) -> Option<ShortConv> {
+        None
+    }
+
     /// The form of [`Family::qk_norm`]'s default.
     fn qk_norm_kind(&self, _cfg: &ArchConfig) -> QkNorm {
         QkNorm::Off
@@ -464,7 +475,13 @@ pub fn build(cfg: &ArchConfig, dtype: DType, family: &dyn Family) -> Graph {
         vocab: family.logits_width(cfg),
         ..DecoderDims::of(cfg)
     };
-    let io = decoder_io(&mut b, dims, dtype);
+    let caches: Vec<LayerCache> = (0..cfg.num_hidden_layers)
+        .map(|i| match family.short_conv(cfg, i) {
+            Some(conv) => LayerCache::Conv(conv),
+            None => LayerCache::Kv,
+        })
+        .collect();
+    let io = hybrid_decoder_io(&mut b, dims, dtype, &caches);
 
     let embed_module = format!("{}.{}", names.root, names.embed);
     b.set_scope(&embed_module);
@@ -496,6 +513,11 @@ pub fn build(cfg: &ArchConfig, dtype: DType, family: &dyn Family) -> Graph {
         }
     }
 
+    let token_mask = caches
+        .iter()
+        .any(|c| matches!(c, LayerCache::Conv(_)))
+        .then(|| token_mask(&mut b, &io, dtype));
+
     let layer = Layer {
         cfg,
         family,
@@ -504,6 +526,7 @@ pub fn build(cfg: &ArchConfig, dtype: DType, family: &dyn Family) -> Graph {
         io: &io,
         rotary: &rotary,
         masks: &masks,
+        token_mask: token_mask.as_deref(),
     };
     for i in 0..cfg.num_hidden_layers {
         let p = format!("{}.{}.{i}", names.root, names.layers);
@@ -549,6 +572,9 @@ struct Layer<'a> {
     io: &'a DecoderInputs,
     rotary: &'a [RopeTables],
     masks: &'a BTreeMap<Option<usize>, String>,
+    /// The current tokens' `attention_mask` columns `[B, S, 1]` in the model dtype, where a
+    /// layer is a short convolution.
+    token_mask: Option<&'a str>,
 }
 
 impl Layer<'_> {
@@ -557,18 +583,33 @@ impl Layer<'_> {
         let (cfg, family, dtype) = (self.cfg, self.family, self.dtype);
         let norms = family.layer_norms();
         let attn_in = self.norm_at(b, x, p, norms.pre_attention);
-        let present = (format!("present.{i}.key"), format!("present.{i}.value"));
-        let (past_k, past_v) = &self.io.past[i];
-        let spec = AttentionSpec {
-            q_heads: cfg.num_attention_heads,
-            kv_heads: cfg.num_key_value_heads,
-            scale: family.attention_scale(cfg),
-            mask: &self.masks[&cfg.layer_windows[i]],
-            past: (past_k, past_v),
-            present: (&present.0, &present.1),
+        let o = match &self.io.past[i] {
+            LayerPast::Kv { key, value } => {
+                let present = (format!("present.{i}.key"), format!("present.{i}.value"));
+                let spec = AttentionSpec {
+                    q_heads: cfg.num_attention_heads,
+                    kv_heads: cfg.num_key_value_heads,
+                    scale: family.attention_scale(cfg),
+                    mask: &self.masks[&cfg.layer_windows[i]],
+                    past: (key, value),
+                    present: (&present.0, &present.1),
+                };
+                let attn = format!("{p}.{}", family.names().attn);
+                self.attention(b, &attn_in, &attn, i, &spec)
+            }
+            LayerPast::Conv { state, conv } => {
+                let present = present_conv_name(i);
+                let state = ConvState {
+                    past: state,
+                    present: &present,
+                };
+                let masked = match self.token_mask {
+                    Some(mask) => b.op("Mul", &[&attn_in, mask], vec![]),
+                    None => attn_in.clone(),
+                };
+                gated_short_conv(b, &masked, &format!("{p}.conv"), *conv, state, dtype)
+            }
         };
-        let attn = format!("{p}.{}", family.names().attn);
-        let o = self.attention(b, &attn_in, &attn, i, &spec);
         if family.parallel_blocks() {
             let mlp_in = match norms.pre_mlp {
                 Some(_) => self.norm_at(b, x, p, norms.pre_mlp),
@@ -624,6 +665,27 @@ impl Layer<'_> {
         let y = family.attention_core(b, cfg, self.io, [&q, &k, &v], spec, attn, dtype);
         family.o_proj(b, cfg, &y, attn, dtype)
     }
+}
+
+/// The `attention_mask` columns of the current tokens (its last `S`), as `[B, S, 1]` in
+/// `dtype`: a short convolution's input is multiplied by it, so that padded positions enter
+/// neither its output nor its state (transformers zeroes them the same way).
+fn token_mask(b: &mut GraphBuilder, io: &DecoderInputs, dtype: DType) -> String {
+    let seq = b.op(
+        "Shape",
+        &[&io.input_ids],
+        vec![("start", Attr::Int(1)), ("end", Attr::Int(2))],
+    );
+    let start = b.op("Neg", &[&seq], vec![]);
+    let (end, axis) = (b.const_i64(&[i64::MAX]), b.const_i64(&[1]));
+    let current = b.op("Slice", &[&io.attention_mask, &start, &end, &axis], vec![]);
+    let cast = b.op(
+        "Cast",
+        &[&current],
+        vec![("to", Attr::Int(dtype.onnx_code() as i64))],
+    );
+    let last = b.const_i64(&[-1]);
+    b.op("Unsqueeze", &[&cast, &last], vec![])
 }
 
 /// The padding mask and one sliding-window mask per distinct window, keyed by window.

@@ -57,6 +57,7 @@ pub mod hyperclovax;
 pub mod internlm3;
 pub mod iquestcoder;
 pub mod jais2;
+pub mod lfm2;
 pub mod llama;
 pub mod mellum;
 pub mod minicpm3;

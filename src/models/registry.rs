@@ -92,6 +92,7 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &super::dbrx::FAMILY,
     &super::diffllama::FAMILY,
     &super::solar_open::FAMILY,
+    &super::lfm2::FAMILY,
     &super::bert::FAMILY,
     &super::bert_lm::FAMILY,
     &super::bart_lm::FAMILY,

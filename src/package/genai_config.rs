@@ -5,11 +5,16 @@ use serde_json::{json, Value};
 use crate::config::ArchConfig;
 use crate::ep::{genai_provider_options, genai_search_max_length, EpCapabilities};
 use crate::ir::{Dim, Graph};
+use crate::models::lfm2::Lfm2;
 
 /// The genai_config.json document for a decoder package whose graph is `graph`, run by
 /// onnxruntime-genai as `genai_type` (its model type's entry in the family registry).
 ///
-/// Decoder inputs are read from the graph, so a graph without `position_ids` lists none.
+/// Decoder inputs are read from the graph, so a graph without `position_ids` lists none. A
+/// hybrid graph (with conv-state inputs `past.{i}.conv`) also names its conv states
+/// (`past_conv_names`, `present_conv_names`); an LFM2 decoder gives `layer_types` (`conv` or
+/// `full_attention` per layer) and `conv_cache_size` (`conv_L_cache − 1`), as
+/// onnxruntime-genai 0.18 reads them for `lfm2`.
 /// `context_length` is `max_position_embeddings` (the RoPE tables hold no more positions), or
 /// for dynamic NTK RoPE, whose tables the graph computes per pass, ⌈factor ×
 /// max_position_embeddings⌉ ([`crate::config::Rope::context_length`]).
@@ -24,7 +29,7 @@ pub fn genai_config(
     for input in graph
         .inputs
         .iter()
-        .filter(|i| !i.name.starts_with("past_key_values."))
+        .filter(|i| !i.name.starts_with("past_key_values.") && conv_layer(&i.name).is_none())
     {
         inputs.insert(input.name.clone(), Value::String(input.name.clone()));
     }
@@ -70,6 +75,21 @@ pub fn genai_config(
             },
         },
     });
+    if graph.inputs.iter().any(|i| conv_layer(&i.name).is_some()) {
+        let decoder = &mut model["decoder"];
+        decoder["inputs"]["past_conv_names"] = "past.%d.conv".into();
+        decoder["outputs"]["present_conv_names"] = "present.%d.conv".into();
+    }
+    // onnxruntime-genai's lfm2 cache is laid out by these two, conv layers or not.
+    if let Some(lfm2) = cfg.knobs::<Lfm2>() {
+        let types: Vec<&str> = lfm2
+            .conv_layers
+            .iter()
+            .map(|&conv| if conv { "conv" } else { "full_attention" })
+            .collect();
+        model["decoder"]["layer_types"] = types.into();
+        model["decoder"]["conv_cache_size"] = (lfm2.conv.kernel - 1).into();
+    }
     if let Some(bos) = cfg.bos_token_id {
         model["bos_token_id"] = bos.into();
     }
@@ -100,6 +120,14 @@ pub fn genai_config(
             "top_p": 1.0,
         },
     })
+}
+
+/// The layer of a conv-state input `past.{i}.conv`.
+fn conv_layer(name: &str) -> Option<usize> {
+    name.strip_prefix("past.")?
+        .strip_suffix(".conv")?
+        .parse()
+        .ok()
 }
 
 /// The last dimension of the graph output `logits` when fixed: the width onnxruntime-genai

@@ -68,6 +68,13 @@ struct LayerAttention {
 /// whose attention over the cache is not the builders' 3-D opset-24 `Attention` or adds an
 /// ALiBi bias.
 pub fn static_cache(graph: &mut Graph, cfg: &ArchConfig, max_seq_len: usize) -> crate::Result<()> {
+    if let Some(state) = graph.inputs.iter().find(|v| v.name.starts_with("past.")) {
+        return Err(Error::Usage(format!(
+            "--features static-cache applies to decoders whose every layer has a KV cache: \
+             model_type `{}` carries a conv state (`{}`) between calls",
+            cfg.model_type.name, state.name
+        )));
+    }
     let first_cache = graph
         .inputs
         .iter()

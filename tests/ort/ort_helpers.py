@@ -125,6 +125,8 @@ DECODER_TASK = "text-generation"
 ENCODER_TASK = "feature-extraction"
 # Pre-quantized checkpoints (GPTQ, AWQ, FP8) of a float fixture: tests/ort/test_prequantized.py.
 PREQUANT_TASK = "prequantized-text-generation"
+# Hybrid decoders (conv or recurrent state beside the KV cache): tests/ort/test_hybrid.py.
+HYBRID_TASK = "hybrid-text-generation"
 # HF model_types mobius builds as encoders (feature extraction, no genai_config.json).
 ENCODER_MODEL_TYPES = {"bert", "roberta"}
 

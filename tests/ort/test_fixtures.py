@@ -21,6 +21,7 @@ from ort_helpers import (
     DECODER_TASK,
     ENCODER_TASK,
     FIXTURES_DIR,
+    HYBRID_TASK,
     MIN_FIXTURES,
     NP_DTYPES,
     PREQUANT_TASK,
@@ -194,10 +195,11 @@ def test_enough_fixtures():
 
 
 def test_every_fixture_is_tested_by_its_task_module():
-    """Each fixture is a decoder (tested here), an encoder (test_encoders.py) or a pre-quantized
-    checkpoint (test_prequantized.py); none is left out."""
+    """Each fixture is a decoder (tested here), an encoder (test_encoders.py), a pre-quantized
+    checkpoint (test_prequantized.py) or a hybrid decoder (test_hybrid.py); none is left out."""
     tasks = {name: fixture_task(name) for name in fixture_names()}
-    unknown = {n: t for n, t in tasks.items() if t not in (DECODER_TASK, ENCODER_TASK, PREQUANT_TASK)}
+    known = (DECODER_TASK, ENCODER_TASK, PREQUANT_TASK, HYBRID_TASK)
+    unknown = {n: t for n, t in tasks.items() if t not in known}
     assert not unknown, f"fixtures with a task no test module covers: {unknown}"
 
 

@@ -1,8 +1,13 @@
 //! The decoder graph contract (docs/usage.md, "The graph contract"): inputs `input_ids`, `attention_mask`,
 //! `position_ids`, `past_key_values.{i}.{key,value}`; outputs `logits`,
 //! `present.{i}.{key,value}`, with the symbolic dims spelled as onnxruntime-genai expects.
+//! Hybrid decoders carry, for a layer whose [`LayerCache`] is a short convolution, its conv
+//! state `past.{i}.conv` → `present.{i}.conv` (`[batch, channels, kernel − 1]`, the model
+//! dtype) instead of that layer's key/value cache: onnxruntime-genai 0.18's names for its
+//! `lfm2` packages (docs/recurrent.md).
 //! The one place those names are spelled (the encoders reuse [`BATCH`] and [`SEQ`]).
 
+use super::short_conv::ShortConv;
 use crate::config::ArchConfig;
 use crate::ir::{DType, Dim, GraphBuilder, Shape};
 
@@ -26,8 +31,50 @@ pub struct DecoderInputs {
     pub attention_mask: String,
     /// `position_ids` `[batch, sequence_len]`.
     pub position_ids: String,
-    /// `past_key_values.{i}.key` / `.value` per layer.
-    pub past: Vec<(String, String)>,
+    /// Each layer's carried cache, in layer order.
+    pub past: Vec<LayerPast>,
+}
+
+impl DecoderInputs {
+    /// `past_key_values.{i}.key` / `.value` of layer `i`, a layer with a key/value cache.
+    ///
+    /// # Panics
+    /// When layer `i` carries another state: the builder asked for the cache of a layer it
+    /// declared otherwise (a builder bug, not an input error).
+    pub fn kv(&self, i: usize) -> (&str, &str) {
+        match &self.past[i] {
+            LayerPast::Kv { key, value } => (key, value),
+            LayerPast::Conv { .. } => panic!("layer {i} carries a conv state, not a KV cache"),
+        }
+    }
+}
+
+/// What a decoder layer carries from one call to the next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LayerCache {
+    /// The key/value cache of an attention layer.
+    Kv,
+    /// The conv state of a short causal convolution: its last `kernel − 1` inputs per channel.
+    Conv(ShortConv),
+}
+
+/// A layer's cache graph inputs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LayerPast {
+    /// `past_key_values.{i}.key` and `.value`.
+    Kv {
+        /// The key cache input.
+        key: String,
+        /// The value cache input.
+        value: String,
+    },
+    /// `past.{i}.conv`.
+    Conv {
+        /// The conv state input.
+        state: String,
+        /// The convolution whose state it is.
+        conv: ShortConv,
+    },
 }
 
 /// The sizes the contract's shapes depend on.
@@ -55,8 +102,31 @@ impl DecoderDims {
     }
 }
 
-/// Declares the decoder inputs and outputs (in the contract's order) on `b`.
+/// Declares the decoder inputs and outputs (in the contract's order) on `b`, every layer with a
+/// key/value cache.
 pub fn decoder_io(b: &mut GraphBuilder, dims: DecoderDims, dtype: DType) -> DecoderInputs {
+    hybrid_decoder_io(b, dims, dtype, &vec![LayerCache::Kv; dims.layers])
+}
+
+/// The name of layer `i`'s conv state input.
+pub fn past_conv_name(i: usize) -> String {
+    format!("past.{i}.conv")
+}
+
+/// The name of layer `i`'s conv state output.
+pub fn present_conv_name(i: usize) -> String {
+    format!("present.{i}.conv")
+}
+
+/// Declares the decoder inputs and outputs on `b` with layer `i` carrying `caches[i]`
+/// (`caches` holds one entry per layer): per layer, in layer order, its key and value (or its
+/// conv state) after `position_ids`, and the same after `logits`.
+pub fn hybrid_decoder_io(
+    b: &mut GraphBuilder,
+    dims: DecoderDims,
+    dtype: DType,
+    caches: &[LayerCache],
+) -> DecoderInputs {
     let input_ids = b.input("input_ids", DType::I64, Shape::new([BATCH, SEQ]));
     let attention_mask = b.input("attention_mask", DType::I64, Shape::new([BATCH, MASK_LEN]));
     let position_ids = b.input("position_ids", DType::I64, Shape::new([BATCH, SEQ]));
@@ -68,12 +138,25 @@ pub fn decoder_io(b: &mut GraphBuilder, dims: DecoderDims, dtype: DType) -> Deco
             dims.head_dim.into(),
         ])
     };
-    let past = (0..dims.layers)
-        .map(|i| {
-            (
-                b.input(&format!("past_key_values.{i}.key"), dtype, kv_shape(PAST)),
-                b.input(&format!("past_key_values.{i}.value"), dtype, kv_shape(PAST)),
-            )
+    let conv_shape = |conv: ShortConv| {
+        Shape(vec![
+            Dim::sym(BATCH),
+            conv.channels.into(),
+            (conv.kernel - 1).into(),
+        ])
+    };
+    let past = caches
+        .iter()
+        .enumerate()
+        .map(|(i, cache)| match *cache {
+            LayerCache::Kv => LayerPast::Kv {
+                key: b.input(&format!("past_key_values.{i}.key"), dtype, kv_shape(PAST)),
+                value: b.input(&format!("past_key_values.{i}.value"), dtype, kv_shape(PAST)),
+            },
+            LayerCache::Conv(conv) => LayerPast::Conv {
+                state: b.input(&past_conv_name(i), dtype, conv_shape(conv)),
+                conv,
+            },
         })
         .collect();
     b.output(
@@ -81,9 +164,16 @@ pub fn decoder_io(b: &mut GraphBuilder, dims: DecoderDims, dtype: DType) -> Deco
         dtype,
         Shape(vec![Dim::sym(BATCH), Dim::sym(SEQ), dims.vocab.into()]),
     );
-    for i in 0..dims.layers {
-        b.output(&format!("present.{i}.key"), dtype, kv_shape(TOTAL));
-        b.output(&format!("present.{i}.value"), dtype, kv_shape(TOTAL));
+    for (i, cache) in caches.iter().enumerate() {
+        match *cache {
+            LayerCache::Kv => {
+                b.output(&format!("present.{i}.key"), dtype, kv_shape(TOTAL));
+                b.output(&format!("present.{i}.value"), dtype, kv_shape(TOTAL));
+            }
+            LayerCache::Conv(conv) => {
+                b.output(&present_conv_name(i), dtype, conv_shape(conv));
+            }
+        }
     }
     DecoderInputs {
         input_ids,

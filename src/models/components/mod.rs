@@ -20,6 +20,7 @@ pub mod norm;
 pub mod positions;
 pub mod rope;
 pub mod scalar;
+pub mod short_conv;
 pub mod sink_attention;
 
 pub use activation::Activation;
@@ -27,7 +28,10 @@ pub use alibi::{alibi_bias, alibi_slopes, ALIBI_BIAS};
 pub use attention::{attention, soft_capped_attention, AttentionSpec};
 pub use clamped_moe::{clamped_moe, ClampedMoe};
 pub use conv1d::{conv1d, conv1d_mlp, Conv1dParams};
-pub use decoder_io::{decoder_io, DecoderDims, DecoderInputs};
+pub use decoder_io::{
+    decoder_io, hybrid_decoder_io, past_conv_name, present_conv_name, DecoderDims, DecoderInputs,
+    LayerCache, LayerPast,
+};
 pub use encoder_layer::{EncoderLayer, EncoderNorms, LayerNames};
 pub use fused_qkv::{fused_qkv, head_interleaved_qkv, FusedQkv};
 pub use gelu::gelu;
@@ -45,4 +49,5 @@ pub use norm::{
 pub use positions::{learned_positions, sinusoidal_positions};
 pub use rope::{named_rope_tables, rope_tables, rotary_embedding, scaled, RopeTables};
 pub use scalar::scalar;
+pub use short_conv::{causal_conv_with_state, gated_short_conv, ConvState, ShortConv};
 pub use sink_attention::{causal_mask, sink_attention, sink_logits};

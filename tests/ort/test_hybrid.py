@@ -1,0 +1,254 @@
+"""Hybrid decoders (reference.json task "hybrid-text-generation": LFM2's short-convolution
+layers beside attention) built by `mobius build` and run through onnxruntime and
+onnxruntime-genai against transformers (scripts/make_fixtures.py).
+
+A `conv` layer carries its conv state instead of a KV cache: graph input `past.{i}.conv` and
+output `present.{i}.conv`, `[batch, hidden, conv_L_cache - 1]` in the model dtype
+(onnxruntime-genai 0.18's names for lfm2; docs/recurrent.md). Every build in BUILDS must give
+transformers' prefill logits, then those of 8 decode steps fed one token at a time with the
+returned state and KV cache, within TOL; onnxruntime-genai's greedy tokens must be
+transformers'.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+
+from ort_helpers import FIXTURES_DIR, HYBRID_TASK, NP_DTYPES, assert_close, fixture_names_for, load_config, load_reference
+from contract import DIM_PARAMS, ELEM, _shape, check_model_file
+from test_fixtures import (
+    BUILDS,
+    F16_EPS,
+    F16_GREEDY_MIN_EQUAL,
+    GENAI_BUILDS,
+    TOL,
+    genai_greedy,
+    genai_model,
+)
+
+NAMES = fixture_names_for(HYBRID_TASK)
+CASES = [(name, ep, dtype) for name in NAMES for ep, dtype in BUILDS]
+per_build = pytest.mark.parametrize("name,ep,dtype", CASES, ids=[f"{n}-{e or 'noflag'}-{d}" for n, e, d in CASES])
+# onnxruntime-genai model.type per HF model_type (the ones it runs as hybrids).
+GENAI_TYPES = {"lfm2": "lfm2"}
+
+
+def layer_types(name: str) -> list[str]:
+    """Per layer, `conv` or `full_attention`, as config.json says."""
+    return load_config(FIXTURES_DIR / name)["layer_types"]
+
+
+def dims(name: str) -> dict:
+    cfg = load_config(FIXTURES_DIR / name)
+    heads = cfg["num_attention_heads"]
+    return {
+        "hidden": cfg["hidden_size"],
+        "kv_heads": cfg.get("num_key_value_heads", heads),
+        "head_dim": cfg.get("head_dim") or cfg["hidden_size"] // heads,
+        "state": cfg.get("conv_L_cache", 3) - 1,
+        "vocab": cfg["vocab_size"],
+    }
+
+
+def empty_state(name: str, dtype: str, batch: int) -> dict:
+    """Zero conv states and empty KV caches: the state before the first call."""
+    d, np_dtype = dims(name), NP_DTYPES[dtype]
+    feed = {}
+    for i, kind in enumerate(layer_types(name)):
+        if kind == "conv":
+            feed[f"past.{i}.conv"] = np.zeros((batch, d["hidden"], d["state"]), np_dtype)
+        else:
+            kv = np.zeros((batch, d["kv_heads"], 0, d["head_dim"]), np_dtype)
+            feed[f"past_key_values.{i}.key"] = kv
+            feed[f"past_key_values.{i}.value"] = kv
+    return feed
+
+
+def step(sess, ids, mask, pos, state: dict):
+    """One call: (logits, the state to feed the next call)."""
+    feed = {"input_ids": np.asarray(ids, np.int64), "attention_mask": np.asarray(mask, np.int64), **state}
+    if any(i.name == "position_ids" for i in sess.get_inputs()):
+        feed["position_ids"] = np.asarray(pos, np.int64)
+    names = [o.name for o in sess.get_outputs()]
+    outs = dict(zip(names, sess.run(None, feed)))
+    nxt = {}
+    for k, v in outs.items():
+        if k.startswith("present.") and k.endswith(".conv"):
+            nxt["past." + k[len("present."):]] = v
+        elif k.startswith("present."):
+            nxt["past_key_values." + k[len("present."):]] = v
+    return outs["logits"], nxt
+
+
+def test_hybrid_fixtures_exist():
+    assert "lfm2" in NAMES, NAMES
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_reference_is_consistent(name):
+    ref = load_reference(name)
+    steps = ref["decode_steps"]
+    assert len(steps["input_ids"]) == len(steps["logits"]) == 8
+    assert steps["input_ids"] == ref["greedy_tokens"][:8]
+    assert [int(np.argmax(row)) for row in steps["logits"]] == ref["greedy_tokens"][1:9]
+    assert int(np.argmax(ref["logits"][-1])) == ref["greedy_tokens"][0]
+    assert set(layer_types(name)) == {"conv", "full_attention"}, layer_types(name)
+
+
+@per_build
+def test_onnx_checker(built, name, ep, dtype):
+    check_model_file(built("fixture", name, dtype, ep) / "model.onnx")
+
+
+@per_build
+def test_state_contract(built, name, ep, dtype):
+    """Graph inputs and outputs per layer kind (names, dtypes, shapes), and genai_config.json
+    naming them as onnxruntime-genai's own lfm2 builder does."""
+    out = built("fixture", name, dtype, ep)
+    model = onnx.load(str(out / "model.onnx"), load_external_data=False)
+    d, elem = dims(name), ELEM[dtype]
+    want_in, want_out = {}, {"logits": ["batch", "sequence_len", d["vocab"]]}
+    for i, kind in enumerate(layer_types(name)):
+        if kind == "conv":
+            want_in[f"past.{i}.conv"] = ["batch", d["hidden"], d["state"]]
+            want_out[f"present.{i}.conv"] = ["batch", d["hidden"], d["state"]]
+        else:
+            for part in ("key", "value"):
+                want_in[f"past_key_values.{i}.{part}"] = ["batch", d["kv_heads"], DIM_PARAMS["PAST"], d["head_dim"]]
+                want_out[f"present.{i}.{part}"] = ["batch", d["kv_heads"], DIM_PARAMS["TOTAL"], d["head_dim"]]
+    inputs = {v.name: v for v in model.graph.input if v.name not in {"input_ids", "attention_mask", "position_ids"}}
+    outputs = {v.name: v for v in model.graph.output}
+    assert list(inputs) == list(want_in), list(inputs)
+    assert list(outputs) == list(want_out), list(outputs)
+    for got, want in ((inputs, want_in), (outputs, want_out)):
+        for k, shape in want.items():
+            assert got[k].type.tensor_type.elem_type == elem, k
+            assert _shape(got[k]) == shape, (k, _shape(got[k]), shape)
+
+    gc = json.loads((out / "genai_config.json").read_text())
+    dec = gc["model"]["decoder"]
+    assert gc["model"]["type"] == GENAI_TYPES[load_config(FIXTURES_DIR / name)["model_type"]]
+    assert dec["layer_types"] == layer_types(name)
+    assert dec["conv_cache_size"] == d["state"]
+    assert dec["inputs"]["past_conv_names"] == "past.%d.conv"
+    assert dec["inputs"]["past_key_names"] == "past_key_values.%d.key"
+    assert dec["outputs"] == {
+        "logits": "logits",
+        "present_conv_names": "present.%d.conv",
+        "present_key_names": "present.%d.key",
+        "present_value_names": "present.%d.value",
+    }
+    listed = {k for k in dec["inputs"] if not k.endswith("_names")}
+    graph_inputs = {v.name for v in model.graph.input} - set(want_in)
+    assert listed == graph_inputs, (listed, graph_inputs)
+    # The conv states are never GroupQueryAttention outputs: past and present stay apart.
+    assert gc["search"]["past_present_share_buffer"] is False
+
+
+@per_build
+def test_prefill_then_decode_steps(session_for, name, ep, dtype):
+    """The prompt in one call, then 8 calls of one token each fed the returned conv states and
+    KV caches: every call's logits within TOL of transformers' (with its cache)."""
+    ref = load_reference(name)
+    sess = session_for(name, dtype, ep)
+    ids = ref["input_ids"]
+    n = len(ids)
+    logits, state = step(sess, [ids], np.ones((1, n)), np.arange(n)[None], empty_state(name, dtype, 1))
+    assert logits.dtype == NP_DTYPES[dtype]
+    assert_close(logits[0], ref["logits"], TOL[dtype], f"{name} --ep {ep} {dtype} prefill")
+    d = dims(name)
+    for k, v in state.items():
+        want = (1, d["hidden"], d["state"]) if k.endswith(".conv") else (1, d["kv_heads"], n, d["head_dim"])
+        assert v.shape == want and v.dtype == NP_DTYPES[dtype], (k, v.shape, v.dtype)
+    steps = ref["decode_steps"]
+    for j, (token, want) in enumerate(zip(steps["input_ids"], steps["logits"])):
+        total = n + j + 1
+        logits, state = step(sess, [[token]], np.ones((1, total)), [[total - 1]], state)
+        assert logits.shape == (1, 1, d["vocab"]), logits.shape
+        assert_close(logits[0, 0], want, TOL[dtype], f"{name} --ep {ep} {dtype} decode step {j}")
+
+
+@per_build
+def test_right_padded_batch(session_for, name, ep, dtype):
+    """Batch 2: row 0 the prompt then 2 pad tokens, row 1 the prompt and 2 greedy tokens; the
+    pads come after every real token of row 0, so its logits there are the reference's."""
+    ref = load_reference(name)
+    ids = ref["input_ids"]
+    n = len(ids)
+    pad = load_config(FIXTURES_DIR / name).get("pad_token_id") or 0
+    rows = np.array([ids + [pad] * 2, ids + ref["greedy_tokens"][:2]])
+    mask = np.array([[1] * n + [0, 0], [1] * (n + 2)])
+    pos = np.tile(np.arange(n + 2), (2, 1))
+    logits, _ = step(session_for(name, dtype, ep), rows, mask, pos, empty_state(name, dtype, 2))
+    assert_close(logits[0, :n], ref["logits"], TOL[dtype], f"{name} --ep {ep} {dtype} right-padded row")
+    assert_close(logits[1, :n], ref["logits"], TOL[dtype], f"{name} --ep {ep} {dtype} unpadded row")
+
+
+GENAI_CASES = [(name, ep, dtype) for name in NAMES for ep, dtype in GENAI_BUILDS]
+
+
+@pytest.mark.parametrize("name,ep,dtype", GENAI_CASES, ids=[f"{n}-{e or 'noflag'}-{d}" for n, e, d in GENAI_CASES])
+def test_genai_greedy(built, name, ep, dtype):
+    """onnxruntime-genai runs the package (its lfm2 model type, conv states and KV caches as
+    genai_config.json names them): 32 greedy tokens equal to transformers'."""
+    ref = load_reference(name)
+    want = ref["greedy_tokens"]
+    model = genai_model(built("fixture", name, dtype, ep), ep)
+    assert genai_greedy(model, ref["input_ids"], len(want)) == want
+
+
+F16_CASES = [(name, ep, "f16") for name in NAMES for ep in [None, *F16_EPS]]
+
+
+@pytest.mark.parametrize("name,ep,dtype", F16_CASES, ids=[f"{n}-{e or 'noflag'}-{d}" for n, e, d in F16_CASES])
+def test_genai_greedy_f16(built, name, ep, dtype, record_agreement):
+    """f16 builds under onnxruntime-genai (providers cleared: CPU) against transformers' f32
+    greedy tokens, as test_fixtures.test_genai_greedy_f16 checks the plain decoders."""
+    import onnxruntime_genai as og
+
+    ref = load_reference(name)
+    ids, want = ref["input_ids"], ref["greedy_tokens"]
+    config = og.Config(str(built("fixture", name, dtype, ep)))
+    config.clear_providers()
+    got = genai_greedy(og.Model(config), ids, len(want))
+    prefix = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), len(want))
+    equal = sum(a == b for a, b in zip(got, want))
+    record_agreement(f"{name} {ep or 'noflag'} f16", prefix, equal, len(want))
+    assert equal >= F16_GREEDY_MIN_EQUAL, f"{name} --ep {ep} f16: {equal}/32 equal: {got} != {want}"
+
+
+# (ep, whether the int4 weights run as MatMulNBits): accuracy_level 0 builds.
+INT4 = [("cpu", True), ("onnx-standard", False)]
+
+
+@pytest.mark.parametrize("ep,nbits", INT4, ids=[ep for ep, _ in INT4])
+@pytest.mark.parametrize("name", NAMES)
+def test_int4_quantizes_every_projection(built, name, ep, nbits):
+    """`--quant int4` quantizes every MatMul weight, the short convolutions' in_proj and
+    out_proj included (no float MatMul weight is left), and the prefill logits match the
+    fake-quantized reference (scripts/make_quant_references.py) within 1e-4."""
+    import onnxruntime as ort
+
+    out = built("fixture", name, "f32", ep, ("--quant", "int4", "--accuracy-level", "0"))
+    model = onnx.load(str(out / "model.onnx"), load_external_data=False)
+    inits = {t.name for t in model.graph.initializer}
+    float_weights = [n.input[1] for n in model.graph.node if n.op_type == "MatMul" and n.input[1] in inits]
+    assert not float_weights, f"MatMul weights left in float: {float_weights}"
+    ops = [n.op_type for n in model.graph.node]
+    quantized = [n.input[1] for n in model.graph.node if n.op_type == ("MatMulNBits" if nbits else "DequantizeLinear")]
+    for proj in ("conv.in_proj", "conv.out_proj"):
+        assert any(proj in w for w in quantized), (proj, quantized)
+    assert ("MatMulNBits" in ops) == nbits, sorted(set(ops))
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    so.add_session_config_entry("session.qdq_matmulnbits_accuracy_level", "0")
+    sess = ort.InferenceSession(str(out / "model.onnx"), so, providers=["CPUExecutionProvider"])
+    ids = load_reference(name)["input_ids"]
+    n = len(ids)
+    logits, _ = step(sess, [ids], np.ones((1, n)), np.arange(n)[None], empty_state(name, "f32", 1))
+    want = json.loads((FIXTURES_DIR / name / "quant_reference.json").read_text())["settings"]["int4-b32-sym"]["logits"]
+    assert_close(logits[0], want, 1e-4, f"{name} int4 --ep {ep}")
