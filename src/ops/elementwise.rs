@@ -78,6 +78,10 @@ pub const OPS: &[OpDef] = &[
     OpDef::onnx("Sigmoid", &[])
         .infer(first_type)
         .eval(|c| unary_float(c, |x| 1.0 / (1.0 + (-x).exp()))),
+    // `ln(1 + eˣ)`, written so that neither side overflows.
+    OpDef::onnx("Softplus", &[])
+        .infer(first_type)
+        .eval(|c| unary_float(c, |x| x.max(0.0) + (-x.abs()).exp().ln_1p())),
     OpDef::onnx("Gelu", &["approximate"])
         .infer(first_type)
         .eval(gelu)
