@@ -68,6 +68,12 @@ from transformers import (
     Cohere2MoeForCausalLM,
     DiffLlamaConfig,
     DiffLlamaForCausalLM,
+    DogeConfig,
+    DogeForCausalLM,
+    JetMoeConfig,
+    JetMoeForCausalLM,
+    ModernBertDecoderConfig,
+    ModernBertDecoderForCausalLM,
     MellumConfig,
     MellumForCausalLM,
     VaultGemmaConfig,
@@ -1086,6 +1092,51 @@ def make_config(kind: str, vocab: int, ids: dict):
             tie_word_embeddings=False,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
         )
+    if kind == "doge":
+        # Dynamic mask attention; keep_window_size 48 is below max_position_embeddings (so the
+        # build has its top-k) but above prompt + generation: where the top-k binds, repeated
+        # tokens tie in layer 0 (its values are functions of the token) and which tied key
+        # transformers keeps is arbitrary (its cached and uncached forwards disagree). The A
+        # vector is perturbed off its zero init with the other weights, the residual scales
+        # near 1 (perturb).
+        return DogeForCausalLM, DogeConfig(
+            **common,
+            keep_window_size=48,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
+    if kind == "jetmoe":
+        # Mixture of attention heads and of MLP experts: 4 experts, 2 per token (so 2 kv heads
+        # give 4 query heads), expert width 32, head dim 16 (kv_channels); the experts' output
+        # biases are perturbed with the other biases; tied head.
+        dims = {k: v for k, v in common.items() if k not in ("intermediate_size", "head_dim", "num_attention_heads")}
+        return JetMoeForCausalLM, JetMoeConfig(
+            **dims,
+            intermediate_size=32,
+            kv_channels=16,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=True,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
+    if kind == "modernbert-decoder":
+        # A global layer then a local one (window local_attention / 2 = 4, crossed by the
+        # prompt), each with its own RoPE theta; LayerNorm, attention and LM-head biases on
+        # (perturbed), decoder bias, tied head.
+        dims = {k: v for k, v in common.items() if k not in ("num_key_value_heads", "head_dim")}
+        return ModernBertDecoderForCausalLM, ModernBertDecoderConfig(
+            **dims,
+            local_attention=8,
+            norm_bias=True,
+            attention_bias=True,
+            classifier_bias=True,
+            tie_word_embeddings=True,
+            rope_parameters={
+                "full_attention": {"rope_type": "default", "rope_theta": 160000.0},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+            },
+        )
     if kind == "solar_open":
         # 4 experts of width 32 in 2 groups of 2, the best group competing, top-2 renormalised and
         # scaled by 2.5; a shared expert of width 32; q/k/v biases (o has none).
@@ -1742,6 +1793,10 @@ BERT_LM = {
                 dict(input_embedding_size=32, output_embedding_size=48, tie_word_embeddings=False)),
     "bert-generation": ("BertGenerationDecoder", "BertGenerationConfig", dict(tie_word_embeddings=False)),
     "roformer": ("RoFormerForCausalLM", "RoFormerConfig", dict(embedding_size=48)),
+    # The word embedding concatenated with shape and pronunciation id 0's rows, mapped back.
+    "roc_bert": ("RoCBertForCausalLM", "RoCBertConfig",
+                 dict(shape_embed_dim=24, shape_vocab_size=40, pronunciation_embed_dim=16,
+                      pronunciation_vocab_size=30)),
 }
 
 
@@ -1803,7 +1858,9 @@ def perturb(model, seed: int) -> None:
             r = torch.randn(p.shape, generator=g, dtype=torch.float32)
             # The parameter's own module decides (DBRX's `norm_attn_norm.attn.Wqkv` is no norm).
             module = name.rsplit(".", 1)[0].rsplit(".", 1)[-1]
-            if module.startswith("ln_") or "norm" in module:
+            if name.endswith("_residual"):
+                v = 1.0 + 0.2 * r  # Doge's residual scales (ones at init)
+            elif module.startswith("ln_") or "norm" in module:
                 # RMSNorm gains; LayerNorm (gpt2, phi) weights and biases
                 v = norm_offset + 0.2 * r if not name.endswith(".bias") else 0.1 * r
             elif name.endswith(".bias"):
@@ -2063,6 +2120,9 @@ FIXTURES = {
     "mellum": (8100, "f32", "v5", None),
     "diffllama": (8200, "f32", "v5", None),
     "solar_open": (8300, "f32", "v5", None),
+    "doge": (8400, "f32", "v5", None),
+    "jetmoe": (8500, "f32", "v5", None),
+    "modernbert-decoder": (8600, "f32", "v5", None),
     "olmoe": (5100, "f32", "v5", None),
     "granitemoe": (5200, "f32", "v5", None),
     "phimoe": (5300, "f32", "v5", None),

@@ -132,6 +132,13 @@ def quantized_model(path: Path, bits: int, block: int, symmetric: bool, embeddin
                     deq = fake_quantize(w_kn, bits, block, symmetric, dtype)
                     stack[e].copy_(torch.from_numpy(deq if transposed else deq.T.copy()))
                     count += 1
+        elif type(module).__name__ == "JetMoeParallelExperts":
+            # JetMoE's stacked experts (the MLP's and the attention's query/output experts),
+            # [E, out, in]: each expert's matrix quantized as its Linear would be.
+            for e in range(module.weight.shape[0]):
+                w_kn = module.weight[e].detach().numpy().T
+                module.weight[e].copy_(torch.from_numpy(fake_quantize(w_kn, bits, block, symmetric, dtype).T.copy()))
+                count += 1
         elif type(module).__name__ == "DbrxExpertGLU":
             # DBRX's experts, flat [E*I, H]: w1 (gate) and v1 (up) rows are each expert's
             # [out, in]; w2 rows are each expert's down projection as [in, out] = [K, N].

@@ -241,6 +241,12 @@ fn static_graphs_compute_the_dynamic_logits_for_every_decoder_fixture() {
             assert!(err.to_string().contains("ALiBi"), "{name}: {err}");
             continue;
         }
+        if name == "doge" {
+            // The dynamic mask reads the past values besides the attention: refused.
+            let err = static_cache(&mut portable.graph, &cfg, SLOTS).unwrap_err();
+            assert!(err.to_string().contains("more than one node"), "{err}");
+            continue;
+        }
         static_cache(&mut portable.graph, &cfg, SLOTS).unwrap_or_else(|e| panic!("{name}: {e}"));
         let opts = optimize_options(DType::F32, Role::Decoder);
         let (qnn, _) = optimize(&portable, &get_ep("qnn").unwrap(), &opts).unwrap();

@@ -377,6 +377,45 @@ pub struct HfConfig {
     pub block_ff_dim: Option<i64>,
     /// `tie_embedding` (LFM2's old spelling of `tie_word_embeddings`).
     pub tie_embedding: Option<bool>,
+    /// `keep_window_size` (Doge: the keys each query keeps by its dynamic mask).
+    pub keep_window_size: Option<i64>,
+    /// `is_moe` (Doge: a cross-domain mixture of experts instead of the MLP).
+    pub is_moe: Option<bool>,
+    /// `kv_channels` (JetMoE: the head dim, `head_dim` its alias).
+    pub kv_channels: Option<i64>,
+    /// `norm_bias` (ModernBERT: its LayerNorms have a bias).
+    pub norm_bias: Option<bool>,
+    /// `decoder_bias` (ModernBERT: the output projection has a bias).
+    pub decoder_bias: Option<bool>,
+    /// `classifier_bias` (ModernBERT: the LM head's dense layer has a bias).
+    pub classifier_bias: Option<bool>,
+    /// `classifier_activation` (ModernBERT: the LM head's activation).
+    pub classifier_activation: Option<String>,
+    /// `local_attention` (ModernBERT: the local layers' attention span, twice their window;
+    /// `null` for none).
+    #[serde(default, deserialize_with = "nullable")]
+    pub local_attention: Option<Option<i64>>,
+    /// `global_attn_every_n_layers` (ModernBERT: every n-th layer, from the first, is global).
+    pub global_attn_every_n_layers: Option<i64>,
+    /// `global_rope_theta` (ModernBERT, transformers v4: the global layers' RoPE theta).
+    pub global_rope_theta: Option<f64>,
+    /// `local_rope_theta` (ModernBERT, transformers v4: the local layers' RoPE theta).
+    pub local_rope_theta: Option<f64>,
+    /// `concat_input` (RoCBert: the shape and pronunciation embeddings are concatenated to
+    /// the word embedding and mapped back to the hidden size).
+    pub concat_input: Option<bool>,
+    /// `enable_shape` (RoCBert: the shape embedding is used).
+    pub enable_shape: Option<bool>,
+    /// `enable_pronunciation` (RoCBert: the pronunciation embedding is used).
+    pub enable_pronunciation: Option<bool>,
+    /// `shape_embed_dim` (RoCBert: the shape embedding's width).
+    pub shape_embed_dim: Option<i64>,
+    /// `pronunciation_embed_dim` (RoCBert: the pronunciation embedding's width).
+    pub pronunciation_embed_dim: Option<i64>,
+    /// `shape_vocab_size` (RoCBert: the shape embedding's rows).
+    pub shape_vocab_size: Option<i64>,
+    /// `pronunciation_vocab_size` (RoCBert: the pronunciation embedding's rows).
+    pub pronunciation_vocab_size: Option<i64>,
 }
 
 /// Deserializes a field that may be `null` as `Some(Value::Null)`, so that an explicit null

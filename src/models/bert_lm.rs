@@ -12,7 +12,8 @@
 //!
 //! Embeddings: word + token type 0 (+ task type 0, ERNIE) + learned position, LayerNorm
 //! (none in Megatron-BERT and XLM-RoBERTa-XL), then a dense up to the hidden size where the
-//! embedding is narrower (ELECTRA, RemBERT, RoFormer). Positions are the `position_ids` input
+//! embedding is narrower (ELECTRA, RemBERT, RoFormer); RoCBert first maps each word embedding
+//! concatenated with row 0 of its shape and pronunciation embeddings back to the hidden size. Positions are the `position_ids` input
 //! (BERT) or `position_ids + pad_token_id + 1` (RoBERTa's numbering after the padding token,
 //! equal to transformers' `create_position_ids_from_input_ids` for sequences without padding
 //! tokens); RoFormer has no position embedding and rotates q and k (interleaved RoPE).
@@ -38,8 +39,9 @@ pub static FAMILY: FamilySpec = FamilySpec {
     summary: "causal LMs of encoder architectures (`is_decoder` true; bert and roberta too): \
               post-norm BERT layers with causal attention (pre-norm: megatron-bert, \
               roberta-prelayernorm, xlm-roberta-xl), learned positions (RoBERTa-likes: after \
-              the padding token; roformer: interleaved RoPE), token type 0, LM head dense → \
-              GELU → LayerNorm → decoder + bias",
+              the padding token; roformer: interleaved RoPE), token type 0 (roc_bert: shape \
+              and pronunciation id 0 mapped in with the word), LM head dense → GELU → \
+              LayerNorm → decoder + bias",
     model_types: &[
         ModelType::generative("camembert", "decoder", |r, t, f| {
             read(r, t, f, &ROBERTA_LAYOUT)
@@ -71,6 +73,9 @@ pub static FAMILY: FamilySpec = FamilySpec {
         }),
         ModelType::generative("roformer", "decoder", |r, t, f| {
             read(r, t, f, &ROFORMER_LAYOUT)
+        }),
+        ModelType::generative("roc_bert", "decoder", |r, t, f| {
+            read(r, t, f, &ROC_BERT_LAYOUT)
         }),
     ],
 };
@@ -144,6 +149,9 @@ struct Layout {
     token_types: bool,
     /// Whether the embeddings end in `embeddings.LayerNorm`.
     embed_norm: bool,
+    /// Whether the word embedding may be concatenated with shape and pronunciation embeddings
+    /// (RoCBert).
+    roc: bool,
     /// The embedding projection.
     projection: Projection,
     /// Where the layers' norms sit.
@@ -178,6 +186,7 @@ const BERT_LAYOUT: Layout = Layout {
     rotary: false,
     token_types: true,
     embed_norm: true,
+    roc: false,
     projection: Projection::None,
     norms: EncoderNorms::BERT,
     final_norm: None,
@@ -252,6 +261,10 @@ const ROFORMER_LAYOUT: Layout = Layout {
     projection: Projection::RoFormer,
     ..BERT_LAYOUT
 };
+const ROC_BERT_LAYOUT: Layout = Layout {
+    roc: true,
+    ..BERT_LAYOUT
+};
 const BERT_GENERATION_LAYOUT: Layout = Layout {
     token_types: false,
     head: HeadLayout {
@@ -275,6 +288,10 @@ pub struct BertLmConfig {
     pub task_types: Option<usize>,
     /// Whether the embeddings end in a LayerNorm.
     pub embed_norm: bool,
+    /// RoCBert's `concat_input`: the shape and pronunciation embeddings' (rows, width) (each
+    /// `None` where disabled), whose row 0 (transformers' default ids) is concatenated to each
+    /// word embedding before `embeddings.map_inputs_layer`; `None` without it.
+    pub roc_inputs: Option<[Option<(usize, usize)>; 2]>,
     /// Width of the embedding tables (`hidden_size` unless projected).
     pub embedding_size: usize,
     /// The dense from the embedding up to the hidden size, if any (module name).
@@ -420,6 +437,30 @@ fn read(
             (e, Some("encoder.embedding_hidden_mapping_in"))
         }
     };
+    let roc_inputs = match (layout.roc, raw.concat_input.unwrap_or(true)) {
+        (true, true) => {
+            let table = |enabled: Option<bool>, name: &str, [rows, width]: [Option<i64>; 2]| {
+                if !enabled.unwrap_or(true) {
+                    return Ok(None);
+                }
+                let rows = f.positive(&format!("{name}_vocab_size"), rows, MAX_VOCAB)?;
+                let width = f.positive(&format!("{name}_embed_dim"), width, MAX_WIDTH)?;
+                Ok(Some((rows, width)))
+            };
+            let sizes = [
+                raw.shape_vocab_size.or(Some(24858)),
+                raw.shape_embed_dim.or(Some(512)),
+            ];
+            let shape = table(raw.enable_shape, "shape", sizes)?;
+            let sizes = [
+                raw.pronunciation_vocab_size.or(Some(910)),
+                raw.pronunciation_embed_dim.or(Some(768)),
+            ];
+            let pron = table(raw.enable_pronunciation, "pronunciation", sizes)?;
+            Some([shape, pron])
+        }
+        _ => None,
+    };
     let transform = match layout.head.transform {
         None => None,
         Some((dense, norm, fixed)) => {
@@ -473,6 +514,7 @@ fn read(
             token_types,
             task_types,
             embed_norm: layout.embed_norm,
+            roc_inputs,
             embedding_size,
             projection,
             norms: layout.norms,
@@ -503,6 +545,7 @@ impl FamilyKnobs for BertLmConfig {
 /// Model-class prefixes of the causal-LM checkpoints (`BertLMHeadModel` saves `bert.…`).
 const PREFIXES: &[&str] = &[
     "roformer.",
+    "roc_bert.",
     "bert.",
     "roberta.",
     "roberta_prelayernorm.",
@@ -542,6 +585,56 @@ fn tensor(b: &mut GraphBuilder, name: &str, shape: Vec<usize>, dtype: DType) -> 
     })
 }
 
+/// RoCBert's `map_inputs_layer` of each word embedding `x` (`[B, S, H]`) concatenated with
+/// row 0 of the enabled shape and pronunciation embeddings (`extra`: rows and width), the
+/// ids transformers gives a forward without them.
+fn roc_inputs(
+    b: &mut GraphBuilder,
+    x: String,
+    extra: [Option<(usize, usize)>; 2],
+    h: usize,
+    dtype: DType,
+) -> String {
+    let rows = b.op("Shape", &[&x], vec![("end", Attr::Int(2))]);
+    let mut parts = vec![x];
+    for (table, width) in ["shape_embed", "pronunciation_embed"].iter().zip(extra) {
+        let Some((total, width)) = width else {
+            continue;
+        };
+        let name = format!("embeddings.{table}.weight");
+        let t = b.initializer(Initializer {
+            name: format!("{name}.row0"),
+            dtype,
+            shape: vec![width],
+            source: Some(TensorSource::Reshape {
+                source: Box::new(TensorSource::Slice {
+                    source: Box::new(TensorSource::Checkpoint(name)),
+                    axis: 0,
+                    start: 0,
+                    len: 1,
+                    total,
+                }),
+                shape: vec![width],
+            }),
+        });
+        let last = b.const_i64(&[width as i64]);
+        let shape = b.op("Concat", &[&rows, &last], vec![("axis", Attr::Int(0))]);
+        parts.push(b.op("Expand", &[&t, &shape], vec![]));
+    }
+    let width = h + extra.iter().flatten().map(|(_, w)| w).sum::<usize>();
+    let refs: Vec<&str> = parts.iter().map(String::as_str).collect();
+    let joined = b.op("Concat", &refs, vec![("axis", Attr::Int(-1))]);
+    linear(
+        b,
+        &joined,
+        "embeddings.map_inputs_layer",
+        width,
+        h,
+        true,
+        dtype,
+    )
+}
+
 /// Builds the decoder graph of `cfg`, whose knobs are `lm`.
 fn build(cfg: &ArchConfig, lm: &BertLmConfig, dtype: DType) -> Graph {
     let eps = lm.layer_norm_eps;
@@ -561,6 +654,9 @@ fn build(cfg: &ArchConfig, lm: &BertLmConfig, dtype: DType) -> Graph {
         b.op("Gather", &[table, ids], vec![("axis", Attr::Int(0))])
     };
     let mut x = gather(&mut b, &word, &io.input_ids);
+    if let Some(extra) = lm.roc_inputs {
+        x = roc_inputs(&mut b, x, extra, h, dtype);
+    }
     // transformers' default token (and task) type 0 for every token: row 0, broadcast.
     let row0 = |b: &mut GraphBuilder, x: String, table: &str, rows: usize| {
         let t = tensor(

@@ -136,6 +136,15 @@ impl QkNorm {
     }
 }
 
+/// The two blocks of a decoder layer, as [`Family::residual_add`] names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Block {
+    /// The attention block.
+    Attention,
+    /// The feed-forward (MLP or experts) block.
+    Mlp,
+}
+
 /// What a family changes in the decoder; every default is Llama's. Every `Family` that is
 /// its config's knobs (`Debug + PartialEq`) is [`FamilyKnobs`] that build with [`build`].
 pub trait Family {
@@ -161,6 +170,12 @@ pub trait Family {
     /// Where a layer's norms sit.
     fn layer_norms(&self) -> LayerNorms {
         LayerNorms::PRE
+    }
+
+    /// Where layer `i`'s norms sit: by default [`Family::layer_norms`] (ModernBERT's first
+    /// layer has no attention norm).
+    fn layer_norms_of(&self, _i: usize) -> LayerNorms {
+        self.layer_norms()
     }
 
     /// Whether a layer's post norms ([`LayerNorms::post_attention`], `post_mlp`) normalise the
@@ -397,6 +412,23 @@ pub trait Family {
         y
     }
 
+    /// The residual stream after block `block` of layer module `layer` adds its output `y` to
+    /// the stream `x` (in sequential layers; parallel blocks add as they are): by default
+    /// `x + y` (Doge scales the stream by a learned vector first).
+    #[allow(clippy::too_many_arguments)]
+    fn residual_add(
+        &self,
+        b: &mut GraphBuilder,
+        _cfg: &ArchConfig,
+        x: &str,
+        y: &str,
+        _layer: &str,
+        _block: Block,
+        _dtype: DType,
+    ) -> String {
+        b.op("Add", &[x, y], vec![])
+    }
+
     /// Writes the graph output `logits` from the final hidden states `x` and the LM head
     /// weight `head` (`[embed_width, vocab]`): `x @ head`.
     fn logits(&self, b: &mut GraphBuilder, _cfg: &ArchConfig, x: &str, head: &str, _dtype: DType) {
@@ -581,7 +613,7 @@ impl Layer<'_> {
     /// Layer `i` (module `p`) on the residual stream `x`; returns the new stream.
     fn build(&self, b: &mut GraphBuilder, x: &str, p: &str, i: usize) -> String {
         let (cfg, family, dtype) = (self.cfg, self.family, self.dtype);
-        let norms = family.layer_norms();
+        let norms = family.layer_norms_of(i);
         let attn_in = self.norm_at(b, x, p, norms.pre_attention);
         let o = match &self.io.past[i] {
             LayerPast::Kv { key, value } => {
@@ -621,22 +653,22 @@ impl Layer<'_> {
         }
         if family.norm_after_residual() {
             let o = family.residual_branch(b, cfg, o, dtype);
-            let x = b.op("Add", &[x, &o], vec![]);
+            let x = family.residual_add(b, cfg, x, &o, p, Block::Attention, dtype);
             let x = self.norm_at(b, &x, p, norms.post_attention);
             let mlp_in = self.norm_at(b, &x, p, norms.pre_mlp);
             let m = family.layer_mlp(b, cfg, &mlp_in, p, i, dtype);
             let m = family.residual_branch(b, cfg, m, dtype);
-            let x = b.op("Add", &[&x, &m], vec![]);
+            let x = family.residual_add(b, cfg, &x, &m, p, Block::Mlp, dtype);
             return self.norm_at(b, &x, p, norms.post_mlp);
         }
         let o = self.norm_at(b, &o, p, norms.post_attention);
         let o = family.residual_branch(b, cfg, o, dtype);
-        let x = b.op("Add", &[x, &o], vec![]);
+        let x = family.residual_add(b, cfg, x, &o, p, Block::Attention, dtype);
         let mlp_in = self.norm_at(b, &x, p, norms.pre_mlp);
         let m = family.layer_mlp(b, cfg, &mlp_in, p, i, dtype);
         let m = self.norm_at(b, &m, p, norms.post_mlp);
         let m = family.residual_branch(b, cfg, m, dtype);
-        b.op("Add", &[&x, &m], vec![])
+        family.residual_add(b, cfg, &x, &m, p, Block::Mlp, dtype)
     }
 
     /// The layer norm `{p}.{module}` of `x`, or `x` where the layer has none.

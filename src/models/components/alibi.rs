@@ -72,7 +72,7 @@ pub fn alibi_bias(
 }
 
 /// The lowest finite value of float `dtype` (what transformers fills masked scores with).
-fn lowest(dtype: DType) -> f32 {
+pub(crate) fn lowest(dtype: DType) -> f32 {
     match dtype {
         DType::F16 => -65504.0,
         DType::BF16 => -3.389_531_4e38,
