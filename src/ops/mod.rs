@@ -29,6 +29,7 @@ pub mod norm;
 pub mod quant;
 pub mod reduce;
 pub mod relayout;
+pub mod resize;
 pub mod rope;
 pub mod shape;
 pub mod tensor;
@@ -158,8 +159,9 @@ impl OpDef {
 }
 
 /// The registry: one table per op module.
-pub const FAMILIES: [&[OpDef]; 15] = [
+pub const FAMILIES: [&[OpDef]; 16] = [
     elementwise::OPS,
+    resize::OPS,
     conv::OPS,
     math::OPS,
     arg::OPS,

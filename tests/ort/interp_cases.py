@@ -1829,3 +1829,39 @@ def _conv_pool():
 
 
 _conv_pool()
+
+
+def _resize():
+    """Resize (src/ops/resize.rs): each mode, coordinate transformation, antialias, axes."""
+    r = rng_for("Resize", "data")
+    x = randn(r, 1, 2, 4, 5)
+    empty = init("roi", np.array([], np.float32))
+
+    def rs(name, scales=None, sizes=None, roi=None, dt=F32, data=x, **attrs):
+        ins = [inp("x", data), roi if roi is not None else empty]
+        ins.append(init("scales", np.array(scales, np.float32)) if scales is not None else None)
+        if sizes is not None:
+            ins.append(init("sizes", np.array(sizes, np.int64)))
+        add("Resize", name, ins, [("y", dt)], **attrs)
+
+    rs("nearest_up", scales=[1, 1, 2, 1.5])
+    rs("nearest_down_ceil_asymmetric", scales=[1, 1, 0.6, 0.5], nearest_mode="ceil",
+       coordinate_transformation_mode="asymmetric")
+    rs("linear_sizes_half_pixel", sizes=[1, 2, 7, 3], mode="linear")
+    rs("linear_align_corners", scales=[1, 1, 1.5, 2], mode="linear", coordinate_transformation_mode="align_corners")
+    rs("linear_pytorch_half_pixel_down", sizes=[1, 2, 3, 1], mode="linear",
+       coordinate_transformation_mode="pytorch_half_pixel")
+    rs("cubic_up", scales=[1, 1, 1.7, 1.3], mode="cubic")
+    rs("cubic_exclude_outside_a", scales=[1, 1, 2, 2], mode="cubic", exclude_outside=1, cubic_coeff_a=-0.5)
+    rs("linear_antialias_down", sizes=[1, 2, 2, 3], mode="linear", antialias=1)
+    rs("cubic_antialias_down", scales=[1, 1, 0.5, 0.6], mode="cubic", antialias=1)
+    rs("tf_crop_and_resize", sizes=[1, 2, 3, 3], mode="linear", coordinate_transformation_mode="tf_crop_and_resize",
+       roi=init("roi", np.array([0, 0, 0.2, -0.1, 1, 1, 0.9, 1.3], np.float32)), extrapolation_value=7.0)
+    rs("axes_not_larger", sizes=[6, 8], axes=[2, 3], keep_aspect_ratio_policy="not_larger", mode="linear")
+    rs("half_pixel_symmetric", scales=[1, 1, 1.5, 0.7], mode="linear",
+       coordinate_transformation_mode="half_pixel_symmetric")
+    rs("u8_linear", scales=[1, 1, 2, 2], mode="linear", dt=TensorProto.UINT8,
+       data=ints(r, 0, 255, 1, 1, 3, 3).astype(np.uint8))
+
+
+_resize()
