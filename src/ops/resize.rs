@@ -182,7 +182,7 @@ fn resize(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
     match (scales, sizes) {
         (Some(s), None) if s.len() == axes.len() => {
             for (k, &a) in axes.iter().enumerate() {
-                if !(s[k] > 0.0) {
+                if s[k].is_nan() || s[k] <= 0.0 {
                     return Err(call.error(format!("scales must be positive, got {s:?}")));
                 }
                 scale[a] = s[k];
