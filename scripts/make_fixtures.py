@@ -172,6 +172,10 @@ from transformers import (
     Glm4MoeConfig,
     Glm4MoeForCausalLM,
     Glm4MoeLiteConfig,
+    SarvamMoEConfig,
+    HYV3Config,
+    HYV3ForCausalLM,
+    Param2MoeConfig,
     Glm4MoeLiteForCausalLM,
     MiniCPM3Config,
     MiniCPM3ForCausalLM,
@@ -257,7 +261,8 @@ PHIMOE_ORIGINAL_MAX = 64  # phimoe: longer than prompt + generation (short LongR
 DYNAMIC_ORIGINAL_MAX = 32  # llama-dynamic: max_position_embeddings, crossed by the generation
 # Routers whose score-correction bias the fixtures perturb by 0.1 (the others: 0.15).
 DEEPSEEK_ROUTED = {
-    "deepseek_v3", "deepseek_v2", "sarvam_mla", "glm4_moe", "glm4_moe_lite", "dots1", "exaone_moe"
+    "deepseek_v3", "deepseek_v2", "sarvam_mla", "glm4_moe", "glm4_moe_lite", "dots1", "exaone_moe",
+    "sarvam_moe", "param2moe", "hy_v3",
 }
 DYNAMIC_FACTOR = 2.0
 # Fixtures whose reference greedy tokens come from transformers' KV-cache generate rather than
@@ -327,6 +332,20 @@ class SarvamMLAForCausalLM(DeepseekV3ForCausalLM):
     its config as SarvamMLAConfig (which maps the original config's names)."""
 
     config_class = SarvamMLAConfig
+
+
+class SarvamMoeForCausalLM(Glm4MoeForCausalLM):
+    """The class transformers' auto mapping gives `sarvam_moe` (Glm4MoeForCausalLM), reading its
+    config as SarvamMoEConfig (its own defaults, the original config's names)."""
+
+    config_class = SarvamMoEConfig
+
+
+class Param2MoeForCausalLM(Glm4MoeForCausalLM):
+    """The class transformers' auto mapping gives `param2moe` (Glm4MoeForCausalLM), reading its
+    config as Param2MoeConfig."""
+
+    config_class = Param2MoeConfig
 
 
 def make_config(kind: str, vocab: int, ids: dict):
@@ -1575,6 +1594,54 @@ def make_config(kind: str, vocab: int, ids: dict):
             tie_word_embeddings=False,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
         )
+    if kind == "sarvam_moe":
+        # GLM-4.5-MoE's model with Sarvam's defaults: 2 heads of 64 (head_dim's default; one KV
+        # head), RoPE over the whole head (partial_rotary_factor's default 1.0), per-head q/k
+        # RMSNorm (use_qk_norm's default), q/k/v biases; layer 0 dense, layer 1 MoE (8 experts of width
+        # 32, top-2, sigmoid router with its correction bias, times 2.5, one shared expert).
+        # Stored in the v4 spelling with the original config's names (rewrite_config_v4:
+        # num_experts, num_shared_experts, use_qkv_bias).
+        common = {k: v for k, v in common.items() if k != "head_dim"}
+        return SarvamMoeForCausalLM, SarvamMoEConfig(
+            **dict(common, intermediate_size=64, num_attention_heads=2, num_key_value_heads=1),
+            moe_intermediate_size=32,
+            n_routed_experts=8,
+            num_experts_per_tok=2,
+            n_shared_experts=1,
+            attention_bias=True,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
+    if kind == "param2moe":
+        # GLM-4.5-MoE's model with Param2's defaults: RoPE over the whole head, per-head q/k
+        # RMSNorm, no attention biases, tied; layer 0 dense, layer 1 MoE (8 experts of width 32
+        # in 2 groups, 1 kept, top-2, times 2.5, two shared experts).
+        return Param2MoeForCausalLM, Param2MoeConfig(
+            **dict(common, intermediate_size=64),
+            moe_intermediate_size=32,
+            n_routed_experts=8,
+            num_experts_per_tok=2,
+            n_group=2,
+            topk_group=1,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
+    if kind == "hy_v3":
+        # Per-head q/k RMSNorm, biases on q/k/v/o and the MLPs (dense and shared); layer 0 MoE,
+        # layer 1 dense (mlp_layer_types: the default has them the other way); 8 experts of width 32, top-2, sigmoid router
+        # with its correction bias, renormalised, times 1.7, two shared experts (width 64).
+        return HYV3ForCausalLM, HYV3Config(
+            **dict(common, intermediate_size=64),
+            num_experts=8,
+            num_experts_per_tok=2,
+            num_shared_experts=2,
+            moe_intermediate_size=32,
+            router_scaling_factor=1.7,
+            mlp_layer_types=["sparse", "dense"],
+            attention_bias=True,
+            mlp_bias=True,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
     if kind == "glm4_moe_lite":
         # Multi-head latent attention with v as wide as q/k (16 + 16 and 32: no widening), the
         # rope halves not interleaved; layer 0 MoE and layer 1 dense (mlp_layer_types); 8 experts
@@ -1885,6 +1952,10 @@ def rewrite_config_v4(path: Path) -> None:
             out["rotary_pct"] = rp.pop("partial_rotary_factor")
             assert rp.get("rope_type", "default") == "default", rp
             out["rope_scaling"] = None
+        elif k in ("n_routed_experts", "n_shared_experts", "attention_bias") and cfg.get("model_type") == "sarvam_moe":
+            # The original Sarvam config's names (transformers' attribute_map reads them).
+            out[{"n_routed_experts": "num_experts", "n_shared_experts": "num_shared_experts",
+                 "attention_bias": "use_qkv_bias"}[k]] = v
         elif k in ("n_routed_experts", "n_shared_experts") and cfg.get("model_type") == "sarvam_mla":
             # The original Sarvam config's names (transformers maps them back).
             out[{"n_routed_experts": "num_experts", "n_shared_experts": "num_shared_experts"}[k]] = v
@@ -2042,6 +2113,9 @@ FIXTURES = {
     "glm4_moe_lite": (5900, "f32", "v5", None),
     "dots1": (6100, "f32", "v5", None),
     "sarvam_mla": (6200, "f32", "v4", None),
+    "sarvam_moe": (6250, "f32", "v4", None),
+    "param2moe": (6260, "f32", "v5", None),
+    "hy_v3": (6270, "f32", "v5", None),
     "dbrx": (6400, "f32", "v5", None),
 }
 
