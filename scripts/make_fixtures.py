@@ -174,6 +174,8 @@ from transformers import (
     Glm4MoeLiteConfig,
     SarvamMoEConfig,
     HYV3Config,
+    MiniCPM5MoeConfig,
+    MiniCPM5MoeForCausalLM,
     HYV3ForCausalLM,
     Param2MoeConfig,
     Glm4MoeLiteForCausalLM,
@@ -262,7 +264,7 @@ DYNAMIC_ORIGINAL_MAX = 32  # llama-dynamic: max_position_embeddings, crossed by 
 # Routers whose score-correction bias the fixtures perturb by 0.1 (the others: 0.15).
 DEEPSEEK_ROUTED = {
     "deepseek_v3", "deepseek_v2", "sarvam_mla", "glm4_moe", "glm4_moe_lite", "dots1", "exaone_moe",
-    "sarvam_moe", "param2moe", "hy_v3",
+    "sarvam_moe", "param2moe", "hy_v3", "minicpm5_moe",
 }
 DYNAMIC_FACTOR = 2.0
 # Fixtures whose reference greedy tokens come from transformers' KV-cache generate rather than
@@ -1642,6 +1644,24 @@ def make_config(kind: str, vocab: int, ids: dict):
             tie_word_embeddings=False,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
         )
+    if kind == "minicpm5_moe":
+        # Gated attention (q_proj holds each head's query and gate rows) with q/k/v/o biases,
+        # RoPE over the whole head; layer 0 dense, layer 1 MoE (first_k_dense_replace 1: 8
+        # experts of width 32 in 2 groups, 1 kept, top-2, sigmoid router with correction bias,
+        # renormalised, times 2.0, one shared expert), untied.
+        return MiniCPM5MoeForCausalLM, MiniCPM5MoeConfig(
+            **dict(common, intermediate_size=64),
+            moe_intermediate_size=32,
+            n_routed_experts=8,
+            num_experts_per_tok=2,
+            n_shared_experts=1,
+            n_group=2,
+            topk_group=1,
+            routed_scaling_factor=2.0,
+            attention_bias=True,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
     if kind == "glm4_moe_lite":
         # Multi-head latent attention with v as wide as q/k (16 + 16 and 32: no widening), the
         # rope halves not interleaved; layer 0 MoE and layer 1 dense (mlp_layer_types); 8 experts
@@ -2116,6 +2136,7 @@ FIXTURES = {
     "sarvam_moe": (6250, "f32", "v4", None),
     "param2moe": (6260, "f32", "v5", None),
     "hy_v3": (6270, "f32", "v5", None),
+    "minicpm5_moe": (6280, "f32", "v5", None),
     "dbrx": (6400, "f32", "v5", None),
 }
 

@@ -332,6 +332,8 @@ pub struct HfConfig {
     pub topk_method: Option<String>,
     /// `routed_scaling_factor` (DeepSeek: the multiplier of the routing weights).
     pub routed_scaling_factor: Option<f64>,
+    /// `use_gated_attention` (MiniCPM5-MoE: must not be false, its attention is gated).
+    pub use_gated_attention: Option<bool>,
     /// `router_scaling_factor` (HY-V3: the multiplier of the renormalised routing weights).
     pub router_scaling_factor: Option<f64>,
     /// `first_k_dense_replace` (DeepSeek: the leading layers with a dense MLP).

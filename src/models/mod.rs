@@ -61,6 +61,7 @@ pub mod jais2;
 pub mod llama;
 pub mod mellum;
 pub mod minicpm3;
+pub mod minicpm5_moe;
 pub mod minimax_m2;
 pub mod ministral;
 pub mod ministral3;

@@ -91,6 +91,7 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &super::sarvam_moe::FAMILY,
     &super::param2moe::FAMILY,
     &super::hy_v3::FAMILY,
+    &super::minicpm5_moe::FAMILY,
     &super::dots1::FAMILY,
     &super::dbrx::FAMILY,
     &super::diffllama::FAMILY,
