@@ -174,6 +174,8 @@ from transformers import (
     Glm4MoeLiteConfig,
     SarvamMoEConfig,
     HYV3Config,
+    AXK1Config,
+    AXK1ForCausalLM,
     MiniCPM5MoeConfig,
     MiniCPM5MoeForCausalLM,
     HYV3ForCausalLM,
@@ -266,6 +268,9 @@ DEEPSEEK_ROUTED = {
     "deepseek_v3", "deepseek_v2", "sarvam_mla", "glm4_moe", "glm4_moe_lite", "dots1", "exaone_moe",
     "sarvam_moe", "param2moe", "hy_v3", "minicpm5_moe",
 }
+# Routers whose score-correction bias stays zero: A.X-K1's released checkpoints have none and
+# transformers routes them with zeros (mobius adds no correction).
+UNCORRECTED = {"axk1"}
 DYNAMIC_FACTOR = 2.0
 # Fixtures whose reference greedy tokens come from transformers' KV-cache generate rather than
 # cache-free forwards: with dynamic NTK RoPE the two differ once the length passes the original
@@ -1576,6 +1581,29 @@ def make_config(kind: str, vocab: int, ids: dict):
                 "mscale_all_dim": 0.8,
             },
         )
+    if kind == "axk1":
+        # DeepSeek-V3's MLA (4 heads of 16 + 16 q/k channels, rope pairs interleaved, 16 v
+        # channels, q rank 24, latent 32); layer 0 dense, layer 1 MoE (first_k_dense_replace
+        # 1: 8 experts of width 32 in 4 groups, 2 kept, top-2, sigmoid router without
+        # correction, renormalised, times 2.5 by default, one shared expert), its output
+        # through post_mlp_layernorm; untied.
+        return AXK1ForCausalLM, AXK1Config(
+            **dict(common, num_key_value_heads=4, intermediate_size=64),
+            q_lora_rank=24,
+            kv_lora_rank=32,
+            qk_nope_head_dim=16,
+            qk_rope_head_dim=16,
+            v_head_dim=16,
+            n_routed_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            n_shared_experts=1,
+            n_group=4,
+            topk_group=2,
+            first_k_dense_replace=1,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
     if kind == "glm4_moe":
         # Layer 0 dense, layer 1 MoE (8 experts of width 32 in 2 groups, 1 kept, top-2, sigmoid
         # router with its correction bias, renormalised, times 1.5, one shared expert); partial
@@ -1890,7 +1918,7 @@ def perturb(model, seed: int) -> None:
             # A score-correction bias is a buffer of zeros (MiniMax-M2, ERNIE 4.5 MoE, Solar
             # Open, DeepSeek-V3 and its kin): moved off zero, it shifts which experts are picked, so a build that
             # ignores it fails.
-            if name.endswith("e_score_correction_bias"):
+            if name.endswith("e_score_correction_bias") and model.config.model_type not in UNCORRECTED:
                 scale = 0.1 if model.config.model_type in DEEPSEEK_ROUTED else 0.15
                 buf.copy_(scale * torch.randn(buf.shape, generator=g, dtype=torch.float32))
 
@@ -2137,6 +2165,7 @@ FIXTURES = {
     "param2moe": (6260, "f32", "v5", None),
     "hy_v3": (6270, "f32", "v5", None),
     "minicpm5_moe": (6280, "f32", "v5", None),
+    "axk1": (6290, "f32", "v5", None),
     "dbrx": (6400, "f32", "v5", None),
 }
 

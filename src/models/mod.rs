@@ -9,6 +9,7 @@
 pub mod apertus;
 pub mod arcee;
 pub mod assume_llama;
+pub mod axk1;
 pub mod bart_lm;
 pub mod bert;
 pub mod bert_lm;

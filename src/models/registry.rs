@@ -92,6 +92,7 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &super::param2moe::FAMILY,
     &super::hy_v3::FAMILY,
     &super::minicpm5_moe::FAMILY,
+    &super::axk1::FAMILY,
     &super::dots1::FAMILY,
     &super::dbrx::FAMILY,
     &super::diffllama::FAMILY,
