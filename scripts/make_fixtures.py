@@ -180,6 +180,14 @@ from transformers import (
     Glm4MoeConfig,
     Glm4MoeForCausalLM,
     Glm4MoeLiteConfig,
+    SarvamMoEConfig,
+    HYV3Config,
+    AXK1Config,
+    AXK1ForCausalLM,
+    MiniCPM5MoeConfig,
+    MiniCPM5MoeForCausalLM,
+    HYV3ForCausalLM,
+    Param2MoeConfig,
     Glm4MoeLiteForCausalLM,
     MiniCPM3Config,
     MiniCPM3ForCausalLM,
@@ -265,8 +273,12 @@ PHIMOE_ORIGINAL_MAX = 64  # phimoe: longer than prompt + generation (short LongR
 DYNAMIC_ORIGINAL_MAX = 32  # llama-dynamic: max_position_embeddings, crossed by the generation
 # Routers whose score-correction bias the fixtures perturb by 0.1 (the others: 0.15).
 DEEPSEEK_ROUTED = {
-    "deepseek_v3", "deepseek_v2", "sarvam_mla", "glm4_moe", "glm4_moe_lite", "dots1", "exaone_moe"
+    "deepseek_v3", "deepseek_v2", "sarvam_mla", "glm4_moe", "glm4_moe_lite", "dots1", "exaone_moe",
+    "sarvam_moe", "param2moe", "hy_v3", "minicpm5_moe",
 }
+# Routers whose score-correction bias stays zero: A.X-K1's released checkpoints have none and
+# transformers routes them with zeros (mobius adds no correction).
+UNCORRECTED = {"axk1"}
 DYNAMIC_FACTOR = 2.0
 # Fixtures whose reference greedy tokens come from transformers' KV-cache generate rather than
 # cache-free forwards: with dynamic NTK RoPE the two differ once the length passes the original
@@ -341,6 +353,20 @@ class SarvamMLAForCausalLM(DeepseekV3ForCausalLM):
     its config as SarvamMLAConfig (which maps the original config's names)."""
 
     config_class = SarvamMLAConfig
+
+
+class SarvamMoeForCausalLM(Glm4MoeForCausalLM):
+    """The class transformers' auto mapping gives `sarvam_moe` (Glm4MoeForCausalLM), reading its
+    config as SarvamMoEConfig (its own defaults, the original config's names)."""
+
+    config_class = SarvamMoEConfig
+
+
+class Param2MoeForCausalLM(Glm4MoeForCausalLM):
+    """The class transformers' auto mapping gives `param2moe` (Glm4MoeForCausalLM), reading its
+    config as Param2MoeConfig."""
+
+    config_class = Param2MoeConfig
 
 
 def make_config(kind: str, vocab: int, ids: dict):
@@ -1630,6 +1656,29 @@ def make_config(kind: str, vocab: int, ids: dict):
                 "mscale_all_dim": 0.8,
             },
         )
+    if kind == "axk1":
+        # DeepSeek-V3's MLA (4 heads of 16 + 16 q/k channels, rope pairs interleaved, 16 v
+        # channels, q rank 24, latent 32); layer 0 dense, layer 1 MoE (first_k_dense_replace
+        # 1: 8 experts of width 32 in 4 groups, 2 kept, top-2, sigmoid router without
+        # correction, renormalised, times 2.5 by default, one shared expert), its output
+        # through post_mlp_layernorm; untied.
+        return AXK1ForCausalLM, AXK1Config(
+            **dict(common, num_key_value_heads=4, intermediate_size=64),
+            q_lora_rank=24,
+            kv_lora_rank=32,
+            qk_nope_head_dim=16,
+            qk_rope_head_dim=16,
+            v_head_dim=16,
+            n_routed_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            n_shared_experts=1,
+            n_group=4,
+            topk_group=2,
+            first_k_dense_replace=1,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
     if kind == "glm4_moe":
         # Layer 0 dense, layer 1 MoE (8 experts of width 32 in 2 groups, 1 kept, top-2, sigmoid
         # router with its correction bias, renormalised, times 1.5, one shared expert); partial
@@ -1647,6 +1696,72 @@ def make_config(kind: str, vocab: int, ids: dict):
             attention_bias=True,
             use_qk_norm=True,
             rms_norm_eps=1e-5,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
+    if kind == "sarvam_moe":
+        # GLM-4.5-MoE's model with Sarvam's defaults: 2 heads of 64 (head_dim's default; one KV
+        # head), RoPE over the whole head (partial_rotary_factor's default 1.0), per-head q/k
+        # RMSNorm (use_qk_norm's default), q/k/v biases; layer 0 dense, layer 1 MoE (8 experts of width
+        # 32, top-2, sigmoid router with its correction bias, times 2.5, one shared expert).
+        # Stored in the v4 spelling with the original config's names (rewrite_config_v4:
+        # num_experts, num_shared_experts, use_qkv_bias).
+        common = {k: v for k, v in common.items() if k != "head_dim"}
+        return SarvamMoeForCausalLM, SarvamMoEConfig(
+            **dict(common, intermediate_size=64, num_attention_heads=2, num_key_value_heads=1),
+            moe_intermediate_size=32,
+            n_routed_experts=8,
+            num_experts_per_tok=2,
+            n_shared_experts=1,
+            attention_bias=True,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
+    if kind == "param2moe":
+        # GLM-4.5-MoE's model with Param2's defaults: RoPE over the whole head, per-head q/k
+        # RMSNorm, no attention biases, tied; layer 0 dense, layer 1 MoE (8 experts of width 32
+        # in 2 groups, 1 kept, top-2, times 2.5, two shared experts).
+        return Param2MoeForCausalLM, Param2MoeConfig(
+            **dict(common, intermediate_size=64),
+            moe_intermediate_size=32,
+            n_routed_experts=8,
+            num_experts_per_tok=2,
+            n_group=2,
+            topk_group=1,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
+    if kind == "hy_v3":
+        # Per-head q/k RMSNorm, biases on q/k/v/o and the MLPs (dense and shared); layer 0 MoE,
+        # layer 1 dense (mlp_layer_types: the default has them the other way); 8 experts of width 32, top-2, sigmoid router
+        # with its correction bias, renormalised, times 1.7, two shared experts (width 64).
+        return HYV3ForCausalLM, HYV3Config(
+            **dict(common, intermediate_size=64),
+            num_experts=8,
+            num_experts_per_tok=2,
+            num_shared_experts=2,
+            moe_intermediate_size=32,
+            router_scaling_factor=1.7,
+            mlp_layer_types=["sparse", "dense"],
+            attention_bias=True,
+            mlp_bias=True,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
+    if kind == "minicpm5_moe":
+        # Gated attention (q_proj holds each head's query and gate rows) with q/k/v/o biases,
+        # RoPE over the whole head; layer 0 dense, layer 1 MoE (first_k_dense_replace 1: 8
+        # experts of width 32 in 2 groups, 1 kept, top-2, sigmoid router with correction bias,
+        # renormalised, times 2.0, one shared expert), untied.
+        return MiniCPM5MoeForCausalLM, MiniCPM5MoeConfig(
+            **dict(common, intermediate_size=64),
+            moe_intermediate_size=32,
+            n_routed_experts=8,
+            num_experts_per_tok=2,
+            n_shared_experts=1,
+            n_group=2,
+            topk_group=1,
+            routed_scaling_factor=2.0,
+            attention_bias=True,
             tie_word_embeddings=False,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
         )
@@ -1884,7 +1999,7 @@ def perturb(model, seed: int) -> None:
             # A score-correction bias is a buffer of zeros (MiniMax-M2, ERNIE 4.5 MoE, Solar
             # Open, DeepSeek-V3 and its kin): moved off zero, it shifts which experts are picked, so a build that
             # ignores it fails.
-            if name.endswith("e_score_correction_bias"):
+            if name.endswith("e_score_correction_bias") and model.config.model_type not in UNCORRECTED:
                 scale = 0.1 if model.config.model_type in DEEPSEEK_ROUTED else 0.15
                 buf.copy_(scale * torch.randn(buf.shape, generator=g, dtype=torch.float32))
 
@@ -1986,6 +2101,10 @@ def rewrite_config_v4(path: Path) -> None:
             out["rotary_pct"] = rp.pop("partial_rotary_factor")
             assert rp.get("rope_type", "default") == "default", rp
             out["rope_scaling"] = None
+        elif k in ("n_routed_experts", "n_shared_experts", "attention_bias") and cfg.get("model_type") == "sarvam_moe":
+            # The original Sarvam config's names (transformers' attribute_map reads them).
+            out[{"n_routed_experts": "num_experts", "n_shared_experts": "num_shared_experts",
+                 "attention_bias": "use_qkv_bias"}[k]] = v
         elif k in ("n_routed_experts", "n_shared_experts") and cfg.get("model_type") == "sarvam_mla":
             # The original Sarvam config's names (transformers maps them back).
             out[{"n_routed_experts": "num_experts", "n_shared_experts": "num_shared_experts"}[k]] = v
@@ -2147,6 +2266,11 @@ FIXTURES = {
     "glm4_moe_lite": (5900, "f32", "v5", None),
     "dots1": (6100, "f32", "v5", None),
     "sarvam_mla": (6200, "f32", "v4", None),
+    "sarvam_moe": (6250, "f32", "v4", None),
+    "param2moe": (6260, "f32", "v5", None),
+    "hy_v3": (6270, "f32", "v5", None),
+    "minicpm5_moe": (6280, "f32", "v5", None),
+    "axk1": (6290, "f32", "v5", None),
     "dbrx": (6400, "f32", "v5", None),
 }
 

@@ -332,6 +332,13 @@ pub struct HfConfig {
     pub topk_method: Option<String>,
     /// `routed_scaling_factor` (DeepSeek: the multiplier of the routing weights).
     pub routed_scaling_factor: Option<f64>,
+    /// `moe_layer_freq` (A.X-K1: of the layers from `first_k_dense_replace` on, those whose index
+    /// it divides have experts).
+    pub moe_layer_freq: Option<i64>,
+    /// `use_gated_attention` (MiniCPM5-MoE: must not be false, its attention is gated).
+    pub use_gated_attention: Option<bool>,
+    /// `router_scaling_factor` (HY-V3: the multiplier of the renormalised routing weights).
+    pub router_scaling_factor: Option<f64>,
     /// `first_k_dense_replace` (DeepSeek: the leading layers with a dense MLP).
     pub first_k_dense_replace: Option<i64>,
     /// `mlp_layer_types` (Mellum, glm4_moe_lite: `dense` or `sparse`, the MLP of each layer).

@@ -373,6 +373,22 @@ pub trait Family {
         linear(b, y, &format!("{attn}.{proj}"), q, h, cfg.o_bias, dtype)
     }
 
+    /// The attention's output from its result `y` (module `attn`) and its input `x`: by
+    /// default [`Family::o_proj`] of `y`; a family whose attention gates its result by a
+    /// projection of `x` (MiniCPM5-MoE) multiplies the gate in first.
+    #[allow(clippy::too_many_arguments)]
+    fn attention_output(
+        &self,
+        b: &mut GraphBuilder,
+        cfg: &ArchConfig,
+        _x: &str,
+        y: &str,
+        attn: &str,
+        dtype: DType,
+    ) -> String {
+        self.o_proj(b, cfg, y, attn, dtype)
+    }
+
     /// The MLP of module `mlp` (`….layers.{i}.mlp`).
     fn mlp(
         &self,
@@ -695,7 +711,7 @@ impl Layer<'_> {
         let (cfg, family, dtype) = (self.cfg, self.family, self.dtype);
         let [q, k, v] = family.attention_qkv(b, cfg, x, attn, i, self.rotary, spec, dtype);
         let y = family.attention_core(b, cfg, self.io, [&q, &k, &v], spec, attn, dtype);
-        family.o_proj(b, cfg, &y, attn, dtype)
+        family.attention_output(b, cfg, x, &y, attn, dtype)
     }
 }
 

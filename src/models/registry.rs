@@ -88,6 +88,11 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &super::minicpm3::FAMILY,
     &super::youtu::FAMILY,
     &super::glm4_moe::FAMILY,
+    &super::sarvam_moe::FAMILY,
+    &super::param2moe::FAMILY,
+    &super::hy_v3::FAMILY,
+    &super::minicpm5_moe::FAMILY,
+    &super::axk1::FAMILY,
     &super::dots1::FAMILY,
     &super::dbrx::FAMILY,
     &super::diffllama::FAMILY,
@@ -166,18 +171,28 @@ pub fn markdown_table() -> String {
 
 /// The registry as the README's short list: each family in bold, followed by the `model_type`s
 /// it answers to unless that is its name alone, families separated by ` · `, words wrapped
-/// into lines of at most 100 characters (`mobius list models --markdown --short` prints it).
+/// into lines of at most 100 characters, never between a family's name and its first model
+/// type (`mobius list models --markdown --short` prints it).
 pub fn markdown_short_list() -> String {
     const WIDTH: usize = 100;
     let mut words: Vec<String> = Vec::new();
     for (i, family) in FAMILIES.iter().enumerate() {
         let names: Vec<&str> = family.model_types.iter().map(|t| t.name).collect();
-        words.push(format!("**{}**", family.name));
-        if names != [family.name] {
+        let bold = format!("**{}**", family.name);
+        if names == [family.name] {
+            words.push(bold);
+        } else {
+            // The bold name and the first model type stay on one line.
             let last = names.len() - 1;
-            words.extend(names.iter().enumerate().map(|(j, n)| match j == last {
-                true => n.to_string(),
-                false => format!("{n},"),
+            words.extend(names.iter().enumerate().map(|(j, n)| {
+                let n = match j == last {
+                    true => n.to_string(),
+                    false => format!("{n},"),
+                };
+                match j {
+                    0 => format!("{bold} {n}"),
+                    _ => n,
+                }
             }));
         }
         if i + 1 < FAMILIES.len() {

@@ -462,8 +462,9 @@ LEFT_OUT = [(name, ep, dtype) for name in NAMES for ep, dtype in builds_of(name)
 # 575 with marian and pegasus, roformer and trocr (on the reduced matrix: 2 each); 581 with
 # exaone_moe (6); 587 with cohere2_moe (6); 593 with youtu (6); 599 with apertus1p5_text (6).
 # doge's dynamic mask never fuses (599 still); 605 with jetmoe (6); 611 with
-# modernbert-decoder (6); 613 with roc_bert (on the reduced matrix: 2).
-LEFT_OUT_COUNT = 613
+# modernbert-decoder (6); 613 with roc_bert (on the reduced matrix: 2); 625 with sarvam_moe and
+# param2moe (6 each); 631 with hy_v3 (6); 637 with minicpm5_moe (6); 643 with axk1 (6).
+LEFT_OUT_COUNT = 643
 per_left_padded_build = pytest.mark.parametrize(
     "name,ep,dtype", LEFT_PADDED, ids=[f"{n}-{e or 'noflag'}-{d}" for n, e, d in LEFT_PADDED]
 )
@@ -665,7 +666,8 @@ GENAI_TYPES.update({t: "decoder" for t in ("bert", "roberta", "camembert", "xlm-
 GENAI_TYPES.update({"deepseek_v2": "decoder", "deepseek_v3": "decoder", "minicpm3": "decoder"})
 GENAI_TYPES.update({"youtu": "decoder", "apertus1p5_text": "decoder"})
 GENAI_TYPES.update({"glm4_moe": "decoder", "glm4_moe_lite": "decoder", "dots1": "decoder"})
-GENAI_TYPES.update({"sarvam_mla": "decoder"})
+GENAI_TYPES.update({"sarvam_mla": "decoder", "sarvam_moe": "decoder", "param2moe": "decoder"})
+GENAI_TYPES.update({"hy_v3": "decoder", "minicpm5_moe": "decoder", "axk1": "decoder"})
 GENAI_TYPES.update({"diffllama": "decoder", "solar_open": "decoder"})
 GENAI_TYPES.update({"exaone_moe": "decoder", "cohere2_moe": "decoder"})
 GENAI_TYPES.update({"doge": "decoder", "jetmoe": "decoder", "modernbert-decoder": "decoder"})

@@ -11,7 +11,7 @@ higher expert index first, the lower), so the forms agree exactly when no token'
 phimoe's sparsemixer routing is not what the kernel computes, nor is the score-corrected routing
 of ernie4_5_moe and minimax_m2 (the top-k picked on the scores plus a per-expert bias), nor are
 DeepSeek's group-limited routers (deepseek_v2, deepseek_v3, sarvam_mla, glm4_moe, glm4_moe_lite,
-dots1), whose margins are measured here too: their blocks stay standard ops.
+dots1, sarvam_moe, param2moe, hy_v3, minicpm5_moe, axk1), whose margins are measured here too: their blocks stay standard ops.
 """
 
 from __future__ import annotations
@@ -151,9 +151,11 @@ def test_sparsemixer_blocks_stay_standard(built, ep, dtype):
 
 
 # DeepSeek's group-limited routers (sigmoid or softmax scores, a correction bias, groups; also
-# sarvam_mla's, glm4_moe's, glm4_moe_lite's and dots1's) are not what the kernel computes: their
+# sarvam_mla's, glm4_moe's, glm4_moe_lite's, dots1's, sarvam_moe's, param2moe's, hy_v3's (one
+# group), minicpm5_moe's and axk1's) are not what the kernel computes: their
 # blocks stay standard ops on every EP.
-GROUPED = ["deepseek_v2", "deepseek_v3", "glm4_moe", "glm4_moe_lite", "dots1", "sarvam_mla"]
+GROUPED = ["deepseek_v2", "deepseek_v3", "glm4_moe", "glm4_moe_lite", "dots1", "sarvam_mla", "sarvam_moe",
+           "param2moe", "hy_v3", "minicpm5_moe", "axk1"]
 
 
 def grouped_moe_layers(name: str) -> int:
@@ -169,7 +171,7 @@ def router_selections(name: str) -> int:
     """Selections per MoE layer: the kept groups (where fewer than all are kept), the experts."""
     cfg = load_config(FIXTURES_DIR / name)
     limited = cfg.get("topk_method", "group_limited_greedy") == "group_limited_greedy"
-    return 1 + int(limited and cfg["topk_group"] < cfg["n_group"])
+    return 1 + int(limited and cfg.get("topk_group", 1) < cfg.get("n_group", 1))
 
 
 @pytest.mark.parametrize("ep,dtype", FUSED, ids=[f"{e or 'noflag'}-{d}" for e, d in FUSED])
