@@ -54,6 +54,8 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (
     Lfm2Config,
     Lfm2ForCausalLM,
+    Mamba2Config,
+    Mamba2ForCausalLM,
     ApertusConfig,
     ApertusForCausalLM,
     Apertus1p5TextConfig,
@@ -294,7 +296,7 @@ ZERO_PAD_ROW = {"youtu"}
 # reference.json says task "hybrid-text-generation" (tests/ort/test_hybrid.py) and adds
 # "decode_steps", the logits of HYBRID_DECODE_STEPS greedy tokens fed one at a time with
 # transformers' cache after the prompt.
-HYBRID = {"lfm2"}
+HYBRID = {"lfm2", "mamba2"}
 HYBRID_DECODE_STEPS = 8
 
 DIMS = dict(
@@ -847,6 +849,28 @@ def make_config(kind: str, vocab: int, ids: dict):
             block_multiple_of=48,
             layer_types=["conv", "full_attention", "conv", "full_attention"],
             rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+        )
+    if kind == "mamba2":
+        # Selective state-space layers only (no attention, no MLP): 8 SSM heads of 16 channels
+        # in 2 groups (B and C shared by 4 heads each), state 16, conv kernel 4, biases on;
+        # chunk_size 8 so that transformers' chunked prefill crosses a chunk boundary.
+        return Mamba2ForCausalLM, Mamba2Config(
+            hidden_size=64,
+            num_hidden_layers=3,
+            num_heads=8,
+            head_dim=16,
+            expand=2,
+            state_size=16,
+            n_groups=2,
+            conv_kernel=4,
+            chunk_size=8,
+            use_bias=True,
+            use_conv_bias=True,
+            layer_norm_epsilon=1e-5,
+            residual_in_fp32=True,
+            tie_word_embeddings=False,
+            vocab_size=vocab,
+            **ids,
         )
     if kind == "qwen3":
         return Qwen3ForCausalLM, Qwen3Config(
@@ -2189,6 +2213,7 @@ FIXTURES = {
     "phi": (6000, "f32", "v4", None),
     "qwen3": (5000, "f32", "v5", None),
     "lfm2": (6500, "f32", "v5", None),
+    "mamba2": (6600, "f32", "v5", None),
     "smollm3": (6000, "f32", "v4", None),
     "granite": (7000, "f32", "v5", None),
     "olmo2": (8000, "f32", "v5", None),

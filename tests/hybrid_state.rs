@@ -1,7 +1,8 @@
-//! Hybrid decoders through the reference interpreter (no onnxruntime): the lfm2 fixture's
-//! portable graph and its cpu (GroupQueryAttention) graph give transformers' prefill logits,
-//! then those of 8 decode steps of one token each fed the returned conv states
-//! (`present.{i}.conv` → `past.{i}.conv`) and KV caches (f32 ≤ 1e-4; docs/recurrent.md).
+//! Hybrid decoders through the reference interpreter (no onnxruntime): the lfm2 and mamba2
+//! fixtures' portable graphs and their cpu graphs (lfm2's with GroupQueryAttention) give
+//! transformers' prefill logits, then those of 8 decode steps of one token each fed the
+//! returned conv and SSM states (`present.{i}.conv` → `past.{i}.conv`, `present.{i}.ssm` →
+//! `past.{i}.ssm`) and KV caches (f32 ≤ 1e-4; docs/recurrent.md).
 
 mod common;
 
@@ -41,33 +42,14 @@ fn check_decode_loop(name: &str, graph: &Graph) {
     let reference: Value =
         serde_json::from_slice(&std::fs::read(fixture(name).join("reference.json")).unwrap())
             .unwrap();
-    let cfg = fixture_config(name);
     let store = fixture_weights(name);
-    let conv_layers: Vec<bool> = load_json(name)["layer_types"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t == "conv")
-        .collect();
-    let (h, kv, d) = (cfg.hidden_size, cfg.num_key_value_heads, cfg.head_dim);
     let mut state = HashMap::new();
-    for (i, &conv) in conv_layers.iter().enumerate() {
-        if conv {
-            let width = graph_conv_width(graph, i);
-            let zeros = vec![0.0; h * width];
-            state.insert(
-                format!("past.{i}.conv"),
-                Tensor::float(DType::F32, vec![1, h, width], zeros),
-            );
-        } else {
-            for part in ["key", "value"] {
-                state.insert(
-                    format!("past_key_values.{i}.{part}"),
-                    Tensor::float(DType::F32, vec![1, kv, 0, d], vec![]),
-                );
-            }
-        }
+    for input in graph.inputs.iter().filter(|v| v.name.starts_with("past")) {
+        let shape = empty_state_shape(&input.name, &input.shape.0);
+        let zeros = vec![0.0; shape.iter().product()];
+        state.insert(input.name.clone(), Tensor::float(DType::F32, shape, zeros));
     }
+    assert!(!state.is_empty(), "{name}: no state inputs");
     let prompt = ints(&reference["input_ids"]);
     let steps = &reference["decode_steps"];
     let mut calls = vec![(prompt.clone(), floats(&reference["logits"]))];
@@ -100,7 +82,7 @@ fn check_decode_loop(name: &str, graph: &Graph) {
             .into_iter()
             .filter_map(|(k, v)| {
                 let rest = k.strip_prefix("present.")?;
-                let name = match rest.ends_with(".conv") {
+                let name = match rest.ends_with(".conv") || rest.ends_with(".ssm") {
                     true => format!("past.{rest}"),
                     false => format!("past_key_values.{rest}"),
                 };
@@ -110,21 +92,17 @@ fn check_decode_loop(name: &str, graph: &Graph) {
     }
 }
 
-/// The last dim of graph input `past.{i}.conv`.
-fn graph_conv_width(graph: &Graph, i: usize) -> usize {
-    let input = graph
-        .inputs
-        .iter()
-        .find(|v| v.name == format!("past.{i}.conv"))
-        .unwrap_or_else(|| panic!("no input past.{i}.conv"));
-    match input.shape.0.last() {
-        Some(mobius::ir::Dim::Fixed(n)) => *n as usize,
-        other => panic!("past.{i}.conv: last dim {other:?}"),
-    }
-}
-
-fn load_json(name: &str) -> Value {
-    serde_json::from_slice(&std::fs::read(fixture(name).join("config.json")).unwrap()).unwrap()
+/// The shape of state input `name` before the first call: batch 1, an empty KV cache, the
+/// fixed dims of a conv or SSM state.
+fn empty_state_shape(name: &str, dims: &[mobius::ir::Dim]) -> Vec<usize> {
+    dims.iter()
+        .map(|d| match d {
+            mobius::ir::Dim::Fixed(n) => *n as usize,
+            mobius::ir::Dim::Sym(s) if s == "batch" => 1,
+            mobius::ir::Dim::Sym(s) if s == "past_sequence_len" => 0,
+            other => panic!("{name}: dim {other:?}"),
+        })
+        .collect()
 }
 
 #[test]
@@ -133,4 +111,12 @@ fn lfm2_decode_loop_through_the_interpreter() {
     let portable = build_model(&cfg, DType::F32).unwrap();
     check_decode_loop("lfm2", &portable.graph);
     check_decode_loop("lfm2", &optimized(&cfg, "cpu", DType::F32));
+}
+
+#[test]
+fn mamba2_decode_loop_through_the_interpreter() {
+    let cfg = fixture_config("mamba2");
+    let portable = build_model(&cfg, DType::F32).unwrap();
+    check_decode_loop("mamba2", &portable.graph);
+    check_decode_loop("mamba2", &optimized(&cfg, "cpu", DType::F32));
 }

@@ -365,6 +365,20 @@ pub struct HfConfig {
     /// it; `null` for none).
     #[serde(default, deserialize_with = "present")]
     pub dim_model_base: Option<Value>,
+    /// `state_size` (Mamba2: the SSM state per head and channel).
+    pub state_size: Option<i64>,
+    /// `n_groups` (Mamba2: groups of heads sharing the SSM's `B` and `C`).
+    pub n_groups: Option<i64>,
+    /// `expand` (Mamba2: the mixer's width over `hidden_size`).
+    pub expand: Option<i64>,
+    /// `conv_kernel` (Mamba2: the kernel width of its convolution).
+    pub conv_kernel: Option<i64>,
+    /// `use_conv_bias` (Mamba2: a bias on its convolution).
+    pub use_conv_bias: Option<bool>,
+    /// `time_step_limit` (Mamba2: the clamp of the time steps; Python writes its default as
+    /// `[0.0, Infinity]`, read as `[0.0, "Infinity"]`).
+    #[serde(default, deserialize_with = "present")]
+    pub time_step_limit: Option<Value>,
     /// `conv_L_cache` (LFM2: the kernel width of its short convolutions).
     #[serde(rename = "conv_L_cache")]
     pub conv_l_cache: Option<i64>,

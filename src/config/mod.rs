@@ -349,8 +349,13 @@ fn in_vocab(f: &Fields<'_>, field: &str, ids: &[i64], vocab_size: usize) -> Resu
 
 impl HfConfig {
     /// Parses config.json bytes; `path` is used in error messages only.
+    /// The bare `Infinity`, `-Infinity` and `NaN` Python's json module writes (transformers'
+    /// Mamba2 `time_step_limit` is `[0.0, Infinity]`) are read as the strings `"Infinity"`,
+    /// `"-Infinity"` and `"NaN"`: a field that accepts them says so, any other refuses them
+    /// as it refuses a string.
     pub fn parse(bytes: &[u8], path: &Path) -> Result<HfConfig> {
-        serde_json::from_slice(bytes).map_err(|e| fields::json_error(bytes, path, &e))
+        let bytes = quote_non_finite(bytes);
+        serde_json::from_slice(&bytes).map_err(|e| fields::json_error(&bytes, path, &e))
     }
 
     /// The `model_type` it names (an error naming config.json's field when missing).
@@ -361,6 +366,42 @@ impl HfConfig {
                 "missing (expected a string such as \"llama\")",
             )
         })
+    }
+}
+
+/// `bytes` with every bare `Infinity`, `-Infinity` and `NaN` token outside strings quoted
+/// (borrowed unchanged when there is none).
+fn quote_non_finite(bytes: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    const TOKENS: [&[u8]; 3] = [b"-Infinity", b"Infinity", b"NaN"];
+    let mut out: Option<Vec<u8>> = None;
+    let (mut in_string, mut escaped, mut i) = (false, false, 0);
+    while i < bytes.len() {
+        let c = bytes[i];
+        if in_string {
+            (in_string, escaped) = match (escaped, c) {
+                (true, _) => (true, false),
+                (false, b'\\') => (true, true),
+                (false, b'"') => (false, false),
+                _ => (true, false),
+            };
+        } else if c == b'"' {
+            in_string = true;
+        } else if let Some(t) = TOKENS.iter().find(|t| bytes[i..].starts_with(t)) {
+            let out = out.get_or_insert_with(|| bytes[..i].to_vec());
+            out.push(b'"');
+            out.extend_from_slice(t);
+            out.push(b'"');
+            i += t.len();
+            continue;
+        }
+        if let Some(out) = out.as_mut() {
+            out.push(c);
+        }
+        i += 1;
+    }
+    match out {
+        Some(out) => std::borrow::Cow::Owned(out),
+        None => std::borrow::Cow::Borrowed(bytes),
     }
 }
 

@@ -466,3 +466,18 @@ fn a_sliding_window_pattern_that_is_no_count_is_named() {
         );
     }
 }
+
+#[test]
+fn non_finite_tokens_are_quoted_outside_strings_only() {
+    let raw = br#"{"a": [0.0, Infinity, -Infinity, NaN], "b": "NaN \" Infinity"}"#;
+    let quoted = super::quote_non_finite(raw);
+    assert_eq!(
+        std::str::from_utf8(&quoted).unwrap(),
+        r#"{"a": [0.0, "Infinity", "-Infinity", "NaN"], "b": "NaN \" Infinity"}"#
+    );
+    let plain = br#"{"b": "Infinity"}"#;
+    assert!(matches!(
+        super::quote_non_finite(plain),
+        std::borrow::Cow::Borrowed(_)
+    ));
+}

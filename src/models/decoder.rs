@@ -4,16 +4,19 @@
 //! (pre-norm RMSNorm layers, SiLU-gated MLP, `model.*` checkpoint names). A layer for which
 //! [`Family::short_conv`] names a convolution mixes its tokens with the gated short
 //! convolution of [`gated_short_conv`] instead of attention, and carries that convolution's
-//! state in place of a KV cache ([`LayerCache`]).
+//! state in place of a KV cache ([`LayerCache`]); a layer for which [`Family::ssm_mixer`]
+//! names a Mamba2 mixer is that mixer alone ([`mamba2_mixer`] of module `{layer}.mixer`, then
+//! the residual add; no MLP) and carries its conv and SSM states.
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
 
 use super::components::{
-    alibi_bias, gated_mlp, gated_short_conv, hybrid_decoder_io, linear, padding_mask,
-    per_head_norm, present_conv_name, rope_tables, rotary_embedding, sliding_window_mask,
-    soft_capped_attention, AttentionSpec, ConvState, DecoderDims, DecoderInputs, GateActivation,
-    LayerCache, LayerPast, Norm, NormKind, RopeTables, ShortConv,
+    alibi_bias, gated_mlp, gated_short_conv, hybrid_decoder_io, linear, mamba2_mixer, padding_mask,
+    per_head_norm, present_conv_name, present_ssm_name, rope_tables, rotary_embedding,
+    sliding_window_mask, soft_capped_attention, AttentionSpec, ConvState, DecoderDims,
+    DecoderInputs, GateActivation, LayerCache, LayerPast, Mamba2Mixer, Norm, NormKind, RopeTables,
+    ShortConv, SsmState,
 };
 use crate::config::{ArchConfig, CheckpointRenaming, FamilyKnobs, Rope};
 use crate::ir::{Attr, DType, Graph, GraphBuilder, Initializer, TensorSource};
@@ -305,6 +308,12 @@ pub trait Family {
         None
     }
 
+    /// The Mamba2 mixer that is all of layer `i` (its pre-norm, the mixer, the residual add),
+    /// or `None` (the default) for a layer of attention or short convolution and an MLP.
+    fn ssm_mixer(&self, _cfg: &ArchConfig, _i: usize) -> Option<Mamba2Mixer> {
+        None
+    }
+
     /// The form of [`Family::qk_norm`]'s default.
     fn qk_norm_kind(&self, _cfg: &ArchConfig) -> QkNorm {
         QkNorm::Off
@@ -524,10 +533,13 @@ pub fn build(cfg: &ArchConfig, dtype: DType, family: &dyn Family) -> Graph {
         ..DecoderDims::of(cfg)
     };
     let caches: Vec<LayerCache> = (0..cfg.num_hidden_layers)
-        .map(|i| match family.short_conv(cfg, i) {
-            Some(conv) => LayerCache::Conv(conv),
-            None => LayerCache::Kv,
-        })
+        .map(
+            |i| match (family.ssm_mixer(cfg, i), family.short_conv(cfg, i)) {
+                (Some(mixer), _) => LayerCache::Ssm(mixer),
+                (None, Some(conv)) => LayerCache::Conv(conv),
+                (None, None) => LayerCache::Kv,
+            },
+        )
         .collect();
     let io = hybrid_decoder_io(&mut b, dims, dtype, &caches);
 
@@ -563,7 +575,7 @@ pub fn build(cfg: &ArchConfig, dtype: DType, family: &dyn Family) -> Graph {
 
     let token_mask = caches
         .iter()
-        .any(|c| matches!(c, LayerCache::Conv(_)))
+        .any(|c| matches!(c, LayerCache::Conv(_) | LayerCache::Ssm(_)))
         .then(|| token_mask(&mut b, &io, dtype));
 
     let layer = Layer {
@@ -656,6 +668,22 @@ impl Layer<'_> {
                     None => attn_in.clone(),
                 };
                 gated_short_conv(b, &masked, &format!("{p}.conv"), *conv, state, dtype)
+            }
+            LayerPast::Ssm { conv, ssm, mixer } => {
+                let (conv_out, ssm_out) = (present_conv_name(i), present_ssm_name(i));
+                let state = SsmState {
+                    conv: ConvState {
+                        past: conv,
+                        present: &conv_out,
+                    },
+                    past: ssm,
+                    present: &ssm_out,
+                };
+                let mask = self.token_mask.expect("a Mamba2 layer has a token mask");
+                let mixer_module = format!("{p}.mixer");
+                let o = mamba2_mixer(b, &attn_in, &mixer_module, *mixer, state, mask, dtype);
+                // A Mamba2 block is its mixer alone: no MLP.
+                return b.op("Add", &[x, &o], vec![]);
             }
         };
         if family.parallel_blocks() {

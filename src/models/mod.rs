@@ -63,6 +63,7 @@ pub mod jais2;
 pub mod jetmoe;
 pub mod lfm2;
 pub mod llama;
+pub mod mamba2;
 pub mod mellum;
 pub mod minicpm3;
 pub mod minicpm5_moe;

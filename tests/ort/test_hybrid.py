@@ -1,10 +1,13 @@
 """Hybrid decoders (reference.json task "hybrid-text-generation": LFM2's short-convolution
-layers beside attention) built by `mobius build` and run through onnxruntime and
+layers beside attention, Mamba2's selective state-space layers) built by `mobius build` and run through onnxruntime and
 onnxruntime-genai against transformers (scripts/make_fixtures.py).
 
 A `conv` layer carries its conv state instead of a KV cache: graph input `past.{i}.conv` and
 output `present.{i}.conv`, `[batch, hidden, conv_L_cache - 1]` in the model dtype
-(onnxruntime-genai 0.18's names for lfm2; docs/recurrent.md). Every build in BUILDS must give
+(onnxruntime-genai 0.18's names for lfm2; docs/recurrent.md). A Mamba2 layer carries its conv
+state `past.{i}.conv` (`[batch, conv_dim, conv_kernel - 1]`) and its SSM state `past.{i}.ssm`
+(`[batch, num_heads, head_dim, state_size]`); onnxruntime-genai 0.18 runs no Mamba2, so its
+package has no genai_config.json. Every build in BUILDS must give
 transformers' prefill logits, then those of 8 decode steps fed one token at a time with the
 returned state and KV cache, within TOL; onnxruntime-genai's greedy tokens must be
 transformers'.
@@ -38,15 +41,31 @@ GENAI_TYPES = {"lfm2": "lfm2"}
 
 
 def layer_types(name: str) -> list[str]:
-    """Per layer, `conv` or `full_attention`, as config.json says."""
-    return load_config(FIXTURES_DIR / name)["layer_types"]
+    """Per layer, `conv` or `full_attention` as config.json says (LFM2), or `mamba` (every
+    Mamba2 layer)."""
+    cfg = load_config(FIXTURES_DIR / name)
+    if cfg["model_type"] == "mamba2":
+        return ["mamba"] * cfg["num_hidden_layers"]
+    return cfg["layer_types"]
+
+
+def is_mamba2(name: str) -> bool:
+    return load_config(FIXTURES_DIR / name)["model_type"] == "mamba2"
 
 
 def dims(name: str) -> dict:
     cfg = load_config(FIXTURES_DIR / name)
+    if is_mamba2(name):
+        inner = cfg["num_heads"] * cfg["head_dim"]
+        return {
+            "conv": inner + 2 * cfg["n_groups"] * cfg["state_size"],
+            "state": cfg["conv_kernel"] - 1,
+            "ssm": [cfg["num_heads"], cfg["head_dim"], cfg["state_size"]],
+            "vocab": cfg["vocab_size"],
+        }
     heads = cfg["num_attention_heads"]
     return {
-        "hidden": cfg["hidden_size"],
+        "conv": cfg["hidden_size"],
         "kv_heads": cfg.get("num_key_value_heads", heads),
         "head_dim": cfg.get("head_dim") or cfg["hidden_size"] // heads,
         "state": cfg.get("conv_L_cache", 3) - 1,
@@ -54,14 +73,32 @@ def dims(name: str) -> dict:
     }
 
 
+def state_shapes(name: str, batch, past, total) -> tuple[dict, dict]:
+    """Per state input and output, its shape (`batch`, `past`, `total` the symbolic dims)."""
+    d = dims(name)
+    ins, outs = {}, {}
+    for i, kind in enumerate(layer_types(name)):
+        if kind in ("conv", "mamba"):
+            ins[f"past.{i}.conv"] = outs[f"present.{i}.conv"] = [batch, d["conv"], d["state"]]
+        if kind == "mamba":
+            ins[f"past.{i}.ssm"] = outs[f"present.{i}.ssm"] = [batch, *d["ssm"]]
+        if kind == "full_attention":
+            for part in ("key", "value"):
+                ins[f"past_key_values.{i}.{part}"] = [batch, d["kv_heads"], past, d["head_dim"]]
+                outs[f"present.{i}.{part}"] = [batch, d["kv_heads"], total, d["head_dim"]]
+    return ins, outs
+
+
 def empty_state(name: str, dtype: str, batch: int) -> dict:
-    """Zero conv states and empty KV caches: the state before the first call."""
+    """Zero conv and SSM states and empty KV caches: the state before the first call."""
     d, np_dtype = dims(name), NP_DTYPES[dtype]
     feed = {}
     for i, kind in enumerate(layer_types(name)):
-        if kind == "conv":
-            feed[f"past.{i}.conv"] = np.zeros((batch, d["hidden"], d["state"]), np_dtype)
-        else:
+        if kind in ("conv", "mamba"):
+            feed[f"past.{i}.conv"] = np.zeros((batch, d["conv"], d["state"]), np_dtype)
+        if kind == "mamba":
+            feed[f"past.{i}.ssm"] = np.zeros((batch, *d["ssm"]), np_dtype)
+        if kind == "full_attention":
             kv = np.zeros((batch, d["kv_heads"], 0, d["head_dim"]), np_dtype)
             feed[f"past_key_values.{i}.key"] = kv
             feed[f"past_key_values.{i}.value"] = kv
@@ -77,7 +114,7 @@ def step(sess, ids, mask, pos, state: dict):
     outs = dict(zip(names, sess.run(None, feed)))
     nxt = {}
     for k, v in outs.items():
-        if k.startswith("present.") and k.endswith(".conv"):
+        if k.startswith("present.") and k.endswith((".conv", ".ssm")):
             nxt["past." + k[len("present."):]] = v
         elif k.startswith("present."):
             nxt["past_key_values." + k[len("present."):]] = v
@@ -85,7 +122,7 @@ def step(sess, ids, mask, pos, state: dict):
 
 
 def test_hybrid_fixtures_exist():
-    assert "lfm2" in NAMES, NAMES
+    assert {"lfm2", "mamba2"} <= set(NAMES), NAMES
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -96,7 +133,8 @@ def test_reference_is_consistent(name):
     assert steps["input_ids"] == ref["greedy_tokens"][:8]
     assert [int(np.argmax(row)) for row in steps["logits"]] == ref["greedy_tokens"][1:9]
     assert int(np.argmax(ref["logits"][-1])) == ref["greedy_tokens"][0]
-    assert set(layer_types(name)) == {"conv", "full_attention"}, layer_types(name)
+    kinds = {"mamba"} if is_mamba2(name) else {"conv", "full_attention"}
+    assert set(layer_types(name)) == kinds, layer_types(name)
 
 
 @per_build
@@ -107,19 +145,13 @@ def test_onnx_checker(built, name, ep, dtype):
 @per_build
 def test_state_contract(built, name, ep, dtype):
     """Graph inputs and outputs per layer kind (names, dtypes, shapes), and genai_config.json
-    naming them as onnxruntime-genai's own lfm2 builder does."""
+    naming them as onnxruntime-genai's own lfm2 builder does (none for Mamba2, which
+    onnxruntime-genai 0.18 does not run)."""
     out = built("fixture", name, dtype, ep)
     model = onnx.load(str(out / "model.onnx"), load_external_data=False)
     d, elem = dims(name), ELEM[dtype]
-    want_in, want_out = {}, {"logits": ["batch", "sequence_len", d["vocab"]]}
-    for i, kind in enumerate(layer_types(name)):
-        if kind == "conv":
-            want_in[f"past.{i}.conv"] = ["batch", d["hidden"], d["state"]]
-            want_out[f"present.{i}.conv"] = ["batch", d["hidden"], d["state"]]
-        else:
-            for part in ("key", "value"):
-                want_in[f"past_key_values.{i}.{part}"] = ["batch", d["kv_heads"], DIM_PARAMS["PAST"], d["head_dim"]]
-                want_out[f"present.{i}.{part}"] = ["batch", d["kv_heads"], DIM_PARAMS["TOTAL"], d["head_dim"]]
+    want_in, outs = state_shapes(name, "batch", DIM_PARAMS["PAST"], DIM_PARAMS["TOTAL"])
+    want_out = {"logits": ["batch", "sequence_len", d["vocab"]], **outs}
     inputs = {v.name: v for v in model.graph.input if v.name not in {"input_ids", "attention_mask", "position_ids"}}
     outputs = {v.name: v for v in model.graph.output}
     assert list(inputs) == list(want_in), list(inputs)
@@ -129,6 +161,9 @@ def test_state_contract(built, name, ep, dtype):
             assert got[k].type.tensor_type.elem_type == elem, k
             assert _shape(got[k]) == shape, (k, _shape(got[k]), shape)
 
+    if is_mamba2(name):
+        assert not (out / "genai_config.json").exists()
+        return
     gc = json.loads((out / "genai_config.json").read_text())
     dec = gc["model"]["decoder"]
     assert gc["model"]["type"] == GENAI_TYPES[load_config(FIXTURES_DIR / name)["model_type"]]
@@ -161,9 +196,10 @@ def test_prefill_then_decode_steps(session_for, name, ep, dtype):
     assert logits.dtype == NP_DTYPES[dtype]
     assert_close(logits[0], ref["logits"], TOL[dtype], f"{name} --ep {ep} {dtype} prefill")
     d = dims(name)
+    want_state = state_shapes(name, 1, n, n)[0]
+    assert set(state) == set(want_state), (list(state), list(want_state))
     for k, v in state.items():
-        want = (1, d["hidden"], d["state"]) if k.endswith(".conv") else (1, d["kv_heads"], n, d["head_dim"])
-        assert v.shape == want and v.dtype == NP_DTYPES[dtype], (k, v.shape, v.dtype)
+        assert v.shape == tuple(want_state[k]) and v.dtype == NP_DTYPES[dtype], (k, v.shape, v.dtype)
     steps = ref["decode_steps"]
     for j, (token, want) in enumerate(zip(steps["input_ids"], steps["logits"])):
         total = n + j + 1
@@ -188,7 +224,9 @@ def test_right_padded_batch(session_for, name, ep, dtype):
     assert_close(logits[1, :n], ref["logits"], TOL[dtype], f"{name} --ep {ep} {dtype} unpadded row")
 
 
-GENAI_CASES = [(name, ep, dtype) for name in NAMES for ep, dtype in GENAI_BUILDS]
+# onnxruntime-genai 0.18 has no Mamba2 model type: those packages have no genai_config.json.
+GENAI_NAMES = [name for name in NAMES if load_config(FIXTURES_DIR / name)["model_type"] in GENAI_TYPES]
+GENAI_CASES = [(name, ep, dtype) for name in GENAI_NAMES for ep, dtype in GENAI_BUILDS]
 
 
 @pytest.mark.parametrize("name,ep,dtype", GENAI_CASES, ids=[f"{n}-{e or 'noflag'}-{d}" for n, e, d in GENAI_CASES])
@@ -201,7 +239,7 @@ def test_genai_greedy(built, name, ep, dtype):
     assert genai_greedy(model, ref["input_ids"], len(want)) == want
 
 
-F16_CASES = [(name, ep, "f16") for name in NAMES for ep in [None, *F16_EPS]]
+F16_CASES = [(name, ep, "f16") for name in GENAI_NAMES for ep in [None, *F16_EPS]]
 
 
 @pytest.mark.parametrize("name,ep,dtype", F16_CASES, ids=[f"{n}-{e or 'noflag'}-{d}" for n, e, d in F16_CASES])
@@ -228,8 +266,8 @@ INT4 = [("cpu", True), ("onnx-standard", False)]
 @pytest.mark.parametrize("ep,nbits", INT4, ids=[ep for ep, _ in INT4])
 @pytest.mark.parametrize("name", NAMES)
 def test_int4_quantizes_every_projection(built, name, ep, nbits):
-    """`--quant int4` quantizes every MatMul weight, the short convolutions' in_proj and
-    out_proj included (no float MatMul weight is left), and the prefill logits match the
+    """`--quant int4` quantizes every MatMul weight, the short convolutions' and Mamba2
+    mixers' in_proj and out_proj included (no float MatMul weight is left), and the prefill logits match the
     fake-quantized reference (scripts/make_quant_references.py) within 1e-4."""
     import onnxruntime as ort
 
@@ -240,7 +278,8 @@ def test_int4_quantizes_every_projection(built, name, ep, nbits):
     assert not float_weights, f"MatMul weights left in float: {float_weights}"
     ops = [n.op_type for n in model.graph.node]
     quantized = [n.input[1] for n in model.graph.node if n.op_type == ("MatMulNBits" if nbits else "DequantizeLinear")]
-    for proj in ("conv.in_proj", "conv.out_proj"):
+    mixer = "mixer" if is_mamba2(name) else "conv"
+    for proj in (f"{mixer}.in_proj", f"{mixer}.out_proj"):
         assert any(proj in w for w in quantized), (proj, quantized)
     assert ("MatMulNBits" in ops) == nbits, sorted(set(ops))
     so = ort.SessionOptions()

@@ -4,10 +4,13 @@
 //! Hybrid decoders carry, for a layer whose [`LayerCache`] is a short convolution, its conv
 //! state `past.{i}.conv` → `present.{i}.conv` (`[batch, channels, kernel − 1]`, the model
 //! dtype) instead of that layer's key/value cache: onnxruntime-genai 0.18's names for its
-//! `lfm2` packages (docs/recurrent.md).
+//! `lfm2` packages (docs/recurrent.md). A Mamba2 layer ([`LayerCache::Ssm`]) carries the conv
+//! state of its convolution under the same name and its SSM state `past.{i}.ssm` →
+//! `present.{i}.ssm` (`[batch, heads, head_dim, state]`, the model dtype).
 //! The one place those names are spelled (the encoders reuse [`BATCH`] and [`SEQ`]).
 
 use super::short_conv::ShortConv;
+use super::ssm::Mamba2Mixer;
 use crate::config::ArchConfig;
 use crate::ir::{DType, Dim, GraphBuilder, Shape};
 
@@ -44,22 +47,26 @@ impl DecoderInputs {
     pub fn kv(&self, i: usize) -> (&str, &str) {
         match &self.past[i] {
             LayerPast::Kv { key, value } => (key, value),
-            LayerPast::Conv { .. } => panic!("layer {i} carries a conv state, not a KV cache"),
+            LayerPast::Conv { .. } | LayerPast::Ssm { .. } => {
+                panic!("layer {i} carries a recurrent state, not a KV cache")
+            }
         }
     }
 }
 
 /// What a decoder layer carries from one call to the next.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum LayerCache {
     /// The key/value cache of an attention layer.
     Kv,
     /// The conv state of a short causal convolution: its last `kernel − 1` inputs per channel.
     Conv(ShortConv),
+    /// The conv and SSM states of a Mamba2 mixer.
+    Ssm(Mamba2Mixer),
 }
 
 /// A layer's cache graph inputs.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum LayerPast {
     /// `past_key_values.{i}.key` and `.value`.
     Kv {
@@ -74,6 +81,15 @@ pub enum LayerPast {
         state: String,
         /// The convolution whose state it is.
         conv: ShortConv,
+    },
+    /// `past.{i}.conv` and `past.{i}.ssm`.
+    Ssm {
+        /// The conv state input.
+        conv: String,
+        /// The SSM state input.
+        ssm: String,
+        /// The mixer whose states they are.
+        mixer: Mamba2Mixer,
     },
 }
 
@@ -118,9 +134,19 @@ pub fn present_conv_name(i: usize) -> String {
     format!("present.{i}.conv")
 }
 
+/// The name of layer `i`'s SSM state input.
+pub fn past_ssm_name(i: usize) -> String {
+    format!("past.{i}.ssm")
+}
+
+/// The name of layer `i`'s SSM state output.
+pub fn present_ssm_name(i: usize) -> String {
+    format!("present.{i}.ssm")
+}
+
 /// Declares the decoder inputs and outputs on `b` with layer `i` carrying `caches[i]`
 /// (`caches` holds one entry per layer): per layer, in layer order, its key and value (or its
-/// conv state) after `position_ids`, and the same after `logits`.
+/// conv state, or its conv and SSM states) after `position_ids`, and the same after `logits`.
 pub fn hybrid_decoder_io(
     b: &mut GraphBuilder,
     dims: DecoderDims,
@@ -145,6 +171,14 @@ pub fn hybrid_decoder_io(
             (conv.kernel - 1).into(),
         ])
     };
+    let ssm_shape = |m: Mamba2Mixer| {
+        Shape(vec![
+            Dim::sym(BATCH),
+            m.heads.into(),
+            m.head_dim.into(),
+            m.state.into(),
+        ])
+    };
     let past = caches
         .iter()
         .enumerate()
@@ -156,6 +190,11 @@ pub fn hybrid_decoder_io(
             LayerCache::Conv(conv) => LayerPast::Conv {
                 state: b.input(&past_conv_name(i), dtype, conv_shape(conv)),
                 conv,
+            },
+            LayerCache::Ssm(mixer) => LayerPast::Ssm {
+                conv: b.input(&past_conv_name(i), dtype, conv_shape(mixer.conv())),
+                ssm: b.input(&past_ssm_name(i), dtype, ssm_shape(mixer)),
+                mixer,
             },
         })
         .collect();
@@ -172,6 +211,10 @@ pub fn hybrid_decoder_io(
             }
             LayerCache::Conv(conv) => {
                 b.output(&present_conv_name(i), dtype, conv_shape(conv));
+            }
+            LayerCache::Ssm(mixer) => {
+                b.output(&present_conv_name(i), dtype, conv_shape(mixer.conv()));
+                b.output(&present_ssm_name(i), dtype, ssm_shape(mixer));
             }
         }
     }

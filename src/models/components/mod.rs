@@ -22,6 +22,7 @@ pub mod rope;
 pub mod scalar;
 pub mod short_conv;
 pub mod sink_attention;
+pub mod ssm;
 
 pub use activation::Activation;
 pub use alibi::{alibi_bias, alibi_slopes, ALIBI_BIAS};
@@ -29,8 +30,8 @@ pub use attention::{attention, soft_capped_attention, AttentionSpec};
 pub use clamped_moe::{clamped_moe, ClampedMoe};
 pub use conv1d::{conv1d, conv1d_mlp, Conv1dParams};
 pub use decoder_io::{
-    decoder_io, hybrid_decoder_io, past_conv_name, present_conv_name, DecoderDims, DecoderInputs,
-    LayerCache, LayerPast,
+    decoder_io, hybrid_decoder_io, past_conv_name, past_ssm_name, present_conv_name,
+    present_ssm_name, DecoderDims, DecoderInputs, LayerCache, LayerPast,
 };
 pub use encoder_layer::{EncoderLayer, EncoderNorms, LayerNames};
 pub use fused_qkv::{fused_qkv, head_interleaved_qkv, FusedQkv};
@@ -51,3 +52,4 @@ pub use rope::{named_rope_tables, rope_tables, rotary_embedding, scaled, RopeTab
 pub use scalar::scalar;
 pub use short_conv::{causal_conv_with_state, gated_short_conv, ConvState, ShortConv};
 pub use sink_attention::{causal_mask, sink_attention, sink_logits};
+pub use ssm::{mamba2_mixer, Mamba2Mixer, SsmState};
