@@ -178,6 +178,10 @@ from transformers import (
     SarvamMLAConfig,
     YoutuConfig,
     YoutuForCausalLM,
+    Llama4TextConfig,
+    Llama4ForCausalLM,
+    AfmoeConfig,
+    AfmoeForCausalLM,
     MixtralConfig,
     MixtralForCausalLM,
     MptConfig,
@@ -1678,6 +1682,50 @@ def make_config(kind: str, vocab: int, ids: dict):
             tie_word_embeddings=True,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
         )
+    if kind == "llama4_text":
+        # A RoPE layer (interleaved pairs, weightless q/k norm) attending in chunks of 4 tokens,
+        # with 4 experts 32 wide (top-2 of the sigmoid router, each expert's input scaled by its
+        # score) and the shared expert; then a NoPE layer attending to every key with its q
+        # scaled by the temperature tuning (floor_scale 4: from position 3 on) and a dense MLP
+        # of intermediate_size_mlp. q/k/v/o biases.
+        return Llama4ForCausalLM, Llama4TextConfig(
+            **dict(common, intermediate_size=32),
+            intermediate_size_mlp=96,
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=False,
+            attention_bias=True,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            moe_layers=[0],
+            no_rope_layers=[1, 0],
+            attention_chunk_size=4,
+            attn_temperature_tuning=True,
+            floor_scale=4,
+            attn_scale=0.5,
+        )
+    if kind == "afmoe":
+        # A sliding-window layer (window 4, RoPE) with a dense MLP, then a full-attention NoPE
+        # layer with 4 experts 32 wide (top-2 of the sigmoid scores plus the expert bias,
+        # renormalised, times route_scale 2.5) and one shared expert; sandwich norms, per-head
+        # q/k RMSNorm, sigmoid-gated attention output, q/k/v/o biases, embeddings times
+        # sqrt(hidden) (mup_enabled).
+        return AfmoeForCausalLM, AfmoeConfig(
+            **common,
+            moe_intermediate_size=32,
+            num_dense_layers=1,
+            num_experts=4,
+            num_experts_per_tok=2,
+            num_shared_experts=1,
+            route_scale=2.5,
+            global_attn_every_n_layers=2,
+            sliding_window=4,
+            mup_enabled=True,
+            attention_bias=True,
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
     raise ValueError(kind)
 
 
@@ -2043,6 +2091,8 @@ FIXTURES = {
     "dots1": (6100, "f32", "v5", None),
     "sarvam_mla": (6200, "f32", "v4", None),
     "dbrx": (6400, "f32", "v5", None),
+    "llama4_text": (8400, "f32", "v5", None),
+    "afmoe": (8500, "f32", "v5", None),
 }
 
 

@@ -7,9 +7,9 @@ use std::collections::BTreeMap;
 use std::fmt::Debug;
 
 use super::components::{
-    alibi_bias, decoder_io, gated_mlp, linear, padding_mask, per_head_norm, rope_tables,
-    rotary_embedding, sliding_window_mask, soft_capped_attention, AttentionSpec, DecoderDims,
-    DecoderInputs, GateActivation, Norm, NormKind, RopeTables,
+    alibi_bias, chunked_mask, decoder_io, gated_mlp, linear, padding_mask, per_head_norm,
+    rope_tables, rotary_embedding, sliding_window_mask, soft_capped_attention, AttentionSpec,
+    DecoderDims, DecoderInputs, GateActivation, Norm, NormKind, RopeTables,
 };
 use crate::config::{ArchConfig, CheckpointRenaming, FamilyKnobs, Rope};
 use crate::ir::{Attr, DType, Graph, GraphBuilder, Initializer, TensorSource};
@@ -298,6 +298,14 @@ pub trait Family {
         None
     }
 
+    /// The chunk of layer `i`'s chunked local attention, `None` (the default) where it is not
+    /// chunked: its queries see only the keys of their own chunk of `chunk` valid tokens
+    /// ([`super::components::chunked_mask`], Llama 4). GroupQueryAttention has no such mask, so
+    /// the fusion leaves these layers opset-24 `Attention`.
+    fn layer_chunk(&self, _cfg: &ArchConfig, _i: usize) -> Option<usize> {
+        None
+    }
+
     /// The attention softmax scale.
     fn attention_scale(&self, cfg: &ArchConfig) -> f32 {
         (cfg.head_dim as f32).powf(-0.5)
@@ -483,6 +491,14 @@ pub fn build(cfg: &ArchConfig, dtype: DType, family: &dyn Family) -> Graph {
         }
     }
 
+    let mut chunk_masks = BTreeMap::new();
+    for chunk in (0..cfg.num_hidden_layers).filter_map(|i| family.layer_chunk(cfg, i)) {
+        if let std::collections::btree_map::Entry::Vacant(slot) = chunk_masks.entry(chunk) {
+            let (ids, mask) = (&io.input_ids, &io.attention_mask);
+            slot.insert(chunked_mask(&mut b, &masks[&None], ids, mask, chunk));
+        }
+    }
+
     let layer = Layer {
         cfg,
         family,
@@ -491,6 +507,7 @@ pub fn build(cfg: &ArchConfig, dtype: DType, family: &dyn Family) -> Graph {
         io: &io,
         rotary: &rotary,
         masks: &masks,
+        chunk_masks: &chunk_masks,
     };
     for i in 0..cfg.num_hidden_layers {
         let p = format!("{}.{}.{i}", names.root, names.layers);
@@ -536,6 +553,8 @@ struct Layer<'a> {
     io: &'a DecoderInputs,
     rotary: &'a [RopeTables],
     masks: &'a BTreeMap<Option<usize>, String>,
+    /// The chunked-attention mask of each chunk size a layer uses.
+    chunk_masks: &'a BTreeMap<usize, String>,
 }
 
 impl Layer<'_> {
@@ -546,11 +565,15 @@ impl Layer<'_> {
         let attn_in = self.norm_at(b, x, p, norms.pre_attention);
         let present = (format!("present.{i}.key"), format!("present.{i}.value"));
         let (past_k, past_v) = &self.io.past[i];
+        let mask = match family.layer_chunk(cfg, i) {
+            Some(chunk) => &self.chunk_masks[&chunk],
+            None => &self.masks[&cfg.layer_windows[i]],
+        };
         let spec = AttentionSpec {
             q_heads: cfg.num_attention_heads,
             kv_heads: cfg.num_key_value_heads,
             scale: family.attention_scale(cfg),
-            mask: &self.masks[&cfg.layer_windows[i]],
+            mask,
             past: (past_k, past_v),
             present: (&present.0, &present.1),
         };

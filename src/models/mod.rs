@@ -6,6 +6,7 @@
 //! [`decoder`]. [`registry::FAMILIES`] lists the families, one line each; shared pieces live
 //! in [`components`].
 
+pub mod afmoe;
 pub mod apertus;
 pub mod arcee;
 pub mod assume_llama;
@@ -58,6 +59,7 @@ pub mod internlm3;
 pub mod iquestcoder;
 pub mod jais2;
 pub mod llama;
+pub mod llama4;
 pub mod mellum;
 pub mod minicpm3;
 pub mod minimax_m2;

@@ -92,6 +92,8 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &super::dbrx::FAMILY,
     &super::diffllama::FAMILY,
     &super::solar_open::FAMILY,
+    &super::llama4::FAMILY,
+    &super::afmoe::FAMILY,
     &super::bert::FAMILY,
     &super::bert_lm::FAMILY,
     &super::bart_lm::FAMILY,

@@ -404,6 +404,10 @@ UNFUSED_ATTENTION = {"diffllama"}
 # GroupQueryAttention takes none, so their attention stays Attention (or standard ops) on every
 # EP.
 ALIBI_ATTENTION = {"bloom", "mpt"}
+# model_types whose fixture's full-attention layer stays Attention: a chunked layer (llama4_text's
+# first) keeps the padding mask GroupQueryAttention would replace, so on the one NoPE layer the
+# fusion would add seqlens_k's ops without removing any, and the cost model keeps Attention.
+CHUNKED_ATTENTION = {"llama4_text"}
 
 
 def alibi_attention(name: str) -> bool:
@@ -417,7 +421,8 @@ def gqa_expected(name: str, ep, dtype: str) -> bool:
     `default` EP). Attention with sinks (gpt_oss, the Granite SWAs) becomes GroupQueryAttention with head_sink
     only through the fused-rotary rule (sink-attention-to-gqa); elsewhere it stays in standard
     ops, as differential attention (diffllama) does everywhere. ALiBi attention (bloom, mpt,
-    falcon with alibi) never becomes GroupQueryAttention."""
+    falcon with alibi) never becomes GroupQueryAttention, nor does the llama4_text fixture's
+    (CHUNKED_ATTENTION)."""
     caps = list_eps()[ep or "default"]
     if alibi_attention(name):
         return False
@@ -425,6 +430,7 @@ def gqa_expected(name: str, ep, dtype: str) -> bool:
     sinks = model_type in SINK_ATTENTION
     return (
         model_type not in UNFUSED_ATTENTION
+        and model_type not in CHUNKED_ATTENTION
         and dtype in caps["gqa_dtypes"]
         and (not sinks or caps["supports_fused_rope"])
     )
@@ -454,7 +460,8 @@ LEFT_OUT = [(name, ep, dtype) for name in NAMES for ep, dtype in builds_of(name)
 # solar_open (6); 567 with xglm, ctrl, biogpt, gpt-sw3 and gpt_neox_japanese (6 each);
 # 575 with marian and pegasus, roformer and trocr (on the reduced matrix: 2 each); 581 with
 # exaone_moe (6); 587 with cohere2_moe (6); 593 with youtu (6); 599 with apertus1p5_text (6).
-LEFT_OUT_COUNT = 599
+# llama4_text adds none (CHUNKED_ATTENTION); 605 with afmoe (6).
+LEFT_OUT_COUNT = 605
 per_left_padded_build = pytest.mark.parametrize(
     "name,ep,dtype", LEFT_PADDED, ids=[f"{n}-{e or 'noflag'}-{d}" for n, e, d in LEFT_PADDED]
 )
@@ -655,6 +662,7 @@ GENAI_TYPES.update({t: "decoder" for t in ("bert", "roberta", "camembert", "xlm-
                                            "blenderbot", "blenderbot-small", "marian", "pegasus", "trocr")})
 GENAI_TYPES.update({"deepseek_v2": "decoder", "deepseek_v3": "decoder", "minicpm3": "decoder"})
 GENAI_TYPES.update({"youtu": "decoder", "apertus1p5_text": "decoder"})
+GENAI_TYPES.update({"llama4_text": "decoder", "afmoe": "decoder"})
 GENAI_TYPES.update({"glm4_moe": "decoder", "glm4_moe_lite": "decoder", "dots1": "decoder"})
 GENAI_TYPES.update({"sarvam_mla": "decoder"})
 GENAI_TYPES.update({"diffllama": "decoder", "solar_open": "decoder"})

@@ -137,6 +137,9 @@ pub struct MoeSpec {
     pub router: Router,
     /// How the checkpoint stores the router and the experts.
     pub weights: ExpertWeights,
+    /// Whether each expert takes the token scaled by its routing weight and its output is
+    /// summed unweighted, `Σₑ expertₑ(rₑ·x)` (Llama 4), instead of `Σₑ rₑ·expertₑ(x)`.
+    pub scaled_inputs: bool,
 }
 
 impl MoeSpec {
@@ -157,6 +160,16 @@ impl MoeSpec {
             top_k,
             router,
             weights,
+            scaled_inputs: false,
+        }
+    }
+
+    /// This block with each expert taking the token scaled by its routing weight
+    /// ([`MoeSpec::scaled_inputs`]).
+    pub fn with_scaled_inputs(self) -> MoeSpec {
+        MoeSpec {
+            scaled_inputs: true,
+            ..self
         }
     }
 
@@ -178,6 +191,18 @@ pub enum ExpertWeights {
     /// `{router}.weight` `[E, H]` (Granite-MoE's `input_linear.weight`,
     /// `output_linear.weight`, `router.layer`).
     Stacked {
+        /// The router module.
+        router: &'static str,
+        /// The gate and up projections of every expert (the tensor's name).
+        gate_up: &'static str,
+        /// The down projections of every expert (the tensor's name).
+        down: &'static str,
+    },
+    /// Every expert in one tensor per layer, laid out `[in, out]`: `{gate_up}` `[E, H, 2·I]`
+    /// (each expert's gate columns, then its up columns) and `{down}` `[E, I, H]` (tensor
+    /// names); router `{router}.weight` `[E, H]` (Llama 4's `experts.gate_up_proj`,
+    /// `experts.down_proj`, `router`).
+    StackedInOut {
         /// The router module.
         router: &'static str,
         /// The gate and up projections of every expert (the tensor's name).
@@ -224,7 +249,9 @@ impl ExpertWeights {
     fn router(&self) -> &'static str {
         match self {
             ExpertWeights::PerExpert(names) => names.router,
-            ExpertWeights::Stacked { router, .. } | ExpertWeights::Flat { router, .. } => router,
+            ExpertWeights::Stacked { router, .. }
+            | ExpertWeights::StackedInOut { router, .. }
+            | ExpertWeights::Flat { router, .. } => router,
         }
     }
 }
@@ -305,6 +332,32 @@ pub fn sparse_moe(
                     },
                 }
             }
+            ExpertWeights::StackedInOut { gate_up, down, .. } => {
+                let stacked = if which == 2 { down } else { gate_up };
+                let one = TensorSource::Slice {
+                    source: Box::new(TensorSource::Checkpoint(format!("{prefix}.{stacked}"))),
+                    axis: 0,
+                    start: j,
+                    len: 1,
+                    total: e,
+                };
+                let (rows, cols) = if which == 2 { (i, h) } else { (h, 2 * i) };
+                let matrix = TensorSource::Reshape {
+                    source: Box::new(one),
+                    shape: vec![rows, cols],
+                };
+                // `[in, out]`: the HF `[out, in]` form is its transpose.
+                TensorSource::Transpose(Box::new(match which {
+                    2 => matrix,
+                    _ => TensorSource::Slice {
+                        source: Box::new(matrix),
+                        axis: 1,
+                        start: which * i,
+                        len: i,
+                        total: 2 * i,
+                    },
+                }))
+            }
             ExpertWeights::Flat { gate, up, down, .. } => {
                 let rows = TensorSource::Slice {
                     source: Box::new(TensorSource::Checkpoint(format!(
@@ -330,9 +383,9 @@ pub fn sparse_moe(
             .collect();
         let name = match spec.weights {
             ExpertWeights::PerExpert(names) => [names.gate, names.up, names.down][which],
-            ExpertWeights::Stacked { .. } | ExpertWeights::Flat { .. } => {
-                ["gate", "up", "down"][which]
-            }
+            ExpertWeights::Stacked { .. }
+            | ExpertWeights::StackedInOut { .. }
+            | ExpertWeights::Flat { .. } => ["gate", "up", "down"][which],
         };
         b.initializer(Initializer {
             name: format!("{prefix}.experts.{name}.weight_t"),
@@ -346,13 +399,26 @@ pub fn sparse_moe(
     let down_w = stack(b, 2, vec![e * i, h], 0);
 
     let gate = b.op("MatMul", &[x, &gate_w], vec![]);
-    let sig = b.op("Sigmoid", &[&gate], vec![]);
-    let gate = b.op("Mul", &[&gate, &sig], vec![]);
-    let up = b.op("MatMul", &[x, &up_w], vec![]);
-    let act = b.op("Mul", &[&gate, &up], vec![]);
-    let per_expert = b.const_i64(&[0, 0, e as i64, i as i64]);
-    let act = b.op("Reshape", &[&act, &per_expert], vec![]);
-    let weighted = b.op("Mul", &[&act, &routing], vec![]);
+    let weighted = if spec.scaled_inputs {
+        // Each expert's projections of `r·x` are `r` times those of `x` (no biases).
+        let up = b.op("MatMul", &[x, &up_w], vec![]);
+        let per_expert = b.const_i64(&[0, 0, e as i64, i as i64]);
+        let gate = b.op("Reshape", &[&gate, &per_expert], vec![]);
+        let gate = b.op("Mul", &[&gate, &routing], vec![]);
+        let up = b.op("Reshape", &[&up, &per_expert], vec![]);
+        let up = b.op("Mul", &[&up, &routing], vec![]);
+        let sig = b.op("Sigmoid", &[&gate], vec![]);
+        let gate = b.op("Mul", &[&gate, &sig], vec![]);
+        b.op("Mul", &[&gate, &up], vec![])
+    } else {
+        let sig = b.op("Sigmoid", &[&gate], vec![]);
+        let gate = b.op("Mul", &[&gate, &sig], vec![]);
+        let up = b.op("MatMul", &[x, &up_w], vec![]);
+        let act = b.op("Mul", &[&gate, &up], vec![]);
+        let per_expert = b.const_i64(&[0, 0, e as i64, i as i64]);
+        let act = b.op("Reshape", &[&act, &per_expert], vec![]);
+        b.op("Mul", &[&act, &routing], vec![])
+    };
     let merged = b.const_i64(&[0, 0, (e * i) as i64]);
     let weighted = b.op("Reshape", &[&weighted, &merged], vec![]);
     b.op("MatMul", &[&weighted, &down_w], vec![])
