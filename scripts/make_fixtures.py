@@ -182,6 +182,8 @@ from transformers import (
     Llama4ForCausalLM,
     AfmoeConfig,
     AfmoeForCausalLM,
+    AriaTextConfig,
+    AriaTextForCausalLM,
     MixtralConfig,
     MixtralForCausalLM,
     MptConfig,
@@ -1726,6 +1728,21 @@ def make_config(kind: str, vocab: int, ids: dict):
             tie_word_embeddings=False,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
         )
+    if kind == "aria_text":
+        # Llama attention with q/k/v/o biases; in every layer 4 SwiGLU experts 32 wide stored
+        # [in, out] (fc1 = gate | up, fc2 = down), top-2 of the router logits weighted by their
+        # softmax, plus two experts' worth of shared SwiGLU with MLP biases.
+        return AriaTextForCausalLM, AriaTextConfig(
+            **dict(common, intermediate_size=32),
+            moe_num_experts=4,
+            moe_topk=2,
+            moe_num_shared_experts=2,
+            attention_bias=True,
+            mlp_bias=True,
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
     raise ValueError(kind)
 
 
@@ -2093,6 +2110,7 @@ FIXTURES = {
     "dbrx": (6400, "f32", "v5", None),
     "llama4_text": (8400, "f32", "v5", None),
     "afmoe": (8500, "f32", "v5", None),
+    "aria_text": (8700, "f32", "v5", None),
 }
 
 

@@ -9,6 +9,7 @@
 pub mod afmoe;
 pub mod apertus;
 pub mod arcee;
+pub mod aria_text;
 pub mod assume_llama;
 pub mod bart_lm;
 pub mod bert;

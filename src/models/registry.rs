@@ -94,6 +94,7 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &super::solar_open::FAMILY,
     &super::llama4::FAMILY,
     &super::afmoe::FAMILY,
+    &super::aria_text::FAMILY,
     &super::bert::FAMILY,
     &super::bert_lm::FAMILY,
     &super::bart_lm::FAMILY,
