@@ -184,6 +184,8 @@ from transformers import (
     AfmoeForCausalLM,
     AriaTextConfig,
     AriaTextForCausalLM,
+    Kolibri1Config,
+    Kolibri1ForCausalLM,
     MixtralConfig,
     MixtralForCausalLM,
     MptConfig,
@@ -1743,6 +1745,23 @@ def make_config(kind: str, vocab: int, ids: dict):
             tie_word_embeddings=False,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
         )
+    if kind == "kolibri1":
+        # A sliding-window layer (window 4, RoPE) then a full-attention NoPE layer, GLM-4's four
+        # norms, per-head q/k RMSNorm; in both, 4 SwiGLU experts 32 wide picked top-2 on the
+        # logits plus the correction bias (a buffer: perturbed), weighted by their sigmoids (not
+        # renormalised), and a shared expert 48 wide.
+        return Kolibri1ForCausalLM, Kolibri1Config(
+            **{k: v for k, v in common.items() if k != "intermediate_size"},
+            moe_intermediate_size=32,
+            shared_expert_intermediate_size=48,
+            num_experts=4,
+            num_experts_per_tok=2,
+            sliding_window=4,
+            layer_types=["sliding_attention", "full_attention"],
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
     raise ValueError(kind)
 
 
@@ -2111,6 +2130,7 @@ FIXTURES = {
     "llama4_text": (8400, "f32", "v5", None),
     "afmoe": (8500, "f32", "v5", None),
     "aria_text": (8700, "f32", "v5", None),
+    "kolibri1": (8800, "f32", "v5", None),
 }
 
 

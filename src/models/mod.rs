@@ -59,6 +59,7 @@ pub mod hyperclovax;
 pub mod internlm3;
 pub mod iquestcoder;
 pub mod jais2;
+pub mod kolibri1;
 pub mod llama;
 pub mod llama4;
 pub mod mellum;

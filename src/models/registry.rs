@@ -95,6 +95,7 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &super::llama4::FAMILY,
     &super::afmoe::FAMILY,
     &super::aria_text::FAMILY,
+    &super::kolibri1::FAMILY,
     &super::bert::FAMILY,
     &super::bert_lm::FAMILY,
     &super::bart_lm::FAMILY,

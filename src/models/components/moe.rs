@@ -82,6 +82,15 @@ pub enum Router {
     },
     /// DeepSeek's router: see [`GroupedRouter`].
     Grouped(GroupedRouter),
+    /// Kolibri's: the top-k of the logits plus a per-expert bias (one f32 correction per
+    /// expert, checkpoint tensor `{prefix}.{bias}` of `E` values), weighted by the sigmoids of
+    /// their logits, divided by their sum when `normalize` is set.
+    BiasedLogits {
+        /// The correction's module path and name inside the block.
+        bias: &'static str,
+        /// Whether the top-k weights are renormalised (`norm_topk_prob`).
+        normalize: bool,
+    },
 }
 
 /// DeepSeek's router (V2, V3, and the models that copy it): each expert gets a score (the
@@ -454,6 +463,10 @@ fn routing_matrix(
             corrected_top_k(b, &logits, spec, (scores, &bias, min_sum))
         }
         Router::Grouped(router) => grouped_top_k(b, &logits, &gate, spec, &router),
+        Router::BiasedLogits { bias, normalize } => {
+            let bias = format!("{prefix}.{bias}");
+            biased_logit_top_k(b, &logits, spec, &bias, normalize)
+        }
     };
     // [B, S, k, 1] == [E] → one-hot rows [B, S, k, E], weighted and summed over k.
     let last = b.const_i64(&[-1]);
@@ -545,6 +558,44 @@ fn corrected_top_k(
             b.op("Max", &[&sum, &least], vec![])
         }
     };
+    (b.op("Div", &[&weights, &sum], vec![]), picked)
+}
+
+/// [`Router::BiasedLogits`] on the f32 router `logits` (`[B, S, E]`) with the correction's
+/// checkpoint name: the top-k weights and expert indices (`[B, S, k]`).
+fn biased_logit_top_k(
+    b: &mut GraphBuilder,
+    logits: &str,
+    spec: &MoeSpec,
+    bias: &str,
+    normalize: bool,
+) -> (String, String) {
+    let bias = b.initializer(Initializer {
+        name: bias.to_string(),
+        dtype: DType::F32,
+        shape: vec![spec.experts],
+        source: Some(TensorSource::Reshape {
+            source: Box::new(TensorSource::Checkpoint(bias.to_string())),
+            shape: vec![spec.experts],
+        }),
+    });
+    let choice = b.op("Add", &[logits, &bias], vec![]);
+    let k = b.const_i64(&[spec.top_k as i64]);
+    let (top, picked) = (b.fresh_name("TopK"), b.fresh_name("TopK"));
+    b.node(
+        "",
+        "TopK",
+        &[&choice, &k],
+        vec![("axis", Attr::Int(-1))],
+        vec![top, picked.clone()],
+    );
+    let scores = b.op("Sigmoid", &[logits], vec![]);
+    let weights = scores_at(b, &scores, &picked, spec.experts);
+    if !normalize {
+        return (weights, picked);
+    }
+    let last = b.const_i64(&[-1]);
+    let sum = b.op("ReduceSum", &[&weights, &last], vec![]);
     (b.op("Div", &[&weights, &sum], vec![]), picked)
 }
 
