@@ -186,6 +186,8 @@ from transformers import (
     AriaTextForCausalLM,
     Kolibri1Config,
     Kolibri1ForCausalLM,
+    FlintConfig,
+    FlintForCausalLM,
     MixtralConfig,
     MixtralForCausalLM,
     MptConfig,
@@ -1762,6 +1764,23 @@ def make_config(kind: str, vocab: int, ids: dict):
             tie_word_embeddings=False,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
         )
+    if kind == "flint":
+        # A sliding-window layer (window 4, RoPE) with a dense MLP, then a full-attention NoPE
+        # layer with 4 SwiGLU experts 32 wide (top-2 of the router's sigmoids, renormalised) and
+        # an ungated shared expert 48 wide; attention sinks and per-head q/k RMSNorm in both.
+        return FlintForCausalLM, FlintConfig(
+            **dict(common, intermediate_size=64),
+            moe_intermediate_size=32,
+            shared_expert_intermediate_size=48,
+            num_experts=4,
+            num_experts_per_tok=2,
+            mlp_only_layers=[0],
+            sliding_window=4,
+            layer_types=["sliding_attention", "full_attention"],
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
     raise ValueError(kind)
 
 
@@ -2131,6 +2150,7 @@ FIXTURES = {
     "afmoe": (8500, "f32", "v5", None),
     "aria_text": (8700, "f32", "v5", None),
     "kolibri1": (8800, "f32", "v5", None),
+    "flint": (8900, "f32", "v5", None),
 }
 
 

@@ -36,6 +36,7 @@ pub mod exaone_moe;
 pub mod falcon;
 pub mod family;
 pub mod flex_olmo;
+pub mod flint;
 pub mod gemma;
 pub mod glm;
 pub mod glm4;

@@ -96,6 +96,7 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &super::afmoe::FAMILY,
     &super::aria_text::FAMILY,
     &super::kolibri1::FAMILY,
+    &super::flint::FAMILY,
     &super::bert::FAMILY,
     &super::bert_lm::FAMILY,
     &super::bart_lm::FAMILY,

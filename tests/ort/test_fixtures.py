@@ -397,7 +397,7 @@ def uses_gqa(built, name: str, ep, dtype: str) -> bool:
 
 
 # model_types whose attention has sinks.
-SINK_ATTENTION = {"gpt_oss", "granite_swa", "granitemoe_swa"}
+SINK_ATTENTION = {"gpt_oss", "granite_swa", "granitemoe_swa", "flint"}
 # model_types whose attention is spelled out in standard ops that no rule fuses.
 UNFUSED_ATTENTION = {"diffllama"}
 # model_types whose attention adds an ALiBi bias (Falcon: where its config sets `alibi`):
@@ -460,8 +460,9 @@ LEFT_OUT = [(name, ep, dtype) for name in NAMES for ep, dtype in builds_of(name)
 # solar_open (6); 567 with xglm, ctrl, biogpt, gpt-sw3 and gpt_neox_japanese (6 each);
 # 575 with marian and pegasus, roformer and trocr (on the reduced matrix: 2 each); 581 with
 # exaone_moe (6); 587 with cohere2_moe (6); 593 with youtu (6); 599 with apertus1p5_text (6).
-# llama4_text adds none (CHUNKED_ATTENTION); 605 with afmoe (6); 611 with aria_text (6); 617 with kolibri1 (6).
-LEFT_OUT_COUNT = 617
+# llama4_text adds none (CHUNKED_ATTENTION); 605 with afmoe (6); 611 with aria_text (6); 617 with kolibri1 (6); 622 with
+# the sink-attention flint (5: dml has no fused rotary).
+LEFT_OUT_COUNT = 622
 per_left_padded_build = pytest.mark.parametrize(
     "name,ep,dtype", LEFT_PADDED, ids=[f"{n}-{e or 'noflag'}-{d}" for n, e, d in LEFT_PADDED]
 )
@@ -662,7 +663,7 @@ GENAI_TYPES.update({t: "decoder" for t in ("bert", "roberta", "camembert", "xlm-
                                            "blenderbot", "blenderbot-small", "marian", "pegasus", "trocr")})
 GENAI_TYPES.update({"deepseek_v2": "decoder", "deepseek_v3": "decoder", "minicpm3": "decoder"})
 GENAI_TYPES.update({"youtu": "decoder", "apertus1p5_text": "decoder"})
-GENAI_TYPES.update({"llama4_text": "decoder", "afmoe": "decoder", "aria_text": "decoder", "kolibri1": "decoder"})
+GENAI_TYPES.update({"llama4_text": "decoder", "afmoe": "decoder", "aria_text": "decoder", "kolibri1": "decoder", "flint": "decoder"})
 GENAI_TYPES.update({"glm4_moe": "decoder", "glm4_moe_lite": "decoder", "dots1": "decoder"})
 GENAI_TYPES.update({"sarvam_mla": "decoder"})
 GENAI_TYPES.update({"diffllama": "decoder", "solar_open": "decoder"})
