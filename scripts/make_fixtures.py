@@ -196,6 +196,16 @@ from transformers import (
     SarvamMLAConfig,
     YoutuConfig,
     YoutuForCausalLM,
+    Llama4TextConfig,
+    Llama4ForCausalLM,
+    AfmoeConfig,
+    AfmoeForCausalLM,
+    AriaTextConfig,
+    AriaTextForCausalLM,
+    Kolibri1Config,
+    Kolibri1ForCausalLM,
+    FlintConfig,
+    FlintForCausalLM,
     MixtralConfig,
     MixtralForCausalLM,
     MptConfig,
@@ -1892,6 +1902,99 @@ def make_config(kind: str, vocab: int, ids: dict):
             tie_word_embeddings=True,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
         )
+    if kind == "llama4_text":
+        # A RoPE layer (interleaved pairs, weightless q/k norm) attending in chunks of 4 tokens,
+        # with 4 experts 32 wide (top-2 of the sigmoid router, each expert's input scaled by its
+        # score) and the shared expert; then a NoPE layer attending to every key with its q
+        # scaled by the temperature tuning (floor_scale 4: from position 3 on) and a dense MLP
+        # of intermediate_size_mlp. q/k/v/o biases.
+        return Llama4ForCausalLM, Llama4TextConfig(
+            **dict(common, intermediate_size=32),
+            intermediate_size_mlp=96,
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=False,
+            attention_bias=True,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            moe_layers=[0],
+            no_rope_layers=[1, 0],
+            attention_chunk_size=4,
+            attn_temperature_tuning=True,
+            floor_scale=4,
+            attn_scale=0.5,
+        )
+    if kind == "afmoe":
+        # A sliding-window layer (window 4, RoPE) with a dense MLP, then a full-attention NoPE
+        # layer with 4 experts 32 wide (top-2 of the sigmoid scores plus the expert bias,
+        # renormalised, times route_scale 2.5) and one shared expert; sandwich norms, per-head
+        # q/k RMSNorm, sigmoid-gated attention output, q/k/v/o biases, embeddings times
+        # sqrt(hidden) (mup_enabled).
+        return AfmoeForCausalLM, AfmoeConfig(
+            **common,
+            moe_intermediate_size=32,
+            num_dense_layers=1,
+            num_experts=4,
+            num_experts_per_tok=2,
+            num_shared_experts=1,
+            route_scale=2.5,
+            global_attn_every_n_layers=2,
+            sliding_window=4,
+            mup_enabled=True,
+            attention_bias=True,
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
+    if kind == "aria_text":
+        # Llama attention with q/k/v/o biases; in every layer 4 SwiGLU experts 32 wide stored
+        # [in, out] (fc1 = gate | up, fc2 = down), top-2 of the router logits weighted by their
+        # softmax, plus two experts' worth of shared SwiGLU with MLP biases.
+        return AriaTextForCausalLM, AriaTextConfig(
+            **dict(common, intermediate_size=32),
+            moe_num_experts=4,
+            moe_topk=2,
+            moe_num_shared_experts=2,
+            attention_bias=True,
+            mlp_bias=True,
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
+    if kind == "kolibri1":
+        # A sliding-window layer (window 4, RoPE) then a full-attention NoPE layer, GLM-4's four
+        # norms, per-head q/k RMSNorm; in both, 4 SwiGLU experts 32 wide picked top-2 on the
+        # logits plus the correction bias (a buffer: perturbed), weighted by their sigmoids (not
+        # renormalised), and a shared expert 48 wide.
+        return Kolibri1ForCausalLM, Kolibri1Config(
+            **{k: v for k, v in common.items() if k != "intermediate_size"},
+            moe_intermediate_size=32,
+            shared_expert_intermediate_size=48,
+            num_experts=4,
+            num_experts_per_tok=2,
+            sliding_window=4,
+            layer_types=["sliding_attention", "full_attention"],
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
+    if kind == "flint":
+        # A sliding-window layer (window 4, RoPE) with a dense MLP, then a full-attention NoPE
+        # layer with 4 SwiGLU experts 32 wide (top-2 of the router's sigmoids, renormalised) and
+        # an ungated shared expert 48 wide; attention sinks and per-head q/k RMSNorm in both.
+        return FlintForCausalLM, FlintConfig(
+            **dict(common, intermediate_size=64),
+            moe_intermediate_size=32,
+            shared_expert_intermediate_size=48,
+            num_experts=4,
+            num_experts_per_tok=2,
+            mlp_only_layers=[0],
+            sliding_window=4,
+            layer_types=["sliding_attention", "full_attention"],
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
     raise ValueError(kind)
 
 
@@ -2297,6 +2400,11 @@ FIXTURES = {
     "minicpm5_moe": (6280, "f32", "v5", None),
     "axk1": (6290, "f32", "v5", None),
     "dbrx": (6400, "f32", "v5", None),
+    "llama4_text": (8400, "f32", "v5", None),
+    "afmoe": (8500, "f32", "v5", None),
+    "aria_text": (8700, "f32", "v5", None),
+    "kolibri1": (8800, "f32", "v5", None),
+    "flint": (8900, "f32", "v5", None),
 }
 
 

@@ -57,6 +57,10 @@ SETTINGS = {
 }
 
 
+# Expert modules whose gate_up_proj / down_proj stacks are [E, in, out] without saying so.
+IN_OUT_EXPERTS = {"Llama4TextExperts"}
+
+
 def rnd(x: float) -> float:
     return float(f"{x:.9g}")
 
@@ -120,11 +124,12 @@ def quantized_model(path: Path, bits: int, block: int, symmetric: bool, embeddin
             count += 1
         elif isinstance(getattr(module, "gate_up_proj", None), torch.nn.Parameter):
             # MoE experts, [E, out, in] stacks ([E, in, out] where the experts say
-            # is_transposed: gpt-oss): each expert's matrix quantized as its Linear would be
+            # is_transposed, gpt-oss, or always, Llama 4): each expert's matrix quantized as its
+            # Linear would be
             # (mobius' stacked [H, E*I] / [E*I, H] weights quantize to the same blocks when the
             # expert width is a multiple of the block size; columns quantize independently, so
             # gpt-oss' interleaved gate/up columns do too).
-            transposed = getattr(module, "is_transposed", False)
+            transposed = getattr(module, "is_transposed", False) or type(module).__name__ in IN_OUT_EXPERTS
             for stack in (module.gate_up_proj, module.down_proj):
                 for e in range(stack.shape[0]):
                     w_kn = stack[e].detach().numpy()

@@ -846,18 +846,28 @@ fn attention_block_with(
     softcap: f32,
 ) -> Graph {
     let shape = (batch, seq, past, heads, kv_heads);
-    attention_block_masked(shape, rope, window, softcap, false)
+    attention_block_masked(shape, rope, window, softcap, MaskExtra::None)
 }
 
-/// [`attention_block_with`] of `(batch, seq, past, heads, kv_heads)`, its mask (f32) carrying
-/// the ALiBi bias of `heads` heads when `alibi` is set
-/// ([`mobius::models::components::alibi_bias`]).
+/// What [`attention_block_masked`] adds to its padding (or sliding-window) mask.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum MaskExtra {
+    /// Nothing.
+    None,
+    /// The ALiBi bias of the block's heads ([`mobius::models::components::alibi_bias`]).
+    Alibi,
+    /// A chunked-attention restriction ([`mobius::models::components::chunked_mask`]).
+    Chunked(usize),
+}
+
+/// [`attention_block_with`] of `(batch, seq, past, heads, kv_heads)`, its mask carrying
+/// `extra`.
 fn attention_block_masked(
     (batch, seq, past, heads, kv_heads): (usize, usize, usize, usize, usize),
     rope: Option<bool>,
     window: Option<usize>,
     softcap: f32,
-    alibi: bool,
+    extra: MaskExtra,
 ) -> Graph {
     let d = 16usize;
     let max_pos = 32usize;
@@ -923,16 +933,23 @@ fn attention_block_masked(
     if let Some(w) = window {
         padding = mobius::models::components::sliding_window_mask(&mut b, &padding, &ids, &mask, w);
     }
-    if alibi {
-        let slopes = mobius::models::components::alibi_slopes(heads);
-        padding = mobius::models::components::alibi_bias(
-            &mut b,
-            &padding,
-            &mask,
-            &slopes,
-            DType::F32,
-            "",
-        );
+    match extra {
+        MaskExtra::None => {}
+        MaskExtra::Alibi => {
+            let slopes = mobius::models::components::alibi_slopes(heads);
+            padding = mobius::models::components::alibi_bias(
+                &mut b,
+                &padding,
+                &mask,
+                &slopes,
+                DType::F32,
+                "",
+            );
+        }
+        MaskExtra::Chunked(chunk) => {
+            padding =
+                mobius::models::components::chunked_mask(&mut b, &padding, &ids, &mask, chunk);
+        }
     }
     b.node(
         "",
@@ -1687,19 +1704,20 @@ fn gqa_rules_decline_a_mask_cast_to_float() {
     }
 }
 
-/// GroupQueryAttention takes no additive bias: an Attention whose mask carries the ALiBi bias
-/// ([`mobius::models::components::alibi_bias`] of the padding mask, alone or restricted to a
-/// sliding window) is not the padding mask, and neither GQA rule may take it; it stays
-/// `Attention`. Each rule runs where it extracts GroupQueryAttention (checked on the same
-/// block without the bias first, so the refusal is the rule's, not the cost model's).
+/// GroupQueryAttention takes no additive bias and has no chunked mask: an Attention whose mask
+/// carries the ALiBi bias ([`mobius::models::components::alibi_bias`]) or a chunk restriction
+/// ([`mobius::models::components::chunked_mask`], Llama 4) of the padding mask, alone or
+/// restricted to a sliding window, is not the padding mask, and neither GQA rule may take it; it
+/// stays `Attention`. Each rule runs where it extracts GroupQueryAttention (checked on the same
+/// block without the extra first, so the refusal is the rule's, not the cost model's).
 #[test]
-fn gqa_rules_decline_an_alibi_bias() {
+fn gqa_rules_decline_an_alibi_bias_and_a_chunked_mask() {
     for (name, rope) in [
         ("rotary-attention-to-gqa", Some(false)),
         ("attention-to-gqa", None),
     ] {
         for window in [None, Some(2)] {
-            let block = |alibi| attention_block_masked((1, 2, 1, 2, 1), rope, window, 0.0, alibi);
+            let block = |extra| attention_block_masked((1, 2, 1, 2, 1), rope, window, 0.0, extra);
             let optimized = |g: Graph| {
                 let (out, _) = optimize_with_rules(
                     &model(g),
@@ -1710,19 +1728,21 @@ fn gqa_rules_decline_an_alibi_bias() {
                 .unwrap();
                 out.graph.op_counts()
             };
-            let fused = optimized(block(false));
+            let fused = optimized(block(MaskExtra::None));
             assert_eq!(
                 fused.get("com.microsoft::GroupQueryAttention"),
                 Some(&1),
                 "{name} {window:?}: {fused:?}"
             );
-            let counts = optimized(block(true));
-            assert_eq!(counts.get("Attention"), Some(&1), "{name}: {counts:?}");
-            assert_eq!(
-                counts.get("com.microsoft::GroupQueryAttention"),
-                None,
-                "{name} {window:?}: {counts:?}"
-            );
+            for extra in [MaskExtra::Alibi, MaskExtra::Chunked(2)] {
+                let counts = optimized(block(extra));
+                assert_eq!(counts.get("Attention"), Some(&1), "{name}: {counts:?}");
+                assert_eq!(
+                    counts.get("com.microsoft::GroupQueryAttention"),
+                    None,
+                    "{name} {window:?} {extra:?}: {counts:?}"
+                );
+            }
         }
     }
 }

@@ -361,6 +361,31 @@ pub struct HfConfig {
     /// none).
     #[serde(default, deserialize_with = "present")]
     pub scale_depth: Option<Value>,
+    /// `intermediate_size_mlp` (Llama 4: the dense layers' MLP width).
+    pub intermediate_size_mlp: Option<i64>,
+    /// `moe_layers` (Llama 4: the layers with experts).
+    pub moe_layers: Option<Vec<i64>>,
+    /// `interleave_moe_layer_step` (Llama 4: every n-th layer has experts without `moe_layers`).
+    pub interleave_moe_layer_step: Option<i64>,
+    /// `attention_chunk_size` (Llama 4: the chunk of the chunked-attention layers; `null` for
+    /// none).
+    #[serde(default, deserialize_with = "nullable")]
+    pub attention_chunk_size: Option<Option<i64>>,
+    /// `attn_temperature_tuning` (Llama 4: NoPE layers scale q up with the position).
+    pub attn_temperature_tuning: Option<bool>,
+    /// `floor_scale` (Llama 4: the positions per step of the temperature tuning).
+    pub floor_scale: Option<f64>,
+    /// `attn_scale` (Llama 4: the strength of the temperature tuning).
+    pub attn_scale: Option<f64>,
+    /// `num_dense_layers` (AFMoE: the leading layers with a dense MLP).
+    pub num_dense_layers: Option<i64>,
+    /// `route_scale` (AFMoE: the multiplier of the routing weights).
+    pub route_scale: Option<f64>,
+    /// `global_attn_every_n_layers` (AFMoE: every n-th layer attends to every key; ModernBERT:
+    /// every n-th layer, from the first, is global).
+    pub global_attn_every_n_layers: Option<i64>,
+    /// `mup_enabled` (AFMoE: the token embeddings times √hidden_size).
+    pub mup_enabled: Option<bool>,
     /// `dim_model_base` (MiniCPM3: the final hidden states are divided by `hidden_size` over
     /// it; `null` for none).
     #[serde(default, deserialize_with = "present")]
@@ -416,8 +441,6 @@ pub struct HfConfig {
     /// `null` for none).
     #[serde(default, deserialize_with = "nullable")]
     pub local_attention: Option<Option<i64>>,
-    /// `global_attn_every_n_layers` (ModernBERT: every n-th layer, from the first, is global).
-    pub global_attn_every_n_layers: Option<i64>,
     /// `global_rope_theta` (ModernBERT, transformers v4: the global layers' RoPE theta).
     pub global_rope_theta: Option<f64>,
     /// `local_rope_theta` (ModernBERT, transformers v4: the local layers' RoPE theta).

@@ -12,11 +12,11 @@ use std::collections::BTreeMap;
 use std::fmt::Debug;
 
 use super::components::{
-    alibi_bias, gated_mlp, gated_short_conv, hybrid_decoder_io, linear, mamba2_mixer, padding_mask,
-    per_head_norm, present_conv_name, present_ssm_name, rope_tables, rotary_embedding,
-    sliding_window_mask, soft_capped_attention, AttentionSpec, ConvState, DecoderDims,
-    DecoderInputs, GateActivation, LayerCache, LayerPast, Mamba2Mixer, Norm, NormKind, RopeTables,
-    ShortConv, SsmState,
+    alibi_bias, chunked_mask, gated_mlp, gated_short_conv, hybrid_decoder_io, linear, mamba2_mixer,
+    padding_mask, per_head_norm, present_conv_name, present_ssm_name, rope_tables,
+    rotary_embedding, sliding_window_mask, soft_capped_attention, AttentionSpec, ConvState,
+    DecoderDims, DecoderInputs, GateActivation, LayerCache, LayerPast, Mamba2Mixer, Norm, NormKind,
+    RopeTables, ShortConv, SsmState,
 };
 use crate::config::{ArchConfig, CheckpointRenaming, FamilyKnobs, Rope};
 use crate::ir::{Attr, DType, Graph, GraphBuilder, Initializer, TensorSource};
@@ -343,6 +343,14 @@ pub trait Family {
         None
     }
 
+    /// The chunk of layer `i`'s chunked local attention, `None` (the default) where it is not
+    /// chunked: its queries see only the keys of their own chunk of `chunk` valid tokens
+    /// ([`super::components::chunked_mask`], Llama 4). GroupQueryAttention has no such mask, so
+    /// the fusion leaves these layers opset-24 `Attention`.
+    fn layer_chunk(&self, _cfg: &ArchConfig, _i: usize) -> Option<usize> {
+        None
+    }
+
     /// The attention softmax scale.
     fn attention_scale(&self, cfg: &ArchConfig) -> f32 {
         (cfg.head_dim as f32).powf(-0.5)
@@ -577,6 +585,13 @@ pub fn build(cfg: &ArchConfig, dtype: DType, family: &dyn Family) -> Graph {
         .iter()
         .any(|c| matches!(c, LayerCache::Conv(_) | LayerCache::Ssm(_)))
         .then(|| token_mask(&mut b, &io, dtype));
+    let mut chunk_masks = BTreeMap::new();
+    for chunk in (0..cfg.num_hidden_layers).filter_map(|i| family.layer_chunk(cfg, i)) {
+        if let std::collections::btree_map::Entry::Vacant(slot) = chunk_masks.entry(chunk) {
+            let (ids, mask) = (&io.input_ids, &io.attention_mask);
+            slot.insert(chunked_mask(&mut b, &masks[&None], ids, mask, chunk));
+        }
+    }
 
     let layer = Layer {
         cfg,
@@ -587,6 +602,7 @@ pub fn build(cfg: &ArchConfig, dtype: DType, family: &dyn Family) -> Graph {
         rotary: &rotary,
         masks: &masks,
         token_mask: token_mask.as_deref(),
+        chunk_masks: &chunk_masks,
     };
     for i in 0..cfg.num_hidden_layers {
         let p = format!("{}.{}.{i}", names.root, names.layers);
@@ -635,6 +651,8 @@ struct Layer<'a> {
     /// The current tokens' `attention_mask` columns `[B, S, 1]` in the model dtype, where a
     /// layer is a short convolution.
     token_mask: Option<&'a str>,
+    /// The chunked-attention mask of each chunk size a layer uses.
+    chunk_masks: &'a BTreeMap<usize, String>,
 }
 
 impl Layer<'_> {
@@ -646,11 +664,15 @@ impl Layer<'_> {
         let o = match &self.io.past[i] {
             LayerPast::Kv { key, value } => {
                 let present = (format!("present.{i}.key"), format!("present.{i}.value"));
+                let mask = match family.layer_chunk(cfg, i) {
+                    Some(chunk) => &self.chunk_masks[&chunk],
+                    None => &self.masks[&cfg.layer_windows[i]],
+                };
                 let spec = AttentionSpec {
                     q_heads: cfg.num_attention_heads,
                     kv_heads: cfg.num_key_value_heads,
                     scale: family.attention_scale(cfg),
-                    mask: &self.masks[&cfg.layer_windows[i]],
+                    mask,
                     past: (key, value),
                     present: (&present.0, &present.1),
                 };

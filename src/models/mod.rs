@@ -6,8 +6,10 @@
 //! [`decoder`]. [`registry::FAMILIES`] lists the families, one line each; shared pieces live
 //! in [`components`].
 
+pub mod afmoe;
 pub mod apertus;
 pub mod arcee;
+pub mod aria_text;
 pub mod assume_llama;
 pub mod axk1;
 pub mod bart_lm;
@@ -36,6 +38,7 @@ pub mod exaone_moe;
 pub mod falcon;
 pub mod family;
 pub mod flex_olmo;
+pub mod flint;
 pub mod gemma;
 pub mod glm;
 pub mod glm4;
@@ -61,8 +64,10 @@ pub mod internlm3;
 pub mod iquestcoder;
 pub mod jais2;
 pub mod jetmoe;
+pub mod kolibri1;
 pub mod lfm2;
 pub mod llama;
+pub mod llama4;
 pub mod mamba2;
 pub mod mellum;
 pub mod minicpm3;

@@ -54,7 +54,7 @@ fn nope_layers(raw: &HfConfig, layers: usize, f: &Fields<'_>) -> Result<Vec<bool
 
 /// `no_rope_layers` (1 = the layer uses RoPE), else one NoPE layer every
 /// `no_rope_layer_interval` layers (default 4), as transformers derives it.
-fn rope_layers(raw: &HfConfig, layers: usize, f: &Fields<'_>) -> Result<Vec<bool>> {
+pub(crate) fn rope_layers(raw: &HfConfig, layers: usize, f: &Fields<'_>) -> Result<Vec<bool>> {
     if let Some(list) = &raw.no_rope_layers {
         if list.len() != layers {
             return Err(f.err(

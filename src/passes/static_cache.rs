@@ -30,7 +30,7 @@ use crate::ir::{
     Attr, DType, Dim, Graph, Initializer, Node, Shape, TensorData, TensorSource, ValueInfo,
 };
 use crate::models::components::decoder_io::BATCH;
-use crate::models::components::ALIBI_BIAS;
+use crate::models::components::{ALIBI_BIAS, CHUNKED_MASK};
 use crate::Error;
 
 /// The per-row start slot of the new tokens.
@@ -65,8 +65,8 @@ struct LayerAttention {
 /// Rewrites the decoder graph of `cfg` to the static-cache contract with `max_seq_len` slots
 /// (see the module documentation). Errors: a graph without the decoder KV-cache inputs
 /// (usage), `max_seq_len` beyond the positions the model has tables for (usage), and a graph
-/// whose attention over the cache is not the builders' 3-D opset-24 `Attention` or adds an
-/// ALiBi bias.
+/// whose attention over the cache is not the builders' 3-D opset-24 `Attention`, adds an
+/// ALiBi bias or attends in chunks.
 pub fn static_cache(graph: &mut Graph, cfg: &ArchConfig, max_seq_len: usize) -> crate::Result<()> {
     if let Some(state) = graph.inputs.iter().find(|v| v.name.starts_with("past.")) {
         return Err(Error::Usage(format!(
@@ -265,6 +265,12 @@ fn layer_attention(graph: &Graph, i: usize) -> crate::Result<LayerAttention> {
         return Err(unsupported(
             "adds an ALiBi bias to its scores (built from `attention_mask`'s positions, which \
              the static cache's slot mask does not carry)",
+        ));
+    }
+    if n.inputs.get(3).is_some_and(|m| m.starts_with(CHUNKED_MASK)) {
+        return Err(unsupported(
+            "attends in chunks (its mask counts `attention_mask`'s valid tokens, which the \
+             static cache's slot mask does not carry)",
         ));
     }
     Ok(LayerAttention {

@@ -207,10 +207,18 @@ fn reads_alibi_bias(n: &Node) -> bool {
         .is_some_and(|m| m.starts_with(crate::models::components::ALIBI_BIAS))
 }
 
+/// Whether Attention node `n` reads a chunked-attention mask (input 3), by the name the builder
+/// gives it ([`crate::models::components::CHUNKED_MASK`]).
+fn reads_chunked_mask(n: &Node) -> bool {
+    n.inputs
+        .get(3)
+        .is_some_and(|m| m.starts_with(crate::models::components::CHUNKED_MASK))
+}
+
 /// Where the GroupQueryAttention fusion was expected of `graph` (a decoder optimized for an EP
 /// that runs GroupQueryAttention in its dtype): says how many Attention nodes read an ALiBi bias
-/// (GroupQueryAttention takes none, so they stay `Attention` by design), and warns when none of
-/// its attention became GroupQueryAttention for another reason.
+/// or a chunked-attention mask (GroupQueryAttention takes neither, so they stay `Attention` by
+/// design), and warns when none of its attention became GroupQueryAttention for another reason.
 fn warn_without_gqa(graph: &Graph, caps: &EpCapabilities, opts: &OptimizeOptions) {
     let count = |op: &str| graph.nodes.iter().filter(|n| n.op_type == op).count();
     let attention = count("Attention");
@@ -231,7 +239,21 @@ fn warn_without_gqa(graph: &Graph, caps: &EpCapabilities, opts: &OptimizeOptions
             opts.dtype
         );
     }
-    if expected && count("GroupQueryAttention") == 0 && attention > alibi {
+    let chunked = graph
+        .nodes
+        .iter()
+        .filter(|n| n.op_type == "Attention" && reads_chunked_mask(n))
+        .count();
+    if expected && chunked > 0 {
+        tracing::info!(
+            "chunked attention: {chunked} Attention nodes see only the keys of their query's \
+             chunk; GroupQueryAttention has no chunked mask, so on ep='{}'/dtype={} they stay \
+             opset-24 Attention",
+            caps.name,
+            opts.dtype
+        );
+    }
+    if expected && count("GroupQueryAttention") == 0 && attention > alibi + chunked {
         let hint = match opts.kv_cache {
             KvCache::AsIs => {
                 "; an exported graph's attention mask becomes GroupQueryAttention only when you \

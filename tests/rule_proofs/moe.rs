@@ -91,6 +91,7 @@ fn scaled_dense_block(
         top_k: k,
         router: Router::Softmax { normalize },
         weights: ExpertWeights::PROJ,
+        scaled_inputs: false,
     };
     let y = sparse_moe(&mut b, &x, "moe", &spec, dtype);
     b.op_into("Identity", &[&y], vec![], "y");

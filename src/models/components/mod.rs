@@ -37,7 +37,7 @@ pub use encoder_layer::{EncoderLayer, EncoderNorms, LayerNames};
 pub use fused_qkv::{fused_qkv, head_interleaved_qkv, FusedQkv};
 pub use gelu::gelu;
 pub use linear::linear;
-pub use mask::{padding_mask, sliding_window_mask};
+pub use mask::{chunked_mask, padding_mask, sliding_window_mask, CHUNKED_MASK};
 pub use mla::Mla;
 pub use mlp::{gated_mlp, squared_relu_mlp, ungated_mlp, GateActivation};
 pub use moe::{

@@ -82,6 +82,15 @@ pub enum Router {
     },
     /// DeepSeek's router: see [`GroupedRouter`].
     Grouped(GroupedRouter),
+    /// Kolibri's: the top-k of the logits plus a per-expert bias (one f32 correction per
+    /// expert, checkpoint tensor `{prefix}.{bias}` of `E` values), weighted by the sigmoids of
+    /// their logits, divided by their sum when `normalize` is set.
+    BiasedLogits {
+        /// The correction's module path and name inside the block.
+        bias: &'static str,
+        /// Whether the top-k weights are renormalised (`norm_topk_prob`).
+        normalize: bool,
+    },
 }
 
 /// DeepSeek's router (V2, V3, and the models that copy it): each expert gets a score (the
@@ -137,6 +146,9 @@ pub struct MoeSpec {
     pub router: Router,
     /// How the checkpoint stores the router and the experts.
     pub weights: ExpertWeights,
+    /// Whether each expert takes the token scaled by its routing weight and its output is
+    /// summed unweighted, `Σₑ expertₑ(rₑ·x)` (Llama 4), instead of `Σₑ rₑ·expertₑ(x)`.
+    pub scaled_inputs: bool,
 }
 
 impl MoeSpec {
@@ -157,6 +169,16 @@ impl MoeSpec {
             top_k,
             router,
             weights,
+            scaled_inputs: false,
+        }
+    }
+
+    /// This block with each expert taking the token scaled by its routing weight
+    /// ([`MoeSpec::scaled_inputs`]).
+    pub fn with_scaled_inputs(self) -> MoeSpec {
+        MoeSpec {
+            scaled_inputs: true,
+            ..self
         }
     }
 
@@ -178,6 +200,18 @@ pub enum ExpertWeights {
     /// `{router}.weight` `[E, H]` (Granite-MoE's `input_linear.weight`,
     /// `output_linear.weight`, `router.layer`).
     Stacked {
+        /// The router module.
+        router: &'static str,
+        /// The gate and up projections of every expert (the tensor's name).
+        gate_up: &'static str,
+        /// The down projections of every expert (the tensor's name).
+        down: &'static str,
+    },
+    /// Every expert in one tensor per layer, laid out `[in, out]`: `{gate_up}` `[E, H, 2·I]`
+    /// (each expert's gate columns, then its up columns) and `{down}` `[E, I, H]` (tensor
+    /// names); router `{router}.weight` `[E, H]` (Llama 4's `experts.gate_up_proj`,
+    /// `experts.down_proj`, `router`).
+    StackedInOut {
         /// The router module.
         router: &'static str,
         /// The gate and up projections of every expert (the tensor's name).
@@ -224,7 +258,9 @@ impl ExpertWeights {
     fn router(&self) -> &'static str {
         match self {
             ExpertWeights::PerExpert(names) => names.router,
-            ExpertWeights::Stacked { router, .. } | ExpertWeights::Flat { router, .. } => router,
+            ExpertWeights::Stacked { router, .. }
+            | ExpertWeights::StackedInOut { router, .. }
+            | ExpertWeights::Flat { router, .. } => router,
         }
     }
 }
@@ -305,6 +341,32 @@ pub fn sparse_moe(
                     },
                 }
             }
+            ExpertWeights::StackedInOut { gate_up, down, .. } => {
+                let stacked = if which == 2 { down } else { gate_up };
+                let one = TensorSource::Slice {
+                    source: Box::new(TensorSource::Checkpoint(format!("{prefix}.{stacked}"))),
+                    axis: 0,
+                    start: j,
+                    len: 1,
+                    total: e,
+                };
+                let (rows, cols) = if which == 2 { (i, h) } else { (h, 2 * i) };
+                let matrix = TensorSource::Reshape {
+                    source: Box::new(one),
+                    shape: vec![rows, cols],
+                };
+                // `[in, out]`: the HF `[out, in]` form is its transpose.
+                TensorSource::Transpose(Box::new(match which {
+                    2 => matrix,
+                    _ => TensorSource::Slice {
+                        source: Box::new(matrix),
+                        axis: 1,
+                        start: which * i,
+                        len: i,
+                        total: 2 * i,
+                    },
+                }))
+            }
             ExpertWeights::Flat { gate, up, down, .. } => {
                 let rows = TensorSource::Slice {
                     source: Box::new(TensorSource::Checkpoint(format!(
@@ -330,9 +392,9 @@ pub fn sparse_moe(
             .collect();
         let name = match spec.weights {
             ExpertWeights::PerExpert(names) => [names.gate, names.up, names.down][which],
-            ExpertWeights::Stacked { .. } | ExpertWeights::Flat { .. } => {
-                ["gate", "up", "down"][which]
-            }
+            ExpertWeights::Stacked { .. }
+            | ExpertWeights::StackedInOut { .. }
+            | ExpertWeights::Flat { .. } => ["gate", "up", "down"][which],
         };
         b.initializer(Initializer {
             name: format!("{prefix}.experts.{name}.weight_t"),
@@ -346,13 +408,26 @@ pub fn sparse_moe(
     let down_w = stack(b, 2, vec![e * i, h], 0);
 
     let gate = b.op("MatMul", &[x, &gate_w], vec![]);
-    let sig = b.op("Sigmoid", &[&gate], vec![]);
-    let gate = b.op("Mul", &[&gate, &sig], vec![]);
-    let up = b.op("MatMul", &[x, &up_w], vec![]);
-    let act = b.op("Mul", &[&gate, &up], vec![]);
-    let per_expert = b.const_i64(&[0, 0, e as i64, i as i64]);
-    let act = b.op("Reshape", &[&act, &per_expert], vec![]);
-    let weighted = b.op("Mul", &[&act, &routing], vec![]);
+    let weighted = if spec.scaled_inputs {
+        // Each expert's projections of `r·x` are `r` times those of `x` (no biases).
+        let up = b.op("MatMul", &[x, &up_w], vec![]);
+        let per_expert = b.const_i64(&[0, 0, e as i64, i as i64]);
+        let gate = b.op("Reshape", &[&gate, &per_expert], vec![]);
+        let gate = b.op("Mul", &[&gate, &routing], vec![]);
+        let up = b.op("Reshape", &[&up, &per_expert], vec![]);
+        let up = b.op("Mul", &[&up, &routing], vec![]);
+        let sig = b.op("Sigmoid", &[&gate], vec![]);
+        let gate = b.op("Mul", &[&gate, &sig], vec![]);
+        b.op("Mul", &[&gate, &up], vec![])
+    } else {
+        let sig = b.op("Sigmoid", &[&gate], vec![]);
+        let gate = b.op("Mul", &[&gate, &sig], vec![]);
+        let up = b.op("MatMul", &[x, &up_w], vec![]);
+        let act = b.op("Mul", &[&gate, &up], vec![]);
+        let per_expert = b.const_i64(&[0, 0, e as i64, i as i64]);
+        let act = b.op("Reshape", &[&act, &per_expert], vec![]);
+        b.op("Mul", &[&act, &routing], vec![])
+    };
     let merged = b.const_i64(&[0, 0, (e * i) as i64]);
     let weighted = b.op("Reshape", &[&weighted, &merged], vec![]);
     b.op("MatMul", &[&weighted, &down_w], vec![])
@@ -388,6 +463,10 @@ fn routing_matrix(
             corrected_top_k(b, &logits, spec, (scores, &bias, min_sum))
         }
         Router::Grouped(router) => grouped_top_k(b, &logits, &gate, spec, &router),
+        Router::BiasedLogits { bias, normalize } => {
+            let bias = format!("{prefix}.{bias}");
+            biased_logit_top_k(b, &logits, spec, &bias, normalize)
+        }
     };
     // [B, S, k, 1] == [E] → one-hot rows [B, S, k, E], weighted and summed over k.
     let last = b.const_i64(&[-1]);
@@ -479,6 +558,44 @@ fn corrected_top_k(
             b.op("Max", &[&sum, &least], vec![])
         }
     };
+    (b.op("Div", &[&weights, &sum], vec![]), picked)
+}
+
+/// [`Router::BiasedLogits`] on the f32 router `logits` (`[B, S, E]`) with the correction's
+/// checkpoint name: the top-k weights and expert indices (`[B, S, k]`).
+fn biased_logit_top_k(
+    b: &mut GraphBuilder,
+    logits: &str,
+    spec: &MoeSpec,
+    bias: &str,
+    normalize: bool,
+) -> (String, String) {
+    let bias = b.initializer(Initializer {
+        name: bias.to_string(),
+        dtype: DType::F32,
+        shape: vec![spec.experts],
+        source: Some(TensorSource::Reshape {
+            source: Box::new(TensorSource::Checkpoint(bias.to_string())),
+            shape: vec![spec.experts],
+        }),
+    });
+    let choice = b.op("Add", &[logits, &bias], vec![]);
+    let k = b.const_i64(&[spec.top_k as i64]);
+    let (top, picked) = (b.fresh_name("TopK"), b.fresh_name("TopK"));
+    b.node(
+        "",
+        "TopK",
+        &[&choice, &k],
+        vec![("axis", Attr::Int(-1))],
+        vec![top, picked.clone()],
+    );
+    let scores = b.op("Sigmoid", &[logits], vec![]);
+    let weights = scores_at(b, &scores, &picked, spec.experts);
+    if !normalize {
+        return (weights, picked);
+    }
+    let last = b.const_i64(&[-1]);
+    let sum = b.op("ReduceSum", &[&weights, &last], vec![]);
     (b.op("Div", &[&weights, &sum], vec![]), picked)
 }
 
