@@ -1,4 +1,5 @@
-//! Sliding-window ops over the spatial axes of `[N, C, D1, …, Dk]` tensors: `Conv` (groups,
+//! Sliding-window ops over the spatial axes of `[N, C, D1, …, Dk]` tensors: `Conv` and
+//! `ConvTranspose` (groups,
 //! strides, dilations, pads, `auto_pad`), `MaxPool`, `AveragePool`, `LpPool` (`ceil_mode`,
 //! `count_include_pad`) and the global pools. One [`Windows`] computes the output extent and
 //! the input positions each output element reads, for every op. Sums accumulate in f64.
@@ -14,6 +15,9 @@ pub const OPS: &[OpDef] = &[
     OpDef::onnx("Conv", CONV_ATTRS)
         .infer(|c| vec![c.ty(0).with_unknown_shape()])
         .eval(conv),
+    OpDef::onnx("ConvTranspose", CONV_TRANSPOSE_ATTRS)
+        .infer(|c| vec![c.ty(0).with_unknown_shape()])
+        .eval(conv_transpose),
     OpDef::onnx("MaxPool", POOL_ATTRS)
         .infer(|c| vec![c.ty(0).with_unknown_shape()])
         .eval(|c| pool(c, Pool::Max)),
@@ -37,6 +41,18 @@ const CONV_ATTRS: &[&str] = &[
     "dilations",
     "group",
     "kernel_shape",
+    "pads",
+    "strides",
+];
+
+/// `ConvTranspose`'s attributes.
+const CONV_TRANSPOSE_ATTRS: &[&str] = &[
+    "auto_pad",
+    "dilations",
+    "group",
+    "kernel_shape",
+    "output_padding",
+    "output_shape",
     "pads",
     "strides",
 ];
@@ -419,4 +435,181 @@ fn global_pool(call: &OpCall<'_>, kind: Pool) -> Result<Vec<Tensor>> {
         .collect();
     let shape = [&[n, c][..], &vec![1; spatial.len()]].concat();
     Ok(vec![Tensor::float(x.dtype, shape, out)])
+}
+
+/// `ConvTranspose(X, W, B?)`: each input element `X[n, c, i…]` adds `X · W[c, m, t…]` to
+/// `Y[n, g·M/G + m, i·s + t·d − pad]` (`W` is `[C, M/G, K…]`); the output extent is
+/// `s·(D − 1) + output_padding + d·(K − 1) + 1 − pads`, or `output_shape`, whose padding (and
+/// `auto_pad` SAME_*'s) is split as the spec says: the odd one at the end for `SAME_UPPER`,
+/// else at the start.
+fn conv_transpose(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
+    let (x, w) = (call.input(0)?, call.input(1)?);
+    let (n, c, spatial) = split_input(call, x)?;
+    let k = spatial.len();
+    let groups = usize::try_from(call.int("group", 1))
+        .ok()
+        .filter(|&g| g >= 1)
+        .ok_or_else(|| call.error("group must be positive"))?;
+    if w.shape.len() != x.shape.len() || w.shape[0] != c || c % groups != 0 {
+        return Err(call.error(format!(
+            "weight {:?} does not fit input {:?} with {groups} groups",
+            w.shape, x.shape
+        )));
+    }
+    let (cg, mg) = (c / groups, w.shape[1]);
+    let m = mg * groups;
+    let kernel = w.shape[2..].to_vec();
+    let list = |name: &str, default: usize| -> Result<Vec<usize>> {
+        match call.ints(name) {
+            None => Ok(vec![default; k]),
+            Some(v) if v.len() == k && v.iter().all(|&x| x >= 0) => {
+                Ok(v.iter().map(|&x| x as usize).collect())
+            }
+            Some(v) => Err(call.error(format!(
+                "{name} must hold {k} non-negative values, got {v:?}"
+            ))),
+        }
+    };
+    let (strides, dilations, extra) = (
+        list("strides", 1)?,
+        list("dilations", 1)?,
+        list("output_padding", 0)?,
+    );
+    if strides.contains(&0) || dilations.contains(&0) {
+        return Err(call.error("strides and dilations must be positive"));
+    }
+    let full: Vec<usize> = (0..k)
+        .map(|a| {
+            strides[a] * (spatial[a].max(1) - 1)
+                + extra[a]
+                + dilations[a] * (kernel[a].max(1) - 1)
+                + 1
+        })
+        .collect();
+    let auto_pad = call.string("auto_pad").unwrap_or("NOTSET");
+    let target: Option<Vec<usize>> = match (call.ints("output_shape"), auto_pad) {
+        (Some(s), _) => {
+            let s = &s[s.len().saturating_sub(k)..];
+            Some(s.iter().map(|&v| v.max(0) as usize).collect())
+        }
+        (None, "SAME_UPPER" | "SAME_LOWER") => {
+            Some((0..k).map(|a| spatial[a] * strides[a]).collect())
+        }
+        (None, "NOTSET" | "VALID") => None,
+        (None, other) => {
+            return Err(call.error(format!(
+                "auto_pad must be NOTSET, VALID, SAME_UPPER or SAME_LOWER, got `{other}`"
+            )))
+        }
+    };
+    // Padding before each axis: negative where output_shape asks for more than the full output
+    // (the extra positions get the bias alone).
+    let (begin, out_dims): (Vec<i64>, Vec<usize>) = match target {
+        Some(t) => {
+            let begin = (0..k)
+                .map(|a| {
+                    let total = full[a] as i64 - t[a] as i64;
+                    match auto_pad {
+                        "SAME_UPPER" => total.div_euclid(2),
+                        _ => total - total.div_euclid(2),
+                    }
+                })
+                .collect();
+            (begin, t)
+        }
+        None => {
+            let pads = match auto_pad {
+                "VALID" => vec![0; 2 * k],
+                _ => list2(call, k)?,
+            };
+            let dims = (0..k)
+                .map(|a| {
+                    full[a].checked_sub(pads[a] + pads[a + k]).ok_or_else(|| {
+                        call.error(format!("pads {pads:?} exceed the full output {full:?}"))
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            (pads[..k].iter().map(|&p| p as i64).collect(), dims)
+        }
+    };
+    let bias = match call.optional(2) {
+        Some(b) if b.shape != [m] => {
+            return Err(call.error(format!("bias must have shape [{m}], got {:?}", b.shape)))
+        }
+        Some(b) => b.as_f64(),
+        None => vec![0.0; m],
+    };
+    let shape = [&[n, m][..], &out_dims].concat();
+    call.alloc(&shape)?;
+    let (area, out_area): (usize, usize) = (spatial.iter().product(), out_dims.iter().product());
+    let taps_n: usize = kernel.iter().product();
+    let (xv, wv) = (x.as_f64(), w.as_f64());
+    let mut out = vec![0f64; n * m * out_area];
+    for b in 0..n {
+        for oc in 0..m {
+            out[(b * m + oc) * out_area..(b * m + oc + 1) * out_area].fill(bias[oc]);
+        }
+    }
+    let coords = |mut flat: usize, dims: &[usize]| {
+        let mut c = vec![0usize; dims.len()];
+        for a in (0..dims.len()).rev() {
+            c[a] = flat % dims[a];
+            flat /= dims[a];
+        }
+        c
+    };
+    // For each input position and kernel tap, the output position it lands on, if inside.
+    let landing: Vec<Vec<Option<usize>>> = (0..area)
+        .map(|p| {
+            let i = coords(p, &spatial);
+            (0..taps_n)
+                .map(|t| {
+                    let tap = coords(t, &kernel);
+                    let mut flat = 0usize;
+                    for a in 0..k {
+                        let o = (i[a] * strides[a] + tap[a] * dilations[a]) as i64 - begin[a];
+                        if o < 0 || o >= out_dims[a] as i64 {
+                            return None;
+                        }
+                        flat = flat * out_dims[a] + o as usize;
+                    }
+                    Some(flat)
+                })
+                .collect()
+        })
+        .collect();
+    for b in 0..n {
+        for ic in 0..c {
+            let g = ic / cg;
+            for (p, taps) in landing.iter().enumerate() {
+                let v = xv[(b * c + ic) * area + p];
+                for om in 0..mg {
+                    let oc = g * mg + om;
+                    let wbase = (ic * mg + om) * taps_n;
+                    let obase = (b * m + oc) * out_area;
+                    for (t, to) in taps.iter().enumerate() {
+                        if let Some(o) = to {
+                            out[obase + o] += v * wv[wbase + t];
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let out = out.into_iter().map(|v| v as f32).collect();
+    Ok(vec![Tensor::float(x.dtype, shape, out)])
+}
+
+/// The `pads` attribute of a `k`-axis op: `2k` non-negative values, zeros when absent.
+fn list2(call: &OpCall<'_>, k: usize) -> Result<Vec<usize>> {
+    match call.ints("pads") {
+        None => Ok(vec![0; 2 * k]),
+        Some(p) if p.len() == 2 * k && p.iter().all(|&x| x >= 0) => {
+            Ok(p.iter().map(|&x| x as usize).collect())
+        }
+        Some(p) => Err(call.error(format!(
+            "pads must hold {} non-negative values, got {p:?}",
+            2 * k
+        ))),
+    }
 }

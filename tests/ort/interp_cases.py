@@ -1865,3 +1865,26 @@ def _resize():
 
 
 _resize()
+
+
+def _conv_transpose():
+    """ConvTranspose (src/ops/conv.rs): strides, pads, dilations, groups, output_padding,
+    output_shape, auto_pad, 1-D to 3-D."""
+    r = rng_for("ConvTranspose", "data")
+    x2 = randn(r, 2, 4, 3, 4)
+    add("ConvTranspose", "2d_strides_pads_bias", [inp("x", x2), init("w", randn(r, 4, 3, 3, 3)), init("b", randn(r, 3))],
+        [("y", F32)], strides=[2, 1], pads=[1, 0, 0, 1])
+    add("ConvTranspose", "2d_groups_dilations_output_padding", [inp("x", x2), init("w", randn(r, 4, 1, 2, 2))],
+        [("y", F32)], group=2, dilations=[2, 1], strides=[2, 2], output_padding=[1, 0])
+    add("ConvTranspose", "1d_output_shape", [inp("x", randn(r, 1, 2, 5)), init("w", randn(r, 2, 3, 3))], [("y", F32)],
+        strides=[2], output_shape=[12])
+    add("ConvTranspose", "1d_same_upper", [inp("x", randn(r, 1, 2, 5)), init("w", randn(r, 2, 2, 4))], [("y", F32)],
+        strides=[2], auto_pad="SAME_UPPER")
+    add("ConvTranspose", "3d", [inp("x", randn(r, 1, 2, 2, 3, 2)), init("w", randn(r, 2, 2, 2, 2, 2))], [("y", F32)])
+    xs = randn(r, 1, 1, 3, 3)
+    xs[0, 0, 1, 1] = np.nan
+    xs[0, 0, 2, 0] = np.inf
+    add("ConvTranspose", "special", [inp("x", xs), init("w", randn(r, 1, 1, 2, 2))], [("y", F32)])
+
+
+_conv_transpose()
