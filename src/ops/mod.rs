@@ -17,6 +17,7 @@
 
 pub mod arg;
 pub mod attention;
+pub mod channel_norm;
 pub mod conv;
 pub mod cost;
 pub mod elementwise;
@@ -159,8 +160,9 @@ impl OpDef {
 }
 
 /// The registry: one table per op module.
-pub const FAMILIES: [&[OpDef]; 16] = [
+pub const FAMILIES: [&[OpDef]; 17] = [
     elementwise::OPS,
+    channel_norm::OPS,
     resize::OPS,
     conv::OPS,
     math::OPS,

@@ -1888,3 +1888,28 @@ def _conv_transpose():
 
 
 _conv_transpose()
+
+
+def _channel_norms():
+    """BatchNormalization, InstanceNormalization, GroupNormalization, LpNormalization, LRN
+    (src/ops/channel_norm.rs)."""
+    r = rng_for("channel_norms", "data")
+    x = randn(r, 2, 4, 3, 5)
+    c = lambda: randn(r, 4)
+    add("BatchNormalization", "inference", [inp("x", x), init("s", c()), init("b", c()), init("m", c()),
+                                            init("v", unif(r, 0.5, 2, 4))], [("y", F32)], epsilon=1e-3)
+    add("InstanceNormalization", "eps", [inp("x", x), init("s", c()), init("b", c())], [("y", F32)], epsilon=1e-4)
+    add("GroupNormalization", "two_groups", [inp("x", x), init("s", c()), init("b", c())], [("y", F32)],
+        num_groups=2, opset=21)
+    xs = x.copy()
+    xs[0, 1, 0, 0] = np.nan
+    xs[1, 3, 2, 4] = np.inf
+    add("InstanceNormalization", "special", [inp("x", xs), init("s", c()), init("b", c())], [("y", F32)])
+    add("LpNormalization", "l2_last", [inp("x", x)], [("y", F32)])
+    add("LpNormalization", "l1_axis1_zero_line", [inp("x", np.concatenate([x, np.zeros((1, 4, 3, 5), np.float32)]))],
+        [("y", F32)], axis=1, p=1)
+    add("LRN", "size3", [inp("x", x)], [("y", F32)], size=3, alpha=0.01, beta=0.6, bias=1.5)
+    add("LRN", "size5_default", [inp("x", x)], [("y", F32)], size=5)
+
+
+_channel_norms()
