@@ -27,6 +27,25 @@ pub const OPS: &[OpDef] = &[
             vec![c.ty(0).with_dtype(out)]
         })
         .eval(dequantize_linear),
+    OpDef::onnx(
+        "QuantizeLinear",
+        &[
+            "axis",
+            "block_size",
+            "output_dtype",
+            "precision",
+            "saturate",
+        ],
+    )
+    .infer(|c| {
+        let out = match (c.inputs.get(2), c.int("output_dtype").filter(|&t| t != 0)) {
+            (Some(_), _) => c.ty(2).dtype,
+            (None, Some(t)) => DType::from_onnx_code(t as i32),
+            (None, None) => Some(DType::U8),
+        };
+        vec![c.ty(0).with_dtype(out)]
+    })
+    .eval(quantize_linear),
     OpDef::ms(
         "MatMulNBits",
         &["K", "N", "accuracy_level", "bits", "block_size"],
@@ -98,10 +117,10 @@ fn dequantize_linear(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
     let x = call.input(0)?;
     if !matches!(
         x.dtype,
-        DType::I8 | DType::U8 | DType::I4 | DType::U4 | DType::I32
+        DType::I8 | DType::U8 | DType::I16 | DType::U16 | DType::I4 | DType::U4 | DType::I32
     ) {
         return Err(call.error(format!(
-            "input `x` (0) is {}; expected int8, uint8, int4, uint4 or int32",
+            "input `x` (0) is {}; expected int8, uint8, int16, uint16, int4, uint4 or int32",
             x.dtype
         )));
     }
@@ -139,46 +158,7 @@ fn dequantize_linear(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
             Some(zp.ints().map_err(|e| call.error(e))?)
         }
     };
-    let block_size = call.int("block_size", 0);
-    let per_tensor = block_size == 0 && scale.numel() == 1 && scale.shape.len() <= 1;
-    let index = if per_tensor {
-        ScaleIndex::PerTensor
-    } else {
-        let axis = axis(call.int("axis", 1), x.shape.len()).map_err(|e| call.error(e))?;
-        let d = x.shape[axis];
-        let inner: usize = x.shape[axis + 1..].iter().product();
-        if block_size == 0 {
-            if scale.shape != [d] {
-                return Err(call.error(format!(
-                    "input `x_scale` (1) has shape {:?}; per-axis dequantization along axis {axis} \
-                     of `x` {:?} needs a scalar or shape [{d}]",
-                    scale.shape, x.shape
-                )));
-            }
-            ScaleIndex::PerAxis { d, inner }
-        } else {
-            let block = usize::try_from(block_size).map_err(|_| {
-                call.error(format!(
-                    "attribute block_size is {block_size}; expected 0 or a positive size"
-                ))
-            })?;
-            let mut expected = x.shape.clone();
-            expected[axis] = d.div_ceil(block);
-            if scale.shape != expected {
-                return Err(call.error(format!(
-                    "input `x_scale` (1) has shape {:?}; blocks of {block} along axis {axis} of \
-                     `x` {:?} need shape {expected:?}",
-                    scale.shape, x.shape
-                )));
-            }
-            ScaleIndex::Blocked {
-                d,
-                inner,
-                block,
-                blocks: expected[axis],
-            }
-        }
-    };
+    let index = scale_index(call, &x.shape, &scale.shape)?;
     call.alloc(&x.shape)?;
     let values = q
         .iter()
@@ -192,7 +172,111 @@ fn dequantize_linear(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
     Ok(vec![Tensor::float(scale.dtype, x.shape.clone(), values)])
 }
 
-/// Which scale an element of `DequantizeLinear`'s `x` uses, by flat index.
+/// How the scales of a (de)quantization node index the elements of `x` (shape `x`): one for
+/// all (a single scale, no `block_size`), one per index along `axis` (default 1), or one per
+/// `block_size` indices along it (the scale then has `x`'s shape with that axis divided).
+fn scale_index(call: &OpCall<'_>, x: &[usize], scale: &[usize]) -> Result<ScaleIndex> {
+    let block_size = call.int("block_size", 0);
+    let numel: usize = scale.iter().product();
+    let per_tensor = block_size == 0 && numel == 1 && scale.len() <= 1;
+    Ok(if per_tensor {
+        ScaleIndex::PerTensor
+    } else {
+        let axis = axis(call.int("axis", 1), x.len()).map_err(|e| call.error(e))?;
+        let d = x[axis];
+        let inner: usize = x[axis + 1..].iter().product();
+        if block_size == 0 {
+            if scale != [d] {
+                return Err(call.error(format!(
+                    "the scale has shape {scale:?}; per-axis quantization along axis {axis} of \
+                     `x` {x:?} needs a scalar or shape [{d}]"
+                )));
+            }
+            ScaleIndex::PerAxis { d, inner }
+        } else {
+            let block = usize::try_from(block_size).map_err(|_| {
+                call.error(format!(
+                    "attribute block_size is {block_size}; expected 0 or a positive size"
+                ))
+            })?;
+            let mut expected = x.to_vec();
+            expected[axis] = d.div_ceil(block);
+            if scale != expected {
+                return Err(call.error(format!(
+                    "the scale has shape {scale:?}; blocks of {block} along axis {axis} of \
+                     `x` {x:?} need shape {expected:?}"
+                )));
+            }
+            ScaleIndex::Blocked {
+                d,
+                inner,
+                block,
+                blocks: expected[axis],
+            }
+        }
+    })
+}
+
+/// ONNX `QuantizeLinear`: `y = saturate(round(x / y_scale) + y_zero_point)`, rounding halves
+/// to even, the scale indexed as [`scale_index`] says; `y`'s type is the zero point's (uint8
+/// without one, or `output_dtype`): 4-, 8- or 16-bit integers.
+fn quantize_linear(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
+    let x = call.input(0)?;
+    let xs = x.floats().map_err(|e| call.error(e))?;
+    let scale = float_input(call, 1, "y_scale")?;
+    let scales = scale.floats().map_err(|e| call.error(e))?;
+    let zero_point = call.optional(2);
+    let out_code = call.int("output_dtype", 0);
+    let dtype = match (zero_point, out_code) {
+        (Some(z), _) => z.dtype,
+        (None, 0) => DType::U8,
+        (None, code) => i32::try_from(code)
+            .ok()
+            .and_then(DType::from_onnx_code)
+            .ok_or_else(|| call.error(format!("unsupported output_dtype {code}")))?,
+    };
+    let (lo, hi): (i64, i64) = match dtype {
+        DType::U8 => (0, 255),
+        DType::I8 => (-128, 127),
+        DType::U16 => (0, 65535),
+        DType::I16 => (-32768, 32767),
+        DType::U4 => (0, 15),
+        DType::I4 => (-8, 7),
+        other => {
+            return Err(call.error(format!(
+                "output type {other} is not supported (uint8, int8, uint16, int16, uint4, int4)"
+            )))
+        }
+    };
+    let zps = match zero_point {
+        Some(z) if z.shape != scale.shape => {
+            return Err(call.error(format!(
+                "y_zero_point has shape {:?}; expected y_scale's {:?}",
+                z.shape, scale.shape
+            )))
+        }
+        Some(z) => Some(z.ints().map_err(|e| call.error(e))?),
+        None => None,
+    };
+    let index = scale_index(call, &x.shape, &scale.shape)?;
+    call.alloc(&x.shape)?;
+    let values = xs
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| {
+            let s = index.of(i);
+            // The quotient in f32, as onnxruntime and ONNX's reference divide.
+            let q = f64::from((v / scales[s]).round_ties_even());
+            let q = if q.is_nan() { 0.0 } else { q };
+            (q as i64)
+                .saturating_add(zps.map_or(0, |z| z[s]))
+                .clamp(lo, hi)
+        })
+        .collect();
+    Ok(vec![Tensor::int(dtype, x.shape.clone(), values)])
+}
+
+/// Which scale an element of a (de)quantized `x` uses, by flat index.
 enum ScaleIndex {
     /// One scale.
     PerTensor,

@@ -1913,3 +1913,30 @@ def _channel_norms():
 
 
 _channel_norms()
+
+
+def _quantize_linear():
+    """QuantizeLinear (src/ops/quant.rs): per tensor, per axis, blocked; uint8, int8, int16,
+    uint16; halves to even, saturation, NaN and infinities."""
+    r = rng_for("QuantizeLinear", "data")
+    x = randn(r, 3, 8, scale=20.0)
+    x[0, :6] = [0.5, 1.5, 2.5, -0.5, -1.5, 1e9]
+    x[1, :3] = [-1e9, np.inf, -np.inf]
+    add("QuantizeLinear", "u8_per_tensor", [inp("x", x), init("s", np.array(0.5, np.float32)),
+                                            init("z", np.array(128, np.uint8))], [("y", TensorProto.UINT8)])
+    add("QuantizeLinear", "u8_no_zero_point", [inp("x", x), init("s", np.array(1.0, np.float32))],
+        [("y", TensorProto.UINT8)])
+    add("QuantizeLinear", "i8_per_axis", [inp("x", x), init("s", unif(r, 0.1, 1, 8)),
+                                          init("z", ints(r, -5, 5, 8).astype(np.int8))], [("y", TensorProto.INT8)])
+    add("QuantizeLinear", "i16_blocked", [inp("x", x), init("s", unif(r, 0.01, 0.1, 3, 2)),
+                                          init("z", ints(r, -9, 9, 3, 2).astype(np.int16))],
+        [("y", TensorProto.INT16)], axis=1, block_size=4)
+    add("QuantizeLinear", "u16_axis0", [inp("x", x), init("s", unif(r, 0.01, 0.1, 3)),
+                                        init("z", np.array([0, 100, 65535], np.uint16))], [("y", TensorProto.UINT16)],
+        axis=0)
+    add("DequantizeLinear", "i16_per_axis", [inp("x", ints(r, -30000, 30000, 3, 4).astype(np.int16)),
+                                             init("s", unif(r, 0.01, 0.1, 4)), init("z", ints(r, -9, 9, 4).astype(np.int16))],
+        [("y", F32)])
+
+
+_quantize_linear()
