@@ -46,6 +46,16 @@ pub const OPS: &[OpDef] = &[
         vec![c.ty(0).with_dtype(out)]
     })
     .eval(quantize_linear),
+    OpDef::onnx("DynamicQuantizeLinear", &[])
+        .infer(|c| {
+            let scalar = |d| super::types::TensorType::new(d, vec![]);
+            vec![
+                c.ty(0).with_dtype(Some(DType::U8)),
+                scalar(DType::F32),
+                scalar(DType::U8),
+            ]
+        })
+        .eval(dynamic_quantize_linear),
     OpDef::ms(
         "MatMulNBits",
         &["K", "N", "accuracy_level", "bits", "block_size"],
@@ -274,6 +284,32 @@ fn quantize_linear(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
         })
         .collect();
     Ok(vec![Tensor::int(dtype, x.shape.clone(), values)])
+}
+
+/// ONNX `DynamicQuantizeLinear(x)`: uint8 `y`, its f32 scale `(max(0, max x) − min(0, min x))
+/// / 255` and uint8 zero point `saturate(round(−min(0, min x) / scale))`, then `y =
+/// saturate(round(x / scale) + zero_point)`, halves rounded to even (an all-zero `x`: scale 1,
+/// as onnxruntime gives, zero point 0).
+fn dynamic_quantize_linear(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
+    let x = call.input(0)?;
+    let v = x.floats().map_err(|e| call.error(e))?;
+    let (lo, hi) = v
+        .iter()
+        .fold((0f32, 0f32), |(l, h), &p| (l.min(p), h.max(p)));
+    let scale = match hi - lo {
+        0.0 => 1.0,
+        range => range / 255.0,
+    };
+    let zero_point = ((0.0 - lo) / scale).round_ties_even().clamp(0.0, 255.0);
+    let y = v
+        .iter()
+        .map(|&p| ((p / scale).round_ties_even() + zero_point).clamp(0.0, 255.0) as i64)
+        .collect();
+    Ok(vec![
+        Tensor::int(DType::U8, x.shape.clone(), y),
+        Tensor::float(DType::F32, vec![], vec![scale]),
+        Tensor::int(DType::U8, vec![], vec![zero_point as i64]),
+    ])
 }
 
 /// Which scale an element of a (de)quantized `x` uses, by flat index.

@@ -1940,3 +1940,14 @@ def _quantize_linear():
 
 
 _quantize_linear()
+
+
+def _dynamic_quantize_linear():
+    r = rng_for("DynamicQuantizeLinear", "data")
+    outs = [("y", TensorProto.UINT8), ("s", F32), ("z", TensorProto.UINT8)]
+    add("DynamicQuantizeLinear", "mixed_signs", [inp("x", randn(r, 3, 5, scale=4.0))], outs)
+    add("DynamicQuantizeLinear", "positive", [inp("x", unif(r, 0.5, 9, 4, 4))], outs)
+    add("DynamicQuantizeLinear", "zeros", [inp("x", np.zeros((2, 3), np.float32))], outs)
+
+
+_dynamic_quantize_linear()
