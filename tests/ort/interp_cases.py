@@ -1951,3 +1951,15 @@ def _dynamic_quantize_linear():
 
 
 _dynamic_quantize_linear()
+
+
+def _windows():
+    """HannWindow, HammingWindow, BlackmanWindow (src/ops/shape/make.rs), periodic and
+    symmetric, float and double."""
+    for op in ["HannWindow", "HammingWindow", "BlackmanWindow"]:
+        add(op, "periodic", [init("n", np.array(10, np.int64))], [("y", F32)])
+        add(op, "symmetric_f64", [init("n", np.array(7, np.int32))], [("y", TensorProto.DOUBLE)], periodic=0,
+            output_datatype=TensorProto.DOUBLE)
+
+
+_windows()

@@ -208,3 +208,50 @@ pub(super) fn eye_like(call: &OpCall<'_>) -> Result<Tensor> {
     let t = Tensor::bool(x.shape.clone(), on);
     Ok(crate::ops::elementwise::cast(&t, dtype))
 }
+
+/// The window functions `HannWindow`, `HammingWindow`, `BlackmanWindow`.
+#[derive(Clone, Copy)]
+pub(super) enum Window {
+    /// `0.5 − 0.5·cos(2πn/N)`.
+    Hann,
+    /// `α − (1 − α)·cos(2πn/N)`, α = 25/46.
+    Hamming,
+    /// `0.42 − 0.5·cos(2πn/N) + 0.08·cos(4πn/N)`.
+    Blackman,
+}
+
+/// A window of `size` (input 0, a scalar) values, `N` being the size when `periodic` (the
+/// default) and one less otherwise, of `output_datatype` (float32 by default).
+pub(super) fn window(call: &OpCall<'_>, kind: Window) -> Result<Tensor> {
+    let size = match int_input(call, 0)?.as_slice() {
+        [n] if *n >= 0 => *n as usize,
+        other => {
+            return Err(call.error(format!(
+                "size must be one non-negative value, got {other:?}"
+            )))
+        }
+    };
+    let code = call.int("output_datatype", 1);
+    let dtype = i32::try_from(code)
+        .ok()
+        .and_then(DType::from_onnx_code)
+        .ok_or_else(|| call.error(format!("unsupported output_datatype {code}")))?;
+    call.alloc(&[size])?;
+    let n = match call.int("periodic", 1) != 0 {
+        true => size as f64,
+        false => size as f64 - 1.0,
+    };
+    let tau = std::f64::consts::TAU;
+    let values: Vec<f32> = (0..size)
+        .map(|i| {
+            let x = tau * i as f64 / n;
+            (match kind {
+                Window::Hann => 0.5 - 0.5 * x.cos(),
+                Window::Hamming => 25.0 / 46.0 - (21.0 / 46.0) * x.cos(),
+                Window::Blackman => 0.42 - 0.5 * x.cos() + 0.08 * (2.0 * x).cos(),
+            }) as f32
+        })
+        .collect();
+    let t = Tensor::float(DType::F32, vec![size], values);
+    Ok(crate::ops::elementwise::cast(&t, dtype))
+}

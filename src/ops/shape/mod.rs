@@ -153,6 +153,15 @@ pub const OPS: &[OpDef] = &[
             vec![c.ty(0).with_dtype(to.or(c.ty(0).dtype))]
         })
         .eval(|c| make::eye_like(c).map(|t| vec![t])),
+    OpDef::onnx("HannWindow", WINDOW_ATTRS)
+        .infer(window_type)
+        .eval(|c| make::window(c, make::Window::Hann).map(|t| vec![t])),
+    OpDef::onnx("HammingWindow", WINDOW_ATTRS)
+        .infer(window_type)
+        .eval(|c| make::window(c, make::Window::Hamming).map(|t| vec![t])),
+    OpDef::onnx("BlackmanWindow", WINDOW_ATTRS)
+        .infer(window_type)
+        .eval(|c| make::window(c, make::Window::Blackman).map(|t| vec![t])),
     OpDef::onnx("GatherElements", &["axis"])
         .infer(|c| vec![c.ty(1).with_dtype(c.ty(0).dtype)])
         .eval(|c| select::gather_elements(c).map(|t| vec![t])),
@@ -168,6 +177,18 @@ pub const OPS: &[OpDef] = &[
         .eval(|c| scatter::tensor_scatter(c).map(|t| vec![t]))
         .since(24),
 ];
+
+/// The window functions' attributes.
+const WINDOW_ATTRS: &[&str] = &["output_datatype", "periodic"];
+
+/// A window's type: 1-D, of `output_datatype` (float32 by default).
+fn window_type(c: &super::infer::Infer<'_>) -> Vec<TensorType> {
+    let dtype = DType::from_onnx_code(c.int("output_datatype").unwrap_or(1) as i32);
+    vec![TensorType {
+        dtype,
+        shape: Some(vec![SymDim::Unknown]),
+    }]
+}
 
 /// A tensor of `t`'s dtype and the given shape holding `t`'s elements at flat positions `idx`.
 fn take(t: &Tensor, shape: Vec<usize>, idx: &[usize]) -> Tensor {
