@@ -303,18 +303,7 @@ fn arith(call: &OpCall<'_>, op: Arith) -> Result<Vec<Tensor>> {
 /// compare as usual. (Which zero wins a tie of -0.0 and 0.0 depends on onnxruntime's tiling;
 /// here the earlier input's.)
 fn extremum(call: &OpCall<'_>, better: Ordering) -> Result<Vec<Tensor>> {
-    let inputs = (0..call.inputs.len())
-        .map(|i| call.input(i))
-        .collect::<Result<Vec<_>>>()?;
-    let first = *inputs
-        .first()
-        .ok_or_else(|| call.error("needs at least one input"))?;
-    if let Some(other) = inputs.iter().find(|t| t.dtype != first.dtype) {
-        return Err(call.error(format!(
-            "input dtypes differ: {} and {}",
-            first.dtype, other.dtype
-        )));
-    }
+    let (inputs, first) = same_dtype_inputs(call)?;
     let (shape, index) = broadcast(call, &inputs)?;
     let out = match &first.values {
         Values::Float(_) => {
@@ -342,6 +331,23 @@ fn extremum(call: &OpCall<'_>, better: Ordering) -> Result<Vec<Tensor>> {
         Values::Bool(_) => return Err(call.error("unsupported dtype bool")),
     };
     Ok(vec![out])
+}
+
+/// The 1..N inputs of a variadic op, which must share one dtype, and the first of them.
+pub(super) fn same_dtype_inputs<'a>(call: &OpCall<'a>) -> Result<(Vec<&'a Tensor>, &'a Tensor)> {
+    let inputs = (0..call.inputs.len())
+        .map(|i| call.input(i))
+        .collect::<Result<Vec<_>>>()?;
+    let first = *inputs
+        .first()
+        .ok_or_else(|| call.error("needs at least one input"))?;
+    if let Some(other) = inputs.iter().find(|t| t.dtype != first.dtype) {
+        return Err(call.error(format!(
+            "input dtypes differ: {} and {}",
+            first.dtype, other.dtype
+        )));
+    }
+    Ok((inputs, first))
 }
 
 /// Per output element (`index` as returned by [`broadcast`]), `f` folded over the elements the

@@ -10,8 +10,8 @@
 //! beside its evaluator.
 
 use super::elementwise::{
-    binary_type, boolean_type, broadcast, first_type, fold, same_dtype_pair, unary_float,
-    unary_numeric, wrap_int, zip,
+    binary_type, boolean_type, broadcast, first_type, fold, same_dtype_inputs, same_dtype_pair,
+    unary_float, unary_numeric, wrap_int, zip,
 };
 use super::infer::{broadcast_type, Infer};
 use super::types::TensorType;
@@ -290,18 +290,7 @@ fn dropout(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
 /// `Sum` of 1..N inputs of one dtype, broadcast, added in input order (in f32, as onnxruntime
 /// does); `Mean` divides that sum by N.
 fn sum(call: &OpCall<'_>, mean: bool) -> Result<Vec<Tensor>> {
-    let inputs = (0..call.inputs.len())
-        .map(|i| call.input(i))
-        .collect::<Result<Vec<_>>>()?;
-    let first = *inputs
-        .first()
-        .ok_or_else(|| call.error("needs at least one input"))?;
-    if let Some(other) = inputs.iter().find(|t| t.dtype != first.dtype) {
-        return Err(call.error(format!(
-            "input dtypes differ: {} and {}",
-            first.dtype, other.dtype
-        )));
-    }
+    let (inputs, first) = same_dtype_inputs(call)?;
     let (shape, index) = broadcast(call, &inputs)?;
     let n = inputs.len();
     let out = match &first.values {
