@@ -168,7 +168,8 @@ fn dequantize_linear(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
             Some(zp.ints().map_err(|e| call.error(e))?)
         }
     };
-    let index = scale_index(call, &x.shape, &scale.shape)?;
+    let names = ("input `x_scale` (1)", "dequantization");
+    let index = scale_index(call, &x.shape, &scale.shape, names)?;
     call.alloc(&x.shape)?;
     let values = q
         .iter()
@@ -185,7 +186,13 @@ fn dequantize_linear(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
 /// How the scales of a (de)quantization node index the elements of `x` (shape `x`): one for
 /// all (a single scale, no `block_size`), one per index along `axis` (default 1), or one per
 /// `block_size` indices along it (the scale then has `x`'s shape with that axis divided).
-fn scale_index(call: &OpCall<'_>, x: &[usize], scale: &[usize]) -> Result<ScaleIndex> {
+/// Errors name the scale input as `what` (``input `x_scale` (1)``) and the op's work as `verb`.
+fn scale_index(
+    call: &OpCall<'_>,
+    x: &[usize],
+    scale: &[usize],
+    (what, verb): (&str, &str),
+) -> Result<ScaleIndex> {
     let block_size = call.int("block_size", 0);
     let numel: usize = scale.iter().product();
     let per_tensor = block_size == 0 && numel == 1 && scale.len() <= 1;
@@ -198,8 +205,8 @@ fn scale_index(call: &OpCall<'_>, x: &[usize], scale: &[usize]) -> Result<ScaleI
         if block_size == 0 {
             if scale != [d] {
                 return Err(call.error(format!(
-                    "the scale has shape {scale:?}; per-axis quantization along axis {axis} of \
-                     `x` {x:?} needs a scalar or shape [{d}]"
+                    "{what} has shape {scale:?}; per-axis {verb} along axis {axis} of `x` \
+                     {x:?} needs a scalar or shape [{d}]"
                 )));
             }
             ScaleIndex::PerAxis { d, inner }
@@ -213,8 +220,8 @@ fn scale_index(call: &OpCall<'_>, x: &[usize], scale: &[usize]) -> Result<ScaleI
             expected[axis] = d.div_ceil(block);
             if scale != expected {
                 return Err(call.error(format!(
-                    "the scale has shape {scale:?}; blocks of {block} along axis {axis} of \
-                     `x` {x:?} need shape {expected:?}"
+                    "{what} has shape {scale:?}; blocks of {block} along axis {axis} of `x` \
+                     {x:?} need shape {expected:?}"
                 )));
             }
             ScaleIndex::Blocked {
@@ -268,7 +275,8 @@ fn quantize_linear(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
         Some(z) => Some(z.ints().map_err(|e| call.error(e))?),
         None => None,
     };
-    let index = scale_index(call, &x.shape, &scale.shape)?;
+    let names = ("input `y_scale` (1)", "quantization");
+    let index = scale_index(call, &x.shape, &scale.shape, names)?;
     call.alloc(&x.shape)?;
     let values = xs
         .iter()

@@ -618,7 +618,7 @@ fn dequantize_linear_mismatched_zero_point_scale_and_output_type() {
         dq,
         vec![],
         |g| vec![f32s(g, &[2]), f32s(g, &[])],
-        &["input `x` (0) is f32; expected int8, uint8, int4, uint4 or int32"],
+        &["input `x` (0) is f32; expected int8, uint8, int16, uint16, int4, uint4 or int32"],
     );
 }
 
