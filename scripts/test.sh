@@ -12,6 +12,10 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 step() { printf '\n==> %s\n' "$*"; }
 
+# A one-shot run gains nothing from incremental state (gigabytes under target/): off unless set.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+step "disk: $(df -h --output=avail . | tail -1 | tr -d ' ') free where the suite builds (it needs about 8 GiB)"
+
 step "cargo fmt --check"
 cargo fmt --all -- --check
 
