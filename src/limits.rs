@@ -48,8 +48,11 @@ pub fn numel(shape: &[usize]) -> Option<usize> {
 pub struct InterpLimits {
     /// Largest element count of any one tensor (input, initializer or computed value).
     pub max_tensor_elements: u64,
-    /// Largest number of bytes all live values of one run may hold together.
+    /// Largest number of bytes all live values of one run may hold together (each subgraph
+    /// run of a control-flow op counts its own values against it too).
     pub max_run_bytes: u64,
+    /// Most iterations one `Loop` node may run in one evaluation.
+    pub max_loop_iterations: u64,
 }
 
 impl Default for InterpLimits {
@@ -57,6 +60,7 @@ impl Default for InterpLimits {
         InterpLimits {
             max_tensor_elements: 1 << 28,
             max_run_bytes: 8 << 30,
+            max_loop_iterations: 1 << 20,
         }
     }
 }
@@ -65,6 +69,8 @@ impl Default for InterpLimits {
 pub const TENSOR_ELEMENTS_FLAG: &str = "--max-tensor-elements";
 /// The command-line flag that raises [`InterpLimits::max_run_bytes`] (in MiB).
 pub const RUN_MEMORY_FLAG: &str = "--max-memory-mib";
+/// The command-line flag that raises [`InterpLimits::max_loop_iterations`].
+pub const LOOP_ITERATIONS_FLAG: &str = "--max-loop-iterations";
 
 /// Largest number of bytes the fingerprints of `--verify-rewrites` (one value per e-class) may
 /// hold together; past it verification becomes partial (see [`crate::opt::fingerprint`]).
@@ -100,6 +106,7 @@ pub fn without_flag_hints(message: &str) -> String {
     message
         .replace(&raise_hint(TENSOR_ELEMENTS_FLAG), "")
         .replace(&raise_hint(RUN_MEMORY_FLAG), "")
+        .replace(&raise_hint(LOOP_ITERATIONS_FLAG), "")
 }
 
 /// Bytes in a MiB, for messages.
@@ -123,6 +130,20 @@ impl InterpLimits {
                 self.max_tensor_elements,
                 raise_hint(TENSOR_ELEMENTS_FLAG)
             ))),
+        }
+    }
+
+    /// Checks that a `Loop` (`what` names it) may start iteration `done + 1` within
+    /// [`InterpLimits::max_loop_iterations`].
+    pub fn loop_iteration(&self, what: &str, done: u64) -> Result<()> {
+        if done < self.max_loop_iterations {
+            Ok(())
+        } else {
+            Err(Error::Limit(format!(
+                "{what}: the loop ran {done} iterations, the most the interpreter runs (a loop \
+                 needs a trip count or a condition that turns false){}",
+                raise_hint(LOOP_ITERATIONS_FLAG)
+            )))
         }
     }
 
@@ -161,6 +182,7 @@ mod tests {
         let l = InterpLimits {
             max_tensor_elements: 100,
             max_run_bytes: 1000,
+            ..InterpLimits::default()
         };
         assert_eq!(l.elements("x", &[10, 10]).unwrap(), 100);
         let e = l.elements("x", &[10, 11]).unwrap_err().to_string();

@@ -159,6 +159,10 @@ struct InterpLimitArgs {
     #[arg(long, value_name = "MIB", value_parser = clap::value_parser!(u64).range(1..=(1 << 40)),
           default_value_t = InterpLimits::default().max_run_bytes >> 20)]
     max_memory_mib: u64,
+    /// Most iterations one `Loop` node may run.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..),
+          default_value_t = InterpLimits::default().max_loop_iterations)]
+    max_loop_iterations: u64,
 }
 
 impl InterpLimitArgs {
@@ -166,6 +170,7 @@ impl InterpLimitArgs {
         InterpLimits {
             max_tensor_elements: self.max_tensor_elements,
             max_run_bytes: self.max_memory_mib << 20,
+            max_loop_iterations: self.max_loop_iterations,
         }
     }
 }

@@ -12,6 +12,7 @@ use mobius::Error;
 const SMALL: InterpLimits = InterpLimits {
     max_tensor_elements: 1000,
     max_run_bytes: 1 << 20,
+    max_loop_iterations: 1 << 10,
 };
 
 fn floats(shape: &[usize]) -> Tensor {

@@ -17,6 +17,7 @@ fuzz_target!(|data: &[u8]| {
     let limits = InterpLimits {
         max_tensor_elements: 1 << 20,
         max_run_bytes: 64 << 20,
+        max_loop_iterations: 1,
     };
     let Ok(tensor) = from_npy(data, path, &limits) else {
         return;

@@ -24,6 +24,7 @@ use mobius::weights::eval::Evaluator;
 const LIMITS: InterpLimits = InterpLimits {
     max_tensor_elements: 1 << 16,
     max_run_bytes: 64 << 20,
+    max_loop_iterations: 1 << 10,
 };
 
 /// The size given to every symbolic dimension (`batch`, `sequence_len`, ...); a sum of them

@@ -350,6 +350,7 @@ mod tests {
         let limits = InterpLimits {
             max_tensor_elements: 1000,
             max_run_bytes: 1 << 20,
+            ..InterpLimits::default()
         };
         let decls = [decl("input_ids", DType::I64, &["batch", "sequence_len"])];
         let mut dims = BTreeMap::from([("sequence_len".to_string(), 1usize << 40)]);
@@ -378,6 +379,7 @@ mod tests {
         let tight = InterpLimits {
             max_tensor_elements: 1000,
             max_run_bytes: 6000,
+            ..InterpLimits::default()
         };
         let e = checked_shapes(&decls, &mut dims, &tight)
             .unwrap_err()

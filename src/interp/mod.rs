@@ -41,6 +41,7 @@ pub fn eval_op(
         node: &node,
         inputs: inputs.to_vec(),
         limits,
+        scope: None,
     })
 }
 

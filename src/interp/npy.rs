@@ -579,6 +579,7 @@ mod tests {
         let tight = InterpLimits {
             max_tensor_elements: 4,
             max_run_bytes: 1 << 20,
+            ..InterpLimits::default()
         };
         let e = read_npy(&path, &tight).unwrap_err().to_string();
         assert!(
@@ -600,6 +601,7 @@ mod tests {
         let limits = InterpLimits {
             max_tensor_elements: 1 << 20,
             max_run_bytes: 2048,
+            ..InterpLimits::default()
         };
         let mut held = 0;
         read_npy_within(&path, &limits, &mut held).unwrap();

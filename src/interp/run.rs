@@ -5,6 +5,7 @@ use std::collections::{HashMap, HashSet};
 use super::eval_node;
 use crate::ir::{DType, Graph, Initializer, TensorData};
 use crate::limits::InterpLimits;
+use crate::ops::control::Scope;
 use crate::ops::{OpCall, Tensor, Values};
 use crate::weights::eval::Evaluator;
 use crate::{Error, Result};
@@ -128,14 +129,10 @@ pub fn run_graph_with(
     weights: &mut Evaluator<'_>,
     limits: &InterpLimits,
 ) -> Result<HashMap<String, Tensor>> {
-    let mut values = Live {
-        map: HashMap::new(),
-        held: 0,
-        limits,
-    };
+    let mut bound = HashMap::with_capacity(graph.inputs.len());
     for v in &graph.inputs {
         let Some(t) = inputs.remove(&v.name) else {
-            if values.map.contains_key(&v.name) {
+            if bound.contains_key(&v.name) {
                 // Declared twice: the value was taken by the first declaration.
                 continue;
             }
@@ -144,26 +141,110 @@ pub fn run_graph_with(
                 v.name
             )));
         };
-        let what = format!("graph input `{}`", v.name);
-        limits.elements(&what, &t.shape)?;
+        limits.elements(&format!("graph input `{}`", v.name), &t.shape)?;
         check_input(&v.name, &t)?;
-        values.insert(&v.name, &what, t)?;
+        bound.insert(v.name.clone(), t);
+    }
+    let outputs = run_scope(graph, bound, weights, limits, None)?;
+    Ok(graph
+        .outputs
+        .iter()
+        .map(|o| o.name.clone())
+        .zip(outputs)
+        .collect())
+}
+
+/// The values of the graphs around a subgraph being run, innermost first.
+#[derive(Debug, Clone, Copy)]
+struct Outer<'e> {
+    values: &'e HashMap<String, Tensor>,
+    parent: Option<&'e Outer<'e>>,
+}
+
+impl<'e> Outer<'e> {
+    fn get(&self, name: &str) -> Option<&'e Tensor> {
+        self.values
+            .get(name)
+            .or_else(|| self.parent.and_then(|p| p.get(name)))
+    }
+}
+
+/// Runs the subgraphs of one control-flow node: the graph holding the node, and the graphs
+/// around that one, are visible to them.
+#[derive(Debug)]
+struct Runner<'e> {
+    outer: Outer<'e>,
+    limits: &'e InterpLimits,
+}
+
+impl Scope for Runner<'_> {
+    fn run(&self, graph: &Graph, inputs: Vec<Tensor>) -> Result<Vec<Tensor>> {
+        let bound = graph
+            .inputs
+            .iter()
+            .map(|v| v.name.clone())
+            .zip(inputs)
+            .collect();
+        // A subgraph holds no initializers of its own once imported (they are hoisted), and
+        // those a builder gives it inline need no store.
+        run_scope(
+            graph,
+            bound,
+            &mut Evaluator::new(None),
+            self.limits,
+            Some(&self.outer),
+        )
+    }
+}
+
+/// Runs `graph` with its inputs `bound` (checked by the caller), the values of `outer` visible
+/// to it; returns its outputs in order.
+fn run_scope(
+    graph: &Graph,
+    bound: HashMap<String, Tensor>,
+    weights: &mut Evaluator<'_>,
+    limits: &InterpLimits,
+    outer: Option<&Outer<'_>>,
+) -> Result<Vec<Tensor>> {
+    let mut values = Live {
+        map: HashMap::new(),
+        held: 0,
+        limits,
+    };
+    for (name, t) in bound {
+        let what = format!("graph input `{name}`");
+        values.insert(&name, &what, t)?;
     }
     for init in &graph.initializers {
         let what = format!("initializer `{}`", init.name);
         limits.elements(&what, &init.shape)?;
         values.insert(&init.name, &what, initializer_tensor(init, weights)?)?;
     }
-    // The last node that reads each value; graph outputs are kept to the end.
+    // The last node that reads each value (its subgraphs' reads included); graph outputs are
+    // kept to the end.
     let kept: HashSet<&str> = graph.outputs.iter().map(|o| o.name.as_str()).collect();
+    let reads: Vec<Vec<String>> = graph.nodes.iter().map(|n| n.reads()).collect();
     let mut last_reader: HashMap<&str, usize> = HashMap::new();
-    for (i, node) in graph.nodes.iter().enumerate() {
-        for name in &node.inputs {
+    for (i, names) in reads.iter().enumerate() {
+        for name in names {
             last_reader.insert(name.as_str(), i);
         }
     }
     for (i, node) in graph.nodes.iter().enumerate() {
         let outputs = {
+            let visible = |name: &str| {
+                values
+                    .map
+                    .get(name)
+                    .or_else(|| outer.and_then(|o| o.get(name)))
+            };
+            let runner = Runner {
+                outer: Outer {
+                    values: &values.map,
+                    parent: outer,
+                },
+                limits,
+            };
             let call = OpCall {
                 node,
                 inputs: node
@@ -173,7 +254,7 @@ pub fn run_graph_with(
                         if name.is_empty() {
                             Ok(None)
                         } else {
-                            values.map.get(name).map(Some).ok_or_else(|| {
+                            visible(name).map(Some).ok_or_else(|| {
                                 Error::Graph(format!(
                                     "node `{}` reads unknown value `{name}`",
                                     node.name
@@ -183,6 +264,7 @@ pub fn run_graph_with(
                     })
                     .collect::<Result<_>>()?,
                 limits,
+                scope: Some(&runner),
             };
             eval_node(&call)?
         };
@@ -195,11 +277,8 @@ pub fn run_graph_with(
                 }
             }
         }
-        for name in &node.inputs {
-            if !name.is_empty()
-                && last_reader.get(name.as_str()) == Some(&i)
-                && !kept.contains(name.as_str())
-            {
+        for name in &reads[i] {
+            if last_reader.get(name.as_str()) == Some(&i) && !kept.contains(name.as_str()) {
                 values.remove(name);
             }
         }
@@ -211,7 +290,8 @@ pub fn run_graph_with(
             values
                 .map
                 .get(&o.name)
-                .map(|t| (o.name.clone(), t.clone()))
+                .or_else(|| outer.and_then(|p| p.get(&o.name)))
+                .cloned()
                 .ok_or_else(|| Error::Graph(format!("graph output `{}` was not computed", o.name)))
         })
         .collect()

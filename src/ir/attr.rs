@@ -1,5 +1,6 @@
 //! Node attributes.
 
+use super::graph::Graph;
 use super::tensor::TensorData;
 
 /// The value of a node attribute, in the ONNX attribute kinds mobius handles.
@@ -19,6 +20,10 @@ pub enum Attr {
     Ints(Vec<i64>),
     /// A list of strings.
     Strings(Vec<String>),
+    /// A subgraph (`AttributeProto.g`): the branch of an `If`, the body of a `Loop` or `Scan`.
+    /// It may read values of the enclosing graphs by name ([`Graph::free_values`]); it holds no
+    /// initializers of its own (the importer moves them to the main graph).
+    Graph(Box<Graph>),
 }
 
 /// A node's attributes, sorted by name, one value per name: the map a node carries.

@@ -457,8 +457,46 @@ pub fn attribute_proto(name: &str, attr: &Attr) -> proto::AttributeProto {
             a.r#type = at::STRINGS;
             a.strings = v.iter().map(|s| s.as_bytes().to_vec()).collect();
         }
+        Attr::Graph(g) => (a.r#type, a.g) = (at::GRAPH, Some(Box::new(subgraph_proto(g)))),
     }
     a
+}
+
+/// The `GraphProto` of a subgraph: its nodes (their own subgraphs nested), inputs and outputs
+/// (those declared without a shape written without one), value_info, and the initializers it
+/// holds inline (an imported subgraph holds none: they were moved to the main graph).
+fn subgraph_proto(g: &Graph) -> proto::GraphProto {
+    let declare = |v: &ValueInfo| {
+        if g.untyped.contains(&v.name) {
+            return proto::ValueInfoProto {
+                name: v.name.clone(),
+                ..Default::default()
+            };
+        }
+        let mut p = value_info_proto(v);
+        if g.unshaped.contains(&v.name) {
+            if let Some(t) = p.r#type.as_mut().and_then(|t| t.tensor_type.as_mut()) {
+                t.shape = None;
+            }
+        }
+        p
+    };
+    proto::GraphProto {
+        node: g.nodes.iter().map(node_proto).collect(),
+        name: g.name.clone(),
+        initializer: g
+            .initializers
+            .iter()
+            .filter_map(|i| match &i.source {
+                Some(crate::ir::TensorSource::Inline(data)) => Some(tensor_proto(&i.name, data)),
+                _ => None,
+            })
+            .collect(),
+        input: g.inputs.iter().map(declare).collect(),
+        output: g.outputs.iter().map(declare).collect(),
+        value_info: g.value_info.iter().map(value_info_proto).collect(),
+        ..Default::default()
+    }
 }
 
 fn value_info_proto(v: &ValueInfo) -> proto::ValueInfoProto {

@@ -67,7 +67,12 @@ pub fn decode(bytes: &[u8], path: &Path, known: &dyn KnownFunctions) -> Result<M
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
-    let ctx = Ctx { path, dir };
+    let functions = foreign_functions(m.functions, known);
+    let ctx = Ctx {
+        path,
+        dir,
+        functions: &functions,
+    };
     let opsets = check_opsets(m.opset_import).map_err(err)?;
     // Before IR 4 every initializer had to be listed as a graph input too: those entries
     // declare constants, not inputs.
@@ -96,7 +101,7 @@ pub fn decode(bytes: &[u8], path: &Path, known: &dyn KnownFunctions) -> Result<M
             .iter()
             .filter_map(|v| ctx.value_info(v).ok())
             .collect(),
-        nodes: super::functions::expand(g.node, &foreign_functions(m.functions, known))
+        nodes: super::functions::expand(g.node, &functions)
             .map_err(err)?
             .into_iter()
             .map(|n| ctx.node(n))
@@ -106,7 +111,10 @@ pub fn decode(bytes: &[u8], path: &Path, known: &dyn KnownFunctions) -> Result<M
             .iter()
             .map(|t| ctx.initializer(t))
             .collect::<Result<_>>()?,
+        unshaped: Vec::new(),
+        untyped: Vec::new(),
     };
+    let graph = hoist_initializers(graph);
     check_single_assignment(&graph).map_err(err)?;
     check_order(&graph).map_err(err)?;
     if !opsets.contains_key("") && graph.nodes.iter().any(|n| n.domain.is_empty()) {
@@ -123,6 +131,64 @@ pub fn decode(bytes: &[u8], path: &Path, known: &dyn KnownFunctions) -> Result<M
         producer_name: m.producer_name,
         producer_version: m.producer_version,
     })
+}
+
+/// Moves the initializers of every subgraph (nested ones too) to the main graph, where the
+/// subgraph reads them as values of its enclosing scope (ONNX's scoping makes the two the
+/// same); one whose name is taken anywhere in the model is renamed, and its readers with it.
+/// The optimizer, the interpreter and the writer then see every constant in one place.
+fn hoist_initializers(mut graph: Graph) -> Graph {
+    // How many times each name is defined in the whole model: a name defined once is kept.
+    let mut defined: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    for name in graph.all_names() {
+        *defined.entry(name.to_string()).or_default() += 1;
+    }
+    let mut hoisted = Vec::new();
+    for node in &mut graph.nodes {
+        hoist_from_node(node, &mut defined, &mut hoisted);
+    }
+    graph.initializers.extend(hoisted);
+    graph
+}
+
+fn hoist_from_node(
+    node: &mut Node,
+    defined: &mut std::collections::HashMap<String, usize>,
+    hoisted: &mut Vec<Initializer>,
+) {
+    let names: Vec<String> = node
+        .attrs
+        .iter()
+        .filter(|(_, a)| matches!(a, Attr::Graph(_)))
+        .map(|(k, _)| k.clone())
+        .collect();
+    for name in names {
+        let Some(Attr::Graph(mut g)) = node.attrs.get(&name).cloned() else {
+            continue;
+        };
+        for inner in &mut g.nodes {
+            hoist_from_node(inner, defined, hoisted);
+        }
+        let mut renames = rustc_hash::FxHashMap::default();
+        for mut init in std::mem::take(&mut g.initializers) {
+            if defined.get(&init.name).copied().unwrap_or(0) > 1 {
+                let mut k = 1;
+                let fresh = loop {
+                    let candidate = format!("{}__{name}_{k}", init.name);
+                    if !defined.contains_key(&candidate) {
+                        break candidate;
+                    }
+                    k += 1;
+                };
+                defined.insert(fresh.clone(), 1);
+                renames.insert(init.name.clone(), fresh.clone());
+                init.name = fresh;
+            }
+            hoisted.push(init);
+        }
+        g.rename_free(&renames);
+        node.attrs.insert(name, Attr::Graph(g));
+    }
 }
 
 /// The highest opset version mobius accepts for any domain (ONNX itself is at 24; a version past
@@ -169,6 +235,8 @@ struct ExternalRange {
 struct Ctx<'a> {
     path: &'a Path,
     dir: &'a Path,
+    /// The model-local functions to expand, in subgraphs too.
+    functions: &'a [proto::FunctionProto],
 }
 
 impl Ctx<'_> {
@@ -217,6 +285,60 @@ impl Ctx<'_> {
         })
     }
 
+    /// A subgraph (a graph attribute): as the main graph, but an input or output may be
+    /// declared without a shape, and its initializers stay with it until
+    /// [`hoist_initializers`] moves them out.
+    fn subgraph(&self, g: &proto::GraphProto) -> Result<Graph> {
+        let (mut unshaped, mut untyped) = (Vec::new(), Vec::new());
+        let mut declare = |v: &proto::ValueInfoProto| -> Result<ValueInfo> {
+            let Some(t) = v.r#type.as_ref() else {
+                untyped.push(v.name.clone());
+                return Ok(ValueInfo::new(&v.name, DType::F32, Shape(Vec::new())));
+            };
+            let tt = t.tensor_type.as_ref().ok_or_else(|| {
+                self.err(format!(
+                    "value `{}`: only tensor types are supported",
+                    v.name
+                ))
+            })?;
+            if tt.shape.is_some() {
+                return self.value_info(v);
+            }
+            unshaped.push(v.name.clone());
+            Ok(ValueInfo {
+                name: v.name.clone(),
+                dtype: self.dtype(tt.elem_type, &format!("value `{}`", v.name))?,
+                shape: Shape(Vec::new()),
+            })
+        };
+        let inputs = g.input.iter().map(&mut declare).collect::<Result<_>>()?;
+        let outputs = g.output.iter().map(&mut declare).collect::<Result<_>>()?;
+        let graph = Graph {
+            name: g.name.clone(),
+            inputs,
+            outputs,
+            value_info: g
+                .value_info
+                .iter()
+                .filter_map(|v| self.value_info(v).ok())
+                .collect(),
+            nodes: super::functions::expand(g.node.clone(), self.functions)
+                .map_err(|m| self.err(m))?
+                .into_iter()
+                .map(|n| self.node(n))
+                .collect::<Result<_>>()?,
+            initializers: g
+                .initializer
+                .iter()
+                .map(|t| self.initializer(t))
+                .collect::<Result<_>>()?,
+            unshaped,
+            untyped,
+        };
+        check_single_assignment(&graph).map_err(|m| self.err(m))?;
+        Ok(graph)
+    }
+
     fn node(&self, n: proto::NodeProto) -> Result<Node> {
         let attrs = n
             .attribute
@@ -256,10 +378,19 @@ impl Ctx<'_> {
             at::INTS => Attr::Ints(a.ints.clone()),
             at::STRINGS => Attr::Strings(a.strings.iter().map(|s| text(s)).collect()),
             at::GRAPH => {
-                return Err(self.err(format!(
-                    "node `{node}`: graph attribute `{}` (control flow) is not supported",
-                    a.name
-                )))
+                let g = a.g.as_ref().ok_or_else(|| {
+                    self.err(format!(
+                        "node `{node}`: attribute `{}` has no graph",
+                        a.name
+                    ))
+                })?;
+                Attr::Graph(Box::new(self.subgraph(g).map_err(|e| match e {
+                    Error::Onnx { path, message } => Error::Onnx {
+                        path,
+                        message: format!("node `{node}`, subgraph `{}`: {message}", a.name),
+                    },
+                    e => e,
+                })?))
             }
             other => {
                 return Err(self.err(format!(

@@ -94,6 +94,8 @@ mod tests {
             inputs: inputs.iter().map(value).collect(),
             outputs: vec![],
             value_info: vec![],
+            unshaped: vec![],
+            untyped: vec![],
             nodes,
             initializers: inits
                 .iter()

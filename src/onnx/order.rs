@@ -11,6 +11,14 @@ use crate::ir::Graph;
 /// Checks that `graph`'s nodes are in topological order; the error names the value read
 /// before (or without) being defined and, for a cycle, the nodes that form it.
 pub fn check_order(graph: &Graph) -> Result<(), String> {
+    check_scope(graph, false)
+}
+
+/// [`check_order`] for `graph`; in a subgraph (`nested`), a value no node of the graph
+/// defines is read from the enclosing scope (the node holding the subgraph reads it there).
+/// A node's subgraphs are checked in turn, and the values they read from this graph count as
+/// the node's inputs.
+fn check_scope(graph: &Graph, nested: bool) -> Result<(), String> {
     let mut producer: HashMap<&str, usize> = HashMap::new();
     for (i, node) in graph.nodes.iter().enumerate() {
         for output in node.outputs.iter().filter(|o| !o.is_empty()) {
@@ -24,11 +32,16 @@ pub fn check_order(graph: &Graph) -> Result<(), String> {
         .chain(graph.initializers.iter().map(|i| i.name.as_str()))
         .collect();
     for (i, node) in graph.nodes.iter().enumerate() {
-        for input in node.inputs.iter().filter(|v| !v.is_empty()) {
+        for sub in node.subgraphs() {
+            check_scope(sub, true)
+                .map_err(|m| format!("in a subgraph of {}: {m}", describe(node, i)))?;
+        }
+        for input in node.reads() {
             if leaves.contains(input.as_str()) {
                 continue;
             }
             match producer.get(input.as_str()) {
+                None if nested => {}
                 None => {
                     return Err(format!(
                         "{} reads value `{input}`, which is no graph input, initializer or node \
@@ -120,6 +133,8 @@ mod tests {
             inputs: vec![ValueInfo::new("x", DType::F32, Shape::new(["2"]))],
             outputs: vec![],
             value_info: vec![],
+            unshaped: vec![],
+            untyped: vec![],
             nodes,
             initializers: vec![],
         }

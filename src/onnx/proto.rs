@@ -183,6 +183,9 @@ pub struct AttributeProto {
     /// `t = 5`.
     #[prost(message, optional, tag = "5")]
     pub t: Option<TensorProto>,
+    /// `g = 6`: a subgraph (control flow).
+    #[prost(message, optional, boxed, tag = "6")]
+    pub g: Option<Box<GraphProto>>,
     /// `floats = 7`.
     #[prost(float, repeated, packed = "false", tag = "7")]
     pub floats: Vec<f32>,

@@ -18,6 +18,7 @@
 pub mod arg;
 pub mod attention;
 pub mod channel_norm;
+pub mod control;
 pub mod conv;
 pub mod cost;
 pub mod elementwise;
@@ -160,8 +161,9 @@ impl OpDef {
 }
 
 /// The registry: one table per op module.
-pub const FAMILIES: [&[OpDef]; 17] = [
+pub const FAMILIES: [&[OpDef]; 18] = [
     elementwise::OPS,
+    control::OPS,
     channel_norm::OPS,
     resize::OPS,
     conv::OPS,
@@ -227,6 +229,9 @@ pub struct OpCall<'a> {
     /// The run's budgets: an op checks every output shape it computes with [`OpCall::alloc`]
     /// before allocating it.
     pub limits: &'a InterpLimits,
+    /// Where a control-flow op runs its subgraphs (`None` outside a graph run: such an op then
+    /// fails).
+    pub scope: Option<&'a dyn control::Scope>,
 }
 
 impl<'a> OpCall<'a> {

@@ -3,7 +3,7 @@
 
 use egg::Symbol;
 
-use crate::ir::{Attr, DType, TensorData};
+use crate::ir::{Attr, DType, Graph, TensorData};
 
 /// An attribute value in the e-graph (hashable: floats by their bits).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -24,6 +24,57 @@ pub enum AttrValue {
     Strs(Vec<Symbol>),
     /// A tensor attribute.
     Tensor(Box<Literal>),
+    /// A subgraph (control flow).
+    Graph(Subgraph),
+}
+
+/// A subgraph attribute in the e-graph, opaque to the rules: compared, ordered and hashed by
+/// its text, so that equal subgraphs share one leaf and leaves order the same way every run.
+#[derive(Debug, Clone)]
+pub struct Subgraph {
+    text: std::sync::Arc<str>,
+    graph: std::sync::Arc<Graph>,
+}
+
+impl Subgraph {
+    /// The e-graph form of `graph`.
+    pub fn new(graph: &Graph) -> Subgraph {
+        Subgraph {
+            text: format!("{graph:?}").into(),
+            graph: std::sync::Arc::new(graph.clone()),
+        }
+    }
+
+    /// The subgraph.
+    pub fn graph(&self) -> &Graph {
+        &self.graph
+    }
+}
+
+impl PartialEq for Subgraph {
+    fn eq(&self, other: &Subgraph) -> bool {
+        self.text == other.text
+    }
+}
+
+impl Eq for Subgraph {}
+
+impl std::hash::Hash for Subgraph {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.text.hash(state);
+    }
+}
+
+impl PartialOrd for Subgraph {
+    fn partial_cmp(&self, other: &Subgraph) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Subgraph {
+    fn cmp(&self, other: &Subgraph) -> std::cmp::Ordering {
+        self.text.cmp(&other.text)
+    }
 }
 
 impl AttrValue {
@@ -39,6 +90,7 @@ impl AttrValue {
             Attr::Strings(v) => {
                 AttrValue::Strs(v.iter().map(|s| Symbol::from(s.as_str())).collect())
             }
+            Attr::Graph(g) => AttrValue::Graph(Subgraph::new(g)),
         }
     }
 
@@ -53,6 +105,7 @@ impl AttrValue {
             AttrValue::Floats(v) => Attr::Floats(v.iter().map(|b| f32::from_bits(*b)).collect()),
             AttrValue::Strs(v) => Attr::Strings(v.iter().map(|s| s.to_string()).collect()),
             AttrValue::Tensor(t) => Attr::Tensor(t.to_tensor()),
+            AttrValue::Graph(g) => Attr::Graph(Box::new(g.graph().clone())),
         })
     }
 

@@ -377,6 +377,8 @@ mod tests {
             inputs: vec![ValueInfo::new("x", DType::F32, Shape::new(["4"]))],
             outputs: vec![ValueInfo::new(&value(n), DType::F32, Shape::new(["4"]))],
             value_info: vec![],
+            unshaped: vec![],
+            untyped: vec![],
             nodes: (0..n)
                 .map(|i| Node {
                     name: format!("neg{i}"),

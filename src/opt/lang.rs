@@ -213,6 +213,7 @@ impl fmt::Display for Onnx {
                 }
                 AttrValue::Strs(v) => write!(f, "strs:{}", join(v.iter())),
                 AttrValue::Tensor(t) => write!(f, "tensor:{}{:?}", t.dtype, t.shape),
+                AttrValue::Graph(g) => write!(f, "graph:{}", g.graph().name),
             },
             Onnx::Absent => f.write_str("none"),
             Onnx::Root(_) => f.write_str("root"),

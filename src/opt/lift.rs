@@ -235,6 +235,18 @@ fn walk(
                 }
             })
             .collect::<Result<Vec<Id>>>()?;
+        // The values a subgraph reads from this graph are children too, after the inputs:
+        // the node depends on them, and lowering renames them inside the subgraph if their
+        // producer's name changes ([`super::lower`]).
+        let captures = node.captures();
+        for name in &captures {
+            children.push(values.get(name.as_str()).copied().ok_or_else(|| {
+                Error::Graph(format!(
+                    "a subgraph of node `{}` reads undefined value `{name}`",
+                    node.name
+                ))
+            })?);
+        }
         let key = op_key(&node.domain, &node.op_type);
         let attr_names: Vec<&str> = match schema(&key) {
             Some(s) if node.attrs.keys().all(|k| s.contains(&k.as_str())) => s.to_vec(),
@@ -248,7 +260,13 @@ fn walk(
             children.push(sink.add(Onnx::Attr(value)));
         }
         let outputs = node.outputs.len().max(1);
-        let enode = Onnx::op(&key, &attr_names, node.inputs.len(), outputs, children);
+        let enode = Onnx::op(
+            &key,
+            &attr_names,
+            node.inputs.len() + captures.len(),
+            outputs,
+            children,
+        );
         let declared: Vec<TensorType> = node
             .outputs
             .iter()

@@ -123,6 +123,8 @@ pub fn lower(original: &Graph, picked: Picked) -> Result<Graph> {
         nodes: Vec::new(),
         initializers: Vec::new(),
         value_info: Vec::new(),
+        unshaped: Vec::new(),
+        untyped: Vec::new(),
     };
     let mut folded = Folded::default();
     let initializers = InitializerIndex::new(original);
@@ -328,17 +330,35 @@ fn emit_op(
     op: &OpNode,
 ) {
     let (domain, op_type) = op.domain_and_type();
-    let inputs = op
-        .input_ids()
-        .iter()
-        .map(|&c| namer.by_class.name(c).to_string())
-        .collect();
-    let attrs: Attrs = op
+    let mut attrs: Attrs = op
         .attr_names()
         .iter()
         .zip(op.attr_ids())
         .filter_map(|(name, &c)| Some((name.to_string(), picked.attr(c)?.to_attr()?)))
         .collect();
+    let mut inputs: Vec<String> = op
+        .input_ids()
+        .iter()
+        .map(|&c| namer.by_class.name(c).to_string())
+        .collect();
+    // The trailing children of a node with subgraphs are the values they read ([`lift`]'s
+    // captures): renamed inside the subgraphs where their producer now has another name.
+    let probe = Node {
+        attrs: attrs.clone(),
+        ..Node::default()
+    };
+    let captures = probe.captures();
+    if !captures.is_empty() {
+        let held = inputs.split_off(inputs.len() - captures.len());
+        let renames: rustc_hash::FxHashMap<String, String> = captures
+            .into_iter()
+            .zip(held)
+            .filter(|(from, to)| from != to)
+            .collect();
+        let mut node = Node { attrs, ..probe };
+        node.rename_captures(&renames);
+        attrs = node.attrs;
+    }
     let outputs: Vec<String> = if op.outputs == 1 {
         vec![namer.name(class, op_type)]
     } else {
@@ -393,10 +413,12 @@ fn finish(
         .cloned()
         .collect();
     // Leaves read by the emitted nodes (initializers folded into a concatenation are not).
+    let captured: Vec<String> = graph.nodes.iter().flat_map(Node::captures).collect();
     let read: FxHashSet<&str> = graph
         .nodes
         .iter()
         .flat_map(|n| n.inputs.iter().map(String::as_str))
+        .chain(captured.iter().map(String::as_str))
         .chain(original.outputs.iter().map(|o| o.name.as_str()))
         .collect();
     graph.inputs = original
@@ -518,6 +540,12 @@ impl Namer {
         );
         used.extend(original.inputs.iter().map(|v| v.name.clone()));
         used.extend(original.initializers.iter().map(|i| i.name.clone()));
+        // Names defined inside subgraphs: a fresh name must not shadow them.
+        for node in &original.nodes {
+            for g in node.subgraphs() {
+                used.extend(g.all_names().into_iter().map(str::to_string));
+            }
+        }
         Namer {
             used,
             by_class: ByClass::default(),

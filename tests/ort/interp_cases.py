@@ -1963,3 +1963,63 @@ def _windows():
 
 
 _windows()
+
+
+def _control_flow():
+    """If, Loop, Scan (src/ops/control.rs): subgraphs reading a graph input of the enclosing
+    graph, a Loop that a condition stops before its trip count, Scan in reverse with an output
+    axis, Scan-8's batched form; NaN and infinities pass through."""
+    r = rng_for("control", "flow")
+    x = randn(r, 2, 3)
+    x[0, 0], x[1, 1], x[1, 2] = np.nan, np.inf, -np.inf
+    vi = helper.make_tensor_value_info
+
+    def captured(case):
+        """`x` is a graph input the subgraphs read, not an input of the node."""
+        kept = [n for n in case.node.input if n != "x"]
+        del case.node.input[:]
+        case.node.input.extend(kept)
+
+    def branch(op, out):
+        return helper.make_graph([helper.make_node(op, ["x"], [out])], f"b_{op}", [], [vi(out, F32, [2, 3])])
+
+    for cond in (True, False):
+        captured(add("If", f"cond_{str(cond).lower()}", [inp("c", np.array(cond)), inp("x", x)], [("y", F32)],
+                     then_branch=branch("Neg", "t"), else_branch=branch("Exp", "e")))
+
+    body = helper.make_graph(
+        [
+            helper.make_node("Mul", ["v", "x"], ["v_out"]),
+            helper.make_node("Constant", [], ["two"], value=numpy_helper.from_array(np.array(2, np.int64))),
+            helper.make_node("Less", ["i", "two"], ["go"]),
+            helper.make_node("ReduceMax", ["v_out"], ["peak"], keepdims=0),
+        ],
+        "loop_body",
+        [vi("i", I64, []), vi("c_in", BOOL, []), vi("v", F32, [2, 3])],
+        [vi("go", BOOL, []), vi("v_out", F32, [2, 3]), vi("peak", F32, [])],
+    )
+    for trips in (1, 5):
+        captured(add("Loop", f"until_false_trips{trips}",
+                     [init("m", np.array(trips, np.int64)), inp("c", np.array(True)), inp("v0", randn(r, 2, 3)),
+                      inp("x", x)],
+                     [("v_final", F32), ("peaks", F32)], body=body))
+
+    scan_body = helper.make_graph(
+        [helper.make_node("Add", ["s", "row"], ["s_out"]), helper.make_node("Mul", ["s_out", "row"], ["y_row"])],
+        "scan_body",
+        [vi("s", F32, [3]), vi("row", F32, [3])],
+        [vi("s_out", F32, [3]), vi("y_row", F32, [3])],
+    )
+    add("Scan", "reverse_output_axis1", [inp("s0", randn(r, 3)), inp("x", x)], [("s_final", F32), ("ys", F32)],
+        body=scan_body, num_scan_inputs=1, scan_input_directions=[1], scan_output_axes=[1])
+    add("Scan", "input_axis1", [inp("s0", randn(r, 2)), inp("xt", randn(r, 2, 4))], [("s_final", F32), ("ys", F32)],
+        body=helper.make_graph(
+            [helper.make_node("Add", ["s", "col"], ["s_out"]), helper.make_node("Neg", ["col"], ["y_col"])],
+            "scan_cols", [vi("s", F32, [2]), vi("col", F32, [2])], [vi("s_out", F32, [2]), vi("y_col", F32, [2])]),
+        num_scan_inputs=1, scan_input_axes=[1])
+    batched = np.stack([x, randn(r, 2, 3)])
+    add("Scan", "opset8_batched", [None, inp("s0", randn(r, 2, 3)), inp("xs", batched)],
+        [("s_final", F32), ("ys", F32)], opset=8, body=scan_body, num_scan_inputs=1, directions=[1])
+
+
+_control_flow()

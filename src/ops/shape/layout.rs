@@ -123,9 +123,11 @@ pub(super) fn flatten(call: &OpCall<'_>) -> Result<Tensor> {
 pub(super) fn squeeze(call: &OpCall<'_>) -> Result<Tensor> {
     let x = call.input(0)?;
     let rank = x.shape.len();
-    let axes = match call.optional(1) {
-        Some(_) => int_input(call, 1)?,
-        None => Vec::new(),
+    // Before opset 13 the axes were an attribute.
+    let axes = match (call.optional(1), call.ints("axes")) {
+        (Some(_), _) => int_input(call, 1)?,
+        (None, Some(axes)) => axes.to_vec(),
+        (None, None) => Vec::new(),
     };
     let axes = axes
         .iter()
@@ -150,7 +152,11 @@ pub(super) fn squeeze(call: &OpCall<'_>) -> Result<Tensor> {
 /// `Unsqueeze`: inserts size-1 axes at the listed positions of the output.
 pub(super) fn unsqueeze(call: &OpCall<'_>) -> Result<Tensor> {
     let x = call.input(0)?;
-    let axes = int_input(call, 1)?;
+    // Before opset 13 the axes were an attribute.
+    let axes = match (call.optional(1), call.ints("axes")) {
+        (None, Some(axes)) => axes.to_vec(),
+        _ => int_input(call, 1)?,
+    };
     let out_rank = x.shape.len() + axes.len();
     let axes = norm_axes(call, &axes, out_rank)?;
     let mut rest = x.shape.iter();
