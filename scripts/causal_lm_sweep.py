@@ -131,6 +131,29 @@ SIZE_OVERRIDES: dict[str, dict] = {
     "xlstm": {"embedding_dim": 64},
     # Reformer: axial position embeddings sum to hidden 64 over a 16 x 32 grid (512 positions).
     "reformer": {"axial_pos_embds_dim": [32, 32], "axial_pos_shape": [16, 32]},
+    # LFM2-MoE: one short-convolution layer, one attention layer; one dense, one MoE.
+    "lfm2_moe": {"layer_types": ["conv", "full_attention"], "num_dense_layers": 1},
+    # Dory: its config.json counts attention and MLP blocks apart (twice the layers): one
+    # input, one recurrent, one output layer.
+    "dory": {
+        "num_hidden_layers": 6,
+        "layer_types": ["sliding_attention", "mlp", "sliding_attention", "mlp", "full_attention", "mlp"],
+        "n_input_layers": 2,
+        "n_recurrent_layers": 2,
+        "n_output_layers": 2,
+    },
+    # Kolibri 1.1: one sliding layer and one indexed layer (its own indexer and K/V), the
+    # indexer within the tiny heads and prompt.
+    "kolibri1_1": {
+        "layer_types": ["sliding_attention", "indexed_attention"],
+        "index_layers": None,
+        "kv_source_layers": None,
+        "mlp_only_layers": [0],
+        "index_num_heads": 2,
+        "index_topk": 4,
+        "index_num_local_tokens": 2,
+        "index_num_sink_tokens": 1,
+    },
     # Heads of d_model / n_head.
     "xlnet": {"d_head": 16},
     # ZAYA routes each token to one expert only.
