@@ -5,9 +5,10 @@ logits against transformers': the coverage figure of the README.
 Developer tool (CI never runs it): it needs torch, transformers, onnxruntime and numpy, and a
 mobius binary. For each model type of transformers' ``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`` it
 makes a tiny config (2 layers, hidden 64, 4 heads of 16, 2 KV heads, vocab 1000, small MoE and
-latent-attention sizes where the config has them), a random model with every parameter that
-transformers initialises to a constant (norm weights, biases) perturbed, saves it as
-safetensors, runs ``mobius build --ep cpu --dtype f32`` and onnxruntime (CPU) on an 8-token
+latent-attention sizes where the config has them; the extra fields of ``SIZE_OVERRIDES`` for
+the types whose default config is inconsistent once shrunk), a random model with every
+parameter that transformers initialises to a constant (norm weights, biases) perturbed, saves
+it as safetensors, runs ``mobius build --ep cpu --dtype f32`` and onnxruntime (CPU) on an 8-token
 prompt with an empty KV cache, and compares the logits with transformers' f32 forward.
 
 Each type runs in its own process (a crash or a hang is that type's result). Statuses:
@@ -79,6 +80,87 @@ TINY = {
 }
 # Set only where the default is not None (None means "off" for these).
 TINY_IF_SET = {"sliding_window": 16, "attention_window": 16, "local_window_size": 16}
+# Per-type sizing overrides: extra config fields for the types whose default config TINY alone
+# leaves inconsistent (transformers refuses or cannot run it tiny). Set last, on the config of
+# that model_type (a sub-config included); a dict value is merged into the sub-config of that
+# name. Each entry says what it fixes; none changes what the type computes beyond its size.
+SIZE_OVERRIDES: dict[str, dict] = {
+    # Mamba-2: hidden * expand (128) must equal num_heads * head_dim (16); 2 groups of B/C.
+    "mamba2": {"num_heads": 8, "n_groups": 2, "state_size": 16, "chunk_size": 8},
+    # DBRX: its attention sub-config carries no rope_theta by default (DbrxAttention reads it)
+    # and clip_qkv None fails torch.clamp; 2 KV heads, 4 experts of 32, top-2.
+    "dbrx": {
+        "attn_config": {"rope_theta": 10000.0, "kv_n_heads": 2, "clip_qkv": 8.0},
+        "ffn_config": {"ffn_hidden_size": 32, "moe_num_experts": 4, "moe_top_k": 2},
+    },
+    # Cohere Compass text: RoPE parameters are read per layer type (the default is one flat
+    # dict), M-RoPE sections sized to the half head of 8; one sliding and one full layer.
+    "cohere_compass_text": {
+        "layer_types": ["sliding_attention", "full_attention"],
+        "rope_parameters": {
+            t: {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [4, 2, 2]}
+            for t in ("sliding_attention", "full_attention")
+        },
+    },
+    # Gemma 4 text: full-attention layers are 32 wide (global_head_dim, per-layer config) and a
+    # small per-layer-input table; one sliding and one full layer.
+    "gemma4_text": {
+        "global_head_dim": 32,
+        "vocab_size_per_layer_input": 1000,
+        "hidden_size_per_layer_input": 16,
+        "layer_types": ["sliding_attention", "full_attention"],
+    },
+    # Gemma 3n text: KV sharing needs both layer types before its shared layers (the default
+    # shares 15 of 35); one sliding and one full layer, no sharing, small per-layer inputs.
+    "gemma3n_text": {
+        "layer_types": ["sliding_attention", "full_attention"],
+        "num_kv_shared_layers": 0,
+        "vocab_size_per_layer_input": 1000,
+        "hidden_size_per_layer_input": 16,
+    },
+    # Inkling 2: the embedding is saved cut to unpadded_vocab_size (200058 by default) and
+    # padded back to vocab_size on load; the tiny vocabulary is unpadded.
+    "inkling2_text": {"unpadded_vocab_size": 1000},
+    "inkling2_loop_text": {"unpadded_vocab_size": 1000},
+    # Types mobius refuses (recurrent layers, other attention): sized so that the sweep
+    # reports what mobius does with them rather than that transformers cannot make them.
+    # Mamba heads: 8 of 16 = hidden * expand.
+    "bamba": {"mamba_n_heads": 8, "mamba_d_head": 16, "mamba_d_state": 16, "mamba_chunk_size": 8},
+    "granitemoehybrid": {"mamba_n_heads": 8, "mamba_d_head": 16, "mamba_d_state": 16, "mamba_chunk_size": 8},
+    # xLSTM: the embedding is hidden_size wide.
+    "xlstm": {"embedding_dim": 64},
+    # Reformer: axial position embeddings sum to hidden 64 over a 16 x 32 grid (512 positions).
+    "reformer": {"axial_pos_embds_dim": [32, 32], "axial_pos_shape": [16, 32]},
+    # LFM2-MoE: one short-convolution layer, one attention layer; one dense, one MoE.
+    "lfm2_moe": {"layer_types": ["conv", "full_attention"], "num_dense_layers": 1},
+    # Dory: its config.json counts attention and MLP blocks apart (twice the layers): one
+    # input, one recurrent, one output layer.
+    "dory": {
+        "num_hidden_layers": 6,
+        "layer_types": ["sliding_attention", "mlp", "sliding_attention", "mlp", "full_attention", "mlp"],
+        "n_input_layers": 2,
+        "n_recurrent_layers": 2,
+        "n_output_layers": 2,
+    },
+    # Kolibri 1.1: one sliding layer and one indexed layer (its own indexer and K/V), the
+    # indexer within the tiny heads and prompt.
+    "kolibri1_1": {
+        "layer_types": ["sliding_attention", "indexed_attention"],
+        "index_layers": None,
+        "kv_source_layers": None,
+        "mlp_only_layers": [0],
+        "index_num_heads": 2,
+        "index_topk": 4,
+        "index_num_local_tokens": 2,
+        "index_num_sink_tokens": 1,
+    },
+    # Heads of d_model / n_head.
+    "xlnet": {"d_head": 16},
+    # ZAYA routes each token to one expert only.
+    "zaya": {"num_experts_per_tok": 1},
+    # The query/key head is nope + rope wide (the default keeps the full size's 192).
+    "longcat_flash": {"qk_head_dim": 24},
+}
 # Token ids kept inside the tiny vocabulary.
 TOKEN_ID_KEYS = ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id", "sep_token_id")
 SEQ = 8
@@ -113,6 +195,7 @@ def tiny_config(model_type: str):
         for key, value in list(d.items()):
             if isinstance(value, list) and old_layers and len(value) == old_layers and old_layers != 2:
                 del d[key]
+        d.pop("per_layer_config", None)  # keyed by the default depth's layer indices
         for key in TOKEN_ID_KEYS:
             v = d.get(key)
             if isinstance(v, int) and v >= TINY["vocab_size"]:
@@ -120,9 +203,17 @@ def tiny_config(model_type: str):
             elif isinstance(v, list):
                 d[key] = [t if t < TINY["vocab_size"] else TINY["vocab_size"] - 1 for t in v]
         for key, value in list(d.items()):
-            sub = getattr(cfg, key, None)
+            try:
+                sub = getattr(cfg, key, None)
+            except Exception:  # noqa: BLE001 - per-layer attributes refuse global reads
+                sub = None
             if hasattr(sub, "to_dict") and hasattr(sub, "model_type"):
                 d[key] = shrink(sub).to_dict()
+        for key, value in SIZE_OVERRIDES.get(cfg.model_type, {}).items():
+            if isinstance(value, dict) and isinstance(d.get(key), dict) and key != "rope_parameters":
+                d[key] = {**d[key], **value}
+            else:
+                d[key] = value
         d.pop("model_type", None)
         d.pop("transformers_version", None)
         return type(cfg)(**d)

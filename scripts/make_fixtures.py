@@ -232,6 +232,8 @@ from transformers import (
     DbrxForCausalLM,
     Cohere2Config,
     Cohere2ForCausalLM,
+    CohereCompassForCausalLM,
+    CohereCompassTextConfig,
     ExaoneConfig,
     Exaone4Config,
     Exaone4ForCausalLM,
@@ -1264,6 +1266,24 @@ def make_config(kind: str, vocab: int, ids: dict):
             sliding_window_pattern=2,
             tie_word_embeddings=True,
             rope_parameters={"rope_type": "default", "rope_theta": 50000.0},
+        )
+    if kind == "cohere_compass_text":
+        # Cohere's parallel blocks off one bias-free LayerNorm and its logit scale, q/k/v/o
+        # biases; layer 0 slides (window 5 < prompt + generated) with RoPE theta 1e4, layer 1
+        # is global with theta 5e4 (rotate-half pairs; M-RoPE sections that text positions
+        # make plain RoPE), tied.
+        return CohereCompassForCausalLM, CohereCompassTextConfig(
+            **{k: v for k, v in common.items() if k != "head_dim"},
+            layer_norm_eps=1e-5,
+            logit_scale=0.5,
+            attention_bias=True,
+            sliding_window=5,
+            layer_types=["sliding_attention", "full_attention"],
+            tie_word_embeddings=True,
+            rope_parameters={
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [4, 2, 2]},
+                "full_attention": {"rope_type": "default", "rope_theta": 50000.0, "mrope_section": [4, 2, 2]},
+            },
         )
     if kind == "cohere2_moe":
         # Cohere 2's parallel blocks and logit scale, 3 layers: layer 0 is a dense prefix layer
@@ -2344,6 +2364,7 @@ FIXTURES = {
     "exaone_moe": (5130, "f32", "v5", None),
     "cohere2": (4960, "f32", "v5", None),
     "cohere2_moe": (5140, "f32", "v5", None),
+    "cohere_compass_text": (5150, "f32", "v5", None),
     "ernie4_5": (4970, "f32", "v4", None),
     "apertus": (4980, "f32", "v5", None),
     "apertus1p5_text": (4990, "f32", "v5", None),

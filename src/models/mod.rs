@@ -21,6 +21,7 @@ pub mod bloom;
 pub mod cohere;
 pub mod cohere2;
 pub mod cohere2_moe;
+pub mod cohere_compass_text;
 pub mod components;
 pub mod ctrl;
 pub mod cwm;

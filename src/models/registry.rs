@@ -107,6 +107,7 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &super::aria_text::FAMILY,
     &super::kolibri1::FAMILY,
     &super::flint::FAMILY,
+    &super::cohere_compass_text::FAMILY,
     &super::bert::FAMILY,
     &super::bert_lm::FAMILY,
     &super::bart_lm::FAMILY,
