@@ -29,6 +29,7 @@ pub mod matmul;
 pub mod moe;
 pub mod norm;
 pub mod quant;
+pub mod recurrent;
 pub mod reduce;
 pub mod relayout;
 pub mod resize;
@@ -161,7 +162,7 @@ impl OpDef {
 }
 
 /// The registry: one table per op module.
-pub const FAMILIES: [&[OpDef]; 18] = [
+pub const FAMILIES: [&[OpDef]; 19] = [
     elementwise::OPS,
     control::OPS,
     channel_norm::OPS,
@@ -179,6 +180,7 @@ pub const FAMILIES: [&[OpDef]; 18] = [
     quant::OPS,
     topk::OPS,
     moe::OPS,
+    recurrent::OPS,
     relayout::OPS,
 ];
 

@@ -2023,3 +2023,58 @@ def _control_flow():
 
 
 _control_flow()
+
+
+def _recurrent():
+    """LinearAttention and CausalConvWithState (opset 27, src/ops/recurrent.rs): every update
+    rule, grouped KV heads, per-key-dim decay, a shared beta, with and without a past state,
+    float16, and NaN / infinity in the inputs."""
+    r = rng_for("recurrent", "ops")
+    b, t, hq, hkv, dk, dv = 2, 3, 4, 2, 4, 3
+
+    def qkv(dtype=np.float32):
+        return (randn(r, b, t, hq * dk, dtype=dtype), randn(r, b, t, hkv * dk, dtype=dtype),
+                randn(r, b, t, hkv * dv, dtype=dtype))
+
+    outs = [("output", F32), ("present_state", F32)]
+    for rule in ["linear", "gated", "delta", "gated_delta"]:
+        q, k, v = qkv()
+        ins = [inp("q", q), inp("k", k), inp("v", v), inp("past", randn(r, b, hkv, dk, dv))]
+        ins.append(inp("decay", unif(r, -1.0, 0.0, b, t, hkv)) if rule.startswith("gated") else None)
+        ins.append(inp("beta", unif(r, 0.0, 1.0, b, t, hkv)) if "delta" in rule else None)
+        while ins[-1] is None:
+            ins.pop()
+        add("LinearAttention", rule, ins, outs, opset=27, q_num_heads=hq, kv_num_heads=hkv, update_rule=rule)
+    q, k, v = qkv()
+    add("LinearAttention", "per_key_decay_shared_beta_no_past_scale",
+        [inp("q", q), inp("k", k), inp("v", v), None, inp("decay", unif(r, -1.0, 0.0, b, t, hkv * dk)),
+         inp("beta", unif(r, 0.0, 1.0, b, t, 1))], outs, opset=27, q_num_heads=hq, kv_num_heads=hkv, scale=0.3)
+    q, k, v = qkv()
+    q[0, 1, 2], k[1, 0, 0], v[1, 2, 1] = np.nan, np.inf, -np.inf
+    add("LinearAttention", "nan_inf", [inp("q", q), inp("k", k), inp("v", v)], outs, opset=27,
+        q_num_heads=hq, kv_num_heads=hkv, update_rule="linear")
+    q, k, v = qkv(np.float16)
+    add("LinearAttention", "float16",
+        [inp("q", q), inp("k", k), inp("v", v), inp("past", randn(r, b, hkv, dk, dv, dtype=np.float16)),
+         inp("decay", unif(r, -1.0, 0.0, b, t, hkv).astype(np.float16)),
+         inp("beta", unif(r, 0.0, 1.0, b, t, hkv).astype(np.float16))],
+        [("output", F16), ("present_state", F16)], opset=27, q_num_heads=hq, kv_num_heads=hkv)
+
+    c, l, kk = 5, 4, 3
+    conv_outs = [("output", F32), ("present_state", F32)]
+    x = randn(r, b, c, l)
+    x[0, 1, 2], x[1, 3, 0] = np.nan, np.inf
+    add("CausalConvWithState", "silu_bias_past",
+        [inp("x", x), init("w", randn(r, c, 1, kk)), init("bias", randn(r, c)), inp("past", randn(r, b, c, kk - 1))],
+        conv_outs, opset=27, activation="silu")
+    add("CausalConvWithState", "no_bias_no_past", [inp("x", randn(r, b, c, l)), init("w", randn(r, c, 1, kk))],
+        conv_outs, opset=27)
+    add("CausalConvWithState", "kernel_one_swish", [inp("x", randn(r, b, c, l)), init("w", randn(r, c, 1, 1))],
+        conv_outs, opset=27, activation="swish")
+    add("CausalConvWithState", "float16_past",
+        [inp("x", randn(r, b, c, l, dtype=np.float16)), init("w", randn(r, c, 1, kk, dtype=np.float16)), None,
+         inp("past", randn(r, b, c, kk - 1, dtype=np.float16))],
+        [("output", F16), ("present_state", F16)], opset=27, activation="silu")
+
+
+_recurrent()
