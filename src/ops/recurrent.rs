@@ -128,21 +128,22 @@ fn eval_linear_attention(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
     need(decay.is_some(), gating, "the decay input")?;
     need(beta.is_some(), delta, "the beta input")?;
     // Decay: one log-decay per KV head, or one per key dim; beta: per KV head or shared.
-    let decay_width =
-        match decay {
-            Some(d) if d.shape.len() == 3 && d.shape[..2] == [b, t] => match d.shape[2] {
-                w if w == hkv => 1,
-                w if w == hkv * dk => dk,
-                w => return Err(call.error(format!(
+    let decay_width = match decay {
+        Some(d) if d.shape.len() == 3 && d.shape[..2] == [b, t] => match d.shape[2] {
+            w if w == hkv => 1,
+            w if w == hkv * dk => dk,
+            w => {
+                return Err(call.error(format!(
                     "decay's last dim {w} must be kv_num_heads ({hkv}) or kv_num_heads · d_k ({})",
                     hkv * dk
-                ))),
-            },
-            Some(d) => {
-                return Err(call.error(format!("decay must be [{b}, {t}, …], got {:?}", d.shape)))
+                )))
             }
-            None => 0,
-        };
+        },
+        Some(d) => {
+            return Err(call.error(format!("decay must be [{b}, {t}, …], got {:?}", d.shape)))
+        }
+        None => 0,
+    };
     let beta_heads = match beta {
         Some(x)
             if x.shape.len() == 3

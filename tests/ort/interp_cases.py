@@ -765,6 +765,17 @@ def _attention():
     att("f16_basic", dtype=np.float16, S=4)
     att("f16_float_mask", dtype=np.float16, S=3, L=5, mask="float")
     att("f16_past_causal_gqa", dtype=np.float16, S=2, P=3, Hq=4, Hkv=2, is_causal=1)
+    # the 4th output by qk_matmul_output_mode; sliding windows (opset 26); a narrow mask
+    att("qk_mode1_softcap", S=3, L=4, qk=True, softcap=2.0, qk_matmul_output_mode=1)
+    # (a float mask, added as is: where a bool or causal mask hides a key, onnxruntime writes
+    # the lowest float in this output, ONNX's reference and conformance cases -inf, which the
+    # interpreter follows)
+    att("qk_mode2_float_mask_past", S=2, P=3, mask="float", qk=True, qk_matmul_output_mode=2, softcap=1.5)
+    att("qk_mode3_float_mask_gqa", Hq=4, Hkv=2, S=3, L=5, mask="float", qk=True, qk_matmul_output_mode=3)
+    att("left_window_causal", S=6, is_causal=1, left_window_size=2, opset=26)
+    att("bidirectional_window", S=5, left_window_size=1, right_window_size=2, opset=26)
+    att("window_causal_past_gqa", S=2, P=4, Hq=4, Hkv=2, is_causal=1, left_window_size=2, opset=26)
+    att("window_nonpad", S=2, L=6, nonpad=[6, 4], is_causal=1, left_window_size=2, opset=26)
 
     # NaN and infinity (4-D, B=1, one head, S=3 queries over T=4 keys)
     def att_nan(name, *, q_nan=None, k_nan=None, v_nan=None, mask=None, nonpad=None, **attrs):

@@ -24,8 +24,15 @@
 //! - for f16 (and bf16) inputs the scores are rounded to that dtype after `scale · q·k + mask`
 //!   (without softcap) or after `scale · q·k`, after softcap and after adding the mask (with
 //!   softcap), and the softmax probabilities are rounded too, as onnxruntime's f16 kernel does;
-//! - the optional 4th output (`qk_matmul_output_mode` 0 only) is `scale · q·k` before softcap
-//!   and mask, `[B, Hq, S, T]`.
+//! - `left_window_size` / `right_window_size` (≥ 0) mask the keys more than that many
+//!   positions before / after the query's position (its index after the past, or after
+//!   `nonpad_kv_seqlen[b] − S` valid keys), as the causal mask does;
+//! - a mask narrower than the keys masks the keys past its end;
+//! - the optional 4th output, `[B, Hq, S, T]`, is by `qk_matmul_output_mode`: 0 `scale · q·k`;
+//!   1 that after softcap; 2 the scores after softcap and every mask (what the softmax sees;
+//!   a key a bool, causal or window mask hides holds −inf, as ONNX's reference and conformance
+//!   cases have it, where onnxruntime writes the lowest finite float); 3 the probabilities (a
+//!   fully masked row's zeros).
 
 use super::{dot, head_count, lowest, round_to, soft_cap, softmax, weighted_sum};
 use crate::ops::tensor::{broadcast_index, broadcast_shape};
@@ -119,10 +126,14 @@ fn concat(
 
 /// Evaluates ONNX `Attention`.
 pub fn attention(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
-    for window in ["left_window_size", "right_window_size"] {
-        if call.int(window, -1) != -1 {
-            return Err(call.error(format!("{window} is not supported")));
-        }
+    let (left, right) = (
+        call.int("left_window_size", -1),
+        call.int("right_window_size", -1),
+    );
+    if left < -1 || right < -1 {
+        return Err(call.error(format!(
+            "left_window_size ({left}) and right_window_size ({right}) must be -1 or nonnegative"
+        )));
     }
     let (q_in, k_in, v_in) = (call.input(0)?, call.input(1)?, call.input(2)?);
     if k_in.shape.len() != q_in.shape.len() || v_in.shape.len() != q_in.shape.len() {
@@ -184,21 +195,44 @@ pub fn attention(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
     call.alloc(&[batch, hq, s_len, dv])?;
     let mask = match call.optional(3) {
         Some(m) => {
-            if m.shape.len() > 4 || broadcast_shape(&[&m.shape, &score_shape])? != score_shape {
+            // A mask shorter than the keys masks the keys past its end.
+            let width = m.shape.last().copied().unwrap_or(1);
+            let padded = width < t_len && width != 1;
+            let mut shape = m.shape.clone();
+            if padded {
+                *shape
+                    .last_mut()
+                    .expect("a mask narrower than the keys has a dim") = t_len;
+            }
+            if shape.len() > 4 || broadcast_shape(&[&shape, &score_shape])? != score_shape {
                 return Err(call.error(format!(
                     "attn_mask of shape {:?} does not broadcast to {score_shape:?}",
                     m.shape
                 )));
             }
-            let index = broadcast_index(&m.shape, &score_shape);
+            let index = broadcast_index(&shape, &score_shape);
+            // The mask's own element for a broadcast index, or none past its end.
+            let source = |i: usize| -> Option<usize> {
+                if !padded {
+                    return Some(i);
+                }
+                let (row, col) = (i / t_len, i % t_len);
+                (col < width).then_some(row * width + col)
+            };
             let bias: Vec<f32> = match m.bools() {
                 Ok(b) => index
                     .iter()
-                    .map(|&i| if b[i] { 0.0 } else { f32::NEG_INFINITY })
+                    .map(|&i| match source(i) {
+                        Some(j) if b[j] => 0.0,
+                        _ => f32::NEG_INFINITY,
+                    })
                     .collect(),
                 Err(_) => {
                     let f = m.floats()?;
-                    index.iter().map(|&i| f[i]).collect()
+                    index
+                        .iter()
+                        .map(|&i| source(i).map_or(f32::NEG_INFINITY, |j| f[j]))
+                        .collect()
                 }
             };
             Some(bias)
@@ -207,8 +241,12 @@ pub fn attention(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
     };
 
     let want_qk = call.node.outputs.get(3).is_some_and(|n| !n.is_empty());
-    if want_qk && call.int("qk_matmul_output_mode", 0) != 0 {
-        return Err(call.error("only qk_matmul_output_mode 0 is supported"));
+    let mode = call.int("qk_matmul_output_mode", 0);
+    if !(0..=3).contains(&mode) {
+        return Err(call.error(format!(
+            "qk_matmul_output_mode {mode}: expected 0 (scores), 1 (after softcap), 2 (after \
+             softcap and the masks) or 3 (probabilities)"
+        )));
     }
     let causal = call.int("is_causal", 0) != 0;
     let scale = call.float("scale", 1.0 / (dim as f32).sqrt());
@@ -235,6 +273,11 @@ pub fn attention(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
             None if s_len == 1 && past_len > 0 => t_len as i64,
             None => past_len as i64,
         };
+        // A query's position for the sliding window: after the past, or the row's valid keys.
+        let window_offset = match nonpad {
+            Some(n) => n[b] - s_len as i64,
+            None => past_len as i64,
+        };
         for h in 0..hq {
             let kv = b * hkv + h / group;
             let keys = &present_k.values[kv * t_len * dim..(kv + 1) * t_len * dim];
@@ -244,12 +287,18 @@ pub fn attention(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
                 let query = &q.values[qrow..qrow + dim];
                 let flat = ((b * hq + h) * s_len + s) * t_len;
                 let mut fully_masked = true;
+                let position = s as i64 + window_offset;
                 for (t, score) in row.iter_mut().enumerate() {
                     let raw = dot(query, &keys[t * dim..(t + 1) * dim]) * scale;
                     if want_qk {
-                        qk[flat + t] = raw;
+                        qk[flat + t] = match mode {
+                            1 if softcap > 0.0 => soft_cap(raw, softcap),
+                            _ => raw,
+                        };
                     }
-                    let beyond_causal = causal && t as i64 > s as i64 + offset;
+                    let outside_window = (left >= 0 && position - t as i64 > left)
+                        || (right >= 0 && t as i64 - position > right);
+                    let beyond_causal = (causal && t as i64 > s as i64 + offset) || outside_window;
                     let beyond_valid = t as i64 >= valid;
                     // The causal mask replaces the mask's value; both are added to the score,
                     // so a NaN score stays NaN under them. Keys beyond nonpad_kv_seqlen are
@@ -269,12 +318,18 @@ pub fn attention(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
                         round_to(dtype, raw + bias)
                     };
                 }
+                if want_qk && mode == 2 {
+                    qk[flat..flat + t_len].copy_from_slice(&row);
+                }
                 if fully_masked {
                     // onnxruntime decides this from the mask alone: the scores (NaN, +inf or
                     // a large value added to the lowest mask value) do not matter.
                     row.fill(0.0);
                 } else {
                     softmax(&mut row, false, dtype);
+                }
+                if want_qk && mode == 3 {
+                    qk[flat..flat + t_len].copy_from_slice(&row);
                 }
                 let o = ((b * hq + h) * s_len + s) * dv;
                 weighted_sum(&row, values, &mut out[o..o + dv]);
