@@ -1,7 +1,8 @@
 //! Normalizations over the channels or spatial positions of `[N, C, D…]` tensors, which no
 //! decoder build emits: `BatchNormalization` (inference, and training mode's batch statistics
 //! with the running ones updated), `InstanceNormalization`, `GroupNormalization`,
-//! `LpNormalization` and `LRN`. Statistics accumulate in f64. No rule rewrites them.
+//! `LpNormalization`, `LRN` and `MeanVarianceNormalization`. Statistics accumulate in f64. No
+//! rule rewrites them.
 //!
 //! [`OPS`] registers each op with its attribute schema, type inference and cost facts
 //! beside its evaluator.
@@ -48,7 +49,55 @@ pub const OPS: &[OpDef] = &[
     OpDef::onnx("LRN", &["alpha", "beta", "bias", "size"])
         .infer(first_type)
         .eval(lrn),
+    OpDef::onnx("MeanVarianceNormalization", &["axes"])
+        .infer(first_type)
+        .eval(mvn),
 ];
+
+/// `MeanVarianceNormalization(x; axes = [0, 2, 3])`: `(x − mean) / (√(E[x²] − mean²) + 1e-9)`
+/// over the elements that share the coordinates off `axes`, as the op's function body writes
+/// it.
+fn mvn(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
+    let x = call.input(0)?;
+    let rank = x.shape.len();
+    let listed = call
+        .ints("axes")
+        .map_or_else(|| vec![0, 2, 3], <[i64]>::to_vec);
+    let mut reduced = vec![false; rank];
+    for &a in &listed {
+        reduced[axis(a, rank).map_err(|e| call.error(e))?] = true;
+    }
+    let strides = super::tensor::strides(&x.shape);
+    // The group of each element: its coordinates on the kept axes, flattened.
+    let group = |flat: usize| -> usize {
+        (0..rank)
+            .filter(|&a| !reduced[a])
+            .fold(0, |g, a| g * x.shape[a] + flat / strides[a] % x.shape[a])
+    };
+    let groups: usize = (0..rank)
+        .filter(|&a| !reduced[a])
+        .map(|a| x.shape[a])
+        .product();
+    let v = x.as_f64();
+    let (mut sum, mut sq, mut count) = (vec![0f64; groups], vec![0f64; groups], vec![0f64; groups]);
+    for (i, &e) in v.iter().enumerate() {
+        let g = group(i);
+        sum[g] += e;
+        sq[g] += e * e;
+        count[g] += 1.0;
+    }
+    let out = v
+        .iter()
+        .enumerate()
+        .map(|(i, &e)| {
+            let g = group(i);
+            let mean = sum[g] / count[g];
+            let std = (sq[g] / count[g] - mean * mean).sqrt();
+            ((e - mean) / (std + 1e-9)) as f32
+        })
+        .collect();
+    Ok(vec![Tensor::float(x.dtype, x.shape.clone(), out)])
+}
 
 /// `[N, C, area]` of a rank-2-or-more input.
 fn planes(call: &OpCall<'_>, x: &Tensor) -> Result<(usize, usize, usize)> {

@@ -23,6 +23,7 @@ pub mod conv;
 pub mod cost;
 pub mod elementwise;
 pub mod infer;
+pub mod linalg;
 pub mod loss;
 pub mod math;
 pub mod matmul;
@@ -162,7 +163,7 @@ impl OpDef {
 }
 
 /// The registry: one table per op module.
-pub const FAMILIES: [&[OpDef]; 19] = [
+pub const FAMILIES: [&[OpDef]; 20] = [
     elementwise::OPS,
     control::OPS,
     channel_norm::OPS,
@@ -172,6 +173,7 @@ pub const FAMILIES: [&[OpDef]; 19] = [
     arg::OPS,
     loss::OPS,
     matmul::OPS,
+    linalg::OPS,
     reduce::OPS,
     shape::OPS,
     norm::OPS,

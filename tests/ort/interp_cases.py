@@ -2089,3 +2089,38 @@ def _recurrent():
 
 
 _recurrent()
+
+
+def _more_ops():
+    """ReverseSequence, NonZero, Scatter (src/ops/shape/arrange.rs, mod.rs), Det, MatMulInteger
+    (src/ops/linalg.rs), MeanVarianceNormalization (src/ops/channel_norm.rs), NaN included."""
+    r = rng_for("more", "ops")
+    x = randn(r, 4, 3, 2)
+    x[1, 0, 1] = np.nan
+    add("ReverseSequence", "time_major", [inp("x", x), init("lens", np.array([4, 1, 2], np.int64))], [("y", F32)],
+        batch_axis=1, time_axis=0)
+    add("ReverseSequence", "batch_major_int", [inp("x", ints(r, -9, 9, 2, 5, 3)),
+        init("lens", np.array([3, 5], np.int64))], [("y", I64)], batch_axis=0, time_axis=1)
+    z = randn(r, 3, 4)
+    z[r.random(z.shape) < 0.4] = 0
+    z[0, 1] = np.nan
+    add("NonZero", "float_nan", [inp("x", z)], [("y", I64)])
+    add("NonZero", "bool_3d", [inp("x", r.random((2, 3, 2)) < 0.5)], [("y", I64)])
+    add("Scatter", "axis1", [inp("data", randn(r, 3, 4)), init("idx", np.array([[1, 3], [0, 2], [3, 1]], np.int64)),
+        inp("upd", randn(r, 3, 2))], [("y", F32)], opset=10, axis=1)
+    m = randn(r, 2, 3, 3)
+    m[1, 2, 2] = np.nan
+    add("Det", "batched_nan", [inp("x", m)], [("y", F32)])
+    add("Det", "singular", [inp("x", np.array([[1, 2], [2, 4]], np.float32))], [("y", F32)])
+    add("MatMulInteger", "uint8_zero_points", [inp("a", ints(r, 0, 255, 3, 4).astype(np.uint8)),
+        init("b", ints(r, 0, 255, 4, 2).astype(np.uint8)), init("za", np.array(12, np.uint8)),
+        init("zb", np.array([3, 200], np.uint8))], [("y", TensorProto.INT32)])
+    add("MatMulInteger", "int8_no_zero_points", [inp("a", ints(r, -128, 127, 2, 3).astype(np.int8)),
+        init("b", ints(r, -128, 127, 3, 3).astype(np.int8))], [("y", TensorProto.INT32)])
+    v = randn(r, 2, 3, 2, 2)
+    v[0, 1, 0, 0] = np.nan
+    add("MeanVarianceNormalization", "default_axes_nan", [inp("x", v)], [("y", F32)])
+    add("MeanVarianceNormalization", "last_axis", [inp("x", randn(r, 3, 5))], [("y", F32)], axes=[1])
+
+
+_more_ops()

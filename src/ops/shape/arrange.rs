@@ -1,6 +1,6 @@
-//! Ops that rearrange or filter elements: Pad (every mode, negative pads crop),
-//! DepthToSpace, SpaceToDepth and Compress. Each computes, per output element, the input
-//! element it copies (Pad's constant fill aside).
+//! Ops that rearrange, filter or locate elements: Pad (every mode, negative pads crop),
+//! DepthToSpace, SpaceToDepth, Compress, ReverseSequence and NonZero. Each but NonZero computes,
+//! per output element, the input element it copies (Pad's constant fill aside).
 
 use super::{index_map, int_input, norm_axes, norm_axis, take};
 use crate::ops::tensor::strides;
@@ -262,4 +262,69 @@ pub(super) fn compress(call: &OpCall<'_>) -> Result<Tensor> {
         }
     }
     Ok(take(x, shape, &idx))
+}
+
+/// `ReverseSequence(x, sequence_lens; batch_axis = 1, time_axis = 0)`: for each batch entry
+/// `b`, its first `sequence_lens[b]` steps along `time_axis` in reverse order, the rest as
+/// they are.
+pub(super) fn reverse_sequence(call: &OpCall<'_>) -> Result<Tensor> {
+    let (x, lens) = (call.input(0)?, call.input(1)?);
+    let rank = x.shape.len();
+    if rank < 2 {
+        return Err(call.error(format!("input must have rank 2 or more, got {:?}", x.shape)));
+    }
+    let batch_axis = norm_axis(call, call.int("batch_axis", 1), rank)?;
+    let time_axis = norm_axis(call, call.int("time_axis", 0), rank)?;
+    if batch_axis == time_axis || batch_axis > 1 || time_axis > 1 {
+        return Err(call.error(format!(
+            "batch_axis {batch_axis} and time_axis {time_axis} must be 0 and 1, in either order"
+        )));
+    }
+    let lens = lens.ints().map_err(|e| call.error(e))?;
+    let (batch, time) = (x.shape[batch_axis], x.shape[time_axis]);
+    if lens.len() != batch {
+        return Err(call.error(format!(
+            "sequence_lens holds {} values for a batch of {batch}",
+            lens.len()
+        )));
+    }
+    if let Some(l) = lens.iter().find(|&&l| l < 0 || l as usize > time) {
+        return Err(call.error(format!("a sequence length {l} lies outside 0..={time}")));
+    }
+    let strides = strides(&x.shape);
+    let idx: Vec<usize> = (0..x.numel())
+        .map(|flat| {
+            let b = flat / strides[batch_axis] % batch;
+            let t = flat / strides[time_axis] % time;
+            let len = lens[b] as usize;
+            if t < len {
+                flat - t * strides[time_axis] + (len - 1 - t) * strides[time_axis]
+            } else {
+                flat
+            }
+        })
+        .collect();
+    Ok(take(x, x.shape.clone(), &idx))
+}
+
+/// `NonZero(x)`: the coordinates of the nonzero elements, `[rank, count]` int64, in row-major
+/// order (a NaN counts as nonzero).
+pub(super) fn non_zero(call: &OpCall<'_>) -> Result<Tensor> {
+    let x = call.input(0)?;
+    let nonzero: Vec<usize> = match &x.values {
+        Values::Float(v) => (0..v.len()).filter(|&i| v[i] != 0.0).collect(),
+        Values::Int(v) => (0..v.len()).filter(|&i| v[i] != 0).collect(),
+        Values::Bool(v) => (0..v.len()).filter(|&i| v[i]).collect(),
+    };
+    let rank = x.shape.len();
+    let shape = vec![rank, nonzero.len()];
+    call.alloc(&shape)?;
+    let strides = strides(&x.shape);
+    let mut out = vec![0i64; rank * nonzero.len()];
+    for (j, &flat) in nonzero.iter().enumerate() {
+        for a in 0..rank {
+            out[a * nonzero.len() + j] = (flat / strides[a] % x.shape[a]) as i64;
+        }
+    }
+    Ok(Tensor::int(crate::ir::DType::I64, shape, out))
 }

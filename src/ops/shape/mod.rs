@@ -1,7 +1,8 @@
 //! Shape and data-movement ops (ONNX opset 24): Transpose, Reshape, Flatten, Squeeze,
 //! Unsqueeze, Expand, Tile (`layout`); Concat, Split, Slice, Gather, GatherND, GatherElements
 //! (`select`); Shape, Size, Range, ConstantOfShape, Constant (`make`); ScatterND,
-//! ScatterElements, TensorScatter (`scatter`).
+//! ScatterElements, Scatter, TensorScatter (`scatter`); Pad, DepthToSpace, SpaceToDepth,
+//! Compress, ReverseSequence, NonZero (`arrange`).
 //!
 //! Every op that only moves elements is a gather: it computes, for each output element, the
 //! flat position of the input element it copies, so one code path serves float, integer and
@@ -141,6 +142,18 @@ pub const OPS: &[OpDef] = &[
     OpDef::onnx("SpaceToDepth", &["blocksize", "mode"])
         .infer(|c| vec![c.ty(0).with_unknown_shape()])
         .eval(|c| arrange::space_to_depth(c).map(|t| vec![t])),
+    OpDef::onnx("ReverseSequence", &["batch_axis", "time_axis"])
+        .infer(first_type)
+        .eval(|c| arrange::reverse_sequence(c).map(|t| vec![t])),
+    OpDef::onnx("NonZero", &[])
+        .infer(|c| {
+            let rank = c
+                .ty(0)
+                .shape
+                .map_or(SymDim::Unknown, |s| SymDim::Known(s.len() as i64));
+            vec![TensorType::new(DType::I64, vec![rank, SymDim::Unknown])]
+        })
+        .eval(|c| arrange::non_zero(c).map(|t| vec![t])),
     OpDef::onnx("Compress", &["axis"])
         .infer(|c| vec![c.ty(0).with_unknown_shape()])
         .eval(|c| arrange::compress(c).map(|t| vec![t])),
@@ -166,6 +179,10 @@ pub const OPS: &[OpDef] = &[
         .infer(|c| vec![c.ty(1).with_dtype(c.ty(0).dtype)])
         .eval(|c| select::gather_elements(c).map(|t| vec![t])),
     OpDef::onnx("ScatterElements", &["axis", "reduction"])
+        .infer(first_type)
+        .eval(|c| scatter::scatter_elements(c).map(|t| vec![t])),
+    // `Scatter` (opsets 9 and 10) is `ScatterElements` under its first name.
+    OpDef::onnx("Scatter", &["axis"])
         .infer(first_type)
         .eval(|c| scatter::scatter_elements(c).map(|t| vec![t])),
     OpDef::onnx("ScatterND", &["reduction"])
