@@ -54,6 +54,8 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (
     Lfm2Config,
     Lfm2ForCausalLM,
+    Lfm2MoeConfig,
+    Lfm2MoeForCausalLM,
     Mamba2Config,
     Mamba2ForCausalLM,
     ApertusConfig,
@@ -308,7 +310,7 @@ ZERO_PAD_ROW = {"youtu"}
 # reference.json says task "hybrid-text-generation" (tests/ort/test_hybrid.py) and adds
 # "decode_steps", the logits of HYBRID_DECODE_STEPS greedy tokens fed one at a time with
 # transformers' cache after the prompt.
-HYBRID = {"lfm2", "mamba2"}
+HYBRID = {"lfm2", "lfm2_moe", "mamba2"}
 HYBRID_DECODE_STEPS = 8
 
 DIMS = dict(
@@ -860,6 +862,27 @@ def make_config(kind: str, vocab: int, ids: dict):
             block_ffn_dim_multiplier=1.25,
             block_multiple_of=48,
             layer_types=["conv", "full_attention", "conv", "full_attention"],
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+        )
+    if kind == "lfm2_moe":
+        # LFM2's hybrid layers (conv, attention, conv; kernel 3, conv biases), a dense SwiGLU MLP
+        # (intermediate_size as is) in the first num_dense_layers, then 4 experts 32 wide:
+        # top-2 of the sigmoid scores plus the expert bias (perturbed), weighted by the scores
+        # renormalised, times routed_scaling_factor 1.5.
+        return Lfm2MoeForCausalLM, Lfm2MoeConfig(
+            **{**common, "num_hidden_layers": 3},
+            moe_intermediate_size=32,
+            num_dense_layers=1,
+            num_experts=4,
+            num_experts_per_tok=2,
+            use_expert_bias=True,
+            norm_topk_prob=True,
+            routed_scaling_factor=1.5,
+            norm_eps=1e-5,
+            tie_word_embeddings=True,
+            conv_bias=True,
+            conv_L_cache=3,
+            layer_types=["conv", "full_attention", "conv"],
             rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
         )
     if kind == "mamba2":
@@ -2146,6 +2169,9 @@ def perturb(model, seed: int) -> None:
             # A score-correction bias is a buffer of zeros (MiniMax-M2, ERNIE 4.5 MoE, Solar
             # Open, DeepSeek-V3 and its kin): moved off zero, it shifts which experts are picked, so a build that
             # ignores it fails.
+            # LFM2-MoE's `expert_bias` is the same correction under another name.
+            if name.endswith("feed_forward.expert_bias") and model.config.model_type == "lfm2_moe":
+                buf.copy_(0.15 * torch.randn(buf.shape, generator=g, dtype=torch.float32))
             if name.endswith("e_score_correction_bias") and model.config.model_type not in UNCORRECTED:
                 scale = 0.1 if model.config.model_type in DEEPSEEK_ROUTED else 0.15
                 buf.copy_(scale * torch.randn(buf.shape, generator=g, dtype=torch.float32))
@@ -2337,6 +2363,7 @@ FIXTURES = {
     "qwen3": (5000, "f32", "v5", None),
     "lfm2": (6500, "f32", "v5", None),
     "mamba2": (6600, "f32", "v5", None),
+    "lfm2_moe": (6700, "f32", "v5", None),
     "smollm3": (6000, "f32", "v4", None),
     "granite": (7000, "f32", "v5", None),
     "olmo2": (8000, "f32", "v5", None),

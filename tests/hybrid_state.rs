@@ -1,5 +1,5 @@
-//! Hybrid decoders through the reference interpreter (no onnxruntime): the lfm2 and mamba2
-//! fixtures' portable graphs and their cpu graphs (lfm2's with GroupQueryAttention) give
+//! Hybrid decoders through the reference interpreter (no onnxruntime): the lfm2, lfm2_moe and
+//! mamba2 fixtures' portable graphs and their cpu graphs (lfm2's with GroupQueryAttention) give
 //! transformers' prefill logits, then those of 8 decode steps of one token each fed the
 //! returned conv and SSM states (`present.{i}.conv` → `past.{i}.conv`, `present.{i}.ssm` →
 //! `past.{i}.ssm`) and KV caches (f32 ≤ 1e-4; docs/recurrent.md).
@@ -111,6 +111,14 @@ fn lfm2_decode_loop_through_the_interpreter() {
     let portable = build_model(&cfg, DType::F32).unwrap();
     check_decode_loop("lfm2", &portable.graph);
     check_decode_loop("lfm2", &optimized(&cfg, "cpu", DType::F32));
+}
+
+#[test]
+fn lfm2_moe_decode_loop_through_the_interpreter() {
+    let cfg = fixture_config("lfm2_moe");
+    let portable = build_model(&cfg, DType::F32).unwrap();
+    check_decode_loop("lfm2_moe", &portable.graph);
+    check_decode_loop("lfm2_moe", &optimized(&cfg, "cpu", DType::F32));
 }
 
 #[test]

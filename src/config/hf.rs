@@ -238,6 +238,8 @@ pub struct HfConfig {
     pub num_experts_per_tok: Option<i64>,
     /// `norm_topk_prob` (Qwen2/3-MoE: the top-k routing weights are renormalised to sum to 1).
     pub norm_topk_prob: Option<bool>,
+    /// `use_expert_bias` (LFM2-MoE: the router picks on its scores plus `expert_bias`).
+    pub use_expert_bias: Option<bool>,
     /// `moe_intermediate_size` (Qwen2/3-MoE: width of each routed expert).
     pub moe_intermediate_size: Option<i64>,
     /// `shared_expert_intermediate_size` (Qwen2-MoE: width of the shared expert).

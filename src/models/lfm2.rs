@@ -24,7 +24,7 @@ pub static FAMILY: FamilySpec = FamilySpec {
 };
 
 /// transformers' Lfm2Config: RoPE theta 1e6, tied embeddings, `norm_eps` 1e-5, no biases.
-const FIELDS: DecoderFields = DecoderFields {
+pub(super) const FIELDS: DecoderFields = DecoderFields {
     biases: Biases::None,
     silu_mlp: false,
     rope: |raw, head_dim, f| read_rope(raw, head_dim, 1_000_000.0, f),
@@ -45,6 +45,36 @@ pub struct Lfm2 {
 
 fn read(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>) -> Result<ArchConfig> {
     let layers = f.positive("num_hidden_layers", raw.num_hidden_layers, MAX_LAYERS)?;
+    let layout = |hidden| read_layout(raw, layers, hidden, f);
+    let plain = HfConfig {
+        intermediate_size: Some(mlp_width(raw, f)? as i64),
+        ..plain_config(raw)
+    };
+    read_decoder(&plain, t, f, &FIELDS, |dims| layout(dims.hidden_size))
+}
+
+/// `raw` with LFM2's spellings as the decoder reader reads them (`norm_eps`, default 1e-5;
+/// `tie_embedding`) and without the layer types and window the generic reader would take for
+/// sliding-window attention.
+pub(super) fn plain_config(raw: &HfConfig) -> HfConfig {
+    HfConfig {
+        rms_norm_eps: Some(raw.norm_eps.unwrap_or(1e-5)),
+        tie_word_embeddings: raw.tie_embedding.or(raw.tie_word_embeddings),
+        layer_types: None,
+        sliding_window: None,
+        ..raw.clone()
+    }
+}
+
+/// LFM2's hybrid layout for `layers` layers on a residual stream of `hidden` channels: which
+/// layers are short convolutions and their kernel (`conv_L_cache`, default 3, at least 2) and
+/// bias (`conv_bias`).
+pub(super) fn read_layout(
+    raw: &HfConfig,
+    layers: usize,
+    hidden: usize,
+    f: &Fields<'_>,
+) -> Result<Lfm2> {
     let conv_layers = conv_layers(raw, layers, f)?;
     let kernel = f.optional_count("conv_L_cache", raw.conv_l_cache, 3, MAX_CONV_KERNEL)?;
     if kernel < 2 {
@@ -53,24 +83,13 @@ fn read(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>) -> Result<ArchCon
             "must be at least 2 (the conv state holds conv_L_cache − 1 steps)",
         ));
     }
-    let conv_bias = raw.conv_bias.unwrap_or(false);
-    let plain = HfConfig {
-        intermediate_size: Some(mlp_width(raw, f)? as i64),
-        rms_norm_eps: Some(raw.norm_eps.unwrap_or(1e-5)),
-        tie_word_embeddings: raw.tie_embedding.or(raw.tie_word_embeddings),
-        layer_types: None,
-        sliding_window: None,
-        ..raw.clone()
-    };
-    read_decoder(&plain, t, f, &FIELDS, |dims| {
-        Ok(Lfm2 {
-            conv_layers,
-            conv: ShortConv {
-                channels: dims.hidden_size,
-                kernel,
-                bias: conv_bias,
-            },
-        })
+    Ok(Lfm2 {
+        conv_layers,
+        conv: ShortConv {
+            channels: hidden,
+            kernel,
+            bias: raw.conv_bias.unwrap_or(false),
+        },
     })
 }
 
@@ -145,7 +164,7 @@ fn mlp_width(raw: &HfConfig, f: &Fields<'_>) -> Result<usize> {
 /// The builder's names for LFM2's checkpoint tensors: the MLP's `feed_forward.w1/w3/w2` as
 /// `mlp.gate_proj/up_proj/down_proj`, the q/k norms `q_layernorm`/`k_layernorm` as
 /// `q_norm`/`k_norm`.
-fn checkpoint_name(name: &str) -> Option<String> {
+pub(super) fn checkpoint_name(name: &str) -> Option<String> {
     const RENAMED: [(&str, &str); 5] = [
         (".feed_forward.w1.", ".mlp.gate_proj."),
         (".feed_forward.w3.", ".mlp.up_proj."),

@@ -67,6 +67,7 @@ pub mod jais2;
 pub mod jetmoe;
 pub mod kolibri1;
 pub mod lfm2;
+pub mod lfm2_moe;
 pub mod llama;
 pub mod llama4;
 pub mod mamba2;

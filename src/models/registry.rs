@@ -98,6 +98,7 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &super::diffllama::FAMILY,
     &super::solar_open::FAMILY,
     &super::lfm2::FAMILY,
+    &super::lfm2_moe::FAMILY,
     &super::mamba2::FAMILY,
     &super::doge::FAMILY,
     &super::jetmoe::FAMILY,

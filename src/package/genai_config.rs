@@ -6,6 +6,7 @@ use crate::config::ArchConfig;
 use crate::ep::{genai_provider_options, genai_search_max_length, EpCapabilities};
 use crate::ir::{Dim, Graph};
 use crate::models::lfm2::Lfm2;
+use crate::models::lfm2_moe::Lfm2Moe;
 
 /// The genai_config.json document for a decoder package whose graph is `graph`, run by
 /// onnxruntime-genai as `genai_type` (its model type's entry in the family registry).
@@ -14,7 +15,7 @@ use crate::models::lfm2::Lfm2;
 /// hybrid graph (with conv-state inputs `past.{i}.conv`) also names its conv states
 /// (`past_conv_names`, `present_conv_names`); an LFM2 decoder gives `layer_types` (`conv` or
 /// `full_attention` per layer) and `conv_cache_size` (`conv_L_cache − 1`), as
-/// onnxruntime-genai 0.18 reads them for `lfm2`.
+/// onnxruntime-genai 0.18 reads them for `lfm2` (and an LFM2-MoE decoder, for `lfm2_moe`).
 /// `context_length` is `max_position_embeddings` (the RoPE tables hold no more positions), or
 /// for dynamic NTK RoPE, whose tables the graph computes per pass, ⌈factor ×
 /// max_position_embeddings⌉ ([`crate::config::Rope::context_length`]).
@@ -81,7 +82,8 @@ pub fn genai_config(
         decoder["outputs"]["present_conv_names"] = "present.%d.conv".into();
     }
     // onnxruntime-genai's lfm2 cache is laid out by these two, conv layers or not.
-    if let Some(lfm2) = cfg.knobs::<Lfm2>() {
+    let lfm2 = cfg.knobs::<Lfm2>();
+    if let Some(lfm2) = lfm2.or_else(|| cfg.knobs::<Lfm2Moe>().map(|moe| &moe.lfm2)) {
         let types: Vec<&str> = lfm2
             .conv_layers
             .iter()

@@ -37,7 +37,7 @@ NAMES = fixture_names_for(HYBRID_TASK)
 CASES = [(name, ep, dtype) for name in NAMES for ep, dtype in BUILDS]
 per_build = pytest.mark.parametrize("name,ep,dtype", CASES, ids=[f"{n}-{e or 'noflag'}-{d}" for n, e, d in CASES])
 # onnxruntime-genai model.type per HF model_type (the ones it runs as hybrids).
-GENAI_TYPES = {"lfm2": "lfm2"}
+GENAI_TYPES = {"lfm2": "lfm2", "lfm2_moe": "lfm2_moe"}
 
 
 def layer_types(name: str) -> list[str]:
