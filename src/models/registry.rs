@@ -99,6 +99,8 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &super::solar_open::FAMILY,
     &super::lfm2::FAMILY,
     &super::mamba2::FAMILY,
+    &super::bamba::FAMILY,
+    &super::granitemoehybrid::FAMILY,
     &super::doge::FAMILY,
     &super::jetmoe::FAMILY,
     &super::modernbert_decoder::FAMILY,
