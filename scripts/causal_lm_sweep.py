@@ -60,6 +60,13 @@ TINY = {
     "first_k_dense_replace": 1,
     "n_group": 1,
     "topk_group": 1,
+    # Mamba2 mixers of the hybrids (Bamba, Granite-4, Falcon-H1): heads × head dim = the
+    # mixer's width, 2 × hidden (Falcon-H1's mamba_d_ssm)
+    "mamba_n_heads": 8,
+    "mamba_d_head": 16,
+    "mamba_d_ssm": 128,
+    "mamba_n_groups": 2,
+    "mamba_d_state": 16,
     # multi-head latent attention
     "kv_lora_rank": 32,
     "q_lora_rank": 48,

@@ -41,6 +41,7 @@ reference with the same tolerance as an f32 checkpoint.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import math
 import os
@@ -58,6 +59,10 @@ from transformers import (
     Lfm2MoeForCausalLM,
     Mamba2Config,
     Mamba2ForCausalLM,
+    BambaConfig,
+    BambaForCausalLM,
+    GraniteMoeHybridConfig,
+    GraniteMoeHybridForCausalLM,
     ApertusConfig,
     ApertusForCausalLM,
     Apertus1p5TextConfig,
@@ -310,7 +315,7 @@ ZERO_PAD_ROW = {"youtu"}
 # reference.json says task "hybrid-text-generation" (tests/ort/test_hybrid.py) and adds
 # "decode_steps", the logits of HYBRID_DECODE_STEPS greedy tokens fed one at a time with
 # transformers' cache after the prompt.
-HYBRID = {"lfm2", "lfm2_moe", "mamba2"}
+HYBRID = {"lfm2", "lfm2_moe", "mamba2", "bamba", "granitemoehybrid"}
 HYBRID_DECODE_STEPS = 8
 
 DIMS = dict(
@@ -884,6 +889,76 @@ def make_config(kind: str, vocab: int, ids: dict):
             conv_L_cache=3,
             layer_types=["conv", "full_attention", "conv"],
             rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+        )
+    if kind == "bamba":
+        # Hybrid: Mamba2 layers 0 and 2 (8 SSM heads of 16 channels in 2 groups, state 16,
+        # conv kernel 4, every bias on; chunk 8 so that transformers' prefill crosses a chunk
+        # boundary) around a GQA layer 1 with partial RoPE (half of each head, Bamba's
+        # default); a SwiGLU MLP with biases in every layer.
+        return BambaForCausalLM, BambaConfig(
+            **{**common, "num_hidden_layers": 3},
+            attn_layer_indices=[1],
+            mamba_n_heads=8,
+            mamba_d_head=16,
+            mamba_n_groups=2,
+            mamba_d_state=16,
+            mamba_d_conv=4,
+            mamba_expand=2,
+            mamba_chunk_size=8,
+            mamba_conv_bias=True,
+            mamba_proj_bias=True,
+            attention_bias=True,
+            mlp_bias=True,
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+        )
+    if kind == "granitemoehybrid":
+        # Granite-4 hybrid ("-h"): Mamba2 layers 0 and 2 (as Bamba's, projections without
+        # biases) around a GQA layer 1 without positions (position_embedding_type "nope", as
+        # the hybrid checkpoints say); every layer's MLP is 4 routed SwiGLU experts of width
+        # 32 (top 2; a width of one quantization block, so that int4 blocks stay within an
+        # expert) plus the shared expert of width 32; Granite's multipliers.
+        return GraniteMoeHybridForCausalLM, GraniteMoeHybridConfig(
+            **{**common, "num_hidden_layers": 3, "intermediate_size": 32},
+            layer_types=["mamba", "attention", "mamba"],
+            mamba_n_heads=8,
+            mamba_d_head=16,
+            mamba_n_groups=2,
+            mamba_d_state=16,
+            mamba_d_conv=4,
+            mamba_expand=2,
+            mamba_chunk_size=8,
+            mamba_conv_bias=True,
+            mamba_proj_bias=False,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            shared_intermediate_size=32,
+            position_embedding_type="nope",
+            embedding_multiplier=1.5,
+            residual_multiplier=0.7,
+            attention_multiplier=0.2,
+            logits_scaling=1.3,
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=False,
+        )
+    if kind == "granitemoehybrid-attn":
+        # Granite-4 dense (as granite-4.0-micro): attention layers only, with RoPE, no routed
+        # experts (num_local_experts 0: the shared MLP alone), Granite's multipliers; the
+        # configuration onnxruntime-genai's granitemoehybrid type runs.
+        return GraniteMoeHybridForCausalLM, GraniteMoeHybridConfig(
+            **common,
+            layer_types=["attention", "attention"],
+            num_local_experts=0,
+            shared_intermediate_size=96,
+            position_embedding_type="rope",
+            embedding_multiplier=2.0,
+            residual_multiplier=0.6,
+            attention_multiplier=0.15,
+            logits_scaling=1.7,
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=True,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
         )
     if kind == "mamba2":
         # Selective state-space layers only (no attention, no MLP): 8 SSM heads of 16 channels
@@ -2243,8 +2318,12 @@ def hybrid_decode_steps(model, input_ids: list[int], greedy: list[int]) -> dict:
     cache = out.cache
     fed = greedy[:HYBRID_DECODE_STEPS]
     steps = []
-    for t in fed:
-        out = model(torch.tensor([[t]]), cache=cache, use_cache=True)
+    # Each step's position, as generate passes it: Bamba's and Granite-4's forward number a
+    # call's tokens from 0 when given none, whatever their cache holds.
+    positioned = "position_ids" in inspect.signature(model.forward).parameters
+    for j, t in enumerate(fed):
+        extra = {"position_ids": torch.tensor([[len(input_ids) + j]])} if positioned else {}
+        out = model(torch.tensor([[t]]), cache=cache, use_cache=True, **extra)
         cache = out.cache
         steps.append(out.logits[0, -1].float())
     steps = torch.stack(steps)
@@ -2364,6 +2443,9 @@ FIXTURES = {
     "lfm2": (6500, "f32", "v5", None),
     "mamba2": (6600, "f32", "v5", None),
     "lfm2_moe": (6700, "f32", "v5", None),
+    "bamba": (6700, "f32", "v5", None),
+    "granitemoehybrid": (6800, "f32", "v5", None),
+    "granitemoehybrid-attn": (6900, "f32", "v5", None),
     "smollm3": (6000, "f32", "v4", None),
     "granite": (7000, "f32", "v5", None),
     "olmo2": (8000, "f32", "v5", None),

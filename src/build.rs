@@ -344,7 +344,7 @@ impl ModelPackage {
     /// files of `tokenizer_source` (resolved without weights; `None`: none are copied).
     /// Returns each file written with its key: `genai_config` for genai_config.json, the file
     /// name for a tokenizer file. A model onnxruntime-genai does not run (no genai model type,
-    /// or a static cache) gets no genai_config.json.
+    /// a static cache, or an SSM state) gets no genai_config.json.
     pub fn write_genai_files(
         &self,
         dir: &Path,
@@ -352,8 +352,12 @@ impl ModelPackage {
         tokenizer_source: Option<(&ModelSource, &HubSettings)>,
     ) -> Result<Vec<(String, PathBuf)>> {
         let mut written = Vec::new();
-        let static_cache = crate::passes::static_cache::is_static_cache(&self.model.graph);
-        if let Some(genai_type) = self.config.model_type.genai_type.filter(|_| !static_cache) {
+        let graph = &self.model.graph;
+        let static_cache = crate::passes::static_cache::is_static_cache(graph);
+        let ssm = crate::package::genai_config::carries_ssm_state(graph);
+        if let Some(genai_type) =
+            (self.config.model_type.genai_type).filter(|_| !static_cache && !ssm)
+        {
             let genai = crate::package::genai_config::genai_config(
                 &self.config,
                 genai_type,

@@ -1,5 +1,6 @@
-//! Hybrid decoders through the reference interpreter (no onnxruntime): the lfm2, lfm2_moe and
-//! mamba2 fixtures' portable graphs and their cpu graphs (lfm2's with GroupQueryAttention) give
+//! Hybrid decoders through the reference interpreter (no onnxruntime): the lfm2, lfm2_moe,
+//! mamba2, bamba and granitemoehybrid fixtures' portable graphs and their cpu graphs (with
+//! GroupQueryAttention where a layer attends) give
 //! transformers' prefill logits, then those of 8 decode steps of one token each fed the
 //! returned conv and SSM states (`present.{i}.conv` → `past.{i}.conv`, `present.{i}.ssm` →
 //! `past.{i}.ssm`) and KV caches (f32 ≤ 1e-4; docs/recurrent.md).
@@ -127,4 +128,20 @@ fn mamba2_decode_loop_through_the_interpreter() {
     let portable = build_model(&cfg, DType::F32).unwrap();
     check_decode_loop("mamba2", &portable.graph);
     check_decode_loop("mamba2", &optimized(&cfg, "cpu", DType::F32));
+}
+
+#[test]
+fn bamba_decode_loop_through_the_interpreter() {
+    let cfg = fixture_config("bamba");
+    let portable = build_model(&cfg, DType::F32).unwrap();
+    check_decode_loop("bamba", &portable.graph);
+    check_decode_loop("bamba", &optimized(&cfg, "cpu", DType::F32));
+}
+
+#[test]
+fn granitemoehybrid_decode_loop_through_the_interpreter() {
+    let cfg = fixture_config("granitemoehybrid");
+    let portable = build_model(&cfg, DType::F32).unwrap();
+    check_decode_loop("granitemoehybrid", &portable.graph);
+    check_decode_loop("granitemoehybrid", &optimized(&cfg, "cpu", DType::F32));
 }

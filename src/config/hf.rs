@@ -406,6 +406,24 @@ pub struct HfConfig {
     /// `[0.0, Infinity]`, read as `[0.0, "Infinity"]`).
     #[serde(default, deserialize_with = "present")]
     pub time_step_limit: Option<Value>,
+    /// `mamba_n_heads` (Bamba, Granite-4: the SSM heads of a Mamba2 layer).
+    pub mamba_n_heads: Option<i64>,
+    /// `mamba_d_head` (Bamba, Granite-4: channels per SSM head; `"auto"` derives it).
+    pub mamba_d_head: Option<Value>,
+    /// `mamba_n_groups` (Bamba, Granite-4: groups of heads sharing `B` and `C`).
+    pub mamba_n_groups: Option<i64>,
+    /// `mamba_d_state` (Bamba, Granite-4: the SSM state per head and channel).
+    pub mamba_d_state: Option<i64>,
+    /// `mamba_d_conv` (Bamba, Granite-4: the kernel width of the mixer's convolution).
+    pub mamba_d_conv: Option<i64>,
+    /// `mamba_expand` (Bamba, Granite-4: the mixer's width over `hidden_size`).
+    pub mamba_expand: Option<i64>,
+    /// `mamba_conv_bias` (Bamba, Granite-4: a bias on the mixer's convolution).
+    pub mamba_conv_bias: Option<bool>,
+    /// `mamba_proj_bias` (Bamba, Granite-4: biases on the mixer's `in_proj` and `out_proj`).
+    pub mamba_proj_bias: Option<bool>,
+    /// `attn_layer_indices` (Bamba: the attention layers; every other layer is Mamba2).
+    pub attn_layer_indices: Option<Vec<i64>>,
     /// `conv_L_cache` (LFM2: the kernel width of its short convolutions).
     #[serde(rename = "conv_L_cache")]
     pub conv_l_cache: Option<i64>,

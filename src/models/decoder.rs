@@ -5,8 +5,10 @@
 //! [`Family::short_conv`] names a convolution mixes its tokens with the gated short
 //! convolution of [`gated_short_conv`] instead of attention, and carries that convolution's
 //! state in place of a KV cache ([`LayerCache`]); a layer for which [`Family::ssm_mixer`]
-//! names a Mamba2 mixer is that mixer alone ([`mamba2_mixer`] of module `{layer}.mixer`, then
-//! the residual add; no MLP) and carries its conv and SSM states.
+//! names a Mamba2 mixer mixes its tokens with it ([`mamba2_mixer`] of module
+//! `{layer}.{ssm_module}`) and carries its conv and SSM states; the layer is that mixer and
+//! the residual add alone (Mamba2), or goes on to the MLP block as an attention layer does
+//! (the hybrids, [`Family::ssm_with_mlp`]).
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
@@ -308,10 +310,25 @@ pub trait Family {
         None
     }
 
-    /// The Mamba2 mixer that is all of layer `i` (its pre-norm, the mixer, the residual add),
-    /// or `None` (the default) for a layer of attention or short convolution and an MLP.
+    /// The Mamba2 mixer that mixes layer `i`'s tokens instead of attention (module
+    /// `{layer}.{ssm_module}`, carrying its conv and SSM states), or `None` (the default) for
+    /// a layer of attention or short convolution. Whether an MLP block follows it is
+    /// [`Family::ssm_with_mlp`].
     fn ssm_mixer(&self, _cfg: &ArchConfig, _i: usize) -> Option<Mamba2Mixer> {
         None
+    }
+
+    /// The module of a Mamba2 layer's mixer inside the layer (`mixer`, Mamba2's; `mamba` in
+    /// the hybrids Bamba and Granite-4).
+    fn ssm_module(&self) -> &'static str {
+        "mixer"
+    }
+
+    /// Whether a Mamba2 layer goes on as an attention layer does after its mixer (residual
+    /// add, then the MLP block with its norms: the hybrids), or (the default, Mamba2) is its
+    /// pre-norm, the mixer and the residual add alone.
+    fn ssm_with_mlp(&self) -> bool {
+        false
     }
 
     /// The form of [`Family::qk_norm`]'s default.
@@ -702,10 +719,13 @@ impl Layer<'_> {
                     present: &ssm_out,
                 };
                 let mask = self.token_mask.expect("a Mamba2 layer has a token mask");
-                let mixer_module = format!("{p}.mixer");
+                let mixer_module = format!("{p}.{}", family.ssm_module());
                 let o = mamba2_mixer(b, &attn_in, &mixer_module, *mixer, state, mask, dtype);
-                // A Mamba2 block is its mixer alone: no MLP.
-                return b.op("Add", &[x, &o], vec![]);
+                if !family.ssm_with_mlp() {
+                    // A Mamba2 block is its mixer alone: no MLP.
+                    return b.op("Add", &[x, &o], vec![]);
+                }
+                o
             }
         };
         if family.parallel_blocks() {

@@ -138,7 +138,7 @@ fn is_infinity(v: &Value) -> bool {
 /// `time_step_limit` must be its default `[0.0, Infinity]` (the clamp transformers applies to
 /// the time steps of its chunked prefill only; with the default the clamp never acts, as
 /// softplus is positive): anything else is refused by name.
-fn time_step_limit(limit: Option<&Value>, f: &Fields<'_>) -> Result<()> {
+pub(super) fn time_step_limit(limit: Option<&Value>, f: &Fields<'_>) -> Result<()> {
     let default = match limit {
         None | Some(Value::Null) => true,
         Some(Value::Array(pair)) => match pair.as_slice() {

@@ -100,6 +100,8 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &super::lfm2::FAMILY,
     &super::lfm2_moe::FAMILY,
     &super::mamba2::FAMILY,
+    &super::bamba::FAMILY,
+    &super::granitemoehybrid::FAMILY,
     &super::doge::FAMILY,
     &super::jetmoe::FAMILY,
     &super::modernbert_decoder::FAMILY,

@@ -8,6 +8,16 @@ use crate::ir::{Dim, Graph};
 use crate::models::lfm2::Lfm2;
 use crate::models::lfm2_moe::Lfm2Moe;
 
+/// Whether `graph` carries an SSM state (a `past.{i}.ssm` input: Mamba2 layers). No
+/// onnxruntime-genai 0.18 model type has one (its hybrid caches hold KV and conv states only),
+/// so such a package gets no genai_config.json, whatever its model type.
+pub fn carries_ssm_state(graph: &Graph) -> bool {
+    graph
+        .inputs
+        .iter()
+        .any(|i| i.name.starts_with("past.") && i.name.ends_with(".ssm"))
+}
+
 /// The genai_config.json document for a decoder package whose graph is `graph`, run by
 /// onnxruntime-genai as `genai_type` (its model type's entry in the family registry).
 ///

@@ -44,7 +44,14 @@ pub fn write_package(
              or nonpad_kv_seqlen)"
         );
     }
-    if let Some(genai_type) = cfg.model_type.genai_type.filter(|_| !static_cache) {
+    let ssm = genai_config::carries_ssm_state(&model.graph);
+    if ssm && cfg.model_type.genai_type.is_some() {
+        tracing::info!(
+            "no {GENAI_CONFIG_FILE}: onnxruntime-genai 0.18 has no model type with an SSM \
+             state (past.{{i}}.ssm); run the model with onnxruntime"
+        );
+    }
+    if let Some(genai_type) = cfg.model_type.genai_type.filter(|_| !static_cache && !ssm) {
         let genai = genai_config::genai_config(cfg, genai_type, ep, &model.graph, MODEL_FILE);
         let path = dir.join(GENAI_CONFIG_FILE);
         std::fs::write(&path, genai_config::to_pretty_json(&genai))

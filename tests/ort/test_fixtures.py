@@ -472,8 +472,9 @@ LEFT_OUT = [(name, ep, dtype) for name in NAMES for ep, dtype in builds_of(name)
 # param2moe (6 each); 631 with hy_v3 (6); 637 with minicpm5_moe (6); 643 with axk1 (6);
 # llama4_text adds none (CHUNKED_ATTENTION); 649 with afmoe (6); 655 with aria_text (6); 661
 # with kolibri1 (6); 666 with the sink-attention flint (5: dml has no fused rotary); 672 with
-# cohere_compass_text (6).
-LEFT_OUT_COUNT = 672
+# cohere_compass_text (6); 678 with granitemoehybrid-attn (6: Granite-4's attention-only
+# configuration, the one onnxruntime-genai's granitemoehybrid type runs).
+LEFT_OUT_COUNT = 678
 per_left_padded_build = pytest.mark.parametrize(
     "name,ep,dtype", LEFT_PADDED, ids=[f"{n}-{e or 'noflag'}-{d}" for n, e, d in LEFT_PADDED]
 )

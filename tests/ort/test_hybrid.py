@@ -1,13 +1,16 @@
 """Hybrid decoders (reference.json task "hybrid-text-generation": LFM2's short-convolution
-layers beside attention, Mamba2's selective state-space layers) built by `mobius build` and run through onnxruntime and
+layers beside attention, Mamba2's selective state-space layers alone or beside attention)
+built by `mobius build` and run through onnxruntime and
 onnxruntime-genai against transformers (scripts/make_fixtures.py).
 
 A `conv` layer carries its conv state instead of a KV cache: graph input `past.{i}.conv` and
 output `present.{i}.conv`, `[batch, hidden, conv_L_cache - 1]` in the model dtype
 (onnxruntime-genai 0.18's names for lfm2; docs/recurrent.md). A Mamba2 layer carries its conv
 state `past.{i}.conv` (`[batch, conv_dim, conv_kernel - 1]`) and its SSM state `past.{i}.ssm`
-(`[batch, num_heads, head_dim, state_size]`); onnxruntime-genai 0.18 runs no Mamba2, so its
-package has no genai_config.json. Every build in BUILDS must give
+(`[batch, num_heads, head_dim, state_size]`); Bamba and Granite-4 (granitemoehybrid) mix
+such Mamba2 layers with attention layers by layer index, each layer carrying its own kind of
+state. onnxruntime-genai 0.18 runs no model type with an SSM state, so those packages have no
+genai_config.json. Every build in BUILDS must give
 transformers' prefill logits, then those of 8 decode steps fed one token at a time with the
 returned state and KV cache, within TOL; onnxruntime-genai's greedy tokens must be
 transformers'.
@@ -40,17 +43,33 @@ per_build = pytest.mark.parametrize("name,ep,dtype", CASES, ids=[f"{n}-{e or 'no
 GENAI_TYPES = {"lfm2": "lfm2", "lfm2_moe": "lfm2_moe"}
 
 
+# Layer kinds as the hybrids' configs spell them (Granite-4's legacy names included).
+KINDS = {"mamba": "mamba", "linear_attention": "mamba", "attention": "full_attention", "full_attention": "full_attention"}
+
+
 def layer_types(name: str) -> list[str]:
-    """Per layer, `conv` or `full_attention` as config.json says (LFM2), or `mamba` (every
-    Mamba2 layer)."""
+    """Per layer, `conv` or `full_attention` as config.json says (LFM2), or `mamba` /
+    `full_attention` (Mamba2: every layer; Bamba: `attn_layer_indices` attend; Granite-4:
+    its `layer_types`)."""
     cfg = load_config(FIXTURES_DIR / name)
+    layers = cfg["num_hidden_layers"]
     if cfg["model_type"] == "mamba2":
-        return ["mamba"] * cfg["num_hidden_layers"]
+        return ["mamba"] * layers
+    if cfg["model_type"] == "bamba":
+        attn = set(cfg.get("attn_layer_indices") or [])
+        return ["full_attention" if i in attn else "mamba" for i in range(layers)]
+    if cfg["model_type"] == "granitemoehybrid":
+        return [KINDS[t] for t in cfg["layer_types"]]
     return cfg["layer_types"]
 
 
 def is_mamba2(name: str) -> bool:
     return load_config(FIXTURES_DIR / name)["model_type"] == "mamba2"
+
+
+def has_ssm(name: str) -> bool:
+    """Whether a layer carries an SSM state (no onnxruntime-genai 0.18 model type does)."""
+    return "mamba" in layer_types(name)
 
 
 def dims(name: str) -> dict:
@@ -64,13 +83,19 @@ def dims(name: str) -> dict:
             "vocab": cfg["vocab_size"],
         }
     heads = cfg["num_attention_heads"]
-    return {
+    d = {
         "conv": cfg["hidden_size"],
-        "kv_heads": cfg.get("num_key_value_heads", heads),
+        "kv_heads": cfg.get("num_key_value_heads") or heads,
         "head_dim": cfg.get("head_dim") or cfg["hidden_size"] // heads,
         "state": cfg.get("conv_L_cache", 3) - 1,
         "vocab": cfg["vocab_size"],
     }
+    if "mamba_n_heads" in cfg:
+        inner = cfg["mamba_n_heads"] * cfg["mamba_d_head"]
+        d["conv"] = inner + 2 * cfg["mamba_n_groups"] * cfg["mamba_d_state"]
+        d["state"] = cfg["mamba_d_conv"] - 1
+        d["ssm"] = [cfg["mamba_n_heads"], cfg["mamba_d_head"], cfg["mamba_d_state"]]
+    return d
 
 
 def state_shapes(name: str, batch, past, total) -> tuple[dict, dict]:
@@ -122,7 +147,7 @@ def step(sess, ids, mask, pos, state: dict):
 
 
 def test_hybrid_fixtures_exist():
-    assert {"lfm2", "mamba2"} <= set(NAMES), NAMES
+    assert {"lfm2", "mamba2", "bamba"} <= set(NAMES), NAMES
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -133,7 +158,8 @@ def test_reference_is_consistent(name):
     assert steps["input_ids"] == ref["greedy_tokens"][:8]
     assert [int(np.argmax(row)) for row in steps["logits"]] == ref["greedy_tokens"][1:9]
     assert int(np.argmax(ref["logits"][-1])) == ref["greedy_tokens"][0]
-    kinds = {"mamba"} if is_mamba2(name) else {"conv", "full_attention"}
+    model_type = load_config(FIXTURES_DIR / name)["model_type"]
+    kinds = {"mamba"} if is_mamba2(name) else {"conv" if model_type == "lfm2" else "mamba", "full_attention"}
     assert set(layer_types(name)) == kinds, layer_types(name)
 
 
@@ -161,7 +187,7 @@ def test_state_contract(built, name, ep, dtype):
             assert got[k].type.tensor_type.elem_type == elem, k
             assert _shape(got[k]) == shape, (k, _shape(got[k]), shape)
 
-    if is_mamba2(name):
+    if has_ssm(name):
         assert not (out / "genai_config.json").exists()
         return
     gc = json.loads((out / "genai_config.json").read_text())
@@ -224,8 +250,11 @@ def test_right_padded_batch(session_for, name, ep, dtype):
     assert_close(logits[1, :n], ref["logits"], TOL[dtype], f"{name} --ep {ep} {dtype} unpadded row")
 
 
-# onnxruntime-genai 0.18 has no Mamba2 model type: those packages have no genai_config.json.
-GENAI_NAMES = [name for name in NAMES if load_config(FIXTURES_DIR / name)["model_type"] in GENAI_TYPES]
+# onnxruntime-genai 0.18 has no model type with an SSM state: those packages (Mamba2, Bamba,
+# Granite-4 with Mamba2 layers) have no genai_config.json.
+GENAI_NAMES = [
+    name for name in NAMES if load_config(FIXTURES_DIR / name)["model_type"] in GENAI_TYPES and not has_ssm(name)
+]
 GENAI_CASES = [(name, ep, dtype) for name in GENAI_NAMES for ep, dtype in GENAI_BUILDS]
 
 
@@ -278,7 +307,8 @@ def test_int4_quantizes_every_projection(built, name, ep, nbits):
     assert not float_weights, f"MatMul weights left in float: {float_weights}"
     ops = [n.op_type for n in model.graph.node]
     quantized = [n.input[1] for n in model.graph.node if n.op_type == ("MatMulNBits" if nbits else "DequantizeLinear")]
-    mixer = "mixer" if is_mamba2(name) else "conv"
+    model_type = load_config(FIXTURES_DIR / name)["model_type"]
+    mixer = {"mamba2": "mixer", "lfm2": "conv"}.get(model_type, "mamba")
     for proj in (f"{mixer}.in_proj", f"{mixer}.out_proj"):
         assert any(proj in w for w in quantized), (proj, quantized)
     assert ("MatMulNBits" in ops) == nbits, sorted(set(ops))
