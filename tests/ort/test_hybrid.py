@@ -159,7 +159,7 @@ def test_reference_is_consistent(name):
     assert [int(np.argmax(row)) for row in steps["logits"]] == ref["greedy_tokens"][1:9]
     assert int(np.argmax(ref["logits"][-1])) == ref["greedy_tokens"][0]
     model_type = load_config(FIXTURES_DIR / name)["model_type"]
-    kinds = {"mamba"} if is_mamba2(name) else {"conv" if model_type == "lfm2" else "mamba", "full_attention"}
+    kinds = {"mamba"} if is_mamba2(name) else {"conv" if model_type in ("lfm2", "lfm2_moe") else "mamba", "full_attention"}
     assert set(layer_types(name)) == kinds, layer_types(name)
 
 
@@ -308,7 +308,7 @@ def test_int4_quantizes_every_projection(built, name, ep, nbits):
     ops = [n.op_type for n in model.graph.node]
     quantized = [n.input[1] for n in model.graph.node if n.op_type == ("MatMulNBits" if nbits else "DequantizeLinear")]
     model_type = load_config(FIXTURES_DIR / name)["model_type"]
-    mixer = {"mamba2": "mixer", "lfm2": "conv"}.get(model_type, "mamba")
+    mixer = {"mamba2": "mixer", "lfm2": "conv", "lfm2_moe": "conv"}.get(model_type, "mamba")
     for proj in (f"{mixer}.in_proj", f"{mixer}.out_proj"):
         assert any(proj in w for w in quantized), (proj, quantized)
     assert ("MatMulNBits" in ops) == nbits, sorted(set(ops))
