@@ -471,8 +471,9 @@ LEFT_OUT = [(name, ep, dtype) for name in NAMES for ep, dtype in builds_of(name)
 # modernbert-decoder (6); 613 with roc_bert (on the reduced matrix: 2); 625 with sarvam_moe and
 # param2moe (6 each); 631 with hy_v3 (6); 637 with minicpm5_moe (6); 643 with axk1 (6);
 # llama4_text adds none (CHUNKED_ATTENTION); 649 with afmoe (6); 655 with aria_text (6); 661
-# with kolibri1 (6); 666 with the sink-attention flint (5: dml has no fused rotary).
-LEFT_OUT_COUNT = 666
+# with kolibri1 (6); 666 with the sink-attention flint (5: dml has no fused rotary); 672 with
+# laguna (6); 678 with beam (6); 684 with mimo_v2_flash (6).
+LEFT_OUT_COUNT = 684
 per_left_padded_build = pytest.mark.parametrize(
     "name,ep,dtype", LEFT_PADDED, ids=[f"{n}-{e or 'noflag'}-{d}" for n, e, d in LEFT_PADDED]
 )
@@ -680,6 +681,7 @@ GENAI_TYPES.update({"hy_v3": "decoder", "minicpm5_moe": "decoder", "axk1": "deco
 GENAI_TYPES.update({"diffllama": "decoder", "solar_open": "decoder"})
 GENAI_TYPES.update({"exaone_moe": "decoder", "cohere2_moe": "decoder"})
 GENAI_TYPES.update({"doge": "decoder", "jetmoe": "decoder", "modernbert-decoder": "decoder"})
+GENAI_TYPES.update({"laguna": "decoder", "beam": "decoder", "mimo_v2_flash": "decoder"})
 
 
 @pytest.mark.parametrize("name", NAMES)
