@@ -212,6 +212,8 @@ from transformers import (
     BeamForCausalLM,
     MiMoV2FlashConfig,
     MiMoV2FlashForCausalLM,
+    ErgoConfig,
+    ErgoForCausalLM,
     MixtralConfig,
     MixtralForCausalLM,
     MptConfig,
@@ -2077,6 +2079,27 @@ def make_config(kind: str, vocab: int, ids: dict):
                 "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
             },
         )
+    if kind == "ergo":
+        # A sliding-window layer (window 4, interleaved RoPE) with a dense relu2 MLP, then a
+        # full-attention NoPE layer (q and k times sqrt(1.5)) with 4 relu2 experts 32 wide, each
+        # output RMS-normed with its own weight (top-2 of the corrected sigmoid scores,
+        # renormalised, times sqrt(8)) plus a normed relu2 shared expert 48 wide; fused qkv,
+        # per-head q/k RMSNorm, sandwich norms, learned residual gates.
+        return ErgoForCausalLM, ErgoConfig(
+            **{k: v for k, v in common.items() if k not in ("intermediate_size", "head_dim")},
+            first_dense_intermediate_size=128,
+            num_dense_blocks=1,
+            moe_intermediate_size=32,
+            shared_intermediate_size=48,
+            num_experts=4,
+            num_experts_per_tok=2,
+            sliding_window=4,
+            global_attention_every_n_layers=2,
+            global_attention_scale=1.5,
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
     raise ValueError(kind)
 
 
@@ -2490,6 +2513,7 @@ FIXTURES = {
     "laguna": (9100, "f32", "v5", None),
     "beam": (9200, "f32", "v5", None),
     "mimo_v2_flash": (9300, "f32", "v5", None),
+    "ergo": (9400, "f32", "v5", None),
 }
 
 

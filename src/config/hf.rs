@@ -479,6 +479,16 @@ pub struct HfConfig {
     /// (absent = the default, null = 1).
     #[serde(default, deserialize_with = "present")]
     pub attention_value_scale: Option<Value>,
+    /// `first_dense_intermediate_size` (Ergo: the dense layers' MLP width).
+    pub first_dense_intermediate_size: Option<i64>,
+    /// `num_dense_blocks` (Ergo: the leading layers with a dense MLP).
+    pub num_dense_blocks: Option<i64>,
+    /// `global_attention_every_n_layers` (Ergo: every n-th layer attends to the whole context).
+    pub global_attention_every_n_layers: Option<i64>,
+    /// `global_attention_scale` (Ergo: the full layers' attention logits multiplier).
+    pub global_attention_scale: Option<f64>,
+    /// `local_attention_window` (Ergo's alias of `sliding_window`).
+    pub local_attention_window: Option<i64>,
 }
 
 /// Deserializes a field that may be `null` as `Some(Value::Null)`, so that an explicit null

@@ -31,6 +31,7 @@ pub mod deepseek;
 pub mod diffllama;
 pub mod doge;
 pub mod dots1;
+pub mod ergo;
 pub mod ernie4_5;
 pub mod ernie4_5_moe;
 pub mod exaone;

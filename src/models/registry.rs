@@ -110,6 +110,7 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &super::laguna::FAMILY,
     &super::beam::FAMILY,
     &super::mimo_v2_flash::FAMILY,
+    &super::ergo::FAMILY,
     &super::bert::FAMILY,
     &super::bert_lm::FAMILY,
     &super::bart_lm::FAMILY,

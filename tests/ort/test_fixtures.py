@@ -477,8 +477,9 @@ LEFT_OUT = [(name, ep, dtype) for name in NAMES for ep, dtype in builds_of(name)
 # param2moe (6 each); 631 with hy_v3 (6); 637 with minicpm5_moe (6); 643 with axk1 (6);
 # llama4_text adds none (CHUNKED_ATTENTION); 649 with afmoe (6); 655 with aria_text (6); 661
 # with kolibri1 (6); 666 with the sink-attention flint (5: dml has no fused rotary); 672 with
-# laguna (6); 678 with beam (6); mimo_v2_flash adds none (RESHAPED_KV_ATTENTION).
-LEFT_OUT_COUNT = 678
+# laguna (6); 678 with beam (6); mimo_v2_flash adds none (RESHAPED_KV_ATTENTION); 684 with
+# ergo (6).
+LEFT_OUT_COUNT = 684
 per_left_padded_build = pytest.mark.parametrize(
     "name,ep,dtype", LEFT_PADDED, ids=[f"{n}-{e or 'noflag'}-{d}" for n, e, d in LEFT_PADDED]
 )
@@ -686,7 +687,7 @@ GENAI_TYPES.update({"hy_v3": "decoder", "minicpm5_moe": "decoder", "axk1": "deco
 GENAI_TYPES.update({"diffllama": "decoder", "solar_open": "decoder"})
 GENAI_TYPES.update({"exaone_moe": "decoder", "cohere2_moe": "decoder"})
 GENAI_TYPES.update({"doge": "decoder", "jetmoe": "decoder", "modernbert-decoder": "decoder"})
-GENAI_TYPES.update({"laguna": "decoder", "beam": "decoder", "mimo_v2_flash": "decoder"})
+GENAI_TYPES.update({"laguna": "decoder", "beam": "decoder", "mimo_v2_flash": "decoder", "ergo": "decoder"})
 
 
 @pytest.mark.parametrize("name", NAMES)
