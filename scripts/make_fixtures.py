@@ -213,6 +213,14 @@ from transformers import (
     Kolibri1ForCausalLM,
     FlintConfig,
     FlintForCausalLM,
+    LagunaConfig,
+    LagunaForCausalLM,
+    BeamConfig,
+    BeamForCausalLM,
+    MiMoV2FlashConfig,
+    MiMoV2FlashForCausalLM,
+    ErgoConfig,
+    ErgoForCausalLM,
     MixtralConfig,
     MixtralForCausalLM,
     MptConfig,
@@ -2113,6 +2121,103 @@ def make_config(kind: str, vocab: int, ids: dict):
             tie_word_embeddings=False,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
         )
+    if kind == "laguna":
+        # A sliding-window layer (window 4, whole-head RoPE theta 1e4) with 4 query heads and a
+        # dense MLP, then a full-attention layer (RoPE theta 5e5 on half of each head) with 8
+        # query heads and 4 SwiGLU experts 32 wide (top-2 of the sigmoid scores plus the
+        # correction bias, renormalised, times 1.5) plus a shared expert 48 wide; per-head q/k
+        # RMSNorm, softplus per-head output gate, q/k/v/o biases.
+        return LagunaForCausalLM, LagunaConfig(
+            **common,
+            num_attention_heads_per_layer=[4, 8],
+            layer_types=["sliding_attention", "full_attention"],
+            mlp_layer_types=["dense", "sparse"],
+            sliding_window=4,
+            moe_intermediate_size=32,
+            shared_expert_intermediate_size=48,
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_routed_scaling_factor=1.5,
+            attention_bias=True,
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=False,
+            rope_parameters={
+                "full_attention": {"rope_type": "default", "rope_theta": 500000.0, "partial_rotary_factor": 0.5},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+            },
+        )
+    if kind == "beam":
+        # A sliding-window layer (window 4, RoPE) with a dense MLP, then a full-attention NoPE
+        # layer (queries scaled by position) with 4 SwiGLU experts 32 wide in 2 groups (top-1
+        # group by its two best corrected sigmoid scores, then the top-2 experts, renormalised,
+        # times 2.5); sandwich norms, depth-scaled residual adds, per-head q/k RMSNorm, sigmoid
+        # output gate with a per-head bias, final logits soft-capped at 5.
+        return BeamForCausalLM, BeamConfig(
+            **common,
+            layer_types=["sliding_attention", "full_attention"],
+            mlp_layer_types=["dense", "sparse"],
+            sliding_window=4,
+            moe_intermediate_size=32,
+            num_experts=4,
+            num_experts_per_tok=2,
+            n_group=2,
+            topk_group=1,
+            routed_scaling_factor=2.5,
+            final_logit_softcapping=5.0,
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=False,
+            rope_parameters={
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                "full_attention": None,
+            },
+        )
+    if kind == "mimo_v2_flash":
+        # A sliding-window layer (window 4) with 2 key/value heads, attention sinks and a dense
+        # MLP, then a full-attention layer with 1 key/value head and 4 SwiGLU experts 32 wide in
+        # 2 groups (top-1 group, top-2 experts of the corrected sigmoid scores, renormalised,
+        # times 1.5); q/k heads 16 wide, v heads 8 wide scaled by 0.707, RoPE on half of each
+        # head (theta 1e4 sliding, 5e6 full), q/k/v biases.
+        return MiMoV2FlashForCausalLM, MiMoV2FlashConfig(
+            **dict(common, num_key_value_heads=1),
+            v_head_dim=8,
+            layer_types=["sliding_attention", "full_attention"],
+            mlp_layer_types=["dense", "sparse"],
+            sliding_window=4,
+            moe_intermediate_size=32,
+            n_routed_experts=4,
+            num_experts_per_tok=2,
+            n_group=2,
+            topk_group=1,
+            routed_scaling_factor=1.5,
+            attention_bias=True,
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=False,
+            rope_parameters={
+                "full_attention": {"rope_type": "default", "rope_theta": 5000000.0, "partial_rotary_factor": 0.5},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+            },
+        )
+    if kind == "ergo":
+        # A sliding-window layer (window 4, interleaved RoPE) with a dense relu2 MLP, then a
+        # full-attention NoPE layer (q and k times sqrt(1.5)) with 4 relu2 experts 32 wide, each
+        # output RMS-normed with its own weight (top-2 of the corrected sigmoid scores,
+        # renormalised, times sqrt(8)) plus a normed relu2 shared expert 48 wide; fused qkv,
+        # per-head q/k RMSNorm, sandwich norms, learned residual gates.
+        return ErgoForCausalLM, ErgoConfig(
+            **{k: v for k, v in common.items() if k not in ("intermediate_size", "head_dim")},
+            first_dense_intermediate_size=128,
+            num_dense_blocks=1,
+            moe_intermediate_size=32,
+            shared_intermediate_size=48,
+            num_experts=4,
+            num_experts_per_tok=2,
+            sliding_window=4,
+            global_attention_every_n_layers=2,
+            global_attention_scale=1.5,
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
     raise ValueError(kind)
 
 
@@ -2535,6 +2640,10 @@ FIXTURES = {
     "aria_text": (8700, "f32", "v5", None),
     "kolibri1": (8800, "f32", "v5", None),
     "flint": (8900, "f32", "v5", None),
+    "laguna": (9100, "f32", "v5", None),
+    "beam": (9200, "f32", "v5", None),
+    "mimo_v2_flash": (9300, "f32", "v5", None),
+    "ergo": (9400, "f32", "v5", None),
 }
 
 

@@ -118,7 +118,8 @@ def quantized_model(path: Path, bits: int, block: int, symmetric: bool, embeddin
             w_kn = module.weight.detach().numpy()
             module.weight.copy_(torch.from_numpy(fake_quantize(w_kn, bits, block, symmetric, dtype)))
             count += 1
-        elif type(module).__name__.lower().endswith("topkrouter"):  # MoE router: a Linear's [E, H] weight
+        elif type(module).__name__.lower().endswith("topkrouter") and hasattr(module, "weight"):
+            # MoE router: a Linear's [E, H] weight (Ergo's router holds a Linear, quantized above)
             w_kn = module.weight.detach().numpy().T
             module.weight.copy_(torch.from_numpy(fake_quantize(w_kn, bits, block, symmetric, dtype).T.copy()))
             count += 1
@@ -136,6 +137,14 @@ def quantized_model(path: Path, bits: int, block: int, symmetric: bool, embeddin
                     w_kn = w_kn if transposed else w_kn.T
                     deq = fake_quantize(w_kn, bits, block, symmetric, dtype)
                     stack[e].copy_(torch.from_numpy(deq if transposed else deq.T.copy()))
+                    count += 1
+        elif type(module).__name__ == "ErgoExperts":
+            # Ergo's ungated experts, [E, in, out] stacks: each expert's matrix quantized as
+            # its Linear would be.
+            for stack in (module.up_proj, module.down_proj):
+                for e in range(stack.shape[0]):
+                    deq = fake_quantize(stack[e].detach().numpy(), bits, block, symmetric, dtype)
+                    stack[e].copy_(torch.from_numpy(deq))
                     count += 1
         elif type(module).__name__ == "JetMoeParallelExperts":
             # JetMoE's stacked experts (the MLP's and the attention's query/output experts),

@@ -480,6 +480,35 @@ pub struct HfConfig {
     pub shape_vocab_size: Option<i64>,
     /// `pronunciation_vocab_size` (RoCBert: the pronunciation embedding's rows).
     pub pronunciation_vocab_size: Option<i64>,
+    /// `num_attention_heads_per_layer` (Laguna: each layer's query heads).
+    pub num_attention_heads_per_layer: Option<Vec<i64>>,
+    /// `gating` (Laguna: the attention output gate's granularity, `true`/`"per-head"` or
+    /// `"per-element"`).
+    pub gating: Option<Value>,
+    /// `moe_routed_scaling_factor` (Laguna: the multiplier of the routed experts' sum).
+    pub moe_routed_scaling_factor: Option<f64>,
+    /// `moe_router_logit_softcapping` (Laguna: the router logits' tanh soft-cap, 0 for none).
+    pub moe_router_logit_softcapping: Option<f64>,
+    /// `moe_apply_router_weight_on_input` (Laguna: routing weights applied to the experts'
+    /// input; transformers refuses `true`).
+    pub moe_apply_router_weight_on_input: Option<bool>,
+    /// `sliding_window_size` (MiMo-V2-Flash's reference spelling: the tokens a sliding layer
+    /// sees before the query, one less than its `sliding_window`).
+    pub sliding_window_size: Option<i64>,
+    /// `attention_value_scale` (MiMo-V2-Flash: the v multiplier); absent and null differ
+    /// (absent = the default, null = 1).
+    #[serde(default, deserialize_with = "present")]
+    pub attention_value_scale: Option<Value>,
+    /// `first_dense_intermediate_size` (Ergo: the dense layers' MLP width).
+    pub first_dense_intermediate_size: Option<i64>,
+    /// `num_dense_blocks` (Ergo: the leading layers with a dense MLP).
+    pub num_dense_blocks: Option<i64>,
+    /// `global_attention_every_n_layers` (Ergo: every n-th layer attends to the whole context).
+    pub global_attention_every_n_layers: Option<i64>,
+    /// `global_attention_scale` (Ergo: the full layers' attention logits multiplier).
+    pub global_attention_scale: Option<f64>,
+    /// `local_attention_window` (Ergo's alias of `sliding_window`).
+    pub local_attention_window: Option<i64>,
 }
 
 /// Deserializes a field that may be `null` as `Some(Value::Null)`, so that an explicit null

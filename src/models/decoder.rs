@@ -368,6 +368,12 @@ pub trait Family {
         None
     }
 
+    /// The query heads of layer `i`'s attention: by default `num_attention_heads` (Laguna
+    /// sets a count per layer; its key/value heads stay `num_key_value_heads`).
+    fn layer_q_heads(&self, cfg: &ArchConfig, _i: usize) -> usize {
+        cfg.num_attention_heads
+    }
+
     /// The attention softmax scale.
     fn attention_scale(&self, cfg: &ArchConfig) -> f32 {
         (cfg.head_dim as f32).powf(-0.5)
@@ -407,9 +413,9 @@ pub trait Family {
         linear(b, y, &format!("{attn}.{proj}"), q, h, cfg.o_bias, dtype)
     }
 
-    /// The attention's output from its result `y` (module `attn`) and its input `x`: by
-    /// default [`Family::o_proj`] of `y`; a family whose attention gates its result by a
-    /// projection of `x` (MiniCPM5-MoE) multiplies the gate in first.
+    /// The attention's output from its result `y` (module `attn`, of `spec.q_heads` heads) and
+    /// its input `x`: by default [`Family::o_proj`] of `y`; a family whose attention gates its
+    /// result by a projection of `x` (MiniCPM5-MoE) multiplies the gate in first.
     #[allow(clippy::too_many_arguments)]
     fn attention_output(
         &self,
@@ -418,6 +424,7 @@ pub trait Family {
         _x: &str,
         y: &str,
         attn: &str,
+        _spec: &AttentionSpec<'_>,
         dtype: DType,
     ) -> String {
         self.o_proj(b, cfg, y, attn, dtype)
@@ -462,9 +469,10 @@ pub trait Family {
         y
     }
 
-    /// The residual stream after block `block` of layer module `layer` adds its output `y` to
-    /// the stream `x` (in sequential layers; parallel blocks add as they are): by default
-    /// `x + y` (Doge scales the stream by a learned vector first).
+    /// The residual stream after block `block` of layer `i` (module `layer`) adds its output
+    /// `y` to the stream `x` (in sequential layers; parallel blocks add as they are): by
+    /// default `x + y` (Doge scales the stream by a learned vector first, Beam scales both by
+    /// the depth).
     #[allow(clippy::too_many_arguments)]
     fn residual_add(
         &self,
@@ -472,7 +480,7 @@ pub trait Family {
         _cfg: &ArchConfig,
         x: &str,
         y: &str,
-        _layer: &str,
+        (_layer, _i): (&str, usize),
         _block: Block,
         _dtype: DType,
     ) -> String {
@@ -686,7 +694,7 @@ impl Layer<'_> {
                     None => &self.masks[&cfg.layer_windows[i]],
                 };
                 let spec = AttentionSpec {
-                    q_heads: cfg.num_attention_heads,
+                    q_heads: family.layer_q_heads(cfg, i),
                     kv_heads: cfg.num_key_value_heads,
                     scale: family.attention_scale(cfg),
                     mask,
@@ -739,22 +747,22 @@ impl Layer<'_> {
         }
         if family.norm_after_residual() {
             let o = family.residual_branch(b, cfg, o, dtype);
-            let x = family.residual_add(b, cfg, x, &o, p, Block::Attention, dtype);
+            let x = family.residual_add(b, cfg, x, &o, (p, i), Block::Attention, dtype);
             let x = self.norm_at(b, &x, p, norms.post_attention);
             let mlp_in = self.norm_at(b, &x, p, norms.pre_mlp);
             let m = family.layer_mlp(b, cfg, &mlp_in, p, i, dtype);
             let m = family.residual_branch(b, cfg, m, dtype);
-            let x = family.residual_add(b, cfg, &x, &m, p, Block::Mlp, dtype);
+            let x = family.residual_add(b, cfg, &x, &m, (p, i), Block::Mlp, dtype);
             return self.norm_at(b, &x, p, norms.post_mlp);
         }
         let o = self.norm_at(b, &o, p, norms.post_attention);
         let o = family.residual_branch(b, cfg, o, dtype);
-        let x = family.residual_add(b, cfg, x, &o, p, Block::Attention, dtype);
+        let x = family.residual_add(b, cfg, x, &o, (p, i), Block::Attention, dtype);
         let mlp_in = self.norm_at(b, &x, p, norms.pre_mlp);
         let m = family.layer_mlp(b, cfg, &mlp_in, p, i, dtype);
         let m = self.norm_at(b, &m, p, norms.post_mlp);
         let m = family.residual_branch(b, cfg, m, dtype);
-        family.residual_add(b, cfg, &x, &m, p, Block::Mlp, dtype)
+        family.residual_add(b, cfg, &x, &m, (p, i), Block::Mlp, dtype)
     }
 
     /// The layer norm `{p}.{module}` of `x`, or `x` where the layer has none.
@@ -781,7 +789,7 @@ impl Layer<'_> {
         let (cfg, family, dtype) = (self.cfg, self.family, self.dtype);
         let [q, k, v] = family.attention_qkv(b, cfg, x, attn, i, self.rotary, spec, dtype);
         let y = family.attention_core(b, cfg, self.io, [&q, &k, &v], spec, attn, dtype);
-        family.attention_output(b, cfg, x, &y, attn, dtype)
+        family.attention_output(b, cfg, x, &y, attn, spec, dtype)
     }
 }
 

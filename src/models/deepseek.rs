@@ -311,7 +311,7 @@ fn routed_scaling(raw: &HfConfig, f: &Fields<'_>, default: f64) -> Result<f32> {
 
 /// `(n_group, topk_group)` (`defaults` when absent; required without defaults): groups that
 /// split the experts evenly, at least two experts each, and at most `n_group` kept.
-fn read_groups(
+pub(crate) fn read_groups(
     raw: &HfConfig,
     f: &Fields<'_>,
     experts: usize,

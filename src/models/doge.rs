@@ -87,7 +87,7 @@ impl Family for Doge {
         cfg: &ArchConfig,
         x: &str,
         y: &str,
-        layer: &str,
+        (layer, _i): (&str, usize),
         block: Block,
         dtype: DType,
     ) -> String {

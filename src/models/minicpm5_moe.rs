@@ -6,7 +6,7 @@
 //! `routed_scaling_factor`, a shared expert) in the layers `mlp_layer_types` names `sparse`
 //! (by default from `first_k_dense_replace`, 1, on).
 
-use super::components::linear;
+use super::components::{linear, AttentionSpec};
 use super::decoder::Family;
 use super::deepseek::{sigmoid_router, DeepseekExperts, DeepseekMoe};
 use super::family::{without_windows, FamilySpec};
@@ -156,6 +156,7 @@ impl Family for MiniCpm5Moe {
         x: &str,
         y: &str,
         attn: &str,
+        _spec: &AttentionSpec<'_>,
         dtype: DType,
     ) -> String {
         let gate = q_proj_half(b, cfg, x, attn, (1, "gate_proj"), dtype);

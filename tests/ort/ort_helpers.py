@@ -72,6 +72,10 @@ def model_dims(cfg: dict) -> dict:
             cfg = {**cfg, generic: next(cfg[s] for s in spellings if s in cfg)}
     if cfg.get("model_type") == "dbrx":  # the key/value heads in attn_config
         cfg = {**cfg, "num_key_value_heads": (cfg.get("attn_config") or {}).get("kv_n_heads", 1)}
+    if cfg.get("model_type") == "mimo_v2_flash" and "sliding_attention" in (cfg.get("layer_types") or []):
+        # MiMo-V2-Flash's sliding layers have twice the key/value heads: every layer caches as
+        # many (the full layers' heads stored twice) and v widened to the q/k head size.
+        cfg = {**cfg, "num_key_value_heads": 2 * cfg["num_key_value_heads"]}
     heads = cfg["num_attention_heads"]
     head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
     if "kv_lora_rank" in cfg:

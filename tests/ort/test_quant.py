@@ -55,6 +55,7 @@ EXACT_TABLE = "quantized builds at accuracy_level 0: max abs error to the fake-q
 # too. A miss not listed here fails, a listed build that does worse than its figure fails, and a
 # listed build that meets the bar fails until it is removed. (docs/quantization.md, "Accuracy".)
 ALLOWED_MISSES = {
+    ("beam", "cpu", "f32", 4): 0.998962,
     ("deepseek_v2", "webgpu", "f16", 4): 0.992962,
     ("deepseek_v3", "cpu", "f32", 4): 0.998119,
     ("dots1", "cpu", "f32", 4): 0.954772,
@@ -69,6 +70,7 @@ ALLOWED_MISSES = {
     ("hunyuan_v1_dense", "cpu", "f32", 4): 0.998905,
     ("internlm3", "webgpu", "f16", 4): 0.998983,
     ("jetmoe", "webgpu", "f16", 4): 0.991253,
+    ("laguna", "cpu", "f32", 4): 0.916762,
     ("llama", "webgpu", "f16", 4): 0.998478,
     ("minicpm5_moe", "webgpu", "f16", 4): 0.739209,
     ("olmoe", "webgpu", "f16", 4): 0.836406,

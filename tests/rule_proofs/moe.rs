@@ -92,6 +92,7 @@ fn scaled_dense_block(
         router: Router::Softmax { normalize },
         weights: ExpertWeights::PROJ,
         scaled_inputs: false,
+        expert_norm: None,
     };
     let y = sparse_moe(&mut b, &x, "moe", &spec, dtype);
     b.op_into("Identity", &[&y], vec![], "y");

@@ -26,6 +26,10 @@
 //! shapes and E branches per layer). Where the EP has a fused kernel
 //! (`com.microsoft::MoE`), that kernel is the sparse implementation.
 //!
+//! Ungated squared-ReLU experts whose outputs are RMS-normalised one by one before they are
+//! weighted (Ergo, [`ExpertWeights::Relu2InOut`] with [`MoeSpec::expert_norm`]) cannot sum
+//! their down projections in one MatMul: each expert's down projection is its own MatMul.
+//!
 //! # Routing
 //!
 //! As transformers computes it: router logits `x @ Wrᵀ` in the model dtype, then in f32
@@ -149,6 +153,11 @@ pub struct MoeSpec {
     /// Whether each expert takes the token scaled by its routing weight and its output is
     /// summed unweighted, `Σₑ expertₑ(rₑ·x)` (Llama 4), instead of `Σₑ rₑ·expertₑ(x)`.
     pub scaled_inputs: bool,
+    /// Each expert's output RMS-normalised before it is weighted, `Σₑ rₑ·norm(expertₑ(x))·gₑ`
+    /// (Ergo): the checkpoint tensor `{prefix}.{name}` (`[E, H]`, one gain per expert) and the
+    /// epsilon; `None` (the default) for none. Only [`ExpertWeights::Relu2InOut`] experts take
+    /// it.
+    pub expert_norm: Option<(&'static str, f32)>,
 }
 
 impl MoeSpec {
@@ -170,6 +179,16 @@ impl MoeSpec {
             router,
             weights,
             scaled_inputs: false,
+            expert_norm: None,
+        }
+    }
+
+    /// This block with each expert's output RMS-normalised by its own gain
+    /// ([`MoeSpec::expert_norm`]).
+    pub fn with_expert_norm(self, name: &'static str, eps: f32) -> MoeSpec {
+        MoeSpec {
+            expert_norm: Some((name, eps)),
+            ..self
         }
     }
 
@@ -233,6 +252,18 @@ pub enum ExpertWeights {
         /// The transposed down projections of every expert.
         down: &'static str,
     },
+    /// Ungated squared-ReLU experts, `down(relu(up(x))²)`, every expert in one tensor per
+    /// projection laid out `[in, out]`: `{up}` `[E, H, I]` and `{down}` `[E, I, H]`; the
+    /// router stored `[in, out]` too, `{router}` `[H, E]` (tensor names; Ergo's
+    /// `up_proj`, `down_proj` and `gate_kernel`).
+    Relu2InOut {
+        /// The router's `[H, E]` tensor.
+        router: &'static str,
+        /// The up projections of every expert.
+        up: &'static str,
+        /// The down projections of every expert.
+        down: &'static str,
+    },
 }
 
 impl ExpertWeights {
@@ -260,7 +291,8 @@ impl ExpertWeights {
             ExpertWeights::PerExpert(names) => names.router,
             ExpertWeights::Stacked { router, .. }
             | ExpertWeights::StackedInOut { router, .. }
-            | ExpertWeights::Flat { router, .. } => router,
+            | ExpertWeights::Flat { router, .. }
+            | ExpertWeights::Relu2InOut { router, .. } => router,
         }
     }
 }
@@ -307,6 +339,9 @@ pub fn sparse_moe(
 ) -> String {
     let (h, i, e) = (spec.hidden, spec.intermediate, spec.experts);
     let routing = routing_matrix(b, x, prefix, spec, dtype);
+    if let ExpertWeights::Relu2InOut { up, down, .. } = spec.weights {
+        return relu2_experts(b, x, prefix, spec, (up, down), &routing, dtype);
+    }
 
     // Expert j's projection `which` (0 gate, 1 up, 2 down), HF `[out, in]`.
     let expert = |j: usize, which: usize| -> TensorSource {
@@ -367,6 +402,7 @@ pub fn sparse_moe(
                     },
                 }))
             }
+            ExpertWeights::Relu2InOut { .. } => unreachable!("built by relu2_experts"),
             ExpertWeights::Flat { gate, up, down, .. } => {
                 let rows = TensorSource::Slice {
                     source: Box::new(TensorSource::Checkpoint(format!(
@@ -394,7 +430,8 @@ pub fn sparse_moe(
             ExpertWeights::PerExpert(names) => [names.gate, names.up, names.down][which],
             ExpertWeights::Stacked { .. }
             | ExpertWeights::StackedInOut { .. }
-            | ExpertWeights::Flat { .. } => ["gate", "up", "down"][which],
+            | ExpertWeights::Flat { .. }
+            | ExpertWeights::Relu2InOut { .. } => ["gate", "up", "down"][which],
         };
         b.initializer(Initializer {
             name: format!("{prefix}.experts.{name}.weight_t"),
@@ -433,6 +470,96 @@ pub fn sparse_moe(
     b.op("MatMul", &[&weighted, &down_w], vec![])
 }
 
+/// The [`ExpertWeights::Relu2InOut`] experts of module `prefix` on `x` weighted by `routing`
+/// (`[B, S, E, 1]`): `up` (`[H, E·I]` once the experts are side by side), `relu(·)²`; with
+/// [`MoeSpec::expert_norm`] each expert's output `[B, S, E, H]` (a batched MatMul by the
+/// `[E, I, H]` stack) is RMS-normalised, times its gain, weighted and summed over the experts;
+/// without, the weighted activations go through the down projections in one MatMul.
+fn relu2_experts(
+    b: &mut GraphBuilder,
+    x: &str,
+    prefix: &str,
+    spec: &MoeSpec,
+    (up, down): (&str, &str),
+    routing: &str,
+    dtype: DType,
+) -> String {
+    let (h, i, e) = (spec.hidden, spec.intermediate, spec.experts);
+    let stacked = |name: &str| TensorSource::Checkpoint(format!("{prefix}.{name}"));
+    let parts = (0..e)
+        .map(|j| TensorSource::Reshape {
+            source: Box::new(TensorSource::Slice {
+                source: Box::new(stacked(up)),
+                axis: 0,
+                start: j,
+                len: 1,
+                total: e,
+            }),
+            shape: vec![h, i],
+        })
+        .collect();
+    let up_w = b.initializer(Initializer {
+        name: format!("{prefix}.experts.up.weight_t"),
+        dtype,
+        shape: vec![h, e * i],
+        source: Some(TensorSource::Concat { parts, axis: 1 }),
+    });
+    let act = b.op("MatMul", &[x, &up_w], vec![]);
+    let relu = b.op("Relu", &[&act], vec![]);
+    let act = b.op("Mul", &[&relu, &relu], vec![]);
+    let per_expert = b.const_i64(&[0, 0, e as i64, i as i64]);
+    let act = b.op("Reshape", &[&act, &per_expert], vec![]);
+    // Each expert's output [B, S, 1, H]: its activations times its own [I, H] down
+    // projection (a 2-D weight each, as the weight rewrites take them), side by side.
+    let expert_axis = b.const_i64(&[2]);
+    let outs: Vec<String> = (0..e)
+        .map(|j| {
+            let index = b.scalar_i64(j as i64);
+            let a = b.op("Gather", &[&act, &index], vec![("axis", Attr::Int(2))]);
+            let w = b.initializer(Initializer {
+                name: format!("{prefix}.experts.{j}.down.weight_t"),
+                dtype,
+                shape: vec![i, h],
+                source: Some(TensorSource::Reshape {
+                    source: Box::new(TensorSource::Slice {
+                        source: Box::new(stacked(down)),
+                        axis: 0,
+                        start: j,
+                        len: 1,
+                        total: e,
+                    }),
+                    shape: vec![i, h],
+                }),
+            });
+            let o = b.op("MatMul", &[&a, &w], vec![]);
+            b.op("Unsqueeze", &[&o, &expert_axis], vec![])
+        })
+        .collect();
+    let parts: Vec<&str> = outs.iter().map(String::as_str).collect();
+    let mut out = b.op("Concat", &parts, vec![("axis", Attr::Int(2))]);
+    if let Some((norm, eps)) = spec.expert_norm {
+        let square = b.op("Mul", &[&out, &out], vec![]);
+        let last = b.const_i64(&[-1]);
+        let keep = vec![("keepdims", Attr::Int(1))];
+        let mean = b.op("ReduceMean", &[&square, &last], keep);
+        let eps = scalar(b, eps, dtype);
+        let var = b.op("Add", &[&mean, &eps], vec![]);
+        let rms = b.op("Sqrt", &[&var], vec![]);
+        let normed = b.op("Div", &[&out, &rms], vec![]);
+        let gain = format!("{prefix}.{norm}");
+        let gain = b.initializer(Initializer {
+            name: gain.clone(),
+            dtype,
+            shape: vec![e, h],
+            source: Some(TensorSource::Checkpoint(gain)),
+        });
+        out = b.op("Mul", &[&normed, &gain], vec![]);
+    }
+    let weighted = b.op("Mul", &[&out, routing], vec![]);
+    let drop = vec![("keepdims", Attr::Int(0))];
+    b.op("ReduceSum", &[&weighted, &expert_axis], drop)
+}
+
 /// The routing matrix `[B, S, E, 1]` in `dtype`: each token's top-k routing weights at the
 /// columns of its picked experts, 0 elsewhere.
 fn routing_matrix(
@@ -446,7 +573,19 @@ fn routing_matrix(
         b.op("Cast", &[v], vec![("to", Attr::Int(to.onnx_code() as i64))])
     };
     let gate = format!("{prefix}.{}", spec.weights.router());
-    let logits = linear(b, x, &gate, spec.hidden, spec.experts, false, dtype);
+    let logits = match spec.weights {
+        ExpertWeights::Relu2InOut { router, .. } => {
+            let name = format!("{prefix}.{router}");
+            let w = b.initializer(Initializer {
+                name: name.clone(),
+                dtype,
+                shape: vec![spec.hidden, spec.experts],
+                source: Some(TensorSource::Checkpoint(name)),
+            });
+            b.op("MatMul", &[x, &w], vec![])
+        }
+        _ => linear(b, x, &gate, spec.hidden, spec.experts, false, dtype),
+    };
     let logits = match dtype {
         DType::F32 => logits,
         _ => cast(b, &logits, DType::F32),
