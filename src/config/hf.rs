@@ -404,6 +404,12 @@ pub struct HfConfig {
     /// `[0.0, Infinity]`, read as `[0.0, "Infinity"]`).
     #[serde(default, deserialize_with = "present")]
     pub time_step_limit: Option<Value>,
+    /// `time_step_rank` (Mamba: the width of the time-step projection's input; `"auto"` for
+    /// `⌈hidden_size / 16⌉`).
+    pub time_step_rank: Option<Value>,
+    /// `mixer_rms_eps` (FalconMamba: the epsilon of the weightless RMS norms on `B`, `C` and
+    /// the time steps).
+    pub mixer_rms_eps: Option<f64>,
     /// `conv_L_cache` (LFM2: the kernel width of its short convolutions).
     #[serde(rename = "conv_L_cache")]
     pub conv_l_cache: Option<i64>,

@@ -69,6 +69,7 @@ pub mod kolibri1;
 pub mod lfm2;
 pub mod llama;
 pub mod llama4;
+pub mod mamba;
 pub mod mamba2;
 pub mod mellum;
 pub mod minicpm3;

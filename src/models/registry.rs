@@ -98,6 +98,7 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &super::diffllama::FAMILY,
     &super::solar_open::FAMILY,
     &super::lfm2::FAMILY,
+    &super::mamba::FAMILY,
     &super::mamba2::FAMILY,
     &super::doge::FAMILY,
     &super::jetmoe::FAMILY,
@@ -357,7 +358,7 @@ mod tests {
             Some(Some("qwen2"))
         );
         assert_eq!(model_type("bert").map(|t| t.genai_type), Some(None));
-        assert!(model_type("mamba").is_none());
+        assert!(model_type("rwkv").is_none());
         assert!(model_type("").is_none());
     }
 }

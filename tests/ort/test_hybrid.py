@@ -1,13 +1,15 @@
 """Hybrid decoders (reference.json task "hybrid-text-generation": LFM2's short-convolution
-layers beside attention, Mamba2's selective state-space layers) built by `mobius build` and run through onnxruntime and
+layers beside attention, Mamba2's, Mamba's and FalconMamba's selective state-space layers) built by `mobius build` and run through onnxruntime and
 onnxruntime-genai against transformers (scripts/make_fixtures.py).
 
 A `conv` layer carries its conv state instead of a KV cache: graph input `past.{i}.conv` and
 output `present.{i}.conv`, `[batch, hidden, conv_L_cache - 1]` in the model dtype
 (onnxruntime-genai 0.18's names for lfm2; docs/recurrent.md). A Mamba2 layer carries its conv
 state `past.{i}.conv` (`[batch, conv_dim, conv_kernel - 1]`) and its SSM state `past.{i}.ssm`
-(`[batch, num_heads, head_dim, state_size]`); onnxruntime-genai 0.18 runs no Mamba2, so its
-package has no genai_config.json. Every build in BUILDS must give
+(`[batch, num_heads, head_dim, state_size]`); a Mamba or FalconMamba layer its conv state
+(`[batch, expand * hidden_size, conv_kernel - 1]`) and SSM state (`[batch, expand * hidden_size,
+state_size]`). onnxruntime-genai 0.18 runs none of the three, so their packages have no
+genai_config.json. Every build in BUILDS must give
 transformers' prefill logits, then those of 8 decode steps fed one token at a time with the
 returned state and KV cache, within TOL; onnxruntime-genai's greedy tokens must be
 transformers'.
@@ -40,22 +42,35 @@ per_build = pytest.mark.parametrize("name,ep,dtype", CASES, ids=[f"{n}-{e or 'no
 GENAI_TYPES = {"lfm2": "lfm2"}
 
 
+# The state-space-only model types: every layer a selective-scan mixer (`mamba`) carrying a
+# conv and an SSM state, no genai_config.json.
+SSM_TYPES = {"mamba2", "mamba", "falcon_mamba"}
+
+
 def layer_types(name: str) -> list[str]:
     """Per layer, `conv` or `full_attention` as config.json says (LFM2), or `mamba` (every
-    Mamba2 layer)."""
+    Mamba2, Mamba or FalconMamba layer)."""
     cfg = load_config(FIXTURES_DIR / name)
-    if cfg["model_type"] == "mamba2":
+    if cfg["model_type"] in SSM_TYPES:
         return ["mamba"] * cfg["num_hidden_layers"]
     return cfg["layer_types"]
 
 
-def is_mamba2(name: str) -> bool:
-    return load_config(FIXTURES_DIR / name)["model_type"] == "mamba2"
+def is_ssm(name: str) -> bool:
+    return load_config(FIXTURES_DIR / name)["model_type"] in SSM_TYPES
 
 
 def dims(name: str) -> dict:
     cfg = load_config(FIXTURES_DIR / name)
-    if is_mamba2(name):
+    if cfg["model_type"] in ("mamba", "falcon_mamba"):
+        inner = cfg["expand"] * cfg["hidden_size"]
+        return {
+            "conv": inner,
+            "state": cfg["conv_kernel"] - 1,
+            "ssm": [inner, cfg["state_size"]],
+            "vocab": cfg["vocab_size"],
+        }
+    if cfg["model_type"] == "mamba2":
         inner = cfg["num_heads"] * cfg["head_dim"]
         return {
             "conv": inner + 2 * cfg["n_groups"] * cfg["state_size"],
@@ -122,7 +137,7 @@ def step(sess, ids, mask, pos, state: dict):
 
 
 def test_hybrid_fixtures_exist():
-    assert {"lfm2", "mamba2"} <= set(NAMES), NAMES
+    assert {"lfm2", "mamba2", "mamba", "falcon_mamba"} <= set(NAMES), NAMES
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -133,7 +148,7 @@ def test_reference_is_consistent(name):
     assert steps["input_ids"] == ref["greedy_tokens"][:8]
     assert [int(np.argmax(row)) for row in steps["logits"]] == ref["greedy_tokens"][1:9]
     assert int(np.argmax(ref["logits"][-1])) == ref["greedy_tokens"][0]
-    kinds = {"mamba"} if is_mamba2(name) else {"conv", "full_attention"}
+    kinds = {"mamba"} if is_ssm(name) else {"conv", "full_attention"}
     assert set(layer_types(name)) == kinds, layer_types(name)
 
 
@@ -145,8 +160,8 @@ def test_onnx_checker(built, name, ep, dtype):
 @per_build
 def test_state_contract(built, name, ep, dtype):
     """Graph inputs and outputs per layer kind (names, dtypes, shapes), and genai_config.json
-    naming them as onnxruntime-genai's own lfm2 builder does (none for Mamba2, which
-    onnxruntime-genai 0.18 does not run)."""
+    naming them as onnxruntime-genai's own lfm2 builder does (none for Mamba2, Mamba and
+    FalconMamba, which onnxruntime-genai 0.18 does not run)."""
     out = built("fixture", name, dtype, ep)
     model = onnx.load(str(out / "model.onnx"), load_external_data=False)
     d, elem = dims(name), ELEM[dtype]
@@ -161,7 +176,7 @@ def test_state_contract(built, name, ep, dtype):
             assert got[k].type.tensor_type.elem_type == elem, k
             assert _shape(got[k]) == shape, (k, _shape(got[k]), shape)
 
-    if is_mamba2(name):
+    if is_ssm(name):
         assert not (out / "genai_config.json").exists()
         return
     gc = json.loads((out / "genai_config.json").read_text())
@@ -224,7 +239,8 @@ def test_right_padded_batch(session_for, name, ep, dtype):
     assert_close(logits[1, :n], ref["logits"], TOL[dtype], f"{name} --ep {ep} {dtype} unpadded row")
 
 
-# onnxruntime-genai 0.18 has no Mamba2 model type: those packages have no genai_config.json.
+# onnxruntime-genai 0.18 has no Mamba2, Mamba or FalconMamba model type: those packages have no
+# genai_config.json.
 GENAI_NAMES = [name for name in NAMES if load_config(FIXTURES_DIR / name)["model_type"] in GENAI_TYPES]
 GENAI_CASES = [(name, ep, dtype) for name in GENAI_NAMES for ep, dtype in GENAI_BUILDS]
 
@@ -267,7 +283,7 @@ INT4 = [("cpu", True), ("onnx-standard", False)]
 @pytest.mark.parametrize("name", NAMES)
 def test_int4_quantizes_every_projection(built, name, ep, nbits):
     """`--quant int4` quantizes every MatMul weight, the short convolutions' and Mamba2
-    mixers' in_proj and out_proj included (no float MatMul weight is left), and the prefill logits match the
+    mixers' in_proj and out_proj included (Mamba's x_proj and dt_proj too) (no float MatMul weight is left), and the prefill logits match the
     fake-quantized reference (scripts/make_quant_references.py) within 1e-4."""
     import onnxruntime as ort
 
@@ -278,8 +294,11 @@ def test_int4_quantizes_every_projection(built, name, ep, nbits):
     assert not float_weights, f"MatMul weights left in float: {float_weights}"
     ops = [n.op_type for n in model.graph.node]
     quantized = [n.input[1] for n in model.graph.node if n.op_type == ("MatMulNBits" if nbits else "DequantizeLinear")]
-    mixer = "mixer" if is_mamba2(name) else "conv"
-    for proj in (f"{mixer}.in_proj", f"{mixer}.out_proj"):
+    mixer = "mixer" if is_ssm(name) else "conv"
+    projs = ["in_proj", "out_proj"]
+    if load_config(FIXTURES_DIR / name)["model_type"] in ("mamba", "falcon_mamba"):
+        projs += ["x_proj", "dt_proj"]
+    for proj in (f"{mixer}.{p}" for p in projs):
         assert any(proj in w for w in quantized), (proj, quantized)
     assert ("MatMulNBits" in ops) == nbits, sorted(set(ops))
     so = ort.SessionOptions()
