@@ -63,6 +63,10 @@ from transformers import (
     BambaForCausalLM,
     GraniteMoeHybridConfig,
     GraniteMoeHybridForCausalLM,
+    MambaConfig,
+    MambaForCausalLM,
+    FalconMambaConfig,
+    FalconMambaForCausalLM,
     ApertusConfig,
     ApertusForCausalLM,
     Apertus1p5TextConfig,
@@ -323,7 +327,7 @@ ZERO_PAD_ROW = {"youtu"}
 # reference.json says task "hybrid-text-generation" (tests/ort/test_hybrid.py) and adds
 # "decode_steps", the logits of HYBRID_DECODE_STEPS greedy tokens fed one at a time with
 # transformers' cache after the prompt.
-HYBRID = {"lfm2", "lfm2_moe", "mamba2", "bamba", "granitemoehybrid"}
+HYBRID = {"lfm2", "lfm2_moe", "mamba2", "bamba", "granitemoehybrid", "mamba", "falcon_mamba"}
 HYBRID_DECODE_STEPS = 8
 
 DIMS = dict(
@@ -967,6 +971,29 @@ def make_config(kind: str, vocab: int, ids: dict):
             rms_norm_eps=1e-6,
             tie_word_embeddings=True,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
+    if kind in ("mamba", "falcon_mamba"):
+        # Mamba-1 selective state-space layers only: 128 channels, state 16, conv kernel 4,
+        # biases on; mamba's time-step rank "auto" (⌈64 / 16⌉ = 4), falcon_mamba's 8 with its
+        # B/C/dt RMS norms (mixer_rms_eps 1e-5).
+        cls, cfg_cls, extra = {
+            "mamba": (MambaForCausalLM, MambaConfig, {"time_step_rank": "auto"}),
+            "falcon_mamba": (FalconMambaForCausalLM, FalconMambaConfig, {"time_step_rank": 8, "mixer_rms_eps": 1e-5}),
+        }[kind]
+        return cls, cfg_cls(
+            hidden_size=64,
+            num_hidden_layers=2,
+            state_size=16,
+            expand=2,
+            conv_kernel=4,
+            use_bias=True,
+            use_conv_bias=True,
+            layer_norm_epsilon=1e-5,
+            residual_in_fp32=True,
+            tie_word_embeddings=True,
+            vocab_size=vocab,
+            **extra,
+            **ids,
         )
     if kind == "mamba2":
         # Selective state-space layers only (no attention, no MLP): 8 SSM heads of 16 channels
@@ -2551,6 +2578,8 @@ FIXTURES = {
     "bamba": (6700, "f32", "v5", None),
     "granitemoehybrid": (6800, "f32", "v5", None),
     "granitemoehybrid-attn": (6900, "f32", "v5", None),
+    "mamba": (6700, "f32", "v5", None),
+    "falcon_mamba": (6800, "f32", "v5", None),
     "smollm3": (6000, "f32", "v4", None),
     "granite": (7000, "f32", "v5", None),
     "olmo2": (8000, "f32", "v5", None),

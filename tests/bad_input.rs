@@ -67,14 +67,14 @@ fn unsupported_model_type_lists_supported_ones() {
     let cfg = std::fs::read_to_string(src.join("config.json")).unwrap();
     std::fs::write(
         src.join("config.json"),
-        cfg.replace("\"llama\"", "\"mamba\"")
-            .replace("LlamaForCausalLM", "MambaModel"),
+        cfg.replace("\"llama\"", "\"rwkv\"")
+            .replace("LlamaForCausalLM", "RwkvModel"),
     )
     .unwrap();
     fails(
         &src,
         t.path(),
-        &["unsupported model_type `mamba`", "llama, mistral, qwen2"],
+        &["unsupported model_type `rwkv`", "llama, mistral, qwen2"],
     );
 }
 

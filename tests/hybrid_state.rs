@@ -1,6 +1,6 @@
 //! Hybrid decoders through the reference interpreter (no onnxruntime): the lfm2, lfm2_moe,
-//! mamba2, bamba and granitemoehybrid fixtures' portable graphs and their cpu graphs (with
-//! GroupQueryAttention where a layer attends) give
+//! mamba2, mamba, falcon_mamba, bamba and granitemoehybrid fixtures' portable graphs and their
+//! cpu graphs (with GroupQueryAttention where a layer attends; mamba's with their `Scan`) give
 //! transformers' prefill logits, then those of 8 decode steps of one token each fed the
 //! returned conv and SSM states (`present.{i}.conv` → `past.{i}.conv`, `present.{i}.ssm` →
 //! `past.{i}.ssm`) and KV caches (f32 ≤ 1e-4; docs/recurrent.md).
@@ -144,4 +144,14 @@ fn granitemoehybrid_decode_loop_through_the_interpreter() {
     let portable = build_model(&cfg, DType::F32).unwrap();
     check_decode_loop("granitemoehybrid", &portable.graph);
     check_decode_loop("granitemoehybrid", &optimized(&cfg, "cpu", DType::F32));
+}
+
+#[test]
+fn mamba_and_falcon_mamba_decode_loops_through_the_interpreter() {
+    for name in ["mamba", "falcon_mamba"] {
+        let cfg = fixture_config(name);
+        let portable = build_model(&cfg, DType::F32).unwrap();
+        check_decode_loop(name, &portable.graph);
+        check_decode_loop(name, &optimized(&cfg, "cpu", DType::F32));
+    }
 }

@@ -171,11 +171,11 @@ fn every_registered_model_type_has_a_fixture() {
 
 #[test]
 fn an_unregistered_model_type_names_the_file_the_value_and_every_registered_type() {
-    let err = parse_config(r#"{"model_type": "mamba", "hidden_size": 64}"#)
+    let err = parse_config(r#"{"model_type": "rwkv", "hidden_size": 64}"#)
         .unwrap_err()
         .to_string();
     assert!(
-        err.starts_with("config.json: unsupported model_type `mamba`; supported: "),
+        err.starts_with("config.json: unsupported model_type `rwkv`; supported: "),
         "{err}"
     );
     let names: Vec<&str> = model_types().map(|t| t.name).collect();

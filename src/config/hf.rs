@@ -424,6 +424,12 @@ pub struct HfConfig {
     pub mamba_proj_bias: Option<bool>,
     /// `attn_layer_indices` (Bamba: the attention layers; every other layer is Mamba2).
     pub attn_layer_indices: Option<Vec<i64>>,
+    /// `time_step_rank` (Mamba: the width of the time-step projection's input; `"auto"` for
+    /// `⌈hidden_size / 16⌉`).
+    pub time_step_rank: Option<Value>,
+    /// `mixer_rms_eps` (FalconMamba: the epsilon of the weightless RMS norms on `B`, `C` and
+    /// the time steps).
+    pub mixer_rms_eps: Option<f64>,
     /// `conv_L_cache` (LFM2: the kernel width of its short convolutions).
     #[serde(rename = "conv_L_cache")]
     pub conv_l_cache: Option<i64>,

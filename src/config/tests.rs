@@ -75,9 +75,9 @@ fn invalid_json_reports_line_and_column() {
 
 #[test]
 fn unsupported_model_type_lists_the_supported_ones() {
-    let msg = parse(r#"{"model_type": "mamba"}"#).unwrap_err().to_string();
+    let msg = parse(r#"{"model_type": "rwkv"}"#).unwrap_err().to_string();
     assert!(
-        msg.contains("mamba") && msg.contains("llama, mistral, qwen2"),
+        msg.contains("rwkv") && msg.contains("llama, mistral, qwen2"),
         "{msg}"
     );
 }

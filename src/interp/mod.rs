@@ -16,7 +16,9 @@ pub use run::{run_graph, run_graph_with};
 
 /// Evaluates one op outside a graph: a node named `name` (errors name it) running `domain::op`
 /// with `attrs` on `inputs` (`None`: an absent optional input), writing the outputs named in
-/// `outputs` (an empty name: an optional output not asked for), within `limits`.
+/// `outputs` (an empty name: an optional output not asked for), within `limits`. A control-flow
+/// op runs its subgraphs when they read nothing from outside them (e.g. a `Scan` body of its
+/// own inputs and constants); one that does is an error.
 pub fn eval_op(
     name: &str,
     (domain, op): (&str, &str),
@@ -37,11 +39,13 @@ pub fn eval_op(
         outputs: outputs.iter().map(|o| o.to_string()).collect(),
         attrs,
     };
-    eval_node(&OpCall {
-        node: &node,
-        inputs: inputs.to_vec(),
-        limits,
-        scope: None,
+    run::with_closed_scope(limits, |scope| {
+        eval_node(&OpCall {
+            node: &node,
+            inputs: inputs.to_vec(),
+            limits,
+            scope: Some(scope),
+        })
     })
 }
 
@@ -137,5 +141,42 @@ mod tests {
         assert!(err
             .to_string()
             .contains("does not implement `com.microsoft::Neg`"));
+    }
+
+    /// A `Scan` running sum over `[3]`, its body adding `extra` to the state: `extra` is the
+    /// body's second input (closed) or a value of the enclosing graph (open).
+    fn running_sum(closed: bool) -> Result<Vec<Tensor>> {
+        use crate::ir::{Attr, DType, GraphBuilder, Shape};
+        let mut body = GraphBuilder::new("body");
+        let sum = body.input("sum", DType::F32, Shape(vec![]));
+        let step = body.input("step", DType::F32, Shape(vec![]));
+        let extra = if closed { step.as_str() } else { "outer" };
+        body.op_into("Add", &[&sum, extra], vec![], "next");
+        body.op_into("Identity", &["next"], vec![], "seen");
+        body.output("next", DType::F32, Shape(vec![]));
+        body.output("seen", DType::F32, Shape(vec![]));
+        let attrs = [
+            ("body".to_string(), Attr::Graph(Box::new(body.finish()))),
+            ("num_scan_inputs".to_string(), Attr::Int(1)),
+        ];
+        let zero = Tensor::float(DType::F32, vec![], vec![0.0]);
+        let xs = Tensor::float(DType::F32, vec![3], vec![1.0, 2.0, 3.0]);
+        eval_op(
+            "scan",
+            ("", "Scan"),
+            attrs.into_iter().collect(),
+            &[Some(&zero), Some(&xs)],
+            &["sum", "sums"],
+            &InterpLimits::default(),
+        )
+    }
+
+    #[test]
+    fn a_control_flow_op_runs_a_closed_subgraph_outside_a_graph() {
+        let out = running_sum(true).unwrap();
+        assert_eq!(out[0].floats().unwrap(), &[6.0]);
+        assert_eq!(out[1].floats().unwrap(), &[1.0, 3.0, 6.0]);
+        let err = running_sum(false).unwrap_err().to_string();
+        assert!(err.contains("outer"), "{err}");
     }
 }

@@ -197,6 +197,21 @@ impl Scope for Runner<'_> {
     }
 }
 
+/// Calls `f` with a scope that runs subgraphs reading nothing from enclosing graphs (for an op
+/// evaluated outside a graph, [`super::eval_op`]): a subgraph that reads an enclosing graph's
+/// value fails there, naming it.
+pub(crate) fn with_closed_scope<R>(limits: &InterpLimits, f: impl FnOnce(&dyn Scope) -> R) -> R {
+    let nothing = HashMap::new();
+    let runner = Runner {
+        outer: Outer {
+            values: &nothing,
+            parent: None,
+        },
+        limits,
+    };
+    f(&runner)
+}
+
 /// Runs `graph` with its inputs `bound` (checked by the caller), the values of `outer` visible
 /// to it; returns its outputs in order.
 fn run_scope(

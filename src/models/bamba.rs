@@ -6,7 +6,7 @@
 //! `attn_layer_indices` (none by default: every layer Mamba2). onnxruntime-genai 0.18 has no
 //! model type with an SSM state, so the package has no genai_config.json (docs/recurrent.md).
 
-use super::components::Mamba2Mixer;
+use super::components::{Mamba2Mixer, SsmMixer};
 use super::decoder::{Family, LayerNorms, Names};
 use super::family::FamilySpec;
 use super::mamba2::time_step_limit;
@@ -174,8 +174,8 @@ impl Family for Bamba {
         self.mamba_layers.contains(&false)
     }
 
-    fn ssm_mixer(&self, _cfg: &ArchConfig, i: usize) -> Option<Mamba2Mixer> {
-        self.mamba_layers[i].then_some(self.mixer)
+    fn ssm_mixer(&self, _cfg: &ArchConfig, i: usize) -> Option<SsmMixer> {
+        self.mamba_layers[i].then_some(SsmMixer::Mamba2(self.mixer))
     }
 
     fn ssm_module(&self) -> &'static str {

@@ -5,20 +5,20 @@
 //! [`Family::short_conv`] names a convolution mixes its tokens with the gated short
 //! convolution of [`gated_short_conv`] instead of attention, and carries that convolution's
 //! state in place of a KV cache ([`LayerCache`]); a layer for which [`Family::ssm_mixer`]
-//! names a Mamba2 mixer mixes its tokens with it ([`mamba2_mixer`] of module
-//! `{layer}.{ssm_module}`) and carries its conv and SSM states; the layer is that mixer and
-//! the residual add alone (Mamba2), or goes on to the MLP block as an attention layer does
-//! (the hybrids, [`Family::ssm_with_mlp`]).
+//! names a Mamba2 or Mamba mixer mixes its tokens with it ([`mamba2_mixer`] or [`mamba_mixer`]
+//! of module `{layer}.{ssm_module}`) and carries its conv and SSM states; the layer is that
+//! mixer and the residual add alone (Mamba2, Mamba), or goes on to the MLP block as an
+//! attention layer does (the hybrids, [`Family::ssm_with_mlp`]).
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
 
 use super::components::{
     alibi_bias, chunked_mask, gated_mlp, gated_short_conv, hybrid_decoder_io, linear, mamba2_mixer,
-    padding_mask, per_head_norm, present_conv_name, present_ssm_name, rope_tables,
+    mamba_mixer, padding_mask, per_head_norm, present_conv_name, present_ssm_name, rope_tables,
     rotary_embedding, sliding_window_mask, soft_capped_attention, AttentionSpec, ConvState,
-    DecoderDims, DecoderInputs, GateActivation, LayerCache, LayerPast, Mamba2Mixer, Norm, NormKind,
-    RopeTables, ShortConv, SsmState,
+    DecoderDims, DecoderInputs, GateActivation, LayerCache, LayerPast, Norm, NormKind, RopeTables,
+    ShortConv, SsmMixer, SsmState,
 };
 use crate::config::{ArchConfig, CheckpointRenaming, FamilyKnobs, Rope};
 use crate::ir::{Attr, DType, Graph, GraphBuilder, Initializer, TensorSource};
@@ -310,11 +310,11 @@ pub trait Family {
         None
     }
 
-    /// The Mamba2 mixer that mixes layer `i`'s tokens instead of attention (module
+    /// The Mamba2 or Mamba mixer that mixes layer `i`'s tokens instead of attention (module
     /// `{layer}.{ssm_module}`, carrying its conv and SSM states), or `None` (the default) for
     /// a layer of attention or short convolution. Whether an MLP block follows it is
     /// [`Family::ssm_with_mlp`].
-    fn ssm_mixer(&self, _cfg: &ArchConfig, _i: usize) -> Option<Mamba2Mixer> {
+    fn ssm_mixer(&self, _cfg: &ArchConfig, _i: usize) -> Option<SsmMixer> {
         None
     }
 
@@ -726,11 +726,18 @@ impl Layer<'_> {
                     past: ssm,
                     present: &ssm_out,
                 };
-                let mask = self.token_mask.expect("a Mamba2 layer has a token mask");
-                let mixer_module = format!("{p}.{}", family.ssm_module());
-                let o = mamba2_mixer(b, &attn_in, &mixer_module, *mixer, state, mask, dtype);
+                let mask = self
+                    .token_mask
+                    .expect("a Mamba2 or Mamba layer has a token mask");
+                let module = format!("{p}.{}", family.ssm_module());
+                let o = match *mixer {
+                    SsmMixer::Mamba2(m) => {
+                        mamba2_mixer(b, &attn_in, &module, m, state, mask, dtype)
+                    }
+                    SsmMixer::Mamba(m) => mamba_mixer(b, &attn_in, &module, m, state, mask, dtype),
+                };
                 if !family.ssm_with_mlp() {
-                    // A Mamba2 block is its mixer alone: no MLP.
+                    // A Mamba2 or Mamba block is its mixer alone: no MLP.
                     return b.op("Add", &[x, &o], vec![]);
                 }
                 o

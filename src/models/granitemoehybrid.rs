@@ -10,7 +10,7 @@
 //! no genai_config.json (docs/recurrent.md).
 
 use super::bamba::read_mixer;
-use super::components::{DecoderInputs, Mamba2Mixer};
+use super::components::{DecoderInputs, Mamba2Mixer, SsmMixer};
 use super::decoder::Family;
 use super::family::FamilySpec;
 use super::granite::{multipliers, Multipliers};
@@ -162,8 +162,8 @@ impl Family for GraniteMoeHybrid {
         self.rope && self.mamba_layers.contains(&false)
     }
 
-    fn ssm_mixer(&self, _cfg: &ArchConfig, i: usize) -> Option<Mamba2Mixer> {
-        self.mamba_layers[i].then_some(self.mixer)
+    fn ssm_mixer(&self, _cfg: &ArchConfig, i: usize) -> Option<SsmMixer> {
+        self.mamba_layers[i].then_some(SsmMixer::Mamba2(self.mixer))
     }
 
     fn ssm_module(&self) -> &'static str {

@@ -6,7 +6,7 @@
 //! carries a conv state `past.{i}.conv` and an SSM state `past.{i}.ssm` (docs/recurrent.md);
 //! onnxruntime-genai 0.18 has no model type for it, so its package has no genai_config.json.
 
-use super::components::Mamba2Mixer;
+use super::components::{Mamba2Mixer, SsmMixer};
 use super::decoder::{Family, LayerNorms, Names};
 use super::family::FamilySpec;
 use crate::config::{read_decoder, ArchConfig, DecoderFields, Fields, HfConfig, ModelType, Sign};
@@ -181,8 +181,8 @@ impl Family for Mamba2 {
         false
     }
 
-    fn ssm_mixer(&self, _cfg: &ArchConfig, _i: usize) -> Option<Mamba2Mixer> {
-        Some(self.mixer)
+    fn ssm_mixer(&self, _cfg: &ArchConfig, _i: usize) -> Option<SsmMixer> {
+        Some(SsmMixer::Mamba2(self.mixer))
     }
 }
 

@@ -99,6 +99,7 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &super::solar_open::FAMILY,
     &super::lfm2::FAMILY,
     &super::lfm2_moe::FAMILY,
+    &super::mamba::FAMILY,
     &super::mamba2::FAMILY,
     &super::bamba::FAMILY,
     &super::granitemoehybrid::FAMILY,
@@ -364,7 +365,7 @@ mod tests {
             Some(Some("qwen2"))
         );
         assert_eq!(model_type("bert").map(|t| t.genai_type), Some(None));
-        assert!(model_type("mamba").is_none());
+        assert!(model_type("rwkv").is_none());
         assert!(model_type("").is_none());
     }
 }

@@ -1,6 +1,6 @@
 """Hybrid decoders (reference.json task "hybrid-text-generation": LFM2's short-convolution
-layers beside attention, Mamba2's selective state-space layers alone or beside attention)
-built by `mobius build` and run through onnxruntime and
+layers beside attention, Mamba2's selective state-space layers alone or beside attention, Mamba's and
+FalconMamba's selective state-space layers) built by `mobius build` and run through onnxruntime and
 onnxruntime-genai against transformers (scripts/make_fixtures.py).
 
 A `conv` layer carries its conv state instead of a KV cache: graph input `past.{i}.conv` and
@@ -9,7 +9,9 @@ output `present.{i}.conv`, `[batch, hidden, conv_L_cache - 1]` in the model dtyp
 state `past.{i}.conv` (`[batch, conv_dim, conv_kernel - 1]`) and its SSM state `past.{i}.ssm`
 (`[batch, num_heads, head_dim, state_size]`); Bamba and Granite-4 (granitemoehybrid) mix
 such Mamba2 layers with attention layers by layer index, each layer carrying its own kind of
-state. onnxruntime-genai 0.18 runs no model type with an SSM state, so those packages have no
+state; a Mamba or FalconMamba layer carries its conv state (`[batch, expand * hidden_size,
+conv_kernel - 1]`) and SSM state (`[batch, expand * hidden_size, state_size]`).
+onnxruntime-genai 0.18 runs no model type with an SSM state, so those packages have no
 genai_config.json. Every build in BUILDS must give
 transformers' prefill logits, then those of 8 decode steps fed one token at a time with the
 returned state and KV cache, within TOL; onnxruntime-genai's greedy tokens must be
@@ -47,13 +49,18 @@ GENAI_TYPES = {"lfm2": "lfm2", "lfm2_moe": "lfm2_moe"}
 KINDS = {"mamba": "mamba", "linear_attention": "mamba", "attention": "full_attention", "full_attention": "full_attention"}
 
 
+# The state-space-only model types: every layer a selective-scan mixer (`mamba`) carrying a
+# conv and an SSM state, no genai_config.json.
+SSM_TYPES = {"mamba2", "mamba", "falcon_mamba"}
+
+
 def layer_types(name: str) -> list[str]:
     """Per layer, `conv` or `full_attention` as config.json says (LFM2), or `mamba` /
-    `full_attention` (Mamba2: every layer; Bamba: `attn_layer_indices` attend; Granite-4:
+    `full_attention` (Mamba2, Mamba, FalconMamba: every layer; Bamba: `attn_layer_indices` attend; Granite-4:
     its `layer_types`)."""
     cfg = load_config(FIXTURES_DIR / name)
     layers = cfg["num_hidden_layers"]
-    if cfg["model_type"] == "mamba2":
+    if cfg["model_type"] in SSM_TYPES:
         return ["mamba"] * layers
     if cfg["model_type"] == "bamba":
         attn = set(cfg.get("attn_layer_indices") or [])
@@ -63,8 +70,8 @@ def layer_types(name: str) -> list[str]:
     return cfg["layer_types"]
 
 
-def is_mamba2(name: str) -> bool:
-    return load_config(FIXTURES_DIR / name)["model_type"] == "mamba2"
+def is_ssm(name: str) -> bool:
+    return load_config(FIXTURES_DIR / name)["model_type"] in SSM_TYPES
 
 
 def has_ssm(name: str) -> bool:
@@ -74,7 +81,15 @@ def has_ssm(name: str) -> bool:
 
 def dims(name: str) -> dict:
     cfg = load_config(FIXTURES_DIR / name)
-    if is_mamba2(name):
+    if cfg["model_type"] in ("mamba", "falcon_mamba"):
+        inner = cfg["expand"] * cfg["hidden_size"]
+        return {
+            "conv": inner,
+            "state": cfg["conv_kernel"] - 1,
+            "ssm": [inner, cfg["state_size"]],
+            "vocab": cfg["vocab_size"],
+        }
+    if cfg["model_type"] == "mamba2":
         inner = cfg["num_heads"] * cfg["head_dim"]
         return {
             "conv": inner + 2 * cfg["n_groups"] * cfg["state_size"],
@@ -147,7 +162,7 @@ def step(sess, ids, mask, pos, state: dict):
 
 
 def test_hybrid_fixtures_exist():
-    assert {"lfm2", "mamba2", "bamba"} <= set(NAMES), NAMES
+    assert {"lfm2", "mamba2", "bamba", "mamba", "falcon_mamba"} <= set(NAMES), NAMES
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -159,7 +174,7 @@ def test_reference_is_consistent(name):
     assert [int(np.argmax(row)) for row in steps["logits"]] == ref["greedy_tokens"][1:9]
     assert int(np.argmax(ref["logits"][-1])) == ref["greedy_tokens"][0]
     model_type = load_config(FIXTURES_DIR / name)["model_type"]
-    kinds = {"mamba"} if is_mamba2(name) else {"conv" if model_type in ("lfm2", "lfm2_moe") else "mamba", "full_attention"}
+    kinds = {"mamba"} if is_ssm(name) else {"conv" if model_type in ("lfm2", "lfm2_moe") else "mamba", "full_attention"}
     assert set(layer_types(name)) == kinds, layer_types(name)
 
 
@@ -171,8 +186,8 @@ def test_onnx_checker(built, name, ep, dtype):
 @per_build
 def test_state_contract(built, name, ep, dtype):
     """Graph inputs and outputs per layer kind (names, dtypes, shapes), and genai_config.json
-    naming them as onnxruntime-genai's own lfm2 builder does (none for Mamba2, which
-    onnxruntime-genai 0.18 does not run)."""
+    naming them as onnxruntime-genai's own lfm2 builder does (none for Mamba2, Mamba and
+    FalconMamba, which onnxruntime-genai 0.18 does not run)."""
     out = built("fixture", name, dtype, ep)
     model = onnx.load(str(out / "model.onnx"), load_external_data=False)
     d, elem = dims(name), ELEM[dtype]
@@ -296,7 +311,7 @@ INT4 = [("cpu", True), ("onnx-standard", False)]
 @pytest.mark.parametrize("name", NAMES)
 def test_int4_quantizes_every_projection(built, name, ep, nbits):
     """`--quant int4` quantizes every MatMul weight, the short convolutions' and Mamba2
-    mixers' in_proj and out_proj included (no float MatMul weight is left), and the prefill logits match the
+    mixers' in_proj and out_proj included (Mamba's x_proj and dt_proj too) (no float MatMul weight is left), and the prefill logits match the
     fake-quantized reference (scripts/make_quant_references.py) within 1e-4."""
     import onnxruntime as ort
 
@@ -308,8 +323,11 @@ def test_int4_quantizes_every_projection(built, name, ep, nbits):
     ops = [n.op_type for n in model.graph.node]
     quantized = [n.input[1] for n in model.graph.node if n.op_type == ("MatMulNBits" if nbits else "DequantizeLinear")]
     model_type = load_config(FIXTURES_DIR / name)["model_type"]
-    mixer = {"mamba2": "mixer", "lfm2": "conv", "lfm2_moe": "conv"}.get(model_type, "mamba")
-    for proj in (f"{mixer}.in_proj", f"{mixer}.out_proj"):
+    mixer = {"lfm2": "conv", "lfm2_moe": "conv"}.get(model_type, "mixer" if is_ssm(name) else "mamba")
+    projs = ["in_proj", "out_proj"]
+    if model_type in ("mamba", "falcon_mamba"):
+        projs += ["x_proj", "dt_proj"]
+    for proj in (f"{mixer}.{p}" for p in projs):
         assert any(proj in w for w in quantized), (proj, quantized)
     assert ("MatMulNBits" in ops) == nbits, sorted(set(ops))
     so = ort.SessionOptions()

@@ -6,11 +6,12 @@
 //! dtype) instead of that layer's key/value cache: onnxruntime-genai 0.18's names for its
 //! `lfm2` packages (docs/recurrent.md). A Mamba2 layer ([`LayerCache::Ssm`]) carries the conv
 //! state of its convolution under the same name and its SSM state `past.{i}.ssm` →
-//! `present.{i}.ssm` (`[batch, heads, head_dim, state]`, the model dtype).
+//! `present.{i}.ssm` (`[batch, heads, head_dim, state]`, the model dtype); a Mamba layer the
+//! same, its SSM state `[batch, intermediate, state]`.
 //! The one place those names are spelled (the encoders reuse [`BATCH`] and [`SEQ`]).
 
 use super::short_conv::ShortConv;
-use super::ssm::Mamba2Mixer;
+use super::ssm::SsmMixer;
 use crate::config::ArchConfig;
 use crate::ir::{DType, Dim, GraphBuilder, Shape};
 
@@ -61,8 +62,8 @@ pub enum LayerCache {
     Kv,
     /// The conv state of a short causal convolution: its last `kernel − 1` inputs per channel.
     Conv(ShortConv),
-    /// The conv and SSM states of a Mamba2 mixer.
-    Ssm(Mamba2Mixer),
+    /// The conv and SSM states of a Mamba2 or Mamba mixer.
+    Ssm(SsmMixer),
 }
 
 /// A layer's cache graph inputs.
@@ -89,7 +90,7 @@ pub enum LayerPast {
         /// The SSM state input.
         ssm: String,
         /// The mixer whose states they are.
-        mixer: Mamba2Mixer,
+        mixer: SsmMixer,
     },
 }
 
@@ -171,13 +172,9 @@ pub fn hybrid_decoder_io(
             (conv.kernel - 1).into(),
         ])
     };
-    let ssm_shape = |m: Mamba2Mixer| {
-        Shape(vec![
-            Dim::sym(BATCH),
-            m.heads.into(),
-            m.head_dim.into(),
-            m.state.into(),
-        ])
+    let ssm_shape = |m: SsmMixer| {
+        let dims = m.state_dims().into_iter().map(Dim::from);
+        Shape(std::iter::once(Dim::sym(BATCH)).chain(dims).collect())
     };
     let past = caches
         .iter()
