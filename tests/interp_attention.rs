@@ -97,17 +97,25 @@ fn unsupported_modes_are_errors() {
             Some(gen(&[1, 1, 2, 4], 3)),
         ]
     };
+    // Modes 0 to 3 exist; a window is -1 (none) or nonnegative.
     let err = try_eval(
         "",
         "Attention",
-        &[("qk_matmul_output_mode", Attr::Int(1))],
+        &[("qk_matmul_output_mode", Attr::Int(4))],
         qkv(),
         &["o0", "", "", "o3"],
     );
     assert!(err
         .unwrap_err()
         .to_string()
-        .contains("qk_matmul_output_mode"));
+        .contains("qk_matmul_output_mode 4"));
+    assert!(error_of(
+        "",
+        "Attention",
+        &[("left_window_size", Attr::Int(-2))],
+        qkv()
+    )
+    .contains("left_window_size (-2)"));
     let packed = ("is_packed_batching", Attr::Int(1));
     let rope = vec![
         Some(gen(&[1, 2, 8], 1)),

@@ -10,8 +10,8 @@
 //! same, its SSM state `[batch, intermediate, state]`.
 //! The one place those names are spelled (the encoders reuse [`BATCH`] and [`SEQ`]).
 
+use super::mamba::SsmMixer;
 use super::short_conv::ShortConv;
-use super::ssm::SsmMixer;
 use crate::config::ArchConfig;
 use crate::ir::{DType, Dim, GraphBuilder, Shape};
 

@@ -23,8 +23,35 @@
 
 use super::linear;
 use super::short_conv::{causal_conv_with_state, ShortConv};
-use super::ssm::SsmState;
+use super::ssm::{Mamba2Mixer, SsmState};
 use crate::ir::{Attr, DType, Dim, GraphBuilder, Initializer, Shape, TensorData, TensorSource};
+
+/// The selective state-space mixer that is all of a layer: Mamba2's or Mamba's.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum SsmMixer {
+    /// Mamba2's ([`super::ssm::mamba2_mixer`]): SSM state `[B, heads, head_dim, state]`.
+    Mamba2(Mamba2Mixer),
+    /// Mamba's ([`mamba_mixer`]): SSM state `[B, intermediate, state]`.
+    Mamba(MambaMixer),
+}
+
+impl SsmMixer {
+    /// The convolution whose state the layer carries.
+    pub fn conv(&self) -> ShortConv {
+        match self {
+            SsmMixer::Mamba2(m) => m.conv(),
+            SsmMixer::Mamba(m) => m.conv(),
+        }
+    }
+
+    /// The SSM state's dims after the batch.
+    pub fn state_dims(&self) -> Vec<usize> {
+        match self {
+            SsmMixer::Mamba2(m) => vec![m.heads, m.head_dim, m.state],
+            SsmMixer::Mamba(m) => vec![m.intermediate, m.state],
+        }
+    }
+}
 
 /// The shape of a Mamba mixer.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -84,7 +111,7 @@ pub fn mamba_mixer(
         dtype,
     );
     let sizes = b.const_i64(&[inner as i64, inner as i64]);
-    let [xs, gate] = split(b, &proj, &sizes);
+    let [xs, gate] = <[String; 2]>::try_from(split(b, &proj, &sizes, 2)).expect("two parts");
     let conv = causal_conv_with_state(
         b,
         &xs,
@@ -105,7 +132,8 @@ pub fn mamba_mixer(
         dtype,
     );
     let sizes = b.const_i64(&[r as i64, n as i64, n as i64]);
-    let [dt, bm, cm] = split(b, &selected, &sizes);
+    let [dt, bm, cm] =
+        <[String; 3]>::try_from(split(b, &selected, &sizes, 3)).expect("three parts");
     let [dt, bm, cm] = match m.bcdt_norm_eps {
         Some(eps) => [dt, bm, cm].map(|t| weightless_rms_norm(b, &t, eps, dtype)),
         None => [dt, bm, cm],
@@ -209,15 +237,15 @@ fn scan_body(module: &str, inner: usize, n: usize) -> crate::ir::Graph {
     body.finish()
 }
 
-/// `x` split on its last axis by `sizes` into `N` parts.
-fn split<const N: usize>(b: &mut GraphBuilder, x: &str, sizes: &str) -> [String; N] {
-    let parts: [String; N] = std::array::from_fn(|_| b.fresh_name("Split"));
+/// `x` split on its last axis by `sizes` into `n` parts.
+fn split(b: &mut GraphBuilder, x: &str, sizes: &str, n: usize) -> Vec<String> {
+    let parts: Vec<String> = (0..n).map(|_| b.fresh_name("Split")).collect();
     b.node(
         "",
         "Split",
         &[x, sizes],
         vec![("axis", Attr::Int(-1))],
-        parts.to_vec(),
+        parts.clone(),
     );
     parts
 }

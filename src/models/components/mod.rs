@@ -38,7 +38,7 @@ pub use encoder_layer::{EncoderLayer, EncoderNorms, LayerNames};
 pub use fused_qkv::{fused_qkv, head_interleaved_qkv, FusedQkv};
 pub use gelu::gelu;
 pub use linear::linear;
-pub use mamba::{mamba_mixer, MambaMixer};
+pub use mamba::{mamba_mixer, MambaMixer, SsmMixer};
 pub use mask::{chunked_mask, padding_mask, sliding_window_mask, CHUNKED_MASK};
 pub use mla::Mla;
 pub use mlp::{gated_mlp, squared_relu_mlp, ungated_mlp, GateActivation};
@@ -54,4 +54,4 @@ pub use rope::{named_rope_tables, rope_tables, rotary_embedding, scaled, RopeTab
 pub use scalar::scalar;
 pub use short_conv::{causal_conv_with_state, gated_short_conv, ConvState, ShortConv};
 pub use sink_attention::{causal_mask, sink_attention, sink_logits};
-pub use ssm::{mamba2_mixer, Mamba2Mixer, SsmMixer, SsmState};
+pub use ssm::{mamba2_mixer, Mamba2Mixer, SsmState};

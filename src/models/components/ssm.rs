@@ -19,7 +19,6 @@
 //! group of `intermediate / groups` channels, times `norm.weight`) and projected (`out_proj`).
 
 use super::linear;
-use super::mamba::MambaMixer;
 use super::short_conv::{causal_conv_with_state, ConvState, ShortConv};
 use crate::ir::{Attr, DType, GraphBuilder, Initializer, TensorData, TensorSource};
 
@@ -63,33 +62,6 @@ impl Mamba2Mixer {
             channels: self.conv_dim(),
             kernel: self.kernel,
             bias: self.conv_bias,
-        }
-    }
-}
-
-/// The selective state-space mixer that is all of a layer: Mamba2's or Mamba's.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum SsmMixer {
-    /// Mamba2's ([`mamba2_mixer`]): SSM state `[B, heads, head_dim, state]`.
-    Mamba2(Mamba2Mixer),
-    /// Mamba's ([`super::mamba::mamba_mixer`]): SSM state `[B, intermediate, state]`.
-    Mamba(MambaMixer),
-}
-
-impl SsmMixer {
-    /// The convolution whose state the layer carries.
-    pub fn conv(&self) -> ShortConv {
-        match self {
-            SsmMixer::Mamba2(m) => m.conv(),
-            SsmMixer::Mamba(m) => m.conv(),
-        }
-    }
-
-    /// The SSM state's dims after the batch.
-    pub fn state_dims(&self) -> Vec<usize> {
-        match self {
-            SsmMixer::Mamba2(m) => vec![m.heads, m.head_dim, m.state],
-            SsmMixer::Mamba(m) => vec![m.intermediate, m.state],
         }
     }
 }
