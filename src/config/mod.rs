@@ -169,6 +169,64 @@ pub(crate) fn parse_dtype(raw: &HfConfig, f: &Fields<'_>) -> Result<Option<DType
     })
 }
 
+/// The RoPE of one layer type from its own parameters `params` (what
+/// `rope_parameters.{kind}` holds where config.json keeps one RoPE per layer type, or the
+/// config class's default for it): [`read_rope`] on them alone (`default_theta` when they give
+/// no theta), its errors naming `rope_parameters.{kind}`.
+pub fn read_layer_type_rope(
+    raw: &HfConfig,
+    params: Value,
+    kind: &str,
+    head_dim: usize,
+    default_theta: f64,
+    f: &Fields<'_>,
+) -> Result<Rope> {
+    let field = format!("rope_parameters.{kind}");
+    let one = HfConfig {
+        rope_parameters: Some(params),
+        rope_scaling: None,
+        rope_theta: None,
+        ..raw.clone()
+    };
+    read_rope(&one, head_dim, default_theta, f).map_err(|e| match e {
+        Error::ConfigField {
+            path,
+            field: inner,
+            message,
+        } => Error::ConfigField {
+            path,
+            field: inner.replacen("rope_parameters", &field, 1),
+            message,
+        },
+        other => other,
+    })
+}
+
+/// Per layer, whether `mlp_layer_types` (`types`, one entry per layer) names it `sparse` (its
+/// MLP is the experts) or `dense`.
+pub fn read_sparse_layers(types: &[String], layers: usize, f: &Fields<'_>) -> Result<Vec<bool>> {
+    if types.len() != layers {
+        return Err(f.err(
+            "mlp_layer_types",
+            &format!(
+                "has {} entries, expected num_hidden_layers = {layers}",
+                types.len()
+            ),
+        ));
+    }
+    types
+        .iter()
+        .map(|t| match t.as_str() {
+            "sparse" => Ok(true),
+            "dense" => Ok(false),
+            other => Err(f.err(
+                "mlp_layer_types",
+                &format!("`{other}` (expected dense or sparse)"),
+            )),
+        })
+        .collect()
+}
+
 /// The RoPE parameters: v5 `rope_parameters` first, else v4 `rope_theta` + `rope_scaling`
 /// (`default_theta` when neither gives a theta).
 pub fn read_rope(

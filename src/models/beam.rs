@@ -21,12 +21,12 @@ use super::deepseek::read_groups;
 use super::family::FamilySpec;
 use crate::config::ModelType;
 use crate::config::{
-    read_decoder, read_rope, read_routing, sliding_layer_types, ArchConfig, Biases, DecoderFields,
-    Fields, HfConfig, Rope, RopeScaling, Sign, SlidingLayers,
+    read_decoder, read_layer_type_rope, read_routing, read_sparse_layers, sliding_layer_types,
+    ArchConfig, Biases, DecoderFields, Fields, HfConfig, Rope, RopeScaling, Sign, SlidingLayers,
 };
 use crate::ir::{Attr, DType, GraphBuilder, Initializer, TensorSource};
 use crate::limits::config::MAX_WIDTH;
-use crate::{Error, Result};
+use crate::Result;
 
 /// The family's registry entry.
 pub static FAMILY: FamilySpec = FamilySpec {
@@ -86,7 +86,7 @@ fn read(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>) -> Result<ArchCon
         let sliding_rope = rope_of(&raw, dims.head_dim, SLIDING, f)?;
         let moe_layers = match &raw.mlp_layer_types {
             None => (0..layers).map(|i| i >= 3).collect(),
-            Some(types) => sparse_layers(types, layers, f)?,
+            Some(types) => read_sparse_layers(types, layers, f)?,
         };
         let routing = read_routing(&raw, f, (256, 8))?;
         let (groups, top_groups) = read_groups(&raw, f, routing.0, Some((8, 4)))?;
@@ -129,30 +129,6 @@ fn read(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>) -> Result<ArchCon
     })
 }
 
-/// Per layer, whether `mlp_layer_types` names it `sparse`.
-fn sparse_layers(types: &[String], layers: usize, f: &Fields<'_>) -> Result<Vec<bool>> {
-    if types.len() != layers {
-        return Err(f.err(
-            "mlp_layer_types",
-            &format!(
-                "has {} entries, expected num_hidden_layers = {layers}",
-                types.len()
-            ),
-        ));
-    }
-    types
-        .iter()
-        .map(|t| match t.as_str() {
-            "sparse" => Ok(true),
-            "dense" => Ok(false),
-            other => Err(f.err(
-                "mlp_layer_types",
-                &format!("`{other}` (expected dense or sparse)"),
-            )),
-        })
-        .collect()
-}
-
 /// The RoPE of `kind` layers, `None` for no position embedding: `rope_parameters.{kind}`
 /// (BeamConfig's defaults when config.json has none: theta 1e4 for the sliding layers, none
 /// for the full ones).
@@ -182,24 +158,7 @@ fn rope_of(raw: &HfConfig, head_dim: usize, kind: &str, f: &Fields<'_>) -> Resul
             return Err(f.err("rope_parameters", &format!("{other} (expected an object)")))
         }
     };
-    let one = HfConfig {
-        rope_parameters: Some(params),
-        rope_scaling: None,
-        rope_theta: None,
-        ..raw.clone()
-    };
-    let rope = read_rope(&one, head_dim, 10_000.0, f).map_err(|e| match e {
-        Error::ConfigField {
-            path,
-            field: inner,
-            message,
-        } => Error::ConfigField {
-            path,
-            field: inner.replacen("rope_parameters", &field, 1),
-            message,
-        },
-        other => other,
-    })?;
+    let rope = read_layer_type_rope(raw, params, kind, head_dim, 10_000.0, f)?;
     Ok(Some(rope))
 }
 

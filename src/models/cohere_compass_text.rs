@@ -13,12 +13,13 @@ use super::cohere::{read_cohere, Cohere, FIELDS as COHERE};
 use super::components::{named_rope_tables, DecoderInputs, Norm, RopeTables};
 use super::decoder::{self, Family, LayerNorms};
 use super::family::FamilySpec;
+use crate::config::read_layer_type_rope;
 use crate::config::{
-    read_rope, sliding_layer_types, ArchConfig, DecoderFields, Fields, HfConfig, ModelType, Rope,
+    sliding_layer_types, ArchConfig, DecoderFields, Fields, HfConfig, ModelType, Rope,
     SlidingLayers,
 };
 use crate::ir::{DType, GraphBuilder};
-use crate::{Error, Result};
+use crate::Result;
 
 /// The family's registry entry. onnxruntime-genai 0.18 has no `cohere_compass_text` type: its
 /// generic `decoder` runs the graph (which carries the windows, both RoPEs and the logit
@@ -104,24 +105,7 @@ fn rope_of(raw: &HfConfig, head_dim: usize, kind: &str, f: &Fields<'_>) -> Resul
             ))
         }
     };
-    let one = HfConfig {
-        rope_parameters: Some(params),
-        rope_scaling: None,
-        rope_theta: None,
-        ..raw.clone()
-    };
-    read_rope(&one, head_dim, 10_000.0, f).map_err(|e| match e {
-        Error::ConfigField {
-            path,
-            field: inner,
-            message,
-        } => Error::ConfigField {
-            path,
-            field: inner.replacen("rope_parameters", &field, 1),
-            message,
-        },
-        other => other,
-    })
+    read_layer_type_rope(raw, params, kind, head_dim, 10_000.0, f)
 }
 
 /// Cohere Compass text's knobs.

@@ -20,12 +20,13 @@ use super::decoder::{Block, Family, LayerNorms, QkNorm};
 use super::family::FamilySpec;
 use crate::config::ModelType;
 use crate::config::{
-    read_decoder, read_rope, read_routing, sliding_layer_types, ArchConfig, Biases,
-    CheckpointRenaming, DecoderFields, Fields, HfConfig, Rope, RopeScaling, Sign, SlidingLayers,
+    read_decoder, read_layer_type_rope, read_routing, read_sparse_layers, sliding_layer_types,
+    ArchConfig, Biases, CheckpointRenaming, DecoderFields, Fields, HfConfig, Rope, RopeScaling,
+    Sign, SlidingLayers,
 };
 use crate::ir::{DType, GraphBuilder, Initializer, TensorSource};
 use crate::limits::config::{MAX_LAYERS, MAX_WIDTH};
-use crate::{Error, Result};
+use crate::Result;
 
 /// The family's registry entry.
 pub static FAMILY: FamilySpec = FamilySpec {
@@ -101,7 +102,7 @@ fn read(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>) -> Result<ArchCon
         };
         let moe_layers = match &raw.mlp_layer_types {
             None => (0..layers).map(|i| i >= dense).collect(),
-            Some(types) => sparse_layers(types, layers, f)?,
+            Some(types) => read_sparse_layers(types, layers, f)?,
         };
         let field = "moe_intermediate_size";
         let expert_width = f.optional_count(field, raw.moe_intermediate_size, 4096, MAX_WIDTH)?;
@@ -140,30 +141,6 @@ fn read(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>) -> Result<ArchCon
     })
 }
 
-/// Per layer, whether `mlp_layer_types` names it `sparse`.
-fn sparse_layers(types: &[String], layers: usize, f: &Fields<'_>) -> Result<Vec<bool>> {
-    if types.len() != layers {
-        return Err(f.err(
-            "mlp_layer_types",
-            &format!(
-                "has {} entries, expected num_hidden_layers = {layers}",
-                types.len()
-            ),
-        ));
-    }
-    types
-        .iter()
-        .map(|t| match t.as_str() {
-            "sparse" => Ok(true),
-            "dense" => Ok(false),
-            other => Err(f.err(
-                "mlp_layer_types",
-                &format!("`{other}` (expected dense or sparse)"),
-            )),
-        })
-        .collect()
-}
-
 /// The (interleaved) RoPE of `kind` layers, `None` for no position embedding:
 /// `rope_parameters.{kind}`; a flat `rope_parameters` (one RoPE) is the sliding layers', the
 /// full ones have none (as ErgoConfig reads it); without any, theta 1e6 on the sliding layers.
@@ -189,24 +166,7 @@ fn rope_of(raw: &HfConfig, head_dim: usize, kind: &str, f: &Fields<'_>) -> Resul
             return Err(f.err("rope_parameters", &format!("{other} (expected an object)")))
         }
     };
-    let one = HfConfig {
-        rope_parameters: Some(params),
-        rope_scaling: None,
-        rope_theta: None,
-        ..raw.clone()
-    };
-    let rope = read_rope(&one, head_dim, 1_000_000.0, f).map_err(|e| match e {
-        Error::ConfigField {
-            path,
-            field: inner,
-            message,
-        } => Error::ConfigField {
-            path,
-            field: inner.replacen("rope_parameters", &field, 1),
-            message,
-        },
-        other => other,
-    })?;
+    let rope = read_layer_type_rope(raw, params, kind, head_dim, 1_000_000.0, f)?;
     Ok(Some(Rope {
         interleaved: true,
         ..rope

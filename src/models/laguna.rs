@@ -19,12 +19,12 @@ use super::decoder::{self, Family, QkNorm};
 use super::family::FamilySpec;
 use crate::config::ModelType;
 use crate::config::{
-    read_decoder, read_rope, read_routing, sliding_layer_types, ArchConfig, Biases, DecoderFields,
-    Fields, HfConfig, Rope, Sign, SlidingLayers,
+    read_decoder, read_layer_type_rope, read_routing, read_sparse_layers, sliding_layer_types,
+    ArchConfig, Biases, DecoderFields, Fields, HfConfig, Rope, Sign, SlidingLayers,
 };
 use crate::ir::{DType, GraphBuilder};
 use crate::limits::config::{MAX_HEADS, MAX_WIDTH};
-use crate::{Error, Result};
+use crate::Result;
 
 /// The family's registry entry.
 pub static FAMILY: FamilySpec = FamilySpec {
@@ -130,7 +130,7 @@ fn read(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>) -> Result<ArchCon
         };
         let moe_layers = match &raw.mlp_layer_types {
             None => (0..layers).map(|i| i > 0).collect(),
-            Some(types) => sparse_layers(types, layers, f)?,
+            Some(types) => read_sparse_layers(types, layers, f)?,
         };
         let field = "moe_intermediate_size";
         let expert_width = f.optional_count(field, raw.moe_intermediate_size, 512, MAX_WIDTH)?;
@@ -150,30 +150,6 @@ fn read(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>) -> Result<ArchCon
             route_scale: f.number(field, raw.moe_routed_scaling_factor, 1.0, Sign::Positive)?,
         })
     })
-}
-
-/// Per layer, whether `mlp_layer_types` names it `sparse`.
-fn sparse_layers(types: &[String], layers: usize, f: &Fields<'_>) -> Result<Vec<bool>> {
-    if types.len() != layers {
-        return Err(f.err(
-            "mlp_layer_types",
-            &format!(
-                "has {} entries, expected num_hidden_layers = {layers}",
-                types.len()
-            ),
-        ));
-    }
-    types
-        .iter()
-        .map(|t| match t.as_str() {
-            "sparse" => Ok(true),
-            "dense" => Ok(false),
-            other => Err(f.err(
-                "mlp_layer_types",
-                &format!("`{other}` (expected dense or sparse)"),
-            )),
-        })
-        .collect()
 }
 
 /// The RoPE of `kind` layers: `rope_parameters.{kind}` (LagunaConfig's defaults when
@@ -205,24 +181,7 @@ fn rope_of(raw: &HfConfig, head_dim: usize, kind: &str, f: &Fields<'_>) -> Resul
             return Err(f.err("rope_parameters", &format!("{other} (expected an object)")))
         }
     };
-    let one = HfConfig {
-        rope_parameters: Some(params),
-        rope_scaling: None,
-        rope_theta: None,
-        ..raw.clone()
-    };
-    read_rope(&one, head_dim, 10_000.0, f).map_err(|e| match e {
-        Error::ConfigField {
-            path,
-            field: inner,
-            message,
-        } => Error::ConfigField {
-            path,
-            field: inner.replacen("rope_parameters", &field, 1),
-            message,
-        },
-        other => other,
-    })
+    read_layer_type_rope(raw, params, kind, head_dim, 10_000.0, f)
 }
 
 /// Laguna's knobs and hooks.

@@ -15,12 +15,12 @@ use super::components::{
 use super::decoder::{self, Family, QkNorm};
 use super::family::FamilySpec;
 use crate::config::{
-    read_decoder, read_rope, read_routing, sliding_layer_types, ArchConfig, Biases, DecoderFields,
-    Fields, HfConfig, ModelType, Rope,
+    read_decoder, read_layer_type_rope, read_routing, read_sparse_layers, sliding_layer_types,
+    ArchConfig, Biases, DecoderFields, Fields, HfConfig, ModelType, Rope,
 };
 use crate::ir::{DType, GraphBuilder};
 use crate::limits::config::MAX_WIDTH;
-use crate::{Error, Result};
+use crate::Result;
 
 /// The family's registry entry. onnxruntime-genai 0.18 has no `mellum` type: its generic
 /// `decoder` runs the graph (which carries the windows and both RoPEs).
@@ -79,26 +79,7 @@ fn sparse_layers(raw: &HfConfig, layers: usize, f: &Fields<'_>) -> Result<Vec<bo
     let Some(types) = &raw.mlp_layer_types else {
         return Ok(vec![true; layers]);
     };
-    if types.len() != layers {
-        return Err(f.err(
-            "mlp_layer_types",
-            &format!(
-                "has {} entries, expected num_hidden_layers = {layers}",
-                types.len()
-            ),
-        ));
-    }
-    types
-        .iter()
-        .map(|t| match t.as_str() {
-            "sparse" => Ok(true),
-            "dense" => Ok(false),
-            other => Err(f.err(
-                "mlp_layer_types",
-                &format!("`{other}` (expected dense or sparse)"),
-            )),
-        })
-        .collect()
+    read_sparse_layers(types, layers, f)
 }
 
 /// The RoPE of `kind` layers: `rope_parameters.{kind}` (MellumConfig's defaults when
@@ -128,24 +109,7 @@ fn rope_of(raw: &HfConfig, head_dim: usize, kind: &str, f: &Fields<'_>) -> Resul
             return Err(f.err("rope_parameters", &format!("{other} (expected an object)")))
         }
     };
-    let one = HfConfig {
-        rope_parameters: Some(params),
-        rope_scaling: None,
-        rope_theta: None,
-        ..raw.clone()
-    };
-    read_rope(&one, head_dim, 10_000.0, f).map_err(|e| match e {
-        Error::ConfigField {
-            path,
-            field: inner,
-            message,
-        } => Error::ConfigField {
-            path,
-            field: inner.replacen("rope_parameters", &field, 1),
-            message,
-        },
-        other => other,
-    })
+    read_layer_type_rope(raw, params, kind, head_dim, 10_000.0, f)
 }
 
 /// Mellum's knobs.

@@ -31,12 +31,13 @@ use super::deepseek::read_groups;
 use super::family::FamilySpec;
 use crate::config::ModelType;
 use crate::config::{
-    read_decoder, read_rope, read_routing, sliding_layer_types, ArchConfig, Biases,
-    CheckpointRenaming, DecoderFields, Fields, HfConfig, Rope, Sign, SlidingLayers,
+    read_decoder, read_layer_type_rope, read_routing, read_sparse_layers, sliding_layer_types,
+    ArchConfig, Biases, CheckpointRenaming, DecoderFields, Fields, HfConfig, Rope, Sign,
+    SlidingLayers,
 };
 use crate::ir::{Attr, DType, GraphBuilder};
 use crate::limits::config::{MAX_HEADS, MAX_LAYERS, MAX_WIDTH};
-use crate::{Error, Result};
+use crate::Result;
 
 /// The family's registry entry.
 pub static FAMILY: FamilySpec = FamilySpec {
@@ -133,7 +134,7 @@ fn read(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>) -> Result<ArchCon
         };
         let moe_layers = match &raw.mlp_layer_types {
             None => (0..dims.num_hidden_layers).map(|i| i > 0).collect(),
-            Some(types) => sparse_layers(types, dims.num_hidden_layers, f)?,
+            Some(types) => read_sparse_layers(types, dims.num_hidden_layers, f)?,
         };
         let routing = read_routing(&raw, f, (256, 8))?;
         let (groups, top_groups) = read_groups(&raw, f, routing.0, Some((1, 1)))?;
@@ -161,30 +162,6 @@ fn read(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>) -> Result<ArchCon
             },
         })
     })
-}
-
-/// Per layer, whether `mlp_layer_types` names it `sparse`.
-fn sparse_layers(types: &[String], layers: usize, f: &Fields<'_>) -> Result<Vec<bool>> {
-    if types.len() != layers {
-        return Err(f.err(
-            "mlp_layer_types",
-            &format!(
-                "has {} entries, expected num_hidden_layers = {layers}",
-                types.len()
-            ),
-        ));
-    }
-    types
-        .iter()
-        .map(|t| match t.as_str() {
-            "sparse" => Ok(true),
-            "dense" => Ok(false),
-            other => Err(f.err(
-                "mlp_layer_types",
-                &format!("`{other}` (expected dense or sparse)"),
-            )),
-        })
-        .collect()
 }
 
 /// The RoPE of `kind` layers: `rope_parameters.{kind}`, its `partial_rotary_factor` 0.334
@@ -244,24 +221,7 @@ fn rope_of(raw: &HfConfig, head_dim: usize, kind: &str, f: &Fields<'_>) -> Resul
             }
         }
     }
-    let one = HfConfig {
-        rope_parameters: Some(params),
-        rope_scaling: None,
-        rope_theta: None,
-        ..raw.clone()
-    };
-    read_rope(&one, head_dim, 10_000.0, f).map_err(|e| match e {
-        Error::ConfigField {
-            path,
-            field: inner,
-            message,
-        } => Error::ConfigField {
-            path,
-            field: inner.replacen("rope_parameters", &field, 1),
-            message,
-        },
-        other => other,
-    })
+    read_layer_type_rope(raw, params, kind, head_dim, 10_000.0, f)
 }
 
 /// The name transformers gives checkpoint tensor `name` (its conversion mapping for
