@@ -12,12 +12,12 @@ use super::components::{
     gated_mlp, linear, rotary_embedding, scalar, AttentionSpec, DecoderInputs, ExpertNames,
     ExpertWeights, GateActivation, MoeSpec, RopeTables, Router, Scores,
 };
-use super::decoder::{Family, LayerNorms, QkNorm};
+use super::decoder::{Family, LayerNorms, LayerRope, QkNorm};
 use super::family::FamilySpec;
 use crate::config::ModelType;
 use crate::config::{
     read_decoder, read_routing, sliding_layer_types, ArchConfig, Biases, DecoderFields, Fields,
-    HfConfig, Rope, Sign, SlidingLayers,
+    HfConfig, Sign, SlidingLayers,
 };
 use crate::ir::{DType, GraphBuilder};
 use crate::limits::config::{MAX_EXPERTS, MAX_LAYERS, MAX_WIDTH};
@@ -138,9 +138,8 @@ impl Family for Afmoe {
         }
     }
 
-    fn layer_rope<'c>(&'c self, cfg: &'c ArchConfig, i: usize) -> Option<(&'c Rope, usize)> {
-        let rotates = self.rope_layers.get(i).copied().unwrap_or(true);
-        rotates.then_some((&cfg.rope, 0))
+    fn layer_rope_kind(&self, _cfg: &ArchConfig, i: usize) -> LayerRope {
+        LayerRope::config_if(self.rope_layers.get(i).copied().unwrap_or(true))
     }
 
     fn qk_norm_kind(&self, _cfg: &ArchConfig) -> QkNorm {

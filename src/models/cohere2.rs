@@ -6,11 +6,11 @@
 
 use super::cohere::{read_cohere, Cohere, FIELDS as COHERE};
 use super::components::Norm;
-use super::decoder::{Family, LayerNorms};
+use super::decoder::{Family, LayerNorms, LayerRope};
 use super::family::FamilySpec;
 use crate::config::ModelType;
 use crate::config::{
-    sliding_layer_types, ArchConfig, DecoderFields, Fields, HfConfig, Rope, SlidingLayers,
+    sliding_layer_types, ArchConfig, DecoderFields, Fields, HfConfig, SlidingLayers,
 };
 use crate::ir::{DType, GraphBuilder};
 use crate::limits::config::MAX_LAYERS;
@@ -92,8 +92,8 @@ impl Family for Cohere2 {
         self.cohere.parallel_blocks()
     }
 
-    fn layer_rope<'c>(&'c self, cfg: &'c ArchConfig, i: usize) -> Option<(&'c Rope, usize)> {
-        self.sliding[i].then_some((&cfg.rope, 0))
+    fn layer_rope_kind(&self, _cfg: &ArchConfig, i: usize) -> LayerRope {
+        LayerRope::config_if(self.sliding[i])
     }
 
     fn logits(&self, b: &mut GraphBuilder, cfg: &ArchConfig, x: &str, head: &str, dtype: DType) {

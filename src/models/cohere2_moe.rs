@@ -17,11 +17,11 @@ use super::components::{
     gated_mlp, scalar, ExpertWeights, GateActivation, GroupScore, GroupedRouter, MoeSpec, Norm,
     NormKind, Router,
 };
-use super::decoder::{Family, LayerNorms};
+use super::decoder::{Family, LayerNorms, LayerRope};
 use super::family::FamilySpec;
 use super::glm4_moe::mlp_layer_types;
 use crate::config::{
-    sliding_layer_types, ArchConfig, DecoderFields, Fields, HfConfig, ModelType, Rope, Sign,
+    sliding_layer_types, ArchConfig, DecoderFields, Fields, HfConfig, ModelType, Sign,
     SlidingLayers,
 };
 use crate::ir::{DType, GraphBuilder};
@@ -235,8 +235,8 @@ impl Family for Cohere2Moe {
         true
     }
 
-    fn layer_rope<'c>(&'c self, cfg: &'c ArchConfig, i: usize) -> Option<(&'c Rope, usize)> {
-        self.rope_layers[i].then_some((&cfg.rope, 0))
+    fn layer_rope_kind(&self, _cfg: &ArchConfig, i: usize) -> LayerRope {
+        LayerRope::config_if(self.rope_layers[i])
     }
 
     /// The dense MLP, or the routed experts plus (or averaged with) the shared experts.

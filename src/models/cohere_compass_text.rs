@@ -10,8 +10,8 @@
 use serde_json::Value;
 
 use super::cohere::{read_cohere, Cohere, FIELDS as COHERE};
-use super::components::{named_rope_tables, DecoderInputs, Norm, RopeTables};
-use super::decoder::{self, Family, LayerNorms};
+use super::components::Norm;
+use super::decoder::{Family, LayerNorms, LayerRope};
 use super::family::FamilySpec;
 use crate::config::read_layer_type_rope;
 use crate::config::{
@@ -133,28 +133,15 @@ impl Family for CohereCompassText {
         self.cohere.parallel_blocks()
     }
 
-    /// The config's RoPE tables, then the sliding layers' (`model.rotary_emb_sliding.*`).
-    fn rotary(
-        &self,
-        b: &mut GraphBuilder,
-        cfg: &ArchConfig,
-        io: &DecoderInputs,
-        dtype: DType,
-    ) -> Vec<RopeTables> {
-        let mut tables = vec![decoder::plain_rotary(b, cfg, io, dtype)];
-        if let Some(rope) = &self.sliding_rope {
-            let (prefix, positions) = ("model.rotary_emb_sliding", cfg.max_position_embeddings);
-            let ids = &io.position_ids;
-            tables.push(named_rope_tables(b, prefix, rope, positions, ids, dtype));
-        }
-        tables
+    /// Sliding-window layers rotate with their own RoPE (`model.rotary_emb_sliding.*`).
+    fn other_rope(&self) -> Option<(&Rope, &'static str)> {
+        self.sliding_rope
+            .as_ref()
+            .map(|r| (r, "model.rotary_emb_sliding"))
     }
 
-    fn layer_rope<'c>(&'c self, cfg: &'c ArchConfig, i: usize) -> Option<(&'c Rope, usize)> {
-        match (&self.sliding_rope, self.sliding[i]) {
-            (Some(rope), true) => Some((rope, 1)),
-            _ => Some((&cfg.rope, 0)),
-        }
+    fn layer_rope_kind(&self, _cfg: &ArchConfig, i: usize) -> LayerRope {
+        LayerRope::other_if(self.sliding[i])
     }
 
     fn logits(&self, b: &mut GraphBuilder, cfg: &ArchConfig, x: &str, head: &str, dtype: DType) {

@@ -15,10 +15,10 @@ use std::fmt::Debug;
 
 use super::components::{
     alibi_bias, chunked_mask, gated_mlp, gated_short_conv, hybrid_decoder_io, linear, mamba2_mixer,
-    mamba_mixer, padding_mask, per_head_norm, present_conv_name, present_ssm_name, rope_tables,
-    rotary_embedding, sliding_window_mask, soft_capped_attention, AttentionSpec, ConvState,
-    DecoderDims, DecoderInputs, GateActivation, LayerCache, LayerPast, Norm, NormKind, RopeTables,
-    ShortConv, SsmMixer, SsmState,
+    mamba_mixer, named_rope_tables, padding_mask, per_head_norm, present_conv_name,
+    present_ssm_name, rope_tables, rotary_embedding, sliding_window_mask, soft_capped_attention,
+    AttentionSpec, ConvState, DecoderDims, DecoderInputs, GateActivation, LayerCache, LayerPast,
+    Norm, NormKind, RopeTables, ShortConv, SsmMixer, SsmState,
 };
 use crate::config::{ArchConfig, CheckpointRenaming, FamilyKnobs, Rope};
 use crate::ir::{Attr, DType, Graph, GraphBuilder, Initializer, TensorSource};
@@ -150,6 +150,37 @@ pub enum Block {
     Mlp,
 }
 
+/// Which of a family's RoPEs a layer applies ([`Family::layer_rope_kind`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LayerRope {
+    /// No rotation (a NoPE layer).
+    None,
+    /// The config's RoPE (`cfg.rope`).
+    Config,
+    /// The family's [`Family::other_rope`]; the config's where it has none.
+    Other,
+}
+
+impl LayerRope {
+    /// The config's RoPE where `rotates`, none otherwise.
+    pub fn config_if(rotates: bool) -> Self {
+        if rotates {
+            Self::Config
+        } else {
+            Self::None
+        }
+    }
+
+    /// The family's other RoPE where `other`, the config's otherwise.
+    pub fn other_if(other: bool) -> Self {
+        if other {
+            Self::Other
+        } else {
+            Self::Config
+        }
+    }
+}
+
 /// What a family changes in the decoder; every default is Llama's. Every `Family` that is
 /// its config's knobs (`Debug + PartialEq`) is [`FamilyKnobs`] that build with [`build`].
 pub trait Family {
@@ -241,8 +272,22 @@ pub trait Family {
         true
     }
 
+    /// A second RoPE, which the layers [`Family::layer_rope_kind`] marks
+    /// [`LayerRope::Other`] apply instead of the config's: its parameters and the module its
+    /// cos/sin tables are named under (Gemma 3's sliding-window layers:
+    /// `model.rotary_emb_local`). `None` by default: one RoPE.
+    fn other_rope(&self) -> Option<(&Rope, &'static str)> {
+        None
+    }
+
+    /// Which RoPE layer `i` applies: by default the config's.
+    fn layer_rope_kind(&self, _cfg: &ArchConfig, _i: usize) -> LayerRope {
+        LayerRope::Config
+    }
+
     /// The rotary cos/sin tables of the current tokens (computed once per graph);
-    /// [`Family::layer_rope`] picks one per layer.
+    /// [`Family::layer_rope`] picks one per layer. By default the config's RoPE, then the
+    /// [`Family::other_rope`] if there is one.
     fn rotary(
         &self,
         b: &mut GraphBuilder,
@@ -250,13 +295,24 @@ pub trait Family {
         io: &DecoderInputs,
         dtype: DType,
     ) -> Vec<RopeTables> {
-        vec![plain_rotary(b, cfg, io, dtype)]
+        let mut tables = vec![plain_rotary(b, cfg, io, dtype)];
+        if let Some((rope, prefix)) = self.other_rope() {
+            let (positions, ids) = (cfg.max_position_embeddings, &io.position_ids);
+            tables.push(named_rope_tables(b, prefix, rope, positions, ids, dtype));
+        }
+        tables
     }
 
     /// The RoPE layer `i` applies: its parameters and the index of its tables in what
-    /// [`Family::rotary`] returned; `None` for no rotation.
-    fn layer_rope<'c>(&'c self, cfg: &'c ArchConfig, _i: usize) -> Option<(&'c Rope, usize)> {
-        Some((&cfg.rope, 0))
+    /// [`Family::rotary`] returned; `None` for no rotation. By default what
+    /// [`Family::layer_rope_kind`] says (the config's RoPE where the family has no
+    /// [`Family::other_rope`]).
+    fn layer_rope<'c>(&'c self, cfg: &'c ArchConfig, i: usize) -> Option<(&'c Rope, usize)> {
+        match (self.layer_rope_kind(cfg, i), self.other_rope()) {
+            (LayerRope::None, _) => None,
+            (LayerRope::Other, Some((rope, _))) => Some((rope, 1)),
+            (LayerRope::Config | LayerRope::Other, _) => Some((&cfg.rope, 0)),
+        }
     }
 
     /// The q, k and v projections of `x` in attention module `attn`: by default

@@ -13,10 +13,10 @@
 use serde_json::Value;
 
 use super::components::{
-    fused_qkv, named_rope_tables, rotary_embedding, scalar, squared_relu_mlp, AttentionSpec,
-    DecoderInputs, ExpertWeights, FusedQkv, MoeSpec, RopeTables, Router, Scores,
+    fused_qkv, rotary_embedding, scalar, squared_relu_mlp, AttentionSpec, ExpertWeights, FusedQkv,
+    MoeSpec, RopeTables, Router, Scores,
 };
-use super::decoder::{Block, Family, LayerNorms, QkNorm};
+use super::decoder::{Block, Family, LayerNorms, LayerRope, QkNorm};
 use super::family::FamilySpec;
 use crate::config::ModelType;
 use crate::config::{
@@ -268,35 +268,18 @@ impl Family for Ergo {
         LayerNorms::SANDWICH
     }
 
-    /// The sliding layers' tables, then (where full layers rotate) the full layers'
-    /// `model.rotary_emb_global.*`.
-    fn rotary(
-        &self,
-        b: &mut GraphBuilder,
-        cfg: &ArchConfig,
-        io: &DecoderInputs,
-        dtype: DType,
-    ) -> Vec<RopeTables> {
-        let mut tables = vec![super::decoder::plain_rotary(b, cfg, io, dtype)];
-        if let Some(rope) = &self.full_rope {
-            let (prefix, positions) = ("model.rotary_emb_global", cfg.max_position_embeddings);
-            let ids = &io.position_ids;
-            tables.push(named_rope_tables(b, prefix, rope, positions, ids, dtype));
-        }
-        tables
+    /// Full-attention layers rotate with their own RoPE (`model.rotary_emb_global.*`).
+    fn other_rope(&self) -> Option<(&Rope, &'static str)> {
+        self.full_rope
+            .as_ref()
+            .map(|r| (r, "model.rotary_emb_global"))
     }
 
-    fn layer_rope<'c>(&'c self, cfg: &'c ArchConfig, i: usize) -> Option<(&'c Rope, usize)> {
+    fn layer_rope_kind(&self, _cfg: &ArchConfig, i: usize) -> LayerRope {
         if !self.rope_layers.get(i).copied().unwrap_or(false) {
-            return None;
+            return LayerRope::None;
         }
-        match (
-            self.sliding.get(i).copied().unwrap_or(true),
-            &self.full_rope,
-        ) {
-            (false, Some(rope)) => Some((rope, 1)),
-            _ => Some((&cfg.rope, 0)),
-        }
+        LayerRope::other_if(!self.sliding.get(i).copied().unwrap_or(true))
     }
 
     fn qk_norm_kind(&self, _cfg: &ArchConfig) -> QkNorm {

@@ -8,10 +8,10 @@
 
 use serde_json::Value;
 
-use super::decoder::{Family, LayerNorms, QkNorm};
+use super::decoder::{Family, LayerNorms, LayerRope, QkNorm};
 use super::family::FamilySpec;
 use crate::config::{
-    read_decoder, sliding_layer_types, ArchConfig, Biases, DecoderFields, Fields, HfConfig, Rope,
+    read_decoder, sliding_layer_types, ArchConfig, Biases, DecoderFields, Fields, HfConfig,
     SlidingLayers,
 };
 use crate::config::{FamilyKnobs, ModelType};
@@ -132,8 +132,8 @@ impl Family for Exaone4 {
         QkNorm::PerHead
     }
 
-    fn layer_rope<'c>(&'c self, cfg: &'c ArchConfig, i: usize) -> Option<(&'c Rope, usize)> {
-        self.rope_layers[i].then_some((&cfg.rope, 0))
+    fn layer_rope_kind(&self, _cfg: &ArchConfig, i: usize) -> LayerRope {
+        LayerRope::config_if(self.rope_layers[i])
     }
 }
 

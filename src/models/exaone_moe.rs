@@ -7,12 +7,12 @@
 //! correction bias (`mlp.e_score_correction_bias` in checkpoints), plus a shared SwiGLU expert
 //! `num_shared_experts` experts wide; the other layers keep a dense MLP of `intermediate_size`.
 
-use super::decoder::{Family, QkNorm};
+use super::decoder::{Family, LayerRope, QkNorm};
 use super::deepseek::{sigmoid_router, DeepseekExperts, DeepseekMoe};
 use super::exaone4::read_exaone4;
 use super::family::FamilySpec;
 use super::glm4_moe::mlp_layer_types;
-use crate::config::{ArchConfig, CheckpointRenaming, Fields, HfConfig, ModelType, Rope};
+use crate::config::{ArchConfig, CheckpointRenaming, Fields, HfConfig, ModelType};
 use crate::ir::{DType, GraphBuilder};
 use crate::Result;
 
@@ -77,8 +77,8 @@ impl Family for ExaoneMoe {
         QkNorm::PerHead
     }
 
-    fn layer_rope<'c>(&'c self, cfg: &'c ArchConfig, i: usize) -> Option<(&'c Rope, usize)> {
-        self.rope_layers[i].then_some((&cfg.rope, 0))
+    fn layer_rope_kind(&self, _cfg: &ArchConfig, i: usize) -> LayerRope {
+        LayerRope::config_if(self.rope_layers[i])
     }
 
     fn layer_mlp(

@@ -11,12 +11,12 @@ use super::components::{
     gated_mlp, sink_attention, sink_logits, AttentionSpec, DecoderInputs, ExpertWeights,
     GateActivation, GroupScore, GroupedRouter, MoeSpec, Router,
 };
-use super::decoder::{Family, QkNorm};
+use super::decoder::{Family, LayerRope, QkNorm};
 use super::family::FamilySpec;
 use crate::config::ModelType;
 use crate::config::{
     read_decoder, read_routing, sliding_layer_types, ArchConfig, Biases, CheckpointRenaming,
-    DecoderFields, Fields, HfConfig, Rope, SlidingLayers,
+    DecoderFields, Fields, HfConfig, SlidingLayers,
 };
 use crate::ir::{DType, GraphBuilder};
 use crate::limits::config::{MAX_LAYERS, MAX_WIDTH};
@@ -122,9 +122,8 @@ impl Family for Flint {
         QkNorm::PerHead
     }
 
-    fn layer_rope<'c>(&'c self, cfg: &'c ArchConfig, i: usize) -> Option<(&'c Rope, usize)> {
-        let rotates = self.rope_layers.get(i).copied().unwrap_or(false);
-        rotates.then_some((&cfg.rope, 0))
+    fn layer_rope_kind(&self, _cfg: &ArchConfig, i: usize) -> LayerRope {
+        LayerRope::config_if(self.rope_layers.get(i).copied().unwrap_or(false))
     }
 
     fn attention_core(

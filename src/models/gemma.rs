@@ -9,10 +9,8 @@
 
 use serde_json::{Map, Value};
 
-use super::components::{
-    gated_mlp, named_rope_tables, scalar, DecoderInputs, GateActivation, Norm, NormKind, RopeTables,
-};
-use super::decoder::{self, Family, LayerNorms, QkNorm};
+use super::components::{gated_mlp, scalar, DecoderInputs, GateActivation, Norm, NormKind};
+use super::decoder::{Family, LayerNorms, LayerRope, QkNorm};
 use super::family::FamilySpec;
 use super::multimodal::{read_text_part, TextPart, TextType};
 use crate::config::{
@@ -375,29 +373,15 @@ impl Family for GemmaConfig {
         b.op("Mul", &[&x, &scale], vec![])
     }
 
-    /// The global tables, then (Gemma 3) the local ones `model.rotary_emb_local.*`.
-    fn rotary(
-        &self,
-        b: &mut GraphBuilder,
-        cfg: &ArchConfig,
-        io: &DecoderInputs,
-        dtype: DType,
-    ) -> Vec<RopeTables> {
-        let mut tables = vec![decoder::plain_rotary(b, cfg, io, dtype)];
-        if let Some(rope) = &self.local_rope {
-            let (prefix, positions) = ("model.rotary_emb_local", cfg.max_position_embeddings);
-            let ids = &io.position_ids;
-            tables.push(named_rope_tables(b, prefix, rope, positions, ids, dtype));
-        }
-        tables
+    /// Gemma 3's sliding layers rotate with the local RoPE (`model.rotary_emb_local.*`).
+    fn other_rope(&self) -> Option<(&Rope, &'static str)> {
+        self.local_rope
+            .as_ref()
+            .map(|r| (r, "model.rotary_emb_local"))
     }
 
-    /// Gemma 3's sliding layers rotate with the local RoPE.
-    fn layer_rope<'c>(&'c self, cfg: &'c ArchConfig, i: usize) -> Option<(&'c Rope, usize)> {
-        match (&self.local_rope, cfg.layer_windows[i]) {
-            (Some(rope), Some(_)) => Some((rope, 1)),
-            _ => Some((&cfg.rope, 0)),
-        }
+    fn layer_rope_kind(&self, cfg: &ArchConfig, i: usize) -> LayerRope {
+        LayerRope::other_if(cfg.layer_windows[i].is_some())
     }
 
     fn qk_norm_kind(&self, _cfg: &ArchConfig) -> QkNorm {

@@ -10,12 +10,12 @@
 //! read under transformers' names ([`checkpoint_name`]).
 
 use super::components::{gated_mlp, ExpertWeights, GateActivation, MoeSpec, Router};
-use super::decoder::{Family, LayerNorms, QkNorm};
+use super::decoder::{Family, LayerNorms, LayerRope, QkNorm};
 use super::family::FamilySpec;
 use crate::config::ModelType;
 use crate::config::{
     read_decoder, read_routing, sliding_layer_types, ArchConfig, Biases, CheckpointRenaming,
-    DecoderFields, Fields, HfConfig, Rope, SlidingLayers,
+    DecoderFields, Fields, HfConfig, SlidingLayers,
 };
 use crate::ir::{DType, GraphBuilder};
 use crate::limits::config::MAX_WIDTH;
@@ -121,9 +121,8 @@ impl Family for Kolibri1 {
         QkNorm::PerHead
     }
 
-    fn layer_rope<'c>(&'c self, cfg: &'c ArchConfig, i: usize) -> Option<(&'c Rope, usize)> {
-        let rotates = self.rope_layers.get(i).copied().unwrap_or(true);
-        rotates.then_some((&cfg.rope, 0))
+    fn layer_rope_kind(&self, _cfg: &ArchConfig, i: usize) -> LayerRope {
+        LayerRope::config_if(self.rope_layers.get(i).copied().unwrap_or(true))
     }
 
     fn layer_mlp(

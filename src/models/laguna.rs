@@ -12,10 +12,10 @@
 use serde_json::{json, Value};
 
 use super::components::{
-    gated_mlp, linear, named_rope_tables, rotary_embedding, scalar, AttentionSpec, DecoderInputs,
-    ExpertWeights, GateActivation, MoeSpec, RopeTables, Router, Scores,
+    gated_mlp, linear, rotary_embedding, scalar, AttentionSpec, ExpertWeights, GateActivation,
+    MoeSpec, RopeTables, Router, Scores,
 };
-use super::decoder::{self, Family, QkNorm};
+use super::decoder::{Family, LayerRope, QkNorm};
 use super::family::FamilySpec;
 use crate::config::ModelType;
 use crate::config::{
@@ -213,32 +213,15 @@ fn output_gate(attn: &str) -> String {
 }
 
 impl Family for Laguna {
-    /// The full layers' tables, then (where some layer slides) the sliding layers'
-    /// `model.rotary_emb_local.*`.
-    fn rotary(
-        &self,
-        b: &mut GraphBuilder,
-        cfg: &ArchConfig,
-        io: &DecoderInputs,
-        dtype: DType,
-    ) -> Vec<RopeTables> {
-        let mut tables = vec![decoder::plain_rotary(b, cfg, io, dtype)];
-        if let Some(rope) = &self.sliding_rope {
-            let (prefix, positions) = ("model.rotary_emb_local", cfg.max_position_embeddings);
-            let ids = &io.position_ids;
-            tables.push(named_rope_tables(b, prefix, rope, positions, ids, dtype));
-        }
-        tables
+    /// Sliding-window layers rotate with their own RoPE (`model.rotary_emb_local.*`).
+    fn other_rope(&self) -> Option<(&Rope, &'static str)> {
+        self.sliding_rope
+            .as_ref()
+            .map(|r| (r, "model.rotary_emb_local"))
     }
 
-    fn layer_rope<'c>(&'c self, cfg: &'c ArchConfig, i: usize) -> Option<(&'c Rope, usize)> {
-        match (
-            &self.sliding_rope,
-            self.sliding.get(i).copied().unwrap_or(false),
-        ) {
-            (Some(rope), true) => Some((rope, 1)),
-            _ => Some((&cfg.rope, 0)),
-        }
+    fn layer_rope_kind(&self, _cfg: &ArchConfig, i: usize) -> LayerRope {
+        LayerRope::other_if(self.sliding.get(i).copied().unwrap_or(false))
     }
 
     fn layer_q_heads(&self, cfg: &ArchConfig, i: usize) -> usize {

@@ -9,10 +9,8 @@
 
 use serde_json::{json, Value};
 
-use super::components::{
-    named_rope_tables, DecoderInputs, ExpertWeights, MoeSpec, RopeTables, Router,
-};
-use super::decoder::{self, Family, QkNorm};
+use super::components::{ExpertWeights, MoeSpec, Router};
+use super::decoder::{Family, LayerRope, QkNorm};
 use super::family::FamilySpec;
 use crate::config::{
     read_decoder, read_layer_type_rope, read_routing, read_sparse_layers, sliding_layer_types,
@@ -134,28 +132,15 @@ impl Family for Mellum {
         QkNorm::PerHead
     }
 
-    /// The full layers' tables, then the sliding layers' (`model.rotary_emb_sliding.*`).
-    fn rotary(
-        &self,
-        b: &mut GraphBuilder,
-        cfg: &ArchConfig,
-        io: &DecoderInputs,
-        dtype: DType,
-    ) -> Vec<RopeTables> {
-        let mut tables = vec![decoder::plain_rotary(b, cfg, io, dtype)];
-        if let Some(rope) = &self.sliding_rope {
-            let (prefix, positions) = ("model.rotary_emb_sliding", cfg.max_position_embeddings);
-            let ids = &io.position_ids;
-            tables.push(named_rope_tables(b, prefix, rope, positions, ids, dtype));
-        }
-        tables
+    /// Sliding-window layers rotate with their own RoPE (`model.rotary_emb_sliding.*`).
+    fn other_rope(&self) -> Option<(&Rope, &'static str)> {
+        self.sliding_rope
+            .as_ref()
+            .map(|r| (r, "model.rotary_emb_sliding"))
     }
 
-    fn layer_rope<'c>(&'c self, cfg: &'c ArchConfig, i: usize) -> Option<(&'c Rope, usize)> {
-        match (&self.sliding_rope, cfg.layer_windows[i]) {
-            (Some(rope), Some(_)) => Some((rope, 1)),
-            _ => Some((&cfg.rope, 0)),
-        }
+    fn layer_rope_kind(&self, cfg: &ArchConfig, i: usize) -> LayerRope {
+        LayerRope::other_if(cfg.layer_windows[i].is_some())
     }
 
     fn layer_mlp(

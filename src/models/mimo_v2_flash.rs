@@ -22,11 +22,11 @@
 use serde_json::{json, Value};
 
 use super::components::{
-    linear, named_rope_tables, rotary_embedding, scalar, sink_attention, sink_logits,
-    soft_capped_attention, AttentionSpec, DecoderInputs, ExpertWeights, GroupScore, GroupedRouter,
-    MoeSpec, RopeTables, Router,
+    linear, rotary_embedding, scalar, sink_attention, sink_logits, soft_capped_attention,
+    AttentionSpec, DecoderInputs, ExpertWeights, GroupScore, GroupedRouter, MoeSpec, RopeTables,
+    Router,
 };
-use super::decoder::{self, Family};
+use super::decoder::{Family, LayerRope};
 use super::deepseek::read_groups;
 use super::family::FamilySpec;
 use crate::config::ModelType;
@@ -285,29 +285,15 @@ impl Family for MimoV2Flash {
         Some(checkpoint_name)
     }
 
-    /// The full layers' tables, then (where some layer slides) the sliding layers'
-    /// `model.rotary_emb_local.*`.
-    fn rotary(
-        &self,
-        b: &mut GraphBuilder,
-        cfg: &ArchConfig,
-        io: &DecoderInputs,
-        dtype: DType,
-    ) -> Vec<RopeTables> {
-        let mut tables = vec![decoder::plain_rotary(b, cfg, io, dtype)];
-        if let Some(rope) = &self.sliding_rope {
-            let (prefix, positions) = ("model.rotary_emb_local", cfg.max_position_embeddings);
-            let ids = &io.position_ids;
-            tables.push(named_rope_tables(b, prefix, rope, positions, ids, dtype));
-        }
-        tables
+    /// Sliding-window layers rotate with their own RoPE (`model.rotary_emb_local.*`).
+    fn other_rope(&self) -> Option<(&Rope, &'static str)> {
+        self.sliding_rope
+            .as_ref()
+            .map(|r| (r, "model.rotary_emb_local"))
     }
 
-    fn layer_rope<'c>(&'c self, cfg: &'c ArchConfig, i: usize) -> Option<(&'c Rope, usize)> {
-        match (&self.sliding_rope, self.slides(i)) {
-            (Some(rope), true) => Some((rope, 1)),
-            _ => Some((&cfg.rope, 0)),
-        }
+    fn layer_rope_kind(&self, _cfg: &ArchConfig, i: usize) -> LayerRope {
+        LayerRope::other_if(self.slides(i))
     }
 
     /// The layer's own key/value heads projected, v scaled, q and k rotated; then v widened

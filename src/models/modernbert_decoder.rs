@@ -12,10 +12,8 @@
 
 use serde_json::{Map, Value};
 
-use super::components::{
-    gelu, linear, named_rope_tables, DecoderInputs, Norm, NormKind, RopeTables,
-};
-use super::decoder::{self, biased_logits, Family, LayerNorms, Names};
+use super::components::{gelu, linear, DecoderInputs, Norm, NormKind};
+use super::decoder::{biased_logits, Family, LayerNorms, LayerRope, Names};
 use super::family::FamilySpec;
 use crate::config::ModelType;
 use crate::config::{
@@ -237,25 +235,13 @@ impl Family for ModernBertDecoder {
         self.norm.apply(b, &x, "model.embeddings.norm", h, dtype)
     }
 
-    fn rotary(
-        &self,
-        b: &mut GraphBuilder,
-        cfg: &ArchConfig,
-        io: &DecoderInputs,
-        dtype: DType,
-    ) -> Vec<RopeTables> {
-        let global = decoder::plain_rotary(b, cfg, io, dtype);
-        let (prefix, positions) = ("model.rotary_emb_local", cfg.max_position_embeddings);
-        let ids = &io.position_ids;
-        let local = named_rope_tables(b, prefix, &self.local_rope, positions, ids, dtype);
-        vec![global, local]
+    /// Sliding-window layers rotate with the local RoPE (`model.rotary_emb_local.*`).
+    fn other_rope(&self) -> Option<(&Rope, &'static str)> {
+        Some((&self.local_rope, "model.rotary_emb_local"))
     }
 
-    fn layer_rope<'c>(&'c self, cfg: &'c ArchConfig, i: usize) -> Option<(&'c Rope, usize)> {
-        match self.sliding[i] {
-            true => Some((&self.local_rope, 1)),
-            false => Some((&cfg.rope, 0)),
-        }
+    fn layer_rope_kind(&self, _cfg: &ArchConfig, i: usize) -> LayerRope {
+        LayerRope::other_if(self.sliding[i])
     }
 
     fn mlp(

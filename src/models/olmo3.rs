@@ -6,15 +6,13 @@
 
 use serde_json::{Map, Value};
 
-use super::components::{named_rope_tables, DecoderInputs, RopeTables};
-use super::decoder::{self, Family, LayerNorms, QkNorm};
+use super::decoder::{Family, LayerNorms, LayerRope, QkNorm};
 use super::family::FamilySpec;
 use crate::config::ModelType;
 use crate::config::{
     read_decoder, read_rope, sliding_layer_types, ArchConfig, Biases, DecoderFields, Fields,
     HfConfig, Rope, RopeScaling, SlidingLayers,
 };
-use crate::ir::{DType, GraphBuilder};
 use crate::{Error, Result};
 
 /// The family's registry entry. onnxruntime-genai 0.18 has no `olmo3` type; its `olmo` type
@@ -183,29 +181,15 @@ impl Family for Olmo3 {
         QkNorm::FullWidth
     }
 
-    /// The full layers' tables, then (when it differs) the sliding layers'
-    /// `model.rotary_emb_local.*`.
-    fn rotary(
-        &self,
-        b: &mut GraphBuilder,
-        cfg: &ArchConfig,
-        io: &DecoderInputs,
-        dtype: DType,
-    ) -> Vec<RopeTables> {
-        let mut tables = vec![decoder::plain_rotary(b, cfg, io, dtype)];
-        if let Some(rope) = &self.sliding_rope {
-            let (prefix, positions) = ("model.rotary_emb_local", cfg.max_position_embeddings);
-            let ids = &io.position_ids;
-            tables.push(named_rope_tables(b, prefix, rope, positions, ids, dtype));
-        }
-        tables
+    /// Sliding-window layers rotate with their own RoPE (`model.rotary_emb_local.*`).
+    fn other_rope(&self) -> Option<(&Rope, &'static str)> {
+        self.sliding_rope
+            .as_ref()
+            .map(|r| (r, "model.rotary_emb_local"))
     }
 
-    fn layer_rope<'c>(&'c self, cfg: &'c ArchConfig, i: usize) -> Option<(&'c Rope, usize)> {
-        match (&self.sliding_rope, self.sliding[i]) {
-            (Some(rope), true) => Some((rope, 1)),
-            _ => Some((&cfg.rope, 0)),
-        }
+    fn layer_rope_kind(&self, _cfg: &ArchConfig, i: usize) -> LayerRope {
+        LayerRope::other_if(self.sliding[i])
     }
 }
 

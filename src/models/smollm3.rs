@@ -2,11 +2,11 @@
 //! embedding at all (NoPE): their q and k go to attention unrotated. With a sliding window
 //! (only when `use_sliding_window` is set), the NoPE layers slide, as in transformers.
 
-use super::decoder::Family;
+use super::decoder::{Family, LayerRope};
 use super::family::FamilySpec;
 use crate::config::ModelType;
 use crate::config::{
-    read_decoder, read_rope, ArchConfig, DecoderFields, Fields, HfConfig, Rope, SlidingLayers,
+    read_decoder, read_rope, ArchConfig, DecoderFields, Fields, HfConfig, SlidingLayers,
 };
 use crate::limits::config::MAX_LAYERS;
 use crate::Result;
@@ -41,9 +41,8 @@ pub struct SmolLm3 {
 }
 
 impl Family for SmolLm3 {
-    fn layer_rope<'c>(&'c self, cfg: &'c ArchConfig, i: usize) -> Option<(&'c Rope, usize)> {
-        let uses_rope = self.rope_layers.get(i).copied().unwrap_or(true);
-        uses_rope.then_some((&cfg.rope, 0))
+    fn layer_rope_kind(&self, _cfg: &ArchConfig, i: usize) -> LayerRope {
+        LayerRope::config_if(self.rope_layers.get(i).copied().unwrap_or(true))
     }
 }
 
