@@ -34,6 +34,7 @@ pub mod recurrent;
 pub mod reduce;
 pub mod relayout;
 pub mod resize;
+pub mod rnn;
 pub mod rope;
 pub mod shape;
 pub mod tensor;
@@ -163,7 +164,7 @@ impl OpDef {
 }
 
 /// The registry: one table per op module.
-pub const FAMILIES: [&[OpDef]; 20] = [
+pub const FAMILIES: [&[OpDef]; 21] = [
     elementwise::OPS,
     control::OPS,
     channel_norm::OPS,
@@ -183,6 +184,7 @@ pub const FAMILIES: [&[OpDef]; 20] = [
     topk::OPS,
     moe::OPS,
     recurrent::OPS,
+    rnn::OPS,
     relayout::OPS,
 ];
 

@@ -2124,3 +2124,65 @@ def _more_ops():
 
 
 _more_ops()
+
+
+def _rnn_layers():
+    """RNN, GRU and LSTM (src/ops/rnn.rs): every direction, both layouts, sequence lengths
+    with a zero-length sequence, initial states, biases, peepholes, linear_before_reset,
+    input_forget, clip, activations with α/β, NaN and infinities."""
+    r = rng_for("rnn", "layers")
+    seq, batch, inp_w, hid = 4, 3, 5, 3
+    gates = {"RNN": 1, "GRU": 3, "LSTM": 4}
+
+    def layer(op, name, *, dirs=1, layout=0, lens=None, init_h=False, init_c=False, peep=False,
+              bias=True, x=None, outs=None, **attrs):
+        g = gates[op]
+        xs = (batch, seq, inp_w) if layout else (seq, batch, inp_w)
+        st = (batch, dirs, hid) if layout else (dirs, batch, hid)
+        ins = [inp("x", randn(r, *xs) if x is None else x), init("w", randn(r, dirs, g * hid, inp_w, scale=0.5)),
+               init("r", randn(r, dirs, g * hid, hid, scale=0.5))]
+        ins.append(init("b", randn(r, dirs, 2 * g * hid, scale=0.5)) if bias else None)
+        ins.append(init("lens", np.array(lens, np.int32)) if lens is not None else None)
+        ins.append(inp("h0", randn(r, *st)) if init_h else None)
+        if op == "LSTM":
+            ins.append(inp("c0", randn(r, *st)) if init_c else None)
+            ins.append(init("p", randn(r, dirs, 3 * hid, scale=0.5)) if peep else None)
+        while ins[-1] is None:
+            ins.pop()
+        names = ["y", "y_h", "y_c"][: (3 if op == "LSTM" else 2)]
+        add(op, name, ins, outs or [(n, F32) for n in names], hidden_size=hid, layout=layout,
+            direction={1: "forward", 2: "bidirectional"}[dirs] if "direction" not in attrs else attrs.pop("direction"),
+            **attrs)
+
+    for op in ["RNN", "GRU", "LSTM"]:
+        layer(op, "forward_defaults", bias=False)
+        layer(op, "reverse_init", direction="reverse", init_h=True, init_c=op == "LSTM")
+        layer(op, "bidirectional_lens", dirs=2, lens=[4, 2, 0], init_h=True)
+        layer(op, "bidirectional_lens_init_c", dirs=2, lens=[1, 4, 3], init_h=True,
+              init_c=op == "LSTM")
+        layer(op, "clip", clip=0.4, init_h=True)
+        x = randn(r, seq, batch, inp_w)
+        x[2, 1, 0], x[0, 2, 4] = np.inf, -np.inf
+        if op == "RNN":
+            x[1, 0, 2] = np.nan
+        # onnxruntime's GRU and LSTM kernels clamp a gate's pre-activation before their
+        # sigmoid/tanh, so a NaN there comes out a number; the spec's functions (and the
+        # interpreter) keep it NaN. Infinities agree. (layout 1 onnxruntime refuses: ONNX's
+        # conformance cases check it.)
+        layer(op, "nan_inf" if op == "RNN" else "inf", x=x)
+    layer("RNN", "relu_affine_bidirectional", dirs=2, activations=["Relu", "Affine"],
+          activation_alpha=[0.7], activation_beta=[0.2])
+    layer("RNN", "leaky_thresholded", dirs=2, activations=["LeakyRelu", "ThresholdedRelu"],
+          activation_alpha=[0.3, 0.1])
+    layer("GRU", "linear_before_reset", linear_before_reset=1, init_h=True)
+    layer("GRU", "hardsigmoid_softsign", activations=["HardSigmoid", "Softsign"],
+          activation_alpha=[0.3], activation_beta=[0.4])
+    layer("GRU", "scaledtanh_elu_reverse_lbr", direction="reverse", linear_before_reset=1,
+          activations=["ScaledTanh", "Elu"], activation_alpha=[0.9, 0.5], activation_beta=[1.1])
+    layer("LSTM", "peepholes_init", init_h=True, init_c=True, peep=True, lens=[3, 4, 1])
+    layer("LSTM", "input_forget_peepholes", input_forget=1, peep=True, init_c=True)
+    layer("LSTM", "softplus_relu_tanh", activations=["Sigmoid", "Softplus", "Relu"])
+    layer("LSTM", "y_h_only", outs=[("", F32), ("y_h", F32)], init_h=True)
+
+
+_rnn_layers()
