@@ -265,6 +265,7 @@ pub fn fill_inputs(
                 DType::I64
                 | DType::I32
                 | DType::U32
+                | DType::U64
                 | DType::I16
                 | DType::U16
                 | DType::I8

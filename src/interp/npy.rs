@@ -21,13 +21,14 @@ const MAGIC: &[u8] = b"\x93NUMPY";
 const MAX_HEADER: usize = 64 << 10;
 
 /// The dtypes `.npy` files may hold, with the `descr` numpy writes for each.
-const DESCRS: [(DType, &str); 11] = [
+const DESCRS: [(DType, &str); 12] = [
     (DType::F32, "<f4"),
     (DType::F16, "<f2"),
     (DType::F64, "<f8"),
     (DType::I64, "<i8"),
     (DType::I32, "<i4"),
     (DType::U32, "<u4"),
+    (DType::U64, "<u8"),
     (DType::I16, "<i2"),
     (DType::U16, "<u2"),
     (DType::I8, "|i1"),

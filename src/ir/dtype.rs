@@ -27,6 +27,10 @@ pub enum DType {
     U16,
     /// Unsigned 32-bit integer.
     U32,
+    /// Unsigned 64-bit integer. Held in an `i64` with the same bits (two's complement
+    /// wrapping); the ops whose result depends on the sign (comparisons, division, right
+    /// shifts, conversions) read it as unsigned.
+    U64,
     /// Boolean (one byte per element).
     Bool,
     /// Signed 4-bit integer (-8..=7). In memory mobius keeps one value per byte (as an `i8`);
@@ -50,6 +54,7 @@ impl DType {
             DType::I16 => 5,
             DType::I32 => 6,
             DType::U32 => 12,
+            DType::U64 => 13,
             DType::I64 => 7,
             DType::Bool => 9,
             DType::F16 => 10,
@@ -71,6 +76,7 @@ impl DType {
             5 => DType::I16,
             6 => DType::I32,
             12 => DType::U32,
+            13 => DType::U64,
             7 => DType::I64,
             9 => DType::Bool,
             10 => DType::F16,
@@ -97,6 +103,7 @@ impl DType {
             "I16" => DType::I16,
             "U16" => DType::U16,
             "U32" => DType::U32,
+            "U64" => DType::U64,
             "BOOL" => DType::Bool,
             _ => return None,
         })
@@ -106,7 +113,7 @@ impl DType {
     /// [`DType::stored_bytes`] for their size in a file).
     pub fn size(self) -> usize {
         match self {
-            DType::F64 | DType::I64 => 8,
+            DType::F64 | DType::I64 | DType::U64 => 8,
             DType::F32 | DType::I32 | DType::U32 => 4,
             DType::F16 | DType::BF16 | DType::I16 | DType::U16 => 2,
             DType::I8 | DType::U8 | DType::Bool | DType::I4 | DType::U4 | DType::F8E4M3FN => 1,
@@ -166,6 +173,7 @@ impl DType {
             DType::I16 => "i16",
             DType::U16 => "u16",
             DType::U32 => "u32",
+            DType::U64 => "u64",
             DType::Bool => "bool",
             DType::I4 => "i4",
             DType::U4 => "u4",

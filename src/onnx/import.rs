@@ -450,6 +450,7 @@ impl Ctx<'_> {
                     .iter()
                     .flat_map(|&v| (v as u32).to_le_bytes())
                     .collect(),
+                DType::U64 => t.uint64_data.iter().flat_map(|v| v.to_le_bytes()).collect(),
                 DType::I8 | DType::U8 | DType::Bool | DType::I4 | DType::U4 | DType::F8E4M3FN => {
                     t.int32_data.iter().map(|&v| v as u8).collect()
                 }

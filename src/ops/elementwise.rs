@@ -190,13 +190,26 @@ pub(crate) fn wrap_int(dtype: DType, v: i64) -> i64 {
     }
 }
 
+/// `v` of integer dtype `dtype` as a key whose signed order is the values' order: a
+/// [`DType::U64`]'s bits with the sign bit flipped, any other integer itself.
+pub(crate) fn int_order_key(dtype: DType, v: i64) -> i64 {
+    match dtype {
+        DType::U64 => v ^ i64::MIN,
+        _ => v,
+    }
+}
+
 /// A float converted to integer dtype `to` the way onnxruntime's `static_cast` does on x86-64:
 /// truncation toward zero; NaN and out-of-range values give the "integer indefinite" value
 /// (the minimum of i64 or i32); u32 goes through i64 and 8- and 16-bit targets through i32,
-/// keeping the low bits.
+/// keeping the low bits; u64 takes 2^63..2^64 as its own values and the rest through i64.
 fn float_to_int(x: f64, to: DType) -> i64 {
     let t = x.trunc();
-    if to == DType::I64 || to == DType::U32 {
+    if to == DType::U64 && (2f64.powi(63)..2f64.powi(64)).contains(&t) {
+        // Past i64: the unsigned value's bits.
+        return t as u64 as i64;
+    }
+    if to == DType::I64 || to == DType::U64 || to == DType::U32 {
         // Comparisons with NaN are false, so NaN lands on the indefinite value too.
         let limit = 2f64.powi(63);
         let v = if (-limit..limit).contains(&t) {
@@ -285,6 +298,7 @@ fn arith(call: &OpCall<'_>, op: Arith) -> Result<Vec<Tensor>> {
                 Arith::Sub => Ok(p.wrapping_sub(q)),
                 Arith::Mul => Ok(p.wrapping_mul(q)),
                 Arith::Div if q == 0 => Err(call.error("integer division by zero")),
+                Arith::Div if a.dtype == DType::U64 => Ok(((p as u64) / (q as u64)) as i64),
                 Arith::Div => Ok(p.wrapping_div(q)),
             })
             .into_iter()
@@ -325,7 +339,14 @@ fn extremum(call: &OpCall<'_>, better: Ordering) -> Result<Vec<Tensor>> {
                 .iter()
                 .map(|t| t.ints())
                 .collect::<Result<Vec<_>>>()?;
-            let pick = |acc: i64, p: i64| if p.cmp(&acc) == better { p } else { acc };
+            let key = |v: i64| int_order_key(first.dtype, v);
+            let pick = |acc: i64, p: i64| {
+                if key(p).cmp(&key(acc)) == better {
+                    p
+                } else {
+                    acc
+                }
+            };
             Tensor::int(first.dtype, shape, fold(&values, &index, pick))
         }
         Values::Bool(_) => return Err(call.error("unsupported dtype bool")),
@@ -517,7 +538,9 @@ fn compare(call: &OpCall<'_>, op: Cmp) -> Result<Vec<Tensor>> {
     let (shape, index) = broadcast(call, &[a, b])?;
     let values = match (&a.values, &b.values) {
         (Values::Float(x), Values::Float(y)) => zip(x, y, &index, |p, q| op.apply(p, q)),
-        (Values::Int(x), Values::Int(y)) => zip(x, y, &index, |p, q| op.apply(p, q)),
+        (Values::Int(x), Values::Int(y)) => zip(x, y, &index, |p, q| {
+            op.apply(int_order_key(a.dtype, p), int_order_key(a.dtype, q))
+        }),
         (Values::Bool(x), Values::Bool(y)) if op == Cmp::Equal => zip(x, y, &index, |p, q| p == q),
         _ => return Err(call.error(format!("unsupported dtype {}", a.dtype))),
     };
@@ -626,6 +649,9 @@ pub(crate) fn cast(x: &Tensor, to: DType) -> Tensor {
             shape,
             v.iter().map(|&p| float_to_int(p as f64, to)).collect(),
         ),
+        Values::Int(v) if to.is_float() && x.dtype == DType::U64 => {
+            Tensor::float(to, shape, v.iter().map(|&p| p as u64 as f32).collect())
+        }
         Values::Int(v) if to.is_float() => {
             Tensor::float(to, shape, v.iter().map(|&p| p as f32).collect())
         }

@@ -368,6 +368,7 @@ fn modulo(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
         (Values::Int(x), Values::Int(y)) => {
             let v = zip(x, y, &index, |p: i64, q: i64| match (q, fmod) {
                 (0, _) => Err(call.error("integer remainder by zero")),
+                _ if a.dtype == DType::U64 => Ok(((p as u64) % (q as u64)) as i64),
                 (_, true) => Ok(p.wrapping_rem(q)),
                 (_, false) => {
                     let r = p.wrapping_rem(q);
@@ -415,8 +416,8 @@ fn bitwise(call: &OpCall<'_>, f: fn(i64, i64) -> i64) -> Result<Vec<Tensor>> {
 
 /// `BitShift(x, y)` on integers, `direction` "LEFT" or "RIGHT": bits shifted out are lost
 /// (a signed left shift works on the two's complement bits), a right shift of a signed value
-/// copies its sign bit; a shift by a negative amount or by the type's width or more gives 0,
-/// or -1 for a negative value shifted right.
+/// copies its sign bit (a u64's is a value bit: shifted as unsigned); a shift by a negative
+/// amount or by the type's width or more gives 0, or -1 for a negative value shifted right.
 fn bit_shift(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
     let (a, b) = same_dtype_pair(call)?;
     let left = match call.string("direction") {
@@ -432,16 +433,19 @@ fn bit_shift(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
         DType::U8 | DType::I8 => 8,
         DType::U16 | DType::I16 => 16,
         DType::I32 | DType::U32 => 32,
-        DType::I64 => 64,
+        DType::I64 | DType::U64 => 64,
         other => return Err(call.error(format!("unsupported dtype {other}"))),
     };
     let (shape, index) = broadcast(call, &[a, b])?;
     match (&a.values, &b.values) {
         (Values::Int(x), Values::Int(y)) => {
+            let unsigned = a.dtype == DType::U64;
             let v = zip(x, y, &index, |p: i64, q: i64| match (q, left) {
-                (q, false) if !(0..bits).contains(&q) => -((p < 0) as i64),
+                // A u64 shift amount past i64 reads as negative: out of range either way.
+                (q, false) if !(0..bits).contains(&q) => -((p < 0 && !unsigned) as i64),
                 (q, true) if !(0..bits).contains(&q) => 0,
                 (q, true) => wrap_int(a.dtype, p.wrapping_shl(q as u32)),
+                (q, false) if unsigned => ((p as u64) >> q) as i64,
                 (q, false) => p >> q,
             });
             Ok(vec![Tensor::int(a.dtype, shape, v)])

@@ -255,10 +255,14 @@ fn reduce(call: &OpCall<'_>, kind: Kind) -> Result<Vec<Tensor>> {
                 DType::I16 => (i16::MIN as i64, i16::MAX as i64),
                 DType::U16 => (0, u16::MAX as i64),
                 DType::U32 => (0, u32::MAX as i64),
+                // u64::MAX's bits.
+                DType::U64 => (0, -1),
                 _ => (i64::MIN, i64::MAX),
             };
-            let (better, empty): (fn(i64, i64) -> bool, i64) = match kind {
-                Kind::Max => (|p, q| p > q, lowest),
+            let (better, empty): (fn(i64, i64) -> bool, i64) = match (kind, x.dtype) {
+                (Kind::Max, DType::U64) => (|p, q| (p as u64) > (q as u64), lowest),
+                (Kind::Max, _) => (|p, q| p > q, lowest),
+                (_, DType::U64) => (|p, q| (p as u64) < (q as u64), highest),
                 _ => (|p, q| p < q, highest),
             };
             let values = extreme_by_group(v, &target, groups, better)
@@ -441,5 +445,43 @@ fn reduce_type(inputs: &[InputView<'_>], attr: &Attrs<'_>) -> TensorType {
     TensorType {
         dtype: t.dtype,
         shape,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::interp::eval_op;
+    use crate::ir::{Attr, Attrs, DType};
+    use crate::limits::InterpLimits;
+    use crate::ops::Tensor;
+
+    #[test]
+    fn uint64_extrema_read_the_values_as_unsigned() {
+        // 2^64 − 1, 2^63, 5 as i64 bits.
+        let x = Tensor::int(DType::U64, vec![3], vec![-1, i64::MIN, 5]);
+        let attrs: Attrs = [("keepdims".to_string(), Attr::Int(0))]
+            .into_iter()
+            .collect();
+        let run = |op| {
+            let limits = InterpLimits::default();
+            eval_op("t", ("", op), attrs.clone(), &[Some(&x)], &["y"], &limits).unwrap()
+        };
+        assert_eq!(run("ReduceMax")[0].ints().unwrap(), [-1]);
+        assert_eq!(run("ReduceMin")[0].ints().unwrap(), [5]);
+        let empty = Tensor::int(DType::U64, vec![0], vec![]);
+        let limits = InterpLimits::default();
+        let min = eval_op(
+            "t",
+            ("", "ReduceMin"),
+            attrs.clone(),
+            &[Some(&empty)],
+            &["y"],
+            &limits,
+        );
+        assert_eq!(
+            min.unwrap()[0].ints().unwrap(),
+            [-1],
+            "u64::MAX, the empty minimum"
+        );
     }
 }

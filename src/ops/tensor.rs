@@ -101,6 +101,9 @@ impl Tensor {
     pub fn as_f64(&self) -> Vec<f64> {
         match &self.values {
             Values::Float(v) => v.iter().map(|&x| x as f64).collect(),
+            Values::Int(v) if self.dtype == DType::U64 => {
+                v.iter().map(|&x| x as u64 as f64).collect()
+            }
             Values::Int(v) => v.iter().map(|&x| x as f64).collect(),
             Values::Bool(v) => v.iter().map(|&x| x as u8 as f64).collect(),
         }
@@ -163,8 +166,8 @@ impl Tensor {
                     .map(|c| bf16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32())
                     .collect(),
             ),
-            DType::I64 => Tensor::int(
-                DType::I64,
+            DType::I64 | DType::U64 => Tensor::int(
+                t.dtype,
                 shape,
                 b.chunks_exact(8)
                     .map(|c| i64::from_le_bytes(c.try_into().unwrap()))

@@ -138,6 +138,7 @@ fn onnx_name(d: DType) -> &'static str {
         DType::I16 => "INT16",
         DType::U16 => "UINT16",
         DType::U32 => "UINT32",
+        DType::U64 => "UINT64",
         DType::Bool => "BOOL",
         DType::I4 => "INT4",
         DType::U4 => "UINT4",

@@ -2186,3 +2186,28 @@ def _rnn_layers():
 
 
 _rnn_layers()
+
+
+def _uint64():
+    """uint64 (held as i64 bits): values past 2^63 in arithmetic, division, remainder,
+    comparisons, extrema, shifts, TopK, reductions and casts."""
+    U64 = TensorProto.UINT64
+    big = np.array([2**64 - 1, 2**63, 2**63 - 1, 5, 0, 2**63 + 12345], np.uint64)
+    small = np.array([3, 2**63 + 1, 7, 5, 9, 2], np.uint64)
+    for op in ["Add", "Sub", "Mul", "Div", "Mod", "Max", "Min", "BitwiseAnd", "BitwiseXor"]:
+        add(op, "uint64_past_i64", [inp("a", big), inp("b", small)], [("y", U64)])
+    for op in ["Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"]:
+        add(op, "uint64_past_i64", [inp("a", big), inp("b", small)], [("y", BOOL)])
+    add("BitShift", "uint64_right", [inp("a", big), inp("b", np.array([1, 63, 3, 0, 2, 4], np.uint64))],
+        [("y", U64)], direction="RIGHT")
+    add("BitShift", "uint64_left", [inp("a", big), inp("b", np.array([1, 63, 3, 0, 2, 4], np.uint64))],
+        [("y", U64)], direction="LEFT")
+    # onnxruntime has no uint64 TopK, ReduceMax/Min or Pow: ONNX's conformance cases check
+    # TopK and Pow, src/ops/reduce.rs's tests the reductions.
+    add("Cast", "uint64_to_float", [inp("x", big)], [("y", F32)], to=TensorProto.FLOAT)
+    add("Cast", "float_to_uint64", [inp("x", np.array([0.5, 3e9, 1.5e19, 9.3e18, 7.0], np.float32))],
+        [("y", U64)], to=U64)
+    add("Cast", "int64_to_uint64", [inp("x", np.array([-1, 5, I64_MIN], np.int64))], [("y", U64)], to=U64)
+
+
+_uint64()
