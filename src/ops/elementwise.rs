@@ -132,6 +132,18 @@ pub const OPS: &[OpDef] = &[
     OpDef::onnx("Identity", &[])
         .infer(first_type)
         .eval(|c| c.input(0).map(|x| vec![x.clone()])),
+    // The optional-type ops on what the interpreter holds, tensors: a tensor is an optional
+    // with an element, an absent input one without.
+    OpDef::onnx("OptionalHasElement", &[])
+        .infer(|_| vec![TensorType::new(DType::Bool, vec![])])
+        .eval(|c| Ok(vec![Tensor::bool(vec![], vec![c.optional(0).is_some()])])),
+    OpDef::onnx("OptionalGetElement", &[])
+        .infer(first_type)
+        .eval(|c| c.input(0).map(|x| vec![x.clone()])),
+    OpDef::onnx("SwiGLU", &["alpha"])
+        .infer(first_type)
+        .eval(swiglu)
+        .since(28),
     // The fused elementwise kernels come with the Skip*Normalization ones.
     OpDef::ms("FastGelu", &[])
         .infer(first_type)
@@ -275,6 +287,26 @@ enum Arith {
     Sub,
     Mul,
     Div,
+}
+
+/// `SwiGLU(A, B)` (opset 28): `Swish_alpha(A) · B`, `A` and `B` of one shape (no
+/// broadcasting), computed in f64 and rounded to their dtype.
+fn swiglu(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
+    let (a, b) = same_dtype_pair(call)?;
+    if a.shape != b.shape {
+        return Err(call.error(format!(
+            "A {:?} and B {:?} must have one shape (SwiGLU does not broadcast)",
+            a.shape, b.shape
+        )));
+    }
+    let alpha = call.float("alpha", 1.0) as f64;
+    let (x, y) = (a.as_f64(), b.as_f64());
+    let values = x
+        .iter()
+        .zip(&y)
+        .map(|(&p, &q)| (p / (1.0 + (-alpha * p).exp()) * q) as f32)
+        .collect();
+    Ok(vec![Tensor::float(a.dtype, a.shape.clone(), values)])
 }
 
 /// `Add`, `Sub`, `Mul`, `Div`. Integer division truncates toward zero; division by zero is an

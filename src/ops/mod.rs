@@ -27,6 +27,7 @@ pub mod linalg;
 pub mod loss;
 pub mod math;
 pub mod matmul;
+pub mod ml;
 pub mod moe;
 pub mod norm;
 pub mod quant;
@@ -39,6 +40,7 @@ pub mod rope;
 pub mod shape;
 pub mod tensor;
 pub mod topk;
+pub mod training;
 pub mod types;
 pub mod value;
 
@@ -164,7 +166,7 @@ impl OpDef {
 }
 
 /// The registry: one table per op module.
-pub const FAMILIES: [&[OpDef]; 21] = [
+pub const FAMILIES: [&[OpDef]; 23] = [
     elementwise::OPS,
     control::OPS,
     channel_norm::OPS,
@@ -185,6 +187,8 @@ pub const FAMILIES: [&[OpDef]; 21] = [
     moe::OPS,
     recurrent::OPS,
     rnn::OPS,
+    ml::OPS,
+    training::OPS,
     relayout::OPS,
 ];
 

@@ -272,16 +272,15 @@ fn reduce(call: &OpCall<'_>, kind: Kind) -> Result<Vec<Tensor>> {
             Tensor::int(x.dtype, shape, values)
         }
         (Values::Bool(v), Kind::Max | Kind::Min) => {
-            let better: fn(bool, bool) -> bool = match kind {
-                Kind::Max => |p, q| p & !q,
-                _ => |p, q| !p & q,
+            // An empty set's maximum is the least value, false; its minimum true.
+            let (better, empty): (fn(bool, bool) -> bool, bool) = match kind {
+                Kind::Max => (|p, q| p & !q, false),
+                _ => (|p, q| !p & q, true),
             };
             let values = extreme_by_group(v, &target, groups, better)
                 .into_iter()
-                .collect::<Option<Vec<bool>>>()
-                .ok_or_else(|| {
-                    call.error("a reduced axis has length 0: an empty bool reduction is undefined")
-                })?;
+                .map(|m| m.unwrap_or(empty))
+                .collect();
             Tensor::bool(shape, values)
         }
         (Values::Bool(_), _) => return Err(call.error("unsupported dtype bool")),

@@ -13,25 +13,85 @@
 //! its evaluator.
 
 use super::{OpCall, OpDef, Tensor, Values};
+use crate::ir::{Attr, Attrs, DType, Node};
 use crate::Result;
 
 /// The ops of this family.
-pub const OPS: &[OpDef] = &[OpDef::onnx(
-    "Resize",
-    &[
-        "antialias",
-        "axes",
-        "coordinate_transformation_mode",
-        "cubic_coeff_a",
-        "exclude_outside",
-        "extrapolation_value",
-        "keep_aspect_ratio_policy",
-        "mode",
-        "nearest_mode",
-    ],
-)
-.infer(|c| vec![c.ty(0).with_unknown_shape()])
-.eval(resize)];
+pub const OPS: &[OpDef] = &[
+    OpDef::onnx(
+        "Resize",
+        &[
+            "antialias",
+            "axes",
+            "coordinate_transformation_mode",
+            "cubic_coeff_a",
+            "exclude_outside",
+            "extrapolation_value",
+            "keep_aspect_ratio_policy",
+            "mode",
+            "nearest_mode",
+        ],
+    )
+    .infer(|c| vec![c.ty(0).with_unknown_shape()])
+    .eval(resize),
+    // `Upsample` (opsets 7–9, deprecated since 10): `Resize` of the `scales` attribute (opset 7)
+    // or input (9), `mode` nearest (rounding down) or linear, on asymmetric coordinates.
+    OpDef::onnx("Upsample", &["mode", "scales"])
+        .infer(|c| vec![c.ty(0).with_unknown_shape()])
+        .eval(upsample),
+];
+
+fn upsample(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
+    let x = call.input(0)?;
+    let scales = match (call.optional(1), call.attrs().get("scales")) {
+        (Some(t), _) => Tensor::float(
+            DType::F32,
+            t.shape.clone(),
+            t.as_f64().iter().map(|&v| v as f32).collect(),
+        ),
+        (None, Some(Attr::Floats(v))) => Tensor::float(DType::F32, vec![v.len()], v.clone()),
+        _ => {
+            return Err(
+                call.error("scales (an input from opset 9, an attribute before) is required")
+            )
+        }
+    };
+    if scales.numel() != x.shape.len() || scales.floats()?.iter().any(|&s| s.is_nan() || s < 1.0) {
+        return Err(call.error(format!(
+            "scales must hold one value ≥ 1 per dimension of X {:?}, got {:?}",
+            x.shape,
+            scales.floats()?
+        )));
+    }
+    let mode = match call.string("mode").unwrap_or("nearest") {
+        m @ ("nearest" | "linear") => m,
+        other => return Err(call.error(format!("mode must be nearest or linear, got `{other}`"))),
+    };
+    let attrs: Attrs = [
+        ("coordinate_transformation_mode", "asymmetric"),
+        ("mode", mode),
+        ("nearest_mode", "floor"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), Attr::String(v.to_string())))
+    .collect();
+    let node = Node {
+        op_type: "Resize".to_string(),
+        attrs,
+        inputs: vec![
+            call.node.inputs[0].clone(),
+            String::new(),
+            "scales".to_string(),
+        ],
+        ..call.node.clone()
+    };
+    resize(&OpCall {
+        node: &node,
+        inputs: vec![Some(x), None, Some(&scales)],
+        limits: call.limits,
+        scope: call.scope,
+    })
+}
 
 /// The interpolation kernels.
 #[derive(Clone, Copy, PartialEq)]
@@ -296,7 +356,12 @@ fn resize(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
                 }
             }
             let clamp = |i: i64| i.clamp(0, input as i64 - 1) as usize;
-            taps.push(Some(index.iter().map(|&i| clamp(i)).zip(c).collect()));
+            let nearest = matches!(kernel, Kernel::Nearest(_));
+            let picked = index.iter().map(|&i| clamp(i)).zip(c);
+            // Nearest reads one element: its unpicked taps (weight 0) must not bring in a NaN.
+            taps.push(Some(
+                picked.filter(|&(_, w)| !nearest || w != 0.0).collect(),
+            ));
         }
         let outer: usize = shape[..a].iter().product();
         let inner: usize = shape[a + 1..].iter().product();

@@ -64,6 +64,8 @@ class Case:
         opsets = [helper.make_opsetid("", self.opset)]
         if self.node.domain == MS:
             opsets.append(helper.make_opsetid(MS, 1))
+        elif self.node.domain == "ai.onnx.ml":
+            opsets.append(helper.make_opsetid("ai.onnx.ml", 3))
         m = helper.make_model(g, opset_imports=opsets, ir_version=IR_VERSION,
                               producer_name="mobius-interp-tests")
         return onnx.shape_inference.infer_shapes(m)
@@ -2211,3 +2213,36 @@ def _uint64():
 
 
 _uint64()
+
+
+def _small_ops():
+    """MelWeightMatrix, Upsample (opset 9), OptionalHasElement / OptionalGetElement on
+    tensors, ai.onnx.ml's Binarizer and ArrayFeatureExtractor, an empty bool ReduceMax."""
+    r = rng_for("small", "ops")
+    i64 = lambda v: np.array(v, np.int64)  # noqa: E731
+    add("MelWeightMatrix", "speech", [init("bins", i64(8)), init("dft", i64(64)), init("rate", i64(16000)),
+        init("lo", np.array(20.0, np.float32)), init("hi", np.array(7000.0, np.float32))], [("y", F32)])
+    add("MelWeightMatrix", "narrow_f64", [init("bins", i64(3)), init("dft", i64(17)), init("rate", i64(100)),
+        init("lo", np.array(0.0, np.float32)), init("hi", np.array(40.0, np.float32))],
+        [("y", TensorProto.DOUBLE)], output_datatype=TensorProto.DOUBLE)
+    x = randn(r, 1, 2, 2, 3)
+    x[0, 1, 0, 2] = np.nan
+    add("Upsample", "nearest", [inp("x", x), init("s", np.array([1, 1, 2, 1.5], np.float32))], [("y", F32)],
+        opset=9)
+    add("Upsample", "linear", [inp("x", randn(r, 1, 1, 3, 2)), init("s", np.array([1, 1, 2, 3], np.float32))],
+        [("y", F32)], opset=9, mode="linear")
+    add("OptionalHasElement", "tensor", [inp("x", randn(r, 2))], [("y", BOOL)], opset=18)
+    add("OptionalHasElement", "absent", [None], [("y", BOOL)], opset=18)
+    add("OptionalGetElement", "tensor", [inp("x", ints(r, -5, 5, 3))], [("y", I64)], opset=18)
+    b = randn(r, 3, 4)
+    # onnxruntime refuses a NaN input (the interpreter, as ONNX's reference, gives 0).
+    b[1, 1], b[2, 2], b[0, 3] = np.inf, 0.25, -np.inf
+    add("Binarizer", "threshold_inf", [inp("x", b)], [("y", F32)], domain="ai.onnx.ml", threshold=0.25)
+    add("ArrayFeatureExtractor", "rows", [inp("x", randn(r, 2, 3, 5)), init("i", i64([4, 0, 4]))],
+        [("y", F32)], domain="ai.onnx.ml")
+    add("ArrayFeatureExtractor", "vector_int", [inp("x", ints(r, -9, 9, 6)), init("i", i64([[1, 5]]))],
+        [("y", I64)], domain="ai.onnx.ml")
+    # An empty bool ReduceMax/Min onnxruntime refuses; ONNX's conformance case checks it.
+
+
+_small_ops()

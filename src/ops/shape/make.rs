@@ -255,3 +255,80 @@ pub(super) fn window(call: &OpCall<'_>, kind: Window) -> Result<Tensor> {
     let t = Tensor::float(DType::F32, vec![size], values);
     Ok(crate::ops::elementwise::cast(&t, dtype))
 }
+
+/// `MelWeightMatrix(num_mel_bins, dft_length, sample_rate, lower_edge_hertz,
+/// upper_edge_hertz)`: `[dft_length / 2 + 1, num_mel_bins]` triangular filters, each peaking
+/// at 1 on its centre bin, as ONNX's reference computes them: `num_mel_bins + 2` points evenly
+/// spaced on the mel scale from the lower edge in steps of `(high − low) / (num_mel_bins + 2)`,
+/// each mapped back to hertz and to the spectrogram bin `⌊(dft_length + 1)·f / sample_rate⌋`;
+/// filter `i` rises from point `i` to `i + 1` and falls to `i + 2`. Of `output_datatype`.
+pub(super) fn mel_weight_matrix(call: &OpCall<'_>) -> Result<Tensor> {
+    let scalar_int = |i: usize, what: &str| -> Result<i64> {
+        match int_input(call, i)?.as_slice() {
+            [n] => Ok(*n),
+            other => Err(call.error(format!("{what} must be one value, got {other:?}"))),
+        }
+    };
+    let scalar_float = |i: usize, what: &str| -> Result<f64> {
+        match call.input(i)?.as_f64().as_slice() {
+            [v] => Ok(*v),
+            other => Err(call.error(format!("{what} must be one value, got {other:?}"))),
+        }
+    };
+    let bins = scalar_int(0, "num_mel_bins")?;
+    let dft = scalar_int(1, "dft_length")?;
+    let rate = scalar_int(2, "sample_rate")?;
+    let (low, high) = (
+        scalar_float(3, "lower_edge_hertz")?,
+        scalar_float(4, "upper_edge_hertz")?,
+    );
+    if bins <= 0 || dft <= 0 || rate <= 0 {
+        return Err(call.error(format!(
+            "num_mel_bins ({bins}), dft_length ({dft}) and sample_rate ({rate}) must be positive"
+        )));
+    }
+    if !(0.0 <= low && low <= high && high.is_finite()) {
+        return Err(call.error(format!(
+            "the edges must satisfy 0 ≤ lower_edge_hertz ({low}) ≤ upper_edge_hertz ({high})"
+        )));
+    }
+    let (bins, spectrum) = (bins as usize, dft as usize / 2 + 1);
+    let code = call.int("output_datatype", 1);
+    let dtype = i32::try_from(code)
+        .ok()
+        .and_then(DType::from_onnx_code)
+        .ok_or_else(|| call.error(format!("unsupported output_datatype {code}")))?;
+    call.alloc(&[spectrum, bins])?;
+    let mel = |f: f64| 2595.0 * (f / 700.0).ln_1p() / 10f64.ln();
+    let (lo, hi) = (mel(low), mel(high));
+    let step = (hi - lo) / (bins + 2) as f64;
+    let points: Vec<usize> = (0..bins + 2)
+        .map(|i| {
+            let hz = 700.0 * ((i as f64 * step + lo) / 2595.0 * 10f64.ln()).exp_m1();
+            (((dft + 1) as f64 * hz) / rate as f64).floor().max(0.0) as usize
+        })
+        .collect();
+    // As onnxruntime: the last point must be a bin (the reference reads it only as a bound).
+    if points[bins + 1] >= spectrum {
+        return Err(call.error(format!(
+            "upper_edge_hertz {high} maps past the {spectrum} spectrogram bins of dft_length {dft} \
+             at sample_rate {rate}"
+        )));
+    }
+    let mut out = vec![0.0f32; spectrum * bins];
+    for i in 0..bins {
+        let (left, centre, right) = (points[i], points[i + 1], points[i + 2]);
+        if centre == left {
+            out[centre * bins + i] = 1.0;
+        } else {
+            for j in left..=centre {
+                out[j * bins + i] = (j - left) as f32 / (centre - left) as f32;
+            }
+        }
+        for j in centre..right {
+            out[j * bins + i] = (right - j) as f32 / (right - centre) as f32;
+        }
+    }
+    let t = Tensor::float(DType::F32, vec![spectrum, bins], out);
+    Ok(crate::ops::elementwise::cast(&t, dtype))
+}

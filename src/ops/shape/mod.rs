@@ -175,6 +175,15 @@ pub const OPS: &[OpDef] = &[
     OpDef::onnx("BlackmanWindow", WINDOW_ATTRS)
         .infer(window_type)
         .eval(|c| make::window(c, make::Window::Blackman).map(|t| vec![t])),
+    OpDef::onnx("MelWeightMatrix", &["output_datatype"])
+        .infer(|c| {
+            let dtype = DType::from_onnx_code(c.int("output_datatype").unwrap_or(1) as i32);
+            vec![TensorType {
+                dtype,
+                shape: Some(vec![SymDim::Unknown, SymDim::Unknown]),
+            }]
+        })
+        .eval(|c| make::mel_weight_matrix(c).map(|t| vec![t])),
     OpDef::onnx("GatherElements", &["axis"])
         .infer(|c| vec![c.ty(1).with_dtype(c.ty(0).dtype)])
         .eval(|c| select::gather_elements(c).map(|t| vec![t])),
