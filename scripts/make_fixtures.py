@@ -187,6 +187,8 @@ from transformers import (
     DeepseekV2Config,
     DeepseekV2ForCausalLM,
     DeepseekV3Config,
+    LongcatFlashConfig,
+    LongcatFlashForCausalLM,
     DeepseekV3ForCausalLM,
     Dots1Config,
     Dots1ForCausalLM,
@@ -1843,6 +1845,31 @@ def make_config(kind: str, vocab: int, ids: dict):
                 "mscale_all_dim": 0.8,
             },
         )
+    if kind == "longcat_flash":
+        # Two MLA sublayers per layer (4 heads of 16 + 16 q/k channels, the rope half
+        # interleaved, 16 v channels, q rank 24, latent 32; the LoRA scales sqrt(64/24) on q and
+        # sqrt(64/32) on the latent), two SwiGLU MLPs of 32 and the shortcut MoE: 4 experts of
+        # width 32 (a multiple of the quantization blocks) plus 2 zero (identity) experts, top-2 of the softmax over all 6 picked with
+        # the correction bias, weights times 6 (the default). 2 layers: 4 caches.
+        return LongcatFlashForCausalLM, LongcatFlashConfig(
+            **{k: v for k, v in common.items() if k not in ("num_hidden_layers", "intermediate_size", "num_key_value_heads", "head_dim")},
+            num_layers=2,
+            num_key_value_heads=4,
+            head_dim=16,
+            ffn_hidden_size=32,
+            q_lora_rank=24,
+            kv_lora_rank=32,
+            qk_nope_head_dim=16,
+            qk_rope_head_dim=16,
+            v_head_dim=16,
+            n_routed_experts=4,
+            zero_expert_num=2,
+            moe_topk=2,
+            expert_ffn_hidden_size=32,
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
     if kind == "axk1":
         # DeepSeek-V3's MLA (4 heads of 16 + 16 q/k channels, rope pairs interleaved, 16 v
         # channels, q rank 24, latent 32); layer 0 dense, layer 1 MoE (first_k_dense_replace
@@ -2350,6 +2377,9 @@ def perturb(model, seed: int) -> None:
             r = torch.randn(p.shape, generator=g, dtype=torch.float32)
             # The parameter's own module decides (DBRX's `norm_attn_norm.attn.Wqkv` is no norm).
             module = name.rsplit(".", 1)[0].rsplit(".", 1)[-1]
+            if module.isdigit():
+                # A module of a ModuleList (LongCat-Flash's `input_layernorm.0`): its list decides.
+                module = name.rsplit(".", 2)[0].rsplit(".", 1)[-1]
             if name.endswith("_residual"):
                 v = 1.0 + 0.2 * r  # Doge's residual scales (ones at init)
             elif module.startswith("ln_") or "norm" in module:
@@ -2663,6 +2693,7 @@ FIXTURES = {
     "hy_v3": (6270, "f32", "v5", None),
     "minicpm5_moe": (6280, "f32", "v5", None),
     "axk1": (6290, "f32", "v5", None),
+    "longcat_flash": (6295, "f32", "v5", None),
     "dbrx": (6400, "f32", "v5", None),
     "llama4_text": (8400, "f32", "v5", None),
     "afmoe": (8500, "f32", "v5", None),

@@ -515,6 +515,13 @@ pub struct HfConfig {
     pub global_attention_scale: Option<f64>,
     /// `local_attention_window` (Ergo's alias of `sliding_window`).
     pub local_attention_window: Option<i64>,
+    /// `zero_expert_num` (LongCat-Flash: the router's identity experts; null for none).
+    #[serde(default, deserialize_with = "nullable")]
+    pub zero_expert_num: Option<Option<i64>>,
+    /// `expert_ffn_hidden_size` (LongCat-Flash: each routed expert's width).
+    pub expert_ffn_hidden_size: Option<i64>,
+    /// `qk_head_dim` (LongCat-Flash: the q/k channels per head, their nope plus rope).
+    pub qk_head_dim: Option<i64>,
 }
 
 /// Deserializes a field that may be `null` as `Some(Value::Null)`, so that an explicit null

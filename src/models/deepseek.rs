@@ -242,6 +242,7 @@ pub fn read_mla_decoder<K: crate::config::FamilyKnobs>(
             bias: raw.attention_bias.unwrap_or(false),
             latent_eps: 1e-6,
             scale: softmax_scale(raw, head_dim, f)?,
+            latent_scale: 1.0,
         })
     })?;
     if cfg.rope.rotary_dim != qk_rope {

@@ -75,6 +75,7 @@ pub mod lfm2;
 pub mod lfm2_moe;
 pub mod llama;
 pub mod llama4;
+pub mod longcat_flash;
 pub mod mamba;
 pub mod mamba2;
 pub mod mellum;

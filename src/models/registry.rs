@@ -93,6 +93,7 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &super::hy_v3::FAMILY,
     &super::minicpm5_moe::FAMILY,
     &super::axk1::FAMILY,
+    &super::longcat_flash::FAMILY,
     &super::dots1::FAMILY,
     &super::dbrx::FAMILY,
     &super::diffllama::FAMILY,

@@ -70,6 +70,10 @@ def model_dims(cfg: dict) -> dict:
     for generic, spellings in SIZE_SPELLINGS.items():
         if generic not in cfg:
             cfg = {**cfg, generic: next(cfg[s] for s in spellings if s in cfg)}
+    if cfg.get("model_type") == "longcat_flash":
+        # LongCat-Flash: two attention sublayers per layer, one cache each (transformers'
+        # num_hidden_layers is 2 * num_layers).
+        cfg = {**cfg, "num_hidden_layers": 2 * cfg["num_layers"]}
     if cfg.get("model_type") == "dbrx":  # the key/value heads in attn_config
         cfg = {**cfg, "num_key_value_heads": (cfg.get("attn_config") or {}).get("kv_n_heads", 1)}
     if cfg.get("model_type") == "mimo_v2_flash" and "sliding_attention" in (cfg.get("layer_types") or []):

@@ -93,6 +93,7 @@ fn scaled_dense_block(
         weights: ExpertWeights::PROJ,
         scaled_inputs: false,
         expert_norm: None,
+        zero_experts: 0,
     };
     let y = sparse_moe(&mut b, &x, "moe", &spec, dtype);
     b.op_into("Identity", &[&y], vec![], "y");

@@ -13,6 +13,8 @@
 //! scores   = (q · k) · scale, RoPE on the rope channels of q and k only
 //! ```
 //!
+//! LongCat-Flash scales the normalised latent before `kv_b_proj` ([`Mla::latent_scale`]).
+//!
 //! # Layout in the graph
 //!
 //! A dot product does not depend on the order of the channels as long as q and k share it, so
@@ -37,7 +39,7 @@
 //! transformers keeps (`kv_lora_rank + qk_rope_head_dim` per token, shared by the heads) is
 //! not built here.
 
-use super::{linear, rotary_embedding, Norm, NormKind, RopeTables};
+use super::{linear, rotary_embedding, scalar, Norm, NormKind, RopeTables};
 use crate::config::Rope;
 use crate::ir::{Attr, DType, GraphBuilder, Initializer, TensorSource};
 
@@ -64,6 +66,9 @@ pub struct Mla {
     pub latent_eps: f32,
     /// The attention softmax scale.
     pub scale: f32,
+    /// A factor on the normalised key/value latent before `kv_b_proj` (LongCat-Flash's
+    /// `mla_scale_kv_lora`, so on k's nope channels and on v); 1 (DeepSeek's) for none.
+    pub latent_scale: f32,
 }
 
 impl Mla {
@@ -109,6 +114,13 @@ impl Mla {
         let latent = kv_a.rows(b, x, "latent", &[(0, rank)], dtype);
         let k_rope = kv_a.rows(b, x, "k_rope", &[(rank, r)], dtype);
         let latent = norm.apply(b, &latent, &format!("{attn}.kv_a_layernorm"), rank, dtype);
+        let latent = match self.latent_scale {
+            1.0 => latent,
+            s => {
+                let s = scalar(b, s, dtype);
+                b.op("Mul", &[&latent, &s], vec![])
+            }
+        };
         let per_head = self.qk_nope + self.v_head;
         let kv_b = Projection {
             prefix: &format!("{attn}.kv_b_proj"),

@@ -26,6 +26,10 @@
 //! shapes and E branches per layer). Where the EP has a fused kernel
 //! (`com.microsoft::MoE`), that kernel is the sparse implementation.
 //!
+//! Zero experts (LongCat-Flash, [`MoeSpec::zero_experts`]) are router choices past the experts
+//! that pass the token through: the routing matrix has their columns too, and the block adds the
+//! token times their summed weights to the experts' output.
+//!
 //! Ungated squared-ReLU experts whose outputs are RMS-normalised one by one before they are
 //! weighted (Ergo, [`ExpertWeights::Relu2InOut`] with [`MoeSpec::expert_norm`]) cannot sum
 //! their down projections in one MatMul: each expert's down projection is its own MatMul.
@@ -158,6 +162,11 @@ pub struct MoeSpec {
     /// epsilon; `None` (the default) for none. Only [`ExpertWeights::Relu2InOut`] experts take
     /// it.
     pub expert_norm: Option<(&'static str, f32)>,
+    /// Zero experts (LongCat-Flash's `zero_expert_num`): the router scores `experts +
+    /// zero_experts` choices, the last `zero_experts` of them identities that pass the token
+    /// through, weighted by their routing weight, `Σₑ rₑ·expertₑ(x) + (Σ_z r_z)·x`; 0 (the
+    /// default) for none.
+    pub zero_experts: usize,
 }
 
 impl MoeSpec {
@@ -180,7 +189,21 @@ impl MoeSpec {
             weights,
             scaled_inputs: false,
             expert_norm: None,
+            zero_experts: 0,
         }
+    }
+
+    /// This block with `zero` identity experts after its experts ([`MoeSpec::zero_experts`]).
+    pub fn with_zero_experts(self, zero: usize) -> MoeSpec {
+        MoeSpec {
+            zero_experts: zero,
+            ..self
+        }
+    }
+
+    /// The router's choices: the experts and the zero experts.
+    fn routed(&self) -> usize {
+        self.experts + self.zero_experts
     }
 
     /// This block with each expert's output RMS-normalised by its own gain
@@ -337,10 +360,43 @@ pub fn sparse_moe(
     spec: &MoeSpec,
     dtype: DType,
 ) -> String {
-    let (h, i, e) = (spec.hidden, spec.intermediate, spec.experts);
+    let e = spec.experts;
     let routing = routing_matrix(b, x, prefix, spec, dtype);
+    if spec.zero_experts > 0 {
+        // The experts' columns of the routing, and the zero experts' weights summed: [B, S, 1].
+        let axis = b.const_i64(&[2]);
+        let (start, split, end) = (
+            b.const_i64(&[0]),
+            b.const_i64(&[e as i64]),
+            b.const_i64(&[spec.routed() as i64]),
+        );
+        let experts = b.op("Slice", &[&routing, &start, &split, &axis], vec![]);
+        let zero = b.op("Slice", &[&routing, &split, &end, &axis], vec![]);
+        let no_keepdims = vec![("keepdims", Attr::Int(0))];
+        let identity = b.op("ReduceSum", &[&zero, &axis], no_keepdims);
+        let identity = b.op("Mul", &[x, &identity], vec![]);
+        let spec = MoeSpec {
+            zero_experts: 0,
+            ..*spec
+        };
+        let routed = experts_of(b, x, prefix, &spec, &experts, dtype);
+        return b.op("Add", &[&routed, &identity], vec![]);
+    }
+    experts_of(b, x, prefix, spec, &routing, dtype)
+}
+
+/// The experts of the MoE block `prefix` on `x` weighted by `routing` (`[B, S, E, 1]`).
+fn experts_of(
+    b: &mut GraphBuilder,
+    x: &str,
+    prefix: &str,
+    spec: &MoeSpec,
+    routing: &str,
+    dtype: DType,
+) -> String {
+    let (h, i, e) = (spec.hidden, spec.intermediate, spec.experts);
     if let ExpertWeights::Relu2InOut { up, down, .. } = spec.weights {
-        return relu2_experts(b, x, prefix, spec, (up, down), &routing, dtype);
+        return relu2_experts(b, x, prefix, spec, (up, down), routing, dtype);
     }
 
     // Expert j's projection `which` (0 gate, 1 up, 2 down), HF `[out, in]`.
@@ -450,9 +506,9 @@ pub fn sparse_moe(
         let up = b.op("MatMul", &[x, &up_w], vec![]);
         let per_expert = b.const_i64(&[0, 0, e as i64, i as i64]);
         let gate = b.op("Reshape", &[&gate, &per_expert], vec![]);
-        let gate = b.op("Mul", &[&gate, &routing], vec![]);
+        let gate = b.op("Mul", &[&gate, routing], vec![]);
         let up = b.op("Reshape", &[&up, &per_expert], vec![]);
-        let up = b.op("Mul", &[&up, &routing], vec![]);
+        let up = b.op("Mul", &[&up, routing], vec![]);
         let sig = b.op("Sigmoid", &[&gate], vec![]);
         let gate = b.op("Mul", &[&gate, &sig], vec![]);
         b.op("Mul", &[&gate, &up], vec![])
@@ -463,7 +519,7 @@ pub fn sparse_moe(
         let act = b.op("Mul", &[&gate, &up], vec![]);
         let per_expert = b.const_i64(&[0, 0, e as i64, i as i64]);
         let act = b.op("Reshape", &[&act, &per_expert], vec![]);
-        b.op("Mul", &[&act, &routing], vec![])
+        b.op("Mul", &[&act, routing], vec![])
     };
     let merged = b.const_i64(&[0, 0, (e * i) as i64]);
     let weighted = b.op("Reshape", &[&weighted, &merged], vec![]);
@@ -579,12 +635,12 @@ fn routing_matrix(
             let w = b.initializer(Initializer {
                 name: name.clone(),
                 dtype,
-                shape: vec![spec.hidden, spec.experts],
+                shape: vec![spec.hidden, spec.routed()],
                 source: Some(TensorSource::Checkpoint(name)),
             });
             b.op("MatMul", &[x, &w], vec![])
         }
-        _ => linear(b, x, &gate, spec.hidden, spec.experts, false, dtype),
+        _ => linear(b, x, &gate, spec.hidden, spec.routed(), false, dtype),
     };
     let logits = match dtype {
         DType::F32 => logits,
@@ -592,7 +648,7 @@ fn routing_matrix(
     };
     let (weights, picked) = match spec.router {
         Router::Softmax { normalize } => softmax_top_k(b, &logits, spec.top_k, normalize),
-        Router::SparseMixer { jitter_eps } => sparse_mixer(b, &logits, spec.experts, jitter_eps),
+        Router::SparseMixer { jitter_eps } => sparse_mixer(b, &logits, spec.routed(), jitter_eps),
         Router::Corrected {
             scores,
             bias,
@@ -610,7 +666,7 @@ fn routing_matrix(
     // [B, S, k, 1] == [E] → one-hot rows [B, S, k, E], weighted and summed over k.
     let last = b.const_i64(&[-1]);
     let picked = b.op("Unsqueeze", &[&picked, &last], vec![]);
-    let ids: Vec<i64> = (0..spec.experts as i64).collect();
+    let ids: Vec<i64> = (0..spec.routed() as i64).collect();
     let ids = b.const_i64(&ids);
     let one_hot = b.op("Equal", &[&picked, &ids], vec![]);
     let one_hot = cast(b, &one_hot, DType::F32);
@@ -623,7 +679,7 @@ fn routing_matrix(
         _ => cast(b, &routing, dtype),
     };
     // ReduceSum keeps the reduced axis: [B, S, 1, E] → [B, S, E, 1].
-    let column = b.const_i64(&[0, 0, spec.experts as i64, 1]);
+    let column = b.const_i64(&[0, 0, spec.routed() as i64, 1]);
     b.op("Reshape", &[&routing, &column], vec![])
 }
 
@@ -671,10 +727,10 @@ fn corrected_top_k(
     let bias = b.initializer(Initializer {
         name: bias.to_string(),
         dtype: DType::F32,
-        shape: vec![spec.experts],
+        shape: vec![spec.routed()],
         source: Some(TensorSource::Reshape {
             source: Box::new(TensorSource::Checkpoint(bias.to_string())),
-            shape: vec![spec.experts],
+            shape: vec![spec.routed()],
         }),
     });
     let choice = b.op("Add", &[&scores, &bias], vec![]);
@@ -687,7 +743,7 @@ fn corrected_top_k(
         vec![("axis", Attr::Int(-1))],
         vec![top, picked.clone()],
     );
-    let weights = scores_at(b, &scores, &picked, spec.experts);
+    let weights = scores_at(b, &scores, &picked, spec.routed());
     let last = b.const_i64(&[-1]);
     let sum = b.op("ReduceSum", &[&weights, &last], vec![]);
     let sum = match min_sum {
@@ -712,10 +768,10 @@ fn biased_logit_top_k(
     let bias = b.initializer(Initializer {
         name: bias.to_string(),
         dtype: DType::F32,
-        shape: vec![spec.experts],
+        shape: vec![spec.routed()],
         source: Some(TensorSource::Reshape {
             source: Box::new(TensorSource::Checkpoint(bias.to_string())),
-            shape: vec![spec.experts],
+            shape: vec![spec.routed()],
         }),
     });
     let choice = b.op("Add", &[logits, &bias], vec![]);
@@ -729,7 +785,7 @@ fn biased_logit_top_k(
         vec![top, picked.clone()],
     );
     let scores = b.op("Sigmoid", &[logits], vec![]);
-    let weights = scores_at(b, &scores, &picked, spec.experts);
+    let weights = scores_at(b, &scores, &picked, spec.routed());
     if !normalize {
         return (weights, picked);
     }
@@ -769,7 +825,7 @@ fn grouped_top_k(
     spec: &MoeSpec,
     router: &GroupedRouter,
 ) -> (String, String) {
-    let (e, last) = (spec.experts, b.const_i64(&[-1]));
+    let (e, last) = (spec.routed(), b.const_i64(&[-1]));
     let scores = match router.sigmoid {
         true => b.op("Sigmoid", &[logits], vec![]),
         false => b.op("Softmax", &[logits], vec![("axis", Attr::Int(-1))]),
