@@ -17,10 +17,12 @@
 
 pub mod arg;
 pub mod attention;
+pub mod bitcast;
 pub mod channel_norm;
 pub mod control;
 pub mod conv;
 pub mod cost;
+pub mod detect;
 pub mod elementwise;
 pub mod infer;
 pub mod linalg;
@@ -29,13 +31,16 @@ pub mod math;
 pub mod matmul;
 pub mod moe;
 pub mod norm;
+pub mod qlinear;
 pub mod quant;
 pub mod recurrent;
 pub mod reduce;
 pub mod relayout;
 pub mod resize;
 pub mod rope;
+pub mod sample;
 pub mod shape;
+pub mod spectral;
 pub mod tensor;
 pub mod topk;
 pub mod types;
@@ -163,11 +168,16 @@ impl OpDef {
 }
 
 /// The registry: one table per op module.
-pub const FAMILIES: [&[OpDef]; 20] = [
+pub const FAMILIES: [&[OpDef]; 25] = [
     elementwise::OPS,
     control::OPS,
     channel_norm::OPS,
     resize::OPS,
+    sample::OPS,
+    detect::OPS,
+    bitcast::OPS,
+    spectral::OPS,
+    qlinear::OPS,
     conv::OPS,
     math::OPS,
     arg::OPS,
