@@ -23,7 +23,9 @@ pub mod control;
 pub mod conv;
 pub mod cost;
 pub mod detect;
+pub mod einsum;
 pub mod elementwise;
+pub mod image;
 pub mod infer;
 pub mod linalg;
 pub mod loss;
@@ -44,6 +46,7 @@ pub mod spectral;
 pub mod tensor;
 pub mod topk;
 pub mod types;
+pub mod unique;
 pub mod value;
 
 use std::collections::HashMap;
@@ -168,7 +171,7 @@ impl OpDef {
 }
 
 /// The registry: one table per op module.
-pub const FAMILIES: [&[OpDef]; 25] = [
+pub const FAMILIES: [&[OpDef]; 28] = [
     elementwise::OPS,
     control::OPS,
     channel_norm::OPS,
@@ -178,6 +181,9 @@ pub const FAMILIES: [&[OpDef]; 25] = [
     bitcast::OPS,
     spectral::OPS,
     qlinear::OPS,
+    einsum::OPS,
+    unique::OPS,
+    image::OPS,
     conv::OPS,
     math::OPS,
     arg::OPS,

@@ -13,8 +13,12 @@
 //! input padded the same way: zeros beyond the edges, the edge element, or the reflected one.
 //! NaN in the input flows through its taps; a non-finite coordinate gives a NaN weight.
 //!
-//! [`OPS`] registers the op with its attribute schema, type inference and cost facts beside
-//! its evaluator.
+//! `AffineGrid` (opset 20) makes such a grid: each output position's normalised coordinates
+//! (`−1 + 2i/(len − 1)` with `align_corners`, else `−1 + (2i + 1)/len`; x innermost) mapped by
+//! its batch's `theta` (`[N, 2, 3]` for 2-D, `[N, 3, 4]` for 3-D).
+//!
+//! [`OPS`] registers the ops with their attribute schemas, type inference and cost facts
+//! beside their evaluators.
 
 use super::types::TensorType;
 use super::{OpCall, OpDef, Tensor, Values};
@@ -22,6 +26,10 @@ use crate::Result;
 
 /// The ops of this family.
 pub const OPS: &[OpDef] = &[
+    OpDef::onnx("AffineGrid", &["align_corners"])
+        .infer(|c| vec![c.ty(0).with_unknown_shape()])
+        .since(20)
+        .eval(affine_grid),
     OpDef::onnx("GridSample", &["align_corners", "mode", "padding_mode"])
         .infer(|c| {
             let (x, grid) = (c.ty(0), c.ty(1));
@@ -245,4 +253,59 @@ fn gather(plane: &[f32], taps: &[Vec<(Option<usize>, f64)>], a: usize, offset: u
             None => 0.0,
         })
         .sum()
+}
+
+/// `AffineGrid(theta, size)`.
+fn affine_grid(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
+    let (theta, size) = (call.input(0)?, call.input(1)?);
+    let size: Vec<usize> = size
+        .ints()
+        .map_err(|e| call.error(e))?
+        .iter()
+        .map(|&d| usize::try_from(d).map_err(|_| call.error(format!("size holds {d}"))))
+        .collect::<Result<_>>()?;
+    let spatial = size.len().saturating_sub(2);
+    if !(2..=3).contains(&spatial) || theta.shape != [size[0], spatial, spatial + 1] {
+        return Err(call.error(format!(
+            "theta must be [N, 2, 3] with size [N, C, H, W], or [N, 3, 4] with size \
+             [N, C, D, H, W]; got theta {:?} and size {size:?}",
+            theta.shape
+        )));
+    }
+    let align = match call.int("align_corners", 0) {
+        0 => false,
+        1 => true,
+        other => return Err(call.error(format!("align_corners must be 0 or 1, got {other}"))),
+    };
+    let dims = &size[2..];
+    let mut out_shape = vec![size[0]];
+    out_shape.extend_from_slice(dims);
+    out_shape.push(spatial);
+    call.alloc(&out_shape)?;
+    let coordinate = |i: usize, len: usize| match (align, len) {
+        (true, 1) => -1.0,
+        (true, _) => -1.0 + 2.0 * i as f64 / (len - 1) as f64,
+        (false, _) => -1.0 + (2 * i + 1) as f64 / len as f64,
+    };
+    let t = theta.as_f64();
+    let points: usize = dims.iter().product();
+    let strides = super::tensor::strides(dims);
+    let mut out = Vec::with_capacity(size[0] * points * spatial);
+    for b in 0..size[0] {
+        let m = &t[b * spatial * (spatial + 1)..(b + 1) * spatial * (spatial + 1)];
+        for p in 0..points {
+            // (x, y[, z], 1): the innermost axis first.
+            let mut base: Vec<f64> = (0..spatial)
+                .map(|k| {
+                    let a = spatial - 1 - k;
+                    coordinate((p / strides[a]) % dims[a], dims[a])
+                })
+                .collect();
+            base.push(1.0);
+            for row in m.chunks(spatial + 1) {
+                out.push(row.iter().zip(&base).map(|(w, v)| w * v).sum::<f64>() as f32);
+            }
+        }
+    }
+    Ok(vec![Tensor::float(theta.dtype, out_shape, out)])
 }

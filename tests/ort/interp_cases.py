@@ -2270,3 +2270,58 @@ def _qlinear():
 
 
 _qlinear()
+
+
+def _einsum_unique():
+    """Einsum (src/ops/einsum.rs): products, contractions, diagonals, ellipses with
+    broadcasting, implicit outputs, integers; Unique (src/ops/unique.rs): flattened and along
+    an axis, sorted or not, repeated values, integers."""
+    r = rng_for("Einsum", "data")
+    a, b = randn(r, 2, 3, 4), randn(r, 2, 4, 5)
+    add("Einsum", "batch_matmul", [inp("a", a), inp("b", b)], [("y", F32)], equation="bij,bjk->bik")
+    add("Einsum", "ellipsis_broadcast", [inp("a", randn(r, 2, 1, 3, 4)), inp("b", randn(r, 2, 5, 4, 2))], [("y", F32)],
+        equation="...ij,...jk->...ik")
+    add("Einsum", "diagonal_sum", [inp("a", randn(r, 3, 3, 2))], [("y", F32)], equation="iij->j")
+    add("Einsum", "implicit_outer", [inp("a", randn(r, 3)), inp("b", randn(r, 4))], [("y", F32)], equation="i,j")
+    add("Einsum", "three_operands", [inp("a", randn(r, 2, 3)), inp("b", randn(r, 3, 4)), inp("c", randn(r, 4))],
+        [("y", F32)], equation="ij,jk,k->i")
+    add("Einsum", "i64_transpose_sum", [inp("a", ints(r, -9, 9, 2, 3, 4))], [("y", I64)], equation="abc->cb")
+    r = rng_for("Unique", "data")
+    x = ints(r, 0, 4, 3, 4).astype(np.float32)
+    x[0, 0] = np.inf
+    outs = [("y", F32), ("indices", I64), ("inverse", I64), ("counts", I64)]
+    add("Unique", "flat_sorted", [inp("x", x)], outs)
+    add("Unique", "flat_unsorted", [inp("x", x)], outs, sorted=0)
+    rows = np.array([[1, 2, 1], [0, 5, 0], [1, 2, 1], [0, 5, 0]], np.float32)
+    add("Unique", "axis0_sorted", [inp("x", rows)], outs, axis=0)
+    add("Unique", "axis_neg1_unsorted", [inp("x", rows)], outs, axis=-1, sorted=0)
+    add("Unique", "i64", [inp("x", ints(r, -3, 3, 10))], [("y", I64), ("indices", I64), ("inverse", I64),
+        ("counts", I64)])
+
+
+_einsum_unique()
+
+
+def _image():
+    """AffineGrid (src/ops/sample.rs), CenterCropPad and Col2Im (src/ops/image.rs): 2-D and
+    3-D grids with and without align_corners, crops and pads of odd and even differences on
+    chosen axes, Col2Im with strides, pads and dilations, NaN."""
+    r = rng_for("Image", "data")
+    add("AffineGrid", "2d", [inp("theta", randn(r, 2, 2, 3)), init("size", np.array([2, 3, 4, 5], np.int64))],
+        [("grid", F32)])
+    add("AffineGrid", "3d_align_corners", [inp("theta", randn(r, 1, 3, 4)),
+        init("size", np.array([1, 1, 2, 3, 4], np.int64))], [("grid", F32)], align_corners=1)
+    x = randn(r, 3, 6, 5)
+    x[0, 2, 2] = np.nan
+    add("CenterCropPad", "crop_and_pad", [inp("x", x), init("shape", np.array([4, 3, 8], np.int64))], [("y", F32)])
+    add("CenterCropPad", "axes_odd", [inp("x", x), init("shape", np.array([3, 2], np.int64))], [("y", F32)],
+        axes=[-1, 1])
+    add("CenterCropPad", "i64", [inp("x", ints(r, -9, 9, 5, 4)), init("shape", np.array([2, 7], np.int64))],
+        [("y", I64)])
+    add("Col2Im", "strides_pads_dilations", [inp("x", randn(r, 2, 2 * 4, 9)), init("image", np.array([5, 6], np.int64)),
+        init("block", np.array([2, 2], np.int64))], [("y", F32)], strides=[2, 2], pads=[1, 0, 1, 1], dilations=[1, 2])
+    add("Col2Im", "plain", [inp("x", randn(r, 1, 3 * 6, 4)), init("image", np.array([3, 4], np.int64)),
+        init("block", np.array([2, 3], np.int64))], [("y", F32)])
+
+
+_image()
