@@ -36,7 +36,7 @@ pub const OPS: &[OpDef] = &[
 ];
 
 /// `Conv`'s attributes.
-const CONV_ATTRS: &[&str] = &[
+pub(super) const CONV_ATTRS: &[&str] = &[
     "auto_pad",
     "dilations",
     "group",
@@ -261,6 +261,21 @@ fn split_input(call: &OpCall<'_>, x: &Tensor) -> Result<(usize, usize, Vec<usize
 /// W[m, c, t]` for output channel `m` of group `g` (`group` G splits the channels).
 fn conv(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
     let (x, w) = (call.input(0)?, call.input(1)?);
+    let bias = call.optional(2).map(Tensor::as_f64);
+    let (shape, out) = conv_sums(call, x, w, bias)?;
+    let out = out.into_iter().map(|v| v as f32).collect();
+    Ok(vec![Tensor::float(x.dtype, shape, out)])
+}
+
+/// The output shape and the f64 sums of a convolution of `x` by `w` (any element types: the
+/// integer ops pass their values less their zero points) plus `bias`, under the node's `group`,
+/// `kernel_shape`, strides, dilations and padding attributes.
+pub(super) fn conv_sums(
+    call: &OpCall<'_>,
+    x: &Tensor,
+    w: &Tensor,
+    bias: Option<Vec<f64>>,
+) -> Result<(Vec<usize>, Vec<f64>)> {
     let (n, c, spatial) = split_input(call, x)?;
     let groups = usize::try_from(call.int("group", 1))
         .ok()
@@ -281,11 +296,11 @@ fn conv(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
             )));
         }
     }
-    let bias = match call.optional(2) {
-        Some(b) if b.shape != [m] => {
-            return Err(call.error(format!("bias must have shape [{m}], got {:?}", b.shape)))
+    let bias = match bias {
+        Some(b) if b.len() != m => {
+            return Err(call.error(format!("bias must hold {m} values, got {}", b.len())))
         }
-        Some(b) => b.as_f64(),
+        Some(b) => b,
         None => vec![0.0; m],
     };
     let win = Windows::new(call, &spatial, &kernel, false)?;
@@ -310,11 +325,11 @@ fn conv(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
                         }
                     }
                 }
-                out.push(acc as f32);
+                out.push(acc);
             }
         }
     }
-    Ok(vec![Tensor::float(x.dtype, shape, out)])
+    Ok((shape, out))
 }
 
 /// `MaxPool` (with its optional `Indices` output: flat positions in the input, row-major, or

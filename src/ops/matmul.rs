@@ -73,7 +73,7 @@ fn batched<T: Copy, A: Copy>(
 
 /// `MatMul`: 1-D operands are promoted to matrices (and the added dimension removed from the
 /// result); batch dimensions broadcast.
-fn matmul(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
+pub(super) fn matmul(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
     let (a, b) = (call.input(0)?, call.input(1)?);
     if a.dtype != b.dtype {
         return Err(call.error(format!("input dtypes differ: {} and {}", a.dtype, b.dtype)));

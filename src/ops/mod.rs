@@ -17,11 +17,15 @@
 
 pub mod arg;
 pub mod attention;
+pub mod bitcast;
 pub mod channel_norm;
 pub mod control;
 pub mod conv;
 pub mod cost;
+pub mod detect;
+pub mod einsum;
 pub mod elementwise;
+pub mod image;
 pub mod infer;
 pub mod linalg;
 pub mod loss;
@@ -30,6 +34,7 @@ pub mod matmul;
 pub mod ml;
 pub mod moe;
 pub mod norm;
+pub mod qlinear;
 pub mod quant;
 pub mod recurrent;
 pub mod reduce;
@@ -37,11 +42,14 @@ pub mod relayout;
 pub mod resize;
 pub mod rnn;
 pub mod rope;
+pub mod sample;
 pub mod shape;
+pub mod spectral;
 pub mod tensor;
 pub mod topk;
 pub mod training;
 pub mod types;
+pub mod unique;
 pub mod value;
 
 use std::collections::HashMap;
@@ -166,11 +174,19 @@ impl OpDef {
 }
 
 /// The registry: one table per op module.
-pub const FAMILIES: [&[OpDef]; 23] = [
+pub const FAMILIES: [&[OpDef]; 31] = [
     elementwise::OPS,
     control::OPS,
     channel_norm::OPS,
     resize::OPS,
+    sample::OPS,
+    detect::OPS,
+    bitcast::OPS,
+    spectral::OPS,
+    qlinear::OPS,
+    einsum::OPS,
+    unique::OPS,
+    image::OPS,
     conv::OPS,
     math::OPS,
     arg::OPS,

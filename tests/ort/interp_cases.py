@@ -2246,3 +2246,202 @@ def _small_ops():
 
 
 _small_ops()
+def _grid_sample():
+    """GridSample (src/ops/sample.rs): every mode and padding mode, align_corners, 4-D and
+    5-D, grids reaching past the edges, NaN and infinities in the input, f16."""
+    r = rng_for("GridSample", "data")
+    x = randn(r, 2, 3, 4, 5)
+    x[0, 1, 2, 3] = np.nan
+    x[1, 0, 0, 0] = np.inf
+    grid = unif(r, -1.4, 1.4, 2, 3, 6, 2)
+    grid[0, 0, 0] = [1.0, -1.0]
+    grid[0, 0, 1] = [0.0, 0.5]
+    for mode in ["linear", "nearest", "cubic"]:
+        for padding in ["zeros", "border", "reflection"]:
+            for align in [0, 1]:
+                add("GridSample", f"{mode}_{padding}_align{align}", [inp("x", x), inp("grid", grid)], [("y", F32)],
+                    mode=mode, padding_mode=padding, align_corners=align)
+    x5 = randn(r, 1, 2, 3, 4, 3)
+    g5 = unif(r, -1.3, 1.3, 1, 2, 3, 2, 3)
+    for mode in ["linear", "nearest"]:
+        for padding in ["zeros", "reflection"]:
+            add("GridSample", f"5d_{mode}_{padding}", [inp("x", x5), inp("grid", g5)], [("y", F32)],
+                mode=mode, padding_mode=padding)
+    add("GridSample", "opset16_bicubic_border", [inp("x", x), inp("grid", grid)], [("y", F32)], opset=16,
+        mode="bicubic", padding_mode="border")
+    add("GridSample", "f16_bilinear", [inp("x", randn(r, 1, 2, 3, 3, dtype=np.float16)),
+        inp("grid", unif(r, -1.1, 1.1, 1, 2, 4, 2, dtype=np.float16))], [("y", F16)], opset=16)
+
+
+_grid_sample()
+
+
+def _non_max_suppression():
+    """NonMaxSuppression (src/ops/detect.rs): corner boxes in either order, center boxes,
+    thresholds given or not, several batches and classes, tied scores."""
+    r = rng_for("NonMaxSuppression", "data")
+    corners = unif(r, 0, 10, 2, 8, 4)
+    corners[0, 3] = corners[0, 1][[2, 3, 0, 1]]  # the same box, corners flipped
+    scores = unif(r, 0, 1, 2, 3, 8)
+    scores[1, 2, 4] = scores[1, 2, 5]  # a tie
+    scalars = [init("max_out", np.array([3], np.int64)), init("iou", np.array([0.3], np.float32)),
+               init("score", np.array([0.2], np.float32))]
+    add("NonMaxSuppression", "corners_all_thresholds", [inp("boxes", corners), inp("scores", scores), *scalars],
+        [("sel", I64)])
+    add("NonMaxSuppression", "corners_no_score_threshold", [inp("boxes", corners), inp("scores", scores),
+        init("max_out", np.array(5, np.int64)), init("iou", np.array(0.1, np.float32))], [("sel", I64)])
+    add("NonMaxSuppression", "no_max_output", [inp("boxes", corners), inp("scores", scores)], [("sel", I64)])
+    centers = np.concatenate([unif(r, 0, 10, 1, 10, 2), unif(r, 0.5, 4, 1, 10, 2)], axis=2)
+    add("NonMaxSuppression", "center_point_box", [inp("boxes", centers), inp("scores", unif(r, 0, 1, 1, 2, 10)),
+        *scalars], [("sel", I64)], center_point_box=1)
+
+
+_non_max_suppression()
+
+
+def _bitcast():
+    """BitCast (src/ops/bitcast.rs): floats to integers of the same width and back, NaN and
+    infinities, sign bits (onnxruntime has no bool kernel: the conformance cases check it)."""
+    r = rng_for("BitCast", "data")
+    f = randn(r, 2, 5)
+    f[0, :4] = [np.nan, np.inf, -np.inf, -0.0]
+    add("BitCast", "f32_to_i32", [inp("x", f)], [("y", TensorProto.INT32)], opset=26, to=TensorProto.INT32)
+    add("BitCast", "i32_to_f32", [inp("x", np.array([0, 1065353216, -1082130432, 2139095040, -8388608], np.int32))],
+        [("y", F32)], opset=26, to=TensorProto.FLOAT)
+    h = randn(r, 6, dtype=np.float16)
+    h[:2] = [np.inf, -0.0]
+    add("BitCast", "f16_to_i16", [inp("x", h)], [("y", TensorProto.INT16)], opset=26, to=TensorProto.INT16)
+    add("BitCast", "u16_to_f16", [inp("x", np.array([0, 15360, 48128, 31744, 1], np.uint16))], [("y", F16)], opset=26,
+        to=TensorProto.FLOAT16)
+    add("BitCast", "i8_to_u8", [inp("x", np.array([-128, -1, 0, 5, 127], np.int8))], [("y", TensorProto.UINT8)],
+        opset=26, to=TensorProto.UINT8)
+    add("BitCast", "u32_to_i32", [inp("x", np.array([0, 1, 2**31, 2**32 - 1], np.uint32))],
+        [("y", TensorProto.INT32)], opset=26, to=TensorProto.INT32)
+
+
+_bitcast()
+
+
+def _spectral():
+    """DFT and STFT (src/ops/spectral.rs): real and complex signals, forward and inverse,
+    one-sided, dft_length padding and truncating, the axis as attribute (opset 17) and input
+    (opset 20), windows, NaN."""
+    r = rng_for("DFT", "data")
+    real = randn(r, 2, 6, 3, 1)
+    cplx = randn(r, 2, 5, 2)
+    axis1 = init("axis", np.array(1, np.int64))
+    add("DFT", "real_axis_input", [inp("x", real), None, axis1], [("y", F32)], opset=20)
+    add("DFT", "real_onesided_default_axis", [inp("x", real)], [("y", F32)], opset=20, onesided=1)
+    add("DFT", "complex_inverse_len8", [inp("x", cplx), init("n", np.array(8, np.int64))], [("y", F32)], opset=20,
+        inverse=1)
+    add("DFT", "complex_truncate_opset17", [inp("x", cplx), init("n", np.array(3, np.int64))], [("y", F32)],
+        opset=17, axis=1)
+    add("DFT", "real_axis2_opset17", [inp("x", real)], [("y", F32)], opset=17, axis=2)
+    nan = randn(r, 1, 4, 1)
+    nan[0, 2, 0] = np.nan
+    add("DFT", "nan", [inp("x", nan)], [("y", F32)], opset=20)
+    sig = randn(r, 2, 20, 1)
+    add("STFT", "frame_length", [inp("x", sig), init("step", np.array(4, np.int64)), None,
+        init("len", np.array(8, np.int64))], [("y", F32)], opset=17)
+    add("STFT", "hann_window_twosided", [inp("x", sig), init("step", np.array(3, np.int64)),
+        init("w", np.hanning(6).astype(np.float32))], [("y", F32)], opset=17, onesided=0)
+    add("STFT", "complex_signal", [inp("x", randn(r, 1, 12, 2)), init("step", np.array(5, np.int64)), None,
+        init("len", np.array(4, np.int64))], [("y", F32)], opset=17, onesided=0)
+
+
+_spectral()
+
+
+def _qlinear():
+    """ConvInteger, QLinearConv, QLinearMatMul (src/ops/qlinear.rs): uint8 and int8, zero
+    points per tensor (onnxruntime runs no per-channel ConvInteger) and per column of B, per-channel
+    scales, f16 scales, saturation, bias,
+    strides and padding, batched products."""
+    r = rng_for("QLinear", "data")
+    U8, I8 = TensorProto.UINT8, TensorProto.INT8
+    x = ints(r, 0, 255, 1, 2, 5, 5).astype(np.uint8)
+    w = ints(r, 0, 255, 3, 2, 3, 3).astype(np.uint8)
+    add("ConvInteger", "u8_zero_points_pads", [inp("x", x), init("w", w), init("xz", np.array(120, np.uint8)),
+        init("wz", np.array(100, np.uint8))], [("y", TensorProto.INT32)], pads=[1, 1, 1, 1], strides=[2, 1])
+    add("ConvInteger", "u8_no_zero_points", [inp("x", x), init("w", w[:, :, :2, :2])], [("y", TensorProto.INT32)])
+    xs, ws, ys = (init("xs", np.array(0.02, np.float32)), init("ws", np.array([0.01, 0.03, 0.002], np.float32)),
+                  init("ys", np.array(0.05, np.float32)))
+    add("QLinearConv", "u8_per_channel_bias", [inp("x", x), xs, init("xz", np.array(128, np.uint8)), init("w", w), ws,
+        init("wz", np.array(120, np.uint8)), ys, init("yz", np.array(100, np.uint8)),
+        init("b", ints(r, -2000, 2000, 3).astype(np.int32))], [("y", U8)], pads=[0, 1, 0, 1], group=1)
+    xi = ints(r, -128, 127, 1, 4, 4, 4).astype(np.int8)
+    add("QLinearConv", "i8_groups_saturating", [inp("x", xi), init("xs", np.array(0.1, np.float32)),
+        init("xz", np.array(-3, np.int8)), init("w", ints(r, -128, 127, 2, 2, 2, 2).astype(np.int8)),
+        init("ws", np.array(0.05, np.float32)), init("wz", np.array(0, np.int8)), init("ys", np.array(0.2, np.float32)),
+        init("yz", np.array(5, np.int8))], [("y", I8)], group=2, strides=[2, 2])
+    for dt, np_dt, lo, hi in [(U8, np.uint8, 0, 255), (I8, np.int8, -128, 127)]:
+        a = ints(r, lo, hi, 2, 3, 4).astype(np_dt)
+        b = ints(r, lo, hi, 4, 5).astype(np_dt)
+        for sdt in [np.float32, np.float16]:
+            name = f"{np.dtype(np_dt).name}_{np.dtype(sdt).name}"
+            add("QLinearMatMul", f"3d_{name}", [inp("a", a), init("as", np.array(0.03, sdt)),
+                init("az", np.array(lo + 7, np_dt)), inp("b", b), init("bs", np.array(0.02, sdt)),
+                init("bz", np.array(hi - 9, np_dt)), init("ys", np.array(0.4, sdt)), init("yz", np.array(lo + 100, np_dt))],
+                [("y", dt)], opset=21)
+        add("QLinearMatMul", f"2d_per_column_{np.dtype(np_dt).name}", [inp("a", a[0]), init("as", np.array(0.03, np.float32)),
+            init("az", np.array(lo + 7, np_dt)), inp("b", b), init("bs", unif(r, 0.01, 0.05, 5)),
+            init("bz", ints(r, lo, hi, 5).astype(np_dt)), init("ys", np.array(0.1, np.float32)),
+            init("yz", np.array(lo + 60, np_dt))], [("y", dt)], opset=21)
+
+
+_qlinear()
+
+
+def _einsum_unique():
+    """Einsum (src/ops/einsum.rs): products, contractions, diagonals, ellipses with
+    broadcasting, implicit outputs, integers; Unique (src/ops/unique.rs): flattened and along
+    an axis, sorted or not, repeated values, integers."""
+    r = rng_for("Einsum", "data")
+    a, b = randn(r, 2, 3, 4), randn(r, 2, 4, 5)
+    add("Einsum", "batch_matmul", [inp("a", a), inp("b", b)], [("y", F32)], equation="bij,bjk->bik")
+    add("Einsum", "ellipsis_broadcast", [inp("a", randn(r, 2, 1, 3, 4)), inp("b", randn(r, 2, 5, 4, 2))], [("y", F32)],
+        equation="...ij,...jk->...ik")
+    add("Einsum", "diagonal_sum", [inp("a", randn(r, 3, 3, 2))], [("y", F32)], equation="iij->j")
+    add("Einsum", "implicit_outer", [inp("a", randn(r, 3)), inp("b", randn(r, 4))], [("y", F32)], equation="i,j")
+    add("Einsum", "three_operands", [inp("a", randn(r, 2, 3)), inp("b", randn(r, 3, 4)), inp("c", randn(r, 4))],
+        [("y", F32)], equation="ij,jk,k->i")
+    add("Einsum", "i64_transpose_sum", [inp("a", ints(r, -9, 9, 2, 3, 4))], [("y", I64)], equation="abc->cb")
+    r = rng_for("Unique", "data")
+    x = ints(r, 0, 4, 3, 4).astype(np.float32)
+    x[0, 0] = np.inf
+    outs = [("y", F32), ("indices", I64), ("inverse", I64), ("counts", I64)]
+    add("Unique", "flat_sorted", [inp("x", x)], outs)
+    add("Unique", "flat_unsorted", [inp("x", x)], outs, sorted=0)
+    rows = np.array([[1, 2, 1], [0, 5, 0], [1, 2, 1], [0, 5, 0]], np.float32)
+    add("Unique", "axis0_sorted", [inp("x", rows)], outs, axis=0)
+    add("Unique", "axis_neg1_unsorted", [inp("x", rows)], outs, axis=-1, sorted=0)
+    add("Unique", "i64", [inp("x", ints(r, -3, 3, 10))], [("y", I64), ("indices", I64), ("inverse", I64),
+        ("counts", I64)])
+
+
+_einsum_unique()
+
+
+def _image():
+    """AffineGrid (src/ops/sample.rs), CenterCropPad and Col2Im (src/ops/image.rs): 2-D and
+    3-D grids with and without align_corners, crops and pads of odd and even differences on
+    chosen axes, Col2Im with strides, pads and dilations, NaN."""
+    r = rng_for("Image", "data")
+    add("AffineGrid", "2d", [inp("theta", randn(r, 2, 2, 3)), init("size", np.array([2, 3, 4, 5], np.int64))],
+        [("grid", F32)])
+    add("AffineGrid", "3d_align_corners", [inp("theta", randn(r, 1, 3, 4)),
+        init("size", np.array([1, 1, 2, 3, 4], np.int64))], [("grid", F32)], align_corners=1)
+    x = randn(r, 3, 6, 5)
+    x[0, 2, 2] = np.nan
+    add("CenterCropPad", "crop_and_pad", [inp("x", x), init("shape", np.array([4, 3, 8], np.int64))], [("y", F32)])
+    add("CenterCropPad", "axes_odd", [inp("x", x), init("shape", np.array([3, 2], np.int64))], [("y", F32)],
+        axes=[-1, 1])
+    add("CenterCropPad", "i64", [inp("x", ints(r, -9, 9, 5, 4)), init("shape", np.array([2, 7], np.int64))],
+        [("y", I64)])
+    add("Col2Im", "strides_pads_dilations", [inp("x", randn(r, 2, 2 * 4, 9)), init("image", np.array([5, 6], np.int64)),
+        init("block", np.array([2, 2], np.int64))], [("y", F32)], strides=[2, 2], pads=[1, 0, 1, 1], dilations=[1, 2])
+    add("Col2Im", "plain", [inp("x", randn(r, 1, 3 * 6, 4)), init("image", np.array([3, 4], np.int64)),
+        init("block", np.array([2, 3], np.int64))], [("y", F32)])
+
+
+_image()
