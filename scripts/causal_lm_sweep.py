@@ -134,6 +134,20 @@ SIZE_OVERRIDES: dict[str, dict] = {
     # Mamba heads: 8 of 16 = hidden * expand.
     "bamba": {"mamba_n_heads": 8, "mamba_d_head": 16, "mamba_d_state": 16, "mamba_chunk_size": 8},
     "granitemoehybrid": {"mamba_n_heads": 8, "mamba_d_head": 16, "mamba_d_state": 16, "mamba_chunk_size": 8},
+    # Nemotron-H: its default blocks (Mamba2, MoE, attention, MLP) with 8 Mamba heads of 16 and
+    # 4 experts 32 wide.
+    "nemotron_h": {
+        "mamba_num_heads": 8,
+        "mamba_head_dim": 16,
+        "ssm_state_size": 16,
+        "n_groups": 2,
+        "chunk_size": 8,
+        "n_routed_experts": 4,
+        "moe_intermediate_size": 32,
+        "moe_shared_expert_intermediate_size": 32,
+    },
+    # Jamba: a Mamba layer with experts, then an attention layer with the MLP.
+    "jamba": {"attn_layer_period": 2, "attn_layer_offset": 1, "num_experts": 4, "expert_layer_offset": 0},
     # xLSTM: the embedding is hidden_size wide.
     "xlstm": {"embedding_dim": 64},
     # Reformer: axial position embeddings sum to hidden 64 over a 16 x 32 grid (512 positions).

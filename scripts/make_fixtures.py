@@ -61,6 +61,10 @@ from transformers import (
     Mamba2ForCausalLM,
     BambaConfig,
     BambaForCausalLM,
+    NemotronHConfig,
+    NemotronHForCausalLM,
+    JambaConfig,
+    JambaForCausalLM,
     GraniteMoeHybridConfig,
     GraniteMoeHybridForCausalLM,
     MambaConfig,
@@ -329,7 +333,7 @@ ZERO_PAD_ROW = {"youtu"}
 # reference.json says task "hybrid-text-generation" (tests/ort/test_hybrid.py) and adds
 # "decode_steps", the logits of HYBRID_DECODE_STEPS greedy tokens fed one at a time with
 # transformers' cache after the prompt.
-HYBRID = {"lfm2", "lfm2_moe", "mamba2", "bamba", "granitemoehybrid", "mamba", "falcon_mamba"}
+HYBRID = {"lfm2", "lfm2_moe", "mamba2", "bamba", "granitemoehybrid", "mamba", "falcon_mamba", "nemotron_h", "jamba"}
 HYBRID_DECODE_STEPS = 8
 
 DIMS = dict(
@@ -996,6 +1000,61 @@ def make_config(kind: str, vocab: int, ids: dict):
             vocab_size=vocab,
             **extra,
             **ids,
+        )
+    if kind == "jamba":
+        # Jamba: Mamba-1 layers 0 and 2 (64 channels, state 8, conv kernel 4, time-step rank
+        # 8, its dt/B/C RMSNorms with weights, every bias on) around an attention layer 1
+        # (attn_layer_period 2, offset 1; GQA without positions); layers 0 and 2 have 4 SwiGLU
+        # experts 32 wide (top 2 of the softmax, not renormalised; expert_layer_period 2,
+        # offset 0), layer 1 a SwiGLU MLP 32 wide. The seed leaves every token's second and
+        # third routing probabilities at least 5e-3 apart (prompt and decode steps): a nearer
+        # tie flips the pick under f16 rounding, a jump no tolerance covers.
+        return JambaForCausalLM, JambaConfig(
+            **{**common, "num_hidden_layers": 3, "intermediate_size": 32},
+            attn_layer_period=2,
+            attn_layer_offset=1,
+            expert_layer_period=2,
+            expert_layer_offset=0,
+            num_experts=4,
+            num_experts_per_tok=2,
+            mamba_d_state=8,
+            mamba_d_conv=4,
+            mamba_expand=1,
+            mamba_dt_rank=8,
+            mamba_conv_bias=True,
+            mamba_proj_bias=True,
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=False,
+        )
+    if kind == "nemotron_h":
+        # Nemotron-H: one mixer per block (pre-norm, residual), layers Mamba2 (8 SSM heads of
+        # 16 channels in 2 groups, state 16, conv kernel 4, every bias on; chunk 8 so that the
+        # prefill crosses a chunk boundary), GQA attention without positions, MoE (4 squared-
+        # ReLU experts 32 wide, top 2 of the sigmoid scores plus the perturbed correction bias,
+        # renormalised, times 1.5, plus a shared expert 32 wide), a squared-ReLU MLP with biases.
+        return NemotronHForCausalLM, NemotronHConfig(
+            **{k: v for k, v in common.items() if k != "num_hidden_layers"},
+            layers_block_type=["linear_attention", "full_attention", "moe", "mlp"],
+            mamba_num_heads=8,
+            mamba_head_dim=16,
+            n_groups=2,
+            ssm_state_size=16,
+            conv_kernel=4,
+            expand=2,
+            chunk_size=8,
+            use_conv_bias=True,
+            use_bias=True,
+            mlp_bias=True,
+            n_routed_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            moe_shared_expert_intermediate_size=32,
+            n_group=1,
+            topk_group=1,
+            norm_topk_prob=True,
+            routed_scaling_factor=1.5,
+            layer_norm_epsilon=1e-5,
+            tie_word_embeddings=False,
         )
     if kind == "mamba2":
         # Selective state-space layers only (no attention, no MLP): 8 SSM heads of 16 channels
@@ -2610,6 +2669,8 @@ FIXTURES = {
     "granitemoehybrid-attn": (6900, "f32", "v5", None),
     "mamba": (6700, "f32", "v5", None),
     "falcon_mamba": (6800, "f32", "v5", None),
+    "nemotron_h": (6900, "f32", "v5", None),
+    "jamba": (7200, "f32", "v5", None),
     "smollm3": (6000, "f32", "v4", None),
     "granite": (7000, "f32", "v5", None),
     "olmo2": (8000, "f32", "v5", None),

@@ -146,6 +146,14 @@ def quantized_model(path: Path, bits: int, block: int, symmetric: bool, embeddin
                     deq = fake_quantize(stack[e].detach().numpy(), bits, block, symmetric, dtype)
                     stack[e].copy_(torch.from_numpy(deq))
                     count += 1
+        elif type(module).__name__ == "NemotronHExperts":
+            # Nemotron-H's ungated experts, [E, out, in] stacks: each expert's matrix quantized
+            # as its Linear would be.
+            for stack in (module.up_proj, module.down_proj):
+                for e in range(stack.shape[0]):
+                    deq = fake_quantize(stack[e].detach().numpy().T, bits, block, symmetric, dtype)
+                    stack[e].copy_(torch.from_numpy(deq.T.copy()))
+                    count += 1
         elif type(module).__name__ == "JetMoeParallelExperts":
             # JetMoE's stacked experts (the MLP's and the attention's query/output experts),
             # [E, out, in]: each expert's matrix quantized as its Linear would be.

@@ -1,9 +1,10 @@
 //! Hybrid decoders through the reference interpreter (no onnxruntime): the lfm2, lfm2_moe,
-//! mamba2, mamba, falcon_mamba, bamba and granitemoehybrid fixtures' portable graphs and their
-//! cpu graphs (with GroupQueryAttention where a layer attends; mamba's with their `Scan`) give
-//! transformers' prefill logits, then those of 8 decode steps of one token each fed the
-//! returned conv and SSM states (`present.{i}.conv` → `past.{i}.conv`, `present.{i}.ssm` →
-//! `past.{i}.ssm`) and KV caches (f32 ≤ 1e-4; docs/recurrent.md).
+//! mamba2, mamba, falcon_mamba, bamba, granitemoehybrid, nemotron_h and jamba fixtures' portable
+//! graphs and their cpu graphs (with GroupQueryAttention where a layer attends; mamba's and
+//! jamba's with their `Scan`) give transformers' prefill logits, then those of 8 decode steps
+//! of one token each fed the returned conv and SSM states (`present.{i}.conv` →
+//! `past.{i}.conv`, `present.{i}.ssm` → `past.{i}.ssm`) and KV caches (f32 ≤ 1e-4;
+//! docs/recurrent.md).
 
 mod common;
 
@@ -154,4 +155,20 @@ fn mamba_and_falcon_mamba_decode_loops_through_the_interpreter() {
         check_decode_loop(name, &portable.graph);
         check_decode_loop(name, &optimized(&cfg, "cpu", DType::F32));
     }
+}
+
+#[test]
+fn nemotron_h_decode_loop_through_the_interpreter() {
+    let cfg = fixture_config("nemotron_h");
+    let portable = build_model(&cfg, DType::F32).unwrap();
+    check_decode_loop("nemotron_h", &portable.graph);
+    check_decode_loop("nemotron_h", &optimized(&cfg, "cpu", DType::F32));
+}
+
+#[test]
+fn jamba_decode_loop_through_the_interpreter() {
+    let cfg = fixture_config("jamba");
+    let portable = build_model(&cfg, DType::F32).unwrap();
+    check_decode_loop("jamba", &portable.graph);
+    check_decode_loop("jamba", &optimized(&cfg, "cpu", DType::F32));
 }

@@ -522,6 +522,38 @@ pub struct HfConfig {
     pub expert_ffn_hidden_size: Option<i64>,
     /// `qk_head_dim` (LongCat-Flash: the q/k channels per head, their nope plus rope).
     pub qk_head_dim: Option<i64>,
+    /// `layers_block_type` (Nemotron-H: per layer `linear_attention` (Mamba2),
+    /// `full_attention`, `mlp` or `moe`; `layer_types` its alias).
+    pub layers_block_type: Option<Vec<String>>,
+    /// `hybrid_override_pattern` (Nemotron-H's older spelling of `layers_block_type`: one
+    /// character per layer, `M` Mamba2, `*` attention, `-` MLP, `E` MoE).
+    pub hybrid_override_pattern: Option<String>,
+    /// `mamba_num_heads` (Nemotron-H: the SSM heads of a Mamba2 layer).
+    pub mamba_num_heads: Option<i64>,
+    /// `mamba_head_dim` (Nemotron-H: channels per SSM head).
+    pub mamba_head_dim: Option<i64>,
+    /// `ssm_state_size` (Nemotron-H: the SSM state per head and channel).
+    pub ssm_state_size: Option<i64>,
+    /// `mamba_hidden_act` (Nemotron-H: the activation after the mixer's convolution).
+    pub mamba_hidden_act: Option<String>,
+    /// `mlp_hidden_act` (Nemotron-H: the MLP's and the experts' activation).
+    pub mlp_hidden_act: Option<String>,
+    /// `moe_shared_expert_intermediate_size` (Nemotron-H: the shared expert's width).
+    pub moe_shared_expert_intermediate_size: Option<i64>,
+    /// `moe_latent_size` (Nemotron-H: the experts' latent width; `null` for none).
+    #[serde(default, deserialize_with = "nullable")]
+    pub moe_latent_size: Option<Option<i64>>,
+    /// `attn_layer_period` (Jamba: one attention layer in this many).
+    pub attn_layer_period: Option<i64>,
+    /// `attn_layer_offset` (Jamba: the first attention layer).
+    pub attn_layer_offset: Option<i64>,
+    /// `expert_layer_period` (Jamba: one MoE layer in this many).
+    pub expert_layer_period: Option<i64>,
+    /// `expert_layer_offset` (Jamba: the first MoE layer).
+    pub expert_layer_offset: Option<i64>,
+    /// `mamba_dt_rank` (Jamba: the time-step projection's rank; `"auto"` for
+    /// `⌈hidden_size / 16⌉`).
+    pub mamba_dt_rank: Option<Value>,
 }
 
 /// Deserializes a field that may be `null` as `Some(Value::Null)`, so that an explicit null

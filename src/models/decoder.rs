@@ -8,7 +8,10 @@
 //! names a Mamba2 or Mamba mixer mixes its tokens with it ([`mamba2_mixer`] or [`mamba_mixer`]
 //! of module `{layer}.{ssm_module}`) and carries its conv and SSM states; the layer is that
 //! mixer and the residual add alone (Mamba2, Mamba), or goes on to the MLP block as an
-//! attention layer does (the hybrids, [`Family::ssm_with_mlp`]).
+//! attention layer does (the hybrids, [`Family::ssm_with_mlp`]). A layer for which
+//! [`Family::mixes_tokens`] is false is its MLP block alone and carries nothing
+//! ([`LayerCache::Stateless`]); an attention layer is its attention and the residual add alone
+//! where [`Family::attention_with_mlp`] is false (Nemotron-H: one mixer per block).
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
@@ -387,6 +390,19 @@ pub trait Family {
         false
     }
 
+    /// Whether layer `i` mixes tokens at all (the default); `false`: the layer is its MLP block
+    /// alone ([`LayerNorms::pre_mlp`], [`Family::layer_mlp`], the residual add) and carries no
+    /// state (Nemotron-H's `mlp` and `moe` layers).
+    fn mixes_tokens(&self, _cfg: &ArchConfig, _i: usize) -> bool {
+        true
+    }
+
+    /// Whether an attention layer goes on to the MLP block after its residual add (the
+    /// default), or is its pre-norm, the attention and the residual add alone (Nemotron-H).
+    fn attention_with_mlp(&self) -> bool {
+        true
+    }
+
     /// The form of [`Family::qk_norm`]'s default.
     fn qk_norm_kind(&self, _cfg: &ArchConfig) -> QkNorm {
         QkNorm::Off
@@ -622,13 +638,16 @@ pub fn build(cfg: &ArchConfig, dtype: DType, family: &dyn Family) -> Graph {
         ..DecoderDims::of(cfg)
     };
     let caches: Vec<LayerCache> = (0..cfg.num_hidden_layers)
-        .map(
-            |i| match (family.ssm_mixer(cfg, i), family.short_conv(cfg, i)) {
+        .map(|i| {
+            if !family.mixes_tokens(cfg, i) {
+                return LayerCache::Stateless;
+            }
+            match (family.ssm_mixer(cfg, i), family.short_conv(cfg, i)) {
                 (Some(mixer), _) => LayerCache::Ssm(mixer),
                 (None, Some(conv)) => LayerCache::Conv(conv),
                 (None, None) => LayerCache::Kv,
-            },
-        )
+            }
+        })
         .collect();
     let io = hybrid_decoder_io(&mut b, dims, dtype, &caches);
 
@@ -741,6 +760,12 @@ impl Layer<'_> {
     fn build(&self, b: &mut GraphBuilder, x: &str, p: &str, i: usize) -> String {
         let (cfg, family, dtype) = (self.cfg, self.family, self.dtype);
         let norms = family.layer_norms_of(i);
+        if let LayerPast::Stateless = self.io.past[i] {
+            // The MLP block alone.
+            let mlp_in = self.norm_at(b, x, p, norms.pre_mlp);
+            let m = family.layer_mlp(b, cfg, &mlp_in, p, i, dtype);
+            return b.op("Add", &[x, &m], vec![]);
+        }
         let attn_in = self.norm_at(b, x, p, norms.pre_attention);
         let o = match &self.io.past[i] {
             LayerPast::Kv { key, value } => {
@@ -758,7 +783,11 @@ impl Layer<'_> {
                     present: (&present.0, &present.1),
                 };
                 let attn = format!("{p}.{}", family.names().attn);
-                self.attention(b, &attn_in, &attn, i, &spec)
+                let o = self.attention(b, &attn_in, &attn, i, &spec);
+                if !family.attention_with_mlp() {
+                    return b.op("Add", &[x, &o], vec![]);
+                }
+                o
             }
             LayerPast::Conv { state, conv } => {
                 let present = present_conv_name(i);
@@ -772,6 +801,7 @@ impl Layer<'_> {
                 };
                 gated_short_conv(b, &masked, &format!("{p}.conv"), *conv, state, dtype)
             }
+            LayerPast::Stateless => unreachable!("built above"),
             LayerPast::Ssm { conv, ssm, mixer } => {
                 let (conv_out, ssm_out) = (present_conv_name(i), present_ssm_name(i));
                 let state = SsmState {

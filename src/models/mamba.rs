@@ -53,16 +53,22 @@ pub struct Mamba {
     pub mixer: MambaMixer,
 }
 
-/// `time_step_rank`: `"auto"` (the default) is `⌈hidden / 16⌉`, else a positive integer.
-fn time_step_rank(raw: Option<&Value>, hidden: usize, f: &Fields<'_>) -> Result<usize> {
+/// The time-step rank (config field `field`: `time_step_rank`, Jamba's `mamba_dt_rank`):
+/// `"auto"` (the default) is `⌈hidden / 16⌉`, else a positive integer.
+pub(super) fn time_step_rank(
+    field: &str,
+    raw: Option<&Value>,
+    hidden: usize,
+    f: &Fields<'_>,
+) -> Result<usize> {
     match raw {
         None | Some(Value::Null) => Ok(hidden.div_ceil(16)),
         Some(Value::String(s)) if s == "auto" => Ok(hidden.div_ceil(16)),
         Some(Value::Number(n)) if n.as_i64().is_some() => {
-            f.count("time_step_rank", n.as_i64().unwrap_or(0), MAX_WIDTH)
+            f.count(field, n.as_i64().unwrap_or(0), MAX_WIDTH)
         }
         Some(v) => Err(f.err(
-            "time_step_rank",
+            field,
             &format!("{v} is not supported (expected \"auto\" or a positive integer)"),
         )),
     }
@@ -90,7 +96,7 @@ fn read(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>) -> Result<ArchCon
         ));
     }
     let intermediate = intermediate as usize;
-    let rank = time_step_rank(raw.time_step_rank.as_ref(), hidden, f)?;
+    let rank = time_step_rank("time_step_rank", raw.time_step_rank.as_ref(), hidden, f)?;
     if rank as u64 + 2 * state as u64 > MAX_WIDTH as u64 {
         return Err(f.err(
             "state_size",
@@ -149,6 +155,7 @@ fn read(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>) -> Result<ArchCon
                 bias: raw.use_bias.unwrap_or(false),
                 conv_bias: raw.use_conv_bias.unwrap_or(true),
                 bcdt_norm_eps,
+                bcdt_norm_weights: false,
             },
         })
     })

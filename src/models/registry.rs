@@ -104,6 +104,8 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &super::mamba2::FAMILY,
     &super::bamba::FAMILY,
     &super::granitemoehybrid::FAMILY,
+    &super::nemotron_h::FAMILY,
+    &super::jamba::FAMILY,
     &super::doge::FAMILY,
     &super::jetmoe::FAMILY,
     &super::modernbert_decoder::FAMILY,

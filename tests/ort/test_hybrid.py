@@ -10,7 +10,10 @@ state `past.{i}.conv` (`[batch, conv_dim, conv_kernel - 1]`) and its SSM state `
 (`[batch, num_heads, head_dim, state_size]`); Bamba and Granite-4 (granitemoehybrid) mix
 such Mamba2 layers with attention layers by layer index, each layer carrying its own kind of
 state; a Mamba or FalconMamba layer carries its conv state (`[batch, expand * hidden_size,
-conv_kernel - 1]`) and SSM state (`[batch, expand * hidden_size, state_size]`).
+conv_kernel - 1]`) and SSM state (`[batch, expand * hidden_size, state_size]`). Nemotron-H's
+blocks are one mixer each: Mamba2 and attention layers carry their states as above, its MLP and
+MoE blocks nothing. Jamba's Mamba-1 layers (`[batch, mamba_expand * hidden_size, ...]`) sit
+beside attention layers by `attn_layer_period` / `attn_layer_offset`.
 onnxruntime-genai 0.18 runs no model type with an SSM state, so those packages have no
 genai_config.json. Every build in BUILDS must give
 transformers' prefill logits, then those of 8 decode steps fed one token at a time with the
@@ -45,8 +48,16 @@ per_build = pytest.mark.parametrize("name,ep,dtype", CASES, ids=[f"{n}-{e or 'no
 GENAI_TYPES = {"lfm2": "lfm2", "lfm2_moe": "lfm2_moe"}
 
 
-# Layer kinds as the hybrids' configs spell them (Granite-4's legacy names included).
-KINDS = {"mamba": "mamba", "linear_attention": "mamba", "attention": "full_attention", "full_attention": "full_attention"}
+# Layer kinds as the hybrids' configs spell them (Granite-4's legacy names included; Nemotron-H's
+# `mlp` and `moe` blocks mix no tokens and carry nothing: `none`).
+KINDS = {
+    "mamba": "mamba",
+    "linear_attention": "mamba",
+    "attention": "full_attention",
+    "full_attention": "full_attention",
+    "mlp": "none",
+    "moe": "none",
+}
 
 
 # The state-space-only model types: every layer a selective-scan mixer (`mamba`) carrying a
@@ -59,6 +70,8 @@ def layer_types(name: str) -> list[str]:
     `full_attention` (Mamba2, Mamba, FalconMamba: every layer; Bamba: `attn_layer_indices` attend; Granite-4:
     its `layer_types`)."""
     cfg = load_config(FIXTURES_DIR / name)
+    if cfg["model_type"] == "nemotron_h":
+        return [KINDS[t] for t in cfg["layers_block_type"]]
     layers = cfg["num_hidden_layers"]
     if cfg["model_type"] in SSM_TYPES:
         return ["mamba"] * layers
@@ -67,6 +80,9 @@ def layer_types(name: str) -> list[str]:
         return ["full_attention" if i in attn else "mamba" for i in range(layers)]
     if cfg["model_type"] == "granitemoehybrid":
         return [KINDS[t] for t in cfg["layer_types"]]
+    if cfg["model_type"] == "jamba":
+        period, offset = cfg["attn_layer_period"], cfg["attn_layer_offset"]
+        return ["full_attention" if i % period == offset else "mamba" for i in range(layers)]
     return cfg["layer_types"]
 
 
@@ -89,12 +105,32 @@ def dims(name: str) -> dict:
             "ssm": [inner, cfg["state_size"]],
             "vocab": cfg["vocab_size"],
         }
+    if cfg["model_type"] == "jamba":
+        inner = cfg["mamba_expand"] * cfg["hidden_size"]
+        return {
+            "conv": inner,
+            "state": cfg["mamba_d_conv"] - 1,
+            "ssm": [inner, cfg["mamba_d_state"]],
+            "kv_heads": cfg["num_key_value_heads"],
+            "head_dim": cfg["head_dim"],
+            "vocab": cfg["vocab_size"],
+        }
     if cfg["model_type"] == "mamba2":
         inner = cfg["num_heads"] * cfg["head_dim"]
         return {
             "conv": inner + 2 * cfg["n_groups"] * cfg["state_size"],
             "state": cfg["conv_kernel"] - 1,
             "ssm": [cfg["num_heads"], cfg["head_dim"], cfg["state_size"]],
+            "vocab": cfg["vocab_size"],
+        }
+    if cfg["model_type"] == "nemotron_h":
+        inner = cfg["mamba_num_heads"] * cfg["mamba_head_dim"]
+        return {
+            "conv": inner + 2 * cfg["n_groups"] * cfg["ssm_state_size"],
+            "state": cfg["conv_kernel"] - 1,
+            "ssm": [cfg["mamba_num_heads"], cfg["mamba_head_dim"], cfg["ssm_state_size"]],
+            "kv_heads": cfg["num_key_value_heads"],
+            "head_dim": cfg["head_dim"],
             "vocab": cfg["vocab_size"],
         }
     heads = cfg["num_attention_heads"]
@@ -162,7 +198,7 @@ def step(sess, ids, mask, pos, state: dict):
 
 
 def test_hybrid_fixtures_exist():
-    assert {"lfm2", "mamba2", "bamba", "mamba", "falcon_mamba"} <= set(NAMES), NAMES
+    assert {"lfm2", "mamba2", "bamba", "mamba", "falcon_mamba", "nemotron_h", "jamba"} <= set(NAMES), NAMES
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -175,6 +211,8 @@ def test_reference_is_consistent(name):
     assert int(np.argmax(ref["logits"][-1])) == ref["greedy_tokens"][0]
     model_type = load_config(FIXTURES_DIR / name)["model_type"]
     kinds = {"mamba"} if is_ssm(name) else {"conv" if model_type in ("lfm2", "lfm2_moe") else "mamba", "full_attention"}
+    if model_type == "nemotron_h":
+        kinds.add("none")
     assert set(layer_types(name)) == kinds, layer_types(name)
 
 
@@ -323,9 +361,9 @@ def test_int4_quantizes_every_projection(built, name, ep, nbits):
     ops = [n.op_type for n in model.graph.node]
     quantized = [n.input[1] for n in model.graph.node if n.op_type == ("MatMulNBits" if nbits else "DequantizeLinear")]
     model_type = load_config(FIXTURES_DIR / name)["model_type"]
-    mixer = {"lfm2": "conv", "lfm2_moe": "conv"}.get(model_type, "mixer" if is_ssm(name) else "mamba")
+    mixer = {"lfm2": "conv", "lfm2_moe": "conv", "nemotron_h": "mixer"}.get(model_type, "mixer" if is_ssm(name) else "mamba")
     projs = ["in_proj", "out_proj"]
-    if model_type in ("mamba", "falcon_mamba"):
+    if model_type in ("mamba", "falcon_mamba", "jamba"):
         projs += ["x_proj", "dt_proj"]
     for proj in (f"{mixer}.{p}" for p in projs):
         assert any(proj in w for w in quantized), (proj, quantized)

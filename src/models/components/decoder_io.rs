@@ -7,7 +7,8 @@
 //! `lfm2` packages (docs/recurrent.md). A Mamba2 layer ([`LayerCache::Ssm`]) carries the conv
 //! state of its convolution under the same name and its SSM state `past.{i}.ssm` →
 //! `present.{i}.ssm` (`[batch, heads, head_dim, state]`, the model dtype); a Mamba layer the
-//! same, its SSM state `[batch, intermediate, state]`.
+//! same, its SSM state `[batch, intermediate, state]`. A layer without a token mixer
+//! ([`LayerCache::Stateless`], Nemotron-H's MLP and MoE blocks) carries nothing.
 //! The one place those names are spelled (the encoders reuse [`BATCH`] and [`SEQ`]).
 
 use super::mamba::SsmMixer;
@@ -48,8 +49,8 @@ impl DecoderInputs {
     pub fn kv(&self, i: usize) -> (&str, &str) {
         match &self.past[i] {
             LayerPast::Kv { key, value } => (key, value),
-            LayerPast::Conv { .. } | LayerPast::Ssm { .. } => {
-                panic!("layer {i} carries a recurrent state, not a KV cache")
+            LayerPast::Conv { .. } | LayerPast::Ssm { .. } | LayerPast::Stateless => {
+                panic!("layer {i} carries a recurrent state or none, not a KV cache")
             }
         }
     }
@@ -64,6 +65,8 @@ pub enum LayerCache {
     Conv(ShortConv),
     /// The conv and SSM states of a Mamba2 or Mamba mixer.
     Ssm(SsmMixer),
+    /// Nothing: a layer whose block mixes no tokens (an MLP or MoE block alone).
+    Stateless,
 }
 
 /// A layer's cache graph inputs.
@@ -92,6 +95,8 @@ pub enum LayerPast {
         /// The mixer whose states they are.
         mixer: SsmMixer,
     },
+    /// No graph input: the layer carries nothing.
+    Stateless,
 }
 
 /// The sizes the contract's shapes depend on.
@@ -147,7 +152,8 @@ pub fn present_ssm_name(i: usize) -> String {
 
 /// Declares the decoder inputs and outputs on `b` with layer `i` carrying `caches[i]`
 /// (`caches` holds one entry per layer): per layer, in layer order, its key and value (or its
-/// conv state, or its conv and SSM states) after `position_ids`, and the same after `logits`.
+/// conv state, or its conv and SSM states, or nothing) after `position_ids`, and the same after
+/// `logits`.
 pub fn hybrid_decoder_io(
     b: &mut GraphBuilder,
     dims: DecoderDims,
@@ -193,6 +199,7 @@ pub fn hybrid_decoder_io(
                 ssm: b.input(&past_ssm_name(i), dtype, ssm_shape(mixer)),
                 mixer,
             },
+            LayerCache::Stateless => LayerPast::Stateless,
         })
         .collect();
     b.output(
@@ -213,6 +220,7 @@ pub fn hybrid_decoder_io(
                 b.output(&present_conv_name(i), dtype, conv_shape(mixer.conv()));
                 b.output(&present_ssm_name(i), dtype, ssm_shape(mixer));
             }
+            LayerCache::Stateless => {}
         }
     }
     DecoderInputs {

@@ -4,7 +4,8 @@
 //! `in_proj` gives the channels `x` and the gate `z` (`intermediate` each); `x` goes through the
 //! depthwise causal convolution of [`causal_conv_with_state`] (conv state `[B, intermediate,
 //! K−1]`) and SiLU; `x_proj` gives the low-rank time steps (`time_step_rank`), `B` and `C`
-//! (`state` each, shared by every channel), FalconMamba RMS-norms each of the three (no weight);
+//! (`state` each, shared by every channel), FalconMamba RMS-norms each of the three (no weight;
+//! Jamba with a weight each);
 //! `dt_proj` (its weight only) widens the time steps to one per channel. Per channel `c` and
 //! state index `n`, with `dt = softplus(dt + dt_proj.bias)` and `A = −exp(A_log)` (`[intermediate,
 //! state]`: a decay per channel *and* state index), the recurrence is `h_t = exp(dt_t·A)·h_{t−1} +
@@ -22,6 +23,7 @@
 //! is projected back (`out_proj`).
 
 use super::linear;
+use super::norm::{Norm, NormKind};
 use super::short_conv::{causal_conv_with_state, ShortConv};
 use super::ssm::{Mamba2Mixer, SsmState};
 use crate::ir::{Attr, DType, Dim, GraphBuilder, Initializer, Shape, TensorData, TensorSource};
@@ -73,6 +75,9 @@ pub struct MambaMixer {
     /// FalconMamba: the epsilon of the weightless RMS norms on the time steps, `B` and `C`
     /// (`None`: Mamba, no such norms).
     pub bcdt_norm_eps: Option<f32>,
+    /// Jamba: those norms have weights, modules `{module}.dt_layernorm`, `b_layernorm` and
+    /// `c_layernorm` (RMS norms as the decoder's, with `bcdt_norm_eps`).
+    pub bcdt_norm_weights: bool,
 }
 
 impl MambaMixer {
@@ -134,9 +139,23 @@ pub fn mamba_mixer(
     let sizes = b.const_i64(&[r as i64, n as i64, n as i64]);
     let [dt, bm, cm] =
         <[String; 3]>::try_from(split(b, &selected, &sizes, 3)).expect("three parts");
-    let [dt, bm, cm] = match m.bcdt_norm_eps {
-        Some(eps) => [dt, bm, cm].map(|t| weightless_rms_norm(b, &t, eps, dtype)),
-        None => [dt, bm, cm],
+    let [dt, bm, cm] = match (m.bcdt_norm_eps, m.bcdt_norm_weights) {
+        (Some(eps), false) => [dt, bm, cm].map(|t| weightless_rms_norm(b, &t, eps, dtype)),
+        (Some(eps), true) => {
+            let norm = Norm {
+                kind: NormKind::Rms,
+                eps,
+            };
+            let parts = [
+                (dt, "dt_layernorm", r),
+                (bm, "b_layernorm", n),
+                (cm, "c_layernorm", n),
+            ];
+            parts.map(|(t, name, width)| {
+                norm.apply(b, &t, &format!("{module}.{name}"), width, dtype)
+            })
+        }
+        (None, _) => [dt, bm, cm],
     };
     let dt = linear(b, &dt, &format!("{module}.dt_proj"), r, inner, false, dtype);
     let [xs, gate, dt, bm, cm] = [xs, gate, dt, bm, cm].map(|t| to_f32(b, &t, dtype));

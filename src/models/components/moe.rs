@@ -33,6 +33,8 @@
 //! Ungated squared-ReLU experts whose outputs are RMS-normalised one by one before they are
 //! weighted (Ergo, [`ExpertWeights::Relu2InOut`] with [`MoeSpec::expert_norm`]) cannot sum
 //! their down projections in one MatMul: each expert's down projection is its own MatMul.
+//! Without that norm (Nemotron-H, [`ExpertWeights::Relu2PerExpert`]) they are the block above
+//! with `relu(u)²` for the gated activation and no gate projection.
 //!
 //! # Routing
 //!
@@ -287,6 +289,18 @@ pub enum ExpertWeights {
         /// The down projections of every expert.
         down: &'static str,
     },
+    /// Ungated squared-ReLU experts, `down(relu(up(x))²)`, one tensor per expert and
+    /// projection: `experts.{e}.{up}.weight` `[I, H]` and `experts.{e}.{down}.weight` `[H, I]`
+    /// (HF `[out, in]`); router `{router}.weight` `[E, H]` (Nemotron-H's `up_proj`,
+    /// `down_proj` and `gate`).
+    Relu2PerExpert {
+        /// The router module.
+        router: &'static str,
+        /// The up projection of an expert.
+        up: &'static str,
+        /// The down projection of an expert.
+        down: &'static str,
+    },
 }
 
 impl ExpertWeights {
@@ -315,7 +329,8 @@ impl ExpertWeights {
             ExpertWeights::Stacked { router, .. }
             | ExpertWeights::StackedInOut { router, .. }
             | ExpertWeights::Flat { router, .. }
-            | ExpertWeights::Relu2InOut { router, .. } => router,
+            | ExpertWeights::Relu2InOut { router, .. }
+            | ExpertWeights::Relu2PerExpert { router, .. } => router,
         }
     }
 }
@@ -406,6 +421,11 @@ fn experts_of(
                 let proj = [names.gate, names.up, names.down][which];
                 TensorSource::Checkpoint(format!("{prefix}.experts.{j}.{proj}.weight"))
             }
+            ExpertWeights::Relu2PerExpert { up, down, .. } => {
+                // No gate: 0 is never asked for.
+                let proj = if which == 2 { down } else { up };
+                TensorSource::Checkpoint(format!("{prefix}.experts.{j}.{proj}.weight"))
+            }
             ExpertWeights::Stacked { gate_up, down, .. } => {
                 let stacked = if which == 2 { down } else { gate_up };
                 let one = TensorSource::Slice {
@@ -487,7 +507,8 @@ fn experts_of(
             ExpertWeights::Stacked { .. }
             | ExpertWeights::StackedInOut { .. }
             | ExpertWeights::Flat { .. }
-            | ExpertWeights::Relu2InOut { .. } => ["gate", "up", "down"][which],
+            | ExpertWeights::Relu2InOut { .. }
+            | ExpertWeights::Relu2PerExpert { .. } => ["gate", "up", "down"][which],
         };
         b.initializer(Initializer {
             name: format!("{prefix}.experts.{name}.weight_t"),
@@ -496,6 +517,19 @@ fn experts_of(
             source: Some(TensorSource::Concat { parts, axis }),
         })
     };
+    if let ExpertWeights::Relu2PerExpert { .. } = spec.weights {
+        let up_w = stack(b, 1, vec![h, e * i], 1);
+        let down_w = stack(b, 2, vec![e * i, h], 0);
+        let per_expert = b.const_i64(&[0, 0, e as i64, i as i64]);
+        let merged = b.const_i64(&[0, 0, (e * i) as i64]);
+        let up = b.op("MatMul", &[x, &up_w], vec![]);
+        let relu = b.op("Relu", &[&up], vec![]);
+        let act = b.op("Mul", &[&relu, &relu], vec![]);
+        let act = b.op("Reshape", &[&act, &per_expert], vec![]);
+        let weighted = b.op("Mul", &[&act, routing], vec![]);
+        let weighted = b.op("Reshape", &[&weighted, &merged], vec![]);
+        return b.op("MatMul", &[&weighted, &down_w], vec![]);
+    }
     let gate_w = stack(b, 0, vec![h, e * i], 1);
     let up_w = stack(b, 1, vec![h, e * i], 1);
     let down_w = stack(b, 2, vec![e * i, h], 0);
