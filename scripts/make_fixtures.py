@@ -57,6 +57,8 @@ from transformers import (
     Lfm2ForCausalLM,
     Lfm2MoeConfig,
     Lfm2MoeForCausalLM,
+    Qwen3NextConfig,
+    Qwen3NextForCausalLM,
     Mamba2Config,
     Mamba2ForCausalLM,
     BambaConfig,
@@ -327,7 +329,7 @@ ZERO_PAD_ROW = {"youtu"}
 # reference.json says task "hybrid-text-generation" (tests/ort/test_hybrid.py) and adds
 # "decode_steps", the logits of HYBRID_DECODE_STEPS greedy tokens fed one at a time with
 # transformers' cache after the prompt.
-HYBRID = {"lfm2", "lfm2_moe", "mamba2", "bamba", "granitemoehybrid", "mamba", "falcon_mamba"}
+HYBRID = {"lfm2", "lfm2_moe", "mamba2", "bamba", "granitemoehybrid", "mamba", "falcon_mamba", "qwen3_next"}
 HYBRID_DECODE_STEPS = 8
 
 DIMS = dict(
@@ -901,6 +903,31 @@ def make_config(kind: str, vocab: int, ids: dict):
             conv_L_cache=3,
             layer_types=["conv", "full_attention", "conv"],
             rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+        )
+    if kind == "qwen3_next":
+        # Hybrid: Gated DeltaNet layers 0 and 2 (2 key heads of 16 channels, 4 value heads of
+        # 16: each key head serves two value heads; conv kernel 4) around an output-gated GQA
+        # layer 1 with partial RoPE (a quarter of each head, Qwen3-Next's default); MoE in
+        # layers 0 and 1 (4 experts of width 32, top 2 renormalised, plus the sigmoid-gated
+        # shared expert of width 32), a dense SwiGLU MLP in layer 2 (mlp_only_layers).
+        return Qwen3NextForCausalLM, Qwen3NextConfig(
+            **{**common, "num_hidden_layers": 3},
+            layer_types=["linear_attention", "full_attention", "linear_attention"],
+            linear_num_key_heads=2,
+            linear_num_value_heads=4,
+            linear_key_head_dim=16,
+            linear_value_head_dim=16,
+            linear_conv_kernel_dim=4,
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            shared_expert_intermediate_size=32,
+            decoder_sparse_step=1,
+            mlp_only_layers=[2],
+            norm_topk_prob=True,
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
         )
     if kind == "bamba":
         # Hybrid: Mamba2 layers 0 and 2 (8 SSM heads of 16 channels in 2 groups, state 16,
@@ -2342,7 +2369,8 @@ def perturb(model, seed: int) -> None:
     g = torch.Generator().manual_seed(seed)
     # Gemma's RMSNorm and Nemotron's LayerNorm1P scale by (1 + weight): keep their effective
     # gain near 1 as well.
-    norm_offset = 0.0 if model.config.model_type.startswith(("gemma", "vaultgemma", "nemotron")) else 1.0
+    # Qwen3-Next's RMSNorms too, but not the gated norm of its linear attention (a plain gain).
+    norm_offset = 0.0 if model.config.model_type.startswith(("gemma", "vaultgemma", "nemotron", "qwen3_next")) else 1.0
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("embed_positions.weight") and not p.requires_grad:
@@ -2354,7 +2382,8 @@ def perturb(model, seed: int) -> None:
                 v = 1.0 + 0.2 * r  # Doge's residual scales (ones at init)
             elif module.startswith("ln_") or "norm" in module:
                 # RMSNorm gains; LayerNorm (gpt2, phi) weights and biases
-                v = norm_offset + 0.2 * r if not name.endswith(".bias") else 0.1 * r
+                offset = 1.0 if name.endswith("linear_attn.norm.weight") else norm_offset
+                v = offset + 0.2 * r if not name.endswith(".bias") else 0.1 * r
             elif name.endswith(".bias"):
                 v = 0.1 * r
             elif (
@@ -2580,6 +2609,7 @@ FIXTURES = {
     "granitemoehybrid-attn": (6900, "f32", "v5", None),
     "mamba": (6700, "f32", "v5", None),
     "falcon_mamba": (6800, "f32", "v5", None),
+    "qwen3_next": (6900, "f32", "v5", None),
     "smollm3": (6000, "f32", "v4", None),
     "granite": (7000, "f32", "v5", None),
     "olmo2": (8000, "f32", "v5", None),

@@ -1,9 +1,10 @@
 //! Hybrid decoders through the reference interpreter (no onnxruntime): the lfm2, lfm2_moe,
-//! mamba2, mamba, falcon_mamba, bamba and granitemoehybrid fixtures' portable graphs and their
-//! cpu graphs (with GroupQueryAttention where a layer attends; mamba's with their `Scan`) give
-//! transformers' prefill logits, then those of 8 decode steps of one token each fed the
-//! returned conv and SSM states (`present.{i}.conv` → `past.{i}.conv`, `present.{i}.ssm` →
-//! `past.{i}.ssm`) and KV caches (f32 ≤ 1e-4; docs/recurrent.md).
+//! mamba2, mamba, falcon_mamba, bamba, granitemoehybrid and qwen3_next fixtures' portable graphs
+//! and their cpu graphs (with GroupQueryAttention where a layer attends; mamba's and
+//! qwen3_next's with their `Scan`) give transformers' prefill logits, then those of 8 decode
+//! steps of one token each fed the returned conv, SSM and recurrent states (`present.{i}.conv`
+//! → `past.{i}.conv`, `present.{i}.ssm` → `past.{i}.ssm`, `present.{i}.recurrent` →
+//! `past.{i}.recurrent`) and KV caches (f32 ≤ 1e-4; docs/recurrent.md).
 
 mod common;
 
@@ -83,7 +84,10 @@ fn check_decode_loop(name: &str, graph: &Graph) {
             .into_iter()
             .filter_map(|(k, v)| {
                 let rest = k.strip_prefix("present.")?;
-                let name = match rest.ends_with(".conv") || rest.ends_with(".ssm") {
+                let name = match [".conv", ".ssm", ".recurrent"]
+                    .iter()
+                    .any(|s| rest.ends_with(s))
+                {
                     true => format!("past.{rest}"),
                     false => format!("past_key_values.{rest}"),
                 };
@@ -154,4 +158,12 @@ fn mamba_and_falcon_mamba_decode_loops_through_the_interpreter() {
         check_decode_loop(name, &portable.graph);
         check_decode_loop(name, &optimized(&cfg, "cpu", DType::F32));
     }
+}
+
+#[test]
+fn qwen3_next_decode_loop_through_the_interpreter() {
+    let cfg = fixture_config("qwen3_next");
+    let portable = build_model(&cfg, DType::F32).unwrap();
+    check_decode_loop("qwen3_next", &portable.graph);
+    check_decode_loop("qwen3_next", &optimized(&cfg, "cpu", DType::F32));
 }

@@ -103,6 +103,7 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &super::mamba2::FAMILY,
     &super::bamba::FAMILY,
     &super::granitemoehybrid::FAMILY,
+    &super::qwen3_next::FAMILY,
     &super::doge::FAMILY,
     &super::jetmoe::FAMILY,
     &super::modernbert_decoder::FAMILY,
