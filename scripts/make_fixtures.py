@@ -59,6 +59,10 @@ from transformers import (
     Lfm2MoeForCausalLM,
     Qwen3NextConfig,
     Qwen3NextForCausalLM,
+    Qwen3_5ForCausalLM,
+    Qwen3_5MoeForCausalLM,
+    Qwen3_5MoeTextConfig,
+    Qwen3_5TextConfig,
     Mamba2Config,
     Mamba2ForCausalLM,
     BambaConfig,
@@ -329,7 +333,8 @@ ZERO_PAD_ROW = {"youtu"}
 # reference.json says task "hybrid-text-generation" (tests/ort/test_hybrid.py) and adds
 # "decode_steps", the logits of HYBRID_DECODE_STEPS greedy tokens fed one at a time with
 # transformers' cache after the prompt.
-HYBRID = {"lfm2", "lfm2_moe", "mamba2", "bamba", "granitemoehybrid", "mamba", "falcon_mamba", "qwen3_next"}
+HYBRID = {"lfm2", "lfm2_moe", "mamba2", "bamba", "granitemoehybrid", "mamba", "falcon_mamba", "qwen3_next",
+          "qwen3_5_text", "qwen3_5_moe_text"}
 HYBRID_DECODE_STEPS = 8
 
 DIMS = dict(
@@ -928,6 +933,33 @@ def make_config(kind: str, vocab: int, ids: dict):
             rms_norm_eps=1e-6,
             tie_word_embeddings=False,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
+        )
+    if kind in ("qwen3_5_text", "qwen3_5_moe_text"):
+        # Qwen3.5's text decoders: Qwen3-Next's layers (Gated DeltaNet 0 with 2 key heads
+        # serving 4 value heads of 16, conv kernel 4; output-gated GQA layer 1, a quarter of
+        # each head rotated) with the linear attention's projections unfused; a dense SwiGLU MLP
+        # in every layer (qwen3_5_text) or 4 experts of width 32, top 2, plus the gated shared
+        # expert of width 32 in every layer (qwen3_5_moe_text).
+        linear = dict(
+            layer_types=["linear_attention", "full_attention"],
+            linear_num_key_heads=2,
+            linear_num_value_heads=4,
+            linear_key_head_dim=16,
+            linear_value_head_dim=16,
+            linear_conv_kernel_dim=4,
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
+        )
+        if kind == "qwen3_5_text":
+            return Qwen3_5ForCausalLM, Qwen3_5TextConfig(**common, **linear)
+        return Qwen3_5MoeForCausalLM, Qwen3_5MoeTextConfig(
+            **{k: v for k, v in common.items() if k != "intermediate_size"},
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            shared_expert_intermediate_size=32,
+            **linear,
         )
     if kind == "bamba":
         # Hybrid: Mamba2 layers 0 and 2 (8 SSM heads of 16 channels in 2 groups, state 16,
@@ -2370,7 +2402,7 @@ def perturb(model, seed: int) -> None:
     # Gemma's RMSNorm and Nemotron's LayerNorm1P scale by (1 + weight): keep their effective
     # gain near 1 as well.
     # Qwen3-Next's RMSNorms too, but not the gated norm of its linear attention (a plain gain).
-    norm_offset = 0.0 if model.config.model_type.startswith(("gemma", "vaultgemma", "nemotron", "qwen3_next")) else 1.0
+    norm_offset = 0.0 if model.config.model_type.startswith(("gemma", "vaultgemma", "nemotron", "qwen3_next", "qwen3_5")) else 1.0
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("embed_positions.weight") and not p.requires_grad:
@@ -2610,6 +2642,8 @@ FIXTURES = {
     "mamba": (6700, "f32", "v5", None),
     "falcon_mamba": (6800, "f32", "v5", None),
     "qwen3_next": (6900, "f32", "v5", None),
+    "qwen3_5_text": (7000, "f32", "v5", None),
+    "qwen3_5_moe_text": (7100, "f32", "v5", None),
     "smollm3": (6000, "f32", "v4", None),
     "granite": (7000, "f32", "v5", None),
     "olmo2": (8000, "f32", "v5", None),

@@ -1,7 +1,7 @@
 //! Hybrid decoders through the reference interpreter (no onnxruntime): the lfm2, lfm2_moe,
-//! mamba2, mamba, falcon_mamba, bamba, granitemoehybrid and qwen3_next fixtures' portable graphs
-//! and their cpu graphs (with GroupQueryAttention where a layer attends; mamba's and
-//! qwen3_next's with their `Scan`) give transformers' prefill logits, then those of 8 decode
+//! mamba2, mamba, falcon_mamba, bamba, granitemoehybrid, qwen3_next, qwen3_5_text and
+//! qwen3_5_moe_text fixtures' portable graphs and their cpu graphs (with GroupQueryAttention
+//! where a layer attends; mamba's and the Gated DeltaNet layers' with their `Scan`) give transformers' prefill logits, then those of 8 decode
 //! steps of one token each fed the returned conv, SSM and recurrent states (`present.{i}.conv`
 //! → `past.{i}.conv`, `present.{i}.ssm` → `past.{i}.ssm`, `present.{i}.recurrent` →
 //! `past.{i}.recurrent`) and KV caches (f32 ≤ 1e-4; docs/recurrent.md).
@@ -161,9 +161,11 @@ fn mamba_and_falcon_mamba_decode_loops_through_the_interpreter() {
 }
 
 #[test]
-fn qwen3_next_decode_loop_through_the_interpreter() {
-    let cfg = fixture_config("qwen3_next");
-    let portable = build_model(&cfg, DType::F32).unwrap();
-    check_decode_loop("qwen3_next", &portable.graph);
-    check_decode_loop("qwen3_next", &optimized(&cfg, "cpu", DType::F32));
+fn gated_delta_decode_loops_through_the_interpreter() {
+    for name in ["qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"] {
+        let cfg = fixture_config(name);
+        let portable = build_model(&cfg, DType::F32).unwrap();
+        check_decode_loop(name, &portable.graph);
+        check_decode_loop(name, &optimized(&cfg, "cpu", DType::F32));
+    }
 }

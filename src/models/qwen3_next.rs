@@ -7,8 +7,13 @@
 //! default 4, attends). Every norm scales by `1 + weight` (the linear attention's gated norm by
 //! its plain weight). The MLP is Qwen2-MoE's sparse block (softmax top-k, renormalised by
 //! default, plus the sigmoid-gated shared expert) in the layers `decoder_sparse_step` selects
-//! and `mlp_only_layers` does not name, else a dense SwiGLU MLP. onnxruntime-genai 0.18 has no
-//! `qwen3_next` model type, so the package has no genai_config.json (docs/recurrent.md).
+//! and `mlp_only_layers` does not name, else a dense SwiGLU MLP. Qwen3.5's text decoders
+//! (`qwen3_5_text`: a dense SwiGLU MLP in every layer; `qwen3_5_moe_text`: the sparse block in
+//! every layer, always renormalised) are the same layers with the linear attention's
+//! projections unfused (`in_proj_qkv`, `in_proj_z`, `in_proj_b`, `in_proj_a`). onnxruntime-genai
+//! 0.18 has no `qwen3_next` model type, and its `qwen3_5_text` / `qwen3_5_moe_text` types feed
+//! 3-D multimodal `position_ids` (`[3, batch, sequence]`), not this graph's `[batch,
+//! sequence]`: the packages have no genai_config.json (docs/recurrent.md).
 
 use super::components::{
     gated_shared_expert, linear, rotary_embedding, AttentionSpec, ExpertWeights, GatedDeltaMixer,
@@ -30,13 +35,28 @@ pub static FAMILY: FamilySpec = FamilySpec {
     summary: "hybrid: Gated DeltaNet linear-attention layers (conv and recurrent states \
               carried as `past.{i}.conv` / `past.{i}.recurrent`, the recurrence an ONNX Scan) \
               and output-gated GQA layers with partial RoPE; (1 + w) RMSNorms; Qwen2-MoE's \
-              sparse experts with a gated shared expert",
-    model_types: &[ModelType {
-        name: "qwen3_next",
-        genai_type: None,
-        read,
-        builds_longrope: false,
-    }],
+              sparse experts with a gated shared expert (Qwen3.5: unfused projections, dense \
+              or MoE in every layer)",
+    model_types: &[
+        ModelType {
+            name: "qwen3_next",
+            genai_type: None,
+            read,
+            builds_longrope: false,
+        },
+        ModelType {
+            name: "qwen3_5_text",
+            genai_type: None,
+            read: read_qwen3_5,
+            builds_longrope: false,
+        },
+        ModelType {
+            name: "qwen3_5_moe_text",
+            genai_type: None,
+            read: read_qwen3_5_moe,
+            builds_longrope: false,
+        },
+    ],
 };
 
 /// transformers' Qwen3NextConfig: RoPE theta 1e4 on a quarter of each head
@@ -91,6 +111,55 @@ fn read(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>) -> Result<ArchCon
             linear_layers,
             mixer,
             moe,
+        })
+    })
+}
+
+/// Qwen3_5TextConfig: Qwen3-Next's fields and defaults without experts; the linear attention's
+/// projections unfused.
+fn read_qwen3_5(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>) -> Result<ArchConfig> {
+    let linear_layers = read_layer_kinds(raw, f)?;
+    let mixer = read_mixer(raw, f, false)?;
+    read_decoder(&plain(raw), t, f, &FIELDS, |_| {
+        Ok(Qwen3Next {
+            linear_layers,
+            mixer,
+            moe: None,
+        })
+    })
+}
+
+/// Qwen3_5MoeTextConfig: 256 experts of width 512, top 8, always renormalised, a shared
+/// expert of width 512, in every layer.
+fn read_qwen3_5_moe(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>) -> Result<ArchConfig> {
+    let linear_layers = read_layer_kinds(raw, f)?;
+    let mixer = read_mixer(raw, f, false)?;
+    let every_layer = HfConfig {
+        decoder_sparse_step: None,
+        mlp_only_layers: None,
+        ..raw.clone()
+    };
+    // No dense MLP: `intermediate_size` (absent from the config class) sizes nothing.
+    let dims_of = HfConfig {
+        intermediate_size: raw.intermediate_size.or(Some(1)),
+        ..plain(raw)
+    };
+    read_decoder(&dims_of, t, f, &FIELDS, |dims| {
+        let shared = f.optional_count(
+            "shared_expert_intermediate_size",
+            raw.shared_expert_intermediate_size,
+            512,
+            MAX_WIDTH,
+        )?;
+        let mut moe = knobs(&every_layer, f, dims, (256, 8), Some(shared), true)?;
+        if raw.moe_intermediate_size.is_none() {
+            moe.expert_width = 512;
+        }
+        moe.normalize = true;
+        Ok(Qwen3Next {
+            linear_layers,
+            mixer,
+            moe: Some(moe),
         })
     })
 }
@@ -422,6 +491,28 @@ mod tests {
         let c = parse(r#", "full_attention_interval": 2"#).unwrap();
         let k = c.knobs::<Qwen3Next>().unwrap();
         assert_eq!(k.linear_layers, [true, false, true, false]);
+    }
+
+    #[test]
+    fn qwen3_5_reads_unfused_projections_and_its_mlps() {
+        let dense = parse_as(
+            "qwen3_5_text",
+            r#", "rope_parameters": {"rope_type": "default",
+            "rope_theta": 1e7, "partial_rotary_factor": 0.25, "mrope_section": [11, 11, 10],
+            "mrope_interleaved": true}"#,
+        );
+        let c = dense.unwrap();
+        let k = c.knobs::<Qwen3Next>().unwrap();
+        assert!(!k.mixer.fused && k.moe.is_none());
+        assert_eq!(c.rope.rotary_dim, 4);
+        let c = parse_as(
+            "qwen3_5_moe_text",
+            r#", "num_experts": 4, "norm_topk_prob": false"#,
+        )
+        .unwrap();
+        let moe = c.knobs::<Qwen3Next>().unwrap().moe.clone().unwrap();
+        assert!(moe.normalize && moe.moe_layers.iter().all(|&m| m));
+        assert_eq!((moe.experts, moe.top_k, moe.expert_width), (4, 2, 32));
     }
 
     #[test]

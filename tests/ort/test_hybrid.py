@@ -14,9 +14,10 @@ conv_kernel - 1]`) and SSM state (`[batch, expand * hidden_size, state_size]`); 
 `linear_attention` (Gated DeltaNet) layer its conv state (`[batch, 2 * linear_num_key_heads *
 linear_key_head_dim + linear_num_value_heads * linear_value_head_dim, linear_conv_kernel_dim - 1]`)
 and its recurrent state `past.{i}.recurrent` (`[batch, linear_num_value_heads,
-linear_key_head_dim, linear_value_head_dim]`, onnxruntime-genai 0.18's name for qwen3_5).
-onnxruntime-genai 0.18 runs no model type with an SSM state, nor qwen3_next, so those packages
-have no genai_config.json. Every build in BUILDS must give
+linear_key_head_dim, linear_value_head_dim]`, onnxruntime-genai 0.18's name for qwen3_5);
+Qwen3.5's text decoders (qwen3_5_text, qwen3_5_moe_text) the same.
+onnxruntime-genai 0.18 runs no model type with an SSM state, nor qwen3_next, nor Qwen3.5 with
+2-D position_ids, so those packages have no genai_config.json. Every build in BUILDS must give
 transformers' prefill logits, then those of 8 decode steps fed one token at a time with the
 returned state and KV cache, within TOL; onnxruntime-genai's greedy tokens must be
 transformers'.
@@ -51,6 +52,11 @@ GENAI_TYPES = {"lfm2": "lfm2", "lfm2_moe": "lfm2_moe"}
 
 # Layer kinds as the hybrids' configs spell them (Granite-4's legacy names included).
 KINDS = {"mamba": "mamba", "linear_attention": "mamba", "attention": "full_attention", "full_attention": "full_attention"}
+
+
+# The model types whose `linear_attention` layers are Gated DeltaNet (conv and recurrent
+# states), beside `full_attention` layers.
+GATED_DELTA_TYPES = {"qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"}
 
 
 # The state-space-only model types: every layer a selective-scan mixer (`mamba`) carrying a
@@ -93,7 +99,7 @@ def dims(name: str) -> dict:
             "ssm": [inner, cfg["state_size"]],
             "vocab": cfg["vocab_size"],
         }
-    if cfg["model_type"] == "qwen3_next":
+    if cfg["model_type"] in GATED_DELTA_TYPES:
         return {
             "conv": 2 * cfg["linear_num_key_heads"] * cfg["linear_key_head_dim"]
             + cfg["linear_num_value_heads"] * cfg["linear_value_head_dim"],
@@ -180,7 +186,8 @@ def step(sess, ids, mask, pos, state: dict):
 
 
 def test_hybrid_fixtures_exist():
-    assert {"lfm2", "mamba2", "bamba", "mamba", "falcon_mamba", "qwen3_next"} <= set(NAMES), NAMES
+    want = {"lfm2", "mamba2", "bamba", "mamba", "falcon_mamba", "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"}
+    assert want <= set(NAMES), NAMES
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -192,7 +199,9 @@ def test_reference_is_consistent(name):
     assert [int(np.argmax(row)) for row in steps["logits"]] == ref["greedy_tokens"][1:9]
     assert int(np.argmax(ref["logits"][-1])) == ref["greedy_tokens"][0]
     model_type = load_config(FIXTURES_DIR / name)["model_type"]
-    mixer = {"lfm2": "conv", "lfm2_moe": "conv", "qwen3_next": "linear_attention"}.get(model_type, "mamba")
+    mixer = {"lfm2": "conv", "lfm2_moe": "conv", **dict.fromkeys(GATED_DELTA_TYPES, "linear_attention")}.get(
+        model_type, "mamba"
+    )
     kinds = {"mamba"} if is_ssm(name) else {mixer, "full_attention"}
     assert set(layer_types(name)) == kinds, layer_types(name)
 
@@ -331,7 +340,7 @@ INT4 = [("cpu", True), ("onnx-standard", False)]
 def test_int4_quantizes_every_projection(built, name, ep, nbits):
     """`--quant int4` quantizes every MatMul weight, the short convolutions' and Mamba2
     mixers' in_proj and out_proj included (Mamba's x_proj and dt_proj too, Qwen3-Next's
-    in_proj_qkvz, in_proj_ba and out_proj) (no float MatMul weight is left), and the prefill logits match the
+    in_proj_qkvz, in_proj_ba and out_proj, Qwen3.5's in_proj_qkv, in_proj_z, in_proj_b, in_proj_a) (no float MatMul weight is left), and the prefill logits match the
     fake-quantized reference (scripts/make_quant_references.py) within 1e-4."""
     import onnxruntime as ort
 
@@ -343,7 +352,7 @@ def test_int4_quantizes_every_projection(built, name, ep, nbits):
     ops = [n.op_type for n in model.graph.node]
     quantized = [n.input[1] for n in model.graph.node if n.op_type == ("MatMulNBits" if nbits else "DequantizeLinear")]
     model_type = load_config(FIXTURES_DIR / name)["model_type"]
-    mixer = {"lfm2": "conv", "lfm2_moe": "conv", "qwen3_next": "linear_attn"}.get(
+    mixer = {"lfm2": "conv", "lfm2_moe": "conv", **dict.fromkeys(GATED_DELTA_TYPES, "linear_attn")}.get(
         model_type, "mixer" if is_ssm(name) else "mamba"
     )
     projs = ["in_proj", "out_proj"]
@@ -351,6 +360,8 @@ def test_int4_quantizes_every_projection(built, name, ep, nbits):
         projs += ["x_proj", "dt_proj"]
     if model_type == "qwen3_next":
         projs = ["in_proj_qkvz", "in_proj_ba", "out_proj"]
+    if model_type in ("qwen3_5_text", "qwen3_5_moe_text"):
+        projs = ["in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "out_proj"]
     for proj in (f"{mixer}.{p}" for p in projs):
         assert any(proj in w for w in quantized), (proj, quantized)
     assert ("MatMulNBits" in ops) == nbits, sorted(set(ops))
