@@ -57,6 +57,12 @@ from transformers import (
     Lfm2ForCausalLM,
     Lfm2MoeConfig,
     Lfm2MoeForCausalLM,
+    Qwen3NextConfig,
+    Qwen3NextForCausalLM,
+    Qwen3_5ForCausalLM,
+    Qwen3_5MoeForCausalLM,
+    Qwen3_5MoeTextConfig,
+    Qwen3_5TextConfig,
     Mamba2Config,
     Mamba2ForCausalLM,
     BambaConfig,
@@ -333,7 +339,8 @@ ZERO_PAD_ROW = {"youtu"}
 # reference.json says task "hybrid-text-generation" (tests/ort/test_hybrid.py) and adds
 # "decode_steps", the logits of HYBRID_DECODE_STEPS greedy tokens fed one at a time with
 # transformers' cache after the prompt.
-HYBRID = {"lfm2", "lfm2_moe", "mamba2", "bamba", "granitemoehybrid", "mamba", "falcon_mamba", "nemotron_h", "jamba"}
+HYBRID = {"lfm2", "lfm2_moe", "mamba2", "bamba", "granitemoehybrid", "mamba", "falcon_mamba", "nemotron_h", "jamba",
+          "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"}
 HYBRID_DECODE_STEPS = 8
 
 DIMS = dict(
@@ -907,6 +914,58 @@ def make_config(kind: str, vocab: int, ids: dict):
             conv_L_cache=3,
             layer_types=["conv", "full_attention", "conv"],
             rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+        )
+    if kind == "qwen3_next":
+        # Hybrid: Gated DeltaNet layers 0 and 2 (2 key heads of 16 channels, 4 value heads of
+        # 16: each key head serves two value heads; conv kernel 4) around an output-gated GQA
+        # layer 1 with partial RoPE (a quarter of each head, Qwen3-Next's default); MoE in
+        # layers 0 and 1 (4 experts of width 32, top 2 renormalised, plus the sigmoid-gated
+        # shared expert of width 32), a dense SwiGLU MLP in layer 2 (mlp_only_layers).
+        return Qwen3NextForCausalLM, Qwen3NextConfig(
+            **{**common, "num_hidden_layers": 3},
+            layer_types=["linear_attention", "full_attention", "linear_attention"],
+            linear_num_key_heads=2,
+            linear_num_value_heads=4,
+            linear_key_head_dim=16,
+            linear_value_head_dim=16,
+            linear_conv_kernel_dim=4,
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            shared_expert_intermediate_size=32,
+            decoder_sparse_step=1,
+            mlp_only_layers=[2],
+            norm_topk_prob=True,
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
+        )
+    if kind in ("qwen3_5_text", "qwen3_5_moe_text"):
+        # Qwen3.5's text decoders: Qwen3-Next's layers (Gated DeltaNet 0 with 2 key heads
+        # serving 4 value heads of 16, conv kernel 4; output-gated GQA layer 1, a quarter of
+        # each head rotated) with the linear attention's projections unfused; a dense SwiGLU MLP
+        # in every layer (qwen3_5_text) or 4 experts of width 32, top 2, plus the gated shared
+        # expert of width 32 in every layer (qwen3_5_moe_text).
+        linear = dict(
+            layer_types=["linear_attention", "full_attention"],
+            linear_num_key_heads=2,
+            linear_num_value_heads=4,
+            linear_key_head_dim=16,
+            linear_value_head_dim=16,
+            linear_conv_kernel_dim=4,
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
+        )
+        if kind == "qwen3_5_text":
+            return Qwen3_5ForCausalLM, Qwen3_5TextConfig(**common, **linear)
+        return Qwen3_5MoeForCausalLM, Qwen3_5MoeTextConfig(
+            **{k: v for k, v in common.items() if k != "intermediate_size"},
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            shared_expert_intermediate_size=32,
+            **linear,
         )
     if kind == "bamba":
         # Hybrid: Mamba2 layers 0 and 2 (8 SSM heads of 16 channels in 2 groups, state 16,
@@ -2428,7 +2487,8 @@ def perturb(model, seed: int) -> None:
     g = torch.Generator().manual_seed(seed)
     # Gemma's RMSNorm and Nemotron's LayerNorm1P scale by (1 + weight): keep their effective
     # gain near 1 as well.
-    norm_offset = 0.0 if model.config.model_type.startswith(("gemma", "vaultgemma", "nemotron")) else 1.0
+    # Qwen3-Next's RMSNorms too, but not the gated norm of its linear attention (a plain gain).
+    norm_offset = 0.0 if model.config.model_type.startswith(("gemma", "vaultgemma", "nemotron", "qwen3_next", "qwen3_5")) else 1.0
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("embed_positions.weight") and not p.requires_grad:
@@ -2443,7 +2503,8 @@ def perturb(model, seed: int) -> None:
                 v = 1.0 + 0.2 * r  # Doge's residual scales (ones at init)
             elif module.startswith("ln_") or "norm" in module:
                 # RMSNorm gains; LayerNorm (gpt2, phi) weights and biases
-                v = norm_offset + 0.2 * r if not name.endswith(".bias") else 0.1 * r
+                offset = 1.0 if name.endswith("linear_attn.norm.weight") else norm_offset
+                v = offset + 0.2 * r if not name.endswith(".bias") else 0.1 * r
             elif name.endswith(".bias"):
                 v = 0.1 * r
             elif (
@@ -2671,6 +2732,9 @@ FIXTURES = {
     "falcon_mamba": (6800, "f32", "v5", None),
     "nemotron_h": (6900, "f32", "v5", None),
     "jamba": (7200, "f32", "v5", None),
+    "qwen3_next": (6900, "f32", "v5", None),
+    "qwen3_5_text": (7000, "f32", "v5", None),
+    "qwen3_5_moe_text": (7100, "f32", "v5", None),
     "smollm3": (6000, "f32", "v4", None),
     "granite": (7000, "f32", "v5", None),
     "olmo2": (8000, "f32", "v5", None),

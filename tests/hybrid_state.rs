@@ -1,10 +1,11 @@
 //! Hybrid decoders through the reference interpreter (no onnxruntime): the lfm2, lfm2_moe,
-//! mamba2, mamba, falcon_mamba, bamba, granitemoehybrid, nemotron_h and jamba fixtures' portable
-//! graphs and their cpu graphs (with GroupQueryAttention where a layer attends; mamba's and
-//! jamba's with their `Scan`) give transformers' prefill logits, then those of 8 decode steps
-//! of one token each fed the returned conv and SSM states (`present.{i}.conv` →
-//! `past.{i}.conv`, `present.{i}.ssm` → `past.{i}.ssm`) and KV caches (f32 ≤ 1e-4;
-//! docs/recurrent.md).
+//! mamba2, mamba, falcon_mamba, bamba, granitemoehybrid, nemotron_h, jamba, qwen3_next,
+//! qwen3_5_text and qwen3_5_moe_text fixtures' portable graphs and their cpu graphs (with
+//! GroupQueryAttention where a layer attends; mamba's, jamba's and the Gated DeltaNet layers'
+//! with their `Scan`) give transformers' prefill logits, then those of 8 decode steps of one
+//! token each fed the returned conv, SSM and recurrent states (`present.{i}.conv` →
+//! `past.{i}.conv`, `present.{i}.ssm` → `past.{i}.ssm`, `present.{i}.recurrent` →
+//! `past.{i}.recurrent`) and KV caches (f32 ≤ 1e-4; docs/recurrent.md).
 
 mod common;
 
@@ -84,7 +85,10 @@ fn check_decode_loop(name: &str, graph: &Graph) {
             .into_iter()
             .filter_map(|(k, v)| {
                 let rest = k.strip_prefix("present.")?;
-                let name = match rest.ends_with(".conv") || rest.ends_with(".ssm") {
+                let name = match [".conv", ".ssm", ".recurrent"]
+                    .iter()
+                    .any(|s| rest.ends_with(s))
+                {
                     true => format!("past.{rest}"),
                     false => format!("past_key_values.{rest}"),
                 };
@@ -171,4 +175,14 @@ fn jamba_decode_loop_through_the_interpreter() {
     let portable = build_model(&cfg, DType::F32).unwrap();
     check_decode_loop("jamba", &portable.graph);
     check_decode_loop("jamba", &optimized(&cfg, "cpu", DType::F32));
+}
+
+#[test]
+fn gated_delta_decode_loops_through_the_interpreter() {
+    for name in ["qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"] {
+        let cfg = fixture_config(name);
+        let portable = build_model(&cfg, DType::F32).unwrap();
+        check_decode_loop(name, &portable.graph);
+        check_decode_loop(name, &optimized(&cfg, "cpu", DType::F32));
+    }
 }

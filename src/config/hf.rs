@@ -430,6 +430,20 @@ pub struct HfConfig {
     /// `mixer_rms_eps` (FalconMamba: the epsilon of the weightless RMS norms on `B`, `C` and
     /// the time steps).
     pub mixer_rms_eps: Option<f64>,
+    /// `linear_conv_kernel_dim` (Qwen3-Next, Qwen3.5: the kernel width of a linear-attention
+    /// layer's convolution).
+    pub linear_conv_kernel_dim: Option<i64>,
+    /// `linear_key_head_dim` (Qwen3-Next, Qwen3.5: channels per linear-attention key head).
+    pub linear_key_head_dim: Option<i64>,
+    /// `linear_value_head_dim` (Qwen3-Next, Qwen3.5: channels per linear-attention value head).
+    pub linear_value_head_dim: Option<i64>,
+    /// `linear_num_key_heads` (Qwen3-Next, Qwen3.5: linear-attention query/key heads).
+    pub linear_num_key_heads: Option<i64>,
+    /// `linear_num_value_heads` (Qwen3-Next, Qwen3.5: linear-attention value heads).
+    pub linear_num_value_heads: Option<i64>,
+    /// `full_attention_interval` (Qwen3-Next, Qwen3.5 without `layer_types`: every n-th layer
+    /// attends, the others are linear attention).
+    pub full_attention_interval: Option<i64>,
     /// `conv_L_cache` (LFM2: the kernel width of its short convolutions).
     #[serde(rename = "conv_L_cache")]
     pub conv_l_cache: Option<i64>,

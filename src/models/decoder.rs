@@ -5,7 +5,7 @@
 //! [`Family::short_conv`] names a convolution mixes its tokens with the gated short
 //! convolution of [`gated_short_conv`] instead of attention, and carries that convolution's
 //! state in place of a KV cache ([`LayerCache`]); a layer for which [`Family::ssm_mixer`]
-//! names a Mamba2 or Mamba mixer mixes its tokens with it ([`mamba2_mixer`] or [`mamba_mixer`]
+//! names a Mamba2, Mamba or Gated DeltaNet mixer mixes its tokens with it ([`mamba2_mixer`], [`mamba_mixer`] or [`gated_delta_mixer`]
 //! of module `{layer}.{ssm_module}`) and carries its conv and SSM states; the layer is that
 //! mixer and the residual add alone (Mamba2, Mamba), or goes on to the MLP block as an
 //! attention layer does (the hybrids, [`Family::ssm_with_mlp`]). A layer for which
@@ -17,8 +17,9 @@ use std::collections::BTreeMap;
 use std::fmt::Debug;
 
 use super::components::{
-    alibi_bias, chunked_mask, gated_mlp, gated_short_conv, hybrid_decoder_io, linear, mamba2_mixer,
-    mamba_mixer, named_rope_tables, padding_mask, per_head_norm, present_conv_name,
+    alibi_bias, chunked_mask, gated_delta_mixer, gated_mlp, gated_short_conv, hybrid_decoder_io,
+    linear, mamba2_mixer, mamba_mixer, named_rope_tables, padding_mask, per_head_norm,
+    present_conv_name,
     present_ssm_name, rope_tables, rotary_embedding, sliding_window_mask, soft_capped_attention,
     AttentionSpec, ConvState, DecoderDims, DecoderInputs, GateActivation, LayerCache, LayerPast,
     Norm, NormKind, RopeTables, ShortConv, SsmMixer, SsmState,
@@ -369,7 +370,7 @@ pub trait Family {
         None
     }
 
-    /// The Mamba2 or Mamba mixer that mixes layer `i`'s tokens instead of attention (module
+    /// The Mamba2, Mamba or Gated DeltaNet mixer that mixes layer `i`'s tokens instead of attention (module
     /// `{layer}.{ssm_module}`, carrying its conv and SSM states), or `None` (the default) for
     /// a layer of attention or short convolution. Whether an MLP block follows it is
     /// [`Family::ssm_with_mlp`].
@@ -803,7 +804,7 @@ impl Layer<'_> {
             }
             LayerPast::Stateless => unreachable!("built above"),
             LayerPast::Ssm { conv, ssm, mixer } => {
-                let (conv_out, ssm_out) = (present_conv_name(i), present_ssm_name(i));
+                let (conv_out, ssm_out) = (present_conv_name(i), present_ssm_name(i, *mixer));
                 let state = SsmState {
                     conv: ConvState {
                         past: conv,
@@ -812,15 +813,16 @@ impl Layer<'_> {
                     past: ssm,
                     present: &ssm_out,
                 };
-                let mask = self
-                    .token_mask
-                    .expect("a Mamba2 or Mamba layer has a token mask");
+                let mask = self.token_mask.expect("a recurrent layer has a token mask");
                 let module = format!("{p}.{}", family.ssm_module());
                 let o = match *mixer {
                     SsmMixer::Mamba2(m) => {
                         mamba2_mixer(b, &attn_in, &module, m, state, mask, dtype)
                     }
                     SsmMixer::Mamba(m) => mamba_mixer(b, &attn_in, &module, m, state, mask, dtype),
+                    SsmMixer::GatedDelta(m) => {
+                        gated_delta_mixer(b, &attn_in, &module, m, state, mask, dtype)
+                    }
                 };
                 if !family.ssm_with_mlp() {
                     // A Mamba2 or Mamba block is its mixer alone: no MLP.

@@ -105,6 +105,7 @@ pub mod phi;
 pub mod phi3;
 pub mod phimoe;
 pub mod qwen3;
+pub mod qwen3_next;
 pub mod qwen_moe;
 pub mod registry;
 pub mod sarvam_moe;

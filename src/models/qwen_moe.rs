@@ -92,7 +92,7 @@ fn even_layers_below_max_window(
 
 /// The knobs both model types share, with `(experts, top_k)` defaults, the shared expert's
 /// width and whether q and k are normed.
-fn knobs(
+pub(super) fn knobs(
     raw: &HfConfig,
     f: &Fields<'_>,
     dims: Dims,

@@ -106,6 +106,7 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &super::granitemoehybrid::FAMILY,
     &super::nemotron_h::FAMILY,
     &super::jamba::FAMILY,
+    &super::qwen3_next::FAMILY,
     &super::doge::FAMILY,
     &super::jetmoe::FAMILY,
     &super::modernbert_decoder::FAMILY,

@@ -13,9 +13,14 @@ state; a Mamba or FalconMamba layer carries its conv state (`[batch, expand * hi
 conv_kernel - 1]`) and SSM state (`[batch, expand * hidden_size, state_size]`). Nemotron-H's
 blocks are one mixer each: Mamba2 and attention layers carry their states as above, its MLP and
 MoE blocks nothing. Jamba's Mamba-1 layers (`[batch, mamba_expand * hidden_size, ...]`) sit
-beside attention layers by `attn_layer_period` / `attn_layer_offset`.
-onnxruntime-genai 0.18 runs no model type with an SSM state, so those packages have no
-genai_config.json. Every build in BUILDS must give
+beside attention layers by `attn_layer_period` / `attn_layer_offset`. A Qwen3-Next
+`linear_attention` (Gated DeltaNet) layer carries its conv state (`[batch, 2 * linear_num_key_heads *
+linear_key_head_dim + linear_num_value_heads * linear_value_head_dim, linear_conv_kernel_dim - 1]`)
+and its recurrent state `past.{i}.recurrent` (`[batch, linear_num_value_heads,
+linear_key_head_dim, linear_value_head_dim]`, onnxruntime-genai 0.18's name for qwen3_5);
+Qwen3.5's text decoders (qwen3_5_text, qwen3_5_moe_text) the same.
+onnxruntime-genai 0.18 runs no model type with an SSM state, nor qwen3_next, nor Qwen3.5 with
+2-D position_ids, so those packages have no genai_config.json. Every build in BUILDS must give
 transformers' prefill logits, then those of 8 decode steps fed one token at a time with the
 returned state and KV cache, within TOL; onnxruntime-genai's greedy tokens must be
 transformers'.
@@ -58,6 +63,11 @@ KINDS = {
     "mlp": "none",
     "moe": "none",
 }
+
+
+# The model types whose `linear_attention` layers are Gated DeltaNet (conv and recurrent
+# states), beside `full_attention` layers.
+GATED_DELTA_TYPES = {"qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"}
 
 
 # The state-space-only model types: every layer a selective-scan mixer (`mamba`) carrying a
@@ -115,6 +125,16 @@ def dims(name: str) -> dict:
             "head_dim": cfg["head_dim"],
             "vocab": cfg["vocab_size"],
         }
+    if cfg["model_type"] in GATED_DELTA_TYPES:
+        return {
+            "conv": 2 * cfg["linear_num_key_heads"] * cfg["linear_key_head_dim"]
+            + cfg["linear_num_value_heads"] * cfg["linear_value_head_dim"],
+            "state": cfg["linear_conv_kernel_dim"] - 1,
+            "recurrent": [cfg["linear_num_value_heads"], cfg["linear_key_head_dim"], cfg["linear_value_head_dim"]],
+            "kv_heads": cfg["num_key_value_heads"],
+            "head_dim": cfg["head_dim"],
+            "vocab": cfg["vocab_size"],
+        }
     if cfg["model_type"] == "mamba2":
         inner = cfg["num_heads"] * cfg["head_dim"]
         return {
@@ -154,10 +174,12 @@ def state_shapes(name: str, batch, past, total) -> tuple[dict, dict]:
     d = dims(name)
     ins, outs = {}, {}
     for i, kind in enumerate(layer_types(name)):
-        if kind in ("conv", "mamba"):
+        if kind in ("conv", "mamba", "linear_attention"):
             ins[f"past.{i}.conv"] = outs[f"present.{i}.conv"] = [batch, d["conv"], d["state"]]
         if kind == "mamba":
             ins[f"past.{i}.ssm"] = outs[f"present.{i}.ssm"] = [batch, *d["ssm"]]
+        if kind == "linear_attention":
+            ins[f"past.{i}.recurrent"] = outs[f"present.{i}.recurrent"] = [batch, *d["recurrent"]]
         if kind == "full_attention":
             for part in ("key", "value"):
                 ins[f"past_key_values.{i}.{part}"] = [batch, d["kv_heads"], past, d["head_dim"]]
@@ -170,10 +192,12 @@ def empty_state(name: str, dtype: str, batch: int) -> dict:
     d, np_dtype = dims(name), NP_DTYPES[dtype]
     feed = {}
     for i, kind in enumerate(layer_types(name)):
-        if kind in ("conv", "mamba"):
+        if kind in ("conv", "mamba", "linear_attention"):
             feed[f"past.{i}.conv"] = np.zeros((batch, d["conv"], d["state"]), np_dtype)
         if kind == "mamba":
             feed[f"past.{i}.ssm"] = np.zeros((batch, *d["ssm"]), np_dtype)
+        if kind == "linear_attention":
+            feed[f"past.{i}.recurrent"] = np.zeros((batch, *d["recurrent"]), np_dtype)
         if kind == "full_attention":
             kv = np.zeros((batch, d["kv_heads"], 0, d["head_dim"]), np_dtype)
             feed[f"past_key_values.{i}.key"] = kv
@@ -190,7 +214,7 @@ def step(sess, ids, mask, pos, state: dict):
     outs = dict(zip(names, sess.run(None, feed)))
     nxt = {}
     for k, v in outs.items():
-        if k.startswith("present.") and k.endswith((".conv", ".ssm")):
+        if k.startswith("present.") and k.endswith((".conv", ".ssm", ".recurrent")):
             nxt["past." + k[len("present."):]] = v
         elif k.startswith("present."):
             nxt["past_key_values." + k[len("present."):]] = v
@@ -198,7 +222,9 @@ def step(sess, ids, mask, pos, state: dict):
 
 
 def test_hybrid_fixtures_exist():
-    assert {"lfm2", "mamba2", "bamba", "mamba", "falcon_mamba", "nemotron_h", "jamba"} <= set(NAMES), NAMES
+    want = {"lfm2", "mamba2", "bamba", "mamba", "falcon_mamba", "nemotron_h", "jamba", "qwen3_next", "qwen3_5_text",
+            "qwen3_5_moe_text"}
+    assert want <= set(NAMES), NAMES
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -210,7 +236,10 @@ def test_reference_is_consistent(name):
     assert [int(np.argmax(row)) for row in steps["logits"]] == ref["greedy_tokens"][1:9]
     assert int(np.argmax(ref["logits"][-1])) == ref["greedy_tokens"][0]
     model_type = load_config(FIXTURES_DIR / name)["model_type"]
-    kinds = {"mamba"} if is_ssm(name) else {"conv" if model_type in ("lfm2", "lfm2_moe") else "mamba", "full_attention"}
+    mixer = {"lfm2": "conv", "lfm2_moe": "conv", **dict.fromkeys(GATED_DELTA_TYPES, "linear_attention")}.get(
+        model_type, "mamba"
+    )
+    kinds = {"mamba"} if is_ssm(name) else {mixer, "full_attention"}
     if model_type == "nemotron_h":
         kinds.add("none")
     assert set(layer_types(name)) == kinds, layer_types(name)
@@ -240,7 +269,7 @@ def test_state_contract(built, name, ep, dtype):
             assert got[k].type.tensor_type.elem_type == elem, k
             assert _shape(got[k]) == shape, (k, _shape(got[k]), shape)
 
-    if has_ssm(name):
+    if has_ssm(name) or load_config(FIXTURES_DIR / name)["model_type"] not in GENAI_TYPES:
         assert not (out / "genai_config.json").exists()
         return
     gc = json.loads((out / "genai_config.json").read_text())
@@ -349,7 +378,8 @@ INT4 = [("cpu", True), ("onnx-standard", False)]
 @pytest.mark.parametrize("name", NAMES)
 def test_int4_quantizes_every_projection(built, name, ep, nbits):
     """`--quant int4` quantizes every MatMul weight, the short convolutions' and Mamba2
-    mixers' in_proj and out_proj included (Mamba's x_proj and dt_proj too) (no float MatMul weight is left), and the prefill logits match the
+    mixers' in_proj and out_proj included (Mamba's x_proj and dt_proj too, Qwen3-Next's
+    in_proj_qkvz, in_proj_ba and out_proj, Qwen3.5's in_proj_qkv, in_proj_z, in_proj_b, in_proj_a) (no float MatMul weight is left), and the prefill logits match the
     fake-quantized reference (scripts/make_quant_references.py) within 1e-4."""
     import onnxruntime as ort
 
@@ -361,10 +391,15 @@ def test_int4_quantizes_every_projection(built, name, ep, nbits):
     ops = [n.op_type for n in model.graph.node]
     quantized = [n.input[1] for n in model.graph.node if n.op_type == ("MatMulNBits" if nbits else "DequantizeLinear")]
     model_type = load_config(FIXTURES_DIR / name)["model_type"]
-    mixer = {"lfm2": "conv", "lfm2_moe": "conv", "nemotron_h": "mixer"}.get(model_type, "mixer" if is_ssm(name) else "mamba")
+    mixer = {"lfm2": "conv", "lfm2_moe": "conv", "nemotron_h": "mixer",
+             **dict.fromkeys(GATED_DELTA_TYPES, "linear_attn")}.get(model_type, "mixer" if is_ssm(name) else "mamba")
     projs = ["in_proj", "out_proj"]
     if model_type in ("mamba", "falcon_mamba", "jamba"):
         projs += ["x_proj", "dt_proj"]
+    if model_type == "qwen3_next":
+        projs = ["in_proj_qkvz", "in_proj_ba", "out_proj"]
+    if model_type in ("qwen3_5_text", "qwen3_5_moe_text"):
+        projs = ["in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "out_proj"]
     for proj in (f"{mixer}.{p}" for p in projs):
         assert any(proj in w for w in quantized), (proj, quantized)
     assert ("MatMulNBits" in ops) == nbits, sorted(set(ops))

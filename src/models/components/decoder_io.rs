@@ -7,7 +7,9 @@
 //! `lfm2` packages (docs/recurrent.md). A Mamba2 layer ([`LayerCache::Ssm`]) carries the conv
 //! state of its convolution under the same name and its SSM state `past.{i}.ssm` →
 //! `present.{i}.ssm` (`[batch, heads, head_dim, state]`, the model dtype); a Mamba layer the
-//! same, its SSM state `[batch, intermediate, state]`. A layer without a token mixer
+//! same, its SSM state `[batch, intermediate, state]`; a Gated DeltaNet layer its conv state and
+//! its recurrent state `past.{i}.recurrent` → `present.{i}.recurrent` (`[batch, value_heads,
+//! key_dim, value_dim]`, onnxruntime-genai 0.18's names for its `qwen3_5` packages). A layer without a token mixer
 //! ([`LayerCache::Stateless`], Nemotron-H's MLP and MoE blocks) carries nothing.
 //! The one place those names are spelled (the encoders reuse [`BATCH`] and [`SEQ`]).
 
@@ -140,14 +142,15 @@ pub fn present_conv_name(i: usize) -> String {
     format!("present.{i}.conv")
 }
 
-/// The name of layer `i`'s SSM state input.
-pub fn past_ssm_name(i: usize) -> String {
-    format!("past.{i}.ssm")
+/// The name of layer `i`'s SSM or recurrent state input (`past.{i}.ssm`, or
+/// `past.{i}.recurrent` for Gated DeltaNet: [`SsmMixer::state_name`]).
+pub fn past_ssm_name(i: usize, mixer: SsmMixer) -> String {
+    format!("past.{i}.{}", mixer.state_name())
 }
 
-/// The name of layer `i`'s SSM state output.
-pub fn present_ssm_name(i: usize) -> String {
-    format!("present.{i}.ssm")
+/// The name of layer `i`'s SSM or recurrent state output.
+pub fn present_ssm_name(i: usize, mixer: SsmMixer) -> String {
+    format!("present.{i}.{}", mixer.state_name())
 }
 
 /// Declares the decoder inputs and outputs on `b` with layer `i` carrying `caches[i]`
@@ -196,7 +199,7 @@ pub fn hybrid_decoder_io(
             },
             LayerCache::Ssm(mixer) => LayerPast::Ssm {
                 conv: b.input(&past_conv_name(i), dtype, conv_shape(mixer.conv())),
-                ssm: b.input(&past_ssm_name(i), dtype, ssm_shape(mixer)),
+                ssm: b.input(&past_ssm_name(i, mixer), dtype, ssm_shape(mixer)),
                 mixer,
             },
             LayerCache::Stateless => LayerPast::Stateless,
@@ -218,7 +221,7 @@ pub fn hybrid_decoder_io(
             }
             LayerCache::Ssm(mixer) => {
                 b.output(&present_conv_name(i), dtype, conv_shape(mixer.conv()));
-                b.output(&present_ssm_name(i), dtype, ssm_shape(mixer));
+                b.output(&present_ssm_name(i, mixer), dtype, ssm_shape(mixer));
             }
             LayerCache::Stateless => {}
         }

@@ -22,19 +22,23 @@
 //! runs in f32 whatever the model dtype (as transformers' torch path); then `(y + D·x)·silu(z)`
 //! is projected back (`out_proj`).
 
+use super::gated_delta::GatedDeltaMixer;
 use super::linear;
 use super::norm::{Norm, NormKind};
 use super::short_conv::{causal_conv_with_state, ShortConv};
 use super::ssm::{Mamba2Mixer, SsmState};
 use crate::ir::{Attr, DType, Dim, GraphBuilder, Initializer, Shape, TensorData, TensorSource};
 
-/// The selective state-space mixer that is all of a layer: Mamba2's or Mamba's.
+/// The recurrent mixer that is a layer's token mixer: Mamba2's, Mamba's or Gated DeltaNet's.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum SsmMixer {
     /// Mamba2's ([`super::ssm::mamba2_mixer`]): SSM state `[B, heads, head_dim, state]`.
     Mamba2(Mamba2Mixer),
     /// Mamba's ([`mamba_mixer`]): SSM state `[B, intermediate, state]`.
     Mamba(MambaMixer),
+    /// Gated DeltaNet's ([`super::gated_delta::gated_delta_mixer`]): recurrent state
+    /// `[B, value_heads, key_dim, value_dim]`.
+    GatedDelta(GatedDeltaMixer),
 }
 
 impl SsmMixer {
@@ -43,6 +47,16 @@ impl SsmMixer {
         match self {
             SsmMixer::Mamba2(m) => m.conv(),
             SsmMixer::Mamba(m) => m.conv(),
+            SsmMixer::GatedDelta(m) => m.conv(),
+        }
+    }
+
+    /// The state's name between `past.{i}.` / `present.{i}.`: `ssm` (Mamba2, Mamba), or
+    /// `recurrent` (Gated DeltaNet: onnxruntime-genai 0.18's name for Qwen3.5's state).
+    pub fn state_name(&self) -> &'static str {
+        match self {
+            SsmMixer::Mamba2(_) | SsmMixer::Mamba(_) => "ssm",
+            SsmMixer::GatedDelta(_) => "recurrent",
         }
     }
 
@@ -51,6 +65,7 @@ impl SsmMixer {
         match self {
             SsmMixer::Mamba2(m) => vec![m.heads, m.head_dim, m.state],
             SsmMixer::Mamba(m) => vec![m.intermediate, m.state],
+            SsmMixer::GatedDelta(m) => vec![m.value_heads, m.key_dim, m.value_dim],
         }
     }
 }

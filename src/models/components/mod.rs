@@ -9,6 +9,7 @@ pub mod decoder_io;
 pub mod dynamic_rope;
 pub mod encoder_layer;
 pub mod fused_qkv;
+pub mod gated_delta;
 pub mod gelu;
 pub mod linear;
 pub mod longrope;
@@ -36,6 +37,7 @@ pub use decoder_io::{
 };
 pub use encoder_layer::{EncoderLayer, EncoderNorms, LayerNames};
 pub use fused_qkv::{fused_qkv, head_interleaved_qkv, FusedQkv};
+pub use gated_delta::{gated_delta_mixer, GatedDeltaMixer};
 pub use gelu::gelu;
 pub use linear::linear;
 pub use mamba::{mamba_mixer, MambaMixer, SsmMixer};
