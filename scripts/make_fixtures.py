@@ -134,8 +134,12 @@ from transformers import (
     Gemma2ForCausalLM,
     Gemma3Config,
     Gemma3ForCausalLM,
+    Gemma4ForCausalLM,
+    Gemma4UnifiedForCausalLM,
     Gemma3ForConditionalGeneration,
     Gemma3TextConfig,
+    Gemma4TextConfig,
+    Gemma4UnifiedTextConfig,
     GemmaConfig,
     GemmaForCausalLM,
     GenerationConfig,
@@ -677,6 +681,49 @@ def make_config(kind: str, vocab: int, ids: dict):
             layer_types=["sliding_attention", "sliding_attention", "full_attention"],
             rope_parameters={
                 "full_attention": {"rope_type": "linear", "rope_theta": 1000000.0, "factor": 2.0},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+            },
+        )
+    if kind == "gemma4_text":
+        # 4 layers: sliding, full, sliding, full (window 4); the last two reuse the keys and
+        # values of the first two (num_kv_shared_layers 2) and have double-wide MLPs; full
+        # layers with 32-wide heads, 1 key/value head whose keys are also its values, and
+        # proportional RoPE on half of the frequency pairs; per-layer inputs 8 wide; final
+        # logits soft-capped.
+        return Gemma4ForCausalLM, Gemma4TextConfig(
+            **dict(common, num_hidden_layers=4, intermediate_size=32),
+            rms_norm_eps=1e-6,
+            hidden_activation="gelu_pytorch_tanh",
+            sliding_window=4,
+            layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+            global_head_dim=32,
+            num_global_key_value_heads=1,
+            attention_k_eq_v=True,
+            num_kv_shared_layers=2,
+            use_double_wide_mlp=True,
+            hidden_size_per_layer_input=8,
+            vocab_size_per_layer_input=vocab,
+            final_logit_softcapping=5.0,
+            rope_parameters={
+                "full_attention": {"rope_type": "proportional", "rope_theta": 1000000.0, "partial_rotary_factor": 0.5},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+            },
+        )
+    if kind == "gemma4_unified_text":
+        # Gemma 4 Unified's text decoder: no per-layer inputs; 4 layers sliding, full, sliding,
+        # full (window 3), the last reusing the keys and values of the second; full layers with
+        # 32-wide heads and values of their own (attention_k_eq_v off), proportional RoPE on a
+        # quarter of the frequency pairs; no final soft-cap.
+        return Gemma4UnifiedForCausalLM, Gemma4UnifiedTextConfig(
+            **dict(common, num_hidden_layers=4, intermediate_size=64),
+            rms_norm_eps=1e-6,
+            hidden_activation="gelu_pytorch_tanh",
+            sliding_window=3,
+            layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+            global_head_dim=32,
+            num_kv_shared_layers=1,
+            rope_parameters={
+                "full_attention": {"rope_type": "proportional", "rope_theta": 1000000.0, "partial_rotary_factor": 0.25},
                 "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
             },
         )
@@ -2487,8 +2534,11 @@ def perturb(model, seed: int) -> None:
     g = torch.Generator().manual_seed(seed)
     # Gemma's RMSNorm and Nemotron's LayerNorm1P scale by (1 + weight): keep their effective
     # gain near 1 as well.
-    # Qwen3-Next's RMSNorms too, but not the gated norm of its linear attention (a plain gain).
-    norm_offset = 0.0 if model.config.model_type.startswith(("gemma", "vaultgemma", "nemotron", "qwen3_next", "qwen3_5")) else 1.0
+    # Qwen3-Next's RMSNorms too, but not the gated norm of its linear attention (a plain gain);
+    # Gemma 4's RMSNorm scales by the weight itself.
+    offset_types = ("gemma", "vaultgemma", "nemotron", "qwen3_next", "qwen3_5")
+    model_type = model.config.model_type
+    norm_offset = 0.0 if model_type.startswith(offset_types) and not model_type.startswith("gemma4") else 1.0
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("embed_positions.weight") and not p.requires_grad:
@@ -2521,6 +2571,9 @@ def perturb(model, seed: int) -> None:
         # xIELU's beta is a buffer (Apertus): move it off its default 0.5, so that a build
         # reading the constant instead of the checkpoint's value fails.
         for name, buf in model.named_buffers():
+            # Gemma 4's per-layer output multiplier (ones at init).
+            if name.endswith("layer_scalar"):
+                buf.copy_(1.0 + 0.2 * torch.randn(buf.shape, generator=g, dtype=torch.float32))
             if name.endswith("act_fn.beta"):
                 buf.copy_(0.5 + 0.1 * torch.randn(buf.shape, generator=g, dtype=torch.float32))
             # A score-correction bias is a buffer of zeros (MiniMax-M2, ERNIE 4.5 MoE, Solar
@@ -2707,6 +2760,8 @@ FIXTURES = {
     "gemma": (5000, "f32", "v5", None),
     "gemma2": (6000, "f32", "v4", None),
     "gemma3_text": (7000, "f32", "v5", None),
+    "gemma4_text": (7540, "f32", "v5", None),
+    "gemma4_unified_text": (7590, "f32", "v5", None),
     "gpt2": (5000, "f32", "v5", None),
     "gpt-sw3": (5110, "f32", "v5", None),
     "gpt_bigcode": (5010, "f32", "v5", None),

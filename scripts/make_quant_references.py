@@ -7,7 +7,7 @@ output, `tests/fixtures/NAME/quant_reference.json`, is committed.
 For each decoder fixture and each setting in SETTINGS, every weight that `mobius build
 --quant` quantizes (the weight of every nn.Linear / GPT-2 Conv1D, the LM head included even
 when it is tied to the embeddings) (and, for the `-embeddings` settings, the token-embedding table, row by row along the hidden
-size) is quantized by onnxruntime's own MatMulNBits quantizer
+size, and Gemma 4's per-layer embedding table the same way) is quantized by onnxruntime's own MatMulNBits quantizer
 (`quantize_matmul_4bits` / `quantize_matmul_8bits`: round to nearest, blocks along the input
 dimension, what `onnxruntime.quantization.matmul_nbits_quantizer` runs by default), then
 dequantized in f32 and put back (untying a tied head). transformers then computes, in f32,
@@ -103,10 +103,16 @@ def quantized_model(path: Path, bits: int, block: int, symmetric: bool, embeddin
     count = 0
     if embeddings:
         # Rows quantized along the hidden size: the table's transpose [D, V] in blocks along D.
-        table = model.get_input_embeddings()
-        deq = fake_quantize(table.weight.detach().numpy().T, bits, block, symmetric, dtype).T.copy()
-        table.weight.copy_(torch.from_numpy(deq))
-        count += 1
+        tables = [model.get_input_embeddings()]
+        # Gemma 4's per-layer input embeddings: a second table the token ids index (mobius
+        # quantizes every table `Gather` reads by token id).
+        per_layer = getattr(model.base_model, "embed_tokens_per_layer", None)
+        if per_layer is not None:
+            tables.append(per_layer)
+        for table in tables:
+            deq = fake_quantize(table.weight.detach().numpy().T, bits, block, symmetric, dtype).T.copy()
+            table.weight.copy_(torch.from_numpy(deq))
+            count += 1
     for name, module in model.named_modules():
         if "vision_tower" in name or "multi_modal_projector" in name:
             continue  # image-text fixtures: mobius builds the text decoder only

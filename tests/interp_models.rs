@@ -12,7 +12,7 @@ use mobius::ep::{builtin_eps, get_ep};
 use mobius::interp::inputs::random_inputs;
 use mobius::interp::run_graph;
 use mobius::interp::Rng;
-use mobius::ir::DType;
+use mobius::ir::{DType, Dim};
 use mobius::models::build_model;
 use mobius::ops::Tensor;
 use mobius::opt::Role;
@@ -35,7 +35,6 @@ fn fixture_logits_match_transformers_through_the_interpreter() {
         let model = build_model(&cfg, DType::F32).unwrap();
         let store = fixture_weights(name);
         let s = ids.len();
-        let (kv, d) = (cfg.num_key_value_heads, cfg.head_dim);
         let mut inputs = HashMap::from([
             (
                 "input_ids".to_string(),
@@ -50,13 +49,18 @@ fn fixture_logits_match_transformers_through_the_interpreter() {
                 Tensor::int(DType::I64, vec![1, s], (0..s as i64).collect()),
             ),
         ]);
-        for i in 0..cfg.num_hidden_layers {
-            for part in ["key", "value"] {
-                inputs.insert(
-                    format!("past_key_values.{i}.{part}"),
-                    Tensor::float(DType::F32, vec![1, kv, 0, d], vec![]),
-                );
+        // Each cache input as the graph declares it (Gemma 4's differ per layer, and its
+        // KV-sharing layers have none).
+        for input in &model.graph.inputs {
+            if !input.name.starts_with("past_key_values.") {
+                continue;
             }
+            let fixed = |j: usize| match &input.shape.0[j] {
+                Dim::Fixed(n) => *n as usize,
+                Dim::Sym(s) => panic!("{name}: {} dim {j} is symbolic ({s})", input.name),
+            };
+            let shape = vec![1, fixed(1), 0, fixed(3)];
+            inputs.insert(input.name.clone(), Tensor::float(DType::F32, shape, vec![]));
         }
         let out = run_graph(&model.graph, &inputs, &mut Evaluator::new(Some(&store))).unwrap();
         let logits = out["logits"].floats().unwrap();

@@ -83,8 +83,9 @@ pub struct HfConfig {
     pub sliding_window_pattern: Option<Value>,
     /// `rope_local_base_freq` (Gemma 3, transformers v4: RoPE theta of sliding layers).
     pub rope_local_base_freq: Option<f64>,
-    /// `use_bidirectional_attention` (Gemma 3 encoders).
-    pub use_bidirectional_attention: Option<bool>,
+    /// `use_bidirectional_attention` (Gemma 3 encoders: a boolean; Gemma 4: `"all"`,
+    /// `"vision"` or null).
+    pub use_bidirectional_attention: Option<Value>,
     /// GPT-2: `n_embd` (the hidden size).
     pub n_embd: Option<i64>,
     /// GPT-2: `n_layer`.
@@ -568,6 +569,30 @@ pub struct HfConfig {
     /// `mamba_dt_rank` (Jamba: the time-step projection's rank; `"auto"` for
     /// `⌈hidden_size / 16⌉`).
     pub mamba_dt_rank: Option<Value>,
+    /// `global_head_dim` (Gemma 4: the full-attention layers' head size).
+    pub global_head_dim: Option<i64>,
+    /// `num_global_key_value_heads` (Gemma 4: the full-attention layers' key/value heads
+    /// where `attention_k_eq_v`); absent and null differ only in being absent.
+    #[serde(default, deserialize_with = "nullable")]
+    pub num_global_key_value_heads: Option<Option<i64>>,
+    /// `per_layer_config` (transformers 5's heterogeneous configs: per layer index, the
+    /// attributes that differ from the global ones).
+    pub per_layer_config: Option<Value>,
+    /// `attention_k_eq_v` (Gemma 4: the full layers' keys serve as their values).
+    pub attention_k_eq_v: Option<bool>,
+    /// `num_kv_shared_layers` (Gemma 4, Gemma 3n: the last layers reuse an earlier layer's
+    /// keys and values).
+    pub num_kv_shared_layers: Option<i64>,
+    /// `hidden_size_per_layer_input` (Gemma 4, Gemma 3n: the width of each layer's per-layer
+    /// input; 0 or null for none).
+    #[serde(default, deserialize_with = "nullable")]
+    pub hidden_size_per_layer_input: Option<Option<i64>>,
+    /// `vocab_size_per_layer_input` (Gemma 4, Gemma 3n: the rows of the per-layer embedding).
+    pub vocab_size_per_layer_input: Option<i64>,
+    /// `use_double_wide_mlp` (Gemma 4: twice `intermediate_size` in the KV-sharing layers).
+    pub use_double_wide_mlp: Option<bool>,
+    /// `enable_moe_block` (Gemma 4: a mixture of experts beside each layer's MLP).
+    pub enable_moe_block: Option<bool>,
 }
 
 /// Deserializes a field that may be `null` as `Some(Value::Null)`, so that an explicit null

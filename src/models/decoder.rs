@@ -441,6 +441,21 @@ pub trait Family {
         None
     }
 
+    /// The key/value heads and head size of layer `i`'s KV cache: by default
+    /// `num_key_value_heads` and `head_dim` (Gemma 4's full-attention layers have their own).
+    fn layer_kv_shape(&self, cfg: &ArchConfig, _i: usize) -> (usize, usize) {
+        (cfg.num_key_value_heads, cfg.head_dim)
+    }
+
+    /// The earlier layer whose keys and values layer `i` attends to instead of its own, or
+    /// `None` (the default) for its own. Such a layer has no cache: its attention takes the
+    /// lender's cache inputs as its past and the key and value that [`Family::attention_qkv`]
+    /// returns for it (the lender's current ones), and its present outputs are no graph
+    /// outputs (Gemma 4's KV sharing).
+    fn kv_lender(&self, _cfg: &ArchConfig, _i: usize) -> Option<usize> {
+        None
+    }
+
     /// The query heads of layer `i`'s attention: by default `num_attention_heads` (Laguna
     /// sets a count per layer; its key/value heads stay `num_key_value_heads`).
     fn layer_q_heads(&self, cfg: &ArchConfig, _i: usize) -> usize {
@@ -646,7 +661,15 @@ pub fn build(cfg: &ArchConfig, dtype: DType, family: &dyn Family) -> Graph {
             match (family.ssm_mixer(cfg, i), family.short_conv(cfg, i)) {
                 (Some(mixer), _) => LayerCache::Ssm(mixer),
                 (None, Some(conv)) => LayerCache::Conv(conv),
-                (None, None) => LayerCache::Kv,
+                (None, None) => match family.kv_lender(cfg, i) {
+                    Some(lender) => LayerCache::Borrowed(lender),
+                    None => match family.layer_kv_shape(cfg, i) {
+                        (kv, d) if (kv, d) == (cfg.num_key_value_heads, cfg.head_dim) => {
+                            LayerCache::Kv
+                        }
+                        (kv_heads, head_dim) => LayerCache::KvOf { kv_heads, head_dim },
+                    },
+                },
             }
         })
         .collect();
@@ -769,15 +792,21 @@ impl Layer<'_> {
         }
         let attn_in = self.norm_at(b, x, p, norms.pre_attention);
         let o = match &self.io.past[i] {
-            LayerPast::Kv { key, value } => {
-                let present = (format!("present.{i}.key"), format!("present.{i}.value"));
+            LayerPast::Kv { key, value } | LayerPast::Borrowed { key, value } => {
+                let present = match &self.io.past[i] {
+                    LayerPast::Borrowed { .. } => (
+                        b.fresh_name("borrowed_present_key"),
+                        b.fresh_name("borrowed_present_value"),
+                    ),
+                    _ => (format!("present.{i}.key"), format!("present.{i}.value")),
+                };
                 let mask = match family.layer_chunk(cfg, i) {
                     Some(chunk) => &self.chunk_masks[&chunk],
                     None => &self.masks[&cfg.layer_windows[i]],
                 };
                 let spec = AttentionSpec {
                     q_heads: family.layer_q_heads(cfg, i),
-                    kv_heads: cfg.num_key_value_heads,
+                    kv_heads: family.layer_kv_shape(cfg, i).0,
                     scale: family.attention_scale(cfg),
                     mask,
                     past: (key, value),

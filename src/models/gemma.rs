@@ -162,11 +162,20 @@ fn read_knobs(
             &format!("true is not supported for {model_type} (expected false)"),
         ));
     }
-    if raw.use_bidirectional_attention == Some(true) {
-        return Err(f.err(
-            "use_bidirectional_attention",
-            &format!("true is not supported for {model_type} (mobius builds causal decoders)"),
-        ));
+    match &raw.use_bidirectional_attention {
+        None | Some(Value::Null) | Some(Value::Bool(false)) => {}
+        Some(Value::Bool(true)) => {
+            return Err(f.err(
+                "use_bidirectional_attention",
+                &format!("true is not supported for {model_type} (mobius builds causal decoders)"),
+            ))
+        }
+        Some(other) => {
+            return Err(f.err(
+                "use_bidirectional_attention",
+                &format!("{other} (expected a boolean)"),
+            ))
+        }
     }
     let gelu = activation(raw, version, f)?;
     let (attn_scale, attn_softcap, final_softcap) = match version {

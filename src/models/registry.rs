@@ -120,6 +120,7 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &super::beam::FAMILY,
     &super::mimo_v2_flash::FAMILY,
     &super::ergo::FAMILY,
+    &super::gemma4::FAMILY,
     &super::bert::FAMILY,
     &super::bert_lm::FAMILY,
     &super::bart_lm::FAMILY,

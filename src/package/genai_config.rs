@@ -66,6 +66,19 @@ pub fn genai_config(
         && presents.peek().is_some()
         && presents.all(|o| gqa_outputs.contains(o.name.as_str()));
     let context_length = cfg.rope.context_length(cfg.max_position_embeddings);
+    // The layers with a KV cache of their own: every layer, but for the last ones of a model
+    // whose final layers borrow an earlier layer's cache (Gemma 4's KV sharing); a hybrid
+    // model's conv layers count as onnxruntime-genai lays out its cache by `layer_types`.
+    let cache_layers = graph
+        .inputs
+        .iter()
+        .filter(|i| i.name.starts_with("past_key_values.") && i.name.ends_with(".key"))
+        .count();
+    let hybrid = graph.inputs.iter().any(|i| conv_layer(&i.name).is_some());
+    let layers = match hybrid || cache_layers == 0 {
+        true => cfg.num_hidden_layers,
+        false => cache_layers.min(cfg.num_hidden_layers),
+    };
     let mut model = json!({
         "type": genai_type,
         "vocab_size": logits_width(graph).unwrap_or(cfg.vocab_size),
@@ -76,7 +89,7 @@ pub fn genai_config(
             "head_size": cfg.head_dim,
             "hidden_size": cfg.hidden_size,
             "num_attention_heads": cfg.num_attention_heads,
-            "num_hidden_layers": cfg.num_hidden_layers,
+            "num_hidden_layers": layers,
             "num_key_value_heads": cfg.num_key_value_heads,
             "inputs": inputs,
             "outputs": {

@@ -9,6 +9,8 @@ from pathlib import Path
 import onnx
 from onnx import TensorProto
 
+from ort_helpers import cache_shapes
+
 IR_VERSION = 11
 OPSET = 24
 PRODUCER = "mobius"
@@ -77,14 +79,13 @@ def io_names(layers: int, non_kv_inputs: list[str] | None = None) -> tuple[list[
 def expected_io(dims: dict, dtype: str) -> dict[str, tuple[int, list]]:
     """name -> (elem_type, shape); shape entries are ints or symbol names."""
     f = ELEM[dtype]
-    kv, d = dims["kv_heads"], dims["head_dim"]
     exp = {
         "input_ids": (TensorProto.INT64, ["BATCH", "SEQ"]),
         "attention_mask": (TensorProto.INT64, ["BATCH", "MASK"]),
         "position_ids": (TensorProto.INT64, ["BATCH", "SEQ"]),
         "logits": (f, ["BATCH", "SEQ", dims["vocab"]]),
     }
-    for i in range(dims["layers"]):
+    for i, (kv, d) in enumerate(cache_shapes(dims)):
         for part in ("key", "value"):
             exp[f"past_key_values.{i}.{part}"] = (f, ["BATCH", kv, "PAST", d])
             exp[f"present.{i}.{part}"] = (f, ["BATCH", kv, "TOTAL", d])

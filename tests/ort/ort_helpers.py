@@ -82,6 +82,8 @@ def model_dims(cfg: dict) -> dict:
         cfg = {**cfg, "num_key_value_heads": 2 * cfg["num_key_value_heads"]}
     heads = cfg["num_attention_heads"]
     head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
+    if cfg.get("model_type") in ("gemma4_text", "gemma4_unified_text"):
+        return {**gemma4_cache(cfg), "heads": heads, "hidden": cfg["hidden_size"], "vocab": cfg["vocab_size"]}
     if "kv_lora_rank" in cfg:
         # Multi-head latent attention: every head caches k of the q/k head size (config.json's
         # head_dim is the RoPE width) and v widened to it.
@@ -95,6 +97,26 @@ def model_dims(cfg: dict) -> dict:
         # The logits' width: Apertus 1.5's head may be pruned to output_vocab_size ids.
         "vocab": cfg.get("output_vocab_size") or cfg["vocab_size"],
     }
+
+
+def gemma4_cache(cfg: dict) -> dict:
+    """Gemma 4's caches: one per layer before the last num_kv_shared_layers (those reuse an
+    earlier layer's keys and values), each of its layer's own shape (full layers: the heads
+    per_layer_config gives them); `kv_heads` and `head_dim` are the config's (genai_config's)."""
+    kv, d = cfg["num_key_value_heads"], cfg["head_dim"]
+    cached = cfg["num_hidden_layers"] - (cfg.get("num_kv_shared_layers") or 0)
+    overrides = {int(k): v for k, v in (cfg.get("per_layer_config") or {}).items()}
+    caches = [
+        (overrides.get(i, {}).get("num_key_value_heads", kv), overrides.get(i, {}).get("head_dim", d))
+        for i in range(cached)
+    ]
+    return {"layers": cached, "kv_heads": kv, "head_dim": d, "caches": caches}
+
+
+def cache_shapes(dims: dict) -> list[tuple[int, int]]:
+    """Each cached layer's (key/value heads, head size): `dims["caches"]` where the layers
+    differ, else the one shape of every layer."""
+    return dims.get("caches") or [(dims["kv_heads"], dims["head_dim"])] * dims["layers"]
 
 
 def run_mobius_unchecked(args: list[str]) -> subprocess.CompletedProcess:

@@ -26,6 +26,7 @@ from ort_helpers import (
     NP_DTYPES,
     PREQUANT_TASK,
     assert_close,
+    cache_shapes,
     fixture_names,
     fixture_names_for,
     fixture_task,
@@ -160,9 +161,9 @@ def all_nodes(model: onnx.ModelProto) -> list:
 
 
 def empty_past(dims: dict, dtype: str, batch: int) -> dict:
-    z = np.zeros((batch, dims["kv_heads"], 0, dims["head_dim"]), dtype=NP_DTYPES[dtype])
     feed = {}
-    for i in range(dims["layers"]):
+    for i, (kv, d) in enumerate(cache_shapes(dims)):
+        z = np.zeros((batch, kv, 0, d), dtype=NP_DTYPES[dtype])
         feed[f"past_key_values.{i}.key"] = z
         feed[f"past_key_values.{i}.value"] = z
     return feed
@@ -361,7 +362,8 @@ def test_prefill_logits(session_for, name, ep, dtype):
     assert logits.dtype == NP_DTYPES[dtype]
     assert_close(logits[0], ref["logits"], TOL[dtype], f"{name} --ep {ep} {dtype} prefill")
     for k, v in presents.items():
-        assert v.shape == (1, dims["kv_heads"], n, dims["head_dim"]), (k, v.shape)
+        kv, d = cache_shapes(dims)[int(k.split(".")[1])]
+        assert v.shape == (1, kv, n, d), (k, v.shape)
         assert v.dtype == NP_DTYPES[dtype], (k, v.dtype)
 
 
@@ -377,8 +379,9 @@ def test_decode_step(session_for, name, ep, dtype):
     logits, presents = run(sess, dims, [[ids[-1]]], np.ones((1, n)), [[n - 1]], past)
     assert logits.shape == (1, 1, dims["vocab"]), logits.shape
     assert_close(logits[0, 0], ref["logits"][-1], TOL[dtype], f"{name} --ep {ep} {dtype} decode step")
-    for v in presents.values():
-        assert v.shape == (1, dims["kv_heads"], n, dims["head_dim"]), v.shape
+    for k, v in presents.items():
+        kv, d = cache_shapes(dims)[int(k.split(".")[1])]
+        assert v.shape == (1, kv, n, d), (k, v.shape)
 
 
 def left_padded_batch(ref: dict, pad: int, n_pad: int = 2):
@@ -480,8 +483,8 @@ LEFT_OUT = [(name, ep, dtype) for name in NAMES for ep, dtype in builds_of(name)
 # cohere_compass_text (6); 678 with granitemoehybrid-attn (6: Granite-4's attention-only
 # configuration, the one onnxruntime-genai's granitemoehybrid type runs); 684 with laguna (6);
 # 690 with beam (6); mimo_v2_flash adds none (RESHAPED_KV_ATTENTION); 696 with ergo (6); 702
-# with longcat_flash (6).
-LEFT_OUT_COUNT = 702
+# with longcat_flash (6); 708 with gemma4_text (6); 714 with gemma4_unified_text (6).
+LEFT_OUT_COUNT = 714
 per_left_padded_build = pytest.mark.parametrize(
     "name,ep,dtype", LEFT_PADDED, ids=[f"{n}-{e or 'noflag'}-{d}" for n, e, d in LEFT_PADDED]
 )
@@ -689,6 +692,7 @@ GENAI_TYPES.update({"hy_v3": "decoder", "minicpm5_moe": "decoder", "axk1": "deco
 GENAI_TYPES.update({"diffllama": "decoder", "solar_open": "decoder"})
 GENAI_TYPES.update({"exaone_moe": "decoder", "cohere2_moe": "decoder"})
 GENAI_TYPES.update({"doge": "decoder", "jetmoe": "decoder", "modernbert-decoder": "decoder"})
+GENAI_TYPES.update({"gemma4_unified_text": "gemma4_text"})
 GENAI_TYPES.update({"cohere_compass_text": "decoder"})
 GENAI_TYPES.update({"laguna": "decoder", "beam": "decoder", "mimo_v2_flash": "decoder", "ergo": "decoder"})
 GENAI_TYPES.update({"longcat_flash": "decoder"})

@@ -84,7 +84,14 @@ ALLOWED_MISSES = {
     ("phi3", "cuda", "f16", 0): 0.0280496,
     ("phi3", "dml", "f16", 0): 0.0280496,
     ("phi3", "trt-rtx", "f16", 0): 0.0243875,
+    ("gemma4_text", "cpu", "f32", 4): 0.998509,
+    ("gemma4_text", "webgpu", "f16", 4): 0.998678,
+    ("gemma4_unified_text", "cpu", "f32", 4): 0.994540,
+    ("gemma4_unified_text", "webgpu", "f16", 4): 0.997021,
 }
+# Token-embedding tables `--quant-embeddings` quantizes where a fixture has more than one
+# (Gemma 4's per-layer input embeddings).
+EMBEDDING_TABLES = {"gemma4_text": 2}
 # How far from its pinned figure a listed miss may be (the figures are pinned to 6 significant
 # digits, as the end-of-run table prints them).
 MISS_SLACK = 1e-6
@@ -176,7 +183,8 @@ def test_logits_match_the_fake_quantized_reference(built, name, setting, ep):
         assert counts.get("GatherBlockQuantized", 0) == 0, counts
     else:
         assert counts.get("MatMulNBits", 0) > 0 and counts.get("DequantizeLinear", 0) == 0, counts
-        assert counts.get("GatherBlockQuantized", 0) == int(embeddings), counts
+        tables = EMBEDDING_TABLES.get(name, 1) if embeddings else 0
+        assert counts.get("GatherBlockQuantized", 0) == tables, counts
 
 
 @pytest.mark.parametrize("name", NAMES)

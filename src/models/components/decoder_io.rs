@@ -9,8 +9,11 @@
 //! `present.{i}.ssm` (`[batch, heads, head_dim, state]`, the model dtype); a Mamba layer the
 //! same, its SSM state `[batch, intermediate, state]`; a Gated DeltaNet layer its conv state and
 //! its recurrent state `past.{i}.recurrent` → `present.{i}.recurrent` (`[batch, value_heads,
-//! key_dim, value_dim]`, onnxruntime-genai 0.18's names for its `qwen3_5` packages). A layer without a token mixer
-//! ([`LayerCache::Stateless`], Nemotron-H's MLP and MoE blocks) carries nothing.
+//! key_dim, value_dim]`, onnxruntime-genai 0.18's names for its `qwen3_5` packages). A layer
+//! without a token mixer ([`LayerCache::Stateless`], Nemotron-H's MLP and MoE blocks) carries
+//! nothing. A layer whose KV cache has a shape of its own ([`LayerCache::KvOf`]: its key/value
+//! heads and head size) declares it with that shape; a layer that reads another layer's keys
+//! and values ([`LayerCache::Borrowed`], Gemma 4's KV sharing) carries no cache at all.
 //! The one place those names are spelled (the encoders reuse [`BATCH`] and [`SEQ`]).
 
 use super::mamba::SsmMixer;
@@ -51,8 +54,11 @@ impl DecoderInputs {
     pub fn kv(&self, i: usize) -> (&str, &str) {
         match &self.past[i] {
             LayerPast::Kv { key, value } => (key, value),
-            LayerPast::Conv { .. } | LayerPast::Ssm { .. } | LayerPast::Stateless => {
-                panic!("layer {i} carries a recurrent state or none, not a KV cache")
+            LayerPast::Conv { .. }
+            | LayerPast::Ssm { .. }
+            | LayerPast::Stateless
+            | LayerPast::Borrowed { .. } => {
+                panic!("layer {i} carries a recurrent state or no cache of its own, not a KV cache")
             }
         }
     }
@@ -63,6 +69,17 @@ impl DecoderInputs {
 pub enum LayerCache {
     /// The key/value cache of an attention layer.
     Kv,
+    /// The key/value cache of an attention layer whose heads differ from the decoder's
+    /// (`[batch, kv_heads, len, head_dim]`).
+    KvOf {
+        /// Its key/value heads.
+        kv_heads: usize,
+        /// Its channels per head.
+        head_dim: usize,
+    },
+    /// No cache: the layer attends to the keys and values of layer `.0` (an earlier layer
+    /// with a cache of its own), read from that layer's cache inputs.
+    Borrowed(usize),
     /// The conv state of a short causal convolution: its last `kernel − 1` inputs per channel.
     Conv(ShortConv),
     /// The conv and SSM states of a Mamba2 or Mamba mixer.
@@ -87,6 +104,13 @@ pub enum LayerPast {
         state: String,
         /// The convolution whose state it is.
         conv: ShortConv,
+    },
+    /// No input of its own: the cache inputs of the layer whose keys and values it reads.
+    Borrowed {
+        /// That layer's key cache input.
+        key: String,
+        /// That layer's value cache input.
+        value: String,
     },
     /// `past.{i}.conv` and `past.{i}.ssm`.
     Ssm {
@@ -156,7 +180,11 @@ pub fn present_ssm_name(i: usize, mixer: SsmMixer) -> String {
 /// Declares the decoder inputs and outputs on `b` with layer `i` carrying `caches[i]`
 /// (`caches` holds one entry per layer): per layer, in layer order, its key and value (or its
 /// conv state, or its conv and SSM states, or nothing) after `position_ids`, and the same after
-/// `logits`.
+/// `logits`; a [`LayerCache::Borrowed`] layer declares nothing.
+///
+/// # Panics
+/// When a layer borrows the cache of a later layer or of one without a KV cache (a builder
+/// bug, not an input error).
 pub fn hybrid_decoder_io(
     b: &mut GraphBuilder,
     dims: DecoderDims,
@@ -166,14 +194,15 @@ pub fn hybrid_decoder_io(
     let input_ids = b.input("input_ids", DType::I64, Shape::new([BATCH, SEQ]));
     let attention_mask = b.input("attention_mask", DType::I64, Shape::new([BATCH, MASK_LEN]));
     let position_ids = b.input("position_ids", DType::I64, Shape::new([BATCH, SEQ]));
-    let kv_shape = |len: &str| {
+    let kv_shape_of = |heads: usize, head_dim: usize, len: &str| {
         Shape(vec![
             Dim::sym(BATCH),
-            dims.kv_heads.into(),
+            heads.into(),
             Dim::sym(len),
-            dims.head_dim.into(),
+            head_dim.into(),
         ])
     };
+    let kv_shape = |len: &str| kv_shape_of(dims.kv_heads, dims.head_dim, len);
     let conv_shape = |conv: ShortConv| {
         Shape(vec![
             Dim::sym(BATCH),
@@ -185,13 +214,26 @@ pub fn hybrid_decoder_io(
         let dims = m.state_dims().into_iter().map(Dim::from);
         Shape(std::iter::once(Dim::sym(BATCH)).chain(dims).collect())
     };
-    let past = caches
-        .iter()
-        .enumerate()
-        .map(|(i, cache)| match *cache {
+    let mut past: Vec<LayerPast> = Vec::with_capacity(caches.len());
+    for (i, cache) in caches.iter().enumerate() {
+        let layer = match *cache {
             LayerCache::Kv => LayerPast::Kv {
                 key: b.input(&format!("past_key_values.{i}.key"), dtype, kv_shape(PAST)),
                 value: b.input(&format!("past_key_values.{i}.value"), dtype, kv_shape(PAST)),
+            },
+            LayerCache::KvOf { kv_heads, head_dim } => {
+                let shape = kv_shape_of(kv_heads, head_dim, PAST);
+                LayerPast::Kv {
+                    key: b.input(&format!("past_key_values.{i}.key"), dtype, shape.clone()),
+                    value: b.input(&format!("past_key_values.{i}.value"), dtype, shape),
+                }
+            }
+            LayerCache::Borrowed(lender) => match past.get(lender) {
+                Some(LayerPast::Kv { key, value }) => LayerPast::Borrowed {
+                    key: key.clone(),
+                    value: value.clone(),
+                },
+                _ => panic!("layer {i} borrows the cache of layer {lender}, which has none"),
             },
             LayerCache::Conv(conv) => LayerPast::Conv {
                 state: b.input(&past_conv_name(i), dtype, conv_shape(conv)),
@@ -203,8 +245,9 @@ pub fn hybrid_decoder_io(
                 mixer,
             },
             LayerCache::Stateless => LayerPast::Stateless,
-        })
-        .collect();
+        };
+        past.push(layer);
+    }
     b.output(
         "logits",
         dtype,
@@ -216,6 +259,12 @@ pub fn hybrid_decoder_io(
                 b.output(&format!("present.{i}.key"), dtype, kv_shape(TOTAL));
                 b.output(&format!("present.{i}.value"), dtype, kv_shape(TOTAL));
             }
+            LayerCache::KvOf { kv_heads, head_dim } => {
+                let shape = kv_shape_of(kv_heads, head_dim, TOTAL);
+                b.output(&format!("present.{i}.key"), dtype, shape.clone());
+                b.output(&format!("present.{i}.value"), dtype, shape);
+            }
+            LayerCache::Borrowed(_) => {}
             LayerCache::Conv(conv) => {
                 b.output(&present_conv_name(i), dtype, conv_shape(conv));
             }
