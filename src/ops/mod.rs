@@ -44,6 +44,7 @@ pub mod sample;
 pub mod shape;
 pub mod spectral;
 pub mod tensor;
+pub mod text;
 pub mod topk;
 pub mod types;
 pub mod unique;
@@ -171,7 +172,7 @@ impl OpDef {
 }
 
 /// The registry: one table per op module.
-pub const FAMILIES: [&[OpDef]; 28] = [
+pub const FAMILIES: [&[OpDef]; 29] = [
     elementwise::OPS,
     control::OPS,
     channel_norm::OPS,
@@ -184,6 +185,7 @@ pub const FAMILIES: [&[OpDef]; 28] = [
     einsum::OPS,
     unique::OPS,
     image::OPS,
+    text::OPS,
     conv::OPS,
     math::OPS,
     arg::OPS,
