@@ -22,6 +22,7 @@ pub mod channel_norm;
 pub mod control;
 pub mod conv;
 pub mod cost;
+pub mod deform;
 pub mod detect;
 pub mod einsum;
 pub mod elementwise;
@@ -172,7 +173,7 @@ impl OpDef {
 }
 
 /// The registry: one table per op module.
-pub const FAMILIES: [&[OpDef]; 29] = [
+pub const FAMILIES: [&[OpDef]; 30] = [
     elementwise::OPS,
     control::OPS,
     channel_norm::OPS,
@@ -186,6 +187,7 @@ pub const FAMILIES: [&[OpDef]; 29] = [
     unique::OPS,
     image::OPS,
     text::OPS,
+    deform::OPS,
     conv::OPS,
     math::OPS,
     arg::OPS,

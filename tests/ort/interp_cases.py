@@ -2370,3 +2370,19 @@ def _unpool_roi():
 
 
 _unpool_roi()
+
+
+def _deform_conv():
+    """DeformConv (src/ops/deform.rs): offsets moving taps between and beyond pixels, masks,
+    bias, groups and offset groups, strides, pads and dilations."""
+    r = rng_for("DeformConv", "data")
+    x = randn(r, 2, 4, 5, 6)
+    add("DeformConv", "offsets_only", [inp("x", x), init("w", randn(r, 3, 4, 2, 2)),
+        inp("off", randn(r, 2, 8, 4, 5, scale=1.5))], [("y", F32)], opset=19, kernel_shape=[2, 2])
+    add("DeformConv", "mask_bias_groups", [inp("x", x), init("w", randn(r, 4, 2, 3, 3)),
+        inp("off", randn(r, 2, 2 * 18, 3, 2, scale=2.0)), init("b", randn(r, 4)),
+        inp("mask", unif(r, 0, 1, 2, 2 * 9, 3, 2))], [("y", F32)], opset=19, group=2, offset_group=2,
+        pads=[1, 0, 1, 1], strides=[2, 2], dilations=[1, 2])
+
+
+_deform_conv()
