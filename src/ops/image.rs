@@ -2,7 +2,10 @@
 //! its centre to the target extent, or zero-padded about it; an odd difference leaves the extra
 //! element at the end) and `Col2Im` (opset 18: the inverse of an unfold, summing each column of
 //! `[N, C·∏block, L]` back into the `[N, C, image…]` positions its block covered, under
-//! `dilations`, `pads` and `strides`).
+//! `dilations`, `pads` and `strides`) and `MaxUnpool` (opset 9: each input element written at
+//! the flat position its index names in the unpooled extents `(in − 1)·stride + kernel − pads`,
+//! zeros elsewhere; a larger `output_shape` pads them with zeros at the end, as ONNX's
+//! reference does — onnxruntime instead reads the indices as positions in `output_shape`).
 //!
 //! [`OPS`] registers the ops with their attribute schemas, type inference and cost facts beside
 //! their evaluators.
@@ -16,6 +19,10 @@ pub const OPS: &[OpDef] = &[
         .infer(|c| vec![c.ty(0).with_unknown_shape()])
         .since(18)
         .eval(center_crop_pad),
+    OpDef::onnx("MaxUnpool", &["kernel_shape", "pads", "strides"])
+        .infer(|c| vec![c.ty(0).with_unknown_shape()])
+        .since(9)
+        .eval(max_unpool),
     OpDef::onnx("Col2Im", &["dilations", "pads", "strides"])
         .infer(|c| vec![c.ty(0).with_unknown_shape()])
         .since(18)
@@ -211,5 +218,100 @@ fn col2im(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
             out_shape,
             out.into_iter().map(|v| v as i64).collect(),
         ),
+    }])
+}
+
+/// `MaxUnpool(X, I, output_shape?)`.
+fn max_unpool(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
+    let (x, indices) = (call.input(0)?, call.input(1)?);
+    if x.shape.len() < 3 || indices.shape != x.shape {
+        return Err(call.error(format!(
+            "X must be [N, C, D1, …] and I of its shape, got {:?} and {:?}",
+            x.shape, indices.shape
+        )));
+    }
+    let k = x.shape.len() - 2;
+    let kernel = call
+        .ints("kernel_shape")
+        .ok_or_else(|| call.error("kernel_shape is required"))?;
+    let list = |name: &str, len: usize, default: i64| -> Vec<i64> {
+        call.ints(name).map_or(vec![default; len], <[i64]>::to_vec)
+    };
+    let (pads, strides) = (list("pads", 2 * k, 0), list("strides", k, 1));
+    if kernel.len() != k || pads.len() != 2 * k || strides.len() != k {
+        return Err(call.error(format!(
+            "kernel_shape {kernel:?}, pads {pads:?} and strides {strides:?} must fit {k} spatial \
+             axes"
+        )));
+    }
+    // The inferred extents: the indices address them, and `output_shape` pads them at the end.
+    let mut inferred = x.shape[..2].to_vec();
+    for a in 0..k {
+        let d = (x.shape[a + 2] as i64 - 1)
+            .checked_mul(strides[a])
+            .and_then(|v| v.checked_add(kernel[a]))
+            .and_then(|v| v.checked_sub(pads[a]))
+            .and_then(|v| v.checked_sub(pads[a + k]))
+            .and_then(|v| usize::try_from(v).ok())
+            .ok_or_else(|| {
+                call.error(format!(
+                    "kernel_shape {kernel:?}, pads {pads:?} and strides {strides:?} give no \
+                     output extent"
+                ))
+            })?;
+        inferred.push(d);
+    }
+    let out_shape = match call.optional(2) {
+        Some(_) => {
+            let s = extents(call, 2, "output_shape")?;
+            if s.len() != x.shape.len() || s.iter().zip(&inferred).any(|(o, i)| o < i) {
+                return Err(call.error(format!(
+                    "output_shape {s:?} is not at least the inferred {inferred:?}"
+                )));
+            }
+            s
+        }
+        None => inferred.clone(),
+    };
+    let total = call.alloc(&inferred)?;
+    call.alloc(&out_shape)?;
+    let mut scattered: Vec<Option<usize>> = vec![None; total];
+    for (i, &at) in indices
+        .ints()
+        .map_err(|e| call.error(e))?
+        .iter()
+        .enumerate()
+    {
+        let slot = usize::try_from(at)
+            .ok()
+            .and_then(|a| scattered.get_mut(a))
+            .ok_or_else(|| {
+                call.error(format!(
+                    "index {at} is outside the unpooled {inferred:?} ({total} elements)"
+                ))
+            })?;
+        *slot = Some(i);
+    }
+    let (from, to) = (
+        super::tensor::strides(&inferred),
+        super::tensor::strides(&out_shape),
+    );
+    let picks: Vec<Option<usize>> = (0..out_shape.iter().product::<usize>())
+        .map(|o| {
+            let mut at = 0;
+            for a in 0..out_shape.len() {
+                let i = (o / to[a]) % out_shape[a];
+                if i >= inferred[a] {
+                    return None;
+                }
+                at += i * from[a];
+            }
+            scattered[at]
+        })
+        .collect();
+    Ok(vec![Tensor {
+        dtype: x.dtype,
+        shape: out_shape,
+        values: gather(x, &picks),
     }])
 }

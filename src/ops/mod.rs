@@ -22,6 +22,7 @@ pub mod channel_norm;
 pub mod control;
 pub mod conv;
 pub mod cost;
+pub mod deform;
 pub mod detect;
 pub mod einsum;
 pub mod elementwise;
@@ -46,6 +47,7 @@ pub mod sample;
 pub mod shape;
 pub mod spectral;
 pub mod tensor;
+pub mod text;
 pub mod topk;
 pub mod training;
 pub mod types;
@@ -174,7 +176,7 @@ impl OpDef {
 }
 
 /// The registry: one table per op module.
-pub const FAMILIES: [&[OpDef]; 31] = [
+pub const FAMILIES: [&[OpDef]; 33] = [
     elementwise::OPS,
     control::OPS,
     channel_norm::OPS,
@@ -187,6 +189,8 @@ pub const FAMILIES: [&[OpDef]; 31] = [
     einsum::OPS,
     unique::OPS,
     image::OPS,
+    text::OPS,
+    deform::OPS,
     conv::OPS,
     math::OPS,
     arg::OPS,

@@ -2445,3 +2445,64 @@ def _image():
 
 
 _image()
+
+
+def _tfidf():
+    """TfIdfVectorizer (src/ops/text.rs): 1- to 3-grams, skips, each mode with and without
+    weights, int32 and int64 tokens, one row and a batch."""
+    pool = dict(pool_int64s=[2, 3, 5, 4, 5, 6, 7, 8, 6, 7, 2, 3, 5], ngram_counts=[0, 4, 10],
+                ngram_indexes=[0, 1, 2, 3, 4, 5, 6, 7])
+    x = np.array([[1, 1, 3, 3, 3, 7], [8, 6, 7, 5, 6, 8]], np.int32)
+    x1 = np.array([2, 3, 5, 4, 4, 5, 6, 7, 8, 6, 7, 2, 3, 5], np.int64)
+    for mode in ["TF", "IDF", "TFIDF"]:
+        add("TfIdfVectorizer", f"{mode}_uni_bigrams_skip", [inp("x", x1)], [("y", F32)], mode=mode, min_gram_length=1,
+            max_gram_length=2, max_skip_count=2, **pool)
+        add("TfIdfVectorizer", f"{mode}_weights_batch", [inp("x", x)], [("y", F32)], mode=mode, min_gram_length=2,
+            max_gram_length=3, max_skip_count=1, weights=[0.5, 1.5, 2, 3, 4, 5, 6, 7], **pool)
+
+
+_tfidf()
+
+
+def _unpool_roi():
+    """MaxUnpool (src/ops/image.rs): MaxPool's indices unpooled, 2-D with strides and pads (the
+    conformance cases check output_shape, where onnxruntime reads the indices differently);
+    RoiAlign (src/ops/detect.rs): avg and max, both coordinate modes, sampling ratios, several
+    batches, regions reaching past the edges."""
+    r = rng_for("MaxUnpool", "data")
+    x = randn(r, 2, 2, 2, 3)
+    idx = np.array([[[[0, 3, 4], [13, 10, 17]], [[18, 22, 20], [31, 27, 35]]],
+                    [[[36, 38, 41], [49, 45, 53]], [[54, 57, 59], [67, 64, 71]]]], np.int64)
+    add("MaxUnpool", "2d_strides", [inp("x", x), init("i", idx)], [("y", F32)], kernel_shape=[2, 2], strides=[2, 2])
+    add("MaxUnpool", "2d_pads", [inp("x", x), init("i", (np.arange(24, dtype=np.int64) * 2 + 1).reshape(2, 2, 2, 3))], [("y", F32)], kernel_shape=[3, 3],
+        strides=[2, 2], pads=[1, 1, 1, 1])
+    r = rng_for("RoiAlign", "data")
+    feats = randn(r, 2, 3, 6, 7)
+    rois = np.array([[0.5, 0.5, 4.2, 3.7], [1.0, 2.0, 6.9, 5.8], [-1.0, -0.5, 2.0, 8.0], [2.0, 2.0, 2.5, 2.2]], np.float32)
+    batch = np.array([0, 1, 1, 0], np.int64)
+    for mode in ["avg", "max"]:
+        for ctm in ["half_pixel", "output_half_pixel"]:
+            add("RoiAlign", f"{mode}_{ctm}", [inp("x", feats), init("rois", rois), init("b", batch)], [("y", F32)],
+                opset=16, mode=mode, coordinate_transformation_mode=ctm, output_height=3, output_width=2, sampling_ratio=2,
+                spatial_scale=0.9)
+    add("RoiAlign", "adaptive_sampling", [inp("x", feats), init("rois", rois * 2), init("b", batch)], [("y", F32)],
+        opset=16, output_height=2, output_width=3, spatial_scale=0.5)
+
+
+_unpool_roi()
+
+
+def _deform_conv():
+    """DeformConv (src/ops/deform.rs): offsets moving taps between and beyond pixels, masks,
+    bias, groups and offset groups, strides, pads and dilations."""
+    r = rng_for("DeformConv", "data")
+    x = randn(r, 2, 4, 5, 6)
+    add("DeformConv", "offsets_only", [inp("x", x), init("w", randn(r, 3, 4, 2, 2)),
+        inp("off", randn(r, 2, 8, 4, 5, scale=1.5))], [("y", F32)], opset=19, kernel_shape=[2, 2])
+    add("DeformConv", "mask_bias_groups", [inp("x", x), init("w", randn(r, 4, 2, 3, 3)),
+        inp("off", randn(r, 2, 2 * 18, 3, 2, scale=2.0)), init("b", randn(r, 4)),
+        inp("mask", unif(r, 0, 1, 2, 2 * 9, 3, 2))], [("y", F32)], opset=19, group=2, offset_group=2,
+        pads=[1, 0, 1, 1], strides=[2, 2], dilations=[1, 2])
+
+
+_deform_conv()
