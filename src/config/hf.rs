@@ -522,6 +522,9 @@ pub struct HfConfig {
     pub expert_ffn_hidden_size: Option<i64>,
     /// `qk_head_dim` (LongCat-Flash: the q/k channels per head, their nope plus rope).
     pub qk_head_dim: Option<i64>,
+    /// `cross_attention_layers` (Mllama's text decoder: the indices of its cross-attention
+    /// layers, which text-only inputs skip).
+    pub cross_attention_layers: Option<Vec<i64>>,
 }
 
 /// Deserializes a field that may be `null` as `Some(Value::Null)`, so that an explicit null
