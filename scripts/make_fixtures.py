@@ -285,6 +285,10 @@ from transformers import (
     PreTrainedTokenizerFast,
     Qwen2Config,
     Qwen2ForCausalLM,
+    Emu3ForCausalLM,
+    Emu3TextConfig,
+    MllamaForCausalLM,
+    MllamaTextConfig,
     SeedOssConfig,
     SeedOssForCausalLM,
     Qwen2MoeConfig,
@@ -1222,6 +1226,28 @@ def make_config(kind: str, vocab: int, ids: dict):
             mlp_bias=True,
             tie_word_embeddings=False,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
+    if kind == "emu3":
+        # Emu3's text decoder: Llama; attention_bias and mlp_bias (class attributes, off by
+        # default, honoured when config.json sets them) both on.
+        return Emu3ForCausalLM, Emu3TextConfig(
+            **common,
+            rms_norm_eps=1e-5,
+            attention_bias=True,
+            mlp_bias=True,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+        )
+    if kind == "mllama":
+        # MllamaForCausalLM on text only: layers 1 and 3 of 4 are cross-attention layers that
+        # the text-only path skips (their weights are saved, never read).
+        return MllamaForCausalLM, MllamaTextConfig(
+            **{k: v for k, v in common.items() if k not in ("head_dim", "num_hidden_layers")},
+            num_hidden_layers=4,
+            cross_attention_layers=[1, 3],
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
         )
     if kind == "seed_oss":
         # Biases on q/k/v (attention_bias) but none on o (attention_out_bias), MLP biases.
@@ -2884,6 +2910,8 @@ FIXTURES = {
     "beam": (9200, "f32", "v5", None),
     "mimo_v2_flash": (9300, "f32", "v5", None),
     "ergo": (9400, "f32", "v5", None),
+    "emu3": (9500, "f32", "v5", None),
+    "mllama": (9600, "f32", "v5", None),
 }
 
 

@@ -92,9 +92,11 @@ def fake_quantize(w_kn: np.ndarray, bits: int, block: int, symmetric: bool, dtyp
 
 @torch.no_grad()
 def quantized_model(path: Path, bits: int, block: int, symmetric: bool, embeddings: bool, dtype):
-    # Image-text fixtures load as their own class (AutoModelForCausalLM does not take every one).
+    # Image-text fixtures, and the text decoders whose config class the causal-LM auto mapping
+    # does not list (Emu3TextConfig, MllamaTextConfig), load as their own class.
     arch = json.loads((path / "config.json").read_text())["architectures"][0]
-    cls = getattr(transformers, arch) if arch.endswith("ForConditionalGeneration") else AutoModelForCausalLM
+    own = arch.endswith("ForConditionalGeneration") or arch in ("Emu3ForCausalLM", "MllamaForCausalLM")
+    cls = getattr(transformers, arch) if own else AutoModelForCausalLM
     model = cls.from_pretrained(path, dtype=torch.float32, attn_implementation="eager")
     model.eval()
     head = model.get_output_embeddings()

@@ -593,6 +593,9 @@ pub struct HfConfig {
     pub use_double_wide_mlp: Option<bool>,
     /// `enable_moe_block` (Gemma 4: a mixture of experts beside each layer's MLP).
     pub enable_moe_block: Option<bool>,
+    /// `cross_attention_layers` (Mllama's text decoder: the indices of its cross-attention
+    /// layers, which text-only inputs skip).
+    pub cross_attention_layers: Option<Vec<i64>>,
 }
 
 /// Deserializes a field that may be `null` as `Some(Value::Null)`, so that an explicit null

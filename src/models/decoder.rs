@@ -193,6 +193,13 @@ pub trait Family {
         Names::LLAMA
     }
 
+    /// The checkpoint index of built layer `i`, whose module is `{root}.{layers}.{index}`: by
+    /// default `i` (Mllama's text decoder builds its self-attention layers alone, each read at
+    /// its own index; its KV caches stay numbered by built layer).
+    fn checkpoint_layer(&self, i: usize) -> usize {
+        i
+    }
+
     /// How the builder renames checkpoint tensors before reading them (`None`: it reads the
     /// checkpoint's own names).
     fn checkpoint_renaming(&self) -> Option<CheckpointRenaming> {
@@ -729,7 +736,12 @@ pub fn build(cfg: &ArchConfig, dtype: DType, family: &dyn Family) -> Graph {
         chunk_masks: &chunk_masks,
     };
     for i in 0..cfg.num_hidden_layers {
-        let p = format!("{}.{}.{i}", names.root, names.layers);
+        let p = format!(
+            "{}.{}.{}",
+            names.root,
+            names.layers,
+            family.checkpoint_layer(i)
+        );
         b.set_scope(&p);
         x = layer.build(&mut b, &x, &p, i);
     }

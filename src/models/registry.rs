@@ -94,6 +94,8 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &super::minicpm5_moe::FAMILY,
     &super::axk1::FAMILY,
     &super::longcat_flash::FAMILY,
+    &super::emu3::FAMILY,
+    &super::mllama::FAMILY,
     &super::dots1::FAMILY,
     &super::dbrx::FAMILY,
     &super::diffllama::FAMILY,

@@ -74,6 +74,11 @@ def model_dims(cfg: dict) -> dict:
         # LongCat-Flash: two attention sublayers per layer, one cache each (transformers'
         # num_hidden_layers is 2 * num_layers).
         cfg = {**cfg, "num_hidden_layers": 2 * cfg["num_layers"]}
+    if cfg.get("model_type") == "mllama_text_model":
+        # Mllama on text alone: the cross-attention layers are skipped, one cache per
+        # self-attention layer.
+        cross = cfg.get("cross_attention_layers") or [3, 8, 13, 18, 23, 28, 33, 38]
+        cfg = {**cfg, "num_hidden_layers": sum(i not in cross for i in range(cfg["num_hidden_layers"]))}
     if cfg.get("model_type") == "dbrx":  # the key/value heads in attn_config
         cfg = {**cfg, "num_key_value_heads": (cfg.get("attn_config") or {}).get("kv_n_heads", 1)}
     if cfg.get("model_type") == "mimo_v2_flash" and "sliding_attention" in (cfg.get("layer_types") or []):

@@ -483,8 +483,9 @@ LEFT_OUT = [(name, ep, dtype) for name in NAMES for ep, dtype in builds_of(name)
 # cohere_compass_text (6); 678 with granitemoehybrid-attn (6: Granite-4's attention-only
 # configuration, the one onnxruntime-genai's granitemoehybrid type runs); 684 with laguna (6);
 # 690 with beam (6); mimo_v2_flash adds none (RESHAPED_KV_ATTENTION); 696 with ergo (6); 702
-# with longcat_flash (6); 708 with gemma4_text (6); 714 with gemma4_unified_text (6).
-LEFT_OUT_COUNT = 714
+# with longcat_flash (6); 708 with gemma4_text (6); 714 with gemma4_unified_text (6);
+# 720 with emu3 (6); 726 with mllama (6).
+LEFT_OUT_COUNT = 726
 per_left_padded_build = pytest.mark.parametrize(
     "name,ep,dtype", LEFT_PADDED, ids=[f"{n}-{e or 'noflag'}-{d}" for n, e, d in LEFT_PADDED]
 )
@@ -696,6 +697,7 @@ GENAI_TYPES.update({"gemma4_unified_text": "gemma4_text"})
 GENAI_TYPES.update({"cohere_compass_text": "decoder"})
 GENAI_TYPES.update({"laguna": "decoder", "beam": "decoder", "mimo_v2_flash": "decoder", "ergo": "decoder"})
 GENAI_TYPES.update({"longcat_flash": "decoder"})
+GENAI_TYPES.update({"emu3_text_model": "decoder", "mllama_text_model": "decoder"})
 
 
 @pytest.mark.parametrize("name", NAMES)
