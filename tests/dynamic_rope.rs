@@ -122,7 +122,7 @@ fn one_forward_at_twice_the_original_context_matches_transformers() {
     let r = reference();
     let ids = ints(&r["long_prompt"]["input_ids"]);
     let want: Vec<f32> = rows(&r["long_prompt"]["logits"]).concat();
-    let store = fixture_weights(NAME);
+    let store = fixture_store(NAME);
     for (form, graph) in graphs() {
         let (logits, _) = step(&graph, &store, &ids, &empty_cache(), 0);
         let err = max_abs_error(&logits, &want, form);
@@ -137,7 +137,7 @@ fn cached_decode_across_the_original_context_matches_transformers_generate() {
     let tokens = ints(&r["greedy_tokens"]);
     let want = rows(&r["generation_logits"]);
     assert_eq!(want.len(), tokens.len());
-    let store = fixture_weights(NAME);
+    let store = fixture_store(NAME);
     let vocab = want[0].len();
     for (form, graph) in graphs() {
         let (logits, mut cache) = step(&graph, &store, &prompt, &empty_cache(), 0);

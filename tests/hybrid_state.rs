@@ -45,7 +45,7 @@ fn check_decode_loop(name: &str, graph: &Graph) {
     let reference: Value =
         serde_json::from_slice(&std::fs::read(fixture(name).join("reference.json")).unwrap())
             .unwrap();
-    let store = fixture_weights(name);
+    let store = fixture_store(name);
     let mut state = HashMap::new();
     for input in graph.inputs.iter().filter(|v| v.name.starts_with("past")) {
         let shape = empty_state_shape(&input.name, &input.shape.0);

@@ -33,7 +33,7 @@ fn fixture_logits_match_transformers_through_the_interpreter() {
             .collect();
         let cfg = fixture_config(name);
         let model = build_model(&cfg, DType::F32).unwrap();
-        let store = fixture_weights(name);
+        let store = fixture_store(name);
         let s = ids.len();
         let mut inputs = HashMap::from([
             (
@@ -83,7 +83,7 @@ fn fixture_logits_match_transformers_through_the_interpreter() {
 fn optimized_graphs_compute_what_the_portable_graph_computes() {
     for name in &decoder_fixtures() {
         let cfg = fixture_config(name);
-        let store = fixture_weights(name);
+        let store = fixture_store(name);
         for ep in builtin_eps() {
             let dtype = ep_dtype(&ep.name);
             let portable = build_model(&cfg, dtype).unwrap();

@@ -19,10 +19,9 @@ use std::fmt::Debug;
 use super::components::{
     alibi_bias, chunked_mask, gated_delta_mixer, gated_mlp, gated_short_conv, hybrid_decoder_io,
     linear, mamba2_mixer, mamba_mixer, named_rope_tables, padding_mask, per_head_norm,
-    present_conv_name,
-    present_ssm_name, rope_tables, rotary_embedding, sliding_window_mask, soft_capped_attention,
-    AttentionSpec, ConvState, DecoderDims, DecoderInputs, GateActivation, LayerCache, LayerPast,
-    Norm, NormKind, RopeTables, ShortConv, SsmMixer, SsmState,
+    present_conv_name, present_ssm_name, rope_tables, rotary_embedding, sliding_window_mask,
+    soft_capped_attention, AttentionSpec, ConvState, DecoderDims, DecoderInputs, GateActivation,
+    LayerCache, LayerPast, Norm, NormKind, RopeTables, ShortConv, SsmMixer, SsmState,
 };
 use crate::config::{ArchConfig, CheckpointRenaming, FamilyKnobs, Rope};
 use crate::ir::{Attr, DType, Graph, GraphBuilder, Initializer, TensorSource};

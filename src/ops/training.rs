@@ -5,6 +5,8 @@
 //! the `n` tensors, their `n` gradients and their statistics, `n` of each; the outputs the
 //! `n` new tensors, then the new statistics.
 
+use super::infer::Infer;
+use super::types::TensorType;
 use super::{OpCall, OpDef, Tensor};
 use crate::Result;
 
@@ -18,6 +20,7 @@ pub const OPS: &[OpDef] = &[
         "Adagrad",
         &["decay_factor", "epsilon", "norm_coefficient"],
     )
+    .infer(|c| step_types(c, 3))
     .eval(adagrad),
     OpDef::new(
         TRAINING_DOMAIN,
@@ -30,14 +33,33 @@ pub const OPS: &[OpDef] = &[
             "norm_coefficient_post",
         ],
     )
+    .infer(|c| step_types(c, 4))
     .eval(adam),
     OpDef::new(
         TRAINING_DOMAIN,
         "Momentum",
         &["alpha", "beta", "mode", "norm_coefficient"],
     )
+    .infer(|c| step_types(c, 3))
     .eval(momentum),
 ];
+
+/// Each output has the type of the input it updates: the new tensors their `X`'s, the new
+/// statistics theirs (after `R`, `T`, `X`s and `G`s, `groups` lists of `n` inputs).
+fn step_types(call: &Infer<'_>, groups: usize) -> Vec<TensorType> {
+    let n = call.inputs.len().saturating_sub(2) / groups;
+    (0..call.outputs)
+        .map(|o| {
+            let (k, i) = (o / n.max(1), o % n.max(1));
+            let list = if k == 0 {
+                0
+            } else {
+                groups - (call.outputs / n.max(1)) + k
+            };
+            call.ty(2 + list * n + i)
+        })
+        .collect()
+}
 
 /// `R` and `T` (scalars), then the `groups` lists of `n` tensors each, every tensor of a
 /// position the shape of its `X`.

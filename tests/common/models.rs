@@ -127,16 +127,6 @@ pub fn fixture_store(name: &str) -> TensorStore {
     }
 }
 
-/// The weights of a bundled fixture under the names its family's builder reads (renamed as
-/// `mobius build` renames them, e.g. GPT-NeoX's `embed_out` head).
-pub fn fixture_weights(name: &str) -> TensorStore {
-    let store = fixture_store(name);
-    match mobius::models::checkpoint_renaming(&fixture_config(name)) {
-        Some(rename) => store.renamed(rename).unwrap(),
-        None => store,
-    }
-}
-
 /// The feed of one decoder pass over `ids` (one row) after `past` cached tokens: `input_ids`,
 /// an all-ones `attention_mask` over the past and new tokens, `position_ids` `past..past + S`,
 /// and the tensors of `cache` (the past keys and values, or a static cache) as they are.
