@@ -27,6 +27,7 @@
 //! them).
 
 use super::linear;
+use super::mixer_ops::{from_f32, silu, split, to_f32};
 use super::short_conv::{causal_conv_with_state, ConvState, ShortConv};
 use super::ssm::SsmState;
 use crate::ir::{Attr, DType, Dim, GraphBuilder, Initializer, Shape, TensorData, TensorSource};
@@ -296,47 +297,4 @@ fn l2_normalize(b: &mut GraphBuilder, t: &str) -> String {
     let shifted = b.op("Add", &[&sum, &eps], vec![]);
     let root = b.op("Sqrt", &[&shifted], vec![]);
     b.op("Div", &[t, &root], vec![])
-}
-
-/// `x` split on its last axis by `sizes` into `n` parts.
-fn split(b: &mut GraphBuilder, x: &str, sizes: &str, n: usize) -> Vec<String> {
-    let parts: Vec<String> = (0..n).map(|_| b.fresh_name("Split")).collect();
-    b.node(
-        "",
-        "Split",
-        &[x, sizes],
-        vec![("axis", Attr::Int(-1))],
-        parts.clone(),
-    );
-    parts
-}
-
-/// `x · sigmoid(x)`.
-fn silu(b: &mut GraphBuilder, x: &str) -> String {
-    let s = b.op("Sigmoid", &[x], vec![]);
-    b.op("Mul", &[x, &s], vec![])
-}
-
-/// `t` cast from `dtype` to f32 (itself when `dtype` is f32).
-fn to_f32(b: &mut GraphBuilder, t: &str, dtype: DType) -> String {
-    match dtype {
-        DType::F32 => t.to_string(),
-        _ => b.op(
-            "Cast",
-            &[t],
-            vec![("to", Attr::Int(DType::F32.onnx_code() as i64))],
-        ),
-    }
-}
-
-/// `t` cast from f32 to `dtype` (itself when `dtype` is f32).
-fn from_f32(b: &mut GraphBuilder, t: &str, dtype: DType) -> String {
-    match dtype {
-        DType::F32 => t.to_string(),
-        _ => b.op(
-            "Cast",
-            &[t],
-            vec![("to", Attr::Int(dtype.onnx_code() as i64))],
-        ),
-    }
 }

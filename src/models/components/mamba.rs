@@ -24,6 +24,7 @@
 
 use super::gated_delta::GatedDeltaMixer;
 use super::linear;
+use super::mixer_ops::{from_f32, silu, split, to_f32};
 use super::norm::{Norm, NormKind};
 use super::short_conv::{causal_conv_with_state, ShortConv};
 use super::ssm::{Mamba2Mixer, SsmState};
@@ -269,49 +270,6 @@ fn scan_body(module: &str, inner: usize, n: usize) -> crate::ir::Graph {
         Shape(vec![batch(), inner.into(), 1usize.into()]),
     );
     body.finish()
-}
-
-/// `x` split on its last axis by `sizes` into `n` parts.
-fn split(b: &mut GraphBuilder, x: &str, sizes: &str, n: usize) -> Vec<String> {
-    let parts: Vec<String> = (0..n).map(|_| b.fresh_name("Split")).collect();
-    b.node(
-        "",
-        "Split",
-        &[x, sizes],
-        vec![("axis", Attr::Int(-1))],
-        parts.clone(),
-    );
-    parts
-}
-
-/// `x · sigmoid(x)`.
-fn silu(b: &mut GraphBuilder, x: &str) -> String {
-    let s = b.op("Sigmoid", &[x], vec![]);
-    b.op("Mul", &[x, &s], vec![])
-}
-
-/// `t` cast from `dtype` to f32 (itself when `dtype` is f32).
-fn to_f32(b: &mut GraphBuilder, t: &str, dtype: DType) -> String {
-    match dtype {
-        DType::F32 => t.to_string(),
-        _ => b.op(
-            "Cast",
-            &[t],
-            vec![("to", Attr::Int(DType::F32.onnx_code() as i64))],
-        ),
-    }
-}
-
-/// `t` cast from f32 to `dtype` (itself when `dtype` is f32).
-fn from_f32(b: &mut GraphBuilder, t: &str, dtype: DType) -> String {
-    match dtype {
-        DType::F32 => t.to_string(),
-        _ => b.op(
-            "Cast",
-            &[t],
-            vec![("to", Attr::Int(dtype.onnx_code() as i64))],
-        ),
-    }
 }
 
 /// FalconMamba's weightless RMS norm over the last axis of `t`, computed in f32 and returned in

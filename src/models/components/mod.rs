@@ -15,6 +15,7 @@ pub mod linear;
 pub mod longrope;
 pub mod mamba;
 pub mod mask;
+mod mixer_ops;
 pub mod mla;
 pub mod mlp;
 pub mod moe;

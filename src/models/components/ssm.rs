@@ -19,6 +19,7 @@
 //! group of `intermediate / groups` channels, times `norm.weight`) and projected (`out_proj`).
 
 use super::linear;
+use super::mixer_ops::silu;
 use super::short_conv::{causal_conv_with_state, ConvState, ShortConv};
 use crate::ir::{Attr, DType, GraphBuilder, Initializer, TensorData, TensorSource};
 
@@ -269,12 +270,6 @@ fn split3(b: &mut GraphBuilder, x: &str, sizes: &str) -> [String; 3] {
         parts.to_vec(),
     );
     parts
-}
-
-/// `x · sigmoid(x)`.
-fn silu(b: &mut GraphBuilder, x: &str) -> String {
-    let s = b.op("Sigmoid", &[x], vec![]);
-    b.op("Mul", &[x, &s], vec![])
 }
 
 /// `t` `[B, S, …]` reshaped to `shape` `[B, S, H, D]` and made head-major `[B, H, S, D]`.
