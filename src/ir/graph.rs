@@ -84,9 +84,9 @@ pub struct Graph {
     /// Declared types of intermediate values (from an imported model's `value_info`); used
     /// for ops whose output types mobius cannot infer.
     pub value_info: Vec<ValueInfo>,
-    /// Inputs and outputs of a subgraph declared with a type but no shape (ONNX lets a
-    /// subgraph leave them to inference); their `shape` here is empty and they are saved
-    /// without one. Always empty for a main graph.
+    /// Inputs and outputs of a subgraph, and outputs of a main graph, declared with a type
+    /// but no shape (ONNX leaves them to inference); their `shape` here is empty (not a
+    /// scalar's: nothing is checked against it) and they are saved without one.
     pub unshaped: Vec<String>,
     /// Inputs and outputs of a subgraph declared without even a type (left to inference, as
     /// function bodies expanded by the `onnx` package leave them); their `dtype` here is a

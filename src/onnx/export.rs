@@ -250,7 +250,7 @@ pub fn encode_model(
     }
     let values = proto::GraphProto {
         input: g.inputs.iter().map(value_info_proto).collect(),
-        output: g.outputs.iter().map(value_info_proto).collect(),
+        output: g.outputs.iter().map(|v| declared(g, v)).collect(),
         value_info: g.value_info.iter().map(value_info_proto).collect(),
         ..Default::default()
     };
@@ -326,7 +326,7 @@ pub fn model_proto(
         name: g.name.clone(),
         initializer,
         input: g.inputs.iter().map(value_info_proto).collect(),
-        output: g.outputs.iter().map(value_info_proto).collect(),
+        output: g.outputs.iter().map(|v| declared(g, v)).collect(),
         value_info: g.value_info.iter().map(value_info_proto).collect(),
         ..Default::default()
     };
@@ -497,6 +497,18 @@ fn subgraph_proto(g: &Graph) -> proto::GraphProto {
         value_info: g.value_info.iter().map(value_info_proto).collect(),
         ..Default::default()
     }
+}
+
+/// A main-graph output as the graph declares it: without a shape where it was imported
+/// without one ([`Graph::unshaped`]).
+fn declared(g: &Graph, v: &ValueInfo) -> proto::ValueInfoProto {
+    let mut p = value_info_proto(v);
+    if g.unshaped.contains(&v.name) {
+        if let Some(t) = p.r#type.as_mut().and_then(|t| t.tensor_type.as_mut()) {
+            t.shape = None;
+        }
+    }
+    p
 }
 
 fn value_info_proto(v: &ValueInfo) -> proto::ValueInfoProto {

@@ -81,6 +81,7 @@ pub fn decode(bytes: &[u8], path: &Path, known: &dyn KnownFunctions) -> Result<M
     } else {
         Default::default()
     };
+    let mut unshaped = Vec::new();
     let graph = Graph {
         name: g.name.clone(),
         inputs: g
@@ -92,7 +93,7 @@ pub fn decode(bytes: &[u8], path: &Path, known: &dyn KnownFunctions) -> Result<M
         outputs: g
             .output
             .iter()
-            .map(|v| ctx.value_info(v))
+            .map(|v| ctx.output_info(v, &mut unshaped))
             .collect::<Result<_>>()?,
         // Intermediate declarations are hints: one mobius cannot use (no shape, a sequence
         // type) is dropped.
@@ -111,7 +112,7 @@ pub fn decode(bytes: &[u8], path: &Path, known: &dyn KnownFunctions) -> Result<M
             .iter()
             .map(|t| ctx.initializer(t))
             .collect::<Result<_>>()?,
-        unshaped: Vec::new(),
+        unshaped,
         untyped: Vec::new(),
     };
     let graph = hoist_initializers(graph);
@@ -259,15 +260,14 @@ impl Ctx<'_> {
             .as_ref()
             .and_then(|t| t.tensor_type.as_ref())
             .ok_or_else(|| self.err(format!("{what}: only tensor types are supported")))?;
-        // No shape at all (not even a rank) cannot be written as mobius's IR: a shape of no
-        // dimensions would declare a scalar.
+        // No shape at all (not even a rank) cannot be written as mobius's IR for an input (a
+        // shape of no dimensions would declare a scalar); an output may ([`Self::output_info`]).
         let shape = tt
             .shape
             .as_ref()
             .ok_or_else(|| {
                 self.err(format!(
-                    "{what} declares no shape; mobius needs a shape (rank) for every graph input \
-                     and output"
+                    "{what} declares no shape; mobius needs a shape (rank) for every graph input"
                 ))
             })?
             .dim
@@ -283,6 +283,28 @@ impl Ctx<'_> {
             dtype: self.dtype(tt.elem_type, &what)?,
             shape: Shape(shape),
         })
+    }
+
+    /// A main-graph output: as [`Self::value_info`], but one declared with a type and no
+    /// shape (ONNX leaves it to inference) is taken with an empty shape and its name pushed
+    /// on `unshaped`.
+    fn output_info(
+        &self,
+        v: &proto::ValueInfoProto,
+        unshaped: &mut Vec<String>,
+    ) -> Result<ValueInfo> {
+        let tt = v.r#type.as_ref().and_then(|t| t.tensor_type.as_ref());
+        match tt {
+            Some(tt) if tt.shape.is_none() => {
+                unshaped.push(v.name.clone());
+                Ok(ValueInfo {
+                    name: v.name.clone(),
+                    dtype: self.dtype(tt.elem_type, &format!("value `{}`", v.name))?,
+                    shape: Shape(Vec::new()),
+                })
+            }
+            _ => self.value_info(v),
+        }
     }
 
     /// A subgraph (a graph attribute): as the main graph, but an input or output may be

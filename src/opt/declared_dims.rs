@@ -85,6 +85,9 @@ pub fn reconcile(graph: &mut Graph) -> Result<Declared> {
         let Some(shape) = got.and_then(|t| t.shape) else {
             continue;
         };
+        if graph.unshaped.contains(&output.name) {
+            continue;
+        }
         for (d, g) in output.shape.0.iter_mut().zip(&shape) {
             if !SymDim::from(&*d).compatible(g) {
                 *d = dim_of(g);
@@ -187,6 +190,9 @@ fn promises(graph: &Graph) -> Result<BTreeMap<String, SymDim>> {
     let mut promised = BTreeMap::new();
     for (output, got) in graph.outputs.iter().zip(output_types(graph)?) {
         let Some(got) = got else { continue };
+        if graph.unshaped.contains(&output.name) {
+            continue;
+        }
         let want = crate::ops::types::TensorType::of(output.dtype, &output.shape);
         let contradiction = |what: String| {
             Error::Graph(format!(

@@ -123,7 +123,8 @@ pub fn lower(original: &Graph, picked: Picked) -> Result<Graph> {
         nodes: Vec::new(),
         initializers: Vec::new(),
         value_info: Vec::new(),
-        unshaped: Vec::new(),
+        // The outputs keep their declarations, an output declared without a shape included.
+        unshaped: original.unshaped.clone(),
         untyped: Vec::new(),
     };
     let mut folded = Folded::default();

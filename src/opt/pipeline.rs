@@ -361,7 +361,10 @@ fn op_counts(
 pub fn check_output_types(graph: &Graph, what: &str) -> Result<()> {
     let inferred = output_types(graph)?;
     for (declared, got) in graph.outputs.iter().zip(inferred) {
-        let want = TensorType::of(declared.dtype, &declared.shape);
+        let mut want = TensorType::of(declared.dtype, &declared.shape);
+        if graph.unshaped.contains(&declared.name) {
+            want.shape = None;
+        }
         if let Some(got) = got {
             if !got.compatible(&want) {
                 return Err(Error::Graph(format!(

@@ -996,7 +996,9 @@ fn two_nodes_reading_each_other_are_a_cycle() {
 }
 
 #[test]
-fn an_output_without_shape_is_refused_by_name() {
+fn an_output_without_shape_is_taken_and_kept_without_one() {
+    // onnxruntime runs such a model (ONNX's checker asks for a shape): run, verify and
+    // optimize take it, and the optimized model declares the output as the input did.
     let t = tempfile::tempdir().unwrap();
     let model = write_model(t.path(), |m, _| {
         let y = &mut graph(m).output[0];
@@ -1008,11 +1010,42 @@ fn an_output_without_shape_is_refused_by_name() {
             .unwrap()
             .shape = None;
     });
-    refused_everywhere(
-        t.path(),
-        &model,
-        &["value `y` declares no shape", "needs a shape (rank)"],
-    );
+    let input = t.path().join("x.npy");
+    npy(&input, &[0.5, 0.25]);
+    mobius()
+        .arg("run")
+        .arg(&model)
+        .arg("--input")
+        .arg(format!("x={}", input.display()))
+        .arg("--output-dir")
+        .arg(t.path().join("outputs"))
+        .assert()
+        .success();
+    mobius()
+        .arg("verify")
+        .arg(&model)
+        .arg(&model)
+        .assert()
+        .success();
+    let opt = t.path().join("opt");
+    mobius()
+        .arg("optimize")
+        .arg(&model)
+        .arg(&opt)
+        .assert()
+        .success();
+    let saved =
+        proto::ModelProto::decode(&*std::fs::read(opt.join("model.onnx")).unwrap()).unwrap();
+    let y = &saved.graph.unwrap().output[0];
+    assert!(y
+        .r#type
+        .as_ref()
+        .unwrap()
+        .tensor_type
+        .as_ref()
+        .unwrap()
+        .shape
+        .is_none());
 }
 
 #[test]
