@@ -9,8 +9,8 @@
 //! `num_shared_experts` experts' worth of shared SwiGLU (`shared_experts`).
 
 use super::components::{
-    gated_mlp, linear, rotary_embedding, scalar, AttentionSpec, DecoderInputs, ExpertNames,
-    ExpertWeights, GateActivation, MoeSpec, RopeTables, Router, Scores,
+    gated_mlp, linear, scalar, AttentionSpec, DecoderInputs, ExpertNames, ExpertWeights,
+    GateActivation, MoeSpec, RopeTables, Router, Scores,
 };
 use super::decoder::{Family, LayerNorms, LayerRope, QkNorm};
 use super::family::FamilySpec;
@@ -161,12 +161,8 @@ impl Family for Afmoe {
         let gate = linear(b, x, &gate, cfg.hidden_size, cfg.q_size(), false, dtype);
         b.op_into("Sigmoid", &[&gate], vec![], &output_gate(attn));
         let [q, k, v] = self.qkv(b, cfg, x, attn, dtype);
-        let (mut q, mut k) = self.qk_norm(b, cfg, q, k, attn, dtype);
-        if let Some((rope, t)) = self.layer_rope(cfg, i) {
-            let d = cfg.head_dim;
-            q = rotary_embedding(b, &q, &rotary[t], rope, spec.q_heads, d);
-            k = rotary_embedding(b, &k, &rotary[t], rope, spec.kv_heads, d);
-        }
+        let (q, k) = self.qk_norm(b, cfg, q, k, attn, dtype);
+        let (q, k) = self.rotate_qk(b, cfg, i, rotary, (q, k), spec);
         [q, k, v]
     }
 

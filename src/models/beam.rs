@@ -359,15 +359,7 @@ impl Family for Beam {
     }
 
     fn logits(&self, b: &mut GraphBuilder, _cfg: &ArchConfig, x: &str, head: &str, dtype: DType) {
-        let Some(cap) = self.final_softcap else {
-            b.op_into("MatMul", &[x, head], vec![], "logits");
-            return;
-        };
-        let raw = b.op("MatMul", &[x, head], vec![]);
-        let c = scalar(b, cap, dtype);
-        let scaled = b.op("Div", &[&raw, &c], vec![]);
-        let squashed = b.op("Tanh", &[&scaled], vec![]);
-        b.op_into("Mul", &[&squashed, &c], vec![], "logits");
+        super::decoder::soft_capped_logits(b, x, head, self.final_softcap, dtype);
     }
 }
 

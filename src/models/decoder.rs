@@ -19,9 +19,10 @@ use std::fmt::Debug;
 use super::components::{
     alibi_bias, chunked_mask, gated_delta_mixer, gated_mlp, gated_short_conv, hybrid_decoder_io,
     linear, mamba2_mixer, mamba_mixer, named_rope_tables, padding_mask, per_head_norm,
-    present_conv_name, present_ssm_name, rope_tables, rotary_embedding, sliding_window_mask,
-    soft_capped_attention, AttentionSpec, ConvState, DecoderDims, DecoderInputs, GateActivation,
-    LayerCache, LayerPast, Norm, NormKind, RopeTables, ShortConv, SsmMixer, SsmState,
+    present_conv_name, present_ssm_name, rope_tables, rotary_embedding, scalar,
+    sliding_window_mask, soft_capped_attention, AttentionSpec, ConvState, DecoderDims,
+    DecoderInputs, GateActivation, LayerCache, LayerPast, Norm, NormKind, RopeTables, ShortConv,
+    SsmMixer, SsmState,
 };
 use crate::config::{ArchConfig, CheckpointRenaming, FamilyKnobs, Rope};
 use crate::ir::{Attr, DType, Graph, GraphBuilder, Initializer, TensorSource};
@@ -355,18 +356,33 @@ pub trait Family {
         dtype: DType,
     ) -> [String; 3] {
         let [q, k, v] = self.qkv(b, cfg, x, attn, dtype);
-        let (mut q, mut k) = self.qk_norm(b, cfg, q, k, attn, dtype);
-        let rope = match self.rotary_positions(cfg) {
-            true => self.layer_rope(cfg, i),
-            false => None,
+        let (q, k) = self.qk_norm(b, cfg, q, k, attn, dtype);
+        let (q, k) = match self.rotary_positions(cfg) {
+            true => self.rotate_qk(b, cfg, i, rotary, (q, k), spec),
+            false => (q, k),
         };
-        if let Some((rope, t)) = rope {
-            let d = cfg.head_dim;
-            let tables = &rotary[t];
-            q = rotary_embedding(b, &q, tables, rope, spec.q_heads, d);
-            k = rotary_embedding(b, &k, tables, rope, spec.kv_heads, d);
-        }
         [q, k, v]
+    }
+
+    /// `q` and `k` (3-D, `spec.q_heads` / `spec.kv_heads` heads of `cfg.head_dim` channels)
+    /// rotated by the RoPE [`Family::layer_rope`] picks for layer `i` from the tables
+    /// `rotary`; as they are for a layer without one.
+    fn rotate_qk(
+        &self,
+        b: &mut GraphBuilder,
+        cfg: &ArchConfig,
+        i: usize,
+        rotary: &[RopeTables],
+        (q, k): (String, String),
+        spec: &AttentionSpec<'_>,
+    ) -> (String, String) {
+        let Some((rope, t)) = self.layer_rope(cfg, i) else {
+            return (q, k);
+        };
+        let (d, tables) = (cfg.head_dim, &rotary[t]);
+        let q = rotary_embedding(b, &q, tables, rope, spec.q_heads, d);
+        let k = rotary_embedding(b, &k, tables, rope, spec.kv_heads, d);
+        (q, k)
     }
 
     /// The short convolution that mixes layer `i`'s tokens instead of attention (LFM2's `conv`
@@ -614,6 +630,26 @@ pub fn plain_rotary(
 ) -> RopeTables {
     let positions = cfg.max_position_embeddings;
     rope_tables(b, &cfg.rope, positions, &io.position_ids, dtype)
+}
+
+/// The logits `x @ head` as graph output `logits`, soft-capped to `cap · tanh(· / cap)`
+/// where `cap` is given (Gemma 2's `final_logit_softcapping` and the families that copy it).
+pub fn soft_capped_logits(
+    b: &mut GraphBuilder,
+    x: &str,
+    head: &str,
+    cap: Option<f32>,
+    dtype: DType,
+) {
+    let Some(cap) = cap else {
+        b.op_into("MatMul", &[x, head], vec![], "logits");
+        return;
+    };
+    let raw = b.op("MatMul", &[x, head], vec![]);
+    let c = scalar(b, cap, dtype);
+    let scaled = b.op("Div", &[&raw, &c], vec![]);
+    let squashed = b.op("Tanh", &[&scaled], vec![]);
+    b.op_into("Mul", &[&squashed, &c], vec![], "logits");
 }
 
 /// Llama's q, k and v projections of `x`: `{attn}.q_proj`, `k_proj` and `v_proj`, biased per

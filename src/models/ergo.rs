@@ -13,8 +13,8 @@
 use serde_json::Value;
 
 use super::components::{
-    fused_qkv, rotary_embedding, scalar, squared_relu_mlp, AttentionSpec, ExpertWeights, FusedQkv,
-    MoeSpec, RopeTables, Router, Scores,
+    fused_qkv, scalar, squared_relu_mlp, AttentionSpec, ExpertWeights, FusedQkv, MoeSpec,
+    RopeTables, Router, Scores,
 };
 use super::decoder::{Block, Family, LayerNorms, LayerRope, QkNorm};
 use super::family::FamilySpec;
@@ -314,12 +314,8 @@ impl Family for Ergo {
         dtype: DType,
     ) -> [String; 3] {
         let [q, k, v] = self.qkv(b, cfg, x, attn, dtype);
-        let (mut q, mut k) = self.qk_norm(b, cfg, q, k, attn, dtype);
-        if let Some((rope, t)) = self.layer_rope(cfg, i) {
-            let d = cfg.head_dim;
-            q = rotary_embedding(b, &q, &rotary[t], rope, spec.q_heads, d);
-            k = rotary_embedding(b, &k, &rotary[t], rope, spec.kv_heads, d);
-        }
+        let (q, k) = self.qk_norm(b, cfg, q, k, attn, dtype);
+        let (mut q, mut k) = self.rotate_qk(b, cfg, i, rotary, (q, k), spec);
         let full = !self.sliding.get(i).copied().unwrap_or(true);
         if let (true, Some(scale)) = (full, self.qk_scale) {
             let s = scalar(b, scale, dtype);

@@ -12,8 +12,8 @@
 use serde_json::{json, Value};
 
 use super::components::{
-    gated_mlp, linear, rotary_embedding, scalar, AttentionSpec, ExpertWeights, GateActivation,
-    MoeSpec, RopeTables, Router, Scores,
+    gated_mlp, linear, scalar, AttentionSpec, ExpertWeights, GateActivation, MoeSpec, RopeTables,
+    Router, Scores,
 };
 use super::decoder::{Family, LayerRope, QkNorm};
 use super::family::FamilySpec;
@@ -275,11 +275,8 @@ impl Family for Laguna {
             bias,
             dtype,
         );
-        let (mut q, mut k) = self.qk_norm(b, cfg, q, k, attn, dtype);
-        if let Some((rope, t)) = self.layer_rope(cfg, i) {
-            q = rotary_embedding(b, &q, &rotary[t], rope, spec.q_heads, d);
-            k = rotary_embedding(b, &k, &rotary[t], rope, spec.kv_heads, d);
-        }
+        let (q, k) = self.qk_norm(b, cfg, q, k, attn, dtype);
+        let (q, k) = self.rotate_qk(b, cfg, i, rotary, (q, k), spec);
         [q, k, v]
     }
 

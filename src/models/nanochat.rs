@@ -8,8 +8,8 @@
 use serde_json::Value;
 
 use super::components::{
-    linear, per_head_norm, scalar, soft_capped_attention, AttentionSpec, DecoderInputs, Norm,
-    NormKind, RopeTables,
+    linear, per_head_norm, soft_capped_attention, AttentionSpec, DecoderInputs, Norm, NormKind,
+    RopeTables,
 };
 use super::decoder::{plain_rotary, Family};
 use super::family::{without_windows, FamilySpec};
@@ -135,15 +135,7 @@ impl Family for NanoChat {
 
     /// `cap · tanh(x @ head / cap)` when the logits are soft-capped.
     fn logits(&self, b: &mut GraphBuilder, _cfg: &ArchConfig, x: &str, head: &str, dtype: DType) {
-        let Some(cap) = self.softcap else {
-            b.op_into("MatMul", &[x, head], vec![], "logits");
-            return;
-        };
-        let raw = b.op("MatMul", &[x, head], vec![]);
-        let c = scalar(b, cap, dtype);
-        let scaled = b.op("Div", &[&raw, &c], vec![]);
-        let squashed = b.op("Tanh", &[&scaled], vec![]);
-        b.op_into("Mul", &[&squashed, &c], vec![], "logits");
+        super::decoder::soft_capped_logits(b, x, head, self.softcap, dtype);
     }
 }
 

@@ -16,8 +16,8 @@
 //! sequence]`: the packages have no genai_config.json (docs/recurrent.md).
 
 use super::components::{
-    gated_shared_expert, linear, rotary_embedding, AttentionSpec, ExpertWeights, GatedDeltaMixer,
-    MoeSpec, Norm, NormKind, RopeTables, Router, SsmMixer,
+    gated_shared_expert, linear, AttentionSpec, ExpertWeights, GatedDeltaMixer, MoeSpec, Norm,
+    NormKind, RopeTables, Router, SsmMixer,
 };
 use super::decoder::{Family, QkNorm};
 use super::family::FamilySpec;
@@ -334,11 +334,8 @@ pub(super) trait GatedAttention {
         let kv = cfg.kv_size();
         let k = linear(b, x, &format!("{attn}.k_proj"), h, kv, bias, dtype);
         let v = linear(b, x, &format!("{attn}.v_proj"), h, kv, bias, dtype);
-        let (mut q, mut k) = self.qk_norm(b, cfg, q, k, attn, dtype);
-        if let Some((rope, t)) = self.layer_rope(cfg, i) {
-            q = rotary_embedding(b, &q, &rotary[t], rope, spec.q_heads, d);
-            k = rotary_embedding(b, &k, &rotary[t], rope, spec.kv_heads, d);
-        }
+        let (q, k) = self.qk_norm(b, cfg, q, k, attn, dtype);
+        let (q, k) = self.rotate_qk(b, cfg, i, rotary, (q, k), spec);
         [q, k, v]
     }
 
