@@ -59,8 +59,12 @@ from transformers import (
     Lfm2MoeForCausalLM,
     Qwen3NextConfig,
     Qwen3NextForCausalLM,
+    Qwen3_5Config,
     Qwen3_5ForCausalLM,
+    Qwen3_5ForConditionalGeneration,
+    Qwen3_5MoeConfig,
     Qwen3_5MoeForCausalLM,
+    Qwen3_5MoeForConditionalGeneration,
     Qwen3_5MoeTextConfig,
     Qwen3_5TextConfig,
     Mamba2Config,
@@ -348,7 +352,7 @@ ZERO_PAD_ROW = {"youtu"}
 # "decode_steps", the logits of HYBRID_DECODE_STEPS greedy tokens fed one at a time with
 # transformers' cache after the prompt.
 HYBRID = {"lfm2", "lfm2_moe", "mamba2", "bamba", "granitemoehybrid", "mamba", "falcon_mamba", "nemotron_h", "jamba",
-          "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"}
+          "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "qwen3_5", "qwen3_5_moe"}
 HYBRID_DECODE_STEPS = 8
 
 DIMS = dict(
@@ -745,6 +749,23 @@ def make_config(kind: str, vocab: int, ids: dict):
             eoi_token_index=vocab + 2,
             **ids,
         )
+    if kind in ("qwen3_5", "qwen3_5_moe"):
+        # Qwen3_5(Moe)ForConditionalGeneration (the checkpoints Qwen publishes): the
+        # qwen3_5_text (qwen3_5_moe_text) fixture's text model with a one-block vision tower
+        # (saved as model.visual.*).
+        _, text = make_config(f"{kind}_text", vocab, ids)
+        cls, config = {"qwen3_5": (Qwen3_5ForConditionalGeneration, Qwen3_5Config),
+                       "qwen3_5_moe": (Qwen3_5MoeForConditionalGeneration, Qwen3_5MoeConfig)}[kind]
+        return cls, config(
+            text_config=text.to_dict(),
+            vision_config=dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, patch_size=14,
+                               out_hidden_size=text.hidden_size, num_position_embeddings=16),
+            image_token_id=vocab,
+            video_token_id=vocab + 1,
+            vision_start_token_id=vocab + 2,
+            vision_end_token_id=vocab + 3,
+            tie_word_embeddings=False,
+        )
     if kind == "mistral3":
         # Mistral3ForConditionalGeneration (Mistral-Small-3.x): the mistral fixture's text model,
         # its head untied (stored as language_model.lm_head), with a one-layer Pixtral tower.
@@ -1006,7 +1027,11 @@ def make_config(kind: str, vocab: int, ids: dict):
             linear_conv_kernel_dim=4,
             rms_norm_eps=1e-6,
             tie_word_embeddings=False,
-            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
+            # Half of each head rotated: 4 frequency pairs, so that the multimodal RoPE's
+            # interleaving reaches the temporal, height and width rows (qwen3_5_text: the
+            # default mrope_section [11, 11, 10]; qwen3_5_moe_text: [3, 1, 0], no width pair).
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5,
+                             **({} if kind == "qwen3_5_text" else {"mrope_section": [3, 1, 0]})},
         )
         if kind == "qwen3_5_text":
             return Qwen3_5ForCausalLM, Qwen3_5TextConfig(**common, **linear)
@@ -2542,7 +2567,8 @@ TINY_VISION = dict(
 
 # Image-text fixtures: the class of their text model alone, whose logits on a text prompt must
 # be the image-text model's.
-TEXT_MODELS = {"gemma3": Gemma3ForCausalLM, "mistral3": MistralForCausalLM}
+TEXT_MODELS = {"gemma3": Gemma3ForCausalLM, "mistral3": MistralForCausalLM, "qwen3_5": Qwen3_5ForCausalLM,
+               "qwen3_5_moe": Qwen3_5MoeForCausalLM}
 
 
 @torch.no_grad()
@@ -2694,6 +2720,19 @@ def hybrid_decode_steps(model, input_ids: list[int], greedy: list[int]) -> dict:
     return {"input_ids": fed, "logits": [[rnd(v) for v in row] for row in steps.tolist()]}
 
 
+@torch.no_grad()
+def mrope_case(model, input_ids: list[int]) -> dict:
+    """The prompt with 3-D multimodal positions whose temporal, height and width rows differ
+    (as an image's tokens would), through one forward: Qwen3.5's interleaved MRoPE."""
+    n = len(input_ids)
+    t = torch.arange(n)
+    rows = torch.stack([t, t // 2 + 5, (t * 3) % 17])
+    logits = model(torch.tensor([input_ids]), position_ids=rows[:, None, :]).logits[0].float()
+    plain = model(torch.tensor([input_ids])).logits[0].float()
+    assert float((logits - plain).abs().max()) > 1e-3, "the rows must change the logits"
+    return {"position_ids": rows.tolist(), "logits": [[rnd(v) for v in row] for row in logits.tolist()]}
+
+
 def rnd(x: float) -> float:
     return float(f"{x:.9g}")
 
@@ -2816,6 +2855,8 @@ FIXTURES = {
     "qwen3_next": (6900, "f32", "v5", None),
     "qwen3_5_text": (7000, "f32", "v5", None),
     "qwen3_5_moe_text": (7100, "f32", "v5", None),
+    "qwen3_5": (7000, "f32", "v5", None),
+    "qwen3_5_moe": (7100, "f32", "v5", None),
     "smollm3": (6000, "f32", "v4", None),
     "granite": (7000, "f32", "v5", None),
     "olmo2": (8000, "f32", "v5", None),
@@ -3071,6 +3112,8 @@ def make_fixture(name: str, out_root: Path, tok: PreTrainedTokenizerFast) -> Non
     if name in HYBRID:
         ref["task"] = "hybrid-text-generation"
         ref["decode_steps"] = hybrid_decode_steps(model, input_ids, greedy)
+    if model.config.model_type in ("qwen3_5_text", "qwen3_5_moe_text", "qwen3_5", "qwen3_5_moe"):
+        ref["mrope"] = mrope_case(model, input_ids)
     (d / "reference.json").write_text(json.dumps(ref, separators=(",", ":")) + "\n")
 
     if shard:

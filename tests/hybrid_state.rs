@@ -1,11 +1,12 @@
 //! Hybrid decoders through the reference interpreter (no onnxruntime): the lfm2, lfm2_moe,
 //! mamba2, mamba, falcon_mamba, bamba, granitemoehybrid, nemotron_h, jamba, qwen3_next,
-//! qwen3_5_text and qwen3_5_moe_text fixtures' portable graphs and their cpu graphs (with
+//! qwen3_5_text, qwen3_5_moe_text, qwen3_5 and qwen3_5_moe (image-text) fixtures' portable graphs and their cpu graphs (with
 //! GroupQueryAttention where a layer attends; mamba's, jamba's and the Gated DeltaNet layers'
 //! with their `Scan`) give transformers' prefill logits, then those of 8 decode steps of one
 //! token each fed the returned conv, SSM and recurrent states (`present.{i}.conv` →
 //! `past.{i}.conv`, `present.{i}.ssm` → `past.{i}.ssm`, `present.{i}.recurrent` →
-//! `past.{i}.recurrent`) and KV caches (f32 ≤ 1e-4; docs/recurrent.md).
+//! `past.{i}.recurrent`) and KV caches (f32 ≤ 1e-4; docs/recurrent.md); Qwen3.5's 3-D
+//! `position_ids` get a text token's three equal rows.
 
 mod common;
 
@@ -70,8 +71,18 @@ fn check_decode_loop(name: &str, graph: &Graph) {
     let mut past = 0;
     for (j, (ids, want)) in calls.iter().enumerate() {
         let mut feed = decoder_feed(ids, past, &state);
-        if !graph.inputs.iter().any(|i| i.name == "position_ids") {
-            feed.remove("position_ids");
+        match graph.inputs.iter().find(|i| i.name == "position_ids") {
+            None => {
+                feed.remove("position_ids");
+            }
+            // Qwen3.5's multimodal RoPE rows: a text token's three rows are equal.
+            Some(p) if p.shape.0.len() == 3 => {
+                let rows: Vec<i64> = (past as i64..(past + ids.len()) as i64).collect();
+                let three = rows.repeat(3);
+                let positions = Tensor::int(DType::I64, vec![3, 1, ids.len()], three);
+                feed.insert("position_ids".into(), positions);
+            }
+            Some(_) => {}
         }
         let out = run_graph(graph, &feed, &mut Evaluator::new(Some(&store))).unwrap();
         assert_close(
@@ -179,7 +190,13 @@ fn jamba_decode_loop_through_the_interpreter() {
 
 #[test]
 fn gated_delta_decode_loops_through_the_interpreter() {
-    for name in ["qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"] {
+    for name in [
+        "qwen3_next",
+        "qwen3_5_text",
+        "qwen3_5_moe_text",
+        "qwen3_5",
+        "qwen3_5_moe",
+    ] {
         let cfg = fixture_config(name);
         let portable = build_model(&cfg, DType::F32).unwrap();
         check_decode_loop(name, &portable.graph);

@@ -283,6 +283,12 @@ pub trait Family {
         true
     }
 
+    /// The rows of `position_ids` ([`DecoderDims::position_rows`]): `None` (`[batch,
+    /// sequence]`) by default.
+    fn position_rows(&self, _cfg: &ArchConfig) -> Option<usize> {
+        None
+    }
+
     /// A second RoPE, which the layers [`Family::layer_rope_kind`] marks
     /// [`LayerRope::Other`] apply instead of the config's: its parameters and the module its
     /// cos/sin tables are named under (Gemma 3's sliding-window layers:
@@ -693,6 +699,7 @@ pub fn build(cfg: &ArchConfig, dtype: DType, family: &dyn Family) -> Graph {
     let names = family.names();
     let dims = DecoderDims {
         vocab: family.logits_width(cfg),
+        position_rows: family.position_rows(cfg),
         ..DecoderDims::of(cfg)
     };
     let caches: Vec<LayerCache> = (0..cfg.num_hidden_layers)

@@ -1,5 +1,6 @@
 //! The text decoder of an image-text checkpoint (`gemma3`: Gemma3ForConditionalGeneration,
-//! `mistral3`: Mistral3ForConditionalGeneration). mobius builds its language model alone, as the
+//! `mistral3`: Mistral3ForConditionalGeneration, `qwen3_5` / `qwen3_5_moe`:
+//! Qwen3_5(Moe)ForConditionalGeneration). mobius builds its language model alone, as the
 //! registered text family of `text_config.model_type` builds it: the config read from
 //! `text_config` (with the outer fields transformers reads from there: dtype, token ids, tied
 //! embeddings), the tensors from the checkpoint's `language_model` prefixes. The vision tower and
@@ -197,12 +198,14 @@ const TEXT_PREFIXES: [(&str, &str); 3] = [
     ("model.language_model.", "model."),
 ];
 
-/// The vision tower and the projector (not exported).
-const VISION_PREFIXES: [&str; 4] = [
+/// The vision tower and the projector (not exported); Qwen3.5's (`model.visual.*`) with its
+/// merger inside.
+const VISION_PREFIXES: [&str; 5] = [
     "vision_tower.",
     "multi_modal_projector.",
     "model.vision_tower.",
     "model.multi_modal_projector.",
+    "model.visual.",
 ];
 
 /// A checkpoint tensor's name as the text family reads it; `None` for the vision part's.

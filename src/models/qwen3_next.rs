@@ -10,24 +10,28 @@
 //! and `mlp_only_layers` does not name, else a dense SwiGLU MLP. Qwen3.5's text decoders
 //! (`qwen3_5_text`: a dense SwiGLU MLP in every layer; `qwen3_5_moe_text`: the sparse block in
 //! every layer, always renormalised) are the same layers with the linear attention's
-//! projections unfused (`in_proj_qkv`, `in_proj_z`, `in_proj_b`, `in_proj_a`). onnxruntime-genai
-//! 0.18 has no `qwen3_next` model type, and its `qwen3_5_text` / `qwen3_5_moe_text` types feed
-//! 3-D multimodal `position_ids` (`[3, batch, sequence]`), not this graph's `[batch,
-//! sequence]`: the packages have no genai_config.json (docs/recurrent.md).
+//! projections unfused (`in_proj_qkv`, `in_proj_z`, `in_proj_b`, `in_proj_a`) and Qwen3.5's
+//! interleaved multimodal RoPE: `position_ids` `[3, batch, sequence]` (temporal, height and
+//! width positions; `rope_parameters.mrope_section` frequency pairs each), as onnxruntime-genai
+//! 0.18 feeds its `qwen3_5_text` / `qwen3_5_moe_text` packages. onnxruntime-genai 0.18 has no
+//! `qwen3_next` model type: that package has no genai_config.json (docs/recurrent.md).
 
 use super::components::{
-    gated_shared_expert, linear, AttentionSpec, ExpertWeights, GatedDeltaMixer, MoeSpec, Norm,
-    NormKind, RopeTables, Router, SsmMixer,
+    gated_shared_expert, interleaved_mrope_tables, linear, AttentionSpec, DecoderInputs,
+    ExpertWeights, GatedDeltaMixer, MoeSpec, Norm, NormKind, RopeTables, Router, SsmMixer,
 };
-use super::decoder::{Family, QkNorm};
+use super::decoder::{plain_rotary, Family, QkNorm};
 use super::family::FamilySpec;
+use super::multimodal::{read_text_part, TextPart, TextType};
 use super::qwen_moe::{knobs, QwenMoe};
 use crate::config::{
-    read_decoder, read_rope, ArchConfig, DecoderFields, Fields, HfConfig, ModelType, Sign,
+    read_decoder, read_rope, ArchConfig, DecoderFields, Fields, HfConfig, Knobs, ModelType,
+    RopeScaling, Sign,
 };
 use crate::ir::{DType, GraphBuilder};
 use crate::limits::config::{MAX_CONV_KERNEL, MAX_HEADS, MAX_LAYERS, MAX_WIDTH};
 use crate::Result;
+use serde_json::Value;
 
 /// The family's registry entry.
 pub static FAMILY: FamilySpec = FamilySpec {
@@ -36,7 +40,9 @@ pub static FAMILY: FamilySpec = FamilySpec {
               carried as `past.{i}.conv` / `past.{i}.recurrent`, the recurrence an ONNX Scan) \
               and output-gated GQA layers with partial RoPE; (1 + w) RMSNorms; Qwen2-MoE's \
               sparse experts with a gated shared expert (Qwen3.5: unfused projections, dense \
-              or MoE in every layer)",
+              or MoE in every layer, interleaved multimodal RoPE on `position_ids` `[3, batch, \
+              sequence]`; `qwen3_5`, `qwen3_5_moe`: the text decoder of \
+              Qwen3_5(Moe)ForConditionalGeneration, no vision part)",
     model_types: &[
         ModelType {
             name: "qwen3_next",
@@ -46,17 +52,53 @@ pub static FAMILY: FamilySpec = FamilySpec {
         },
         ModelType {
             name: "qwen3_5_text",
-            genai_type: None,
+            genai_type: Some("qwen3_5_text"),
             read: read_qwen3_5,
             builds_longrope: false,
         },
         ModelType {
             name: "qwen3_5_moe_text",
-            genai_type: None,
+            genai_type: Some("qwen3_5_moe_text"),
             read: read_qwen3_5_moe,
             builds_longrope: false,
         },
+        ModelType::generative("qwen3_5", "qwen3_5_text", |raw, t, f| {
+            read_text_part(raw, t, f, &QWEN3_5_IMAGE_TEXT)
+        }),
+        ModelType::generative("qwen3_5_moe", "qwen3_5_moe_text", |raw, t, f| {
+            read_text_part(raw, t, f, &QWEN3_5_MOE_IMAGE_TEXT)
+        }),
     ],
+};
+
+/// Qwen3_5ForConditionalGeneration's text decoder: a `qwen3_5_text` config (the checkpoints
+/// Qwen publishes), onnxruntime-genai's `qwen3_5_text` as its builder makes it from the same
+/// checkpoint.
+const QWEN3_5_IMAGE_TEXT: TextPart = TextPart {
+    default_type: "qwen3_5_text",
+    text_types: &[TextType {
+        name: "qwen3_5_text",
+        // transformers' Qwen3_5TextConfig defaults the reader does not hold itself.
+        defaults: r#"{"vocab_size": 248320, "hidden_size": 4096, "intermediate_size": 12288,
+            "num_hidden_layers": 32, "num_attention_heads": 16, "num_key_value_heads": 4,
+            "max_position_embeddings": 32768, "head_dim": 256}"#,
+        read: read_qwen3_5,
+    }],
+    decoder: Knobs::clone,
+};
+
+/// Qwen3_5MoeForConditionalGeneration's text decoder: a `qwen3_5_moe_text` config.
+const QWEN3_5_MOE_IMAGE_TEXT: TextPart = TextPart {
+    default_type: "qwen3_5_moe_text",
+    text_types: &[TextType {
+        name: "qwen3_5_moe_text",
+        // transformers' Qwen3_5MoeTextConfig defaults the reader does not hold itself.
+        defaults: r#"{"vocab_size": 248320, "hidden_size": 2048, "num_hidden_layers": 40,
+            "num_attention_heads": 16, "num_key_value_heads": 2,
+            "max_position_embeddings": 32768, "head_dim": 256}"#,
+        read: read_qwen3_5_moe,
+    }],
+    decoder: Knobs::clone,
 };
 
 /// transformers' Qwen3NextConfig: RoPE theta 1e4 on a quarter of each head
@@ -84,6 +126,10 @@ pub struct Qwen3Next {
     pub mixer: GatedDeltaMixer,
     /// The sparse MLP blocks (`None`: `num_experts` 0, every MLP dense).
     pub moe: Option<QwenMoe>,
+    /// Qwen3.5's multimodal RoPE sections (frequency pairs turned by the temporal, height and
+    /// width positions, interleaved), with `position_ids` `[3, batch, sequence]`; `None`
+    /// (Qwen3-Next): plain RoPE on `[batch, sequence]`.
+    pub mrope: Option<[usize; 3]>,
 }
 
 fn read(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>) -> Result<ArchConfig> {
@@ -111,6 +157,7 @@ fn read(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>) -> Result<ArchCon
             linear_layers,
             mixer,
             moe,
+            mrope: None,
         })
     })
 }
@@ -120,13 +167,16 @@ fn read(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>) -> Result<ArchCon
 fn read_qwen3_5(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>) -> Result<ArchConfig> {
     let linear_layers = read_layer_kinds(raw, f)?;
     let mixer = read_mixer(raw, f, false)?;
-    read_decoder(&plain(raw), t, f, &FIELDS, |_| {
+    let mrope = Some(read_mrope_section(raw, f)?);
+    let cfg = read_decoder(&plain(raw), t, f, &FIELDS, |_| {
         Ok(Qwen3Next {
             linear_layers,
             mixer,
             moe: None,
+            mrope,
         })
-    })
+    })?;
+    static_rope(cfg, f)
 }
 
 /// Qwen3_5MoeTextConfig: 256 experts of width 512, top 8, always renormalised, a shared
@@ -134,6 +184,7 @@ fn read_qwen3_5(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>) -> Result
 fn read_qwen3_5_moe(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>) -> Result<ArchConfig> {
     let linear_layers = read_layer_kinds(raw, f)?;
     let mixer = read_mixer(raw, f, false)?;
+    let mrope = Some(read_mrope_section(raw, f)?);
     let every_layer = HfConfig {
         decoder_sparse_step: None,
         mlp_only_layers: None,
@@ -144,7 +195,7 @@ fn read_qwen3_5_moe(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>) -> Re
         intermediate_size: raw.intermediate_size.or(Some(1)),
         ..plain(raw)
     };
-    read_decoder(&dims_of, t, f, &FIELDS, |dims| {
+    let cfg = read_decoder(&dims_of, t, f, &FIELDS, |dims| {
         let shared = f.optional_count(
             "shared_expert_intermediate_size",
             raw.shared_expert_intermediate_size,
@@ -160,8 +211,47 @@ fn read_qwen3_5_moe(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>) -> Re
             linear_layers,
             mixer,
             moe: Some(moe),
+            mrope,
         })
-    })
+    })?;
+    static_rope(cfg, f)
+}
+
+/// Qwen3.5's `mrope_section` (`rope_parameters`, or v4's `rope_scaling`; transformers'
+/// default `[11, 11, 10]`): three counts of frequency pairs.
+fn read_mrope_section(raw: &HfConfig, f: &Fields<'_>) -> Result<[usize; 3]> {
+    let (field, params) = match (&raw.rope_parameters, &raw.rope_scaling) {
+        (Some(p @ Value::Object(_)), _) => ("rope_parameters.mrope_section", p),
+        (_, Some(p @ Value::Object(_))) => ("rope_scaling.mrope_section", p),
+        _ => return Ok([11, 11, 10]),
+    };
+    let expected = "expected three integers ≥ 0 (the temporal, height and width sections)";
+    match params.get("mrope_section") {
+        None | Some(Value::Null) => Ok([11, 11, 10]),
+        Some(Value::Array(v)) if v.len() == 3 => {
+            let mut sections = [0; 3];
+            for (slot, x) in sections.iter_mut().zip(v) {
+                let n = x
+                    .as_i64()
+                    .ok_or_else(|| f.err(field, &format!("{x}: {expected}")))?;
+                *slot = f.index(field, n, MAX_WIDTH)?;
+            }
+            Ok(sections)
+        }
+        Some(other) => Err(f.err(field, &format!("{other}: {expected}"))),
+    }
+}
+
+/// `cfg` unless its RoPE is dynamic NTK, whose per-pass tables the multimodal positions do not
+/// take (transformers' Qwen3.5 configs use the default RoPE).
+fn static_rope(cfg: ArchConfig, f: &Fields<'_>) -> Result<ArchConfig> {
+    match cfg.rope.scaling {
+        RopeScaling::Dynamic { .. } => Err(f.err(
+            "rope_parameters.rope_type",
+            "`dynamic` is not supported with Qwen3.5's multimodal RoPE (mrope_section)",
+        )),
+        _ => Ok(cfg),
+    }
 }
 
 /// The config without the fields the layer kinds came from (no sliding windows).
@@ -374,6 +464,26 @@ impl Family for Qwen3Next {
         self.linear_layers.contains(&false)
     }
 
+    fn position_rows(&self, _cfg: &ArchConfig) -> Option<usize> {
+        self.mrope.map(|_| 3)
+    }
+
+    fn rotary(
+        &self,
+        b: &mut GraphBuilder,
+        cfg: &ArchConfig,
+        io: &DecoderInputs,
+        dtype: DType,
+    ) -> Vec<RopeTables> {
+        let (positions, ids) = (cfg.max_position_embeddings, &io.position_ids);
+        vec![match self.mrope {
+            Some(sections) => {
+                interleaved_mrope_tables(b, &cfg.rope, positions, ids, sections, dtype)
+            }
+            None => plain_rotary(b, cfg, io, dtype),
+        }]
+    }
+
     fn attention_qkv(
         &self,
         b: &mut GraphBuilder,
@@ -501,7 +611,9 @@ mod tests {
         let c = dense.unwrap();
         let k = c.knobs::<Qwen3Next>().unwrap();
         assert!(!k.mixer.fused && k.moe.is_none());
-        assert_eq!(c.rope.rotary_dim, 4);
+        assert_eq!((c.rope.rotary_dim, k.mrope), (4, Some([11, 11, 10])));
+        let plain = parse(r#", "num_experts": 0"#).unwrap();
+        assert_eq!(plain.knobs::<Qwen3Next>().unwrap().mrope, None);
         let c = parse_as(
             "qwen3_5_moe_text",
             r#", "num_experts": 4, "norm_topk_prob": false"#,
@@ -510,6 +622,33 @@ mod tests {
         let moe = c.knobs::<Qwen3Next>().unwrap().moe.clone().unwrap();
         assert!(moe.normalize && moe.moe_layers.iter().all(|&m| m));
         assert_eq!((moe.experts, moe.top_k, moe.expert_width), (4, 2, 32));
+    }
+
+    /// Qwen3_5MoeForConditionalGeneration's config: the text decoder from `text_config`
+    /// (transformers' defaults under what it leaves out), run by onnxruntime-genai as
+    /// `qwen3_5_moe_text`; its mrope_section read there.
+    #[test]
+    fn qwen3_5_image_text_configs_read_their_text_decoder() {
+        let json = r#"{"model_type": "qwen3_5_moe", "tie_word_embeddings": false,
+            "text_config": {"model_type": "qwen3_5_moe_text", "hidden_size": 64,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "head_dim": 16, "vocab_size": 300, "num_experts": 4, "num_experts_per_tok": 2,
+            "moe_intermediate_size": 32, "rope_parameters": {"rope_type": "default",
+            "rope_theta": 1e7, "partial_rotary_factor": 0.5, "mrope_section": [2, 1, 1]}},
+            "vision_config": {"depth": 1}}"#;
+        let c = crate::models::parse_config(json.as_bytes(), std::path::Path::new("c.json"));
+        let c = c.unwrap();
+        assert_eq!(
+            (c.model_type.name, c.model_type.genai_type),
+            ("qwen3_5_moe", Some("qwen3_5_moe_text"))
+        );
+        let text = c.knobs::<crate::models::multimodal::TextDecoder>().unwrap();
+        let k = text.decoder.as_any().downcast_ref::<Qwen3Next>().unwrap();
+        assert_eq!(
+            (k.mrope, k.linear_layers.clone()),
+            (Some([2, 1, 1]), vec![true, true])
+        );
+        assert_eq!(c.max_position_embeddings, 32768);
     }
 
     #[test]
@@ -533,12 +672,29 @@ mod tests {
             ),
             (r#", "rms_norm_eps": -1"#, "rms_norm_eps"),
             (
+                r#", "rope_parameters": {"mrope_section": [1, 2]}"#,
+                "rope_parameters.mrope_section",
+            ),
+            (
+                r#", "rope_parameters": {"mrope_section": [1, -2, 3]}"#,
+                "rope_parameters.mrope_section",
+            ),
+            (
+                r#", "rope_parameters": {"rope_type": "dynamic", "factor": 2.0}"#,
+                "rope_parameters.rope_type",
+            ),
+            (
                 r#", "num_experts": 4, "num_experts_per_tok": 5"#,
                 "num_experts_per_tok",
             ),
         ];
         for (extra, field) in cases {
-            let err = parse(extra).unwrap_err();
+            let qwen3_5 = field.starts_with("rope_parameters");
+            let err = match qwen3_5 {
+                true => parse_as("qwen3_5_text", extra),
+                false => parse(extra),
+            }
+            .unwrap_err();
             assert!(err.to_string().contains(field), "{extra}: {err}");
         }
     }

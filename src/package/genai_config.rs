@@ -23,7 +23,9 @@ pub fn carries_ssm_state(graph: &Graph) -> bool {
 ///
 /// Decoder inputs are read from the graph, so a graph without `position_ids` lists none. A
 /// hybrid graph (with conv-state inputs `past.{i}.conv`) also names its conv states
-/// (`past_conv_names`, `present_conv_names`); an LFM2 decoder gives `layer_types` (`conv` or
+/// (`past_conv_names`, `present_conv_names`), and one with Gated DeltaNet layers their
+/// recurrent states (`past_recurrent_names`, `present_recurrent_names`: onnxruntime-genai
+/// 0.18's `qwen3_5_text` / `qwen3_5_moe_text`); an LFM2 decoder gives `layer_types` (`conv` or
 /// `full_attention` per layer) and `conv_cache_size` (`conv_L_cache − 1`), as
 /// onnxruntime-genai 0.18 reads them for `lfm2` (and an LFM2-MoE decoder, for `lfm2_moe`).
 /// `context_length` is `max_position_embeddings` (the RoPE tables hold no more positions), or
@@ -40,7 +42,7 @@ pub fn genai_config(
     for input in graph
         .inputs
         .iter()
-        .filter(|i| !i.name.starts_with("past_key_values.") && conv_layer(&i.name).is_none())
+        .filter(|i| !i.name.starts_with("past_key_values.") && state_layer(&i.name).is_none())
     {
         inputs.insert(input.name.clone(), Value::String(input.name.clone()));
     }
@@ -74,7 +76,7 @@ pub fn genai_config(
         .iter()
         .filter(|i| i.name.starts_with("past_key_values.") && i.name.ends_with(".key"))
         .count();
-    let hybrid = graph.inputs.iter().any(|i| conv_layer(&i.name).is_some());
+    let hybrid = graph.inputs.iter().any(|i| state_layer(&i.name).is_some());
     let layers = match hybrid || cache_layers == 0 {
         true => cfg.num_hidden_layers,
         false => cache_layers.min(cfg.num_hidden_layers),
@@ -99,10 +101,17 @@ pub fn genai_config(
             },
         },
     });
-    if graph.inputs.iter().any(|i| conv_layer(&i.name).is_some()) {
-        let decoder = &mut model["decoder"];
-        decoder["inputs"]["past_conv_names"] = "past.%d.conv".into();
-        decoder["outputs"]["present_conv_names"] = "present.%d.conv".into();
+    for kind in ["conv", "recurrent"] {
+        if graph
+            .inputs
+            .iter()
+            .any(|i| state_layer(&i.name) == Some(kind))
+        {
+            let decoder = &mut model["decoder"];
+            decoder["inputs"][format!("past_{kind}_names")] = format!("past.%d.{kind}").into();
+            decoder["outputs"][format!("present_{kind}_names")] =
+                format!("present.%d.{kind}").into();
+        }
     }
     // onnxruntime-genai's lfm2 cache is laid out by these two, conv layers or not.
     let lfm2 = cfg.knobs::<Lfm2>();
@@ -147,12 +156,12 @@ pub fn genai_config(
     })
 }
 
-/// The layer of a conv-state input `past.{i}.conv`.
-fn conv_layer(name: &str) -> Option<usize> {
-    name.strip_prefix("past.")?
-        .strip_suffix(".conv")?
-        .parse()
-        .ok()
+/// The kind of a carried-state input `past.{i}.conv` or `past.{i}.recurrent`: `conv` or
+/// `recurrent`.
+fn state_layer(name: &str) -> Option<&str> {
+    let (layer, kind) = name.strip_prefix("past.")?.split_once('.')?;
+    layer.parse::<usize>().ok()?;
+    ["conv", "recurrent"].into_iter().find(|k| *k == kind)
 }
 
 /// The last dimension of the graph output `logits` when fixed: the width onnxruntime-genai

@@ -19,8 +19,11 @@ linear_key_head_dim + linear_num_value_heads * linear_value_head_dim, linear_con
 and its recurrent state `past.{i}.recurrent` (`[batch, linear_num_value_heads,
 linear_key_head_dim, linear_value_head_dim]`, onnxruntime-genai 0.18's name for qwen3_5);
 Qwen3.5's text decoders (qwen3_5_text, qwen3_5_moe_text) the same.
-onnxruntime-genai 0.18 runs no model type with an SSM state, nor qwen3_next, nor Qwen3.5 with
-2-D position_ids, so those packages have no genai_config.json. Every build in BUILDS must give
+Qwen3.5's take `position_ids` `[3, batch, sequence]` (the multimodal RoPE's temporal, height and
+width rows) as onnxruntime-genai 0.18 feeds its `qwen3_5_text` / `qwen3_5_moe_text` packages; text
+tokens give three equal rows, and the fixture's `mrope` case three different ones.
+onnxruntime-genai 0.18 runs no model type with an SSM state, nor qwen3_next, so those packages
+have no genai_config.json. Every build in BUILDS must give
 transformers' prefill logits, then those of 8 decode steps fed one token at a time with the
 returned state and KV cache, within TOL; onnxruntime-genai's greedy tokens must be
 transformers'.
@@ -50,7 +53,10 @@ NAMES = fixture_names_for(HYBRID_TASK)
 CASES = [(name, ep, dtype) for name in NAMES for ep, dtype in BUILDS]
 per_build = pytest.mark.parametrize("name,ep,dtype", CASES, ids=[f"{n}-{e or 'noflag'}-{d}" for n, e, d in CASES])
 # onnxruntime-genai model.type per HF model_type (the ones it runs as hybrids).
-GENAI_TYPES = {"lfm2": "lfm2", "lfm2_moe": "lfm2_moe"}
+GENAI_TYPES = {"lfm2": "lfm2", "lfm2_moe": "lfm2_moe", "qwen3_5_text": "qwen3_5_text",
+               "qwen3_5_moe_text": "qwen3_5_moe_text"}
+# The model types whose position_ids are multimodal RoPE rows, `[3, batch, sequence]`.
+MROPE_TYPES = {"qwen3_5_text", "qwen3_5_moe_text"}
 
 
 # Layer kinds as the hybrids' configs spell them (Granite-4's legacy names included; Nemotron-H's
@@ -75,11 +81,18 @@ GATED_DELTA_TYPES = {"qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"}
 SSM_TYPES = {"mamba2", "mamba", "falcon_mamba"}
 
 
+def config(name: str) -> dict:
+    """config.json of fixture `name`, or its `text_config` where it is an image-text checkpoint
+    (Qwen3_5ForConditionalGeneration: its text decoder is what mobius builds)."""
+    cfg = load_config(FIXTURES_DIR / name)
+    return cfg.get("text_config") or cfg
+
+
 def layer_types(name: str) -> list[str]:
     """Per layer, `conv` or `full_attention` as config.json says (LFM2), or `mamba` /
     `full_attention` (Mamba2, Mamba, FalconMamba: every layer; Bamba: `attn_layer_indices` attend; Granite-4:
     its `layer_types`)."""
-    cfg = load_config(FIXTURES_DIR / name)
+    cfg = config(name)
     if cfg["model_type"] == "nemotron_h":
         return [KINDS[t] for t in cfg["layers_block_type"]]
     layers = cfg["num_hidden_layers"]
@@ -97,7 +110,7 @@ def layer_types(name: str) -> list[str]:
 
 
 def is_ssm(name: str) -> bool:
-    return load_config(FIXTURES_DIR / name)["model_type"] in SSM_TYPES
+    return config(name)["model_type"] in SSM_TYPES
 
 
 def has_ssm(name: str) -> bool:
@@ -106,7 +119,7 @@ def has_ssm(name: str) -> bool:
 
 
 def dims(name: str) -> dict:
-    cfg = load_config(FIXTURES_DIR / name)
+    cfg = config(name)
     if cfg["model_type"] in ("mamba", "falcon_mamba"):
         inner = cfg["expand"] * cfg["hidden_size"]
         return {
@@ -208,8 +221,12 @@ def empty_state(name: str, dtype: str, batch: int) -> dict:
 def step(sess, ids, mask, pos, state: dict):
     """One call: (logits, the state to feed the next call)."""
     feed = {"input_ids": np.asarray(ids, np.int64), "attention_mask": np.asarray(mask, np.int64), **state}
-    if any(i.name == "position_ids" for i in sess.get_inputs()):
-        feed["position_ids"] = np.asarray(pos, np.int64)
+    declared = {i.name: i for i in sess.get_inputs()}
+    if "position_ids" in declared:
+        pos = np.asarray(pos, np.int64)
+        if len(declared["position_ids"].shape) == 3 and pos.ndim == 2:
+            pos = np.broadcast_to(pos[None], (3, *pos.shape))  # text tokens: three equal rows
+        feed["position_ids"] = pos
     names = [o.name for o in sess.get_outputs()]
     outs = dict(zip(names, sess.run(None, feed)))
     nxt = {}
@@ -223,7 +240,7 @@ def step(sess, ids, mask, pos, state: dict):
 
 def test_hybrid_fixtures_exist():
     want = {"lfm2", "mamba2", "bamba", "mamba", "falcon_mamba", "nemotron_h", "jamba", "qwen3_next", "qwen3_5_text",
-            "qwen3_5_moe_text"}
+            "qwen3_5_moe_text", "qwen3_5", "qwen3_5_moe"}
     assert want <= set(NAMES), NAMES
 
 
@@ -235,7 +252,7 @@ def test_reference_is_consistent(name):
     assert steps["input_ids"] == ref["greedy_tokens"][:8]
     assert [int(np.argmax(row)) for row in steps["logits"]] == ref["greedy_tokens"][1:9]
     assert int(np.argmax(ref["logits"][-1])) == ref["greedy_tokens"][0]
-    model_type = load_config(FIXTURES_DIR / name)["model_type"]
+    model_type = config(name)["model_type"]
     mixer = {"lfm2": "conv", "lfm2_moe": "conv", **dict.fromkeys(GATED_DELTA_TYPES, "linear_attention")}.get(
         model_type, "mamba"
     )
@@ -269,22 +286,33 @@ def test_state_contract(built, name, ep, dtype):
             assert got[k].type.tensor_type.elem_type == elem, k
             assert _shape(got[k]) == shape, (k, _shape(got[k]), shape)
 
-    if has_ssm(name) or load_config(FIXTURES_DIR / name)["model_type"] not in GENAI_TYPES:
+    model_type = config(name)["model_type"]
+    positions = [v for v in model.graph.input if v.name == "position_ids"]
+    if model_type in MROPE_TYPES:
+        assert [_shape(v) for v in positions] == [[3, "batch", "sequence_len"]], positions
+    if has_ssm(name) or model_type not in GENAI_TYPES:
         assert not (out / "genai_config.json").exists()
         return
     gc = json.loads((out / "genai_config.json").read_text())
     dec = gc["model"]["decoder"]
-    assert gc["model"]["type"] == GENAI_TYPES[load_config(FIXTURES_DIR / name)["model_type"]]
-    assert dec["layer_types"] == layer_types(name)
-    assert dec["conv_cache_size"] == d["state"]
-    assert dec["inputs"]["past_conv_names"] == "past.%d.conv"
-    assert dec["inputs"]["past_key_names"] == "past_key_values.%d.key"
-    assert dec["outputs"] == {
+    assert gc["model"]["type"] == GENAI_TYPES[model_type]
+    want_names = {
         "logits": "logits",
         "present_conv_names": "present.%d.conv",
         "present_key_names": "present.%d.key",
         "present_value_names": "present.%d.value",
     }
+    if model_type in GATED_DELTA_TYPES:
+        # onnxruntime-genai's qwen3_5 builder names both states and lists no layer types.
+        assert "layer_types" not in dec and "conv_cache_size" not in dec, dec
+        assert dec["inputs"]["past_recurrent_names"] == "past.%d.recurrent"
+        want_names["present_recurrent_names"] = "present.%d.recurrent"
+    else:
+        assert dec["layer_types"] == layer_types(name)
+        assert dec["conv_cache_size"] == d["state"]
+    assert dec["inputs"]["past_conv_names"] == "past.%d.conv"
+    assert dec["inputs"]["past_key_names"] == "past_key_values.%d.key"
+    assert dec["outputs"] == want_names
     listed = {k for k in dec["inputs"] if not k.endswith("_names")}
     graph_inputs = {v.name for v in model.graph.input} - set(want_in)
     assert listed == graph_inputs, (listed, graph_inputs)
@@ -316,6 +344,24 @@ def test_prefill_then_decode_steps(session_for, name, ep, dtype):
         assert_close(logits[0, 0], want, TOL[dtype], f"{name} --ep {ep} {dtype} decode step {j}")
 
 
+MROPE_CASES = [c for c in CASES if config(c[0])["model_type"] in MROPE_TYPES]
+
+
+@pytest.mark.parametrize("name,ep,dtype", MROPE_CASES, ids=[f"{n}-{e or 'noflag'}-{d}" for n, e, d in MROPE_CASES])
+def test_multimodal_rope_rows(session_for, name, ep, dtype):
+    """Qwen3.5's prompt with temporal, height and width position rows that differ (as an
+    image's tokens would): transformers' logits for the same rows (the reference asserts they
+    differ from the text-only logits), so each frequency pair must turn by its own row."""
+    ref = load_reference(name)
+    case = ref["mrope"]
+    ids = ref["input_ids"]
+    n = len(ids)
+    rows = np.asarray(case["position_ids"], np.int64)[:, None, :]
+    assert rows.shape == (3, 1, n) and len({tuple(r) for r in rows[:, 0]}) == 3
+    logits, _ = step(session_for(name, dtype, ep), [ids], np.ones((1, n)), rows, empty_state(name, dtype, 1))
+    assert_close(logits[0], case["logits"], TOL[dtype], f"{name} --ep {ep} {dtype} multimodal positions")
+
+
 @per_build
 def test_right_padded_batch(session_for, name, ep, dtype):
     """Batch 2: row 0 the prompt then 2 pad tokens, row 1 the prompt and 2 greedy tokens; the
@@ -323,7 +369,7 @@ def test_right_padded_batch(session_for, name, ep, dtype):
     ref = load_reference(name)
     ids = ref["input_ids"]
     n = len(ids)
-    pad = load_config(FIXTURES_DIR / name).get("pad_token_id") or 0
+    pad = config(name).get("pad_token_id") or 0
     rows = np.array([ids + [pad] * 2, ids + ref["greedy_tokens"][:2]])
     mask = np.array([[1] * n + [0, 0], [1] * (n + 2)])
     pos = np.tile(np.arange(n + 2), (2, 1))
@@ -335,15 +381,16 @@ def test_right_padded_batch(session_for, name, ep, dtype):
 # onnxruntime-genai 0.18 has no model type with an SSM state: those packages (Mamba2, Bamba,
 # Granite-4 with Mamba2 layers) have no genai_config.json.
 GENAI_NAMES = [
-    name for name in NAMES if load_config(FIXTURES_DIR / name)["model_type"] in GENAI_TYPES and not has_ssm(name)
+    name for name in NAMES if config(name)["model_type"] in GENAI_TYPES and not has_ssm(name)
 ]
 GENAI_CASES = [(name, ep, dtype) for name in GENAI_NAMES for ep, dtype in GENAI_BUILDS]
 
 
 @pytest.mark.parametrize("name,ep,dtype", GENAI_CASES, ids=[f"{n}-{e or 'noflag'}-{d}" for n, e, d in GENAI_CASES])
 def test_genai_greedy(built, name, ep, dtype):
-    """onnxruntime-genai runs the package (its lfm2 model type, conv states and KV caches as
-    genai_config.json names them): 32 greedy tokens equal to transformers'."""
+    """onnxruntime-genai runs the package (its lfm2 / qwen3_5_text model types, conv and
+    recurrent states and KV caches as genai_config.json names them; Qwen3.5's 3-D position_ids
+    computed by the runtime): 32 greedy tokens equal to transformers'."""
     ref = load_reference(name)
     want = ref["greedy_tokens"]
     model = genai_model(built("fixture", name, dtype, ep), ep)
@@ -390,7 +437,7 @@ def test_int4_quantizes_every_projection(built, name, ep, nbits):
     assert not float_weights, f"MatMul weights left in float: {float_weights}"
     ops = [n.op_type for n in model.graph.node]
     quantized = [n.input[1] for n in model.graph.node if n.op_type == ("MatMulNBits" if nbits else "DequantizeLinear")]
-    model_type = load_config(FIXTURES_DIR / name)["model_type"]
+    model_type = config(name)["model_type"]
     mixer = {"lfm2": "conv", "lfm2_moe": "conv", "nemotron_h": "mixer",
              **dict.fromkeys(GATED_DELTA_TYPES, "linear_attn")}.get(model_type, "mixer" if is_ssm(name) else "mamba")
     projs = ["in_proj", "out_proj"]

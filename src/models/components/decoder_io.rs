@@ -39,7 +39,8 @@ pub struct DecoderInputs {
     pub input_ids: String,
     /// `attention_mask` `[batch, past_seq_len + seq_len]`.
     pub attention_mask: String,
-    /// `position_ids` `[batch, sequence_len]`.
+    /// `position_ids` `[batch, sequence_len]` (`[r, batch, sequence_len]` where
+    /// [`DecoderDims::position_rows`] says so).
     pub position_ids: String,
     /// Each layer's carried cache, in layer order.
     pub past: Vec<LayerPast>,
@@ -136,6 +137,10 @@ pub struct DecoderDims {
     pub head_dim: usize,
     /// Vocabulary size.
     pub vocab: usize,
+    /// The rows of `position_ids`: `None` for `[batch, sequence_len]`, `Some(r)` for `[r,
+    /// batch, sequence_len]` (Qwen3.5's multimodal RoPE positions, as onnxruntime-genai 0.18
+    /// feeds its `qwen3_5_text` packages).
+    pub position_rows: Option<usize>,
 }
 
 impl DecoderDims {
@@ -146,6 +151,7 @@ impl DecoderDims {
             kv_heads: cfg.num_key_value_heads,
             head_dim: cfg.head_dim,
             vocab: cfg.vocab_size,
+            position_rows: None,
         }
     }
 }
@@ -193,7 +199,11 @@ pub fn hybrid_decoder_io(
 ) -> DecoderInputs {
     let input_ids = b.input("input_ids", DType::I64, Shape::new([BATCH, SEQ]));
     let attention_mask = b.input("attention_mask", DType::I64, Shape::new([BATCH, MASK_LEN]));
-    let position_ids = b.input("position_ids", DType::I64, Shape::new([BATCH, SEQ]));
+    let position_shape = match dims.position_rows {
+        None => Shape::new([BATCH, SEQ]),
+        Some(rows) => Shape(vec![rows.into(), Dim::sym(BATCH), Dim::sym(SEQ)]),
+    };
+    let position_ids = b.input("position_ids", DType::I64, position_shape);
     let kv_shape_of = |heads: usize, head_dim: usize, len: &str| {
         Shape(vec![
             Dim::sym(BATCH),

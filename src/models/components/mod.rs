@@ -53,7 +53,9 @@ pub use norm::{
     layer_norm, layer_norm_into, offset_rms_norm, per_head_norm, rms_norm, Norm, NormKind,
 };
 pub use positions::{learned_positions, sinusoidal_positions};
-pub use rope::{named_rope_tables, rope_tables, rotary_embedding, scaled, RopeTables};
+pub use rope::{
+    interleaved_mrope_tables, named_rope_tables, rope_tables, rotary_embedding, scaled, RopeTables,
+};
 pub use scalar::scalar;
 pub use short_conv::{causal_conv_with_state, gated_short_conv, ConvState, ShortConv};
 pub use sink_attention::{causal_mask, sink_attention, sink_logits};

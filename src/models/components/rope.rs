@@ -4,7 +4,7 @@
 use super::dynamic_rope::dynamic_rope_tables;
 use super::scalar;
 use crate::config::{Rope, RopeScaling};
-use crate::ir::{Attr, DType, GraphBuilder, Initializer, TensorSource};
+use crate::ir::{Attr, DType, GraphBuilder, Initializer, TensorData, TensorSource};
 
 /// The per-token cos/sin values, `[B, S, rotary_dim/2]` each.
 #[derive(Debug, Clone)]
@@ -67,6 +67,49 @@ pub fn named_rope_tables(
         sin: cache(&format!("{prefix}.sin_cache"), true),
     };
     scaled(b, tables, rope.cos_sin_scale(), dtype)
+}
+
+/// Qwen3.5's interleaved multimodal RoPE: `position_ids` `[3, B, S]` holds each token's
+/// temporal, height and width positions, and frequency pair `j` of the `rotary_dim/2` turns by
+/// the height position where `j mod 3 = 1` and `j < 3·sections[1]`, by the width position
+/// where `j mod 3 = 2` and `j < 3·sections[2]`, else by the temporal one. The tables of
+/// [`named_rope_tables`] are gathered for all three rows (`[3, B, S, rotary_dim/2]`) and each
+/// pair's row is picked by `Where` on constant masks: exact, whatever the rows hold (text
+/// tokens give three equal rows, and plain RoPE).
+pub fn interleaved_mrope_tables(
+    b: &mut GraphBuilder,
+    rope: &Rope,
+    positions: usize,
+    position_ids: &str,
+    sections: [usize; 3],
+    dtype: DType,
+) -> RopeTables {
+    let rows = named_rope_tables(b, "model.rotary_emb", rope, positions, position_ids, dtype);
+    let half = rope.inv_freq().len();
+    let mask = |b: &mut GraphBuilder, row: usize| {
+        let bytes = (0..half)
+            .map(|j| u8::from(j % 3 == row && j < 3 * sections[row]))
+            .collect();
+        b.constant(TensorData {
+            dtype: DType::Bool,
+            shape: vec![half],
+            bytes,
+        })
+    };
+    let (height, width) = (mask(b, 1), mask(b, 2));
+    let pick = |b: &mut GraphBuilder, table: &str| {
+        let row = |b: &mut GraphBuilder, r: i64| {
+            let r = b.scalar_i64(r);
+            b.op("Gather", &[table, &r], vec![("axis", Attr::Int(0))])
+        };
+        let (t, h, w) = (row(b, 0), row(b, 1), row(b, 2));
+        let tw = b.op("Where", &[&width, &w, &t], vec![]);
+        b.op("Where", &[&height, &h, &tw], vec![])
+    };
+    RopeTables {
+        cos: pick(b, &rows.cos),
+        sin: pick(b, &rows.sin),
+    }
 }
 
 /// cos/sin times `factor` (no op when it is 1), as transformers scales them after the table
