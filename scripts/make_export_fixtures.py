@@ -8,7 +8,7 @@ committed.  See tests/fixtures/exports/README.md for what each fixture is.
 
 Usage:
     python scripts/make_export_fixtures.py [--out tests/fixtures/exports]
-        [--only NAME ...] [--attn sdpa|eager]
+        [--only NAME ...] [--attn sdpa|eager] [--kinds KIND ...] --optimum-path DIR
 
 Kinds (decoders: llama, qwen2, mistral, gpt2; encoder: bert):
     dynamo-cache    torch.onnx.export(dynamo=True, opset 18) of a wrapper that takes the
@@ -18,6 +18,13 @@ Kinds (decoders: llama, qwen2, mistral, gpt2; encoder: bert):
                     position_ids -> logits (BERT: + token_type_ids -> last_hidden_state)
     legacy-cache    torch.onnx.export(dynamo=False), the TorchScript exporter, of the
                     cache wrapper (BERT: `legacy`, no cache)
+    optimum-cache   `optimum-cli export onnx --task text-generation-with-past` (optimum-onnx
+                    0.1, the exporter most Hugging Face users run: TorchScript under
+                    transformers < 4.58) of the checkpoint with its config.json in transformers-4
+                    spelling; run in a subprocess whose PYTHONPATH is --optimum-path (optimum-onnx,
+                    optimum 2.1 and transformers 4.57 installed there with `pip install --target
+                    DIR --no-deps`, this interpreter's torch). Same I/O names and references as
+                    legacy-cache (transformers 5's eager run of the same checkpoint)
 
 reference.npz holds the inputs and transformers' own outputs (eager PyTorch, f32):
     prefill.<input name> / prefill.<output name>    batch 2 x seq 5, row 0 right-padded
@@ -235,7 +242,7 @@ def write_reference(folder: Path, arrays: dict[str, np.ndarray], meta: dict) -> 
     (folder / "export.json").write_text(json.dumps(meta, indent=2) + "\n")
 
 
-def make_decoder(family: str, out: Path, attn: str, kinds: list[str]) -> None:
+def make_decoder(family: str, out: Path, attn: str, kinds: list[str], optimum_path: str = "") -> None:
     cfg, model = load(family, attn)
     _, ref_model = load(family, "eager")  # the reference: eager PyTorch
     d = dims(cfg)
@@ -276,8 +283,11 @@ def make_decoder(family: str, out: Path, attn: str, kinds: list[str]) -> None:
     }
     for kind in kinds:
         folder = out / f"{family}-{kind}"
-        if kind in ("dynamo-cache", "legacy-cache"):
-            export(CacheWrapper(model, layers), ex_t, folder / "model.onnx", names_in, ["logits", *pout], dyn_decoder(names_in, True), kind == "dynamo-cache", dyn_decoder_outputs(["logits", *pout]))
+        if kind in ("dynamo-cache", "legacy-cache", "optimum-cache"):
+            if kind == "optimum-cache":
+                export_optimum(family, folder / "model.onnx", optimum_path)
+            else:
+                export(CacheWrapper(model, layers), ex_t, folder / "model.onnx", names_in, ["logits", *pout], dyn_decoder(names_in, True), kind == "dynamo-cache", dyn_decoder_outputs(["logits", *pout]))
             arrays = {f"prefill.{k}": v for k, v in {**prefill, **empty}.items()}
             arrays.update({f"prefill.{k}": v for k, v in zip(["logits", *pout], pre_out)})
             arrays.update({f"decode.{k}": v for k, v in dec_feeds.items()})
@@ -289,8 +299,32 @@ def make_decoder(family: str, out: Path, attn: str, kinds: list[str]) -> None:
             arrays["prefill.logits"] = pre_out[0]
         else:
             raise ValueError(kind)
-        write_reference(folder, arrays, {**meta_base, "kind": kind, "exporter": "dynamo" if kind.startswith("dynamo") else "torchscript"})
+        exporter = {"dynamo": "dynamo", "optimum": "optimum-onnx 0.1 (torchscript, transformers 4.57)"}.get(kind.split("-")[0], "torchscript")
+        write_reference(folder, arrays, {**meta_base, "kind": kind, "exporter": exporter})
         print(f"wrote {folder}")
+
+
+def export_optimum(family: str, path: Path, optimum_path: str) -> None:
+    """`optimum-cli export onnx --task text-generation-with-past` of tests/fixtures/<family>,
+    its config.json rewritten in transformers-4 spelling (what transformers 4.57 reads: a v5
+    `rope_parameters` would be ignored, and the export would rotate with another theta)."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    sys.path.insert(0, str(REPO / "scripts"))
+    from make_fixtures import rewrite_config_v4
+
+    with tempfile.TemporaryDirectory() as tmp:
+        ckpt, exported = Path(tmp) / "ckpt", Path(tmp) / "onnx"
+        shutil.copytree(FIXTURES / family, ckpt, ignore=shutil.ignore_patterns("*.json.bak", "reference.json", "quant_reference.json"))
+        rewrite_config_v4(ckpt / "config.json")
+        cmd = [sys.executable, "-m", "optimum.commands.optimum_cli", "export", "onnx", "--model", str(ckpt),
+               "--task", "text-generation-with-past", "--opset", str(OPSET), str(exported)]
+        env = {**__import__("os").environ, "PYTHONPATH": optimum_path}
+        subprocess.run(cmd, check=True, env=env, capture_output=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        save(onnx.load(str(exported / "model.onnx")), path)
 
 
 def make_encoder(family: str, out: Path, attn: str, kinds: list[str]) -> None:
@@ -328,12 +362,16 @@ def main() -> int:
     ap.add_argument("--only", nargs="*", help="families (llama, qwen2, mistral, gpt2, bert)")
     ap.add_argument("--kinds", nargs="*", help="kinds to export (default: all of the family)")
     ap.add_argument("--attn", default="sdpa", choices=["sdpa", "eager"], help="attn_implementation of the exported model")
+    ap.add_argument("--optimum-path", default="", help="the folder optimum-onnx 0.1, optimum 2.1 and transformers 4.57 are installed in (pip install --target DIR --no-deps ...), for the optimum-cache kind")
     args = ap.parse_args()
     warnings.filterwarnings("ignore")
     torch.manual_seed(0)
     for family in args.only or DECODERS + ENCODERS:
         if family in DECODERS:
-            make_decoder(family, args.out, args.attn, args.kinds or ["dynamo-cache", "dynamo", "legacy-cache"])
+            kinds = args.kinds or ["dynamo-cache", "dynamo", "legacy-cache", "optimum-cache"]
+            if "optimum-cache" in kinds and not args.optimum_path:
+                raise SystemExit("the optimum-cache kind needs --optimum-path (see the kinds above)")
+            make_decoder(family, args.out, args.attn, kinds, args.optimum_path)
         elif family in ENCODERS:
             make_encoder(family, args.out, args.attn, args.kinds or ["dynamo", "legacy"])
         else:

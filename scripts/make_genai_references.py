@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """transformers' references for running the decoder export fixtures under onnxruntime-genai's
 KV-cache contract (`mobius optimize --kv-cache genai`): tests/fixtures/exports/<family>-<kind>/
-genai.npz for every cache kind (dynamo-cache, legacy-cache; the same checkpoint, so the same
+genai.npz for every cache kind (dynamo-cache, legacy-cache, optimum-cache; the same checkpoint, so the same
 file).
 
 Developer tool only: needs torch and transformers (`/work/torchvenv/bin/python`); CI never runs
@@ -42,7 +42,7 @@ REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"
 EXPORTS = FIXTURES / "exports"
 FAMILIES = ["llama", "qwen2", "mistral", "gpt2"]
-KINDS = ["dynamo-cache", "legacy-cache"]
+KINDS = ["dynamo-cache", "legacy-cache", "optimum-cache"]
 PAD_ROW_LEN, SEQ = 3, 5  # as scripts/make_export_fixtures.py
 STEPS = 3
 GREEDY = 8

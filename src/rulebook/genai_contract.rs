@@ -29,7 +29,7 @@ use crate::ops::types::SymDim;
 use crate::ops::value::AttrValue;
 use crate::opt::analysis::OnnxGraph;
 use crate::opt::lang::OpNode;
-use crate::opt::query::{const_ints, find_op, int_attr, is_input, scalar_float};
+use crate::opt::query::{const_ints, find_op, int_attr, is_input, ops_named, scalar_float};
 
 /// Deepest chain of ops [`export_mask`] follows from the mask to its leaves.
 const MAX_DEPTH: usize = 48;
@@ -406,8 +406,141 @@ impl Reader<'_> {
                 same_kind.then_some(x)
             }
             "GatherND" => self.gather_nd(op, depth),
+            "Gather" => self.flat_gather(op, depth),
+            "Reshape" => self.reshape(op, depth),
+            "Slice" => self.full_slice(op, depth),
             _ => None,
         }
+    }
+
+    /// `Gather(Flatten(attention_mask ≠ 0, axis 2), row · T + col)` (axis 0; the TorchScript
+    /// exporter's spelling, `T` the mask's width read from its shape): `attention_mask[row,
+    /// col]` over the index's axes and a last axis of extent 1, where `col` is the position
+    /// along an index axis of extent `T` (so `row · T + col` is the element at row `row`,
+    /// column `col`, and a `row` beyond the mask's makes the export fail, not read another).
+    fn flat_gather(&mut self, op: &OpNode, depth: usize) -> Option<Sym> {
+        if op
+            .attr_id("axis")
+            .is_some_and(|a| int_attr(self.g, a) != Some(0))
+        {
+            return None;
+        }
+        let [data, indices] = op.input_ids() else {
+            return None;
+        };
+        let flatten = ops_named(self.g, *data, "Flatten").into_iter().find(|f| {
+            f.attr_id("axis")
+                .is_some_and(|a| int_attr(self.g, a) == Some(2))
+        })?;
+        let m = self.read(flatten.input_ids()[0], depth)?;
+        let [Atom::Mask { mask, row, col }] = m.atoms()? else {
+            return None;
+        };
+        if m.dims.len() != 2 || !row.is_position(0, &m.dims) || !col.is_position(1, &m.dims) {
+            return None;
+        }
+        let (mask, width) = (*mask, m.dims[1].clone());
+        for add in ops_named(self.g, *indices, "Add") {
+            let [a, b] = add.input_ids() else {
+                continue;
+            };
+            for (scaled, col) in [(*a, *b), (*b, *a)] {
+                for mul in ops_named(self.g, scaled, "Mul") {
+                    let [x, y] = mul.input_ids() else {
+                        continue;
+                    };
+                    for (row, t) in [(*x, *y), (*y, *x)] {
+                        if self.scalar(t, depth).as_ref() != Some(&width) {
+                            continue;
+                        }
+                        let (Some(r), Some(c)) = (self.read(row, depth), self.read(col, depth))
+                        else {
+                            continue;
+                        };
+                        let Some(dims) = broadcast(&r.dims, &c.dims) else {
+                            continue;
+                        };
+                        let (r, c) = (r.aligned(&dims), c.aligned(&dims));
+                        let (Some(ra), Some(ca)) = (r.int(), c.int()) else {
+                            continue;
+                        };
+                        let on_width =
+                            (0..dims.len()).any(|k| dims[k] == width && ca.is_position(k, &dims));
+                        if !on_width {
+                            continue;
+                        }
+                        let rank = dims.len();
+                        let keep: Vec<usize> = (0..rank).collect();
+                        let atom = Sym {
+                            dims: dims.clone(),
+                            value: Value::Bool(vec![Atom::Mask {
+                                mask,
+                                row: ra.clone(),
+                                col: ca.clone(),
+                            }]),
+                        };
+                        return Some(reaxed(&atom, rank + 1, &keep));
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    /// `Reshape(x, shape)` that only adds or drops axes of extent 1 (elements stay in order),
+    /// read through the `Reshape`s `x` comes out of (a reshape of a reshape is the outer one
+    /// alone: TorchScript's `Reshape(Reshape(g, [−1]), Shape(index))`).
+    fn reshape(&mut self, op: &OpNode, depth: usize) -> Option<Sym> {
+        let target = self.shape_value(*op.input_ids().get(1)?)?;
+        if target.iter().any(|d| d.known().is_some_and(|v| v <= 0)) {
+            return None;
+        }
+        let mut src = op.input_ids()[0];
+        let x = loop {
+            if let Some(x) = self.read(src, depth) {
+                break x;
+            }
+            src = find_op(self.g, src, "Reshape")?.input_ids()[0];
+        };
+        let wide = |dims: &[SymDim]| -> Vec<usize> {
+            (0..dims.len())
+                .filter(|&a| dims[a] != SymDim::Known(1))
+                .collect()
+        };
+        let (from, to) = (wide(&x.dims), wide(&target));
+        let same =
+            from.len() == to.len() && from.iter().zip(&to).all(|(&a, &b)| x.dims[a] == target[b]);
+        same.then(|| reaxed(&squeezed(&x, &from), target.len(), &to))
+    }
+
+    /// `Slice(x, starts, ends, axes[, steps])` that keeps every element: starts 0, steps 1,
+    /// each end the axis's extent (or beyond it: `i64::MAX`).
+    fn full_slice(&mut self, op: &OpNode, depth: usize) -> Option<Sym> {
+        let ins = op.input_ids();
+        let x = self.read(*ins.first()?, depth)?;
+        let rank = x.dims.len() as i64;
+        let starts = const_ints(self.g, *ins.get(1)?)?;
+        let axes = match ins.get(3) {
+            Some(&a) => const_ints(self.g, a)?,
+            None => (0..starts.len() as i64).collect(),
+        };
+        let steps = match ins.get(4) {
+            Some(&s) => const_ints(self.g, s)?,
+            None => vec![1; starts.len()],
+        };
+        let ends = self.shape_value(*ins.get(2)?)?;
+        if starts.len() != axes.len() || ends.len() != axes.len() || steps.len() != axes.len() {
+            return None;
+        }
+        for (((&start, end), &axis), &step) in starts.iter().zip(&ends).zip(&axes).zip(&steps) {
+            let axis = if axis < 0 { axis + rank } else { axis };
+            let extent = x.dims.get(usize::try_from(axis).ok()?)?;
+            let to_end = end == extent || end.known() == Some(i64::MAX);
+            if start != 0 || step != 1 || !to_end {
+                return None;
+            }
+        }
+        Some(x)
     }
 
     /// `GatherND(attention_mask ≠ 0, Concat(Unsqueeze(row, −1), Unsqueeze(col, −1)))`
@@ -684,7 +817,8 @@ fn predicate(g: &OnnxGraph, atoms: &[Atom], p: &SymDim, dims: &[SymDim]) -> Opti
 pub struct PositionTable {
     /// The graph input of the positions (`position_ids`, `[B, S]`).
     pub positions: Id,
-    /// The frequencies, a 1-D float constant `[D/2]`.
+    /// The frequencies, a float constant of `D/2` elements: `[D/2]`, or `[1, D/2, 1]` (read
+    /// as `[D/2]`).
     pub frequencies: Id,
     /// Whether the product is `frequencies · positions` (else `positions · frequencies`).
     pub frequencies_first: bool,
@@ -735,11 +869,75 @@ fn table_within(g: &OnnxGraph, c: Id, depth: usize) -> Option<PositionTable> {
     })
 }
 
-/// `Mul(Cast(Unsqueeze(position_ids, [2 or −1])), frequencies)` (either order).
-fn angles(g: &OnnxGraph, mul: &OpNode) -> Option<PositionTable> {
-    if mul.op.as_str() != "Mul" {
+/// The angles of [`product_angles`] or [`outer_angles`].
+fn angles(g: &OnnxGraph, op: &OpNode) -> Option<PositionTable> {
+    match op.op.as_str() {
+        "Mul" => product_angles(g, op),
+        "Transpose" => outer_angles(g, op),
+        _ => None,
+    }
+}
+
+/// `Transpose(MatMul(frequencies, Cast(Unsqueeze(position_ids, [1]))), [0, 2, 1])` with the
+/// frequencies a float constant `[1, D/2, 1]`, or that constant expanded over the batch (the
+/// TorchScript exporter's `inv_freq[None, :, None] @ position_ids[:, None, :]`): an outer
+/// product whose inner dimension is 1, so each element is the one product `frequency ·
+/// position` that `Mul` computes (the table multiplies the same two numbers).
+fn outer_angles(g: &OnnxGraph, transpose: &OpNode) -> Option<PositionTable> {
+    let perm = transpose.attr_id("perm").and_then(|a| g[a].data.attr());
+    if !matches!(perm, Some(AttrValue::Ints(p)) if p.as_slice() == [0, 2, 1]) {
         return None;
     }
+    let matmul = find_op(g, transpose.input_ids()[0], "MatMul")?;
+    let [f, p] = matmul.input_ids() else {
+        return None;
+    };
+    let column = |k: Id| {
+        let t = g[k].data.tensor()?;
+        let ok = g[k].data.konst.is_some()
+            && t.dtype.is_some_and(DType::is_float)
+            && matches!(t.static_shape()?.as_slice(), [1, _, 1]);
+        ok.then(|| (g.find(k), t.dtype))
+    };
+    let (frequencies, dtype) = column(*f).or_else(|| {
+        ops_named(g, *f, "Expand")
+            .iter()
+            .find_map(|e| column(e.input_ids()[0]))
+    })?;
+    let dtype = dtype?;
+    let positions = position_cast(g, *p, dtype, 1)?;
+    Some(PositionTable {
+        positions,
+        frequencies,
+        frequencies_first: true,
+        dtype,
+        steps: Vec::new(),
+    })
+}
+
+/// The `position_ids` graph input (`[B, S]` int64) of class `id` = `Cast(Unsqueeze(position_ids,
+/// [axis]), to = dtype)` (axis 2 is also read as −1).
+fn position_cast(g: &OnnxGraph, id: Id, dtype: DType, axis: i64) -> Option<Id> {
+    g[id].nodes.iter().find_map(|n| {
+        let cast = n.as_op().filter(|o| o.op.as_str() == "Cast")?;
+        let to = DType::from_onnx_code(int_attr(g, cast.attr_id("to")?)? as i32)?;
+        let unsqueeze = find_op(g, cast.input_ids()[0], "Unsqueeze")?;
+        let [ids, axes] = unsqueeze.input_ids() else {
+            return None;
+        };
+        let ids_ok = is_input(g, *ids, Some("position_ids"))
+            && g[*ids]
+                .data
+                .tensor()
+                .is_some_and(|t| t.rank() == Some(2) && t.dtype == Some(DType::I64));
+        let axes = const_ints(g, *axes)?;
+        let axis_ok = axes == [axis] || (axis == 2 && axes == [-1]);
+        (to == dtype && ids_ok && axis_ok).then(|| g.find(*ids))
+    })
+}
+
+/// `Mul(Cast(Unsqueeze(position_ids, [2 or −1])), frequencies)` (either order).
+fn product_angles(g: &OnnxGraph, mul: &OpNode) -> Option<PositionTable> {
     let [a, b] = mul.input_ids() else {
         return None;
     };
@@ -754,27 +952,12 @@ fn angles(g: &OnnxGraph, mul: &OpNode) -> Option<PositionTable> {
         _ => return None,
     };
     let dtype = frequencies(frequencies_id)?;
-    g[positions].nodes.iter().find_map(|n| {
-        let cast = n.as_op().filter(|o| o.op.as_str() == "Cast")?;
-        let to = DType::from_onnx_code(int_attr(g, cast.attr_id("to")?)? as i32)?;
-        let unsqueeze = find_op(g, cast.input_ids()[0], "Unsqueeze")?;
-        let [ids, axes] = unsqueeze.input_ids() else {
-            return None;
-        };
-        let ids_ok = is_input(g, *ids, Some("position_ids"))
-            && g[*ids]
-                .data
-                .tensor()
-                .is_some_and(|t| t.rank() == Some(2) && t.dtype == Some(DType::I64));
-        (to == dtype && ids_ok && matches!(const_ints(g, *axes)?.as_slice(), [2] | [-1])).then(
-            || PositionTable {
-                positions: g.find(*ids),
-                frequencies: g.find(frequencies_id),
-                frequencies_first,
-                dtype,
-                steps: Vec::new(),
-            },
-        )
+    Some(PositionTable {
+        positions: position_cast(g, positions, dtype, 2)?,
+        frequencies: g.find(frequencies_id),
+        frequencies_first,
+        dtype,
+        steps: Vec::new(),
     })
 }
 

@@ -31,6 +31,11 @@ struct Case {
     rope: Option<usize>,
     /// The sliding window of the mask (`Greater(key, position − W)`).
     window: Option<usize>,
+    /// The TorchScript exporter's spellings (optimum-onnx's exports): the padding gathered from
+    /// `Flatten(attention_mask ≠ 0)` at the flat index `batch · T + key` and reshaped back, the
+    /// angles `Transpose(MatMul(inv_freq [1, r/2, 1] expanded, Cast(Unsqueeze(position_ids,
+    /// [1]))))` scaled by 1; else torch.onnx dynamo's (`GatherND`, `Mul`).
+    torchscript: bool,
 }
 
 /// How a near miss differs from the export's mask.
@@ -146,18 +151,34 @@ fn export_graph(c: &Case, miss: Miss) -> Graph {
         let e = b.op("Expand", &[x, &widest], vec![]);
         unsqueeze(b, &e, &[-1])
     };
-    let (bi, ki) = (index(&mut b, &batch), index(&mut b, column));
-    let pairs = b.op("Concat", &[&bi, &ki], vec![("axis", Attr::Int(-1))]);
     let flags = b.op(
         "Cast",
         &[&mask],
         vec![("to", Attr::Int(DType::Bool.onnx_code() as i64))],
     );
-    let padding = b.op(
-        "GatherND",
-        &[&flags, &pairs],
-        vec![("batch_dims", Attr::Int(0))],
-    );
+    let padding = if c.torchscript {
+        let width = b.op(
+            "Shape",
+            &[&flags],
+            vec![("start", Attr::Int(1)), ("end", Attr::Int(2))],
+        );
+        let flat = b.op("Flatten", &[&flags], vec![("axis", Attr::Int(2))]);
+        let scaled = b.op("Mul", &[&batch, &width], vec![]);
+        let at = b.op("Add", &[column, &scaled], vec![]);
+        let picked = b.op("Gather", &[&flat, &at], vec![("axis", Attr::Int(0))]);
+        let flat_shape = b.const_i64(&[-1]);
+        let picked = b.op("Reshape", &[&picked, &flat_shape], vec![]);
+        let back = b.op("Shape", &[&at], vec![]);
+        b.op("Reshape", &[&picked, &back], vec![])
+    } else {
+        let (bi, ki) = (index(&mut b, &batch), index(&mut b, column));
+        let pairs = b.op("Concat", &[&bi, &ki], vec![("axis", Attr::Int(-1))]);
+        b.op(
+            "GatherND",
+            &[&flags, &pairs],
+            vec![("batch_dims", Attr::Int(0))],
+        )
+    };
     let allowed = b.op("And", &[&allowed, &padding], vec![]);
     let one1 = b.const_i64(&[1]);
     let minus1 = b.const_i64(&[-1]);
@@ -187,16 +208,36 @@ fn export_graph(c: &Case, miss: Miss) -> Graph {
             let inv: Vec<f32> = (0..r / 2)
                 .map(|i| 10000f32.powf(-(2.0 * i as f32) / r as f32))
                 .collect();
-            let inv = b.constant(TensorData::from_f32(vec![r / 2], &inv));
-            let at = unsqueeze(&mut b, &pos, &[2]);
-            let at = b.op(
-                "Cast",
-                &[&at],
-                vec![("to", Attr::Int(DType::F32.onnx_code() as i64))],
-            );
-            let angles = b.op("Mul", &[&at, &inv], vec![]);
-            let cos = b.op("Cos", &[&angles], vec![]);
-            let sin = b.op("Sin", &[&angles], vec![]);
+            let to_f32 = ("to", Attr::Int(DType::F32.onnx_code() as i64));
+            let (cos, sin) = if c.torchscript {
+                let inv = b.constant(TensorData::from_f32(vec![1, r / 2, 1], &inv));
+                let rows = b.const_i64(&[bsz as i64, 1, 1]);
+                let inv = b.op("Expand", &[&inv, &rows], vec![]);
+                let at = unsqueeze(&mut b, &pos, &[1]);
+                let at = b.op("Cast", &[&at], vec![to_f32]);
+                let outer = b.op("MatMul", &[&inv, &at], vec![]);
+                let angles = b.op(
+                    "Transpose",
+                    &[&outer],
+                    vec![("perm", Attr::Ints(vec![0, 2, 1]))],
+                );
+                let unit = scalar(&mut b, 1.0);
+                let cos = b.op("Cos", &[&angles], vec![]);
+                let sin = b.op("Sin", &[&angles], vec![]);
+                (
+                    b.op("Mul", &[&cos, &unit], vec![]),
+                    b.op("Mul", &[&sin, &unit], vec![]),
+                )
+            } else {
+                let inv = b.constant(TensorData::from_f32(vec![r / 2], &inv));
+                let at = unsqueeze(&mut b, &pos, &[2]);
+                let at = b.op("Cast", &[&at], vec![to_f32]);
+                let angles = b.op("Mul", &[&at, &inv], vec![]);
+                (
+                    b.op("Cos", &[&angles], vec![]),
+                    b.op("Sin", &[&angles], vec![]),
+                )
+            };
             let rotate = |b: &mut GraphBuilder, x: &str, heads: usize| {
                 let mut attrs = vec![("num_heads", Attr::Int(heads as i64))];
                 if r < d {
@@ -264,7 +305,7 @@ fn contract_case(rope: bool) -> impl Strategy<Value = (Case, Vec<usize>, u64)> {
     (
         (1usize..3, 1usize..5, 0usize..4),
         (1usize..3, 1usize..3, prop_oneof![Just(16usize), Just(32)]),
-        (any::<bool>(), prop::option::of(1usize..6)),
+        (any::<bool>(), prop::option::of(1usize..6), any::<bool>()),
         prop::collection::vec(0usize..8, 2),
         any::<u64>(),
     )
@@ -272,7 +313,7 @@ fn contract_case(rope: bool) -> impl Strategy<Value = (Case, Vec<usize>, u64)> {
             move |(
                 (batch, seq, past),
                 (kv_heads, group, head_dim),
-                (partial, window),
+                (partial, window, torchscript),
                 lens,
                 seed,
             )| {
@@ -290,6 +331,7 @@ fn contract_case(rope: bool) -> impl Strategy<Value = (Case, Vec<usize>, u64)> {
                     head_dim,
                     rope: rope.then_some(rotary),
                     window,
+                    torchscript,
                 };
                 let lengths = (0..batch)
                     .map(|r| {
@@ -334,6 +376,7 @@ fn base() -> Case {
         head_dim: 16,
         rope: Some(16),
         window: None,
+        torchscript: false,
     }
 }
 
@@ -441,6 +484,10 @@ fn other_masks_are_not_rewritten() {
                 window: Some(2),
                 ..c.clone()
             },
+            Case {
+                torchscript: true,
+                ..c.clone()
+            },
         ] {
             let g = export_block(&case, miss);
             let out = optimized(&g, KvCache::Genai);
@@ -462,12 +509,17 @@ fn other_masks_are_not_rewritten() {
 /// An export with static dims (batch 1: the batch positions are all 0) is read too.
 #[test]
 fn static_dims_are_read() {
-    for (past, seq, window) in [(0, 4, None), (3, 2, Some(2))] {
+    for (past, seq, window, torchscript) in [
+        (0, 4, None, false),
+        (3, 2, Some(2), false),
+        (0, 4, None, true),
+    ] {
         let c = Case {
             batch: 1,
             seq,
             past,
             window,
+            torchscript,
             ..base()
         };
         let g = export_graph(&c, Miss::None);

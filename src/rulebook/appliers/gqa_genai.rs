@@ -10,11 +10,12 @@ use egg::Id;
 use super::gqa::{
     cache_preconditions, gqa_op, rotary_width_ok, rotations_agree, Attention, GqaExtras,
 };
-use crate::ops::value::AttrValue;
+use crate::ops::value::{AttrValue, Literal};
 use crate::opt::analysis::OnnxGraph;
 use crate::opt::bind::{Applier, Site};
 use crate::opt::emit::Emit;
 use crate::opt::lang::Onnx;
+use crate::opt::query::scalar_float;
 use crate::rulebook::genai_contract::{export_mask, position_table, PositionTable};
 
 /// `export-attention-to-gqa`.
@@ -82,8 +83,8 @@ fn export_rotary_attention_to_gqa(g: &mut OnnxGraph, _: Site<'_>, vars: [Id; 18]
         .data
         .tensor()?
         .static_shape()?
-        .first()
-        .copied()?;
+        .iter()
+        .product::<i64>();
     rotary_width_ok(g, &extras, qrd, width)?;
     let (cos, sin) = (
         table(g, &cos, attention_mask),
@@ -100,8 +101,30 @@ fn export_rotary_attention_to_gqa(g: &mut OnnxGraph, _: Site<'_>, vars: [Id; 18]
 
 /// The cache `read` describes, over positions `Range(0, T)` (`T` read from
 /// `attention_mask`'s shape as GroupQueryAttention's total length is) instead of
-/// `position_ids`: `[T, D/2]`.
+/// `position_ids`: `[T, D/2]`. Frequencies stored `[1, D/2, 1]` are taken as the `[D/2]`
+/// constant of the same values; a step that multiplies or divides by exactly 1 (an
+/// `attention_scaling` of 1) is left out, as it changes no value.
 fn table(g: &mut OnnxGraph, read: &PositionTable, attention_mask: Id) -> Id {
+    let frequencies = match g[read.frequencies].data.konst.as_deref() {
+        Some(lit) if lit.shape.len() != 1 => {
+            let flat = Literal {
+                shape: vec![lit.shape.iter().product()],
+                ..lit.clone()
+            };
+            g.add(Onnx::Const(Box::new(flat)))
+        }
+        _ => read.frequencies,
+    };
+    let identity = |g: &OnnxGraph, node: &crate::opt::lang::OpNode, carrier: usize| {
+        matches!(node.op.as_str(), "Mul" | "Div")
+            && scalar_float(g, node.children[1 - carrier]) == Some(1.0)
+    };
+    let steps: Vec<_> = read
+        .steps
+        .iter()
+        .filter(|(node, carrier)| !identity(g, node, *carrier))
+        .cloned()
+        .collect();
     let mut e = Emit::new(g);
     let (zero, one) = (e.int(0), e.int(1));
     let shape = e.op("Shape", &[attention_mask], &[]);
@@ -111,11 +134,11 @@ fn table(g: &mut OnnxGraph, read: &PositionTable, attention_mask: Id) -> Id {
     let to = ("to", AttrValue::Int(read.dtype.onnx_code() as i64));
     let column = e.op("Cast", &[column], &[to]);
     let angles = if read.frequencies_first {
-        e.bin("Mul", read.frequencies, column)
+        e.bin("Mul", frequencies, column)
     } else {
-        e.bin("Mul", column, read.frequencies)
+        e.bin("Mul", column, frequencies)
     };
-    read.steps.iter().fold(angles, |inner, (node, carrier)| {
+    steps.iter().fold(angles, |inner, (node, carrier)| {
         let mut node = node.clone();
         node.children[*carrier] = inner;
         g.add(Onnx::Op(node))
