@@ -138,10 +138,12 @@ from transformers import (
     Gemma2ForCausalLM,
     Gemma3Config,
     Gemma3ForCausalLM,
+    Gemma3nForCausalLM,
     Gemma4ForCausalLM,
     Gemma4UnifiedForCausalLM,
     Gemma3ForConditionalGeneration,
     Gemma3TextConfig,
+    Gemma3nTextConfig,
     Gemma4TextConfig,
     Gemma4UnifiedTextConfig,
     GemmaConfig,
@@ -716,6 +718,27 @@ def make_config(kind: str, vocab: int, ids: dict):
                 "full_attention": {"rope_type": "proportional", "rope_theta": 1000000.0, "partial_rotary_factor": 0.5},
                 "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
             },
+        )
+    if kind == "gemma3n_text":
+        # 4 layers: sliding, full, sliding, full (window 4); the last two reuse the keys and
+        # values of the first two (num_kv_shared_layers 2); Gaussian top-k sparsity on the MLP
+        # gates of layers 0 (0.95) and 2 (0.5); 4 AltUp streams, the active one the second;
+        # LAuReL of rank 8; per-layer inputs 8 wide from a table of 200 rows (ids past it read
+        # row 0); final logits soft-capped.
+        return Gemma3nForCausalLM, Gemma3nTextConfig(
+            **dict(common, num_hidden_layers=4, intermediate_size=64),
+            rms_norm_eps=1e-6,
+            hidden_activation="gelu_pytorch_tanh",
+            sliding_window=4,
+            layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+            num_kv_shared_layers=2,
+            activation_sparsity_pattern=[0.95, 0.0, 0.5, 0.0],
+            altup_num_inputs=4,
+            altup_active_idx=1,
+            laurel_rank=8,
+            hidden_size_per_layer_input=8,
+            vocab_size_per_layer_input=200,
+            final_logit_softcapping=10.0,
         )
     if kind == "gemma4_unified_text":
         # Gemma 4 Unified's text decoder: no per-layer inputs; 4 layers sliding, full, sliding,
@@ -2587,10 +2610,10 @@ def perturb(model, seed: int) -> None:
     # Gemma's RMSNorm and Nemotron's LayerNorm1P scale by (1 + weight): keep their effective
     # gain near 1 as well.
     # Qwen3-Next's RMSNorms too, but not the gated norm of its linear attention (a plain gain);
-    # Gemma 4's RMSNorm scales by the weight itself.
+    # Gemma 4's and Gemma 3n's RMSNorms scale by the weight itself.
     offset_types = ("gemma", "vaultgemma", "nemotron", "qwen3_next", "qwen3_5")
     model_type = model.config.model_type
-    norm_offset = 0.0 if model_type.startswith(offset_types) and not model_type.startswith("gemma4") else 1.0
+    norm_offset = 0.0 if model_type.startswith(offset_types) and not model_type.startswith(("gemma4", "gemma3n")) else 1.0
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("embed_positions.weight") and not p.requires_grad:
@@ -2827,6 +2850,7 @@ FIXTURES = {
     "gemma3_text": (7000, "f32", "v5", None),
     "gemma4_text": (7540, "f32", "v5", None),
     "gemma4_unified_text": (7590, "f32", "v5", None),
+    "gemma3n_text": (7640, "f32", "v5", None),
     "gpt2": (5000, "f32", "v5", None),
     "gpt-sw3": (5110, "f32", "v5", None),
     "gpt_bigcode": (5010, "f32", "v5", None),

@@ -16,7 +16,9 @@ pub struct HfConfig {
     pub text_config: Option<Value>,
     /// `hidden_size`.
     pub hidden_size: Option<i64>,
-    /// `intermediate_size`.
+    /// `intermediate_size` (Gemma 3n writes one per layer: a list of equal widths reads as
+    /// that width).
+    #[serde(default, deserialize_with = "width_or_widths")]
     pub intermediate_size: Option<i64>,
     /// `num_attention_heads`.
     pub num_attention_heads: Option<i64>,
@@ -593,6 +595,18 @@ pub struct HfConfig {
     pub use_double_wide_mlp: Option<bool>,
     /// `enable_moe_block` (Gemma 4: a mixture of experts beside each layer's MLP).
     pub enable_moe_block: Option<bool>,
+    /// `altup_num_inputs` (Gemma 3n: the AltUp streams).
+    pub altup_num_inputs: Option<i64>,
+    /// `altup_active_idx` (Gemma 3n: the stream the layers compute on).
+    pub altup_active_idx: Option<i64>,
+    /// `altup_correct_scale` (Gemma 3n: the corrected active stream is scaled by
+    /// `correct_output_scale` before the per-layer gate).
+    pub altup_correct_scale: Option<bool>,
+    /// `laurel_rank` (Gemma 3n: the rank of the low-rank residual).
+    pub laurel_rank: Option<i64>,
+    /// `activation_sparsity_pattern` (Gemma 3n: per layer, the share of MLP gate activations
+    /// zeroed; one number, a list or null).
+    pub activation_sparsity_pattern: Option<Value>,
     /// `cross_attention_layers` (Mllama's text decoder: the indices of its cross-attention
     /// layers, which text-only inputs skip).
     pub cross_attention_layers: Option<Vec<i64>>,
@@ -608,4 +622,26 @@ fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::E
 /// from an absent field (`None`, by `#[serde(default)]`).
 fn nullable<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<i64>>, D::Error> {
     Option::<i64>::deserialize(d).map(Some)
+}
+
+/// Deserializes a width given as one integer or as a list of integers (one per layer) that are
+/// all equal, as that integer; a list of different widths is refused.
+fn width_or_widths<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Width {
+        One(i64),
+        PerLayer(Vec<i64>),
+    }
+    match Option::<Width>::deserialize(d)? {
+        None => Ok(None),
+        Some(Width::One(w)) => Ok(Some(w)),
+        Some(Width::PerLayer(ws)) => match ws.split_first() {
+            Some((&w, rest)) if rest.iter().all(|&r| r == w) => Ok(Some(w)),
+            _ => Err(serde::de::Error::custom(format!(
+                "intermediate_size {ws:?}: expected an integer or a list of equal integers \
+                 (layers of different MLP widths are not supported)"
+            ))),
+        },
+    }
 }

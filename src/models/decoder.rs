@@ -214,6 +214,20 @@ pub trait Family {
         }
     }
 
+    /// The stream layer `i` (module `layer`) works on, from the stream `x` the previous layer
+    /// (or [`Family::embed`]) left: by default `x` itself (Gemma 3n keeps several streams and
+    /// gives each layer its AltUp prediction of the active one).
+    fn layer_input(
+        &self,
+        _b: &mut GraphBuilder,
+        _cfg: &ArchConfig,
+        x: &str,
+        _at: (&str, usize),
+        _dtype: DType,
+    ) -> String {
+        x.to_string()
+    }
+
     /// Where a layer's norms sit.
     fn layer_norms(&self) -> LayerNorms {
         LayerNorms::PRE
@@ -837,6 +851,7 @@ impl Layer<'_> {
     /// Layer `i` (module `p`) on the residual stream `x`; returns the new stream.
     fn build(&self, b: &mut GraphBuilder, x: &str, p: &str, i: usize) -> String {
         let (cfg, family, dtype) = (self.cfg, self.family, self.dtype);
+        let x = &family.layer_input(b, cfg, x, (p, i), dtype);
         let norms = family.layer_norms_of(i);
         if let LayerPast::Stateless = self.io.past[i] {
             // The MLP block alone.

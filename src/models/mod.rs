@@ -45,6 +45,7 @@ pub mod family;
 pub mod flex_olmo;
 pub mod flint;
 pub mod gemma;
+pub mod gemma3n;
 pub mod gemma4;
 pub mod glm;
 pub mod glm4;

@@ -123,6 +123,7 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &super::mimo_v2_flash::FAMILY,
     &super::ergo::FAMILY,
     &super::gemma4::FAMILY,
+    &super::gemma3n::FAMILY,
     &super::bert::FAMILY,
     &super::bert_lm::FAMILY,
     &super::bart_lm::FAMILY,

@@ -2,6 +2,7 @@
 
 pub mod activation;
 pub mod alibi;
+pub mod altup;
 pub mod attention;
 pub mod clamped_moe;
 pub mod conv1d;
@@ -20,6 +21,7 @@ pub mod mla;
 pub mod mlp;
 pub mod moe;
 pub mod norm;
+pub mod per_layer;
 pub mod positions;
 pub mod rope;
 pub mod scalar;
@@ -29,6 +31,7 @@ pub mod ssm;
 
 pub use activation::Activation;
 pub use alibi::{alibi_bias, alibi_slopes, ALIBI_BIAS};
+pub use altup::AltUp;
 pub use attention::{attention, soft_capped_attention, AttentionSpec};
 pub use clamped_moe::{clamped_moe, ClampedMoe};
 pub use conv1d::{conv1d, conv1d_mlp, Conv1dParams};
@@ -44,7 +47,9 @@ pub use linear::linear;
 pub use mamba::{mamba_mixer, MambaMixer, SsmMixer};
 pub use mask::{chunked_mask, padding_mask, sliding_window_mask, CHUNKED_MASK};
 pub use mla::Mla;
-pub use mlp::{gated_mlp, squared_relu_mlp, ungated_mlp, GateActivation};
+pub use mlp::{
+    gated_mlp, gaussian_top_k, normal_quantile, squared_relu_mlp, ungated_mlp, GateActivation,
+};
 pub use moe::{
     gated_shared_expert, sparse_moe, ExpertNames, ExpertWeights, GroupScore, GroupedRouter,
     MoeSpec, Router, Scores,
@@ -52,6 +57,7 @@ pub use moe::{
 pub use norm::{
     layer_norm, layer_norm_into, offset_rms_norm, per_head_norm, rms_norm, Norm, NormKind,
 };
+pub use per_layer::{PerLayer, PER_LAYER_INPUTS};
 pub use positions::{learned_positions, sinusoidal_positions};
 pub use rope::{
     interleaved_mrope_tables, named_rope_tables, rope_tables, rotary_embedding, scaled, RopeTables,
