@@ -21,6 +21,7 @@ pub mod mlp;
 pub mod moe;
 pub mod norm;
 pub mod positions;
+pub mod rglru;
 pub mod rope;
 pub mod scalar;
 pub mod short_conv;
