@@ -354,7 +354,7 @@ ZERO_PAD_ROW = {"youtu"}
 # "decode_steps", the logits of HYBRID_DECODE_STEPS greedy tokens fed one at a time with
 # transformers' cache after the prompt.
 HYBRID = {"lfm2", "lfm2_moe", "mamba2", "bamba", "granitemoehybrid", "mamba", "falcon_mamba", "nemotron_h", "jamba",
-          "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "qwen3_5", "qwen3_5_moe"}
+          "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "qwen3_5", "qwen3_5_moe", "recurrent_gemma"}
 HYBRID_DECODE_STEPS = 8
 
 DIMS = dict(
@@ -1213,6 +1213,30 @@ def make_config(kind: str, vocab: int, ids: dict):
             routed_scaling_factor=1.5,
             layer_norm_epsilon=1e-5,
             tie_word_embeddings=False,
+        )
+    if kind == "recurrent_gemma":
+        # Griffin: block_types (recurrent, recurrent, attention) cycled over 4 layers (r, r, a,
+        # r); RG-LRU width 96 (4 blocks of 24, wider than hidden), conv width 4; local MQA
+        # (4 query heads of 16, 1 key/value head, half of each head rotated, q/k/v biases) with
+        # a window of 4 tokens, shorter than the prompt; the logits soft-capped at 5 so the cap
+        # acts.
+        return transformers.RecurrentGemmaForCausalLM, transformers.RecurrentGemmaConfig(
+            num_hidden_layers=4,
+            vocab_size=vocab,
+            hidden_size=64,
+            intermediate_size=128,
+            num_attention_heads=4,
+            num_key_value_heads=1,
+            lru_width=96,
+            attention_window_size=4,
+            conv1d_width=4,
+            logits_soft_cap=5.0,
+            rms_norm_eps=1e-6,
+            attention_bias=True,
+            block_types=["recurrent", "recurrent", "attention"],
+            tie_word_embeddings=True,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+            **ids,
         )
     if kind == "mamba2":
         # Selective state-space layers only (no attention, no MLP): 8 SSM heads of 16 channels
@@ -2611,7 +2635,7 @@ def perturb(model, seed: int) -> None:
     # gain near 1 as well.
     # Qwen3-Next's RMSNorms too, but not the gated norm of its linear attention (a plain gain);
     # Gemma 4's and Gemma 3n's RMSNorms scale by the weight itself.
-    offset_types = ("gemma", "vaultgemma", "nemotron", "qwen3_next", "qwen3_5")
+    offset_types = ("gemma", "vaultgemma", "nemotron", "qwen3_next", "qwen3_5", "recurrent_gemma")
     model_type = model.config.model_type
     norm_offset = 0.0 if model_type.startswith(offset_types) and not model_type.startswith(("gemma4", "gemma3n")) else 1.0
     with torch.no_grad():
@@ -2626,6 +2650,10 @@ def perturb(model, seed: int) -> None:
                 module = name.rsplit(".", 2)[0].rsplit(".", 1)[-1]
             if name.endswith("_residual"):
                 v = 1.0 + 0.2 * r  # Doge's residual scales (ones at init)
+            elif name.endswith("rg_lru.recurrent_param"):
+                # RecurrentGemma's decay parameter (softplus of it near 0.05: a = exp(-8·gate·0.05)
+                # keeps a long memory, as its init does), each channel its own.
+                v = -3.0 + 0.5 * r
             elif module.startswith("ln_") or "norm" in module:
                 # RMSNorm gains; LayerNorm (gpt2, phi) weights and biases
                 offset = 1.0 if name.endswith("linear_attn.norm.weight") else norm_offset
@@ -2724,8 +2752,11 @@ def hybrid_decode_steps(model, input_ids: list[int], greedy: list[int]) -> dict:
     """The prompt through transformers' cache, then the first HYBRID_DECODE_STEPS greedy tokens
     one at a time: each step's logits (checked against one cache-free forward of the whole
     sequence)."""
-    out = model(torch.tensor([input_ids]), use_cache=True)
-    cache = out.cache
+    # RecurrentGemma returns no cache (its recurrent states live in its modules): hand it one
+    # for its attention layers, as generate does.
+    own = transformers.DynamicCache(config=model.config) if model.config.model_type == "recurrent_gemma" else None
+    out = model(torch.tensor([input_ids]), use_cache=True, cache=own)
+    cache = getattr(out, "cache", own)
     fed = greedy[:HYBRID_DECODE_STEPS]
     steps = []
     # Each step's position, as generate passes it: Bamba's and Granite-4's forward number a
@@ -2734,7 +2765,7 @@ def hybrid_decode_steps(model, input_ids: list[int], greedy: list[int]) -> dict:
     for j, t in enumerate(fed):
         extra = {"position_ids": torch.tensor([[len(input_ids) + j]])} if positioned else {}
         out = model(torch.tensor([[t]]), cache=cache, use_cache=True, **extra)
-        cache = out.cache
+        cache = getattr(out, "cache", cache)
         steps.append(out.logits[0, -1].float())
     steps = torch.stack(steps)
     full = model(torch.tensor([input_ids + fed])).logits[0, len(input_ids):].float()
@@ -2977,6 +3008,7 @@ FIXTURES = {
     "ergo": (9400, "f32", "v5", None),
     "emu3": (9500, "f32", "v5", None),
     "mllama": (9600, "f32", "v5", None),
+    "recurrent_gemma": (9700, "f32", "v5", None),
 }
 
 

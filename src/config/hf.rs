@@ -610,6 +610,16 @@ pub struct HfConfig {
     /// `cross_attention_layers` (Mllama's text decoder: the indices of its cross-attention
     /// layers, which text-only inputs skip).
     pub cross_attention_layers: Option<Vec<i64>>,
+    /// `block_types` (RecurrentGemma: `recurrent` / `attention`, cycled over the layers).
+    pub block_types: Option<Vec<String>>,
+    /// `lru_width` (RecurrentGemma: the recurrent block's width; absent or null → hidden_size).
+    pub lru_width: Option<i64>,
+    /// `conv1d_width` (RecurrentGemma: the kernel width of the recurrent block's convolution).
+    pub conv1d_width: Option<i64>,
+    /// `attention_window_size` (RecurrentGemma: the local attention's window).
+    pub attention_window_size: Option<i64>,
+    /// `logits_soft_cap` (RecurrentGemma: logits become `c · tanh(logits / c)`).
+    pub logits_soft_cap: Option<f64>,
 }
 
 /// Deserializes a field that may be `null` as `Some(Value::Null)`, so that an explicit null

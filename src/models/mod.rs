@@ -111,6 +111,7 @@ pub mod phimoe;
 pub mod qwen3;
 pub mod qwen3_next;
 pub mod qwen_moe;
+pub mod recurrent_gemma;
 pub mod registry;
 pub mod sarvam_moe;
 pub mod seed_oss;

@@ -109,6 +109,7 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &super::nemotron_h::FAMILY,
     &super::jamba::FAMILY,
     &super::qwen3_next::FAMILY,
+    &super::recurrent_gemma::FAMILY,
     &super::doge::FAMILY,
     &super::jetmoe::FAMILY,
     &super::modernbert_decoder::FAMILY,

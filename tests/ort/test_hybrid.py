@@ -18,12 +18,15 @@ beside attention layers by `attn_layer_period` / `attn_layer_offset`. A Qwen3-Ne
 linear_key_head_dim + linear_num_value_heads * linear_value_head_dim, linear_conv_kernel_dim - 1]`)
 and its recurrent state `past.{i}.recurrent` (`[batch, linear_num_value_heads,
 linear_key_head_dim, linear_value_head_dim]`, onnxruntime-genai 0.18's name for qwen3_5);
-Qwen3.5's text decoders (qwen3_5_text, qwen3_5_moe_text) the same.
+Qwen3.5's text decoders (qwen3_5_text, qwen3_5_moe_text) the same. A RecurrentGemma `recurrent`
+layer (Griffin's RG-LRU block) carries its conv state (`[batch, lru_width, conv1d_width - 1]`) and
+its RG-LRU state `past.{i}.recurrent` (`[batch, lru_width]`); its local-attention layers their
+whole KV cache (the window is a mask).
 Qwen3.5's take `position_ids` `[3, batch, sequence]` (the multimodal RoPE's temporal, height and
 width rows) as onnxruntime-genai 0.18 feeds its `qwen3_5_text` / `qwen3_5_moe_text` packages; text
 tokens give three equal rows, and the fixture's `mrope` case three different ones.
-onnxruntime-genai 0.18 runs no model type with an SSM state, nor qwen3_next, so those packages
-have no genai_config.json. Every build in BUILDS must give
+onnxruntime-genai 0.18 runs no model type with an SSM state, nor qwen3_next or recurrent_gemma, so
+those packages have no genai_config.json. Every build in BUILDS must give
 transformers' prefill logits, then those of 8 decode steps fed one token at a time with the
 returned state and KV cache, within TOL; onnxruntime-genai's greedy tokens must be
 transformers'.
@@ -106,6 +109,11 @@ def layer_types(name: str) -> list[str]:
     if cfg["model_type"] == "jamba":
         period, offset = cfg["attn_layer_period"], cfg["attn_layer_offset"]
         return ["full_attention" if i % period == offset else "mamba" for i in range(layers)]
+    if cfg["model_type"] == "recurrent_gemma":
+        # block_types cycled over the layers; the local attention carries a KV cache as
+        # full_attention does.
+        types = cfg.get("block_types") or ["recurrent", "recurrent", "attention"]
+        return ["recurrent" if types[i % len(types)] == "recurrent" else "full_attention" for i in range(layers)]
     return cfg["layer_types"]
 
 
@@ -148,6 +156,16 @@ def dims(name: str) -> dict:
             "head_dim": cfg["head_dim"],
             "vocab": cfg["vocab_size"],
         }
+    if cfg["model_type"] == "recurrent_gemma":
+        width = cfg.get("lru_width") or cfg["hidden_size"]
+        return {
+            "conv": width,
+            "state": cfg["conv1d_width"] - 1,
+            "recurrent": [width],
+            "kv_heads": cfg["num_key_value_heads"],
+            "head_dim": cfg["hidden_size"] // cfg["num_attention_heads"],
+            "vocab": cfg["vocab_size"],
+        }
     if cfg["model_type"] == "mamba2":
         inner = cfg["num_heads"] * cfg["head_dim"]
         return {
@@ -187,11 +205,11 @@ def state_shapes(name: str, batch, past, total) -> tuple[dict, dict]:
     d = dims(name)
     ins, outs = {}, {}
     for i, kind in enumerate(layer_types(name)):
-        if kind in ("conv", "mamba", "linear_attention"):
+        if kind in ("conv", "mamba", "linear_attention", "recurrent"):
             ins[f"past.{i}.conv"] = outs[f"present.{i}.conv"] = [batch, d["conv"], d["state"]]
         if kind == "mamba":
             ins[f"past.{i}.ssm"] = outs[f"present.{i}.ssm"] = [batch, *d["ssm"]]
-        if kind == "linear_attention":
+        if kind in ("linear_attention", "recurrent"):
             ins[f"past.{i}.recurrent"] = outs[f"present.{i}.recurrent"] = [batch, *d["recurrent"]]
         if kind == "full_attention":
             for part in ("key", "value"):
@@ -205,11 +223,11 @@ def empty_state(name: str, dtype: str, batch: int) -> dict:
     d, np_dtype = dims(name), NP_DTYPES[dtype]
     feed = {}
     for i, kind in enumerate(layer_types(name)):
-        if kind in ("conv", "mamba", "linear_attention"):
+        if kind in ("conv", "mamba", "linear_attention", "recurrent"):
             feed[f"past.{i}.conv"] = np.zeros((batch, d["conv"], d["state"]), np_dtype)
         if kind == "mamba":
             feed[f"past.{i}.ssm"] = np.zeros((batch, *d["ssm"]), np_dtype)
-        if kind == "linear_attention":
+        if kind in ("linear_attention", "recurrent"):
             feed[f"past.{i}.recurrent"] = np.zeros((batch, *d["recurrent"]), np_dtype)
         if kind == "full_attention":
             kv = np.zeros((batch, d["kv_heads"], 0, d["head_dim"]), np_dtype)
@@ -240,7 +258,7 @@ def step(sess, ids, mask, pos, state: dict):
 
 def test_hybrid_fixtures_exist():
     want = {"lfm2", "mamba2", "bamba", "mamba", "falcon_mamba", "nemotron_h", "jamba", "qwen3_next", "qwen3_5_text",
-            "qwen3_5_moe_text", "qwen3_5", "qwen3_5_moe"}
+            "qwen3_5_moe_text", "qwen3_5", "qwen3_5_moe", "recurrent_gemma"}
     assert want <= set(NAMES), NAMES
 
 
@@ -253,9 +271,8 @@ def test_reference_is_consistent(name):
     assert [int(np.argmax(row)) for row in steps["logits"]] == ref["greedy_tokens"][1:9]
     assert int(np.argmax(ref["logits"][-1])) == ref["greedy_tokens"][0]
     model_type = config(name)["model_type"]
-    mixer = {"lfm2": "conv", "lfm2_moe": "conv", **dict.fromkeys(GATED_DELTA_TYPES, "linear_attention")}.get(
-        model_type, "mamba"
-    )
+    mixer = {"lfm2": "conv", "lfm2_moe": "conv", "recurrent_gemma": "recurrent",
+             **dict.fromkeys(GATED_DELTA_TYPES, "linear_attention")}.get(model_type, "mamba")
     kinds = {"mamba"} if is_ssm(name) else {mixer, "full_attention"}
     if model_type == "nemotron_h":
         kinds.add("none")
@@ -424,21 +441,23 @@ INT4 = [("cpu", True), ("onnx-standard", False)]
 @pytest.mark.parametrize("ep,nbits", INT4, ids=[ep for ep, _ in INT4])
 @pytest.mark.parametrize("name", NAMES)
 def test_int4_quantizes_every_projection(built, name, ep, nbits):
-    """`--quant int4` quantizes every MatMul weight, the short convolutions' and Mamba2
+    """`--quant int4` quantizes every 2-D MatMul weight, the short convolutions' and Mamba2
     mixers' in_proj and out_proj included (Mamba's x_proj and dt_proj too, Qwen3-Next's
-    in_proj_qkvz, in_proj_ba and out_proj, Qwen3.5's in_proj_qkv, in_proj_z, in_proj_b, in_proj_a) (no float MatMul weight is left), and the prefill logits match the
+    in_proj_qkvz, in_proj_ba and out_proj, Qwen3.5's in_proj_qkv, in_proj_z, in_proj_b, in_proj_a,
+    RecurrentGemma's linear_x, linear_y and linear_out) (no 2-D float MatMul weight is left; the
+    RG-LRU's block-diagonal gates are 3-D and stay float), and the prefill logits match the
     fake-quantized reference (scripts/make_quant_references.py) within 1e-4."""
     import onnxruntime as ort
 
     out = built("fixture", name, "f32", ep, ("--quant", "int4", "--accuracy-level", "0"))
     model = onnx.load(str(out / "model.onnx"), load_external_data=False)
-    inits = {t.name for t in model.graph.initializer}
+    inits = {t.name for t in model.graph.initializer if len(t.dims) == 2}
     float_weights = [n.input[1] for n in model.graph.node if n.op_type == "MatMul" and n.input[1] in inits]
     assert not float_weights, f"MatMul weights left in float: {float_weights}"
     ops = [n.op_type for n in model.graph.node]
     quantized = [n.input[1] for n in model.graph.node if n.op_type == ("MatMulNBits" if nbits else "DequantizeLinear")]
     model_type = config(name)["model_type"]
-    mixer = {"lfm2": "conv", "lfm2_moe": "conv", "nemotron_h": "mixer",
+    mixer = {"lfm2": "conv", "lfm2_moe": "conv", "nemotron_h": "mixer", "recurrent_gemma": "temporal_block",
              **dict.fromkeys(GATED_DELTA_TYPES, "linear_attn")}.get(model_type, "mixer" if is_ssm(name) else "mamba")
     projs = ["in_proj", "out_proj"]
     if model_type in ("mamba", "falcon_mamba", "jamba"):
@@ -447,6 +466,8 @@ def test_int4_quantizes_every_projection(built, name, ep, nbits):
         projs = ["in_proj_qkvz", "in_proj_ba", "out_proj"]
     if model_type in ("qwen3_5_text", "qwen3_5_moe_text"):
         projs = ["in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "out_proj"]
+    if model_type == "recurrent_gemma":
+        projs = ["linear_x", "linear_y", "linear_out"]
     for proj in (f"{mixer}.{p}" for p in projs):
         assert any(proj in w for w in quantized), (proj, quantized)
     assert ("MatMulNBits" in ops) == nbits, sorted(set(ops))

@@ -23,6 +23,7 @@ pub mod moe;
 pub mod norm;
 pub mod per_layer;
 pub mod positions;
+pub mod rglru;
 pub mod rope;
 pub mod scalar;
 pub mod short_conv;
