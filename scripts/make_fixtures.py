@@ -333,7 +333,7 @@ DYNAMIC_ORIGINAL_MAX = 32  # llama-dynamic: max_position_embeddings, crossed by 
 # Routers whose score-correction bias the fixtures perturb by 0.1 (the others: 0.15).
 DEEPSEEK_ROUTED = {
     "deepseek_v3", "deepseek_v2", "sarvam_mla", "glm4_moe", "glm4_moe_lite", "dots1", "exaone_moe",
-    "sarvam_moe", "param2moe", "hy_v3", "minicpm5_moe",
+    "sarvam_moe", "param2moe", "hy_v3", "minicpm5_moe", "deepseek_v32", "glm_moe_dsa", "axk2",
 }
 # Routers whose score-correction bias stays zero: A.X-K1's released checkpoints have none and
 # transformers routes them with zeros (mobius adds no correction).
@@ -354,8 +354,14 @@ ZERO_PAD_ROW = {"youtu"}
 # "decode_steps", the logits of HYBRID_DECODE_STEPS greedy tokens fed one at a time with
 # transformers' cache after the prompt.
 HYBRID = {"lfm2", "lfm2_moe", "mamba2", "bamba", "granitemoehybrid", "mamba", "falcon_mamba", "nemotron_h", "jamba",
-          "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "qwen3_5", "qwen3_5_moe", "recurrent_gemma"}
+          "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "qwen3_5", "qwen3_5_moe", "recurrent_gemma",
+          "deepseek_v32", "glm_moe_dsa", "axk2"}
 HYBRID_DECODE_STEPS = 8
+# DeepSeek Sparse Attention (hybrid-text-generation: the indexer's key cache is carried beside
+# the KV cache): index_topk is below the prompt's length, and the fixture is checked to depend on
+# the selection (its logits move by more than SPARSE_MIN_EFFECT when every key is kept).
+SPARSE_ATTENTION = {"deepseek_v32", "glm_moe_dsa", "axk2"}
+SPARSE_MIN_EFFECT = 1e-2
 
 DIMS = dict(
     hidden_size=64,
@@ -2263,6 +2269,81 @@ def make_config(kind: str, vocab: int, ids: dict):
             tie_word_embeddings=False,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
         )
+    if kind == "axk2":
+        # A.X-K2: the deepseek_v32 fixture's sparse MLA (index_topk 4, 16 indexer heads of 32
+        # channels, half-split indexer RoPE) with q and the per-head output gate from
+        # q_gate_proj, gated RMSNorms (rank 8) on every layer's input and on the MoE layer's
+        # post-attention norm, layer 0 dense, layer 1 8 experts without groups, q/kv biases.
+        return transformers.AXK2ForCausalLM, transformers.AXK2Config(
+            **dict(common, num_key_value_heads=4, intermediate_size=64),
+            q_lora_rank=24,
+            kv_lora_rank=32,
+            qk_nope_head_dim=16,
+            qk_rope_head_dim=16,
+            v_head_dim=16,
+            n_routed_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            n_shared_experts=1,
+            mlp_layer_types=["dense", "sparse"],
+            index_topk=4,
+            index_head_dim=32,
+            index_n_heads=16,
+            gated_norm_rank=8,
+            attention_bias=True,
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
+    if kind in ("deepseek_v32", "glm_moe_dsa"):
+        # DeepSeek Sparse Attention: DeepSeek-V3's MLA (4 heads of 16 + 16 q/k channels, 16 v
+        # channels, q rank 24, latent 32) and experts (layer 0 dense, layer 1 8 experts of
+        # width 32, top-2, one shared expert), each query attending to the index_topk = 4 keys
+        # its indexer (16 heads of 32 channels, the first 16 rotated) scores best: fewer than
+        # the prompt's tokens, so the selection changes the logits of every row past the 4th
+        # and of every decode step. deepseek_v32: 4 groups of experts, 2 kept, YaRN (as the
+        # deepseek_v3 fixture); glm_moe_dsa: layer 1 reuses layer 0's selection
+        # (indexer_types), its indexer's rope pairs interleaved.
+        dsa = dict(
+            common,
+            num_key_value_heads=4,
+            intermediate_size=64,
+            q_lora_rank=24,
+            kv_lora_rank=32,
+            qk_nope_head_dim=16,
+            qk_rope_head_dim=16,
+            v_head_dim=16,
+            n_routed_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            n_shared_experts=1,
+            first_k_dense_replace=1,
+            index_topk=4,
+            index_head_dim=32,
+            index_n_heads=16,
+            tie_word_embeddings=False,
+        )
+        if kind == "glm_moe_dsa":
+            return transformers.GlmMoeDsaForCausalLM, transformers.GlmMoeDsaConfig(
+                **dsa,
+                rms_norm_eps=1e-5,
+                indexer_types=["full", "shared"],
+                rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+            )
+        return transformers.DeepseekV32ForCausalLM, transformers.DeepseekV32Config(
+            **dsa,
+            n_group=4,
+            topk_group=2,
+            rms_norm_eps=1e-6,
+            rope_parameters={
+                "rope_type": "yarn",
+                "rope_theta": 10000.0,
+                "factor": 4.0,
+                "original_max_position_embeddings": 32,
+                "mscale": 1.0,
+                "mscale_all_dim": 0.8,
+            },
+        )
     if kind == "sarvam_mla":
         # DeepSeek-V3's architecture with Sarvam's defaults (a plain q_proj, no group limit): 4
         # heads of 16 + 16 q/k and 16 v channels, layer 0 dense, layer 1 MoE (8 experts of width
@@ -2996,6 +3077,9 @@ FIXTURES = {
     "minicpm5_moe": (6280, "f32", "v5", None),
     "axk1": (6290, "f32", "v5", None),
     "longcat_flash": (6295, "f32", "v5", None),
+    "deepseek_v32": (6296, "f32", "v5", None),
+    "glm_moe_dsa": (6297, "f32", "v5", None),
+    "axk2": (6298, "f32", "v5", None),
     "dbrx": (6400, "f32", "v5", None),
     "llama4_text": (8400, "f32", "v5", None),
     "afmoe": (8500, "f32", "v5", None),
@@ -3165,6 +3249,19 @@ def make_fixture(name: str, out_root: Path, tok: PreTrainedTokenizerFast) -> Non
             "input_ids": long_ids,
             "logits": [[rnd(v) for v in row] for row in long_logits.tolist()],
         }
+    if name in SPARSE_ATTENTION:
+        indexers = [l.self_attn.indexer for l in model.model.layers if l.self_attn.indexer is not None]
+        topk = model.config.index_topk
+        assert topk < len(input_ids), (topk, len(input_ids))
+        for ix in indexers:
+            ix.index_topk = 10**6
+        with torch.no_grad():
+            dense = model(torch.tensor([input_ids])).logits[0].float()
+        for ix in indexers:
+            ix.index_topk = topk
+        effect = float((dense - logits).abs().max())
+        assert effect > SPARSE_MIN_EFFECT, (name, effect)
+        print(f"{name}: keeping every key moves the logits by {effect:.3g}")
     if name in HYBRID:
         ref["task"] = "hybrid-text-generation"
         ref["decode_steps"] = hybrid_decode_steps(model, input_ids, greedy)

@@ -1091,6 +1091,7 @@ fn sink_attention_block(
         mask: &padding,
         past: (&pk, &pv),
         present: ("present.0.key", "present.0.value"),
+        index: None,
     };
     let y = sink_attention(&mut b, &io, [&qr, &kr, &v], &sinks, &spec, (d, DType::F32));
     b.op_into("Identity", &[&y], vec![], "y");

@@ -607,6 +607,24 @@ pub struct HfConfig {
     /// `activation_sparsity_pattern` (Gemma 3n: per layer, the share of MLP gate activations
     /// zeroed; one number, a list or null).
     pub activation_sparsity_pattern: Option<Value>,
+    /// `gated_norm_rank` (A.X-K2: the bottleneck of the sigmoid gate after its gated RMSNorms).
+    pub gated_norm_rank: Option<i64>,
+    /// `index_topk` (DeepSeek Sparse Attention: the keys each query's indexer selects).
+    pub index_topk: Option<i64>,
+    /// `index_head_dim` (DeepSeek Sparse Attention: the indexer's channels per head, its
+    /// cached key's width).
+    pub index_head_dim: Option<i64>,
+    /// `index_n_heads` (DeepSeek Sparse Attention: the indexer's query heads).
+    pub index_n_heads: Option<i64>,
+    /// `indexer_types` (GLM-MoE-DSA: per layer, `full` runs its own indexer, `shared` reuses the
+    /// previous full layer's selection).
+    pub indexer_types: Option<Vec<String>>,
+    /// `index_topk_pattern` (GLM-MoE-DSA: `indexer_types` spelled `F`/`S` per layer, or a list).
+    pub index_topk_pattern: Option<Value>,
+    /// `index_topk_freq` (GLM-MoE-DSA: every this many layers from the offset runs an indexer).
+    pub index_topk_freq: Option<i64>,
+    /// `index_skip_topk_offset` (GLM-MoE-DSA: where `index_topk_freq`'s schedule starts).
+    pub index_skip_topk_offset: Option<i64>,
     /// `cross_attention_layers` (Mllama's text decoder: the indices of its cross-attention
     /// layers, which text-only inputs skip).
     pub cross_attention_layers: Option<Vec<i64>>,

@@ -11,18 +11,21 @@
 //! attention layer does (the hybrids, [`Family::ssm_with_mlp`]). A layer for which
 //! [`Family::mixes_tokens`] is false is its MLP block alone and carries nothing
 //! ([`LayerCache::Stateless`]); an attention layer is its attention and the residual add alone
-//! where [`Family::attention_with_mlp`] is false (Nemotron-H: one mixer per block).
+//! where [`Family::attention_with_mlp`] is false (Nemotron-H: one mixer per block). A layer for
+//! which [`Family::layer_indexer`] names a learned indexer (DeepSeek Sparse Attention) attends
+//! through the index mask its family's [`Family::attention_qkv`] writes, or through an earlier
+//! layer's, and carries the indexer's key cache beside its KV cache ([`LayerCache::Indexed`]).
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
 
 use super::components::{
-    alibi_bias, chunked_mask, gated_delta_mixer, gated_mlp, gated_short_conv, hybrid_decoder_io,
-    linear, mamba2_mixer, mamba_mixer, named_rope_tables, padding_mask, per_head_norm,
-    present_conv_name, present_ssm_name, rope_tables, rotary_embedding, scalar,
-    sliding_window_mask, soft_capped_attention, AttentionSpec, ConvState, DecoderDims,
-    DecoderInputs, GateActivation, LayerCache, LayerPast, Norm, NormKind, RopeTables, ShortConv,
-    SsmMixer, SsmState,
+    alibi_bias, causal_mask, chunked_mask, gated_delta_mixer, gated_mlp, gated_short_conv,
+    hybrid_decoder_io, index_mask_name, linear, mamba2_mixer, mamba_mixer, named_rope_tables,
+    padding_mask, per_head_norm, present_conv_name, present_index_key_name, present_ssm_name,
+    rope_tables, rotary_embedding, scalar, sliding_window_mask, soft_capped_attention,
+    AttentionSpec, ConvState, DecoderDims, DecoderInputs, GateActivation, IndexIo, IndexedLayer,
+    LayerCache, LayerPast, Norm, NormKind, RopeTables, ShortConv, SsmMixer, SsmState,
 };
 use crate::config::{ArchConfig, CheckpointRenaming, FamilyKnobs, Rope};
 use crate::ir::{Attr, DType, Graph, GraphBuilder, Initializer, TensorSource};
@@ -483,6 +486,15 @@ pub trait Family {
         None
     }
 
+    /// Layer `i`'s learned indexer (DeepSeek Sparse Attention), `None` (the default) where its
+    /// attention is dense. A layer with its own ([`IndexedLayer::Own`]) carries the indexer's
+    /// key cache, and its [`Family::attention_qkv`] must write the additive index mask named
+    /// `spec.mask` from what `spec.index` gives ([`super::components::Indexer::mask`]); a
+    /// [`IndexedLayer::Shared`] layer attends through the mask of the layer it names.
+    fn layer_indexer(&self, _cfg: &ArchConfig, _i: usize) -> Option<IndexedLayer> {
+        None
+    }
+
     /// The key/value heads and head size of layer `i`'s KV cache: by default
     /// `num_key_value_heads` and `head_dim` (Gemma 4's full-attention layers have their own).
     fn layer_kv_shape(&self, cfg: &ArchConfig, _i: usize) -> (usize, usize) {
@@ -724,9 +736,12 @@ pub fn build(cfg: &ArchConfig, dtype: DType, family: &dyn Family) -> Graph {
             match (family.ssm_mixer(cfg, i), family.short_conv(cfg, i)) {
                 (Some(mixer), _) => LayerCache::Ssm(mixer),
                 (None, Some(conv)) => LayerCache::Conv(conv),
-                (None, None) => match family.kv_lender(cfg, i) {
-                    Some(lender) => LayerCache::Borrowed(lender),
-                    None => match family.layer_kv_shape(cfg, i) {
+                (None, None) => match (family.kv_lender(cfg, i), family.layer_indexer(cfg, i)) {
+                    (Some(lender), _) => LayerCache::Borrowed(lender),
+                    (None, Some(IndexedLayer::Own(ix))) => LayerCache::Indexed {
+                        index_dim: ix.head_dim,
+                    },
+                    (None, _) => match family.layer_kv_shape(cfg, i) {
                         (kv, d) if (kv, d) == (cfg.num_key_value_heads, cfg.head_dim) => {
                             LayerCache::Kv
                         }
@@ -768,6 +783,11 @@ pub fn build(cfg: &ArchConfig, dtype: DType, family: &dyn Family) -> Graph {
         }
     }
 
+    let index_allowed = caches
+        .iter()
+        .any(|c| matches!(c, LayerCache::Indexed { .. }))
+        .then(|| causal_mask(&mut b, &masks[&None], &io));
+
     let token_mask = caches
         .iter()
         .any(|c| matches!(c, LayerCache::Conv(_) | LayerCache::Ssm(_)))
@@ -790,6 +810,7 @@ pub fn build(cfg: &ArchConfig, dtype: DType, family: &dyn Family) -> Graph {
         masks: &masks,
         token_mask: token_mask.as_deref(),
         chunk_masks: &chunk_masks,
+        index_allowed: index_allowed.as_deref(),
     };
     for i in 0..cfg.num_hidden_layers {
         let p = format!(
@@ -845,6 +866,8 @@ struct Layer<'a> {
     token_mask: Option<&'a str>,
     /// The chunked-attention mask of each chunk size a layer uses.
     chunk_masks: &'a BTreeMap<usize, String>,
+    /// The causal padding mask the learned indexers select from, where a layer has one.
+    index_allowed: Option<&'a str>,
 }
 
 impl Layer<'_> {
@@ -861,7 +884,9 @@ impl Layer<'_> {
         }
         let attn_in = self.norm_at(b, x, p, norms.pre_attention);
         let o = match &self.io.past[i] {
-            LayerPast::Kv { key, value } | LayerPast::Borrowed { key, value } => {
+            LayerPast::Kv { key, value }
+            | LayerPast::Borrowed { key, value }
+            | LayerPast::Indexed { key, value, .. } => {
                 let present = match &self.io.past[i] {
                     LayerPast::Borrowed { .. } => (
                         b.fresh_name("borrowed_present_key"),
@@ -869,17 +894,32 @@ impl Layer<'_> {
                     ),
                     _ => (format!("present.{i}.key"), format!("present.{i}.value")),
                 };
-                let mask = match family.layer_chunk(cfg, i) {
-                    Some(chunk) => &self.chunk_masks[&chunk],
-                    None => &self.masks[&cfg.layer_windows[i]],
+                let mut mask = match family.layer_chunk(cfg, i) {
+                    Some(chunk) => self.chunk_masks[&chunk].clone(),
+                    None => self.masks[&cfg.layer_windows[i]].clone(),
                 };
+                let present_index = present_index_key_name(i);
+                let mut index = None;
+                match (family.layer_indexer(cfg, i), &self.io.past[i]) {
+                    (Some(IndexedLayer::Own(_)), LayerPast::Indexed { index_key, .. }) => {
+                        mask = index_mask_name(i);
+                        index = Some(IndexIo {
+                            allowed: self.index_allowed.expect("an indexed layer has its mask"),
+                            past: index_key,
+                            present: &present_index,
+                        });
+                    }
+                    (Some(IndexedLayer::Shared(owner)), _) => mask = index_mask_name(owner),
+                    _ => {}
+                }
                 let spec = AttentionSpec {
                     q_heads: family.layer_q_heads(cfg, i),
                     kv_heads: family.layer_kv_shape(cfg, i).0,
                     scale: family.attention_scale(cfg),
-                    mask,
+                    mask: &mask,
                     past: (key, value),
                     present: (&present.0, &present.1),
+                    index,
                 };
                 let attn = format!("{p}.{}", family.names().attn);
                 let o = self.attention(b, &attn_in, &attn, i, &spec);

@@ -21,7 +21,13 @@ linear_key_head_dim, linear_value_head_dim]`, onnxruntime-genai 0.18's name for 
 Qwen3.5's text decoders (qwen3_5_text, qwen3_5_moe_text) the same. A RecurrentGemma `recurrent`
 layer (Griffin's RG-LRU block) carries its conv state (`[batch, lru_width, conv1d_width - 1]`) and
 its RG-LRU state `past.{i}.recurrent` (`[batch, lru_width]`); its local-attention layers their
-whole KV cache (the window is a mask).
+whole KV cache (the window is a mask). DeepSeek Sparse Attention
+(deepseek_v32, glm_moe_dsa, axk2): a layer running its own learned indexer (`indexed_attention`) carries
+the indexer's keys `past_key_values.{i}.index_key` (`[batch, past_sequence_len, index_head_dim]`)
+after its KV cache; a GLM-5 layer reusing an earlier layer's selection (`indexer_types`
+`shared`) carries its KV cache alone; onnxruntime-genai 0.18's decoder carries no such cache, so
+those packages have no genai_config.json either, and their attention (an additive index mask)
+stays opset-24 Attention.
 Qwen3.5's take `position_ids` `[3, batch, sequence]` (the multimodal RoPE's temporal, height and
 width rows) as onnxruntime-genai 0.18 feeds its `qwen3_5_text` / `qwen3_5_moe_text` packages; text
 tokens give three equal rows, and the fixture's `mrope` case three different ones.
@@ -89,6 +95,9 @@ def config(name: str) -> dict:
     (Qwen3_5ForConditionalGeneration: its text decoder is what mobius builds)."""
     cfg = load_config(FIXTURES_DIR / name)
     return cfg.get("text_config") or cfg
+# DeepSeek Sparse Attention (A.X-K2's too): multi-head latent attention (its cache per head, q/k head size) with a
+# learned indexer whose keys are cached per layer; no genai_config.json.
+SPARSE_TYPES = {"deepseek_v32", "glm_moe_dsa", "axk2"}
 
 
 def layer_types(name: str) -> list[str]:
@@ -98,6 +107,10 @@ def layer_types(name: str) -> list[str]:
     cfg = config(name)
     if cfg["model_type"] == "nemotron_h":
         return [KINDS[t] for t in cfg["layers_block_type"]]
+    if cfg["model_type"] in SPARSE_TYPES:
+        # A GLM-5 `shared` layer runs no indexer: its KV cache alone.
+        owners = cfg.get("indexer_types") or ["full"] * cfg["num_hidden_layers"]
+        return ["indexed_attention" if t == "full" else "full_attention" for t in owners]
     layers = cfg["num_hidden_layers"]
     if cfg["model_type"] in SSM_TYPES:
         return ["mamba"] * layers
@@ -166,6 +179,13 @@ def dims(name: str) -> dict:
             "head_dim": cfg["hidden_size"] // cfg["num_attention_heads"],
             "vocab": cfg["vocab_size"],
         }
+    if cfg["model_type"] in SPARSE_TYPES:
+        return {
+            "kv_heads": cfg["num_attention_heads"],
+            "head_dim": cfg["qk_nope_head_dim"] + cfg["qk_rope_head_dim"],
+            "index": cfg["index_head_dim"],
+            "vocab": cfg["vocab_size"],
+        }
     if cfg["model_type"] == "mamba2":
         inner = cfg["num_heads"] * cfg["head_dim"]
         return {
@@ -211,10 +231,13 @@ def state_shapes(name: str, batch, past, total) -> tuple[dict, dict]:
             ins[f"past.{i}.ssm"] = outs[f"present.{i}.ssm"] = [batch, *d["ssm"]]
         if kind in ("linear_attention", "recurrent"):
             ins[f"past.{i}.recurrent"] = outs[f"present.{i}.recurrent"] = [batch, *d["recurrent"]]
-        if kind == "full_attention":
+        if kind in ("full_attention", "indexed_attention"):
             for part in ("key", "value"):
                 ins[f"past_key_values.{i}.{part}"] = [batch, d["kv_heads"], past, d["head_dim"]]
                 outs[f"present.{i}.{part}"] = [batch, d["kv_heads"], total, d["head_dim"]]
+        if kind == "indexed_attention":
+            ins[f"past_key_values.{i}.index_key"] = [batch, past, d["index"]]
+            outs[f"present.{i}.index_key"] = [batch, total, d["index"]]
     return ins, outs
 
 
@@ -229,10 +252,12 @@ def empty_state(name: str, dtype: str, batch: int) -> dict:
             feed[f"past.{i}.ssm"] = np.zeros((batch, *d["ssm"]), np_dtype)
         if kind in ("linear_attention", "recurrent"):
             feed[f"past.{i}.recurrent"] = np.zeros((batch, *d["recurrent"]), np_dtype)
-        if kind == "full_attention":
+        if kind in ("full_attention", "indexed_attention"):
             kv = np.zeros((batch, d["kv_heads"], 0, d["head_dim"]), np_dtype)
             feed[f"past_key_values.{i}.key"] = kv
             feed[f"past_key_values.{i}.value"] = kv
+        if kind == "indexed_attention":
+            feed[f"past_key_values.{i}.index_key"] = np.zeros((batch, 0, d["index"]), np_dtype)
     return feed
 
 
@@ -258,7 +283,7 @@ def step(sess, ids, mask, pos, state: dict):
 
 def test_hybrid_fixtures_exist():
     want = {"lfm2", "mamba2", "bamba", "mamba", "falcon_mamba", "nemotron_h", "jamba", "qwen3_next", "qwen3_5_text",
-            "qwen3_5_moe_text", "qwen3_5", "qwen3_5_moe", "recurrent_gemma"}
+            "qwen3_5_moe_text", "qwen3_5", "qwen3_5_moe", "recurrent_gemma", "deepseek_v32", "glm_moe_dsa", "axk2"}
     assert want <= set(NAMES), NAMES
 
 
@@ -276,6 +301,10 @@ def test_reference_is_consistent(name):
     kinds = {"mamba"} if is_ssm(name) else {mixer, "full_attention"}
     if model_type == "nemotron_h":
         kinds.add("none")
+    if model_type in SPARSE_TYPES:
+        # deepseek_v32, axk2: every layer its own indexer; the glm_moe_dsa fixture: layer 1 shares.
+        kinds = {"indexed_attention"} | ({"full_attention"} if model_type == "glm_moe_dsa" else set())
+        assert load_config(FIXTURES_DIR / name)["index_topk"] < len(ref["input_ids"])
     assert set(layer_types(name)) == kinds, layer_types(name)
 
 
@@ -395,6 +424,42 @@ def test_right_padded_batch(session_for, name, ep, dtype):
     assert_close(logits[1, :n], ref["logits"], TOL[dtype], f"{name} --ep {ep} {dtype} unpadded row")
 
 
+SPARSE_NAMES = [name for name in NAMES if config(name)["model_type"] in SPARSE_TYPES]
+SPARSE_CASES = [(name, ep, dtype) for name in SPARSE_NAMES for ep, dtype in BUILDS]
+
+
+@pytest.mark.parametrize("name,ep,dtype", SPARSE_CASES, ids=[f"{n}-{e or 'noflag'}-{d}" for n, e, d in SPARSE_CASES])
+def test_sparse_attention_prompt_shorter_than_index_topk(session_for, name, ep, dtype):
+    """A prompt of fewer tokens than index_topk: the indexer keeps every key (TopK of all of
+    them), so the logits are the reference prompt's first rows (causal: they see the same keys)."""
+    ref = load_reference(name)
+    n = load_config(FIXTURES_DIR / name)["index_topk"] - 1
+    ids = ref["input_ids"][:n]
+    logits, state = step(session_for(name, dtype, ep), [ids], np.ones((1, n)), np.arange(n)[None],
+                         empty_state(name, dtype, 1))
+    assert_close(logits[0], ref["logits"][:n], TOL[dtype], f"{name} --ep {ep} {dtype} {n}-token prompt")
+    assert all(v.shape[-2 if v.ndim == 4 else 1] == n for v in state.values()), {k: v.shape for k, v in state.items()}
+
+
+@pytest.mark.parametrize("name,ep,dtype", SPARSE_CASES, ids=[f"{n}-{e or 'noflag'}-{d}" for n, e, d in SPARSE_CASES])
+def test_sparse_attention_stays_attention(built, name, ep, dtype):
+    """Every layer's attention reads its index mask (its own or, on a shared layer, the earlier
+    layer's) as an additive mask, which GroupQueryAttention cannot take: every attention is
+    opset-24 Attention (or, on an EP without it, standard ops: one Softmax per layer), none
+    GroupQueryAttention."""
+    model = onnx.load(str(built("fixture", name, dtype, ep) / "model.onnx"), load_external_data=False)
+    ops = [n.op_type for n in model.graph.node]
+    assert "GroupQueryAttention" not in ops and "MultiHeadAttention" not in ops, sorted(set(ops))
+    kinds = layer_types(name)
+    if "Attention" not in ops:
+        assert ops.count("Softmax") == len(kinds), sorted(set(ops))
+        return
+    masks = [n.input[3] for n in model.graph.node if n.op_type == "Attention"]
+    owners = [i if t == "indexed_attention" else max(j for j in range(i) if kinds[j] == "indexed_attention")
+              for i, t in enumerate(kinds)]
+    assert masks == [f"index_mask{o}" for o in owners], masks
+
+
 # onnxruntime-genai 0.18 has no model type with an SSM state: those packages (Mamba2, Bamba,
 # Granite-4 with Mamba2 layers) have no genai_config.json.
 GENAI_NAMES = [
@@ -468,6 +533,8 @@ def test_int4_quantizes_every_projection(built, name, ep, nbits):
         projs = ["in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "out_proj"]
     if model_type == "recurrent_gemma":
         projs = ["linear_x", "linear_y", "linear_out"]
+    if model_type in SPARSE_TYPES:
+        mixer, projs = "self_attn.indexer", ["wq_b", "wk", "weights_proj"]
     for proj in (f"{mixer}.{p}" for p in projs):
         assert any(proj in w for w in quantized), (proj, quantized)
     assert ("MatMulNBits" in ops) == nbits, sorted(set(ops))

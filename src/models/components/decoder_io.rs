@@ -13,9 +13,13 @@
 //! without a token mixer ([`LayerCache::Stateless`], Nemotron-H's MLP and MoE blocks) carries
 //! nothing. A layer whose KV cache has a shape of its own ([`LayerCache::KvOf`]: its key/value
 //! heads and head size) declares it with that shape; a layer that reads another layer's keys
-//! and values ([`LayerCache::Borrowed`], Gemma 4's KV sharing) carries no cache at all.
+//! and values ([`LayerCache::Borrowed`], Gemma 4's KV sharing) carries no cache at all. A layer
+//! that runs a learned indexer ([`LayerCache::Indexed`], DeepSeek Sparse Attention) carries its
+//! key/value cache and, after them, the indexer's keys `past_key_values.{i}.index_key` →
+//! `present.{i}.index_key` (`[batch, past_sequence_len, index_head_dim]`, the model dtype).
 //! The one place those names are spelled (the encoders reuse [`BATCH`] and [`SEQ`]).
 
+use super::indexer::{past_index_key_name, present_index_key_name};
 use super::mamba::SsmMixer;
 use super::short_conv::ShortConv;
 use crate::config::ArchConfig;
@@ -54,7 +58,7 @@ impl DecoderInputs {
     /// declared otherwise (a builder bug, not an input error).
     pub fn kv(&self, i: usize) -> (&str, &str) {
         match &self.past[i] {
-            LayerPast::Kv { key, value } => (key, value),
+            LayerPast::Kv { key, value } | LayerPast::Indexed { key, value, .. } => (key, value),
             LayerPast::Conv { .. }
             | LayerPast::Ssm { .. }
             | LayerPast::Stateless
@@ -78,6 +82,13 @@ pub enum LayerCache {
         /// Its channels per head.
         head_dim: usize,
     },
+    /// The key/value cache of an attention layer that runs its own learned indexer
+    /// (DeepSeek Sparse Attention) and the indexer's key cache beside it
+    /// (`[batch, len, index_dim]`).
+    Indexed {
+        /// The indexer's channels per head (`index_head_dim`).
+        index_dim: usize,
+    },
     /// No cache: the layer attends to the keys and values of layer `.0` (an earlier layer
     /// with a cache of its own), read from that layer's cache inputs.
     Borrowed(usize),
@@ -98,6 +109,15 @@ pub enum LayerPast {
         key: String,
         /// The value cache input.
         value: String,
+    },
+    /// `past_key_values.{i}.key`, `.value` and `.index_key`.
+    Indexed {
+        /// The key cache input.
+        key: String,
+        /// The value cache input.
+        value: String,
+        /// The indexer's key cache input.
+        index_key: String,
     },
     /// `past.{i}.conv`.
     Conv {
@@ -213,6 +233,8 @@ pub fn hybrid_decoder_io(
         ])
     };
     let kv_shape = |len: &str| kv_shape_of(dims.kv_heads, dims.head_dim, len);
+    let index_shape =
+        |index_dim: usize, len: &str| Shape(vec![Dim::sym(BATCH), Dim::sym(len), index_dim.into()]);
     let conv_shape = |conv: ShortConv| {
         Shape(vec![
             Dim::sym(BATCH),
@@ -238,6 +260,11 @@ pub fn hybrid_decoder_io(
                     value: b.input(&format!("past_key_values.{i}.value"), dtype, shape),
                 }
             }
+            LayerCache::Indexed { index_dim } => LayerPast::Indexed {
+                key: b.input(&format!("past_key_values.{i}.key"), dtype, kv_shape(PAST)),
+                value: b.input(&format!("past_key_values.{i}.value"), dtype, kv_shape(PAST)),
+                index_key: b.input(&past_index_key_name(i), dtype, index_shape(index_dim, PAST)),
+            },
             LayerCache::Borrowed(lender) => match past.get(lender) {
                 Some(LayerPast::Kv { key, value }) => LayerPast::Borrowed {
                     key: key.clone(),
@@ -273,6 +300,12 @@ pub fn hybrid_decoder_io(
                 let shape = kv_shape_of(kv_heads, head_dim, TOTAL);
                 b.output(&format!("present.{i}.key"), dtype, shape.clone());
                 b.output(&format!("present.{i}.value"), dtype, shape);
+            }
+            LayerCache::Indexed { index_dim } => {
+                b.output(&format!("present.{i}.key"), dtype, kv_shape(TOTAL));
+                b.output(&format!("present.{i}.value"), dtype, kv_shape(TOTAL));
+                let shape = index_shape(index_dim, TOTAL);
+                b.output(&present_index_key_name(i), dtype, shape);
             }
             LayerCache::Borrowed(_) => {}
             LayerCache::Conv(conv) => {

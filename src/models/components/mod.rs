@@ -12,6 +12,7 @@ pub mod encoder_layer;
 pub mod fused_qkv;
 pub mod gated_delta;
 pub mod gelu;
+pub mod indexer;
 pub mod linear;
 pub mod longrope;
 pub mod mamba;
@@ -44,6 +45,10 @@ pub use encoder_layer::{EncoderLayer, EncoderNorms, LayerNames};
 pub use fused_qkv::{fused_qkv, head_interleaved_qkv, FusedQkv};
 pub use gated_delta::{gated_delta_mixer, GatedDeltaMixer};
 pub use gelu::gelu;
+pub use indexer::{
+    index_mask_name, past_index_key_name, present_index_key_name, IndexIo, IndexedLayer, Indexer,
+    INDEX_MASK,
+};
 pub use linear::linear;
 pub use mamba::{mamba_mixer, MambaMixer, SsmMixer};
 pub use mask::{chunked_mask, padding_mask, sliding_window_mask, CHUNKED_MASK};
