@@ -67,6 +67,8 @@ from transformers import (
     Mamba2ForCausalLM,
     BambaConfig,
     BambaForCausalLM,
+    FalconH1Config,
+    FalconH1ForCausalLM,
     NemotronHConfig,
     NemotronHForCausalLM,
     JambaConfig,
@@ -348,6 +350,7 @@ ZERO_PAD_ROW = {"youtu"}
 # "decode_steps", the logits of HYBRID_DECODE_STEPS greedy tokens fed one at a time with
 # transformers' cache after the prompt.
 HYBRID = {"lfm2", "lfm2_moe", "mamba2", "bamba", "granitemoehybrid", "mamba", "falcon_mamba", "nemotron_h", "jamba",
+          "falcon_h1",
           "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"}
 HYBRID_DECODE_STEPS = 8
 
@@ -1110,6 +1113,41 @@ def make_config(kind: str, vocab: int, ids: dict):
             vocab_size=vocab,
             **extra,
             **ids,
+        )
+    if kind == "falcon_h1":
+        # Falcon-H1: GQA (RoPE) and a Mamba2 mixer side by side in both layers (8 SSM heads of
+        # 16 channels, width mamba_d_ssm 128, in 2 groups, state 16, conv kernel 4, every bias
+        # on; chunk 8 so that the prefill crosses a chunk boundary; the gated RMS norm on,
+        # before the gate as by default); every µP multiplier off 1.
+        return FalconH1ForCausalLM, FalconH1Config(
+            **common,
+            mamba_d_ssm=128,
+            mamba_n_heads=8,
+            mamba_d_head="auto",
+            mamba_n_groups=2,
+            mamba_d_state=16,
+            mamba_d_conv=4,
+            mamba_expand=2,
+            mamba_chunk_size=8,
+            mamba_conv_bias=True,
+            mamba_proj_bias=True,
+            mamba_rms_norm=True,
+            mamba_norm_before_gate=True,
+            projectors_bias=True,
+            attention_bias=True,
+            mlp_bias=True,
+            embedding_multiplier=1.5,
+            lm_head_multiplier=0.8,
+            mlp_multipliers=[1.2, 0.7],
+            key_multiplier=0.6,
+            attention_in_multiplier=1.3,
+            attention_out_multiplier=0.9,
+            ssm_multipliers=[0.8, 1.1, 0.9, 1.2, 0.7],
+            ssm_in_multiplier=1.4,
+            ssm_out_multiplier=0.75,
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
         )
     if kind == "jamba":
         # Jamba: Mamba-1 layers 0 and 2 (64 channels, state 8, conv kernel 4, time-step rank
@@ -2813,6 +2851,7 @@ FIXTURES = {
     "falcon_mamba": (6800, "f32", "v5", None),
     "nemotron_h": (6900, "f32", "v5", None),
     "jamba": (7200, "f32", "v5", None),
+    "falcon_h1": (7300, "f32", "v5", None),
     "qwen3_next": (6900, "f32", "v5", None),
     "qwen3_5_text": (7000, "f32", "v5", None),
     "qwen3_5_moe_text": (7100, "f32", "v5", None),

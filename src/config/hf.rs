@@ -596,6 +596,33 @@ pub struct HfConfig {
     /// `cross_attention_layers` (Mllama's text decoder: the indices of its cross-attention
     /// layers, which text-only inputs skip).
     pub cross_attention_layers: Option<Vec<i64>>,
+    /// `mamba_d_ssm` (Falcon-H1: the mixer's width; null → `mamba_expand · hidden_size`,
+    /// absent → 1024).
+    #[serde(default, deserialize_with = "nullable")]
+    pub mamba_d_ssm: Option<Option<i64>>,
+    /// `mamba_rms_norm` (Falcon-H1: whether the mixer norms its gated output).
+    pub mamba_rms_norm: Option<bool>,
+    /// `mamba_norm_before_gate` (Falcon-H1: the mixer's norm before its gate).
+    pub mamba_norm_before_gate: Option<bool>,
+    /// `projectors_bias` (Falcon-H1: a bias on the mixer's `out_proj`).
+    pub projectors_bias: Option<bool>,
+    /// `lm_head_multiplier` (Falcon-H1: scales the logits).
+    pub lm_head_multiplier: Option<f64>,
+    /// `mlp_multipliers` (Falcon-H1: the MLP's gate and down-projection multipliers).
+    pub mlp_multipliers: Option<Vec<f64>>,
+    /// `key_multiplier` (Falcon-H1: scales the keys).
+    pub key_multiplier: Option<f64>,
+    /// `attention_in_multiplier` (Falcon-H1: scales the attention's input).
+    pub attention_in_multiplier: Option<f64>,
+    /// `attention_out_multiplier` (Falcon-H1: scales the attention's output).
+    pub attention_out_multiplier: Option<f64>,
+    /// `ssm_multipliers` (Falcon-H1: the µP multipliers of the mixer's `in_proj` parts z, x,
+    /// B, C, dt).
+    pub ssm_multipliers: Option<Vec<f64>>,
+    /// `ssm_in_multiplier` (Falcon-H1: scales the mixer's input).
+    pub ssm_in_multiplier: Option<f64>,
+    /// `ssm_out_multiplier` (Falcon-H1: scales the mixer's output).
+    pub ssm_out_multiplier: Option<f64>,
 }
 
 /// Deserializes a field that may be `null` as `Some(Value::Null)`, so that an explicit null

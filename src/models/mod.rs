@@ -41,6 +41,7 @@ pub mod exaone;
 pub mod exaone4;
 pub mod exaone_moe;
 pub mod falcon;
+pub mod falcon_h1;
 pub mod family;
 pub mod flex_olmo;
 pub mod flint;

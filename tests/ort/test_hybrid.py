@@ -18,7 +18,9 @@ beside attention layers by `attn_layer_period` / `attn_layer_offset`. A Qwen3-Ne
 linear_key_head_dim + linear_num_value_heads * linear_value_head_dim, linear_conv_kernel_dim - 1]`)
 and its recurrent state `past.{i}.recurrent` (`[batch, linear_num_value_heads,
 linear_key_head_dim, linear_value_head_dim]`, onnxruntime-genai 0.18's name for qwen3_5);
-Qwen3.5's text decoders (qwen3_5_text, qwen3_5_moe_text) the same.
+Qwen3.5's text decoders (qwen3_5_text, qwen3_5_moe_text) the same. A Falcon-H1 layer runs
+attention and a Mamba2 mixer side by side (kind `hybrid`): it carries its KV cache, then the
+mixer's conv and SSM states.
 onnxruntime-genai 0.18 runs no model type with an SSM state, nor qwen3_next, nor Qwen3.5 with
 2-D position_ids, so those packages have no genai_config.json. Every build in BUILDS must give
 transformers' prefill logits, then those of 8 decode steps fed one token at a time with the
@@ -90,6 +92,8 @@ def layer_types(name: str) -> list[str]:
         return ["full_attention" if i in attn else "mamba" for i in range(layers)]
     if cfg["model_type"] == "granitemoehybrid":
         return [KINDS[t] for t in cfg["layer_types"]]
+    if cfg["model_type"] == "falcon_h1":
+        return ["hybrid"] * layers
     if cfg["model_type"] == "jamba":
         period, offset = cfg["attn_layer_period"], cfg["attn_layer_offset"]
         return ["full_attention" if i % period == offset else "mamba" for i in range(layers)]
@@ -102,7 +106,7 @@ def is_ssm(name: str) -> bool:
 
 def has_ssm(name: str) -> bool:
     """Whether a layer carries an SSM state (no onnxruntime-genai 0.18 model type does)."""
-    return "mamba" in layer_types(name)
+    return bool({"mamba", "hybrid"} & set(layer_types(name)))
 
 
 def dims(name: str) -> dict:
@@ -174,16 +178,16 @@ def state_shapes(name: str, batch, past, total) -> tuple[dict, dict]:
     d = dims(name)
     ins, outs = {}, {}
     for i, kind in enumerate(layer_types(name)):
-        if kind in ("conv", "mamba", "linear_attention"):
-            ins[f"past.{i}.conv"] = outs[f"present.{i}.conv"] = [batch, d["conv"], d["state"]]
-        if kind == "mamba":
-            ins[f"past.{i}.ssm"] = outs[f"present.{i}.ssm"] = [batch, *d["ssm"]]
-        if kind == "linear_attention":
-            ins[f"past.{i}.recurrent"] = outs[f"present.{i}.recurrent"] = [batch, *d["recurrent"]]
-        if kind == "full_attention":
+        if kind in ("full_attention", "hybrid"):
             for part in ("key", "value"):
                 ins[f"past_key_values.{i}.{part}"] = [batch, d["kv_heads"], past, d["head_dim"]]
                 outs[f"present.{i}.{part}"] = [batch, d["kv_heads"], total, d["head_dim"]]
+        if kind in ("conv", "mamba", "linear_attention", "hybrid"):
+            ins[f"past.{i}.conv"] = outs[f"present.{i}.conv"] = [batch, d["conv"], d["state"]]
+        if kind in ("mamba", "hybrid"):
+            ins[f"past.{i}.ssm"] = outs[f"present.{i}.ssm"] = [batch, *d["ssm"]]
+        if kind == "linear_attention":
+            ins[f"past.{i}.recurrent"] = outs[f"present.{i}.recurrent"] = [batch, *d["recurrent"]]
     return ins, outs
 
 
@@ -192,13 +196,13 @@ def empty_state(name: str, dtype: str, batch: int) -> dict:
     d, np_dtype = dims(name), NP_DTYPES[dtype]
     feed = {}
     for i, kind in enumerate(layer_types(name)):
-        if kind in ("conv", "mamba", "linear_attention"):
+        if kind in ("conv", "mamba", "linear_attention", "hybrid"):
             feed[f"past.{i}.conv"] = np.zeros((batch, d["conv"], d["state"]), np_dtype)
-        if kind == "mamba":
+        if kind in ("mamba", "hybrid"):
             feed[f"past.{i}.ssm"] = np.zeros((batch, *d["ssm"]), np_dtype)
         if kind == "linear_attention":
             feed[f"past.{i}.recurrent"] = np.zeros((batch, *d["recurrent"]), np_dtype)
-        if kind == "full_attention":
+        if kind in ("full_attention", "hybrid"):
             kv = np.zeros((batch, d["kv_heads"], 0, d["head_dim"]), np_dtype)
             feed[f"past_key_values.{i}.key"] = kv
             feed[f"past_key_values.{i}.value"] = kv
@@ -223,7 +227,7 @@ def step(sess, ids, mask, pos, state: dict):
 
 def test_hybrid_fixtures_exist():
     want = {"lfm2", "mamba2", "bamba", "mamba", "falcon_mamba", "nemotron_h", "jamba", "qwen3_next", "qwen3_5_text",
-            "qwen3_5_moe_text"}
+            "qwen3_5_moe_text", "falcon_h1"}
     assert want <= set(NAMES), NAMES
 
 
@@ -242,6 +246,8 @@ def test_reference_is_consistent(name):
     kinds = {"mamba"} if is_ssm(name) else {mixer, "full_attention"}
     if model_type == "nemotron_h":
         kinds.add("none")
+    if model_type == "falcon_h1":
+        kinds = {"hybrid"}
     assert set(layer_types(name)) == kinds, layer_types(name)
 
 
