@@ -69,6 +69,8 @@ from transformers import (
     BambaForCausalLM,
     FalconH1Config,
     FalconH1ForCausalLM,
+    Zamba2Config,
+    Zamba2ForCausalLM,
     NemotronHConfig,
     NemotronHForCausalLM,
     JambaConfig,
@@ -350,7 +352,7 @@ ZERO_PAD_ROW = {"youtu"}
 # "decode_steps", the logits of HYBRID_DECODE_STEPS greedy tokens fed one at a time with
 # transformers' cache after the prompt.
 HYBRID = {"lfm2", "lfm2_moe", "mamba2", "bamba", "granitemoehybrid", "mamba", "falcon_mamba", "nemotron_h", "jamba",
-          "falcon_h1",
+          "falcon_h1", "zamba2",
           "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"}
 HYBRID_DECODE_STEPS = 8
 
@@ -1147,6 +1149,35 @@ def make_config(kind: str, vocab: int, ids: dict):
             ssm_out_multiplier=0.75,
             rms_norm_eps=1e-5,
             tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
+    if kind == "zamba2":
+        # Zamba2: Mamba2 layer 0 (8 SSM heads of 16 channels in 2 groups, state 16, conv
+        # kernel 4, chunk 8, projection biases on) and hybrid layer 1: the shared transformer
+        # block (4 heads of 32 over the concatenated 128-wide input, RoPE; a GELU MLP from a
+        # fused gate_up_proj with biases; LoRA adapters of rank 8 on q, k, v and gate_up, which
+        # need as many key/value heads as query heads) and the layer's linear before its own
+        # Mamba2 mixer. (With a second hybrid layer, transformers' cached decode steps drift
+        # 1.4e-5 to 1.4e-4 from its own full forward on these random weights.)
+        return Zamba2ForCausalLM, Zamba2Config(
+            **{k: v for k, v in common.items() if k not in ("head_dim", "num_hidden_layers", "num_key_value_heads")},
+            num_hidden_layers=2,
+            num_key_value_heads=4,
+            layers_block_type=["mamba", "hybrid"],
+            n_mamba_heads=8,
+            mamba_ngroups=2,
+            mamba_d_state=16,
+            mamba_d_conv=4,
+            mamba_expand=2,
+            chunk_size=8,
+            add_bias_linear=True,
+            num_mem_blocks=1,
+            use_shared_attention_adapter=True,
+            adapter_rank=8,
+            use_mem_rope=True,
+            hidden_act="gelu",
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=True,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
         )
     if kind == "jamba":
@@ -2852,6 +2883,7 @@ FIXTURES = {
     "nemotron_h": (6900, "f32", "v5", None),
     "jamba": (7200, "f32", "v5", None),
     "falcon_h1": (7300, "f32", "v5", None),
+    "zamba2": (7600, "f32", "v5", None),
     "qwen3_next": (6900, "f32", "v5", None),
     "qwen3_5_text": (7000, "f32", "v5", None),
     "qwen3_5_moe_text": (7100, "f32", "v5", None),

@@ -1,6 +1,6 @@
 //! Hybrid decoders through the reference interpreter (no onnxruntime): the lfm2, lfm2_moe,
 //! mamba2, mamba, falcon_mamba, bamba, granitemoehybrid, nemotron_h, jamba, falcon_h1,
-//! qwen3_next, qwen3_5_text and qwen3_5_moe_text fixtures' portable graphs and their cpu graphs (with
+//! zamba2, qwen3_next, qwen3_5_text and qwen3_5_moe_text fixtures' portable graphs and their cpu graphs (with
 //! GroupQueryAttention where a layer attends; mamba's, jamba's and the Gated DeltaNet layers'
 //! with their `Scan`) give transformers' prefill logits, then those of 8 decode steps of one
 //! token each fed the returned conv, SSM and recurrent states (`present.{i}.conv` →
@@ -183,6 +183,14 @@ fn falcon_h1_decode_loop_through_the_interpreter() {
     let portable = build_model(&cfg, DType::F32).unwrap();
     check_decode_loop("falcon_h1", &portable.graph);
     check_decode_loop("falcon_h1", &optimized(&cfg, "cpu", DType::F32));
+}
+
+#[test]
+fn zamba2_decode_loop_through_the_interpreter() {
+    let cfg = fixture_config("zamba2");
+    let portable = build_model(&cfg, DType::F32).unwrap();
+    check_decode_loop("zamba2", &portable.graph);
+    check_decode_loop("zamba2", &optimized(&cfg, "cpu", DType::F32));
 }
 
 #[test]

@@ -623,6 +623,24 @@ pub struct HfConfig {
     pub ssm_in_multiplier: Option<f64>,
     /// `ssm_out_multiplier` (Falcon-H1: scales the mixer's output).
     pub ssm_out_multiplier: Option<f64>,
+    /// `n_mamba_heads` (Zamba2: the SSM heads of a Mamba2 layer).
+    pub n_mamba_heads: Option<i64>,
+    /// `mamba_ngroups` (Zamba2: groups of heads sharing `B` and `C`).
+    pub mamba_ngroups: Option<i64>,
+    /// `add_bias_linear` (Zamba2: biases on the mixers' projections and the shared MLP).
+    pub add_bias_linear: Option<bool>,
+    /// `num_mem_blocks` (Zamba2: the distinct shared transformer blocks, used in turn).
+    pub num_mem_blocks: Option<i64>,
+    /// `use_shared_attention_adapter` (Zamba2: LoRA adapters on q, k and v per use).
+    pub use_shared_attention_adapter: Option<bool>,
+    /// `adapter_rank` (Zamba2: the adapters' rank).
+    pub adapter_rank: Option<i64>,
+    /// `use_mem_rope` (Zamba2: whether the shared attention rotates q and k).
+    pub use_mem_rope: Option<bool>,
+    /// `use_long_context` (Zamba2: a longer context with a rescaled RoPE).
+    pub use_long_context: Option<bool>,
+    /// `time_step_min` (Zamba2: the lower clamp of the mixers' time steps).
+    pub time_step_min: Option<f64>,
 }
 
 /// Deserializes a field that may be `null` as `Some(Value::Null)`, so that an explicit null

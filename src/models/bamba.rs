@@ -155,6 +155,7 @@ pub(super) fn read_mixer(raw: &HfConfig, f: &Fields<'_>, eps: f64) -> Result<Mam
         eps,
         gate_norm: GateNorm::GateThenNorm,
         scales: None,
+        dt_min: None,
     })
 }
 

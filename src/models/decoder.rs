@@ -1005,7 +1005,7 @@ impl Layer<'_> {
 /// The `attention_mask` columns of the current tokens (its last `S`), as `[B, S, 1]` in
 /// `dtype`: a short convolution's input is multiplied by it, so that padded positions enter
 /// neither its output nor its state (transformers zeroes them the same way).
-fn token_mask(b: &mut GraphBuilder, io: &DecoderInputs, dtype: DType) -> String {
+pub(crate) fn token_mask(b: &mut GraphBuilder, io: &DecoderInputs, dtype: DType) -> String {
     let seq = b.op(
         "Shape",
         &[&io.input_ids],

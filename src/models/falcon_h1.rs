@@ -206,6 +206,7 @@ fn read_mixer(raw: &HfConfig, f: &Fields<'_>) -> Result<Mamba2Mixer> {
         eps,
         gate_norm,
         scales: Some(scales),
+        dt_min: None,
     })
 }
 

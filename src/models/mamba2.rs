@@ -126,6 +126,7 @@ fn read(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>) -> Result<ArchCon
                 eps,
                 gate_norm: GateNorm::GateThenNorm,
                 scales: None,
+                dt_min: None,
             },
         })
     })

@@ -121,6 +121,7 @@ pub mod starcoder2;
 pub mod vaultgemma;
 pub mod xglm;
 pub mod youtu;
+pub mod zamba2;
 
 pub use registry::{load_config, load_config_with, parse_config, parse_config_with, Unregistered};
 

@@ -187,6 +187,7 @@ fn read_mixer(raw: &HfConfig, f: &Fields<'_>, hidden: usize, eps: f32) -> Result
         eps,
         gate_norm: GateNorm::GateThenNorm,
         scales: None,
+        dt_min: None,
     })
 }
 

@@ -108,6 +108,7 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &super::granitemoehybrid::FAMILY,
     &super::nemotron_h::FAMILY,
     &super::falcon_h1::FAMILY,
+    &super::zamba2::FAMILY,
     &super::jamba::FAMILY,
     &super::qwen3_next::FAMILY,
     &super::doge::FAMILY,

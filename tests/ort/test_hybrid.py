@@ -20,7 +20,8 @@ and its recurrent state `past.{i}.recurrent` (`[batch, linear_num_value_heads,
 linear_key_head_dim, linear_value_head_dim]`, onnxruntime-genai 0.18's name for qwen3_5);
 Qwen3.5's text decoders (qwen3_5_text, qwen3_5_moe_text) the same. A Falcon-H1 layer runs
 attention and a Mamba2 mixer side by side (kind `hybrid`): it carries its KV cache, then the
-mixer's conv and SSM states.
+mixer's conv and SSM states; so does a Zamba2 `hybrid` layer (a shared transformer block before
+its Mamba2 mixer), beside its Mamba2 layers.
 onnxruntime-genai 0.18 runs no model type with an SSM state, nor qwen3_next, nor Qwen3.5 with
 2-D position_ids, so those packages have no genai_config.json. Every build in BUILDS must give
 transformers' prefill logits, then those of 8 decode steps fed one token at a time with the
@@ -94,6 +95,8 @@ def layer_types(name: str) -> list[str]:
         return [KINDS[t] for t in cfg["layer_types"]]
     if cfg["model_type"] == "falcon_h1":
         return ["hybrid"] * layers
+    if cfg["model_type"] == "zamba2":
+        return ["hybrid" if t == "hybrid" else "mamba" for t in cfg["layers_block_type"]]
     if cfg["model_type"] == "jamba":
         period, offset = cfg["attn_layer_period"], cfg["attn_layer_offset"]
         return ["full_attention" if i % period == offset else "mamba" for i in range(layers)]
@@ -155,6 +158,16 @@ def dims(name: str) -> dict:
             "ssm": [cfg["mamba_num_heads"], cfg["mamba_head_dim"], cfg["ssm_state_size"]],
             "kv_heads": cfg["num_key_value_heads"],
             "head_dim": cfg["head_dim"],
+            "vocab": cfg["vocab_size"],
+        }
+    if cfg["model_type"] == "zamba2":
+        inner = cfg["n_mamba_heads"] * cfg["mamba_headdim"]
+        return {
+            "conv": inner + 2 * cfg["mamba_ngroups"] * cfg["mamba_d_state"],
+            "state": cfg["mamba_d_conv"] - 1,
+            "ssm": [cfg["n_mamba_heads"], cfg["mamba_headdim"], cfg["mamba_d_state"]],
+            "kv_heads": cfg["num_key_value_heads"],
+            "head_dim": cfg["attention_head_dim"],
             "vocab": cfg["vocab_size"],
         }
     heads = cfg["num_attention_heads"]
@@ -227,7 +240,7 @@ def step(sess, ids, mask, pos, state: dict):
 
 def test_hybrid_fixtures_exist():
     want = {"lfm2", "mamba2", "bamba", "mamba", "falcon_mamba", "nemotron_h", "jamba", "qwen3_next", "qwen3_5_text",
-            "qwen3_5_moe_text", "falcon_h1"}
+            "qwen3_5_moe_text", "falcon_h1", "zamba2"}
     assert want <= set(NAMES), NAMES
 
 
@@ -248,6 +261,8 @@ def test_reference_is_consistent(name):
         kinds.add("none")
     if model_type == "falcon_h1":
         kinds = {"hybrid"}
+    if model_type == "zamba2":
+        kinds = {"mamba", "hybrid"}
     assert set(layer_types(name)) == kinds, layer_types(name)
 
 

@@ -53,6 +53,9 @@ pub struct Mamba2Mixer {
     /// Multipliers on the mixer's input, `in_proj`'s output and the mixer's output (Falcon-H1's
     /// µP multipliers); `None`: none.
     pub scales: Option<Mamba2Scales>,
+    /// The lower clamp of the time steps after softplus (Zamba2's `time_step_min`); `None`:
+    /// none.
+    pub dt_min: Option<f32>,
 }
 
 /// How a Mamba2 mixer gates its scan output `y` by `silu(z)` and norms it (module `norm`, an
@@ -207,6 +210,13 @@ pub fn mamba2_mixer(
     // Time steps and log-decays, head-major: [B, H, S].
     let dt = b.op("Add", &[&dt, &dt_bias], vec![]);
     let dt = b.op("Softplus", &[&dt], vec![]);
+    let dt = match m.dt_min {
+        Some(low) => {
+            let low = b.constant(TensorData::from_f32(vec![], &[low]));
+            b.op("Max", &[&dt, &low], vec![])
+        }
+        None => dt,
+    };
     let a = b.op("Exp", &[&a_log], vec![]);
     let a = b.op("Neg", &[&a], vec![]);
     let log_decay = b.op("Mul", &[&dt, &a], vec![]);
