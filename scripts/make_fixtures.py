@@ -71,6 +71,10 @@ from transformers import (
     Mamba2ForCausalLM,
     BambaConfig,
     BambaForCausalLM,
+    FalconH1Config,
+    FalconH1ForCausalLM,
+    Zamba2Config,
+    Zamba2ForCausalLM,
     NemotronHConfig,
     NemotronHForCausalLM,
     JambaConfig,
@@ -354,6 +358,7 @@ ZERO_PAD_ROW = {"youtu"}
 # "decode_steps", the logits of HYBRID_DECODE_STEPS greedy tokens fed one at a time with
 # transformers' cache after the prompt.
 HYBRID = {"lfm2", "lfm2_moe", "mamba2", "bamba", "granitemoehybrid", "mamba", "falcon_mamba", "nemotron_h", "jamba",
+          "falcon_h1", "zamba2",
           "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "qwen3_5", "qwen3_5_moe", "recurrent_gemma",
           "deepseek_v32", "glm_moe_dsa", "axk2"}
 HYBRID_DECODE_STEPS = 8
@@ -1164,6 +1169,70 @@ def make_config(kind: str, vocab: int, ids: dict):
             vocab_size=vocab,
             **extra,
             **ids,
+        )
+    if kind == "falcon_h1":
+        # Falcon-H1: GQA (RoPE) and a Mamba2 mixer side by side in both layers (8 SSM heads of
+        # 16 channels, width mamba_d_ssm 128, in 2 groups, state 16, conv kernel 4, every bias
+        # on; chunk 8 so that the prefill crosses a chunk boundary; the gated RMS norm on,
+        # before the gate as by default); every µP multiplier off 1.
+        return FalconH1ForCausalLM, FalconH1Config(
+            **common,
+            mamba_d_ssm=128,
+            mamba_n_heads=8,
+            mamba_d_head="auto",
+            mamba_n_groups=2,
+            mamba_d_state=16,
+            mamba_d_conv=4,
+            mamba_expand=2,
+            mamba_chunk_size=8,
+            mamba_conv_bias=True,
+            mamba_proj_bias=True,
+            mamba_rms_norm=True,
+            mamba_norm_before_gate=True,
+            projectors_bias=True,
+            attention_bias=True,
+            mlp_bias=True,
+            embedding_multiplier=1.5,
+            lm_head_multiplier=0.8,
+            mlp_multipliers=[1.2, 0.7],
+            key_multiplier=0.6,
+            attention_in_multiplier=1.3,
+            attention_out_multiplier=0.9,
+            ssm_multipliers=[0.8, 1.1, 0.9, 1.2, 0.7],
+            ssm_in_multiplier=1.4,
+            ssm_out_multiplier=0.75,
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
+    if kind == "zamba2":
+        # Zamba2: Mamba2 layer 0 (8 SSM heads of 16 channels in 2 groups, state 16, conv
+        # kernel 4, chunk 8, projection biases on) and hybrid layer 1: the shared transformer
+        # block (4 heads of 32 over the concatenated 128-wide input, RoPE; a GELU MLP from a
+        # fused gate_up_proj with biases; LoRA adapters of rank 8 on q, k, v and gate_up, which
+        # need as many key/value heads as query heads) and the layer's linear before its own
+        # Mamba2 mixer. (With a second hybrid layer, transformers' cached decode steps drift
+        # 1.4e-5 to 1.4e-4 from its own full forward on these random weights.)
+        return Zamba2ForCausalLM, Zamba2Config(
+            **{k: v for k, v in common.items() if k not in ("head_dim", "num_hidden_layers", "num_key_value_heads")},
+            num_hidden_layers=2,
+            num_key_value_heads=4,
+            layers_block_type=["mamba", "hybrid"],
+            n_mamba_heads=8,
+            mamba_ngroups=2,
+            mamba_d_state=16,
+            mamba_d_conv=4,
+            mamba_expand=2,
+            chunk_size=8,
+            add_bias_linear=True,
+            num_mem_blocks=1,
+            use_shared_attention_adapter=True,
+            adapter_rank=8,
+            use_mem_rope=True,
+            hidden_act="gelu",
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=True,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
         )
     if kind == "jamba":
         # Jamba: Mamba-1 layers 0 and 2 (64 channels, state 8, conv kernel 4, time-step rank
@@ -2988,6 +3057,8 @@ FIXTURES = {
     "falcon_mamba": (6800, "f32", "v5", None),
     "nemotron_h": (6900, "f32", "v5", None),
     "jamba": (7200, "f32", "v5", None),
+    "falcon_h1": (7300, "f32", "v5", None),
+    "zamba2": (7600, "f32", "v5", None),
     "qwen3_next": (6900, "f32", "v5", None),
     "qwen3_5_text": (7000, "f32", "v5", None),
     "qwen3_5_moe_text": (7100, "f32", "v5", None),

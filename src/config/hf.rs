@@ -638,6 +638,51 @@ pub struct HfConfig {
     pub attention_window_size: Option<i64>,
     /// `logits_soft_cap` (RecurrentGemma: logits become `c · tanh(logits / c)`).
     pub logits_soft_cap: Option<f64>,
+    /// `mamba_d_ssm` (Falcon-H1: the mixer's width; null → `mamba_expand · hidden_size`,
+    /// absent → 1024).
+    #[serde(default, deserialize_with = "nullable")]
+    pub mamba_d_ssm: Option<Option<i64>>,
+    /// `mamba_rms_norm` (Falcon-H1: whether the mixer norms its gated output).
+    pub mamba_rms_norm: Option<bool>,
+    /// `mamba_norm_before_gate` (Falcon-H1: the mixer's norm before its gate).
+    pub mamba_norm_before_gate: Option<bool>,
+    /// `projectors_bias` (Falcon-H1: a bias on the mixer's `out_proj`).
+    pub projectors_bias: Option<bool>,
+    /// `lm_head_multiplier` (Falcon-H1: scales the logits).
+    pub lm_head_multiplier: Option<f64>,
+    /// `mlp_multipliers` (Falcon-H1: the MLP's gate and down-projection multipliers).
+    pub mlp_multipliers: Option<Vec<f64>>,
+    /// `key_multiplier` (Falcon-H1: scales the keys).
+    pub key_multiplier: Option<f64>,
+    /// `attention_in_multiplier` (Falcon-H1: scales the attention's input).
+    pub attention_in_multiplier: Option<f64>,
+    /// `attention_out_multiplier` (Falcon-H1: scales the attention's output).
+    pub attention_out_multiplier: Option<f64>,
+    /// `ssm_multipliers` (Falcon-H1: the µP multipliers of the mixer's `in_proj` parts z, x,
+    /// B, C, dt).
+    pub ssm_multipliers: Option<Vec<f64>>,
+    /// `ssm_in_multiplier` (Falcon-H1: scales the mixer's input).
+    pub ssm_in_multiplier: Option<f64>,
+    /// `ssm_out_multiplier` (Falcon-H1: scales the mixer's output).
+    pub ssm_out_multiplier: Option<f64>,
+    /// `n_mamba_heads` (Zamba2: the SSM heads of a Mamba2 layer).
+    pub n_mamba_heads: Option<i64>,
+    /// `mamba_ngroups` (Zamba2: groups of heads sharing `B` and `C`).
+    pub mamba_ngroups: Option<i64>,
+    /// `add_bias_linear` (Zamba2: biases on the mixers' projections and the shared MLP).
+    pub add_bias_linear: Option<bool>,
+    /// `num_mem_blocks` (Zamba2: the distinct shared transformer blocks, used in turn).
+    pub num_mem_blocks: Option<i64>,
+    /// `use_shared_attention_adapter` (Zamba2: LoRA adapters on q, k and v per use).
+    pub use_shared_attention_adapter: Option<bool>,
+    /// `adapter_rank` (Zamba2: the adapters' rank).
+    pub adapter_rank: Option<i64>,
+    /// `use_mem_rope` (Zamba2: whether the shared attention rotates q and k).
+    pub use_mem_rope: Option<bool>,
+    /// `use_long_context` (Zamba2: a longer context with a rescaled RoPE).
+    pub use_long_context: Option<bool>,
+    /// `time_step_min` (Zamba2: the lower clamp of the mixers' time steps).
+    pub time_step_min: Option<f64>,
 }
 
 /// Deserializes a field that may be `null` as `Some(Value::Null)`, so that an explicit null

@@ -429,6 +429,14 @@ pub trait Family {
         "mixer"
     }
 
+    /// The mixer that runs beside layer `i`'s attention on the same normed input (module
+    /// `{layer}.{ssm_module}`), its output added to the attention's before the residual add, the
+    /// layer carrying its KV cache and the mixer's conv and SSM states
+    /// ([`LayerCache::KvAndSsm`]: Falcon-H1); `None` (the default) for none.
+    fn parallel_ssm(&self, _cfg: &ArchConfig, _i: usize) -> Option<SsmMixer> {
+        None
+    }
+
     /// Whether a Mamba2 layer goes on as an attention layer does after its mixer (residual
     /// add, then the MLP block with its norms: the hybrids), or (the default, Mamba2) is its
     /// pre-norm, the mixer and the residual add alone.
@@ -743,7 +751,10 @@ pub fn build(cfg: &ArchConfig, dtype: DType, family: &dyn Family) -> Graph {
                     },
                     (None, _) => match family.layer_kv_shape(cfg, i) {
                         (kv, d) if (kv, d) == (cfg.num_key_value_heads, cfg.head_dim) => {
-                            LayerCache::Kv
+                            match family.parallel_ssm(cfg, i) {
+                                Some(mixer) => LayerCache::KvAndSsm(mixer),
+                                None => LayerCache::Kv,
+                            }
                         }
                         (kv_heads, head_dim) => LayerCache::KvOf { kv_heads, head_dim },
                     },
@@ -790,7 +801,12 @@ pub fn build(cfg: &ArchConfig, dtype: DType, family: &dyn Family) -> Graph {
 
     let token_mask = caches
         .iter()
-        .any(|c| matches!(c, LayerCache::Conv(_) | LayerCache::Ssm(_)))
+        .any(|c| {
+            matches!(
+                c,
+                LayerCache::Conv(_) | LayerCache::Ssm(_) | LayerCache::KvAndSsm(_)
+            )
+        })
         .then(|| token_mask(&mut b, &io, dtype));
     let mut chunk_masks = BTreeMap::new();
     for chunk in (0..cfg.num_hidden_layers).filter_map(|i| family.layer_chunk(cfg, i)) {
@@ -886,7 +902,8 @@ impl Layer<'_> {
         let o = match &self.io.past[i] {
             LayerPast::Kv { key, value }
             | LayerPast::Borrowed { key, value }
-            | LayerPast::Indexed { key, value, .. } => {
+            | LayerPast::Indexed { key, value, .. }
+            | LayerPast::KvAndSsm { key, value, .. } => {
                 let present = match &self.io.past[i] {
                     LayerPast::Borrowed { .. } => (
                         b.fresh_name("borrowed_present_key"),
@@ -923,6 +940,15 @@ impl Layer<'_> {
                 };
                 let attn = format!("{p}.{}", family.names().attn);
                 let o = self.attention(b, &attn_in, &attn, i, &spec);
+                let o = match &self.io.past[i] {
+                    LayerPast::KvAndSsm {
+                        conv, ssm, mixer, ..
+                    } => {
+                        let m = self.ssm(b, &attn_in, p, i, (conv, ssm), *mixer);
+                        b.op("Add", &[&m, &o], vec![])
+                    }
+                    _ => o,
+                };
                 if !family.attention_with_mlp() {
                     return b.op("Add", &[x, &o], vec![]);
                 }
@@ -942,26 +968,7 @@ impl Layer<'_> {
             }
             LayerPast::Stateless => unreachable!("built above"),
             LayerPast::Ssm { conv, ssm, mixer } => {
-                let (conv_out, ssm_out) = (present_conv_name(i), present_ssm_name(i, *mixer));
-                let state = SsmState {
-                    conv: ConvState {
-                        past: conv,
-                        present: &conv_out,
-                    },
-                    past: ssm,
-                    present: &ssm_out,
-                };
-                let mask = self.token_mask.expect("a recurrent layer has a token mask");
-                let module = format!("{p}.{}", family.ssm_module());
-                let o = match *mixer {
-                    SsmMixer::Mamba2(m) => {
-                        mamba2_mixer(b, &attn_in, &module, m, state, mask, dtype)
-                    }
-                    SsmMixer::Mamba(m) => mamba_mixer(b, &attn_in, &module, m, state, mask, dtype),
-                    SsmMixer::GatedDelta(m) => {
-                        gated_delta_mixer(b, &attn_in, &module, m, state, mask, dtype)
-                    }
-                };
+                let o = self.ssm(b, &attn_in, p, i, (conv, ssm), *mixer);
                 if !family.ssm_with_mlp() {
                     // A Mamba2 or Mamba block is its mixer alone: no MLP.
                     return b.op("Add", &[x, &o], vec![]);
@@ -998,6 +1005,36 @@ impl Layer<'_> {
         family.residual_add(b, cfg, &x, &m, (p, i), Block::Mlp, dtype)
     }
 
+    /// Layer `i`'s (module `p`) recurrent mixer of the normed input `x`, continuing from its
+    /// conv and SSM state inputs `past`.
+    fn ssm(
+        &self,
+        b: &mut GraphBuilder,
+        x: &str,
+        p: &str,
+        i: usize,
+        (conv, ssm): (&str, &str),
+        mixer: SsmMixer,
+    ) -> String {
+        let dtype = self.dtype;
+        let (conv_out, ssm_out) = (present_conv_name(i), present_ssm_name(i, mixer));
+        let state = SsmState {
+            conv: ConvState {
+                past: conv,
+                present: &conv_out,
+            },
+            past: ssm,
+            present: &ssm_out,
+        };
+        let mask = self.token_mask.expect("a recurrent layer has a token mask");
+        let module = format!("{p}.{}", self.family.ssm_module());
+        match mixer {
+            SsmMixer::Mamba2(m) => mamba2_mixer(b, x, &module, m, state, mask, dtype),
+            SsmMixer::Mamba(m) => mamba_mixer(b, x, &module, m, state, mask, dtype),
+            SsmMixer::GatedDelta(m) => gated_delta_mixer(b, x, &module, m, state, mask, dtype),
+        }
+    }
+
     /// The layer norm `{p}.{module}` of `x`, or `x` where the layer has none.
     fn norm_at(&self, b: &mut GraphBuilder, x: &str, p: &str, module: Option<&str>) -> String {
         match module {
@@ -1029,7 +1066,7 @@ impl Layer<'_> {
 /// The `attention_mask` columns of the current tokens (its last `S`), as `[B, S, 1]` in
 /// `dtype`: a short convolution's input is multiplied by it, so that padded positions enter
 /// neither its output nor its state (transformers zeroes them the same way).
-fn token_mask(b: &mut GraphBuilder, io: &DecoderInputs, dtype: DType) -> String {
+pub(crate) fn token_mask(b: &mut GraphBuilder, io: &DecoderInputs, dtype: DType) -> String {
     let seq = b.op(
         "Shape",
         &[&io.input_ids],

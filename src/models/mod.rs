@@ -43,6 +43,7 @@ pub mod exaone;
 pub mod exaone4;
 pub mod exaone_moe;
 pub mod falcon;
+pub mod falcon_h1;
 pub mod family;
 pub mod flex_olmo;
 pub mod flint;
@@ -124,6 +125,7 @@ pub mod starcoder2;
 pub mod vaultgemma;
 pub mod xglm;
 pub mod youtu;
+pub mod zamba2;
 
 pub use registry::{load_config, load_config_with, parse_config, parse_config_with, Unregistered};
 

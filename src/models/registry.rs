@@ -109,6 +109,8 @@ pub static FAMILIES: &[&FamilySpec] = &[
     &super::bamba::FAMILY,
     &super::granitemoehybrid::FAMILY,
     &super::nemotron_h::FAMILY,
+    &super::falcon_h1::FAMILY,
+    &super::zamba2::FAMILY,
     &super::jamba::FAMILY,
     &super::qwen3_next::FAMILY,
     &super::recurrent_gemma::FAMILY,

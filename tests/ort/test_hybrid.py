@@ -21,7 +21,10 @@ linear_key_head_dim, linear_value_head_dim]`, onnxruntime-genai 0.18's name for 
 Qwen3.5's text decoders (qwen3_5_text, qwen3_5_moe_text) the same. A RecurrentGemma `recurrent`
 layer (Griffin's RG-LRU block) carries its conv state (`[batch, lru_width, conv1d_width - 1]`) and
 its RG-LRU state `past.{i}.recurrent` (`[batch, lru_width]`); its local-attention layers their
-whole KV cache (the window is a mask). DeepSeek Sparse Attention
+whole KV cache (the window is a mask). A Falcon-H1 layer runs
+attention and a Mamba2 mixer side by side (kind `hybrid`): it carries its KV cache, then the
+mixer's conv and SSM states; so does a Zamba2 `hybrid` layer (a shared transformer block before
+its Mamba2 mixer), beside its Mamba2 layers. DeepSeek Sparse Attention
 (deepseek_v32, glm_moe_dsa, axk2): a layer running its own learned indexer (`indexed_attention`) carries
 the indexer's keys `past_key_values.{i}.index_key` (`[batch, past_sequence_len, index_head_dim]`)
 after its KV cache; a GLM-5 layer reusing an earlier layer's selection (`indexer_types`
@@ -119,6 +122,10 @@ def layer_types(name: str) -> list[str]:
         return ["full_attention" if i in attn else "mamba" for i in range(layers)]
     if cfg["model_type"] == "granitemoehybrid":
         return [KINDS[t] for t in cfg["layer_types"]]
+    if cfg["model_type"] == "falcon_h1":
+        return ["hybrid"] * layers
+    if cfg["model_type"] == "zamba2":
+        return ["hybrid" if t == "hybrid" else "mamba" for t in cfg["layers_block_type"]]
     if cfg["model_type"] == "jamba":
         period, offset = cfg["attn_layer_period"], cfg["attn_layer_offset"]
         return ["full_attention" if i % period == offset else "mamba" for i in range(layers)]
@@ -136,7 +143,7 @@ def is_ssm(name: str) -> bool:
 
 def has_ssm(name: str) -> bool:
     """Whether a layer carries an SSM state (no onnxruntime-genai 0.18 model type does)."""
-    return "mamba" in layer_types(name)
+    return bool({"mamba", "hybrid"} & set(layer_types(name)))
 
 
 def dims(name: str) -> dict:
@@ -204,6 +211,16 @@ def dims(name: str) -> dict:
             "head_dim": cfg["head_dim"],
             "vocab": cfg["vocab_size"],
         }
+    if cfg["model_type"] == "zamba2":
+        inner = cfg["n_mamba_heads"] * cfg["mamba_headdim"]
+        return {
+            "conv": inner + 2 * cfg["mamba_ngroups"] * cfg["mamba_d_state"],
+            "state": cfg["mamba_d_conv"] - 1,
+            "ssm": [cfg["n_mamba_heads"], cfg["mamba_headdim"], cfg["mamba_d_state"]],
+            "kv_heads": cfg["num_key_value_heads"],
+            "head_dim": cfg["attention_head_dim"],
+            "vocab": cfg["vocab_size"],
+        }
     heads = cfg["num_attention_heads"]
     d = {
         "conv": cfg["hidden_size"],
@@ -225,19 +242,19 @@ def state_shapes(name: str, batch, past, total) -> tuple[dict, dict]:
     d = dims(name)
     ins, outs = {}, {}
     for i, kind in enumerate(layer_types(name)):
-        if kind in ("conv", "mamba", "linear_attention", "recurrent"):
-            ins[f"past.{i}.conv"] = outs[f"present.{i}.conv"] = [batch, d["conv"], d["state"]]
-        if kind == "mamba":
-            ins[f"past.{i}.ssm"] = outs[f"present.{i}.ssm"] = [batch, *d["ssm"]]
-        if kind in ("linear_attention", "recurrent"):
-            ins[f"past.{i}.recurrent"] = outs[f"present.{i}.recurrent"] = [batch, *d["recurrent"]]
-        if kind in ("full_attention", "indexed_attention"):
+        if kind in ("full_attention", "indexed_attention", "hybrid"):
             for part in ("key", "value"):
                 ins[f"past_key_values.{i}.{part}"] = [batch, d["kv_heads"], past, d["head_dim"]]
                 outs[f"present.{i}.{part}"] = [batch, d["kv_heads"], total, d["head_dim"]]
         if kind == "indexed_attention":
             ins[f"past_key_values.{i}.index_key"] = [batch, past, d["index"]]
             outs[f"present.{i}.index_key"] = [batch, total, d["index"]]
+        if kind in ("conv", "mamba", "linear_attention", "recurrent", "hybrid"):
+            ins[f"past.{i}.conv"] = outs[f"present.{i}.conv"] = [batch, d["conv"], d["state"]]
+        if kind in ("mamba", "hybrid"):
+            ins[f"past.{i}.ssm"] = outs[f"present.{i}.ssm"] = [batch, *d["ssm"]]
+        if kind in ("linear_attention", "recurrent"):
+            ins[f"past.{i}.recurrent"] = outs[f"present.{i}.recurrent"] = [batch, *d["recurrent"]]
     return ins, outs
 
 
@@ -246,13 +263,13 @@ def empty_state(name: str, dtype: str, batch: int) -> dict:
     d, np_dtype = dims(name), NP_DTYPES[dtype]
     feed = {}
     for i, kind in enumerate(layer_types(name)):
-        if kind in ("conv", "mamba", "linear_attention", "recurrent"):
+        if kind in ("conv", "mamba", "linear_attention", "recurrent", "hybrid"):
             feed[f"past.{i}.conv"] = np.zeros((batch, d["conv"], d["state"]), np_dtype)
-        if kind == "mamba":
+        if kind in ("mamba", "hybrid"):
             feed[f"past.{i}.ssm"] = np.zeros((batch, *d["ssm"]), np_dtype)
         if kind in ("linear_attention", "recurrent"):
             feed[f"past.{i}.recurrent"] = np.zeros((batch, *d["recurrent"]), np_dtype)
-        if kind in ("full_attention", "indexed_attention"):
+        if kind in ("full_attention", "indexed_attention", "hybrid"):
             kv = np.zeros((batch, d["kv_heads"], 0, d["head_dim"]), np_dtype)
             feed[f"past_key_values.{i}.key"] = kv
             feed[f"past_key_values.{i}.value"] = kv
@@ -283,7 +300,8 @@ def step(sess, ids, mask, pos, state: dict):
 
 def test_hybrid_fixtures_exist():
     want = {"lfm2", "mamba2", "bamba", "mamba", "falcon_mamba", "nemotron_h", "jamba", "qwen3_next", "qwen3_5_text",
-            "qwen3_5_moe_text", "qwen3_5", "qwen3_5_moe", "recurrent_gemma", "deepseek_v32", "glm_moe_dsa", "axk2"}
+            "qwen3_5_moe_text", "qwen3_5", "qwen3_5_moe", "recurrent_gemma", "deepseek_v32", "glm_moe_dsa", "axk2",
+            "falcon_h1", "zamba2"}
     assert want <= set(NAMES), NAMES
 
 
@@ -305,6 +323,10 @@ def test_reference_is_consistent(name):
         # deepseek_v32, axk2: every layer its own indexer; the glm_moe_dsa fixture: layer 1 shares.
         kinds = {"indexed_attention"} | ({"full_attention"} if model_type == "glm_moe_dsa" else set())
         assert load_config(FIXTURES_DIR / name)["index_topk"] < len(ref["input_ids"])
+    if model_type == "falcon_h1":
+        kinds = {"hybrid"}
+    if model_type == "zamba2":
+        kinds = {"mamba", "hybrid"}
     assert set(layer_types(name)) == kinds, layer_types(name)
 
 

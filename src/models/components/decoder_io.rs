@@ -11,7 +11,9 @@
 //! its recurrent state `past.{i}.recurrent` → `present.{i}.recurrent` (`[batch, value_heads,
 //! key_dim, value_dim]`, onnxruntime-genai 0.18's names for its `qwen3_5` packages). A layer
 //! without a token mixer ([`LayerCache::Stateless`], Nemotron-H's MLP and MoE blocks) carries
-//! nothing. A layer whose KV cache has a shape of its own ([`LayerCache::KvOf`]: its key/value
+//! nothing. A layer whose attention and Mamba2 mixer run side by side
+//! ([`LayerCache::KvAndSsm`], Falcon-H1) carries its key/value cache, then its conv and SSM
+//! states. A layer whose KV cache has a shape of its own ([`LayerCache::KvOf`]: its key/value
 //! heads and head size) declares it with that shape; a layer that reads another layer's keys
 //! and values ([`LayerCache::Borrowed`], Gemma 4's KV sharing) carries no cache at all. A layer
 //! that runs a learned indexer ([`LayerCache::Indexed`], DeepSeek Sparse Attention) carries its
@@ -58,7 +60,9 @@ impl DecoderInputs {
     /// declared otherwise (a builder bug, not an input error).
     pub fn kv(&self, i: usize) -> (&str, &str) {
         match &self.past[i] {
-            LayerPast::Kv { key, value } | LayerPast::Indexed { key, value, .. } => (key, value),
+            LayerPast::Kv { key, value }
+            | LayerPast::Indexed { key, value, .. }
+            | LayerPast::KvAndSsm { key, value, .. } => (key, value),
             LayerPast::Conv { .. }
             | LayerPast::Ssm { .. }
             | LayerPast::Stateless
@@ -96,6 +100,9 @@ pub enum LayerCache {
     Conv(ShortConv),
     /// The conv and SSM states of a Mamba2 or Mamba mixer.
     Ssm(SsmMixer),
+    /// The key/value cache of an attention layer, then the conv and SSM states of the mixer
+    /// beside it (Falcon-H1's layers).
+    KvAndSsm(SsmMixer),
     /// Nothing: a layer whose block mixes no tokens (an MLP or MoE block alone).
     Stateless,
 }
@@ -132,6 +139,19 @@ pub enum LayerPast {
         key: String,
         /// That layer's value cache input.
         value: String,
+    },
+    /// `past_key_values.{i}.key`, `.value`, `past.{i}.conv` and `past.{i}.ssm`.
+    KvAndSsm {
+        /// The key cache input.
+        key: String,
+        /// The value cache input.
+        value: String,
+        /// The conv state input.
+        conv: String,
+        /// The SSM state input.
+        ssm: String,
+        /// The mixer whose states they are.
+        mixer: SsmMixer,
     },
     /// `past.{i}.conv` and `past.{i}.ssm`.
     Ssm {
@@ -205,7 +225,7 @@ pub fn present_ssm_name(i: usize, mixer: SsmMixer) -> String {
 
 /// Declares the decoder inputs and outputs on `b` with layer `i` carrying `caches[i]`
 /// (`caches` holds one entry per layer): per layer, in layer order, its key and value (or its
-/// conv state, or its conv and SSM states, or nothing) after `position_ids`, and the same after
+/// conv state, or its conv and SSM states, or its key, value, conv and SSM states, or nothing) after `position_ids`, and the same after
 /// `logits`; a [`LayerCache::Borrowed`] layer declares nothing.
 ///
 /// # Panics
@@ -281,6 +301,13 @@ pub fn hybrid_decoder_io(
                 ssm: b.input(&past_ssm_name(i, mixer), dtype, ssm_shape(mixer)),
                 mixer,
             },
+            LayerCache::KvAndSsm(mixer) => LayerPast::KvAndSsm {
+                key: b.input(&format!("past_key_values.{i}.key"), dtype, kv_shape(PAST)),
+                value: b.input(&format!("past_key_values.{i}.value"), dtype, kv_shape(PAST)),
+                conv: b.input(&past_conv_name(i), dtype, conv_shape(mixer.conv())),
+                ssm: b.input(&past_ssm_name(i, mixer), dtype, ssm_shape(mixer)),
+                mixer,
+            },
             LayerCache::Stateless => LayerPast::Stateless,
         };
         past.push(layer);
@@ -312,6 +339,12 @@ pub fn hybrid_decoder_io(
                 b.output(&present_conv_name(i), dtype, conv_shape(conv));
             }
             LayerCache::Ssm(mixer) => {
+                b.output(&present_conv_name(i), dtype, conv_shape(mixer.conv()));
+                b.output(&present_ssm_name(i, mixer), dtype, ssm_shape(mixer));
+            }
+            LayerCache::KvAndSsm(mixer) => {
+                b.output(&format!("present.{i}.key"), dtype, kv_shape(TOTAL));
+                b.output(&format!("present.{i}.value"), dtype, kv_shape(TOTAL));
                 b.output(&present_conv_name(i), dtype, conv_shape(mixer.conv()));
                 b.output(&present_ssm_name(i, mixer), dtype, ssm_shape(mixer));
             }

@@ -71,4 +71,4 @@ pub use rope::{
 pub use scalar::scalar;
 pub use short_conv::{causal_conv_with_state, gated_short_conv, ConvState, ShortConv};
 pub use sink_attention::{causal_mask, sink_attention, sink_logits};
-pub use ssm::{mamba2_mixer, Mamba2Mixer, SsmState};
+pub use ssm::{mamba2_mixer, GateNorm, Mamba2Mixer, Mamba2Scales, SsmState};
