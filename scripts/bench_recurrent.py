@@ -3,7 +3,7 @@
 provider, after a short and a long context (docs/performance.md, "Recurrent decoders").
 
     bench_recurrent.py WORK_DIR [--mobius target/release/mobius] [--contexts 128 2048]
-                       [--steps 8] [--threads 2]
+                       [--steps 3] [--rounds 5] [--threads 2]
 
 WORK_DIR gets two random checkpoints (config.json + model.safetensors in bf16, written with
 numpy, about 0.5B parameters each, from a fixed seed):
@@ -19,13 +19,16 @@ fused into `com.microsoft::LinearAttention`) and an EP file based on cpu with
 `supports_linear_attention = false` (the standard `Scan` form), the dense one for `--ep cpu`.
 Existing checkpoints and builds are reused.
 
-For each build and each context length N, one onnxruntime session (CPU provider, graph
-optimizations on, `--threads` intra-op threads) runs decode steps of one token after a state of
-N tokens: KV caches of N positions, conv and recurrent states, all random (a step's cost does not
-depend on the values), the attention mask N + 1 ones, position N. Two warm-up steps, then
-`--steps` timed steps, each feeding the returned caches and states back (so the context grows by
-one per step); the median is reported, with the ratio of the long context's to the short one's.
-The hybrid's two forms are also run on the same inputs and their logits compared.
+One onnxruntime session per build (CPU provider, graph optimizations on, `--threads` intra-op
+threads; the three held at once) runs decode steps of one token after a state of N tokens: KV
+caches of N positions, conv and recurrent states, all random (a step's cost does not depend on
+the values), the attention mask N + 1 ones, position N. In each of `--rounds` rounds every
+build and every N get one warm-up step, then `--steps` timed steps, each feeding the returned
+caches and states back (the context grows by one per step): builds and contexts interleaved,
+so a change of load hits them alike. The median over the rounds is reported, with the ratio of
+the long context's to the short one's. The hybrid's two forms are also run on the same inputs
+and their logits compared, and one layer's recurrence is timed alone, in both forms, for one
+decode step and a 128-token prefill.
 """
 
 from __future__ import annotations
@@ -226,27 +229,97 @@ def next_feeds(sess, feeds: dict, outputs: list, rng: np.random.Generator) -> di
     return nxt
 
 
-def session(path: str, threads: int):
+def session(model: str | bytes, threads: int):
+    """An onnxruntime CPU session of `model` (a path or the serialized model)."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     so.log_severity_level = 3
-    return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
 
 
 def decode_latency(sess, context: int, steps: int, seed: int) -> list[float]:
+    """`steps` timed decode steps after `context` tokens (one warm-up step before them)."""
     rng = np.random.default_rng(seed)
     feeds = feeds_for(sess, context, rng)
     times = []
-    for i in range(steps + 2):
+    for i in range(steps + 1):
         t0 = time.perf_counter()
         outputs = sess.run(None, feeds)
-        if i >= 2:
+        if i >= 1:
             times.append((time.perf_counter() - t0) * 1e3)
         feeds = next_feeds(sess, feeds, outputs, rng)
     return times
+
+
+def recurrence_alone(threads: int, heads: int = 16, dk: int = 128, dv: int = 128) -> None:
+    """One layer's recurrence alone (a Qwen3.5 layer's 16 value heads of 128 × 128): the
+    standard `Scan` (the body `src/models/components/gated_delta.rs` writes) against
+    `com.microsoft::LinearAttention`, one decode step and a 128-token prefill from a random state,
+    medians of 50 and 5 runs, outputs compared."""
+    from onnx import TensorProto, helper as oh
+
+    def vi(n, s):
+        return oh.make_tensor_value_info(n, TensorProto.FLOAT, s)
+
+    step = oh.make_graph([
+        oh.make_node("Mul", ["s", "d"], ["kept"]),
+        oh.make_node("MatMul", ["k", "kept"], ["rec"]),
+        oh.make_node("Sub", ["v", "rec"], ["err"]),
+        oh.make_node("Mul", ["err", "b"], ["delta"]),
+        oh.make_node("Transpose", ["k"], ["kc"], perm=[0, 1, 3, 2]),
+        oh.make_node("MatMul", ["kc", "delta"], ["upd"]),
+        oh.make_node("Add", ["kept", "upd"], ["s2"]),
+        oh.make_node("MatMul", ["q", "s2"], ["o"]),
+    ], "step", [vi("s", ["B", heads, dk, dv]), vi("d", ["B", heads, 1, 1]), vi("b", ["B", heads, 1, 1]),
+                vi("q", ["B", heads, 1, dk]), vi("k", ["B", heads, 1, dk]), vi("v", ["B", heads, 1, dv])],
+        [vi("s2", ["B", heads, dk, dv]), vi("o", ["B", heads, 1, dv])])
+    scan = oh.make_graph(
+        [oh.make_node("Scan", ["past", "d", "b", "q", "k", "v"], ["state", "o"], body=step, num_scan_inputs=5,
+                      scan_input_axes=[1] * 5, scan_output_axes=[1])], "scan",
+        [vi("past", ["B", heads, dk, dv]), vi("d", ["B", "S", heads, 1, 1]), vi("b", ["B", "S", heads, 1, 1]),
+         vi("q", ["B", "S", heads, 1, dk]), vi("k", ["B", "S", heads, 1, dk]), vi("v", ["B", "S", heads, 1, dv])],
+        [vi("state", None), vi("o", None)])
+    fused = oh.make_graph(
+        [oh.make_node("LinearAttention", ["q", "k", "v", "past", "g", "b"], ["o", "state"], domain="com.microsoft",
+                      q_num_heads=heads, kv_num_heads=heads, scale=1.0, update_rule="gated_delta")], "fused",
+        [vi("q", ["B", "S", heads * dk]), vi("k", ["B", "S", heads * dk]), vi("v", ["B", "S", heads * dv]),
+         vi("past", ["B", heads, dk, dv]), vi("g", ["B", "S", heads]), vi("b", ["B", "S", heads])],
+        [vi("o", None), vi("state", None)])
+    opsets = [oh.make_opsetid("", 21), oh.make_opsetid("com.microsoft", 1)]
+    sessions = {}
+    for name, g in (("Scan", scan), ("LinearAttention", fused)):
+        m = oh.make_model(g, opset_imports=opsets, ir_version=10)
+        sessions[name] = session(m.SerializeToString(), threads)
+    rng = np.random.default_rng(0)
+    for s, runs in ((1, 50), (128, 5)):
+        g = -rng.random((1, s, heads)).astype(np.float32)
+        b = rng.random((1, s, heads)).astype(np.float32)
+        q, k = (0.1 * rng.standard_normal((1, s, heads, 1, dk))).astype(np.float32), \
+            (0.1 * rng.standard_normal((1, s, heads, 1, dk))).astype(np.float32)
+        v = rng.standard_normal((1, s, heads, 1, dv)).astype(np.float32)
+        past = (0.1 * rng.standard_normal((1, heads, dk, dv))).astype(np.float32)
+        feeds = {
+            "Scan": dict(past=past, d=np.exp(g)[..., None, None], b=b[..., None, None], q=q, k=k, v=v),
+            "LinearAttention": dict(q=q.reshape(1, s, -1), k=k.reshape(1, s, -1), v=v.reshape(1, s, -1),
+                                    past=past, g=g, b=b),
+        }
+        medians, outs = {}, {}
+        for name, sess in sessions.items():
+            times = []
+            for _ in range(runs):
+                t0 = time.perf_counter()
+                outs[name] = dict(zip(["state", "o"] if name == "Scan" else ["o", "state"],
+                                      sess.run(None, feeds[name])))
+                times.append((time.perf_counter() - t0) * 1e3)
+            medians[name] = statistics.median(times)
+        diff = max(float(np.max(np.abs(outs["Scan"][n].reshape(outs["LinearAttention"][n].shape)
+                                       - outs["LinearAttention"][n]))) for n in ("o", "state"))
+        print(f"one layer's recurrence, {s} token(s): Scan {medians['Scan']:.3f} ms, LinearAttention "
+              f"{medians['LinearAttention']:.3f} ms ({medians['LinearAttention'] / medians['Scan']:.2f}x); "
+              f"max |diff| {diff:.1e}", flush=True)
 
 
 def main() -> int:
@@ -254,7 +327,8 @@ def main() -> int:
     ap.add_argument("work")
     ap.add_argument("--mobius", default="target/release/mobius")
     ap.add_argument("--contexts", type=int, nargs="+", default=[128, 2048])
-    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=3, help="timed steps per build, context and round")
+    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
 
@@ -276,6 +350,8 @@ def main() -> int:
     for ckpt, out, ep_args in builds.values():
         build(args.mobius, os.path.join(work, "ckpt", ckpt), os.path.join(work, out), ep_args)
 
+    recurrence_alone(args.threads)
+
     # The hybrid's two forms on the same inputs.
     fused, scan = (session(os.path.join(work, b, "model.onnx"), args.threads) for b in ("qwen3_5-cpu", "qwen3_5-scan"))
     feeds = feeds_for(fused, args.contexts[0], np.random.default_rng(0))
@@ -283,24 +359,30 @@ def main() -> int:
     print(f"qwen3_5 fused vs standard, one step after {args.contexts[0]} tokens: max |logits diff| = {diff:.2e}")
     del fused, scan
 
+    # Every build and context once per round (interleaved, so load drifts hit them alike).
+    sessions = {label: session(os.path.join(work, out, "model.onnx"), args.threads)
+                for label, (_, out, _) in builds.items()}
+    times = {(label, c): [] for label in builds for c in args.contexts}
+    for r in range(args.rounds):
+        for label, sess in sessions.items():
+            for c in args.contexts:
+                times[label, c] += decode_latency(sess, c, args.steps, seed=r * 10000 + c)
+        print(f"round {r + 1}/{args.rounds} done", flush=True)
     rows = []
-    for label, (_, out, _) in builds.items():
-        sess = session(os.path.join(work, out, "model.onnx"), args.threads)
+    for label in builds:
         medians = []
         for c in args.contexts:
-            times = decode_latency(sess, c, args.steps, seed=c)
-            medians.append(statistics.median(times))
-            print(f"{label}: after {c} tokens: median {medians[-1]:.2f} ms/token "
-                  f"(min {min(times):.2f}, max {max(times):.2f}, {len(times)} steps)", flush=True)
+            t = times[label, c]
+            medians.append(statistics.median(t))
+            print(f"{label}: after {c} tokens: median {medians[-1]:.1f} ms/token "
+                  f"(quartiles {np.percentile(t, 25):.1f}-{np.percentile(t, 75):.1f}, {len(t)} steps)")
         rows.append((label, medians))
-        del sess
-
     print()
     head = " | ".join(f"after {c}" for c in args.contexts)
     print(f"| build | {head} | ratio {args.contexts[-1]}/{args.contexts[0]} |")
     print("|---|" + "---|" * (len(args.contexts) + 1))
     for label, medians in rows:
-        cells = " | ".join(f"{m:.2f} ms" for m in medians)
+        cells = " | ".join(f"{m:.1f} ms" for m in medians)
         print(f"| {label} | {cells} | {medians[-1] / medians[0]:.2f} |")
     return 0
 
