@@ -261,6 +261,14 @@ const PROOFS: &[(&str, &str)] = &[
         "gated-delta-scan-to-linear-attention",
         "linear_attention::gated_delta_scan_fusion",
     ),
+    (
+        "linear-attention-output-as-scan",
+        "linear_attention::linear_attention_as_scan",
+    ),
+    (
+        "linear-attention-state-as-scan",
+        "linear_attention::linear_attention_as_scan",
+    ),
     ("dense-moe", "moe::dense_moe_fusion"),
     ("moe-to-dense", "moe::moe_to_dense_inline"),
     ("dense-qmoe", "moe::dense_qmoe_fusion"),

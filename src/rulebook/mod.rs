@@ -109,6 +109,10 @@ pub const RULE_FILES: &[(&str, &str)] = &[
         include_str!("../../rewrites/fusion/bias_gelu.rules"),
     ),
     (
+        "inline/linear_attention.rules",
+        include_str!("../../rewrites/inline/linear_attention.rules"),
+    ),
+    (
         "inline/bias_gelu.rules",
         include_str!("../../rewrites/inline/bias_gelu.rules"),
     ),

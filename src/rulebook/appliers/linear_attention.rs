@@ -7,13 +7,17 @@
 //! value heads). The step `S ← e^g·S + k ⊗ β·(v − (e^g·S)ᵀk)`, `o = Sᵀq` is the kernel's
 //! gated-delta rule term for term; the kernel reads the decay in log space, so the rule reads
 //! `g` under the `Exp` that builds the Scan's decay.
+//!
+//! And the appliers of `inline/linear_attention.rules`, the inverse: a `LinearAttention` call
+//! of that kind (gated delta rule, as many query as KV heads, per-head gates) as the same
+//! `Scan`, for EPs without the kernel.
 
 use egg::Id;
 
 use crate::ir::{DType, Graph};
 use crate::models::components::gated_delta::delta_rule_step;
 use crate::ops::schema;
-use crate::ops::value::AttrValue;
+use crate::ops::value::{AttrValue, Subgraph};
 use crate::opt::analysis::OnnxGraph;
 use crate::opt::bind::{Applier, Site};
 use crate::opt::checked_union::check_union;
@@ -208,4 +212,133 @@ fn same_up_to_names(a: &Graph, b: &Graph) -> bool {
             &a.outputs.iter().map(|o| o.name.clone()).collect::<Vec<_>>(),
             &b.outputs.iter().map(|o| o.name.clone()).collect::<Vec<_>>(),
         )
+}
+
+/// `linear-attention-output-as-scan`.
+pub(super) const LINEAR_ATTENTION_OUTPUT_AS_SCAN: Applier<11> =
+    Applier::new(INLINE_VARS, output_as_scan);
+
+/// `linear-attention-state-as-scan`.
+pub(super) const LINEAR_ATTENTION_STATE_AS_SCAN: Applier<11> =
+    Applier::new(INLINE_VARS, state_as_scan);
+
+/// Output 0 of a `LinearAttention` call as the Scan's outputs read back ([`inline`]).
+fn output_as_scan(g: &mut OnnxGraph, _: Site<'_>, vars: [Id; 11]) -> Option<Id> {
+    inline(g, vars).map(|(_, output)| output)
+}
+
+/// Output 1 (the present state) of a `LinearAttention` call as the Scan's final state
+/// ([`inline`]).
+fn state_as_scan(g: &mut OnnxGraph, _: Site<'_>, vars: [Id; 11]) -> Option<Id> {
+    inline(g, vars).map(|(state, _)| state)
+}
+
+/// The variables of `(get<i> (com.microsoft::LinearAttention/2 ?q ?k ?v ?past ?g ?beta ?chunk
+/// ?kv_heads ?q_heads ?scale ?window ?rule))` the inline appliers read.
+const INLINE_VARS: [&str; 11] = [
+    "?q",
+    "?k",
+    "?v",
+    "?past",
+    "?g",
+    "?beta",
+    "?kv_heads",
+    "?q_heads",
+    "?scale",
+    "?window",
+    "?rule",
+];
+
+/// The standard form of a `LinearAttention` call the fusion could have made: the gated delta
+/// rule (`update_rule` gated_delta, set or unset), as many query as KV heads `H`, `state_window`
+/// 0, f32 q, k `[B, T, H·Dk]`, v `[B, T, H·Dv]`, a past state `[B, H, Dk, Dv]`, per-head decay
+/// and beta `[B, T, H]`, any scale (unset or 0: `1/√Dk`). Returns (present state, output):
+/// the [`delta_rule_step`] `Scan` over `q·scale`, `k`, `v` read as `[B, T, H, 1, D]`, decay
+/// `Exp(g)` and beta unsqueezed to `[B, T, H, 1, 1]`, its outputs read back as `[B, T, H·Dv]`.
+fn inline(
+    g: &mut OnnxGraph,
+    [q, k, v, past, log_decay, beta, kv_heads, q_heads, scale, window, rule]: [Id; 11],
+) -> Option<(Id, Id)> {
+    let mut e = Emit::new(g);
+    let heads = e.int_or(kv_heads, 0)?;
+    if heads <= 0 || e.int_or(q_heads, 0)? != heads || e.int_or(window, 0)? != 0 {
+        return None;
+    }
+    match e.attr(rule)? {
+        AttrValue::Unset => {}
+        AttrValue::Str(s) if s.as_str() == "gated_delta" => {}
+        _ => return None,
+    }
+    let last = |e: &Emit<'_>, id: Id, rank: usize| -> Option<i64> {
+        let t = e.tensor(id)?;
+        let s = t.shape.as_ref()?;
+        (t.dtype == Some(DType::F32) && s.len() == rank).then_some(())?;
+        s.last()?.known()
+    };
+    let (qw, kw, vw) = (last(&e, q, 3)?, last(&e, k, 3)?, last(&e, v, 3)?);
+    if qw != kw || qw % heads != 0 || vw % heads != 0 {
+        return None;
+    }
+    let (dk, dv) = (qw / heads, vw / heads);
+    if last(&e, log_decay, 3)? != heads || last(&e, beta, 3)? != heads {
+        return None;
+    }
+    let state = e.tensor(past)?;
+    let state_dims = state.shape.as_ref()?;
+    if state.dtype != Some(DType::F32)
+        || state_dims.len() != 4
+        || state_dims[1..]
+            .iter()
+            .map(|d| d.known())
+            .collect::<Vec<_>>()
+            != [Some(heads), Some(dk), Some(dv)]
+    {
+        return None;
+    }
+    let factor = match e.attr(scale)? {
+        AttrValue::Unset => 1.0 / (dk as f32).sqrt(),
+        AttrValue::Float(bits) if f32::from_bits(*bits) == 0.0 => 1.0 / (dk as f32).sqrt(),
+        AttrValue::Float(bits) => f32::from_bits(*bits),
+        _ => return None,
+    };
+    let (h, kd, vd) = (
+        usize::try_from(heads).ok()?,
+        usize::try_from(dk).ok()?,
+        usize::try_from(dv).ok()?,
+    );
+    let q5 = e.reshape(q, &[0, 0, heads, 1, dk]);
+    let factor = e.float(DType::F32, factor)?;
+    let q5 = e.bin("Mul", q5, factor);
+    let k5 = e.reshape(k, &[0, 0, heads, 1, dk]);
+    let v5 = e.reshape(v, &[0, 0, heads, 1, dv]);
+    let cols = e.ints(&[-1, -2]);
+    let decay = e.op("Exp", &[log_decay], &[]);
+    let decay = e.op("Unsqueeze", &[decay, cols], &[]);
+    let rate = e.op("Unsqueeze", &[beta, cols], &[]);
+    let body = delta_rule_step("linear_attention", h, kd, vd);
+    let attrs = [
+        ("body", AttrValue::Graph(Subgraph::new(&body))),
+        ("num_scan_inputs", AttrValue::Int(5)),
+        ("scan_input_axes", AttrValue::Ints(vec![1; 5])),
+        ("scan_output_axes", AttrValue::Ints(vec![1])),
+    ];
+    let names = schema("Scan")?;
+    let mut children = vec![past, decay, rate, q5, k5, v5];
+    for name in names {
+        let value = attrs
+            .iter()
+            .find(|(n, _)| n == name)
+            .map_or(AttrValue::Unset, |(_, v)| v.clone());
+        children.push(e.g.add(Onnx::Attr(value)));
+    }
+    let scan = e.g.add(Onnx::op("Scan", names, 6, 2, children));
+    let final_state = e.g.add(Onnx::Get {
+        index: 0,
+        tuple: [scan],
+    });
+    let ys = e.g.add(Onnx::Get {
+        index: 1,
+        tuple: [scan],
+    });
+    Some((final_state, e.reshape(ys, &[0, 0, heads * dv])))
 }

@@ -91,6 +91,14 @@ pub const APPLIERS: &[(&str, &dyn AnyApplier)] = &[
         "gated-delta-linear-attention",
         &linear_attention::GATED_DELTA_LINEAR_ATTENTION,
     ),
+    (
+        "linear-attention-output-as-scan",
+        &linear_attention::LINEAR_ATTENTION_OUTPUT_AS_SCAN,
+    ),
+    (
+        "linear-attention-state-as-scan",
+        &linear_attention::LINEAR_ATTENTION_STATE_AS_SCAN,
+    ),
     ("dense-moe", &moe::DENSE_MOE),
     ("dense-qmoe", &moe::DENSE_QMOE),
     ("moe-to-dense", &moe::MOE_TO_DENSE),
