@@ -93,6 +93,10 @@ pub const RULE_FILES: &[(&str, &str)] = &[
         include_str!("../../rewrites/fusion/moe_clamped.rules"),
     ),
     (
+        "fusion/linear_attention.rules",
+        include_str!("../../rewrites/fusion/linear_attention.rules"),
+    ),
+    (
         "fusion/skip_norm.rules",
         include_str!("../../rewrites/fusion/skip_norm.rules"),
     ),
@@ -103,6 +107,10 @@ pub const RULE_FILES: &[(&str, &str)] = &[
     (
         "fusion/bias_gelu.rules",
         include_str!("../../rewrites/fusion/bias_gelu.rules"),
+    ),
+    (
+        "inline/linear_attention.rules",
+        include_str!("../../rewrites/inline/linear_attention.rules"),
     ),
     (
         "inline/bias_gelu.rules",
