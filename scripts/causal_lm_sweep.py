@@ -94,6 +94,22 @@ TINY_IF_SET = {"sliding_window": 16, "attention_window": 16, "local_window_size"
 SIZE_OVERRIDES: dict[str, dict] = {
     # Mamba-2: hidden * expand (128) must equal num_heads * head_dim (16); 2 groups of B/C.
     "mamba2": {"num_heads": 8, "n_groups": 2, "state_size": 16, "chunk_size": 8},
+    # Zamba2: its default layers_block_type has 54 entries; one Mamba2 and one hybrid layer,
+    # 8 SSM heads of 16 in 2 groups, state 16, adapters of rank 8; the sizes its config derives
+    # from the hidden size (the stale defaults' would win), the attention 2 x 64 wide.
+    "zamba2": {
+        "layers_block_type": ["mamba", "hybrid"],
+        "hybrid_layer_ids": [1],
+        "attention_hidden_size": 128,
+        "attention_head_dim": 32,
+        "mamba_headdim": 16,
+        "kv_channels": 16,
+        "n_mamba_heads": 8,
+        "mamba_ngroups": 2,
+        "mamba_d_state": 16,
+        "chunk_size": 8,
+        "adapter_rank": 8,
+    },
     # DBRX: its attention sub-config carries no rope_theta by default (DbrxAttention reads it)
     # and clip_qkv None fails torch.clamp; 2 KV heads, 4 experts of 32, top-2.
     "dbrx": {

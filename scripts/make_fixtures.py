@@ -71,6 +71,10 @@ from transformers import (
     Mamba2ForCausalLM,
     BambaConfig,
     BambaForCausalLM,
+    FalconH1Config,
+    FalconH1ForCausalLM,
+    Zamba2Config,
+    Zamba2ForCausalLM,
     NemotronHConfig,
     NemotronHForCausalLM,
     JambaConfig,
@@ -138,10 +142,12 @@ from transformers import (
     Gemma2ForCausalLM,
     Gemma3Config,
     Gemma3ForCausalLM,
+    Gemma3nForCausalLM,
     Gemma4ForCausalLM,
     Gemma4UnifiedForCausalLM,
     Gemma3ForConditionalGeneration,
     Gemma3TextConfig,
+    Gemma3nTextConfig,
     Gemma4TextConfig,
     Gemma4UnifiedTextConfig,
     GemmaConfig,
@@ -331,7 +337,7 @@ DYNAMIC_ORIGINAL_MAX = 32  # llama-dynamic: max_position_embeddings, crossed by 
 # Routers whose score-correction bias the fixtures perturb by 0.1 (the others: 0.15).
 DEEPSEEK_ROUTED = {
     "deepseek_v3", "deepseek_v2", "sarvam_mla", "glm4_moe", "glm4_moe_lite", "dots1", "exaone_moe",
-    "sarvam_moe", "param2moe", "hy_v3", "minicpm5_moe",
+    "sarvam_moe", "param2moe", "hy_v3", "minicpm5_moe", "deepseek_v32", "glm_moe_dsa", "axk2",
 }
 # Routers whose score-correction bias stays zero: A.X-K1's released checkpoints have none and
 # transformers routes them with zeros (mobius adds no correction).
@@ -352,8 +358,15 @@ ZERO_PAD_ROW = {"youtu"}
 # "decode_steps", the logits of HYBRID_DECODE_STEPS greedy tokens fed one at a time with
 # transformers' cache after the prompt.
 HYBRID = {"lfm2", "lfm2_moe", "mamba2", "bamba", "granitemoehybrid", "mamba", "falcon_mamba", "nemotron_h", "jamba",
-          "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "qwen3_5", "qwen3_5_moe"}
+          "falcon_h1", "zamba2",
+          "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "qwen3_5", "qwen3_5_moe", "recurrent_gemma",
+          "deepseek_v32", "glm_moe_dsa", "axk2"}
 HYBRID_DECODE_STEPS = 8
+# DeepSeek Sparse Attention (hybrid-text-generation: the indexer's key cache is carried beside
+# the KV cache): index_topk is below the prompt's length, and the fixture is checked to depend on
+# the selection (its logits move by more than SPARSE_MIN_EFFECT when every key is kept).
+SPARSE_ATTENTION = {"deepseek_v32", "glm_moe_dsa", "axk2"}
+SPARSE_MIN_EFFECT = 1e-2
 
 DIMS = dict(
     hidden_size=64,
@@ -716,6 +729,27 @@ def make_config(kind: str, vocab: int, ids: dict):
                 "full_attention": {"rope_type": "proportional", "rope_theta": 1000000.0, "partial_rotary_factor": 0.5},
                 "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
             },
+        )
+    if kind == "gemma3n_text":
+        # 4 layers: sliding, full, sliding, full (window 4); the last two reuse the keys and
+        # values of the first two (num_kv_shared_layers 2); Gaussian top-k sparsity on the MLP
+        # gates of layers 0 (0.95) and 2 (0.5); 4 AltUp streams, the active one the second;
+        # LAuReL of rank 8; per-layer inputs 8 wide from a table of 200 rows (ids past it read
+        # row 0); final logits soft-capped.
+        return Gemma3nForCausalLM, Gemma3nTextConfig(
+            **dict(common, num_hidden_layers=4, intermediate_size=64),
+            rms_norm_eps=1e-6,
+            hidden_activation="gelu_pytorch_tanh",
+            sliding_window=4,
+            layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+            num_kv_shared_layers=2,
+            activation_sparsity_pattern=[0.95, 0.0, 0.5, 0.0],
+            altup_num_inputs=4,
+            altup_active_idx=1,
+            laurel_rank=8,
+            hidden_size_per_layer_input=8,
+            vocab_size_per_layer_input=200,
+            final_logit_softcapping=10.0,
         )
     if kind == "gemma4_unified_text":
         # Gemma 4 Unified's text decoder: no per-layer inputs; 4 layers sliding, full, sliding,
@@ -1136,6 +1170,70 @@ def make_config(kind: str, vocab: int, ids: dict):
             **extra,
             **ids,
         )
+    if kind == "falcon_h1":
+        # Falcon-H1: GQA (RoPE) and a Mamba2 mixer side by side in both layers (8 SSM heads of
+        # 16 channels, width mamba_d_ssm 128, in 2 groups, state 16, conv kernel 4, every bias
+        # on; chunk 8 so that the prefill crosses a chunk boundary; the gated RMS norm on,
+        # before the gate as by default); every µP multiplier off 1.
+        return FalconH1ForCausalLM, FalconH1Config(
+            **common,
+            mamba_d_ssm=128,
+            mamba_n_heads=8,
+            mamba_d_head="auto",
+            mamba_n_groups=2,
+            mamba_d_state=16,
+            mamba_d_conv=4,
+            mamba_expand=2,
+            mamba_chunk_size=8,
+            mamba_conv_bias=True,
+            mamba_proj_bias=True,
+            mamba_rms_norm=True,
+            mamba_norm_before_gate=True,
+            projectors_bias=True,
+            attention_bias=True,
+            mlp_bias=True,
+            embedding_multiplier=1.5,
+            lm_head_multiplier=0.8,
+            mlp_multipliers=[1.2, 0.7],
+            key_multiplier=0.6,
+            attention_in_multiplier=1.3,
+            attention_out_multiplier=0.9,
+            ssm_multipliers=[0.8, 1.1, 0.9, 1.2, 0.7],
+            ssm_in_multiplier=1.4,
+            ssm_out_multiplier=0.75,
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
+    if kind == "zamba2":
+        # Zamba2: Mamba2 layer 0 (8 SSM heads of 16 channels in 2 groups, state 16, conv
+        # kernel 4, chunk 8, projection biases on) and hybrid layer 1: the shared transformer
+        # block (4 heads of 32 over the concatenated 128-wide input, RoPE; a GELU MLP from a
+        # fused gate_up_proj with biases; LoRA adapters of rank 8 on q, k, v and gate_up, which
+        # need as many key/value heads as query heads) and the layer's linear before its own
+        # Mamba2 mixer. (With a second hybrid layer, transformers' cached decode steps drift
+        # 1.4e-5 to 1.4e-4 from its own full forward on these random weights.)
+        return Zamba2ForCausalLM, Zamba2Config(
+            **{k: v for k, v in common.items() if k not in ("head_dim", "num_hidden_layers", "num_key_value_heads")},
+            num_hidden_layers=2,
+            num_key_value_heads=4,
+            layers_block_type=["mamba", "hybrid"],
+            n_mamba_heads=8,
+            mamba_ngroups=2,
+            mamba_d_state=16,
+            mamba_d_conv=4,
+            mamba_expand=2,
+            chunk_size=8,
+            add_bias_linear=True,
+            num_mem_blocks=1,
+            use_shared_attention_adapter=True,
+            adapter_rank=8,
+            use_mem_rope=True,
+            hidden_act="gelu",
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=True,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
     if kind == "jamba":
         # Jamba: Mamba-1 layers 0 and 2 (64 channels, state 8, conv kernel 4, time-step rank
         # 8, its dt/B/C RMSNorms with weights, every bias on) around an attention layer 1
@@ -1190,6 +1288,30 @@ def make_config(kind: str, vocab: int, ids: dict):
             routed_scaling_factor=1.5,
             layer_norm_epsilon=1e-5,
             tie_word_embeddings=False,
+        )
+    if kind == "recurrent_gemma":
+        # Griffin: block_types (recurrent, recurrent, attention) cycled over 4 layers (r, r, a,
+        # r); RG-LRU width 96 (4 blocks of 24, wider than hidden), conv width 4; local MQA
+        # (4 query heads of 16, 1 key/value head, half of each head rotated, q/k/v biases) with
+        # a window of 4 tokens, shorter than the prompt; the logits soft-capped at 5 so the cap
+        # acts.
+        return transformers.RecurrentGemmaForCausalLM, transformers.RecurrentGemmaConfig(
+            num_hidden_layers=4,
+            vocab_size=vocab,
+            hidden_size=64,
+            intermediate_size=128,
+            num_attention_heads=4,
+            num_key_value_heads=1,
+            lru_width=96,
+            attention_window_size=4,
+            conv1d_width=4,
+            logits_soft_cap=5.0,
+            rms_norm_eps=1e-6,
+            attention_bias=True,
+            block_types=["recurrent", "recurrent", "attention"],
+            tie_word_embeddings=True,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+            **ids,
         )
     if kind == "mamba2":
         # Selective state-space layers only (no attention, no MLP): 8 SSM heads of 16 channels
@@ -2216,6 +2338,81 @@ def make_config(kind: str, vocab: int, ids: dict):
             tie_word_embeddings=False,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
         )
+    if kind == "axk2":
+        # A.X-K2: the deepseek_v32 fixture's sparse MLA (index_topk 4, 16 indexer heads of 32
+        # channels, half-split indexer RoPE) with q and the per-head output gate from
+        # q_gate_proj, gated RMSNorms (rank 8) on every layer's input and on the MoE layer's
+        # post-attention norm, layer 0 dense, layer 1 8 experts without groups, q/kv biases.
+        return transformers.AXK2ForCausalLM, transformers.AXK2Config(
+            **dict(common, num_key_value_heads=4, intermediate_size=64),
+            q_lora_rank=24,
+            kv_lora_rank=32,
+            qk_nope_head_dim=16,
+            qk_rope_head_dim=16,
+            v_head_dim=16,
+            n_routed_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            n_shared_experts=1,
+            mlp_layer_types=["dense", "sparse"],
+            index_topk=4,
+            index_head_dim=32,
+            index_n_heads=16,
+            gated_norm_rank=8,
+            attention_bias=True,
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
+    if kind in ("deepseek_v32", "glm_moe_dsa"):
+        # DeepSeek Sparse Attention: DeepSeek-V3's MLA (4 heads of 16 + 16 q/k channels, 16 v
+        # channels, q rank 24, latent 32) and experts (layer 0 dense, layer 1 8 experts of
+        # width 32, top-2, one shared expert), each query attending to the index_topk = 4 keys
+        # its indexer (16 heads of 32 channels, the first 16 rotated) scores best: fewer than
+        # the prompt's tokens, so the selection changes the logits of every row past the 4th
+        # and of every decode step. deepseek_v32: 4 groups of experts, 2 kept, YaRN (as the
+        # deepseek_v3 fixture); glm_moe_dsa: layer 1 reuses layer 0's selection
+        # (indexer_types), its indexer's rope pairs interleaved.
+        dsa = dict(
+            common,
+            num_key_value_heads=4,
+            intermediate_size=64,
+            q_lora_rank=24,
+            kv_lora_rank=32,
+            qk_nope_head_dim=16,
+            qk_rope_head_dim=16,
+            v_head_dim=16,
+            n_routed_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            n_shared_experts=1,
+            first_k_dense_replace=1,
+            index_topk=4,
+            index_head_dim=32,
+            index_n_heads=16,
+            tie_word_embeddings=False,
+        )
+        if kind == "glm_moe_dsa":
+            return transformers.GlmMoeDsaForCausalLM, transformers.GlmMoeDsaConfig(
+                **dsa,
+                rms_norm_eps=1e-5,
+                indexer_types=["full", "shared"],
+                rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+            )
+        return transformers.DeepseekV32ForCausalLM, transformers.DeepseekV32Config(
+            **dsa,
+            n_group=4,
+            topk_group=2,
+            rms_norm_eps=1e-6,
+            rope_parameters={
+                "rope_type": "yarn",
+                "rope_theta": 10000.0,
+                "factor": 4.0,
+                "original_max_position_embeddings": 32,
+                "mscale": 1.0,
+                "mscale_all_dim": 0.8,
+            },
+        )
     if kind == "sarvam_mla":
         # DeepSeek-V3's architecture with Sarvam's defaults (a plain q_proj, no group limit): 4
         # heads of 16 + 16 q/k and 16 v channels, layer 0 dense, layer 1 MoE (8 experts of width
@@ -2587,10 +2784,10 @@ def perturb(model, seed: int) -> None:
     # Gemma's RMSNorm and Nemotron's LayerNorm1P scale by (1 + weight): keep their effective
     # gain near 1 as well.
     # Qwen3-Next's RMSNorms too, but not the gated norm of its linear attention (a plain gain);
-    # Gemma 4's RMSNorm scales by the weight itself.
-    offset_types = ("gemma", "vaultgemma", "nemotron", "qwen3_next", "qwen3_5")
+    # Gemma 4's and Gemma 3n's RMSNorms scale by the weight itself.
+    offset_types = ("gemma", "vaultgemma", "nemotron", "qwen3_next", "qwen3_5", "recurrent_gemma")
     model_type = model.config.model_type
-    norm_offset = 0.0 if model_type.startswith(offset_types) and not model_type.startswith("gemma4") else 1.0
+    norm_offset = 0.0 if model_type.startswith(offset_types) and not model_type.startswith(("gemma4", "gemma3n")) else 1.0
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("embed_positions.weight") and not p.requires_grad:
@@ -2603,6 +2800,10 @@ def perturb(model, seed: int) -> None:
                 module = name.rsplit(".", 2)[0].rsplit(".", 1)[-1]
             if name.endswith("_residual"):
                 v = 1.0 + 0.2 * r  # Doge's residual scales (ones at init)
+            elif name.endswith("rg_lru.recurrent_param"):
+                # RecurrentGemma's decay parameter (softplus of it near 0.05: a = exp(-8·gate·0.05)
+                # keeps a long memory, as its init does), each channel its own.
+                v = -3.0 + 0.5 * r
             elif module.startswith("ln_") or "norm" in module:
                 # RMSNorm gains; LayerNorm (gpt2, phi) weights and biases
                 offset = 1.0 if name.endswith("linear_attn.norm.weight") else norm_offset
@@ -2701,8 +2902,11 @@ def hybrid_decode_steps(model, input_ids: list[int], greedy: list[int]) -> dict:
     """The prompt through transformers' cache, then the first HYBRID_DECODE_STEPS greedy tokens
     one at a time: each step's logits (checked against one cache-free forward of the whole
     sequence)."""
-    out = model(torch.tensor([input_ids]), use_cache=True)
-    cache = out.cache
+    # RecurrentGemma returns no cache (its recurrent states live in its modules): hand it one
+    # for its attention layers, as generate does.
+    own = transformers.DynamicCache(config=model.config) if model.config.model_type == "recurrent_gemma" else None
+    out = model(torch.tensor([input_ids]), use_cache=True, cache=own)
+    cache = getattr(out, "cache", own)
     fed = greedy[:HYBRID_DECODE_STEPS]
     steps = []
     # Each step's position, as generate passes it: Bamba's and Granite-4's forward number a
@@ -2711,7 +2915,7 @@ def hybrid_decode_steps(model, input_ids: list[int], greedy: list[int]) -> dict:
     for j, t in enumerate(fed):
         extra = {"position_ids": torch.tensor([[len(input_ids) + j]])} if positioned else {}
         out = model(torch.tensor([[t]]), cache=cache, use_cache=True, **extra)
-        cache = out.cache
+        cache = getattr(out, "cache", cache)
         steps.append(out.logits[0, -1].float())
     steps = torch.stack(steps)
     full = model(torch.tensor([input_ids + fed])).logits[0, len(input_ids):].float()
@@ -2827,6 +3031,7 @@ FIXTURES = {
     "gemma3_text": (7000, "f32", "v5", None),
     "gemma4_text": (7540, "f32", "v5", None),
     "gemma4_unified_text": (7590, "f32", "v5", None),
+    "gemma3n_text": (7640, "f32", "v5", None),
     "gpt2": (5000, "f32", "v5", None),
     "gpt-sw3": (5110, "f32", "v5", None),
     "gpt_bigcode": (5010, "f32", "v5", None),
@@ -2852,6 +3057,8 @@ FIXTURES = {
     "falcon_mamba": (6800, "f32", "v5", None),
     "nemotron_h": (6900, "f32", "v5", None),
     "jamba": (7200, "f32", "v5", None),
+    "falcon_h1": (7300, "f32", "v5", None),
+    "zamba2": (7600, "f32", "v5", None),
     "qwen3_next": (6900, "f32", "v5", None),
     "qwen3_5_text": (7000, "f32", "v5", None),
     "qwen3_5_moe_text": (7100, "f32", "v5", None),
@@ -2941,6 +3148,9 @@ FIXTURES = {
     "minicpm5_moe": (6280, "f32", "v5", None),
     "axk1": (6290, "f32", "v5", None),
     "longcat_flash": (6295, "f32", "v5", None),
+    "deepseek_v32": (6296, "f32", "v5", None),
+    "glm_moe_dsa": (6297, "f32", "v5", None),
+    "axk2": (6298, "f32", "v5", None),
     "dbrx": (6400, "f32", "v5", None),
     "llama4_text": (8400, "f32", "v5", None),
     "afmoe": (8500, "f32", "v5", None),
@@ -2953,6 +3163,7 @@ FIXTURES = {
     "ergo": (9400, "f32", "v5", None),
     "emu3": (9500, "f32", "v5", None),
     "mllama": (9600, "f32", "v5", None),
+    "recurrent_gemma": (9700, "f32", "v5", None),
 }
 
 
@@ -3109,6 +3320,19 @@ def make_fixture(name: str, out_root: Path, tok: PreTrainedTokenizerFast) -> Non
             "input_ids": long_ids,
             "logits": [[rnd(v) for v in row] for row in long_logits.tolist()],
         }
+    if name in SPARSE_ATTENTION:
+        indexers = [l.self_attn.indexer for l in model.model.layers if l.self_attn.indexer is not None]
+        topk = model.config.index_topk
+        assert topk < len(input_ids), (topk, len(input_ids))
+        for ix in indexers:
+            ix.index_topk = 10**6
+        with torch.no_grad():
+            dense = model(torch.tensor([input_ids])).logits[0].float()
+        for ix in indexers:
+            ix.index_topk = topk
+        effect = float((dense - logits).abs().max())
+        assert effect > SPARSE_MIN_EFFECT, (name, effect)
+        print(f"{name}: keeping every key moves the logits by {effect:.3g}")
     if name in HYBRID:
         ref["task"] = "hybrid-text-generation"
         ref["decode_steps"] = hybrid_decode_steps(model, input_ids, greedy)

@@ -175,6 +175,7 @@ fn every_emitted_contrib_op_has_a_body_exactly_when_it_has_inline_rules() {
         ("bert", "default", "f32", false),
         ("mixtral", "cpu", "f32", false),
         ("mixtral", "cpu", "f32", true),
+        ("qwen3_5_text", "cpu", "f32", false),
     ] {
         let out = t.path().join(format!("{name}-{ep}-{quant}"));
         let m = if quant {

@@ -61,6 +61,7 @@ fn spec_builtin(name: &str) -> EpCapabilities {
             qkv_pack_dtypes: dtypes(&[F32]),
             default_int4_accuracy_level: 4,
             supports_past_present_share_buffer: true,
+            supports_linear_attention: true,
             ..base
         },
         "cuda" => EpCapabilities {
@@ -70,6 +71,7 @@ fn spec_builtin(name: &str) -> EpCapabilities {
             provider_options: options(&[("enable_skip_layer_norm_strict_mode", "1")]),
             supports_past_present_share_buffer: true,
             supports_fp8_kv_cache: true,
+            supports_linear_attention: true,
             ..base
         },
         "dml" => EpCapabilities {
@@ -190,6 +192,7 @@ fn new_gives_spec_defaults() {
     assert!(c.supports_rank4_rmsnorm && c.supports_attention && c.supports_matmul_nbits);
     assert!(c.supports_rotary_embedding && c.supports_tensor_scatter && c.supports_range);
     assert!(!c.supports_fp8_kv_cache && !c.enable_graph_capture);
+    assert!(!c.supports_linear_attention);
     assert!(!c.supports_past_present_share_buffer && !c.cap_kv_buffer_max_length);
     assert_eq!(c.default_int4_accuracy_level, 0);
     assert!(c.provider_options.is_empty());
@@ -612,7 +615,7 @@ fn json_has_every_field_of_every_builtin() {
     let names: Vec<&str> = list.iter().map(|e| e["name"].as_str().unwrap()).collect();
     assert_eq!(names, BUILTIN_NAMES);
     let webgpu = &list[5];
-    assert_eq!(webgpu.as_object().unwrap().len(), 22, "{webgpu}");
+    assert_eq!(webgpu.as_object().unwrap().len(), 23, "{webgpu}");
     assert_eq!(webgpu["dtypes"], json!(["f32", "f16"]));
     assert_eq!(webgpu["default_dtype"], json!("f16"));
     assert_eq!(webgpu["gqa_dtypes"], json!(["f32", "f16"]));

@@ -1,8 +1,9 @@
 //! Hybrid decoders through the reference interpreter (no onnxruntime): the lfm2, lfm2_moe,
-//! mamba2, mamba, falcon_mamba, bamba, granitemoehybrid, nemotron_h, jamba, qwen3_next,
-//! qwen3_5_text, qwen3_5_moe_text, qwen3_5 and qwen3_5_moe (image-text) fixtures' portable graphs and their cpu graphs (with
-//! GroupQueryAttention where a layer attends; mamba's, jamba's and the Gated DeltaNet layers'
-//! with their `Scan`) give transformers' prefill logits, then those of 8 decode steps of one
+//! mamba2, mamba, falcon_mamba, bamba, granitemoehybrid, nemotron_h, jamba, falcon_h1, zamba2,
+//! qwen3_next, qwen3_5_text, qwen3_5_moe_text, qwen3_5 and qwen3_5_moe (image-text) and
+//! recurrent_gemma fixtures' portable graphs and their cpu graphs (with GroupQueryAttention where
+//! a layer attends; mamba's, jamba's, the Gated DeltaNet layers' and the RG-LRU layers' with their
+//! `Scan`) give transformers' prefill logits, then those of 8 decode steps of one
 //! token each fed the returned conv, SSM and recurrent states (`present.{i}.conv` →
 //! `past.{i}.conv`, `present.{i}.ssm` → `past.{i}.ssm`, `present.{i}.recurrent` →
 //! `past.{i}.recurrent`) and KV caches (f32 ≤ 1e-4; docs/recurrent.md); Qwen3.5's 3-D
@@ -189,6 +190,22 @@ fn jamba_decode_loop_through_the_interpreter() {
 }
 
 #[test]
+fn falcon_h1_decode_loop_through_the_interpreter() {
+    let cfg = fixture_config("falcon_h1");
+    let portable = build_model(&cfg, DType::F32).unwrap();
+    check_decode_loop("falcon_h1", &portable.graph);
+    check_decode_loop("falcon_h1", &optimized(&cfg, "cpu", DType::F32));
+}
+
+#[test]
+fn zamba2_decode_loop_through_the_interpreter() {
+    let cfg = fixture_config("zamba2");
+    let portable = build_model(&cfg, DType::F32).unwrap();
+    check_decode_loop("zamba2", &portable.graph);
+    check_decode_loop("zamba2", &optimized(&cfg, "cpu", DType::F32));
+}
+
+#[test]
 fn gated_delta_decode_loops_through_the_interpreter() {
     for name in [
         "qwen3_next",
@@ -202,4 +219,12 @@ fn gated_delta_decode_loops_through_the_interpreter() {
         check_decode_loop(name, &portable.graph);
         check_decode_loop(name, &optimized(&cfg, "cpu", DType::F32));
     }
+}
+
+#[test]
+fn recurrent_gemma_decode_loop_through_the_interpreter() {
+    let cfg = fixture_config("recurrent_gemma");
+    let portable = build_model(&cfg, DType::F32).unwrap();
+    check_decode_loop("recurrent_gemma", &portable.graph);
+    check_decode_loop("recurrent_gemma", &optimized(&cfg, "cpu", DType::F32));
 }

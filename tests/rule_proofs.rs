@@ -36,6 +36,8 @@ mod gemm;
 mod gqa_genai;
 #[path = "rule_proofs/head_layout.rs"]
 mod head_layout;
+#[path = "rule_proofs/linear_attention.rs"]
+mod linear_attention;
 #[path = "rule_proofs/lowering.rs"]
 mod lowering;
 #[path = "rule_proofs/moe.rs"]
@@ -254,6 +256,18 @@ const PROOFS: &[(&str, &str)] = &[
     (
         "matmul-nbits-with-bias-to-dequantize",
         "quant::matmul_nbits_to_dequantize",
+    ),
+    (
+        "gated-delta-scan-to-linear-attention",
+        "linear_attention::gated_delta_scan_fusion",
+    ),
+    (
+        "linear-attention-output-as-scan",
+        "linear_attention::linear_attention_as_scan",
+    ),
+    (
+        "linear-attention-state-as-scan",
+        "linear_attention::linear_attention_as_scan",
     ),
     ("dense-moe", "moe::dense_moe_fusion"),
     ("moe-to-dense", "moe::moe_to_dense_inline"),
@@ -1091,6 +1105,7 @@ fn sink_attention_block(
         mask: &padding,
         past: (&pk, &pv),
         present: ("present.0.key", "present.0.value"),
+        index: None,
     };
     let y = sink_attention(&mut b, &io, [&qr, &kr, &v], &sinks, &spec, (d, DType::F32));
     b.op_into("Identity", &[&y], vec![], "y");

@@ -16,7 +16,9 @@ pub struct HfConfig {
     pub text_config: Option<Value>,
     /// `hidden_size`.
     pub hidden_size: Option<i64>,
-    /// `intermediate_size`.
+    /// `intermediate_size` (Gemma 3n writes one per layer: a list of equal widths reads as
+    /// that width).
+    #[serde(default, deserialize_with = "width_or_widths")]
     pub intermediate_size: Option<i64>,
     /// `num_attention_heads`.
     pub num_attention_heads: Option<i64>,
@@ -593,9 +595,94 @@ pub struct HfConfig {
     pub use_double_wide_mlp: Option<bool>,
     /// `enable_moe_block` (Gemma 4: a mixture of experts beside each layer's MLP).
     pub enable_moe_block: Option<bool>,
+    /// `altup_num_inputs` (Gemma 3n: the AltUp streams).
+    pub altup_num_inputs: Option<i64>,
+    /// `altup_active_idx` (Gemma 3n: the stream the layers compute on).
+    pub altup_active_idx: Option<i64>,
+    /// `altup_correct_scale` (Gemma 3n: the corrected active stream is scaled by
+    /// `correct_output_scale` before the per-layer gate).
+    pub altup_correct_scale: Option<bool>,
+    /// `laurel_rank` (Gemma 3n: the rank of the low-rank residual).
+    pub laurel_rank: Option<i64>,
+    /// `activation_sparsity_pattern` (Gemma 3n: per layer, the share of MLP gate activations
+    /// zeroed; one number, a list or null).
+    pub activation_sparsity_pattern: Option<Value>,
+    /// `gated_norm_rank` (A.X-K2: the bottleneck of the sigmoid gate after its gated RMSNorms).
+    pub gated_norm_rank: Option<i64>,
+    /// `index_topk` (DeepSeek Sparse Attention: the keys each query's indexer selects).
+    pub index_topk: Option<i64>,
+    /// `index_head_dim` (DeepSeek Sparse Attention: the indexer's channels per head, its
+    /// cached key's width).
+    pub index_head_dim: Option<i64>,
+    /// `index_n_heads` (DeepSeek Sparse Attention: the indexer's query heads).
+    pub index_n_heads: Option<i64>,
+    /// `indexer_types` (GLM-MoE-DSA: per layer, `full` runs its own indexer, `shared` reuses the
+    /// previous full layer's selection).
+    pub indexer_types: Option<Vec<String>>,
+    /// `index_topk_pattern` (GLM-MoE-DSA: `indexer_types` spelled `F`/`S` per layer, or a list).
+    pub index_topk_pattern: Option<Value>,
+    /// `index_topk_freq` (GLM-MoE-DSA: every this many layers from the offset runs an indexer).
+    pub index_topk_freq: Option<i64>,
+    /// `index_skip_topk_offset` (GLM-MoE-DSA: where `index_topk_freq`'s schedule starts).
+    pub index_skip_topk_offset: Option<i64>,
     /// `cross_attention_layers` (Mllama's text decoder: the indices of its cross-attention
     /// layers, which text-only inputs skip).
     pub cross_attention_layers: Option<Vec<i64>>,
+    /// `block_types` (RecurrentGemma: `recurrent` / `attention`, cycled over the layers).
+    pub block_types: Option<Vec<String>>,
+    /// `lru_width` (RecurrentGemma: the recurrent block's width; absent or null → hidden_size).
+    pub lru_width: Option<i64>,
+    /// `conv1d_width` (RecurrentGemma: the kernel width of the recurrent block's convolution).
+    pub conv1d_width: Option<i64>,
+    /// `attention_window_size` (RecurrentGemma: the local attention's window).
+    pub attention_window_size: Option<i64>,
+    /// `logits_soft_cap` (RecurrentGemma: logits become `c · tanh(logits / c)`).
+    pub logits_soft_cap: Option<f64>,
+    /// `mamba_d_ssm` (Falcon-H1: the mixer's width; null → `mamba_expand · hidden_size`,
+    /// absent → 1024).
+    #[serde(default, deserialize_with = "nullable")]
+    pub mamba_d_ssm: Option<Option<i64>>,
+    /// `mamba_rms_norm` (Falcon-H1: whether the mixer norms its gated output).
+    pub mamba_rms_norm: Option<bool>,
+    /// `mamba_norm_before_gate` (Falcon-H1: the mixer's norm before its gate).
+    pub mamba_norm_before_gate: Option<bool>,
+    /// `projectors_bias` (Falcon-H1: a bias on the mixer's `out_proj`).
+    pub projectors_bias: Option<bool>,
+    /// `lm_head_multiplier` (Falcon-H1: scales the logits).
+    pub lm_head_multiplier: Option<f64>,
+    /// `mlp_multipliers` (Falcon-H1: the MLP's gate and down-projection multipliers).
+    pub mlp_multipliers: Option<Vec<f64>>,
+    /// `key_multiplier` (Falcon-H1: scales the keys).
+    pub key_multiplier: Option<f64>,
+    /// `attention_in_multiplier` (Falcon-H1: scales the attention's input).
+    pub attention_in_multiplier: Option<f64>,
+    /// `attention_out_multiplier` (Falcon-H1: scales the attention's output).
+    pub attention_out_multiplier: Option<f64>,
+    /// `ssm_multipliers` (Falcon-H1: the µP multipliers of the mixer's `in_proj` parts z, x,
+    /// B, C, dt).
+    pub ssm_multipliers: Option<Vec<f64>>,
+    /// `ssm_in_multiplier` (Falcon-H1: scales the mixer's input).
+    pub ssm_in_multiplier: Option<f64>,
+    /// `ssm_out_multiplier` (Falcon-H1: scales the mixer's output).
+    pub ssm_out_multiplier: Option<f64>,
+    /// `n_mamba_heads` (Zamba2: the SSM heads of a Mamba2 layer).
+    pub n_mamba_heads: Option<i64>,
+    /// `mamba_ngroups` (Zamba2: groups of heads sharing `B` and `C`).
+    pub mamba_ngroups: Option<i64>,
+    /// `add_bias_linear` (Zamba2: biases on the mixers' projections and the shared MLP).
+    pub add_bias_linear: Option<bool>,
+    /// `num_mem_blocks` (Zamba2: the distinct shared transformer blocks, used in turn).
+    pub num_mem_blocks: Option<i64>,
+    /// `use_shared_attention_adapter` (Zamba2: LoRA adapters on q, k and v per use).
+    pub use_shared_attention_adapter: Option<bool>,
+    /// `adapter_rank` (Zamba2: the adapters' rank).
+    pub adapter_rank: Option<i64>,
+    /// `use_mem_rope` (Zamba2: whether the shared attention rotates q and k).
+    pub use_mem_rope: Option<bool>,
+    /// `use_long_context` (Zamba2: a longer context with a rescaled RoPE).
+    pub use_long_context: Option<bool>,
+    /// `time_step_min` (Zamba2: the lower clamp of the mixers' time steps).
+    pub time_step_min: Option<f64>,
 }
 
 /// Deserializes a field that may be `null` as `Some(Value::Null)`, so that an explicit null
@@ -608,4 +695,26 @@ fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::E
 /// from an absent field (`None`, by `#[serde(default)]`).
 fn nullable<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<i64>>, D::Error> {
     Option::<i64>::deserialize(d).map(Some)
+}
+
+/// Deserializes a width given as one integer or as a list of integers (one per layer) that are
+/// all equal, as that integer; a list of different widths is refused.
+fn width_or_widths<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Width {
+        One(i64),
+        PerLayer(Vec<i64>),
+    }
+    match Option::<Width>::deserialize(d)? {
+        None => Ok(None),
+        Some(Width::One(w)) => Ok(Some(w)),
+        Some(Width::PerLayer(ws)) => match ws.split_first() {
+            Some((&w, rest)) if rest.iter().all(|&r| r == w) => Ok(Some(w)),
+            _ => Err(serde::de::Error::custom(format!(
+                "intermediate_size {ws:?}: expected an integer or a list of equal integers \
+                 (layers of different MLP widths are not supported)"
+            ))),
+        },
+    }
 }

@@ -61,6 +61,7 @@ fn cpu() -> EpCapabilities {
         qkv_pack_dtypes: dtypes(&[F32]),
         default_int4_accuracy_level: 4,
         supports_past_present_share_buffer: true,
+        supports_linear_attention: true,
         cost: CostParams::CPU,
         ..EpCapabilities::new("cpu")
     }
@@ -74,6 +75,7 @@ fn cuda() -> EpCapabilities {
         provider_options: options(&[("enable_skip_layer_norm_strict_mode", "1")]),
         supports_past_present_share_buffer: true,
         supports_fp8_kv_cache: true,
+        supports_linear_attention: true,
         cost: CostParams::DISCRETE_GPU,
         ..EpCapabilities::new("cuda")
     }

@@ -40,6 +40,10 @@ pub struct EpCapabilities {
     pub supports_skip_layer_norm: bool,
     /// Whether mixture-of-experts blocks are built as one `com.microsoft::MoE` operator.
     pub supports_fused_moe: bool,
+    /// Whether the gated delta rule's recurrence (a Gated DeltaNet layer's `Scan`) runs as
+    /// onnxruntime's `com.microsoft::LinearAttention` kernel (off by default: onnxruntime 1.32
+    /// registers it for the CPU provider, measured, and CUDA, per onnxruntime-genai's builder).
+    pub supports_linear_attention: bool,
     /// Whether RMS normalization may run on rank-4 inputs (false: reshaped for HTP).
     pub supports_rank4_rmsnorm: bool,
     /// Whether the ONNX `Attention` operator is supported (false: decomposed).
@@ -91,6 +95,7 @@ impl EpCapabilities {
             supports_fused_rope: true,
             supports_skip_layer_norm: true,
             supports_fused_moe: true,
+            supports_linear_attention: false,
             supports_rank4_rmsnorm: true,
             supports_attention: true,
             supports_matmul_nbits: true,

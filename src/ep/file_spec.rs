@@ -28,6 +28,7 @@ pub(super) struct EpFileSpec {
     supports_fused_rope: Option<bool>,
     supports_skip_layer_norm: Option<bool>,
     supports_fused_moe: Option<bool>,
+    supports_linear_attention: Option<bool>,
     supports_rank4_rmsnorm: Option<bool>,
     supports_attention: Option<bool>,
     supports_matmul_nbits: Option<bool>,
@@ -109,6 +110,10 @@ impl EpFileSpec {
             self.supports_skip_layer_norm,
         );
         set(&mut c.supports_fused_moe, self.supports_fused_moe);
+        set(
+            &mut c.supports_linear_attention,
+            self.supports_linear_attention,
+        );
         set(&mut c.supports_rank4_rmsnorm, self.supports_rank4_rmsnorm);
         set(&mut c.supports_attention, self.supports_attention);
         set(&mut c.supports_matmul_nbits, self.supports_matmul_nbits);

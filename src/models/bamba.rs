@@ -6,7 +6,7 @@
 //! `attn_layer_indices` (none by default: every layer Mamba2). onnxruntime-genai 0.18 has no
 //! model type with an SSM state, so the package has no genai_config.json (docs/recurrent.md).
 
-use super::components::{Mamba2Mixer, SsmMixer};
+use super::components::{GateNorm, Mamba2Mixer, SsmMixer};
 use super::decoder::{Family, LayerNorms, Names};
 use super::family::FamilySpec;
 use super::mamba2::time_step_limit;
@@ -150,8 +150,12 @@ pub(super) fn read_mixer(raw: &HfConfig, f: &Fields<'_>, eps: f64) -> Result<Mam
         groups,
         kernel,
         bias: raw.mamba_proj_bias.unwrap_or(false),
+        out_bias: raw.mamba_proj_bias.unwrap_or(false),
         conv_bias: raw.mamba_conv_bias.unwrap_or(true),
         eps,
+        gate_norm: GateNorm::GateThenNorm,
+        scales: None,
+        dt_min: None,
     })
 }
 

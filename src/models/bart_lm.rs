@@ -372,6 +372,7 @@ fn build(cfg: &ArchConfig, lm: &BartLmConfig, dtype: DType) -> Graph {
             mask: &mask,
             past: (past_k, past_v),
             present: (&present.0, &present.1),
+            index: None,
         };
         let attend = |b: &mut GraphBuilder, [q, k, v]: [&str; 3]| attention(b, q, k, v, &spec);
         x = layer.build(&mut b, &x, attend, None);

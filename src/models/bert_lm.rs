@@ -731,6 +731,7 @@ fn build(cfg: &ArchConfig, lm: &BertLmConfig, dtype: DType) -> Graph {
             mask: &mask,
             past: (past_k, past_v),
             present: (&present.0, &present.1),
+            index: None,
         };
         let attend = |b: &mut GraphBuilder, [q, k, v]: [&str; 3]| match &rotary {
             None => attention(b, q, k, v, &spec),

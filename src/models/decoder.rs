@@ -11,18 +11,21 @@
 //! attention layer does (the hybrids, [`Family::ssm_with_mlp`]). A layer for which
 //! [`Family::mixes_tokens`] is false is its MLP block alone and carries nothing
 //! ([`LayerCache::Stateless`]); an attention layer is its attention and the residual add alone
-//! where [`Family::attention_with_mlp`] is false (Nemotron-H: one mixer per block).
+//! where [`Family::attention_with_mlp`] is false (Nemotron-H: one mixer per block). A layer for
+//! which [`Family::layer_indexer`] names a learned indexer (DeepSeek Sparse Attention) attends
+//! through the index mask its family's [`Family::attention_qkv`] writes, or through an earlier
+//! layer's, and carries the indexer's key cache beside its KV cache ([`LayerCache::Indexed`]).
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
 
 use super::components::{
-    alibi_bias, chunked_mask, gated_delta_mixer, gated_mlp, gated_short_conv, hybrid_decoder_io,
-    linear, mamba2_mixer, mamba_mixer, named_rope_tables, padding_mask, per_head_norm,
-    present_conv_name, present_ssm_name, rope_tables, rotary_embedding, scalar,
-    sliding_window_mask, soft_capped_attention, AttentionSpec, ConvState, DecoderDims,
-    DecoderInputs, GateActivation, LayerCache, LayerPast, Norm, NormKind, RopeTables, ShortConv,
-    SsmMixer, SsmState,
+    alibi_bias, causal_mask, chunked_mask, gated_delta_mixer, gated_mlp, gated_short_conv,
+    hybrid_decoder_io, index_mask_name, linear, mamba2_mixer, mamba_mixer, named_rope_tables,
+    padding_mask, per_head_norm, present_conv_name, present_index_key_name, present_ssm_name,
+    rope_tables, rotary_embedding, scalar, sliding_window_mask, soft_capped_attention,
+    AttentionSpec, ConvState, DecoderDims, DecoderInputs, GateActivation, IndexIo, IndexedLayer,
+    LayerCache, LayerPast, Norm, NormKind, RopeTables, ShortConv, SsmMixer, SsmState,
 };
 use crate::config::{ArchConfig, CheckpointRenaming, FamilyKnobs, Rope};
 use crate::ir::{Attr, DType, Graph, GraphBuilder, Initializer, TensorSource};
@@ -212,6 +215,20 @@ pub trait Family {
             kind: NormKind::Rms,
             eps: cfg.rms_norm_eps,
         }
+    }
+
+    /// The stream layer `i` (module `layer`) works on, from the stream `x` the previous layer
+    /// (or [`Family::embed`]) left: by default `x` itself (Gemma 3n keeps several streams and
+    /// gives each layer its AltUp prediction of the active one).
+    fn layer_input(
+        &self,
+        _b: &mut GraphBuilder,
+        _cfg: &ArchConfig,
+        x: &str,
+        _at: (&str, usize),
+        _dtype: DType,
+    ) -> String {
+        x.to_string()
     }
 
     /// Where a layer's norms sit.
@@ -412,6 +429,14 @@ pub trait Family {
         "mixer"
     }
 
+    /// The mixer that runs beside layer `i`'s attention on the same normed input (module
+    /// `{layer}.{ssm_module}`), its output added to the attention's before the residual add, the
+    /// layer carrying its KV cache and the mixer's conv and SSM states
+    /// ([`LayerCache::KvAndSsm`]: Falcon-H1); `None` (the default) for none.
+    fn parallel_ssm(&self, _cfg: &ArchConfig, _i: usize) -> Option<SsmMixer> {
+        None
+    }
+
     /// Whether a Mamba2 layer goes on as an attention layer does after its mixer (residual
     /// add, then the MLP block with its norms: the hybrids), or (the default, Mamba2) is its
     /// pre-norm, the mixer and the residual add alone.
@@ -466,6 +491,15 @@ pub trait Family {
     /// ([`super::components::chunked_mask`], Llama 4). GroupQueryAttention has no such mask, so
     /// the fusion leaves these layers opset-24 `Attention`.
     fn layer_chunk(&self, _cfg: &ArchConfig, _i: usize) -> Option<usize> {
+        None
+    }
+
+    /// Layer `i`'s learned indexer (DeepSeek Sparse Attention), `None` (the default) where its
+    /// attention is dense. A layer with its own ([`IndexedLayer::Own`]) carries the indexer's
+    /// key cache, and its [`Family::attention_qkv`] must write the additive index mask named
+    /// `spec.mask` from what `spec.index` gives ([`super::components::Indexer::mask`]); a
+    /// [`IndexedLayer::Shared`] layer attends through the mask of the layer it names.
+    fn layer_indexer(&self, _cfg: &ArchConfig, _i: usize) -> Option<IndexedLayer> {
         None
     }
 
@@ -710,11 +744,17 @@ pub fn build(cfg: &ArchConfig, dtype: DType, family: &dyn Family) -> Graph {
             match (family.ssm_mixer(cfg, i), family.short_conv(cfg, i)) {
                 (Some(mixer), _) => LayerCache::Ssm(mixer),
                 (None, Some(conv)) => LayerCache::Conv(conv),
-                (None, None) => match family.kv_lender(cfg, i) {
-                    Some(lender) => LayerCache::Borrowed(lender),
-                    None => match family.layer_kv_shape(cfg, i) {
+                (None, None) => match (family.kv_lender(cfg, i), family.layer_indexer(cfg, i)) {
+                    (Some(lender), _) => LayerCache::Borrowed(lender),
+                    (None, Some(IndexedLayer::Own(ix))) => LayerCache::Indexed {
+                        index_dim: ix.head_dim,
+                    },
+                    (None, _) => match family.layer_kv_shape(cfg, i) {
                         (kv, d) if (kv, d) == (cfg.num_key_value_heads, cfg.head_dim) => {
-                            LayerCache::Kv
+                            match family.parallel_ssm(cfg, i) {
+                                Some(mixer) => LayerCache::KvAndSsm(mixer),
+                                None => LayerCache::Kv,
+                            }
                         }
                         (kv_heads, head_dim) => LayerCache::KvOf { kv_heads, head_dim },
                     },
@@ -754,9 +794,19 @@ pub fn build(cfg: &ArchConfig, dtype: DType, family: &dyn Family) -> Graph {
         }
     }
 
+    let index_allowed = caches
+        .iter()
+        .any(|c| matches!(c, LayerCache::Indexed { .. }))
+        .then(|| causal_mask(&mut b, &masks[&None], &io));
+
     let token_mask = caches
         .iter()
-        .any(|c| matches!(c, LayerCache::Conv(_) | LayerCache::Ssm(_)))
+        .any(|c| {
+            matches!(
+                c,
+                LayerCache::Conv(_) | LayerCache::Ssm(_) | LayerCache::KvAndSsm(_)
+            )
+        })
         .then(|| token_mask(&mut b, &io, dtype));
     let mut chunk_masks = BTreeMap::new();
     for chunk in (0..cfg.num_hidden_layers).filter_map(|i| family.layer_chunk(cfg, i)) {
@@ -776,6 +826,7 @@ pub fn build(cfg: &ArchConfig, dtype: DType, family: &dyn Family) -> Graph {
         masks: &masks,
         token_mask: token_mask.as_deref(),
         chunk_masks: &chunk_masks,
+        index_allowed: index_allowed.as_deref(),
     };
     for i in 0..cfg.num_hidden_layers {
         let p = format!(
@@ -831,12 +882,15 @@ struct Layer<'a> {
     token_mask: Option<&'a str>,
     /// The chunked-attention mask of each chunk size a layer uses.
     chunk_masks: &'a BTreeMap<usize, String>,
+    /// The causal padding mask the learned indexers select from, where a layer has one.
+    index_allowed: Option<&'a str>,
 }
 
 impl Layer<'_> {
     /// Layer `i` (module `p`) on the residual stream `x`; returns the new stream.
     fn build(&self, b: &mut GraphBuilder, x: &str, p: &str, i: usize) -> String {
         let (cfg, family, dtype) = (self.cfg, self.family, self.dtype);
+        let x = &family.layer_input(b, cfg, x, (p, i), dtype);
         let norms = family.layer_norms_of(i);
         if let LayerPast::Stateless = self.io.past[i] {
             // The MLP block alone.
@@ -846,7 +900,10 @@ impl Layer<'_> {
         }
         let attn_in = self.norm_at(b, x, p, norms.pre_attention);
         let o = match &self.io.past[i] {
-            LayerPast::Kv { key, value } | LayerPast::Borrowed { key, value } => {
+            LayerPast::Kv { key, value }
+            | LayerPast::Borrowed { key, value }
+            | LayerPast::Indexed { key, value, .. }
+            | LayerPast::KvAndSsm { key, value, .. } => {
                 let present = match &self.io.past[i] {
                     LayerPast::Borrowed { .. } => (
                         b.fresh_name("borrowed_present_key"),
@@ -854,20 +911,44 @@ impl Layer<'_> {
                     ),
                     _ => (format!("present.{i}.key"), format!("present.{i}.value")),
                 };
-                let mask = match family.layer_chunk(cfg, i) {
-                    Some(chunk) => &self.chunk_masks[&chunk],
-                    None => &self.masks[&cfg.layer_windows[i]],
+                let mut mask = match family.layer_chunk(cfg, i) {
+                    Some(chunk) => self.chunk_masks[&chunk].clone(),
+                    None => self.masks[&cfg.layer_windows[i]].clone(),
                 };
+                let present_index = present_index_key_name(i);
+                let mut index = None;
+                match (family.layer_indexer(cfg, i), &self.io.past[i]) {
+                    (Some(IndexedLayer::Own(_)), LayerPast::Indexed { index_key, .. }) => {
+                        mask = index_mask_name(i);
+                        index = Some(IndexIo {
+                            allowed: self.index_allowed.expect("an indexed layer has its mask"),
+                            past: index_key,
+                            present: &present_index,
+                        });
+                    }
+                    (Some(IndexedLayer::Shared(owner)), _) => mask = index_mask_name(owner),
+                    _ => {}
+                }
                 let spec = AttentionSpec {
                     q_heads: family.layer_q_heads(cfg, i),
                     kv_heads: family.layer_kv_shape(cfg, i).0,
                     scale: family.attention_scale(cfg),
-                    mask,
+                    mask: &mask,
                     past: (key, value),
                     present: (&present.0, &present.1),
+                    index,
                 };
                 let attn = format!("{p}.{}", family.names().attn);
                 let o = self.attention(b, &attn_in, &attn, i, &spec);
+                let o = match &self.io.past[i] {
+                    LayerPast::KvAndSsm {
+                        conv, ssm, mixer, ..
+                    } => {
+                        let m = self.ssm(b, &attn_in, p, i, (conv, ssm), *mixer);
+                        b.op("Add", &[&m, &o], vec![])
+                    }
+                    _ => o,
+                };
                 if !family.attention_with_mlp() {
                     return b.op("Add", &[x, &o], vec![]);
                 }
@@ -887,26 +968,7 @@ impl Layer<'_> {
             }
             LayerPast::Stateless => unreachable!("built above"),
             LayerPast::Ssm { conv, ssm, mixer } => {
-                let (conv_out, ssm_out) = (present_conv_name(i), present_ssm_name(i, *mixer));
-                let state = SsmState {
-                    conv: ConvState {
-                        past: conv,
-                        present: &conv_out,
-                    },
-                    past: ssm,
-                    present: &ssm_out,
-                };
-                let mask = self.token_mask.expect("a recurrent layer has a token mask");
-                let module = format!("{p}.{}", family.ssm_module());
-                let o = match *mixer {
-                    SsmMixer::Mamba2(m) => {
-                        mamba2_mixer(b, &attn_in, &module, m, state, mask, dtype)
-                    }
-                    SsmMixer::Mamba(m) => mamba_mixer(b, &attn_in, &module, m, state, mask, dtype),
-                    SsmMixer::GatedDelta(m) => {
-                        gated_delta_mixer(b, &attn_in, &module, m, state, mask, dtype)
-                    }
-                };
+                let o = self.ssm(b, &attn_in, p, i, (conv, ssm), *mixer);
                 if !family.ssm_with_mlp() {
                     // A Mamba2 or Mamba block is its mixer alone: no MLP.
                     return b.op("Add", &[x, &o], vec![]);
@@ -943,6 +1005,36 @@ impl Layer<'_> {
         family.residual_add(b, cfg, &x, &m, (p, i), Block::Mlp, dtype)
     }
 
+    /// Layer `i`'s (module `p`) recurrent mixer of the normed input `x`, continuing from its
+    /// conv and SSM state inputs `past`.
+    fn ssm(
+        &self,
+        b: &mut GraphBuilder,
+        x: &str,
+        p: &str,
+        i: usize,
+        (conv, ssm): (&str, &str),
+        mixer: SsmMixer,
+    ) -> String {
+        let dtype = self.dtype;
+        let (conv_out, ssm_out) = (present_conv_name(i), present_ssm_name(i, mixer));
+        let state = SsmState {
+            conv: ConvState {
+                past: conv,
+                present: &conv_out,
+            },
+            past: ssm,
+            present: &ssm_out,
+        };
+        let mask = self.token_mask.expect("a recurrent layer has a token mask");
+        let module = format!("{p}.{}", self.family.ssm_module());
+        match mixer {
+            SsmMixer::Mamba2(m) => mamba2_mixer(b, x, &module, m, state, mask, dtype),
+            SsmMixer::Mamba(m) => mamba_mixer(b, x, &module, m, state, mask, dtype),
+            SsmMixer::GatedDelta(m) => gated_delta_mixer(b, x, &module, m, state, mask, dtype),
+        }
+    }
+
     /// The layer norm `{p}.{module}` of `x`, or `x` where the layer has none.
     fn norm_at(&self, b: &mut GraphBuilder, x: &str, p: &str, module: Option<&str>) -> String {
         match module {
@@ -974,7 +1066,7 @@ impl Layer<'_> {
 /// The `attention_mask` columns of the current tokens (its last `S`), as `[B, S, 1]` in
 /// `dtype`: a short convolution's input is multiplied by it, so that padded positions enter
 /// neither its output nor its state (transformers zeroes them the same way).
-fn token_mask(b: &mut GraphBuilder, io: &DecoderInputs, dtype: DType) -> String {
+pub(crate) fn token_mask(b: &mut GraphBuilder, io: &DecoderInputs, dtype: DType) -> String {
     let seq = b.op(
         "Shape",
         &[&io.input_ids],

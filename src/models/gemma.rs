@@ -271,7 +271,12 @@ fn softcap(
 /// `rope_parameters` entry per layer type; v4 has `rope_theta` + `rope_scaling` for full layers
 /// and `rope_local_base_freq` (default scaling) for sliding ones. Defaults as transformers:
 /// theta 1e6 (full) and 1e4 (sliding).
-fn gemma3_rope(raw: &HfConfig, head_dim: usize, kind: &str, f: &Fields<'_>) -> Result<Rope> {
+pub(crate) fn gemma3_rope(
+    raw: &HfConfig,
+    head_dim: usize,
+    kind: &str,
+    f: &Fields<'_>,
+) -> Result<Rope> {
     let default_theta = if kind == "full_attention" { 1e6 } else { 1e4 };
     let nested = match &raw.rope_parameters {
         Some(Value::Object(map))

@@ -26,8 +26,8 @@
 use serde_json::{Map, Value};
 
 use super::components::{
-    gated_mlp, gelu, linear, per_head_norm, rotary_embedding, scalar, DecoderInputs,
-    GateActivation, Norm, NormKind, RopeTables,
+    gated_mlp, linear, per_head_norm, rotary_embedding, scalar, DecoderInputs, GateActivation,
+    Norm, NormKind, PerLayer, RopeTables,
 };
 use super::decoder::{Block, Family, LayerNorms};
 use super::family::FamilySpec;
@@ -353,34 +353,7 @@ fn read(
                 .map(|d| type_rope(&raw, FULL, d, f))
                 .transpose()?,
         ];
-        let field = "num_kv_shared_layers";
-        let shared = match raw.num_kv_shared_layers {
-            None => 0,
-            Some(n) => f.index(field, n, MAX_LAYERS)?,
-        };
-        if shared >= layers {
-            return Err(f.err(
-                field,
-                &format!("{shared} (expected fewer than num_hidden_layers = {layers}: some layer must compute keys and values)"),
-            ));
-        }
-        let first_shared = layers - shared;
-        let mut lenders = vec![None; layers];
-        for i in first_shared..layers {
-            let lender = (0..first_shared).rev().find(|&j| sliding[j] == sliding[i]);
-            match lender {
-                Some(j) => lenders[i] = Some(j),
-                None => {
-                    return Err(f.err(
-                        field,
-                        &format!(
-                            "{shared}: layer {i} reuses the keys and values of an earlier layer \
-                             of its type, and none of the first {first_shared} layers is one"
-                        ),
-                    ))
-                }
-            }
-        }
+        let lenders = kv_lenders(raw.num_kv_shared_layers, &sliding, f)?;
         let field = "hidden_size_per_layer_input";
         let per_layer = match raw.hidden_size_per_layer_input {
             _ if variant == Variant::Unified => None,
@@ -422,8 +395,45 @@ fn read(
     })
 }
 
-/// The name of the per-layer inputs `[B, S, layers, hidden_size_per_layer_input]`.
-const PER_LAYER_INPUTS: &str = "model.per_layer_inputs";
+/// Per layer, the earlier layer whose keys and values it reuses: the last
+/// `num_kv_shared_layers` (`shared`) layers each reuse those of the last earlier layer of its
+/// type (`sliding` per layer), which must exist (Gemma 4, Gemma 3n).
+pub fn kv_lenders(
+    shared: Option<i64>,
+    sliding: &[bool],
+    f: &Fields<'_>,
+) -> Result<Vec<Option<usize>>> {
+    let layers = sliding.len();
+    let field = "num_kv_shared_layers";
+    let shared = match shared {
+        None => 0,
+        Some(n) => f.index(field, n, MAX_LAYERS)?,
+    };
+    if shared >= layers {
+        return Err(f.err(
+            field,
+            &format!("{shared} (expected fewer than num_hidden_layers = {layers}: some layer must compute keys and values)"),
+        ));
+    }
+    let first_shared = layers - shared;
+    let mut lenders = vec![None; layers];
+    for i in first_shared..layers {
+        let lender = (0..first_shared).rev().find(|&j| sliding[j] == sliding[i]);
+        match lender {
+            Some(j) => lenders[i] = Some(j),
+            None => {
+                return Err(f.err(
+                    field,
+                    &format!(
+                        "{shared}: layer {i} reuses the keys and values of an earlier layer \
+                         of its type, and none of the first {first_shared} layers is one"
+                    ),
+                ))
+            }
+        }
+    }
+    Ok(lenders)
+}
 
 /// The names under which layer `j`'s keys and values are kept for the layers reusing them.
 fn lent_kv(j: usize) -> (String, String) {
@@ -474,81 +484,15 @@ impl Gemma4 {
         self.lenders.contains(&Some(j))
     }
 
-    /// The per-layer inputs from the scaled embeddings `x`: `(norm(x @ Wᵀ / sqrt(H)) +
-    /// E_pl[ids] · sqrt(P)) / sqrt(2)`, `[B, S, layers, P]`, named [`PER_LAYER_INPUTS`].
-    #[allow(clippy::too_many_arguments)]
-    fn per_layer_inputs(
-        &self,
-        b: &mut GraphBuilder,
-        cfg: &ArchConfig,
-        io: &DecoderInputs,
-        x: &str,
-        p: usize,
-        dtype: DType,
-    ) {
-        let (h, layers) = (cfg.hidden_size, cfg.num_hidden_layers);
-        let split = b.const_i64(&[0, 0, layers as i64, p as i64]);
-        let proj = "model.per_layer_model_projection";
-        let projected = linear(b, x, proj, h, layers * p, false, dtype);
-        let factor = scalar(b, (h as f64).powf(-0.5) as f32, dtype);
-        let projected = b.op("Mul", &[&projected, &factor], vec![]);
-        let projected = b.op("Reshape", &[&projected, &split], vec![]);
-        let norm = Norm {
-            kind: NormKind::Rms,
-            eps: cfg.rms_norm_eps,
-        };
-        let module = "model.per_layer_projection_norm";
-        let projected = norm.apply(b, &projected, module, p, dtype);
-        let table = b.initializer(Initializer {
-            name: "model.embed_tokens_per_layer.weight".into(),
-            dtype,
-            shape: vec![self.per_layer_vocab, layers * p],
-            source: Some(TensorSource::Checkpoint(
-                "model.embed_tokens_per_layer.weight".into(),
-            )),
-        });
-        let rows = b.op(
-            "Gather",
-            &[&table, &io.input_ids],
-            vec![("axis", Attr::Int(0))],
-        );
-        let factor = scalar(b, (p as f64).sqrt() as f32, dtype);
-        let rows = b.op("Mul", &[&rows, &factor], vec![]);
-        let rows = b.op("Reshape", &[&rows, &split], vec![]);
-        let sum = b.op("Add", &[&projected, &rows], vec![]);
-        let half = scalar(b, 0.5f64.sqrt() as f32, dtype);
-        b.op_into("Mul", &[&sum, &half], vec![], PER_LAYER_INPUTS);
-    }
-
-    /// Layer `i`'s per-layer block on the stream `x` (module `layer`): `x + norm(proj(act(
-    /// gate(x)) · per_layer_input_i))`.
-    #[allow(clippy::too_many_arguments)]
-    fn per_layer_block(
-        &self,
-        b: &mut GraphBuilder,
-        cfg: &ArchConfig,
-        x: &str,
-        layer: &str,
-        i: usize,
-        p: usize,
-        dtype: DType,
-    ) -> String {
-        let h = cfg.hidden_size;
-        let gate_module = format!("{layer}.per_layer_input_gate");
-        let gate = linear(b, x, &gate_module, h, p, false, dtype);
-        let gate = gelu(b, &gate, self.gelu);
-        let index = b.scalar_i64(i as i64);
-        let input = b.op(
-            "Gather",
-            &[PER_LAYER_INPUTS, &index],
-            vec![("axis", Attr::Int(2))],
-        );
-        let gated = b.op("Mul", &[&gate, &input], vec![]);
-        let proj_module = format!("{layer}.per_layer_projection");
-        let projected = linear(b, &gated, &proj_module, p, h, false, dtype);
-        let norm_module = format!("{layer}.post_per_layer_input_norm");
-        let normed = self.norm(cfg).apply(b, &projected, &norm_module, h, dtype);
-        b.op("Add", &[x, &normed], vec![])
+    /// The per-layer inputs' shape and norm, `p` wide.
+    fn per_layer_spec(&self, cfg: &ArchConfig, p: usize) -> PerLayer {
+        PerLayer {
+            hidden: cfg.hidden_size,
+            layers: cfg.num_hidden_layers,
+            width: p,
+            vocab: self.per_layer_vocab,
+            norm: self.norm(cfg),
+        }
     }
 
     /// The RoPE tables of `rope` under `prefix`, gathered by `position_ids`.
@@ -606,7 +550,8 @@ impl Family for Gemma4 {
         let scale = scalar(b, self.embed_scale, dtype);
         let x = b.op("Mul", &[&x, &scale], vec![]);
         if let Some(p) = self.per_layer {
-            self.per_layer_inputs(b, cfg, io, &x, p, dtype);
+            let ids = &io.input_ids;
+            self.per_layer_spec(cfg, p).inputs(b, ids, &x, dtype);
         }
         x
     }
@@ -784,7 +729,11 @@ impl Family for Gemma4 {
             return sum;
         }
         let out = match self.per_layer {
-            Some(p) => self.per_layer_block(b, cfg, &sum, layer, i, p, dtype),
+            Some(p) => {
+                let spec = self.per_layer_spec(cfg, p);
+                let gated = spec.gated(b, &sum, (layer, i), self.gelu, dtype);
+                b.op("Add", &[&sum, &gated], vec![])
+            }
             None => sum,
         };
         let name = format!("{layer}.layer_scalar");

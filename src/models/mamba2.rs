@@ -6,7 +6,7 @@
 //! carries a conv state `past.{i}.conv` and an SSM state `past.{i}.ssm` (docs/recurrent.md);
 //! onnxruntime-genai 0.18 has no model type for it, so its package has no genai_config.json.
 
-use super::components::{Mamba2Mixer, SsmMixer};
+use super::components::{GateNorm, Mamba2Mixer, SsmMixer};
 use super::decoder::{Family, LayerNorms, Names};
 use super::family::FamilySpec;
 use crate::config::{read_decoder, ArchConfig, DecoderFields, Fields, HfConfig, ModelType, Sign};
@@ -121,8 +121,12 @@ fn read(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>) -> Result<ArchCon
                 groups,
                 kernel,
                 bias: raw.use_bias.unwrap_or(false),
+                out_bias: raw.use_bias.unwrap_or(false),
                 conv_bias: raw.use_conv_bias.unwrap_or(true),
                 eps,
+                gate_norm: GateNorm::GateThenNorm,
+                scales: None,
+                dt_min: None,
             },
         })
     })

@@ -9,7 +9,7 @@
 //! type for it, so the package has no genai_config.json (docs/recurrent.md).
 
 use super::components::{
-    linear, squared_relu_mlp, ExpertWeights, Mamba2Mixer, MoeSpec, Router, SsmMixer,
+    linear, squared_relu_mlp, ExpertWeights, GateNorm, Mamba2Mixer, MoeSpec, Router, SsmMixer,
 };
 use super::decoder::{Family, LayerNorms, Names};
 use super::deepseek::sigmoid_router;
@@ -182,8 +182,12 @@ fn read_mixer(raw: &HfConfig, f: &Fields<'_>, hidden: usize, eps: f32) -> Result
         groups,
         kernel,
         bias: raw.use_bias.unwrap_or(false),
+        out_bias: raw.use_bias.unwrap_or(false),
         conv_bias: raw.mamba_conv_bias.or(raw.use_conv_bias).unwrap_or(true),
         eps,
+        gate_norm: GateNorm::GateThenNorm,
+        scales: None,
+        dt_min: None,
     })
 }
 

@@ -2,7 +2,12 @@
 //! gated, delta and gated-delta rules, with grouped KV heads) and `CausalConvWithState` (a
 //! causal depthwise 1-D convolution with its carried inputs). Both evaluate step by step in
 //! f32, as the recurrence is written; the outputs are rounded to their dtype.
+//!
+//! onnxruntime's contrib `com.microsoft::LinearAttention` (a CPU kernel in onnxruntime 1.32;
+//! the Gated DeltaNet fusion's target) is the same op with one more attribute, `state_window`:
+//! only its default 0 (4-D states holding the state after the last token) is evaluated.
 
+use super::cost::Cost;
 use super::infer::Infer;
 use super::types::{SymDim, TensorType};
 use super::{OpCall, OpDef, Tensor};
@@ -21,6 +26,20 @@ pub const OPS: &[OpDef] = &[
         ],
     )
     .since(27)
+    .infer(infer_linear_attention)
+    .eval(eval_linear_attention),
+    OpDef::ms(
+        "LinearAttention",
+        &[
+            "chunk_size",
+            "kv_num_heads",
+            "q_num_heads",
+            "scale",
+            "state_window",
+            "update_rule",
+        ],
+    )
+    .cost(Cost::KERNEL.support(|c, _, _| c.supports_linear_attention))
     .infer(infer_linear_attention)
     .eval(eval_linear_attention),
     OpDef::onnx("CausalConvWithState", &["activation"])
@@ -73,6 +92,13 @@ fn infer_linear_attention(call: &Infer<'_>) -> Vec<TensorType> {
 }
 
 fn eval_linear_attention(call: &OpCall<'_>) -> Result<Vec<Tensor>> {
+    // Only the contrib op has `state_window`; its default 0 is the opset-27 op.
+    let window = call.int("state_window", 0);
+    if window != 0 {
+        return Err(call.error(format!(
+            "state_window {window}: only 0 (4-D states) is evaluated"
+        )));
+    }
     let (q, k, v) = (call.input(0)?, call.input(1)?, call.input(2)?);
     let (past, decay, beta) = (call.optional(3), call.optional(4), call.optional(5));
     let rule = call.string("update_rule").unwrap_or("gated_delta");

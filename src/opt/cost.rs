@@ -19,6 +19,7 @@ use crate::ir::DType;
 use crate::ops;
 use crate::ops::cost::{Cost, Reads, Work};
 use crate::ops::types::{SymDim, TensorType};
+use crate::ops::value::AttrValue;
 
 /// Cost of leaves, projections and attribute values: tiny but positive (keeps extraction
 /// acyclic).
@@ -253,6 +254,38 @@ impl<'a> CostModel<'a> {
         }
     }
 
+    /// The kernels a `Scan` runs besides its own: its body's nodes once per step, the steps
+    /// the first scan input's extent along its scan axis (0 for other ops). The rest of its
+    /// estimate counts its inputs and outputs once, as for any kernel.
+    fn scan_body_launches(&self, egraph: &OnnxGraph, op: &OpNode) -> f64 {
+        if op.op.as_str() != "Scan" {
+            return 0.0;
+        }
+        let attr = |name: &str| op.attr_id(name).and_then(|a| egraph[a].data.attr());
+        let Some(AttrValue::Graph(body)) = attr("body") else {
+            return 0.0;
+        };
+        let scanned = attr("num_scan_inputs")
+            .and_then(AttrValue::int)
+            .and_then(|n| usize::try_from(n).ok())
+            .unwrap_or(0);
+        let axis = attr("scan_input_axes")
+            .and_then(AttrValue::ints)
+            .and_then(|a| a.first().copied())
+            .unwrap_or(0);
+        let first = op.input_ids().len().checked_sub(scanned);
+        let steps = first
+            .and_then(|i| op.input_ids().get(i))
+            .and_then(|&i| egraph[i].data.tensor()?.shape.clone())
+            .and_then(|s| {
+                let axis = usize::try_from(axis.rem_euclid(s.len().max(1) as i64)).ok()?;
+                s.get(axis).map(|d| self.dim(d))
+            })
+            .unwrap_or(1)
+            .max(1);
+        body.graph().nodes.len() as f64 * steps as f64
+    }
+
     /// The cost of choosing `node` for `class` (children not included): the time of
     /// [`CostModel::estimate`].
     pub fn node_cost(&self, egraph: &OnnxGraph, class: Id, node: &Onnx) -> f64 {
@@ -364,6 +397,7 @@ impl<'a> CostModel<'a> {
             ),
             None => (p.launch_overhead_us, memory_us.max(compute_us)),
         };
+        let fixed_us = fixed_us + p.launch_overhead_us * self.scan_body_launches(egraph, op);
         let bound = if fixed_us >= roofline_us {
             Bound::Launch
         } else if memory_us >= compute_us {

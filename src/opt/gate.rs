@@ -132,6 +132,8 @@ pub enum Flag {
     MatMulNBits,
     /// `supports_fused_moe`.
     FusedMoe,
+    /// `supports_linear_attention`.
+    LinearAttention,
 }
 
 const FLAGS: &[(&str, Flag)] = &[
@@ -145,6 +147,7 @@ const FLAGS: &[(&str, Flag)] = &[
     ("supports_contrib_ops", Flag::ContribOps),
     ("supports_matmul_nbits", Flag::MatMulNBits),
     ("supports_fused_moe", Flag::FusedMoe),
+    ("supports_linear_attention", Flag::LinearAttention),
 ];
 
 impl GateAtom {
@@ -175,6 +178,7 @@ impl GateAtom {
                     Flag::ContribOps => caps.supports_contrib_ops,
                     Flag::MatMulNBits => caps.supports_matmul_nbits,
                     Flag::FusedMoe => caps.supports_fused_moe,
+                    Flag::LinearAttention => caps.supports_linear_attention,
                 };
                 value != *negated
             }

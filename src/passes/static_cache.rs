@@ -30,7 +30,7 @@ use crate::ir::{
     Attr, DType, Dim, Graph, Initializer, Node, Shape, TensorData, TensorSource, ValueInfo,
 };
 use crate::models::components::decoder_io::BATCH;
-use crate::models::components::{ALIBI_BIAS, CHUNKED_MASK};
+use crate::models::components::{ALIBI_BIAS, CHUNKED_MASK, INDEX_MASK};
 use crate::Error;
 
 /// The per-row start slot of the new tokens.
@@ -265,6 +265,12 @@ fn layer_attention(graph: &Graph, i: usize) -> crate::Result<LayerAttention> {
         return Err(unsupported(
             "adds an ALiBi bias to its scores (built from `attention_mask`'s positions, which \
              the static cache's slot mask does not carry)",
+        ));
+    }
+    if n.inputs.get(3).is_some_and(|m| m.starts_with(INDEX_MASK)) {
+        return Err(unsupported(
+            "attends to the keys a learned indexer selects (its index-key cache is no KV cache \
+             the static cache rewrites)",
         ));
     }
     if n.inputs.get(3).is_some_and(|m| m.starts_with(CHUNKED_MASK)) {

@@ -93,6 +93,10 @@ pub const RULE_FILES: &[(&str, &str)] = &[
         include_str!("../../rewrites/fusion/moe_clamped.rules"),
     ),
     (
+        "fusion/linear_attention.rules",
+        include_str!("../../rewrites/fusion/linear_attention.rules"),
+    ),
+    (
         "fusion/skip_norm.rules",
         include_str!("../../rewrites/fusion/skip_norm.rules"),
     ),
@@ -103,6 +107,10 @@ pub const RULE_FILES: &[(&str, &str)] = &[
     (
         "fusion/bias_gelu.rules",
         include_str!("../../rewrites/fusion/bias_gelu.rules"),
+    ),
+    (
+        "inline/linear_attention.rules",
+        include_str!("../../rewrites/inline/linear_attention.rules"),
     ),
     (
         "inline/bias_gelu.rules",
@@ -215,10 +223,18 @@ fn reads_chunked_mask(n: &Node) -> bool {
         .is_some_and(|m| m.starts_with(crate::models::components::CHUNKED_MASK))
 }
 
+/// Whether Attention node `n` reads a learned indexer's mask (input 3), by the name the builder
+/// gives it ([`crate::models::components::INDEX_MASK`]).
+fn reads_index_mask(n: &Node) -> bool {
+    n.inputs
+        .get(3)
+        .is_some_and(|m| m.starts_with(crate::models::components::INDEX_MASK))
+}
+
 /// Where the GroupQueryAttention fusion was expected of `graph` (a decoder optimized for an EP
-/// that runs GroupQueryAttention in its dtype): says how many Attention nodes read an ALiBi bias
-/// or a chunked-attention mask (GroupQueryAttention takes neither, so they stay `Attention` by
-/// design), and warns when none of its attention became GroupQueryAttention for another reason.
+/// that runs GroupQueryAttention in its dtype): says how many Attention nodes read an ALiBi bias,
+/// a chunked-attention mask or a learned indexer's mask (GroupQueryAttention takes none, so they
+/// stay `Attention` by design), and warns when none of its attention became GroupQueryAttention for another reason.
 fn warn_without_gqa(graph: &Graph, caps: &EpCapabilities, opts: &OptimizeOptions) {
     let count = |op: &str| graph.nodes.iter().filter(|n| n.op_type == op).count();
     let attention = count("Attention");
@@ -253,7 +269,21 @@ fn warn_without_gqa(graph: &Graph, caps: &EpCapabilities, opts: &OptimizeOptions
             opts.dtype
         );
     }
-    if expected && count("GroupQueryAttention") == 0 && attention > alibi + chunked {
+    let indexed = graph
+        .nodes
+        .iter()
+        .filter(|n| n.op_type == "Attention" && reads_index_mask(n))
+        .count();
+    if expected && indexed > 0 {
+        tracing::info!(
+            "sparse attention: {indexed} Attention nodes see only the keys a learned indexer \
+             selects (an additive index mask); GroupQueryAttention takes no such mask, so on \
+             ep='{}'/dtype={} they stay opset-24 Attention",
+            caps.name,
+            opts.dtype
+        );
+    }
+    if expected && count("GroupQueryAttention") == 0 && attention > alibi + chunked + indexed {
         let hint = match opts.kv_cache {
             KvCache::AsIs => {
                 "; an exported graph's attention mask becomes GroupQueryAttention only when you \

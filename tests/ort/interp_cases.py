@@ -2039,9 +2039,9 @@ _control_flow()
 
 
 def _recurrent():
-    """LinearAttention and CausalConvWithState (opset 27, src/ops/recurrent.rs): every update
-    rule, grouped KV heads, per-key-dim decay, a shared beta, with and without a past state,
-    float16, and NaN / infinity in the inputs."""
+    """LinearAttention and CausalConvWithState (opset 27, src/ops/recurrent.rs), and
+    com.microsoft::LinearAttention: every update rule, grouped KV heads, per-key-dim decay, a
+    shared beta, with and without a past state, float16, and NaN / infinity in the inputs."""
     r = rng_for("recurrent", "ops")
     b, t, hq, hkv, dk, dv = 2, 3, 4, 2, 4, 3
 
@@ -2072,6 +2072,36 @@ def _recurrent():
          inp("decay", unif(r, -1.0, 0.0, b, t, hkv).astype(np.float16)),
          inp("beta", unif(r, 0.0, 1.0, b, t, hkv).astype(np.float16))],
         [("output", F16), ("present_state", F16)], opset=27, q_num_heads=hq, kv_num_heads=hkv)
+
+    # onnxruntime's contrib LinearAttention (its CPU kernel; the Gated DeltaNet fusion's target):
+    # the same cases in the com.microsoft domain, NaN and infinities through the gated delta rule.
+    for rule in ["linear", "gated", "delta", "gated_delta"]:
+        q, k, v = qkv()
+        ins = [inp("q", q), inp("k", k), inp("v", v), inp("past", randn(r, b, hkv, dk, dv))]
+        ins.append(inp("decay", unif(r, -1.0, 0.0, b, t, hkv)) if rule.startswith("gated") else None)
+        ins.append(inp("beta", unif(r, 0.0, 1.0, b, t, hkv)) if "delta" in rule else None)
+        while ins[-1] is None:
+            ins.pop()
+        add("LinearAttention", f"ms_{rule}", ins, outs, domain=MS, q_num_heads=hq, kv_num_heads=hkv,
+            update_rule=rule)
+    q, k, v = qkv()
+    add("LinearAttention", "ms_per_key_decay_shared_beta_no_past_scale",
+        [inp("q", q), inp("k", k), inp("v", v), None, inp("decay", unif(r, -1.0, 0.0, b, t, hkv * dk)),
+         inp("beta", unif(r, 0.0, 1.0, b, t, 1))], outs, domain=MS, q_num_heads=hq, kv_num_heads=hkv,
+        scale=0.3)
+    q, k, v = qkv()
+    q[0, 1, 2], k[1, 0, 0], v[1, 2, 1] = np.nan, np.inf, -np.inf
+    decay, beta = unif(r, -1.0, 0.0, b, t, hkv), unif(r, 0.0, 1.0, b, t, hkv)
+    decay[0, 2, 1], beta[1, 1, 0] = -np.inf, np.nan
+    add("LinearAttention", "ms_gated_delta_nan_inf",
+        [inp("q", q), inp("k", k), inp("v", v), inp("past", randn(r, b, hkv, dk, dv)), inp("decay", decay),
+         inp("beta", beta)], outs, domain=MS, q_num_heads=hq, kv_num_heads=hkv, scale=1.0)
+    q, k, v = qkv(np.float16)
+    add("LinearAttention", "ms_float16",
+        [inp("q", q), inp("k", k), inp("v", v), inp("past", randn(r, b, hkv, dk, dv, dtype=np.float16)),
+         inp("decay", unif(r, -1.0, 0.0, b, t, hkv).astype(np.float16)),
+         inp("beta", unif(r, 0.0, 1.0, b, t, hkv).astype(np.float16))],
+        [("output", F16), ("present_state", F16)], domain=MS, q_num_heads=hq, kv_num_heads=hkv)
 
     c, l, kk = 5, 4, 3
     conv_outs = [("output", F32), ("present_state", F32)]

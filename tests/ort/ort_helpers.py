@@ -87,7 +87,7 @@ def model_dims(cfg: dict) -> dict:
         cfg = {**cfg, "num_key_value_heads": 2 * cfg["num_key_value_heads"]}
     heads = cfg["num_attention_heads"]
     head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
-    if cfg.get("model_type") in ("gemma4_text", "gemma4_unified_text"):
+    if cfg.get("model_type") in ("gemma4_text", "gemma4_unified_text", "gemma3n_text"):
         return {**gemma4_cache(cfg), "heads": heads, "hidden": cfg["hidden_size"], "vocab": cfg["vocab_size"]}
     if "kv_lora_rank" in cfg:
         # Multi-head latent attention: every head caches k of the q/k head size (config.json's
@@ -105,7 +105,7 @@ def model_dims(cfg: dict) -> dict:
 
 
 def gemma4_cache(cfg: dict) -> dict:
-    """Gemma 4's caches: one per layer before the last num_kv_shared_layers (those reuse an
+    """Gemma 4's (and Gemma 3n's) caches: one per layer before the last num_kv_shared_layers (those reuse an
     earlier layer's keys and values), each of its layer's own shape (full layers: the heads
     per_layer_config gives them); `kv_heads` and `head_dim` are the config's (genai_config's)."""
     kv, d = cfg["num_key_value_heads"], cfg["head_dim"]

@@ -31,6 +31,7 @@ DEFAULTS = {
     "supports_fused_rope": True,
     "supports_skip_layer_norm": True,
     "supports_fused_moe": True,
+    "supports_linear_attention": False,
     "supports_rank4_rmsnorm": True,
     "supports_attention": True,
     "supports_matmul_nbits": True,
@@ -53,6 +54,7 @@ NON_DEFAULTS = {
         "qkv_pack_dtypes": ["f32"],
         "default_int4_accuracy_level": 4,
         "supports_past_present_share_buffer": True,
+        "supports_linear_attention": True,
     },
     "cuda": {
         "default_dtype": "f16",
@@ -61,6 +63,7 @@ NON_DEFAULTS = {
         "provider_options": {"enable_skip_layer_norm_strict_mode": "1"},
         "supports_past_present_share_buffer": True,
         "supports_fp8_kv_cache": True,
+        "supports_linear_attention": True,
     },
     "dml": {
         "dtypes": ["f32", "f16"],

@@ -484,8 +484,8 @@ LEFT_OUT = [(name, ep, dtype) for name in NAMES for ep, dtype in builds_of(name)
 # configuration, the one onnxruntime-genai's granitemoehybrid type runs); 684 with laguna (6);
 # 690 with beam (6); mimo_v2_flash adds none (RESHAPED_KV_ATTENTION); 696 with ergo (6); 702
 # with longcat_flash (6); 708 with gemma4_text (6); 714 with gemma4_unified_text (6);
-# 720 with emu3 (6); 726 with mllama (6).
-LEFT_OUT_COUNT = 726
+# 720 with emu3 (6); 726 with mllama (6); 732 with gemma3n_text (6).
+LEFT_OUT_COUNT = 732
 per_left_padded_build = pytest.mark.parametrize(
     "name,ep,dtype", LEFT_PADDED, ids=[f"{n}-{e or 'noflag'}-{d}" for n, e, d in LEFT_PADDED]
 )
@@ -698,6 +698,9 @@ GENAI_TYPES.update({"cohere_compass_text": "decoder"})
 GENAI_TYPES.update({"laguna": "decoder", "beam": "decoder", "mimo_v2_flash": "decoder", "ergo": "decoder"})
 GENAI_TYPES.update({"longcat_flash": "decoder"})
 GENAI_TYPES.update({"emu3_text_model": "decoder", "mllama_text_model": "decoder"})
+# Gemma 3n: onnxruntime-genai 0.18 has no type of its own; the generic decoder takes its uniform
+# caches (the KV-sharing layers carry none).
+GENAI_TYPES.update({"gemma3n_text": "decoder"})
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -18,12 +18,24 @@ beside attention layers by `attn_layer_period` / `attn_layer_offset`. A Qwen3-Ne
 linear_key_head_dim + linear_num_value_heads * linear_value_head_dim, linear_conv_kernel_dim - 1]`)
 and its recurrent state `past.{i}.recurrent` (`[batch, linear_num_value_heads,
 linear_key_head_dim, linear_value_head_dim]`, onnxruntime-genai 0.18's name for qwen3_5);
-Qwen3.5's text decoders (qwen3_5_text, qwen3_5_moe_text) the same.
+Qwen3.5's text decoders (qwen3_5_text, qwen3_5_moe_text) the same. A RecurrentGemma `recurrent`
+layer (Griffin's RG-LRU block) carries its conv state (`[batch, lru_width, conv1d_width - 1]`) and
+its RG-LRU state `past.{i}.recurrent` (`[batch, lru_width]`); its local-attention layers their
+whole KV cache (the window is a mask). A Falcon-H1 layer runs
+attention and a Mamba2 mixer side by side (kind `hybrid`): it carries its KV cache, then the
+mixer's conv and SSM states; so does a Zamba2 `hybrid` layer (a shared transformer block before
+its Mamba2 mixer), beside its Mamba2 layers. DeepSeek Sparse Attention
+(deepseek_v32, glm_moe_dsa, axk2): a layer running its own learned indexer (`indexed_attention`) carries
+the indexer's keys `past_key_values.{i}.index_key` (`[batch, past_sequence_len, index_head_dim]`)
+after its KV cache; a GLM-5 layer reusing an earlier layer's selection (`indexer_types`
+`shared`) carries its KV cache alone; onnxruntime-genai 0.18's decoder carries no such cache, so
+those packages have no genai_config.json either, and their attention (an additive index mask)
+stays opset-24 Attention.
 Qwen3.5's take `position_ids` `[3, batch, sequence]` (the multimodal RoPE's temporal, height and
 width rows) as onnxruntime-genai 0.18 feeds its `qwen3_5_text` / `qwen3_5_moe_text` packages; text
 tokens give three equal rows, and the fixture's `mrope` case three different ones.
-onnxruntime-genai 0.18 runs no model type with an SSM state, nor qwen3_next, so those packages
-have no genai_config.json. Every build in BUILDS must give
+onnxruntime-genai 0.18 runs no model type with an SSM state, nor qwen3_next or recurrent_gemma, so
+those packages have no genai_config.json. Every build in BUILDS must give
 transformers' prefill logits, then those of 8 decode steps fed one token at a time with the
 returned state and KV cache, within TOL; onnxruntime-genai's greedy tokens must be
 transformers'.
@@ -86,6 +98,9 @@ def config(name: str) -> dict:
     (Qwen3_5ForConditionalGeneration: its text decoder is what mobius builds)."""
     cfg = load_config(FIXTURES_DIR / name)
     return cfg.get("text_config") or cfg
+# DeepSeek Sparse Attention (A.X-K2's too): multi-head latent attention (its cache per head, q/k head size) with a
+# learned indexer whose keys are cached per layer; no genai_config.json.
+SPARSE_TYPES = {"deepseek_v32", "glm_moe_dsa", "axk2"}
 
 
 def layer_types(name: str) -> list[str]:
@@ -95,6 +110,10 @@ def layer_types(name: str) -> list[str]:
     cfg = config(name)
     if cfg["model_type"] == "nemotron_h":
         return [KINDS[t] for t in cfg["layers_block_type"]]
+    if cfg["model_type"] in SPARSE_TYPES:
+        # A GLM-5 `shared` layer runs no indexer: its KV cache alone.
+        owners = cfg.get("indexer_types") or ["full"] * cfg["num_hidden_layers"]
+        return ["indexed_attention" if t == "full" else "full_attention" for t in owners]
     layers = cfg["num_hidden_layers"]
     if cfg["model_type"] in SSM_TYPES:
         return ["mamba"] * layers
@@ -103,9 +122,18 @@ def layer_types(name: str) -> list[str]:
         return ["full_attention" if i in attn else "mamba" for i in range(layers)]
     if cfg["model_type"] == "granitemoehybrid":
         return [KINDS[t] for t in cfg["layer_types"]]
+    if cfg["model_type"] == "falcon_h1":
+        return ["hybrid"] * layers
+    if cfg["model_type"] == "zamba2":
+        return ["hybrid" if t == "hybrid" else "mamba" for t in cfg["layers_block_type"]]
     if cfg["model_type"] == "jamba":
         period, offset = cfg["attn_layer_period"], cfg["attn_layer_offset"]
         return ["full_attention" if i % period == offset else "mamba" for i in range(layers)]
+    if cfg["model_type"] == "recurrent_gemma":
+        # block_types cycled over the layers; the local attention carries a KV cache as
+        # full_attention does.
+        types = cfg.get("block_types") or ["recurrent", "recurrent", "attention"]
+        return ["recurrent" if types[i % len(types)] == "recurrent" else "full_attention" for i in range(layers)]
     return cfg["layer_types"]
 
 
@@ -115,7 +143,7 @@ def is_ssm(name: str) -> bool:
 
 def has_ssm(name: str) -> bool:
     """Whether a layer carries an SSM state (no onnxruntime-genai 0.18 model type does)."""
-    return "mamba" in layer_types(name)
+    return bool({"mamba", "hybrid"} & set(layer_types(name)))
 
 
 def dims(name: str) -> dict:
@@ -148,6 +176,23 @@ def dims(name: str) -> dict:
             "head_dim": cfg["head_dim"],
             "vocab": cfg["vocab_size"],
         }
+    if cfg["model_type"] == "recurrent_gemma":
+        width = cfg.get("lru_width") or cfg["hidden_size"]
+        return {
+            "conv": width,
+            "state": cfg["conv1d_width"] - 1,
+            "recurrent": [width],
+            "kv_heads": cfg["num_key_value_heads"],
+            "head_dim": cfg["hidden_size"] // cfg["num_attention_heads"],
+            "vocab": cfg["vocab_size"],
+        }
+    if cfg["model_type"] in SPARSE_TYPES:
+        return {
+            "kv_heads": cfg["num_attention_heads"],
+            "head_dim": cfg["qk_nope_head_dim"] + cfg["qk_rope_head_dim"],
+            "index": cfg["index_head_dim"],
+            "vocab": cfg["vocab_size"],
+        }
     if cfg["model_type"] == "mamba2":
         inner = cfg["num_heads"] * cfg["head_dim"]
         return {
@@ -164,6 +209,16 @@ def dims(name: str) -> dict:
             "ssm": [cfg["mamba_num_heads"], cfg["mamba_head_dim"], cfg["ssm_state_size"]],
             "kv_heads": cfg["num_key_value_heads"],
             "head_dim": cfg["head_dim"],
+            "vocab": cfg["vocab_size"],
+        }
+    if cfg["model_type"] == "zamba2":
+        inner = cfg["n_mamba_heads"] * cfg["mamba_headdim"]
+        return {
+            "conv": inner + 2 * cfg["mamba_ngroups"] * cfg["mamba_d_state"],
+            "state": cfg["mamba_d_conv"] - 1,
+            "ssm": [cfg["n_mamba_heads"], cfg["mamba_headdim"], cfg["mamba_d_state"]],
+            "kv_heads": cfg["num_key_value_heads"],
+            "head_dim": cfg["attention_head_dim"],
             "vocab": cfg["vocab_size"],
         }
     heads = cfg["num_attention_heads"]
@@ -187,16 +242,19 @@ def state_shapes(name: str, batch, past, total) -> tuple[dict, dict]:
     d = dims(name)
     ins, outs = {}, {}
     for i, kind in enumerate(layer_types(name)):
-        if kind in ("conv", "mamba", "linear_attention"):
-            ins[f"past.{i}.conv"] = outs[f"present.{i}.conv"] = [batch, d["conv"], d["state"]]
-        if kind == "mamba":
-            ins[f"past.{i}.ssm"] = outs[f"present.{i}.ssm"] = [batch, *d["ssm"]]
-        if kind == "linear_attention":
-            ins[f"past.{i}.recurrent"] = outs[f"present.{i}.recurrent"] = [batch, *d["recurrent"]]
-        if kind == "full_attention":
+        if kind in ("full_attention", "indexed_attention", "hybrid"):
             for part in ("key", "value"):
                 ins[f"past_key_values.{i}.{part}"] = [batch, d["kv_heads"], past, d["head_dim"]]
                 outs[f"present.{i}.{part}"] = [batch, d["kv_heads"], total, d["head_dim"]]
+        if kind == "indexed_attention":
+            ins[f"past_key_values.{i}.index_key"] = [batch, past, d["index"]]
+            outs[f"present.{i}.index_key"] = [batch, total, d["index"]]
+        if kind in ("conv", "mamba", "linear_attention", "recurrent", "hybrid"):
+            ins[f"past.{i}.conv"] = outs[f"present.{i}.conv"] = [batch, d["conv"], d["state"]]
+        if kind in ("mamba", "hybrid"):
+            ins[f"past.{i}.ssm"] = outs[f"present.{i}.ssm"] = [batch, *d["ssm"]]
+        if kind in ("linear_attention", "recurrent"):
+            ins[f"past.{i}.recurrent"] = outs[f"present.{i}.recurrent"] = [batch, *d["recurrent"]]
     return ins, outs
 
 
@@ -205,16 +263,18 @@ def empty_state(name: str, dtype: str, batch: int) -> dict:
     d, np_dtype = dims(name), NP_DTYPES[dtype]
     feed = {}
     for i, kind in enumerate(layer_types(name)):
-        if kind in ("conv", "mamba", "linear_attention"):
+        if kind in ("conv", "mamba", "linear_attention", "recurrent", "hybrid"):
             feed[f"past.{i}.conv"] = np.zeros((batch, d["conv"], d["state"]), np_dtype)
-        if kind == "mamba":
+        if kind in ("mamba", "hybrid"):
             feed[f"past.{i}.ssm"] = np.zeros((batch, *d["ssm"]), np_dtype)
-        if kind == "linear_attention":
+        if kind in ("linear_attention", "recurrent"):
             feed[f"past.{i}.recurrent"] = np.zeros((batch, *d["recurrent"]), np_dtype)
-        if kind == "full_attention":
+        if kind in ("full_attention", "indexed_attention", "hybrid"):
             kv = np.zeros((batch, d["kv_heads"], 0, d["head_dim"]), np_dtype)
             feed[f"past_key_values.{i}.key"] = kv
             feed[f"past_key_values.{i}.value"] = kv
+        if kind == "indexed_attention":
+            feed[f"past_key_values.{i}.index_key"] = np.zeros((batch, 0, d["index"]), np_dtype)
     return feed
 
 
@@ -240,7 +300,8 @@ def step(sess, ids, mask, pos, state: dict):
 
 def test_hybrid_fixtures_exist():
     want = {"lfm2", "mamba2", "bamba", "mamba", "falcon_mamba", "nemotron_h", "jamba", "qwen3_next", "qwen3_5_text",
-            "qwen3_5_moe_text", "qwen3_5", "qwen3_5_moe"}
+            "qwen3_5_moe_text", "qwen3_5", "qwen3_5_moe", "recurrent_gemma", "deepseek_v32", "glm_moe_dsa", "axk2",
+            "falcon_h1", "zamba2"}
     assert want <= set(NAMES), NAMES
 
 
@@ -253,12 +314,19 @@ def test_reference_is_consistent(name):
     assert [int(np.argmax(row)) for row in steps["logits"]] == ref["greedy_tokens"][1:9]
     assert int(np.argmax(ref["logits"][-1])) == ref["greedy_tokens"][0]
     model_type = config(name)["model_type"]
-    mixer = {"lfm2": "conv", "lfm2_moe": "conv", **dict.fromkeys(GATED_DELTA_TYPES, "linear_attention")}.get(
-        model_type, "mamba"
-    )
+    mixer = {"lfm2": "conv", "lfm2_moe": "conv", "recurrent_gemma": "recurrent",
+             **dict.fromkeys(GATED_DELTA_TYPES, "linear_attention")}.get(model_type, "mamba")
     kinds = {"mamba"} if is_ssm(name) else {mixer, "full_attention"}
     if model_type == "nemotron_h":
         kinds.add("none")
+    if model_type in SPARSE_TYPES:
+        # deepseek_v32, axk2: every layer its own indexer; the glm_moe_dsa fixture: layer 1 shares.
+        kinds = {"indexed_attention"} | ({"full_attention"} if model_type == "glm_moe_dsa" else set())
+        assert load_config(FIXTURES_DIR / name)["index_topk"] < len(ref["input_ids"])
+    if model_type == "falcon_h1":
+        kinds = {"hybrid"}
+    if model_type == "zamba2":
+        kinds = {"mamba", "hybrid"}
     assert set(layer_types(name)) == kinds, layer_types(name)
 
 
@@ -378,6 +446,42 @@ def test_right_padded_batch(session_for, name, ep, dtype):
     assert_close(logits[1, :n], ref["logits"], TOL[dtype], f"{name} --ep {ep} {dtype} unpadded row")
 
 
+SPARSE_NAMES = [name for name in NAMES if config(name)["model_type"] in SPARSE_TYPES]
+SPARSE_CASES = [(name, ep, dtype) for name in SPARSE_NAMES for ep, dtype in BUILDS]
+
+
+@pytest.mark.parametrize("name,ep,dtype", SPARSE_CASES, ids=[f"{n}-{e or 'noflag'}-{d}" for n, e, d in SPARSE_CASES])
+def test_sparse_attention_prompt_shorter_than_index_topk(session_for, name, ep, dtype):
+    """A prompt of fewer tokens than index_topk: the indexer keeps every key (TopK of all of
+    them), so the logits are the reference prompt's first rows (causal: they see the same keys)."""
+    ref = load_reference(name)
+    n = load_config(FIXTURES_DIR / name)["index_topk"] - 1
+    ids = ref["input_ids"][:n]
+    logits, state = step(session_for(name, dtype, ep), [ids], np.ones((1, n)), np.arange(n)[None],
+                         empty_state(name, dtype, 1))
+    assert_close(logits[0], ref["logits"][:n], TOL[dtype], f"{name} --ep {ep} {dtype} {n}-token prompt")
+    assert all(v.shape[-2 if v.ndim == 4 else 1] == n for v in state.values()), {k: v.shape for k, v in state.items()}
+
+
+@pytest.mark.parametrize("name,ep,dtype", SPARSE_CASES, ids=[f"{n}-{e or 'noflag'}-{d}" for n, e, d in SPARSE_CASES])
+def test_sparse_attention_stays_attention(built, name, ep, dtype):
+    """Every layer's attention reads its index mask (its own or, on a shared layer, the earlier
+    layer's) as an additive mask, which GroupQueryAttention cannot take: every attention is
+    opset-24 Attention (or, on an EP without it, standard ops: one Softmax per layer), none
+    GroupQueryAttention."""
+    model = onnx.load(str(built("fixture", name, dtype, ep) / "model.onnx"), load_external_data=False)
+    ops = [n.op_type for n in model.graph.node]
+    assert "GroupQueryAttention" not in ops and "MultiHeadAttention" not in ops, sorted(set(ops))
+    kinds = layer_types(name)
+    if "Attention" not in ops:
+        assert ops.count("Softmax") == len(kinds), sorted(set(ops))
+        return
+    masks = [n.input[3] for n in model.graph.node if n.op_type == "Attention"]
+    owners = [i if t == "indexed_attention" else max(j for j in range(i) if kinds[j] == "indexed_attention")
+              for i, t in enumerate(kinds)]
+    assert masks == [f"index_mask{o}" for o in owners], masks
+
+
 # onnxruntime-genai 0.18 has no model type with an SSM state: those packages (Mamba2, Bamba,
 # Granite-4 with Mamba2 layers) have no genai_config.json.
 GENAI_NAMES = [
@@ -424,21 +528,23 @@ INT4 = [("cpu", True), ("onnx-standard", False)]
 @pytest.mark.parametrize("ep,nbits", INT4, ids=[ep for ep, _ in INT4])
 @pytest.mark.parametrize("name", NAMES)
 def test_int4_quantizes_every_projection(built, name, ep, nbits):
-    """`--quant int4` quantizes every MatMul weight, the short convolutions' and Mamba2
+    """`--quant int4` quantizes every 2-D MatMul weight, the short convolutions' and Mamba2
     mixers' in_proj and out_proj included (Mamba's x_proj and dt_proj too, Qwen3-Next's
-    in_proj_qkvz, in_proj_ba and out_proj, Qwen3.5's in_proj_qkv, in_proj_z, in_proj_b, in_proj_a) (no float MatMul weight is left), and the prefill logits match the
+    in_proj_qkvz, in_proj_ba and out_proj, Qwen3.5's in_proj_qkv, in_proj_z, in_proj_b, in_proj_a,
+    RecurrentGemma's linear_x, linear_y and linear_out) (no 2-D float MatMul weight is left; the
+    RG-LRU's block-diagonal gates are 3-D and stay float), and the prefill logits match the
     fake-quantized reference (scripts/make_quant_references.py) within 1e-4."""
     import onnxruntime as ort
 
     out = built("fixture", name, "f32", ep, ("--quant", "int4", "--accuracy-level", "0"))
     model = onnx.load(str(out / "model.onnx"), load_external_data=False)
-    inits = {t.name for t in model.graph.initializer}
+    inits = {t.name for t in model.graph.initializer if len(t.dims) == 2}
     float_weights = [n.input[1] for n in model.graph.node if n.op_type == "MatMul" and n.input[1] in inits]
     assert not float_weights, f"MatMul weights left in float: {float_weights}"
     ops = [n.op_type for n in model.graph.node]
     quantized = [n.input[1] for n in model.graph.node if n.op_type == ("MatMulNBits" if nbits else "DequantizeLinear")]
     model_type = config(name)["model_type"]
-    mixer = {"lfm2": "conv", "lfm2_moe": "conv", "nemotron_h": "mixer",
+    mixer = {"lfm2": "conv", "lfm2_moe": "conv", "nemotron_h": "mixer", "recurrent_gemma": "temporal_block",
              **dict.fromkeys(GATED_DELTA_TYPES, "linear_attn")}.get(model_type, "mixer" if is_ssm(name) else "mamba")
     projs = ["in_proj", "out_proj"]
     if model_type in ("mamba", "falcon_mamba", "jamba"):
@@ -447,6 +553,10 @@ def test_int4_quantizes_every_projection(built, name, ep, nbits):
         projs = ["in_proj_qkvz", "in_proj_ba", "out_proj"]
     if model_type in ("qwen3_5_text", "qwen3_5_moe_text"):
         projs = ["in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "out_proj"]
+    if model_type == "recurrent_gemma":
+        projs = ["linear_x", "linear_y", "linear_out"]
+    if model_type in SPARSE_TYPES:
+        mixer, projs = "self_attn.indexer", ["wq_b", "wk", "weights_proj"]
     for proj in (f"{mixer}.{p}" for p in projs):
         assert any(proj in w for w in quantized), (proj, quantized)
     assert ("MatMulNBits" in ops) == nbits, sorted(set(ops))

@@ -18,6 +18,10 @@ pub struct AttentionSpec<'a> {
     pub past: (&'a str, &'a str),
     /// Names of the present key/value outputs.
     pub present: (&'a str, &'a str),
+    /// Where the layer runs its own learned indexer (DeepSeek Sparse Attention): what it
+    /// reads and writes. The family's q/k/v hook then writes `mask`, the index mask
+    /// ([`super::indexer`]); `None` for every other layer.
+    pub index: Option<super::IndexIo<'a>>,
 }
 
 /// `Attention(q, k, v, mask, past_k, past_v; is_causal=1)` → `[B, S, Hq·D]`; the present

@@ -11,11 +11,17 @@
 //! its recurrent state `past.{i}.recurrent` → `present.{i}.recurrent` (`[batch, value_heads,
 //! key_dim, value_dim]`, onnxruntime-genai 0.18's names for its `qwen3_5` packages). A layer
 //! without a token mixer ([`LayerCache::Stateless`], Nemotron-H's MLP and MoE blocks) carries
-//! nothing. A layer whose KV cache has a shape of its own ([`LayerCache::KvOf`]: its key/value
+//! nothing. A layer whose attention and Mamba2 mixer run side by side
+//! ([`LayerCache::KvAndSsm`], Falcon-H1) carries its key/value cache, then its conv and SSM
+//! states. A layer whose KV cache has a shape of its own ([`LayerCache::KvOf`]: its key/value
 //! heads and head size) declares it with that shape; a layer that reads another layer's keys
-//! and values ([`LayerCache::Borrowed`], Gemma 4's KV sharing) carries no cache at all.
+//! and values ([`LayerCache::Borrowed`], Gemma 4's KV sharing) carries no cache at all. A layer
+//! that runs a learned indexer ([`LayerCache::Indexed`], DeepSeek Sparse Attention) carries its
+//! key/value cache and, after them, the indexer's keys `past_key_values.{i}.index_key` →
+//! `present.{i}.index_key` (`[batch, past_sequence_len, index_head_dim]`, the model dtype).
 //! The one place those names are spelled (the encoders reuse [`BATCH`] and [`SEQ`]).
 
+use super::indexer::{past_index_key_name, present_index_key_name};
 use super::mamba::SsmMixer;
 use super::short_conv::ShortConv;
 use crate::config::ArchConfig;
@@ -54,7 +60,9 @@ impl DecoderInputs {
     /// declared otherwise (a builder bug, not an input error).
     pub fn kv(&self, i: usize) -> (&str, &str) {
         match &self.past[i] {
-            LayerPast::Kv { key, value } => (key, value),
+            LayerPast::Kv { key, value }
+            | LayerPast::Indexed { key, value, .. }
+            | LayerPast::KvAndSsm { key, value, .. } => (key, value),
             LayerPast::Conv { .. }
             | LayerPast::Ssm { .. }
             | LayerPast::Stateless
@@ -78,6 +86,13 @@ pub enum LayerCache {
         /// Its channels per head.
         head_dim: usize,
     },
+    /// The key/value cache of an attention layer that runs its own learned indexer
+    /// (DeepSeek Sparse Attention) and the indexer's key cache beside it
+    /// (`[batch, len, index_dim]`).
+    Indexed {
+        /// The indexer's channels per head (`index_head_dim`).
+        index_dim: usize,
+    },
     /// No cache: the layer attends to the keys and values of layer `.0` (an earlier layer
     /// with a cache of its own), read from that layer's cache inputs.
     Borrowed(usize),
@@ -85,6 +100,9 @@ pub enum LayerCache {
     Conv(ShortConv),
     /// The conv and SSM states of a Mamba2 or Mamba mixer.
     Ssm(SsmMixer),
+    /// The key/value cache of an attention layer, then the conv and SSM states of the mixer
+    /// beside it (Falcon-H1's layers).
+    KvAndSsm(SsmMixer),
     /// Nothing: a layer whose block mixes no tokens (an MLP or MoE block alone).
     Stateless,
 }
@@ -99,6 +117,15 @@ pub enum LayerPast {
         /// The value cache input.
         value: String,
     },
+    /// `past_key_values.{i}.key`, `.value` and `.index_key`.
+    Indexed {
+        /// The key cache input.
+        key: String,
+        /// The value cache input.
+        value: String,
+        /// The indexer's key cache input.
+        index_key: String,
+    },
     /// `past.{i}.conv`.
     Conv {
         /// The conv state input.
@@ -112,6 +139,19 @@ pub enum LayerPast {
         key: String,
         /// That layer's value cache input.
         value: String,
+    },
+    /// `past_key_values.{i}.key`, `.value`, `past.{i}.conv` and `past.{i}.ssm`.
+    KvAndSsm {
+        /// The key cache input.
+        key: String,
+        /// The value cache input.
+        value: String,
+        /// The conv state input.
+        conv: String,
+        /// The SSM state input.
+        ssm: String,
+        /// The mixer whose states they are.
+        mixer: SsmMixer,
     },
     /// `past.{i}.conv` and `past.{i}.ssm`.
     Ssm {
@@ -185,7 +225,7 @@ pub fn present_ssm_name(i: usize, mixer: SsmMixer) -> String {
 
 /// Declares the decoder inputs and outputs on `b` with layer `i` carrying `caches[i]`
 /// (`caches` holds one entry per layer): per layer, in layer order, its key and value (or its
-/// conv state, or its conv and SSM states, or nothing) after `position_ids`, and the same after
+/// conv state, or its conv and SSM states, or its key, value, conv and SSM states, or nothing) after `position_ids`, and the same after
 /// `logits`; a [`LayerCache::Borrowed`] layer declares nothing.
 ///
 /// # Panics
@@ -213,6 +253,8 @@ pub fn hybrid_decoder_io(
         ])
     };
     let kv_shape = |len: &str| kv_shape_of(dims.kv_heads, dims.head_dim, len);
+    let index_shape =
+        |index_dim: usize, len: &str| Shape(vec![Dim::sym(BATCH), Dim::sym(len), index_dim.into()]);
     let conv_shape = |conv: ShortConv| {
         Shape(vec![
             Dim::sym(BATCH),
@@ -238,6 +280,11 @@ pub fn hybrid_decoder_io(
                     value: b.input(&format!("past_key_values.{i}.value"), dtype, shape),
                 }
             }
+            LayerCache::Indexed { index_dim } => LayerPast::Indexed {
+                key: b.input(&format!("past_key_values.{i}.key"), dtype, kv_shape(PAST)),
+                value: b.input(&format!("past_key_values.{i}.value"), dtype, kv_shape(PAST)),
+                index_key: b.input(&past_index_key_name(i), dtype, index_shape(index_dim, PAST)),
+            },
             LayerCache::Borrowed(lender) => match past.get(lender) {
                 Some(LayerPast::Kv { key, value }) => LayerPast::Borrowed {
                     key: key.clone(),
@@ -250,6 +297,13 @@ pub fn hybrid_decoder_io(
                 conv,
             },
             LayerCache::Ssm(mixer) => LayerPast::Ssm {
+                conv: b.input(&past_conv_name(i), dtype, conv_shape(mixer.conv())),
+                ssm: b.input(&past_ssm_name(i, mixer), dtype, ssm_shape(mixer)),
+                mixer,
+            },
+            LayerCache::KvAndSsm(mixer) => LayerPast::KvAndSsm {
+                key: b.input(&format!("past_key_values.{i}.key"), dtype, kv_shape(PAST)),
+                value: b.input(&format!("past_key_values.{i}.value"), dtype, kv_shape(PAST)),
                 conv: b.input(&past_conv_name(i), dtype, conv_shape(mixer.conv())),
                 ssm: b.input(&past_ssm_name(i, mixer), dtype, ssm_shape(mixer)),
                 mixer,
@@ -274,11 +328,23 @@ pub fn hybrid_decoder_io(
                 b.output(&format!("present.{i}.key"), dtype, shape.clone());
                 b.output(&format!("present.{i}.value"), dtype, shape);
             }
+            LayerCache::Indexed { index_dim } => {
+                b.output(&format!("present.{i}.key"), dtype, kv_shape(TOTAL));
+                b.output(&format!("present.{i}.value"), dtype, kv_shape(TOTAL));
+                let shape = index_shape(index_dim, TOTAL);
+                b.output(&present_index_key_name(i), dtype, shape);
+            }
             LayerCache::Borrowed(_) => {}
             LayerCache::Conv(conv) => {
                 b.output(&present_conv_name(i), dtype, conv_shape(conv));
             }
             LayerCache::Ssm(mixer) => {
+                b.output(&present_conv_name(i), dtype, conv_shape(mixer.conv()));
+                b.output(&present_ssm_name(i, mixer), dtype, ssm_shape(mixer));
+            }
+            LayerCache::KvAndSsm(mixer) => {
+                b.output(&format!("present.{i}.key"), dtype, kv_shape(TOTAL));
+                b.output(&format!("present.{i}.value"), dtype, kv_shape(TOTAL));
                 b.output(&present_conv_name(i), dtype, conv_shape(mixer.conv()));
                 b.output(&present_ssm_name(i, mixer), dtype, ssm_shape(mixer));
             }

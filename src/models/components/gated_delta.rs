@@ -198,24 +198,12 @@ pub fn gated_delta_mixer(
     let g = b.op("Neg", &[&g], vec![]);
     let decay = b.op("Exp", &[&g], vec![]);
     let beta = b.op("Sigmoid", &[&beta_in], vec![]);
-    let columns = b.const_i64(&[-1, -2]);
-    let decay = b.op("Unsqueeze", &[&decay, &columns], vec![]);
-    let beta = b.op("Unsqueeze", &[&beta, &columns], vec![]);
-
-    let past = to_f32(b, state.past, dtype);
-    let body = scan_body(module, m);
-    let (final_state, ys) = (b.fresh_name("Scan"), b.fresh_name("Scan"));
-    b.node(
-        "",
-        "Scan",
-        &[&past, &decay, &beta, &q, &k, &v],
-        vec![
-            ("body", Attr::Graph(Box::new(body))),
-            ("num_scan_inputs", Attr::Int(5)),
-            ("scan_input_axes", Attr::Ints(vec![1; 5])),
-            ("scan_output_axes", Attr::Ints(vec![1])),
-        ],
-        vec![final_state.clone(), ys.clone()],
+    let (final_state, ys) = delta_rule_scan(
+        b,
+        module,
+        m,
+        (state.past, dtype),
+        [&decay, &beta, &q, &k, &v],
     );
     let out_dtype = vec![("to", Attr::Int(dtype.onnx_code() as i64))];
     b.op_into("Cast", &[&final_state], out_dtype, state.present);
@@ -254,13 +242,50 @@ pub fn gated_delta_mixer(
     )
 }
 
-/// The `Scan` body of one time step (all f32): inputs the state `S` `[B, Hv, Dk, Dv]`, then the
-/// step's decay and beta `[B, Hv, 1, 1]`, `q` and `k` `[B, Hv, 1, Dk]` and `v` `[B, Hv, 1, Dv]`;
-/// outputs the new state `S' = decay·S + kᵀ·beta·(v − k·(decay·S))` and `o = q·S'`
-/// `[B, Hv, 1, Dv]`. It reads nothing from the enclosing graph and holds no constants; its
-/// values are named under `{module}/scan` (unique in the model).
-fn scan_body(module: &str, m: GatedDeltaMixer) -> crate::ir::Graph {
-    let (hv, dk, dv) = (m.value_heads, m.key_dim, m.value_dim);
+/// The gated delta rule over a call's tokens as a `Scan` (all f32): from `past` (the
+/// recurrent state `[B, value_heads, key_dim, value_dim]` in its dtype, cast to f32), with
+/// `[decay, beta, q, k, v]`: the per-token decay `exp(g)` and update rate `[B, S, value_heads]`,
+/// the normalised, scaled queries and keys `[B, S, value_heads, 1, key_dim]` and the values
+/// `[B, S, value_heads, 1, value_dim]`. Returns the final state (f32) and the outputs
+/// `o_t = q_t·S_t` `[B, S, value_heads, 1, value_dim]`. This is the form the
+/// `gated-delta-scan-to-linear-attention` fusion (`rewrites/fusion/linear_attention.rules`)
+/// reads as `com.microsoft::LinearAttention` where the EP runs it.
+pub fn delta_rule_scan(
+    b: &mut GraphBuilder,
+    module: &str,
+    m: GatedDeltaMixer,
+    (past, dtype): (&str, DType),
+    [decay, beta, q, k, v]: [&str; 5],
+) -> (String, String) {
+    let columns = b.const_i64(&[-1, -2]);
+    let decay = b.op("Unsqueeze", &[decay, &columns], vec![]);
+    let beta = b.op("Unsqueeze", &[beta, &columns], vec![]);
+
+    let past = to_f32(b, past, dtype);
+    let body = delta_rule_step(module, m.value_heads, m.key_dim, m.value_dim);
+    let (final_state, ys) = (b.fresh_name("Scan"), b.fresh_name("Scan"));
+    b.node(
+        "",
+        "Scan",
+        &[&past, &decay, &beta, q, k, v],
+        vec![
+            ("body", Attr::Graph(Box::new(body))),
+            ("num_scan_inputs", Attr::Int(5)),
+            ("scan_input_axes", Attr::Ints(vec![1; 5])),
+            ("scan_output_axes", Attr::Ints(vec![1])),
+        ],
+        vec![final_state.clone(), ys.clone()],
+    );
+    (final_state, ys)
+}
+
+/// The `Scan` body of one time step (all f32) for `hv` value heads of `dk` key and `dv` value
+/// channels: inputs the state `S` `[B, Hv, Dk, Dv]`, then the step's decay and beta
+/// `[B, Hv, 1, 1]`, `q` and `k` `[B, Hv, 1, Dk]` and `v` `[B, Hv, 1, Dv]`; outputs the new
+/// state `S' = decay·S + kᵀ·beta·(v − k·(decay·S))` and `o = q·S'` `[B, Hv, 1, Dv]`. It reads
+/// nothing from the enclosing graph and holds no constants; its values are named under
+/// `{module}/scan` (unique in the model).
+pub fn delta_rule_step(module: &str, hv: usize, dk: usize, dv: usize) -> crate::ir::Graph {
     let mut body = GraphBuilder::new(&format!("{module}.scan_body"));
     let scope = format!("{module}/scan");
     body.set_scope(&scope);

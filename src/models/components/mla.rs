@@ -88,22 +88,59 @@ impl Mla {
         rope: &Rope,
         dtype: DType,
     ) -> [String; 3] {
+        self.qkv_and_latent(b, x, attn, tables, rope, dtype).0
+    }
+
+    /// [`Mla::qkv`] and the normalised q latent (`q_a_layernorm(q_a_proj(x))`, `None` without
+    /// `q_lora_rank`), which DeepSeek Sparse Attention's indexer reads too.
+    pub fn qkv_and_latent(
+        &self,
+        b: &mut GraphBuilder,
+        x: &str,
+        attn: &str,
+        tables: &RopeTables,
+        rope: &Rope,
+        dtype: DType,
+    ) -> ([String; 3], Option<String>) {
+        let (n, d) = (self.heads, self.head_dim());
+        let norm = Norm {
+            kind: NormKind::Rms,
+            eps: self.latent_eps,
+        };
+        let (q, q_latent) = match self.q_lora_rank {
+            Some(rank) => {
+                let a = format!("{attn}.q_a_proj");
+                let a = linear(b, x, &a, self.hidden, rank, self.bias, dtype);
+                let a = norm.apply(b, &a, &format!("{attn}.q_a_layernorm"), rank, dtype);
+                let q = self.rope_first(b, &a, &format!("{attn}.q_b_proj"), rank, dtype);
+                (q, Some(a))
+            }
+            None => {
+                let q_proj = format!("{attn}.q_proj");
+                (self.rope_first(b, x, &q_proj, self.hidden, dtype), None)
+            }
+        };
+        let q = rotary_embedding(b, &q, tables, rope, n, d);
+        let [k, v] = self.kv(b, x, attn, tables, rope, dtype);
+        ([q, k, v], q_latent)
+    }
+
+    /// The k and v of [`Mla::qkv`] alone (3-D, `heads` heads of [`Mla::head_dim`] channels, v
+    /// widened, k rotated by `rope` with `tables`), for a family that projects q its own way.
+    pub fn kv(
+        &self,
+        b: &mut GraphBuilder,
+        x: &str,
+        attn: &str,
+        tables: &RopeTables,
+        rope: &Rope,
+        dtype: DType,
+    ) -> [String; 2] {
         let (n, d, r) = (self.heads, self.head_dim(), self.qk_rope);
         let norm = Norm {
             kind: NormKind::Rms,
             eps: self.latent_eps,
         };
-        let q = match self.q_lora_rank {
-            Some(rank) => {
-                let a = format!("{attn}.q_a_proj");
-                let a = linear(b, x, &a, self.hidden, rank, self.bias, dtype);
-                let a = norm.apply(b, &a, &format!("{attn}.q_a_layernorm"), rank, dtype);
-                self.rope_first(b, &a, &format!("{attn}.q_b_proj"), rank, dtype)
-            }
-            None => self.rope_first(b, x, &format!("{attn}.q_proj"), self.hidden, dtype),
-        };
-        let q = rotary_embedding(b, &q, tables, rope, n, d);
-
         let rank = self.kv_lora_rank;
         let kv_a = Projection {
             prefix: &format!("{attn}.kv_a_proj_with_mqa"),
@@ -160,15 +197,24 @@ impl Mla {
                 b.op("Reshape", &[&v, &merge], vec![])
             }
         };
-        [q, k, v]
+        [k, v]
     }
 
     /// The output projection (`{attn}.o_proj`) of the attention result `y` (3-D, heads of
     /// [`Mla::head_dim`] channels): each head's first `v_head` channels, the widening sliced
     /// off.
     pub fn output(&self, b: &mut GraphBuilder, y: &str, attn: &str, dtype: DType) -> String {
+        let y = self.values(b, y);
+        let o_proj = format!("{attn}.o_proj");
         let (n, v) = (self.heads, self.v_head);
-        let y = if v == self.head_dim() {
+        linear(b, &y, &o_proj, n * v, self.hidden, self.bias, dtype)
+    }
+
+    /// The attention result `y` (3-D, heads of [`Mla::head_dim`] channels) cut to each head's
+    /// first `v_head` channels (the widening sliced off): what `o_proj` reads.
+    pub fn values(&self, b: &mut GraphBuilder, y: &str) -> String {
+        let (n, v) = (self.heads, self.v_head);
+        if v == self.head_dim() {
             y.to_string()
         } else {
             let split = b.const_i64(&[0, 0, n as i64, -1]);
@@ -181,9 +227,7 @@ impl Mla {
             let y = b.op("Slice", &[&y, &start, &end, &axis], vec![]);
             let merge = b.const_i64(&[0, 0, (n * v) as i64]);
             b.op("Reshape", &[&y, &merge], vec![])
-        };
-        let o_proj = format!("{attn}.o_proj");
-        linear(b, &y, &o_proj, n * v, self.hidden, self.bias, dtype)
+        }
     }
 
     /// The q projection `{prefix}` of `x` (`in_features` wide) with each head's channels
@@ -196,17 +240,52 @@ impl Mla {
         in_features: usize,
         dtype: DType,
     ) -> String {
-        let (d, nope) = (self.head_dim(), self.qk_nope);
+        self.strided_q(b, x, (prefix, in_features), self.head_dim(), dtype)
+    }
+
+    /// The q of projection `prefix` (`in_features` wide, no bias) of `x` whose heads are
+    /// `stride` rows apart, each starting with its `[nope | rope]` q rows (A.X-K2's `q_gate_proj`
+    /// follows them with the head's gate rows): each head's q channels reordered `[rope |
+    /// nope]` as [`Mla::qkv`] lays them out, unrotated.
+    pub fn strided_q(
+        &self,
+        b: &mut GraphBuilder,
+        x: &str,
+        (prefix, in_features): (&str, usize),
+        stride: usize,
+        dtype: DType,
+    ) -> String {
+        let nope = self.qk_nope;
         let order: Vec<_> = (0..self.heads)
-            .flat_map(|j| [(j * d + nope, self.qk_rope), (j * d, nope)])
+            .flat_map(|j| [(j * stride + nope, self.qk_rope), (j * stride, nope)])
             .collect();
         let q = Projection {
             prefix,
             in_features,
-            total: self.heads * d,
+            total: self.heads * stride,
             bias: false,
         };
         q.rows(b, x, "rope_first", &order, dtype)
+    }
+
+    /// The rows `blocks` (`(start, len)` each, in order) of projection `prefix` (`in_features`
+    /// wide, `total` rows, no bias) applied to `x`, its weight stored as
+    /// `{prefix}.{part}.weight_t`.
+    pub fn projection_rows(
+        b: &mut GraphBuilder,
+        x: &str,
+        (prefix, in_features, total): (&str, usize, usize),
+        part: &str,
+        blocks: &[(usize, usize)],
+        dtype: DType,
+    ) -> String {
+        let p = Projection {
+            prefix,
+            in_features,
+            total,
+            bias: false,
+        };
+        p.rows(b, x, part, blocks, dtype)
     }
 }
 

@@ -20,6 +20,7 @@
 
 use super::linear;
 use super::mixer_ops::silu;
+use super::scalar;
 use super::short_conv::{causal_conv_with_state, ConvState, ShortConv};
 use crate::ir::{Attr, DType, GraphBuilder, Initializer, TensorData, TensorSource};
 
@@ -38,12 +39,48 @@ pub struct Mamba2Mixer {
     pub groups: usize,
     /// Kernel width of the convolution (at least 2).
     pub kernel: usize,
-    /// Whether `in_proj` and `out_proj` have biases.
+    /// Whether `in_proj` has a bias.
     pub bias: bool,
+    /// Whether `out_proj` has a bias (`bias` in Mamba2 and the hybrids built on it; Falcon-H1's
+    /// `projectors_bias`).
+    pub out_bias: bool,
     /// Whether the convolution has a bias.
     pub conv_bias: bool,
     /// The gated RMS norm's epsilon.
     pub eps: f32,
+    /// How the scan output is gated by `silu(z)` and normed.
+    pub gate_norm: GateNorm,
+    /// Multipliers on the mixer's input, `in_proj`'s output and the mixer's output (Falcon-H1's
+    /// µP multipliers); `None`: none.
+    pub scales: Option<Mamba2Scales>,
+    /// The lower clamp of the time steps after softplus (Zamba2's `time_step_min`); `None`:
+    /// none.
+    pub dt_min: Option<f32>,
+}
+
+/// How a Mamba2 mixer gates its scan output `y` by `silu(z)` and norms it (module `norm`, an
+/// RMS norm per group of `intermediate / groups` channels times `norm.weight`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GateNorm {
+    /// `norm(y · silu(z))` (Mamba2, Bamba, Granite-4, Nemotron-H; Falcon-H1 with
+    /// `mamba_norm_before_gate` false).
+    GateThenNorm,
+    /// `norm(y) · silu(z)` (Falcon-H1's default, `mamba_norm_before_gate` true).
+    NormThenGate,
+    /// `y · silu(z)`, no norm (Falcon-H1 with `mamba_rms_norm` false).
+    GateOnly,
+}
+
+/// Falcon-H1's multipliers of a Mamba2 mixer, each applied where it is not 1.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Mamba2Scales {
+    /// The (masked) input before `in_proj` (`ssm_in_multiplier`).
+    pub input: f32,
+    /// `in_proj`'s output, per part: `z`, `x`, `B`, `C`, `dt` (`ssm_multipliers`, the µP
+    /// vector).
+    pub projection: [f32; 5],
+    /// The mixer's output after `out_proj` (`ssm_out_multiplier`).
+    pub output: f32,
 }
 
 impl Mamba2Mixer {
@@ -93,6 +130,13 @@ pub fn mamba2_mixer(
 ) -> String {
     let (i_w, h, p, n, g) = (m.intermediate(), m.heads, m.head_dim, m.state, m.groups);
     let masked = b.op("Mul", &[x, token_mask], vec![]);
+    let masked = match m.scales {
+        Some(s) if s.input != 1.0 => {
+            let c = scalar(b, s.input, dtype);
+            b.op("Mul", &[&masked, &c], vec![])
+        }
+        _ => masked,
+    };
     let proj_width = i_w + m.conv_dim() + h;
     let proj = linear(
         b,
@@ -103,6 +147,27 @@ pub fn mamba2_mixer(
         m.bias,
         dtype,
     );
+    let proj = match m.scales {
+        Some(s) if s.projection != [1.0; 5] => {
+            let widths = [i_w, i_w, g * n, g * n, h];
+            let vector: Vec<f32> = widths
+                .iter()
+                .zip(s.projection)
+                .flat_map(|(&w, v)| std::iter::repeat_n(v, w))
+                .collect();
+            let vector = b.constant(TensorData::from_f32(vec![proj_width], &vector));
+            let vector = match dtype {
+                DType::F32 => vector,
+                _ => b.op(
+                    "Cast",
+                    &[&vector],
+                    vec![("to", Attr::Int(dtype.onnx_code() as i64))],
+                ),
+            };
+            b.op("Mul", &[&proj, &vector], vec![])
+        }
+        _ => proj,
+    };
     let sizes = b.const_i64(&[i_w as i64, m.conv_dim() as i64, h as i64]);
     let [z, xbc, dt] = split3(b, &proj, &sizes);
     let conv = causal_conv_with_state(
@@ -145,6 +210,13 @@ pub fn mamba2_mixer(
     // Time steps and log-decays, head-major: [B, H, S].
     let dt = b.op("Add", &[&dt, &dt_bias], vec![]);
     let dt = b.op("Softplus", &[&dt], vec![]);
+    let dt = match m.dt_min {
+        Some(low) => {
+            let low = b.constant(TensorData::from_f32(vec![], &[low]));
+            b.op("Max", &[&dt, &low], vec![])
+        }
+        None => dt,
+    };
     let a = b.op("Exp", &[&a_log], vec![]);
     let a = b.op("Neg", &[&a], vec![]);
     let log_decay = b.op("Mul", &[&dt, &a], vec![]);
@@ -223,40 +295,84 @@ pub fn mamba2_mixer(
     let y = b.op("Reshape", &[&y, &flat], vec![]);
     let z = f32_of(b, &z);
     let gate = silu(b, &z);
-    let gated = b.op("Mul", &[&y, &gate], vec![]);
+    let normed = match m.gate_norm {
+        GateNorm::GateThenNorm => {
+            let gated = b.op("Mul", &[&y, &gate], vec![]);
+            let normed = group_rms_norm(b, &gated, &flat, m);
+            let normed = to_dtype(b, normed, dtype);
+            norm_weight(b, &normed, module, m, dtype)
+        }
+        GateNorm::NormThenGate => {
+            let normed = group_rms_norm(b, &y, &flat, m);
+            let gated = b.op("Mul", &[&normed, &gate], vec![]);
+            let gated = to_dtype(b, gated, dtype);
+            norm_weight(b, &gated, module, m, dtype)
+        }
+        GateNorm::GateOnly => {
+            let gated = b.op("Mul", &[&y, &gate], vec![]);
+            to_dtype(b, gated, dtype)
+        }
+    };
+    let out = linear(
+        b,
+        &normed,
+        &format!("{module}.out_proj"),
+        i_w,
+        m.hidden,
+        m.out_bias,
+        dtype,
+    );
+    match m.scales {
+        Some(s) if s.output != 1.0 => {
+            let c = scalar(b, s.output, dtype);
+            b.op("Mul", &[&out, &c], vec![])
+        }
+        _ => out,
+    }
+}
+
+/// `y` (f32, `[B, S, intermediate]`) RMS-normed per group of `intermediate / groups` channels,
+/// without a weight, and flattened back by the shape `flat` (`[0, 0, intermediate]`).
+fn group_rms_norm(b: &mut GraphBuilder, y: &str, flat: &str, m: Mamba2Mixer) -> String {
+    let (i_w, g) = (m.intermediate(), m.groups);
     let grouped = b.const_i64(&[0, 0, g as i64, (i_w / g) as i64]);
-    let grouped = b.op("Reshape", &[&gated, &grouped], vec![]);
+    let grouped = b.op("Reshape", &[y, &grouped], vec![]);
     let ones = b.constant(TensorData::from_f32(vec![i_w / g], &vec![1.0; i_w / g]));
     let normed = b.op(
         "RMSNormalization",
         &[&grouped, &ones],
         vec![("axis", Attr::Int(-1)), ("epsilon", Attr::Float(m.eps))],
     );
-    let normed = b.op("Reshape", &[&normed, &flat], vec![]);
-    let normed = match dtype {
-        DType::F32 => normed,
+    b.op("Reshape", &[&normed, flat], vec![])
+}
+
+/// An f32 `t` cast to `dtype` (as it is for f32).
+fn to_dtype(b: &mut GraphBuilder, t: String, dtype: DType) -> String {
+    match dtype {
+        DType::F32 => t,
         _ => b.op(
             "Cast",
-            &[&normed],
+            &[&t],
             vec![("to", Attr::Int(dtype.onnx_code() as i64))],
         ),
-    };
+    }
+}
+
+/// `t` times the gated norm's weight `{module}.norm.weight`.
+fn norm_weight(
+    b: &mut GraphBuilder,
+    t: &str,
+    module: &str,
+    m: Mamba2Mixer,
+    dtype: DType,
+) -> String {
     let weight = b.initializer(Initializer {
         name: format!("{module}.norm.weight"),
         dtype,
-        shape: vec![i_w],
+        shape: vec![m.intermediate()],
         source: Some(TensorSource::Checkpoint(format!("{module}.norm.weight"))),
     });
-    let normed = b.op("Mul", &[&normed, &weight], vec![]);
-    linear(
-        b,
-        &normed,
-        &format!("{module}.out_proj"),
-        i_w,
-        m.hidden,
-        m.bias,
-        dtype,
-    )
+    b.op("Mul", &[t, &weight], vec![])
 }
 
 /// `x` split on its last axis into three by `sizes`.

@@ -17,14 +17,36 @@
 //! `ai.mobius::NBits*` relayouts the MatMulNBits fusion creates for the LM head; onnxruntime may
 //! still copy the reshaped weight in memory, the file holds it once).
 //!
-//! Only lookups by the graph input `input_ids` are token embeddings (position tables and RoPE
-//! caches are gathered by other indices and stay float).
+//! Only lookups by the graph input `input_ids` (or by `input_ids` with the ids past a table
+//! replaced, [`token_ids`]) are token embeddings (position tables and RoPE caches are gathered
+//! by other indices and stay float).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::request::{float_matrix, QuantRequest, QuantSummary};
 use crate::ir::{Attr, Attrs, DType, Graph, Initializer, Node, QuantPart, TensorSource};
 use crate::passes::fresh;
+
+/// The values that are token ids: `input_ids`, and `input_ids` with the ids outside a table
+/// replaced, `Where(Less(input_ids, rows), input_ids, other)` (Gemma 3n's per-layer table).
+fn token_ids(graph: &Graph) -> HashSet<&str> {
+    let less_than: HashSet<&str> = graph
+        .nodes
+        .iter()
+        .filter(|n| n.domain.is_empty() && n.op_type == "Less" && n.inputs[0] == "input_ids")
+        .map(|n| n.outputs[0].as_str())
+        .collect();
+    let clamped = graph.nodes.iter().filter(|n| {
+        n.domain.is_empty()
+            && n.op_type == "Where"
+            && n.inputs.len() == 3
+            && less_than.contains(n.inputs[0].as_str())
+            && n.inputs[1] == "input_ids"
+    });
+    std::iter::once("input_ids")
+        .chain(clamped.map(|n| n.outputs[0].as_str()))
+        .collect()
+}
 
 /// Applies the embedding part of `request` to `graph`, counting into `summary`; with
 /// `gather_block_quantized`, 4-bit tables are read by `com.microsoft::GatherBlockQuantized`.
@@ -58,13 +80,14 @@ pub fn quantize_embeddings(
     let mut replaced: BTreeMap<usize, Vec<Node>> = BTreeMap::new();
     // The relayouts of a shared table, made once: table values name → (data, scales, zero points).
     let mut shared_nodes: HashMap<String, Vec<String>> = HashMap::new();
+    let ids = token_ids(graph);
     for (index, node) in graph.nodes.iter().enumerate() {
         let axis0 = matches!(node.attrs.get("axis"), None | Some(Attr::Int(0)));
         if !(node.domain.is_empty()
             && node.op_type == "Gather"
             && node.inputs.len() == 2
             && axis0
-            && node.inputs[1] == "input_ids"
+            && ids.contains(node.inputs[1].as_str())
             && inputs.contains("input_ids"))
         {
             continue;

@@ -10,6 +10,7 @@ mod gqa_genai;
 mod gqa_mask;
 mod gqa_sink;
 mod head_layout;
+mod linear_attention;
 mod matmul_nbits;
 mod moe;
 mod moe_clamped;
@@ -85,6 +86,18 @@ pub const APPLIERS: &[(&str, &dyn AnyApplier)] = &[
     (
         "matmul-nbits-with-bias-to-dequantize",
         &from_nbits::MATMUL_NBITS_WITH_BIAS_TO_DEQUANTIZE,
+    ),
+    (
+        "gated-delta-linear-attention",
+        &linear_attention::GATED_DELTA_LINEAR_ATTENTION,
+    ),
+    (
+        "linear-attention-output-as-scan",
+        &linear_attention::LINEAR_ATTENTION_OUTPUT_AS_SCAN,
+    ),
+    (
+        "linear-attention-state-as-scan",
+        &linear_attention::LINEAR_ATTENTION_STATE_AS_SCAN,
     ),
     ("dense-moe", &moe::DENSE_MOE),
     ("dense-qmoe", &moe::DENSE_QMOE),

@@ -32,10 +32,15 @@ pub const HAND_WRITTEN: &[&str] = &["com.microsoft::MatMulNBits"];
 
 /// The contrib ops (`domain::Op`) with inline rules but no body: the rules re-lay out
 /// initializers (`com.microsoft::MoE`'s and `QMoE`'s expert weights back into the dense
-/// block's stacks),
-/// and no body is written by hand yet, so a saved model's calls carry none (as
-/// GroupQueryAttention's); the optimizer still inlines them for EPs without the kernel.
-pub const NO_BODY: &[&str] = &["com.microsoft::MoE", "com.microsoft::QMoE"];
+/// block's stacks) or build a subgraph attribute (`com.microsoft::LinearAttention`'s `Scan`),
+/// which the derived function bodies cannot, and no body is written by hand yet, so a saved
+/// model's calls carry none (as GroupQueryAttention's); the optimizer still inlines them for
+/// EPs without the kernel.
+pub const NO_BODY: &[&str] = &[
+    "com.microsoft::MoE",
+    "com.microsoft::QMoE",
+    "com.microsoft::LinearAttention",
+];
 
 /// The contrib op (`domain::Op`) a rule's pattern is rooted at.
 fn rule_op(rule: &RuleSpec) -> Option<String> {
