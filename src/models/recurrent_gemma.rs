@@ -360,6 +360,7 @@ fn build(cfg: &ArchConfig, k: &RecurrentGemma, dtype: DType) -> Graph {
                     mask: mask.as_deref().expect("an attention layer has its mask"),
                     past: (key, value),
                     present: (&present.0, &present.1),
+                    index: None,
                 };
                 let tables = rotary.as_ref().expect("an attention layer has its RoPE");
                 local_attention(&mut b, cfg, &normed, &module, tables, &spec, dtype)

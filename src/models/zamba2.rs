@@ -353,6 +353,7 @@ impl FamilyKnobs for Zamba2 {
             kv_heads: kv,
             head_dim: d,
             vocab: cfg.vocab_size,
+            position_rows: None,
         };
         let io = hybrid_decoder_io(&mut s.b, dims, dtype, &caches);
         s.b.set_scope("model.embed_tokens");
@@ -425,6 +426,7 @@ impl FamilyKnobs for Zamba2 {
                         mask: &mask,
                         past: (key, value),
                         present: (&present.0, &present.1),
+                        index: None,
                     };
                     let y = attention(&mut s.b, &q, &k, &v, &spec);
                     let o = s.linear(&y, &format!("{attn}.o_proj"), (heads * d, h), false);
