@@ -250,10 +250,10 @@ fn static_graphs_compute_the_dynamic_logits_for_every_decoder_fixture() {
             assert!(err.to_string().contains("ALiBi"), "{name}: {err}");
             continue;
         }
-        if ["doge", "gemma4_text", "gemma4_unified_text"].contains(&name.as_str()) {
+        if ["doge", "gemma4_text", "gemma4_unified_text", "gemma3n_text"].contains(&name.as_str()) {
             // The dynamic mask reads the past values besides the attention (doge), a layer's
-            // cache is read by the later layers reusing its keys and values too (Gemma 4's KV
-            // sharing): refused.
+            // cache is read by the later layers reusing its keys and values too (Gemma 4's and
+            // Gemma 3n's KV sharing): refused.
             let err = static_cache(&mut portable.graph, &cfg, SLOTS).unwrap_err();
             assert!(err.to_string().contains("more than one node"), "{err}");
             continue;
