@@ -23,6 +23,23 @@ impl Gelu {
         }
     }
 
+    /// The GELU config field `field` names (`default` where it is absent); an error naming the
+    /// field for a name that is not a GELU.
+    pub fn read(
+        name: Option<&str>,
+        default: &str,
+        field: &str,
+        f: &super::Fields<'_>,
+    ) -> crate::Result<Gelu> {
+        let name = name.unwrap_or(default);
+        Gelu::from_hf_name(name).ok_or_else(|| {
+            f.err(
+                field,
+                &format!("`{name}` is not supported (expected {})", Gelu::NAMES),
+            )
+        })
+    }
+
     /// The `approximate` attribute of ONNX `Gelu` for this variant.
     pub fn approximate(self) -> &'static str {
         match self {

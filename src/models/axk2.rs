@@ -20,6 +20,7 @@ use super::decoder::{Family, LayerNorms};
 use super::deepseek::{
     mla_rope, read_mla_decoder, sigmoid_router, Deepseek, DeepseekExperts, DeepseekMoe,
 };
+use super::deepseek_v32::every_layer_indexed;
 use super::family::FamilySpec;
 use crate::config::{
     read_sparse_layers, ArchConfig, Biases, DecoderFields, Fields, HfConfig, ModelType,
@@ -51,17 +52,7 @@ const FIELDS: DecoderFields = DecoderFields {
 };
 
 fn read(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>) -> Result<ArchConfig> {
-    if let Some(other) = raw
-        .layer_types
-        .iter()
-        .flatten()
-        .find(|t| *t != "indexed_attention")
-    {
-        return Err(f.err(
-            "layer_types",
-            &format!("`{other}` (expected indexed_attention: every layer is sparse)"),
-        ));
-    }
+    every_layer_indexed(raw, f)?;
     // `n_group` / `topk_group` null: no expert groups (one group, kept).
     let raw = &HfConfig {
         layer_types: None,

@@ -98,19 +98,25 @@ fn read_glm(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>) -> Result<Arc
     read(raw, t, f, &GLM)
 }
 
-fn read(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>, d: &Defaults) -> Result<ArchConfig> {
-    // transformers writes every layer `indexed_attention`: no sliding window.
-    if let Some(other) = raw
+/// transformers writes every layer `indexed_attention` (no sliding window): any other
+/// `layer_types` entry is refused by name.
+pub(super) fn every_layer_indexed(raw: &HfConfig, f: &Fields<'_>) -> Result<()> {
+    match raw
         .layer_types
         .iter()
         .flatten()
         .find(|t| *t != "indexed_attention")
     {
-        return Err(f.err(
+        None => Ok(()),
+        Some(other) => Err(f.err(
             "layer_types",
             &format!("`{other}` (expected indexed_attention: every layer is sparse)"),
-        ));
+        )),
     }
+}
+
+fn read(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>, d: &Defaults) -> Result<ArchConfig> {
+    every_layer_indexed(raw, f)?;
     let raw = &HfConfig {
         layer_types: None,
         ..raw.clone()

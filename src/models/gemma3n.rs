@@ -158,16 +158,12 @@ fn read(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>) -> Result<ArchCon
         ];
         let shared = Some(raw.num_kv_shared_layers.unwrap_or(15));
         let lenders = kv_lenders(shared, &sliding, f)?;
-        let act = raw
-            .hidden_activation
-            .as_deref()
-            .unwrap_or("gelu_pytorch_tanh");
-        let gelu = Gelu::from_hf_name(act).ok_or_else(|| {
-            f.err(
-                "hidden_activation",
-                &format!("`{act}` is not supported (expected {})", Gelu::NAMES),
-            )
-        })?;
+        let gelu = Gelu::read(
+            raw.hidden_activation.as_deref(),
+            "gelu_pytorch_tanh",
+            "hidden_activation",
+            f,
+        )?;
         let field = "final_logit_softcapping";
         let final_softcap = match f.json_number(field, raw.final_logit_softcapping.as_ref())? {
             None if raw.final_logit_softcapping.is_none() => Some(30.0),

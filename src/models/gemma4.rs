@@ -364,16 +364,12 @@ fn read(
         let field = "vocab_size_per_layer_input";
         let per_layer_vocab =
             f.optional_count(field, raw.vocab_size_per_layer_input, 262_144, MAX_VOCAB)?;
-        let act = raw
-            .hidden_activation
-            .as_deref()
-            .unwrap_or("gelu_pytorch_tanh");
-        let gelu = Gelu::from_hf_name(act).ok_or_else(|| {
-            f.err(
-                "hidden_activation",
-                &format!("`{act}` is not supported (expected {})", Gelu::NAMES),
-            )
-        })?;
+        let gelu = Gelu::read(
+            raw.hidden_activation.as_deref(),
+            "gelu_pytorch_tanh",
+            "hidden_activation",
+            f,
+        )?;
         let field = "final_logit_softcapping";
         let final_softcap = match f.json_number(field, raw.final_logit_softcapping.as_ref())? {
             None => None,

@@ -70,15 +70,8 @@ fn read(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>) -> Result<ArchCon
         ..raw.clone()
     };
     raw.hidden_act = None;
-    let gelu_of = |field: &str, value: &Option<String>| {
-        let name = value.as_deref().unwrap_or("gelu");
-        Gelu::from_hf_name(name).ok_or_else(|| {
-            f.err(
-                field,
-                &format!("`{name}` is not supported (expected {})", Gelu::NAMES),
-            )
-        })
-    };
+    let gelu_of =
+        |field: &str, value: &Option<String>| Gelu::read(value.as_deref(), "gelu", field, f);
     let act = gelu_of("hidden_activation", &raw.hidden_activation)?;
     let head_act = gelu_of("classifier_activation", &raw.classifier_activation)?;
     let eps = f.number("norm_eps", raw.norm_eps, 1e-5, Sign::NonNegative)?;

@@ -117,16 +117,12 @@ fn read(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>) -> Result<ArchCon
         MAX_POSITIONS,
     )?;
     let softcap = f.number("logits_soft_cap", raw.logits_soft_cap, 30.0, Sign::Positive)?;
-    let act = raw
-        .hidden_activation
-        .as_deref()
-        .unwrap_or("gelu_pytorch_tanh");
-    let gelu = Gelu::from_hf_name(act).ok_or_else(|| {
-        f.err(
-            "hidden_activation",
-            &format!("`{act}` is not supported (expected {})", Gelu::NAMES),
-        )
-    })?;
+    let gelu = Gelu::read(
+        raw.hidden_activation.as_deref(),
+        "gelu_pytorch_tanh",
+        "hidden_activation",
+        f,
+    )?;
     let types = match &raw.block_types {
         None => vec![
             "recurrent".to_string(),
