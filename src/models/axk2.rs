@@ -20,7 +20,7 @@ use super::decoder::{Family, LayerNorms};
 use super::deepseek::{
     mla_rope, read_mla_decoder, sigmoid_router, Deepseek, DeepseekExperts, DeepseekMoe,
 };
-use super::deepseek_v32::every_layer_indexed;
+use super::deepseek_v32::{every_layer_indexed, read_indexer};
 use super::family::FamilySpec;
 use crate::config::{
     read_sparse_layers, ArchConfig, Biases, DecoderFields, Fields, HfConfig, ModelType,
@@ -89,40 +89,20 @@ fn read(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>) -> Result<ArchCon
                     ),
                 ));
             }
-            let Some(q_rank) = mla.q_lora_rank else {
-                return Err(f.err(
-                    "q_lora_rank",
-                    "null (the indexer and the output gate read the q latent: expected a rank)",
-                ));
-            };
-            let width = |field: &str, v: Option<i64>, default: usize| {
-                f.optional_count(field, v, default, MAX_WIDTH)
-            };
-            let indexer = Indexer {
-                hidden: mla.hidden,
-                q_rank,
-                heads: width("index_n_heads", raw.index_n_heads, 16)?,
-                head_dim: width("index_head_dim", raw.index_head_dim, 128)?,
-                rope_dim: mla.qk_rope,
-                interleaved: false,
-                topk: f.optional_count("index_topk", raw.index_topk, 2048, usize::MAX)?,
-            };
-            if indexer.rope_dim > indexer.head_dim {
-                return Err(f.err(
-                    "index_head_dim",
-                    &format!(
-                        "{} (the indexer rotates qk_rope_head_dim = {} of its channels)",
-                        indexer.head_dim, indexer.rope_dim
-                    ),
-                ));
-            }
+            let reads_q = "the indexer and the output gate read the q latent";
+            let indexer = read_indexer(raw, f, &mla, (16, false), reads_q)?;
             Ok(Axk2 {
                 deepseek: Deepseek {
                     mla,
                     moe: DeepseekMoe { experts, router },
                 },
                 indexer,
-                gate_rank: width("gated_norm_rank", raw.gated_norm_rank, 16)?,
+                gate_rank: f.optional_count(
+                    "gated_norm_rank",
+                    raw.gated_norm_rank,
+                    16,
+                    MAX_WIDTH,
+                )?,
             })
         },
     )

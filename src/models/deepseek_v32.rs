@@ -11,7 +11,7 @@
 //! `full` layer's selection (no indexer, no index-key cache). The MLP of each layer follows
 //! `mlp_layer_types` (default: `first_k_dense_replace` dense layers, then experts).
 
-use super::components::{AttentionSpec, IndexedLayer, Indexer, RopeTables};
+use super::components::{AttentionSpec, IndexedLayer, Indexer, Mla, RopeTables};
 use super::decoder::Family;
 use super::deepseek::{
     mla_rope, read_mla_decoder, sigmoid_router, Deepseek, DeepseekExperts, DeepseekMoe, MlaDefaults,
@@ -115,6 +115,44 @@ pub(super) fn every_layer_indexed(raw: &HfConfig, f: &Fields<'_>) -> Result<()> 
     }
 }
 
+/// The lightning indexer of an MLA config: `index_n_heads` (default `heads`), `index_head_dim`
+/// (128), `index_topk` (2048), RoPE on the attention's `qk_rope_head_dim` channels (pairs
+/// `interleaved` or halves); the q latent it reads needs `q_lora_rank` (`reads_q` says who reads
+/// it, for the error).
+pub(super) fn read_indexer(
+    raw: &HfConfig,
+    f: &Fields<'_>,
+    mla: &Mla,
+    (heads, interleaved): (usize, bool),
+    reads_q: &str,
+) -> Result<Indexer> {
+    let Some(q_rank) = mla.q_lora_rank else {
+        return Err(f.err("q_lora_rank", &format!("null ({reads_q}: expected a rank)")));
+    };
+    let width = |field: &str, v: Option<i64>, default: usize| {
+        f.optional_count(field, v, default, MAX_WIDTH)
+    };
+    let indexer = Indexer {
+        hidden: mla.hidden,
+        q_rank,
+        heads: width("index_n_heads", raw.index_n_heads, heads)?,
+        head_dim: width("index_head_dim", raw.index_head_dim, 128)?,
+        rope_dim: mla.qk_rope,
+        interleaved,
+        topk: f.optional_count("index_topk", raw.index_topk, 2048, usize::MAX)?,
+    };
+    if indexer.rope_dim > indexer.head_dim {
+        return Err(f.err(
+            "index_head_dim",
+            &format!(
+                "{} (the indexer rotates qk_rope_head_dim = {} of its channels)",
+                indexer.head_dim, indexer.rope_dim
+            ),
+        ));
+    }
+    Ok(indexer)
+}
+
 fn read(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>, d: &Defaults) -> Result<ArchConfig> {
     every_layer_indexed(raw, f)?;
     let raw = &HfConfig {
@@ -128,33 +166,8 @@ fn read(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>, d: &Defaults) -> 
             experts.moe_layers = read_sparse_layers(types, layers, f)?;
         }
         let router = sigmoid_router(raw, f, experts.experts, d.groups, (true, 2.5))?;
-        let Some(q_rank) = mla.q_lora_rank else {
-            return Err(f.err(
-                "q_lora_rank",
-                "null (the sparse attention's indexer reads the q latent: expected a rank)",
-            ));
-        };
-        let width = |field: &str, v: Option<i64>, default: usize| {
-            f.optional_count(field, v, default, MAX_WIDTH)
-        };
-        let indexer = Indexer {
-            hidden: mla.hidden,
-            q_rank,
-            heads: width("index_n_heads", raw.index_n_heads, d.index_heads)?,
-            head_dim: width("index_head_dim", raw.index_head_dim, 128)?,
-            rope_dim: mla.qk_rope,
-            interleaved: d.interleaved,
-            topk: f.optional_count("index_topk", raw.index_topk, 2048, usize::MAX)?,
-        };
-        if indexer.rope_dim > indexer.head_dim {
-            return Err(f.err(
-                "index_head_dim",
-                &format!(
-                    "{} (the indexer rotates qk_rope_head_dim = {} of its channels)",
-                    indexer.head_dim, indexer.rope_dim
-                ),
-            ));
-        }
+        let reads_q = "the sparse attention's indexer reads the q latent";
+        let indexer = read_indexer(raw, f, &mla, (d.index_heads, d.interleaved), reads_q)?;
         let owners = match d.interleaved {
             false => (0..layers).collect(),
             true => indexer_owners(raw, layers, f)?,

@@ -495,13 +495,17 @@ impl Reader<'_> {
         if target.iter().any(|d| d.known().is_some_and(|v| v <= 0)) {
             return None;
         }
+        // At most `depth` reshapes deep: an e-class may hold a Reshape of itself.
         let mut src = op.input_ids()[0];
-        let x = loop {
-            if let Some(x) = self.read(src, depth) {
-                break x;
+        let mut x = self.read(src, depth);
+        for _ in 0..depth {
+            if x.is_some() {
+                break;
             }
             src = find_op(self.g, src, "Reshape")?.input_ids()[0];
-        };
+            x = self.read(src, depth);
+        }
+        let x = x?;
         let wide = |dims: &[SymDim]| -> Vec<usize> {
             (0..dims.len())
                 .filter(|&a| dims[a] != SymDim::Known(1))
