@@ -10,7 +10,7 @@ Developer tool: needs onnx and onnxruntime (e.g. /work/torchvenv/bin/python). Th
 $MOBIUS_BIN, default target/debug/mobius (times are of that build).
 
 Usage:
-    python scripts/export_node_counts.py [--only NAME ...]
+    python scripts/export_node_counts.py [--dir DIR] [--only NAME ...]
 """
 
 from __future__ import annotations
@@ -67,7 +67,8 @@ def fused(counts: Counter) -> str:
 
 def heads_hidden(family: str) -> tuple[int, int]:
     cfg = json.loads((FIXTURES / family / "config.json").read_text())
-    return cfg.get("num_attention_heads") or cfg["n_head"], cfg.get("hidden_size") or cfg["n_embd"]
+    return (cfg.get("num_attention_heads") or cfg.get("n_head") or cfg.get("n_heads") or cfg["num_heads"],
+            cfg.get("hidden_size") or cfg.get("n_embd") or cfg["d_model"])
 
 
 def ort_optimize(path: Path, family: str) -> tuple[Counter, float]:
@@ -83,9 +84,10 @@ def ort_optimize(path: Path, family: str) -> tuple[Counter, float]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", nargs="*", help="export fixture names (default: all)")
+    ap.add_argument("--dir", type=Path, default=EXPORTS, help="the folder of export fixtures (default tests/fixtures/exports)")
     ap.add_argument("--repeat", type=int, default=1, help="runs of each mobius optimize (the fastest is shown)")
     args = ap.parse_args()
-    names = args.only or sorted(p.name for p in EXPORTS.iterdir() if (p / "model.onnx").is_file())
+    names = args.only or sorted(p.name for p in args.dir.iterdir() if (p / "model.onnx").is_file())
     built: dict[str, Counter | str] = {}
     rows = []
     with tempfile.TemporaryDirectory() as td:
@@ -93,7 +95,7 @@ def main() -> int:
         for name in names:
             family = name.split("-", 1)[0]
             role = "encoder" if family == "bert" else "decoder"
-            src = EXPORTS / name / "model.onnx"
+            src = args.dir / name / "model.onnx"
             before = ops(src)
             try:
                 took = run(["optimize", str(src), str(tmp / f"opt-{name}"), "--ep", "cpu", "--role", role, "-q"], args.repeat)

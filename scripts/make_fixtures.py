@@ -2964,6 +2964,18 @@ def rewrite_config_v4(path: Path) -> None:
         elif k in ("n_routed_experts", "n_shared_experts") and cfg.get("model_type") == "sarvam_mla":
             # The original Sarvam config's names (transformers maps them back).
             out[{"n_routed_experts": "num_experts", "n_shared_experts": "num_shared_experts"}[k]] = v
+        elif k == "num_local_experts" and cfg.get("model_type") == "qwen3_moe":
+            out["num_experts"] = v  # v4's name (v5 maps it back)
+        elif k == "rope_scaling" and isinstance(v, dict) and v.get("rope_type") == "longrope":
+            # v4's Phi-3 accepts exactly type, short_factor and long_factor.
+            out[k] = {"type": "longrope", "short_factor": v["short_factor"], "long_factor": v["long_factor"]}
+        elif k == "rope_parameters" and "full_attention" in v:
+            # Gemma 3's per-layer-type RoPE: v4 named the local theta `rope_local_base_freq`.
+            full, local = dict(v["full_attention"]), dict(v.get("sliding_attention", {}))
+            out["rope_theta"] = full.pop("rope_theta")
+            out["rope_scaling"] = full if full.get("rope_type", "default") != "default" else None
+            if "rope_theta" in local:
+                out["rope_local_base_freq"] = local["rope_theta"]
         elif k == "rope_parameters":
             rp = dict(v)
             out["rope_theta"] = rp.pop("rope_theta")
