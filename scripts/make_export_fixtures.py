@@ -185,7 +185,7 @@ def torch_run(module, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
     return [o.detach().numpy().astype(np.float32) for o in out]
 
 
-def export(module, args: tuple, path: Path, input_names, output_names, dynamic: dict, dynamo: bool, output_dynamic: dict | None = None) -> None:
+def export(module, args: tuple, path: Path, input_names, output_names, dynamic: dict, dynamo: bool, output_dynamic: dict | None = None, optimize: bool = True) -> None:
     """dynamo: the dims of `dynamic` (input name -> {axis: name}) are named and torch.export
     derives the outputs' dims; TorchScript: `dynamic` and `output_dynamic` become dynamic_axes."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -203,7 +203,7 @@ def export(module, args: tuple, path: Path, input_names, output_names, dynamic: 
             input_names=list(input_names),
             output_names=list(output_names),
             dynamic_shapes=shapes,
-            optimize=True,
+            optimize=optimize,
             verify=False,
         )
         model = prog.model_proto
@@ -304,7 +304,7 @@ def make_decoder(family: str, out: Path, attn: str, kinds: list[str], optimum_pa
     }
     for kind in kinds:
         folder = out / f"{family}-{kind}"
-        if kind in ("dynamo-cache", "legacy-cache", "optimum-cache"):
+        if kind in ("dynamo-cache", "dynamo-noopt-cache", "legacy-cache", "optimum-cache"):
             if kind == "optimum-cache":
                 export_optimum(family, folder / "model.onnx", optimum_path)
                 if "position_ids" not in {i.name for i in onnx.load(str(folder / "model.onnx"), load_external_data=False).graph.input}:
@@ -315,7 +315,7 @@ def make_decoder(family: str, out: Path, attn: str, kinds: list[str], optimum_pa
                     dec_feeds = {**dec_feeds, "position_ids": np.full((BATCH, 1), SEQ, dtype=np.int64)}
                     dec_out = torch_run(ref_cache, dec_feeds)
             else:
-                export(CacheWrapper(model, layers), ex_t, folder / "model.onnx", names_in, ["logits", *pout], dyn_decoder(names_in, True), kind == "dynamo-cache", dyn_decoder_outputs(["logits", *pout]))
+                export(CacheWrapper(model, layers), ex_t, folder / "model.onnx", names_in, ["logits", *pout], dyn_decoder(names_in, True), kind.startswith("dynamo"), dyn_decoder_outputs(["logits", *pout]), optimize=kind != "dynamo-noopt-cache")
             arrays = {f"prefill.{k}": v for k, v in {**prefill, **empty}.items()}
             arrays.update({f"prefill.{k}": v for k, v in zip(["logits", *pout], pre_out)})
             arrays.update({f"decode.{k}": v for k, v in dec_feeds.items()})

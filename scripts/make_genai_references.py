@@ -45,7 +45,7 @@ sys.path.insert(0, str(REPO / "scripts"))
 from make_export_fixtures import DECODERS, OPTIMUM_DECODERS  # noqa: E402
 
 FAMILIES = DECODERS + OPTIMUM_DECODERS
-KINDS = ["dynamo-cache", "legacy-cache", "optimum-cache"]
+KINDS = ["dynamo-cache", "dynamo-noopt-cache", "legacy-cache", "optimum-cache"]
 PAD_ROW_LEN, SEQ = 3, 5  # as scripts/make_export_fixtures.py
 STEPS = 3
 GREEDY = 8

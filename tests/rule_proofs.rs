@@ -18,7 +18,7 @@ use egg::Symbol;
 use mobius::ep::get_ep;
 use mobius::interp::run_graph;
 use mobius::interp::Rng;
-use mobius::ir::{Attr, DType, Graph, GraphBuilder, Model, Shape};
+use mobius::ir::{Attr, DType, Graph, GraphBuilder, Model, Shape, TensorData};
 use mobius::ops::Tensor;
 use mobius::opt::fingerprint::LeafValues;
 use mobius::opt::gate::GateAtom;
@@ -202,6 +202,10 @@ const PROOFS: &[(&str, &str)] = &[
     ),
     ("transpose-of-transpose", "transpose_of_transpose"),
     ("cast-to-own-dtype", "cast_to_own_dtype"),
+    ("transpose-identity", "transpose_identity"),
+    ("slice-whole-axes", "slice_whole_axes"),
+    ("slice-whole-axes-unit-steps", "slice_whole_axes"),
+    ("castlike-to-cast", "castlike_to_cast"),
     ("reshape-to-own-shape", "reshape_to_own_shape"),
     ("squeeze-of-unsqueeze", "squeeze_of_unsqueeze"),
     (
@@ -601,6 +605,77 @@ proptest! {
         let c = b.op("Cast", &[&x], vec![("to", Attr::Int(dtype.onnx_code() as i64))]);
         b.op_into("Identity", &[&c], vec![], "y");
         prove("cast-to-own-dtype", b.finish(), random_tensor(dtype, &shape, &mut Rng::new(seed)))?;
+    }
+
+    #[test]
+    fn transpose_identity(shape in shape_strategy(4), dtype in dtype_strategy(), seed in any::<u64>()) {
+        let mut b = GraphBuilder::new("g");
+        let x = b.input("x", dtype, dims(&shape));
+        b.output("y", dtype, dims(&shape));
+        let perm: Vec<i64> = (0..shape.len() as i64).collect();
+        let t = b.op("Transpose", &[&x], vec![("perm", Attr::Ints(perm))]);
+        b.op_into("Identity", &[&t], vec![], "y");
+        prove("transpose-identity", b.finish(), random_tensor(dtype, &shape, &mut Rng::new(seed)))?;
+    }
+
+    #[test]
+    fn slice_whole_axes(
+        (shape, axes) in shape_strategy(4).prop_flat_map(|s| {
+            let all: Vec<i64> = (0..s.len() as i64).collect();
+            (Just(s), Just(all).prop_shuffle())
+        }),
+        count in 1usize..4,
+        to_max in any::<bool>(),
+        negative in any::<bool>(),
+        with_steps in any::<bool>(),
+        seed in any::<u64>(),
+    ) {
+        // Slice(x, 0, end, axes[, 1]) of some distinct axes (negative or not), end INT64_MAX
+        // or the axis' extent.
+        let rank = shape.len() as i64;
+        let axes: Vec<i64> = axes.into_iter().take(count).map(|a| if negative { a - rank } else { a }).collect();
+        let ends: Vec<i64> = axes
+            .iter()
+            .map(|&a| if to_max { i64::MAX } else { shape[((a + rank) % rank) as usize] as i64 })
+            .collect();
+        let mut b = GraphBuilder::new("g");
+        let x = b.input("x", DType::F32, dims(&shape));
+        b.output("y", DType::F32, dims(&shape));
+        let starts = b.const_i64(&vec![0; axes.len()]);
+        let ends = b.const_i64(&ends);
+        let axes_c = b.const_i64(&axes);
+        let mut ins = vec![x, starts, ends, axes_c];
+        if with_steps {
+            ins.push(b.const_i64(&vec![1; axes.len()]));
+        }
+        let refs: Vec<&str> = ins.iter().map(String::as_str).collect();
+        let sliced = b.op("Slice", &refs, vec![]);
+        b.op_into("Neg", &[&sliced], vec![], "y");
+        let rule = if with_steps { "slice-whole-axes" } else { "slice-whole-axes-unit-steps" };
+        prove(rule, b.finish(), random_tensor(DType::F32, &shape, &mut Rng::new(seed)))?;
+    }
+
+    #[test]
+    fn castlike_to_cast(
+        values in proptest::collection::vec(-1e3f32..1e3, 1..6),
+        float_x in any::<bool>(),
+        to in prop_oneof![Just(DType::F32), Just(DType::I64), Just(DType::Bool)],
+        seed in any::<u64>(),
+    ) {
+        // x a constant (so the Cast the rule writes folds, which CastLike does not: the rule's
+        // effect shows), `like` a graph input of the target dtype.
+        let mut b = GraphBuilder::new("g");
+        let n = values.len();
+        let x = if float_x {
+            b.constant(TensorData::from_f32(vec![n], &values))
+        } else {
+            b.const_i64(&values.iter().map(|&v| v as i64).collect::<Vec<_>>())
+        };
+        let like = b.input("like", to, dims(&[2]));
+        b.output("y", to, dims(&[n]));
+        b.op_into("CastLike", &[&x, &like], vec![], "y");
+        let inputs = HashMap::from([("like".to_string(), random_tensor(to, &[2], &mut Rng::new(seed)))]);
+        prove_on("castlike-to-cast", "default", b.finish(), inputs, 0.0)?;
     }
 
     #[test]

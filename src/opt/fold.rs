@@ -78,6 +78,22 @@ pub fn fold(op: &str, inputs: &[&Literal], attr: &Attrs<'_>) -> Option<Literal> 
             }
         }
         ("Add" | "Sub" | "Mul" | "Div", [a, b]) => arith(op, a, b)?,
+        ("Expand", [x, shape]) => expand(x, &literal_ints(shape)?)?,
+        // f32 square roots (scales exporters compute as Sqrt of a constant): f32::sqrt is
+        // correctly rounded, as the interpreter's and onnxruntime's are.
+        ("Sqrt", [x]) if x.dtype == DType::F32 => Literal {
+            dtype: DType::F32,
+            shape: x.shape.clone(),
+            bytes: x
+                .bytes
+                .chunks_exact(4)
+                .flat_map(|c| {
+                    f32::from_le_bytes(c.try_into().unwrap())
+                        .sqrt()
+                        .to_le_bytes()
+                })
+                .collect(),
+        },
         _ => return None,
     };
     (numel(&out.shape) <= MAX_OUTPUT_ELEMS).then_some(out)
@@ -138,6 +154,45 @@ fn cast(x: &Literal, to: DType) -> Option<Literal> {
         return Some(x.clone());
     }
     from_f64(&values_f64(x)?, to, x.shape.clone())
+}
+
+/// `Expand(x, shape)`: `x` broadcast (numpy rules, new axes in front) to `shape`.
+fn expand(x: &Literal, shape: &[i64]) -> Option<Literal> {
+    let rank = x.shape.len().max(shape.len());
+    let pad = |dims: &[usize], at: usize| at.checked_sub(rank - dims.len()).map_or(1, |i| dims[i]);
+    let target: Vec<usize> = shape
+        .iter()
+        .map(|&d| usize::try_from(d).ok())
+        .collect::<Option<_>>()?;
+    let out: Vec<usize> = (0..rank)
+        .map(|a| match (pad(&x.shape, a), pad(&target, a)) {
+            (p, q) if p == q || q == 1 => Some(p),
+            (1, q) => Some(q),
+            _ => None,
+        })
+        .collect::<Option<_>>()?;
+    if numel(&out) > MAX_OUTPUT_ELEMS {
+        return None;
+    }
+    let size = x.dtype.size();
+    let mut bytes = Vec::with_capacity(numel(&out) * size);
+    for flat in 0..numel(&out) {
+        // The source element: each output coordinate, 0 along x's broadcast axes.
+        let (mut rest, mut src, mut stride) = (flat, 0, 1);
+        for a in (0..rank).rev() {
+            let coord = rest % out[a];
+            rest /= out[a];
+            let dim = pad(&x.shape, a);
+            src += if dim == 1 { 0 } else { coord * stride };
+            stride *= dim;
+        }
+        bytes.extend_from_slice(x.bytes.get(src * size..(src + 1) * size)?);
+    }
+    Some(Literal {
+        dtype: x.dtype,
+        shape: out,
+        bytes,
+    })
 }
 
 fn concat(parts: &[&Literal], axis: i64) -> Option<Literal> {
@@ -278,6 +333,90 @@ mod tests {
         let to_f32 = Attrs::new([("to", &one)]);
         let f = fold("Cast", &[&ints(vec![1], &[3])], &to_f32).unwrap();
         assert_eq!(f.dtype, DType::F32);
+    }
+
+    #[test]
+    fn folds_f32_square_roots_as_the_interpreter_computes_them() {
+        let values = [
+            0.25f32,
+            2.0,
+            -1.0,
+            0.0,
+            -0.0,
+            f32::INFINITY,
+            f32::NAN,
+            1e-30,
+        ];
+        let x = Literal {
+            dtype: DType::F32,
+            shape: vec![values.len()],
+            bytes: values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        };
+        let got = fold("Sqrt", &[&x], &Attrs::default()).unwrap();
+        let t = crate::ops::Tensor::float(DType::F32, vec![values.len()], values.to_vec());
+        let limits = crate::limits::InterpLimits::default();
+        let want = crate::interp::eval_op(
+            "t",
+            ("", "Sqrt"),
+            Default::default(),
+            &[Some(&t)],
+            &["y"],
+            &limits,
+        )
+        .unwrap();
+        let want: Vec<u8> = want[0]
+            .floats()
+            .unwrap()
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        assert_eq!(got.bytes, want);
+    }
+
+    #[test]
+    fn expands_as_the_interpreter_does() {
+        let limits = crate::limits::InterpLimits::default();
+        for (x_shape, target) in [
+            (vec![], vec![2, 3]),
+            (vec![3], vec![2, 3]),
+            (vec![2, 1], vec![2, 3]),
+            (vec![2, 1], vec![1]),
+            (vec![1, 3], vec![4, 1, 1]),
+            (vec![], vec![]),
+        ] {
+            let n: usize = x_shape.iter().product();
+            let values: Vec<i64> = (0..n as i64).map(|v| v * 7 - 3).collect();
+            let x = ints(x_shape.clone(), &values);
+            let got = fold(
+                "Expand",
+                &[&x, &ints(vec![target.len()], &target)],
+                &Attrs::default(),
+            )
+            .unwrap();
+            let t = crate::ops::Tensor::int(DType::I64, x_shape, values);
+            let s = crate::ops::Tensor::int(DType::I64, vec![target.len()], target.clone());
+            let want = crate::interp::eval_op(
+                "t",
+                ("", "Expand"),
+                Default::default(),
+                &[Some(&t), Some(&s)],
+                &["y"],
+                &limits,
+            )
+            .unwrap();
+            assert_eq!(got.shape, want[0].shape, "{target:?}");
+            assert_eq!(
+                literal_ints(&got).unwrap(),
+                want[0].ints().unwrap(),
+                "{target:?}"
+            );
+        }
+        let bad = fold(
+            "Expand",
+            &[&ints(vec![2], &[1, 2]), &ints(vec![1], &[3])],
+            &Attrs::default(),
+        );
+        assert!(bad.is_none());
     }
 
     #[test]

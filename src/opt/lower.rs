@@ -9,8 +9,8 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::analysis::OnnxGraph;
 use super::lang::{Onnx, OpNode};
-use crate::ir::{Attrs, Graph, Initializer, Node, TensorSource};
-use crate::ops::types::TensorType;
+use crate::ir::{Attrs, Dim, Graph, Initializer, Node, Shape, TensorSource, ValueInfo};
+use crate::ops::types::{SymDim, TensorType};
 use crate::ops::value::AttrValue;
 use crate::weights::relayout_source;
 use crate::{Error, Result};
@@ -36,6 +36,11 @@ pub struct Picked {
     outputs: Vec<Id>,
     /// The output types of the weight relayouts (folded into initializers by their shape).
     relayout_types: ByClass<TensorType>,
+    /// The types of the 3-D q, k and v of standard `Attention` ops, declared as value_info: ONNX's
+    /// shape inference (which onnxruntime runs at load) computes a 3-D Attention's output width
+    /// from v's, and writes 0 when it cannot infer v's (a Split of a Reshape to a computed shape,
+    /// as exporters write), which then fails the load.
+    attention_inputs: Vec<(Id, TensorType)>,
 }
 
 impl Picked {
@@ -55,9 +60,22 @@ impl Picked {
         let order = topo_order(egraph, &outputs, chosen)?;
         let mut at = ByClass::default();
         let mut relayout_types = ByClass::default();
+        let mut attention_inputs = Vec::new();
         for (i, (class, node)) in order.iter().enumerate() {
             at.insert(*class, i);
             if let Onnx::Op(op) = node {
+                if op.op.as_str() == "Attention" {
+                    for &input in op.input_ids().iter().take(3) {
+                        let typed = egraph[input].data.tensor().filter(|t| {
+                            t.rank() == Some(3)
+                                && t.dtype.is_some()
+                                && t.shape.as_ref().is_some_and(|d| d[2].known().is_some())
+                        });
+                        if let Some(t) = typed {
+                            attention_inputs.push((egraph.find(input), t.clone()));
+                        }
+                    }
+                }
                 if op.op.as_str().starts_with(RELAYOUT_DOMAIN) {
                     if let Some(t) = egraph[*class].data.tensor() {
                         relayout_types.insert(*class, t.clone());
@@ -75,6 +93,7 @@ impl Picked {
             at,
             outputs,
             relayout_types,
+            attention_inputs,
         })
     }
 
@@ -172,7 +191,23 @@ pub fn lower(original: &Graph, picked: Picked) -> Result<Graph> {
             Onnx::Attr(_) | Onnx::Root(_) => {}
         }
     }
-    finish(original, graph, namer, &picked.outputs, folded.list)
+    let typed: Vec<ValueInfo> = picked
+        .attention_inputs
+        .iter()
+        .filter_map(|(class, t)| {
+            let dims = t.shape.as_ref()?.iter().map(|d| match d {
+                SymDim::Known(v) => Dim::Fixed(*v),
+                SymDim::Sym(s) => Dim::Sym(s.as_str().to_string()),
+                SymDim::Unknown => Dim::Sym(String::new()),
+            });
+            Some(ValueInfo::new(
+                namer.by_class.get(*class)?,
+                t.dtype?,
+                Shape::new(dims),
+            ))
+        })
+        .collect();
+    finish(original, graph, namer, &picked.outputs, folded.list, typed)
 }
 
 /// The original graph's initializers by name (the first of a name wins), so that looking one
@@ -387,6 +422,7 @@ fn finish(
     namer: Namer,
     outputs: &[Id],
     folded: Vec<Initializer>,
+    typed: Vec<ValueInfo>,
 ) -> Result<Graph> {
     // Graph outputs whose value carries another name get an Identity.
     for (out, class) in original.outputs.iter().zip(outputs) {
@@ -413,6 +449,13 @@ fn finish(
         .filter(|v| produced.contains(v.name.as_str()))
         .cloned()
         .collect();
+    // The Attention inputs' types, for values produced here and not declared already.
+    let mut declared: FxHashSet<String> = graph.value_info.iter().map(|v| v.name.clone()).collect();
+    for v in typed {
+        if produced.contains(v.name.as_str()) && declared.insert(v.name.clone()) {
+            graph.value_info.push(v);
+        }
+    }
     // Leaves read by the emitted nodes (initializers folded into a concatenation are not).
     let captured: Vec<String> = graph.nodes.iter().flat_map(Node::captures).collect();
     let read: FxHashSet<&str> = graph

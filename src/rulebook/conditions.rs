@@ -55,6 +55,12 @@ pub const CONDITIONS: &[(&str, &dyn AnyCondition)] = &[
     ("bias-of-width", &Condition(bias_of_width)),
     ("gelu-is-exact", &Condition(gelu_is_exact)),
     ("cast-to-own-dtype", &Condition(cast_to_own_dtype)),
+    ("perm-is-identity", &Condition(perm_is_identity)),
+    ("slice-keeps-whole-axes", &Condition(slice_keeps_whole_axes)),
+    (
+        "slice-keeps-whole-axes-unit-steps",
+        &Condition(slice_keeps_whole_axes_unit_steps),
+    ),
     ("erf-gelu-constants", &Condition(erf_gelu_constants)),
     ("normalizes-last-axis", &Condition(normalizes_last_axis)),
     ("rank-2-or-3", &Condition(rank_2_or_3)),
@@ -65,6 +71,59 @@ pub const CONDITIONS: &[(&str, &dyn AnyCondition)] = &[
     ("softmax-over-last-axis", &Condition(softmax_over_last_axis)),
     ("is-float-zero", &Condition(is_float_zero)),
 ];
+
+/// `?x ?perm`: `?perm` lists the axes in order (`[0, 1, …, n − 1]`, `n` being `?x`'s rank
+/// where inferred: a perm of another length is not a valid Transpose of `?x`), or is unset on a
+/// tensor of rank ≤ 1 (reversing one axis keeps it).
+fn perm_is_identity(g: &OnnxGraph, [x, perm]: [Id; 2]) -> bool {
+    let rank = g[x].data.tensor().and_then(|t| t.rank());
+    match g[perm].data.attr() {
+        Some(AttrValue::Ints(p)) => {
+            rank.is_none_or(|r| r == p.len()) && p.iter().enumerate().all(|(i, &a)| a == i as i64)
+        }
+        Some(AttrValue::Unset) => rank.is_some_and(|r| r <= 1),
+        _ => false,
+    }
+}
+
+/// `?x ?starts ?ends ?axes ?steps` of a Slice: it keeps every axis it names whole (start 0,
+/// step 1, end INT64_MAX or the axis' extent; axes distinct and within `?x`'s known rank).
+fn slice_keeps_whole_axes(g: &OnnxGraph, [x, starts, ends, axes, steps]: [Id; 5]) -> bool {
+    const_ints(g, steps).is_some_and(|s| s.iter().all(|&v| v == 1))
+        && slice_keeps_whole_axes_unit_steps(g, [x, starts, ends, axes])
+}
+
+/// [`slice_keeps_whole_axes`] of a Slice without steps.
+fn slice_keeps_whole_axes_unit_steps(g: &OnnxGraph, [x, starts, ends, axes]: [Id; 4]) -> bool {
+    let Some(dims) = g[x].data.tensor().and_then(|t| t.shape.clone()) else {
+        return false;
+    };
+    let (Some(starts), Some(ends), Some(axes)) = (
+        const_ints(g, starts),
+        crate::opt::shape_value::shape_value(g, ends),
+        const_ints(g, axes),
+    ) else {
+        return false;
+    };
+    let rank = dims.len() as i64;
+    let mut seen = vec![false; dims.len()];
+    starts.len() == axes.len()
+        && ends.len() == axes.len()
+        && axes
+            .iter()
+            .zip(&starts)
+            .zip(&ends)
+            .all(|((&axis, &start), end)| {
+                let axis = if axis < 0 { axis + rank } else { axis };
+                let Some(a) = usize::try_from(axis).ok().filter(|&a| a < dims.len()) else {
+                    return false;
+                };
+                let fresh = !std::mem::replace(&mut seen[a], true);
+                let whole =
+                    end.known() == Some(i64::MAX) || (*end != SymDim::Unknown && *end == dims[a]);
+                fresh && start == 0 && whole
+            })
+}
 
 /// `?x ?to`: casting `?x` to type code `?to` does not change its dtype.
 fn cast_to_own_dtype(g: &OnnxGraph, [x, to]: [Id; 2]) -> bool {

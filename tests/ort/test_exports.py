@@ -59,10 +59,11 @@ OPTIMUM_FAMILIES = {
 
 
 def test_export_fixtures_present():
-    """The fixture set this suite is parametrized over: 4 decoder families x 4 kinds, BERT x 2,
+    """The fixture set this suite is parametrized over: 4 decoder families x 5 kinds, BERT x 2,
     and an optimum-onnx export of every other decoder family both optimum-onnx and mobius take."""
     families = {"llama", "qwen2", "mistral", "gpt2"}
-    want = {f"{f}-{k}" for f in families for k in ("dynamo-cache", "dynamo", "legacy-cache", "optimum-cache")}
+    kinds = ("dynamo-cache", "dynamo-noopt-cache", "dynamo", "legacy-cache", "optimum-cache")
+    want = {f"{f}-{k}" for f in families for k in kinds}
     want |= {"bert-dynamo", "bert-legacy"}
     want |= {f"{f}-optimum-cache" for f in OPTIMUM_FAMILIES}
     assert set(NAMES) == want, f"missing {sorted(want - set(NAMES))}, unexpected {sorted(set(NAMES) - want)}"

@@ -3,6 +3,7 @@
 //! variables it reads and takes their classes in that order (see [`crate::opt::bind`]). The
 //! appliers of the lowering rules are in `src/rulebook/decompose/`.
 
+mod algebraic;
 mod attention_recognize;
 mod from_nbits;
 mod gqa;
@@ -19,14 +20,14 @@ mod pack_qkv;
 mod rotary_recognize;
 mod skip_layer_norm;
 mod skip_norm;
-mod transpose;
 
 use super::decompose::{attention, range, rms_norm, rotary, scatter};
 use crate::opt::bind::AnyApplier;
 
 /// The appliers, by the name rule files give them.
 pub const APPLIERS: &[(&str, &dyn AnyApplier)] = &[
-    ("compose-transposes", &transpose::COMPOSE_TRANSPOSES),
+    ("compose-transposes", &algebraic::COMPOSE_TRANSPOSES),
+    ("castlike-to-cast", &algebraic::CASTLIKE_TO_CAST),
     ("rms-norm-unit", &norm_recognize::RMS_NORM_UNIT),
     ("layer-norm-unit", &norm_recognize::LAYER_NORM_UNIT),
     (

@@ -1,5 +1,5 @@
-//! The applier of `cleanup/algebraic.rules`' transpose∘transpose: one Transpose with the
-//! composed permutation, or nothing when the two cancel.
+//! The appliers of `cleanup/algebraic.rules`: transpose∘transpose (one Transpose with the
+//! composed permutation, or nothing when the two cancel) and CastLike → Cast.
 
 use egg::Id;
 
@@ -7,10 +7,15 @@ use crate::ops::value::AttrValue;
 use crate::opt::analysis::OnnxGraph;
 use crate::opt::bind::{Applier, Site};
 use crate::opt::emit::Emit;
+use crate::opt::lang::Onnx;
 
 /// `compose-transposes`.
 pub(super) const COMPOSE_TRANSPOSES: Applier<3> =
     Applier::new(["?x", "?p", "?q"], compose_transposes);
+
+/// `castlike-to-cast`.
+pub(super) const CASTLIKE_TO_CAST: Applier<4> =
+    Applier::new(["?x", "?like", "?round", "?saturate"], castlike_to_cast);
 
 /// The permutation of a Transpose's `perm` attribute class (reversed axes when unset).
 fn perm_of(g: &OnnxGraph, attr: Id, rank: usize) -> Option<Vec<i64>> {
@@ -34,4 +39,20 @@ fn compose_transposes(g: &mut OnnxGraph, _: Site<'_>, [x, p, q]: [Id; 3]) -> Opt
         return Some(x);
     }
     Some(Emit::new(g).transpose(x, &composed))
+}
+
+/// Reads `?x ?like ?round ?saturate` of `(CastLike ?x ?like ?round ?saturate)`: `Cast(?x)` to
+/// `?like`'s element type (when known), with the same `round_mode` and `saturate`.
+fn castlike_to_cast(
+    g: &mut OnnxGraph,
+    _: Site<'_>,
+    [x, like, round, saturate]: [Id; 4],
+) -> Option<Id> {
+    let to = g[like].data.tensor()?.dtype?;
+    let to = g.add(Onnx::Attr(AttrValue::Int(to.onnx_code() as i64)));
+    Some(Emit::new(g).op_with(
+        "Cast",
+        &[x],
+        &[("round_mode", round), ("saturate", saturate), ("to", to)],
+    ))
 }
