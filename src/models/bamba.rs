@@ -6,10 +6,10 @@
 //! `attn_layer_indices` (none by default: every layer Mamba2). onnxruntime-genai 0.18 has no
 //! model type with an SSM state, so the package has no genai_config.json (docs/recurrent.md).
 
+use super::components::ssm_config::{time_step_limit, Mamba2Fields, Mamba2Sizes};
 use super::components::{GateNorm, Mamba2Mixer, SsmMixer};
 use super::decoder::{Family, LayerNorms, Names};
 use super::family::FamilySpec;
-use super::mamba2::time_step_limit;
 use crate::config::{
     read_decoder, read_rope, ArchConfig, DecoderFields, Fields, HfConfig, ModelType, Sign,
 };
@@ -90,12 +90,6 @@ pub(super) fn read_mixer(raw: &HfConfig, f: &Fields<'_>, eps: f64) -> Result<Mam
     let state = f.optional_count("mamba_d_state", raw.mamba_d_state, 256, MAX_WIDTH)?;
     let kernel = f.optional_count("mamba_d_conv", raw.mamba_d_conv, 4, MAX_CONV_KERNEL)?;
     let expand = f.optional_count("mamba_expand", raw.mamba_expand, 2, MAX_WIDTH)?;
-    if kernel < 2 {
-        return Err(f.err(
-            "mamba_d_conv",
-            "must be at least 2 (the conv state holds mamba_d_conv − 1 steps)",
-        ));
-    }
     let intermediate = expand as u64 * hidden as u64;
     if intermediate > MAX_WIDTH as u64 || intermediate % heads as u64 != 0 {
         return Err(f.err(
@@ -123,23 +117,21 @@ pub(super) fn read_mixer(raw: &HfConfig, f: &Fields<'_>, eps: f64) -> Result<Mam
             ),
         ));
     }
-    if heads % groups != 0 {
-        return Err(f.err(
-            "mamba_n_groups",
-            &format!("{groups} must divide mamba_n_heads ({heads})"),
-        ));
-    }
-    // in_proj's width: the gate, the convolved channels (x, B, C) and the time steps.
-    let proj = 2 * intermediate + 2 * groups as u64 * state as u64 + heads as u64;
-    if proj > MAX_WIDTH as u64 {
-        return Err(f.err(
-            "mamba_d_state",
-            &format!(
-                "gives an in_proj of {proj} outputs (2·mamba_expand·hidden_size + \
-                 2·mamba_n_groups·mamba_d_state + mamba_n_heads; at most {MAX_WIDTH})"
-            ),
-        ));
-    }
+    let sizes = Mamba2Sizes {
+        kernel,
+        heads,
+        groups,
+        state,
+        width: intermediate,
+    };
+    let names = Mamba2Fields {
+        kernel: "mamba_d_conv",
+        heads: "mamba_n_heads",
+        groups: "mamba_n_groups",
+        state: "mamba_d_state",
+        width: "mamba_expand·hidden_size",
+    };
+    sizes.check(f, &names)?;
     time_step_limit(raw.time_step_limit.as_ref(), f)?;
     let eps = f.number("rms_norm_eps", Some(eps), eps, Sign::NonNegative)?;
     Ok(Mamba2Mixer {

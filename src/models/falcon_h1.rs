@@ -9,12 +9,12 @@
 //! with `mamba_rms_norm`. onnxruntime-genai 0.18 has no such model type, so the package has no
 //! genai_config.json (docs/recurrent.md).
 
+use super::components::ssm_config::{time_step_limit, Mamba2Fields, Mamba2Sizes};
 use super::components::{
     linear, scalar, AttentionSpec, DecoderInputs, GateNorm, Mamba2Mixer, Mamba2Scales, SsmMixer,
 };
 use super::decoder::{plain_qkv, Family, LayerNorms, Names};
 use super::family::FamilySpec;
-use super::mamba2::time_step_limit;
 use crate::config::{read_decoder, ArchConfig, DecoderFields, Fields, HfConfig, ModelType, Sign};
 use crate::ir::{DType, GraphBuilder};
 use crate::limits::config::{MAX_CONV_KERNEL, MAX_HEADS, MAX_WIDTH};
@@ -117,12 +117,6 @@ fn read_mixer(raw: &HfConfig, f: &Fields<'_>) -> Result<Mamba2Mixer> {
     let groups = f.optional_count("mamba_n_groups", raw.mamba_n_groups, 1, MAX_HEADS)?;
     let state = f.optional_count("mamba_d_state", raw.mamba_d_state, 256, MAX_WIDTH)?;
     let kernel = f.optional_count("mamba_d_conv", raw.mamba_d_conv, 4, MAX_CONV_KERNEL)?;
-    if kernel < 2 {
-        return Err(f.err(
-            "mamba_d_conv",
-            "must be at least 2 (the conv state holds mamba_d_conv − 1 steps)",
-        ));
-    }
     let intermediate = match raw.mamba_d_ssm {
         None => 1024,
         Some(Some(d)) => f.count("mamba_d_ssm", d, MAX_WIDTH)?,
@@ -161,22 +155,21 @@ fn read_mixer(raw: &HfConfig, f: &Fields<'_>) -> Result<Mamba2Mixer> {
             ),
         ));
     }
-    if heads % groups != 0 {
-        return Err(f.err(
-            "mamba_n_groups",
-            &format!("{groups} must divide mamba_n_heads ({heads})"),
-        ));
-    }
-    let proj = 2 * intermediate as u64 + 2 * groups as u64 * state as u64 + heads as u64;
-    if proj > MAX_WIDTH as u64 {
-        return Err(f.err(
-            "mamba_d_state",
-            &format!(
-                "gives an in_proj of {proj} outputs (2·mamba_d_ssm + \
-                 2·mamba_n_groups·mamba_d_state + mamba_n_heads; at most {MAX_WIDTH})"
-            ),
-        ));
-    }
+    let sizes = Mamba2Sizes {
+        kernel,
+        heads,
+        groups,
+        state,
+        width: intermediate as u64,
+    };
+    let names = Mamba2Fields {
+        kernel: "mamba_d_conv",
+        heads: "mamba_n_heads",
+        groups: "mamba_n_groups",
+        state: "mamba_d_state",
+        width: "mamba_d_ssm",
+    };
+    sizes.check(f, &names)?;
     time_step_limit(raw.time_step_limit.as_ref(), f)?;
     let eps = f.number("rms_norm_eps", raw.rms_norm_eps, 1e-5, Sign::NonNegative)?;
     let gate_norm = match (

@@ -6,13 +6,13 @@
 //! carries a conv state `past.{i}.conv` and an SSM state `past.{i}.ssm` (docs/recurrent.md);
 //! onnxruntime-genai 0.18 has no model type for it, so its package has no genai_config.json.
 
+use super::components::ssm_config::{time_step_limit, Mamba2Fields, Mamba2Sizes};
 use super::components::{GateNorm, Mamba2Mixer, SsmMixer};
 use super::decoder::{Family, LayerNorms, Names};
 use super::family::FamilySpec;
 use crate::config::{read_decoder, ArchConfig, DecoderFields, Fields, HfConfig, ModelType, Sign};
 use crate::limits::config::{MAX_CONV_KERNEL, MAX_HEADS, MAX_WIDTH};
 use crate::Result;
-use serde_json::Value;
 
 /// The family's registry entry.
 pub static FAMILY: FamilySpec = FamilySpec {
@@ -49,18 +49,6 @@ fn read(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>) -> Result<ArchCon
     let groups = f.optional_count("n_groups", raw.n_groups, 8, MAX_HEADS)?;
     let expand = f.optional_count("expand", raw.expand, 2, MAX_WIDTH)?;
     let kernel = f.optional_count("conv_kernel", raw.conv_kernel, 4, MAX_CONV_KERNEL)?;
-    if kernel < 2 {
-        return Err(f.err(
-            "conv_kernel",
-            "must be at least 2 (the conv state holds conv_kernel − 1 steps)",
-        ));
-    }
-    if heads % groups != 0 {
-        return Err(f.err(
-            "n_groups",
-            &format!("{groups} must divide num_heads ({heads})"),
-        ));
-    }
     let intermediate = heads as u64 * head_dim as u64;
     if intermediate != expand as u64 * hidden as u64 {
         return Err(f.err(
@@ -71,17 +59,21 @@ fn read(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>) -> Result<ArchCon
             ),
         ));
     }
-    // in_proj's width: the gate, the convolved channels (x, B, C) and the time steps.
-    let proj = 2 * intermediate + 2 * groups as u64 * state as u64 + heads as u64;
-    if proj > MAX_WIDTH as u64 {
-        return Err(f.err(
-            "state_size",
-            &format!(
-                "gives an in_proj of {proj} outputs (2·num_heads·head_dim + \
-                 2·n_groups·state_size + num_heads; at most {MAX_WIDTH})"
-            ),
-        ));
-    }
+    let sizes = Mamba2Sizes {
+        kernel,
+        heads,
+        groups,
+        state,
+        width: intermediate,
+    };
+    let names = Mamba2Fields {
+        kernel: "conv_kernel",
+        heads: "num_heads",
+        groups: "n_groups",
+        state: "state_size",
+        width: "num_heads·head_dim",
+    };
+    sizes.check(f, &names)?;
     let act = raw.hidden_act.as_deref().unwrap_or("silu");
     if act != "silu" && act != "swish" {
         return Err(f.err(
@@ -130,37 +122,6 @@ fn read(raw: &HfConfig, t: &'static ModelType, f: &Fields<'_>) -> Result<ArchCon
             },
         })
     })
-}
-
-/// Whether `v` is +∞ as config.json spells it: `Infinity` (Python's json module; read as the
-/// string, [`HfConfig::parse`]) or `{"__float__": "Infinity"}` (transformers 5's writer).
-fn is_infinity(v: &Value) -> bool {
-    let v = v.get("__float__").unwrap_or(v);
-    v.as_str() == Some("Infinity")
-}
-
-/// `time_step_limit` must be its default `[0.0, Infinity]` (the clamp transformers applies to
-/// the time steps of its chunked prefill only; with the default the clamp never acts, as
-/// softplus is positive): anything else is refused by name.
-pub(super) fn time_step_limit(limit: Option<&Value>, f: &Fields<'_>) -> Result<()> {
-    let default = match limit {
-        None | Some(Value::Null) => true,
-        Some(Value::Array(pair)) => match pair.as_slice() {
-            [low, high] => low.as_f64() == Some(0.0) && is_infinity(high),
-            _ => false,
-        },
-        Some(_) => false,
-    };
-    if default {
-        return Ok(());
-    }
-    Err(f.err(
-        "time_step_limit",
-        &format!(
-            "{} is not supported (mobius builds the default [0.0, Infinity], no clamp)",
-            limit.map(Value::to_string).unwrap_or_default()
-        ),
-    ))
 }
 
 impl Family for Mamba2 {

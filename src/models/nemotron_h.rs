@@ -8,13 +8,13 @@
 //! `backbone.norm_f`, an untied `lm_head` by default. onnxruntime-genai 0.18 has no model
 //! type for it, so the package has no genai_config.json (docs/recurrent.md).
 
+use super::components::ssm_config::{time_step_limit, Mamba2Fields, Mamba2Sizes};
 use super::components::{
     linear, squared_relu_mlp, ExpertWeights, GateNorm, Mamba2Mixer, MoeSpec, Router, SsmMixer,
 };
 use super::decoder::{Family, LayerNorms, Names};
 use super::deepseek::sigmoid_router;
 use super::family::FamilySpec;
-use super::mamba2::time_step_limit;
 use crate::config::{read_decoder, ArchConfig, DecoderFields, Fields, HfConfig, ModelType, Sign};
 use crate::ir::{DType, GraphBuilder};
 use crate::limits::config::{MAX_CONV_KERNEL, MAX_EXPERTS, MAX_HEADS, MAX_LAYERS, MAX_WIDTH};
@@ -142,30 +142,22 @@ fn read_mixer(raw: &HfConfig, f: &Fields<'_>, hidden: usize, eps: f32) -> Result
         None => ("conv_kernel", raw.conv_kernel),
     };
     let kernel = f.optional_count(kernel_field, kernel, 4, MAX_CONV_KERNEL)?;
-    if kernel < 2 {
-        return Err(f.err(
-            kernel_field,
-            "must be at least 2 (the conv state holds conv_kernel − 1 steps)",
-        ));
-    }
-    if heads % groups != 0 {
-        return Err(f.err(
-            groups_field,
-            &format!("{groups} must divide mamba_num_heads ({heads})"),
-        ));
-    }
     let intermediate = heads as u64 * head_dim as u64;
-    // in_proj's width: the gate, the convolved channels (x, B, C) and the time steps.
-    let proj = 2 * intermediate + 2 * groups as u64 * state as u64 + heads as u64;
-    if proj > MAX_WIDTH as u64 {
-        return Err(f.err(
-            "ssm_state_size",
-            &format!(
-                "gives an in_proj of {proj} outputs (2·mamba_num_heads·mamba_head_dim + \
-                 2·n_groups·ssm_state_size + mamba_num_heads; at most {MAX_WIDTH})"
-            ),
-        ));
-    }
+    let sizes = Mamba2Sizes {
+        kernel,
+        heads,
+        groups,
+        state,
+        width: intermediate,
+    };
+    let names = Mamba2Fields {
+        kernel: kernel_field,
+        heads: "mamba_num_heads",
+        groups: groups_field,
+        state: "ssm_state_size",
+        width: "mamba_num_heads·mamba_head_dim",
+    };
+    sizes.check(f, &names)?;
     let act = raw.mamba_hidden_act.as_deref().unwrap_or("silu");
     if act != "silu" && act != "swish" {
         return Err(f.err(

@@ -15,6 +15,7 @@
 
 use std::collections::HashSet;
 
+use super::components::ssm_config::{Mamba2Fields, Mamba2Sizes};
 use super::components::{
     attention, hybrid_decoder_io, mamba2_mixer, padding_mask, present_conv_name, present_ssm_name,
     rope_tables, rotary_embedding, AttentionSpec, ConvState, DecoderDims, GateActivation, GateNorm,
@@ -203,12 +204,6 @@ fn read_mixer(raw: &HfConfig, f: &Fields<'_>, hidden: usize) -> Result<Mamba2Mix
     let state = f.optional_count("mamba_d_state", raw.mamba_d_state, 64, MAX_WIDTH)?;
     let kernel = f.optional_count("mamba_d_conv", raw.mamba_d_conv, 4, MAX_CONV_KERNEL)?;
     let expand = f.optional_count("mamba_expand", raw.mamba_expand, 2, MAX_WIDTH)?;
-    if kernel < 2 {
-        return Err(f.err(
-            "mamba_d_conv",
-            "must be at least 2 (the conv state holds mamba_d_conv − 1 steps)",
-        ));
-    }
     let intermediate = expand as u64 * hidden as u64;
     if intermediate > MAX_WIDTH as u64 || intermediate % heads as u64 != 0 {
         return Err(f.err(
@@ -219,19 +214,21 @@ fn read_mixer(raw: &HfConfig, f: &Fields<'_>, hidden: usize) -> Result<Mamba2Mix
             ),
         ));
     }
-    if heads % groups != 0 {
-        return Err(f.err(
-            "mamba_ngroups",
-            &format!("{groups} must divide n_mamba_heads ({heads})"),
-        ));
-    }
-    let proj = 2 * intermediate + 2 * groups as u64 * state as u64 + heads as u64;
-    if proj > MAX_WIDTH as u64 {
-        return Err(f.err(
-            "mamba_d_state",
-            &format!("gives an in_proj of {proj} outputs (at most {MAX_WIDTH})"),
-        ));
-    }
+    let sizes = Mamba2Sizes {
+        kernel,
+        heads,
+        groups,
+        state,
+        width: intermediate,
+    };
+    let names = Mamba2Fields {
+        kernel: "mamba_d_conv",
+        heads: "n_mamba_heads",
+        groups: "mamba_ngroups",
+        state: "mamba_d_state",
+        width: "mamba_expand·hidden_size",
+    };
+    sizes.check(f, &names)?;
     let bias = raw.add_bias_linear.unwrap_or(false);
     let dt_min = f.number("time_step_min", raw.time_step_min, 1e-3, Sign::NonNegative)?;
     Ok(Mamba2Mixer {

@@ -60,22 +60,9 @@ impl Picked {
         let order = topo_order(egraph, &outputs, chosen)?;
         let mut at = ByClass::default();
         let mut relayout_types = ByClass::default();
-        let mut attention_inputs = Vec::new();
         for (i, (class, node)) in order.iter().enumerate() {
             at.insert(*class, i);
             if let Onnx::Op(op) = node {
-                if op.op.as_str() == "Attention" {
-                    for &input in op.input_ids().iter().take(3) {
-                        let typed = egraph[input].data.tensor().filter(|t| {
-                            t.rank() == Some(3)
-                                && t.dtype.is_some()
-                                && t.shape.as_ref().is_some_and(|d| d[2].known().is_some())
-                        });
-                        if let Some(t) = typed {
-                            attention_inputs.push((egraph.find(input), t.clone()));
-                        }
-                    }
-                }
                 if op.op.as_str().starts_with(RELAYOUT_DOMAIN) {
                     if let Some(t) = egraph[*class].data.tensor() {
                         relayout_types.insert(*class, t.clone());
@@ -83,6 +70,7 @@ impl Picked {
                 }
             }
         }
+        let attention_inputs = untyped_attention_inputs(egraph, &order, &at);
         let names = names
             .into_iter()
             .map(|(name, class)| (name, egraph.find(class)))
@@ -109,6 +97,46 @@ impl Picked {
             _ => None,
         }
     }
+}
+
+/// The 3-D q, k and v of the chosen standard `Attention` ops (their types, width known) whose
+/// width ONNX's shape inference cannot follow: the outputs of a `Split` (its sizes a computed
+/// tensor) or of a `Reshape` to a computed shape, as exporters write them.
+fn untyped_attention_inputs(
+    egraph: &OnnxGraph,
+    order: &[(Id, Onnx)],
+    at: &ByClass<usize>,
+) -> Vec<(Id, TensorType)> {
+    let chosen = |class: Id| at.get(class).map(|&i| &order[i].1);
+    let computed = |class: Id| match chosen(class) {
+        Some(Onnx::Get { tuple, .. }) => {
+            matches!(chosen(tuple[0]), Some(Onnx::Op(op)) if op.op.as_str() == "Split")
+        }
+        Some(Onnx::Op(op)) if op.op.as_str() == "Reshape" => op
+            .input_ids()
+            .get(1)
+            .is_some_and(|&shape| !matches!(chosen(shape), Some(Onnx::Const(_) | Onnx::Init(_)))),
+        _ => false,
+    };
+    let mut typed = Vec::new();
+    for (_, node) in order {
+        let Onnx::Op(op) = node else { continue };
+        if op.op.as_str() != "Attention" {
+            continue;
+        }
+        for &input in op.input_ids().iter().take(3) {
+            let input = egraph.find(input);
+            let t = egraph[input].data.tensor().filter(|t| {
+                t.rank() == Some(3)
+                    && t.dtype.is_some()
+                    && t.shape.as_ref().is_some_and(|d| d[2].known().is_some())
+            });
+            if let Some(t) = t.filter(|_| computed(input)) {
+                typed.push((input, t.clone()));
+            }
+        }
+    }
+    typed
 }
 
 /// Lowers `picked` back into a graph with the interface of `original`.
@@ -148,6 +176,7 @@ pub fn lower(original: &Graph, picked: Picked) -> Result<Graph> {
     };
     let mut folded = Folded::default();
     let initializers = InitializerIndex::new(original);
+    let readers = reader_counts(&picked);
     for (class, node) in &picked.order {
         let class = *class;
         match node {
@@ -168,6 +197,14 @@ pub fn lower(original: &Graph, picked: Picked) -> Result<Graph> {
             }
             Onnx::Op(op) if op.op.as_str() == "Concat" => {
                 if let Some(init) = fold_initializer_concat(&initializers, &picked, op) {
+                    namer.by_class.insert(class, init.name.clone());
+                    folded.push(init);
+                    continue;
+                }
+                emit_op(&mut graph, &mut namer, &picked, &slots, class, op);
+            }
+            Onnx::Op(op) if op.op.as_str() == "Transpose" => {
+                if let Some(init) = fold_weight_transpose(&initializers, &picked, &readers, op) {
                     namer.by_class.insert(class, init.name.clone());
                     folded.push(init);
                     continue;
@@ -227,6 +264,57 @@ impl<'g> InitializerIndex<'g> {
     fn get(&self, name: &str) -> Option<&'g Initializer> {
         self.0.get(name).copied()
     }
+}
+
+/// How many chosen nodes (and graph outputs) read each needed class.
+fn reader_counts(picked: &Picked) -> ByClass<usize> {
+    let mut counts: ByClass<usize> = ByClass::default();
+    let mut bump = |class: Id| {
+        let n = counts.get(class).copied().unwrap_or(0);
+        counts.insert(class, n + 1);
+    };
+    for (_, node) in &picked.order {
+        node.children().iter().for_each(|&c| bump(c));
+    }
+    picked.outputs.iter().for_each(|&c| bump(c));
+    counts
+}
+
+/// `Transpose(w)` of a 2-D initializer `w` that nothing else reads (perm `[1, 0]` or unset)
+/// becomes the initializer `<w>__t`, transposed lazily when saved (as `mobius build` stores
+/// HF's `[out, in]` weights): exporters that keep `Linear`'s weight transpose in the graph
+/// (torch.onnx dynamo with `optimize=False`) then read their weights as the builder's do. An
+/// initializer read elsewhere too (a tied embedding) stays, so no weight is stored twice.
+fn fold_weight_transpose(
+    initializers: &InitializerIndex<'_>,
+    picked: &Picked,
+    readers: &ByClass<usize>,
+    op: &OpNode,
+) -> Option<Initializer> {
+    let &[w] = op.input_ids() else {
+        return None;
+    };
+    let Some(Onnx::Init(name)) = picked.node(w) else {
+        return None;
+    };
+    let init = initializers.get(name.as_str())?;
+    let [rows, cols] = init.shape[..] else {
+        return None;
+    };
+    let swaps = match op.attr_id("perm").and_then(|a| picked.attr(a)) {
+        Some(AttrValue::Ints(p)) => p[..] == [1, 0],
+        Some(AttrValue::Unset) | None => true,
+        _ => false,
+    };
+    (swaps && readers.get(w).copied() == Some(1)).then(|| Initializer {
+        name: format!("{}__t", init.name),
+        dtype: init.dtype,
+        shape: vec![cols, rows],
+        source: init
+            .source
+            .clone()
+            .map(|s| TensorSource::Transpose(Box::new(s))),
+    })
 }
 
 /// A `Concat` of initializers becomes one initializer, concatenated lazily when saved (named

@@ -30,6 +30,7 @@ pub mod scalar;
 pub mod short_conv;
 pub mod sink_attention;
 pub mod ssm;
+pub mod ssm_config;
 
 pub use activation::Activation;
 pub use alibi::{alibi_bias, alibi_slopes, ALIBI_BIAS};
