@@ -27,6 +27,8 @@ use mobius::opt::{KvCache, Limits, OptimizeOptions, OptimizeReport, Role};
 use mobius::weights::eval::Evaluator;
 use proptest::prelude::*;
 
+#[path = "rule_proofs/attention_batched.rs"]
+mod attention_batched;
 #[path = "rule_proofs/attention_recognize.rs"]
 mod attention_recognize;
 mod common;
@@ -199,6 +201,14 @@ const PROOFS: &[(&str, &str)] = &[
     (
         "transposed-key-through-3d",
         "attention_recognize::transposed_key_through_3d",
+    ),
+    (
+        "batched-sdpa-to-attention",
+        "attention_batched::batched_sdpa_to_attention",
+    ),
+    (
+        "masked-scores-as-bias",
+        "attention_batched::masked_scores_as_bias",
     ),
     ("transpose-of-transpose", "transpose_of_transpose"),
     ("cast-to-own-dtype", "cast_to_own_dtype"),

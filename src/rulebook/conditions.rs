@@ -70,6 +70,7 @@ pub const CONDITIONS: &[(&str, &dyn AnyCondition)] = &[
     ("tanh-gelu-constants", &Condition(tanh_gelu_constants)),
     ("softmax-over-last-axis", &Condition(softmax_over_last_axis)),
     ("is-float-zero", &Condition(is_float_zero)),
+    ("is-float-lowest", &Condition(is_float_lowest)),
 ];
 
 /// `?x ?perm`: `?perm` lists the axes in order (`[0, 1, …, n − 1]`, `n` being `?x`'s rank
@@ -270,6 +271,12 @@ fn softmax_over_last_axis(g: &OnnxGraph, [axis, x]: [Id; 2]) -> bool {
 /// `?c`: a one-element float constant equal to zero.
 fn is_float_zero(g: &OnnxGraph, [c]: [Id; 1]) -> bool {
     scalar_float(g, c) == Some(0.0)
+}
+
+/// `?c`: a one-element float constant at or below −FLT_MAX (−FLT_MAX or −inf, the value
+/// exporters fill masked scores with).
+fn is_float_lowest(g: &OnnxGraph, [c]: [Id; 1]) -> bool {
+    scalar_float(g, c).is_some_and(|v| v <= f32::MIN as f64)
 }
 
 #[cfg(test)]

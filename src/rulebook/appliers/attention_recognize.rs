@@ -56,7 +56,7 @@ fn transposed_key_through_3d(
 /// The dims of `out`, the `Reshape` or `Expand` of a tensor to the shape tensor `shape`: its
 /// value when read (see [`shape_value`]) and free of the −1 and 0 a Reshape resolves, else
 /// `out`'s inferred dims (rank `rank`, all known).
-fn output_dims(g: &OnnxGraph, out: Id, shape: Id, rank: usize) -> Option<Vec<SymDim>> {
+pub(super) fn output_dims(g: &OnnxGraph, out: Id, shape: Id, rank: usize) -> Option<Vec<SymDim>> {
     let special = |d: &SymDim| matches!(d, SymDim::Known(v) if *v <= 0);
     match shape_value(g, shape) {
         Some(v) if v.len() == rank && !v.iter().any(special) => Some(v),
@@ -65,10 +65,10 @@ fn output_dims(g: &OnnxGraph, out: Id, shape: Id, rank: usize) -> Option<Vec<Sym
 }
 
 /// Scores `q·kᵀ` times a constant scale, as one reading of a scores class.
-struct Scores {
-    q: Id,
-    kt: Id,
-    scale: f64,
+pub(super) struct Scores {
+    pub(super) q: Id,
+    pub(super) kt: Id,
+    pub(super) scale: f64,
 }
 
 /// `x` or, for each `Mul(x, c)` / `Mul(c, x)` in class `id` with `c` a one-element float
@@ -89,7 +89,7 @@ fn scaled(g: &OnnxGraph, id: Id) -> Vec<(Id, f64)> {
 
 /// The readings of class `s` as `(q·a)·(kᵀ·b)`, times or divided by a constant `c` (each
 /// constant optional, each a one-element float constant): scale `a·b·c` (or `a·b/c`).
-fn readings(g: &OnnxGraph, s: Id) -> Vec<Scores> {
+pub(super) fn readings(g: &OnnxGraph, s: Id) -> Vec<Scores> {
     let mut outer: Vec<(Id, f64)> = scaled(g, s);
     for div in ops_named(g, s, "Div") {
         let [x, c] = *div.input_ids() else { continue };
@@ -120,18 +120,18 @@ fn readings(g: &OnnxGraph, s: Id) -> Vec<Scores> {
 /// Keys or values as the scores read them: `present` `[b, kv_heads, T, d]`, repeated `n_rep`
 /// times per head (`repeat_kv`), `present` being `Concat(past, new)` on the sequence axis when
 /// there is a cache.
-struct Source {
-    past: Option<Id>,
-    new: Id,
-    present: Id,
-    n_rep: i64,
-    dims: Vec<SymDim>,
+pub(super) struct Source {
+    pub(super) past: Option<Id>,
+    pub(super) new: Id,
+    pub(super) present: Id,
+    pub(super) n_rep: i64,
+    pub(super) dims: Vec<SymDim>,
 }
 
 /// Reads class `x` (4-D) as [`Source`]: `repeat_kv` is `Reshape(Expand(Unsqueeze(p, [2]),
 /// ·), ·)` from `p` `[b, h, t, d]` through `[b, h, n, t, d]` to `[b, h·n, t, d]` (inferred
 /// shapes), so head `i` of the result is head `i / n` of `p`, as `Attention` groups heads.
-fn source(g: &OnnxGraph, x: Id) -> Option<Source> {
+pub(super) fn source(g: &OnnxGraph, x: Id) -> Option<Source> {
     let (present, n_rep) = repeated(g, x).unwrap_or((x, 1));
     let dims = known_dims(g, present, 4)?;
     let (past, new) = match cache(g, present) {
@@ -195,7 +195,12 @@ fn cache(g: &OnnxGraph, x: Id) -> Option<(Id, Id)> {
 /// Whether `bias` adds to scores of dims `scores` without growing them: its dtype is
 /// `dtype`, its rank 2 to 4, and each of its dims (aligned on the right) is 1 or the scores'
 /// dim, the last one the scores' (what `Attention` accepts as a float mask).
-fn bias_fits(g: &OnnxGraph, bias: Id, dtype: Option<crate::ir::DType>, scores: &[SymDim]) -> bool {
+pub(super) fn bias_fits(
+    g: &OnnxGraph,
+    bias: Id,
+    dtype: Option<crate::ir::DType>,
+    scores: &[SymDim],
+) -> bool {
     let Some(t) = g[bias].data.tensor() else {
         return false;
     };
@@ -239,14 +244,31 @@ fn sdpa_to_attention(g: &mut OnnxGraph, site: Site<'_>, [s, bias, v]: [Id; 3]) -
         ];
         let dtype = g[r.q].data.tensor()?.dtype;
         let ok = fits(&q, &keys, &values) && bias_fits(g, bias, dtype, &scores);
-        ok.then_some((r, keys, scores))
+        ok.then_some((r, keys))
     });
-    let (reading, keys, scores) = reading?;
-    let scale = reading.scale as f32;
+    let (reading, keys) = reading?;
+    emit_attention(g, site, reading.q, &keys, &values, bias, reading.scale)
+}
+
+/// One opset-23 `Attention` over 4-D `q` (heads `q_heads` = its dim 1), `keys` and `values`
+/// (with their cache as past/present when both have one, the present outputs united with the
+/// cache `Concat`s), the float mask `bias` and `scale`: its output class. `None` for a scale
+/// that is not positive and finite (as f32) or head counts not known.
+pub(super) fn emit_attention(
+    g: &mut OnnxGraph,
+    site: Site<'_>,
+    q: Id,
+    keys: &Source,
+    values: &Source,
+    bias: Id,
+    scale: f64,
+) -> Option<Id> {
+    let scale = scale as f32;
     if !(scale.is_finite() && scale > 0.0) {
         return None;
     }
-    let (q_heads, kv_heads) = (scores[1].known()?, keys.dims[1].known()?);
+    let q_heads = known_dims(g, q, 4)?[1].known()?;
+    let kv_heads = keys.dims[1].known()?;
     let attr = |g: &mut OnnxGraph, v: AttrValue| g.add(Onnx::Attr(v));
     let unset = attr(g, AttrValue::Unset);
     let kvh = attr(g, AttrValue::Int(kv_heads));
@@ -257,11 +279,11 @@ fn sdpa_to_attention(g: &mut OnnxGraph, site: Site<'_>, [s, bias, v]: [Id; 3]) -
     let attrs = [unset, kvh, qnh, unset, scale, unset, unset];
     let names = schema("Attention")?;
     let (Some(past_key), Some(past_value)) = (keys.past, values.past) else {
-        let mut children = vec![reading.q, keys.present, values.present, bias];
+        let mut children = vec![q, keys.present, values.present, bias];
         children.extend(attrs);
         return Some(g.add(Onnx::op("Attention", names, 4, 1, children)));
     };
-    let mut children = vec![reading.q, keys.new, values.new, bias, past_key, past_value];
+    let mut children = vec![q, keys.new, values.new, bias, past_key, past_value];
     children.extend(attrs);
     let attention = g.add(Onnx::op("Attention", names, 6, 3, children));
     for (index, present) in [(1, keys.present), (2, values.present)] {
@@ -281,7 +303,7 @@ fn sdpa_to_attention(g: &mut OnnxGraph, site: Site<'_>, [s, bias, v]: [Id; 3]) -
 
 /// Whether q of dims `q`, `keys` and `values` are what one `Attention` reads (see
 /// [`sdpa_to_attention`]).
-fn fits(q: &[SymDim], keys: &Source, values: &Source) -> bool {
+pub(super) fn fits(q: &[SymDim], keys: &Source, values: &Source) -> bool {
     let (k, v) = (&keys.dims, &values.dims);
     let (Some(q_heads), Some(kv_heads)) = (q[1].known(), k[1].known()) else {
         return false;

@@ -4,6 +4,7 @@
 //! appliers of the lowering rules are in `src/rulebook/decompose/`.
 
 mod algebraic;
+mod attention_batched;
 mod attention_recognize;
 mod from_nbits;
 mod gqa;
@@ -35,6 +36,10 @@ pub const APPLIERS: &[(&str, &dyn AnyApplier)] = &[
         &norm_recognize::RMS_NORM_WITHOUT_CASTS,
     ),
     ("sdpa-to-attention", &attention_recognize::SDPA_TO_ATTENTION),
+    (
+        "batched-sdpa-to-attention",
+        &attention_batched::BATCHED_SDPA_TO_ATTENTION,
+    ),
     (
         "transposed-key-through-3d",
         &attention_recognize::TRANSPOSED_KEY_THROUGH_3D,
