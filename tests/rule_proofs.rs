@@ -118,6 +118,14 @@ const PROOFS: &[(&str, &str)] = &[
         "head_layout::attention_on_3d_heads_without_cache",
     ),
     ("heads-merged-back", "head_layout::heads_merged_back"),
+    (
+        "per-head-rms-norm-as-view",
+        "head_layout::per_head_rms_norm_as_view",
+    ),
+    (
+        "per-head-layer-norm-as-view",
+        "head_layout::per_head_layer_norm_as_view",
+    ),
     ("split-then-reshaped", "head_layout::split_then_reshaped"),
     ("gemm-as-matmul-add", "gemm::gemm_as_matmul_add"),
     ("erf-gelu", "gelu_fusions"),
