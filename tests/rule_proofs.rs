@@ -126,6 +126,10 @@ const PROOFS: &[(&str, &str)] = &[
         "per-head-layer-norm-as-view",
         "head_layout::per_head_layer_norm_as_view",
     ),
+    (
+        "rms-norm-before-transpose",
+        "head_layout::rms_norm_before_transpose",
+    ),
     ("split-then-reshaped", "head_layout::split_then_reshaped"),
     ("gemm-as-matmul-add", "gemm::gemm_as_matmul_add"),
     ("erf-gelu", "gelu_fusions"),

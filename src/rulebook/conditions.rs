@@ -44,6 +44,10 @@ pub const CONDITIONS: &[(&str, &dyn AnyCondition)] = &[
         &Condition(head_layout::heads_merged_back),
     ),
     (
+        "last-axis-norm-through-transpose",
+        &Condition(head_layout::last_axis_norm_through_transpose),
+    ),
+    (
         "split-then-reshaped",
         &Condition(head_layout::split_then_reshaped),
     ),

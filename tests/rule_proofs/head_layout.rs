@@ -768,6 +768,12 @@ fn merge_near_misses_stay() {
 /// `[0, 2, 1, 3]` → RotaryEmbedding → merged back into `y` (qwen3's q/k path); with
 /// `swap_rows` the split is `[S, B, H, D]` (constant), which is not a head view.
 fn per_head_norm_graph(c: &RotaryCase, layer: bool, swap_rows: bool) -> Graph {
+    norm_graph(c, layer, swap_rows, false)
+}
+
+/// [`per_head_norm_graph`], with the norm after the Transpose when `after` (gemma3's q/k
+/// path: `RMSNormalization(Transpose(Reshape(x)))`).
+fn norm_graph(c: &RotaryCase, layer: bool, swap_rows: bool, after: bool) -> Graph {
     let (h, d) = (c.heads, c.head_dim);
     let mut b = GraphBuilder::new("g");
     let x = b.input("x", DType::F32, c.rows.shape(&[h * d]));
@@ -788,6 +794,15 @@ fn per_head_norm_graph(c: &RotaryCase, layer: bool, swap_rows: bool) -> Graph {
         reshape_target(&mut b, &x, c.split, c.rows, &[heads, d as i64])
     };
     let split = b.op("Reshape", &[&x, &shape], vec![]);
+    let split = if after {
+        b.op(
+            "Transpose",
+            &[&split],
+            vec![("perm", Attr::Ints(vec![0, 2, 1, 3]))],
+        )
+    } else {
+        split
+    };
     let eps = ("epsilon", Attr::Float(1e-6));
     let normed = if layer {
         let bias = b.input("bias", DType::F32, Shape::new([d as i64]));
@@ -803,11 +818,15 @@ fn per_head_norm_graph(c: &RotaryCase, layer: bool, swap_rows: bool) -> Graph {
             vec![("axis", Attr::Int(-1)), eps],
         )
     };
-    let v = b.op(
-        "Transpose",
-        &[&normed],
-        vec![("perm", Attr::Ints(vec![0, 2, 1, 3]))],
-    );
+    let v = if after {
+        normed
+    } else {
+        b.op(
+            "Transpose",
+            &[&normed],
+            vec![("perm", Attr::Ints(vec![0, 2, 1, 3]))],
+        )
+    };
     let mut attrs = vec![("interleaved", Attr::Int(c.interleaved as i64))];
     if c.rotary_dim > 0 {
         attrs.push(("rotary_embedding_dim", Attr::Int(c.rotary_dim as i64)));
@@ -836,6 +855,18 @@ proptest! {
     }
 
     #[test]
+    fn rms_norm_before_transpose(c in rotary_case(), seed in any::<u64>()) {
+        let g = norm_graph(&c, false, false, true);
+        let values = inputs(&g, c.rows, 0, seed);
+        let name = "rms-norm-before-transpose";
+        let mut rules = rules_for(name);
+        rules.extend(
+            ["per-head-rms-norm-as-view", "rotary-on-3d-heads", "heads-merged-back"].map(rule),
+        );
+        prove_with(&rule(name), rules, "default", g, values, 0.0)?;
+    }
+
+    #[test]
     fn per_head_layer_norm_as_view(c in rotary_case(), seed in any::<u64>()) {
         prove_per_head_norm("per-head-layer-norm-as-view", per_head_norm_graph(&c, true, false), c.rows, seed)?;
     }
@@ -855,5 +886,10 @@ fn per_head_norm_needs_a_head_view() {
     let g = per_head_norm_graph(&c, true, true);
     let out = optimized(&g);
     assert!(reads_views(&out, "RotaryEmbedding"));
+    assert_same_values(&g, &out, c.rows);
+    // The norm after the Transpose is moved before it, then read the same way.
+    let g = norm_graph(&c, false, false, true);
+    let out = optimized(&g);
+    assert!(!reads_views(&out, "RotaryEmbedding"));
     assert_same_values(&g, &out, c.rows);
 }

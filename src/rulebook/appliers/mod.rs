@@ -55,6 +55,10 @@ pub const APPLIERS: &[(&str, &dyn AnyApplier)] = &[
         "per-head-layer-norm-as-view",
         &per_head_norm::PER_HEAD_LAYER_NORM_AS_VIEW,
     ),
+    (
+        "rms-norm-before-transpose",
+        &per_head_norm::RMS_NORM_BEFORE_TRANSPOSE,
+    ),
     ("skip-layer-norm", &skip_layer_norm::SKIP_LAYER_NORM),
     (
         "skip-layer-norm-with-bias",

@@ -45,6 +45,26 @@ pub(super) const PER_HEAD_LAYER_NORM_AS_VIEW: Applier<9> = Applier::new(
     layer_norm_as_view,
 );
 
+/// `rms-norm-before-transpose`.
+pub(super) const RMS_NORM_BEFORE_TRANSPOSE: Applier<6> = Applier::new(
+    ["?y", "?perm", "?w", "?axis", "?eps", "?stash"],
+    rms_norm_before_transpose,
+);
+
+/// Reads `?y ?perm ?w ?axis ?eps ?stash` of `RMSNormalization(Transpose(y, perm), w)` (the
+/// rule's condition proves the norm is over the last axis, which `perm` keeps, with a 1-D
+/// scale): `Transpose(RMSNormalization(y, w), perm)`, the norm of the same rows.
+fn rms_norm_before_transpose(g: &mut OnnxGraph, _: Site<'_>, vars: [Id; 6]) -> Option<Id> {
+    let [y, perm, w, axis, eps, stash] = vars;
+    let mut e = Emit::new(g);
+    let norm = e.op_with(
+        "RMSNormalization",
+        &[y, w],
+        &[("axis", axis), ("epsilon", eps), ("stash_type", stash)],
+    );
+    Some(e.op_with("Transpose", &[norm], &[("perm", perm)]))
+}
+
 /// Reads `?x ?shape ?allowzero ?perm ?w ?axis ?eps ?stash` of
 /// `Transpose(RMSNormalization(Reshape(x, shape; allowzero), w), perm)` ([`norm_as_view`]).
 fn rms_norm_as_view(g: &mut OnnxGraph, site: Site<'_>, vars: [Id; 8]) -> Option<Id> {
