@@ -224,13 +224,23 @@ fn near_misses_stay_as_they_are() {
 }
 
 #[test]
-fn caches_that_broadcast_over_the_batch_stay_as_they_are() {
-    // onnxruntime rejects RotaryEmbedding caches whose batch is not the input's.
+fn caches_that_broadcast_over_the_batch_are_expanded_to_it() {
+    // onnxruntime rejects RotaryEmbedding caches whose batch is not the input's: tables of one
+    // batch row (optimum's positions from the past length) become caches expanded to x's
+    // batch.
     let g = graph(1, X[3] / 2, |b, x, [f, _, _]| {
         rope(b, x, [f, f, f], X[3], &Rope::new(true, true, true))
     });
     let out = optimized(&g, "cpu");
-    assert_eq!(rotary_nodes(&out.graph).len(), 0);
+    let rotary = rotary_nodes(&out.graph);
+    assert_eq!(rotary.len(), 1);
+    let expanded = |name: &str| {
+        out.graph
+            .nodes
+            .iter()
+            .any(|n| n.op_type == "Expand" && n.outputs.iter().any(|o| o == name))
+    };
+    assert!(rotary[0].inputs[1..3].iter().all(|c| expanded(c)));
     assert_same_values(&g, &out.graph);
 }
 

@@ -120,6 +120,18 @@ const PROOFS: &[(&str, &str)] = &[
         "head_layout::attention_on_3d_heads_without_cache",
     ),
     ("heads-merged-back", "head_layout::heads_merged_back"),
+    (
+        "per-head-rms-norm-as-view",
+        "head_layout::per_head_rms_norm_as_view",
+    ),
+    (
+        "per-head-layer-norm-as-view",
+        "head_layout::per_head_layer_norm_as_view",
+    ),
+    (
+        "rms-norm-before-transpose",
+        "head_layout::rms_norm_before_transpose",
+    ),
     ("split-then-reshaped", "head_layout::split_then_reshaped"),
     ("gemm-as-matmul-add", "gemm::gemm_as_matmul_add"),
     ("erf-gelu", "gelu_fusions"),
@@ -127,6 +139,7 @@ const PROOFS: &[(&str, &str)] = &[
     ("erf-gelu-half-inside", "gelu_fusions"),
     ("tanh-gelu-half-first", "gelu_fusions"),
     ("tanh-gelu", "gelu_fusions"),
+    ("tanh-gelu-cubed-constants-first", "gelu_fusions"),
     ("bias-gelu", "biased_gelu_fusions"),
     ("fast-gelu", "biased_gelu_fusions"),
     ("bias-gelu-body", "contrib_gelu_bodies"),
@@ -1437,12 +1450,30 @@ fn scalar(b: &mut GraphBuilder, value: f32) -> String {
     b.constant(mobius::ir::TensorData::from_f32(vec![], &[value]))
 }
 
-/// A decomposed GELU of input `x`: `erf` (with ½ last, first or inside), `tanh` or `tanh-half-first`.
+/// A decomposed GELU of input `x`: `erf` (with ½ last, first or inside), `tanh`,
+/// `tanh-half-first` or `tanh-cubed`.
 fn decomposed_gelu(shape: &[usize], form: &str) -> Graph {
     let mut b = GraphBuilder::new("g");
     let x = b.input("x", DType::F32, dims(shape));
     b.output("y", DType::F32, dims(shape));
     let (one, half) = (scalar(&mut b, 1.0), scalar(&mut b, 0.5));
+    if form == "tanh-cubed" {
+        // ½ · (x · (1 + tanh(√(2/π) · (x + 0.044715 · (x · (x · x)))))), constants first.
+        let (c4, c5) = (
+            scalar(&mut b, (2.0f32 / std::f32::consts::PI).sqrt()),
+            scalar(&mut b, 0.044715),
+        );
+        let square = b.op("Mul", &[&x, &x], vec![]);
+        let cube = b.op("Mul", &[&x, &square], vec![]);
+        let scaled = b.op("Mul", &[&c5, &cube], vec![]);
+        let sum = b.op("Add", &[&x, &scaled], vec![]);
+        let arg = b.op("Mul", &[&c4, &sum], vec![]);
+        let t = b.op("Tanh", &[&arg], vec![]);
+        let plus = b.op("Add", &[&one, &t], vec![]);
+        let prod = b.op("Mul", &[&x, &plus], vec![]);
+        b.op_into("Mul", &[&half, &prod], vec![], "y");
+        return b.finish();
+    }
     if form == "tanh-half-first" {
         // (x · ½) · (tanh((x + x³ · 0.044715) · √(2/π)) + 1), constants second.
         let (c4, c5, c6) = (
@@ -1504,6 +1535,7 @@ proptest! {
             ("erf-gelu-half-inside", "erf-half-inside"),
             ("tanh-gelu", "tanh"),
             ("tanh-gelu-half-first", "tanh-half-first"),
+            ("tanh-gelu-cubed-constants-first", "tanh-cubed"),
         ] {
             let inputs = HashMap::from([("x".to_string(), x.clone())]);
             prove_on(rule, "default", decomposed_gelu(&shape, form), inputs, 1e-5)?;

@@ -44,6 +44,10 @@ pub const CONDITIONS: &[(&str, &dyn AnyCondition)] = &[
         &Condition(head_layout::heads_merged_back),
     ),
     (
+        "last-axis-norm-through-transpose",
+        &Condition(head_layout::last_axis_norm_through_transpose),
+    ),
+    (
         "split-then-reshaped",
         &Condition(head_layout::split_then_reshaped),
     ),
@@ -68,6 +72,10 @@ pub const CONDITIONS: &[(&str, &dyn AnyCondition)] = &[
     ("skip-fits-input", &Condition(skip_fits_input)),
     ("stash-is-float", &Condition(stash_is_float)),
     ("tanh-gelu-constants", &Condition(tanh_gelu_constants)),
+    (
+        "tanh-gelu-cubed-constants",
+        &Condition(tanh_gelu_cubed_constants),
+    ),
     ("softmax-over-last-axis", &Condition(softmax_over_last_axis)),
     ("is-float-zero", &Condition(is_float_zero)),
     ("is-float-lowest", &Condition(is_float_lowest)),
@@ -227,6 +235,14 @@ fn tanh_gelu_constants(g: &OnnxGraph, [c2, c3, c4, c5, c6]: [Id; 5]) -> bool {
         && near(g, c4, (2.0 / std::f64::consts::PI).sqrt())
         && near(g, c5, 0.044715)
         && near(g, c6, 3.0)
+}
+
+/// `?c2 ?c3 ?c4 ?c5`: the constants of the tanh GELU with `x³` written `x · (x · x)`.
+fn tanh_gelu_cubed_constants(g: &OnnxGraph, [c2, c3, c4, c5]: [Id; 4]) -> bool {
+    near(g, c2, 1.0)
+        && near(g, c3, 0.5)
+        && near(g, c4, (2.0 / std::f64::consts::PI).sqrt())
+        && near(g, c5, 0.044715)
 }
 
 /// `?approximate`: a `Gelu`'s `approximate` attribute selects the exact (erf) form.

@@ -819,8 +819,13 @@ fn predicate(g: &OnnxGraph, atoms: &[Atom], p: &SymDim, dims: &[SymDim]) -> Opti
 /// angles of the token at that position.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PositionTable {
-    /// The graph input of the positions (`position_ids`, `[B, S]`).
+    /// The positions: the graph input `position_ids` (`[B, S]`), or a tensor `[1, S]` computed
+    /// as `P + s` (see `past`).
     pub positions: Id,
+    /// `Some((P, S))` when the positions are not an input but computed from the past length:
+    /// `[1, S]`, element `s` equal to `P + s` (optimum's exports without `position_ids`,
+    /// `Unsqueeze(Range(P, P + S), [0])`, `P` the cache's length).
+    pub past: Option<(SymDim, SymDim)>,
     /// The frequencies, a float constant of `D/2` elements: `[D/2]`, or `[1, D/2, 1]` (read
     /// as `[D/2]`).
     pub frequencies: Id,
@@ -840,7 +845,14 @@ pub struct PositionTable {
 /// float type; `frequencies` a 1-D float constant; `position_ids` the int64 graph input
 /// `[B, S]`).
 pub fn position_table(g: &OnnxGraph, c: Id) -> Option<PositionTable> {
-    table_within(g, c, 4)
+    table_within(g, c, 4).or_else(|| {
+        // A table of one batch row expanded over the batch (the rotary recognition's cache
+        // for angles [1, S, D/2]): every row the same, read as that row.
+        ops_named(g, c, "Expand")
+            .iter()
+            .find_map(|e| table_within(g, e.input_ids()[0], 4))
+            .filter(|t| t.past.is_some())
+    })
 }
 
 fn table_within(g: &OnnxGraph, c: Id, depth: usize) -> Option<PositionTable> {
@@ -909,9 +921,10 @@ fn outer_angles(g: &OnnxGraph, transpose: &OpNode) -> Option<PositionTable> {
             .find_map(|e| column(e.input_ids()[0]))
     })?;
     let dtype = dtype?;
-    let positions = position_cast(g, *p, dtype, 1)?;
+    let (positions, past) = position_cast(g, *p, dtype, 1)?;
     Some(PositionTable {
         positions,
+        past,
         frequencies,
         frequencies_first: true,
         dtype,
@@ -919,9 +932,15 @@ fn outer_angles(g: &OnnxGraph, transpose: &OpNode) -> Option<PositionTable> {
     })
 }
 
-/// The `position_ids` graph input (`[B, S]` int64) of class `id` = `Cast(Unsqueeze(position_ids,
-/// [axis]), to = dtype)` (axis 2 is also read as −1).
-fn position_cast(g: &OnnxGraph, id: Id, dtype: DType, axis: i64) -> Option<Id> {
+/// The positions of class `id` = `Cast(Unsqueeze(positions, [axis]), to = dtype)` (axis 2 is
+/// also read as −1): the `position_ids` graph input (`[B, S]` int64), or positions computed
+/// from the past length ([`past_positions`]), with their `(P, S)`.
+fn position_cast(
+    g: &OnnxGraph,
+    id: Id,
+    dtype: DType,
+    axis: i64,
+) -> Option<(Id, Option<(SymDim, SymDim)>)> {
     g[id].nodes.iter().find_map(|n| {
         let cast = n.as_op().filter(|o| o.op.as_str() == "Cast")?;
         let to = DType::from_onnx_code(int_attr(g, cast.attr_id("to")?)? as i32)?;
@@ -934,10 +953,39 @@ fn position_cast(g: &OnnxGraph, id: Id, dtype: DType, axis: i64) -> Option<Id> {
                 .data
                 .tensor()
                 .is_some_and(|t| t.rank() == Some(2) && t.dtype == Some(DType::I64));
+        let past = if ids_ok {
+            None
+        } else {
+            Some(past_positions(g, *ids)?)
+        };
         let axes = const_ints(g, *axes)?;
         let axis_ok = axes == [axis] || (axis == 2 && axes == [-1]);
-        (to == dtype && ids_ok && axis_ok).then(|| g.find(*ids))
+        (to == dtype && axis_ok).then(|| (g.find(*ids), past))
     })
+}
+
+/// `(P, S)` when class `ids` is an int64 tensor `[1, S]` whose element `s` is `P + s`, read
+/// symbolically (as the mask is: `Unsqueeze(Range(P, P + S), [0])`, `P` a symbolic length).
+fn past_positions(g: &OnnxGraph, ids: Id) -> Option<(SymDim, SymDim)> {
+    if g[ids].data.tensor()?.dtype != Some(DType::I64) {
+        return None;
+    }
+    let mut reader = Reader {
+        g,
+        memo: HashMap::new(),
+    };
+    let x = reader.read(ids, MAX_DEPTH)?;
+    let [one, seq] = x.dims.as_slice() else {
+        return None;
+    };
+    let a = x.int()?;
+    let along = Affine {
+        coef: vec![0, 1],
+        offset: a.offset.clone(),
+    }
+    .normalized(&x.dims);
+    let ok = *one == SymDim::Known(1) && *seq != SymDim::Unknown && *a == along;
+    ok.then(|| (a.offset.clone(), seq.clone()))
 }
 
 /// `Mul(Cast(Unsqueeze(position_ids, [2 or −1])), frequencies)` (either order).
@@ -956,8 +1004,10 @@ fn product_angles(g: &OnnxGraph, mul: &OpNode) -> Option<PositionTable> {
         _ => return None,
     };
     let dtype = frequencies(frequencies_id)?;
+    let (positions, past) = position_cast(g, positions, dtype, 2)?;
     Some(PositionTable {
-        positions: position_cast(g, positions, dtype, 2)?,
+        positions,
+        past,
         frequencies: g.find(frequencies_id),
         frequencies_first,
         dtype,

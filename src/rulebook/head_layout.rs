@@ -193,3 +193,18 @@ pub fn split_then_reshaped(g: &OnnxGraph, vars: [Id; 7]) -> bool {
         outer != xd && reshaped_dims(g, &xd, merge, merge_zero).is_some_and(|d| d == outer)
     })
 }
+
+/// `?y ?perm ?w ?axis` of `RMSNormalization(Transpose(y, perm), w; axis)`: the norm is over the
+/// last axis only (`axis` −1 or the rank − 1), `perm` keeps that axis last, and the scale `w`
+/// is 1-D (it varies along the normalized axis only), so the norm of each last-axis row does
+/// not depend on where the Transpose moves it.
+pub fn last_axis_norm_through_transpose(g: &OnnxGraph, [y, p, w, axis]: [Id; 4]) -> bool {
+    let Some(rank) = g[y].data.tensor().and_then(|t| t.rank()) else {
+        return false;
+    };
+    let last = rank as i64 - 1;
+    let axis_ok = matches!(g[axis].data.attr(), Some(AttrValue::Int(a)) if *a == -1 || *a == last);
+    let perm_ok = perm(g, p).is_some_and(|p| p.len() == rank && p.last() == Some(&last));
+    let w_ok = g[w].data.tensor().and_then(|t| t.rank()) == Some(1);
+    rank > 0 && axis_ok && perm_ok && w_ok
+}

@@ -145,8 +145,13 @@ pub fn equal_halves(g: &OnnxGraph, c: Id) -> Option<HalfTable> {
 
 /// The half-width cache of a rotary factor `c4` applied to `x` `[B, H, S, D]`:
 /// `c4 = Unsqueeze(c, [1])` with `c` `[B, S, D]` of `x`'s dtype and equal halves, the angles
-/// `f` `[B, S, D/2]` with `B` and `S` the very dims of `x` (known or the same symbol).
-pub fn rotary_table(g: &OnnxGraph, c4: Id, x: Id) -> Option<HalfTable> {
+/// `f` `[B, S, D/2]` with `B` and `S` the very dims of `x` (known or the same symbol); or a
+/// table of one batch row: angles `f` `[1, S, D/2]` (positions
+/// computed from the past length, the same for every row, as optimum's exports without
+/// `position_ids` write them), which the factor broadcasts over `x`'s batch. The flag says
+/// which: true for one row (the cache must then be expanded to `x`'s batch, as onnxruntime
+/// takes no broadcast caches).
+pub fn rotary_table_rows(g: &OnnxGraph, c4: Id, x: Id) -> Option<(HalfTable, bool)> {
     let dims = rotary_input(g, x)?;
     let dtype = g[x].data.tensor()?.dtype;
     ops(g, c4, "Unsqueeze").find_map(|u| {
@@ -161,18 +166,20 @@ pub fn rotary_table(g: &OnnxGraph, c4: Id, x: Id) -> Option<HalfTable> {
         let f = g[table.leaf].data.tensor()?.shape.as_deref()?;
         let same = |a: &SymDim, b: &SymDim| *a != SymDim::Unknown && a == b;
         let half = dims[3].known()? / 2;
+        let one_row = !same(&f.first()?.clone(), &dims[0]) && f[0] == SymDim::Known(1);
         (f.len() == 3
-            && same(&f[0], &dims[0])
+            && (one_row || same(&f[0], &dims[0]))
             && same(&f[1], &dims[2])
             && f[2].known() == Some(half))
-        .then_some(table)
+        .then_some((table, one_row))
     })
 }
 
 /// `?x ?hi ?lo ?axis ?cos ?sin` of `x · cos + Concat(−hi, lo) · sin`: `x` is 4-D
 /// `[B, H, S, D]` (float, `D` known and even), `?hi` and `?lo` are `x[…, D/2:]` and
 /// `x[…, :D/2]` (constant last-axis Slices), the Concat is on the last axis, and `?cos`,
-/// `?sin` are rotary factors with equal halves over angles `[B, S, D/2]` ([`rotary_table`]).
+/// `?sin` are rotary factors with equal halves over angles `[B, S, D/2]` or `[1, S, D/2]`
+/// ([`rotary_table_rows`]).
 pub fn rotate_half(g: &OnnxGraph, [x, hi, lo, axis, cos, sin]: [Id; 6]) -> bool {
     let Some(d) = rotary_input(g, x).and_then(|dims| dims[3].known()) else {
         return false;
@@ -180,8 +187,8 @@ pub fn rotate_half(g: &OnnxGraph, [x, hi, lo, axis, cos, sin]: [Id; 6]) -> bool 
     is_last_axis(g, axis)
         && is_last_axis_slice(g, hi, x, d, (d / 2, d))
         && is_last_axis_slice(g, lo, x, d, (0, d / 2))
-        && rotary_table(g, cos, x).is_some()
-        && rotary_table(g, sin, x).is_some()
+        && rotary_table_rows(g, cos, x).is_some()
+        && rotary_table_rows(g, sin, x).is_some()
 }
 
 /// The input `x` and rotary width `r` of a partial rotation: class `rot` holds `x[…, :r]` and

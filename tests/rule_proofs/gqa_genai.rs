@@ -36,6 +36,11 @@ struct Case {
     /// angles `Transpose(MatMul(inv_freq [1, r/2, 1] expanded, Cast(Unsqueeze(position_ids,
     /// [1]))))` scaled by 1; else torch.onnx dynamo's (`GatherND`, `Mul`).
     torchscript: bool,
+    /// With `torchscript` RoPE: no `position_ids` input; the positions computed from the past
+    /// length, `Unsqueeze(Range(P, P + S), [0])` `[1, S]` (optimum's exports of gemma,
+    /// nemotron), the angles `[1, S, r/2]` and the caches expanded to the batch (as the rotary
+    /// recognition writes them for such tables).
+    past_positions: bool,
 }
 
 /// How a near miss differs from the export's mask.
@@ -50,6 +55,8 @@ enum Miss {
     PaddingOfQueries,
     /// Masked with −1e4, not −FLT_MAX (an additive bias, not a mask).
     SoftBias,
+    /// Positions computed from 0, not the past length (the mask as the export's).
+    PositionsFromZero,
 }
 
 /// The export's attention block: the mask subgraph of `attention_mask` (dynamo's spelling),
@@ -67,7 +74,12 @@ fn export_graph(c: &Case, miss: Miss) -> Graph {
     let mut b = GraphBuilder::new("g");
     let ids = b.input("input_ids", DType::I64, dims(&[bsz, s]));
     let mask = b.input("attention_mask", DType::I64, dims(&[bsz, t]));
-    let pos = b.input("position_ids", DType::I64, dims(&[bsz, s]));
+    let computed = c.past_positions && c.torchscript && c.rope.is_some();
+    let pos = if computed {
+        String::new()
+    } else {
+        b.input("position_ids", DType::I64, dims(&[bsz, s]))
+    };
     let q = b.input("q", DType::F32, dims(&[bsz, s, h * d]));
     let k = b.input("k", DType::F32, dims(&[bsz, s, kvh * d]));
     let v = b.input("v", DType::F32, dims(&[bsz, s, kvh * d]));
@@ -211,8 +223,20 @@ fn export_graph(c: &Case, miss: Miss) -> Graph {
             let to_f32 = ("to", Attr::Int(DType::F32.onnx_code() as i64));
             let (cos, sin) = if c.torchscript {
                 let inv = b.constant(TensorData::from_f32(vec![1, r / 2, 1], &inv));
-                let rows = b.const_i64(&[bsz as i64, 1, 1]);
+                let rows = b.const_i64(&[if computed { 1 } else { bsz as i64 }, 1, 1]);
                 let inv = b.op("Expand", &[&inv, &rows], vec![]);
+                let pos = if computed {
+                    let start = if miss == Miss::PositionsFromZero {
+                        &zero
+                    } else {
+                        &past0
+                    };
+                    let end = b.op("Add", &[start, &seq0], vec![]);
+                    let range = b.op("Range", &[start, &end, &one], vec![]);
+                    unsqueeze(&mut b, &range, &[0])
+                } else {
+                    pos.clone()
+                };
                 let at = unsqueeze(&mut b, &pos, &[1]);
                 let at = b.op("Cast", &[&at], vec![to_f32]);
                 let outer = b.op("MatMul", &[&inv, &at], vec![]);
@@ -224,10 +248,21 @@ fn export_graph(c: &Case, miss: Miss) -> Graph {
                 let unit = scalar(&mut b, 1.0);
                 let cos = b.op("Cos", &[&angles], vec![]);
                 let sin = b.op("Sin", &[&angles], vec![]);
-                (
+                let (cos, sin) = (
                     b.op("Mul", &[&cos, &unit], vec![]),
                     b.op("Mul", &[&sin, &unit], vec![]),
-                )
+                );
+                if computed {
+                    let ones = b.const_i64(&[1, 1]);
+                    let rows = shape(&mut b, &ids, 0);
+                    let to = b.op("Concat", &[&rows, &ones], vec![("axis", Attr::Int(0))]);
+                    (
+                        b.op("Expand", &[&cos, &to], vec![]),
+                        b.op("Expand", &[&sin, &to], vec![]),
+                    )
+                } else {
+                    (cos, sin)
+                }
             } else {
                 let inv = b.constant(TensorData::from_f32(vec![r / 2], &inv));
                 let at = unsqueeze(&mut b, &pos, &[2]);
@@ -305,7 +340,11 @@ fn contract_case(rope: bool) -> impl Strategy<Value = (Case, Vec<usize>, u64)> {
     (
         (1usize..3, 1usize..5, 0usize..4),
         (1usize..3, 1usize..3, prop_oneof![Just(16usize), Just(32)]),
-        (any::<bool>(), prop::option::of(1usize..6), any::<bool>()),
+        (
+            any::<bool>(),
+            prop::option::of(1usize..6),
+            (any::<bool>(), any::<bool>()),
+        ),
         prop::collection::vec(0usize..8, 2),
         any::<u64>(),
     )
@@ -313,7 +352,7 @@ fn contract_case(rope: bool) -> impl Strategy<Value = (Case, Vec<usize>, u64)> {
             move |(
                 (batch, seq, past),
                 (kv_heads, group, head_dim),
-                (partial, window, torchscript),
+                (partial, window, (torchscript, past_positions)),
                 lens,
                 seed,
             )| {
@@ -332,6 +371,7 @@ fn contract_case(rope: bool) -> impl Strategy<Value = (Case, Vec<usize>, u64)> {
                     rope: rope.then_some(rotary),
                     window,
                     torchscript,
+                    past_positions,
                 };
                 let lengths = (0..batch)
                     .map(|r| {
@@ -362,7 +402,9 @@ proptest! {
     #[test]
     fn export_rotary_attention_to_gqa((c, lengths, seed) in contract_case(true)) {
         let g = export_block(&c, Miss::None);
-        prove_on("export-rotary-attention-to-gqa", "cpu", g, feeds(&c, &lengths, seed), 1e-4)?;
+        let mut inputs = feeds(&c, &lengths, seed);
+        inputs.retain(|name, _| g.inputs.iter().any(|i| &i.name == name));
+        prove_on("export-rotary-attention-to-gqa", "cpu", g, inputs, 1e-4)?;
     }
 }
 
@@ -377,6 +419,7 @@ fn base() -> Case {
         rope: Some(16),
         window: None,
         torchscript: false,
+        past_positions: false,
     }
 }
 
@@ -531,4 +574,41 @@ fn static_dims_are_read() {
             assert!(difference(&g, &out, &inputs, name) <= 1e-4, "{c:?} {name}");
         }
     }
+}
+
+/// Positions computed from the past length are read when they are `P + s` for the cache's
+/// `P`; numbered from 0 instead (the near miss), the rotation is not taken into the fused op.
+#[test]
+fn past_length_positions_are_read() {
+    let c = Case {
+        past: 3,
+        seq: 2,
+        rope: Some(16),
+        torchscript: true,
+        past_positions: true,
+        ..base()
+    };
+    let rotary = |g: &Graph| g.op_counts().get("RotaryEmbedding").copied().unwrap_or(0);
+    let g = export_block(&c, Miss::None);
+    let out = optimized(&g, KvCache::Genai);
+    assert_eq!(
+        (gqa_count(&out), rotary(&out)),
+        (1, 0),
+        "{:?}",
+        out.op_counts()
+    );
+    let mut inputs = feeds(&c, &[5, 5], 3);
+    inputs.retain(|name, _| g.inputs.iter().any(|i| &i.name == name));
+    for name in ["y", "present.0.key", "present.0.value"] {
+        assert!(difference(&g, &out, &inputs, name) <= 1e-4, "{name}");
+    }
+    // The mask is still read (GroupQueryAttention without the rotation); the rotation stays.
+    let g = export_block(&c, Miss::PositionsFromZero);
+    let out = optimized(&g, KvCache::Genai);
+    assert_eq!(
+        (gqa_count(&out), rotary(&out)),
+        (1, 2),
+        "{:?}",
+        out.op_counts()
+    );
 }

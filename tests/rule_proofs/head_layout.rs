@@ -762,3 +762,134 @@ fn merge_near_misses_stay() {
     );
     assert_same_values(&g, &out, rows);
 }
+
+/// `x` `[B, S, H·D]` → `Reshape(x, [B, S, H or −1, D])` → a per-head norm over the last axis
+/// (RMSNormalization, or LayerNormalization with a bias; weights `[D]` inputs) → Transpose
+/// `[0, 2, 1, 3]` → RotaryEmbedding → merged back into `y` (qwen3's q/k path); with
+/// `swap_rows` the split is `[S, B, H, D]` (constant), which is not a head view.
+fn per_head_norm_graph(c: &RotaryCase, layer: bool, swap_rows: bool) -> Graph {
+    norm_graph(c, layer, swap_rows, false)
+}
+
+/// [`per_head_norm_graph`], with the norm after the Transpose when `after` (gemma3's q/k
+/// path: `RMSNormalization(Transpose(Reshape(x)))`).
+fn norm_graph(c: &RotaryCase, layer: bool, swap_rows: bool, after: bool) -> Graph {
+    let (h, d) = (c.heads, c.head_dim);
+    let mut b = GraphBuilder::new("g");
+    let x = b.input("x", DType::F32, c.rows.shape(&[h * d]));
+    let half = if c.rotary_dim == 0 { d } else { c.rotary_dim } / 2;
+    let caches = if swap_rows {
+        Shape::new([c.rows.seq as i64, c.rows.batch as i64, half as i64])
+    } else {
+        c.rows.shape(&[half])
+    };
+    let cos = b.input("cos", DType::F32, caches.clone());
+    let sin = b.input("sin", DType::F32, caches);
+    let w = b.input("w", DType::F32, Shape::new([d as i64]));
+    let heads = if c.minus { -1 } else { h as i64 };
+    let shape = if swap_rows {
+        let (batch, seq) = (c.rows.batch as i64, c.rows.seq as i64);
+        b.const_i64(&[seq, batch, heads, d as i64])
+    } else {
+        reshape_target(&mut b, &x, c.split, c.rows, &[heads, d as i64])
+    };
+    let split = b.op("Reshape", &[&x, &shape], vec![]);
+    let split = if after {
+        b.op(
+            "Transpose",
+            &[&split],
+            vec![("perm", Attr::Ints(vec![0, 2, 1, 3]))],
+        )
+    } else {
+        split
+    };
+    let eps = ("epsilon", Attr::Float(1e-6));
+    let normed = if layer {
+        let bias = b.input("bias", DType::F32, Shape::new([d as i64]));
+        b.op(
+            "LayerNormalization",
+            &[&split, &w, &bias],
+            vec![("axis", Attr::Int(-1)), eps],
+        )
+    } else {
+        b.op(
+            "RMSNormalization",
+            &[&split, &w],
+            vec![("axis", Attr::Int(-1)), eps],
+        )
+    };
+    let v = if after {
+        normed
+    } else {
+        b.op(
+            "Transpose",
+            &[&normed],
+            vec![("perm", Attr::Ints(vec![0, 2, 1, 3]))],
+        )
+    };
+    let mut attrs = vec![("interleaved", Attr::Int(c.interleaved as i64))];
+    if c.rotary_dim > 0 {
+        attrs.push(("rotary_embedding_dim", Attr::Int(c.rotary_dim as i64)));
+    }
+    let rotated = b.op("RotaryEmbedding", &[&v, &cos, &sin], attrs);
+    b.output("y", DType::F32, c.rows.shape(&[h * d]));
+    merge(&mut b, &rotated, &x, c.merge, c.rows, h * d, "y");
+    b.finish()
+}
+
+/// Proves the per-head norm rule `name` with `rotary-on-3d-heads` and `heads-merged-back`,
+/// which then absorb the view it writes: no Transpose is left.
+fn prove_per_head_norm(name: &str, g: Graph, rows: Rows, seed: u64) -> Result<(), TestCaseError> {
+    let values = inputs(&g, rows, 0, seed);
+    let mut rules = rules_for(name);
+    rules.extend([rule("rotary-on-3d-heads"), rule("heads-merged-back")]);
+    prove_with(&rule(name), rules, "default", g, values, 0.0)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+    #[test]
+    fn per_head_rms_norm_as_view(c in rotary_case(), seed in any::<u64>()) {
+        prove_per_head_norm("per-head-rms-norm-as-view", per_head_norm_graph(&c, false, false), c.rows, seed)?;
+    }
+
+    #[test]
+    fn rms_norm_before_transpose(c in rotary_case(), seed in any::<u64>()) {
+        let g = norm_graph(&c, false, false, true);
+        let values = inputs(&g, c.rows, 0, seed);
+        let name = "rms-norm-before-transpose";
+        let mut rules = rules_for(name);
+        rules.extend(
+            ["per-head-rms-norm-as-view", "rotary-on-3d-heads", "heads-merged-back"].map(rule),
+        );
+        prove_with(&rule(name), rules, "default", g, values, 0.0)?;
+    }
+
+    #[test]
+    fn per_head_layer_norm_as_view(c in rotary_case(), seed in any::<u64>()) {
+        prove_per_head_norm("per-head-layer-norm-as-view", per_head_norm_graph(&c, true, false), c.rows, seed)?;
+    }
+}
+
+#[test]
+fn per_head_norm_needs_a_head_view() {
+    let c = base_rotary();
+    let g = per_head_norm_graph(&c, false, false);
+    let out = optimized(&g);
+    assert!(
+        !reads_views(&out, "RotaryEmbedding"),
+        "the base case is rewritten"
+    );
+    assert_same_values(&g, &out, c.rows);
+    // A Reshape that splits rows the other way ([S, B, H, D] of [B, S, H·D], B ≠ S): left.
+    let g = per_head_norm_graph(&c, true, true);
+    let out = optimized(&g);
+    assert!(reads_views(&out, "RotaryEmbedding"));
+    assert_same_values(&g, &out, c.rows);
+    // The norm after the Transpose is moved before it, then read the same way.
+    let g = norm_graph(&c, false, false, true);
+    let out = optimized(&g);
+    assert!(!reads_views(&out, "RotaryEmbedding"));
+    assert_same_values(&g, &out, c.rows);
+}

@@ -55,16 +55,35 @@ fn shape(dims: &[usize], seq_at: usize, symbolic: bool) -> Shape {
 /// Inputs `x` `[B, H, S, D]` and `f` `[B, S, w]` (the angles; `w` = D/2 unless given), output
 /// `y` `[B, H, S, D]` computed by `body(x, f)`; with random values for both.
 fn graph(
-    [b, h, s]: [usize; 3],
+    dims: [usize; 3],
     d: usize,
     w: usize,
     symbolic: bool,
     seed: u64,
     body: impl FnOnce(&mut GraphBuilder, &str, &str) -> String,
 ) -> (Graph, HashMap<String, Tensor>) {
+    graph_rows(dims, d, w, symbolic, false, seed, body)
+}
+
+/// [`graph`], with angles `f` `[1, S, w]` (one batch row, broadcast over `x`'s) when
+/// `one_row`.
+fn graph_rows(
+    [b, h, s]: [usize; 3],
+    d: usize,
+    w: usize,
+    symbolic: bool,
+    one_row: bool,
+    seed: u64,
+    body: impl FnOnce(&mut GraphBuilder, &str, &str) -> String,
+) -> (Graph, HashMap<String, Tensor>) {
     let mut gb = GraphBuilder::new("g");
     let x = gb.input("x", DType::F32, shape(&[b, h, s, d], 2, symbolic));
-    let f = gb.input("f", DType::F32, shape(&[b, s, w], 1, symbolic));
+    let rows = if one_row { 1 } else { b };
+    let mut f_shape = shape(&[rows, s, w], 1, symbolic);
+    if one_row {
+        f_shape.0[0] = Dim::Fixed(1);
+    }
+    let f = gb.input("f", DType::F32, f_shape);
     gb.output("y", DType::F32, shape(&[b, h, s, d], 2, symbolic));
     let y = body(&mut gb, &x, &f);
     gb.op_into("Identity", &[&y], vec![], "y");
@@ -76,7 +95,7 @@ fn graph(
         ),
         (
             "f".to_string(),
-            random_tensor(DType::F32, &[b, s, w], &mut rng),
+            random_tensor(DType::F32, &[rows, s, w], &mut rng),
         ),
     ]);
     (gb.finish(), values)
@@ -98,6 +117,13 @@ proptest! {
                 ..order
             };
             let (g, values) = graph(dims, d, d / 2, symbolic, seed, |b, x, f| {
+                rope(b, x, [f, f, f], d, &spelling)
+            });
+            prove_on(&spelling.rule(), "cpu", g, values, 1e-5)?;
+            // Angles of one batch row [1, S, D/2] (positions from the past length, as
+            // optimum's exports without position_ids compute them), broadcast over x's batch:
+            // the caches are expanded to it.
+            let (g, values) = graph_rows(dims, d, d / 2, symbolic, true, seed, |b, x, f| {
                 rope(b, x, [f, f, f], d, &spelling)
             });
             prove_on(&spelling.rule(), "cpu", g, values, 1e-5)?;

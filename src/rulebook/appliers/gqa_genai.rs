@@ -76,7 +76,7 @@ fn export_rotary_attention_to_gqa(g: &mut OnnxGraph, _: Site<'_>, vars: [Id; 18]
         && cos.frequencies == sin.frequencies
         && cos.frequencies_first == sin.frequencies_first
         && cos.dtype == sin.dtype;
-    if !same_angles {
+    if !same_angles || !past_positions_ok(g, &cos, q, pk) {
         return None;
     }
     let width = g[cos.frequencies]
@@ -97,6 +97,24 @@ fn export_rotary_attention_to_gqa(g: &mut OnnxGraph, _: Site<'_>, vars: [Id; 18]
         attention_mask,
         Some((interleaved, cos, sin)),
     )
+}
+
+/// Whether positions computed from the past length (`P + s`, [`PositionTable::past`]) are
+/// the ones the attention's tokens sit at: `P` the cache `pk`'s length and `S` the queries'
+/// (`q` `[B, S, ·]`), so token `s` is at `P + s`, which the contract makes its row's position
+/// on a first prompt (`P` = 0) and on steps whose rows are full. Positions from `position_ids`
+/// need nothing more.
+fn past_positions_ok(g: &OnnxGraph, read: &PositionTable, q: Id, pk: Id) -> bool {
+    let Some((past, seq)) = &read.past else {
+        return true;
+    };
+    let dim = |id: Id, axis: usize| {
+        g[id]
+            .data
+            .tensor()
+            .and_then(|t| t.shape.as_ref()?.get(axis).cloned())
+    };
+    dim(pk, 2).as_ref() == Some(past) && dim(q, 1).as_ref() == Some(seq)
 }
 
 /// The cache `read` describes, over positions `Range(0, T)` (`T` read from

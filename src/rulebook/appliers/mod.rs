@@ -18,6 +18,7 @@ mod moe;
 mod moe_clamped;
 mod norm_recognize;
 mod pack_qkv;
+mod per_head_norm;
 mod rotary_recognize;
 mod skip_layer_norm;
 mod skip_norm;
@@ -51,6 +52,18 @@ pub const APPLIERS: &[(&str, &dyn AnyApplier)] = &[
     (
         "attention-on-3d-heads-without-cache",
         &head_layout::ATTENTION_ON_3D_HEADS_WITHOUT_CACHE,
+    ),
+    (
+        "per-head-rms-norm-as-view",
+        &per_head_norm::PER_HEAD_RMS_NORM_AS_VIEW,
+    ),
+    (
+        "per-head-layer-norm-as-view",
+        &per_head_norm::PER_HEAD_LAYER_NORM_AS_VIEW,
+    ),
+    (
+        "rms-norm-before-transpose",
+        &per_head_norm::RMS_NORM_BEFORE_TRANSPOSE,
     ),
     ("skip-layer-norm", &skip_layer_norm::SKIP_LAYER_NORM),
     (

@@ -10,7 +10,7 @@ use crate::opt::analysis::OnnxGraph;
 use crate::opt::bind::{Applier, Site};
 use crate::opt::emit::Emit;
 use crate::opt::lang::Onnx;
-use crate::rulebook::recognize_rotary::{partial_split, rotary_table, HalfTable};
+use crate::rulebook::recognize_rotary::{partial_split, rotary_table_rows, HalfTable};
 
 pub(super) const ROTATE_HALF: Applier<3> = Applier::new(["?x", "?cos", "?sin"], rotate_half);
 pub(super) const PARTIAL_ROTATION: Applier<6> = Applier::new(
@@ -32,11 +32,55 @@ fn half_cache(g: &mut OnnxGraph, table: &HalfTable) -> Id {
 
 /// Reads `?x ?cos ?sin` of `x · cos + rotate_half(x) · sin` (proven by `rotate-half`):
 /// `RotaryEmbedding(x, cos_cache, sin_cache)`, the caches `[B, S, D/2]` (one half of each
-/// table), no `position_ids`, every attribute at its default (halves, rotate all of `D`).
+/// table; a table of one batch row expanded to `x`'s batch, [`batch_expanded`]), no
+/// `position_ids`, every attribute at its default (halves, rotate all of `D`).
 fn rotate_half(g: &mut OnnxGraph, _: Site<'_>, [x, cos, sin]: [Id; 3]) -> Option<Id> {
-    let (cos, sin) = (rotary_table(g, cos, x)?, rotary_table(g, sin, x)?);
-    let (cos, sin) = (half_cache(g, &cos), half_cache(g, &sin));
+    let (cos, sin) = (rotary_table_rows(g, cos, x)?, rotary_table_rows(g, sin, x)?);
+    let cos = batch_expanded(g, &cos, x)?;
+    let sin = batch_expanded(g, &sin, x)?;
     Some(Emit::new(g).op("RotaryEmbedding", &[x, cos, sin], &[]))
+}
+
+/// The half-width cache of `table`; when it has one batch row (`one_row`), that cache
+/// `[1, S, D/2]` expanded to `[B, S, D/2]` (`B` `x`'s batch, [`batch_shape`]): every row a
+/// copy of the one the factor broadcast.
+fn batch_expanded(g: &mut OnnxGraph, (table, one_row): &(HalfTable, bool), x: Id) -> Option<Id> {
+    let cache = half_cache(g, table);
+    if !one_row {
+        return Some(cache);
+    }
+    let shape = batch_shape(g, x)?;
+    Some(Emit::new(g).op("Expand", &[cache, shape], &[]))
+}
+
+/// `[B, 1, 1]` for `x`'s batch `B` (its first dim): a constant when `B` is a number, else
+/// `Concat(Shape(t; 0, 1), [1, 1])` of the graph input `t` of the lowest class whose first dim
+/// is the same symbol (`input_ids`, shared by every layer), or of `x` itself.
+fn batch_shape(g: &mut OnnxGraph, x: Id) -> Option<Id> {
+    let batch = g[x].data.tensor()?.shape.as_ref()?.first()?.clone();
+    if let Some(b) = batch.known() {
+        return Some(Emit::new(g).ints(&[b, 1, 1]));
+    }
+    let source = g
+        .classes()
+        .filter(|c| c.nodes.iter().any(|n| matches!(n, Onnx::Input(_))))
+        .filter(|c| {
+            c.data
+                .tensor()
+                .and_then(|t| t.shape.as_ref()?.first().cloned())
+                .is_some_and(|d| d == batch)
+        })
+        .map(|c| c.id)
+        .min()
+        .unwrap_or(x);
+    let mut e = Emit::new(g);
+    let rows = e.op(
+        "Shape",
+        &[source],
+        &[("start", AttrValue::Int(0)), ("end", AttrValue::Int(1))],
+    );
+    let ones = e.ints(&[1, 1]);
+    Some(e.op("Concat", &[rows, ones], &[("axis", AttrValue::Int(0))]))
 }
 
 /// Reads `?rot ?pass ?cos ?sin ?inter ?heads` of
