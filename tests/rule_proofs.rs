@@ -119,12 +119,22 @@ const PROOFS: &[(&str, &str)] = &[
     ),
     ("heads-merged-back", "head_layout::heads_merged_back"),
     ("split-then-reshaped", "head_layout::split_then_reshaped"),
+    ("split-of-unsqueezed", "head_layout::split_of_unsqueezed"),
+    (
+        "reshape-of-unsqueezed",
+        "head_layout::reshape_of_unsqueezed",
+    ),
+    (
+        "unsqueezed-single-head",
+        "head_layout::unsqueezed_single_head",
+    ),
     ("gemm-as-matmul-add", "gemm::gemm_as_matmul_add"),
     ("erf-gelu", "gelu_fusions"),
     ("erf-gelu-half-first", "gelu_fusions"),
     ("erf-gelu-half-inside", "gelu_fusions"),
     ("tanh-gelu-half-first", "gelu_fusions"),
     ("tanh-gelu", "gelu_fusions"),
+    ("tanh-gelu-cubed-by-products", "gelu_fusions"),
     ("bias-gelu", "biased_gelu_fusions"),
     ("fast-gelu", "biased_gelu_fusions"),
     ("bias-gelu-body", "contrib_gelu_bodies"),
@@ -1375,6 +1385,23 @@ fn decomposed_gelu(shape: &[usize], form: &str) -> Graph {
         b.op_into("Mul", &[&halved, &plus], vec![], "y");
         return b.finish();
     }
+    if form == "tanh-products" {
+        // ½ · (x · (1 + tanh(√(2/π) · (x + 0.044715 · (x · (x · x)))))), constants first.
+        let (c4, c5) = (
+            scalar(&mut b, (2.0f32 / std::f32::consts::PI).sqrt()),
+            scalar(&mut b, 0.044715),
+        );
+        let square = b.op("Mul", &[&x, &x], vec![]);
+        let cube = b.op("Mul", &[&x, &square], vec![]);
+        let scaled = b.op("Mul", &[&c5, &cube], vec![]);
+        let sum = b.op("Add", &[&x, &scaled], vec![]);
+        let arg = b.op("Mul", &[&c4, &sum], vec![]);
+        let t = b.op("Tanh", &[&arg], vec![]);
+        let plus = b.op("Add", &[&one, &t], vec![]);
+        let prod = b.op("Mul", &[&x, &plus], vec![]);
+        b.op_into("Mul", &[&half, &prod], vec![], "y");
+        return b.finish();
+    }
     let inner = if form == "tanh" {
         let (c4, c5, c6) = (
             scalar(&mut b, (2.0f32 / std::f32::consts::PI).sqrt()),
@@ -1419,6 +1446,7 @@ proptest! {
             ("erf-gelu-half-inside", "erf-half-inside"),
             ("tanh-gelu", "tanh"),
             ("tanh-gelu-half-first", "tanh-half-first"),
+            ("tanh-gelu-cubed-by-products", "tanh-products"),
         ] {
             let inputs = HashMap::from([("x".to_string(), x.clone())]);
             prove_on(rule, "default", decomposed_gelu(&shape, form), inputs, 1e-5)?;

@@ -68,12 +68,31 @@ impl Workload {
         }
     }
 
+    /// The size of one term of a symbolic sum: the product of its `*` factors, integers as
+    /// written and names sized by `named` (else [`Workload::term`]), so the flattened rows
+    /// `batch_size*sequence_length` of a Gemm count `batch · sequence`, not `batch`.
+    fn product(&self, term: &str, named: impl Fn(&str) -> Option<i64>) -> i64 {
+        term.split('*')
+            .map(str::trim)
+            .map(|f| {
+                f.parse::<i64>()
+                    .ok()
+                    .or_else(|| named(f))
+                    .unwrap_or_else(|| self.term(f))
+            })
+            .fold(1i64, i64::saturating_mul)
+    }
+
     /// The size of one dim under this workload (unknown dims count 1).
     pub fn dim(&self, d: &SymDim) -> i64 {
         match d {
             SymDim::Known(v) => *v,
             SymDim::Unknown => 1,
-            SymDim::Sym(s) => s.as_str().split(" + ").map(|t| self.term(t)).sum(),
+            SymDim::Sym(s) => s
+                .as_str()
+                .split(" + ")
+                .map(|t| self.product(t, |_| None))
+                .sum(),
         }
     }
 
@@ -206,10 +225,9 @@ impl<'a> CostModel<'a> {
                 self.dims.get(name).copied().unwrap_or_else(|| {
                     name.split(" + ")
                         .map(|t| {
-                            self.dims
-                                .get(t)
-                                .copied()
-                                .unwrap_or_else(|| self.workload.term(t))
+                            self.dims.get(t).copied().unwrap_or_else(|| {
+                                self.workload.product(t, |f| self.dims.get(f).copied())
+                            })
                         })
                         .sum()
                 })
@@ -411,5 +429,24 @@ impl<'a> CostModel<'a> {
             flops,
             bound,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn symbolic_products_multiply_their_factors() {
+        let w = Workload {
+            batch: 2,
+            sequence: 128,
+            past: 7,
+        };
+        let d = |s: &str| w.dim(&SymDim::Sym(Symbol::from(s)));
+        assert_eq!(d("batch_size*sequence_length"), 256);
+        assert_eq!(d("2*sequence_length"), 256);
+        assert_eq!(d("past_sequence_length + sequence_length"), 135);
+        assert_eq!(d("sequence_length + -1"), 127);
     }
 }

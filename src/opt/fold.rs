@@ -78,6 +78,7 @@ pub fn fold(op: &str, inputs: &[&Literal], attr: &Attrs<'_>) -> Option<Literal> 
             }
         }
         ("Add" | "Sub" | "Mul" | "Div", [a, b]) => arith(op, a, b)?,
+        ("Sqrt", [x]) => sqrt(x)?,
         _ => return None,
     };
     (numel(&out.shape) <= MAX_OUTPUT_ELEMS).then_some(out)
@@ -205,6 +206,19 @@ fn arith(op: &str, a: &Literal, b: &Literal) -> Option<Literal> {
     from_f64(&values?, a.dtype, shape)
 }
 
+/// Elementwise square root of an f32 tensor (as GPT-2's export computes its attention scale
+/// from the head size: `Sqrt(1 / Sqrt(Cast(D)))`). Computed in f64 and rounded once to f32,
+/// which is exactly f32's correctly rounded `sqrt` (f64 carries more than 2·24 + 2 bits, so
+/// the double rounding cannot differ), as onnxruntime's kernel computes it; negative values
+/// give NaN as there.
+fn sqrt(x: &Literal) -> Option<Literal> {
+    if x.dtype != DType::F32 {
+        return None;
+    }
+    let values: Vec<f64> = values_f64(x)?.into_iter().map(f64::sqrt).collect();
+    from_f64(&values, DType::F32, x.shape.clone())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -278,6 +292,22 @@ mod tests {
         let to_f32 = Attrs::new([("to", &one)]);
         let f = fold("Cast", &[&ints(vec![1], &[3])], &to_f32).unwrap();
         assert_eq!(f.dtype, DType::F32);
+    }
+
+    #[test]
+    fn square_roots_of_f32_are_correctly_rounded() {
+        let f32s = |v: &[f32]| Literal {
+            dtype: DType::F32,
+            shape: vec![v.len()],
+            bytes: v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        };
+        let xs = [16.0f32, 0.25, 2.0, 3.0, 1e-30, 7.123_456, 0.0];
+        let folded = fold("Sqrt", &[&f32s(&xs)], &Attrs::default()).unwrap();
+        let want: Vec<f32> = xs.iter().map(|x| x.sqrt()).collect();
+        assert_eq!(folded, f32s(&want));
+        let root = fold("Sqrt", &[&f32s(&[-1.0])], &Attrs::default()).unwrap();
+        assert!(f32::from_le_bytes(root.bytes[..4].try_into().unwrap()).is_nan());
+        assert!(fold("Sqrt", &[&ints(vec![1], &[4])], &Attrs::default()).is_none());
     }
 
     #[test]

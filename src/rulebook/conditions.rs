@@ -48,6 +48,10 @@ pub const CONDITIONS: &[(&str, &dyn AnyCondition)] = &[
         &Condition(head_layout::split_then_reshaped),
     ),
     (
+        "target-copies-no-dim",
+        &Condition(head_layout::target_copies_no_dim),
+    ),
+    (
         "gemm-is-matmul-add",
         &Condition(recognize_gemm::gemm_is_matmul_add),
     ),
@@ -62,6 +66,10 @@ pub const CONDITIONS: &[(&str, &dyn AnyCondition)] = &[
     ("skip-fits-input", &Condition(skip_fits_input)),
     ("stash-is-float", &Condition(stash_is_float)),
     ("tanh-gelu-constants", &Condition(tanh_gelu_constants)),
+    (
+        "tanh-gelu-product-constants",
+        &Condition(tanh_gelu_product_constants),
+    ),
     ("softmax-over-last-axis", &Condition(softmax_over_last_axis)),
     ("is-float-zero", &Condition(is_float_zero)),
 ];
@@ -167,6 +175,15 @@ fn tanh_gelu_constants(g: &OnnxGraph, [c2, c3, c4, c5, c6]: [Id; 5]) -> bool {
         && near(g, c4, (2.0 / std::f64::consts::PI).sqrt())
         && near(g, c5, 0.044715)
         && near(g, c6, 3.0)
+}
+
+/// `?c2 ?c3 ?c4 ?c5`: the constants of the tanh GELU whose cube is written as products
+/// (`x · (x · x)`, no exponent): 1, ½, √(2/π), 0.044715, as [`tanh_gelu_constants`] reads them.
+fn tanh_gelu_product_constants(g: &OnnxGraph, [c2, c3, c4, c5]: [Id; 4]) -> bool {
+    near(g, c2, 1.0)
+        && near(g, c3, 0.5)
+        && near(g, c4, (2.0 / std::f64::consts::PI).sqrt())
+        && near(g, c5, 0.044715)
 }
 
 /// `?approximate`: a `Gelu`'s `approximate` attribute selects the exact (erf) form.

@@ -20,6 +20,7 @@ mod rotary_recognize;
 mod skip_layer_norm;
 mod skip_norm;
 mod transpose;
+mod unsqueezed_heads;
 
 use super::decompose::{attention, range, rms_norm, rotary, scatter};
 use crate::opt::bind::AnyApplier;
@@ -45,6 +46,14 @@ pub const APPLIERS: &[(&str, &dyn AnyApplier)] = &[
     (
         "attention-on-3d-heads-without-cache",
         &head_layout::ATTENTION_ON_3D_HEADS_WITHOUT_CACHE,
+    ),
+    (
+        "split-of-unsqueezed",
+        &unsqueezed_heads::SPLIT_OF_UNSQUEEZED,
+    ),
+    (
+        "unsqueezed-single-head",
+        &unsqueezed_heads::UNSQUEEZED_SINGLE_HEAD,
     ),
     ("skip-layer-norm", &skip_layer_norm::SKIP_LAYER_NORM),
     (
