@@ -207,6 +207,10 @@ const PROOFS: &[(&str, &str)] = &[
         "attention_recognize::guarded_sdpa_to_attention",
     ),
     (
+        "masked-scores-to-attention",
+        "attention_recognize::masked_scores_to_attention",
+    ),
+    (
         "transposed-key-through-3d",
         "attention_recognize::transposed_key_through_3d",
     ),

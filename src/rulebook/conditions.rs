@@ -72,6 +72,7 @@ pub const CONDITIONS: &[(&str, &dyn AnyCondition)] = &[
     ),
     ("softmax-over-last-axis", &Condition(softmax_over_last_axis)),
     ("is-float-zero", &Condition(is_float_zero)),
+    ("is-lowest-float", &Condition(is_lowest_float)),
 ];
 
 /// `?x ?to`: casting `?x` to type code `?to` does not change its dtype.
@@ -228,6 +229,12 @@ fn softmax_over_last_axis(g: &OnnxGraph, [axis, x]: [Id; 2]) -> bool {
 /// `?c`: a one-element float constant equal to zero.
 fn is_float_zero(g: &OnnxGraph, [c]: [Id; 1]) -> bool {
     scalar_float(g, c) == Some(0.0)
+}
+
+/// `?c`: a one-element float constant at or below −FLT_MAX (−FLT_MAX or −inf: what exporters
+/// fill masked scores with).
+fn is_lowest_float(g: &OnnxGraph, [c]: [Id; 1]) -> bool {
+    scalar_float(g, c).is_some_and(|v| v <= -(f32::MAX as f64))
 }
 
 #[cfg(test)]

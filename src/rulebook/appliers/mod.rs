@@ -36,6 +36,10 @@ pub const APPLIERS: &[(&str, &dyn AnyApplier)] = &[
     ),
     ("sdpa-to-attention", &attention_recognize::SDPA_TO_ATTENTION),
     (
+        "masked-scores-to-attention",
+        &attention_recognize::MASKED_SCORES_TO_ATTENTION,
+    ),
+    (
         "transposed-key-through-3d",
         &attention_recognize::TRANSPOSED_KEY_THROUGH_3D,
     ),
