@@ -218,6 +218,8 @@ const PROOFS: &[(&str, &str)] = &[
     ("cast-to-own-dtype", "cast_to_own_dtype"),
     ("reshape-to-own-shape", "reshape_to_own_shape"),
     ("squeeze-of-unsqueeze", "squeeze_of_unsqueeze"),
+    ("slice-of-shape", "slice_of_shape"),
+    ("slice-of-shape-on-axis", "slice_of_shape"),
     (
         "decompose-rotary-embedding",
         "lowering::decompose_rotary_embedding",
@@ -644,6 +646,41 @@ proptest! {
         let s = b.op("Squeeze", &[&u, &axes], vec![]);
         b.op_into("Neg", &[&s], vec![], "y");
         prove("squeeze-of-unsqueeze", b.finish(), random_tensor(DType::F32, &shape, &mut Rng::new(seed)))?;
+    }
+
+    /// `Slice(Shape(x), [s], [e][, [axis]])` of an x whose first dim is named (so the shape
+    /// is not a constant), bounds anywhere from before the first axis to past the last.
+    #[test]
+    fn slice_of_shape(
+        shape in shape_strategy(4),
+        (start, end) in (-6i64..6, prop_oneof![-6i64..6, Just(i64::MAX)]),
+        axes in prop_oneof![Just(None), Just(Some(0i64)), Just(Some(-1))],
+        seed in any::<u64>(),
+    ) {
+        let rank = shape.len() as i64;
+        let norm = |v: i64| if v < 0 { (v + rank).max(0) } else { v.min(rank) };
+        let (from, to) = (norm(start), norm(end));
+        // The named first dim must be kept: a slice of known dims is a constant either way.
+        prop_assume!(from == 0 && to > 0);
+        let mut b = GraphBuilder::new("g");
+        let mut dims_x = dims(&shape);
+        dims_x.0[0] = mobius::ir::Dim::Sym("batch".into());
+        let x = b.input("x", DType::F32, dims_x);
+        b.output("y", DType::I64, dims(&[(to - from) as usize]));
+        let s = b.op("Shape", &[&x], vec![]);
+        let (st, en) = (b.const_i64(&[start]), b.const_i64(&[end]));
+        let name = match axes {
+            None => {
+                b.op_into("Slice", &[&s, &st, &en], vec![], "y");
+                "slice-of-shape"
+            }
+            Some(a) => {
+                let a = b.const_i64(&[a]);
+                b.op_into("Slice", &[&s, &st, &en, &a], vec![], "y");
+                "slice-of-shape-on-axis"
+            }
+        };
+        prove(name, b.finish(), random_tensor(DType::F32, &shape, &mut Rng::new(seed)))?;
     }
 }
 

@@ -304,6 +304,22 @@ impl<'a> CostModel<'a> {
         body.graph().nodes.len() as f64 * steps as f64
     }
 
+    /// Whether the attributes set on `op` exist at the opset the model may declare: `Shape`'s
+    /// `start` and `end` appeared in opset 15 (a rule may set them on a model that declares an
+    /// older opset and keeps it).
+    fn attributes_declarable(&self, egraph: &OnnxGraph, op: &OpNode) -> bool {
+        if op.op.as_str() != "Shape"
+            || !op.domain_and_type().0.is_empty()
+            || self.opset_ceiling >= 15
+        {
+            return true;
+        }
+        ["start", "end"].iter().all(|name| {
+            op.attr_id(name)
+                .is_none_or(|a| matches!(egraph[a].data.attr(), None | Some(AttrValue::Unset)))
+        })
+    }
+
     /// The cost of choosing `node` for `class` (children not included): the time of
     /// [`CostModel::estimate`].
     pub fn node_cost(&self, egraph: &OnnxGraph, class: Id, node: &Onnx) -> f64 {
@@ -327,7 +343,9 @@ impl<'a> CostModel<'a> {
                 .filter_map(|&i| egraph[i].data.tensor())
         };
         let dtype = outputs.first().and_then(|t| t.dtype);
-        if !self.supports(op, dtype, inputs().next().and_then(|t| t.rank())) {
+        if !self.supports(op, dtype, inputs().next().and_then(|t| t.rank()))
+            || !self.attributes_declarable(egraph, op)
+        {
             return Estimate::fixed(f64::INFINITY, Bound::Unsupported);
         }
         let name = op.op.as_str();

@@ -17,6 +17,7 @@ mod moe_clamped;
 mod norm_recognize;
 mod pack_qkv;
 mod rotary_recognize;
+mod shape_slice;
 mod skip_layer_norm;
 mod skip_norm;
 mod transpose;
@@ -28,6 +29,11 @@ use crate::opt::bind::AnyApplier;
 /// The appliers, by the name rule files give them.
 pub const APPLIERS: &[(&str, &dyn AnyApplier)] = &[
     ("compose-transposes", &transpose::COMPOSE_TRANSPOSES),
+    ("slice-of-shape", &shape_slice::SLICE_OF_SHAPE),
+    (
+        "slice-of-shape-on-axis",
+        &shape_slice::SLICE_OF_SHAPE_ON_AXIS,
+    ),
     ("rms-norm-unit", &norm_recognize::RMS_NORM_UNIT),
     ("layer-norm-unit", &norm_recognize::LAYER_NORM_UNIT),
     (
