@@ -133,6 +133,15 @@ const PROOFS: &[(&str, &str)] = &[
         "head_layout::rms_norm_before_transpose",
     ),
     ("split-then-reshaped", "head_layout::split_then_reshaped"),
+    ("split-of-unsqueezed", "head_layout::split_of_unsqueezed"),
+    (
+        "reshape-of-unsqueezed",
+        "head_layout::reshape_of_unsqueezed",
+    ),
+    (
+        "unsqueezed-single-head",
+        "head_layout::unsqueezed_single_head",
+    ),
     ("gemm-as-matmul-add", "gemm::gemm_as_matmul_add"),
     ("erf-gelu", "gelu_fusions"),
     ("erf-gelu-half-first", "gelu_fusions"),
@@ -212,6 +221,10 @@ const PROOFS: &[(&str, &str)] = &[
         "attention_recognize::guarded_sdpa_to_attention",
     ),
     (
+        "masked-scores-to-attention",
+        "attention_recognize::masked_scores_to_attention",
+    ),
+    (
         "transposed-key-through-3d",
         "attention_recognize::transposed_key_through_3d",
     ),
@@ -231,6 +244,8 @@ const PROOFS: &[(&str, &str)] = &[
     ("castlike-to-cast", "castlike_to_cast"),
     ("reshape-to-own-shape", "reshape_to_own_shape"),
     ("squeeze-of-unsqueeze", "squeeze_of_unsqueeze"),
+    ("slice-of-shape", "slice_of_shape"),
+    ("slice-of-shape-on-axis", "slice_of_shape"),
     (
         "decompose-rotary-embedding",
         "lowering::decompose_rotary_embedding",
@@ -728,6 +743,41 @@ proptest! {
         let s = b.op("Squeeze", &[&u, &axes], vec![]);
         b.op_into("Neg", &[&s], vec![], "y");
         prove("squeeze-of-unsqueeze", b.finish(), random_tensor(DType::F32, &shape, &mut Rng::new(seed)))?;
+    }
+
+    /// `Slice(Shape(x), [s], [e][, [axis]])` of an x whose first dim is named (so the shape
+    /// is not a constant), bounds anywhere from before the first axis to past the last.
+    #[test]
+    fn slice_of_shape(
+        shape in shape_strategy(4),
+        (start, end) in (-6i64..6, prop_oneof![-6i64..6, Just(i64::MAX)]),
+        axes in prop_oneof![Just(None), Just(Some(0i64)), Just(Some(-1))],
+        seed in any::<u64>(),
+    ) {
+        let rank = shape.len() as i64;
+        let norm = |v: i64| if v < 0 { (v + rank).max(0) } else { v.min(rank) };
+        let (from, to) = (norm(start), norm(end));
+        // The named first dim must be kept: a slice of known dims is a constant either way.
+        prop_assume!(from == 0 && to > 0);
+        let mut b = GraphBuilder::new("g");
+        let mut dims_x = dims(&shape);
+        dims_x.0[0] = mobius::ir::Dim::Sym("batch".into());
+        let x = b.input("x", DType::F32, dims_x);
+        b.output("y", DType::I64, dims(&[(to - from) as usize]));
+        let s = b.op("Shape", &[&x], vec![]);
+        let (st, en) = (b.const_i64(&[start]), b.const_i64(&[end]));
+        let name = match axes {
+            None => {
+                b.op_into("Slice", &[&s, &st, &en], vec![], "y");
+                "slice-of-shape"
+            }
+            Some(a) => {
+                let a = b.const_i64(&[a]);
+                b.op_into("Slice", &[&s, &st, &en, &a], vec![], "y");
+                "slice-of-shape-on-axis"
+            }
+        };
+        prove(name, b.finish(), random_tensor(DType::F32, &shape, &mut Rng::new(seed)))?;
     }
 }
 
@@ -1489,6 +1539,23 @@ fn decomposed_gelu(shape: &[usize], form: &str) -> Graph {
         let plus = b.op("Add", &[&t, &one], vec![]);
         let halved = b.op("Mul", &[&x, &half], vec![]);
         b.op_into("Mul", &[&halved, &plus], vec![], "y");
+        return b.finish();
+    }
+    if form == "tanh-products" {
+        // ½ · (x · (1 + tanh(√(2/π) · (x + 0.044715 · (x · (x · x)))))), constants first.
+        let (c4, c5) = (
+            scalar(&mut b, (2.0f32 / std::f32::consts::PI).sqrt()),
+            scalar(&mut b, 0.044715),
+        );
+        let square = b.op("Mul", &[&x, &x], vec![]);
+        let cube = b.op("Mul", &[&x, &square], vec![]);
+        let scaled = b.op("Mul", &[&c5, &cube], vec![]);
+        let sum = b.op("Add", &[&x, &scaled], vec![]);
+        let arg = b.op("Mul", &[&c4, &sum], vec![]);
+        let t = b.op("Tanh", &[&arg], vec![]);
+        let plus = b.op("Add", &[&one, &t], vec![]);
+        let prod = b.op("Mul", &[&x, &plus], vec![]);
+        b.op_into("Mul", &[&half, &prod], vec![], "y");
         return b.finish();
     }
     let inner = if form == "tanh" {

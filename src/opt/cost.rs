@@ -68,12 +68,31 @@ impl Workload {
         }
     }
 
+    /// The size of one term of a symbolic sum: the product of its `*` factors, integers as
+    /// written and names sized by `named` (else [`Workload::term`]), so the flattened rows
+    /// `batch_size*sequence_length` of a Gemm count `batch · sequence`, not `batch`.
+    fn product(&self, term: &str, named: impl Fn(&str) -> Option<i64>) -> i64 {
+        term.split('*')
+            .map(str::trim)
+            .map(|f| {
+                f.parse::<i64>()
+                    .ok()
+                    .or_else(|| named(f))
+                    .unwrap_or_else(|| self.term(f))
+            })
+            .fold(1i64, i64::saturating_mul)
+    }
+
     /// The size of one dim under this workload (unknown dims count 1).
     pub fn dim(&self, d: &SymDim) -> i64 {
         match d {
             SymDim::Known(v) => *v,
             SymDim::Unknown => 1,
-            SymDim::Sym(s) => s.as_str().split(" + ").map(|t| self.term(t)).sum(),
+            SymDim::Sym(s) => s
+                .as_str()
+                .split(" + ")
+                .map(|t| self.product(t, |_| None))
+                .sum(),
         }
     }
 
@@ -206,10 +225,9 @@ impl<'a> CostModel<'a> {
                 self.dims.get(name).copied().unwrap_or_else(|| {
                     name.split(" + ")
                         .map(|t| {
-                            self.dims
-                                .get(t)
-                                .copied()
-                                .unwrap_or_else(|| self.workload.term(t))
+                            self.dims.get(t).copied().unwrap_or_else(|| {
+                                self.workload.product(t, |f| self.dims.get(f).copied())
+                            })
                         })
                         .sum()
                 })
@@ -286,6 +304,22 @@ impl<'a> CostModel<'a> {
         body.graph().nodes.len() as f64 * steps as f64
     }
 
+    /// Whether the attributes set on `op` exist at the opset the model may declare: `Shape`'s
+    /// `start` and `end` appeared in opset 15 (a rule may set them on a model that declares an
+    /// older opset and keeps it).
+    fn attributes_declarable(&self, egraph: &OnnxGraph, op: &OpNode) -> bool {
+        if op.op.as_str() != "Shape"
+            || !op.domain_and_type().0.is_empty()
+            || self.opset_ceiling >= 15
+        {
+            return true;
+        }
+        ["start", "end"].iter().all(|name| {
+            op.attr_id(name)
+                .is_none_or(|a| matches!(egraph[a].data.attr(), None | Some(AttrValue::Unset)))
+        })
+    }
+
     /// The cost of choosing `node` for `class` (children not included): the time of
     /// [`CostModel::estimate`].
     pub fn node_cost(&self, egraph: &OnnxGraph, class: Id, node: &Onnx) -> f64 {
@@ -309,7 +343,9 @@ impl<'a> CostModel<'a> {
                 .filter_map(|&i| egraph[i].data.tensor())
         };
         let dtype = outputs.first().and_then(|t| t.dtype);
-        if !self.supports(op, dtype, inputs().next().and_then(|t| t.rank())) {
+        if !self.supports(op, dtype, inputs().next().and_then(|t| t.rank()))
+            || !self.attributes_declarable(egraph, op)
+        {
             return Estimate::fixed(f64::INFINITY, Bound::Unsupported);
         }
         let name = op.op.as_str();
@@ -411,5 +447,24 @@ impl<'a> CostModel<'a> {
             flops,
             bound,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn symbolic_products_multiply_their_factors() {
+        let w = Workload {
+            batch: 2,
+            sequence: 128,
+            past: 7,
+        };
+        let d = |s: &str| w.dim(&SymDim::Sym(Symbol::from(s)));
+        assert_eq!(d("batch_size*sequence_length"), 256);
+        assert_eq!(d("2*sequence_length"), 256);
+        assert_eq!(d("past_sequence_length + sequence_length"), 135);
+        assert_eq!(d("sequence_length + -1"), 127);
     }
 }

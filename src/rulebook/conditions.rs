@@ -52,6 +52,10 @@ pub const CONDITIONS: &[(&str, &dyn AnyCondition)] = &[
         &Condition(head_layout::split_then_reshaped),
     ),
     (
+        "target-copies-no-dim",
+        &Condition(head_layout::target_copies_no_dim),
+    ),
+    (
         "gemm-is-matmul-add",
         &Condition(recognize_gemm::gemm_is_matmul_add),
     ),

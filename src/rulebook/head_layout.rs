@@ -208,3 +208,14 @@ pub fn last_axis_norm_through_transpose(g: &OnnxGraph, [y, p, w, axis]: [Id; 4])
     let w_ok = g[w].data.tensor().and_then(|t| t.rank()) == Some(1);
     rank > 0 && axis_ok && perm_ok && w_ok
 }
+
+/// `?shape ?allowzero`: a Reshape to `shape` gives the same result for any input of the same
+/// elements in the same order: the target is read ([`shape_value`]) and has no 0 that would
+/// copy an input dim (or `allowzero` is set, and a 0 is a 0). A −1 is resolved from the element
+/// count, which every such input shares.
+pub fn target_copies_no_dim(g: &OnnxGraph, [shape, allowzero]: [Id; 2]) -> bool {
+    let Some(copies) = zero_copies(g, allowzero) else {
+        return false;
+    };
+    shape_value(g, shape).is_some_and(|v| !copies || !v.contains(&SymDim::Known(0)))
+}

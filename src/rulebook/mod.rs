@@ -141,6 +141,10 @@ pub const RULE_FILES: &[(&str, &str)] = &[
         include_str!("../../rewrites/cleanup/algebraic.rules"),
     ),
     (
+        "cleanup/shape_slice.rules",
+        include_str!("../../rewrites/cleanup/shape_slice.rules"),
+    ),
+    (
         "cleanup/identity.rules",
         include_str!("../../rewrites/cleanup/identity.rules"),
     ),

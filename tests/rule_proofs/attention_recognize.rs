@@ -31,6 +31,12 @@ struct Case {
     guard: bool,
     /// The bias broadcasts over heads (`[B, 1, S, T]`) or is full (`[B, H, S, T]`).
     bias_per_head: bool,
+    /// One kv head broadcast over the query heads by the MatMuls (no `repeat_kv`; Falcon's
+    /// multi-query export): `kv_heads` 1, q with `n_rep` heads.
+    broadcast: bool,
+    /// The scores masked by a boolean input `keep` `[1, 1, S, T]` (−FLT_MAX where it is false)
+    /// before the bias is added (GPT-Neo); never with the NaN guard.
+    keep: bool,
 }
 
 fn case() -> impl Strategy<Value = Case> {
@@ -46,19 +52,19 @@ fn case() -> impl Strategy<Value = Case> {
             any::<bool>(),
             0.05f32..2.0,
         ),
-        (any::<bool>(), any::<bool>()),
+        (any::<bool>(), any::<bool>(), any::<bool>()),
     )
         .prop_map(
             |(
                 (batch, seq, past),
                 (kv_heads, n_rep, head_dim),
                 (split, divide, scale),
-                (guard, per_head),
+                (guard, per_head, broadcast),
             )| Case {
                 batch,
                 seq,
                 past,
-                kv_heads,
+                kv_heads: if broadcast { 1 } else { kv_heads },
                 n_rep,
                 head_dim,
                 split_scale: split,
@@ -66,6 +72,8 @@ fn case() -> impl Strategy<Value = Case> {
                 scale,
                 guard,
                 bias_per_head: per_head,
+                broadcast,
+                keep: false,
             },
         )
 }
@@ -120,7 +128,7 @@ fn sdpa_graph(c: &Case, miss: Miss) -> Graph {
     let k = cached(&mut b, &k_new, "past_key", "present_key");
     let v = cached(&mut b, &v_new, "past_value", "present_value");
     let repeat = |b: &mut GraphBuilder, x: &str, width: usize| {
-        if c.n_rep == 1 {
+        if c.n_rep == 1 || c.broadcast {
             return x.to_string();
         }
         let axis = if miss == Miss::RepeatOnAxis1 { 1 } else { 2 };
@@ -165,6 +173,13 @@ fn sdpa_graph(c: &Case, miss: Miss) -> Graph {
             b.op(if c.divide { "Div" } else { "Mul" }, &[&raw, &cs], vec![])
         }
     };
+    let scores = if c.keep {
+        let keep = b.input("keep", DType::Bool, dims(&[1, 1, s, t]));
+        let fill = scalar(&mut b, -f32::MAX);
+        b.op("Where", &[&keep, &scores, &fill], vec![])
+    } else {
+        scores
+    };
     let biased = b.op("Add", &[&scores, &bias], vec![]);
     let axis = if miss == Miss::SoftmaxAxis { 2 } else { -1 };
     let p = b.op("Softmax", &[&biased], vec![("axis", Attr::Int(axis))]);
@@ -196,6 +211,14 @@ fn inputs(g: &Graph, seed: u64) -> HashMap<String, Tensor> {
                     _ => unreachable!("proof graphs have static shapes"),
                 })
                 .collect();
+            if v.name == "keep" {
+                // Every query row keeps key 0 (a row with no key kept is a fully masked row,
+                // where Attention and the decomposition differ, see the rule file).
+                let t = *shape.last().unwrap();
+                let n = shape.iter().product::<usize>();
+                let values = (0..n).map(|i| i % t == 0 || rng.below(2) == 1).collect();
+                return (v.name.clone(), Tensor::bool(shape, values));
+            }
             (v.name.clone(), random_tensor(v.dtype, &shape, &mut rng))
         })
         .collect()
@@ -203,7 +226,9 @@ fn inputs(g: &Graph, seed: u64) -> HashMap<String, Tensor> {
 
 /// The rule that recognises case `c`.
 fn rule_of(c: &Case) -> &'static str {
-    if c.guard {
+    if c.keep {
+        "masked-scores-to-attention"
+    } else if c.guard {
         "guarded-sdpa-to-attention"
     } else {
         "sdpa-to-attention"
@@ -263,6 +288,14 @@ proptest! {
     }
 
     #[test]
+    fn masked_scores_to_attention(mut c in case(), seed in any::<u64>()) {
+        c.guard = false;
+        c.keep = true;
+        let g = sdpa_graph(&c, Miss::None);
+        prove_on(rule_of(&c), "default", g.clone(), inputs(&g, seed), 1e-4)?;
+    }
+
+    #[test]
     fn transposed_key_through_3d(batch in 1usize..3, heads in 1usize..4, t in 1usize..5, d in 1usize..5, computed in any::<bool>(), seed in any::<u64>()) {
         let g = key_through_3d(batch, heads, t, d, computed);
         prove_on("transposed-key-through-3d", "default", g.clone(), inputs(&g, seed), 0.0)?;
@@ -315,6 +348,8 @@ fn near_misses_are_not_rewritten() {
         scale: 0.25,
         guard: true,
         bias_per_head: false,
+        broadcast: false,
+        keep: false,
     };
     assert_eq!(
         attentions(&sdpa_graph(&base, Miss::None)),

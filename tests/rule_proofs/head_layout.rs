@@ -893,3 +893,171 @@ fn per_head_norm_needs_a_head_view() {
     assert!(!reads_views(&out, "RotaryEmbedding"));
     assert_same_values(&g, &out, c.rows);
 }
+
+/// One multi-query case (GPT-BigCode's export): `qkv [B, S, (Hq + 2)·D]` unsqueezed to
+/// `[B, 1, S, ·]` and split on its last axis; q viewed as `Hq` heads (target computed from
+/// `Shape(qkv)`, or numbers), one key and one value head, a cache of `past` positions.
+#[derive(Debug, Clone, Copy)]
+struct MultiQueryCase {
+    rows: Rows,
+    q_heads: usize,
+    head_dim: usize,
+    past: usize,
+    computed: bool,
+    minus: bool,
+}
+
+fn multi_query_case() -> impl Strategy<Value = MultiQueryCase> {
+    (
+        (1usize..3, 1usize..4, any::<bool>()),
+        (1usize..4, 1usize..4, 0usize..3),
+        (any::<bool>(), any::<bool>()),
+    )
+        .prop_map(
+            |((batch, seq, symbolic), (q_heads, head_dim, past), (computed, minus))| {
+                MultiQueryCase {
+                    rows: Rows {
+                        batch,
+                        seq,
+                        symbolic,
+                    },
+                    q_heads,
+                    head_dim,
+                    past,
+                    // Named batch and sequence can only be read from Shape.
+                    computed: computed || symbolic,
+                    minus,
+                }
+            },
+        )
+}
+
+/// The graph of a [`MultiQueryCase`]: the 4-D Attention over the split, its output merged back
+/// to `[B, S, Hq·D]`, the presents as outputs. With `separate`, q, k and v are separate inputs
+/// instead (`[B, S, Hq·D]`, and `[B, S, D]` each unsqueezed at axis 1), nothing split.
+fn multi_query_graph(c: &MultiQueryCase, separate: bool) -> Graph {
+    let (hq, d, rows) = (c.q_heads, c.head_dim, c.rows);
+    let mut b = GraphBuilder::new("g");
+    let qkv = b.input("qkv", DType::F32, rows.shape(&[(hq + 2) * d]));
+    let one = b.const_i64(&[1]);
+    let parts: Vec<String> = if separate {
+        let q = b.input("q", DType::F32, rows.shape(&[hq * d]));
+        let k = b.input("k", DType::F32, rows.shape(&[d]));
+        let v = b.input("v", DType::F32, rows.shape(&[d]));
+        let k = b.op("Unsqueeze", &[&k, &one], vec![]);
+        let v = b.op("Unsqueeze", &[&v, &one], vec![]);
+        vec![q, k, v]
+    } else {
+        let unsqueezed = b.op("Unsqueeze", &[&qkv, &one], vec![]);
+        let sizes = b.const_i64(&[(hq * d) as i64, d as i64, d as i64]);
+        let parts: Vec<String> = (0..3).map(|_| b.fresh_name("part")).collect();
+        b.node(
+            "",
+            "Split",
+            &[&unsqueezed, &sizes],
+            vec![("axis", Attr::Int(3))],
+            parts.clone(),
+        );
+        parts
+    };
+    let how = if c.computed {
+        Target::Computed
+    } else {
+        Target::Explicit
+    };
+    let h = if c.minus { -1 } else { hq as i64 };
+    let target = reshape_target(&mut b, &qkv, how, rows, &[h, d as i64]);
+    let split = b.op("Reshape", &[&parts[0], &target], vec![]);
+    let q = b.op(
+        "Transpose",
+        &[&split],
+        vec![("perm", Attr::Ints(vec![0, 2, 1, 3]))],
+    );
+    let (s_dim, b_dim) = (rows.shape(&[]).0[1].clone(), b_of(rows));
+    let (past, present) = if rows.symbolic {
+        (
+            Dim::Fixed(c.past as i64),
+            Dim::Sym(format!("{} + seq", c.past)),
+        )
+    } else {
+        (
+            Dim::Fixed(c.past as i64),
+            Dim::Fixed((c.past + rows.seq) as i64),
+        )
+    };
+    let cache = |t: Dim| Shape(vec![b_dim.clone(), Dim::Fixed(1), t, Dim::Fixed(d as i64)]);
+    // The inputs' total length is named `total` (what [`inputs`] sizes as past + S).
+    let total = if rows.symbolic {
+        Dim::Sym("total".into())
+    } else {
+        present.clone()
+    };
+    let mask = b.input(
+        "mask",
+        DType::F32,
+        Shape(vec![b_dim.clone(), Dim::Fixed(1), s_dim, total]),
+    );
+    let pk = b.input("past_key", DType::F32, cache(past.clone()));
+    let pv = b.input("past_value", DType::F32, cache(past));
+    b.output("present_key", DType::F32, cache(present.clone()));
+    b.output("present_value", DType::F32, cache(present));
+    let y4 = b.fresh_name("Attention");
+    b.node(
+        "",
+        "Attention",
+        &[&q, &parts[1], &parts[2], &mask, &pk, &pv],
+        vec![],
+        vec![y4.clone(), "present_key".into(), "present_value".into()],
+    );
+    b.output("y", DType::F32, rows.shape(&[hq * d]));
+    merge(&mut b, &y4, &qkv, how, rows, hq * d, "y");
+    b.finish()
+}
+
+/// The rules that read a multi-query layout together (see [`multi_query_graph`]).
+const MULTI_QUERY_RULES: [&str; 5] = [
+    "split-of-unsqueezed",
+    "reshape-of-unsqueezed",
+    "unsqueezed-single-head",
+    "attention-on-3d-heads",
+    "heads-merged-back",
+];
+
+/// Proves `name` (one of [`MULTI_QUERY_RULES`]) together with the others: each is needed for
+/// the 3-D Attention, so mutation testing (which removes `name` only) leaves the graph as it was.
+/// `unsqueezed-single-head` is proven on separate q, k, v (`separate` in
+/// [`multi_query_graph`]) with the Attention rules alone: on the split, the other two rules
+/// change the graph without it.
+fn prove_multi_query(name: &str, c: &MultiQueryCase, seed: u64) -> Result<(), TestCaseError> {
+    let separate = name == "unsqueezed-single-head";
+    let g = multi_query_graph(c, separate);
+    let values = inputs(&g, c.rows, c.past + c.rows.seq, seed);
+    let mut rules = rules_for(name);
+    rules.extend(
+        MULTI_QUERY_RULES
+            .iter()
+            .skip(if separate { 3 } else { 0 })
+            .filter(|r| **r != name)
+            .map(|r| rule(r)),
+    );
+    prove_with(&rule(name), rules, "default", g, values, 0.0)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
+
+    #[test]
+    fn split_of_unsqueezed(c in multi_query_case(), seed in any::<u64>()) {
+        prove_multi_query("split-of-unsqueezed", &c, seed)?;
+    }
+
+    #[test]
+    fn reshape_of_unsqueezed(c in multi_query_case(), seed in any::<u64>()) {
+        prove_multi_query("reshape-of-unsqueezed", &c, seed)?;
+    }
+
+    #[test]
+    fn unsqueezed_single_head(c in multi_query_case(), seed in any::<u64>()) {
+        prove_multi_query("unsqueezed-single-head", &c, seed)?;
+    }
+}

@@ -25,6 +25,27 @@ pub(super) const TRANSPOSED_KEY_THROUGH_3D: Applier<3> =
 pub(super) const SDPA_TO_ATTENTION: Applier<3> =
     Applier::new(["?scores", "?bias", "?v"], sdpa_to_attention);
 
+/// `masked-scores-to-attention`.
+pub(super) const MASKED_SCORES_TO_ATTENTION: Applier<5> = Applier::new(
+    ["?keep", "?scores", "?fill", "?bias", "?v"],
+    masked_scores_to_attention,
+);
+
+/// Reads `?keep ?scores ?fill ?bias ?v` of `(MatMul (Softmax (Add (Where ?keep ?scores ?fill)
+/// ?bias) ?axis) ?v)` (the rule checks the axis and that `fill` is at or below −FLT_MAX): the
+/// scores masked by a boolean `keep` before the bias is added (GPT-Neo's eager attention) are
+/// the scores plus the float mask `Where(keep, 0, fill) + bias`, which [`sdpa_to_attention`]
+/// then reads as Attention's `attn_mask`.
+fn masked_scores_to_attention(g: &mut OnnxGraph, site: Site<'_>, vars: [Id; 5]) -> Option<Id> {
+    let [keep, s, fill, bias, v] = vars;
+    let dtype = g[fill].data.tensor()?.dtype?;
+    let mut e = Emit::new(g);
+    let zero = e.float(dtype, 0.0)?;
+    let masked = e.op("Where", &[keep, zero, fill], &[]);
+    let mask = e.bin("Add", masked, bias);
+    sdpa_to_attention(g, site, [s, mask, v])
+}
+
 /// Reads `?k3 ?perm ?shape` of `(Reshape (Transpose ?k3 ?perm) ?shape ?allowzero)`: when
 /// `?k3` is `Reshape(k, [-1, t, d])` of a 4-D `k` `[b, h, t, d]` (the two leading axes merged),
 /// `?perm` is `[0, 2, 1]` and `?shape` is `[b, h, d, t]` (the leading axis split back), the
@@ -301,6 +322,14 @@ pub(super) fn emit_attention(
     }))
 }
 
+/// Whether the keys and values are one kv head that the score and output MatMuls broadcast
+/// over every query head (multi-query attention written without `repeat_kv`, as Falcon's
+/// export does): query head `i` reads kv head 0, as `Attention` groups all query heads on one
+/// kv head. Exact (the same products).
+fn broadcast_kv_head(kv_heads: i64, n_rep: i64) -> bool {
+    kv_heads == 1 && n_rep == 1
+}
+
 /// Whether q of dims `q`, `keys` and `values` are what one `Attention` reads (see
 /// [`sdpa_to_attention`]).
 pub(super) fn fits(q: &[SymDim], keys: &Source, values: &Source) -> bool {
@@ -309,7 +338,7 @@ pub(super) fn fits(q: &[SymDim], keys: &Source, values: &Source) -> bool {
         return false;
     };
     keys.n_rep == values.n_rep
-        && kv_heads * keys.n_rep == q_heads
+        && (kv_heads * keys.n_rep == q_heads || broadcast_kv_head(kv_heads, keys.n_rep))
         && keys.past.is_some() == values.past.is_some()
         && q[0] == k[0]
         && v[0] == k[0]

@@ -20,8 +20,10 @@ mod norm_recognize;
 mod pack_qkv;
 mod per_head_norm;
 mod rotary_recognize;
+mod shape_slice;
 mod skip_layer_norm;
 mod skip_norm;
+mod unsqueezed_heads;
 
 use super::decompose::{attention, range, rms_norm, rotary, scatter};
 use crate::opt::bind::AnyApplier;
@@ -30,6 +32,11 @@ use crate::opt::bind::AnyApplier;
 pub const APPLIERS: &[(&str, &dyn AnyApplier)] = &[
     ("compose-transposes", &algebraic::COMPOSE_TRANSPOSES),
     ("castlike-to-cast", &algebraic::CASTLIKE_TO_CAST),
+    ("slice-of-shape", &shape_slice::SLICE_OF_SHAPE),
+    (
+        "slice-of-shape-on-axis",
+        &shape_slice::SLICE_OF_SHAPE_ON_AXIS,
+    ),
     ("rms-norm-unit", &norm_recognize::RMS_NORM_UNIT),
     ("layer-norm-unit", &norm_recognize::LAYER_NORM_UNIT),
     (
@@ -40,6 +47,10 @@ pub const APPLIERS: &[(&str, &dyn AnyApplier)] = &[
     (
         "batched-sdpa-to-attention",
         &attention_batched::BATCHED_SDPA_TO_ATTENTION,
+    ),
+    (
+        "masked-scores-to-attention",
+        &attention_recognize::MASKED_SCORES_TO_ATTENTION,
     ),
     (
         "transposed-key-through-3d",
@@ -64,6 +75,14 @@ pub const APPLIERS: &[(&str, &dyn AnyApplier)] = &[
     (
         "rms-norm-before-transpose",
         &per_head_norm::RMS_NORM_BEFORE_TRANSPOSE,
+    ),
+    (
+        "split-of-unsqueezed",
+        &unsqueezed_heads::SPLIT_OF_UNSQUEEZED,
+    ),
+    (
+        "unsqueezed-single-head",
+        &unsqueezed_heads::UNSQUEEZED_SINGLE_HEAD,
     ),
     ("skip-layer-norm", &skip_layer_norm::SKIP_LAYER_NORM),
     (
