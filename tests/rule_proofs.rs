@@ -108,6 +108,12 @@ const PROOFS: &[(&str, &str)] = &[
         "rotary::rotate_half_recognition",
     ),
     ("rotary-partial", "rotary::partial_rotation_folding"),
+    ("outer-angles", "rotary::outer_product_angles"),
+    ("sliced-head-view", "head_layout::sliced_head_view"),
+    (
+        "sliced-head-view-with-steps",
+        "head_layout::sliced_head_view",
+    ),
     ("rotary-on-3d-heads", "head_layout::rotary_on_3d_heads"),
     (
         "attention-on-3d-heads",

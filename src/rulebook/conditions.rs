@@ -39,6 +39,7 @@ pub const CONDITIONS: &[(&str, &dyn AnyCondition)] = &[
         "partial-rotation",
         &Condition(recognize_rotary::partial_rotation),
     ),
+    ("outer-angles", &Condition(recognize_rotary::outer_angles)),
     (
         "heads-merged-back",
         &Condition(head_layout::heads_merged_back),

@@ -40,7 +40,13 @@ pub const APPLIERS: &[(&str, &dyn AnyApplier)] = &[
     ),
     ("rotate-half", &rotary_recognize::ROTATE_HALF),
     ("partial-rotation", &rotary_recognize::PARTIAL_ROTATION),
+    ("outer-angles", &rotary_recognize::OUTER_ANGLES),
     ("rotary-on-3d-heads", &head_layout::ROTARY_ON_3D_HEADS),
+    ("sliced-head-view", &head_layout::SLICED_HEAD_VIEW),
+    (
+        "sliced-head-view-with-steps",
+        &head_layout::SLICED_HEAD_VIEW_WITH_STEPS,
+    ),
     ("attention-on-3d-heads", &head_layout::ATTENTION_ON_3D_HEADS),
     (
         "attention-on-3d-heads-without-cache",
