@@ -27,6 +27,7 @@ use crate::opt::bind::AnyApplier;
 /// The appliers, by the name rule files give them.
 pub const APPLIERS: &[(&str, &dyn AnyApplier)] = &[
     ("compose-transposes", &transpose::COMPOSE_TRANSPOSES),
+    ("reshape-copying-dims", &transpose::RESHAPE_COPYING_DIMS),
     ("rms-norm-unit", &norm_recognize::RMS_NORM_UNIT),
     ("layer-norm-unit", &norm_recognize::LAYER_NORM_UNIT),
     (
