@@ -110,6 +110,12 @@ const PROOFS: &[(&str, &str)] = &[
         "rotary::rotate_half_recognition",
     ),
     ("rotary-partial", "rotary::partial_rotation_folding"),
+    ("outer-angles", "rotary::outer_product_angles"),
+    ("sliced-head-view", "head_layout::sliced_head_view"),
+    (
+        "sliced-head-view-with-steps",
+        "head_layout::sliced_head_view",
+    ),
     ("rotary-on-3d-heads", "head_layout::rotary_on_3d_heads"),
     (
         "attention-on-3d-heads",
@@ -246,6 +252,8 @@ const PROOFS: &[(&str, &str)] = &[
     ("squeeze-of-unsqueeze", "squeeze_of_unsqueeze"),
     ("slice-of-shape", "slice_of_shape"),
     ("slice-of-shape-on-axis", "slice_of_shape"),
+    ("reshape-copying-dims", "reshape_copying_dims"),
+    ("concat-of-one", "concat_of_one"),
     (
         "decompose-rotary-embedding",
         "lowering::decompose_rotary_embedding",
@@ -725,6 +733,55 @@ proptest! {
         let r = b.op("Reshape", &[&x, &target], vec![]);
         b.op_into("Neg", &[&r], vec![], "y");
         prove("reshape-to-own-shape", b.finish(), random_tensor(DType::F32, &shape, &mut Rng::new(seed)))?;
+    }
+
+    #[test]
+    fn reshape_copying_dims(
+        (batch, seq, heads, head_dim) in (1usize..4, 1usize..4, 1usize..4, 1usize..5),
+        split in any::<bool>(),
+        minus in any::<bool>(),
+        seed in any::<u64>(),
+    ) {
+        // Reshape(x [B, S, H·D], Concat(Shape(x)[0:1], Shape(x)[1:2], tail)): split into
+        // [B, S, H, D] (D or −1 in the tail) or merged back [B, S, H·D] of a [B, S, H, D] x;
+        // B and S named (with static dims the target folds to a constant without the rule).
+        use mobius::ir::Dim;
+        let lead = [Dim::Sym("batch".into()), Dim::Sym("seq".into())];
+        let with = |tail: &[usize]| {
+            Shape(lead.iter().cloned().chain(tail.iter().map(|&d| Dim::Fixed(d as i64))).collect())
+        };
+        let (x_tail, y_tail, tail): (Vec<usize>, Vec<usize>, Vec<i64>) = if split {
+            let last = if minus { -1 } else { head_dim as i64 };
+            (vec![heads * head_dim], vec![heads, head_dim], vec![heads as i64, last])
+        } else {
+            let last = if minus { -1 } else { (heads * head_dim) as i64 };
+            (vec![heads, head_dim], vec![heads * head_dim], vec![last])
+        };
+        let mut b = GraphBuilder::new("g");
+        let x = b.input("x", DType::F32, with(&x_tail));
+        b.output("y", DType::F32, with(&y_tail));
+        let part = |b: &mut GraphBuilder, start: i64, end: i64| {
+            b.op("Shape", &[&x], vec![("start", Attr::Int(start)), ("end", Attr::Int(end))])
+        };
+        let (rows, cols) = (part(&mut b, 0, 1), part(&mut b, 1, 2));
+        let tail = b.const_i64(&tail);
+        let target = b.op("Concat", &[&rows, &cols, &tail], vec![("axis", Attr::Int(0))]);
+        let r = b.op("Reshape", &[&x, &target], vec![]);
+        b.op_into("Neg", &[&r], vec![], "y");
+        let mut x_dims = vec![batch, seq];
+        x_dims.extend(&x_tail);
+        prove("reshape-copying-dims", b.finish(), random_tensor(DType::F32, &x_dims, &mut Rng::new(seed)))?;
+    }
+
+    #[test]
+    fn concat_of_one(shape in shape_strategy(3), axis in 0i64..3, seed in any::<u64>()) {
+        let mut b = GraphBuilder::new("g");
+        let x = b.input("x", DType::F32, dims(&shape));
+        b.output("y", DType::F32, dims(&shape));
+        let axis = axis % shape.len() as i64;
+        let c = b.op("Concat", &[&x], vec![("axis", Attr::Int(axis))]);
+        b.op_into("Neg", &[&c], vec![], "y");
+        prove("concat-of-one", b.finish(), random_tensor(DType::F32, &shape, &mut Rng::new(seed)))?;
     }
 
     #[test]

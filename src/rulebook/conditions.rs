@@ -11,6 +11,7 @@ use crate::ops::value::AttrValue;
 use crate::opt::analysis::OnnxGraph;
 use crate::opt::bind::{AnyCondition, Condition};
 use crate::opt::query::{const_ints, int_attr, scalar_float};
+use crate::opt::shape_value::shape_value;
 
 /// The conditions, by the name rule files give them.
 pub const CONDITIONS: &[(&str, &dyn AnyCondition)] = &[
@@ -39,6 +40,7 @@ pub const CONDITIONS: &[(&str, &dyn AnyCondition)] = &[
         "partial-rotation",
         &Condition(recognize_rotary::partial_rotation),
     ),
+    ("outer-angles", &Condition(recognize_rotary::outer_angles)),
     (
         "heads-merged-back",
         &Condition(head_layout::heads_merged_back),
@@ -73,6 +75,10 @@ pub const CONDITIONS: &[(&str, &dyn AnyCondition)] = &[
     ("normalizes-last-axis", &Condition(normalizes_last_axis)),
     ("rank-2-or-3", &Condition(rank_2_or_3)),
     ("reshape-keeps-shape", &Condition(reshape_keeps_shape)),
+    (
+        "computed-target-copies-dims",
+        &Condition(computed_target_copies_dims),
+    ),
     ("skip-fits-input", &Condition(skip_fits_input)),
     ("stash-is-float", &Condition(stash_is_float)),
     ("tanh-gelu-constants", &Condition(tanh_gelu_constants)),
@@ -150,6 +156,41 @@ fn reshape_keeps_shape(g: &OnnxGraph, [x, shape]: [Id; 2]) -> bool {
     let current = g[x].data.tensor().and_then(|t| t.static_shape());
     let target = const_ints(g, shape);
     matches!((current, target), (Some(c), Some(t)) if c == t)
+}
+
+/// The constant a computed Reshape target `shape` of `x` can be written as: the target's
+/// value read symbolically ([`shape_value`]) with every symbolic entry equal to `x`'s dim at
+/// the same index written `0` (a 0 copies that dim when `allowzero` is unset or 0), its
+/// numbers (a −1, a 0) kept. `None` when the target is a constant already, `allowzero` is
+/// set, or a symbolic entry is not `x`'s own dim at its index.
+pub(crate) fn copied_dims_target(
+    g: &OnnxGraph,
+    [x, shape, allowzero]: [Id; 3],
+) -> Option<Vec<i64>> {
+    if g[shape].data.konst.is_some()
+        || !matches!(
+            g[allowzero].data.attr(),
+            Some(AttrValue::Unset | AttrValue::Int(0))
+        )
+    {
+        return None;
+    }
+    let dims = g[x].data.tensor()?.shape.clone()?;
+    shape_value(g, shape)?
+        .iter()
+        .enumerate()
+        .map(|(i, d)| match d {
+            SymDim::Known(v) => Some(*v),
+            SymDim::Sym(_) if dims.get(i) == Some(d) => Some(0),
+            _ => None,
+        })
+        .collect()
+}
+
+/// `?x ?shape ?allowzero`: the computed target `?shape` reads as a constant
+/// ([`copied_dims_target`]).
+fn computed_target_copies_dims(g: &OnnxGraph, vars: [Id; 3]) -> bool {
+    copied_dims_target(g, vars).is_some()
 }
 
 /// `?attr`: the attribute is set on the node.

@@ -16,7 +16,7 @@ use egg::Id;
 use crate::ops::types::SymDim;
 use crate::ops::value::AttrValue;
 use crate::opt::analysis::OnnxGraph;
-use crate::opt::query::known_dims;
+use crate::opt::query::{const_ints, known_dims};
 use crate::opt::shape_value::shape_value;
 
 /// The permutation between `[B, S, H, D]` and `[B, H, S, D]` (its own inverse).
@@ -218,4 +218,39 @@ pub fn target_copies_no_dim(g: &OnnxGraph, [shape, allowzero]: [Id; 2]) -> bool 
         return false;
     };
     shape_value(g, shape).is_some_and(|v| !copies || !v.contains(&SymDim::Known(0)))
+}
+
+/// A last-axis slice of a head view: `Slice(view(x), start, end, axis)` takes channels
+/// `start … end − 1` of every head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlicedView {
+    /// The head view sliced.
+    pub view: HeadView,
+    /// The first channel taken (`0 ≤ start < end`).
+    pub start: i64,
+    /// One past the last channel taken (`≤ head_dim`).
+    pub end: i64,
+}
+
+/// Reads `Slice(Transpose(Reshape(x, shape; allowzero), perm), starts, ends, axes[, steps])`
+/// as a last-axis slice of the head view of `x` ([`head_view`]): one-element constant starts
+/// and ends, axes `[3]` or `[−1]`, steps absent or `[1]`; the bounds clamped as `Slice` does
+/// them (negative ones counted from the end), and a non-empty range.
+pub fn sliced_head_view(
+    g: &OnnxGraph,
+    [x, shape, allowzero, p, starts, ends, axes]: [Id; 7],
+    steps: Option<Id>,
+) -> Option<SlicedView> {
+    let view = head_view(g, x, shape, allowzero, p)?;
+    let one = |c: Id| match const_ints(g, c)?.as_slice() {
+        [v] => Some(*v),
+        _ => None,
+    };
+    if !matches!(one(axes)?, 3 | -1) || steps.is_some_and(|s| one(s) != Some(1)) {
+        return None;
+    }
+    let d = view.head_dim;
+    let clamp = |v: i64| if v < 0 { v.saturating_add(d) } else { v }.clamp(0, d);
+    let (start, end) = (clamp(one(starts)?), clamp(one(ends)?));
+    (start < end).then_some(SlicedView { view, start, end })
 }

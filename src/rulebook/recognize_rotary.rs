@@ -21,7 +21,7 @@ use crate::ops::types::SymDim;
 use crate::ops::value::AttrValue;
 use crate::opt::analysis::OnnxGraph;
 use crate::opt::lang::{Onnx, OpNode};
-use crate::opt::query::const_ints;
+use crate::opt::query::{const_ints, int_attr};
 
 /// The deepest chain of elementwise steps read above a `Concat(f, f)` in a table.
 const MAX_TABLE_STEPS: usize = 6;
@@ -223,4 +223,92 @@ pub fn partial_rotation(g: &OnnxGraph, [rot, pass, axis, heads, rd]: [Id; 5]) ->
         Some(AttrValue::Unset | AttrValue::Int(0))
     ) || matches!(g[rd].data.attr(), Some(AttrValue::Int(v)) if *v == r);
     is_last_axis(g, axis) && whole && matches!(g[heads].data.attr(), Some(AttrValue::Unset))
+}
+
+/// The outer-product spelling of RoPE angles, read by [`outer_product_angles`]:
+/// `Transpose(MatMul(column, Cast(Unsqueeze(x, [1]))), [0, 2, 1])`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OuterAngles {
+    /// The positions `x` `[B, S]`.
+    pub positions: Id,
+    /// The `Cast` e-node over `Unsqueeze(x, [1])` (its target type is kept).
+    pub cast: OpNode,
+    /// The float constant `[1, N, 1]` (the frequencies), possibly expanded over the batch.
+    pub column: Id,
+    /// `N`, the number of frequencies.
+    pub width: i64,
+}
+
+/// The constant `[1, N, 1]` (float) class `f` holds, or of which it is an `Expand` to
+/// `[1 or B, N, 1]` (the expanded dims read from the class's inferred shape): `(constant, N)`.
+fn frequency_column(g: &OnnxGraph, f: Id, batch: &SymDim) -> Option<(Id, i64)> {
+    let column = |k: Id| {
+        let t = g[k].data.tensor()?;
+        let ok = g[k].data.konst.is_some() && t.dtype.is_some_and(DType::is_float);
+        match t.static_shape()?.as_slice() {
+            [1, n, 1] if ok && *n > 0 => Some((g.find(k), *n)),
+            _ => None,
+        }
+    };
+    column(f).or_else(|| {
+        let dims = g[f].data.tensor()?.shape.clone()?;
+        ops(g, f, "Expand").find_map(|e| {
+            let (k, n) = column(*e.input_ids().first()?)?;
+            let expanded = dims.len() == 3
+                && (dims[0] == SymDim::Known(1)
+                    || (*batch != SymDim::Unknown && dims[0] == *batch))
+                && dims[1] == SymDim::Known(n)
+                && dims[2] == SymDim::Known(1);
+            expanded.then_some((k, n))
+        })
+    })
+}
+
+/// Reads `?product ?perm` of `Transpose(product, perm)` as outer-product angles: `perm`
+/// `[0, 2, 1]`; `product` holds `MatMul(f, p)` with `p` = `Cast(Unsqueeze(x, [1]))` to `f`'s
+/// float type, `x` 2-D `[B, S]` (dims known or symbolic), `f` a float constant `[1, N, 1]` or
+/// its `Expand` to `[1 or B, N, 1]`, and `product`'s inferred shape is `[B, N, S]`. The inner
+/// dimension of the product is 1, so each element is the single product `f[i] · x[b, s]` —
+/// exactly what `Mul(Cast(Unsqueeze(x, [2])), f as [N])` computes at `[b, s, i]` (the
+/// TorchScript exporter's `inv_freq[None, :, None] @ position_ids[:, None, :]`, transposed).
+pub fn outer_product_angles(g: &OnnxGraph, product: Id, perm: Id) -> Option<OuterAngles> {
+    if !matches!(g[perm].data.attr(), Some(AttrValue::Ints(v)) if v.as_slice() == [0, 2, 1]) {
+        return None;
+    }
+    let out = g[product].data.tensor()?.shape.clone()?;
+    ops(g, product, "MatMul").find_map(|matmul| {
+        let [f, p] = matmul.input_ids() else {
+            return None;
+        };
+        ops(g, *p, "Cast").find_map(|cast| {
+            let to = DType::from_onnx_code(int_attr(g, cast.attr_id("to")?)? as i32)?;
+            let unsqueeze = ops(g, *cast.input_ids().first()?, "Unsqueeze").find(|u| {
+                let axes = u.input_ids().get(1).and_then(|a| const_ints(g, *a));
+                matches!(axes.as_deref(), Some([1] | [-2]))
+            })?;
+            let x = g.find(*unsqueeze.input_ids().first()?);
+            let x_dims = g[x].data.tensor()?.shape.clone()?;
+            let [b, s] = x_dims.as_slice() else {
+                return None;
+            };
+            if *b == SymDim::Unknown || *s == SymDim::Unknown {
+                return None;
+            }
+            let (column, width) = frequency_column(g, *f, b)?;
+            let same_type = g[column].data.tensor()?.dtype == Some(to);
+            let shape_ok = out == [b.clone(), SymDim::Known(width), s.clone()];
+            (same_type && shape_ok).then(|| OuterAngles {
+                positions: x,
+                cast: cast.clone(),
+                column,
+                width,
+            })
+        })
+    })
+}
+
+/// `?product ?perm`: `Transpose(product, perm)` reads as outer-product angles
+/// ([`outer_product_angles`]).
+pub fn outer_angles(g: &OnnxGraph, [product, perm]: [Id; 2]) -> bool {
+    outer_product_angles(g, product, perm).is_some()
 }

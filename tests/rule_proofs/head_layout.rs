@@ -1061,3 +1061,52 @@ proptest! {
         prove_multi_query("unsqueezed-single-head", &c, seed)?;
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// `Slice(view(x), start, end, axis[, steps 1])` merged back to `[B, S, H·W]`: the slice
+    /// becomes a view of a 3-D slice, which `heads-merged-back` then takes out of the views.
+    #[test]
+    fn sliced_head_view(
+        (batch, seq, symbolic) in (1usize..3, 1usize..4, any::<bool>()),
+        (heads, head_dim) in (1usize..4, 2usize..7),
+        (start, end) in (-8i64..8, -8i64..9),
+        to_end in any::<bool>(),
+        steps in any::<bool>(),
+        axis3 in any::<bool>(),
+        how_split in 0usize..3,
+        how_merge in 0usize..3,
+        minus in any::<bool>(),
+        seed in any::<u64>(),
+    ) {
+        let rows = Rows { batch, seq, symbolic };
+        let pick = |i: usize| match i {
+            0 if !symbolic => Target::Explicit,
+            0 | 1 => Target::Zeros,
+            _ => Target::Computed,
+        };
+        let d = head_dim as i64;
+        let clamp = |v: i64| if v < 0 { v + d } else { v }.clamp(0, d);
+        let end = if to_end { i64::MAX } else { end };
+        let width = clamp(end) - clamp(start);
+        prop_assume!(width > 0);
+        let mut b = GraphBuilder::new("g");
+        let x = b.input("x", DType::F32, rows.shape(&[heads * head_dim]));
+        b.output("y", DType::F32, rows.shape(&[heads * width as usize]));
+        let v = view(&mut b, &x, pick(how_split), rows, heads, minus, head_dim, &[0, 2, 1, 3]);
+        let (starts, ends) = (b.const_i64(&[start]), b.const_i64(&[end]));
+        let axes = b.const_i64(&[if axis3 { 3 } else { -1 }]);
+        let part = if steps {
+            let one = b.const_i64(&[1]);
+            b.op("Slice", &[&v, &starts, &ends, &axes, &one], vec![])
+        } else {
+            b.op("Slice", &[&v, &starts, &ends, &axes], vec![])
+        };
+        merge(&mut b, &part, &x, pick(how_merge), rows, heads * width as usize, "y");
+        let g = b.finish();
+        let values = inputs(&g, rows, seq, seed);
+        let name = if steps { "sliced-head-view-with-steps" } else { "sliced-head-view" };
+        prove_merged(name, g, values)?;
+    }
+}

@@ -166,3 +166,63 @@ proptest! {
         prove_on("rotary-partial", "cpu", g, values, 1e-5)?;
     }
 }
+
+/// How the outer-product angles' frequency column reaches the MatMul.
+#[derive(Debug, Clone, Copy)]
+enum Column {
+    /// The `[1, N, 1]` constant itself.
+    Plain,
+    /// Expanded to `[B, 1, 1]`, a constant target (static dims only).
+    Expanded,
+    /// Expanded to `Concat(Shape(x)[0:1], [1, 1])`.
+    ExpandedFromShape,
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
+
+    #[test]
+    fn outer_product_angles(
+        (b, s, n) in (1usize..4, 1usize..5, 1usize..6),
+        symbolic in any::<bool>(),
+        column in prop_oneof![Just(Column::Plain), Just(Column::Expanded), Just(Column::ExpandedFromShape)],
+        negative_axis in any::<bool>(),
+        cos in any::<bool>(),
+        seed in any::<u64>(),
+    ) {
+        // Transpose(MatMul(f [1, N, 1] (expanded), Cast(Unsqueeze(x [B, S], [1]))), [0, 2, 1]),
+        // optionally under Cos, with integer positions x (negative ones included).
+        let column = match column {
+            Column::Expanded if symbolic => Column::ExpandedFromShape,
+            c => c,
+        };
+        let mut gb = GraphBuilder::new("g");
+        let x = gb.input("x", DType::I64, shape(&[b, s], 1, symbolic));
+        gb.output("y", DType::F32, shape(&[b, s, n], 1, symbolic));
+        let mut rng = Rng::new(seed);
+        let freqs: Vec<f32> = (0..n).map(|_| (rng.unit() * 2.0 - 1.0) as f32).collect();
+        let f = gb.constant(mobius::ir::TensorData::from_f32(vec![1, n, 1], &freqs));
+        let f = match column {
+            Column::Plain => f,
+            Column::Expanded => {
+                let target = gb.const_i64(&[b as i64, 1, 1]);
+                gb.op("Expand", &[&f, &target], vec![])
+            }
+            Column::ExpandedFromShape => {
+                let rows = gb.op("Shape", &[&x], vec![("start", Attr::Int(0)), ("end", Attr::Int(1))]);
+                let rest = gb.const_i64(&[1, 1]);
+                let target = gb.op("Concat", &[&rows, &rest], vec![("axis", Attr::Int(0))]);
+                gb.op("Expand", &[&f, &target], vec![])
+            }
+        };
+        let axes = gb.const_i64(&[if negative_axis { -2 } else { 1 }]);
+        let at = gb.op("Unsqueeze", &[&x, &axes], vec![]);
+        let at = gb.op("Cast", &[&at], vec![("to", Attr::Int(DType::F32.onnx_code() as i64))]);
+        let outer = gb.op("MatMul", &[&f, &at], vec![]);
+        let angles = gb.op("Transpose", &[&outer], vec![("perm", Attr::Ints(vec![0, 2, 1]))]);
+        let y = if cos { gb.op("Cos", &[&angles], vec![]) } else { angles };
+        gb.op_into("Identity", &[&y], vec![], "y");
+        let values = HashMap::from([("x".to_string(), random_tensor(DType::I64, &[b, s], &mut rng))]);
+        prove_on("outer-angles", "cpu", gb.finish(), values, 0.0)?;
+    }
+}

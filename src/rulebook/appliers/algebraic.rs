@@ -1,5 +1,6 @@
 //! The appliers of `cleanup/algebraic.rules`: transpose∘transpose (one Transpose with the
-//! composed permutation, or nothing when the two cancel) and CastLike → Cast.
+//! composed permutation, or nothing when the two cancel), CastLike → Cast, and a computed
+//! Reshape target written as a constant.
 
 use egg::Id;
 
@@ -8,6 +9,11 @@ use crate::opt::analysis::OnnxGraph;
 use crate::opt::bind::{Applier, Site};
 use crate::opt::emit::Emit;
 use crate::opt::lang::Onnx;
+use crate::rulebook::conditions::copied_dims_target;
+
+/// `reshape-copying-dims`.
+pub(super) const RESHAPE_COPYING_DIMS: Applier<3> =
+    Applier::new(["?x", "?shape", "?allowzero"], reshape_copying_dims);
 
 /// `compose-transposes`.
 pub(super) const COMPOSE_TRANSPOSES: Applier<3> =
@@ -55,4 +61,15 @@ fn castlike_to_cast(
         &[x],
         &[("round_mode", round), ("saturate", saturate), ("to", to)],
     ))
+}
+
+/// Reads `?x ?shape ?allowzero` of `Reshape(x, shape; allowzero)` (proven by
+/// `computed-target-copies-dims`): the same Reshape to the constant target of
+/// [`copied_dims_target`] (its symbolic dims as 0s that copy them from `x`).
+fn reshape_copying_dims(g: &mut OnnxGraph, _: Site<'_>, vars: [Id; 3]) -> Option<Id> {
+    let target = copied_dims_target(g, vars)?;
+    let [x, _, allowzero] = vars;
+    let mut e = Emit::new(g);
+    let shape = e.ints(&target);
+    Some(e.op_with("Reshape", &[x, shape], &[("allowzero", allowzero)]))
 }

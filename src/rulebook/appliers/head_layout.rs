@@ -12,7 +12,7 @@ use crate::opt::bind::{Applier, Site};
 use crate::opt::checked_union::check_union;
 use crate::opt::emit::Emit;
 use crate::opt::lang::Onnx;
-use crate::rulebook::head_layout::{head_view, HeadView};
+use crate::rulebook::head_layout::{head_view, sliced_head_view, HeadView};
 
 /// `rotary-on-3d-heads`.
 pub(super) const ROTARY_ON_3D_HEADS: Applier<9> = Applier::new(
@@ -28,6 +28,35 @@ pub(super) const ROTARY_ON_3D_HEADS: Applier<9> = Applier::new(
         "?rd",
     ],
     rotary_on_3d_heads,
+);
+
+/// `sliced-head-view`.
+pub(super) const SLICED_HEAD_VIEW: Applier<7> = Applier::new(
+    [
+        "?x",
+        "?shape",
+        "?allowzero",
+        "?perm",
+        "?starts",
+        "?ends",
+        "?axes",
+    ],
+    sliced_head_view_3d,
+);
+
+/// `sliced-head-view-with-steps`.
+pub(super) const SLICED_HEAD_VIEW_WITH_STEPS: Applier<8> = Applier::new(
+    [
+        "?x",
+        "?shape",
+        "?allowzero",
+        "?perm",
+        "?starts",
+        "?ends",
+        "?axes",
+        "?steps",
+    ],
+    sliced_head_view_3d_with_steps,
 );
 
 /// `attention-on-3d-heads`.
@@ -264,4 +293,39 @@ fn attention_on_3d_heads_without_cache(
     children.extend(heads.attrs);
     let attention = g.add(Onnx::op("Attention", schema("Attention")?, 4, 1, children));
     Some(output_view(g, attention, &heads))
+}
+
+/// The head view of the 3-D slice that a last-axis slice of a head view is (see
+/// [`sliced_head_view`]): with `x` `[B, S, H·E]` and channels `start … end − 1` (`W` of them)
+/// taken from every head, the view of `Reshape(Slice(Reshape(x, [0, 0, H, E]), start, end, 3),
+/// [0, 0, H·W])` split `[0, 0, H, W]` — the same elements in the same places (exact; the
+/// split's target a constant, as the view's is `[B, S, H, E]` of `x`'s own B and S).
+fn sliced_view(g: &mut OnnxGraph, vars: [Id; 7], steps: Option<Id>) -> Option<Id> {
+    let read = sliced_head_view(g, vars, steps)?;
+    let x = vars[0];
+    let (heads, width) = (read.view.heads, read.end - read.start);
+    let mut e = Emit::new(g);
+    let split = e.reshape(x, &[0, 0, heads, read.view.head_dim]);
+    let part = e.slice(split, read.start, read.end, 3);
+    let flat = e.reshape(part, &[0, 0, heads * width]);
+    let view = e.reshape(flat, &[0, 0, heads, width]);
+    Some(e.transpose(view, &[0, 2, 1, 3]))
+}
+
+/// Reads `sliced-head-view` (a Slice without steps): [`sliced_view`].
+fn sliced_head_view_3d(g: &mut OnnxGraph, _: Site<'_>, vars: [Id; 7]) -> Option<Id> {
+    sliced_view(g, vars, None)
+}
+
+/// Reads `sliced-head-view-with-steps`: [`sliced_view`] with steps `[1]`.
+fn sliced_head_view_3d_with_steps(
+    g: &mut OnnxGraph,
+    _: Site<'_>,
+    [x, shape, allowzero, perm, starts, ends, axes, steps]: [Id; 8],
+) -> Option<Id> {
+    sliced_view(
+        g,
+        [x, shape, allowzero, perm, starts, ends, axes],
+        Some(steps),
+    )
 }

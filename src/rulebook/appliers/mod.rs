@@ -37,6 +37,7 @@ pub const APPLIERS: &[(&str, &dyn AnyApplier)] = &[
         "slice-of-shape-on-axis",
         &shape_slice::SLICE_OF_SHAPE_ON_AXIS,
     ),
+    ("reshape-copying-dims", &algebraic::RESHAPE_COPYING_DIMS),
     ("rms-norm-unit", &norm_recognize::RMS_NORM_UNIT),
     ("layer-norm-unit", &norm_recognize::LAYER_NORM_UNIT),
     (
@@ -58,7 +59,13 @@ pub const APPLIERS: &[(&str, &dyn AnyApplier)] = &[
     ),
     ("rotate-half", &rotary_recognize::ROTATE_HALF),
     ("partial-rotation", &rotary_recognize::PARTIAL_ROTATION),
+    ("outer-angles", &rotary_recognize::OUTER_ANGLES),
     ("rotary-on-3d-heads", &head_layout::ROTARY_ON_3D_HEADS),
+    ("sliced-head-view", &head_layout::SLICED_HEAD_VIEW),
+    (
+        "sliced-head-view-with-steps",
+        &head_layout::SLICED_HEAD_VIEW_WITH_STEPS,
+    ),
     ("attention-on-3d-heads", &head_layout::ATTENTION_ON_3D_HEADS),
     (
         "attention-on-3d-heads-without-cache",

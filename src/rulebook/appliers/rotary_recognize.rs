@@ -6,17 +6,21 @@
 use egg::Id;
 
 use crate::ops::value::AttrValue;
+use crate::ops::value::Literal;
 use crate::opt::analysis::OnnxGraph;
 use crate::opt::bind::{Applier, Site};
 use crate::opt::emit::Emit;
 use crate::opt::lang::Onnx;
-use crate::rulebook::recognize_rotary::{partial_split, rotary_table_rows, HalfTable};
+use crate::rulebook::recognize_rotary::{
+    outer_product_angles, partial_split, rotary_table_rows, HalfTable,
+};
 
 pub(super) const ROTATE_HALF: Applier<3> = Applier::new(["?x", "?cos", "?sin"], rotate_half);
 pub(super) const PARTIAL_ROTATION: Applier<6> = Applier::new(
     ["?rot", "?pass", "?cos", "?sin", "?inter", "?heads"],
     partial_rotation,
 );
+pub(super) const OUTER_ANGLES: Applier<2> = Applier::new(["?product", "?perm"], outer_angles);
 
 /// The half-width cache `table` describes: its steps replayed on the angles.
 fn half_cache(g: &mut OnnxGraph, table: &HalfTable) -> Id {
@@ -102,4 +106,22 @@ fn partial_rotation(
             ("rotary_embedding_dim", rd),
         ],
     ))
+}
+
+/// Reads `?product ?perm` of `Transpose(MatMul(f, Cast(Unsqueeze(x, [1]))), [0, 2, 1])`
+/// (proven by `outer-angles`): `Mul(Cast(Unsqueeze(x, [2])), frequencies)` with the
+/// frequencies the `[1, N, 1]` constant's values as `[N]` (the same Cast target).
+fn outer_angles(g: &mut OnnxGraph, _: Site<'_>, [product, perm]: [Id; 2]) -> Option<Id> {
+    let read = outer_product_angles(g, product, perm)?;
+    let lit = g[read.column].data.konst.as_deref()?;
+    let flat = Literal {
+        shape: vec![lit.shape.iter().product()],
+        ..lit.clone()
+    };
+    let frequencies = g.add(Onnx::Const(Box::new(flat)));
+    let column = Emit::new(g).unsqueeze(read.positions, &[2]);
+    let mut cast = read.cast;
+    cast.children[0] = column;
+    let positions = g.add(Onnx::Op(cast));
+    Some(Emit::new(g).bin("Mul", positions, frequencies))
 }
