@@ -1598,23 +1598,6 @@ fn decomposed_gelu(shape: &[usize], form: &str) -> Graph {
         b.op_into("Mul", &[&halved, &plus], vec![], "y");
         return b.finish();
     }
-    if form == "tanh-products" {
-        // ½ · (x · (1 + tanh(√(2/π) · (x + 0.044715 · (x · (x · x)))))), constants first.
-        let (c4, c5) = (
-            scalar(&mut b, (2.0f32 / std::f32::consts::PI).sqrt()),
-            scalar(&mut b, 0.044715),
-        );
-        let square = b.op("Mul", &[&x, &x], vec![]);
-        let cube = b.op("Mul", &[&x, &square], vec![]);
-        let scaled = b.op("Mul", &[&c5, &cube], vec![]);
-        let sum = b.op("Add", &[&x, &scaled], vec![]);
-        let arg = b.op("Mul", &[&c4, &sum], vec![]);
-        let t = b.op("Tanh", &[&arg], vec![]);
-        let plus = b.op("Add", &[&one, &t], vec![]);
-        let prod = b.op("Mul", &[&x, &plus], vec![]);
-        b.op_into("Mul", &[&half, &prod], vec![], "y");
-        return b.finish();
-    }
     let inner = if form == "tanh" {
         let (c4, c5, c6) = (
             scalar(&mut b, (2.0f32 / std::f32::consts::PI).sqrt()),

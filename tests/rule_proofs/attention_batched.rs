@@ -1,14 +1,11 @@
 //! Proof of `batched-sdpa-to-attention` (`rewrites/recognize/attention.rules`): attention on
 //! 3-D `[B·H, ·, ·]` tensors as BLOOM's eager attention (baddbmm) writes it.
 
-use std::collections::HashMap;
-
-use mobius::interp::Rng;
 use mobius::ir::{Attr, DType, Graph, GraphBuilder};
-use mobius::ops::Tensor;
 use proptest::prelude::*;
 
-use super::{dims, prove_on, random_tensor, scalar};
+use super::attention_recognize::inputs;
+use super::{dims, prove_on, scalar};
 
 /// One batched attention: sizes, and how it is spelled.
 #[derive(Debug, Clone)]
@@ -161,26 +158,6 @@ fn batched_graph(c: &Case) -> Graph {
     b.output("y", DType::F32, dims(&[b_, h, s, d]));
     b.op_into("Reshape", &[&y3, &out], vec![], "y");
     b.finish()
-}
-
-/// Random values in [−4, 4] for every input of `g`.
-fn inputs(g: &Graph, seed: u64) -> HashMap<String, Tensor> {
-    let mut rng = Rng::new(seed);
-    g.inputs
-        .iter()
-        .map(|v| {
-            let shape: Vec<usize> = v
-                .shape
-                .0
-                .iter()
-                .map(|d| match d {
-                    mobius::ir::Dim::Fixed(x) => *x as usize,
-                    _ => unreachable!("proof graphs have static shapes"),
-                })
-                .collect();
-            (v.name.clone(), random_tensor(v.dtype, &shape, &mut rng))
-        })
-        .collect()
 }
 
 proptest! {

@@ -197,7 +197,7 @@ fn sdpa_graph(c: &Case, miss: Miss) -> Graph {
 
 /// Random values for every input of `g` (floats in [−4, 4]: the bias is never at or below
 /// −FLT_MAX, where Attention and the decomposition differ, see the rule file).
-fn inputs(g: &Graph, seed: u64) -> HashMap<String, Tensor> {
+pub(super) fn inputs(g: &Graph, seed: u64) -> HashMap<String, Tensor> {
     let mut rng = Rng::new(seed);
     g.inputs
         .iter()
