@@ -724,13 +724,33 @@ proptest! {
         prove_on("castlike-to-cast", "default", b.finish(), inputs, 0.0)?;
     }
 
+    /// A constant target equal to x's shape, or a computed one reading as x's own dims, the
+    /// first named (`Concat(Shape(x)[0:1], rest)`), under every allowzero (the dynamo
+    /// exporter's `optimize=False` attention output view writes allowzero 1), zero-size dims
+    /// included.
     #[test]
-    fn reshape_to_own_shape(shape in shape_strategy(4), seed in any::<u64>()) {
+    fn reshape_to_own_shape(
+        shape in proptest::collection::vec(0usize..4, 1..5),
+        computed in any::<bool>(),
+        allowzero in prop_oneof![Just(None), Just(Some(0i64)), Just(Some(1))],
+        seed in any::<u64>(),
+    ) {
         let mut b = GraphBuilder::new("g");
-        let x = b.input("x", DType::F32, dims(&shape));
-        b.output("y", DType::F32, dims(&shape));
-        let target = b.const_i64(&shape.iter().map(|&d| d as i64).collect::<Vec<_>>());
-        let r = b.op("Reshape", &[&x, &target], vec![]);
+        let mut x_dims = dims(&shape);
+        if computed {
+            x_dims.0[0] = mobius::ir::Dim::Sym("batch".into());
+        }
+        let x = b.input("x", DType::F32, x_dims.clone());
+        b.output("y", DType::F32, x_dims);
+        let target = if computed {
+            let lead = b.op("Shape", &[&x], vec![("start", Attr::Int(0)), ("end", Attr::Int(1))]);
+            let rest = b.const_i64(&shape[1..].iter().map(|&d| d as i64).collect::<Vec<_>>());
+            b.op("Concat", &[&lead, &rest], vec![("axis", Attr::Int(0))])
+        } else {
+            b.const_i64(&shape.iter().map(|&d| d as i64).collect::<Vec<_>>())
+        };
+        let attrs = allowzero.map(|a| vec![("allowzero", Attr::Int(a))]).unwrap_or_default();
+        let r = b.op("Reshape", &[&x, &target], attrs);
         b.op_into("Neg", &[&r], vec![], "y");
         prove("reshape-to-own-shape", b.finish(), random_tensor(DType::F32, &shape, &mut Rng::new(seed)))?;
     }

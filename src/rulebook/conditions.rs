@@ -151,11 +151,14 @@ fn cast_to_own_dtype(g: &OnnxGraph, [x, to]: [Id; 2]) -> bool {
     dtype.is_some() && dtype == target
 }
 
-/// `?x ?shape`: `?shape` is a constant equal to `?x`'s fully known static shape.
+/// `?x ?shape`: `?shape` reads ([`shape_value`]: a constant, or a computed target's symbolic
+/// value) as exactly `?x`'s dims, each known or named — the Reshape gives `?x` its own shape
+/// whatever `allowzero` says (an entry equal to the dim needs no copying, and no entry is −1).
 fn reshape_keeps_shape(g: &OnnxGraph, [x, shape]: [Id; 2]) -> bool {
-    let current = g[x].data.tensor().and_then(|t| t.static_shape());
-    let target = const_ints(g, shape);
-    matches!((current, target), (Some(c), Some(t)) if c == t)
+    let Some(dims) = g[x].data.tensor().and_then(|t| t.shape.as_ref()) else {
+        return false;
+    };
+    dims.iter().all(|d| *d != SymDim::Unknown) && shape_value(g, shape).as_ref() == Some(dims)
 }
 
 /// The constant a computed Reshape target `shape` of `x` can be written as: the target's
