@@ -1459,8 +1459,11 @@ fn contract_inputs(
     inputs
 }
 
-/// GroupQueryAttention over three projections of `h` (with biases when `bias`), with
-/// `seqlens_k` and `total_sequence_length` as graph inputs.
+/// GroupQueryAttention over three projections of `h` (with biases when `bias`; each weight
+/// stored `[out, in]` and transposed in the graph when `transposed`, as torch.onnx dynamo
+/// with `optimize=False` writes Linear), with `seqlens_k` and `total_sequence_length` as
+/// graph inputs.
+#[allow(clippy::too_many_arguments)]
 fn projected_gqa(
     batch: usize,
     seq: usize,
@@ -1468,6 +1471,7 @@ fn projected_gqa(
     kv_heads: usize,
     group: usize,
     bias: bool,
+    transposed: bool,
     seed: u64,
 ) -> (Graph, HashMap<String, Tensor>) {
     let (d, hidden, heads) = (16usize, 8usize, kv_heads * group);
@@ -1506,7 +1510,16 @@ fn projected_gqa(
         })
     };
     let mut project = |b: &mut GraphBuilder, name: &str, width: usize| {
-        let w = init(b, &format!("{name}.weight_t"), vec![hidden, width]);
+        let w = if transposed {
+            let stored = init(b, &format!("{name}.weight"), vec![width, hidden]);
+            b.op(
+                "Transpose",
+                &[&stored],
+                vec![("perm", Attr::Ints(vec![1, 0]))],
+            )
+        } else {
+            init(b, &format!("{name}.weight_t"), vec![hidden, width])
+        };
         let y = b.op("MatMul", &[&h, &w], vec![]);
         if bias {
             let bias = init(b, &format!("{name}.bias"), vec![width]);
@@ -1561,14 +1574,14 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
 
     #[test]
-    fn pack_qkv_for_gqa(batch in 1usize..3, seq in 1usize..4, past in 0usize..3, kv in 1usize..3, group in 1usize..3, seed in any::<u64>()) {
-        let (graph, inputs) = projected_gqa(batch, seq, past, kv, group, false, seed);
+    fn pack_qkv_for_gqa(batch in 1usize..3, seq in 1usize..4, past in 0usize..3, kv in 1usize..3, group in 1usize..3, transposed in any::<bool>(), seed in any::<u64>()) {
+        let (graph, inputs) = projected_gqa(batch, seq, past, kv, group, false, transposed, seed);
         prove_on("pack-qkv-for-gqa", "cpu", graph, inputs, 1e-4)?;
     }
 
     #[test]
-    fn pack_qkv_with_bias_for_gqa(batch in 1usize..3, seq in 1usize..4, past in 0usize..3, kv in 1usize..3, group in 1usize..3, seed in any::<u64>()) {
-        let (graph, inputs) = projected_gqa(batch, seq, past, kv, group, true, seed);
+    fn pack_qkv_with_bias_for_gqa(batch in 1usize..3, seq in 1usize..4, past in 0usize..3, kv in 1usize..3, group in 1usize..3, transposed in any::<bool>(), seed in any::<u64>()) {
+        let (graph, inputs) = projected_gqa(batch, seq, past, kv, group, true, transposed, seed);
         prove_on("pack-qkv-with-bias-for-gqa", "cpu", graph, inputs, 1e-4)?;
     }
 }

@@ -204,7 +204,8 @@ pub fn lower(original: &Graph, picked: Picked) -> Result<Graph> {
                 emit_op(&mut graph, &mut namer, &picked, &slots, class, op);
             }
             Onnx::Op(op) if op.op.as_str() == "Transpose" => {
-                if let Some(init) = fold_weight_transpose(&initializers, &picked, &readers, op) {
+                let source = (&initializers, &folded, &namer);
+                if let Some(init) = fold_weight_transpose(source, &picked, &readers, op) {
                     namer.by_class.insert(class, init.name.clone());
                     folded.push(init);
                     continue;
@@ -283,10 +284,12 @@ fn reader_counts(picked: &Picked) -> ByClass<usize> {
 /// `Transpose(w)` of a 2-D initializer `w` that nothing else reads (perm `[1, 0]` or unset)
 /// becomes the initializer `<w>__t`, transposed lazily when saved (as `mobius build` stores
 /// HF's `[out, in]` weights): exporters that keep `Linear`'s weight transpose in the graph
-/// (torch.onnx dynamo with `optimize=False`) then read their weights as the builder's do. An
-/// initializer read elsewhere too (a tied embedding) stays, so no weight is stored twice.
+/// (torch.onnx dynamo with `optimize=False`) then read their weights as the builder's do, a
+/// packed q|k|v weight (a `Concat` of them, folded here or, when small, in the e-graph)
+/// included. An initializer read elsewhere
+/// too (a tied embedding) stays, so no weight is stored twice.
 fn fold_weight_transpose(
-    initializers: &InitializerIndex<'_>,
+    (initializers, folded, namer): (&InitializerIndex<'_>, &Folded, &Namer),
     picked: &Picked,
     readers: &ByClass<usize>,
     op: &OpNode,
@@ -294,10 +297,12 @@ fn fold_weight_transpose(
     let &[w] = op.input_ids() else {
         return None;
     };
-    let Some(Onnx::Init(name)) = picked.node(w) else {
-        return None;
+    let init = match picked.node(w) {
+        Some(Onnx::Init(name)) => initializers.get(name.as_str())?,
+        Some(Onnx::Const(_)) => folded.get(namer.by_class.get(w)?)?,
+        Some(Onnx::Op(c)) if c.op.as_str() == "Concat" => folded.get(namer.by_class.get(w)?)?,
+        _ => return None,
     };
-    let init = initializers.get(name.as_str())?;
     let [rows, cols] = init.shape[..] else {
         return None;
     };

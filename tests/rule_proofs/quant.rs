@@ -305,7 +305,7 @@ proptest! {
 
     #[test]
     fn pack_quantized_qkv_for_gqa(batch in 1usize..3, seq in 1usize..4, past in 0usize..3, kv in 1usize..3, group in 1usize..3, bias in any::<bool>(), symmetric in any::<bool>(), seed in any::<u64>()) {
-        let (mut graph, inputs) = projected_gqa(batch, seq, past, kv, group, bias, seed);
+        let (mut graph, inputs) = projected_gqa(batch, seq, past, kv, group, bias, false, seed);
         let request = QuantRequest {
             params: QuantParams { bits: 4, block_size: 16, symmetric },
             exclude: Vec::new(),

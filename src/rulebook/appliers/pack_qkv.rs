@@ -1,6 +1,6 @@
 //! The appliers of `fusion/pack_qkv.rules` (PackQKV): the q/k/v projections of a
-//! GroupQueryAttention, `MatMul(h, W)` (+ bias) over initializers, → one MatMul (+ Add) over
-//! the weights (and biases) concatenated along the output axis, read as packed q|k|v; and
+//! GroupQueryAttention, `MatMul(h, W)` (+ bias) over initializers (or their transposes), → one
+//! MatMul (+ Add) over the weights (and biases) concatenated along the output axis, read as packed q|k|v; and
 //! q/k/v that are the parts of one Split → the tensor split, read as packed q|k|v.
 
 use egg::Id;
@@ -109,7 +109,8 @@ fn concat_inits(g: &mut OnnxGraph, parts: [Id; 3], axis: i64) -> Option<Id> {
     Some(Emit::new(g).concat(&parts, axis))
 }
 
-/// Three `[K, N_i]` projection weights joined along N: initializers concatenated, or weights
+/// Three `[K, N_i]` projection weights joined along N: initializers concatenated, the
+/// transposes of `[N_i, K]` initializers as the transpose of those concatenated along N, or weights
 /// block-quantized along K (`DequantizeLinear(q, scales[, zp]; axis 0)` of initializers, the
 /// same attributes and zero-point presence) as the dequantization of the concatenated values,
 /// scales and zero points — quantizing a column never looks at another column, so the two
@@ -117,6 +118,16 @@ fn concat_inits(g: &mut OnnxGraph, parts: [Id; 3], axis: i64) -> Option<Id> {
 fn concat_weights(g: &mut OnnxGraph, parts: [Id; 3]) -> Option<Id> {
     if parts.iter().all(|&p| init_name(g, p).is_some()) {
         return concat_inits(g, parts, 1);
+    }
+    if let Some(stored) = transposed_inits(g, parts) {
+        // Wᵢ = Transpose(Sᵢ): Concat(W₁, W₂, W₃; axis 1) = Transpose(Concat(S₁, S₂, S₃; axis 0)).
+        let joined = concat_inits(g, stored, 0)?;
+        let mut e = Emit::new(g);
+        return Some(e.op(
+            "Transpose",
+            &[joined],
+            &[("perm", AttrValue::Ints(vec![1, 0]))],
+        ));
     }
     let nodes: Vec<OpNode> = parts
         .iter()
@@ -138,6 +149,30 @@ fn concat_weights(g: &mut OnnxGraph, parts: [Id; 3]) -> Option<Id> {
     let mut node = first.clone();
     node.children[..first.inputs].copy_from_slice(&joined);
     Some(g.add(Onnx::Op(node)))
+}
+
+/// The initializers `[S₁, S₂, S₃]` when each part is `Transpose(Sᵢ)` (perm `[1, 0]` or unset)
+/// of a 2-D initializer: the `[out, in]` Linear weights an export transposes in the graph
+/// (torch.onnx dynamo with `optimize=False`).
+fn transposed_inits(g: &OnnxGraph, parts: [Id; 3]) -> Option<[Id; 3]> {
+    let mut stored = parts;
+    for (slot, &part) in stored.iter_mut().zip(&parts) {
+        let node = find_op(g, part, "Transpose")?;
+        let &[w] = node.input_ids() else {
+            return None;
+        };
+        let swaps = match node.attr_id("perm").and_then(|a| g[a].data.attr()) {
+            Some(AttrValue::Ints(p)) => p[..] == [1, 0],
+            Some(AttrValue::Unset) | None => true,
+            _ => false,
+        };
+        let rank2 = g[w].data.tensor().and_then(|t| t.rank()) == Some(2);
+        if !swaps || !rank2 || init_name(g, w).is_none() {
+            return None;
+        }
+        *slot = w;
+    }
+    Some(stored)
 }
 
 /// The GroupQueryAttention e-node of class `id` (children: 9 inputs, then its attributes).
