@@ -392,12 +392,18 @@ def test_genai_flag_leaves_unread_masks_alone(optimized, name):
             assert (a / f).read_bytes() == (b / f).read_bytes(), f"{name} --ep {ep}: {f} differs"
 
 
+def checkpoint_of(name: str) -> str:
+    """The tests/fixtures checkpoint an export fixture was made of: the longest fixture
+    directory `name` starts with, then "-" (falcon-alibi-optimum-cache: falcon-alibi, not falcon)."""
+    return max((d.name for d in FIXTURES_DIR.iterdir() if name.startswith(d.name + "-")), key=len)
+
+
 def genai_config_for(name: str, out: Path, tmp: Path) -> Path:
     """A package for onnxruntime-genai: the optimized export (model.onnx) with the
     genai_config.json `mobius build --ep cpu` writes for the same checkpoint, its decoder
     inputs naming the export's position_ids too, the cache not shared (the export declares
     presents of past + seq)."""
-    family = name.split("-", 1)[0]
+    family = checkpoint_of(name)
     build = tmp / f"build-{family}"
     if not build.exists():
         run_mobius(["build", "--config", str(FIXTURES_DIR / family), str(build), "--ep", "cpu", "-q"])
