@@ -93,7 +93,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as td:
         tmp = Path(td)
         for name in names:
-            family = name.split("-", 1)[0]
+            # the longest checkpoint directory the name starts with (falcon-alibi, not falcon)
+            family = max((d.name for d in FIXTURES.iterdir() if name.startswith(d.name + "-")), key=len)
             role = "encoder" if family == "bert" else "decoder"
             src = args.dir / name / "model.onnx"
             before = ops(src)

@@ -301,12 +301,16 @@ def genai_reference(name: str) -> dict[str, np.ndarray]:
         return {k: npz[k] for k in npz.files}
 
 
-def genai_layout_errors(sess, name: str) -> list[tuple[str, float]]:
+def genai_layout_errors(sess, name: str, append: bool = False) -> list[tuple[str, float]]:
     """Runs the two rows of genai.npz batched in onnxruntime-genai's layout — the prompts
     right-padded (row 0: PAD_ROW_LEN tokens + pads), then one token per row per step, written
     after the row's own valid keys (mask 1 over them, 0 after; position_ids the row's length),
     past = the session's own presents — and returns (position, max abs error of the logits
-    against transformers' unpadded forward of the row) for every valid position."""
+    against transformers' unpadded forward of the row) for every valid position.
+    `append`: the layout onnxruntime-genai gives a graph whose attention is ONNX Attention (its
+    cache concatenated, `past_present_share_buffer` false as `mobius build` declares it): each
+    step's mask is the previous one with a 1 appended (genai's UpdateAttentionMask without a
+    static buffer), the new key written after the row's padding."""
     ref = genai_reference(name)
     pre = reference(name)["prefill"]
     rows = [ref["row0.input_ids"], ref["row1.input_ids"]]
@@ -324,9 +328,12 @@ def genai_layout_errors(sess, name: str) -> list[tuple[str, float]]:
     steps = len(rows[0]) - PAD_ROW_LEN
     for step in range(steps):
         total = SEQ + step + 1
-        mask = np.zeros((2, total), dtype=np.int64)
-        for b in range(2):
-            mask[b, : lengths[b] + 1] = 1
+        if append:
+            mask = np.concatenate([feeds["attention_mask"], np.ones((2, 1), dtype=np.int64)], axis=1)
+        else:
+            mask = np.zeros((2, total), dtype=np.int64)
+            for b in range(2):
+                mask[b, : lengths[b] + 1] = 1
         feeds = {
             "input_ids": np.array([[rows[0][lengths[0]]], [rows[1][lengths[1]]]], dtype=np.int64),
             "attention_mask": mask,
@@ -360,9 +367,14 @@ def test_genai_contract_matches_transformers(optimized, name, ep):
     inits = {t.name for t in after.graph.initializer}
     assert [(i.name, i.type) for i in after.graph.input if i.name not in inits] == [(i.name, i.type) for i in before.graph.input]
     assert [(o.name, o.type) for o in after.graph.output] == [(o.name, o.type) for o in before.graph.output]
-    errors = genai_layout_errors(session(path), name)
+    # ONNX Attention reads the mask by cache index, GroupQueryAttention by row length
+    # (Σmask − 1): genai's append layout for the one, the row's valid keys first for the other.
+    append = op == "Attention"
+    errors = genai_layout_errors(session(path), name, append)
     bad = [f"{where}: {err:.3g}" for where, err in errors if not err <= TOL]
     assert not bad, f"{name} --ep {ep} --kv-cache genai vs transformers: " + ", ".join(bad)
+    if append:
+        return
     # The export's own contract differs: its first decode step writes row 0's new key at
     # cache index SEQ and reads the stale key at index PAD_ROW_LEN.
     export_errors = dict(genai_layout_errors(session(EXPORTS_DIR / name / "model.onnx"), name))
@@ -380,12 +392,18 @@ def test_genai_flag_leaves_unread_masks_alone(optimized, name):
             assert (a / f).read_bytes() == (b / f).read_bytes(), f"{name} --ep {ep}: {f} differs"
 
 
+def checkpoint_of(name: str) -> str:
+    """The tests/fixtures checkpoint an export fixture was made of: the longest fixture
+    directory `name` starts with, then "-" (falcon-alibi-optimum-cache: falcon-alibi, not falcon)."""
+    return max((d.name for d in FIXTURES_DIR.iterdir() if name.startswith(d.name + "-")), key=len)
+
+
 def genai_config_for(name: str, out: Path, tmp: Path) -> Path:
     """A package for onnxruntime-genai: the optimized export (model.onnx) with the
     genai_config.json `mobius build --ep cpu` writes for the same checkpoint, its decoder
     inputs naming the export's position_ids too, the cache not shared (the export declares
     presents of past + seq)."""
-    family = name.split("-", 1)[0]
+    family = checkpoint_of(name)
     build = tmp / f"build-{family}"
     if not build.exists():
         run_mobius(["build", "--config", str(FIXTURES_DIR / family), str(build), "--ep", "cpu", "-q"])
