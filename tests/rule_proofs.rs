@@ -724,15 +724,17 @@ proptest! {
         prove_on("castlike-to-cast", "default", b.finish(), inputs, 0.0)?;
     }
 
-    /// A constant target equal to x's shape, or a computed one reading as x's own dims, the
+    /// A constant target reading as x's shape, or a computed one reading as x's own dims, the
     /// first named (`Concat(Shape(x)[0:1], rest)`), under every allowzero (the dynamo
     /// exporter's `optimize=False` attention output view writes allowzero 1), zero-size dims
-    /// included.
+    /// included; a constant entry written as the dim, a 0 copying it (allowzero unset or 0) or
+    /// one −1 (where the other dims multiply to more than 0: else the Reshape is an error).
     #[test]
     fn reshape_to_own_shape(
         shape in proptest::collection::vec(0usize..4, 1..5),
         computed in any::<bool>(),
         allowzero in prop_oneof![Just(None), Just(Some(0i64)), Just(Some(1))],
+        spellings in proptest::collection::vec(0u8..3, 4),
         seed in any::<u64>(),
     ) {
         let mut b = GraphBuilder::new("g");
@@ -742,12 +744,25 @@ proptest! {
         }
         let x = b.input("x", DType::F32, x_dims.clone());
         b.output("y", DType::F32, x_dims);
+        let mut entries: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
+        let mut minus = false;
+        for (i, &how) in spellings.iter().enumerate().take(shape.len()).skip(computed as usize) {
+            let others: usize = shape.iter().enumerate().filter(|&(j, _)| j != i).map(|(_, &d)| d).product();
+            match how {
+                1 if allowzero != Some(1) => entries[i] = 0,
+                2 if !minus && others > 0 => {
+                    entries[i] = -1;
+                    minus = true;
+                }
+                _ => {}
+            }
+        }
         let target = if computed {
             let lead = b.op("Shape", &[&x], vec![("start", Attr::Int(0)), ("end", Attr::Int(1))]);
-            let rest = b.const_i64(&shape[1..].iter().map(|&d| d as i64).collect::<Vec<_>>());
+            let rest = b.const_i64(&entries[1..]);
             b.op("Concat", &[&lead, &rest], vec![("axis", Attr::Int(0))])
         } else {
-            b.const_i64(&shape.iter().map(|&d| d as i64).collect::<Vec<_>>())
+            b.const_i64(&entries)
         };
         let attrs = allowzero.map(|a| vec![("allowzero", Attr::Int(a))]).unwrap_or_default();
         let r = b.op("Reshape", &[&x, &target], attrs);

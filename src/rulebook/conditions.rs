@@ -151,14 +151,31 @@ fn cast_to_own_dtype(g: &OnnxGraph, [x, to]: [Id; 2]) -> bool {
     dtype.is_some() && dtype == target
 }
 
-/// `?x ?shape`: `?shape` reads ([`shape_value`]: a constant, or a computed target's symbolic
-/// value) as exactly `?x`'s dims, each known or named — the Reshape gives `?x` its own shape
-/// whatever `allowzero` says (an entry equal to the dim needs no copying, and no entry is −1).
-fn reshape_keeps_shape(g: &OnnxGraph, [x, shape]: [Id; 2]) -> bool {
+/// `?x ?shape ?allowzero`: the Reshape gives `?x` its own shape. `?shape` reads
+/// ([`shape_value`]: a constant, or a computed target's symbolic value) as `?x`'s dims, each
+/// known or named, at their own indices, where an entry may also be a 0 that copies the dim
+/// (allowzero unset or 0) and one entry may be −1: with every other entry `?x`'s own dim, the
+/// −1 is inferred as the remaining one, `?x`'s dim there (when the others multiply to 0 the
+/// Reshape is an error, onnxruntime's and the interpreter's alike, so no accepted input is
+/// changed).
+fn reshape_keeps_shape(g: &OnnxGraph, [x, shape, allowzero]: [Id; 3]) -> bool {
     let Some(dims) = g[x].data.tensor().and_then(|t| t.shape.as_ref()) else {
         return false;
     };
-    dims.iter().all(|d| *d != SymDim::Unknown) && shape_value(g, shape).as_ref() == Some(dims)
+    let Some(target) = shape_value(g, shape) else {
+        return false;
+    };
+    let copies = matches!(
+        g[allowzero].data.attr(),
+        Some(AttrValue::Unset | AttrValue::Int(0))
+    );
+    let inferred = target.iter().filter(|t| **t == SymDim::Known(-1)).count();
+    target.len() == dims.len()
+        && inferred <= 1
+        && dims.iter().zip(&target).all(|(d, t)| {
+            *d != SymDim::Unknown
+                && (t == d || *t == SymDim::Known(-1) || (copies && *t == SymDim::Known(0)))
+        })
 }
 
 /// The constant a computed Reshape target `shape` of `x` can be written as: the target's
