@@ -17,7 +17,7 @@ use mobius::ops::Tensor;
 use proptest::prelude::*;
 
 use super::moe::{bytes, sizes, values, Sizes};
-use super::{dims, model, optimize_with_rules, options_for, prove_on, rule};
+use super::{dims, model, optimize_with_rules, options_for, prove_on, prove_with, rule};
 
 /// An f32 initializer `name` of `shape` with random values in `[-scale, scale)`.
 fn weight(
@@ -46,6 +46,17 @@ fn expert_loop(
     (batch, seq, h, i, e, k): Sizes,
     normalize: bool,
     steps: &[usize],
+    seed: u64,
+) -> (Graph, HashMap<String, Tensor>) {
+    scaled_expert_loop((batch, seq, h, i, e, k), normalize, steps, 1.2, seed)
+}
+
+/// [`expert_loop`] with the experts' weights in `[-scale, scale)`.
+fn scaled_expert_loop(
+    (batch, seq, h, i, e, k): Sizes,
+    normalize: bool,
+    steps: &[usize],
+    scale: f64,
     seed: u64,
 ) -> (Graph, HashMap<String, Tensor>) {
     let mut rng = Rng::new(seed);
@@ -119,9 +130,9 @@ fn expert_loop(
     let lifted = b.op("Unsqueeze", &[&tokens, &zero_axis], vec![]);
     let mut experts = Vec::new();
     for j in 0..e {
-        let wg = weight(&mut b, &format!("e{j}.gate"), vec![h, i], 1.2, &mut rng);
-        let wu = weight(&mut b, &format!("e{j}.up"), vec![h, i], 1.2, &mut rng);
-        let wd = weight(&mut b, &format!("e{j}.down"), vec![i, h], 1.2, &mut rng);
+        let wg = weight(&mut b, &format!("e{j}.gate"), vec![h, i], scale, &mut rng);
+        let wu = weight(&mut b, &format!("e{j}.up"), vec![h, i], scale, &mut rng);
+        let wd = weight(&mut b, &format!("e{j}.down"), vec![i, h], scale, &mut rng);
         experts.push([wg, wu, wd]);
     }
     for &j in steps {
@@ -241,4 +252,22 @@ proptest! {
         let without = run(&[]).unwrap();
         prop_assert_eq!(with, without);
     }
+}
+
+/// Experts too wide for constant folding (each part over 8,192 elements): the recognized
+/// block's stacks stay Concats of initializers, which the MoE fusion joins into one fc1 and
+/// one fc2 Concat, folded into initializers and re-laid out when the graph is lowered; the
+/// result runs as `com.microsoft::MoE` and equals the traced loop.
+#[test]
+fn moe_expert_loop_wide_experts_run_as_moe() {
+    let sizes = (1, 3, 128, 96, 4, 2);
+    let (graph, inputs) = scaled_expert_loop(sizes, true, &[2, 0, 3, 1], 0.1, 7);
+    let rules = vec![rule("moe-expert-loop"), rule("dense-moe")];
+    let caps = mobius::ep::get_ep("cpu").unwrap();
+    let options = options_for(DType::F32, None);
+    let (rewritten, _) =
+        optimize_with_rules(&model(graph.clone()), &caps, &options, &rules).unwrap();
+    let counts = rewritten.graph.op_counts();
+    assert_eq!(counts.get("com.microsoft::MoE"), Some(&1), "{counts:?}");
+    prove_with(&rule("moe-expert-loop"), rules, "cpu", graph, inputs, 1e-5).unwrap();
 }

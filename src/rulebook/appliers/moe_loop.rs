@@ -512,7 +512,13 @@ fn moe_expert_loop(
         ok.then_some(*x)
     })?;
     let token_dims = g[first.tokens].data.tensor()?.shape.clone()?;
-    let logit_rows = g[router.logits].data.tensor()?.shape.as_ref()?.first().cloned();
+    let logit_rows = g[router.logits]
+        .data
+        .tensor()?
+        .shape
+        .as_ref()?
+        .first()
+        .cloned();
     if !weights_ok
         || shape_value(g, zeros_shape).as_deref() != Some(&token_dims[..])
         || logit_rows.as_ref() != token_dims.first()
