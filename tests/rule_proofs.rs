@@ -46,6 +46,8 @@ mod lowering;
 mod moe;
 #[path = "rule_proofs/moe_clamped.rs"]
 mod moe_clamped;
+#[path = "rule_proofs/moe_loop.rs"]
+mod moe_loop;
 #[path = "common/norm_spellings.rs"]
 mod norm_spellings;
 #[path = "rule_proofs/quant.rs"]
@@ -320,6 +322,8 @@ const PROOFS: &[(&str, &str)] = &[
         "linear_attention::linear_attention_as_scan",
     ),
     ("dense-moe", "moe::dense_moe_fusion"),
+    ("dense-moe", "moe::dense_moe_fusion_of_expert_concats"),
+    ("moe-expert-loop", "moe_loop::moe_expert_loop_recognition"),
     ("moe-to-dense", "moe::moe_to_dense_inline"),
     ("dense-qmoe", "moe::dense_qmoe_fusion"),
     ("qmoe-to-dense", "moe::qmoe_to_dense_inline"),

@@ -65,6 +65,10 @@ pub const RULE_FILES: &[(&str, &str)] = &[
         include_str!("../../rewrites/recognize/head_layout.rules"),
     ),
     (
+        "recognize/moe_loop.rules",
+        include_str!("../../rewrites/recognize/moe_loop.rules"),
+    ),
+    (
         "fusion/gqa.rules",
         include_str!("../../rewrites/fusion/gqa.rules"),
     ),

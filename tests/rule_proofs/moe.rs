@@ -167,6 +167,95 @@ proptest! {
     }
 }
 
+/// `graph` with its expert stacks (`*gate_proj.weight_t`, `*up_proj.weight_t` `[H, E·I]`,
+/// `*down_proj.weight_t` `[E·I, H]`) computed as `Concat` of one f32/f16 initializer per
+/// expert (the gate and up ones along their columns, the down ones along their rows), as
+/// `recognize/moe_loop.rules` stacks an export's experts.
+fn expert_concats(mut graph: Graph, experts: usize) -> Graph {
+    let mut concats = Vec::new();
+    let mut parts_of = Vec::new();
+    graph.initializers.retain(|init| {
+        let columns =
+            init.name.ends_with("gate_proj.weight_t") || init.name.ends_with("up_proj.weight_t");
+        let rows = init.name.ends_with("down_proj.weight_t");
+        let Some(TensorSource::Inline(data)) = &init.source else {
+            return true;
+        };
+        if !(columns || rows) {
+            return true;
+        }
+        let [r, c] = init.shape[..] else {
+            return true;
+        };
+        let width = data.bytes.len() / (r * c);
+        let mut names = Vec::new();
+        for e in 0..experts {
+            let (shape, bytes): (Vec<usize>, Vec<u8>) = if columns {
+                let w = c / experts;
+                let bytes = (0..r)
+                    .flat_map(|row| {
+                        let at = (row * c + e * w) * width;
+                        data.bytes[at..at + w * width].to_vec()
+                    })
+                    .collect();
+                (vec![r, w], bytes)
+            } else {
+                let h = r / experts;
+                let at = e * h * c * width;
+                (vec![h, c], data.bytes[at..at + h * c * width].to_vec())
+            };
+            let name = format!("{}.{e}", init.name);
+            parts_of.push(mobius::ir::Initializer {
+                name: name.clone(),
+                dtype: init.dtype,
+                shape: shape.clone(),
+                source: Some(TensorSource::Inline(TensorData {
+                    dtype: init.dtype,
+                    shape,
+                    bytes,
+                })),
+            });
+            names.push(name);
+        }
+        concats.push(mobius::ir::Node {
+            name: format!("{}_concat", init.name),
+            domain: String::new(),
+            op_type: "Concat".into(),
+            inputs: names,
+            outputs: vec![init.name.clone()],
+            attrs: [("axis".to_string(), Attr::Int(i64::from(columns)))]
+                .into_iter()
+                .collect(),
+        });
+        false
+    });
+    assert_eq!(concats.len(), 3, "the gate, up and down stacks");
+    graph.initializers.extend(parts_of);
+    concats.append(&mut graph.nodes);
+    graph.nodes = concats;
+    graph
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+    /// The dense block over stacks that are Concats of per-expert initializers.
+    #[test]
+    fn dense_moe_fusion_of_expert_concats(
+        sizes in sizes(),
+        normalize in any::<bool>(),
+        half in any::<bool>(),
+        seed in any::<u64>(),
+    ) {
+        let dtype = if half { DType::F16 } else { DType::F32 };
+        let (graph, inputs, router) = dense_block(sizes, normalize, dtype, seed);
+        prop_assume!(!boundary_tie(&inputs["x"], &router, sizes, dtype));
+        let graph = expert_concats(graph, sizes.4);
+        let tol = if half { 2e-2 } else { 1e-5 };
+        prove_on("dense-moe", "cpu", graph, inputs, tol)?;
+    }
+}
+
 /// Whether some row of `router` (`[T, E]`) has its k-th and (k+1)-th largest values within
 /// `eps` of each other (the k-th of equal ones is where the kernel and TopK differ).
 fn router_tie(router: &[f32], e: usize, k: usize, eps: f64) -> bool {

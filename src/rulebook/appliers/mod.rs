@@ -16,6 +16,7 @@ mod linear_attention;
 mod matmul_nbits;
 mod moe;
 mod moe_clamped;
+mod moe_loop;
 mod norm_recognize;
 mod pack_qkv;
 mod per_head_norm;
@@ -145,6 +146,7 @@ pub const APPLIERS: &[(&str, &dyn AnyApplier)] = &[
         &linear_attention::LINEAR_ATTENTION_STATE_AS_SCAN,
     ),
     ("dense-moe", &moe::DENSE_MOE),
+    ("moe-expert-loop", &moe_loop::MOE_EXPERT_LOOP),
     ("dense-qmoe", &moe::DENSE_QMOE),
     ("moe-to-dense", &moe::MOE_TO_DENSE),
     ("qmoe-to-dense", &moe::QMOE_TO_DENSE),

@@ -287,16 +287,19 @@ fn swiglu_attrs() -> [(&'static str, AttrValue); 5] {
 /// normalize)`.
 fn dense_moe(g: &mut OnnxGraph, _: Site<'_>, ids: [Id; 9]) -> Option<Id> {
     let [_, wg, wu, wd, ..] = ids;
-    if ![wg, wu, wd].iter().all(|&w| is_init(g, w)) {
-        return None;
-    }
+    let (gate, up) = (stack_parts(g, wg, 1)?, stack_parts(g, wu, 1)?);
+    let down = stack_parts(g, wd, 0)?;
     let b = read_block(g, ids)?;
     let e = b.experts;
     let mut em = Emit::new(g);
-    let stack = em.concat(&[wg, wu], 1);
+    let stack = em.concat(&[gate, up].concat(), 1);
     let experts = [("experts", AttrValue::Int(e))];
+    let down = match down[..] {
+        [one] => one,
+        _ => em.concat(&down, 0),
+    };
     let fc1 = em.op("ai.mobius::MoEFc1", &[stack], &experts);
-    let fc2 = em.op("ai.mobius::MoEFc2", &[wd], &experts);
+    let fc2 = em.op("ai.mobius::MoEFc2", &[down], &experts);
     let router = em.reshape(b.routing.logits, &[-1, e]);
     let none = em.g.add(Onnx::Absent);
     let [alpha, beta, activation, fusion, limit] = swiglu_attrs();
@@ -311,6 +314,27 @@ fn dense_moe(g: &mut OnnxGraph, _: Site<'_>, ids: [Id; 9]) -> Option<Id> {
         limit,
     ];
     Some(em.op("com.microsoft::MoE", &[b.x, router, fc1, none, fc2], &attrs))
+}
+
+/// The initializers a 2-D stack class `w` is made of: `[w]` for an initializer, the parts
+/// of a `Concat` of initializers along `axis` (0 or 1; as `recognize/moe_loop.rules` stacks
+/// the experts of an export), else `None`. A Concat of the parts of several stacks along
+/// the same axis is the Concat of the stacks.
+fn stack_parts(g: &OnnxGraph, w: Id, axis: i64) -> Option<Vec<Id>> {
+    if is_init(g, w) {
+        return Some(vec![w]);
+    }
+    crate::opt::query::ops_named(g, w, "Concat")
+        .into_iter()
+        .find_map(|c| {
+            let a = int_attr(g, c.attr_id("axis")?)?;
+            let parts = c.input_ids();
+            let ok = (a == axis || a == axis - 2)
+                && parts
+                    .iter()
+                    .all(|&p| is_init(g, p) && matrix(g, p).is_some());
+            ok.then(|| parts.to_vec())
+        })
 }
 
 /// `dense-qmoe`.
@@ -661,7 +685,7 @@ fn qmoe_to_dense(
 
 /// The routing matrix `[B, S, E, 1]` in `dtype` of router `logits` `[B, S, E]` (in `dtype`),
 /// as [`crate::models::components::sparse_moe`] builds it (the form [`routing`] reads).
-fn routing_matrix(
+pub(super) fn routing_matrix(
     em: &mut Emit<'_>,
     logits: Id,
     (experts, k): (i64, i64),
