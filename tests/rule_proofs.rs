@@ -58,6 +58,8 @@ mod recognize;
 mod rope_spellings;
 #[path = "rule_proofs/rotary.rs"]
 mod rotary;
+#[path = "rule_proofs/rotary_interleaved.rs"]
+mod rotary_interleaved;
 #[path = "rule_proofs/split_qkv.rs"]
 mod split_qkv;
 
@@ -113,6 +115,18 @@ const PROOFS: &[(&str, &str)] = &[
     ),
     ("rotary-partial", "rotary::partial_rotation_folding"),
     ("outer-angles", "rotary::outer_product_angles"),
+    (
+        "repeat-interleave",
+        "rotary_interleaved::repeat_interleave_subgraph",
+    ),
+    (
+        "rotate-pairs",
+        "rotary_interleaved::rotate_pairs_recognition",
+    ),
+    (
+        "tile-of-ones-as-expand",
+        "rotary_interleaved::tile_of_ones_as_expand",
+    ),
     ("sliced-head-view", "head_layout::sliced_head_view"),
     (
         "sliced-head-view-with-steps",

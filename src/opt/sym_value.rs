@@ -1,7 +1,7 @@
 //! Symbolic values of small shape tensors: the elements of a 0-D or 1-D int64 (or bool) tensor
 //! of at most [`MAX_VALUE_LEN`] elements as [`SymDim`]s, as exporters compute them for
 //! `Reshape`/`Expand` targets from `Shape`, `Gather`, `Concat`, `Slice`, `Unsqueeze`,
-//! `Squeeze`, `Reshape`, `Cast`, `Add`/`Sub`/`Mul`/`Div`, `ConstantOfShape` and the
+//! `Squeeze`, `Reshape`, `Cast`, `Add`/`Sub`/`Mul`/`Div`, `ConstantOfShape`, `ReduceMax` and the
 //! `Where(Equal(x, -1), 1, x)` guard. The analysis keeps these values per e-class (beside the
 //! constant value; a fully known value is a constant) and type inference reads them
 //! ([`InputView::elements`]).
@@ -120,6 +120,12 @@ pub fn op_value(
             _ if d[1] == d[2] => d[1].clone(),
             _ => SymDim::Unknown,
         })?,
+        // The maximum of a small vector over all its axes (no `axes` input), its elements all
+        // known: one element, whatever `keepdims` (TorchScript's `repeat_interleave` counts).
+        "ReduceMax" if inputs.len() == 1 && attr.int("noop_with_empty_axes").unwrap_or(0) == 0 => {
+            let known: Vec<i64> = arg(0)?.iter().map(SymDim::known).collect::<Option<_>>()?;
+            vec![SymDim::Known(known.into_iter().max()?)]
+        }
         "ConstantOfShape" => {
             let count: i64 = arg(0)?.iter().map(SymDim::known).product::<Option<i64>>()?;
             let fill = match attr.get("value") {
@@ -444,6 +450,36 @@ mod tests {
         assert_eq!(
             value_literal(&[SymDim::Known(5)], &ty(DType::I64, &[])),
             Some(ints(vec![], &[5]))
+        );
+    }
+
+    #[test]
+    fn the_max_of_known_counts_is_one_element() {
+        let (v3, scalar) = (ty(DType::I64, &[3]), ty(DType::I64, &[]));
+        let counts = ints(vec![3], &[2, 5, 2]);
+        let keep0 = AttrValue::Int(0);
+        let max = |inputs: &[InputView<'_>], attrs: &Attrs<'_>| {
+            op_value("ReduceMax", inputs, attrs, &scalar)
+        };
+        let keep = Attrs::new([("keepdims", &keep0)]);
+        assert_eq!(
+            max(&[view(&v3, Some(&counts), None)], &keep),
+            Some(vec![SymDim::Known(5)])
+        );
+        // A symbolic element, or an axes input, leaves it unknown.
+        let t = [SymDim::Known(2), sym("a"), SymDim::Known(2)];
+        assert_eq!(max(&[view(&v3, None, Some(&t))], &keep), None);
+        let axes = ints(vec![1], &[0]);
+        let one = ty(DType::I64, &[1]);
+        assert_eq!(
+            max(
+                &[
+                    view(&v3, Some(&counts), None),
+                    view(&one, Some(&axes), None)
+                ],
+                &keep
+            ),
+            None
         );
     }
 }

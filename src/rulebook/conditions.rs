@@ -4,7 +4,7 @@
 
 use egg::Id;
 
-use super::{head_layout, recognize, recognize_gemm, recognize_rotary};
+use super::{head_layout, recognize, recognize_gemm, recognize_interleave, recognize_rotary};
 use crate::ir::DType;
 use crate::ops::types::SymDim;
 use crate::ops::value::AttrValue;
@@ -41,6 +41,18 @@ pub const CONDITIONS: &[(&str, &dyn AnyCondition)] = &[
         &Condition(recognize_rotary::partial_rotation),
     ),
     ("outer-angles", &Condition(recognize_rotary::outer_angles)),
+    (
+        "repeat-interleave",
+        &Condition(recognize_interleave::repeat_interleave),
+    ),
+    (
+        "rotate-pairs",
+        &Condition(recognize_interleave::rotate_pairs),
+    ),
+    (
+        "tile-repeats-ones",
+        &Condition(recognize_interleave::tile_repeats_ones),
+    ),
     (
         "heads-merged-back",
         &Condition(head_layout::heads_merged_back),

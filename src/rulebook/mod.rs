@@ -16,6 +16,7 @@ mod head_layout;
 pub mod leftovers;
 mod recognize;
 mod recognize_gemm;
+mod recognize_interleave;
 mod recognize_rotary;
 
 use std::collections::HashSet;
@@ -59,6 +60,10 @@ pub const RULE_FILES: &[(&str, &str)] = &[
     (
         "recognize/rotary.rules",
         include_str!("../../rewrites/recognize/rotary.rules"),
+    ),
+    (
+        "recognize/rotary_interleaved.rules",
+        include_str!("../../rewrites/recognize/rotary_interleaved.rules"),
     ),
     (
         "recognize/head_layout.rules",
@@ -147,6 +152,10 @@ pub const RULE_FILES: &[(&str, &str)] = &[
     (
         "cleanup/shape_slice.rules",
         include_str!("../../rewrites/cleanup/shape_slice.rules"),
+    ),
+    (
+        "cleanup/tile.rules",
+        include_str!("../../rewrites/cleanup/tile.rules"),
     ),
     (
         "cleanup/identity.rules",

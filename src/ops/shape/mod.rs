@@ -63,7 +63,7 @@ pub const OPS: &[OpDef] = &[
         .infer(|c| vec![from_shape_input(c.op, &c.ty(0), c.inputs.get(1).copied())])
         .eval(|c| layout::expand(c).map(|t| vec![t])),
     OpDef::onnx("Tile", &[])
-        .lacks("inference: no rule needs its output's shape")
+        .infer(|c| vec![tile_type(c.inputs)])
         .eval(|c| layout::tile(c).map(|t| vec![t])),
     OpDef::onnx("Concat", &["axis"])
         .infer(|c| vec![concat_type(c.inputs, c.int("axis").unwrap_or(0))])
@@ -79,12 +79,14 @@ pub const OPS: &[OpDef] = &[
         .infer(|c| vec![gather_type(&c.ty(0), &c.ty(1), c.int("axis").unwrap_or(0))])
         .cost(Cost::KERNEL.reads(Reads::Lookup))
         .eval(|c| select::gather(c).map(|t| vec![t])),
-    OpDef::onnx("GatherND", &[])
-        .opaque()
-        .lacks(
-            "schema and inference: no rule rewrites or introduces it, so the e-graph keeps a \
-             node's own attributes and needs no type",
-        )
+    OpDef::onnx("GatherND", &["batch_dims"])
+        .infer(|c| {
+            vec![gather_nd_type(
+                &c.ty(0),
+                &c.ty(1),
+                c.int("batch_dims").unwrap_or(0),
+            )]
+        })
         .eval(|c| select::gather_nd(c).map(|t| vec![t])),
     OpDef::onnx("Shape", &["end", "start"])
         .infer(|c| vec![shape_of(&c.ty(0), c.int("start"), c.int("end"))])
@@ -373,6 +375,50 @@ fn gather_type(data: &TensorType, idx: &TensorType, ax: i64) -> TensorType {
             s.extend_from_slice(i);
             s.extend_from_slice(&d[a + 1..]);
             s
+        }),
+        _ => None,
+    };
+    TensorType {
+        dtype: data.dtype,
+        shape,
+    }
+}
+
+/// `Tile`'s output: each dim of the input times its repeat count, the repeats read as a
+/// constant or a symbolic value (one per axis); unknown dims where they are not.
+fn tile_type(inputs: &[InputView<'_>]) -> TensorType {
+    let data = inputs.first().and_then(|v| v.ty);
+    let shape = data.and_then(|t| {
+        let dims = shape_dims(t)?;
+        let repeats = inputs.get(1)?.elements()?;
+        (repeats.len() == dims.len()).then(|| {
+            dims.iter()
+                .zip(&repeats)
+                .map(|(d, r)| match r {
+                    SymDim::Known(1) => d.clone(),
+                    SymDim::Unknown => SymDim::Unknown,
+                    r => d.mul(r),
+                })
+                .collect()
+        })
+    });
+    TensorType {
+        dtype: data.and_then(|t| t.dtype),
+        shape,
+    }
+}
+
+/// `GatherND`'s output: `indices.shape[:-1] + data.shape[batch_dims + k:]` for the index
+/// tuples' length `k` (the indices' last dim, which must be known).
+fn gather_nd_type(data: &TensorType, idx: &TensorType, batch_dims: i64) -> TensorType {
+    let shape = match (shape_dims(data), shape_dims(idx)) {
+        (Some(d), Some(i)) => i.last().and_then(SymDim::known).and_then(|k| {
+            let from = usize::try_from(batch_dims.checked_add(k)?).ok()?;
+            (batch_dims >= 0 && from <= d.len()).then(|| {
+                let mut s = i[..i.len() - 1].to_vec();
+                s.extend_from_slice(&d[from..]);
+                s
+            })
         }),
         _ => None,
     };

@@ -20,6 +20,7 @@ mod moe_loop;
 mod norm_recognize;
 mod pack_qkv;
 mod per_head_norm;
+mod rotary_interleaved;
 mod rotary_recognize;
 mod shape_slice;
 mod skip_layer_norm;
@@ -61,6 +62,8 @@ pub const APPLIERS: &[(&str, &dyn AnyApplier)] = &[
     ("rotate-half", &rotary_recognize::ROTATE_HALF),
     ("partial-rotation", &rotary_recognize::PARTIAL_ROTATION),
     ("outer-angles", &rotary_recognize::OUTER_ANGLES),
+    ("repeat-interleave", &rotary_interleaved::REPEAT_INTERLEAVE),
+    ("rotate-pairs", &rotary_interleaved::ROTATE_PAIRS),
     ("rotary-on-3d-heads", &head_layout::ROTARY_ON_3D_HEADS),
     ("sliced-head-view", &head_layout::SLICED_HEAD_VIEW),
     (
