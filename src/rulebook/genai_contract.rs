@@ -31,6 +31,9 @@ use crate::opt::analysis::OnnxGraph;
 use crate::opt::lang::OpNode;
 use crate::opt::query::{const_ints, find_op, int_attr, is_input, ops_named, scalar_float};
 
+mod float_mask;
+pub use float_mask::float_export_mask;
+
 /// Deepest chain of ops [`export_mask`] follows from the mask to its leaves.
 const MAX_DEPTH: usize = 48;
 
@@ -492,9 +495,7 @@ impl Reader<'_> {
     /// alone: TorchScript's `Reshape(Reshape(g, [−1]), Shape(index))`).
     fn reshape(&mut self, op: &OpNode, depth: usize) -> Option<Sym> {
         let target = self.shape_value(*op.input_ids().get(1)?)?;
-        if target.iter().any(|d| d.known().is_some_and(|v| v <= 0)) {
-            return None;
-        }
+        let target = self.inferred_reshape(op, target)?;
         // At most `depth` reshapes deep: an e-class may hold a Reshape of itself.
         let mut src = op.input_ids()[0];
         let mut x = self.read(src, depth);
@@ -515,6 +516,29 @@ impl Reader<'_> {
         let same =
             from.len() == to.len() && from.iter().zip(&to).all(|(&a, &b)| x.dims[a] == target[b]);
         same.then(|| reaxed(&squeezed(&x, &from), target.len(), &to))
+    }
+
+    /// The `Reshape` target `target` with its sizes all positive: a single `−1` read as the
+    /// extent of the one input axis not of extent 1 (the others of the target all 1, so it is
+    /// every element: `Reshape(Range(P, P + S), [−1, 1])`); else `None` for any size ≤ 0.
+    fn inferred_reshape(&self, op: &OpNode, mut target: Vec<SymDim>) -> Option<Vec<SymDim>> {
+        let inferred: Vec<usize> = (0..target.len())
+            .filter(|&a| target[a] == SymDim::Known(-1))
+            .collect();
+        if let [a] = inferred[..] {
+            let others_one = (0..target.len()).all(|k| k == a || target[k] == SymDim::Known(1));
+            let x = self.g[op.input_ids()[0]].data.tensor()?.shape.clone()?;
+            let wide: Vec<&SymDim> = x.iter().filter(|d| **d != SymDim::Known(1)).collect();
+            if !others_one || x.contains(&SymDim::Unknown) {
+                return None;
+            }
+            target[a] = match wide[..] {
+                [] => SymDim::Known(1),
+                [d] => d.clone(),
+                _ => return None,
+            };
+        }
+        (!target.iter().any(|d| d.known().is_some_and(|v| v <= 0))).then_some(target)
     }
 
     /// `Slice(x, starts, ends, axes[, steps])` that keeps every element: starts 0, steps 1,

@@ -41,6 +41,12 @@ struct Case {
     /// nemotron), the angles `[1, S, r/2]` and the caches expanded to the batch (as the rotary
     /// recognition writes them for such tables).
     past_positions: bool,
+    /// transformers' float 4-D causal mask instead of the boolean one (optimum's exports of
+    /// OPT, Nemotron, StableLM, GPT-J, CodeGen): `full((S, T), −FLT_MAX)`, `Trilu(upper, 1)`,
+    /// times `Cast(Range(T) > Range(P, P + S)[:, None])`, expanded to `[B, 1, S, T]`, the
+    /// padding (`causal + attention_mask == 0`) written back by `ScatterND` over the full index
+    /// grid. No window.
+    float_mask: bool,
 }
 
 /// How a near miss differs from the export's mask.
@@ -213,6 +219,11 @@ fn export_graph(c: &Case, miss: Miss) -> Graph {
         ),
     );
     let bias = b.op("Where", &[&allowed, &keep, &masked], vec![]);
+    let bias = if c.float_mask {
+        float_mask(&mut b, &mask, [&batch0, &seq0, &past0, &total0], miss)
+    } else {
+        bias
+    };
 
     let (q, k) = match c.rope {
         Some(r) => {
@@ -298,6 +309,112 @@ fn export_graph(c: &Case, miss: Miss) -> Graph {
     b.finish()
 }
 
+/// transformers' float 4-D causal padding mask over `attention_mask` (see [`Case::float_mask`]),
+/// from the scalar sizes `[B, S, P, T]`.
+/// Near misses: `StrictlyCausal` compares with `GreaterOrEqual`, `SoftBias` fills with −1e4,
+/// `NoPastOffset` numbers the queries from 0, `PaddingOfQueries` writes the padding back over
+/// the first `S` keys only.
+fn float_mask(b: &mut GraphBuilder, mask: &str, sizes: [&str; 4], miss: Miss) -> String {
+    let [batch0, seq0, past0, total0] = sizes;
+    let minus1 = b.const_i64(&[-1]);
+    let row = |b: &mut GraphBuilder, x: &str| b.op("Reshape", &[x, &minus1], vec![]);
+    let (seq1, total1, batch1) = (row(b, seq0), row(b, total0), row(b, batch0));
+    let square = b.op("Concat", &[&seq1, &total1], vec![("axis", Attr::Int(0))]);
+    let fill = if miss == Miss::SoftBias {
+        -1e4
+    } else {
+        -f32::MAX
+    };
+    let lowest = TensorData::from_f32(vec![1], &[fill]);
+    let full = b.op(
+        "ConstantOfShape",
+        &[&square],
+        vec![("value", Attr::Tensor(lowest))],
+    );
+    let one = b.scalar_i64(1);
+    let upper = b.op("Trilu", &[&full, &one], vec![("upper", Attr::Int(1))]);
+    let zero = b.scalar_i64(0);
+    let keys = b.op("Range", &[&zero, total0, &one], vec![]);
+    let cache = if miss == Miss::NoPastOffset {
+        b.op("Range", &[&zero, seq0, &one], vec![])
+    } else {
+        b.op("Range", &[past0, total0, &one], vec![])
+    };
+    let column = b.const_i64(&[-1, 1]);
+    let cache = b.op("Reshape", &[&cache, &column], vec![]);
+    let compare = if miss == Miss::StrictlyCausal {
+        "GreaterOrEqual"
+    } else {
+        "Greater"
+    };
+    let after = b.op(compare, &[&keys, &cache], vec![]);
+    let to_f32 = ("to", Attr::Int(DType::F32.onnx_code() as i64));
+    let after = b.op("Cast", &[&after], vec![to_f32.clone()]);
+    let causal = b.op("Mul", &[&upper, &after], vec![]);
+    let front = b.const_i64(&[0, 1]);
+    let causal = b.op("Unsqueeze", &[&causal, &front], vec![]);
+    let ones = b.const_i64(&[1, 1, 1]);
+    let rows = b.op("Concat", &[&batch1, &ones], vec![("axis", Attr::Int(0))]);
+    let causal = b.op("Expand", &[&causal, &rows], vec![]);
+    // Padding: masked_fill(causal + attention_mask[:, None, None, :] == 0, −FLT_MAX).
+    let middle = b.const_i64(&[1, 2]);
+    let pad = b.op("Unsqueeze", &[mask, &middle], vec![]);
+    let pad = b.op(
+        "Cast",
+        &[&pad],
+        vec![("to", Attr::Int(DType::I64.onnx_code() as i64))],
+    );
+    let pad = b.op("Cast", &[&pad], vec![to_f32]);
+    let sum = b.op("Add", &[&causal, &pad], vec![]);
+    let nothing = scalar(b, 0.0);
+    let unseen = b.op("Equal", &[&sum, &nothing], vec![]);
+    let masked = scalar(b, fill);
+    let updates = b.op("Where", &[&unseen, &masked, &causal], vec![]);
+    // Written back over every element: ScatterND(causal, grid, updates), grid[b, h, i, j] =
+    // (b, h, i, j).
+    let everywhere = b.op("Shape", &[&causal], vec![]);
+    let ones1 = b.const_i64(&[1]);
+    let written = if miss == Miss::PaddingOfQueries {
+        seq0
+    } else {
+        total0
+    };
+    let extents = [batch0, one.as_str(), seq0, written];
+    let parts: Vec<String> = (0..4)
+        .map(|k| {
+            let along = b.op("Range", &[&zero, extents[k], &one], vec![]);
+            let mut shape = vec![1i64; 4 - k];
+            shape[0] = -1;
+            let along = if k == 3 {
+                along
+            } else {
+                let shape = b.const_i64(&shape);
+                b.op("Reshape", &[&along, &shape], vec![])
+            };
+            let region = if miss == Miss::PaddingOfQueries {
+                b.op(
+                    "Concat",
+                    &[&batch1, &ones1, &seq1, &seq1],
+                    vec![("axis", Attr::Int(0))],
+                )
+            } else {
+                everywhere.clone()
+            };
+            let along = b.op("Expand", &[&along, &region], vec![]);
+            b.op("Unsqueeze", &[&along, &minus1], vec![])
+        })
+        .collect();
+    let refs: Vec<&str> = parts.iter().map(String::as_str).collect();
+    let grid = b.op("Concat", &refs, vec![("axis", Attr::Int(-1))]);
+    let updates = if miss == Miss::PaddingOfQueries {
+        let (starts, ends, axes) = (b.const_i64(&[0]), row(b, seq0), b.const_i64(&[3]));
+        b.op("Slice", &[&updates, &starts, &ends, &axes], vec![])
+    } else {
+        b.op("Reshape", &[&updates, &everywhere], vec![])
+    };
+    b.op("ScatterND", &[&causal, &grid, &updates], vec![])
+}
+
 /// Inputs of `c`'s block (`lengths`: each row's valid tokens, past included; positions are
 /// each row's past length + offset, as the contract has them).
 fn feeds(c: &Case, lengths: &[usize], seed: u64) -> HashMap<String, Tensor> {
@@ -343,7 +460,7 @@ fn contract_case(rope: bool) -> impl Strategy<Value = (Case, Vec<usize>, u64)> {
         (
             any::<bool>(),
             prop::option::of(1usize..6),
-            (any::<bool>(), any::<bool>()),
+            (any::<bool>(), any::<bool>(), any::<bool>()),
         ),
         prop::collection::vec(0usize..8, 2),
         any::<u64>(),
@@ -352,7 +469,7 @@ fn contract_case(rope: bool) -> impl Strategy<Value = (Case, Vec<usize>, u64)> {
             move |(
                 (batch, seq, past),
                 (kv_heads, group, head_dim),
-                (partial, window, (torchscript, past_positions)),
+                (partial, window, (torchscript, past_positions, float_mask)),
                 lens,
                 seed,
             )| {
@@ -369,9 +486,10 @@ fn contract_case(rope: bool) -> impl Strategy<Value = (Case, Vec<usize>, u64)> {
                     group,
                     head_dim,
                     rope: rope.then_some(rotary),
-                    window,
+                    window: window.filter(|_| !float_mask),
                     torchscript,
                     past_positions,
+                    float_mask,
                 };
                 let lengths = (0..batch)
                     .map(|r| {
@@ -420,6 +538,7 @@ fn base() -> Case {
         window: None,
         torchscript: false,
         past_positions: false,
+        float_mask: false,
     }
 }
 
@@ -506,6 +625,47 @@ fn the_rewrite_needs_the_declared_contract() {
     );
     assert!(difference(&g, &genai, &hf, "y") <= 1e-4);
     assert!(difference(&g, &genai, &hf, "present.0.key") > 1e-2);
+}
+
+/// transformers' float 4-D mask is read (with and without past, torch.onnx's and TorchScript's
+/// RoPE); its near misses are not.
+#[test]
+fn float_masks_are_read() {
+    for (past, seq, rope, torchscript) in [
+        (0, 4, None, false),
+        (3, 2, Some(16), true),
+        (0, 3, Some(16), false),
+    ] {
+        let c = Case {
+            past,
+            seq,
+            rope,
+            torchscript,
+            float_mask: true,
+            ..base()
+        };
+        let g = export_block(&c, Miss::None);
+        let out = optimized(&g, KvCache::Genai);
+        assert_eq!(gqa_count(&out), 1, "{c:?}: {:?}", out.op_counts());
+        let lengths: Vec<usize> = (0..c.batch)
+            .map(|r| if past == 0 { seq - r } else { past + seq })
+            .collect();
+        let mut inputs = feeds(&c, &lengths, 5);
+        inputs.retain(|name, _| g.inputs.iter().any(|i| &i.name == name));
+        for name in ["y", "present.0.key", "present.0.value"] {
+            assert!(difference(&g, &out, &inputs, name) <= 1e-4, "{c:?} {name}");
+        }
+        for miss in [
+            Miss::StrictlyCausal,
+            Miss::NoPastOffset,
+            Miss::PaddingOfQueries,
+            Miss::SoftBias,
+        ] {
+            let g = export_block(&c, miss);
+            let out = optimized(&g, KvCache::Genai);
+            assert_eq!(gqa_count(&out), 0, "{miss:?} {c:?}: {:?}", out.op_counts());
+        }
+    }
 }
 
 /// Masks that are not the export's causal padding mask are left alone, under the contract too.
@@ -602,12 +762,14 @@ fn past_length_positions_are_read() {
     for name in ["y", "present.0.key", "present.0.value"] {
         assert!(difference(&g, &out, &inputs, name) <= 1e-4, "{name}");
     }
-    // The mask is still read (GroupQueryAttention without the rotation); the rotation stays.
+    // Not taken into the fused op, the rotation would stay in front of a
+    // GroupQueryAttention(do_rotary=0) and rotate a right-padded row's steps by positions the
+    // export computes from the cache, not the row's: the attention is left as it is.
     let g = export_block(&c, Miss::PositionsFromZero);
     let out = optimized(&g, KvCache::Genai);
     assert_eq!(
         (gqa_count(&out), rotary(&out)),
-        (1, 2),
+        (0, 2),
         "{:?}",
         out.op_counts()
     );

@@ -16,7 +16,9 @@ use crate::opt::bind::{Applier, Site};
 use crate::opt::emit::Emit;
 use crate::opt::lang::Onnx;
 use crate::opt::query::scalar_float;
-use crate::rulebook::genai_contract::{export_mask, position_table, PositionTable};
+use crate::rulebook::genai_contract::{
+    export_mask, float_export_mask, position_table, PositionTable,
+};
 
 /// `export-attention-to-gqa`.
 pub(super) const EXPORT_ATTENTION_TO_GQA: Applier<11> = Applier::new(
@@ -48,7 +50,8 @@ fn preconditions(g: &OnnxGraph, a: &Attention) -> Option<(GqaExtras, Id)> {
     if g[a.q].data.tensor()?.rank()? != 3 {
         return None;
     }
-    let mask = export_mask(g, a.mask, a.q, a.past_key)?;
+    let mask = export_mask(g, a.mask, a.q, a.past_key)
+        .or_else(|| float_export_mask(g, a.mask, a.q, a.past_key))?;
     let extras = cache_preconditions(g, a, mask.window)?;
     Some((extras, mask.attention_mask))
 }
@@ -56,9 +59,32 @@ fn preconditions(g: &OnnxGraph, a: &Attention) -> Option<(GqaExtras, Id)> {
 /// Reads the variables of `export-attention-to-gqa`: GroupQueryAttention(do_rotary=0) on the
 /// same q/k/v (RoPE, if any, stays in front of it).
 fn export_attention_to_gqa(g: &mut OnnxGraph, _: Site<'_>, vars: [Id; 11]) -> Option<Id> {
+    if rotated_by_past_length(g, vars[0]) || rotated_by_past_length(g, vars[1]) {
+        return None;
+    }
     let attention = Attention::new(vars);
     let (extras, attention_mask) = preconditions(g, &attention)?;
     gqa_op(g, &attention, &extras, attention_mask, None)
+}
+
+/// Whether class `x` is a RotaryEmbedding whose caches are computed from the past length
+/// (`P + s`, [`PositionTable::past`]) rather than read from `position_ids`. Left in front of a
+/// GroupQueryAttention(do_rotary=0), it would rotate the tokens of a row that genai right-padded
+/// (a step after a padded prompt: the row's position is its length, not the cache's `P + s`) by
+/// positions the export cannot know, so the export is not genai's model there; only the fused
+/// rotation (seqlens_k) is.
+fn rotated_by_past_length(g: &OnnxGraph, x: Id) -> bool {
+    g[g.find(x)]
+        .nodes
+        .iter()
+        .filter_map(|n| n.as_op())
+        .filter(|o| o.op.as_str() == "RotaryEmbedding")
+        .any(|o| {
+            o.input_ids()
+                .get(1)
+                .and_then(|&cos| position_table(g, cos))
+                .is_some_and(|t| t.past.is_some())
+        })
 }
 
 /// Reads the variables of `export-rotary-attention-to-gqa`: RotaryEmbedding(q) and
