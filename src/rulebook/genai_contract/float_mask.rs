@@ -495,3 +495,59 @@ pub fn float_export_mask(g: &OnnxGraph, mask: Id, q: Id, past_key: Id) -> Option
     }
     predicate(g, bias.atoms()?, &p, &want)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::slice::from_ref;
+
+    fn atom(coef: &[i64], offset: SymDim) -> Atom {
+        Atom::NonPositive(Affine {
+            coef: coef.to_vec(),
+            offset,
+        })
+    }
+
+    #[test]
+    fn either_keeps_the_implied_atom_only() {
+        let p = SymDim::expr("past");
+        // j − i ≤ 0 (Trilu's zeros) or j − i − past ≤ 0 (not after the cache position): the
+        // second, as past ≥ 0.
+        let below = atom(&[-1, 1], SymDim::Known(0));
+        let cached = atom(&[-1, 1], SymDim::Known(0).sub(&p));
+        assert_eq!(
+            either(from_ref(&below), from_ref(&cached)),
+            Some(vec![cached.clone()])
+        );
+        assert_eq!(
+            either(from_ref(&cached), from_ref(&below)),
+            Some(vec![cached.clone()])
+        );
+        // `false` yields, `true` absorbs; other coefficients or unordered offsets are not read.
+        assert_eq!(
+            either(&[never(2)], from_ref(&below)),
+            Some(vec![below.clone()])
+        );
+        assert_eq!(either(&[], from_ref(&below)), Some(Vec::new()));
+        let other = atom(&[1, -1], SymDim::Known(0));
+        assert_eq!(either(from_ref(&below), &[other]), None);
+        let unordered = atom(&[-1, 1], SymDim::expr("seq").sub(&p));
+        assert_eq!(either(from_ref(&below), &[unordered]), None);
+    }
+
+    #[test]
+    fn negation_is_over_integers() {
+        // ¬(x − 3 ≤ 0) is 3 − x + 1 ≤ 0 (x ≥ 4).
+        let a = Affine {
+            coef: vec![1],
+            offset: SymDim::Known(-3),
+        };
+        assert_eq!(
+            negated(&a),
+            Some(Affine {
+                coef: vec![-1],
+                offset: SymDim::Known(4),
+            })
+        );
+    }
+}
