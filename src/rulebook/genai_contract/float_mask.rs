@@ -499,6 +499,7 @@ pub fn float_export_mask(g: &OnnxGraph, mask: Id, q: Id, past_key: Id) -> Option
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::slice::from_ref;
 
     fn atom(coef: &[i64], offset: SymDim) -> Atom {
         Atom::NonPositive(Affine {
@@ -515,23 +516,23 @@ mod tests {
         let below = atom(&[-1, 1], SymDim::Known(0));
         let cached = atom(&[-1, 1], SymDim::Known(0).sub(&p));
         assert_eq!(
-            either(&[below.clone()], &[cached.clone()]),
+            either(from_ref(&below), from_ref(&cached)),
             Some(vec![cached.clone()])
         );
         assert_eq!(
-            either(&[cached.clone()], &[below.clone()]),
+            either(from_ref(&cached), from_ref(&below)),
             Some(vec![cached.clone()])
         );
         // `false` yields, `true` absorbs; other coefficients or unordered offsets are not read.
         assert_eq!(
-            either(&[never(2)], &[below.clone()]),
+            either(&[never(2)], from_ref(&below)),
             Some(vec![below.clone()])
         );
-        assert_eq!(either(&[], &[below.clone()]), Some(Vec::new()));
+        assert_eq!(either(&[], from_ref(&below)), Some(Vec::new()));
         let other = atom(&[1, -1], SymDim::Known(0));
-        assert_eq!(either(&[below.clone()], &[other]), None);
+        assert_eq!(either(from_ref(&below), &[other]), None);
         let unordered = atom(&[-1, 1], SymDim::expr("seq").sub(&p));
-        assert_eq!(either(&[below], &[unordered]), None);
+        assert_eq!(either(from_ref(&below), &[unordered]), None);
     }
 
     #[test]
