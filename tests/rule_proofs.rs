@@ -112,6 +112,7 @@ const PROOFS: &[(&str, &str)] = &[
     ("rotary-partial", "rotary::partial_rotation_folding"),
     ("outer-angles", "rotary::outer_product_angles"),
     ("sliced-head-view", "head_layout::sliced_head_view"),
+    ("gathered-head-view", "head_layout::gathered_head_view"),
     (
         "sliced-head-view-with-steps",
         "head_layout::sliced_head_view",
@@ -155,6 +156,7 @@ const PROOFS: &[(&str, &str)] = &[
     ("tanh-gelu-half-first", "gelu_fusions"),
     ("tanh-gelu", "gelu_fusions"),
     ("tanh-gelu-cubed-constants-first", "gelu_fusions"),
+    ("tanh-gelu-factored", "gelu_fusions"),
     ("bias-gelu", "biased_gelu_fusions"),
     ("fast-gelu", "biased_gelu_fusions"),
     ("bias-gelu-body", "contrib_gelu_bodies"),
@@ -1591,12 +1593,31 @@ fn scalar(b: &mut GraphBuilder, value: f32) -> String {
 }
 
 /// A decomposed GELU of input `x`: `erf` (with ½ last, first or inside), `tanh`,
-/// `tanh-half-first` or `tanh-cubed`.
+/// `tanh-half-first`, `tanh-cubed` or `tanh-factored`.
 fn decomposed_gelu(shape: &[usize], form: &str) -> Graph {
     let mut b = GraphBuilder::new("g");
     let x = b.input("x", DType::F32, dims(shape));
     b.output("y", DType::F32, dims(shape));
     let (one, half) = (scalar(&mut b, 1.0), scalar(&mut b, 0.5));
+    if form == "tanh-factored" {
+        // BLOOM: (x · ½) · (tanh((x · 0.79788456) · ((x · 0.044715) · x + 1)) + 1), each
+        // constant its own node as TorchScript exports them.
+        let (c4, c5, inner_one) = (
+            scalar(&mut b, 0.797_884_6),
+            scalar(&mut b, 0.044715),
+            scalar(&mut b, 1.0),
+        );
+        let halved = b.op("Mul", &[&x, &half], vec![]);
+        let scaled = b.op("Mul", &[&x, &c4], vec![]);
+        let small = b.op("Mul", &[&x, &c5], vec![]);
+        let square = b.op("Mul", &[&small, &x], vec![]);
+        let factor = b.op("Add", &[&square, &inner_one], vec![]);
+        let arg = b.op("Mul", &[&scaled, &factor], vec![]);
+        let t = b.op("Tanh", &[&arg], vec![]);
+        let plus = b.op("Add", &[&t, &one], vec![]);
+        b.op_into("Mul", &[&halved, &plus], vec![], "y");
+        return b.finish();
+    }
     if form == "tanh-cubed" {
         // ½ · (x · (1 + tanh(√(2/π) · (x + 0.044715 · (x · (x · x)))))), constants first.
         let (c4, c5) = (
@@ -1676,6 +1697,7 @@ proptest! {
             ("tanh-gelu", "tanh"),
             ("tanh-gelu-half-first", "tanh-half-first"),
             ("tanh-gelu-cubed-constants-first", "tanh-cubed"),
+            ("tanh-gelu-factored", "tanh-factored"),
         ] {
             let inputs = HashMap::from([("x".to_string(), x.clone())]);
             prove_on(rule, "default", decomposed_gelu(&shape, form), inputs, 1e-5)?;
