@@ -256,6 +256,8 @@ const PROOFS: &[(&str, &str)] = &[
     ("slice-of-shape-on-axis", "slice_of_shape"),
     ("reshape-copying-dims", "reshape_copying_dims"),
     ("concat-of-one", "concat_of_one"),
+    ("mul-by-one", "mul_by_one"),
+    ("mul-by-one-first", "mul_by_one"),
     (
         "decompose-rotary-embedding",
         "lowering::decompose_rotary_embedding",
@@ -804,6 +806,43 @@ proptest! {
         let c = b.op("Concat", &[&x], vec![("axis", Attr::Int(axis))]);
         b.op_into("Neg", &[&c], vec![], "y");
         prove("concat-of-one", b.finish(), random_tensor(DType::F32, &shape, &mut Rng::new(seed)))?;
+    }
+
+    /// `x · 1` and `1 · x`, the one of rank 0 … rank(x) (all dims 1), x with ±0 among its values
+    /// (NaN and ±inf would stay themselves too, but the soundness check's value comparison does
+    /// not meet non-finite values).
+    #[test]
+    fn mul_by_one(
+        (shape, one_rank) in shape_strategy(3).prop_flat_map(|s| {
+            let r = s.len();
+            (Just(s), 0..=r)
+        }),
+        first in any::<bool>(),
+        special in any::<bool>(),
+        seed in any::<u64>(),
+    ) {
+        let mut b = GraphBuilder::new("g");
+        let x = b.input("x", DType::F32, dims(&shape));
+        b.output("y", DType::F32, dims(&shape));
+        let one = b.constant(TensorData::from_f32(vec![1; one_rank], &[1.0]));
+        let product = if first {
+            b.op("Mul", &[&one, &x], vec![])
+        } else {
+            b.op("Mul", &[&x, &one], vec![])
+        };
+        b.op_into("Neg", &[&product], vec![], "y");
+        let mut values = random_tensor(DType::F32, &shape, &mut Rng::new(seed));
+        if special {
+            let mut v: Vec<f32> = values.as_f64().iter().map(|&v| v as f32).collect();
+            for (i, s) in [-0.0f32, 0.0].iter().enumerate() {
+                if let Some(slot) = v.get_mut(i) {
+                    *slot = *s;
+                }
+            }
+            values = Tensor::float(DType::F32, shape.clone(), v);
+        }
+        let rule = if first { "mul-by-one-first" } else { "mul-by-one" };
+        prove(rule, b.finish(), values)?;
     }
 
     #[test]
