@@ -128,6 +128,7 @@ const PROOFS: &[(&str, &str)] = &[
         "rotary_interleaved::tile_of_ones_as_expand",
     ),
     ("sliced-head-view", "head_layout::sliced_head_view"),
+    ("gathered-head-view", "head_layout::gathered_head_view"),
     (
         "sliced-head-view-with-steps",
         "head_layout::sliced_head_view",
@@ -171,6 +172,7 @@ const PROOFS: &[(&str, &str)] = &[
     ("tanh-gelu-half-first", "gelu_fusions"),
     ("tanh-gelu", "gelu_fusions"),
     ("tanh-gelu-cubed-constants-first", "gelu_fusions"),
+    ("tanh-gelu-factored", "gelu_fusions"),
     ("bias-gelu", "biased_gelu_fusions"),
     ("fast-gelu", "biased_gelu_fusions"),
     ("bias-gelu-body", "contrib_gelu_bodies"),
@@ -270,6 +272,8 @@ const PROOFS: &[(&str, &str)] = &[
     ("slice-of-shape-on-axis", "slice_of_shape"),
     ("reshape-copying-dims", "reshape_copying_dims"),
     ("concat-of-one", "concat_of_one"),
+    ("mul-by-one", "mul_by_one"),
+    ("mul-by-one-first", "mul_by_one"),
     (
         "decompose-rotary-embedding",
         "lowering::decompose_rotary_embedding",
@@ -835,6 +839,43 @@ proptest! {
         let c = b.op("Concat", &[&x], vec![("axis", Attr::Int(axis))]);
         b.op_into("Neg", &[&c], vec![], "y");
         prove("concat-of-one", b.finish(), random_tensor(DType::F32, &shape, &mut Rng::new(seed)))?;
+    }
+
+    /// `x · 1` and `1 · x`, the one of rank 0 … rank(x) (all dims 1), x with ±0 among its values
+    /// (NaN and ±inf would stay themselves too, but the soundness check's value comparison does
+    /// not meet non-finite values).
+    #[test]
+    fn mul_by_one(
+        (shape, one_rank) in shape_strategy(3).prop_flat_map(|s| {
+            let r = s.len();
+            (Just(s), 0..=r)
+        }),
+        first in any::<bool>(),
+        special in any::<bool>(),
+        seed in any::<u64>(),
+    ) {
+        let mut b = GraphBuilder::new("g");
+        let x = b.input("x", DType::F32, dims(&shape));
+        b.output("y", DType::F32, dims(&shape));
+        let one = b.constant(TensorData::from_f32(vec![1; one_rank], &[1.0]));
+        let product = if first {
+            b.op("Mul", &[&one, &x], vec![])
+        } else {
+            b.op("Mul", &[&x, &one], vec![])
+        };
+        b.op_into("Neg", &[&product], vec![], "y");
+        let mut values = random_tensor(DType::F32, &shape, &mut Rng::new(seed));
+        if special {
+            let mut v: Vec<f32> = values.as_f64().iter().map(|&v| v as f32).collect();
+            for (i, s) in [-0.0f32, 0.0].iter().enumerate() {
+                if let Some(slot) = v.get_mut(i) {
+                    *slot = *s;
+                }
+            }
+            values = Tensor::float(DType::F32, shape.clone(), v);
+        }
+        let rule = if first { "mul-by-one-first" } else { "mul-by-one" };
+        prove(rule, b.finish(), values)?;
     }
 
     #[test]
@@ -1624,12 +1665,31 @@ fn scalar(b: &mut GraphBuilder, value: f32) -> String {
 }
 
 /// A decomposed GELU of input `x`: `erf` (with ½ last, first or inside), `tanh`,
-/// `tanh-half-first` or `tanh-cubed`.
+/// `tanh-half-first`, `tanh-cubed` or `tanh-factored`.
 fn decomposed_gelu(shape: &[usize], form: &str) -> Graph {
     let mut b = GraphBuilder::new("g");
     let x = b.input("x", DType::F32, dims(shape));
     b.output("y", DType::F32, dims(shape));
     let (one, half) = (scalar(&mut b, 1.0), scalar(&mut b, 0.5));
+    if form == "tanh-factored" {
+        // BLOOM: (x · ½) · (tanh((x · 0.79788456) · ((x · 0.044715) · x + 1)) + 1), each
+        // constant its own node as TorchScript exports them.
+        let (c4, c5, inner_one) = (
+            scalar(&mut b, 0.797_884_6),
+            scalar(&mut b, 0.044715),
+            scalar(&mut b, 1.0),
+        );
+        let halved = b.op("Mul", &[&x, &half], vec![]);
+        let scaled = b.op("Mul", &[&x, &c4], vec![]);
+        let small = b.op("Mul", &[&x, &c5], vec![]);
+        let square = b.op("Mul", &[&small, &x], vec![]);
+        let factor = b.op("Add", &[&square, &inner_one], vec![]);
+        let arg = b.op("Mul", &[&scaled, &factor], vec![]);
+        let t = b.op("Tanh", &[&arg], vec![]);
+        let plus = b.op("Add", &[&t, &one], vec![]);
+        b.op_into("Mul", &[&halved, &plus], vec![], "y");
+        return b.finish();
+    }
     if form == "tanh-cubed" {
         // ½ · (x · (1 + tanh(√(2/π) · (x + 0.044715 · (x · (x · x)))))), constants first.
         let (c4, c5) = (
@@ -1709,6 +1769,7 @@ proptest! {
             ("tanh-gelu", "tanh"),
             ("tanh-gelu-half-first", "tanh-half-first"),
             ("tanh-gelu-cubed-constants-first", "tanh-cubed"),
+            ("tanh-gelu-factored", "tanh-factored"),
         ] {
             let inputs = HashMap::from([("x".to_string(), x.clone())]);
             prove_on(rule, "default", decomposed_gelu(&shape, form), inputs, 1e-5)?;

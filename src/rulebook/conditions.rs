@@ -98,6 +98,10 @@ pub const CONDITIONS: &[(&str, &dyn AnyCondition)] = &[
         "tanh-gelu-cubed-constants",
         &Condition(tanh_gelu_cubed_constants),
     ),
+    (
+        "tanh-gelu-factored-constants",
+        &Condition(tanh_gelu_factored_constants),
+    ),
     ("softmax-over-last-axis", &Condition(softmax_over_last_axis)),
     ("is-float-zero", &Condition(is_float_zero)),
     ("is-float-lowest", &Condition(is_float_lowest)),
@@ -320,6 +324,12 @@ fn tanh_gelu_cubed_constants(g: &OnnxGraph, [c2, c3, c4, c5]: [Id; 4]) -> bool {
         && near(g, c3, 0.5)
         && near(g, c4, (2.0 / std::f64::consts::PI).sqrt())
         && near(g, c5, 0.044715)
+}
+
+/// `?c1 ?c2 ?c3 ?c4 ?c5`: the constants of the tanh GELU with its argument factored,
+/// `x · ½ · (tanh(√(2/π) · x · (1 + 0.044715 · x · x)) + 1)`: `?c1` the inner one, `?c2` the outer.
+fn tanh_gelu_factored_constants(g: &OnnxGraph, [c1, c2, c3, c4, c5]: [Id; 5]) -> bool {
+    near(g, c1, 1.0) && tanh_gelu_cubed_constants(g, [c2, c3, c4, c5])
 }
 
 /// `?approximate`: a `Gelu`'s `approximate` attribute selects the exact (erf) form.

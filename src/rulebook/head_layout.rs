@@ -254,3 +254,46 @@ pub fn sliced_head_view(
     let (start, end) = (clamp(one(starts)?), clamp(one(ends)?));
     (start < end).then_some(SlicedView { view, start, end })
 }
+
+/// Reads `Transpose(Gather(Reshape(x, shape; allowzero), index; axis), perm)` as a slice of a
+/// head view: `x` 3-D `[B, S, N]` with known dims, the Reshape giving `[B, S, H, P, D]` (`x`'s
+/// own `B` and `S`, numbers `H`, `P`, `D` with `H·P·D = N`), `index` a scalar (rank-0) integer
+/// constant `j` with `−P ≤ j < P`, `axis` 3 or −2 and `perm` `[0, 2, 1, 3]`: the result is
+/// channels `j·D … (j + 1)·D − 1` of every head of the view of `x` split `[B, S, H, P·D]`.
+pub fn gathered_head_view(
+    g: &OnnxGraph,
+    [x, shape, allowzero, index, axis, p]: [Id; 6],
+) -> Option<SlicedView> {
+    if perm(g, p)? != HEADS_FIRST || !matches!(g[axis].data.attr()?, AttrValue::Int(3 | -2)) {
+        return None;
+    }
+    if g[index].data.tensor()?.rank()? != 0 {
+        return None;
+    }
+    let index = const_ints(g, index)?;
+    let [j] = index.as_slice() else {
+        return None;
+    };
+    let xd = known_dims(g, x, 3)?;
+    let split = reshaped_dims(g, &xd, shape, allowzero)?;
+    let [b, s, h, parts, d] = split.as_slice() else {
+        return None;
+    };
+    let (heads, parts, head_dim) = (h.known()?, parts.known()?, d.known()?);
+    let j = if *j < 0 { j.checked_add(parts)? } else { *j };
+    let ok = *b == xd[0]
+        && *s == xd[1]
+        && heads > 0
+        && head_dim > 0
+        && (0..parts).contains(&j)
+        && xd[2].known() == heads.checked_mul(parts)?.checked_mul(head_dim);
+    let view = HeadView {
+        heads,
+        head_dim: parts * head_dim,
+    };
+    ok.then_some(SlicedView {
+        view,
+        start: j * head_dim,
+        end: (j + 1) * head_dim,
+    })
+}

@@ -1110,3 +1110,43 @@ proptest! {
         prove_merged(name, g, values)?;
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// `Transpose(Gather(Reshape(x, [B, S, H, P, D]), j, axis), [0, 2, 1, 3])` merged back to
+    /// `[B, S, H·D]` (BLOOM's and Falcon's q, k and v): the gathered part becomes a view of a
+    /// 3-D slice, which `heads-merged-back` then takes out of the views.
+    #[test]
+    fn gathered_head_view(
+        (batch, seq, symbolic) in (1usize..3, 1usize..4, any::<bool>()),
+        (heads, parts, head_dim) in (1usize..4, 1usize..4, 1usize..5),
+        j in -3i64..3,
+        axis3 in any::<bool>(),
+        how_split in 0usize..3,
+        how_merge in 0usize..3,
+        seed in any::<u64>(),
+    ) {
+        prop_assume!(j < parts as i64 && j >= -(parts as i64));
+        let rows = Rows { batch, seq, symbolic };
+        let pick = |i: usize| match i {
+            0 if !symbolic => Target::Explicit,
+            0 | 1 => Target::Zeros,
+            _ => Target::Computed,
+        };
+        let mut b = GraphBuilder::new("g");
+        let x = b.input("x", DType::F32, rows.shape(&[heads * parts * head_dim]));
+        b.output("y", DType::F32, rows.shape(&[heads * head_dim]));
+        let tail = [heads as i64, parts as i64, head_dim as i64];
+        let shape = reshape_target(&mut b, &x, pick(how_split), rows, &tail);
+        let split = b.op("Reshape", &[&x, &shape], vec![]);
+        let index = b.constant(mobius::ir::TensorData::from_i64(vec![], &[j]));
+        let axis = if axis3 { 3 } else { -2 };
+        let part = b.op("Gather", &[&split, &index], vec![("axis", Attr::Int(axis))]);
+        let v = b.op("Transpose", &[&part], vec![("perm", Attr::Ints(vec![0, 2, 1, 3]))]);
+        merge(&mut b, &v, &x, pick(how_merge), rows, heads * head_dim, "y");
+        let g = b.finish();
+        let values = inputs(&g, rows, seq, seed);
+        prove_merged("gathered-head-view", g, values)?;
+    }
+}

@@ -12,7 +12,9 @@ use crate::opt::bind::{Applier, Site};
 use crate::opt::checked_union::check_union;
 use crate::opt::emit::Emit;
 use crate::opt::lang::Onnx;
-use crate::rulebook::head_layout::{head_view, sliced_head_view, HeadView};
+use crate::rulebook::head_layout::{
+    gathered_head_view, head_view, sliced_head_view, HeadView, SlicedView,
+};
 
 /// `rotary-on-3d-heads`.
 pub(super) const ROTARY_ON_3D_HEADS: Applier<9> = Applier::new(
@@ -57,6 +59,12 @@ pub(super) const SLICED_HEAD_VIEW_WITH_STEPS: Applier<8> = Applier::new(
         "?steps",
     ],
     sliced_head_view_3d_with_steps,
+);
+
+/// `gathered-head-view`.
+pub(super) const GATHERED_HEAD_VIEW: Applier<6> = Applier::new(
+    ["?x", "?shape", "?allowzero", "?index", "?axis", "?perm"],
+    gathered_head_view_3d,
 );
 
 /// `attention-on-3d-heads`.
@@ -302,14 +310,26 @@ fn attention_on_3d_heads_without_cache(
 /// split's target a constant, as the view's is `[B, S, H, E]` of `x`'s own B and S).
 fn sliced_view(g: &mut OnnxGraph, vars: [Id; 7], steps: Option<Id>) -> Option<Id> {
     let read = sliced_head_view(g, vars, steps)?;
-    let x = vars[0];
+    Some(sliced_view_of(g, vars[0], read))
+}
+
+/// The head view of the 3-D slice `read` of `x` (see [`sliced_view`]).
+fn sliced_view_of(g: &mut OnnxGraph, x: Id, read: SlicedView) -> Id {
     let (heads, width) = (read.view.heads, read.end - read.start);
     let mut e = Emit::new(g);
     let split = e.reshape(x, &[0, 0, heads, read.view.head_dim]);
     let part = e.slice(split, read.start, read.end, 3);
     let flat = e.reshape(part, &[0, 0, heads * width]);
     let view = e.reshape(flat, &[0, 0, heads, width]);
-    Some(e.transpose(view, &[0, 2, 1, 3]))
+    e.transpose(view, &[0, 2, 1, 3])
+}
+
+/// Reads `gathered-head-view` ([`gathered_head_view`]): the part gathered is the slice of
+/// channels `j·D … (j + 1)·D − 1` of every head of `x` split `[B, S, H, P·D]`, emitted as
+/// [`sliced_view`] emits a slice.
+fn gathered_head_view_3d(g: &mut OnnxGraph, _: Site<'_>, vars: [Id; 6]) -> Option<Id> {
+    let read = gathered_head_view(g, vars)?;
+    Some(sliced_view_of(g, vars[0], read))
 }
 
 /// Reads `sliced-head-view` (a Slice without steps): [`sliced_view`].

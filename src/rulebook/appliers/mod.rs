@@ -70,6 +70,7 @@ pub const APPLIERS: &[(&str, &dyn AnyApplier)] = &[
         "sliced-head-view-with-steps",
         &head_layout::SLICED_HEAD_VIEW_WITH_STEPS,
     ),
+    ("gathered-head-view", &head_layout::GATHERED_HEAD_VIEW),
     ("attention-on-3d-heads", &head_layout::ATTENTION_ON_3D_HEADS),
     (
         "attention-on-3d-heads-without-cache",
