@@ -60,6 +60,8 @@ mod rope_spellings;
 mod rotary;
 #[path = "rule_proofs/rotary_interleaved.rs"]
 mod rotary_interleaved;
+#[path = "rule_proofs/sliced_qkv.rs"]
+mod sliced_qkv;
 #[path = "rule_proofs/split_qkv.rs"]
 mod split_qkv;
 
@@ -133,6 +135,12 @@ const PROOFS: &[(&str, &str)] = &[
         "sliced-head-view-with-steps",
         "head_layout::sliced_head_view",
     ),
+    ("head-slice-of-split", "head_layout::head_slice_of_split"),
+    (
+        "head-slice-of-split-with-steps",
+        "head_layout::head_slice_of_split",
+    ),
+    ("head-gather-of-split", "head_layout::head_gather_of_split"),
     ("rotary-on-3d-heads", "head_layout::rotary_on_3d_heads"),
     (
         "attention-on-3d-heads",
@@ -205,6 +213,7 @@ const PROOFS: &[(&str, &str)] = &[
         "split-qkv-with-sizes-for-gqa",
         "split_qkv::split_qkv_with_sizes_for_gqa",
     ),
+    ("sliced-qkv-for-gqa", "sliced_qkv::sliced_qkv_for_gqa"),
     ("rotary-attention-to-gqa", "rotary_attention_to_gqa"),
     ("sink-attention-to-gqa", "sink_attention_to_gqa"),
     (
