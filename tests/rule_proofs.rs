@@ -31,6 +31,8 @@ use proptest::prelude::*;
 mod attention_batched;
 #[path = "rule_proofs/attention_recognize.rs"]
 mod attention_recognize;
+#[path = "rule_proofs/attention_scale.rs"]
+mod attention_scale;
 mod common;
 #[path = "rule_proofs/gemm.rs"]
 mod gemm;
@@ -258,6 +260,7 @@ const PROOFS: &[(&str, &str)] = &[
         "masked-scores-as-bias",
         "attention_batched::masked_scores_as_bias",
     ),
+    ("scaled-after-mask", "attention_scale::scaled_after_mask"),
     ("transpose-of-transpose", "transpose_of_transpose"),
     ("cast-to-own-dtype", "cast_to_own_dtype"),
     ("transpose-identity", "transpose_identity"),
