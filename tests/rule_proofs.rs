@@ -126,6 +126,10 @@ const PROOFS: &[(&str, &str)] = &[
         "rotary_interleaved::rotate_pairs_recognition",
     ),
     (
+        "rotate-pairs-heads-last",
+        "rotary_interleaved::rotate_pairs_heads_last",
+    ),
+    (
         "tile-of-ones-as-expand",
         "rotary_interleaved::tile_of_ones_as_expand",
     ),

@@ -50,6 +50,10 @@ pub const CONDITIONS: &[(&str, &dyn AnyCondition)] = &[
         &Condition(recognize_interleave::rotate_pairs),
     ),
     (
+        "rotate-pairs-heads-last",
+        &Condition(recognize_interleave::rotate_pairs_heads_last),
+    ),
+    (
         "tile-repeats-ones",
         &Condition(recognize_interleave::tile_repeats_ones),
     ),
