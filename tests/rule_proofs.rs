@@ -31,6 +31,8 @@ use proptest::prelude::*;
 mod attention_batched;
 #[path = "rule_proofs/attention_recognize.rs"]
 mod attention_recognize;
+#[path = "rule_proofs/attention_scale.rs"]
+mod attention_scale;
 mod common;
 #[path = "rule_proofs/gemm.rs"]
 mod gemm;
@@ -124,6 +126,10 @@ const PROOFS: &[(&str, &str)] = &[
     (
         "rotate-pairs",
         "rotary_interleaved::rotate_pairs_recognition",
+    ),
+    (
+        "rotate-pairs-heads-last",
+        "rotary_interleaved::rotate_pairs_heads_last",
     ),
     (
         "tile-of-ones-as-expand",
@@ -269,6 +275,7 @@ const PROOFS: &[(&str, &str)] = &[
         "masked-scores-as-bias",
         "attention_batched::masked_scores_as_bias",
     ),
+    ("scaled-after-mask", "attention_scale::scaled_after_mask"),
     ("transpose-of-transpose", "transpose_of_transpose"),
     ("cast-to-own-dtype", "cast_to_own_dtype"),
     ("transpose-identity", "transpose_identity"),

@@ -66,6 +66,10 @@ pub const APPLIERS: &[(&str, &dyn AnyApplier)] = &[
     ("outer-angles", &rotary_recognize::OUTER_ANGLES),
     ("repeat-interleave", &rotary_interleaved::REPEAT_INTERLEAVE),
     ("rotate-pairs", &rotary_interleaved::ROTATE_PAIRS),
+    (
+        "rotate-pairs-heads-last",
+        &rotary_interleaved::ROTATE_PAIRS_HEADS_LAST,
+    ),
     ("rotary-on-3d-heads", &head_layout::ROTARY_ON_3D_HEADS),
     ("sliced-head-view", &head_layout::SLICED_HEAD_VIEW),
     ("head-slice-of-split", &head_parts::HEAD_SLICE_OF_SPLIT),
