@@ -83,6 +83,11 @@ const PROOFS: &[(&str, &str)] = &[
         "layer-norm-reciprocal-first",
         "recognize::layer_norm_recognition",
     ),
+    ("layer-norm-div-one", "recognize::layer_norm_recognition"),
+    (
+        "layer-norm-div-one-first",
+        "recognize::layer_norm_recognition",
+    ),
     (
         "rms-norm-f32-round-trip",
         "recognize::rms_norm_f32_round_trip",
