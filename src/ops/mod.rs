@@ -501,8 +501,14 @@ mod tests {
     /// Analyses of the optimizer that evaluate a few ops over a lattice of their own, not
     /// facts of the ops (by file name, wherever the file sits): folding small constants, the
     /// symbolic values of shape tensors, the affine form of the attention mask under
-    /// onnxruntime-genai's KV-cache contract.
-    const OWN_LATTICE: &[&str] = &["fold.rs", "sym_value.rs", "genai_contract.rs"];
+    /// onnxruntime-genai's KV-cache contract (boolean masks, and transformers' float 4-D ones
+    /// read as where they are 0 or −FLT_MAX).
+    const OWN_LATTICE: &[&str] = &[
+        "fold.rs",
+        "sym_value.rs",
+        "genai_contract.rs",
+        "float_mask.rs",
+    ];
 
     #[test]
     fn no_table_outside_the_registry_keys_by_op_name() {
