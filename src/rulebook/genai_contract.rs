@@ -31,7 +31,10 @@ use crate::opt::analysis::OnnxGraph;
 use crate::opt::lang::OpNode;
 use crate::opt::query::{const_ints, find_op, int_attr, is_input, ops_named, scalar_float};
 
+mod alibi;
 mod float_mask;
+#[allow(unused_imports)]
+pub use alibi::{alibi_bias, AlibiBias};
 pub use float_mask::float_export_mask;
 
 /// Deepest chain of ops [`export_mask`] follows from the mask to its leaves.
