@@ -31,6 +31,8 @@ use proptest::prelude::*;
 mod attention_batched;
 #[path = "rule_proofs/attention_recognize.rs"]
 mod attention_recognize;
+#[path = "rule_proofs/attention_scale.rs"]
+mod attention_scale;
 mod common;
 #[path = "rule_proofs/gemm.rs"]
 mod gemm;
@@ -60,6 +62,8 @@ mod rope_spellings;
 mod rotary;
 #[path = "rule_proofs/rotary_interleaved.rs"]
 mod rotary_interleaved;
+#[path = "rule_proofs/sliced_qkv.rs"]
+mod sliced_qkv;
 #[path = "rule_proofs/split_qkv.rs"]
 mod split_qkv;
 
@@ -77,6 +81,11 @@ const PROOFS: &[(&str, &str)] = &[
     ("layer-norm-reciprocal", "recognize::layer_norm_recognition"),
     (
         "layer-norm-reciprocal-first",
+        "recognize::layer_norm_recognition",
+    ),
+    ("layer-norm-div-one", "recognize::layer_norm_recognition"),
+    (
+        "layer-norm-div-one-first",
         "recognize::layer_norm_recognition",
     ),
     (
@@ -124,6 +133,10 @@ const PROOFS: &[(&str, &str)] = &[
         "rotary_interleaved::rotate_pairs_recognition",
     ),
     (
+        "rotate-pairs-heads-last",
+        "rotary_interleaved::rotate_pairs_heads_last",
+    ),
+    (
         "tile-of-ones-as-expand",
         "rotary_interleaved::tile_of_ones_as_expand",
     ),
@@ -133,6 +146,12 @@ const PROOFS: &[(&str, &str)] = &[
         "sliced-head-view-with-steps",
         "head_layout::sliced_head_view",
     ),
+    ("head-slice-of-split", "head_layout::head_slice_of_split"),
+    (
+        "head-slice-of-split-with-steps",
+        "head_layout::head_slice_of_split",
+    ),
+    ("head-gather-of-split", "head_layout::head_gather_of_split"),
     ("rotary-on-3d-heads", "head_layout::rotary_on_3d_heads"),
     (
         "attention-on-3d-heads",
@@ -205,6 +224,7 @@ const PROOFS: &[(&str, &str)] = &[
         "split-qkv-with-sizes-for-gqa",
         "split_qkv::split_qkv_with_sizes_for_gqa",
     ),
+    ("sliced-qkv-for-gqa", "sliced_qkv::sliced_qkv_for_gqa"),
     ("rotary-attention-to-gqa", "rotary_attention_to_gqa"),
     ("sink-attention-to-gqa", "sink_attention_to_gqa"),
     (
@@ -260,6 +280,7 @@ const PROOFS: &[(&str, &str)] = &[
         "masked-scores-as-bias",
         "attention_batched::masked_scores_as_bias",
     ),
+    ("scaled-after-mask", "attention_scale::scaled_after_mask"),
     ("transpose-of-transpose", "transpose_of_transpose"),
     ("cast-to-own-dtype", "cast_to_own_dtype"),
     ("transpose-identity", "transpose_identity"),

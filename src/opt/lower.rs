@@ -488,6 +488,7 @@ fn emit_op(
         node.rename_captures(&renames);
         attrs = node.attrs;
     }
+    trim_absent_layer_norm_bias(domain, op_type, &mut inputs);
     let outputs: Vec<String> = if op.outputs == 1 {
         vec![namer.name(class, op_type)]
     } else {
@@ -506,6 +507,19 @@ fn emit_op(
         outputs,
         attrs,
     });
+}
+
+/// A `LayerNormalization` whose optional bias is absent is written with two inputs, as
+/// `mobius build` writes it: onnxruntime-genai's CPU session crashes (SIGSEGV) on the
+/// trailing empty bias name of a bias-free norm (CohereLayerNorm read as LayerNormalization).
+fn trim_absent_layer_norm_bias(domain: &str, op_type: &str, inputs: &mut Vec<String>) {
+    if domain.is_empty()
+        && op_type == "LayerNormalization"
+        && inputs.len() == 3
+        && inputs[2].is_empty()
+    {
+        inputs.pop();
+    }
 }
 
 /// Output renaming, surviving value_info, inputs (dead ones dropped) and initializers.

@@ -50,6 +50,10 @@ pub const CONDITIONS: &[(&str, &dyn AnyCondition)] = &[
         &Condition(recognize_interleave::rotate_pairs),
     ),
     (
+        "rotate-pairs-heads-last",
+        &Condition(recognize_interleave::rotate_pairs_heads_last),
+    ),
+    (
         "tile-repeats-ones",
         &Condition(recognize_interleave::tile_repeats_ones),
     ),
@@ -105,6 +109,7 @@ pub const CONDITIONS: &[(&str, &dyn AnyCondition)] = &[
     ("softmax-over-last-axis", &Condition(softmax_over_last_axis)),
     ("is-float-zero", &Condition(is_float_zero)),
     ("is-float-lowest", &Condition(is_float_lowest)),
+    ("is-power-of-two-scale", &Condition(is_power_of_two_scale)),
 ];
 
 /// `?x ?perm`: `?perm` lists the axes in order (`[0, 1, …, n − 1]`, `n` being `?x`'s rank
@@ -380,6 +385,16 @@ fn is_float_zero(g: &OnnxGraph, [c]: [Id; 1]) -> bool {
 /// exporters fill masked scores with).
 fn is_float_lowest(g: &OnnxGraph, [c]: [Id; 1]) -> bool {
     scalar_float(g, c).is_some_and(|v| v <= f32::MIN as f64)
+}
+
+/// `?c`: a one-element float constant that is a positive power of two within f32's normal
+/// range (`2^e`, −126 ≤ e ≤ 127), so multiplying or dividing by it is exact but for
+/// subnormal or overflowing results.
+fn is_power_of_two_scale(g: &OnnxGraph, [c]: [Id; 1]) -> bool {
+    scalar_float(g, c).is_some_and(|v| {
+        let e = v.log2().round();
+        v > 0.0 && v.is_finite() && (-126.0..=127.0).contains(&e) && 2f64.powi(e as i32) == v
+    })
 }
 
 #[cfg(test)]

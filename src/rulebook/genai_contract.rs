@@ -32,9 +32,11 @@ use crate::opt::lang::OpNode;
 use crate::opt::query::{const_ints, find_op, int_attr, is_input, ops_named, scalar_float};
 
 mod alibi;
+mod buffer_mask;
 mod float_mask;
 #[allow(unused_imports)]
 pub use alibi::{alibi_bias, AlibiBias};
+pub use buffer_mask::summed_export_mask;
 pub use float_mask::float_export_mask;
 
 /// Deepest chain of ops [`export_mask`] follows from the mask to its leaves.

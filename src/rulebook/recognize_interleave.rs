@@ -393,3 +393,176 @@ pub fn tile_repeats_ones(g: &OnnxGraph, [x, r]: [Id; 2]) -> bool {
                 .all(|(r, d)| *r == SymDim::Known(1) || *d == SymDim::Known(1))
     })
 }
+
+/// A rotate-every-two rotation of the first `rotary` channels of `[B, S, H, D]` heads, read by
+/// [`read_heads_last_rotation`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct HeadsLastRotation {
+    /// The heads `x` `[B, S, H, D]`.
+    pub x: Id,
+    /// `H`.
+    pub heads: i64,
+    /// `D`.
+    pub head_dim: i64,
+    /// The rotated width `r` (even, `0 < r < D`).
+    pub rotary: i64,
+    /// The half-width caches `[B, S, r/2]`.
+    pub cos: Id,
+    /// See `cos`.
+    pub sin: Id,
+}
+
+/// `(x, start, end)` of a class holding `Slice(x, [start], [end], [3 | −1])` on the last axis
+/// of a 4-D `x`, with constant one-element bounds and the step absent or 1.
+fn last_axis_slice(g: &OnnxGraph, s: Id) -> Option<(Id, i64, i64)> {
+    ops(g, s, "Slice").find_map(|sl| {
+        let ins = sl.input_ids();
+        let (x, start, end, axis) = (*ins.first()?, *ins.get(1)?, *ins.get(2)?, *ins.get(3)?);
+        let step_one = match ins.get(4) {
+            Some(&st) if !matches!(g[st].nodes[..], [Onnx::Absent]) => scalar_is(g, st, 1),
+            _ => true,
+        };
+        let rank4 = g[x].data.tensor()?.rank() == Some(4);
+        let on_last = matches!(const_ints(g, axis).as_deref(), Some([3] | [-1]));
+        let (start, end) = match (
+            const_ints(g, start)?.as_slice(),
+            const_ints(g, end)?.as_slice(),
+        ) {
+            ([a], [b]) => (*a, *b),
+            _ => return None,
+        };
+        (step_one && rank4 && on_last && start >= 0 && end >= 0).then(|| (g.find(x), start, end))
+    })
+}
+
+/// The half-width cache `h` `[B, S, r/2]` (`x`'s `B` and `S`, `x`'s dtype) of a factor `f`
+/// `[B, S, 1, r]` over `[B, S, H, D]` heads whose last-axis entries `2i` and `2i + 1` are both
+/// `h[…, i]`, as GPT-J's export writes `repeat_interleave(2)` of its sin/cos: `f = Reshape(p,
+/// t)` (its inferred dims `[B, S, 1, r]`), `p = Tile(w, [1, 1, 1, 1, 2])` or `Expand(w, e)`
+/// (`e` five elements, each 1 or `w`'s dim there but the last 2), `w = Unsqueeze(v, [4 | −1])`,
+/// `v = Unsqueeze(h, [2 | −2])`: `p[…, 0, i, j] = h[…, i]` `[B, S, 1, r/2, 2]`, which the
+/// Reshape keeps in order, so `f[…, 0, 2i + j] = h[…, i]`.
+fn heads_last_factor(g: &OnnxGraph, f: Id, x: Id, r: i64) -> Option<Id> {
+    let xt = g[x].data.tensor()?;
+    let (dtype, xd) = (xt.dtype, xt.shape.clone()?);
+    let fd = g[f].data.tensor()?.shape.clone()?;
+    let f_ok = fd.len() == 4
+        && same(&fd[0], &xd[0])
+        && same(&fd[1], &xd[1])
+        && fd[2] == SymDim::Known(1)
+        && fd[3] == SymDim::Known(r);
+    f_ok.then_some(())?;
+    ops(g, f, "Reshape").find_map(|rs| {
+        let [p, _target] = rs.input_ids() else {
+            return None;
+        };
+        let from_w = |w: Id| -> Option<Id> {
+            ops(g, w, "Unsqueeze").find_map(|u| {
+                let [v, a4] = u.input_ids() else { return None };
+                matches!(const_ints(g, *a4).as_deref(), Some([4] | [-1])).then_some(())?;
+                ops(g, *v, "Unsqueeze").find_map(|u2| {
+                    let [h, a2] = u2.input_ids() else { return None };
+                    matches!(const_ints(g, *a2).as_deref(), Some([2] | [-2])).then_some(())?;
+                    let ht = g[*h].data.tensor()?;
+                    let hd = ht.shape.clone()?;
+                    (ht.dtype == dtype
+                        && hd.len() == 3
+                        && same(&hd[0], &xd[0])
+                        && same(&hd[1], &xd[1])
+                        && hd[2] == SymDim::Known(r / 2))
+                    .then(|| g.find(*h))
+                })
+            })
+        };
+        let tiled = ops(g, *p, "Tile").find_map(|t| {
+            let [w, reps] = t.input_ids() else {
+                return None;
+            };
+            (const_ints(g, *reps).as_deref() == Some(&[1, 1, 1, 1, 2])).then_some(())?;
+            from_w(*w)
+        });
+        tiled.or_else(|| {
+            ops(g, *p, "Expand").find_map(|ex| {
+                let [w, e] = ex.input_ids() else { return None };
+                let wd = g[*w].data.tensor()?.shape.clone()?;
+                let e = elements(g, *e)?;
+                let ok = wd.len() == 5
+                    && e.len() == 5
+                    && wd[4] == SymDim::Known(1)
+                    && e[4] == SymDim::Known(2)
+                    && (0..4).all(|i| e[i] == SymDim::Known(1) || same(&e[i], &wd[i]));
+                ok.then_some(())?;
+                from_w(*w)
+            })
+        })
+    })
+}
+
+/// `?xr ?odd ?a1 ?even ?a2 ?axis ?shape ?az ?cos ?sin ?pass ?caxis` of `Concat(xr · cos +
+/// Reshape(Concat(Unsqueeze(−odd, a1), Unsqueeze(even, a2); axis), shape) · sin, pass; caxis)`
+/// read as GPT-J's partial rotate-every-two on `[B, S, H, D]` heads `x` (before the heads are
+/// transposed): `xr = x[…, :r]` and `pass = x[…, r:]` (last-axis slices of the same `x`, float,
+/// `H` and `D` known, `r` even, `0 < r < D`), `odd = xr[…, 1::2]`, `even = xr[…, 0::2]`, both
+/// unsqueezed and concatenated on a new last axis and reshaped to `[B, S, H, r]` (target
+/// elements `x`'s own `B`, `S`, `H` or 0 copying them, and `r` or −1), so the rotated element
+/// `2i` is `−xr[2i + 1]` and `2i + 1` is `xr[2i]`; `cos` and `sin` factors `[B, S, 1, r]` with
+/// entries `2i`, `2i + 1` equal ([`heads_last_factor`]); `caxis` the last. Then every head's
+/// element `2i < r` is `x[2i]·c[i] − x[2i + 1]·s[i]`, `2i + 1` is `x[2i + 1]·c[i] + x[2i]·s[i]`
+/// and the rest is `x`: `RotaryEmbedding(Reshape(x, [B, S, H·D]); interleaved 1, num_heads H,
+/// rotary_embedding_dim r)` viewed as `[B, S, H, D]`, exactly.
+pub fn read_heads_last_rotation(
+    g: &OnnxGraph,
+    [xr, odd, a1, even, a2, axis, shape, az, cos, sin, pass, caxis]: [Id; 12],
+) -> Option<HeadsLastRotation> {
+    let (x, s0, r) = last_axis_slice(g, xr)?;
+    let (x2, r2, end) = last_axis_slice(g, pass)?;
+    let t = g[x].data.tensor()?;
+    matches!(t.dtype, Some(DType::F32 | DType::F16 | DType::BF16)).then_some(())?;
+    let dims = t.shape.clone()?;
+    let (h, d) = (dims[2].known()?, dims[3].known()?);
+    let bounds = x == x2 && s0 == 0 && r2 == r && end >= d && r > 0 && r < d && r % 2 == 0;
+    bounds.then_some(())?;
+    let new_last = |a: Id| matches!(const_ints(g, a).as_deref(), Some([4] | [-1]));
+    let copies = unset_or(g, az, 0);
+    let target_ok = elements(g, shape).is_some_and(|t| {
+        t.len() == 4
+            && (0..3).all(|i| same(&t[i], &dims[i]) || (copies && t[i] == SymDim::Known(0)))
+            && matches!(t[3], SymDim::Known(v) if v == r || v == -1)
+    });
+    let ok = new_last(a1)
+        && new_last(a2)
+        && matches!(g[axis].data.attr(), Some(AttrValue::Int(4 | -1)))
+        && matches!(g[caxis].data.attr(), Some(AttrValue::Int(3 | -1)))
+        && every_other(g, odd, xr, r, 1)
+        && every_other(g, even, xr, r, 0)
+        && target_ok;
+    ok.then_some(())?;
+    Some(HeadsLastRotation {
+        x,
+        heads: h,
+        head_dim: d,
+        rotary: r,
+        cos: heads_last_factor(g, cos, x, r)?,
+        sin: heads_last_factor(g, sin, x, r)?,
+    })
+}
+
+/// `?xr ?odd ?a1 ?even ?a2 ?axis ?shape ?az ?cos ?sin ?pass ?caxis`: a partial rotate-every-two
+/// on `[B, S, H, D]` heads ([`read_heads_last_rotation`]).
+pub fn rotate_pairs_heads_last(g: &OnnxGraph, vars: [Id; 12]) -> bool {
+    read_heads_last_rotation(g, vars).is_some()
+}
+
+/// The `[B, S, H·D]` tensor `p` that the `[B, S, H, D]` heads `x` split, where `x`'s class
+/// holds `Reshape(p, t)` (`p` 3-D with `x`'s `B` and `S` and last dim `H·D`): then
+/// `Reshape(x, [0, 0, −1])` is `p` itself (a Reshape keeps the elements in order).
+pub fn merged_heads_source(g: &OnnxGraph, x: Id) -> Option<Id> {
+    let xd = g[x].data.tensor()?.shape.clone()?;
+    let width = xd.get(2)?.known()? * xd.get(3)?.known()?;
+    ops(g, x, "Reshape").find_map(|r| {
+        let [p, _] = r.input_ids() else { return None };
+        let pd = g[*p].data.tensor()?.shape.clone()?;
+        (pd.len() == 3 && same(&pd[0], &xd[0]) && same(&pd[1], &xd[1])).then_some(())?;
+        (pd[2] == SymDim::Known(width)).then(|| g.find(*p))
+    })
+}

@@ -47,6 +47,11 @@ struct Case {
     /// padding (`causal + attention_mask == 0`) written back by `ScatterND` over the full index
     /// grid. No window.
     float_mask: bool,
+    /// GPT-Neo's eager mask on top (optimum's export, as `masked-scores-to-attention` reads
+    /// it): `Where(keep, 0, −FLT_MAX) + mask`, `keep` = `Slice(Slice(buffer, [T − S], [T],
+    /// axes [2]), [0], [T], axes [3])` of a constant `[1, 1, N, N]` bool buffer, `Some((N,
+    /// W))`: `c ≤ r`, and `r − c < W` when `W` is given (a local layer).
+    buffer: Option<(usize, Option<usize>)>,
 }
 
 /// How a near miss differs from the export's mask.
@@ -63,6 +68,14 @@ enum Miss {
     SoftBias,
     /// Positions computed from 0, not the past length (the mask as the export's).
     PositionsFromZero,
+    /// The buffer strictly lower-triangular (`c < r`).
+    BufferStrict,
+    /// The buffer's rows sliced `[0 : S]`, not `[T − S : T]`.
+    BufferRowsFromZero,
+    /// One element of the buffer flipped (row 1 does not see key 0).
+    BufferFlipped,
+    /// The buffer's `Where` fills with −1e4, not −FLT_MAX.
+    BufferSoftFill,
 }
 
 /// The export's attention block: the mask subgraph of `attention_mask` (dynamo's spelling),
@@ -223,6 +236,23 @@ fn export_graph(c: &Case, miss: Miss) -> Graph {
         float_mask(&mut b, &mask, [&batch0, &seq0, &past0, &total0], miss)
     } else {
         bias
+    };
+    let bias = match c.buffer {
+        Some((n, w)) => {
+            let keep = sliced_buffer(&mut b, n, w, [&seq0, &total0], miss);
+            let fill = scalar(
+                &mut b,
+                if miss == Miss::BufferSoftFill {
+                    -1e4
+                } else {
+                    -f32::MAX
+                },
+            );
+            let zero = scalar(&mut b, 0.0);
+            let masked = b.op("Where", &[&keep, &zero, &fill], vec![]);
+            b.op("Add", &[&masked, &bias], vec![])
+        }
+        None => bias,
     };
 
     let (q, k) = match c.rope {
@@ -415,6 +445,57 @@ fn float_mask(b: &mut GraphBuilder, mask: &str, sizes: [&str; 4], miss: Miss) ->
     b.op("ScatterND", &[&causal, &grid, &updates], vec![])
 }
 
+/// GPT-Neo's `bias[:, :, T − S : T, :T]` of its constant causal buffer `[1, 1, N, N]` (see
+/// [`Case::buffer`]), from the scalar sizes `[S, T]`. Near misses: `BufferStrict`,
+/// `BufferRowsFromZero`, `BufferFlipped` (`BufferSoftFill` is the caller's).
+fn sliced_buffer(
+    b: &mut GraphBuilder,
+    n: usize,
+    window: Option<usize>,
+    sizes: [&str; 2],
+    miss: Miss,
+) -> String {
+    let [seq0, total0] = sizes;
+    let mut bytes: Vec<u8> = (0..n * n)
+        .map(|e| {
+            let (r, c) = (e / n, e % n);
+            let seen = if miss == Miss::BufferStrict {
+                c < r
+            } else {
+                c <= r
+            };
+            u8::from(seen && window.is_none_or(|w| r - c < w))
+        })
+        .collect();
+    if miss == Miss::BufferFlipped {
+        // Row 1 does not see key 0 (its own window would see it).
+        bytes[n] ^= 1;
+    }
+    let buffer = b.constant(TensorData {
+        dtype: DType::Bool,
+        shape: vec![1, 1, n, n],
+        bytes,
+    });
+    let front = b.const_i64(&[0]);
+    let first = if miss == Miss::BufferRowsFromZero {
+        b.scalar_i64(0)
+    } else {
+        b.op("Sub", &[total0, seq0], vec![])
+    };
+    let last = if miss == Miss::BufferRowsFromZero {
+        seq0.to_string()
+    } else {
+        total0.to_string()
+    };
+    let starts = b.op("Unsqueeze", &[&first, &front], vec![]);
+    let ends = b.op("Unsqueeze", &[&last, &front], vec![]);
+    let (rows, one) = (b.const_i64(&[2]), b.const_i64(&[1]));
+    let kept = b.op("Slice", &[&buffer, &starts, &ends, &rows, &one], vec![]);
+    let total1 = b.op("Unsqueeze", &[total0, &front], vec![]);
+    let (zero1, cols) = (b.const_i64(&[0]), b.const_i64(&[3]));
+    b.op("Slice", &[&kept, &zero1, &total1, &cols, &one], vec![])
+}
+
 /// Inputs of `c`'s block (`lengths`: each row's valid tokens, past included; positions are
 /// each row's past length + offset, as the contract has them).
 fn feeds(c: &Case, lengths: &[usize], seed: u64) -> HashMap<String, Tensor> {
@@ -460,7 +541,7 @@ fn contract_case(rope: bool) -> impl Strategy<Value = (Case, Vec<usize>, u64)> {
         (
             any::<bool>(),
             prop::option::of(1usize..6),
-            (any::<bool>(), any::<bool>(), any::<bool>()),
+            (any::<bool>(), any::<bool>(), any::<bool>(), any::<bool>()),
         ),
         prop::collection::vec(0usize..8, 2),
         any::<u64>(),
@@ -469,7 +550,7 @@ fn contract_case(rope: bool) -> impl Strategy<Value = (Case, Vec<usize>, u64)> {
             move |(
                 (batch, seq, past),
                 (kv_heads, group, head_dim),
-                (partial, window, (torchscript, past_positions, float_mask)),
+                (partial, window, (torchscript, past_positions, float_mask, buffer)),
                 lens,
                 seed,
             )| {
@@ -490,6 +571,8 @@ fn contract_case(rope: bool) -> impl Strategy<Value = (Case, Vec<usize>, u64)> {
                     torchscript,
                     past_positions,
                     float_mask,
+                    // T ≤ 7 keys: within the buffer's 8.
+                    buffer: buffer.then_some((8, window)),
                 };
                 let lengths = (0..batch)
                     .map(|r| {
@@ -539,6 +622,7 @@ fn base() -> Case {
         torchscript: false,
         past_positions: false,
         float_mask: false,
+        buffer: None,
     }
 }
 
@@ -666,6 +750,65 @@ fn float_masks_are_read() {
             assert_eq!(gqa_count(&out), 0, "{miss:?} {c:?}: {:?}", out.op_counts());
         }
     }
+}
+
+/// GPT-Neo's sliced causal buffer added to the float or the boolean mask is read (global and
+/// local layers, with and without past); its near misses are not. Over `T > N` keys the
+/// export itself fails (the column slice clamps to `N ≠ T`), which is why the read holds.
+#[test]
+fn buffer_masks_are_read() {
+    for (past, seq, float_mask, window) in [
+        (0, 4, true, None),
+        (3, 2, true, Some(4)),
+        (0, 5, true, Some(2)),
+        (2, 3, false, None),
+        (1, 4, false, Some(3)),
+    ] {
+        let c = Case {
+            past,
+            seq,
+            rope: None,
+            float_mask,
+            window: window.filter(|_| !float_mask),
+            buffer: Some((8, window)),
+            ..base()
+        };
+        let g = export_block(&c, Miss::None);
+        let out = optimized(&g, KvCache::Genai);
+        assert_eq!(gqa_count(&out), 1, "{c:?}: {:?}", out.op_counts());
+        let lengths: Vec<usize> = (0..c.batch)
+            .map(|r| if past == 0 { seq - r } else { past + seq })
+            .collect();
+        let mut inputs = feeds(&c, &lengths, 7);
+        inputs.retain(|name, _| g.inputs.iter().any(|i| &i.name == name));
+        for name in ["y", "present.0.key", "present.0.value"] {
+            assert!(difference(&g, &out, &inputs, name) <= 1e-4, "{c:?} {name}");
+        }
+        for miss in [
+            Miss::BufferStrict,
+            Miss::BufferRowsFromZero,
+            Miss::BufferFlipped,
+            Miss::BufferSoftFill,
+            Miss::SoftBias,
+        ] {
+            let g = export_block(&c, miss);
+            let out = optimized(&g, KvCache::Genai);
+            assert_eq!(gqa_count(&out), 0, "{miss:?} {c:?}: {:?}", out.op_counts());
+        }
+    }
+    // More keys than the buffer has columns: the export fails at run time.
+    let c = Case {
+        past: 6,
+        seq: 3,
+        rope: None,
+        float_mask: true,
+        buffer: Some((8, None)),
+        ..base()
+    };
+    let g = export_graph(&c, Miss::None);
+    let mut inputs = feeds(&c, &[9, 9], 3);
+    inputs.retain(|name, _| g.inputs.iter().any(|i| &i.name == name));
+    assert!(run_graph(&g, &inputs, &mut Evaluator::new(None)).is_err());
 }
 
 /// Masks that are not the export's causal padding mask are left alone, under the contract too.

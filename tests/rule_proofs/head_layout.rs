@@ -1150,3 +1150,107 @@ proptest! {
         prove_merged("gathered-head-view", g, values)?;
     }
 }
+
+/// `Reshape(x, [B, S, G or −1, D])`: the head split of `x` (not transposed).
+#[allow(clippy::too_many_arguments)]
+fn head_split(
+    b: &mut GraphBuilder,
+    x: &str,
+    how: Target,
+    rows: Rows,
+    heads: usize,
+    minus: bool,
+    head_dim: usize,
+) -> String {
+    let h = if minus { -1 } else { heads as i64 };
+    let shape = reshape_target(b, x, how, rows, &[h, head_dim as i64]);
+    b.op("Reshape", &[x, &shape], vec![])
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// `Slice(Reshape(x, [B, S, G, D]), start, end, axis 2[, steps 1])`, viewed heads-first and
+    /// merged back to `[B, S, W·D]`: the part becomes the split of a 3-D slice of `x`, which
+    /// `heads-merged-back` then takes out of the views.
+    #[test]
+    fn head_slice_of_split(
+        (batch, seq, symbolic) in (1usize..3, 1usize..4, any::<bool>()),
+        (heads, head_dim) in (1usize..5, 1usize..5),
+        (start, end) in (-6i64..6, -6i64..7),
+        to_end in any::<bool>(),
+        steps in any::<bool>(),
+        axis2 in any::<bool>(),
+        how_split in 0usize..3,
+        how_merge in 0usize..3,
+        minus in any::<bool>(),
+        seed in any::<u64>(),
+    ) {
+        let rows = Rows { batch, seq, symbolic };
+        let pick = |i: usize| match i {
+            0 if !symbolic => Target::Explicit,
+            0 | 1 => Target::Zeros,
+            _ => Target::Computed,
+        };
+        let g_heads = heads as i64;
+        let clamp = |v: i64| if v < 0 { v + g_heads } else { v }.clamp(0, g_heads);
+        let end = if to_end { i64::MAX } else { end };
+        let width = clamp(end) - clamp(start);
+        prop_assume!(width > 0);
+        let mut b = GraphBuilder::new("g");
+        let x = b.input("x", DType::F32, rows.shape(&[heads * head_dim]));
+        b.output("y", DType::F32, rows.shape(&[width as usize * head_dim]));
+        let split = head_split(&mut b, &x, pick(how_split), rows, heads, minus, head_dim);
+        let (starts, ends) = (b.const_i64(&[start]), b.const_i64(&[end]));
+        let axes = b.const_i64(&[if axis2 { 2 } else { -2 }]);
+        let part = if steps {
+            let one = b.const_i64(&[1]);
+            b.op("Slice", &[&split, &starts, &ends, &axes, &one], vec![])
+        } else {
+            b.op("Slice", &[&split, &starts, &ends, &axes], vec![])
+        };
+        let view = b.op("Transpose", &[&part], vec![("perm", Attr::Ints(vec![0, 2, 1, 3]))]);
+        merge(&mut b, &view, &x, pick(how_merge), rows, width as usize * head_dim, "y");
+        let g = b.finish();
+        let values = inputs(&g, rows, seq, seed);
+        let name = if steps { "head-slice-of-split-with-steps" } else { "head-slice-of-split" };
+        prove_merged(name, g, values)?;
+    }
+
+    /// `Gather(Reshape(x, [B, S, G, D]), [i], axis 2 or −2)` (one head, the axis kept), viewed
+    /// heads-first and merged back to `[B, S, D]`.
+    #[test]
+    fn head_gather_of_split(
+        (batch, seq, symbolic) in (1usize..3, 1usize..4, any::<bool>()),
+        (heads, head_dim) in (1usize..5, 1usize..5),
+        index in -4i64..4,
+        axis2 in any::<bool>(),
+        how_split in 0usize..3,
+        how_merge in 0usize..3,
+        minus in any::<bool>(),
+        seed in any::<u64>(),
+    ) {
+        prop_assume!(-(heads as i64) <= index && index < heads as i64);
+        let rows = Rows { batch, seq, symbolic };
+        let pick = |i: usize| match i {
+            0 if !symbolic => Target::Explicit,
+            0 | 1 => Target::Zeros,
+            _ => Target::Computed,
+        };
+        let mut b = GraphBuilder::new("g");
+        let x = b.input("x", DType::F32, rows.shape(&[heads * head_dim]));
+        b.output("y", DType::F32, rows.shape(&[head_dim]));
+        let split = head_split(&mut b, &x, pick(how_split), rows, heads, minus, head_dim);
+        let idx = b.const_i64(&[index]);
+        let part = b.op(
+            "Gather",
+            &[&split, &idx],
+            vec![("axis", Attr::Int(if axis2 { 2 } else { -2 }))],
+        );
+        let view = b.op("Transpose", &[&part], vec![("perm", Attr::Ints(vec![0, 2, 1, 3]))]);
+        merge(&mut b, &view, &x, pick(how_merge), rows, head_dim, "y");
+        let g = b.finish();
+        let values = inputs(&g, rows, seq, seed);
+        prove_merged("head-gather-of-split", g, values)?;
+    }
+}

@@ -83,6 +83,8 @@ const LAYER_RULES: &[(&str, Inverse, bool)] = &[
     ("layer-norm-div", Inverse::Div, true),
     ("layer-norm-reciprocal", Inverse::Reciprocal, true),
     ("layer-norm-reciprocal-first", Inverse::Reciprocal, false),
+    ("layer-norm-div-one", Inverse::DivOne, true),
+    ("layer-norm-div-one-first", Inverse::DivOne, false),
 ];
 
 proptest! {

@@ -248,3 +248,89 @@ proptest! {
         prove_on("tile-of-ones-as-expand", "cpu", gb.finish(), values, 0.0)?;
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+    /// GPT-J's partial rotation on `[B, S, H, D]` heads split from a projection `[B, S, H·D]`,
+    /// its factors `Reshape(Tile(Unsqueeze(Unsqueeze(h, [2]), [4]), [1, 1, 1, 1, 2]),
+    /// [0, 0, 1, −1])` (or an Expand for the Tile) of half caches `h` `[B, S, r/2]`, the
+    /// rotated pairs reshaped by a constant or a computed target; or on heads given as such.
+    #[test]
+    fn rotate_pairs_heads_last(
+        (b, s, h) in (1usize..3, 1usize..4, 1usize..4),
+        (half_r, extra) in (1usize..4, 1usize..4),
+        symbolic in any::<bool>(),
+        expand in any::<bool>(),
+        computed_target in any::<bool>(),
+        split in any::<bool>(),
+        seed in any::<u64>(),
+    ) {
+        let (r, d) = (2 * half_r, 2 * half_r + extra);
+        let p_names = named(symbolic, &[Some("batch"), Some("seq"), None]);
+        let x_names = named(symbolic, &[Some("batch"), Some("seq"), None, None]);
+        let mut gb = GraphBuilder::new("g");
+        let proj = gb.input("proj", DType::F32, shape(&[b, s, h * d], &p_names));
+        let hc = gb.input("hc", DType::F32, shape(&[b, s, r / 2], &p_names));
+        let hs = gb.input("hs", DType::F32, shape(&[b, s, r / 2], &p_names));
+        gb.output("y", DType::F32, shape(&[b, s, h, d], &x_names));
+        // The heads split from the projection, or a graph input of their own (read through a
+        // merging Reshape).
+        let x = if split {
+            let target = gb.const_i64(&[0, 0, h as i64, d as i64]);
+            gb.op("Reshape", &[&proj, &target], vec![])
+        } else {
+            gb.input("x", DType::F32, shape(&[b, s, h, d], &x_names))
+        };
+        let factor = |gb: &mut GraphBuilder, half: &str| {
+            let (two, four) = (gb.const_i64(&[2]), gb.const_i64(&[4]));
+            let v = gb.op("Unsqueeze", &[half, &two], vec![]);
+            let w = gb.op("Unsqueeze", &[&v, &four], vec![]);
+            let reps = gb.const_i64(&[1, 1, 1, 1, 2]);
+            let p = gb.op(if expand { "Expand" } else { "Tile" }, &[&w, &reps], vec![]);
+            let t = gb.const_i64(&[0, 0, 1, -1]);
+            gb.op("Reshape", &[&p, &t], vec![])
+        };
+        let cos = factor(&mut gb, &hc);
+        let sin = factor(&mut gb, &hs);
+        let (zero, rr, big, axis, one, two) = (
+            gb.const_i64(&[0]),
+            gb.const_i64(&[r as i64]),
+            gb.const_i64(&[i64::MAX]),
+            gb.const_i64(&[3]),
+            gb.const_i64(&[1]),
+            gb.const_i64(&[2]),
+        );
+        let xr = gb.op("Slice", &[&x, &zero, &rr, &axis, &one], vec![]);
+        let pass = gb.op("Slice", &[&x, &rr, &big, &axis, &one], vec![]);
+        let odd = gb.op("Slice", &[&xr, &one, &big, &axis, &two], vec![]);
+        let even = gb.op("Slice", &[&xr, &zero, &big, &axis, &two], vec![]);
+        let neg = gb.op("Neg", &[&odd], vec![]);
+        let last = gb.const_i64(&[-1]);
+        let u1 = gb.op("Unsqueeze", &[&neg, &last], vec![]);
+        let u2 = gb.op("Unsqueeze", &[&even, &last], vec![]);
+        let stacked = gb.op("Concat", &[&u1, &u2], vec![("axis", Attr::Int(-1))]);
+        let target = if computed_target {
+            let dims = gb.op("Shape", &[&stacked], vec![]);
+            let (s0, s1, a0) = (gb.const_i64(&[0]), gb.const_i64(&[-2]), gb.const_i64(&[0]));
+            let lead = gb.op("Slice", &[&dims, &s0, &s1, &a0], vec![]);
+            gb.op("Concat", &[&lead, &last], vec![("axis", Attr::Int(0))])
+        } else {
+            gb.const_i64(&[0, 0, 0, -1])
+        };
+        let rotated = gb.op("Reshape", &[&stacked, &target], vec![]);
+        let a = gb.op("Mul", &[&xr, &cos], vec![]);
+        let m = gb.op("Mul", &[&rotated, &sin], vec![]);
+        let sum = gb.op("Add", &[&a, &m], vec![]);
+        let y = gb.op("Concat", &[&sum, &pass], vec![("axis", Attr::Int(-1))]);
+        gb.op_into("Identity", &[&y], vec![], "y");
+        let mut rng = Rng::new(seed);
+        let values = HashMap::from([
+            ("proj".to_string(), random_tensor(DType::F32, &[b, s, h * d], &mut rng)),
+            ("x".to_string(), random_tensor(DType::F32, &[b, s, h, d], &mut rng)),
+            ("hc".to_string(), random_tensor(DType::F32, &[b, s, r / 2], &mut rng)),
+            ("hs".to_string(), random_tensor(DType::F32, &[b, s, r / 2], &mut rng)),
+        ]);
+        prove_on("rotate-pairs-heads-last", "cpu", gb.finish(), values, 1e-5)?;
+    }
+}

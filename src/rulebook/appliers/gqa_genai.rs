@@ -17,7 +17,7 @@ use crate::opt::emit::Emit;
 use crate::opt::lang::Onnx;
 use crate::opt::query::scalar_float;
 use crate::rulebook::genai_contract::{
-    export_mask, float_export_mask, position_table, PositionTable,
+    export_mask, float_export_mask, position_table, summed_export_mask, PositionTable,
 };
 
 /// `export-attention-to-gqa`.
@@ -51,7 +51,8 @@ fn preconditions(g: &OnnxGraph, a: &Attention) -> Option<(GqaExtras, Id)> {
         return None;
     }
     let mask = export_mask(g, a.mask, a.q, a.past_key)
-        .or_else(|| float_export_mask(g, a.mask, a.q, a.past_key))?;
+        .or_else(|| float_export_mask(g, a.mask, a.q, a.past_key))
+        .or_else(|| summed_export_mask(g, a.mask, a.q, a.past_key))?;
     let extras = cache_preconditions(g, a, mask.window)?;
     Some((extras, mask.attention_mask))
 }

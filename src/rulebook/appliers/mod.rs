@@ -12,6 +12,7 @@ mod gqa_genai;
 mod gqa_mask;
 mod gqa_sink;
 mod head_layout;
+mod head_parts;
 mod linear_attention;
 mod matmul_nbits;
 mod moe;
@@ -25,6 +26,7 @@ mod rotary_recognize;
 mod shape_slice;
 mod skip_layer_norm;
 mod skip_norm;
+mod sliced_qkv;
 mod unsqueezed_heads;
 
 use super::decompose::{attention, range, rms_norm, rotary, scatter};
@@ -64,8 +66,18 @@ pub const APPLIERS: &[(&str, &dyn AnyApplier)] = &[
     ("outer-angles", &rotary_recognize::OUTER_ANGLES),
     ("repeat-interleave", &rotary_interleaved::REPEAT_INTERLEAVE),
     ("rotate-pairs", &rotary_interleaved::ROTATE_PAIRS),
+    (
+        "rotate-pairs-heads-last",
+        &rotary_interleaved::ROTATE_PAIRS_HEADS_LAST,
+    ),
     ("rotary-on-3d-heads", &head_layout::ROTARY_ON_3D_HEADS),
     ("sliced-head-view", &head_layout::SLICED_HEAD_VIEW),
+    ("head-slice-of-split", &head_parts::HEAD_SLICE_OF_SPLIT),
+    (
+        "head-slice-of-split-with-steps",
+        &head_parts::HEAD_SLICE_OF_SPLIT_WITH_STEPS,
+    ),
+    ("head-gather-of-split", &head_parts::HEAD_GATHER_OF_SPLIT),
     (
         "sliced-head-view-with-steps",
         &head_layout::SLICED_HEAD_VIEW_WITH_STEPS,
@@ -120,6 +132,7 @@ pub const APPLIERS: &[(&str, &dyn AnyApplier)] = &[
     ("pack-qkv-with-bias", &pack_qkv::PACK_QKV_WITH_BIAS),
     ("split-qkv", &pack_qkv::SPLIT_QKV),
     ("split-qkv-with-sizes", &pack_qkv::SPLIT_QKV_WITH_SIZES),
+    ("sliced-qkv", &sliced_qkv::SLICED_QKV),
     ("matmul-nbits", &matmul_nbits::MATMUL_NBITS),
     (
         "matmul-nbits-without-zero-points",

@@ -11,7 +11,9 @@ use crate::opt::analysis::OnnxGraph;
 use crate::opt::bind::{Applier, Site};
 use crate::opt::emit::Emit;
 use crate::opt::lang::Onnx;
-use crate::rulebook::recognize_interleave::{pair_table_rows, read_interleave};
+use crate::rulebook::recognize_interleave::{
+    merged_heads_source, pair_table_rows, read_heads_last_rotation, read_interleave,
+};
 use crate::rulebook::recognize_rotary::HalfTable;
 
 pub(super) const REPEAT_INTERLEAVE: Applier<7> = Applier::new(
@@ -84,4 +86,33 @@ fn rotate_pairs(g: &mut OnnxGraph, _: Site<'_>, [x, cos, sin]: [Id; 3]) -> Optio
         &[x, cos, sin],
         &[("interleaved", AttrValue::Int(1))],
     ))
+}
+
+pub(super) const ROTATE_PAIRS_HEADS_LAST: Applier<12> = Applier::new(
+    [
+        "?xr", "?odd", "?a1", "?even", "?a2", "?axis", "?shape", "?az", "?cos", "?sin", "?pass",
+        "?caxis",
+    ],
+    rotate_pairs_heads_last,
+);
+
+/// Reads GPT-J's partial rotation on `[B, S, H, D]` heads (proven by
+/// `rotate-pairs-heads-last`) as `RotaryEmbedding(Reshape(x, [0, 0, −1]), cos, sin;
+/// interleaved 1, num_heads H, rotary_embedding_dim r)` viewed back as `[0, 0, H, D]` (the
+/// projection `x` was split from in place of the merge, where there is one).
+fn rotate_pairs_heads_last(g: &mut OnnxGraph, _: Site<'_>, vars: [Id; 12]) -> Option<Id> {
+    let read = read_heads_last_rotation(g, vars)?;
+    let source = merged_heads_source(g, read.x);
+    let mut e = Emit::new(g);
+    let merged = source.unwrap_or_else(|| e.reshape(read.x, &[0, 0, -1]));
+    let rotated = e.op(
+        "RotaryEmbedding",
+        &[merged, read.cos, read.sin],
+        &[
+            ("interleaved", AttrValue::Int(1)),
+            ("num_heads", AttrValue::Int(read.heads)),
+            ("rotary_embedding_dim", AttrValue::Int(read.rotary)),
+        ],
+    );
+    Some(e.reshape(rotated, &[0, 0, read.heads, read.head_dim]))
 }
