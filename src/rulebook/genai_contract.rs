@@ -34,8 +34,7 @@ use crate::opt::query::{const_ints, find_op, int_attr, is_input, ops_named, scal
 mod alibi;
 mod buffer_mask;
 mod float_mask;
-#[allow(unused_imports)]
-pub use alibi::{alibi_bias, AlibiBias};
+pub use alibi::{alibi_export_bias, AlibiExportBias};
 pub use buffer_mask::summed_export_mask;
 pub use float_mask::float_export_mask;
 

@@ -15,7 +15,9 @@ use crate::ops::types::SymDim;
 use crate::ops::value::AttrValue;
 use crate::opt::analysis::OnnxGraph;
 use crate::opt::lang::OpNode;
-use crate::opt::query::{const_floats, const_ints, int_attr, is_input, known_dims, ops_named};
+use crate::opt::query::{
+    const_floats, const_ints, int_attr, is_input, known_dims, ops_named, scalar_float,
+};
 
 /// Deepest chain of order-keeping ops [`alibi_bias`] passes between two ops it reads.
 const MAX_MOVES: usize = 8;
@@ -30,9 +32,6 @@ pub struct AlibiBias {
     pub attention_mask: Id,
 }
 
-// Read by the ALiBi rule under `--kv-cache genai` (to come); checked on the BLOOM and
-// Falcon-ALiBi optimum exports (every layer's bias read, the slopes of the checkpoint).
-#[allow(dead_code)]
 /// Reads the float bias `bias` of an Attention with `heads` query heads as an ALiBi bias (see
 /// the module doc): `Some` only when it is exactly that tensor, of dims `[B, H, 1, T]`.
 pub fn alibi_bias(g: &OnnxGraph, bias: Id, heads: usize) -> Option<AlibiBias> {
@@ -197,4 +196,83 @@ fn counts(g: &OnnxGraph, c: &OpNode, m: Id) -> bool {
 /// Whether the attribute class `a` is unset or the integer 0.
 fn zero(g: &OnnxGraph, a: Id) -> bool {
     matches!(g[a].data.attr(), Some(AttrValue::Unset | AttrValue::Int(0)))
+}
+
+/// An Attention bias read as the ALiBi bias plus the causal padding mask of the export
+/// ([`alibi_export_bias`]): what `mobius build` writes instead as
+/// `Where(attention_mask ≠ 0, slopes · (CumSum(attention_mask) − 1), −FLT_MAX)` with
+/// `is_causal=1`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AlibiExportBias {
+    /// The slope of each head, as the bias scales the positions (f32 values).
+    pub slopes: Vec<f32>,
+    /// The integer `[B, T]` graph input both the positions and the mask read.
+    pub attention_mask: Id,
+}
+
+/// Reads the float bias `bias` of an Attention over 3-D queries `q` (`heads` query heads) and
+/// the cache `past_key` as an ALiBi bias `A` ([`alibi_bias`]) over the export's causal padding
+/// mask `M` ([`super::float_export_mask`], no window), both of the same `attention_mask`:
+/// BLOOM's `Add(A, M)` (either order), or Falcon's `Where(Less(M, c), f, Div(A, d))` with
+/// `−FLT_MAX < c < 0` (only the masked elements, `−FLT_MAX`, are below it), `f ≤ −FLT_MAX`
+/// and `d` a positive power of two (`slopes / d` exact, normal, so `(s · x) / d = (s / d) · x`
+/// bit for bit). Where `M` is `±0` the bias is exactly `A`'s element (`/ d`); elsewhere it is
+/// `≤ −FLT_MAX`, so the key gets no weight.
+pub fn alibi_export_bias(
+    g: &OnnxGraph,
+    bias: Id,
+    q: Id,
+    past_key: Id,
+    heads: usize,
+) -> Option<AlibiExportBias> {
+    let read = |a: Id, m: Id, d: f32| -> Option<AlibiExportBias> {
+        let mask = super::float_export_mask(g, m, q, past_key)?;
+        let alibi = alibi_bias(g, a, heads)?;
+        if mask.window.is_some() || g.find(mask.attention_mask) != g.find(alibi.attention_mask) {
+            return None;
+        }
+        let slopes = alibi
+            .slopes
+            .iter()
+            .map(|&s| {
+                let s = s as f32;
+                let r = s / d;
+                (r == 0.0 && s == 0.0 || r.is_normal() && r * d == s).then_some(r)
+            })
+            .collect::<Option<Vec<f32>>>()?;
+        Some(AlibiExportBias {
+            slopes,
+            attention_mask: g.find(alibi.attention_mask),
+        })
+    };
+    g[bias].nodes.iter().find_map(|n| {
+        let op = n.as_op()?;
+        match (op.op.as_str(), op.input_ids()) {
+            ("Add", [l, r]) => read(*l, *r, 1.0).or_else(|| read(*r, *l, 1.0)),
+            ("Where", [cond, fill, div]) => {
+                if scalar_float(g, *fill)? > -f64::from(f32::MAX) {
+                    return None;
+                }
+                let m = ops_named(g, *cond, "Less").iter().find_map(|less| {
+                    let [m, c] = less.input_ids() else {
+                        return None;
+                    };
+                    let c = scalar_float(g, *c)?;
+                    (c > -f64::from(f32::MAX) && c < 0.0).then_some(*m)
+                })?;
+                ops_named(g, *div, "Div").iter().find_map(|dv| {
+                    let [a, d] = dv.input_ids() else {
+                        return None;
+                    };
+                    let d = scalar_float(g, *d)?;
+                    let d32 = d as f32;
+                    let power = d32 > 0.0 && d32.is_normal() && d32.to_bits() & 0x7f_ffff == 0;
+                    (power && f64::from(d32) == d)
+                        .then(|| read(*a, m, d32))
+                        .flatten()
+                })
+            }
+            _ => None,
+        }
+    })
 }
