@@ -27,6 +27,8 @@ use mobius::opt::{KvCache, Limits, OptimizeOptions, OptimizeReport, Role};
 use mobius::weights::eval::Evaluator;
 use proptest::prelude::*;
 
+#[path = "rule_proofs/alibi_genai.rs"]
+mod alibi_genai;
 #[path = "rule_proofs/attention_batched.rs"]
 mod attention_batched;
 #[path = "rule_proofs/attention_recognize.rs"]
@@ -234,6 +236,10 @@ const PROOFS: &[(&str, &str)] = &[
     (
         "export-rotary-attention-to-gqa",
         "gqa_genai::export_rotary_attention_to_gqa",
+    ),
+    (
+        "export-alibi-attention",
+        "alibi_genai::export_alibi_attention",
     ),
     (
         "add-rmsnorm-to-skip-simplified-layer-norm",

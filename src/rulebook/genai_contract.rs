@@ -31,8 +31,10 @@ use crate::opt::analysis::OnnxGraph;
 use crate::opt::lang::OpNode;
 use crate::opt::query::{const_ints, find_op, int_attr, is_input, ops_named, scalar_float};
 
+mod alibi;
 mod buffer_mask;
 mod float_mask;
+pub use alibi::{alibi_export_bias, AlibiExportBias};
 pub use buffer_mask::summed_export_mask;
 pub use float_mask::float_export_mask;
 

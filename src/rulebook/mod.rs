@@ -82,6 +82,10 @@ pub const RULE_FILES: &[(&str, &str)] = &[
         include_str!("../../rewrites/fusion/gqa_genai.rules"),
     ),
     (
+        "fusion/alibi_genai.rules",
+        include_str!("../../rewrites/fusion/alibi_genai.rules"),
+    ),
+    (
         "fusion/gelu.rules",
         include_str!("../../rewrites/fusion/gelu.rules"),
     ),

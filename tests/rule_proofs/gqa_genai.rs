@@ -56,7 +56,7 @@ struct Case {
 
 /// How a near miss differs from the export's mask.
 #[derive(Debug, Clone, Copy, PartialEq)]
-enum Miss {
+pub(super) enum Miss {
     None,
     /// `Less` instead of `LessOrEqual`: a query does not see itself.
     StrictlyCausal,
@@ -344,7 +344,7 @@ fn export_graph(c: &Case, miss: Miss) -> Graph {
 /// Near misses: `StrictlyCausal` compares with `GreaterOrEqual`, `SoftBias` fills with −1e4,
 /// `NoPastOffset` numbers the queries from 0, `PaddingOfQueries` writes the padding back over
 /// the first `S` keys only.
-fn float_mask(b: &mut GraphBuilder, mask: &str, sizes: [&str; 4], miss: Miss) -> String {
+pub(super) fn float_mask(b: &mut GraphBuilder, mask: &str, sizes: [&str; 4], miss: Miss) -> String {
     let [batch0, seq0, past0, total0] = sizes;
     let minus1 = b.const_i64(&[-1]);
     let row = |b: &mut GraphBuilder, x: &str| b.op("Reshape", &[x, &minus1], vec![]);

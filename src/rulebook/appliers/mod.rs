@@ -4,6 +4,7 @@
 //! appliers of the lowering rules are in `src/rulebook/decompose/`.
 
 mod algebraic;
+mod alibi_genai;
 mod attention_batched;
 mod attention_recognize;
 mod from_nbits;
@@ -123,6 +124,10 @@ pub const APPLIERS: &[(&str, &dyn AnyApplier)] = &[
     (
         "export-attention-to-gqa",
         &gqa_genai::EXPORT_ATTENTION_TO_GQA,
+    ),
+    (
+        "export-alibi-attention",
+        &alibi_genai::EXPORT_ALIBI_ATTENTION,
     ),
     (
         "export-rotary-attention-to-gqa",
