@@ -29,6 +29,9 @@ struct Case {
     falcon: bool,
     /// BLOOM's `Add(M, A)` instead of `Add(A, M)`.
     swapped: bool,
+    /// The graph has `input_ids` `[B, S]` (the bias then takes its rows from it, one shape for
+    /// every layer).
+    ids: bool,
 }
 
 /// How a near miss differs from the export's bias.
@@ -58,6 +61,9 @@ fn block(c: &Case, near: Near) -> Graph {
     } else {
         mask.clone()
     };
+    if c.ids {
+        b.input("input_ids", DType::I64, dims(&[bsz, s]));
+    }
     let q = b.input("q", DType::F32, dims(&[bsz, s, h * d]));
     let k = b.input("k", DType::F32, dims(&[bsz, s, kvh * d]));
     let v = b.input("v", DType::F32, dims(&[bsz, s, kvh * d]));
@@ -157,7 +163,8 @@ fn feeds(c: &Case, lengths: &[usize], seed: u64) -> HashMap<String, Tensor> {
         .iter()
         .flat_map(|&l| (0..t).map(move |j| i64::from(j < l)))
         .collect();
-    HashMap::from([
+    let ids = Tensor::int(DType::I64, vec![bsz, s], vec![0; bsz * s]);
+    let mut feeds = HashMap::from([
         (
             "attention_mask".into(),
             Tensor::int(DType::I64, vec![bsz, t], mask.clone()),
@@ -171,7 +178,11 @@ fn feeds(c: &Case, lengths: &[usize], seed: u64) -> HashMap<String, Tensor> {
         ("v".into(), f(&[bsz, s, kvh * d])),
         ("past_key_values.0.key".into(), f(&[bsz, kvh, p, d])),
         ("past_key_values.0.value".into(), f(&[bsz, kvh, p, d])),
-    ])
+    ]);
+    if c.ids {
+        feeds.insert("input_ids".into(), ids);
+    }
+    feeds
 }
 
 /// A block and the row lengths of inputs that follow the contract: without past, rows
@@ -180,12 +191,18 @@ fn feeds(c: &Case, lengths: &[usize], seed: u64) -> HashMap<String, Tensor> {
 fn contract_case() -> impl Strategy<Value = (Case, Vec<usize>, u64)> {
     (
         (1usize..3, 1usize..5, 0usize..4),
-        (1usize..3, 1usize..3, any::<bool>(), any::<bool>()),
+        (
+            1usize..3,
+            1usize..3,
+            any::<bool>(),
+            any::<bool>(),
+            any::<bool>(),
+        ),
         prop::collection::vec(0usize..8, 2),
         any::<u64>(),
     )
         .prop_map(
-            |((batch, seq, past), (kv_heads, group, falcon, swapped), lens, seed)| {
+            |((batch, seq, past), (kv_heads, group, falcon, swapped, ids), lens, seed)| {
                 // Two heads at least: one head's slope is not read (its axis is not told apart
                 // from the axes of extent 1), and the rule declines it.
                 let group = if kv_heads * group == 1 { 2 } else { group };
@@ -198,6 +215,7 @@ fn contract_case() -> impl Strategy<Value = (Case, Vec<usize>, u64)> {
                     head_dim: 16,
                     falcon,
                     swapped,
+                    ids,
                 };
                 let lengths = (0..batch)
                     .map(|r| {
@@ -260,6 +278,7 @@ fn alibi_near_misses_are_not_rewritten() {
             head_dim: 16,
             falcon,
             swapped: false,
+            ids: false,
         };
         let g = block(&c, Near::None);
         assert!(!causal(&optimized(&g, KvCache::AsIs)), "falcon {falcon}");

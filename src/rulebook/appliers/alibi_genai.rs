@@ -4,10 +4,11 @@
 //! `Where(attention_mask ≠ 0, slopes · (CumSum(attention_mask, 1) − 1), −FLT_MAX)` broadcast
 //! to `[B, H, S, T]`, with `is_causal=1`.
 
-use egg::Id;
+use egg::{Id, Symbol};
 
 use crate::ir::{DType, TensorData};
 use crate::ops::schema;
+use crate::ops::types::SymDim;
 use crate::ops::value::{AttrValue, Literal};
 use crate::opt::analysis::OnnxGraph;
 use crate::opt::bind::{Applier, Site};
@@ -58,9 +59,22 @@ fn export_alibi_attention(g: &mut OnnxGraph, _: Site<'_>, vars: [Id; 13]) -> Opt
     Some(g.add(Onnx::op("Attention", schema("Attention")?, 6, 3, children)))
 }
 
-/// `Where(Unsqueeze(Expand(Unsqueeze(Cast_bool(m), [1]), Concat(Shape(q)[0:2],
-/// Shape(m)[1:])), [1]), Mul(slopes [1, H, 1, 1], Unsqueeze(Cast_f32(CumSum(m, 1) − 1),
-/// [1, 2])), −FLT_MAX)`, `m` the `attention_mask`: the bias `mobius build` writes for ALiBi.
+/// The graph input `input_ids` when its dims read as q's first two, `[B, S]` (known or named,
+/// never unknown): its `Shape` is the bias's rows for every layer, as the build's one bias is,
+/// where `Shape(q)[0:2]` would be a shape per layer.
+fn rows_of(g: &OnnxGraph, q: Id) -> Option<Id> {
+    let ids = g.lookup(Onnx::Input(Symbol::from("input_ids")))?;
+    let rows = g[ids].data.tensor()?.shape.as_ref()?;
+    let q_dims = g[q].data.tensor()?.shape.as_ref()?;
+    let same = rows.len() == 2
+        && q_dims.get(..2) == Some(&rows[..])
+        && rows.iter().all(|d| *d != SymDim::Unknown);
+    same.then_some(ids)
+}
+
+/// `Where(Unsqueeze(Expand(Unsqueeze(Cast_bool(m), [1]), Concat(rows, Shape(m)[1:])), [1]), Mul(slopes [1, H, 1, 1], Unsqueeze(Cast_f32(CumSum(m, 1) − 1),
+/// [1, 2])), −FLT_MAX)`, `m` the `attention_mask`, rows `Shape(input_ids)` ([`rows_of`]) or
+/// `Shape(q)[0:2]`: the bias `mobius build` writes for ALiBi.
 fn build_bias(g: &mut OnnxGraph, read: &AlibiExportBias, q: Id) -> Id {
     let m = read.attention_mask;
     let slopes = TensorData::from_f32(vec![1, read.slopes.len(), 1, 1], &read.slopes);
@@ -69,7 +83,10 @@ fn build_bias(g: &mut OnnxGraph, read: &AlibiExportBias, q: Id) -> Id {
     let bool_to = ("to", AttrValue::Int(DType::Bool.onnx_code() as i64));
     let keep = e.op("Cast", &[m], &[bool_to]);
     let keep = e.unsqueeze(keep, &[1]);
-    let rows = e.shape(q, 0, 2);
+    let rows = match rows_of(e.g, q) {
+        Some(ids) => e.op("Shape", &[ids], &[]),
+        None => e.shape(q, 0, 2),
+    };
     let keys = e.op("Shape", &[m], &[("start", AttrValue::Int(1))]);
     let dims = e.concat(&[rows, keys], 0);
     let keep = e.op("Expand", &[keep, dims], &[]);
