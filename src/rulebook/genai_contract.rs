@@ -340,18 +340,7 @@ impl Reader<'_> {
             "Unsqueeze" => {
                 let x = self.read(ins[0], depth)?;
                 let axes = const_ints(self.g, *ins.get(1)?)?;
-                let rank = x.dims.len() + axes.len();
-                let mut inserted: Vec<usize> = axes
-                    .iter()
-                    .map(|&a| usize::try_from(if a < 0 { a + rank as i64 } else { a }).ok())
-                    .collect::<Option<_>>()?;
-                inserted.sort_unstable();
-                inserted.dedup();
-                if inserted.len() != axes.len() || inserted.last().is_some_and(|&a| a >= rank) {
-                    return None;
-                }
-                let keep: Vec<usize> = (0..rank).filter(|a| !inserted.contains(a)).collect();
-                Some(reaxed(&x, rank, &keep))
+                unsqueezed(&x, &axes)
             }
             "Squeeze" => {
                 let x = self.read(ins[0], depth)?;
@@ -671,6 +660,23 @@ fn graph_input(g: &OnnxGraph, id: Id) -> Option<Id> {
         let same = g[x].data.tensor()?.shape.as_ref() == Some(&dims);
         (same && is_input(g, x, None)).then(|| g.find(x))
     })
+}
+
+/// `Unsqueeze(x, axes)`: `x` with new axes of extent 1 at `axes` (normalized against the
+/// output rank); `None` when an axis is out of range or repeated.
+fn unsqueezed(x: &Sym, axes: &[i64]) -> Option<Sym> {
+    let rank = x.dims.len() + axes.len();
+    let mut inserted: Vec<usize> = axes
+        .iter()
+        .map(|&a| usize::try_from(if a < 0 { a + rank as i64 } else { a }).ok())
+        .collect::<Option<_>>()?;
+    inserted.sort_unstable();
+    inserted.dedup();
+    if inserted.len() != axes.len() || inserted.last().is_some_and(|&a| a >= rank) {
+        return None;
+    }
+    let keep: Vec<usize> = (0..rank).filter(|a| !inserted.contains(a)).collect();
+    Some(reaxed(x, rank, &keep))
 }
 
 /// `x` over `rank` axes, its own axes at positions `keep` (new axes of extent 1).

@@ -26,7 +26,7 @@ use egg::Id;
 
 use super::MAX_DEPTH;
 use super::{
-    broadcast, graph_input, predicate, reaxed, Affine, Atom, ExportMask, Reader, Sym, Value,
+    broadcast, graph_input, predicate, unsqueezed, Affine, Atom, ExportMask, Reader, Sym, Value,
 };
 use crate::ir::DType;
 use crate::ops::types::SymDim;
@@ -183,18 +183,7 @@ impl FloatReader<'_> {
             "Unsqueeze" => {
                 let x = self.read(ins[0], depth)?;
                 let axes = const_ints(self.g, *ins.get(1)?)?;
-                let rank = x.dims.len() + axes.len();
-                let mut inserted: Vec<usize> = axes
-                    .iter()
-                    .map(|&a| usize::try_from(if a < 0 { a + rank as i64 } else { a }).ok())
-                    .collect::<Option<_>>()?;
-                inserted.sort_unstable();
-                inserted.dedup();
-                if inserted.len() != axes.len() || inserted.last().is_some_and(|&a| a >= rank) {
-                    return None;
-                }
-                let keep: Vec<usize> = (0..rank).filter(|a| !inserted.contains(a)).collect();
-                Some(reaxed(&x, rank, &keep))
+                unsqueezed(&x, &axes)
             }
             "Expand" => {
                 let x = self.read(ins[0], depth)?;
@@ -347,18 +336,7 @@ impl FloatReader<'_> {
                 "Unsqueeze" if !float => {
                     let x = self.nonzero(ins[0], false, depth - 1)?;
                     let axes = const_ints(self.g, *ins.get(1)?)?;
-                    let rank = x.dims.len() + axes.len();
-                    let mut inserted: Vec<usize> = axes
-                        .iter()
-                        .map(|&a| usize::try_from(if a < 0 { a + rank as i64 } else { a }).ok())
-                        .collect::<Option<_>>()?;
-                    inserted.sort_unstable();
-                    inserted.dedup();
-                    if inserted.len() != axes.len() || inserted.last().is_some_and(|&a| a >= rank) {
-                        return None;
-                    }
-                    let keep: Vec<usize> = (0..rank).filter(|a| !inserted.contains(a)).collect();
-                    Some(reaxed(&x, rank, &keep))
+                    unsqueezed(&x, &axes)
                 }
                 _ => None,
             }
