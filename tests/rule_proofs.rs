@@ -658,6 +658,89 @@ fn dims(shape: &[usize]) -> Shape {
     Shape::new(shape.iter().map(|&d| d as i64))
 }
 
+/// The frame of the q/k/v packing proofs: GroupQueryAttention (`kv_heads` key/value heads of
+/// 16 channels, `group` query heads to each) over the q, k and v that `parts` computes from the
+/// graph input `input` (its name and width: `[B, S, width]`), with past_key/past_value,
+/// seqlens_k and total_sequence_length graph inputs fed as a full cache of `past` positions.
+/// `parts` draws from the rng before the feeds do.
+fn gqa_frame(
+    (batch, seq, past): (usize, usize, usize),
+    (kv_heads, group): (usize, usize),
+    (input, width): (&str, usize),
+    seed: u64,
+    parts: impl FnOnce(&mut GraphBuilder, &str, &mut Rng) -> [String; 3],
+) -> (Graph, HashMap<String, Tensor>) {
+    let (d, heads) = (16usize, kv_heads * group);
+    let mut rng = Rng::new(seed);
+    let mut b = GraphBuilder::new("g");
+    let x = b.input(input, DType::F32, dims(&[batch, seq, width]));
+    let pk = b.input("past_key", DType::F32, dims(&[batch, kv_heads, past, d]));
+    let pv = b.input("past_value", DType::F32, dims(&[batch, kv_heads, past, d]));
+    let seqlens = b.input("seqlens_k", DType::I32, dims(&[batch]));
+    let total = b.input(
+        "total_sequence_length",
+        DType::I32,
+        Shape::new(Vec::<i64>::new()),
+    );
+    b.output("y", DType::F32, dims(&[batch, seq, heads * d]));
+    for name in ["present_key", "present_value"] {
+        b.output(name, DType::F32, dims(&[batch, kv_heads, past + seq, d]));
+    }
+    let [q, k, v] = parts(&mut b, &x, &mut rng);
+    b.node(
+        "com.microsoft",
+        "GroupQueryAttention",
+        &[&q, &k, &v, &pk, &pv, &seqlens, &total, "", ""],
+        vec![
+            ("kv_num_heads", Attr::Int(kv_heads as i64)),
+            ("num_heads", Attr::Int(heads as i64)),
+        ],
+        vec!["y".into(), "present_key".into(), "present_value".into()],
+    );
+    let cache = [batch, kv_heads, past, d];
+    let inputs = HashMap::from([
+        (
+            input.to_string(),
+            random_tensor(DType::F32, &[batch, seq, width], &mut rng),
+        ),
+        (
+            "past_key".to_string(),
+            random_tensor(DType::F32, &cache, &mut rng),
+        ),
+        (
+            "past_value".to_string(),
+            random_tensor(DType::F32, &cache, &mut rng),
+        ),
+        (
+            "seqlens_k".to_string(),
+            Tensor::int(
+                DType::I32,
+                vec![batch],
+                vec![(past + seq - 1) as i64; batch],
+            ),
+        ),
+        (
+            "total_sequence_length".to_string(),
+            Tensor::int(DType::I32, vec![], vec![(past + seq) as i64]),
+        ),
+    ]);
+    (b.finish(), inputs)
+}
+
+/// [`gqa_frame`] over `x: [B, S, (Hq + 2·Hkv)·16]`, the packed width q, k and v are cut from.
+fn packed_gqa(
+    rows: (usize, usize, usize),
+    kv_heads: usize,
+    group: usize,
+    seed: u64,
+    parts: impl FnOnce(&mut GraphBuilder, &str) -> [String; 3],
+) -> (Graph, HashMap<String, Tensor>) {
+    let width = (kv_heads * group + 2 * kv_heads) * 16;
+    gqa_frame(rows, (kv_heads, group), ("x", width), seed, |b, x, _| {
+        parts(b, x)
+    })
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 
@@ -1576,99 +1659,45 @@ fn projected_gqa(
     seed: u64,
 ) -> (Graph, HashMap<String, Tensor>) {
     let (d, hidden, heads) = (16usize, 8usize, kv_heads * group);
-    let mut rng = Rng::new(seed);
-    let mut b = GraphBuilder::new("g");
-    let h = b.input("h", DType::F32, dims(&[batch, seq, hidden]));
-    let pk = b.input("past_key", DType::F32, dims(&[batch, kv_heads, past, d]));
-    let pv = b.input("past_value", DType::F32, dims(&[batch, kv_heads, past, d]));
-    let seqlens = b.input("seqlens_k", DType::I32, dims(&[batch]));
-    let total = b.input(
-        "total_sequence_length",
-        DType::I32,
-        Shape::new(Vec::<i64>::new()),
-    );
-    b.output("y", DType::F32, dims(&[batch, seq, heads * d]));
-    b.output(
-        "present_key",
-        DType::F32,
-        dims(&[batch, kv_heads, past + seq, d]),
-    );
-    b.output(
-        "present_value",
-        DType::F32,
-        dims(&[batch, kv_heads, past + seq, d]),
-    );
-    let mut init = |b: &mut GraphBuilder, name: &str, shape: Vec<usize>| {
-        let n: usize = shape.iter().product();
-        let values: Vec<f32> = (0..n).map(|_| (rng.unit() - 0.5) as f32).collect();
-        b.initializer(mobius::ir::Initializer {
-            name: name.into(),
-            dtype: DType::F32,
-            shape: shape.clone(),
-            source: Some(mobius::ir::TensorSource::Inline(
-                mobius::ir::TensorData::from_f32(shape, &values),
-            )),
-        })
-    };
-    let mut project = |b: &mut GraphBuilder, name: &str, width: usize| {
-        let w = if transposed {
-            let stored = init(b, &format!("{name}.weight"), vec![width, hidden]);
-            b.op(
-                "Transpose",
-                &[&stored],
-                vec![("perm", Attr::Ints(vec![1, 0]))],
-            )
-        } else {
-            init(b, &format!("{name}.weight_t"), vec![hidden, width])
+    let rows = (batch, seq, past);
+    gqa_frame(rows, (kv_heads, group), ("h", hidden), seed, |b, h, rng| {
+        let mut init = |b: &mut GraphBuilder, name: &str, shape: Vec<usize>| {
+            let n: usize = shape.iter().product();
+            let values: Vec<f32> = (0..n).map(|_| (rng.unit() - 0.5) as f32).collect();
+            b.initializer(mobius::ir::Initializer {
+                name: name.into(),
+                dtype: DType::F32,
+                shape: shape.clone(),
+                source: Some(mobius::ir::TensorSource::Inline(
+                    mobius::ir::TensorData::from_f32(shape, &values),
+                )),
+            })
         };
-        let y = b.op("MatMul", &[&h, &w], vec![]);
-        if bias {
-            let bias = init(b, &format!("{name}.bias"), vec![width]);
-            b.op("Add", &[&y, &bias], vec![])
-        } else {
-            y
-        }
-    };
-    let q = project(&mut b, "q", heads * d);
-    let k = project(&mut b, "k", kv_heads * d);
-    let v = project(&mut b, "v", kv_heads * d);
-    b.node(
-        "com.microsoft",
-        "GroupQueryAttention",
-        &[&q, &k, &v, &pk, &pv, &seqlens, &total, "", ""],
-        vec![
-            ("kv_num_heads", Attr::Int(kv_heads as i64)),
-            ("num_heads", Attr::Int(heads as i64)),
-        ],
-        vec!["y".into(), "present_key".into(), "present_value".into()],
-    );
-    let graph = b.finish();
-    let mut inputs = HashMap::new();
-    inputs.insert(
-        "h".to_string(),
-        random_tensor(DType::F32, &[batch, seq, hidden], &mut rng),
-    );
-    inputs.insert(
-        "past_key".to_string(),
-        random_tensor(DType::F32, &[batch, kv_heads, past, d], &mut rng),
-    );
-    inputs.insert(
-        "past_value".to_string(),
-        random_tensor(DType::F32, &[batch, kv_heads, past, d], &mut rng),
-    );
-    inputs.insert(
-        "seqlens_k".to_string(),
-        Tensor::int(
-            DType::I32,
-            vec![batch],
-            vec![(past + seq - 1) as i64; batch],
-        ),
-    );
-    inputs.insert(
-        "total_sequence_length".to_string(),
-        Tensor::int(DType::I32, vec![], vec![(past + seq) as i64]),
-    );
-    (graph, inputs)
+        let mut project = |b: &mut GraphBuilder, name: &str, width: usize| {
+            let w = if transposed {
+                let stored = init(b, &format!("{name}.weight"), vec![width, hidden]);
+                b.op(
+                    "Transpose",
+                    &[&stored],
+                    vec![("perm", Attr::Ints(vec![1, 0]))],
+                )
+            } else {
+                init(b, &format!("{name}.weight_t"), vec![hidden, width])
+            };
+            let y = b.op("MatMul", &[h, &w], vec![]);
+            if bias {
+                let bias = init(b, &format!("{name}.bias"), vec![width]);
+                b.op("Add", &[&y, &bias], vec![])
+            } else {
+                y
+            }
+        };
+        [
+            project(b, "q", heads * d),
+            project(b, "k", kv_heads * d),
+            project(b, "v", kv_heads * d),
+        ]
+    })
 }
 
 proptest! {

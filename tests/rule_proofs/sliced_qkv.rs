@@ -3,86 +3,28 @@
 
 use std::collections::HashMap;
 
-use mobius::interp::Rng;
-use mobius::ir::{Attr, DType, Graph, GraphBuilder, Shape};
+use mobius::ir::Graph;
 use mobius::ops::Tensor;
 use proptest::prelude::*;
 
-use super::{dims, model, optimize_with_rules, options, prove_on, random_tensor};
+use super::{model, optimize_with_rules, options, packed_gqa, prove_on};
 
 /// GroupQueryAttention over `Slice(x, bounds[i].0, bounds[i].1, axis)` for q, k and v
 /// (`axis` 2 or −1), seqlens_k and total_sequence_length graph inputs.
 fn sliced_gqa(
-    (batch, seq, past): (usize, usize, usize),
+    rows: (usize, usize, usize),
     kv_heads: usize,
     group: usize,
     bounds: [(i64, i64); 3],
     axis: i64,
     seed: u64,
 ) -> (Graph, HashMap<String, Tensor>) {
-    let (d, heads) = (16usize, kv_heads * group);
-    let width = (heads + 2 * kv_heads) * d;
-    let mut b = GraphBuilder::new("g");
-    let x = b.input("x", DType::F32, dims(&[batch, seq, width]));
-    let pk = b.input("past_key", DType::F32, dims(&[batch, kv_heads, past, d]));
-    let pv = b.input("past_value", DType::F32, dims(&[batch, kv_heads, past, d]));
-    let seqlens = b.input("seqlens_k", DType::I32, dims(&[batch]));
-    let total = b.input(
-        "total_sequence_length",
-        DType::I32,
-        Shape::new(Vec::<i64>::new()),
-    );
-    b.output("y", DType::F32, dims(&[batch, seq, heads * d]));
-    for name in ["present_key", "present_value"] {
-        b.output(name, DType::F32, dims(&[batch, kv_heads, past + seq, d]));
-    }
-    let parts: Vec<String> = bounds
-        .iter()
-        .map(|&(s, e)| {
+    packed_gqa(rows, kv_heads, group, seed, |b, x| {
+        bounds.map(|(s, e)| {
             let (s, e, a) = (b.const_i64(&[s]), b.const_i64(&[e]), b.const_i64(&[axis]));
-            b.op("Slice", &[&x, &s, &e, &a], vec![])
+            b.op("Slice", &[x, &s, &e, &a], vec![])
         })
-        .collect();
-    b.node(
-        "com.microsoft",
-        "GroupQueryAttention",
-        &[
-            &parts[0], &parts[1], &parts[2], &pk, &pv, &seqlens, &total, "", "",
-        ],
-        vec![
-            ("kv_num_heads", Attr::Int(kv_heads as i64)),
-            ("num_heads", Attr::Int(heads as i64)),
-        ],
-        vec!["y".into(), "present_key".into(), "present_value".into()],
-    );
-    let mut rng = Rng::new(seed);
-    let inputs = HashMap::from([
-        (
-            "x".to_string(),
-            random_tensor(DType::F32, &[batch, seq, width], &mut rng),
-        ),
-        (
-            "past_key".to_string(),
-            random_tensor(DType::F32, &[batch, kv_heads, past, d], &mut rng),
-        ),
-        (
-            "past_value".to_string(),
-            random_tensor(DType::F32, &[batch, kv_heads, past, d], &mut rng),
-        ),
-        (
-            "seqlens_k".to_string(),
-            Tensor::int(
-                DType::I32,
-                vec![batch],
-                vec![(past + seq - 1) as i64; batch],
-            ),
-        ),
-        (
-            "total_sequence_length".to_string(),
-            Tensor::int(DType::I32, vec![], vec![(past + seq) as i64]),
-        ),
-    ]);
-    (b.finish(), inputs)
+    })
 }
 
 /// The slices `[0, Hq·D)`, `[Hq·D, (Hq+Hkv)·D)`, `[(Hq+Hkv)·D, end)` written with the bounds

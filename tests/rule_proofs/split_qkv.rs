@@ -4,12 +4,11 @@
 
 use std::collections::HashMap;
 
-use mobius::interp::Rng;
-use mobius::ir::{Attr, DType, Graph, GraphBuilder, Shape};
+use mobius::ir::{Attr, Graph};
 use mobius::ops::Tensor;
 use proptest::prelude::*;
 
-use super::{dims, model, optimize_with_rules, options, prove_on, random_tensor};
+use super::{model, optimize_with_rules, options, packed_gqa, prove_on};
 
 /// GroupQueryAttention over the three last-axis parts of `Split(x)` (`sizes`: the split
 /// input, else `num_outputs` 3), seqlens_k and total_sequence_length graph inputs.
@@ -22,82 +21,29 @@ fn split_gqa(
     sizes: Option<[usize; 3]>,
     seed: u64,
 ) -> (Graph, HashMap<String, Tensor>) {
-    let (d, heads) = (16usize, kv_heads * group);
-    let width = (heads + 2 * kv_heads) * d;
-    let mut b = GraphBuilder::new("g");
-    let x = b.input("x", DType::F32, dims(&[batch, seq, width]));
-    let pk = b.input("past_key", DType::F32, dims(&[batch, kv_heads, past, d]));
-    let pv = b.input("past_value", DType::F32, dims(&[batch, kv_heads, past, d]));
-    let seqlens = b.input("seqlens_k", DType::I32, dims(&[batch]));
-    let total = b.input(
-        "total_sequence_length",
-        DType::I32,
-        Shape::new(Vec::<i64>::new()),
-    );
-    b.output("y", DType::F32, dims(&[batch, seq, heads * d]));
-    for name in ["present_key", "present_value"] {
-        b.output(name, DType::F32, dims(&[batch, kv_heads, past + seq, d]));
-    }
-    let parts: Vec<String> = (0..3).map(|i| format!("part{i}")).collect();
-    match sizes {
-        Some(s) => {
-            let s = b.const_i64(&s.map(|v| v as i64));
-            b.node(
+    packed_gqa((batch, seq, past), kv_heads, group, seed, |b, x| {
+        let parts = ["part0", "part1", "part2"].map(String::from);
+        match sizes {
+            Some(s) => {
+                let s = b.const_i64(&s.map(|v| v as i64));
+                b.node(
+                    "",
+                    "Split",
+                    &[x, &s],
+                    vec![("axis", Attr::Int(-1))],
+                    parts.to_vec(),
+                );
+            }
+            None => b.node(
                 "",
                 "Split",
-                &[&x, &s],
-                vec![("axis", Attr::Int(-1))],
-                parts.clone(),
-            );
-        }
-        None => b.node(
-            "",
-            "Split",
-            &[&x],
-            vec![("axis", Attr::Int(2)), ("num_outputs", Attr::Int(3))],
-            parts.clone(),
-        ),
-    }
-    b.node(
-        "com.microsoft",
-        "GroupQueryAttention",
-        &[
-            &parts[0], &parts[1], &parts[2], &pk, &pv, &seqlens, &total, "", "",
-        ],
-        vec![
-            ("kv_num_heads", Attr::Int(kv_heads as i64)),
-            ("num_heads", Attr::Int(heads as i64)),
-        ],
-        vec!["y".into(), "present_key".into(), "present_value".into()],
-    );
-    let mut rng = Rng::new(seed);
-    let inputs = HashMap::from([
-        (
-            "x".to_string(),
-            random_tensor(DType::F32, &[batch, seq, width], &mut rng),
-        ),
-        (
-            "past_key".to_string(),
-            random_tensor(DType::F32, &[batch, kv_heads, past, d], &mut rng),
-        ),
-        (
-            "past_value".to_string(),
-            random_tensor(DType::F32, &[batch, kv_heads, past, d], &mut rng),
-        ),
-        (
-            "seqlens_k".to_string(),
-            Tensor::int(
-                DType::I32,
-                vec![batch],
-                vec![(past + seq - 1) as i64; batch],
+                &[x],
+                vec![("axis", Attr::Int(2)), ("num_outputs", Attr::Int(3))],
+                parts.to_vec(),
             ),
-        ),
-        (
-            "total_sequence_length".to_string(),
-            Tensor::int(DType::I32, vec![], vec![(past + seq) as i64]),
-        ),
-    ]);
-    (b.finish(), inputs)
+        }
+        parts
+    })
 }
 
 proptest! {
