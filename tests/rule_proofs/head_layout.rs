@@ -50,6 +50,16 @@ struct Rows {
 }
 
 impl Rows {
+    /// The Reshape target written as the `i`-th way these rows allow (0: explicit where the
+    /// rows are static, else zeros; 1: zeros; 2: computed).
+    fn target(&self, i: usize) -> Target {
+        match i {
+            0 if !self.symbolic => Target::Explicit,
+            0 | 1 => Target::Zeros,
+            _ => Target::Computed,
+        }
+    }
+
     /// `[B, S, rest…]` as a graph shape.
     fn shape(&self, rest: &[usize]) -> Shape {
         let (b, s) = if self.symbolic {
@@ -1081,29 +1091,15 @@ proptest! {
         seed in any::<u64>(),
     ) {
         let rows = Rows { batch, seq, symbolic };
-        let pick = |i: usize| match i {
-            0 if !symbolic => Target::Explicit,
-            0 | 1 => Target::Zeros,
-            _ => Target::Computed,
-        };
-        let d = head_dim as i64;
-        let clamp = |v: i64| if v < 0 { v + d } else { v }.clamp(0, d);
         let end = if to_end { i64::MAX } else { end };
-        let width = clamp(end) - clamp(start);
+        let width = sliced_width(start, end, head_dim);
         prop_assume!(width > 0);
         let mut b = GraphBuilder::new("g");
         let x = b.input("x", DType::F32, rows.shape(&[heads * head_dim]));
         b.output("y", DType::F32, rows.shape(&[heads * width as usize]));
-        let v = view(&mut b, &x, pick(how_split), rows, heads, minus, head_dim, &[0, 2, 1, 3]);
-        let (starts, ends) = (b.const_i64(&[start]), b.const_i64(&[end]));
-        let axes = b.const_i64(&[if axis3 { 3 } else { -1 }]);
-        let part = if steps {
-            let one = b.const_i64(&[1]);
-            b.op("Slice", &[&v, &starts, &ends, &axes, &one], vec![])
-        } else {
-            b.op("Slice", &[&v, &starts, &ends, &axes], vec![])
-        };
-        merge(&mut b, &part, &x, pick(how_merge), rows, heads * width as usize, "y");
+        let v = view(&mut b, &x, rows.target(how_split), rows, heads, minus, head_dim, &[0, 2, 1, 3]);
+        let part = slice(&mut b, &v, (start, end), if axis3 { 3 } else { -1 }, steps);
+        merge(&mut b, &part, &x, rows.target(how_merge), rows, heads * width as usize, "y");
         let g = b.finish();
         let values = inputs(&g, rows, seq, seed);
         let name = if steps { "sliced-head-view-with-steps" } else { "sliced-head-view" };
@@ -1129,25 +1125,49 @@ proptest! {
     ) {
         prop_assume!(j < parts as i64 && j >= -(parts as i64));
         let rows = Rows { batch, seq, symbolic };
-        let pick = |i: usize| match i {
-            0 if !symbolic => Target::Explicit,
-            0 | 1 => Target::Zeros,
-            _ => Target::Computed,
-        };
         let mut b = GraphBuilder::new("g");
         let x = b.input("x", DType::F32, rows.shape(&[heads * parts * head_dim]));
         b.output("y", DType::F32, rows.shape(&[heads * head_dim]));
         let tail = [heads as i64, parts as i64, head_dim as i64];
-        let shape = reshape_target(&mut b, &x, pick(how_split), rows, &tail);
+        let shape = reshape_target(&mut b, &x, rows.target(how_split), rows, &tail);
         let split = b.op("Reshape", &[&x, &shape], vec![]);
         let index = b.constant(mobius::ir::TensorData::from_i64(vec![], &[j]));
         let axis = if axis3 { 3 } else { -2 };
         let part = b.op("Gather", &[&split, &index], vec![("axis", Attr::Int(axis))]);
         let v = b.op("Transpose", &[&part], vec![("perm", Attr::Ints(vec![0, 2, 1, 3]))]);
-        merge(&mut b, &v, &x, pick(how_merge), rows, heads * head_dim, "y");
+        merge(&mut b, &v, &x, rows.target(how_merge), rows, heads * head_dim, "y");
         let g = b.finish();
         let values = inputs(&g, rows, seq, seed);
         prove_merged("gathered-head-view", g, values)?;
+    }
+}
+
+/// How many of `extent` entries `Slice(start, end)` keeps (step 1; negative bounds count from
+/// the end; 0 or less when it keeps none).
+fn sliced_width(start: i64, end: i64, extent: usize) -> i64 {
+    let n = extent as i64;
+    let clamp = |v: i64| if v < 0 { v + n } else { v }.clamp(0, n);
+    clamp(end) - clamp(start)
+}
+
+/// `Slice(x, start, end, axis)`, with an explicit `steps` input of 1 when `steps`.
+fn slice(
+    b: &mut GraphBuilder,
+    x: &str,
+    (start, end): (i64, i64),
+    axis: i64,
+    steps: bool,
+) -> String {
+    let (starts, ends, axes) = (
+        b.const_i64(&[start]),
+        b.const_i64(&[end]),
+        b.const_i64(&[axis]),
+    );
+    if steps {
+        let one = b.const_i64(&[1]);
+        b.op("Slice", &[x, &starts, &ends, &axes, &one], vec![])
+    } else {
+        b.op("Slice", &[x, &starts, &ends, &axes], vec![])
     }
 }
 
@@ -1187,30 +1207,16 @@ proptest! {
         seed in any::<u64>(),
     ) {
         let rows = Rows { batch, seq, symbolic };
-        let pick = |i: usize| match i {
-            0 if !symbolic => Target::Explicit,
-            0 | 1 => Target::Zeros,
-            _ => Target::Computed,
-        };
-        let g_heads = heads as i64;
-        let clamp = |v: i64| if v < 0 { v + g_heads } else { v }.clamp(0, g_heads);
         let end = if to_end { i64::MAX } else { end };
-        let width = clamp(end) - clamp(start);
+        let width = sliced_width(start, end, heads);
         prop_assume!(width > 0);
         let mut b = GraphBuilder::new("g");
         let x = b.input("x", DType::F32, rows.shape(&[heads * head_dim]));
         b.output("y", DType::F32, rows.shape(&[width as usize * head_dim]));
-        let split = head_split(&mut b, &x, pick(how_split), rows, heads, minus, head_dim);
-        let (starts, ends) = (b.const_i64(&[start]), b.const_i64(&[end]));
-        let axes = b.const_i64(&[if axis2 { 2 } else { -2 }]);
-        let part = if steps {
-            let one = b.const_i64(&[1]);
-            b.op("Slice", &[&split, &starts, &ends, &axes, &one], vec![])
-        } else {
-            b.op("Slice", &[&split, &starts, &ends, &axes], vec![])
-        };
+        let split = head_split(&mut b, &x, rows.target(how_split), rows, heads, minus, head_dim);
+        let part = slice(&mut b, &split, (start, end), if axis2 { 2 } else { -2 }, steps);
         let view = b.op("Transpose", &[&part], vec![("perm", Attr::Ints(vec![0, 2, 1, 3]))]);
-        merge(&mut b, &view, &x, pick(how_merge), rows, width as usize * head_dim, "y");
+        merge(&mut b, &view, &x, rows.target(how_merge), rows, width as usize * head_dim, "y");
         let g = b.finish();
         let values = inputs(&g, rows, seq, seed);
         let name = if steps { "head-slice-of-split-with-steps" } else { "head-slice-of-split" };
@@ -1232,15 +1238,10 @@ proptest! {
     ) {
         prop_assume!(-(heads as i64) <= index && index < heads as i64);
         let rows = Rows { batch, seq, symbolic };
-        let pick = |i: usize| match i {
-            0 if !symbolic => Target::Explicit,
-            0 | 1 => Target::Zeros,
-            _ => Target::Computed,
-        };
         let mut b = GraphBuilder::new("g");
         let x = b.input("x", DType::F32, rows.shape(&[heads * head_dim]));
         b.output("y", DType::F32, rows.shape(&[head_dim]));
-        let split = head_split(&mut b, &x, pick(how_split), rows, heads, minus, head_dim);
+        let split = head_split(&mut b, &x, rows.target(how_split), rows, heads, minus, head_dim);
         let idx = b.const_i64(&[index]);
         let part = b.op(
             "Gather",
@@ -1248,7 +1249,7 @@ proptest! {
             vec![("axis", Attr::Int(if axis2 { 2 } else { -2 }))],
         );
         let view = b.op("Transpose", &[&part], vec![("perm", Attr::Ints(vec![0, 2, 1, 3]))]);
-        merge(&mut b, &view, &x, pick(how_merge), rows, head_dim, "y");
+        merge(&mut b, &view, &x, rows.target(how_merge), rows, head_dim, "y");
         let g = b.finish();
         let values = inputs(&g, rows, seq, seed);
         prove_merged("head-gather-of-split", g, values)?;
