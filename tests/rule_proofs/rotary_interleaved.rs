@@ -104,6 +104,35 @@ fn permutation(n: usize, seed: u64) -> Vec<usize> {
     p
 }
 
+/// GPT-J's `rotate_every_two(x)` on the last axis of a rank-4 `x`: `(−x[..., 1::2], x[..., 0::2])`
+/// stacked on a new last axis and flattened back, the target `[0, 0, 0, −1]` or, when
+/// `computed_target`, `Shape(stacked)[0:−2] ++ [−1]` as torch.onnx writes it.
+fn rotate_every_two(gb: &mut GraphBuilder, x: &str, computed_target: bool) -> String {
+    let (start0, start1, end, axis, two) = (
+        gb.const_i64(&[0]),
+        gb.const_i64(&[1]),
+        gb.const_i64(&[i64::MAX]),
+        gb.const_i64(&[3]),
+        gb.const_i64(&[2]),
+    );
+    let odd = gb.op("Slice", &[x, &start1, &end, &axis, &two], vec![]);
+    let even = gb.op("Slice", &[x, &start0, &end, &axis, &two], vec![]);
+    let neg = gb.op("Neg", &[&odd], vec![]);
+    let last = gb.const_i64(&[-1]);
+    let u1 = gb.op("Unsqueeze", &[&neg, &last], vec![]);
+    let u2 = gb.op("Unsqueeze", &[&even, &last], vec![]);
+    let stacked = gb.op("Concat", &[&u1, &u2], vec![("axis", Attr::Int(-1))]);
+    let target = if computed_target {
+        let dims = gb.op("Shape", &[&stacked], vec![]);
+        let (s0, s1, a0) = (gb.const_i64(&[0]), gb.const_i64(&[-2]), gb.const_i64(&[0]));
+        let lead = gb.op("Slice", &[&dims, &s0, &s1, &a0], vec![]);
+        gb.op("Concat", &[&lead, &last], vec![("axis", Attr::Int(0))])
+    } else {
+        gb.const_i64(&[0, 0, 0, -1])
+    };
+    gb.op("Reshape", &[&stacked, &target], vec![])
+}
+
 /// `RI(h)` as the applier writes it: `Reshape(Concat(Unsqueeze(h, [n]) twice; axis n),
 /// [0, …, 0, 2m])`.
 fn pairwise(b: &mut GraphBuilder, h: &str, rank: usize, m: usize) -> String {
@@ -184,29 +213,7 @@ proptest! {
         };
         let cos = factor(&mut gb, "Cos");
         let sin = factor(&mut gb, "Sin");
-        let (start0, start1, end, axis, two) = (
-            gb.const_i64(&[0]),
-            gb.const_i64(&[1]),
-            gb.const_i64(&[i64::MAX]),
-            gb.const_i64(&[3]),
-            gb.const_i64(&[2]),
-        );
-        let odd = gb.op("Slice", &[&x, &start1, &end, &axis, &two], vec![]);
-        let even = gb.op("Slice", &[&x, &start0, &end, &axis, &two], vec![]);
-        let neg = gb.op("Neg", &[&odd], vec![]);
-        let last = gb.const_i64(&[-1]);
-        let u1 = gb.op("Unsqueeze", &[&neg, &last], vec![]);
-        let u2 = gb.op("Unsqueeze", &[&even, &last], vec![]);
-        let stacked = gb.op("Concat", &[&u1, &u2], vec![("axis", Attr::Int(-1))]);
-        let target = if computed_target {
-            let dims = gb.op("Shape", &[&stacked], vec![]);
-            let (s0, s1, a0) = (gb.const_i64(&[0]), gb.const_i64(&[-2]), gb.const_i64(&[0]));
-            let lead = gb.op("Slice", &[&dims, &s0, &s1, &a0], vec![]);
-            gb.op("Concat", &[&lead, &last], vec![("axis", Attr::Int(0))])
-        } else {
-            gb.const_i64(&[0, 0, 0, -1])
-        };
-        let rotated = gb.op("Reshape", &[&stacked, &target], vec![]);
+        let rotated = rotate_every_two(&mut gb, &x, computed_target);
         let a = gb.op("Mul", &[&x, &cos], vec![]);
         let r = gb.op("Mul", &[&rotated, &sin], vec![]);
         let y = gb.op("Add", &[&a, &r], vec![]);
@@ -293,32 +300,16 @@ proptest! {
         };
         let cos = factor(&mut gb, &hc);
         let sin = factor(&mut gb, &hs);
-        let (zero, rr, big, axis, one, two) = (
+        let (zero, rr, big, axis, one) = (
             gb.const_i64(&[0]),
             gb.const_i64(&[r as i64]),
             gb.const_i64(&[i64::MAX]),
             gb.const_i64(&[3]),
             gb.const_i64(&[1]),
-            gb.const_i64(&[2]),
         );
         let xr = gb.op("Slice", &[&x, &zero, &rr, &axis, &one], vec![]);
         let pass = gb.op("Slice", &[&x, &rr, &big, &axis, &one], vec![]);
-        let odd = gb.op("Slice", &[&xr, &one, &big, &axis, &two], vec![]);
-        let even = gb.op("Slice", &[&xr, &zero, &big, &axis, &two], vec![]);
-        let neg = gb.op("Neg", &[&odd], vec![]);
-        let last = gb.const_i64(&[-1]);
-        let u1 = gb.op("Unsqueeze", &[&neg, &last], vec![]);
-        let u2 = gb.op("Unsqueeze", &[&even, &last], vec![]);
-        let stacked = gb.op("Concat", &[&u1, &u2], vec![("axis", Attr::Int(-1))]);
-        let target = if computed_target {
-            let dims = gb.op("Shape", &[&stacked], vec![]);
-            let (s0, s1, a0) = (gb.const_i64(&[0]), gb.const_i64(&[-2]), gb.const_i64(&[0]));
-            let lead = gb.op("Slice", &[&dims, &s0, &s1, &a0], vec![]);
-            gb.op("Concat", &[&lead, &last], vec![("axis", Attr::Int(0))])
-        } else {
-            gb.const_i64(&[0, 0, 0, -1])
-        };
-        let rotated = gb.op("Reshape", &[&stacked, &target], vec![]);
+        let rotated = rotate_every_two(&mut gb, &xr, computed_target);
         let a = gb.op("Mul", &[&xr, &cos], vec![]);
         let m = gb.op("Mul", &[&rotated, &sin], vec![]);
         let sum = gb.op("Add", &[&a, &m], vec![]);
