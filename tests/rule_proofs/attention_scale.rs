@@ -1,14 +1,11 @@
 //! Proof of `scaled-after-mask` (`rewrites/recognize/attention.rules`): scores scaled after
 //! the mask is added, as CodeGen's eager attention writes it.
 
-use std::collections::HashMap;
-
-use mobius::interp::Rng;
 use mobius::ir::{Attr, DType, Graph, GraphBuilder};
-use mobius::ops::Tensor;
 use proptest::prelude::*;
 
-use super::{dims, random_tensor, scalar};
+use super::attention_recognize::inputs;
+use super::{dims, scalar};
 
 /// CodeGen's attention: `Softmax((q·kᵀ + mask) / c) · v` over q `[B, H, S, D]`, k and v
 /// `[B, H, T, D]`, the float mask `Where(keep, bias, −FLT_MAX)` `[B, 1, S, T]` (every row keeps
@@ -38,32 +35,6 @@ fn scaled_after_mask_graph(shape: [usize; 4], c: f32) -> Graph {
     b.output("y", DType::F32, dims(&[b_, h, s, d]));
     b.op_into("MatMul", &[&p, &v], vec![], "y");
     b.finish()
-}
-
-/// Random values for the graph's inputs; `keep` holds at key 0 of every row.
-fn inputs(g: &Graph, seed: u64) -> HashMap<String, Tensor> {
-    let mut rng = Rng::new(seed);
-    g.inputs
-        .iter()
-        .map(|v| {
-            let shape: Vec<usize> = v
-                .shape
-                .0
-                .iter()
-                .map(|d| match d {
-                    mobius::ir::Dim::Fixed(x) => *x as usize,
-                    _ => unreachable!("proof graphs have static shapes"),
-                })
-                .collect();
-            if v.name == "keep" {
-                let t = *shape.last().unwrap();
-                let n = shape.iter().product::<usize>();
-                let values = (0..n).map(|i| i % t == 0 || rng.below(2) == 1).collect();
-                return (v.name.clone(), Tensor::bool(shape, values));
-            }
-            (v.name.clone(), random_tensor(v.dtype, &shape, &mut rng))
-        })
-        .collect()
 }
 
 proptest! {
