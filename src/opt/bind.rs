@@ -44,6 +44,29 @@ impl<const N: usize> Applier<N> {
     }
 }
 
+/// The variables `head` then `tail` as one list, for appliers whose variables end with a list
+/// several share; `N` must be `A + B` (checked where the constant is evaluated: at compile time).
+pub const fn vars<const A: usize, const B: usize, const N: usize>(
+    head: [&'static str; A],
+    tail: [&'static str; B],
+) -> [&'static str; N] {
+    assert!(
+        A + B == N,
+        "an applier's variable count is its head's plus its tail's"
+    );
+    let mut out = [""; N];
+    let mut i = 0;
+    while i < A {
+        out[i] = head[i];
+        i += 1;
+    }
+    while i < N {
+        out[i] = tail[i - A];
+        i += 1;
+    }
+    out
+}
+
 /// A condition over `N` variables.
 pub struct Condition<const N: usize>(pub CheckFn<N>);
 

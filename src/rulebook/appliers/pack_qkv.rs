@@ -8,7 +8,7 @@ use egg::Id;
 use crate::ops::schema;
 use crate::ops::value::AttrValue;
 use crate::opt::analysis::OnnxGraph;
-use crate::opt::bind::{Applier, Site};
+use crate::opt::bind::{vars, Applier, Site};
 use crate::opt::emit::Emit;
 use crate::opt::lang::{Onnx, OpNode};
 use crate::opt::query::{const_ints, find_op, int_attr};
@@ -16,9 +16,9 @@ use crate::opt::query::{const_ints, find_op, int_attr};
 /// `pack-qkv`.
 pub(super) const PACK_QKV: Applier<4> = Applier::new(["?h", "?wq", "?wk", "?wv"], pack_qkv);
 
-/// The variables of `split-qkv` after `?x ?axis ?n`: the GroupQueryAttention's inputs from
-/// past_key on, then its attributes.
-const GQA_REST: [&str; 15] = [
+/// The variables of the q/k/v packings after those of q, k and v's producers: the
+/// GroupQueryAttention's inputs from past_key on, then its attributes.
+pub(super) const GQA_REST: [&str; 15] = [
     "?pk",
     "?pv",
     "?seqlens",
@@ -37,53 +37,12 @@ const GQA_REST: [&str; 15] = [
 ];
 
 /// `split-qkv`.
-pub(super) const SPLIT_QKV: Applier<18> = Applier::new(
-    [
-        "?x",
-        "?axis",
-        "?n",
-        GQA_REST[0],
-        GQA_REST[1],
-        GQA_REST[2],
-        GQA_REST[3],
-        GQA_REST[4],
-        GQA_REST[5],
-        GQA_REST[6],
-        GQA_REST[7],
-        GQA_REST[8],
-        GQA_REST[9],
-        GQA_REST[10],
-        GQA_REST[11],
-        GQA_REST[12],
-        GQA_REST[13],
-        GQA_REST[14],
-    ],
-    split_qkv,
-);
+pub(super) const SPLIT_QKV: Applier<18> =
+    Applier::new(vars(["?x", "?axis", "?n"], GQA_REST), split_qkv);
 
 /// `split-qkv-with-sizes`.
 pub(super) const SPLIT_QKV_WITH_SIZES: Applier<19> = Applier::new(
-    [
-        "?x",
-        "?sizes",
-        "?axis",
-        "?n",
-        GQA_REST[0],
-        GQA_REST[1],
-        GQA_REST[2],
-        GQA_REST[3],
-        GQA_REST[4],
-        GQA_REST[5],
-        GQA_REST[6],
-        GQA_REST[7],
-        GQA_REST[8],
-        GQA_REST[9],
-        GQA_REST[10],
-        GQA_REST[11],
-        GQA_REST[12],
-        GQA_REST[13],
-        GQA_REST[14],
-    ],
+    vars(["?x", "?sizes", "?axis", "?n"], GQA_REST),
     split_qkv_with_sizes,
 );
 

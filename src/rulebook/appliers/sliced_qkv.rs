@@ -5,42 +5,22 @@
 
 use egg::Id;
 
+use super::pack_qkv::GQA_REST;
 use crate::ops::schema;
 use crate::opt::analysis::OnnxGraph;
-use crate::opt::bind::{Applier, Site};
+use crate::opt::bind::{vars, Applier, Site};
 use crate::opt::lang::Onnx;
 use crate::opt::query::{const_ints, int_attr};
 
 /// `sliced-qkv-for-gqa`: `?x`, the three Slices' `starts ends axes`, then the
 /// GroupQueryAttention's inputs from past_key on and its attributes.
 pub(super) const SLICED_QKV: Applier<25> = Applier::new(
-    [
-        "?x",
-        "?s0",
-        "?e0",
-        "?a0",
-        "?s1",
-        "?e1",
-        "?a1",
-        "?s2",
-        "?e2",
-        "?a2",
-        "?pk",
-        "?pv",
-        "?seqlens",
-        "?total",
-        "?cos",
-        "?sin",
-        "?rotary",
-        "?kvh",
-        "?window",
-        "?heads",
-        "?qk",
-        "?interleaved",
-        "?scale",
-        "?smooth",
-        "?softcap",
-    ],
+    vars(
+        [
+            "?x", "?s0", "?e0", "?a0", "?s1", "?e1", "?a1", "?s2", "?e2", "?a2",
+        ],
+        GQA_REST,
+    ),
     sliced_qkv,
 );
 
