@@ -29,6 +29,8 @@ use proptest::prelude::*;
 
 #[path = "rule_proofs/alibi_genai.rs"]
 mod alibi_genai;
+#[path = "rule_proofs/alibi_table_genai.rs"]
+mod alibi_table_genai;
 #[path = "rule_proofs/attention_batched.rs"]
 mod attention_batched;
 #[path = "rule_proofs/attention_recognize.rs"]
@@ -240,6 +242,10 @@ const PROOFS: &[(&str, &str)] = &[
     (
         "export-alibi-attention",
         "alibi_genai::export_alibi_attention",
+    ),
+    (
+        "export-alibi-attention",
+        "alibi_table_genai::export_table_alibi_attention",
     ),
     (
         "add-rmsnorm-to-skip-simplified-layer-norm",

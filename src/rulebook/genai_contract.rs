@@ -34,9 +34,11 @@ use crate::opt::query::{const_ints, find_op, int_attr, is_input, ops_named, scal
 mod alibi;
 mod buffer_mask;
 mod float_mask;
+mod table_alibi;
 pub use alibi::{alibi_export_bias, AlibiExportBias};
 pub use buffer_mask::summed_export_mask;
 pub use float_mask::float_export_mask;
+pub use table_alibi::table_export_bias;
 
 /// Deepest chain of ops [`export_mask`] follows from the mask to its leaves.
 const MAX_DEPTH: usize = 48;

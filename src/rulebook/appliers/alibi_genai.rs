@@ -1,6 +1,7 @@
 //! The applier of `fusion/alibi_genai.rules` (enabled by `--kv-cache genai`): an Attention
 //! whose bias is the ALiBi bias over the export's causal padding mask (BLOOM, Falcon-ALiBi;
-//! read by [`alibi_export_bias`]) → the same Attention over the bias `mobius build` writes,
+//! read by [`alibi_export_bias`]; MPT's sliced table, by [`table_export_bias`]) → the same
+//! Attention over the bias `mobius build` writes,
 //! `Where(attention_mask ≠ 0, slopes · (CumSum(attention_mask, 1) − 1), −FLT_MAX)` broadcast
 //! to `[B, H, S, T]`, with `is_causal=1`.
 
@@ -15,7 +16,7 @@ use crate::opt::bind::{Applier, Site};
 use crate::opt::emit::Emit;
 use crate::opt::lang::Onnx;
 use crate::opt::query::int_attr;
-use crate::rulebook::genai_contract::{alibi_export_bias, AlibiExportBias};
+use crate::rulebook::genai_contract::{alibi_export_bias, table_export_bias, AlibiExportBias};
 
 /// `export-alibi-attention`.
 pub(super) const EXPORT_ALIBI_ATTENTION: Applier<13> = Applier::new(
@@ -38,8 +39,9 @@ pub(super) const EXPORT_ALIBI_ATTENTION: Applier<13> = Applier::new(
 );
 
 /// Reads the variables of `export-alibi-attention`: the Attention, on 3-D q, without
-/// `is_causal`, its bias read by [`alibi_export_bias`] → the Attention over
-/// [`build_bias`] with `is_causal=1`, the other inputs and attributes unchanged.
+/// `is_causal`, its bias read by [`alibi_export_bias`] or [`table_export_bias`] → the
+/// Attention over [`build_bias`] with `is_causal=1`, the other inputs and attributes
+/// unchanged.
 fn export_alibi_attention(g: &mut OnnxGraph, _: Site<'_>, vars: [Id; 13]) -> Option<Id> {
     let [q, k, v, bias, pk, pv, causal, kvh, qnh, mode, scale, softcap, precision] = vars;
     let unset = matches!(
@@ -50,7 +52,8 @@ fn export_alibi_attention(g: &mut OnnxGraph, _: Site<'_>, vars: [Id; 13]) -> Opt
         return None;
     }
     let heads = usize::try_from(int_attr(g, qnh)?).ok()?;
-    let read = alibi_export_bias(g, bias, q, pk, heads)?;
+    let read = alibi_export_bias(g, bias, q, pk, heads)
+        .or_else(|| table_export_bias(g, bias, q, pk, heads))?;
     let bias = build_bias(g, &read, q);
     let causal = g.add(Onnx::Attr(AttrValue::Int(1)));
     let children = vec![

@@ -1,0 +1,317 @@
+//! Proof of `export-alibi-attention` (`rewrites/fusion/alibi_genai.rules`) on MPT's spelling
+//! (read by `genai_contract::table_export_bias`): the bias `Where(Cast_bool(M), −FLT_MAX,
+//! Slice(table, L − T, ∞, −1))`, `table` `[H, 1, L]` of rows `slope_h · (k − (L − 1))`, `M`
+//! transformers' legacy float 4-D mask (`_prepare_4d_causal_attention_mask`).
+//!
+//! The contract the rule holds under (onnxruntime-genai's, `--kv-cache genai`), the inputs
+//! drawn here: 0/1 masks; a right-padded prompt without past, or a step whose rows are all
+//! full (every visible key's position is its cache index); at most `L` keys (genai's context
+//! length is the model's `max_seq_len`, the table's length). The build's positions
+//! `CumSum(m) − 1` then differ from the table's `L − T + j − (L − 1)` by a constant along each
+//! row, which softmax does not see.
+
+use std::collections::HashMap;
+
+use mobius::interp::Rng;
+use mobius::ir::{Attr, DType, Graph, GraphBuilder, TensorData};
+use mobius::ops::Tensor;
+use mobius::opt::KvCache;
+use proptest::prelude::*;
+
+use super::{decoder_dims, dims, model, optimize_with_rules, options, prove_on, random_tensor};
+
+/// One exported MPT attention block.
+#[derive(Debug, Clone)]
+struct Case {
+    batch: usize,
+    seq: usize,
+    past: usize,
+    heads: usize,
+    head_dim: usize,
+    /// The table's length `L` (≥ the keys).
+    table: usize,
+}
+
+/// How a near miss differs from the export's bias.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Near {
+    None,
+    /// One entry of the table off its line (not ALiBi).
+    Bent,
+    /// The table sliced from `L − T + 1` (not the keys' cache indices).
+    Start,
+    /// The past keys of the causal part filled with −FLT_MAX (hidden), not 0.
+    HiddenPast,
+    /// The bias's fill −1e4 (masked keys keep a weight).
+    SoftFill,
+}
+
+/// `x` as a 1-D tensor of one element.
+fn row(b: &mut GraphBuilder, x: &str) -> String {
+    let minus1 = b.const_i64(&[-1]);
+    b.op("Reshape", &[x, &minus1], vec![])
+}
+
+/// `ConstantOfShape(shape, value)` (f32).
+fn filled(b: &mut GraphBuilder, shape: &str, value: f32) -> String {
+    let value = TensorData::from_f32(vec![1], &[value]);
+    b.op(
+        "ConstantOfShape",
+        &[shape],
+        vec![("value", Attr::Tensor(value))],
+    )
+}
+
+/// `Cast(x, to)`.
+fn cast(b: &mut GraphBuilder, x: &str, to: DType) -> String {
+    b.op("Cast", &[x], vec![("to", Attr::Int(to.onnx_code() as i64))])
+}
+
+/// transformers' `_prepare_4d_causal_attention_mask` as MPT's export spells it: the causal
+/// part `Where(Range(S) < Range(S) + 1 as a column, 0, full(−FLT_MAX))` after `P` zeros,
+/// expanded to `[B, 1, S, T]`, masked where the inverted padding `1 − m` is nonzero.
+fn converter_mask(b: &mut GraphBuilder, mask: &str, sizes: [&str; 4], near: Near) -> String {
+    let [batch0, seq0, past0, total0] = sizes;
+    let (batch1, seq1, past1, total1) =
+        (row(b, batch0), row(b, seq0), row(b, past0), row(b, total0));
+    let axis0 = ("axis", Attr::Int(0));
+    let square = b.op("Concat", &[&seq1, &seq1], vec![axis0.clone()]);
+    let full = filled(b, &square, -f32::MAX);
+    let (zero, one) = (b.scalar_i64(0), b.scalar_i64(1));
+    let cond = b.op("Range", &[&zero, seq0, &one], vec![]);
+    let next = b.op("Add", &[&cond, &one], vec![]);
+    let one1 = b.const_i64(&[1]);
+    let column = b.op("Concat", &[&seq1, &one1], vec![axis0.clone()]);
+    let next = b.op("Reshape", &[&next, &column], vec![]);
+    let less = b.op("Less", &[&cond, &next], vec![]);
+    let zero_f = b.constant(TensorData::from_f32(vec![], &[0.0]));
+    let causal = b.op("Where", &[&less, &zero_f, &full], vec![]);
+    let past_shape = b.op("Concat", &[&seq1, &past1], vec![axis0.clone()]);
+    let past_fill = if near == Near::HiddenPast {
+        -f32::MAX
+    } else {
+        0.0
+    };
+    let past = filled(b, &past_shape, past_fill);
+    let causal = b.op("Concat", &[&past, &causal], vec![("axis", Attr::Int(-1))]);
+    let axis_0 = b.const_i64(&[0]);
+    let axis_1 = b.const_i64(&[1]);
+    let axis_2 = b.const_i64(&[2]);
+    let causal = b.op("Unsqueeze", &[&causal, &axis_0], vec![]);
+    let causal = b.op("Unsqueeze", &[&causal, &axis_1], vec![]);
+    let full4 = b.op(
+        "Concat",
+        &[&batch1, &one1, &seq1, &total1],
+        vec![axis0.clone()],
+    );
+    let causal = b.op("Expand", &[&causal, &full4], vec![]);
+    let padding = b.op("Unsqueeze", &[mask, &axis_1], vec![]);
+    let padding = b.op("Unsqueeze", &[&padding, &axis_2], vec![]);
+    let padding = b.op("Expand", &[&padding, &full4], vec![]);
+    let padding = cast(b, &padding, DType::F32);
+    let one_f = b.constant(TensorData::from_f32(vec![], &[1.0]));
+    let inverted = b.op("Sub", &[&one_f, &padding], vec![]);
+    let lowest = b.constant(TensorData::from_f32(vec![], &[-f32::MAX]));
+    let off = cast(b, &inverted, DType::Bool);
+    let inverted = b.op("Where", &[&off, &lowest, &inverted], vec![]);
+    let off = cast(b, &inverted, DType::Bool);
+    b.op("Where", &[&off, &lowest, &causal], vec![])
+}
+
+/// The export's block: MPT's ALiBi table and mask over `attention_mask`, the opset-23
+/// Attention on 3-D q/k/v with the cache; dims as a decoder's.
+fn block(c: &Case, near: Near) -> Graph {
+    let (bsz, s, p, d, h) = (c.batch, c.seq, c.past, c.head_dim, c.heads);
+    let t = p + s;
+    let mut b = GraphBuilder::new("g");
+    let mask = b.input("attention_mask", DType::I64, dims(&[bsz, t]));
+    let q = b.input("q", DType::F32, dims(&[bsz, s, h * d]));
+    let k = b.input("k", DType::F32, dims(&[bsz, s, h * d]));
+    let v = b.input("v", DType::F32, dims(&[bsz, s, h * d]));
+    let pk = b.input("past_key_values.0.key", DType::F32, dims(&[bsz, h, p, d]));
+    let pv = b.input("past_key_values.0.value", DType::F32, dims(&[bsz, h, p, d]));
+    b.output("y", DType::F32, dims(&[bsz, s, h * d]));
+    b.output("present.0.key", DType::F32, dims(&[bsz, h, t, d]));
+    b.output("present.0.value", DType::F32, dims(&[bsz, h, t, d]));
+
+    let size = |b: &mut GraphBuilder, x: &str, axis: i64| {
+        let one = b.op(
+            "Shape",
+            &[x],
+            vec![("start", Attr::Int(axis)), ("end", Attr::Int(axis + 1))],
+        );
+        b.op("Squeeze", &[&one], vec![])
+    };
+    let (batch0, past0, seq0) = (
+        size(&mut b, &pv, 0),
+        size(&mut b, &pk, 2),
+        size(&mut b, &q, 1),
+    );
+    let total0 = b.op("Add", &[&past0, &seq0], vec![]);
+    let m = converter_mask(&mut b, &mask, [&batch0, &seq0, &past0, &total0], near);
+    let masked = cast(&mut b, &m, DType::Bool);
+
+    // build_mpt_alibi_tensor: slopes[h] · (k − (L − 1)), [H, 1, L], sliced to the last T.
+    let l = c.table;
+    let mut table = Vec::with_capacity(h * l);
+    for slope in mpt_slopes(h) {
+        table.extend((0..l).map(|k| slope * (k as f32 - (l - 1) as f32)));
+    }
+    if near == Near::Bent {
+        table[1] += 0.5;
+    }
+    let table = b.constant(TensorData::from_f32(vec![h, 1, l], &table));
+    let length = b.scalar_i64(l as i64 + i64::from(near == Near::Start));
+    let start = b.op("Sub", &[&length, &total0], vec![]);
+    let axis_0 = b.const_i64(&[0]);
+    let start = b.op("Unsqueeze", &[&start, &axis_0], vec![]);
+    let (end, axes, steps) = (
+        b.const_i64(&[i64::MAX]),
+        b.const_i64(&[2]),
+        b.const_i64(&[1]),
+    );
+    let alibi = b.op("Slice", &[&table, &start, &end, &axes, &steps], vec![]);
+    let fill = if near == Near::SoftFill {
+        -1e4
+    } else {
+        -f32::MAX
+    };
+    let fill = b.constant(TensorData::from_f32(vec![], &[fill]));
+    let bias = b.op("Where", &[&masked, &fill, &alibi], vec![]);
+    b.node(
+        "",
+        "Attention",
+        &[&q, &k, &v, &bias, &pk, &pv],
+        vec![
+            ("kv_num_heads", Attr::Int(h as i64)),
+            ("q_num_heads", Attr::Int(h as i64)),
+            ("scale", Attr::Float((d as f32).powf(-0.5))),
+        ],
+        vec!["y".into(), "present.0.key".into(), "present.0.value".into()],
+    );
+    decoder_dims(b.finish())
+}
+
+/// MPT's slopes (`build_mpt_alibi_tensor`, `alibi_bias_max` 8): `2^(−8 k / H')` for `k` in
+/// `1..=H'`, `H'` the power of two at least `heads`, the odd ones first when `H' ≠ heads`.
+fn mpt_slopes(heads: usize) -> Vec<f32> {
+    let wide = heads.next_power_of_two();
+    let slopes: Vec<f32> = (1..=wide)
+        .map(|k| 2f32.powf(-8.0 * k as f32 / wide as f32))
+        .collect();
+    if wide == heads {
+        return slopes;
+    }
+    let odd = slopes.iter().skip(1).step_by(2);
+    let even = slopes.iter().step_by(2);
+    odd.chain(even).take(heads).copied().collect()
+}
+
+/// Inputs of `c`'s block (`lengths`: each row's valid tokens, past included).
+fn feeds(c: &Case, lengths: &[usize], seed: u64) -> HashMap<String, Tensor> {
+    let (bsz, s, p, d, h) = (c.batch, c.seq, c.past, c.head_dim, c.heads);
+    let t = p + s;
+    let mut rng = Rng::new(seed);
+    let mut f = |shape: &[usize]| random_tensor(DType::F32, shape, &mut rng);
+    let mask: Vec<i64> = lengths
+        .iter()
+        .flat_map(|&l| (0..t).map(move |j| i64::from(j < l)))
+        .collect();
+    HashMap::from([
+        (
+            "attention_mask".into(),
+            Tensor::int(DType::I64, vec![bsz, t], mask),
+        ),
+        ("q".into(), f(&[bsz, s, h * d])),
+        ("k".into(), f(&[bsz, s, h * d])),
+        ("v".into(), f(&[bsz, s, h * d])),
+        ("past_key_values.0.key".into(), f(&[bsz, h, p, d])),
+        ("past_key_values.0.value".into(), f(&[bsz, h, p, d])),
+    ])
+}
+
+/// A block and the row lengths of inputs that follow the contract: without past, rows
+/// right-padded to any length from 1 to `seq`; with past, every row full; the table at least
+/// as long as the keys.
+fn contract_case() -> impl Strategy<Value = (Case, Vec<usize>, u64)> {
+    (
+        (1usize..3, 1usize..5, 0usize..4),
+        (2usize..5, 0usize..3),
+        prop::collection::vec(0usize..8, 2),
+        any::<u64>(),
+    )
+        .prop_map(|((batch, seq, past), (heads, extra), lens, seed)| {
+            let c = Case {
+                batch,
+                seq,
+                past,
+                heads,
+                head_dim: 8,
+                table: (past + seq + extra).max(2),
+            };
+            let lengths = (0..batch)
+                .map(|r| {
+                    if past == 0 {
+                        1 + lens[r] % seq
+                    } else {
+                        past + seq
+                    }
+                })
+                .collect();
+            (c, lengths, seed)
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// The Attention over the build's ALiBi bias (`is_causal=1`) equals the export's MPT bias
+    /// on inputs that follow the contract.
+    #[test]
+    fn export_table_alibi_attention((c, lengths, seed) in contract_case()) {
+        let g = block(&c, Near::None);
+        prove_on("export-alibi-attention", "cpu", g, feeds(&c, &lengths, seed), 1e-4)?;
+    }
+}
+
+/// `g` optimized for cpu with every rule, under `contract`.
+fn optimized(g: &Graph, contract: KvCache) -> Graph {
+    let opts = mobius::opt::OptimizeOptions {
+        kv_cache: contract,
+        ..options(None)
+    };
+    let rules = mobius::rulebook::rules().unwrap().rules;
+    let cpu = mobius::ep::get_ep("cpu").unwrap();
+    optimize_with_rules(&model(g.clone()), &cpu, &opts, &rules)
+        .unwrap()
+        .0
+        .graph
+}
+
+/// Whether `g`'s Attention has `is_causal=1` (the rewrite's).
+fn causal(g: &Graph) -> bool {
+    g.nodes
+        .iter()
+        .filter(|n| n.op_type == "Attention")
+        .any(|n| matches!(n.attrs.get("is_causal"), Some(Attr::Int(1))))
+}
+
+/// Only under `--kv-cache genai` is MPT's bias rewritten; its near misses are not.
+#[test]
+fn table_alibi_near_misses_are_not_rewritten() {
+    let c = Case {
+        batch: 2,
+        seq: 3,
+        past: 2,
+        heads: 4,
+        head_dim: 8,
+        table: 8,
+    };
+    let g = block(&c, Near::None);
+    assert!(!causal(&optimized(&g, KvCache::AsIs)));
+    assert!(causal(&optimized(&g, KvCache::Genai)));
+    for near in [Near::Bent, Near::Start, Near::HiddenPast, Near::SoftFill] {
+        let g = block(&c, near);
+        assert!(!causal(&optimized(&g, KvCache::Genai)), "{near:?}");
+    }
+}
