@@ -42,6 +42,8 @@ mod common;
 mod gemm;
 #[path = "rule_proofs/gqa_genai.rs"]
 mod gqa_genai;
+#[path = "rule_proofs/grouped_qkv.rs"]
+mod grouped_qkv;
 #[path = "rule_proofs/head_layout.rs"]
 mod head_layout;
 #[path = "rule_proofs/linear_attention.rs"]
@@ -66,6 +68,8 @@ mod rope_spellings;
 mod rotary;
 #[path = "rule_proofs/rotary_interleaved.rs"]
 mod rotary_interleaved;
+#[path = "rule_proofs/scaled_float_mask.rs"]
+mod scaled_float_mask;
 #[path = "rule_proofs/sliced_qkv.rs"]
 mod sliced_qkv;
 #[path = "rule_proofs/split_qkv.rs"]
@@ -181,6 +185,11 @@ const PROOFS: &[(&str, &str)] = &[
     ("split-then-reshaped", "head_layout::split_then_reshaped"),
     ("split-of-unsqueezed", "head_layout::split_of_unsqueezed"),
     (
+        "split-of-grouped-columns",
+        "grouped_qkv::split_of_grouped_columns",
+    ),
+    ("reshape-of-reshape", "grouped_qkv::reshape_of_reshape"),
+    (
         "reshape-of-unsqueezed",
         "head_layout::reshape_of_unsqueezed",
     ),
@@ -234,6 +243,10 @@ const PROOFS: &[(&str, &str)] = &[
     (
         "export-attention-to-gqa",
         "gqa_genai::export_attention_to_gqa",
+    ),
+    (
+        "export-attention-to-gqa",
+        "scaled_float_mask::scaled_float_mask_to_gqa",
     ),
     (
         "export-rotary-attention-to-gqa",

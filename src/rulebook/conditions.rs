@@ -91,6 +91,7 @@ pub const CONDITIONS: &[(&str, &dyn AnyCondition)] = &[
     ("normalizes-last-axis", &Condition(normalizes_last_axis)),
     ("rank-2-or-3", &Condition(rank_2_or_3)),
     ("reshape-keeps-shape", &Condition(reshape_keeps_shape)),
+    ("reshape-copies-through", &Condition(reshape_copies_through)),
     (
         "computed-target-copies-dims",
         &Condition(computed_target_copies_dims),
@@ -197,6 +198,28 @@ fn reshape_keeps_shape(g: &OnnxGraph, [x, shape, allowzero]: [Id; 3]) -> bool {
             *d != SymDim::Unknown
                 && (t == d || *t == SymDim::Known(-1) || (copies && *t == SymDim::Known(0)))
         })
+}
+
+/// `?x ?a ?az ?b ?bz` of `Reshape(Reshape(x, a, az), b, bz)`: `b` a constant whose every 0
+/// (which copies a dim when `bz` is unset or 0) sits where `a` (a constant, `az` unset or 0)
+/// has a 0 too, so `b` copies `x`'s own dim there and `Reshape(x, b, bz)` is the same
+/// (a Reshape reads its input's elements in order, and their count for a −1).
+fn reshape_copies_through(g: &OnnxGraph, [x, a, az, b, bz]: [Id; 5]) -> bool {
+    let copies = |z: Id| matches!(g[z].data.attr(), Some(AttrValue::Unset | AttrValue::Int(0)));
+    let Some(outer) = const_ints(g, b) else {
+        return false;
+    };
+    let zeros: Vec<usize> = (0..outer.len()).filter(|&k| outer[k] == 0).collect();
+    if zeros.is_empty() {
+        return g[x].data.tensor().is_some();
+    }
+    let Some(inner) = const_ints(g, a) else {
+        return false;
+    };
+    let rank = g[x].data.tensor().and_then(|t| t.rank());
+    copies(bz)
+        && copies(az)
+        && rank.is_some_and(|r| zeros.iter().all(|&k| k < r && inner.get(k) == Some(&0)))
 }
 
 /// The constant a computed Reshape target `shape` of `x` can be written as: the target's

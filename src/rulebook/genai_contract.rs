@@ -34,10 +34,12 @@ use crate::opt::query::{const_ints, find_op, int_attr, is_input, ops_named, scal
 mod alibi;
 mod buffer_mask;
 mod float_mask;
+mod scaled_mask;
 mod table_alibi;
 pub use alibi::{alibi_export_bias, AlibiExportBias};
 pub use buffer_mask::summed_export_mask;
 pub use float_mask::float_export_mask;
+pub use scaled_mask::scaled_float_export_mask;
 pub use table_alibi::table_export_bias;
 
 /// Deepest chain of ops [`export_mask`] follows from the mask to its leaves.
@@ -376,25 +378,7 @@ impl Reader<'_> {
                     .flatten()
                 {
                     // attention_mask ≠ 0, a 2-D graph input.
-                    let dims = self.g[input].data.tensor()?.shape.clone()?;
-                    if dims.len() != 2 || !integral(from) || dims.contains(&SymDim::Unknown) {
-                        return None;
-                    }
-                    let pos = |axis: usize| {
-                        Affine {
-                            coef: (0..2).map(|a| i64::from(a == axis)).collect(),
-                            offset: SymDim::Known(0),
-                        }
-                        .normalized(&dims)
-                    };
-                    return Some(Sym {
-                        value: Value::Bool(vec![Atom::Mask {
-                            mask: self.g.find(input),
-                            row: pos(0),
-                            col: pos(1),
-                        }]),
-                        dims,
-                    });
+                    return integral(from).then(|| mask_sym(self.g, input)).flatten();
                 }
                 let x = self.read(ins[0], depth)?;
                 let same_kind = match x.value {
@@ -745,6 +729,31 @@ pub struct ExportMask {
     pub attention_mask: Id,
     /// The sliding window: keys a query sees, counting itself (`None` = all).
     pub window: Option<i64>,
+}
+
+/// `attention_mask[row, col] ≠ 0` over the mask's own dims (row and column the positions along
+/// its two axes): the boolean reading of the 2-D graph input `input` (integer, every dim known),
+/// shared by the boolean and the float mask readers.
+fn mask_sym(g: &OnnxGraph, input: Id) -> Option<Sym> {
+    let dims = g[input].data.tensor()?.shape.clone()?;
+    if dims.len() != 2 || dims.contains(&SymDim::Unknown) {
+        return None;
+    }
+    let pos = |axis: usize| {
+        Affine {
+            coef: (0..2).map(|a| i64::from(a == axis)).collect(),
+            offset: SymDim::Known(0),
+        }
+        .normalized(&dims)
+    };
+    Some(Sym {
+        value: Value::Bool(vec![Atom::Mask {
+            mask: g.find(input),
+            row: pos(0),
+            col: pos(1),
+        }]),
+        dims,
+    })
 }
 
 /// Reads the float attention bias `mask` of an Attention over 3-D queries `q` `[B, S, ·]` and

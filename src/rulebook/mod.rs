@@ -70,6 +70,10 @@ pub const RULE_FILES: &[(&str, &str)] = &[
         include_str!("../../rewrites/recognize/head_layout.rules"),
     ),
     (
+        "recognize/grouped_qkv.rules",
+        include_str!("../../rewrites/recognize/grouped_qkv.rules"),
+    ),
+    (
         "recognize/moe_loop.rules",
         include_str!("../../rewrites/recognize/moe_loop.rules"),
     ),

@@ -17,7 +17,8 @@ use crate::opt::emit::Emit;
 use crate::opt::lang::Onnx;
 use crate::opt::query::scalar_float;
 use crate::rulebook::genai_contract::{
-    export_mask, float_export_mask, position_table, summed_export_mask, PositionTable,
+    export_mask, float_export_mask, position_table, scaled_float_export_mask, summed_export_mask,
+    PositionTable,
 };
 
 /// `export-attention-to-gqa`.
@@ -52,7 +53,8 @@ fn preconditions(g: &OnnxGraph, a: &Attention) -> Option<(GqaExtras, Id)> {
     }
     let mask = export_mask(g, a.mask, a.q, a.past_key)
         .or_else(|| float_export_mask(g, a.mask, a.q, a.past_key))
-        .or_else(|| summed_export_mask(g, a.mask, a.q, a.past_key))?;
+        .or_else(|| summed_export_mask(g, a.mask, a.q, a.past_key))
+        .or_else(|| scaled_float_export_mask(g, a.mask, a.q, a.past_key))?;
     let extras = cache_preconditions(g, a, mask.window)?;
     Some((extras, mask.attention_mask))
 }

@@ -12,6 +12,7 @@ mod gqa;
 mod gqa_genai;
 mod gqa_mask;
 mod gqa_sink;
+mod grouped_qkv;
 mod head_layout;
 mod head_parts;
 mod linear_attention;
@@ -138,6 +139,10 @@ pub const APPLIERS: &[(&str, &dyn AnyApplier)] = &[
     ("split-qkv", &pack_qkv::SPLIT_QKV),
     ("split-qkv-with-sizes", &pack_qkv::SPLIT_QKV_WITH_SIZES),
     ("sliced-qkv", &sliced_qkv::SLICED_QKV),
+    (
+        "split-of-grouped-columns",
+        &grouped_qkv::SPLIT_OF_GROUPED_COLUMNS,
+    ),
     ("matmul-nbits", &matmul_nbits::MATMUL_NBITS),
     (
         "matmul-nbits-without-zero-points",

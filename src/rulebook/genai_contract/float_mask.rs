@@ -26,7 +26,8 @@ use egg::Id;
 
 use super::MAX_DEPTH;
 use super::{
-    broadcast, graph_input, predicate, unsqueezed, Affine, Atom, ExportMask, Reader, Sym, Value,
+    broadcast, graph_input, mask_sym, predicate, unsqueezed, Affine, Atom, ExportMask, Reader, Sym,
+    Value,
 };
 use crate::ir::DType;
 use crate::ops::types::SymDim;
@@ -297,25 +298,7 @@ impl FloatReader<'_> {
         let integral = |d: DType| matches!(d, DType::I64 | DType::I32);
         if !float && integral(ty) {
             if let Some(input) = graph_input(self.g, id) {
-                let dims = self.g[input].data.tensor()?.shape.clone()?;
-                if dims.len() != 2 || dims.contains(&SymDim::Unknown) {
-                    return None;
-                }
-                let pos = |axis: usize| {
-                    Affine {
-                        coef: (0..2).map(|a| i64::from(a == axis)).collect(),
-                        offset: SymDim::Known(0),
-                    }
-                    .normalized(&dims)
-                };
-                return Some(Sym {
-                    value: Value::Bool(vec![Atom::Mask {
-                        mask: self.g.find(input),
-                        row: pos(0),
-                        col: pos(1),
-                    }]),
-                    dims,
-                });
+                return mask_sym(self.g, input);
             }
         }
         let ops: Vec<OpNode> = self.g[self.g.find(id)]
