@@ -253,6 +253,10 @@ const PROOFS: &[(&str, &str)] = &[
         "gqa_genai::export_rotary_attention_to_gqa",
     ),
     (
+        "export-partial-rotary-attention-to-gqa",
+        "gqa_genai::export_partial_rotary_attention_to_gqa",
+    ),
+    (
         "export-alibi-attention",
         "alibi_genai::export_alibi_attention",
     ),

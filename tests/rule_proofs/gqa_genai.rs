@@ -917,3 +917,107 @@ fn past_length_positions_are_read() {
         out.op_counts()
     );
 }
+
+/// [`contract_case`] with RoPE over a rotary width GroupQueryAttention cannot take in (8 of
+/// 16 channels, or 8 or 24 of 32) whose positions are computed from the past length
+/// (optimum's export of Nemotron).
+fn partial_rotary_case() -> impl Strategy<Value = (Case, Vec<usize>, u64)> {
+    (contract_case(true), any::<bool>()).prop_map(|((c, lengths, seed), wide)| {
+        let rotary = if wide && c.head_dim == 32 { 24 } else { 8 };
+        let c = Case {
+            rope: Some(rotary),
+            torchscript: true,
+            past_positions: true,
+            ..c
+        };
+        (c, lengths, seed)
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// GroupQueryAttention(do_rotary=0) behind the rotations re-indexed by genai's positions
+    /// (`s + max(0, Σ attention_mask[b] − S)`) equals the export on inputs that follow the
+    /// contract.
+    #[test]
+    fn export_partial_rotary_attention_to_gqa((c, lengths, seed) in partial_rotary_case()) {
+        let g = export_block(&c, Miss::None);
+        let mut inputs = feeds(&c, &lengths, seed);
+        inputs.retain(|name, _| g.inputs.iter().any(|i| &i.name == name));
+        prove_on("export-partial-rotary-attention-to-gqa", "cpu", g, inputs, 1e-4)?;
+    }
+}
+
+/// A partial RoPE computed from the past length is taken behind GroupQueryAttention re-indexed
+/// by genai's positions: on genai's step after a right-padded prompt (the new key written at
+/// the row's length), the rewritten export rotates by the row's length, as the same block
+/// reading `position_ids` does when fed genai's `position_ids`; the export's own `P + s` does
+/// not. Numbered from 0 (the near miss), the positions are not read.
+#[test]
+fn partial_rotary_is_reindexed_by_genai_positions() {
+    let c = Case {
+        seq: 1,
+        past: 5,
+        rope: Some(8),
+        torchscript: true,
+        past_positions: true,
+        ..base()
+    };
+    let count = |g: &Graph, op: &str| g.op_counts().get(op).copied().unwrap_or(0);
+    let g = export_block(&c, Miss::None);
+    let out = optimized(&g, KvCache::Genai);
+    assert_eq!(
+        (gqa_count(&out), count(&out, "RotaryEmbedding")),
+        (1, 2),
+        "{:?}",
+        out.op_counts()
+    );
+    // The same block reading position_ids (the build's form): GroupQueryAttention(do_rotary=0)
+    // behind its rotations.
+    let with_ids = export_block(
+        &Case {
+            past_positions: false,
+            ..c.clone()
+        },
+        Miss::None,
+    );
+    let reference = optimized(&with_ids, KvCache::Genai);
+    assert_eq!(gqa_count(&reference), 1, "{:?}", reference.op_counts());
+    // genai's step: row 0 holds 3 keys and its new one at index 3 (mask 1 1 1 1 0 0, position
+    // 3); row 1 is full (position 5).
+    let mut step = feeds(&c, &[6, 6], 4);
+    step.insert(
+        "attention_mask".into(),
+        Tensor::int(
+            DType::I64,
+            vec![2, 6],
+            vec![1, 1, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1],
+        ),
+    );
+    step.insert(
+        "position_ids".into(),
+        Tensor::int(DType::I64, vec![2, 1], vec![3, 5]),
+    );
+    let mut without_ids = step.clone();
+    without_ids.remove("position_ids");
+    let run = |g: &Graph, inputs: &HashMap<String, Tensor>| {
+        run_graph(g, inputs, &mut Evaluator::new(None)).unwrap()
+    };
+    let (ours, theirs) = (run(&out, &without_ids), run(&reference, &step));
+    for name in ["y", "present.0.key", "present.0.value"] {
+        assert!(max_abs_diff(&ours[name], &theirs[name]) <= 1e-4, "{name}");
+    }
+    // Without the re-indexing (the export's P + s = 5 for row 0) the keys differ.
+    let mut at_five = step.clone();
+    at_five.insert(
+        "position_ids".into(),
+        Tensor::int(DType::I64, vec![2, 1], vec![5, 5]),
+    );
+    let stale = run(&reference, &at_five);
+    assert!(max_abs_diff(&ours["present.0.key"], &stale["present.0.key"]) > 1e-2);
+    // Near miss: positions numbered from 0, not the past length.
+    let g = export_block(&c, Miss::PositionsFromZero);
+    let out = optimized(&g, KvCache::Genai);
+    assert_eq!(gqa_count(&out), 0, "{:?}", out.op_counts());
+}

@@ -41,7 +41,7 @@ pub(super) const EXPORT_ROTARY_ATTENTION_TO_GQA: Applier<18> = Applier::new(
 /// The matched Attention, on 3-D q/k/v, without `is_causal` (the mask is causal), its mask
 /// the export's ([`export_mask`]), and [`cache_preconditions`]: the GroupQueryAttention extras
 /// and the `attention_mask` class.
-fn preconditions(g: &OnnxGraph, a: &Attention) -> Option<(GqaExtras, Id)> {
+pub(super) fn preconditions(g: &OnnxGraph, a: &Attention) -> Option<(GqaExtras, Id)> {
     if !matches!(
         g[a.causal].data.attr(),
         Some(AttrValue::Unset | AttrValue::Int(0))
@@ -133,7 +133,7 @@ fn export_rotary_attention_to_gqa(g: &mut OnnxGraph, _: Site<'_>, vars: [Id; 18]
 /// (`q` `[B, S, ·]`), so token `s` is at `P + s`, which the contract makes its row's position
 /// on a first prompt (`P` = 0) and on steps whose rows are full. Positions from `position_ids`
 /// need nothing more.
-fn past_positions_ok(g: &OnnxGraph, read: &PositionTable, q: Id, pk: Id) -> bool {
+pub(super) fn past_positions_ok(g: &OnnxGraph, read: &PositionTable, q: Id, pk: Id) -> bool {
     let Some((past, seq)) = &read.past else {
         return true;
     };
@@ -152,7 +152,34 @@ fn past_positions_ok(g: &OnnxGraph, read: &PositionTable, q: Id, pk: Id) -> bool
 /// constant of the same values; a step that multiplies or divides by exactly 1 (an
 /// `attention_scaling` of 1) is left out, as it changes no value.
 fn table(g: &mut OnnxGraph, read: &PositionTable, attention_mask: Id) -> Id {
-    let frequencies = match g[read.frequencies].data.konst.as_deref() {
+    let mut e = Emit::new(g);
+    let (zero, one) = (e.int(0), e.int(1));
+    let shape = e.op("Shape", &[attention_mask], &[]);
+    let total = e.op("Gather", &[shape, one], &[("axis", AttrValue::Int(0))]);
+    let positions = e.op("Range", &[zero, total, one], &[]);
+    let column = e.unsqueeze(positions, &[1]);
+    angles_at(g, read, column)
+}
+
+/// The cache `read` describes, over the int64 positions `column` (`[…, 1]`: the positions
+/// with a trailing axis) instead of the export's: `Cast(column) · frequencies` and the
+/// export's elementwise steps, `[…, D/2]`.
+fn angles_at(g: &mut OnnxGraph, read: &PositionTable, column: Id) -> Id {
+    let frequencies = flat_frequencies(g, read);
+    let mut e = Emit::new(g);
+    let to = ("to", AttrValue::Int(read.dtype.onnx_code() as i64));
+    let column = e.op("Cast", &[column], &[to]);
+    let angles = if read.frequencies_first {
+        e.bin("Mul", frequencies, column)
+    } else {
+        e.bin("Mul", column, frequencies)
+    };
+    cache_steps(g, read, angles)
+}
+
+/// The frequencies of `read` as a `[D/2]` constant (stored `[1, D/2, 1]`: the same values).
+pub(super) fn flat_frequencies(g: &mut OnnxGraph, read: &PositionTable) -> Id {
+    match g[read.frequencies].data.konst.as_deref() {
         Some(lit) if lit.shape.len() != 1 => {
             let flat = Literal {
                 shape: vec![lit.shape.iter().product()],
@@ -161,7 +188,13 @@ fn table(g: &mut OnnxGraph, read: &PositionTable, attention_mask: Id) -> Id {
             g.add(Onnx::Const(Box::new(flat)))
         }
         _ => read.frequencies,
-    };
+    }
+}
+
+/// The export's elementwise steps of `read` (`Cos`/`Sin`, a `Cast`, a scale) applied to
+/// `angles`, innermost first; a step that multiplies or divides by exactly 1 (an
+/// `attention_scaling` of 1) is left out, as it changes no value.
+pub(super) fn cache_steps(g: &mut OnnxGraph, read: &PositionTable, angles: Id) -> Id {
     let identity = |g: &OnnxGraph, node: &crate::opt::lang::OpNode, carrier: usize| {
         matches!(node.op.as_str(), "Mul" | "Div")
             && scalar_float(g, node.children[1 - carrier]) == Some(1.0)
@@ -172,19 +205,6 @@ fn table(g: &mut OnnxGraph, read: &PositionTable, attention_mask: Id) -> Id {
         .filter(|(node, carrier)| !identity(g, node, *carrier))
         .cloned()
         .collect();
-    let mut e = Emit::new(g);
-    let (zero, one) = (e.int(0), e.int(1));
-    let shape = e.op("Shape", &[attention_mask], &[]);
-    let total = e.op("Gather", &[shape, one], &[("axis", AttrValue::Int(0))]);
-    let positions = e.op("Range", &[zero, total, one], &[]);
-    let column = e.unsqueeze(positions, &[1]);
-    let to = ("to", AttrValue::Int(read.dtype.onnx_code() as i64));
-    let column = e.op("Cast", &[column], &[to]);
-    let angles = if read.frequencies_first {
-        e.bin("Mul", frequencies, column)
-    } else {
-        e.bin("Mul", column, frequencies)
-    };
     steps.iter().fold(angles, |inner, (node, carrier)| {
         let mut node = node.clone();
         node.children[*carrier] = inner;

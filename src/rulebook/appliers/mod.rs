@@ -10,6 +10,7 @@ mod attention_recognize;
 mod from_nbits;
 mod gqa;
 mod gqa_genai;
+mod gqa_genai_positions;
 mod gqa_mask;
 mod gqa_sink;
 mod grouped_qkv;
@@ -133,6 +134,10 @@ pub const APPLIERS: &[(&str, &dyn AnyApplier)] = &[
     (
         "export-rotary-attention-to-gqa",
         &gqa_genai::EXPORT_ROTARY_ATTENTION_TO_GQA,
+    ),
+    (
+        "export-partial-rotary-attention-to-gqa",
+        &gqa_genai_positions::EXPORT_PARTIAL_ROTARY_ATTENTION_TO_GQA,
     ),
     ("pack-qkv", &pack_qkv::PACK_QKV),
     ("pack-qkv-with-bias", &pack_qkv::PACK_QKV_WITH_BIAS),
