@@ -33,11 +33,15 @@ mod alibi_genai;
 mod alibi_table_genai;
 #[path = "rule_proofs/attention_batched.rs"]
 mod attention_batched;
+#[path = "rule_proofs/attention_q_scale.rs"]
+mod attention_q_scale;
 #[path = "rule_proofs/attention_recognize.rs"]
 mod attention_recognize;
 #[path = "rule_proofs/attention_scale.rs"]
 mod attention_scale;
 mod common;
+#[path = "rule_proofs/flat_rows.rs"]
+mod flat_rows;
 #[path = "rule_proofs/gemm.rs"]
 mod gemm;
 #[path = "rule_proofs/gqa_genai.rs"]
@@ -198,6 +202,14 @@ const PROOFS: &[(&str, &str)] = &[
         "head_layout::unsqueezed_single_head",
     ),
     ("gemm-as-matmul-add", "gemm::gemm_as_matmul_add"),
+    (
+        "residual-through-row-flattening",
+        "flat_rows::residual_through_row_flattening",
+    ),
+    (
+        "layer-norm-through-row-flattening",
+        "flat_rows::layer_norm_through_row_flattening",
+    ),
     ("erf-gelu", "gelu_fusions"),
     ("erf-gelu-half-first", "gelu_fusions"),
     ("erf-gelu-half-inside", "gelu_fusions"),
@@ -310,6 +322,10 @@ const PROOFS: &[(&str, &str)] = &[
         "attention_batched::masked_scores_as_bias",
     ),
     ("scaled-after-mask", "attention_scale::scaled_after_mask"),
+    (
+        "q-scale-into-attention",
+        "attention_q_scale::q_scale_into_attention",
+    ),
     ("transpose-of-transpose", "transpose_of_transpose"),
     ("cast-to-own-dtype", "cast_to_own_dtype"),
     ("transpose-identity", "transpose_identity"),

@@ -4,7 +4,10 @@
 
 use egg::Id;
 
-use super::{head_layout, recognize, recognize_gemm, recognize_interleave, recognize_rotary};
+use super::{
+    head_layout, recognize, recognize_flat_rows, recognize_gemm, recognize_interleave,
+    recognize_q_scale, recognize_rotary,
+};
 use crate::ir::DType;
 use crate::ops::types::SymDim;
 use crate::ops::value::AttrValue;
@@ -76,6 +79,22 @@ pub const CONDITIONS: &[(&str, &dyn AnyCondition)] = &[
     (
         "gemm-is-matmul-add",
         &Condition(recognize_gemm::gemm_is_matmul_add),
+    ),
+    (
+        "power-of-two-scale-of",
+        &Condition(recognize_q_scale::power_of_two_scale_of),
+    ),
+    (
+        "rows-restored-by",
+        &Condition(recognize_flat_rows::rows_restored_by),
+    ),
+    (
+        "reshape-keeps-last-dim",
+        &Condition(recognize_flat_rows::reshape_keeps_last_dim),
+    ),
+    (
+        "norm-on-last-axis-of-rows",
+        &Condition(recognize_flat_rows::norm_on_last_axis_of_rows),
     ),
     ("bias-on-last-axis", &Condition(bias_on_last_axis)),
     ("bias-of-width", &Condition(bias_of_width)),

@@ -15,8 +15,10 @@ mod genai_contract;
 mod head_layout;
 pub mod leftovers;
 mod recognize;
+mod recognize_flat_rows;
 mod recognize_gemm;
 mod recognize_interleave;
+mod recognize_q_scale;
 mod recognize_rotary;
 
 use std::collections::HashSet;
@@ -52,6 +54,14 @@ pub const RULE_FILES: &[(&str, &str)] = &[
     (
         "recognize/gemm.rules",
         include_str!("../../rewrites/recognize/gemm.rules"),
+    ),
+    (
+        "recognize/flat_rows.rules",
+        include_str!("../../rewrites/recognize/flat_rows.rules"),
+    ),
+    (
+        "recognize/attention_q_scale.rules",
+        include_str!("../../rewrites/recognize/attention_q_scale.rules"),
     ),
     (
         "recognize/attention.rules",

@@ -6,6 +6,7 @@
 mod algebraic;
 mod alibi_genai;
 mod attention_batched;
+mod attention_q_scale;
 mod attention_recognize;
 mod from_nbits;
 mod gqa;
@@ -52,6 +53,10 @@ pub const APPLIERS: &[(&str, &dyn AnyApplier)] = &[
         &norm_recognize::RMS_NORM_WITHOUT_CASTS,
     ),
     ("sdpa-to-attention", &attention_recognize::SDPA_TO_ATTENTION),
+    (
+        "q-scale-into-attention",
+        &attention_q_scale::Q_SCALE_INTO_ATTENTION,
+    ),
     (
         "batched-sdpa-to-attention",
         &attention_batched::BATCHED_SDPA_TO_ATTENTION,
