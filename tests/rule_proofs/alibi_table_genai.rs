@@ -3,6 +3,11 @@
 //! Slice(table, L − T, ∞, −1))`, `table` `[H, 1, L]` of rows `slope_h · (k − (L − 1))`, `M`
 //! transformers' legacy float 4-D mask (`_prepare_4d_causal_attention_mask`).
 //!
+//! The table is computed as torch computes it, each entry the f32 product
+//! `fl32(s_h · f32(k − (L − 1)))` of MPT's f32 slopes (`build_mpt_alibi_tensor`); the head
+//! counts drawn include ones whose slopes are not powers of two (12, 24, 32 heads: `2^(−i/2)`,
+//! `2^(−i/4)`), whose rows are then not exactly on a line.
+//!
 //! The contract the rule holds under (onnxruntime-genai's, `--kv-cache genai`), the inputs
 //! drawn here: 0/1 masks; a right-padded prompt without past, or a step whose rows are all
 //! full (every visible key's position is its cache index); at most `L` keys (genai's context
@@ -38,6 +43,10 @@ enum Near {
     None,
     /// One entry of the table off its line (not ALiBi).
     Bent,
+    /// One entry of the table one ulp from its rounded product `fl32(s_h · f32(k − c))`.
+    Ulp,
+    /// Rows `−s_h · (k − c)²`: 0 at `c` and `−s_h` at `c − 1` as ALiBi's, not linear.
+    Curved,
     /// The table sliced from `L − T + 1` (not the keys' cache indices).
     Start,
     /// The past keys of the causal part filled with −FLT_MAX (hidden), not 0.
@@ -155,10 +164,22 @@ fn block(c: &Case, near: Near) -> Graph {
     let l = c.table;
     let mut table = Vec::with_capacity(h * l);
     for slope in mpt_slopes(h) {
-        table.extend((0..l).map(|k| slope * (k as f32 - (l - 1) as f32)));
+        // int32 arange(1 − L, 1) times the f32 slope, rounded to f32.
+        let n = |k: usize| (k as i32 - (l - 1) as i32) as f32;
+        match near {
+            Near::Curved => table.extend((0..l).map(|k| -slope * (n(k) * n(k)))),
+            _ => table.extend((0..l).map(|k| slope * n(k))),
+        }
     }
-    if near == Near::Bent {
-        table[1] += 0.5;
+    match near {
+        Near::Bent => table[1] += 0.5,
+        Near::Ulp => {
+            // The first row's entry at k − c = −3 (for 32 heads a rounded product, of
+            // 2^(−1/4)).
+            let at = l - 4;
+            table[at] = f32::from_bits(table[at].to_bits() + 1);
+        }
+        _ => {}
     }
     let table = b.constant(TensorData::from_f32(vec![h, 1, l], &table));
     let length = b.scalar_i64(l as i64 + i64::from(near == Near::Start));
@@ -192,12 +213,14 @@ fn block(c: &Case, near: Near) -> Graph {
     decoder_dims(b.finish())
 }
 
-/// MPT's slopes (`build_mpt_alibi_tensor`, `alibi_bias_max` 8): `2^(−8 k / H')` for `k` in
-/// `1..=H'`, `H'` the power of two at least `heads`, the odd ones first when `H' ≠ heads`.
+/// MPT's slopes as transformers computes them in f32 (`build_mpt_alibi_tensor`,
+/// `alibi_bias_max` 8): `1 / 2^(k · (8 / H'))` for `k` in `1..=H'`, `H'` the power of two at
+/// least `heads`; when `H' ≠ heads`, the odd-indexed ones (`slopes[1::2]`) then the
+/// even-indexed, the first `heads`.
 fn mpt_slopes(heads: usize) -> Vec<f32> {
     let wide = heads.next_power_of_two();
     let slopes: Vec<f32> = (1..=wide)
-        .map(|k| 2f32.powf(-8.0 * k as f32 / wide as f32))
+        .map(|k| 1.0 / 2f32.powf(k as f32 * (8.0 / wide as f32)))
         .collect();
     if wide == heads {
         return slopes;
@@ -236,7 +259,10 @@ fn feeds(c: &Case, lengths: &[usize], seed: u64) -> HashMap<String, Tensor> {
 fn contract_case() -> impl Strategy<Value = (Case, Vec<usize>, u64)> {
     (
         (1usize..3, 1usize..5, 0usize..4),
-        (2usize..5, 0usize..3),
+        (
+            prop::sample::select(vec![2usize, 3, 4, 5, 6, 12, 24, 32]),
+            0usize..10,
+        ),
         prop::collection::vec(0usize..8, 2),
         any::<u64>(),
     )
@@ -246,7 +272,7 @@ fn contract_case() -> impl Strategy<Value = (Case, Vec<usize>, u64)> {
                 seq,
                 past,
                 heads,
-                head_dim: 8,
+                head_dim: if heads > 8 { 2 } else { 8 },
                 table: (past + seq + extra).max(2),
             };
             let lengths = (0..batch)
@@ -263,7 +289,7 @@ fn contract_case() -> impl Strategy<Value = (Case, Vec<usize>, u64)> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
 
     /// The Attention over the build's ALiBi bias (`is_causal=1`) equals the export's MPT bias
     /// on inputs that follow the contract.
@@ -296,22 +322,63 @@ fn causal(g: &Graph) -> bool {
         .any(|n| matches!(n.attrs.get("is_causal"), Some(Attr::Int(1))))
 }
 
-/// Only under `--kv-cache genai` is MPT's bias rewritten; its near misses are not.
+/// Whether some entry of `heads`' table of length `l` is a rounded product, not `s · n`
+/// exactly (the rows then not exactly on a line).
+fn rounded(heads: usize, l: usize) -> bool {
+    mpt_slopes(heads).iter().any(|&s| {
+        (0..l).any(|k| {
+            let n = k as i32 - (l - 1) as i32;
+            f64::from(s * n as f32) != f64::from(s) * f64::from(n)
+        })
+    })
+}
+
+/// The head counts drawn: powers of two as slopes for 2–6 heads, rounded products for 12, 24
+/// and 32 (MPT-7B's).
+#[test]
+fn mpt_slopes_round_for_twelve_and_more_heads() {
+    for heads in [2, 3, 4, 5, 6] {
+        assert!(!rounded(heads, 16), "{heads}");
+    }
+    for heads in [12, 24, 32] {
+        assert!(rounded(heads, 8), "{heads}");
+    }
+    // Near::Ulp's entry for 32 heads.
+    let s = mpt_slopes(32)[0];
+    assert_ne!(f64::from(s * -3.0), f64::from(s) * -3.0);
+    assert_eq!(
+        mpt_slopes(6),
+        [0.25, 0.0625, 0.015625, 0.00390625, 0.5, 0.125]
+    );
+}
+
+/// Only under `--kv-cache genai` is MPT's bias rewritten; its near misses are not, with
+/// slopes that are powers of two (4 heads) or not (32 heads).
 #[test]
 fn table_alibi_near_misses_are_not_rewritten() {
-    let c = Case {
-        batch: 2,
-        seq: 3,
-        past: 2,
-        heads: 4,
-        head_dim: 8,
-        table: 8,
-    };
-    let g = block(&c, Near::None);
-    assert!(!causal(&optimized(&g, KvCache::AsIs)));
-    assert!(causal(&optimized(&g, KvCache::Genai)));
-    for near in [Near::Bent, Near::Start, Near::HiddenPast, Near::SoftFill] {
-        let g = block(&c, near);
-        assert!(!causal(&optimized(&g, KvCache::Genai)), "{near:?}");
+    for (heads, head_dim) in [(4, 8), (32, 2)] {
+        let c = Case {
+            batch: 2,
+            seq: 3,
+            past: 2,
+            heads,
+            head_dim,
+            table: 8,
+        };
+        let g = block(&c, Near::None);
+        assert!(!causal(&optimized(&g, KvCache::AsIs)), "{heads}");
+        assert!(causal(&optimized(&g, KvCache::Genai)), "{heads}");
+        let nears = [
+            Near::Bent,
+            Near::Ulp,
+            Near::Curved,
+            Near::Start,
+            Near::HiddenPast,
+            Near::SoftFill,
+        ];
+        for near in nears {
+            let g = block(&c, near);
+            assert!(!causal(&optimized(&g, KvCache::Genai)), "{heads} {near:?}");
+        }
     }
 }

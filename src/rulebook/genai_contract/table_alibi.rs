@@ -5,20 +5,31 @@
 //! transformers' legacy float 4-D mask (`_prepare_4d_causal_attention_mask`, the
 //! `AttentionMaskConverter.to_4d` spelling, not the one [`super::float_export_mask`] reads).
 //!
+//! torch computes the table (`build_mpt_alibi_tensor`) as the int32 `arange(1 − L, 1)` times
+//! the f32 slopes, so entry `k` of row `h` is `fl32(s_h · f32(k − c))`, `c = L − 1`: each
+//! product rounded to f32. For slopes that are powers of two (e.g. 4, 6 or 8 heads) every
+//! product is exact; for others (MPT-7B's 32 heads: `2^(−i/4)`) the rows are not exactly on a
+//! line. The reader takes each row's f32 slope `s_h` exactly from the table and its `c` from
+//! where the row is 0, and accepts only a table whose every entry is that rounded product bit
+//! for bit ([`rounded_products_slope`]); the slopes need no formula.
+//!
 //! [`table_export_bias`] reads that bias as the ALiBi bias `mobius build` writes, under
 //! onnxruntime-genai's contract (the `--kv-cache genai` gate; the proof,
-//! `tests/rule_proofs/alibi_genai.rs`, draws its inputs from it):
+//! `tests/rule_proofs/alibi_table_genai.rs`, draws its inputs from it):
 //! - `attention_mask` holds 0 and 1 only, so `1 − Cast_f32(m)` (the converter's inverted mask)
 //!   is 0 exactly where `m ≠ 0`;
 //! - the keys `T` are at most the table's `L` (genai's context length is the model's
 //!   `max_seq_len`; beyond it the export's slice does not cover the keys);
 //! - each row of the softmax sees a key whose position is its cache index (a right-padded
 //!   prompt without past, or a step whose rows are all full): there `CumSum(m) − 1` is the cache
-//!   index of every visible key, and the table's `slope_h · (L − T + j) + t_h` differs from
-//!   the build's `slope_h · (CumSum(m)[j] − 1)` by a constant along the row, which softmax
-//!   does not see. In genai's layout for a right-padded row the build's positions are the
-//!   row's own (its tokens counted over the mask), which is what the model computes on the row
-//!   alone; the export's table would count the padding.
+//!   index of every visible key, and the table's `fl32(s_h · f32(L − T + j − c))` is, in real
+//!   arithmetic before the rounding, the build's `s_h · (CumSum(m)[j] − 1)` plus the constant
+//!   `s_h · (L − T − c)` along the row, which softmax does not see. The build computes its bias
+//!   in f32 the same way (`Mul(slopes, Cast_f32(position))`, one rounding per element), so the
+//!   rewrite is exact in real arithmetic and the two biases differ only by the rounding of each
+//!   element (at most half an ulp of each). In genai's layout for a right-padded row the
+//!   build's positions are the row's own (its tokens counted over the mask), which is what the
+//!   model computes on the row alone; the export's table would count the padding.
 //!
 //! The mask's elements are read as [`super::float_mask`]'s are: two-valued, `±0` where a
 //! conjunction of atoms holds and exactly `−FLT_MAX` elsewhere, each op only where that form is
@@ -327,11 +338,31 @@ impl ConverterReader<'_> {
     }
 }
 
+/// The slope `s` of a row whose every entry is bit for bit `fl32(s · f32(k − c))` over its
+/// index `k`, for one f32 `s` and one integer `c` (how torch computes MPT's table: the int32
+/// `arange(1 − L, 1)` times the f32 slopes, each product rounded to f32): `c` is where the row
+/// is 0 (the first such index; if `s ≠ 0` the only one, as `|s · n| ≥ |s| > 0` for `n ≠ 0`),
+/// and `s` is read exactly from the entry at `c − 1`, `fl32(−s) = −s` (or at `c + 1`, `s`,
+/// where `c = 0`). The row is then `s · (k − c)` up to the rounding of each entry.
+fn rounded_products_slope(row: &[f32]) -> Option<f32> {
+    let c = row.iter().position(|&v| v == 0.0)?;
+    let s = match c.checked_sub(1) {
+        Some(before) => -row[before],
+        None => *row.get(c + 1)?,
+    };
+    let product = |k: usize| s * (k as i64 - c as i64) as f32;
+    let exact = row
+        .iter()
+        .enumerate()
+        .all(|(k, v)| product(k).to_bits() == v.to_bits());
+    exact.then_some(s)
+}
+
 /// The slope of each of `heads` heads of the table `Slice(table, L − T, ≥ L, axis −1[, step
 /// 1])` over `t` keys, `table` an f32 constant whose dims align to `[1, H or 1, 1, L]` and
-/// whose every row is exactly `slope · k + t_h` over `k` (each `slope` an f32, each difference
-/// `table[h, k] − table[h, 0]` exact): element `j` of the slice is `slope · j` plus a constant
-/// of the row (for `T ≤ L`).
+/// whose every row is `fl32(slope · f32(k − c_h))` bit for bit ([`rounded_products_slope`]):
+/// element `j` of the slice (`T ≤ L`) is `slope · j` plus a constant of the row,
+/// `slope · (L − T − c_h)`, up to the f32 rounding of the element.
 fn sliced_slopes(g: &OnnxGraph, a: Id, heads: usize, t: &SymDim) -> Option<Vec<f32>> {
     ops_named(g, a, "Slice").iter().find_map(|slice| {
         let ins = slice.input_ids();
@@ -375,20 +406,11 @@ fn sliced_slopes(g: &OnnxGraph, a: Id, heads: usize, t: &SymDim) -> Option<Vec<f
         if start.offset != SymDim::Known(l).sub(t) {
             return None;
         }
-        let l = l as usize;
+        // f32 constants: each value as f64 is exact.
+        let values: Vec<f32> = values.iter().map(|&v| v as f32).collect();
         let slopes = values
-            .chunks_exact(l)
-            .map(|row| {
-                let slope = row[1] - row[0];
-                let exact = |k: usize| {
-                    let d = row[k] - row[0];
-                    // (row[k] − row[0]) is d exactly (two-sum error 0), and slope · k is.
-                    let back = d - row[k];
-                    let error = (row[k] - (d - back)) + (-row[0] - back);
-                    error == 0.0 && d == slope * k as f64
-                };
-                (f64::from(slope as f32) == slope && (1..l).all(exact)).then_some(slope as f32)
-            })
+            .chunks_exact(l as usize)
+            .map(rounded_products_slope)
             .collect::<Option<Vec<f32>>>()?;
         Some(if slopes.len() == 1 {
             vec![slopes[0]; heads]
@@ -401,8 +423,9 @@ fn sliced_slopes(g: &OnnxGraph, a: Id, heads: usize, t: &SymDim) -> Option<Vec<f
 /// Reads the float bias `bias` of an Attention over 3-D queries `q` (`heads` query heads) and
 /// the cache `past_key` as MPT's (see the module doc): `Where(Cast_bool(M), f, A)` with
 /// `f ≤ −FLT_MAX`, `M` the converter's mask reading `j ≤ P + i ∧ attention_mask[b, j] ≠ 0`
-/// (no window) and `A` the sliced linear table ([`sliced_slopes`]): the build's ALiBi bias
-/// over the same `attention_mask`, under the contract the module doc states.
+/// (no window) and `A` the sliced table of rounded products ([`sliced_slopes`]): the build's
+/// ALiBi bias over the same `attention_mask` (up to the rounding of each element), under the
+/// contract the module doc states.
 pub fn table_export_bias(
     g: &OnnxGraph,
     bias: Id,
