@@ -697,6 +697,34 @@ fn dims(shape: &[usize]) -> Shape {
     Shape::new(shape.iter().map(|&d| d as i64))
 }
 
+/// Each row's valid length in a case that follows onnxruntime-genai's contract: without past a
+/// right-padded prompt of `1 + lens[r] % seq` tokens, with a past every row full.
+fn contract_lengths(batch: usize, seq: usize, past: usize, lens: &[usize]) -> Vec<usize> {
+    (0..batch)
+        .map(|r| {
+            if past == 0 {
+                1 + lens[r] % seq
+            } else {
+                past + seq
+            }
+        })
+        .collect()
+}
+
+/// `g` optimized for cpu with every rule, under `contract`.
+fn optimized_under(g: &Graph, contract: KvCache) -> Graph {
+    let opts = OptimizeOptions {
+        kv_cache: contract,
+        ..options(None)
+    };
+    let rules = mobius::rulebook::rules().unwrap().rules;
+    let cpu = get_ep("cpu").unwrap();
+    optimize_with_rules(&model(g.clone()), &cpu, &opts, &rules)
+        .unwrap()
+        .0
+        .graph
+}
+
 /// The frame of the q/k/v packing proofs: GroupQueryAttention (`kv_heads` key/value heads of
 /// 16 channels, `group` query heads to each) over the q, k and v that `parts` computes from the
 /// graph input `input` (its name and width: `[B, S, width]`), with past_key/past_value,

@@ -14,7 +14,8 @@ use mobius::opt::KvCache;
 use proptest::prelude::*;
 
 use super::gqa_genai::{float_mask, Miss};
-use super::{decoder_dims, dims, model, optimize_with_rules, options, prove_on, random_tensor};
+use super::{contract_lengths, optimized_under};
+use super::{decoder_dims, dims, prove_on, random_tensor};
 
 /// One exported ALiBi attention block.
 #[derive(Debug, Clone)]
@@ -217,15 +218,7 @@ fn contract_case() -> impl Strategy<Value = (Case, Vec<usize>, u64)> {
                     swapped,
                     ids,
                 };
-                let lengths = (0..batch)
-                    .map(|r| {
-                        if past == 0 {
-                            1 + lens[r] % seq
-                        } else {
-                            past + seq
-                        }
-                    })
-                    .collect();
+                let lengths = contract_lengths(batch, seq, past, &lens);
                 (c, lengths, seed)
             },
         )
@@ -243,22 +236,8 @@ proptest! {
     }
 }
 
-/// `g` optimized for cpu with every rule, under `contract`.
-fn optimized(g: &Graph, contract: KvCache) -> Graph {
-    let opts = mobius::opt::OptimizeOptions {
-        kv_cache: contract,
-        ..options(None)
-    };
-    let rules = mobius::rulebook::rules().unwrap().rules;
-    let cpu = mobius::ep::get_ep("cpu").unwrap();
-    optimize_with_rules(&model(g.clone()), &cpu, &opts, &rules)
-        .unwrap()
-        .0
-        .graph
-}
-
 /// Whether `g`'s Attention has `is_causal=1` (the rewrite's).
-fn causal(g: &Graph) -> bool {
+pub(super) fn causal(g: &Graph) -> bool {
     g.nodes
         .iter()
         .filter(|n| n.op_type == "Attention")
@@ -281,8 +260,14 @@ fn alibi_near_misses_are_not_rewritten() {
             ids: false,
         };
         let g = block(&c, Near::None);
-        assert!(!causal(&optimized(&g, KvCache::AsIs)), "falcon {falcon}");
-        assert!(causal(&optimized(&g, KvCache::Genai)), "falcon {falcon}");
+        assert!(
+            !causal(&optimized_under(&g, KvCache::AsIs)),
+            "falcon {falcon}"
+        );
+        assert!(
+            causal(&optimized_under(&g, KvCache::Genai)),
+            "falcon {falcon}"
+        );
         let misses: &[Near] = if falcon {
             &[Near::Divisor, Near::OtherMask, Near::SoftFill]
         } else {
@@ -290,7 +275,7 @@ fn alibi_near_misses_are_not_rewritten() {
         };
         for &near in misses {
             let g = block(&c, near);
-            assert!(!causal(&optimized(&g, KvCache::Genai)), "{near:?}");
+            assert!(!causal(&optimized_under(&g, KvCache::Genai)), "{near:?}");
         }
     }
 }

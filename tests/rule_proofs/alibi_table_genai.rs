@@ -23,7 +23,9 @@ use mobius::ops::Tensor;
 use mobius::opt::KvCache;
 use proptest::prelude::*;
 
-use super::{decoder_dims, dims, model, optimize_with_rules, options, prove_on, random_tensor};
+use super::alibi_genai::causal;
+use super::{contract_lengths, optimized_under};
+use super::{decoder_dims, dims, prove_on, random_tensor};
 
 /// One exported MPT attention block.
 #[derive(Debug, Clone)]
@@ -275,15 +277,7 @@ fn contract_case() -> impl Strategy<Value = (Case, Vec<usize>, u64)> {
                 head_dim: if heads > 8 { 2 } else { 8 },
                 table: (past + seq + extra).max(2),
             };
-            let lengths = (0..batch)
-                .map(|r| {
-                    if past == 0 {
-                        1 + lens[r] % seq
-                    } else {
-                        past + seq
-                    }
-                })
-                .collect();
+            let lengths = contract_lengths(batch, seq, past, &lens);
             (c, lengths, seed)
         })
 }
@@ -298,28 +292,6 @@ proptest! {
         let g = block(&c, Near::None);
         prove_on("export-alibi-attention", "cpu", g, feeds(&c, &lengths, seed), 1e-4)?;
     }
-}
-
-/// `g` optimized for cpu with every rule, under `contract`.
-fn optimized(g: &Graph, contract: KvCache) -> Graph {
-    let opts = mobius::opt::OptimizeOptions {
-        kv_cache: contract,
-        ..options(None)
-    };
-    let rules = mobius::rulebook::rules().unwrap().rules;
-    let cpu = mobius::ep::get_ep("cpu").unwrap();
-    optimize_with_rules(&model(g.clone()), &cpu, &opts, &rules)
-        .unwrap()
-        .0
-        .graph
-}
-
-/// Whether `g`'s Attention has `is_causal=1` (the rewrite's).
-fn causal(g: &Graph) -> bool {
-    g.nodes
-        .iter()
-        .filter(|n| n.op_type == "Attention")
-        .any(|n| matches!(n.attrs.get("is_causal"), Some(Attr::Int(1))))
 }
 
 /// Whether some entry of `heads`' table of length `l` is a rounded product, not `s · n`
@@ -366,8 +338,8 @@ fn table_alibi_near_misses_are_not_rewritten() {
             table: 8,
         };
         let g = block(&c, Near::None);
-        assert!(!causal(&optimized(&g, KvCache::AsIs)), "{heads}");
-        assert!(causal(&optimized(&g, KvCache::Genai)), "{heads}");
+        assert!(!causal(&optimized_under(&g, KvCache::AsIs)), "{heads}");
+        assert!(causal(&optimized_under(&g, KvCache::Genai)), "{heads}");
         let nears = [
             Near::Bent,
             Near::Ulp,
@@ -378,7 +350,10 @@ fn table_alibi_near_misses_are_not_rewritten() {
         ];
         for near in nears {
             let g = block(&c, near);
-            assert!(!causal(&optimized(&g, KvCache::Genai)), "{heads} {near:?}");
+            assert!(
+                !causal(&optimized_under(&g, KvCache::Genai)),
+                "{heads} {near:?}"
+            );
         }
     }
 }

@@ -7,15 +7,15 @@
 
 use std::collections::HashMap;
 
-use super::optimize_with_rules;
+use super::{contract_lengths, optimized_under};
 use mobius::interp::{run_graph, Rng};
 use mobius::ir::{Attr, DType, Graph, GraphBuilder, TensorData};
-use mobius::opt::{KvCache, OptimizeOptions};
+use mobius::opt::KvCache;
 use mobius::weights::eval::Evaluator;
 use proptest::prelude::*;
 
 use super::common::compare::max_abs_diff;
-use super::{decoder_dims, dims, model, options, prove_on, random_tensor, rule, scalar};
+use super::{decoder_dims, dims, prove_on, random_tensor, rule, scalar};
 use mobius::ops::Tensor;
 
 /// One exported attention block.
@@ -574,15 +574,7 @@ fn contract_case(rope: bool) -> impl Strategy<Value = (Case, Vec<usize>, u64)> {
                     // T ≤ 7 keys: within the buffer's 8.
                     buffer: buffer.then_some((8, window)),
                 };
-                let lengths = (0..batch)
-                    .map(|r| {
-                        if past == 0 {
-                            1 + lens[r] % seq
-                        } else {
-                            past + seq
-                        }
-                    })
-                    .collect();
+                let lengths = contract_lengths(batch, seq, past, &lens);
                 (c, lengths, seed)
             },
         )
@@ -626,20 +618,6 @@ fn base() -> Case {
     }
 }
 
-/// `g` optimized for cpu with every rule, under `contract`.
-fn optimized(g: &Graph, contract: KvCache) -> Graph {
-    let opts = OptimizeOptions {
-        kv_cache: contract,
-        ..options(None)
-    };
-    let rules = mobius::rulebook::rules().unwrap().rules;
-    let cpu = mobius::ep::get_ep("cpu").unwrap();
-    optimize_with_rules(&model(g.clone()), &cpu, &opts, &rules)
-        .unwrap()
-        .0
-        .graph
-}
-
 fn gqa_count(g: &Graph) -> usize {
     g.op_counts()
         .get("com.microsoft::GroupQueryAttention")
@@ -662,9 +640,9 @@ fn difference(a: &Graph, b: &Graph, inputs: &HashMap<String, Tensor>, name: &str
 fn the_rewrite_needs_the_declared_contract() {
     let c = base();
     let g = export_block(&c, Miss::None);
-    let as_is = optimized(&g, KvCache::AsIs);
+    let as_is = optimized_under(&g, KvCache::AsIs);
     assert_eq!(gqa_count(&as_is), 0, "{:?}", as_is.op_counts());
-    let genai = optimized(&g, KvCache::Genai);
+    let genai = optimized_under(&g, KvCache::Genai);
     assert_eq!(gqa_count(&genai), 1, "{:?}", genai.op_counts());
     assert!(!genai.op_counts().contains_key("RotaryEmbedding"));
     // The export's inputs stay the graph's; position_ids is no longer read (the positions
@@ -692,7 +670,7 @@ fn the_rewrite_needs_the_declared_contract() {
         ..c
     };
     let g = export_block(&step, Miss::None);
-    let genai = optimized(&g, KvCache::Genai);
+    let genai = optimized_under(&g, KvCache::Genai);
     assert_eq!(gqa_count(&genai), 1);
     let mut hf = feeds(&step, &[6, 6], 2);
     hf.insert(
@@ -729,7 +707,7 @@ fn float_masks_are_read() {
             ..base()
         };
         let g = export_block(&c, Miss::None);
-        let out = optimized(&g, KvCache::Genai);
+        let out = optimized_under(&g, KvCache::Genai);
         assert_eq!(gqa_count(&out), 1, "{c:?}: {:?}", out.op_counts());
         let lengths: Vec<usize> = (0..c.batch)
             .map(|r| if past == 0 { seq - r } else { past + seq })
@@ -746,7 +724,7 @@ fn float_masks_are_read() {
             Miss::SoftBias,
         ] {
             let g = export_block(&c, miss);
-            let out = optimized(&g, KvCache::Genai);
+            let out = optimized_under(&g, KvCache::Genai);
             assert_eq!(gqa_count(&out), 0, "{miss:?} {c:?}: {:?}", out.op_counts());
         }
     }
@@ -774,7 +752,7 @@ fn buffer_masks_are_read() {
             ..base()
         };
         let g = export_block(&c, Miss::None);
-        let out = optimized(&g, KvCache::Genai);
+        let out = optimized_under(&g, KvCache::Genai);
         assert_eq!(gqa_count(&out), 1, "{c:?}: {:?}", out.op_counts());
         let lengths: Vec<usize> = (0..c.batch)
             .map(|r| if past == 0 { seq - r } else { past + seq })
@@ -792,7 +770,7 @@ fn buffer_masks_are_read() {
             Miss::SoftBias,
         ] {
             let g = export_block(&c, miss);
-            let out = optimized(&g, KvCache::Genai);
+            let out = optimized_under(&g, KvCache::Genai);
             assert_eq!(gqa_count(&out), 0, "{miss:?} {c:?}: {:?}", out.op_counts());
         }
     }
@@ -836,7 +814,7 @@ fn other_masks_are_not_rewritten() {
             },
         ] {
             let g = export_block(&case, miss);
-            let out = optimized(&g, KvCache::Genai);
+            let out = optimized_under(&g, KvCache::Genai);
             assert_eq!(
                 gqa_count(&out),
                 0,
@@ -869,7 +847,7 @@ fn static_dims_are_read() {
             ..base()
         };
         let g = export_graph(&c, Miss::None);
-        let out = optimized(&g, KvCache::Genai);
+        let out = optimized_under(&g, KvCache::Genai);
         assert_eq!(gqa_count(&out), 1, "{c:?}: {:?}", out.op_counts());
         let lengths = [if past == 0 { seq - 1 } else { past + seq }];
         let inputs = feeds(&c, &lengths, 3);
@@ -893,7 +871,7 @@ fn past_length_positions_are_read() {
     };
     let rotary = |g: &Graph| g.op_counts().get("RotaryEmbedding").copied().unwrap_or(0);
     let g = export_block(&c, Miss::None);
-    let out = optimized(&g, KvCache::Genai);
+    let out = optimized_under(&g, KvCache::Genai);
     assert_eq!(
         (gqa_count(&out), rotary(&out)),
         (1, 0),
@@ -909,7 +887,7 @@ fn past_length_positions_are_read() {
     // GroupQueryAttention(do_rotary=0) and rotate a right-padded row's steps by positions the
     // export computes from the cache, not the row's: the attention is left as it is.
     let g = export_block(&c, Miss::PositionsFromZero);
-    let out = optimized(&g, KvCache::Genai);
+    let out = optimized_under(&g, KvCache::Genai);
     assert_eq!(
         (gqa_count(&out), rotary(&out)),
         (0, 2),
@@ -966,7 +944,7 @@ fn partial_rotary_is_reindexed_by_genai_positions() {
     };
     let count = |g: &Graph, op: &str| g.op_counts().get(op).copied().unwrap_or(0);
     let g = export_block(&c, Miss::None);
-    let out = optimized(&g, KvCache::Genai);
+    let out = optimized_under(&g, KvCache::Genai);
     assert_eq!(
         (gqa_count(&out), count(&out, "RotaryEmbedding")),
         (1, 2),
@@ -982,7 +960,7 @@ fn partial_rotary_is_reindexed_by_genai_positions() {
         },
         Miss::None,
     );
-    let reference = optimized(&with_ids, KvCache::Genai);
+    let reference = optimized_under(&with_ids, KvCache::Genai);
     assert_eq!(gqa_count(&reference), 1, "{:?}", reference.op_counts());
     // genai's step: row 0 holds 3 keys and its new one at index 3 (mask 1 1 1 1 0 0, position
     // 3); row 1 is full (position 5).
@@ -1018,6 +996,6 @@ fn partial_rotary_is_reindexed_by_genai_positions() {
     assert!(max_abs_diff(&ours["present.0.key"], &stale["present.0.key"]) > 1e-2);
     // Near miss: positions numbered from 0, not the past length.
     let g = export_block(&c, Miss::PositionsFromZero);
-    let out = optimized(&g, KvCache::Genai);
+    let out = optimized_under(&g, KvCache::Genai);
     assert_eq!(gqa_count(&out), 0, "{:?}", out.op_counts());
 }

@@ -16,6 +16,7 @@ use mobius::weights::eval::Evaluator;
 use proptest::prelude::*;
 
 use super::common::compare::max_abs_diff;
+use super::contract_lengths;
 use super::gqa_genai::{float_mask, Miss};
 use super::{
     decoder_dims, dims, model, optimize_with_rules, options, prove_on, random_tensor, scalar,
@@ -143,15 +144,7 @@ fn contract_case() -> impl Strategy<Value = (Case, Vec<usize>, u64)> {
                     head_dim,
                     divisor,
                 };
-                let lengths = (0..batch)
-                    .map(|r| {
-                        if past == 0 {
-                            1 + lens[r] % seq
-                        } else {
-                            past + seq
-                        }
-                    })
-                    .collect();
+                let lengths = contract_lengths(batch, seq, past, &lens);
                 (c, lengths, seed)
             },
         )
