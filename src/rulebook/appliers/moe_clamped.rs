@@ -48,7 +48,7 @@ pub(super) const DENSE_MOE_CLAMPED: Applier<19> = Applier::new(
 /// [`crate::models::components::clamped_moe`] builds:
 /// `Reshape(Reshape(ReduceSum(Cast(Equal(Unsqueeze(i, −1), 0..E) → dtype) ·
 /// Unsqueeze(Softmax(v, −1), −1), −2), [0, 0, E]), [0, 0, E, 1])` with
-/// `(v, i) = TopK(logits, k)`.
+/// `(v, i) = TopK(logits, k)`, or the same sum under the outer Reshape alone.
 fn routing(g: &OnnxGraph, column: Id, dtype: DType, experts: i64) -> Option<(Id, i64)> {
     let reshaped = |id: Id, want: &[i64]| {
         let r = find_op(g, id, "Reshape")?;
@@ -57,8 +57,10 @@ fn routing(g: &OnnxGraph, column: Id, dtype: DType, experts: i64) -> Option<(Id,
         };
         (const_ints(g, *shape)? == want && unset_or(g, r.attr_id("allowzero"), 0)).then_some(*x)
     };
+    // The inner `[0, 0, E]` view may already be folded into the outer one (`reshape-of-reshape`
+    // in the recognize stage): the column is the sum's elements in order either way.
     let rows = reshaped(column, &[0, 0, experts, 1])?;
-    let summed = reshaped(rows, &[0, 0, experts])?;
+    let summed = reshaped(rows, &[0, 0, experts]).unwrap_or(rows);
     let spread = summed_over(g, summed, [-2, 2])?;
     let (indices_of, weights) = one_hot_times_weights(g, spread, dtype, experts)?;
     let softmax = find_op(g, weights, "Softmax")?;
