@@ -8,6 +8,7 @@
 use egg::{Id, Symbol};
 
 use crate::ir::{DType, TensorData};
+use crate::limits::config::MAX_HEADS;
 use crate::ops::schema;
 use crate::ops::types::SymDim;
 use crate::ops::value::{AttrValue, Literal};
@@ -52,6 +53,9 @@ fn export_alibi_attention(g: &mut OnnxGraph, _: Site<'_>, vars: [Id; 13]) -> Opt
         return None;
     }
     let heads = usize::try_from(int_attr(g, qnh)?).ok()?;
+    if heads == 0 || heads > MAX_HEADS {
+        return None;
+    }
     let read = alibi_export_bias(g, bias, q, pk, heads)
         .or_else(|| table_export_bias(g, bias, q, pk, heads))?;
     let bias = build_bias(g, &read, q);

@@ -40,9 +40,12 @@ fn q_scale_into_attention(g: &mut OnnxGraph, _: Site<'_>, vars: [Id; 14]) -> Opt
         return None;
     };
     let factor = scalar_float(g, c)? as f32;
-    let scale = g.add(Onnx::Attr(AttrValue::Float(
-        (f32::from_bits(*bits) * factor).to_bits(),
-    )));
+    let (s, scaled) = (f32::from_bits(*bits), f32::from_bits(*bits) * factor);
+    // Exact only while the product stays a normal number (or both are 0).
+    if !(scaled.is_normal() || s == 0.0) {
+        return None;
+    }
+    let scale = g.add(Onnx::Attr(AttrValue::Float(scaled.to_bits())));
     let children = vec![
         q, k, v, mask, pk, pv, causal, kvh, qnh, mode, scale, softcap, precision,
     ];

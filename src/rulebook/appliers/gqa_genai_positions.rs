@@ -17,6 +17,7 @@ use egg::Id;
 
 use super::gqa::{rotary_width_ok, rotations_agree, Attention};
 use super::gqa_genai::{cache_steps, flat_frequencies, past_positions_ok, preconditions};
+use crate::ir::DType;
 use crate::ops::types::SymDim;
 use crate::ops::value::AttrValue;
 use crate::opt::analysis::OnnxGraph;
@@ -116,7 +117,15 @@ fn genai_positions(g: &mut OnnxGraph, attention_mask: Id, seq: &SymDim, x: Id) -
                     .and_then(|t| t.shape.as_ref()?.get(1).cloned())
                     .is_some_and(|d| d == *seq && d != SymDim::Unknown)
         });
+    let int64 = g[attention_mask].data.tensor().and_then(|t| t.dtype) == Some(DType::I64);
     let mut e = Emit::new(g);
+    // The sum is taken in int64, the positions' type, whatever integer type the mask has.
+    let attention_mask = if int64 {
+        attention_mask
+    } else {
+        let to = ("to", AttrValue::Int(DType::I64.onnx_code() as i64));
+        e.op("Cast", &[attention_mask], &[to])
+    };
     let (zero, one) = (e.int(0), e.int(1));
     let shape = e.op("Shape", &[ids.unwrap_or(x)], &[]);
     let seq = e.op("Gather", &[shape, one], &[("axis", AttrValue::Int(0))]);

@@ -9,6 +9,7 @@ use crate::opt::analysis::OnnxGraph;
 use crate::opt::bind::{Applier, Site};
 use crate::opt::checked_union::check_union;
 use crate::opt::emit::Emit;
+use crate::opt::fold::MAX_OUTPUT_ELEMS;
 use crate::opt::lang::Onnx;
 use crate::opt::query::{const_ints, int_attr, known_dims};
 
@@ -57,8 +58,14 @@ fn split_of_grouped_columns(g: &mut OnnxGraph, site: Site<'_>, vars: [Id; 6]) ->
     {
         return None;
     }
+    // The Gathers' indices are constants of the graph: as many as y has columns, at most what
+    // one folded constant may hold.
+    if usize::try_from(width).ok()? > MAX_OUTPUT_ELEMS {
+        return None;
+    }
     let parts = const_ints(g, sizes)?;
-    if parts.len() != 3 || parts.iter().any(|&p| p <= 0) || parts.iter().sum::<i64>() != columns {
+    let total = parts.iter().try_fold(0i64, |sum, &p| sum.checked_add(p));
+    if parts.len() != 3 || parts.iter().any(|&p| p <= 0) || total != Some(columns) {
         return None;
     }
     let old = g.lookup(Onnx::op(

@@ -37,12 +37,12 @@ use crate::opt::lang::OpNode;
 use crate::opt::query::{const_ints, int_attr, scalar_float};
 
 /// The conjunction that never holds: `1 ≤ 0`.
-fn never(rank: usize) -> Atom {
+pub(super) fn never(rank: usize) -> Atom {
     Atom::NonPositive(Affine::constant(rank, SymDim::Known(1)))
 }
 
 /// Whether the conjunction never holds (one atom `k ≤ 0` with a constant `k > 0`).
-fn is_never(atoms: &[Atom]) -> bool {
+pub(super) fn is_never(atoms: &[Atom]) -> bool {
     matches!(atoms, [Atom::NonPositive(a)]
         if a.coef.iter().all(|&c| c == 0) && a.offset.known().is_some_and(|v| v > 0))
 }

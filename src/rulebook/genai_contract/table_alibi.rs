@@ -57,17 +57,7 @@ use crate::opt::lang::OpNode;
 use crate::opt::query::{const_floats, const_ints, int_attr, ops_named, scalar_float};
 
 use super::alibi::AlibiExportBias;
-
-/// The conjunction that never holds: `1 ≤ 0`.
-fn never(rank: usize) -> Atom {
-    Atom::NonPositive(Affine::constant(rank, SymDim::Known(1)))
-}
-
-/// Whether the conjunction never holds (one atom `k ≤ 0` with a constant `k > 0`).
-fn is_never(atoms: &[Atom]) -> bool {
-    matches!(atoms, [Atom::NonPositive(a)]
-        if a.coef.iter().all(|&c| c == 0) && a.offset.known().is_some_and(|v| v > 0))
-}
+use super::float_mask::{is_never, never};
 
 /// The class's ops.
 fn ops_of(g: &OnnxGraph, id: Id) -> Vec<OpNode> {
