@@ -28,7 +28,7 @@ use crate::ir::DType;
 use crate::ops::types::SymDim;
 use crate::ops::value::AttrValue;
 use crate::opt::analysis::OnnxGraph;
-use crate::opt::lang::OpNode;
+use crate::opt::lang::{Onnx, OpNode};
 use crate::opt::query::{const_ints, find_op, int_attr, is_input, ops_named, scalar_float};
 
 mod alibi;
@@ -628,6 +628,26 @@ impl Reader<'_> {
         };
         (!values.contains(&SymDim::Unknown)).then_some(values)
     }
+}
+
+/// A graph input whose dims read as `rows` (`[B, S]`, every dim known or named, never unknown):
+/// its `Shape` is the same value for every layer (one computation, as the build's), where a
+/// shape read from a layer's own tensor would be one per layer. The first by name when several
+/// are (a decoder's `input_ids` and `position_ids`: either is `[B, S]`).
+pub fn rows_input(g: &OnnxGraph, rows: &[SymDim]) -> Option<Id> {
+    if rows.len() != 2 || rows.contains(&SymDim::Unknown) {
+        return None;
+    }
+    g.classes()
+        .filter(|c| c.data.tensor().and_then(|t| t.shape.as_deref()) == Some(rows))
+        .flat_map(|c| {
+            c.nodes.iter().filter_map(move |n| match n {
+                Onnx::Input(s) => Some((s.as_str(), c.id)),
+                _ => None,
+            })
+        })
+        .min()
+        .map(|(_, id)| id)
 }
 
 /// The graph input class `id` holds: the input itself, or a `Reshape` of it to its own dims

@@ -5,19 +5,20 @@
 //! `Where(attention_mask ≠ 0, slopes · (CumSum(attention_mask, 1) − 1), −FLT_MAX)` broadcast
 //! to `[B, H, S, T]`, with `is_causal=1`.
 
-use egg::{Id, Symbol};
+use egg::Id;
 
 use crate::ir::{DType, TensorData};
 use crate::limits::config::MAX_HEADS;
 use crate::ops::schema;
-use crate::ops::types::SymDim;
 use crate::ops::value::{AttrValue, Literal};
 use crate::opt::analysis::OnnxGraph;
 use crate::opt::bind::{Applier, Site};
 use crate::opt::emit::Emit;
 use crate::opt::lang::Onnx;
 use crate::opt::query::int_attr;
-use crate::rulebook::genai_contract::{alibi_export_bias, table_export_bias, AlibiExportBias};
+use crate::rulebook::genai_contract::{
+    alibi_export_bias, rows_input, table_export_bias, AlibiExportBias,
+};
 
 /// `export-alibi-attention`.
 pub(super) const EXPORT_ALIBI_ATTENTION: Applier<13> = Applier::new(
@@ -66,21 +67,15 @@ fn export_alibi_attention(g: &mut OnnxGraph, _: Site<'_>, vars: [Id; 13]) -> Opt
     Some(g.add(Onnx::op("Attention", schema("Attention")?, 6, 3, children)))
 }
 
-/// The graph input `input_ids` when its dims read as q's first two, `[B, S]` (known or named,
-/// never unknown): its `Shape` is the bias's rows for every layer, as the build's one bias is,
-/// where `Shape(q)[0:2]` would be a shape per layer.
+/// A graph input whose dims read as q's first two, `[B, S]` ([`rows_input`]): its `Shape` is
+/// the bias's rows for every layer, as the build's one bias is, where `Shape(q)[0:2]` would be
+/// a shape per layer.
 fn rows_of(g: &OnnxGraph, q: Id) -> Option<Id> {
-    let ids = g.lookup(Onnx::Input(Symbol::from("input_ids")))?;
-    let rows = g[ids].data.tensor()?.shape.as_ref()?;
-    let q_dims = g[q].data.tensor()?.shape.as_ref()?;
-    let same = rows.len() == 2
-        && q_dims.get(..2) == Some(&rows[..])
-        && rows.iter().all(|d| *d != SymDim::Unknown);
-    same.then_some(ids)
+    rows_input(g, g[q].data.tensor()?.shape.as_ref()?.get(..2)?)
 }
 
 /// `Where(Unsqueeze(Expand(Unsqueeze(Cast_bool(m), [1]), Concat(rows, Shape(m)[1:])), [1]), Mul(slopes [1, H, 1, 1], Unsqueeze(Cast_f32(CumSum(m, 1) − 1),
-/// [1, 2])), −FLT_MAX)`, `m` the `attention_mask`, rows `Shape(input_ids)` ([`rows_of`]) or
+/// [1, 2])), −FLT_MAX)`, `m` the `attention_mask`, rows `Shape` of a `[B, S]` input ([`rows_of`]) or
 /// `Shape(q)[0:2]`: the bias `mobius build` writes for ALiBi.
 fn build_bias(g: &mut OnnxGraph, read: &AlibiExportBias, q: Id) -> Id {
     let m = read.attention_mask;

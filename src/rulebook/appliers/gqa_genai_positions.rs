@@ -23,9 +23,7 @@ use crate::ops::value::AttrValue;
 use crate::opt::analysis::OnnxGraph;
 use crate::opt::bind::{Applier, Site};
 use crate::opt::emit::Emit;
-use crate::opt::lang::Onnx;
-use crate::opt::query::is_input;
-use crate::rulebook::genai_contract::{position_table, PositionTable};
+use crate::rulebook::genai_contract::{position_table, rows_input, PositionTable};
 
 /// `export-partial-rotary-attention-to-gqa`.
 pub(super) const EXPORT_PARTIAL_ROTARY_ATTENTION_TO_GQA: Applier<19> = Applier::new(
@@ -67,9 +65,9 @@ fn export_partial_rotary_attention_to_gqa(
     if rotary_width_ok(g, &extras, qrd, width).is_some() {
         return None;
     }
-    let (_, seq) = cos_read.past.clone()?;
+    cos_read.past.as_ref()?;
     // q is [B, S, ·] ([`preconditions`]).
-    let positions = genai_positions(g, attention_mask, &seq, q);
+    let positions = genai_positions(g, attention_mask, q);
     let (cos, sin) = (
         angles_at(g, &cos_read, positions),
         angles_at(g, &sin_read, positions),
@@ -104,19 +102,14 @@ fn same_past_angles(cos: &PositionTable, sin: &PositionTable) -> bool {
 
 /// The positions onnxruntime-genai means for the `S` queries of each row, `[B, S]` int64:
 /// `s + max(0, Σ attention_mask[b] − S)` (GroupQueryAttention's rotation: `s` on a first
-/// prompt, `seqlens_k[b] + 1 − S + s` after it). `S` is read from `input_ids` when its dims
-/// are `[·, S]` (one computation for every layer), else from `x` `[B, S, ·]`.
-fn genai_positions(g: &mut OnnxGraph, attention_mask: Id, seq: &SymDim, x: Id) -> Id {
-    let ids = g
-        .lookup(Onnx::Input(egg::Symbol::from("input_ids")))
-        .filter(|&ids| {
-            is_input(g, ids, Some("input_ids"))
-                && g[ids]
-                    .data
-                    .tensor()
-                    .and_then(|t| t.shape.as_ref()?.get(1).cloned())
-                    .is_some_and(|d| d == *seq && d != SymDim::Unknown)
-        });
+/// prompt, `seqlens_k[b] + 1 − S + s` after it). `S` is read from a graph input whose dims are
+/// x's `[B, S]` ([`rows_input`]: one computation for every layer), else from `x` `[B, S, ·]`.
+fn genai_positions(g: &mut OnnxGraph, attention_mask: Id, x: Id) -> Id {
+    let ids = g[x]
+        .data
+        .tensor()
+        .and_then(|t| t.shape.as_ref()?.get(..2).map(<[SymDim]>::to_vec))
+        .and_then(|rows| rows_input(g, &rows));
     let int64 = g[attention_mask].data.tensor().and_then(|t| t.dtype) == Some(DType::I64);
     let mut e = Emit::new(g);
     // The sum is taken in int64, the positions' type, whatever integer type the mask has.
