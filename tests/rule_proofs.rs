@@ -794,6 +794,54 @@ fn gqa_frame(
     (b.finish(), inputs)
 }
 
+/// The attention inputs and outputs of an exported decoder block, named as optimum names layer
+/// 0's: 3-D `q` `[B, S, Hq·D]`, `k` and `v` `[B, S, Hkv·D]`, the cache `past_key_values.0.key`
+/// and `.value` `[B, Hkv, P, D]`; outputs `y` `[B, S, Hq·D]` and `present.0.key` / `.value`
+/// `[B, Hkv, P + S, D]`.
+struct ExportIo {
+    q: String,
+    k: String,
+    v: String,
+    pk: String,
+    pv: String,
+}
+
+/// Declares [`ExportIo`] on `b` for `(B, S, P)` rows and `(Hq, Hkv, D)` heads.
+fn export_io(
+    b: &mut GraphBuilder,
+    (bsz, s, p): (usize, usize, usize),
+    (heads, kv_heads, d): (usize, usize, usize),
+) -> ExportIo {
+    let t = p + s;
+    let q = b.input("q", DType::F32, dims(&[bsz, s, heads * d]));
+    let k = b.input("k", DType::F32, dims(&[bsz, s, kv_heads * d]));
+    let v = b.input("v", DType::F32, dims(&[bsz, s, kv_heads * d]));
+    let cache = dims(&[bsz, kv_heads, p, d]);
+    let pk = b.input("past_key_values.0.key", DType::F32, cache.clone());
+    let pv = b.input("past_key_values.0.value", DType::F32, cache);
+    b.output("y", DType::F32, dims(&[bsz, s, heads * d]));
+    for name in ["present.0.key", "present.0.value"] {
+        b.output(name, DType::F32, dims(&[bsz, kv_heads, t, d]));
+    }
+    ExportIo { q, k, v, pk, pv }
+}
+
+/// `[batch, seq, past, past + seq]` as scalars, as an export reads them: batch and past from
+/// the cache `(past_key, past_value)`, seq from axis 1 of `seq_of`.
+fn export_sizes(b: &mut GraphBuilder, (pk, pv): (&str, &str), seq_of: &str) -> [String; 4] {
+    let mut size = |x: &str, axis: i64| {
+        let one = b.op(
+            "Shape",
+            &[x],
+            vec![("start", Attr::Int(axis)), ("end", Attr::Int(axis + 1))],
+        );
+        b.op("Squeeze", &[&one], vec![])
+    };
+    let (batch, past, seq) = (size(pv, 0), size(pk, 2), size(seq_of, 1));
+    let total = b.op("Add", &[&past, &seq], vec![]);
+    [batch, seq, past, total]
+}
+
 /// [`gqa_frame`] over `x: [B, S, (Hq + 2·Hkv)·16]`, the packed width q, k and v are cut from.
 fn packed_gqa(
     rows: (usize, usize, usize),

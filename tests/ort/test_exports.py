@@ -383,6 +383,43 @@ def test_genai_contract_matches_transformers(optimized, name, ep):
     assert export_errors["step 0 row 0"] > 1e-2, export_errors
 
 
+class Int32Mask:
+    """A session whose graph takes `attention_mask` as int32: the int64 feeds cast to it."""
+
+    def __init__(self, sess):
+        self.sess = sess
+
+    def get_inputs(self):
+        return self.sess.get_inputs()
+
+    def get_outputs(self):
+        return self.sess.get_outputs()
+
+    def run(self, names, feeds):
+        cast = {n: v.astype(np.int32) if n == "attention_mask" else v for n, v in feeds.items()}
+        return self.sess.run(names, cast)
+
+
+def test_genai_flag_takes_an_int32_attention_mask(tmp_path):
+    """An export whose attention_mask is int32 (valid: its mask ops take any integer type)
+    becomes GroupQueryAttention under --kv-cache genai in a model onnxruntime loads (the
+    sequence lengths computed in int64 from the int32 mask), exact in genai's layout."""
+    name = "llama-optimum-cache"
+    m = onnx.load(EXPORTS_DIR / name / "model.onnx")
+    [mask] = [i for i in m.graph.input if i.name == "attention_mask"]
+    mask.type.tensor_type.elem_type = onnx.TensorProto.INT32
+    onnx.save(m, tmp_path / "model.onnx")
+    out = tmp_path / "out"
+    run_mobius(["optimize", str(tmp_path / "model.onnx"), str(out), "--ep", "cpu", "--kv-cache", "genai", "-q"])
+    check_model_file(out / "model.onnx")
+    layers = sum(1 for i in m.graph.input if i.name.endswith(".key"))
+    ops = [n.op_type for n in onnx.load(out / "model.onnx", load_external_data=False).graph.node]
+    assert ops.count("GroupQueryAttention") == layers and "Attention" not in ops, sorted(set(ops))
+    errors = genai_layout_errors(Int32Mask(session(out / "model.onnx")), name)
+    bad = [f"{where}: {err:.3g}" for where, err in errors if not err <= TOL]
+    assert not bad, f"{name} with an int32 attention_mask vs transformers: " + ", ".join(bad)
+
+
 @pytest.mark.parametrize("name", GENAI_LEFT_ALONE)
 def test_genai_flag_leaves_unread_masks_alone(optimized, name):
     """Where no attention fuses (the exports without a cache, the exports expect.json marks

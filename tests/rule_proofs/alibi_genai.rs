@@ -14,7 +14,7 @@ use mobius::opt::KvCache;
 use proptest::prelude::*;
 
 use super::gqa_genai::{float_mask, Miss};
-use super::{contract_lengths, optimized_under};
+use super::{contract_lengths, export_io, export_sizes, optimized_under, ExportIo};
 use super::{decoder_dims, dims, prove_on, random_tensor};
 
 /// One exported ALiBi attention block.
@@ -65,33 +65,9 @@ fn block(c: &Case, near: Near) -> Graph {
     if c.ids {
         b.input("input_ids", DType::I64, dims(&[bsz, s]));
     }
-    let q = b.input("q", DType::F32, dims(&[bsz, s, h * d]));
-    let k = b.input("k", DType::F32, dims(&[bsz, s, kvh * d]));
-    let v = b.input("v", DType::F32, dims(&[bsz, s, kvh * d]));
-    let pk = b.input("past_key_values.0.key", DType::F32, dims(&[bsz, kvh, p, d]));
-    let pv = b.input(
-        "past_key_values.0.value",
-        DType::F32,
-        dims(&[bsz, kvh, p, d]),
-    );
-    b.output("y", DType::F32, dims(&[bsz, s, h * d]));
-    b.output("present.0.key", DType::F32, dims(&[bsz, kvh, t, d]));
-    b.output("present.0.value", DType::F32, dims(&[bsz, kvh, t, d]));
+    let ExportIo { q, k, v, pk, pv } = export_io(&mut b, (bsz, s, p), (h, kvh, d));
 
-    let size = |b: &mut GraphBuilder, x: &str, axis: i64| {
-        let one = b.op(
-            "Shape",
-            &[x],
-            vec![("start", Attr::Int(axis)), ("end", Attr::Int(axis + 1))],
-        );
-        b.op("Squeeze", &[&one], vec![])
-    };
-    let (batch0, past0, seq0) = (
-        size(&mut b, &pv, 0),
-        size(&mut b, &pk, 2),
-        size(&mut b, &q, 1),
-    );
-    let total0 = b.op("Add", &[&past0, &seq0], vec![]);
+    let [batch0, seq0, past0, total0] = export_sizes(&mut b, (&pk, &pv), &q);
     let miss = if near == Near::SoftMask {
         Miss::SoftBias
     } else {

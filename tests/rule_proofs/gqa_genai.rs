@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 
-use super::{contract_lengths, optimized_under};
+use super::{contract_lengths, export_io, optimized_under, ExportIo};
 use mobius::interp::{run_graph, Rng};
 use mobius::ir::{Attr, DType, Graph, GraphBuilder, TensorData};
 use mobius::opt::KvCache;
@@ -99,18 +99,7 @@ fn export_graph(c: &Case, miss: Miss) -> Graph {
     } else {
         b.input("position_ids", DType::I64, dims(&[bsz, s]))
     };
-    let q = b.input("q", DType::F32, dims(&[bsz, s, h * d]));
-    let k = b.input("k", DType::F32, dims(&[bsz, s, kvh * d]));
-    let v = b.input("v", DType::F32, dims(&[bsz, s, kvh * d]));
-    let pk = b.input("past_key_values.0.key", DType::F32, dims(&[bsz, kvh, p, d]));
-    let pv = b.input(
-        "past_key_values.0.value",
-        DType::F32,
-        dims(&[bsz, kvh, p, d]),
-    );
-    b.output("y", DType::F32, dims(&[bsz, s, h * d]));
-    b.output("present.0.key", DType::F32, dims(&[bsz, kvh, t, d]));
-    b.output("present.0.value", DType::F32, dims(&[bsz, kvh, t, d]));
+    let ExportIo { q, k, v, pk, pv } = export_io(&mut b, (bsz, s, p), (h, kvh, d));
 
     // Sizes as the export reads them: batch and past from the cache, seq from input_ids.
     let shape = |b: &mut GraphBuilder, x: &str, start: i64| {

@@ -16,8 +16,8 @@ use mobius::weights::eval::Evaluator;
 use proptest::prelude::*;
 
 use super::common::compare::max_abs_diff;
-use super::contract_lengths;
 use super::gqa_genai::{float_mask, Miss};
+use super::{contract_lengths, export_io, export_sizes, ExportIo};
 use super::{
     decoder_dims, dims, model, optimize_with_rules, options, prove_on, random_tensor, scalar,
 };
@@ -44,32 +44,8 @@ fn block(c: &Case) -> Graph {
     let mut b = GraphBuilder::new("g");
     let ids = b.input("input_ids", DType::I64, dims(&[bsz, s]));
     let mask = b.input("attention_mask", DType::I64, dims(&[bsz, t]));
-    let q = b.input("q", DType::F32, dims(&[bsz, s, h * d]));
-    let k = b.input("k", DType::F32, dims(&[bsz, s, kvh * d]));
-    let v = b.input("v", DType::F32, dims(&[bsz, s, kvh * d]));
-    let pk = b.input("past_key_values.0.key", DType::F32, dims(&[bsz, kvh, p, d]));
-    let pv = b.input(
-        "past_key_values.0.value",
-        DType::F32,
-        dims(&[bsz, kvh, p, d]),
-    );
-    b.output("y", DType::F32, dims(&[bsz, s, h * d]));
-    b.output("present.0.key", DType::F32, dims(&[bsz, kvh, t, d]));
-    b.output("present.0.value", DType::F32, dims(&[bsz, kvh, t, d]));
-    let size = |b: &mut GraphBuilder, x: &str, at: i64| {
-        let one = b.op(
-            "Shape",
-            &[x],
-            vec![("start", Attr::Int(at)), ("end", Attr::Int(at + 1))],
-        );
-        b.op("Squeeze", &[&one], vec![])
-    };
-    let (batch0, past0, seq0) = (
-        size(&mut b, &pv, 0),
-        size(&mut b, &pk, 2),
-        size(&mut b, &ids, 1),
-    );
-    let total0 = b.op("Add", &[&past0, &seq0], vec![]);
+    let ExportIo { q, k, v, pk, pv } = export_io(&mut b, (bsz, s, p), (h, kvh, d));
+    let [batch0, seq0, past0, total0] = export_sizes(&mut b, (&pk, &pv), &ids);
     let m = float_mask(&mut b, &mask, [&batch0, &seq0, &past0, &total0], Miss::None);
     let divisor = scalar(&mut b, c.divisor);
     let bias = b.op("Div", &[&m, &divisor], vec![]);

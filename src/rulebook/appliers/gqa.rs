@@ -72,6 +72,7 @@ impl Attention {
 /// `seqlens_k` (last valid key index per batch, int32 `[B]`) and `total_sequence_length`
 /// (int32 scalar), computed once from the `attention_mask` input (hash-consing shares them).
 fn gqa_lengths(g: &mut OnnxGraph, mask: Id) -> (Id, Id) {
+    let int64 = g[mask].data.tensor().and_then(|t| t.dtype) == Some(DType::I64);
     let mut e = Emit::new(g);
     let to_i32 = ("to", AttrValue::Int(DType::I32.onnx_code() as i64));
     let axes = e.ints(&[1]);
@@ -81,6 +82,13 @@ fn gqa_lengths(g: &mut OnnxGraph, mask: Id) -> (Id, Id) {
         &[mask, axes],
         &[("keepdims", AttrValue::Int(0))],
     );
+    // The count less the int64 one: in int64 whatever integer type the mask has.
+    let sum = if int64 {
+        sum
+    } else {
+        let to_i64 = ("to", AttrValue::Int(DType::I64.onnx_code() as i64));
+        e.op("Cast", &[sum], &[to_i64])
+    };
     let last = e.bin("Sub", sum, one);
     let seqlens = e.op("Cast", &[last], std::slice::from_ref(&to_i32));
     let shape = e.op("Shape", &[mask], &[]);
