@@ -79,6 +79,7 @@ fn rows_of(g: &OnnxGraph, q: Id) -> Option<Id> {
 /// `Shape(q)[0:2]`: the bias `mobius build` writes for ALiBi.
 fn build_bias(g: &mut OnnxGraph, read: &AlibiExportBias, q: Id) -> Id {
     let m = read.attention_mask;
+    let int64 = g[m].data.tensor().and_then(|t| t.dtype) == Some(DType::I64);
     let slopes = TensorData::from_f32(vec![1, read.slopes.len(), 1, 1], &read.slopes);
     let slopes = g.add(Onnx::Const(Box::new(Literal::from(&slopes))));
     let mut e = Emit::new(g);
@@ -95,6 +96,13 @@ fn build_bias(g: &mut OnnxGraph, read: &AlibiExportBias, q: Id) -> Id {
     let keep = e.unsqueeze(keep, &[1]);
     let one = e.int(1);
     let counts = e.op("CumSum", &[m, one], &[]);
+    // The count less the int64 one: in int64 whatever integer type the mask has.
+    let counts = if int64 {
+        counts
+    } else {
+        let to_i64 = ("to", AttrValue::Int(DType::I64.onnx_code() as i64));
+        e.op("Cast", &[counts], &[to_i64])
+    };
     let positions = e.bin("Sub", counts, one);
     let float_to = ("to", AttrValue::Int(DType::F32.onnx_code() as i64));
     let positions = e.op("Cast", &[positions], &[float_to]);
