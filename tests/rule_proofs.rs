@@ -697,6 +697,27 @@ fn dims(shape: &[usize]) -> Shape {
     Shape::new(shape.iter().map(|&d| d as i64))
 }
 
+/// Random values for every input of `g`, its named dims sized by `size` (a dim's name → its
+/// extent), drawn from `seed` in input order.
+fn feeds_sized(g: &Graph, size: impl Fn(&str) -> usize, seed: u64) -> HashMap<String, Tensor> {
+    let mut rng = Rng::new(seed);
+    g.inputs
+        .iter()
+        .map(|v| {
+            let shape: Vec<usize> = v
+                .shape
+                .0
+                .iter()
+                .map(|d| match d {
+                    mobius::ir::Dim::Fixed(x) => *x as usize,
+                    mobius::ir::Dim::Sym(s) => size(s),
+                })
+                .collect();
+            (v.name.clone(), random_tensor(v.dtype, &shape, &mut rng))
+        })
+        .collect()
+}
+
 /// Each row's valid length in a case that follows onnxruntime-genai's contract: without past a
 /// right-padded prompt of `1 + lens[r] % seq` tokens, with a past every row full.
 fn contract_lengths(batch: usize, seq: usize, past: usize, lens: &[usize]) -> Vec<usize> {

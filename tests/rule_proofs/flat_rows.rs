@@ -9,12 +9,11 @@
 
 use std::collections::HashMap;
 
-use mobius::interp::Rng;
 use mobius::ir::{Attr, DType, Dim, Graph, GraphBuilder, Shape};
 use mobius::ops::Tensor;
 use proptest::prelude::*;
 
-use super::{optimize_with_rules, prove_with, random_tensor, rule, rules_for};
+use super::{feeds_sized, optimize_with_rules, prove_with, rule, rules_for};
 
 /// One instance: x `[B, S, D]` (dims named `batch`/`seq` or numbers), how the outer target is
 /// written, and what is changed to make a near miss.
@@ -132,24 +131,9 @@ fn norm_of_rows(c: &Case) -> Graph {
     b.finish()
 }
 
+/// Random values for every input of `g`, the named dims `batch` and `seq` as `c` gives them.
 fn inputs(g: &Graph, c: &Case, seed: u64) -> HashMap<String, Tensor> {
-    let mut rng = Rng::new(seed);
-    g.inputs
-        .iter()
-        .map(|v| {
-            let shape: Vec<usize> = v
-                .shape
-                .0
-                .iter()
-                .map(|d| match d {
-                    Dim::Fixed(x) => *x as usize,
-                    Dim::Sym(s) if s == "batch" => c.batch,
-                    Dim::Sym(_) => c.seq,
-                })
-                .collect();
-            (v.name.clone(), random_tensor(v.dtype, &shape, &mut rng))
-        })
-        .collect()
+    feeds_sized(g, |s| if s == "batch" { c.batch } else { c.seq }, seed)
 }
 
 fn case(miss: Miss) -> impl Strategy<Value = Case> {

@@ -9,12 +9,11 @@
 
 use std::collections::HashMap;
 
-use mobius::interp::Rng;
 use mobius::ir::{Attr, DType, Dim, Graph, GraphBuilder, Shape};
 use mobius::ops::Tensor;
 use proptest::prelude::*;
 
-use super::{optimize_with_rules, prove_with, random_tensor, rule, rules_for};
+use super::{feeds_sized, optimize_with_rules, prove_with, rule, rules_for};
 
 /// How a Reshape target is written.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -159,24 +158,12 @@ fn merge(
 /// Random values for every input of `g`, the named dims `batch` and `seq` as `rows` gives
 /// them and `total` (keys with the cache) as `total`.
 fn inputs(g: &Graph, rows: Rows, total: usize, seed: u64) -> HashMap<String, Tensor> {
-    let mut rng = Rng::new(seed);
-    g.inputs
-        .iter()
-        .map(|v| {
-            let shape: Vec<usize> = v
-                .shape
-                .0
-                .iter()
-                .map(|d| match d {
-                    Dim::Fixed(x) => *x as usize,
-                    Dim::Sym(s) if s == "batch" => rows.batch,
-                    Dim::Sym(s) if s == "total" => total,
-                    Dim::Sym(_) => rows.seq,
-                })
-                .collect();
-            (v.name.clone(), random_tensor(v.dtype, &shape, &mut rng))
-        })
-        .collect()
+    let size = |s: &str| match s {
+        "batch" => rows.batch,
+        "total" => total,
+        _ => rows.seq,
+    };
+    feeds_sized(g, size, seed)
 }
 
 /// Proves `name` on `g` together with `heads-merged-back` (see the module doc), exactly.
